@@ -1,0 +1,34 @@
+# The two commands README.md gives a new user, and the ones CI and developers use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch is only needed by the tests (they prove every fixture with torch) and the probe.
+# Pin the CPU build that is on this machine kind; a bare `torch` pulls a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
+
+.PHONY: demo test setup setup-test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+setup: $(BIN)/python
+	$(BIN)/python -m pip install -q .
+
+setup-test: $(BIN)/python
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+
+# Set up, then check the bundled examples (they are meant to have findings).
+demo: setup
+	$(BIN)/gradguard check examples --exit-zero --statistics
+
+# Set up, then run the whole test suite.
+test: setup-test
+	$(BIN)/python -m pytest -q
+
+bench: setup-test
+	$(BIN)/python bench/bench_engine.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info server/*.egg-info

@@ -1,0 +1,13 @@
+"""gradguard: find PyTorch code that breaks autograd through mutation.
+
+Layers, each depending only on the ones above it:
+
+    knowledge   what torch saves for backward, which ops are in-place/views (generated from torch)
+    parsing     bytes -> text -> ``ast`` module, with a cheap prefilter
+    inference   tensor dataflow over one function: which names are tensors, leaves, views, saved
+    rules       one file per rule: turns dataflow events into findings
+    api         the single analysis entry point used by the CLI and the language server
+    cli / lsp   thin shells over ``api``
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,79 @@
+"""The one analysis API.  The CLI, the language server and the tests all call these.
+
+``analyze_source`` never raises for bad input: unreadable bytes, binary data and
+syntax errors come back as a single diagnostic with ``FileResult.error`` set.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from . import parsing
+from .config import Config
+from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
+from .engine import analyze_module
+from .rules import RULES_BY_CODE
+
+_SUPPRESS = re.compile(
+    r"#\s*(?:gradguard:\s*ignore(?:\[(?P<gg>[A-Z0-9,\s]*)\])?|noqa(?::\s*(?P<noqa>[A-Z0-9,\s]+))?)",
+    re.IGNORECASE,
+)
+
+
+def suppressed_codes(line_text: str) -> frozenset[str] | None:
+    """Codes a suppression comment on this line silences; ``ALL`` for a bare one; None if none."""
+    found: set[str] = set()
+    for m in _SUPPRESS.finditer(line_text):
+        codes = m.group("gg") if m.group("gg") is not None else m.group("noqa")
+        if codes is None:
+            return frozenset({"ALL"})
+        found.update(c.strip().upper() for c in codes.split(",") if c.strip())
+    return frozenset(found) if found else None
+
+
+def _is_suppressed(diag: Diagnostic, lines: list[str]) -> bool:
+    if not 1 <= diag.line <= len(lines):
+        return False
+    codes = suppressed_codes(lines[diag.line - 1])
+    return codes is not None and ("ALL" in codes or diag.code in codes)
+
+
+def _input_problem(path: str, code: str, message: str, line: int = 1, column: int = 1) -> FileResult:
+    diag = Diagnostic(path, Span(line, column, line, column), code, Severity.ERROR, message)
+    return FileResult(path, [diag], error=message)
+
+
+def analyze_source(source: str | bytes, path: str = "<string>", config: Config | None = None) -> FileResult:
+    """Analyse one Python source and return its findings, filtered and ranked by ``config``."""
+    config = config or Config()
+    text = parsing.decode(source) if isinstance(source, bytes) else source
+    if isinstance(text, parsing.Unreadable):
+        return _input_problem(path, UNREADABLE, text.reason)
+    if not parsing.may_contain_findings(text):
+        return FileResult(path)
+    parsed = parsing.parse(text)
+    if isinstance(parsed, parsing.SyntaxProblem):
+        return _input_problem(path, SYNTAX_ERROR, parsed.message, parsed.line, parsed.column)
+    lines = parsing.source_lines(text)
+    diagnostics = []
+    for finding in analyze_module(parsed, path, lines):
+        rule = RULES_BY_CODE[finding.code]
+        if not config.enabled(rule.code):
+            continue
+        default = rule.default_severity if finding.certain else Severity.WARNING
+        diag = finding.to_diagnostic(path, config.severity_for(rule.code, default), lines)
+        if not _is_suppressed(diag, lines):
+            diagnostics.append(diag)
+    diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
+    return FileResult(path, diagnostics)
+
+
+def analyze_path(path: Path, config: Config | None = None, display_path: str | None = None) -> FileResult:
+    """Read and analyse one file; a file that cannot be read gets one clear diagnostic."""
+    shown = display_path or str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return _input_problem(shown, UNREADABLE, f"cannot read file: {exc.strerror or exc}")
+    return analyze_source(data, shown, config)

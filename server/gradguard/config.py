@@ -1,0 +1,121 @@
+"""User configuration: ``[tool.gradguard]`` in pyproject.toml, and overrides from the CLI or LSP.
+
+```toml
+[tool.gradguard]
+select = ["GG0"]            # code prefixes to enable (default: all)
+ignore = ["GG005"]          # code prefixes to disable
+exclude = ["build/", "third_party/**"]   # gitignore-style patterns, relative to the pyproject.toml
+[tool.gradguard.severity]
+GG001 = "warning"
+```
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+from .diagnostics import Severity
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """The configuration is malformed; the message says where and how."""
+
+
+@dataclass(frozen=True)
+class Config:
+    select: tuple[str, ...] = ()  # empty: every rule
+    ignore: tuple[str, ...] = ()
+    severity: dict[str, Severity] = field(default_factory=dict)
+    exclude: tuple[str, ...] = ()
+    root: Path | None = None  # the folder of the pyproject.toml it came from
+
+    def enabled(self, code: str) -> bool:
+        if self.select and not any(code.startswith(p) for p in self.select):
+            return False
+        return not any(code.startswith(p) for p in self.ignore)
+
+    def severity_for(self, code: str, default: Severity) -> Severity:
+        return self.severity.get(code, default)
+
+    def with_overrides(
+        self,
+        select: Iterable[str] | None = None,
+        ignore: Iterable[str] | None = None,
+        extend_ignore: Iterable[str] = (),
+        severity: dict[str, Severity] | None = None,
+    ) -> "Config":
+        """Command-line or editor settings take precedence over the file."""
+        return replace(
+            self,
+            select=tuple(select) if select is not None else self.select,
+            ignore=(tuple(ignore) if ignore is not None else self.ignore) + tuple(extend_ignore),
+            severity={**self.severity, **(severity or {})},
+        )
+
+
+def _codes(value: Any, key: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"[tool.gradguard] {key} must be a list of rule codes")
+    return tuple(v.strip().upper() for v in value if v.strip())
+
+
+def parse_severity(value: str) -> Severity:
+    try:
+        return Severity(value.lower())
+    except ValueError:
+        raise ConfigError(f"unknown severity {value!r} (use error, warning or info)") from None
+
+
+def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config:
+    """Build a Config from the ``[tool.gradguard]`` table (or the LSP's settings object)."""
+    known = {"select", "ignore", "exclude", "severity"}
+    unknown = set(table) - known
+    if unknown:
+        raise ConfigError(f"[tool.gradguard] has unknown keys: {', '.join(sorted(unknown))}")
+    severity = table.get("severity", {})
+    if not isinstance(severity, dict):
+        raise ConfigError("[tool.gradguard.severity] must map rule codes to error|warning|info")
+    exclude = table.get("exclude", [])
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    if not isinstance(exclude, list) or not all(isinstance(v, str) for v in exclude):
+        raise ConfigError("[tool.gradguard] exclude must be a list of patterns")
+    return Config(
+        select=_codes(table.get("select", []), "select"),
+        ignore=_codes(table.get("ignore", []), "ignore"),
+        severity={str(k).upper(): parse_severity(str(v)) for k, v in severity.items()},
+        exclude=tuple(exclude),
+        root=root,
+    )
+
+
+def find_pyproject(start: Path) -> Path | None:
+    start = start.resolve()
+    for folder in [start, *start.parents] if start.is_dir() else list(start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(start: Path) -> Config:
+    """The ``[tool.gradguard]`` table of the nearest pyproject.toml at or above ``start``."""
+    pyproject = find_pyproject(start)
+    if pyproject is None:
+        return Config()
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{pyproject}: {exc}") from None
+    table = data.get("tool", {}).get("gradguard", {})
+    return config_from_table(table, root=pyproject.parent)

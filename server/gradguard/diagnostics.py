@@ -1,0 +1,112 @@
+"""The finding data model shared by the engine, the CLI and the language server.
+
+Positions are 1-based lines and 1-based columns counted in Unicode code points
+(what ``ast`` gives, plus one).  The language server converts to the client's
+position encoding; nothing else needs to.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    """Ordered like ruff/LSP: an error is worse than a warning is worse than info."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return {"error": 3, "warning": 2, "info": 1}[self.value]
+
+
+@dataclass(frozen=True)
+class Span:
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+
+@dataclass(frozen=True)
+class Related:
+    """A location that explains a finding: where the tensor was saved, where backward runs."""
+
+    path: str
+    line: int
+    column: int
+    message: str
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    """Replace the text between two 1-based (line, column) positions."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    new_text: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    title: str
+    safe: bool
+    edits: tuple[TextEdit, ...]
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    path: str
+    span: Span
+    code: str
+    severity: Severity
+    message: str
+    related: tuple[Related, ...] = ()
+    fix: Fix | None = None
+
+    @property
+    def line(self) -> int:
+        return self.span.line
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON shape of ``gradguard check --format json`` (schema version 1)."""
+        return {
+            "path": self.path,
+            "line": self.span.line,
+            "column": self.span.column,
+            "end_line": self.span.end_line,
+            "end_column": self.span.end_column,
+            "code": self.code,
+            "severity": self.severity.value,
+            "message": self.message,
+            "related": [asdict(r) for r in self.related],
+            "fix": None
+            if self.fix is None
+            else {
+                "title": self.fix.title,
+                "safe": self.fix.safe,
+                "edits": [asdict(e) for e in self.fix.edits],
+            },
+        }
+
+
+# Codes of diagnostics that are about the input, not about torch.
+SYNTAX_ERROR = "GG900"
+UNREADABLE = "GG901"
+
+
+@dataclass
+class FileResult:
+    """Everything the analysis says about one file."""
+
+    path: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    # Set when the file could not be analysed at all (unreadable, binary, syntax error);
+    # the reason is also one diagnostic in ``diagnostics``.
+    error: str | None = None

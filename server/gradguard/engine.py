@@ -1,0 +1,104 @@
+"""Run the tensor dataflow over every function of a module and turn its events into findings.
+
+This is the whole pipeline between a parsed file and the rules:
+units (functions, module top level) -> cheap candidate check -> ``Interpreter``
+-> conflicts between writes and pending saves resolved against the graph's sinks
+-> rules, in precedence order (an error torch raises at once hides later ones).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator
+
+from .inference.classes import find_module_classes, init_attributes
+from .inference.events import Conflict, Finding, Mutation
+from .inference.imports import collect_imports
+from .inference.interpreter import ClassInfo, Context, Interpreter
+from .inference.values import ModuleValue
+from .knowledge import load_knowledge
+from .rules import RULES_IN_PRECEDENCE
+
+# A function can only hold a finding if its text has an in-place idiom or calls a module that may be inplace.
+_UNIT_CANDIDATE = re.compile(r"[-+*/@%&|^]=|\]\s*=[^=]|[A-Za-z0-9]_\s*\(|\binplace\b|\bout\s*=")
+
+
+def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None) -> list[Finding]:
+    knowledge = load_knowledge()
+    imports = collect_imports(tree.body)
+    ctx = Context(knowledge, imports, find_module_classes(tree, imports))
+    findings: dict[tuple[str, int, int], Finding] = {}
+    for fn, owner in _units(tree):
+        if lines is not None and fn is not None and not _is_candidate(fn, owner, lines):
+            continue
+        interp = _run_unit(ctx, fn, owner, tree)
+        for finding in _check(interp):
+            key = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
+            findings.setdefault(key, finding)
+    return list(findings.values())
+
+
+def _units(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo | ast.ClassDef | None]]:
+    """The module's top level, then every function and method (nested ones too), with its class."""
+    yield None, None
+    stack: list[tuple[ast.AST, ast.ClassDef | None]] = [(tree, None)]
+    while stack:
+        node, owner = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield child, owner
+                stack.append((child, None))
+            elif isinstance(child, ast.ClassDef):
+                stack.append((child, child))
+            elif isinstance(child, ast.stmt):
+                stack.append((child, owner))
+
+
+def _is_candidate(fn: ast.FunctionDef, owner: ast.ClassDef | None, lines: list[str]) -> bool:
+    text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno])
+    if _UNIT_CANDIDATE.search(text):
+        return True
+    if owner is not None:  # self.act(x) where __init__ built nn.ReLU(inplace=True)
+        owner_text = "\n".join(lines[owner.lineno - 1 : owner.end_lineno])
+        return "inplace" in owner_text
+    return False
+
+
+def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | None, tree: ast.Module) -> Interpreter:
+    if fn is not None and any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in fn.body):
+        ctx = Context(ctx.knowledge, collect_imports(fn.body, dict(ctx.imports)), ctx.classes, ctx.depth)
+    self_value = None
+    info = ctx.classes.get(owner.name) if owner is not None else None
+    if info is not None and info.node is owner:
+        self_value = ModuleValue(owner.name, torch_module=False, user_class=owner)
+        if fn is not info.init:
+            init_attributes(ctx, info, self_value)
+    interp = Interpreter(ctx, self_value=self_value)
+    if fn is None:
+        interp.run_block([s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))])
+    else:
+        interp.run_function(fn, is_forward=self_value is not None and fn.name == "forward")
+    return interp
+
+
+def _check(interp: Interpreter) -> Iterator[Finding]:
+    for mutation in interp.mutations:
+        mutation.conflicts = _conflicts(interp, mutation)
+        for rule in RULES_IN_PRECEDENCE:
+            produced = list(rule.check(mutation))
+            if produced:
+                yield from produced
+                break
+
+
+def _conflicts(interp: Interpreter, mutation: Mutation) -> list[Conflict]:
+    """Pending saves this write invalidates whose graph really reaches a backward (or leaves the function)."""
+    conflicts = []
+    for save in mutation.pending:
+        candidates = [s for s in interp.sinks if save.id in s.graph and (s.kind != "backward" or s.seq > mutation.seq)]
+        if candidates:
+            # Prefer the backward that will raise; otherwise where the graph leaves the function.
+            rank = {"backward": 0, "return": 1, "escape": 2}
+            conflicts.append(Conflict(save, min(candidates, key=lambda s: (rank[s.kind], s.seq))))
+    return conflicts

@@ -1,0 +1,88 @@
+"""What the dataflow reports to the rules, and what rules report back.
+
+The interpreter emits a ``Mutation`` for every in-place write to a tensor, with
+the abstract state at that moment.  Whether a saved tensor's graph really
+reaches a backward is only known at the end of the function, so the engine
+fills ``Mutation.conflicts`` before the rules see the event.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from ..diagnostics import Diagnostic, Related, Severity, Span
+from .values import ModuleValue, Save, Tensor
+
+
+@dataclass(frozen=True)
+class Sink:
+    """A place where a graph is used: a backward call, a return, a store that outlives the function."""
+
+    kind: str  # "backward", "return", "escape"
+    node: ast.AST
+    graph: frozenset[int]
+    seq: int
+    retain_graph: bool = False
+
+
+@dataclass(frozen=True)
+class Conflict:
+    save: Save
+    sink: Sink
+
+
+@dataclass
+class Mutation:
+    node: ast.AST  # the statement/expression that writes
+    target: Tensor  # the tensor whose memory is written (a view or a base)
+    how: str  # "+=", ".add_()", "[...] =", "out=", "inplace=True", "F.relu_()"
+    grad_enabled: bool
+    seq: int
+    advanced_index: bool = False
+    module: ModuleValue | None = None  # an inplace=True module applied here
+    functional_inplace: bool = False  # F.relu(x, inplace=True), F.relu_(x)
+    pending: list[Save] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)  # filled by the engine
+
+
+Event = Mutation
+
+
+@dataclass
+class Finding:
+    code: str
+    node: ast.AST
+    message: str
+    certain: bool = True
+    related: list[tuple[ast.AST, str]] = field(default_factory=list)
+
+    def to_diagnostic(self, path: str, severity: Severity, lines: list[str]) -> Diagnostic:
+        related = []
+        for node, msg in self.related:
+            if node is None:
+                continue
+            span = span_of(node, lines)
+            related.append(Related(path, span.line, span.column, msg))
+        return Diagnostic(path, span_of(self.node, lines), self.code, severity, self.message, tuple(related))
+
+
+def _column(lines: list[str], line: int, byte_offset: int) -> int:
+    """``ast`` counts UTF-8 bytes; diagnostics count code points (1-based)."""
+    if 1 <= line <= len(lines):
+        text = lines[line - 1]
+        if not text.isascii():
+            return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore")) + 1
+    return byte_offset + 1
+
+
+def span_of(node: ast.AST, lines: list[str]) -> Span:
+    line = getattr(node, "lineno", 1)
+    end_line = getattr(node, "end_lineno", None) or line
+    col = _column(lines, line, getattr(node, "col_offset", 0))
+    end_col = _column(lines, end_line, getattr(node, "end_col_offset", None) or getattr(node, "col_offset", 0))
+    return Span(line, col, end_line, end_col)
+
+
+def line_of(node: ast.AST) -> int:
+    return getattr(node, "lineno", 0)

@@ -1,0 +1,176 @@
+"""Abstract values the tensor dataflow computes for each name.
+
+The model mirrors what autograd tracks at run time, just enough to decide the rules:
+a tensor has a *storage* with a version counter (shared by views and ``.detach()``
+aliases), a tri-state ``requires_grad``, whether it is a leaf, what it is a view
+of, and the set of saved-for-backward records its graph contains.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import itertools
+from dataclasses import dataclass, field
+
+_ids = itertools.count(1)
+
+
+class Grad(enum.IntEnum):
+    """Does the tensor require grad?  MAYBE when it depends on values we cannot see."""
+
+    NO = 0
+    MAYBE = 1
+    YES = 2
+
+
+@dataclass(eq=False)
+class Storage:
+    """Memory shared by a tensor, its views and its ``.detach()`` aliases: one version counter."""
+
+    version: int = 0
+    id: int = field(default_factory=lambda: next(_ids))
+
+
+@dataclass(eq=False)
+class Save:
+    """An op saved a tensor (at a given version) for its backward."""
+
+    storage: Storage
+    version: int
+    op: str  # "torch.sigmoid", "nn.Linear", "*"
+    role: str  # "input" or "output"
+    node: ast.AST
+    certain: bool  # False when saving depends on a MAYBE requires_grad
+    consumed: bool = False  # a backward without retain_graph freed it
+    id: int = field(default_factory=lambda: next(_ids))
+
+
+@dataclass(eq=False)
+class Tensor:
+    storage: Storage
+    requires_grad: Grad = Grad.NO
+    leaf: bool = True  # no grad_fn: made by a factory, a Parameter, or detached
+    base: "Tensor | None" = None  # the tensor this is a view of
+    multi_view: str | None = None  # "Unbind"/"Split": an output of a multi-view op (or a view of one)
+    param: bool = False
+    graph: frozenset[int] = frozenset()  # ids of Saves reachable from this tensor's grad_fn
+    origin: ast.AST | None = None
+    label: str = "tensor"  # how messages name it ("`x`", "the output of torch.sigmoid")
+
+    def root(self) -> "Tensor":
+        t = self
+        while t.base is not None:
+            t = t.base
+        return t
+
+    def view_chain(self):
+        t = self
+        while t is not None:
+            yield t
+            t = t.base
+
+
+@dataclass(eq=False)
+class DataAlias:
+    """``t.data``: the same storage without autograd's version counter (writes are invisible)."""
+
+    tensor: Tensor
+
+
+@dataclass(eq=False)
+class TensorSeq:
+    """A tuple/list of tensors, e.g. the outputs of ``unbind``/``split``/``chunk``."""
+
+    items: list["Value"]
+    multi_view: str | None = None
+    base: Tensor | None = None
+
+    def element(self, index: int | None) -> "Value":
+        if index is not None and -len(self.items) <= index < len(self.items):
+            return self.items[index]
+        if self.base is not None:
+            return view_of(self.base, multi_view=self.multi_view)
+        return self.items[0] if self.items else UNKNOWN
+
+
+@dataclass(eq=False)
+class ModuleValue:
+    """An ``nn.Module`` instance: a torch one (``cls`` = class name) or one of the file's own."""
+
+    cls: str
+    torch_module: bool
+    inplace: bool = False
+    ctor: ast.AST | None = None  # where it was constructed (for GG005)
+    attrs: dict[str, "Value"] = field(default_factory=dict)
+    children: list["ModuleValue"] = field(default_factory=list)  # nn.Sequential
+    user_class: ast.ClassDef | None = None
+
+
+@dataclass(eq=False)
+class ParamIterable:
+    """``model.parameters()``: iterating yields leaf parameters."""
+
+    owner: "Value"
+
+
+class Opaque(enum.Enum):
+    UNKNOWN = "unknown"  # we cannot tell; never flagged
+    NOT_TENSOR = "not-tensor"  # int, float, str, list of numbers, numpy array...
+    INT = "int"  # an int: basic indexing
+
+
+UNKNOWN = Opaque.UNKNOWN
+NOT_TENSOR = Opaque.NOT_TENSOR
+INT = Opaque.INT
+
+Value = Tensor | DataAlias | TensorSeq | ModuleValue | ParamIterable | Opaque
+
+
+def new_tensor(node: ast.AST | None, requires_grad: Grad = Grad.NO, *, leaf: bool = True, label: str = "tensor",
+               param: bool = False, graph: frozenset[int] = frozenset()) -> Tensor:
+    return Tensor(Storage(), requires_grad, leaf=leaf, origin=node, label=label, param=param, graph=graph)
+
+
+def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = None) -> Tensor:
+    """A view shares storage (and version counter) with its base; multi-view-ness is inherited."""
+    return Tensor(
+        base.storage,
+        base.requires_grad,
+        leaf=False if base.requires_grad else base.leaf,
+        base=base,
+        multi_view=multi_view or base.multi_view,
+        param=False,
+        graph=base.graph,
+        origin=node or base.origin,
+        label=base.label,
+    )
+
+
+def join(a: Value, b: Value) -> Value:
+    """Merge the values a name has on two control-flow paths (precision first: unknown unless alike)."""
+    if a is b:
+        return a
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if a.storage is b.storage:
+            return a if a.requires_grad >= b.requires_grad else b
+        # Different tensors: keep the one that carries more risk but mark grad as uncertain.
+        keep = a if len(a.graph) >= len(b.graph) else b
+        other = b if keep is a else a
+        merged = Tensor(
+            keep.storage,
+            keep.requires_grad if keep.requires_grad == other.requires_grad else Grad.MAYBE,
+            leaf=keep.leaf and other.leaf,
+            base=keep.base,
+            multi_view=keep.multi_view if keep.multi_view == other.multi_view else None,
+            param=keep.param and other.param,
+            graph=keep.graph | other.graph,
+            origin=keep.origin,
+            label=keep.label,
+        )
+        return merged
+    if isinstance(a, Opaque) and isinstance(b, Opaque):
+        return a if a == b else UNKNOWN
+    if a is UNKNOWN or b is UNKNOWN:
+        return UNKNOWN
+    return UNKNOWN

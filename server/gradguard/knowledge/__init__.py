@@ -1,0 +1,113 @@
+"""What torch saves for backward, which ops are in-place or views: read from ``torch_ops.json``.
+
+The json is generated from the installed torch by ``python -m gradguard.knowledge.generate``;
+this loader never imports torch, so static analysis works without it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+__all__ = ["OpInfo", "ModuleInfo", "TorchKnowledge", "load_knowledge", "TABLE_PATH"]
+
+TABLE_PATH = Path(__file__).with_name("torch_ops.json")
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """One Python-visible op (all overloads merged).
+
+    ``saves_args[k]``: argument ``k`` is saved for backward when any of these positions requires grad.
+    ``saves_result``: the result is saved when any of these positions requires grad.
+    """
+
+    name: str
+    saves_args: Mapping[int, frozenset[int]] = field(hash=False)
+    saves_result: frozenset[int]
+    view: bool
+    multi_view: str | None
+    differentiable: bool
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """An ``nn.Module`` class.  Conditions are "input" (input requires grad) / "params" (parameters do)."""
+
+    name: str
+    saves_input: frozenset[str]
+    saves_output: frozenset[str]
+    saves_params: frozenset[str]
+    has_params: bool
+    functional: str | None
+    inplace_kwarg: bool
+
+
+class TorchKnowledge:
+    """Read-only view of one generated table."""
+
+    def __init__(self, data: Mapping):
+        if data.get("format") != FORMAT:
+            raise ValueError(f"torch_ops.json format {data.get('format')!r}, expected {FORMAT}")
+        self.torch_version: str = data["torch_version"]
+        self._ops = {name: _op(name, d) for name, d in data["ops"].items()}
+        self._inplace: dict[str, str | None] = dict(data["inplace"])
+        self._modules = {name: _module(name, d) for name, d in data["modules"].items()}
+        self.inplace_kwarg_functions: frozenset[str] = frozenset(data["inplace_kwarg"]["functions"])
+        self.inplace_kwarg_modules: frozenset[str] = frozenset(data["inplace_kwarg"]["modules"])
+
+    def op(self, name: str) -> OpInfo | None:
+        return self._ops.get(name)
+
+    def inplace_twin(self, name: str) -> str | None:
+        """``"add_"`` -> ``"add"``; None when ``name`` is not in-place or has no out-of-place twin."""
+        return self._inplace.get(name)
+
+    def is_inplace(self, name: str) -> bool:
+        """Does ``name`` write tensor data in place?  (``requires_grad_`` and ``detach_`` do not.)"""
+        return name in self._inplace
+
+    def module(self, class_name: str) -> ModuleInfo | None:
+        return self._modules.get(class_name)
+
+    @property
+    def op_names(self) -> frozenset[str]:
+        return frozenset(self._ops)
+
+    @property
+    def inplace_names(self) -> frozenset[str]:
+        return frozenset(self._inplace)
+
+
+def _op(name: str, d: Mapping) -> OpInfo:
+    return OpInfo(
+        name=name,
+        saves_args=MappingProxyType({int(k): frozenset(v) for k, v in d["saves_args"].items()}),
+        saves_result=frozenset(d["saves_result"]),
+        view=bool(d["view"]),
+        multi_view=d["multi_view"],
+        differentiable=bool(d["differentiable"]),
+    )
+
+
+def _module(name: str, d: Mapping) -> ModuleInfo:
+    return ModuleInfo(
+        name=name,
+        saves_input=frozenset(d["saves_input"]),
+        saves_output=frozenset(d["saves_output"]),
+        saves_params=frozenset(d["saves_params"]),
+        has_params=bool(d["has_params"]),
+        functional=d["functional"],
+        inplace_kwarg=bool(d["inplace_kwarg"]),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def load_knowledge() -> TorchKnowledge:
+    """The shipped table, loaded once."""
+    with TABLE_PATH.open(encoding="utf-8") as f:
+        return TorchKnowledge(json.load(f))

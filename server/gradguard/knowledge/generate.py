@@ -1,0 +1,531 @@
+"""Generate ``torch_ops.json``: what the *installed* torch saves for backward.
+
+    PYTHONPATH=server python -m gradguard.knowledge.generate [--check]
+
+Two sources are combined:
+
+* static: ``derivatives.yaml`` + ``native_functions.yaml`` shipped with torchgen say, per native
+  op, which inputs/outputs each derivative formula saves and which returns alias ``self``;
+* empirical: Python-visible callables run on small tensors; the ``_saved_*`` attributes of the
+  autograd graph they build are matched to the inputs/outputs by storage.
+
+The empirical answer wins where both exist (it sees composite ops and Python-level signatures);
+disagreements are printed.  ``--check`` regenerates in memory and fails if the shipped json differs.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+OUT = Path(__file__).with_name("torch_ops.json")
+FORMAT = 1
+FIELDS = ("saves_args", "saves_result", "view", "multi_view", "differentiable")
+TENSOR = "BaseCType(type=BaseCppType(ns='at', name='Tensor'))"
+TENSOR_TYPE = re.compile(r"name='Tensor(List)?'\)")   # Tensor, Tensor?, Tensor[], Tensor?[]
+# Python-level Tensor methods (not in native_functions.yaml) that write data without a version bump
+PY_DATA_WRITERS = ("apply_", "map_", "map2_")
+
+
+def visible(name: str) -> bool:
+    """Can user code call ``name`` as ``torch.X``, ``Tensor.X`` or ``F.X``?"""
+    return any(callable(getattr(ns, name, None)) and not inspect.ismodule(getattr(ns, name))
+               for ns in (torch, torch.Tensor, F))
+
+
+def quiet(fn, *args, **kw):
+    """Call ``fn`` with warnings (deprecations, implicit softmax dim...) silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kw)
+
+
+# ------------------------------------------------------------------------------------ static
+def load_static():
+    """Parse torchgen's packaged yaml: Default-dispatch derivative infos + every native function."""
+    import torchgen
+    from torchgen.gen import parse_native_yaml
+    from torchgen.packaged.autograd.load_derivatives import load_derivatives
+
+    root = Path(torchgen.__file__).parent / "packaged"
+    native, tags = root / "ATen/native/native_functions.yaml", root / "ATen/native/tags.yaml"
+    infos, _ = load_derivatives(str(root / "autograd/derivatives.yaml"), str(native), str(tags))
+    by_schema = {str(p["Default"].func.func): p["Default"] for p in infos.values() if "Default" in p}
+    return by_schema, parse_native_yaml(str(native), str(tags)).native_functions
+
+
+def alias_kind(schema) -> str | None:
+    """'view' if return 0 aliases ``self`` without writing (``Tensor(a)``), 'multi' for ``Tensor(a)[]``."""
+    sa, rets = schema.arguments.self_arg, schema.returns
+    if sa is None or not rets or rets[0].annotation is None or sa.argument.annotation is None:
+        return None
+    ra, aa = rets[0].annotation, sa.argument.annotation
+    if ra.is_write or not set(ra.alias_set) & set(aa.alias_set):
+        return None
+    return "multi" if str(rets[0].type) == "Tensor[]" else "view"
+
+
+def save_condition(s, info, awd: list, pos: dict) -> set:
+    """Positions whose requires_grad makes autograd save input ``s``.  Mirrors ``guard_for`` in
+    torchgen's gen_variable_type.py: unguarded inputs are saved whenever a grad_fn is created."""
+    everything = {pos[a] for a in awd if a in pos}
+    used_in = [d for d in info.derivatives if s in d.saved_inputs]
+    if (len(awd) <= 1 or "backward" in info.name or len(used_in) != 1 or str(s.nctype.type) != TENSOR
+            or any(a.type.is_list_like() for a in info.func.func.arguments.flat_non_out if a.name in awd)):
+        return everything
+    d = used_in[0]
+    if len(d.var_names) == 1:
+        return {pos[v] for v in d.var_names if v in pos}
+    m = re.search(rf"wrap_opt_if\({s.nctype.name},(.*?)\)", d.formula)
+    if m is None:
+        return everything
+    edges = [awd[int(k)] for k in re.findall(r"grad_input_mask\[(\d+)\]", m.group(1)) if int(k) < len(awd)]
+    return {pos[a] for a in edges if a in pos}
+
+
+def static_entry(schema, info) -> dict:
+    """One overload's entry from its schema and (optional) derivatives.yaml info."""
+    pos = {a.name: k for k, a in enumerate(schema.arguments.flat_positional)}   # kwarg-only: no position
+    n = len(schema.returns)
+    ret = {(r.name or ("result" if n == 1 else f"result{k}")): k for k, r in enumerate(schema.returns)}
+    out_diff = info.output_differentiability if info and info.output_differentiability else [True] * n
+    saves, result = {}, set()
+    if info is not None:
+        names = {v for d in info.derivatives for v in d.var_names}
+        awd = [a.name for a in schema.arguments.flat_non_out if a.name in names]   # "args_with_derivatives"
+        for s in info.all_saved_inputs:
+            if s.nctype.name in pos and TENSOR_TYPE.search(str(s.nctype.type)):
+                saves.setdefault(pos[s.nctype.name], set()).update(save_condition(s, info, awd, pos))
+        # outputs are saved unconditionally once a grad_fn exists; "the result" is return 0
+        if n and out_diff[0] and any(ret.get(o.nctype.name) == 0 for o in info.all_saved_outputs):
+            result = {pos[a] for a in awd if a in pos}
+    kind, multi = alias_kind(schema), None
+    if kind == "multi":   # composite ops have no info: guess a node name, the probe corrects it
+        multi = (re.sub(r"Backward\d*$", "", info.op) if info and info.op
+                 else "".join(w.title() for w in schema.name.name.base.split("_")))
+    return {"saves_args": saves, "saves_result": result, "view": kind is not None, "multi_view": multi,
+            "differentiable": bool(info.derivatives) and any(out_diff) if info else kind is not None,
+            "sources": {"derivatives.yaml" if info else "native_functions.yaml"}}
+
+
+def merge(a: dict | None, b: dict) -> dict:
+    """Union of two entries: overloads of one name (mul.Tensor + mul.Scalar), or several probes."""
+    if a is None:
+        return {**b, "saves_args": {k: set(v) for k, v in b["saves_args"].items()},
+                "saves_result": set(b["saves_result"]), "sources": set(b["sources"])}
+    for k, v in b["saves_args"].items():
+        a["saves_args"].setdefault(k, set()).update(v)
+    for f in ("saves_result", "sources"):
+        a[f] |= b[f]
+    a["view"] |= b["view"]
+    a["differentiable"] |= b["differentiable"]
+    a["multi_view"] = a["multi_view"] or b["multi_view"]
+    return a
+
+
+def static_ops(by_schema, funcs) -> dict:
+    """Functional, public, Python-visible ops that have a derivative formula or alias ``self``."""
+    ops = {}
+    for f in funcs:
+        name = f.func.name.name
+        if (f.func.kind().name != "functional" or name.dunder_method or name.base.startswith("_")
+                or not visible(name.base)):
+            continue
+        info = by_schema.get(str(f.func))
+        if info is not None or alias_kind(f.func) is not None:   # else only a probe can tell
+            ops[name.base] = merge(ops.get(name.base), static_entry(f.func, info))
+    return ops
+
+
+def writes_data(name: str) -> bool | None:
+    """Does ``Tensor.name`` bump the version counter for some simple call?  None if none succeeds."""
+    bumps = []
+    for args in ((), (torch.rand(5, 5),), (torch.rand(4, 4),), (0.5,), (0,), (0, 1)):
+        x = torch.rand(4, 4)
+        v = x._version
+        try:
+            quiet(getattr(x, name), *args)
+        except Exception:
+            continue
+        bumps.append(x._version > v)
+    return any(bumps) if bumps else None
+
+
+def inplace_names(funcs) -> tuple[dict, list]:
+    """In-place name -> out-of-place twin.  The schema must write ``self`` (``Tensor(a!) self``), and
+    methods that still never bump the version counter (requires_grad_, detach_) are dropped."""
+    table, dropped = {}, set()
+    for f in funcs:
+        n, sa = f.func.name.name, f.func.arguments.self_arg
+        name = str(n)
+        if (not n.inplace or n.dunder_method or n.base.startswith("_") or not visible(name) or sa is None
+                or sa.argument.annotation is None or not sa.argument.annotation.is_write
+                or name in table or name in dropped):
+            continue
+        if hasattr(torch.Tensor, name) and writes_data(name) is False:
+            dropped.add(name)
+        else:
+            table[name] = n.base if visible(n.base) else None
+    for name in (k for k in dir(F) if k.endswith("_") and not k.startswith("_")):   # F.relu_, F.elu_...
+        table.setdefault(name, name[:-1] if visible(name[:-1]) else None)
+    table.update(dict.fromkeys(PY_DATA_WRITERS))
+    return table, sorted(dropped)
+
+
+# --------------------------------------------------------------------------------- empirical
+class T:
+    """Tensor placeholder: kind f = float that may require grad, n = float constant, i = long, b = bool."""
+
+    def __init__(self, *shape, kind="f", hi=3):
+        self.shape, self.kind, self.hi = shape, kind, hi
+
+    def make(self, grad: bool) -> torch.Tensor:
+        if self.kind == "i":
+            return torch.randint(0, self.hi, self.shape)
+        if self.kind == "b":
+            return torch.rand(self.shape) > 0.5
+        x = torch.rand(self.shape) * 0.8 + 0.1   # inside every common domain (log, sqrt, asin, bce)
+        return x.requires_grad_(grad and self.kind == "f")
+
+
+def _tensors(obj) -> list:
+    """Tensors in a (nested) tuple/list result, e.g. ``torch.return_types`` or LSTM's (out, (h, c))."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    return [x for o in obj for x in _tensors(o)] if isinstance(obj, (tuple, list)) else []
+
+
+def _ptr(x) -> int | None:
+    try:
+        return x.untyped_storage().data_ptr() or None
+    except Exception:
+        return None
+
+
+def saved_ptrs(outputs) -> set:
+    """Storages of every tensor saved by the graph behind ``outputs`` (stops at AccumulateGrad)."""
+    stack, seen, ptrs = [o.grad_fn for o in outputs if o.grad_fn is not None], [], set()
+    while stack:
+        node = stack.pop()
+        if node is None or any(node is s for s in seen) or type(node).__name__ == "AccumulateGrad":
+            continue
+        seen.append(node)
+        for attr in dir(node):
+            if attr.startswith("_saved_") or attr == "saved_tensors":   # the latter: Python Functions
+                try:
+                    ptrs.update(p for p in map(_ptr, _tensors(getattr(node, attr))) if p)
+                except Exception:
+                    pass
+        stack.extend(fn for fn, _ in node.next_functions)
+    return ptrs
+
+
+def _run(fn, args, kw, grad, nonleaf0=False):
+    """Materialise placeholders (``grad`` = positions that require grad) and call ``fn``."""
+    torch.manual_seed(0)
+    vals = [a.make(k in grad) if isinstance(a, T) else a for k, a in enumerate(args)]
+    if nonleaf0:
+        vals[0] = vals[0] * 1
+    return vals, quiet(fn, *vals, **kw)
+
+
+def _aliases(out: torch.Tensor, src) -> bool:
+    """Is ``out`` an alias of ``src``: same storage, and a write to ``out`` bumps ``src``'s version?
+    (unsafe_split shares storage but not the version counter, so autograd treats it as a copy)."""
+    if not isinstance(src, torch.Tensor) or _ptr(out) is None or _ptr(out) != _ptr(src):
+        return False
+    v = src._version
+    try:
+        with torch.no_grad():
+            out.mul_(1)
+    except RuntimeError:   # expand(): overlapping memory cannot be written
+        return out._is_view()
+    return src._version > v
+
+
+def _multi_view(fn, args, kw) -> str | None:
+    """Node name from autograd's error when output 0 of a multi-output view is modified in place."""
+    _, out = _run(fn, args, kw, {0}, nonleaf0=True)
+    try:
+        out[0].mul_(2)
+    except RuntimeError as e:
+        m = re.search(r"Output \d+ of (\w+) is a view and is being modified inplace", str(e))
+        return m.group(1) if m and "multiple" in str(e) else None
+    return None
+
+
+def probe_call(fn, args, kw) -> dict | None:
+    """Saved inputs/result of one call, varying which single float input requires grad."""
+    gradable = [k for k, a in enumerate(args) if isinstance(a, T) and a.kind == "f"]
+    try:
+        _, out = _run(fn, args, kw, set(gradable))
+        if not _tensors(out):
+            return None
+        e = {"differentiable": any(o.requires_grad for o in _tensors(out)), "multi_view": None,
+             "saves_args": {}, "saves_result": set(), "sources": {"probe"}}
+        vals, out = _run(fn, args, kw, set())   # no grad, so the alias check may write in place
+        e["view"] = _aliases(_tensors(out)[0], vals[0])
+        if e["view"] and isinstance(out, (tuple, list)):
+            e["multi_view"] = _multi_view(fn, args, kw)
+        for g in gradable:
+            vals, out = _run(fn, args, kw, {g})
+            ptrs = saved_ptrs(_tensors(out))
+            inputs = {_ptr(v): k for k, v in enumerate(vals) if isinstance(v, torch.Tensor)}
+            for p, k in inputs.items():
+                if p in ptrs:
+                    e["saves_args"].setdefault(k, set()).add(g)
+            first = _tensors(out)[0]   # "the result": return 0, as in the static table
+            if first.requires_grad and _ptr(first) in ptrs and _ptr(first) not in inputs:
+                e["saves_result"].add(g)
+    except Exception:
+        return None
+    return e
+
+
+# Hand-written probes, read like the calls they make; ``ns.{a b c}(...)`` stands for three calls.
+# X is a (3, 4) float tensor, t(...) a float tensor that may require grad, n(...) a float
+# constant, i(...) indices, b(...) a mask.
+CALLS = """
+torch.{sigmoid tanh exp exp2 expm1 log log1p log2 log10 sqrt rsqrt sin cos tan asin acos atan sinh cosh asinh
+  atanh abs relu neg reciprocal square erf erfc erfinv sign sgn floor ceil round trunc frac lgamma digamma sinc
+  logit clone nan_to_num sum mean max min norm prod var std median nansum amax amin}(X)
+torch.{mul div add sub maximum minimum atan2 hypot fmod remainder fmax fmin xlogy logaddexp pow max min}(X, X)
+torch.{mul div add sub pow}(X, 2.0); torch.pow(2.0, X); torch.add(X, X, alpha=2); torch.sub(X, X, alpha=2)
+torch.{sum mean max min norm prod var std median nansum amax amin logsumexp cumsum cumprod logcumsumexp cummax
+  cummin}(X, 1)
+torch.clamp(X, 0.2, 0.8); torch.clamp(X, X, X); torch.where(b(3, 4), X, X); torch.lerp(X, X, {0.5 X})
+F.{relu relu6 leaky_relu elu selu celu gelu silu mish hardtanh hardswish hardsigmoid softplus sigmoid tanh
+  logsigmoid softsign tanhshrink softshrink hardshrink rrelu normalize}(X)
+F.{mse_loss l1_loss smooth_l1_loss huber_loss binary_cross_entropy kl_div cosine_similarity pairwise_distance
+  binary_cross_entropy_with_logits cross_entropy}(X, X)
+torch.{softmax log_softmax}(X, -1); F.{softmax log_softmax softmin glu}(X, -1); F.threshold(X, 0.5, 0.0)
+F.{dropout alpha_dropout dropout2d feature_alpha_dropout}(t(2, 3, 4, 4), 0.5, True)
+F.{max_pool2d avg_pool2d adaptive_avg_pool2d adaptive_max_pool2d}(t(1, 2, 4, 4), 2)
+torch.mm(t(3, 4), t(4, 5)); torch.bmm(t(2, 3, 4), t(2, 4, 5)); torch.matmul(t(3, 4), t(4, 5))
+torch.matmul(t(2, 3, 4), t(4, 5)); torch.matmul(t(4), t(4)); torch.dot(t(4), t(4)); torch.mv(X, t(4))
+torch.outer(t(3), t(4)); torch.addmm(t(3, 5), t(3, 4), t(4, 5)); torch.einsum("ij,jk->ik", X, t(4, 5))
+torch.baddbmm(t(2, 3, 5), t(2, 3, 4), t(2, 4, 5)); F.linear(X, t(5, 4), t(5)); F.linear(X, t(5, 4))
+F.bilinear(X, t(3, 2), t(5, 4, 2), t(5)); F.layer_norm(t(2, 4), (4,), t(4), t(4))
+F.group_norm(t(2, 4, 3), 2, t(4), t(4)); F.batch_norm(t(4, 3), n(3), n(3), t(3), t(3), True)
+F.instance_norm(t(2, 3, 4), None, None, t(3), t(3)); F.conv1d(t(2, 3, 8), t(4, 3, 3), t(4))
+F.conv2d(t(2, 3, 6, 6), t(4, 3, 3, 3), t(4)); F.conv_transpose2d(t(2, 3, 6, 6), t(3, 4, 3, 3), t(4))
+F.embedding(i(2, 3, hi=6), t(6, 3)); F.cross_entropy(t(3, 5), i(3, hi=5)); F.nll_loss(t(3, 5), i(3, hi=5))
+F.binary_cross_entropy(X, X, n(3, 4)); F.binary_cross_entropy_with_logits(X, X, n(3, 4), None, None, "mean", n(4))
+F.prelu(t(2, 3, 4), t(3)); F.pad(t(1, 2, 4, 4), (1, 1)); F.interpolate(t(1, 2, 4, 4), scale_factor=2)
+F.interpolate(t(1, 2, 4, 4), scale_factor=2, mode="bilinear"); F.scaled_dot_product_attention(X, X, X)
+torch.transpose(X, 0, 1); torch.t(X); Tensor.view(X, (12,)); torch.reshape(X, (12,)); torch.select(X, 0, 0)
+torch.narrow(X, 0, 0, 2); Tensor.expand(t(1, 4), (3, 4)); Tensor.expand_as(t(1, 4), n(3, 4))
+torch.squeeze(t(1, 4)); torch.unsqueeze(X, 0); torch.permute(X, (1, 0)); torch.diagonal(t(4, 4))
+torch.as_strided(X, (2, 2), (1, 1)); Tensor.unfold(X, 0, 2, 1); Tensor.view_as(X, n(12)); torch.ravel(X)
+Tensor.reshape_as(X, n(12)); torch.flatten(X); torch.unflatten(t(12), 0, (3, 4)); torch.movedim(X, 0, 1)
+torch.swapaxes(X, 0, 1); torch.detach(X); Tensor.contiguous(X); torch.real(X)
+"""
+MULTI_EXTRA = ("unsafe_split", "unsafe_chunk", "unsafe_split_with_sizes")   # not in the static multi list
+
+
+def hand_probes() -> list:
+    """(name, callable, args, kwargs) for every call in CALLS, ``{a b}`` alternatives expanded."""
+    env = {"torch": torch, "F": F, "Tensor": torch.Tensor, "X": T(3, 4), "t": T, "n": lambda *s: T(*s, kind="n"),
+           "i": lambda *s, hi=3: T(*s, kind="i", hi=hi), "b": lambda *s: T(*s, kind="b")}
+    probes, calls = [], [c.strip() for c in re.split(r";|\n(?![^{]*\})", CALLS) if c.strip()]
+    while calls:
+        call = calls.pop(0)
+        if m := re.search(r"\{([^}]*)\}", call):
+            calls[:0] = [call[:m.start()] + alt + call[m.end():] for alt in m.group(1).split()]
+            continue
+        head, rest = call.split("(", 1)
+        args, kw = eval(f"(lambda *a, **k: (a, k))({rest}", env)   # our own literal table, not input
+        probes.append((head.split(".")[-1], eval(head, env), args, kw))
+    return probes
+
+
+def auto_probes(funcs, static, explicit: set) -> list:
+    """Probes built from schemas, checking the static table well beyond the hand-written list: every
+    ``torch.X`` builtin whose required args are all Tensors, and every multi-output view."""
+    probes, done = [], set()
+    for f in funcs:
+        name, args = f.func.name.name.base, f.func.arguments
+        fn = getattr(torch, name, None)
+        req = [a for a in args.flat_all if a.default is None]
+        if (f.func.kind().name == "functional" and name in static and name not in explicit
+                and type(fn).__name__ == "builtin_function_or_method" and (name, len(req)) not in done
+                and all(str(a.type) == "Tensor" for a in req)):
+            done.add((name, len(req)))
+            probes.append((name, fn, tuple(T(4, 4) for _ in req), {}))
+    for name in sorted({k for k, v in static.items() if v["multi_view"]} | set(MULTI_EXTRA)):
+        for extra in ((), (2,), ([1, 3],)):   # unbind / split, chunk / split_with_sizes
+            try:
+                getattr(torch.Tensor, name)(torch.rand(4, 6, 4), *extra)
+            except Exception:
+                continue
+            probes.append((name, getattr(torch.Tensor, name), (T(4, 6, 4), *extra), {}))
+            break
+    return probes
+
+
+def empirical_ops(probes) -> dict:
+    """Run every probe; several probes of one name (overloads) merge by union."""
+    ops = {}
+    for name, fn, args, kw in probes:
+        entry = probe_call(fn, args, kw)
+        if entry is not None:
+            ops[name] = merge(ops.get(name), entry)
+    return ops
+
+
+# ----------------------------------------------------------------------------------- modules
+MODULE_SPECS = {   # class name: (constructor args, input)
+    "Linear": ((4, 3), T(2, 4)), "Conv1d": ((3, 4, 3), T(2, 3, 8)), "Conv2d": ((3, 4, 3), T(2, 3, 6, 6)),
+    "ConvTranspose2d": ((3, 4, 3), T(2, 3, 6, 6)), "BatchNorm1d": ((3,), T(4, 3)),
+    "BatchNorm2d": ((3,), T(2, 3, 4, 4)), "LayerNorm": ((4,), T(2, 3, 4)), "GroupNorm": ((1, 3), T(2, 3, 4, 4)),
+    "InstanceNorm2d": ((3,), T(2, 3, 4, 4)), "Embedding": ((6, 3), T(2, 3, kind="i", hi=6)),
+    "Softmax": ((-1,), T(2, 4)), "LogSoftmax": ((-1,), T(2, 4)), "Softmin": ((-1,), T(2, 4)),
+    "Threshold": ((0.5, 0.0), T(2, 4)), "MaxPool2d": ((2,), T(1, 2, 4, 4)), "AvgPool2d": ((2,), T(1, 2, 4, 4)),
+    "AdaptiveAvgPool2d": ((2,), T(1, 2, 4, 4)), "MultiheadAttention": ((4, 2), T(3, 2, 4)),
+    "LSTM": ((4, 3), T(3, 2, 4)), "GRU": ((4, 3), T(3, 2, 4)),
+}
+# classes constructible without arguments that are containers, abstract, or too big for a probe
+MODULE_SKIP = re.compile(r"(Module|Container|Sequential|Module(List|Dict)|Parameter(List|Dict)|Transformer.*|Lazy.*)")
+
+
+def module_classes() -> dict:
+    return {k: c for k, c in vars(nn.modules).items()
+            if isinstance(c, type) and issubclass(c, nn.Module) and not k.startswith("_")}
+
+
+def probe_module(make, inp: T) -> dict:
+    """Is the input / output / a parameter saved when the input or the parameters require grad?"""
+    torch.manual_seed(0)
+    m = quiet(make)
+    call = (lambda x: m(x, x, x)) if isinstance(m, nn.MultiheadAttention) else m
+    params = list(m.parameters())
+    res = {"saves_input": set(), "saves_output": set(), "saves_params": set(), "has_params": bool(params)}
+    for cond in ("input", "params"):
+        if (cond == "input" and inp.kind != "f") or (cond == "params" and not params):
+            continue
+        for p in params:
+            p.requires_grad_(cond == "params")
+        x = _run(lambda v: v, (inp,), {}, {0} if cond == "input" else set())[1]
+        outs = _tensors(quiet(call, x))
+        ptrs, pp = saved_ptrs(outs), {_ptr(p) for p in params}
+        for field, hit in (("saves_input", _ptr(x) in ptrs), ("saves_params", bool(pp & ptrs)),
+                           ("saves_output", any(o.requires_grad and _ptr(o) in ptrs - pp - {_ptr(x)} for o in outs))):
+            if hit:
+                res[field].add(cond)
+    return res
+
+
+def functional_name(cls: str) -> str | None:
+    """Matching ``F`` function: LeakyReLU -> leaky_relu, BatchNorm2d -> batch_norm, Identity -> None."""
+    index = {k.replace("_", ""): k for k in dir(F) if not k.startswith("_") and not k.endswith("_")
+             and callable(getattr(F, k)) and not isinstance(getattr(F, k), type)}
+    key = cls.lower()
+    return index.get(key) or index.get(re.sub(r"\dd$", "", key))
+
+
+def modules_table(kwarg_mods: set) -> dict:
+    """Probe the listed modules, plus every module constructible without arguments (activations...)."""
+    classes = module_classes()
+    specs = {k: (lambda c=classes[k], a=a: c(*a), inp) for k, (a, inp) in MODULE_SPECS.items()}
+    for k, c in sorted(classes.items()):
+        if k not in specs and not MODULE_SKIP.fullmatch(k):
+            specs[k] = (c, T(2, 3, 4, 4))
+    table = {}
+    for k, (make, inp) in specs.items():
+        try:
+            res = probe_module(make, inp)
+        except Exception:   # needs constructor arguments or a second input (losses...)
+            continue
+        res.update(functional=functional_name(k), inplace_kwarg=k in kwarg_mods)
+        table[k] = {f: sorted(v) if isinstance(v, set) else v for f, v in res.items()}
+    return table
+
+
+def inplace_kwarg() -> dict:
+    """``F`` functions and ``nn`` module classes whose signature has an ``inplace`` parameter."""
+    def has(obj):
+        try:
+            return "inplace" in inspect.signature(obj).parameters
+        except (TypeError, ValueError):
+            return False
+    return {"functions": sorted(k for k in dir(F) if not k.startswith("_") and callable(getattr(F, k))
+                                and has(getattr(F, k))),
+            "modules": sorted(k for k, c in module_classes().items() if has(c.__init__))}
+
+
+# ------------------------------------------------------------------------------------- build
+def build(verbose: bool = False) -> dict:
+    """The whole table as a json-ready dict (probe wins over static where both exist)."""
+    by_schema, funcs = load_static()
+    static = static_ops(by_schema, funcs)
+    hand = hand_probes()
+    probes = hand + auto_probes(funcs, static, {p[0] for p in hand})
+    probed = empirical_ops(probes)
+    ops, disagree = {}, []
+    for name in sorted(set(static) | set(probed)):
+        s, e = static.get(name), probed.get(name)
+        if s and e:
+            disagree += [(name, f, s[f], e[f]) for f in FIELDS if s[f] != e[f]]
+        entry = e or s
+        ops[name] = {"saves_args": {str(k): sorted(v) for k, v in entry["saves_args"].items()},
+                     "saves_result": sorted(entry["saves_result"]), "view": entry["view"],
+                     "multi_view": entry["multi_view"], "differentiable": entry["differentiable"],
+                     "sources": sorted((s or {}).get("sources", set()) | (e or {}).get("sources", set()))}
+    inplace, dropped = inplace_names(funcs)
+    kwarg = inplace_kwarg()
+    table = {"format": FORMAT, "torch_version": torch.__version__, "ops": ops, "inplace": inplace,
+             "inplace_kwarg": kwarg, "modules": modules_table(set(kwarg["modules"]))}
+    if verbose:
+        report(table, disagree, dropped, len(probes))
+    return json.loads(json.dumps(table, sort_keys=True))
+
+
+def report(table, disagree, dropped, nprobes):
+    """Print the numbers a reviewer wants, and every static/empirical disagreement."""
+    ops, kw = table["ops"].values(), table["inplace_kwarg"]
+    count = {"save an input": sum(bool(o["saves_args"]) for o in ops), "probed": sum("probe" in o["sources"] for o in ops),
+             "save the result": sum(bool(o["saves_result"]) for o in ops), "views": sum(o["view"] for o in ops),
+             "save nothing": sum(not o["saves_args"] and not o["saves_result"] for o in ops)}
+    print(f"torch {table['torch_version']}: {len(ops)} ops from {nprobes} probes + static; {count}")
+    print("multi-view:", {k: o["multi_view"] for k, o in table["ops"].items() if o["multi_view"]})
+    print(f"in-place names: {len(table['inplace'])} (schema writes self, no version bump, dropped: {dropped})")
+    print(f"inplace= functions ({len(kw['functions'])}): {kw['functions']}\n"
+          f"inplace= modules ({len(kw['modules'])}): {kw['modules']}\nmodules probed: {len(table['modules'])}")
+    print(f"{len(disagree)} disagreements, static -> probe (probe kept):")
+    fmt = lambda v: {k: sorted(x) for k, x in sorted(v.items())} if isinstance(v, dict) else (  # noqa: E731
+        sorted(v) if isinstance(v, set) else v)
+    for name, f, s, e in disagree:
+        print(f"  {name}.{f}: {fmt(s)} -> {fmt(e)}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="fail if the shipped json is out of date")
+    ap.add_argument("--output", type=Path, default=OUT)
+    opts = ap.parse_args(argv)
+    start = time.perf_counter()
+    text = json.dumps(build(verbose=True), sort_keys=True, indent=1) + "\n"
+    ok = True
+    if opts.check:
+        ok = opts.output.exists() and opts.output.read_text() == text
+        print(f"{opts.output}: {'up to date' if ok else 'OUT OF DATE, rerun without --check'}")
+        if not ok and opts.output.exists():
+            print(f"(shipped table is for torch {json.loads(opts.output.read_text())['torch_version']})")
+    else:
+        opts.output.write_text(text)
+        print(f"wrote {opts.output}")
+    print(f"took {time.perf_counter() - start:.1f}s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

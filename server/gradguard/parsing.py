@@ -1,0 +1,82 @@
+"""Bytes to an ``ast`` tree, with a cheap text prefilter in front.
+
+Most real files contain no in-place idiom at all, so a regular-expression scan
+decides whether parsing is worth it.  We parse with ``ast`` (fast, C); libcst is
+only used later, by the fixes, on files that have findings.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+import warnings
+from dataclasses import dataclass
+
+MAX_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    reason: str
+
+
+@dataclass(frozen=True)
+class SyntaxProblem:
+    message: str
+    line: int
+    column: int
+
+
+def decode(data: bytes) -> str | Unreadable:
+    """Decode like Python does (PEP 263 cookie, BOM, default UTF-8); refuse binary data."""
+    if len(data) > MAX_BYTES:
+        return Unreadable(f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB; not analysed")
+    if b"\0" in data[:8192]:
+        return Unreadable("binary file (contains NUL bytes); not analysed")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except (SyntaxError, LookupError) as exc:
+        return Unreadable(f"cannot decode file: {exc}")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        return Unreadable(f"not valid {exc.encoding} text (byte 0x{data[exc.start]:02x} on line {line}); not analysed")
+
+
+# Every finding needs an in-place write: an augmented assignment, a subscript
+# store, a trailing-underscore call, an ``out=``/``inplace=`` keyword, or a
+# multi-view unpacking.  Files with none of these are skipped without parsing.
+_CANDIDATE = re.compile(
+    r"[-+*/@%&|^]=(?!=)"  # x += y (also matches <=, >=, != which are filtered by (?!=) only partially: cheap, fine)
+    r"|\]\s*=[^=]"  # x[i] = v
+    r"|[A-Za-z0-9]_\s*\("  # x.add_(...), F.relu_(...)
+    r"|\binplace\s*="
+    r"|\bout\s*="
+)
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def source_lines(text: str) -> list[str]:
+    """Split lines exactly where Python's tokenizer does (``str.splitlines`` also splits on form feeds)."""
+    return _LINE_BREAK.split(text)
+
+
+def may_contain_findings(text: str) -> bool:
+    return "torch" in text and _CANDIDATE.search(text) is not None
+
+
+def parse(text: str) -> ast.Module | SyntaxProblem:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences in user code are not our business
+            return ast.parse(text, type_comments=False)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        column = exc.offset or 1
+        return SyntaxProblem(f"syntax error: {exc.msg} (line {line}); gradguard cannot analyse this file", line, column)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return SyntaxProblem(f"cannot parse: {exc}", 1, 1)

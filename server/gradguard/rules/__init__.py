@@ -1,0 +1,32 @@
+"""The rule registry.  One module per rule; each defines ``RULE``.
+
+``RULES_IN_PRECEDENCE`` is the order the engine asks rules about one write: an error
+torch raises at the write itself (GG004, GG003, GG002) hides the errors that would
+only come at backward (GG005, GG001).
+"""
+
+from __future__ import annotations
+
+from . import (
+    gg001_saved_tensor_mutated,
+    gg002_leaf_mutated,
+    gg003_leaf_view_mutated,
+    gg004_multi_view_mutated,
+    gg005_inplace_activation_on_saved,
+)
+from .base import Example, Rule
+
+ALL_RULES: tuple[Rule, ...] = tuple(
+    m.RULE
+    for m in (
+        gg001_saved_tensor_mutated,
+        gg002_leaf_mutated,
+        gg003_leaf_view_mutated,
+        gg004_multi_view_mutated,
+        gg005_inplace_activation_on_saved,
+    )
+)
+RULES_BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}
+RULES_IN_PRECEDENCE: tuple[Rule, ...] = tuple(RULES_BY_CODE[c] for c in ("GG004", "GG003", "GG002", "GG005", "GG001"))
+
+__all__ = ["ALL_RULES", "RULES_BY_CODE", "RULES_IN_PRECEDENCE", "Example", "Rule"]

@@ -1,0 +1,41 @@
+"""Wording shared by the rules, so every message names things the same way."""
+
+from __future__ import annotations
+
+from ..inference.events import Conflict, Mutation, line_of
+from ..inference.values import Grad, Tensor
+
+SAVED_MESSAGE = "one of the variables needed for gradient computation has been modified by an inplace operation"
+LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
+LEAF_VIEW_MESSAGE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+MULTI_VIEW_MESSAGE = "Output 0 of {op} is a view and is being modified inplace."
+
+
+def where_it_raises(conflict: Conflict) -> str:
+    sink = conflict.sink
+    if sink.kind == "backward":
+        return f"the backward on line {line_of(sink.node)} raises"
+    if sink.kind == "return":
+        return f"backward through the value returned on line {line_of(sink.node)} raises"
+    return f"backward through the graph that leaves on line {line_of(sink.node)} raises"
+
+
+def conflict_related(conflict: Conflict) -> list:
+    save, sink = conflict.save, conflict.sink
+    what = "its output" if save.role == "output" else "this input"
+    sink_note = {
+        "backward": "backward raises here",
+        "return": "the graph is returned here; its backward raises",
+        "escape": "the graph leaves the function here; its backward raises",
+    }[sink.kind]
+    return [(save.node, f"{save.op} saves {what} for backward here"), (sink.node, sink_note)]
+
+
+def first_conflict(mutation: Mutation) -> Conflict | None:
+    if not mutation.conflicts:
+        return None
+    return max(mutation.conflicts, key=lambda c: (c.save.certain, c.sink.kind == "backward", -c.save.id))
+
+
+def grad_leaf(t: Tensor) -> bool:
+    return t.leaf and t.requires_grad != Grad.NO

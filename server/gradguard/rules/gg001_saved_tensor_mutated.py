@@ -1,0 +1,98 @@
+"""GG001 saved-tensor-mutated: an in-place write to a tensor an earlier op saved for backward."""
+
+from __future__ import annotations
+
+from ..diagnostics import Severity
+from ..inference.events import Finding, Mutation
+from .base import Example, Rule
+from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
+
+
+def check(mutation: Mutation):
+    if mutation.module is not None or mutation.functional_inplace:
+        return  # inplace=True activations are GG005
+    conflict = first_conflict(mutation)
+    if conflict is None:
+        return
+    save = conflict.save
+    what = "output" if save.role == "output" else "input"
+    yield Finding(
+        "GG001",
+        mutation.node,
+        f"{mutation.how} modifies {mutation.target.label} in place, but `{save.op}` on line "
+        f"{save.node.lineno} saved it (as its {what}) for backward; {where_it_raises(conflict)} "
+        f'"{SAVED_MESSAGE}". Use an out-of-place op or clone first.',
+        certain=save.certain,
+        related=conflict_related(conflict),
+    )
+
+
+RULE = Rule(
+    code="GG001",
+    name="saved-tensor-mutated",
+    summary="In-place write to a tensor that an earlier op saved for backward, before that backward runs.",
+    explanation="""
+Many ops keep a tensor for their backward: `sigmoid`, `tanh`, `exp`, `relu` and `softmax` keep their
+**output**; `mul`, `div`, `pow`, `matmul`, `linear`, `layer_norm` and convolutions keep their **inputs**
+(only those the gradient needs: in `a * b`, `b` is kept only if `a` requires grad).  An in-place write
+(`+=`, `.add_()`, `x[i] = v`, `out=`, `.copy_()`, ...) bumps the tensor's version counter, and when
+`backward()` later reaches the op it finds the saved tensor changed and raises
+`RuntimeError: one of the variables needed for gradient computation has been modified by an inplace
+operation`.  The write is reported even under `torch.no_grad()` (the counter still moves) and through
+views and `.detach()` aliases (they share the counter).  Which op saves what comes from torch itself
+(`gradguard/knowledge/torch_ops.json`, generated from the installed torch).
+""",
+    fix_advice="""
+Write out of place (`y = y + 1` instead of `y += 1`, `y = y.masked_fill(mask, 0)` instead of
+`y[mask] = 0`), or `clone()` the tensor before writing to the copy.
+""",
+    default_severity=Severity.ERROR,
+    check=check,
+    invalid=(
+        Example(
+            """
+import torch
+x = torch.randn(4, requires_grad=True)
+y = torch.sigmoid(x)   # sigmoid saves its output y
+y += 1                 # GG001
+y.sum().backward()
+""",
+            raises=SAVED_MESSAGE,
+        ),
+        Example(
+            """
+import torch
+w = torch.randn(3, requires_grad=True)
+x = torch.randn(3)
+z = x * w              # mul saves x for w's gradient
+x.add_(1)              # GG001
+z.sum().backward()
+""",
+            raises=SAVED_MESSAGE,
+        ),
+    ),
+    valid=(
+        Example(
+            """
+import torch
+x = torch.randn(4, requires_grad=True)
+y = x + 1              # add saves nothing
+y += 1
+y.sum().backward()
+"""
+        ),
+        Example(
+            """
+import torch
+x = torch.randn(4, requires_grad=True)
+y = torch.sigmoid(x)
+y = y + 1              # out of place
+y.sum().backward()
+"""
+        ),
+    ),
+    when_wrong="""
+It can miss writes hidden in functions it does not follow, and it assumes the saving op's graph reaches a
+backward when the graph is returned or passed on.
+""",
+)

@@ -1,0 +1,65 @@
+"""GG002 leaf-mutated: an in-place write to a leaf tensor that requires grad, in grad mode."""
+
+from __future__ import annotations
+
+from ..diagnostics import Severity
+from ..inference.events import Finding, Mutation
+from ..inference.values import Grad
+from .base import Example, Rule
+from .common import LEAF_MESSAGE, grad_leaf
+
+
+def check(mutation: Mutation):
+    target = mutation.target
+    if not mutation.grad_enabled or target.base is not None or not grad_leaf(target):
+        return
+    kind = "a parameter" if target.param else "a leaf tensor that requires grad"
+    related = [(target.origin, "created here as a leaf that requires grad")] if target.origin is not None else []
+    yield Finding(
+        "GG002",
+        mutation.node,
+        f'{mutation.how} modifies {target.label}, {kind}, in place; torch raises here: "{LEAF_MESSAGE}" '
+        "Wrap parameter updates in `with torch.no_grad():`, or compute on a copy.",
+        certain=target.requires_grad == Grad.YES,
+        related=related,
+    )
+
+
+RULE = Rule(
+    code="GG002",
+    name="leaf-mutated",
+    summary="In-place write to a leaf tensor that requires grad (a parameter or `requires_grad=True` input).",
+    explanation="""
+A leaf is a tensor autograd did not compute: a parameter, or a tensor created with `requires_grad=True`.
+Its gradient is accumulated into `.grad`, so autograd forbids changing it in place while grad mode is on:
+the write raises at once with `RuntimeError: a leaf Variable that requires grad is being used in an
+in-place operation.`  Boolean-mask and index-tensor writes (`x[mask] = 0`) count too.  Inside
+`torch.no_grad()` (optimizer updates, initialisation) the same write is allowed.
+""",
+    fix_advice="""
+For parameter updates and initialisation: `with torch.no_grad(): p -= lr * p.grad`.  For computation:
+work on a copy (`y = x.clone(); y += 1`) or out of place (`y = x + 1`).
+""",
+    default_severity=Severity.ERROR,
+    check=check,
+    invalid=(
+        Example(
+            """
+import torch
+x = torch.zeros(3, requires_grad=True)
+x += 1                 # GG002
+""",
+            raises=LEAF_MESSAGE,
+        ),
+    ),
+    valid=(
+        Example(
+            """
+import torch
+x = torch.zeros(3, requires_grad=True)
+with torch.no_grad():
+    x += 1
+"""
+        ),
+    ),
+)

@@ -1,0 +1,65 @@
+"""GG003 leaf-view-mutated: an in-place write through a view of a leaf that requires grad."""
+
+from __future__ import annotations
+
+from ..diagnostics import Severity
+from ..inference.events import Finding, Mutation
+from ..inference.values import Grad
+from .base import Example, Rule
+from .common import LEAF_VIEW_MESSAGE, grad_leaf
+
+
+def check(mutation: Mutation):
+    target = mutation.target
+    if not mutation.grad_enabled or target.base is None:
+        return
+    root = target.root()
+    if not grad_leaf(root) or root.storage is not target.storage:
+        return
+    related = [(root.origin, "the leaf is created here")] if root.origin is not None else []
+    yield Finding(
+        "GG003",
+        mutation.node,
+        f"{mutation.how} writes through a view of {root.label}, a leaf that requires grad; torch raises here: "
+        f'"{LEAF_VIEW_MESSAGE}" Do it under `torch.no_grad()` or on a clone.',
+        certain=root.requires_grad == Grad.YES,
+        related=related,
+    )
+
+
+RULE = Rule(
+    code="GG003",
+    name="leaf-view-mutated",
+    summary="In-place write through a view (`x[0]`, `x[:, 1]`, `.t()`, `.diagonal()`) of a leaf that requires grad.",
+    explanation="""
+Basic indexing (`x[0]`, `x[:, 1:]`), `.t()`, `.T`, `.diagonal()`, `.view()` and friends return views that
+share the leaf's memory.  Writing through one changes the leaf in place, so torch raises at once:
+`RuntimeError: a view of a leaf Variable that requires grad is being used in an in-place operation.`
+""",
+    fix_advice="""
+Initialise under `with torch.no_grad():`, or build the value out of place
+(`x = torch.cat([new_row, x[1:]])`, `torch.where(mask, v, x)`), or write into a clone.
+""",
+    default_severity=Severity.ERROR,
+    check=check,
+    invalid=(
+        Example(
+            """
+import torch
+w = torch.randn(3, 3, requires_grad=True)
+w[0] = 0.0             # GG003
+""",
+            raises=LEAF_VIEW_MESSAGE,
+        ),
+    ),
+    valid=(
+        Example(
+            """
+import torch
+w = torch.randn(3, 3, requires_grad=True)
+with torch.no_grad():
+    w[0] = 0.0
+"""
+        ),
+    ),
+)

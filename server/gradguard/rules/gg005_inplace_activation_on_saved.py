@@ -1,0 +1,82 @@
+"""GG005 inplace-activation-on-saved: an ``inplace=True`` activation overwrites a tensor saved for backward."""
+
+from __future__ import annotations
+
+from ..diagnostics import Severity
+from ..inference.events import Finding, Mutation
+from .base import Example, Rule
+from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
+
+
+def check(mutation: Mutation):
+    if mutation.module is None and not mutation.functional_inplace:
+        return
+    conflict = first_conflict(mutation)
+    if conflict is None:
+        return
+    save = conflict.save
+    what = "output" if save.role == "output" else "input"
+    related = conflict_related(conflict)
+    if mutation.module is not None and mutation.module.ctor is not None:
+        related.append((mutation.module.ctor, "the inplace=True module is constructed here"))
+    yield Finding(
+        "GG005",
+        mutation.node,
+        f"{mutation.how} overwrites {mutation.target.label}, which `{save.op}` on line {save.node.lineno} saved "
+        f'(as its {what}) for backward; {where_it_raises(conflict)} "{SAVED_MESSAGE}". '
+        "Use inplace=False here.",
+        certain=save.certain,
+        related=related,
+    )
+    if mutation.module is not None and mutation.module.ctor is not None:
+        yield Finding(
+            "GG005",
+            mutation.module.ctor,
+            f"this `inplace=True` module is applied on line {mutation.node.lineno} to {mutation.target.label}, which "
+            f"`{save.op}` on line {save.node.lineno} saved for backward; {where_it_raises(conflict)}. "
+            "Use inplace=False.",
+            certain=save.certain,
+            related=[(mutation.node, "applied here"), *conflict_related(conflict)],
+        )
+
+
+RULE = Rule(
+    code="GG005",
+    name="inplace-activation-on-saved",
+    summary="`inplace=True` activation or dropout applied to a tensor that an earlier op saved for backward.",
+    explanation="""
+`nn.ReLU(inplace=True)`, `F.relu_`, `F.dropout(..., inplace=True)` and the other `inplace=` modules and
+functions overwrite their input.  That is safe after ops that do not keep their output (convolution,
+BatchNorm, Linear, add), and wrong after ops that do (`sigmoid`, `tanh`, `exp`, `softmax`, another
+`relu`) or when a later op kept the input: `backward()` then raises `one of the variables needed for
+gradient computation has been modified by an inplace operation`.  gradguard reports the call and the
+line that constructed the module.
+""",
+    fix_advice="Pass `inplace=False` (or drop the keyword); use `F.relu` instead of `F.relu_`.",
+    default_severity=Severity.ERROR,
+    check=check,
+    invalid=(
+        Example(
+            """
+import torch
+import torch.nn.functional as F
+x = torch.randn(4, requires_grad=True)
+y = torch.sigmoid(x)
+z = F.relu(y, inplace=True)   # GG005
+z.sum().backward()
+""",
+            raises=SAVED_MESSAGE,
+        ),
+    ),
+    valid=(
+        Example(
+            """
+import torch
+import torch.nn as nn
+x = torch.randn(2, 3, 8, 8, requires_grad=True)
+conv, bn, act = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(inplace=True)
+act(bn(conv(x))).sum().backward()
+"""
+        ),
+    ),
+)
