@@ -245,7 +245,9 @@ def test_table_shape():
     assert data["format"] == 1 and data["torch_version"]
     assert list(data) == sorted(data)
     for name, op in data["ops"].items():
-        assert set(op) == {"saves_args", "saves_result", "view", "multi_view", "differentiable", "sources"}, name
+        assert set(op) == {"saves_args", "saves_result", "view", "multi_view", "differentiable", "sources",
+                           "returns", "tuple_saves_args"}, name
+        assert op["returns"] in ("tensor", "sequence", "tuple"), name
         assert all(k.isdigit() for k in op["saves_args"]) and op["sources"], name
     for name, mod in data["modules"].items():
         assert set(mod) == {"saves_input", "saves_output", "saves_params", "has_params", "functional",
@@ -253,3 +255,20 @@ def test_table_shape():
         assert set(mod["saves_input"]) | set(mod["saves_output"]) | set(mod["saves_params"]) <= {"input", "params"}
     kb = load_knowledge()
     assert hash(kb.op("mul")) == hash(kb.op("mul")) and kb.op("mul").saves_args[0] == frozenset({1})
+
+
+def test_tuple_overloads_save_what_torch_saves():
+    """max(x) saves x, max(x, dim) does not: writing x after the dim form must run clean."""
+    torch = pytest.importorskip("torch")
+    kb = load_knowledge()
+    assert kb.op("max").saves_args and not kb.op("max").tuple_saves_args
+    x = torch.randn(3, 4, requires_grad=True)
+    y = x * 1
+    values = y.max(-1, keepdim=True).values
+    y -= 1
+    values.sum().backward()  # runs: the dim form saved only indices
+    y = x * 1
+    full = y.max()
+    y -= 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        full.backward()

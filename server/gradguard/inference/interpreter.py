@@ -21,6 +21,7 @@ from .values import (
     NOT_TENSOR,
     UNKNOWN,
     DataAlias,
+    Derived,
     Grad,
     ModuleValue,
     Opaque,
@@ -153,7 +154,7 @@ class Interpreter:
     def _grad(self, *values: Value) -> Grad:
         if not self.state.grad_enabled:
             return Grad.NO
-        return max((v.requires_grad for v in values if isinstance(v, Tensor)), default=Grad.NO)
+        return max((v.requires_grad for v in values if isinstance(v, (Tensor, Derived))), default=Grad.NO)
 
     # -------------------------------------------------------------- statements
     def run_function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool) -> None:
@@ -179,6 +180,8 @@ class Interpreter:
             return Tensor(Storage(), Grad.MAYBE, leaf=False, origin=arg, label=f"`{arg.arg}`")
         if ann is not None and isinstance(ann, ast.Name) and ann.id in ("int", "float", "str", "bool"):
             return NOT_TENSOR
+        if ann is not None and (self.qual(ann) or "").startswith("torch.nn.") and (self.qual(ann) or "").endswith("Module"):
+            return ModuleValue("Module", torch_module=False, ctor=arg)  # model: nn.Module
         if is_forward and ann is None:
             return Tensor(Storage(), Grad.MAYBE, leaf=False, origin=arg, label=f"`{arg.arg}`")
         return UNKNOWN
@@ -221,7 +224,11 @@ class Interpreter:
         op = _BINOPS.get(type(stmt.op))
         if isinstance(stmt.target, ast.Subscript):
             container = self.eval(stmt.target.value)
-            if isinstance(container, Tensor):
+            if isinstance(container, TensorSeq):  # parts[0] += 1: the element itself is written
+                element = container.element(_const_int(stmt.target.slice))
+                if isinstance(element, Tensor):
+                    self._inplace(stmt, element, f"`{symbol}`", op, [rhs])
+            elif isinstance(container, Tensor):
                 target, advanced = self._index_target(container, stmt.target.slice)
                 self._inplace(stmt, target, f"`{symbol}` on an indexed element", op, [rhs], advanced=advanced)
             return
@@ -361,6 +368,8 @@ class Interpreter:
         if isinstance(value, Tensor):
             # `a, b = t` iterates t: each element is an output of Unbind.
             return [view_of(value, node, multi_view="Unbind" if value.requires_grad else None) for _ in range(count)]
+        if isinstance(value, Derived):
+            return [value] * count
         return [UNKNOWN] * count
 
     def _iter_element(self, iterable: Value, node: ast.expr) -> Value:
@@ -370,6 +379,8 @@ class Interpreter:
             return view_of(iterable, node, multi_view="Unbind" if iterable.requires_grad else None)
         if isinstance(iterable, ParamIterable):
             return new_tensor(node, Grad.YES, leaf=True, param=True, label="a parameter")
+        if isinstance(iterable, Derived):
+            return iterable
         return UNKNOWN
 
     # ---------------------------------------------------------- in-place writes
@@ -415,8 +426,9 @@ class Interpreter:
                     new_saves.add(self._save(args[pos], twin, "input", node, cond == Grad.YES).id)
         for t in target.view_chain():
             t.graph = t.graph | extra | frozenset(new_saves)
-            if rg and self.state.grad_enabled:
-                t.requires_grad = max(t.requires_grad, rg)
+            if rg and self.state.grad_enabled and rg > t.requires_grad:
+                t.requires_grad = rg
+                t.leaf = False  # it now has a grad_fn (CopySlices etc.)
         if info is not None and rg and info.saves_result:
             cond = self._cond_grad([target, *operands], info.saves_result)
             if cond:
@@ -514,6 +526,8 @@ class Interpreter:
             return self.apply_op(name, [left, right], node, _op_symbol(node.op))
         if left in (INT, NOT_TENSOR) and right in (INT, NOT_TENSOR):
             return INT if left is INT and right is INT else NOT_TENSOR
+        if isinstance(left, Derived) or isinstance(right, Derived):
+            return Derived(_graph_of(left) | _graph_of(right), self._grad(left, right))
         return UNKNOWN
 
     def _expr_Subscript(self, node: ast.Subscript) -> Value:
@@ -524,6 +538,9 @@ class Interpreter:
             return view_of(container, node)
         if isinstance(container, TensorSeq):
             return container.element(_const_int(node.slice))
+        if isinstance(container, Derived):
+            self.eval(node.slice)
+            return container
         if isinstance(container, ModuleValue) and container.children:
             index = _const_int(node.slice)
             if index is not None and -len(container.children) <= index < len(container.children):
@@ -545,6 +562,8 @@ class Interpreter:
             return UNKNOWN
         if isinstance(owner, ModuleValue):
             return self._module_attr(owner, node.attr, node)
+        if isinstance(owner, Derived):
+            return owner
         return UNKNOWN
 
     def _module_attr(self, module: ModuleValue, name: str, node: ast.AST) -> Value:
@@ -566,6 +585,12 @@ class Interpreter:
                 return self._tensor_method(owner, func.attr, node)
             if isinstance(owner, DataAlias):
                 return self._data_method(owner, func.attr, node)
+            if isinstance(owner, Derived):
+                args = self._eval_args(node)
+                if func.attr == "backward":
+                    self._backward(owner, node, bool(_keyword_bool(node, "retain_graph", False)))
+                    return UNKNOWN
+                return self._unknown_call(node, [owner, *args])
             if isinstance(owner, ModuleValue):
                 attr = owner.attrs.get(func.attr)
                 if isinstance(attr, ModuleValue):  # self.fc(x): a submodule, not a method
@@ -583,9 +608,16 @@ class Interpreter:
             return self.call_module(callee, args, node)
         if isinstance(func, ast.Name) and func.id in self.ctx.classes:
             return self._instantiate_user_module(func.id, node)
-        for value in [*args, *kwargs.values()]:
+        return self._unknown_call(node, [*args, *kwargs.values()])
+
+    def _unknown_call(self, node: ast.AST, inputs: list[Value]) -> Value:
+        """A call we cannot see into: its tensor inputs escape, and its result carries their graph."""
+        for value in inputs:
             self._sink("escape", node, value)
-        return UNKNOWN
+        graph = frozenset().union(*(_graph_of(v) for v in inputs)) if inputs else frozenset()
+        if not graph and not any(isinstance(v, (Tensor, Derived)) for v in inputs):
+            return UNKNOWN
+        return Derived(graph, self._grad(*inputs))
 
     def _eval_args(self, node: ast.Call) -> list[Value]:
         args = [self.eval(a.value if isinstance(a, ast.Starred) else a) for a in node.args]
@@ -629,11 +661,10 @@ class Interpreter:
             return self._construct_module(name, node, args)
         if q.startswith("torch.distributions.") and name in DISTRIBUTIONS_SAVING_LOGITS:
             logits = kwargs.get("logits")
+            inputs = [*args, *kwargs.values()]
             if isinstance(logits, Tensor):
-                self.apply_op("logsumexp", [logits], node, f"torch.distributions.{name}(logits=...)")
-            for v in [*args, *kwargs.values()]:
-                self._sink("escape", node, v)
-            return UNKNOWN
+                inputs.append(self.apply_op("logsumexp", [logits], node, f"torch.distributions.{name}(logits=...)"))
+            return self._unknown_call(node, inputs)
         if q in ("torch.autograd.backward", "torch.autograd.grad"):
             target = args[0] if args else kwargs.get("outputs", kwargs.get("tensors", UNKNOWN))
             self._backward(target, node, _keyword_bool(node, "retain_graph", False)
@@ -646,6 +677,15 @@ class Interpreter:
         if isinstance(out, Tensor):
             self._inplace(node, out, f"`out=` of `{q}`", name, args)
             return out
+        if q.startswith("torch.nn.init.") and name.endswith("_"):
+            # nn.init functions write under torch.no_grad(): allowed on leaves, but the version still moves.
+            if args and isinstance(args[0], Tensor):
+                grad_mode, self.state.grad_enabled = self.state.grad_enabled, False
+                self._inplace(node, args[0], f"`nn.init.{name}()`", None, [])
+                self.state.grad_enabled = grad_mode
+            return UNKNOWN
+        if functional and "dropout" in name and _keyword_bool(node, "training", True) is False:
+            return args[0] if args else UNKNOWN  # dropout with training=False is the identity (no write)
         if functional and _keyword_bool(node, "inplace", False):
             if args and isinstance(args[0], Tensor):
                 return self._inplace(node, args[0], f"`F.{name}(..., inplace=True)`", name, args[1:],
@@ -657,7 +697,7 @@ class Interpreter:
                 label = f"`F.{name}()`" if functional else f"`torch.{name}()`"
                 return self._inplace(node, args[0], label, twin, args[1:], functional_inplace=functional)
             return UNKNOWN
-        if not any(isinstance(a, (Tensor, TensorSeq)) for a in args) and not any(
+        if not any(isinstance(a, (Tensor, TensorSeq, Derived)) for a in args) and not any(
                 isinstance(v, Tensor) for v in kwargs.values()):
             return UNKNOWN
         if name in ("stack", "cat", "concat", "concatenate", "hstack", "vstack") and args and isinstance(args[0], TensorSeq):
@@ -760,20 +800,29 @@ class Interpreter:
     # --------------------------------------------------------- op semantics
     def apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
         """An out-of-place op: propagate requires_grad and graph, and record what its backward saves."""
-        tensors = [a for a in args if isinstance(a, Tensor)]
-        if not tensors:
+        if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
         info: OpInfo | None = self.k.op(name)
-        rg = self._grad(*tensors)
-        graph = frozenset().union(*(t.graph for t in tensors))
+        rg = self._grad(*args)
+        graph = frozenset().union(*(_graph_of(a) for a in args))
         saves: set[int] = set()
+        # max(x, dim)/sort/topk return (values, indices) and save other things than max(x) does.
+        tuple_form = info is not None and info.tuple_saves_args is not None and (
+            (len(args) > 1 and args[1] is INT) or any(kw.arg == "dim" for kw in getattr(node, "keywords", [])))
+        saves_args = info.tuple_saves_args if tuple_form else info.saves_args if info is not None else {}
         if info is not None and rg:
-            for pos, conds in info.saves_args.items():
+            for pos, conds in saves_args.items():
                 if pos < len(args) and isinstance(args[pos], Tensor):
                     cond = self._cond_grad(args, conds)
                     if cond:
                         saves.add(self._save(args[pos], label, "input", node, cond == Grad.YES).id)
         base = args[0] if args and isinstance(args[0], Tensor) else None
+        if info is not None and info.returns == "sequence" and not info.multi_view and base is not None:
+            # tensor_split/hsplit: several plain views, which may be written in place.
+            piece = view_of(base, node) if info.view else Tensor(Storage(), rg, leaf=not rg, graph=graph, origin=node)
+            return TensorSeq([], base=piece)
+        if tuple_form:
+            return Derived(graph | frozenset(saves), rg)  # (values, indices) pairs: not modelled
         if info is not None and info.multi_view and base is not None:
             return TensorSeq([], multi_view=info.multi_view if rg else None,
                              base=Tensor(base.storage, rg, leaf=base.leaf, base=base.base, graph=graph | saves,
@@ -801,7 +850,13 @@ class Interpreter:
         if not isinstance(x, Tensor):
             for a in args:
                 self._sink("escape", node, a)
-            return UNKNOWN
+            info = self.k.module(module.cls) if module.torch_module else None
+            if module.torch_module and (info is None or not info.has_params):
+                return UNKNOWN
+            # A module with parameters returns a tensor that requires grad, whatever we know of its input.
+            graph = frozenset().union(*(_graph_of(a) for a in args)) if args else frozenset()
+            rg = Grad.YES if self.state.grad_enabled else Grad.NO
+            return Tensor(Storage(), rg, leaf=not rg, graph=graph, origin=node, label=f"the output of `{module.cls}`")
         if not module.torch_module:
             rg = Grad.YES if self.state.grad_enabled else Grad.NO
             graph = frozenset().union(*(_graph_of(a) for a in args))
@@ -831,6 +886,11 @@ class Interpreter:
             cond = holds(info.saves_input)
             if cond:
                 saves.add(self._save(x, f"nn.{module.cls}", "input", node, cond == Grad.YES).id)
+            cond = holds(info.saves_params)
+            if cond and info.has_params:
+                weight = self._module_attr(module, "weight", node)
+                if isinstance(weight, Tensor):
+                    saves.add(self._save(weight, f"nn.{module.cls}", "weight", node, cond == Grad.YES).id)
         result = Tensor(Storage(), rg, leaf=not rg, graph=graph | frozenset(saves), origin=node,
                         label=f"the output of `nn.{module.cls}`")
         if info is not None and rg:
@@ -842,7 +902,7 @@ class Interpreter:
 
 
 def _graph_of(value: Value) -> frozenset[int]:
-    if isinstance(value, Tensor):
+    if isinstance(value, (Tensor, Derived)):
         return value.graph
     if isinstance(value, TensorSeq):
         graph = frozenset().union(*(_graph_of(i) for i in value.items)) if value.items else frozenset()

@@ -114,6 +114,18 @@ class ParamIterable:
     owner: "Value"
 
 
+@dataclass(eq=False)
+class Derived:
+    """Something computed from tensors that we cannot model (a loss from an unknown function, a distribution).
+
+    It is never a write target, but it carries the graph: a ``.backward()`` on it frees the saves,
+    and returning it means the graph reaches a backward elsewhere.
+    """
+
+    graph: frozenset[int]
+    requires_grad: "Grad" = None  # type: ignore[assignment]
+
+
 class Opaque(enum.Enum):
     UNKNOWN = "unknown"  # we cannot tell; never flagged
     NOT_TENSOR = "not-tensor"  # int, float, str, list of numbers, numpy array...
@@ -124,7 +136,7 @@ UNKNOWN = Opaque.UNKNOWN
 NOT_TENSOR = Opaque.NOT_TENSOR
 INT = Opaque.INT
 
-Value = Tensor | DataAlias | TensorSeq | ModuleValue | ParamIterable | Opaque
+Value = Tensor | DataAlias | TensorSeq | ModuleValue | ParamIterable | Derived | Opaque
 
 
 def new_tensor(node: ast.AST | None, requires_grad: Grad = Grad.NO, *, leaf: bool = True, label: str = "tensor",

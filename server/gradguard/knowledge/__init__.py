@@ -32,6 +32,9 @@ class OpInfo:
     view: bool
     multi_view: str | None
     differentiable: bool
+    returns: str = "tensor"  # "tensor", "sequence" (Tensor[]: split, unbind, tensor_split) or "tuple" (max(x, dim))
+    # What the overloads returning a tuple save (max(x, dim) saves indices, not x); None: no such overload.
+    tuple_saves_args: Mapping[int, frozenset[int]] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ def _op(name: str, d: Mapping) -> OpInfo:
         view=bool(d["view"]),
         multi_view=d["multi_view"],
         differentiable=bool(d["differentiable"]),
+        returns=d.get("returns", "tensor"),
+        tuple_saves_args=None if d.get("tuple_saves_args") is None else MappingProxyType(
+            {int(k): frozenset(v) for k, v in d["tuple_saves_args"].items()}),
     )
 
 

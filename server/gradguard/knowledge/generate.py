@@ -112,16 +112,24 @@ def static_entry(schema, info) -> dict:
     if kind == "multi":   # composite ops have no info: guess a node name, the probe corrects it
         multi = (re.sub(r"Backward\d*$", "", info.op) if info and info.op
                  else "".join(w.title() for w in schema.name.name.base.split("_")))
+    returns = "sequence" if n and str(schema.returns[0].type).endswith("[]") else "tuple" if n > 1 else "tensor"
     return {"saves_args": saves, "saves_result": result, "view": kind is not None, "multi_view": multi,
             "differentiable": bool(info.derivatives) and any(out_diff) if info else kind is not None,
-            "sources": {"derivatives.yaml" if info else "native_functions.yaml"}}
+            "returns": returns, "sources": {"derivatives.yaml" if info else "native_functions.yaml"},
+            # max(x, dim) saves indices where max(x) saves x: keep the tuple overloads' saves apart
+            "tuple_saves_args": {k: set(v) for k, v in saves.items()} if returns == "tuple" else {},
+            "tuple_overload": returns == "tuple"}
 
 
 def merge(a: dict | None, b: dict) -> dict:
     """Union of two entries: overloads of one name (mul.Tensor + mul.Scalar), or several probes."""
     if a is None:
         return {**b, "saves_args": {k: set(v) for k, v in b["saves_args"].items()},
+                "tuple_saves_args": {k: set(v) for k, v in b.get("tuple_saves_args", {}).items()},
                 "saves_result": set(b["saves_result"]), "sources": set(b["sources"])}
+    for k, v in b.get("tuple_saves_args", {}).items():
+        a.setdefault("tuple_saves_args", {}).setdefault(k, set()).update(v)
+    a["tuple_overload"] = a.get("tuple_overload", False) or b.get("tuple_overload", False)
     for k, v in b["saves_args"].items():
         a["saves_args"].setdefault(k, set()).update(v)
     for f in ("saves_result", "sources"):
@@ -129,6 +137,8 @@ def merge(a: dict | None, b: dict) -> dict:
     a["view"] |= b["view"]
     a["differentiable"] |= b["differentiable"]
     a["multi_view"] = a["multi_view"] or b["multi_view"]
+    if a.get("returns", "tensor") == "tensor":  # overloads differ (max(x) vs max(x, dim)): keep the non-tensor shape
+        a["returns"] = b.get("returns", "tensor")
     return a
 
 
@@ -271,7 +281,9 @@ def probe_call(fn, args, kw) -> dict | None:
         if not _tensors(out):
             return None
         e = {"differentiable": any(o.requires_grad for o in _tensors(out)), "multi_view": None,
-             "saves_args": {}, "saves_result": set(), "sources": {"probe"}}
+             "saves_args": {}, "saves_result": set(), "sources": {"probe"},
+             # the schema tells a Tensor[] (sequence) from a fixed tuple; a probe only sees "several"
+             "returns": "tuple" if isinstance(out, (tuple, list)) else "tensor"}
         vals, out = _run(fn, args, kw, set())   # no grad, so the alias check may write in place
         e["view"] = _aliases(_tensors(out)[0], vals[0])
         if e["view"] and isinstance(out, (tuple, list)):
@@ -479,6 +491,9 @@ def build(verbose: bool = False) -> dict:
         ops[name] = {"saves_args": {str(k): sorted(v) for k, v in entry["saves_args"].items()},
                      "saves_result": sorted(entry["saves_result"]), "view": entry["view"],
                      "multi_view": entry["multi_view"], "differentiable": entry["differentiable"],
+                     "returns": (s or {}).get("returns") or entry.get("returns", "tensor"),
+                     "tuple_saves_args": {str(k): sorted(v) for k, v in (s or {}).get("tuple_saves_args", {}).items()}
+                     if (s or {}).get("tuple_overload") else None,
                      "sources": sorted((s or {}).get("sources", set()) | (e or {}).get("sources", set()))}
     inplace, dropped = inplace_names(funcs)
     kwarg = inplace_kwarg()

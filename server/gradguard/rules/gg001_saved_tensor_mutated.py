@@ -15,7 +15,7 @@ def check(mutation: Mutation):
     if conflict is None:
         return
     save = conflict.save
-    what = "output" if save.role == "output" else "input"
+    what = {"output": "output", "weight": "weight"}.get(save.role, "input")
     yield Finding(
         "GG001",
         mutation.node,
