@@ -33,6 +33,7 @@ from .values import (
     Value,
     join,
     new_tensor,
+    snapshot,
     view_of,
 )
 
@@ -408,8 +409,8 @@ class Interpreter:
         """Record a write to ``target``'s storage, then update its abstract state as autograd would."""
         pending = [s for s in self.saves if s.storage is target.storage and not s.consumed
                    and s.version <= target.storage.version]
-        self.mutations.append(Mutation(node, target, how, self.state.grad_enabled, self._next(), advanced, module,
-                                       functional_inplace, pending))
+        self.mutations.append(Mutation(node, snapshot(target), how, self.state.grad_enabled, self._next(), advanced,
+                                       module, functional_inplace, pending))
         target.storage.version += 1
         # The write joins the operands' graphs into the target (and its bases, which autograd rebases).
         rg = self._grad(target, *operands)
@@ -439,7 +440,7 @@ class Interpreter:
 
     def _data_write(self, node: ast.AST, alias: DataAlias, how: str) -> None:
         """Writes through ``.data`` bypass the version counter: autograd never notices (kept for the silent-write rule)."""
-        self.data_writes.append(Mutation(node, alias.tensor, how, self.state.grad_enabled, self._next()))
+        self.data_writes.append(Mutation(node, snapshot(alias.tensor), how, self.state.grad_enabled, self._next()))
 
     def _cond_grad(self, args: list[Value], positions) -> Grad:
         return max((args[p].requires_grad for p in positions if p < len(args) and isinstance(args[p], Tensor)),
@@ -674,8 +675,8 @@ class Interpreter:
             rg = _keyword_bool(node, "requires_grad", False)
             return new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True)
         out = kwargs.get("out")
-        if isinstance(out, Tensor):
-            self._inplace(node, out, f"`out=` of `{q}`", name, args)
+        if isinstance(out, Tensor):  # out= ops are not differentiable: a plain write, nothing saved
+            self._inplace(node, out, f"`out=` of `{q}`", None, [])
             return out
         if q.startswith("torch.nn.init.") and name.endswith("_"):
             # nn.init functions write under torch.no_grad(): allowed on leaves, but the version still moves.
@@ -769,7 +770,7 @@ class Interpreter:
             return self._inplace(node, tensor, f"`.{name}()`", twin, args[1:])
         out = kwargs.get("out")
         if isinstance(out, Tensor):
-            self._inplace(node, out, f"`out=` of `.{name}()`", name, args)
+            self._inplace(node, out, f"`out=` of `.{name}()`", None, [])
             return out
         info = self.k.op(name)
         if info is None:
@@ -803,6 +804,8 @@ class Interpreter:
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
         info: OpInfo | None = self.k.op(name)
+        if info is None:  # not an op torch knows by this name: we cannot even tell it returns one tensor
+            return Derived(frozenset().union(*(_graph_of(a) for a in args)), self._grad(*args))
         rg = self._grad(*args)
         graph = frozenset().union(*(_graph_of(a) for a in args))
         saves: set[int] = set()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import enum
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 _ids = itertools.count(1)
 
@@ -142,6 +142,11 @@ Value = Tensor | DataAlias | TensorSeq | ModuleValue | ParamIterable | Derived |
 def new_tensor(node: ast.AST | None, requires_grad: Grad = Grad.NO, *, leaf: bool = True, label: str = "tensor",
                param: bool = False, graph: frozenset[int] = frozenset()) -> Tensor:
     return Tensor(Storage(), requires_grad, leaf=leaf, origin=node, label=label, param=param, graph=graph)
+
+
+def snapshot(t: Tensor) -> Tensor:
+    """A frozen copy of a tensor and its view chain, so later statements cannot change what an event saw."""
+    return replace(t, base=snapshot(t.base) if t.base is not None else None)
 
 
 def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = None) -> Tensor:
