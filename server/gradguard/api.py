@@ -50,14 +50,14 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
     text = parsing.decode(source) if isinstance(source, bytes) else source
     if isinstance(text, parsing.Unreadable):
         return _input_problem(path, UNREADABLE, text.reason)
-    if not parsing.may_contain_findings(text):
-        return FileResult(path)
-    parsed = parsing.parse(text)
+    parsed = parsing.parse(text)  # always: a syntax error is worth reporting even in a file with no candidates
     if isinstance(parsed, parsing.SyntaxProblem):
         return _input_problem(path, SYNTAX_ERROR, parsed.message, parsed.line, parsed.column)
+    if not parsing.may_contain_findings(text):
+        return FileResult(path)
     lines = parsing.source_lines(text)
     diagnostics = []
-    for finding in analyze_module(parsed, path, lines):
+    for finding in analyze_module(parsed, path, lines, use_jedi=config.jedi):
         rule = RULES_BY_CODE[finding.code]
         if not config.enabled(rule.code):
             continue

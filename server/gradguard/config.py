@@ -5,6 +5,7 @@
 select = ["GG0"]            # code prefixes to enable (default: all)
 ignore = ["GG005"]          # code prefixes to disable
 exclude = ["build/", "third_party/**"]   # gitignore-style patterns, relative to the pyproject.toml
+jedi = true                 # follow imports of project modules with jedi (slower)
 [tool.gradguard.severity]
 GG001 = "warning"
 ```
@@ -36,6 +37,7 @@ class Config:
     severity: dict[str, Severity] = field(default_factory=dict)
     exclude: tuple[str, ...] = ()
     root: Path | None = None  # the folder of the pyproject.toml it came from
+    jedi: bool = True  # ask jedi about values imported from other modules (slower, sees across files)
 
     def enabled(self, code: str) -> bool:
         if self.select and not any(code.startswith(p) for p in self.select):
@@ -78,7 +80,7 @@ def parse_severity(value: str) -> Severity:
 
 def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config:
     """Build a Config from the ``[tool.gradguard]`` table (or the LSP's settings object)."""
-    known = {"select", "ignore", "exclude", "severity"}
+    known = {"select", "ignore", "exclude", "severity", "jedi"}
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"[tool.gradguard] has unknown keys: {', '.join(sorted(unknown))}")
@@ -90,7 +92,11 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
         exclude = [exclude]
     if not isinstance(exclude, list) or not all(isinstance(v, str) for v in exclude):
         raise ConfigError("[tool.gradguard] exclude must be a list of patterns")
+    jedi = table.get("jedi", True)
+    if not isinstance(jedi, bool):
+        raise ConfigError("[tool.gradguard] jedi must be true or false")
     return Config(
+        jedi=jedi,
         select=_codes(table.get("select", []), "select"),
         ignore=_codes(table.get("ignore", []), "ignore"),
         severity={str(k).upper(): parse_severity(str(v)) for k, v in severity.items()},
@@ -108,14 +114,21 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
-def load_config(start: Path) -> Config:
-    """The ``[tool.gradguard]`` table of the nearest pyproject.toml at or above ``start``."""
-    pyproject = find_pyproject(start)
-    if pyproject is None:
-        return Config()
+def load_config_file(pyproject: Path) -> Config:
+    """The ``[tool.gradguard]`` table of one pyproject.toml (or any TOML file with that table)."""
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {pyproject}") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{pyproject}: {exc}") from None
     table = data.get("tool", {}).get("gradguard", {})
-    return config_from_table(table, root=pyproject.parent)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{pyproject}: [tool.gradguard] must be a table")
+    return config_from_table(table, root=pyproject.resolve().parent)
+
+
+def load_config(start: Path) -> Config:
+    """The ``[tool.gradguard]`` table of the nearest pyproject.toml at or above ``start``."""
+    pyproject = find_pyproject(start)
+    return Config() if pyproject is None else load_config_file(pyproject)

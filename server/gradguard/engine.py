@@ -16,6 +16,7 @@ from .inference.classes import find_module_classes, init_attributes
 from .inference.events import Conflict, Finding, Mutation
 from .inference.imports import collect_imports
 from .inference.interpreter import ClassInfo, Context, Interpreter
+from .inference.jedi_oracle import JediOracle
 from .inference.values import ModuleValue
 from .knowledge import load_knowledge
 from .rules import RULES_IN_PRECEDENCE
@@ -24,10 +25,11 @@ from .rules import RULES_IN_PRECEDENCE
 _UNIT_CANDIDATE = re.compile(r"[-+*/@%&|^]=|\]\s*=[^=]|[A-Za-z0-9]_\s*\(|\binplace\b|\bout\s*=")
 
 
-def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None) -> list[Finding]:
+def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True) -> list[Finding]:
     knowledge = load_knowledge()
     imports = collect_imports(tree.body)
-    ctx = Context(knowledge, imports, find_module_classes(tree, imports))
+    oracle = JediOracle("\n".join(lines), path) if use_jedi and lines is not None and _imports_project_code(imports) else None
+    ctx = Context(knowledge, imports, find_module_classes(tree, imports), oracle=oracle)
     findings: dict[tuple[str, int, int], Finding] = {}
     for fn, owner in _units(tree):
         if lines is not None and fn is not None and not _is_candidate(fn, owner, lines):
@@ -37,6 +39,14 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None) 
             key = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
             findings.setdefault(key, finding)
     return list(findings.values())
+
+
+def _imports_project_code(imports: dict[str, str]) -> bool:
+    """jedi is only worth starting when something is imported from outside torch and the standard library."""
+    import sys
+
+    stdlib = sys.stdlib_module_names
+    return any(q.split(".")[0] not in stdlib and not q.startswith(("torch", "numpy", "typing")) for q in imports.values())
 
 
 def _units(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo | ast.ClassDef | None]]:
@@ -67,7 +77,7 @@ def _is_candidate(fn: ast.FunctionDef, owner: ast.ClassDef | None, lines: list[s
 
 def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | None, tree: ast.Module) -> Interpreter:
     if fn is not None and any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in fn.body):
-        ctx = Context(ctx.knowledge, collect_imports(fn.body, dict(ctx.imports)), ctx.classes, ctx.depth)
+        ctx = Context(ctx.knowledge, collect_imports(fn.body, dict(ctx.imports)), ctx.classes, ctx.depth, ctx.oracle)
     self_value = None
     info = ctx.classes.get(owner.name) if owner is not None else None
     if info is not None and info.node is owner:

@@ -66,7 +66,7 @@ def source_lines(text: str) -> list[str]:
 
 
 def may_contain_findings(text: str) -> bool:
-    return "torch" in text and _CANDIDATE.search(text) is not None
+    return _CANDIDATE.search(text) is not None
 
 
 def parse(text: str) -> ast.Module | SyntaxProblem:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..knowledge import OpInfo, TorchKnowledge
 from .events import Mutation, Sink
 from .imports import normalize, qualified_name
+from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
 from .values import (
     INT,
     NOT_TENSOR,
@@ -89,6 +90,7 @@ class Context:
     imports: dict[str, str]
     classes: dict[str, ClassInfo]
     depth: int = 0
+    oracle: "JediOracle | None" = None  # asked about calls into other modules of the project
 
 
 @dataclass
@@ -132,6 +134,7 @@ class Interpreter:
         self.data_writes: list[Mutation] = []
         self.seq = 0
         self.self_value = self_value
+        self.written_names: set[str] = set()  # names written in place in this unit: worth asking jedi about
 
     # ----------------------------------------------------------------- helpers
     def _next(self) -> int:
@@ -199,6 +202,8 @@ class Interpreter:
         return q in ("torch.Tensor", "torch.nn.Parameter") or (isinstance(ann, ast.Name) and ann.id == "Tensor")
 
     def run_block(self, body: list[ast.stmt]) -> None:
+        if self.ctx.oracle is not None and not self.written_names:
+            self.written_names = _names_written_in_place(body)
         for stmt in body:
             self.run_stmt(stmt)
 
@@ -331,6 +336,8 @@ class Interpreter:
     # --------------------------------------------------------------- binding
     def bind(self, target: ast.expr, value: Value, stmt: ast.stmt) -> None:
         if isinstance(target, ast.Name):
+            if isinstance(value, (Derived, Opaque)) and target.id in self.written_names:
+                value = self._ask_jedi(target, stmt, value)
             if isinstance(value, Tensor) and value.label == "tensor":
                 value.label = f"`{target.id}`"
             self.state.env[target.id] = value
@@ -362,6 +369,23 @@ class Interpreter:
                 self._sink("escape", stmt, value)
         elif isinstance(target, ast.Starred):
             self.bind(target.value, UNKNOWN, stmt)
+
+    def _ask_jedi(self, target: ast.Name, stmt: ast.stmt, value: Value) -> Value:
+        """``w = make_weight()`` with ``make_weight`` from another module: jedi knows what it returns."""
+        call = getattr(stmt, "value", None)
+        if self.ctx.oracle is None or not isinstance(call, ast.Call):
+            return value
+        q = self.qual(call.func)
+        if q is None or q.startswith(("torch.", "builtins.")):
+            return value
+        full_name = self.ctx.oracle.type_of_name(target.lineno, target.col_offset)
+        if full_name in PARAMETER:
+            return new_tensor(stmt, Grad.YES, leaf=True, param=True, label=f"`{target.id}`")
+        if full_name in TENSOR:
+            return Tensor(Storage(), Grad.MAYBE, leaf=False, graph=_graph_of(value), origin=stmt)
+        if full_name and full_name.startswith(MODULE_PREFIX):
+            return ModuleValue(full_name.rsplit(".", 1)[1], torch_module=True, ctor=stmt)
+        return value
 
     def _unpack(self, value: Value, count: int, node: ast.AST) -> list[Value]:
         if isinstance(value, TensorSeq):
@@ -911,6 +935,24 @@ def _graph_of(value: Value) -> frozenset[int]:
         graph = frozenset().union(*(_graph_of(i) for i in value.items)) if value.items else frozenset()
         return graph | (value.base.graph if value.base is not None else frozenset())
     return frozenset()
+
+
+def _names_written_in_place(body: list[ast.stmt]) -> set[str]:
+    """Names that an augmented assignment, an indexed store or a trailing-underscore method writes."""
+    names: set[str] = set()
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        target = None
+        if isinstance(node, ast.AugAssign):
+            target = node.target
+        elif isinstance(node, ast.Assign):
+            target = next((t for t in node.targets if isinstance(t, ast.Subscript)), None)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_"):
+            target = node.func.value
+        while isinstance(target, (ast.Subscript, ast.Attribute)):
+            target = target.value
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+    return names
 
 
 def _keyword_bool(node: ast.Call, name: str, default: bool) -> bool | None:

@@ -1,0 +1,295 @@
+"""``gradguard check | rules | rule CODE``: a thin shell over ``gradguard.api``.
+
+The exit code is the contract CI relies on: 1 when a finding at or above
+``--fail-level`` exists, 0 when none does, 2 when gradguard could not do what
+was asked (bad usage, bad config, a path that does not exist, an internal
+error).  Bad *input* files never stop the run: each becomes one finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from . import __version__
+from .config import Config, ConfigError, load_config, load_config_file, parse_severity
+from .diagnostics import Diagnostic, FileResult, Severity
+from .files import MissingPath, Target, discover
+from .output import FORMATS, catalog, render
+from .output import text as text_output
+
+PARALLEL_MIN_FILES = 8
+PROGRESS_MIN_FILES = 20
+MAX_CHUNK = 32
+
+
+class UsageError(Exception):
+    """Something the user asked for cannot be done; exits 2 with the message."""
+
+
+# --- arguments ---------------------------------------------------------------
+
+
+def _codes(value: str) -> list[str]:
+    return [c.strip().upper() for c in value.split(",") if c.strip()]
+
+
+def _severity_override(value: str) -> tuple[str, Severity]:
+    code, sep, level = value.partition("=")
+    if not sep or not code.strip():
+        raise argparse.ArgumentTypeError(f"expected CODE=LEVEL, got {value!r}")
+    try:
+        return code.strip().upper(), parse_severity(level.strip())
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gradguard", description="Find PyTorch code that breaks autograd through in-place mutation."
+    )
+    parser.add_argument("--version", action="version", version=f"gradguard {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = commands.add_parser("check", help="analyse files and folders")
+    check.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders; - reads stdin")
+    check.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    check.add_argument("--select", type=_codes, metavar="CODES", help="comma-separated code prefixes to enable")
+    check.add_argument("--ignore", type=_codes, metavar="CODES", help="comma-separated code prefixes to disable")
+    check.add_argument(
+        "--extend-ignore", type=_codes, default=[], metavar="CODES", help="add to the configured ignore list"
+    )
+    check.add_argument(
+        "--severity", type=_severity_override, action="append", default=[], metavar="CODE=LEVEL",
+        help="override a rule's severity (error, warning, info); repeatable",
+    )
+    check.add_argument(
+        "--fail-level", choices=[s.value for s in Severity], default="warning",
+        help="lowest severity that makes the exit code 1 (default: warning)",
+    )
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    check.add_argument("--output-file", metavar="FILE", help="write the report to FILE instead of stdout")
+    check.add_argument("--statistics", action="store_true", help="print counts per rule instead of findings")
+    check.add_argument("--config", metavar="PATH", help="use this pyproject.toml instead of discovering one")
+    check.add_argument("--stdin-filename", metavar="NAME", help="the name to report for source read from -")
+    check.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
+                       help="processes to analyse with (default: all cores)")
+    check.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    check.add_argument("--no-jedi", action="store_true",
+                       help="do not ask jedi about values imported from other modules (faster, one file at a time)")
+    check.add_argument("--quiet", "-q", action="store_true", help="print findings only: no summary, no progress")
+    check.set_defaults(handler=_check)
+
+    rules = commands.add_parser("rules", help="list every rule")
+    rules.set_defaults(handler=_rules)
+
+    rule = commands.add_parser("rule", help="print a rule's documentation")
+    rule.add_argument("code", metavar="CODE")
+    rule.set_defaults(handler=_rule)
+
+    lsp = commands.add_parser("lsp", help="run the language server on stdin/stdout")
+    lsp.set_defaults(handler=_lsp)
+    return parser
+
+
+def _lsp(args: argparse.Namespace) -> int:
+    from .lsp.server import main as serve  # imported here: pygls is only needed by the server
+
+    serve()
+    return 0
+
+
+# --- configuration -----------------------------------------------------------
+
+
+def _config(args: argparse.Namespace) -> Config:
+    if args.config:
+        base = load_config_file(Path(args.config))
+    else:
+        starts = [os.path.abspath(p) for p in args.paths if p != "-"]
+        if not starts and args.stdin_filename:
+            starts = [os.path.abspath(args.stdin_filename)]
+        try:
+            start = Path(os.path.commonpath(starts)) if starts else Path.cwd()
+        except ValueError:  # paths on different drives
+            start = Path.cwd()
+        base = load_config(start)
+    config = base.with_overrides(
+        select=args.select, ignore=args.ignore, extend_ignore=args.extend_ignore, severity=dict(args.severity)
+    )
+    return replace(config, jedi=False) if args.no_jedi else config
+
+
+# --- analysis ----------------------------------------------------------------
+
+
+def _analyze_chunk(chunk: Sequence[tuple[str, str]], config: Config) -> tuple[list[FileResult], list[str]]:
+    """Analyse (path, display) pairs; runs in worker processes.  Crashes are bugs: report, go on."""
+    from .api import analyze_path
+
+    results, crashes = [], []
+    for path, display in chunk:
+        try:
+            results.append(analyze_path(Path(path), config, display))
+        except Exception as exc:  # noqa: BLE001 - one file's crash must not lose the others
+            crashes.append(f"internal error while analysing {display}: {type(exc).__name__}: {exc}")
+    return results, crashes
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, file=sys.stderr, unit="file", leave=False)
+
+
+def _in_pool(pairs: list[tuple[str, str]], config: Config, jobs: int, bar, results: list, crashes: list):
+    """Analyse in worker processes; return the pairs left undone if processes cannot run here."""
+    # Interleaved chunks: big files cluster in one folder, and a folder should not land on one worker.
+    size = max(1, min(MAX_CHUNK, len(pairs) // (jobs * 4)))
+    count = -(-len(pairs) // size)
+    pending = [pairs[i::count] for i in range(count)]
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, count)) as pool:
+            futures = {pool.submit(_analyze_chunk, chunk, config): chunk for chunk in pending}
+            for future in as_completed(futures):
+                chunk_results, chunk_crashes = future.result()
+                results += chunk_results
+                crashes += chunk_crashes
+                pending.remove(futures[future])
+                if bar is not None:
+                    bar.update(len(futures[future]))
+    except (OSError, NotImplementedError, BrokenProcessPool):
+        pass  # no processes in this sandbox, or a worker died: the caller finishes in-process
+    return [pair for chunk in pending for pair in chunk]
+
+
+def _analyze_files(targets: list[Target], config: Config, jobs: int, progress: bool):
+    """Results (in no particular order) and internal-error messages for every target."""
+    pairs = [(str(t.path), t.display) for t in targets]
+    bar = _progress(len(pairs), progress and len(pairs) >= PROGRESS_MIN_FILES and sys.stderr.isatty())
+    results: list[FileResult] = []
+    crashes: list[str] = []
+    if jobs > 1 and len(pairs) >= PARALLEL_MIN_FILES:
+        pairs = _in_pool(pairs, config, jobs, bar, results, crashes)
+    for pair in pairs:
+        chunk_results, chunk_crashes = _analyze_chunk([pair], config)
+        results += chunk_results
+        crashes += chunk_crashes
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return results, crashes
+
+
+def _analyze_stdin(display: str, config: Config) -> FileResult:
+    from .api import analyze_source
+
+    stream = getattr(sys.stdin, "buffer", None) or sys.stdin
+    data = stream.read() if stream is not None else b""
+    return analyze_source(data, display, config)
+
+
+# --- commands ----------------------------------------------------------------
+
+
+def _write(report: str, output_file: str | None) -> None:
+    if output_file is None:
+        sys.stdout.write(report)
+        sys.stdout.flush()
+        return
+    try:
+        Path(output_file).write_text(report, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {output_file}: {exc.strerror or exc}") from None
+
+
+def _check(args: argparse.Namespace) -> int:
+    if args.statistics and args.format != "text":
+        raise UsageError("--statistics only works with --format text")
+    config = _config(args)
+    from . import api  # noqa: F401 - imported before forking, so workers inherit it instead of importing it
+
+    paths = [p for p in args.paths if p != "-"]
+    try:
+        targets = discover(paths, config)
+    except MissingPath as exc:
+        raise UsageError(f"path does not exist: {exc}") from None
+
+    results, crashes = _analyze_files(targets, config, args.jobs, not (args.no_progress or args.quiet))
+    if "-" in args.paths:
+        results.append(_analyze_stdin(args.stdin_filename or "-", config))
+
+    diagnostics: list[Diagnostic] = sorted(
+        (d for r in results for d in r.diagnostics), key=lambda d: (d.path, d.span.line, d.span.column, d.code)
+    )
+    rules = catalog()
+    if args.statistics:
+        report = text_output.statistics(diagnostics, rules)
+    else:
+        report = render(args.format, diagnostics, rules)
+    _write(report, args.output_file)
+
+    for crash in crashes:
+        print(f"gradguard: {crash}", file=sys.stderr)
+    if not args.quiet:
+        print(text_output.summary(diagnostics), file=sys.stderr)
+    if crashes:
+        return 2
+    fail_rank = Severity(args.fail_level).rank
+    failed = any(d.severity.rank >= fail_rank for d in diagnostics)
+    return 1 if failed and not args.exit_zero else 0
+
+
+def _rules(args: argparse.Namespace) -> int:
+    infos = catalog()
+    width = max((len(i.name) for i in infos), default=0)
+    for info in infos:
+        print(f"{info.code}  {info.name:<{width}}  {info.summary}")
+    return 0
+
+
+def _rule(args: argparse.Namespace) -> int:
+    code = args.code.strip().upper()
+    for info in catalog():
+        if info.code == code:
+            sys.stdout.write(info.docs if info.docs.endswith("\n") else info.docs + "\n")
+            return 0
+    raise UsageError(f"unknown rule code {args.code!r} (see `gradguard rules`)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code (the console script exits with it)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (2), --help and --version (0)
+        return exc.code if isinstance(exc.code, int) else 0
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.handler(args)
+    except (UsageError, ConfigError) as exc:
+        print(f"gradguard: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,142 @@
+"""Which files ``gradguard check`` analyses.
+
+Walking follows git's rules closely enough that a checkout and a working tree
+give the same answer: ``.gitignore`` files (the repository's and nested ones,
+the deeper file winning, an ignored folder never entered), a fixed set of
+folders that are never source (virtualenvs, build output), and the configured
+``exclude`` patterns.  A path named on the command line is analysed even when
+it would be ignored, as ruff does: the user asked for it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pathspec
+
+from .config import Config
+
+SKIP_DIRS = frozenset(
+    {".git", ".venv", "venv", "__pycache__", "node_modules", "site-packages", "build", "dist", ".tox", ".eggs"}
+)
+SOURCE_SUFFIXES = (".py",)  # notebooks (.ipynb) come later
+
+
+class MissingPath(Exception):
+    """A path given on the command line does not exist."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A file to analyse and the name it is shown under."""
+
+    path: Path
+    display: str
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """Gitignore-style pattern sets, each anchored at a folder; later sets take precedence."""
+
+    anchored: tuple[tuple[Path, pathspec.PathSpec], ...] = ()
+
+    def with_file(self, folder: Path, ignore_file: Path) -> "_Rules":
+        try:
+            lines = ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return self
+        return _Rules(self.anchored + ((folder, pathspec.GitIgnoreSpec.from_lines(lines)),))
+
+    def ignored(self, path: Path, is_dir: bool) -> bool:
+        verdict = False
+        for folder, spec in self.anchored:
+            try:
+                rel = path.relative_to(folder).as_posix()
+            except ValueError:
+                continue
+            include = spec.check_file(rel + "/" if is_dir else rel).include
+            if include is not None:
+                verdict = include
+        return verdict
+
+
+def _git_root(folder: Path) -> Path | None:
+    for candidate in [folder, *folder.parents]:
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
+def _inherited_rules(folder: Path) -> _Rules:
+    """The ``.gitignore`` files above ``folder`` up to its repository root (``_walk`` reads its own)."""
+    root = _git_root(folder)
+    rules = _Rules()
+    if root is None:
+        return rules
+    for parent in reversed(folder.parents):
+        if (parent == root or root in parent.parents) and (parent / ".gitignore").is_file():
+            rules = rules.with_file(parent, parent / ".gitignore")
+    return rules
+
+
+def _exclude_rules(config: Config, cwd: Path) -> _Rules:
+    if not config.exclude:
+        return _Rules()
+    root = (config.root or cwd).resolve()
+    return _Rules(((root, pathspec.GitIgnoreSpec.from_lines(config.exclude)),))
+
+
+def _display(path: Path, cwd: Path) -> str:
+    try:
+        return path.relative_to(cwd).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _walk(folder: Path, rules: _Rules, exclude: _Rules) -> Iterable[Path]:
+    if (folder / ".gitignore").is_file():
+        rules = rules.with_file(folder, folder / ".gitignore")
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return  # unreadable folder: nothing we can list in it
+    for entry in entries:
+        path = folder / entry.name
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+            # Broken symlinks (editor lock files such as ``.#model.py`` are exactly that) are not files.
+            is_file = not is_dir and entry.is_file(follow_symlinks=True)
+        except OSError:
+            continue
+        if is_dir:
+            if entry.name in SKIP_DIRS or rules.ignored(path, True) or exclude.ignored(path, True):
+                continue
+            yield from _walk(path, rules, exclude)
+        elif is_file and entry.name.endswith(SOURCE_SUFFIXES):
+            if not (rules.ignored(path, False) or exclude.ignored(path, False)):
+                yield path
+
+
+def discover(paths: Sequence[str], config: Config, cwd: Path | None = None) -> list[Target]:
+    """Every source file under ``paths``, once each, sorted by display name.
+
+    Raises ``MissingPath`` for a path that does not exist.
+    """
+    cwd = (cwd or Path.cwd()).resolve()
+    exclude = _exclude_rules(config, cwd)
+    found: dict[Path, Target] = {}
+    for given in paths:
+        path = Path(given)
+        absolute = (cwd / path) if not path.is_absolute() else path
+        if not absolute.exists():
+            raise MissingPath(given)
+        absolute = Path(os.path.normpath(absolute))
+        if absolute.is_dir():
+            for file in _walk(absolute, _inherited_rules(absolute), exclude):
+                found.setdefault(file, Target(file, _display(file, cwd)))
+        else:  # named explicitly: analysed whatever its name or ignore status
+            found.setdefault(absolute, Target(absolute, _display(absolute, cwd)))
+    return sorted(found.values(), key=lambda t: t.display)

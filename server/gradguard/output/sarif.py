@@ -1,0 +1,106 @@
+"""``--format sarif``: SARIF 2.1.0, for GitHub code scanning and other SARIF viewers.
+
+One run; the driver lists every rule (with its full docs as help) so a viewer
+can explain a finding without reaching us.  URIs are relative to the working
+directory, declared as ``%SRCROOT%``; columns are Unicode code points, as ours are.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path, PurePosixPath
+from typing import Any, Sequence
+from urllib.parse import quote
+
+from .. import __version__
+from ..diagnostics import Diagnostic, Severity
+from . import RuleInfo
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+INFORMATION_URI = "https://github.com/gradguard/gradguard"
+LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+SRCROOT = "%SRCROOT%"
+
+
+def _artifact(path: str) -> dict[str, Any]:
+    if Path(path).is_absolute():
+        return {"uri": Path(path).as_uri()}
+    return {"uri": quote(PurePosixPath(path.replace("\\", "/")).as_posix()), "uriBaseId": SRCROOT}
+
+
+def _descriptor(rule: RuleInfo) -> dict[str, Any]:
+    descriptor: dict[str, Any] = {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": rule.explanation or rule.summary},
+        "defaultConfiguration": {"level": LEVELS[rule.default_severity]},
+    }
+    if rule.url:
+        descriptor["helpUri"] = rule.url
+    if rule.docs:
+        descriptor["help"] = {"text": rule.docs, "markdown": rule.docs}
+    return descriptor
+
+
+def _result(d: Diagnostic, rule_index: dict[str, int]) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "ruleId": d.code,
+        "level": LEVELS[d.severity],
+        "message": {"text": d.message},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": _artifact(d.path),
+                    "region": {
+                        "startLine": d.span.line,
+                        "startColumn": d.span.column,
+                        "endLine": d.span.end_line,
+                        "endColumn": d.span.end_column,
+                    },
+                }
+            }
+        ],
+    }
+    if d.code in rule_index:
+        result["ruleIndex"] = rule_index[d.code]
+    if d.related:
+        result["relatedLocations"] = [
+            {
+                "id": i,
+                "physicalLocation": {
+                    "artifactLocation": _artifact(r.path),
+                    "region": {"startLine": r.line, "startColumn": r.column},
+                },
+                "message": {"text": r.message},
+            }
+            for i, r in enumerate(d.related)
+        ]
+    return result
+
+
+def sarif_log(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo]) -> dict[str, Any]:
+    rule_index = {r.code: i for i, r in enumerate(rules)}
+    return {
+        "$schema": SCHEMA_URI,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "gradguard",
+                        "version": __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": [_descriptor(r) for r in rules],
+                    }
+                },
+                "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
+                "columnKind": "unicodeCodePoints",
+                "results": [_result(d, rule_index) for d in diagnostics],
+            }
+        ],
+    }
+
+
+def render(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo]) -> str:
+    return json.dumps(sarif_log(diagnostics, rules), indent=2) + "\n"

@@ -1,0 +1,48 @@
+"""The human format: one ``path:line:col: CODE message`` line per finding, like ruff.
+
+Editors and terminals turn ``path:line:col`` into links, so related locations
+get the same prefix on their own indented ``note:`` lines.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+from ..diagnostics import Diagnostic
+from . import RuleInfo
+
+
+def _one_line(message: str) -> str:
+    """Tools split this format on newlines, so a message never spans two."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def render(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] = ()) -> str:
+    lines = []
+    for d in diagnostics:
+        lines.append(f"{d.path}:{d.span.line}:{d.span.column}: {d.code} {_one_line(d.message)}")
+        for r in d.related:
+            lines.append(f"    {r.path}:{r.line}:{r.column}: note: {_one_line(r.message)}")
+    return "".join(line + "\n" for line in lines)
+
+
+def statistics(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] = ()) -> str:
+    """Counts per code, most frequent first (``--statistics``)."""
+    names = {r.code: r.name for r in rules}
+    counts = Counter(d.code for d in diagnostics)
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    return "".join(f"{n:>{width}}  {code}  {names.get(code, '')}".rstrip() + "\n" for code, n in rows)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def summary(diagnostics: Sequence[Diagnostic]) -> str:
+    """The closing line printed on stderr."""
+    if not diagnostics:
+        return "All checks passed."
+    files = len({d.path for d in diagnostics})
+    return f"Found {_plural(len(diagnostics), 'problem')} in {_plural(files, 'file')}."

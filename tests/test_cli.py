@@ -1,0 +1,306 @@
+"""The ``gradguard`` command line: exit codes, options, discovery, parallel runs, subcommands."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import gradguard
+from gradguard.cli import main
+
+LEAF_BUG = "import torch\nx = torch.zeros(3, requires_grad=True)\nx += 1\n"
+CLEAN = "import torch\nx = torch.zeros(3)\ny = x + 1\n"
+LINE = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<code>GG\d{3}) (?P<message>.+)$")
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def findings(self) -> list[tuple[str, int, str]]:
+        """(path, line, code) of every finding line in text output."""
+        return [(m["path"], int(m["line"]), m["code"]) for m in map(LINE.match, self.out.splitlines()) if m]
+
+
+@pytest.fixture
+def gg(monkeypatch, capsys, tmp_path):
+    """Run ``gradguard.cli.main`` in-process in ``cwd`` (default tmp_path)."""
+
+    def run(*argv: str, cwd: Path = tmp_path, stdin: bytes | None = None) -> Run:
+        monkeypatch.chdir(cwd)
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return Run(code, out, err)
+
+    return run
+
+
+def write(root: Path, rel: str, text: str | bytes) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+# --- check: exit codes and text output ---------------------------------------
+
+
+def test_finding_exits_1_with_ruff_style_line(gg, tmp_path):
+    write(tmp_path, "train.py", LEAF_BUG)
+    run = gg("check")
+    assert run.code == 1
+    assert run.findings() == [("train.py", 3, "GG002")]
+    assert run.err.strip().splitlines()[-1] == "Found 1 problem in 1 file."
+
+
+def test_clean_tree_exits_0(gg, tmp_path):
+    write(tmp_path, "ok.py", CLEAN)
+    run = gg("check", ".")
+    assert (run.code, run.out) == (0, "")
+    assert run.err.strip() == "All checks passed."
+
+
+def test_exit_zero_and_quiet(gg, tmp_path):
+    write(tmp_path, "train.py", LEAF_BUG)
+    run = gg("check", "--exit-zero", "--quiet")
+    assert run.code == 0
+    assert run.findings() == [("train.py", 3, "GG002")]
+    assert run.err == ""
+
+
+def test_fail_level(gg, tmp_path):
+    write(tmp_path, "train.py", LEAF_BUG)
+    assert gg("check", "--severity", "GG002=warning", "--fail-level", "error").code == 0
+    assert gg("check", "--severity", "GG002=warning").code == 1
+    assert gg("check", "--severity", "GG002=info").code == 0  # default fail level: warning
+    assert gg("check", "--severity", "GG002=info", "--fail-level", "info").code == 1
+
+
+def test_output_file(gg, tmp_path):
+    write(tmp_path, "train.py", LEAF_BUG)
+    run = gg("check", "--output-file", "report.txt")
+    assert run.code == 1 and run.out == ""
+    assert (tmp_path / "report.txt").read_text().startswith("train.py:3:1: GG002 ")
+
+
+def test_output_file_unwritable_is_usage_error(gg, tmp_path):
+    write(tmp_path, "train.py", LEAF_BUG)
+    run = gg("check", "--output-file", str(tmp_path / "no" / "such" / "dir" / "r.txt"))
+    assert run.code == 2 and "cannot write" in run.err
+
+
+def test_statistics(gg, tmp_path):
+    write(tmp_path, "a.py", LEAF_BUG)
+    write(tmp_path, "b.py", LEAF_BUG)
+    write(tmp_path, "c.py", "import torch\ndef f(:\n    x += 1\n")
+    run = gg("check", "--statistics")
+    assert run.code == 1
+    rows = [line.split() for line in run.out.splitlines()]
+    assert [r[:2] for r in rows] == [["2", "GG002"], ["1", "GG900"]]
+    assert rows[1][2] == "syntax-error"
+    assert gg("check", "--statistics", "--format", "json").code == 2
+
+
+def test_stdin(gg, tmp_path):
+    run = gg("check", "-", "--stdin-filename", "pkg/model.py", stdin=LEAF_BUG.encode())
+    assert run.code == 1
+    assert run.findings() == [("pkg/model.py", 3, "GG002")]
+    run = gg("check", "-", stdin=LEAF_BUG.encode())
+    assert run.findings() == [("-", 3, "GG002")]
+
+
+def test_missing_path_is_usage_error(gg, tmp_path):
+    write(tmp_path, "train.py", LEAF_BUG)
+    run = gg("check", "train.py", "nope.py")
+    assert run.code == 2
+    assert run.err.strip() == "gradguard: path does not exist: nope.py"
+    assert "Traceback" not in run.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["check", "--format", "xml"],
+        ["check", "--severity", "GG001"],
+        ["check", "--severity", "GG001=fatal"],
+        ["check", "--jobs", "0"],
+        ["check", "--no-such-option"],
+        ["frobnicate"],
+    ],
+)
+def test_usage_errors_exit_2(gg, argv):
+    run = gg(*argv)
+    assert run.code == 2
+    assert "Traceback" not in run.err
+
+
+def test_help_and_version_exit_0(gg):
+    assert gg("--version").code == 0
+    assert gg("check", "--help").code == 0
+
+
+# --- parallel runs -----------------------------------------------------------
+
+
+def test_parallel_output_is_sorted_and_equals_serial(gg, tmp_path):
+    for i in range(12):
+        write(tmp_path, f"pkg{i % 3}/m{i:02d}.py", LEAF_BUG if i % 2 else CLEAN)
+    write(tmp_path, "pkg1/broken.py", b"import torch\0\0")
+    serial = gg("check", "--jobs", "1")
+    parallel = gg("check", "--jobs", "2")
+    assert serial.code == parallel.code == 1
+    assert serial.out == parallel.out
+    found = parallel.findings()
+    assert len(found) == 7
+    assert found == sorted(found)
+    assert ("pkg1/broken.py", 1, "GG901") in found
+
+
+def test_no_process_pool_falls_back_to_in_process(gg, tmp_path, monkeypatch):
+    import gradguard.cli
+
+    def no_pool(*args, **kwargs):
+        raise OSError(38, "Function not implemented")  # e.g. no /dev/shm semaphores in a sandbox
+
+    monkeypatch.setattr(gradguard.cli, "ProcessPoolExecutor", no_pool)
+    for i in range(10):
+        write(tmp_path, f"m{i}.py", LEAF_BUG)
+    run = gg("check", "--jobs", "4")
+    assert run.code == 1 and len(run.findings()) == 10
+
+
+def test_internal_error_in_one_file_reports_and_goes_on(gg, tmp_path, monkeypatch):
+    import gradguard.api
+
+    real = gradguard.api.analyze_path
+
+    def flaky(path, config=None, display_path=None):
+        if path.name == "boom.py":
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(path, config, display_path)
+
+    monkeypatch.setattr(gradguard.api, "analyze_path", flaky)
+    write(tmp_path, "boom.py", LEAF_BUG)
+    write(tmp_path, "train.py", LEAF_BUG)
+    run = gg("check", "--jobs", "1")
+    assert run.code == 2
+    assert run.findings() == [("train.py", 3, "GG002")]
+    assert "gradguard: internal error while analysing boom.py: RecursionError: maximum recursion" in run.err
+    assert "Traceback" not in run.err
+
+
+def test_progress_bar_is_optional(gg, tmp_path, monkeypatch):
+    """With a TTY on stderr and many files the run works whether or not tqdm is installed."""
+    for i in range(25):
+        write(tmp_path, f"m{i:02d}.py", CLEAN)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    run = gg("check", "--jobs", "1")
+    assert run.code == 0
+    assert run.err.strip().splitlines()[-1] == "All checks passed."
+
+
+# --- discovery ---------------------------------------------------------------
+
+
+def test_gitignore_and_skipped_dirs(gg, tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path, ".gitignore", "generated/\n*_tmp.py\n")
+    write(tmp_path, "src/model.py", LEAF_BUG)
+    write(tmp_path, "src/scratch_tmp.py", LEAF_BUG)
+    write(tmp_path, "generated/out.py", LEAF_BUG)
+    write(tmp_path, "src/.gitignore", "local.py\n!keep_tmp.py\n")
+    write(tmp_path, "src/local.py", LEAF_BUG)
+    write(tmp_path, "src/keep_tmp.py", LEAF_BUG)
+    for skipped in (".venv", "venv", "__pycache__", "node_modules", "build", "dist", ".tox", ".eggs", "lib/site-packages"):
+        write(tmp_path, f"{skipped}/x.py", LEAF_BUG)
+    write(tmp_path, "notebook.ipynb", "{}")
+    write(tmp_path, "notes.txt", LEAF_BUG)
+
+    paths = sorted(p for p, _, _ in gg("check").findings())
+    assert paths == ["src/keep_tmp.py", "src/model.py"]
+    # Checking a subfolder still applies the repository root's .gitignore.
+    assert sorted(p for p, _, _ in gg("check", "src").findings()) == ["src/keep_tmp.py", "src/model.py"]
+
+
+def test_explicit_paths_override_ignores(gg, tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path, ".gitignore", "generated/\n")
+    write(tmp_path, "generated/out.py", LEAF_BUG)
+    write(tmp_path, "build/gen.py", LEAF_BUG)
+    write(tmp_path, "script", LEAF_BUG)  # no .py suffix, but named explicitly
+    run = gg("check", "generated/out.py", "build", "script")
+    assert sorted(p for p, _, _ in run.findings()) == ["build/gen.py", "generated/out.py", "script"]
+
+
+def test_same_file_twice_is_reported_once(gg, tmp_path):
+    write(tmp_path, "a.py", LEAF_BUG)
+    assert len(gg("check", "a.py", ".", "./a.py").findings()) == 1
+
+
+# --- rules / rule ------------------------------------------------------------
+
+
+def test_rules_lists_every_code(gg):
+    from gradguard.rules import ALL_RULES
+
+    run = gg("rules")
+    assert run.code == 0
+    listed = [line.split()[0] for line in run.out.splitlines()]
+    for rule in ALL_RULES:
+        assert rule.code in listed
+        assert any(line.split()[1] == rule.name for line in run.out.splitlines() if line.startswith(rule.code))
+    assert "GG900" in listed and "GG901" in listed
+
+
+def test_rule_prints_docs(gg):
+    from gradguard.rules import RULES_BY_CODE
+
+    run = gg("rule", "gg002")
+    assert run.code == 0
+    assert run.out.rstrip("\n") == RULES_BY_CODE["GG002"].docs().rstrip("\n")
+
+
+def test_unknown_rule_exits_2(gg):
+    run = gg("rule", "GG999")
+    assert run.code == 2
+    assert "unknown rule code 'GG999'" in run.err
+
+
+# --- the real entry point ----------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    server = str(Path(gradguard.__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (server, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def test_python_m_gradguard_subprocess(tmp_path):
+    write(tmp_path, "train.py", LEAF_BUG)
+    write(tmp_path, "ok.py", CLEAN)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradguard", "check", "--format", "text", "."],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("train.py:3:1: GG002 ")
+    assert proc.stderr.strip().splitlines()[-1] == "Found 1 problem in 1 file."
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradguard", "check", "-", "--stdin-filename", "x.py"],
+        cwd=tmp_path, env=_env(), input=LEAF_BUG, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1 and proc.stdout.startswith("x.py:3:1: GG002 ")
