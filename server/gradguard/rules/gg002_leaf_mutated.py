@@ -14,12 +14,12 @@ def check(mutation: Mutation):
     if not mutation.grad_enabled or target.base is not None or not grad_leaf(target):
         return
     kind = "a parameter" if target.param else "a leaf tensor that requires grad"
-    subject = target.label if target.label != kind else "it"
+    subject = kind if target.label == kind else f"{target.label}, {kind},"
     related = [(target.origin, "created here as a leaf that requires grad")] if target.origin is not None else []
     yield Finding(
         "GG002",
         mutation.node,
-        f'{mutation.how} modifies {kind} ({subject}) in place; torch raises here: "{LEAF_MESSAGE}" '
+        f'{mutation.how} modifies {subject} in place; torch raises here: "{LEAF_MESSAGE}" '
         "Wrap parameter updates in `with torch.no_grad():`, or compute on a copy.",
         certain=target.requires_grad == Grad.YES,
         related=related,
