@@ -23,7 +23,6 @@ class Sink:
     node: ast.AST
     graph: frozenset[int]
     seq: int
-    retain_graph: bool = False
 
 
 @dataclass(frozen=True)

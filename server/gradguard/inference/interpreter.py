@@ -79,7 +79,6 @@ class ClassInfo:
 
     node: ast.ClassDef
     init: ast.FunctionDef | None
-    is_module: bool = True
 
 
 @dataclass
@@ -150,10 +149,10 @@ class Interpreter:
         self.saves.append(save)
         return save
 
-    def _sink(self, kind: str, node: ast.AST, value: Value, retain_graph: bool = False) -> None:
+    def _sink(self, kind: str, node: ast.AST, value: Value) -> None:
         graph = _graph_of(value)
         if graph:
-            self.sinks.append(Sink(kind, node, graph, self._next(), retain_graph))
+            self.sinks.append(Sink(kind, node, graph, self._next()))
 
     def _grad(self, *values: Value) -> Grad:
         if not self.state.grad_enabled:
@@ -733,7 +732,7 @@ class Interpreter:
 
     def _backward(self, target: Value, node: ast.AST, retain: bool) -> None:
         graph = _graph_of(target)
-        self.sinks.append(Sink("backward", node, graph, self._next(), retain))
+        self.sinks.append(Sink("backward", node, graph, self._next()))
         if not retain:
             for save in self.saves:
                 if save.id in graph:
