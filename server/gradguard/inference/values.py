@@ -191,3 +191,13 @@ def join(a: Value, b: Value) -> Value:
     if a is UNKNOWN or b is UNKNOWN:
         return UNKNOWN
     return UNKNOWN
+
+
+def graph_of(value: Value) -> frozenset[int]:
+    """The ids of the saves reachable from a value's graph."""
+    if isinstance(value, (Tensor, Derived)):
+        return value.graph
+    if isinstance(value, TensorSeq):
+        graph = frozenset().union(*(graph_of(i) for i in value.items)) if value.items else frozenset()
+        return graph | (value.base.graph if value.base is not None else frozenset())
+    return frozenset()

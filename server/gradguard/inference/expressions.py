@@ -1,0 +1,187 @@
+"""Expressions: the abstract value of each expression (names, operators, indexing, attributes).
+
+A mixin of ``Interpreter``; calls live in ``calls.py`` and statements in ``interpreter.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .values import (
+    INT,
+    NOT_TENSOR,
+    UNKNOWN,
+    DataAlias,
+    Derived,
+    Grad,
+    ModuleValue,
+    Tensor,
+    TensorSeq,
+    Value,
+    graph_of,
+    join,
+    new_tensor,
+    view_of,
+)
+
+_BINOPS = {
+    ast.Add: "add",
+    ast.Sub: "sub",
+    ast.Mult: "mul",
+    ast.Div: "div",
+    ast.FloorDiv: "floor_divide",
+    ast.Mod: "remainder",
+    ast.Pow: "pow",
+    ast.MatMult: "matmul",
+}
+VIEW_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
+
+SHAPE_ATTRS = {"shape", "dtype", "device", "ndim", "is_leaf", "requires_grad", "grad_fn", "is_cuda", "layout"}
+
+
+def _const_int(node: ast.expr) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _const_int(node.operand)
+        return -inner if inner is not None else None
+    return None
+
+
+class ExpressionsMixin:
+    # ----------------------------------------------------------- expressions
+    def eval(self, node: ast.expr | None) -> Value:
+        if node is None:
+            return UNKNOWN
+        method = getattr(self, f"_expr_{type(node).__name__}", None)
+        if method is None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr):
+                    self.eval(child)
+            return UNKNOWN
+        return method(node)
+
+    def _expr_Constant(self, node: ast.Constant) -> Value:
+        if isinstance(node.value, int) and not isinstance(node.value, bool):
+            return INT
+        return NOT_TENSOR
+
+    def _expr_Name(self, node: ast.Name) -> Value:
+        return self.state.env.get(node.id, UNKNOWN)
+
+    def _expr_Tuple(self, node: ast.Tuple | ast.List) -> Value:
+        items = [self.eval(e) for e in node.elts]
+        if any(isinstance(i, Tensor) for i in items):
+            return TensorSeq(items)
+        return NOT_TENSOR if items and all(i in (INT, NOT_TENSOR) for i in items) else UNKNOWN
+
+    _expr_List = _expr_Tuple
+
+    def _expr_Dict(self, node: ast.Dict) -> Value:
+        for v in [*node.keys, *node.values]:
+            if v is not None:
+                self.eval(v)
+        return UNKNOWN
+
+    def _expr_ListComp(self, node: ast.ListComp | ast.GeneratorExp) -> Value:
+        saved = self.state.copy()
+        for gen in node.generators:
+            iterable = self.eval(gen.iter)
+            self.bind(gen.target, self._iter_element(iterable, gen.iter), node)
+            for cond in gen.ifs:
+                self.eval(cond)
+        element = self.eval(node.elt)
+        self.state = saved
+        if isinstance(element, Tensor):
+            return TensorSeq([element])
+        return UNKNOWN
+
+    _expr_GeneratorExp = _expr_ListComp
+
+    def _expr_NamedExpr(self, node: ast.NamedExpr) -> Value:
+        value = self.eval(node.value)
+        self.bind(node.target, value, node)
+        return value
+
+    def _expr_IfExp(self, node: ast.IfExp) -> Value:
+        self.eval(node.test)
+        return join(self.eval(node.body), self.eval(node.orelse))
+
+    def _expr_Compare(self, node: ast.Compare) -> Value:
+        values = [self.eval(node.left), *(self.eval(c) for c in node.comparators)]
+        if any(isinstance(v, Tensor) for v in values):
+            return new_tensor(node, Grad.NO, label="a boolean mask")
+        return NOT_TENSOR
+
+    def _expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
+        operand = self.eval(node.operand)
+        if isinstance(operand, Tensor):
+            if isinstance(node.op, ast.USub):
+                return self.apply_op("neg", [operand], node, "-")
+            return new_tensor(node, Grad.NO)
+        return operand if operand in (INT, NOT_TENSOR) else UNKNOWN
+
+    def _expr_BinOp(self, node: ast.BinOp) -> Value:
+        left, right = self.eval(node.left), self.eval(node.right)
+        name = _BINOPS.get(type(node.op))
+        if isinstance(left, Tensor) or isinstance(right, Tensor):
+            if name is None:
+                return new_tensor(node, Grad.NO)
+            return self.apply_op(name, [left, right], node, _op_symbol(node.op))
+        if left in (INT, NOT_TENSOR) and right in (INT, NOT_TENSOR):
+            return INT if left is INT and right is INT else NOT_TENSOR
+        if isinstance(left, Derived) or isinstance(right, Derived):
+            return Derived(graph_of(left) | graph_of(right), self._grad(left, right))
+        return UNKNOWN
+
+    def _expr_Subscript(self, node: ast.Subscript) -> Value:
+        container = self.eval(node.value)
+        if isinstance(container, Tensor):
+            if self._is_advanced_index(node.slice):
+                return self.apply_op("index", [container], node, "indexing")
+            return view_of(container, node)
+        if isinstance(container, TensorSeq):
+            return container.element(_const_int(node.slice))
+        if isinstance(container, Derived):
+            self.eval(node.slice)
+            return container
+        if isinstance(container, ModuleValue) and container.children:
+            index = _const_int(node.slice)
+            if index is not None and -len(container.children) <= index < len(container.children):
+                return container.children[index]
+        self.eval(node.slice)
+        return UNKNOWN
+
+    def _expr_Attribute(self, node: ast.Attribute) -> Value:
+        owner = self.eval(node.value)
+        if isinstance(owner, Tensor):
+            if node.attr in VIEW_ATTRS:
+                return view_of(owner, node)
+            if node.attr == "data":
+                return DataAlias(owner)
+            if node.attr == "grad":
+                return new_tensor(node, Grad.NO, label=f"{owner.label}.grad")
+            return NOT_TENSOR if node.attr in SHAPE_ATTRS else UNKNOWN
+        if isinstance(owner, DataAlias):
+            return UNKNOWN
+        if isinstance(owner, ModuleValue):
+            return self._module_attr(owner, node.attr, node)
+        if isinstance(owner, Derived):
+            return owner
+        return UNKNOWN
+
+    def _module_attr(self, module: ModuleValue, name: str, node: ast.AST) -> Value:
+        if name in module.attrs:
+            return module.attrs[name]
+        if module.torch_module:
+            info = self.k.module(module.cls)
+            if name in ("weight", "bias") and (info is None or info.has_params):
+                param = new_tensor(node, Grad.YES, leaf=True, param=True, label=f"the {module.cls} {name}")
+                module.attrs[name] = param
+                return param
+        return UNKNOWN
+
+
+
+def _op_symbol(op: ast.operator) -> str:
+    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.MatMult: "@"}.get(type(op), "op")
