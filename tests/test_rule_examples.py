@@ -19,9 +19,12 @@ def _run(code: str) -> None:
 
 @pytest.mark.parametrize("code,index,example", INVALID, ids=lambda v: str(v) if not hasattr(v, "code") else "")
 def test_invalid_example_breaks_autograd_and_is_flagged(code, index, example):
-    with pytest.raises(RuntimeError) as info:
+    if example.raises is None:  # silent: the fixtures under tests/fixtures/<code>/ prove the wrong gradients
         _run(example.code)
-    assert str(info.value).splitlines()[0].startswith(example.raises)
+    else:
+        with pytest.raises(RuntimeError) as info:
+            _run(example.code)
+        assert str(info.value).splitlines()[0].startswith(example.raises)
     flagged_lines = {d.line for d in analyze_source(example.code).diagnostics if d.code == code}
     marked = {n for n, line in enumerate(example.code.splitlines(), start=1) if f"# {code}" in line}
     assert marked and flagged_lines == marked

@@ -13,26 +13,28 @@ import re
 from typing import Iterator
 
 from .inference.classes import find_module_classes, init_attributes
-from .inference.events import Conflict, Finding, Mutation
+from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.imports import collect_imports
 from .inference.interpreter import ClassInfo, Context, Interpreter
 from .inference.jedi_oracle import JediOracle
 from .inference.values import ModuleValue
+from . import parsing
 from .knowledge import load_knowledge
 from .rules import RULES_IN_PRECEDENCE
 
-# A function can only hold a finding if its text has an in-place idiom or calls a module that may be inplace.
-_UNIT_CANDIDATE = re.compile(r"[-+*/@%&|^]=|\]\s*=[^=]|[A-Za-z0-9]_\s*\(|\binplace\b|\bout\s*=")
 
 
 def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True) -> list[Finding]:
     knowledge = load_knowledge()
     imports = collect_imports(tree.body)
     oracle = JediOracle("\n".join(lines), path) if use_jedi and lines is not None and _imports_project_code(imports) else None
-    ctx = Context(knowledge, imports, find_module_classes(tree, imports), oracle=oracle)
+    functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    ctx = Context(knowledge, imports, find_module_classes(tree, imports), oracle=oracle, functions=functions)
     findings: dict[tuple[str, int, int], Finding] = {}
-    for fn, owner in _units(tree):
-        if lines is not None and fn is not None and not _is_candidate(fn, owner, lines):
+    units = list(_units(tree))
+    candidates = _candidate_units(units, lines) if lines is not None else None
+    for fn, owner in units:
+        if candidates is not None and fn is not None and fn not in candidates:
             continue
         interp = _run_unit(ctx, fn, owner, tree)
         for finding in _check(interp):
@@ -65,19 +67,31 @@ def _units(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo
                 stack.append((child, owner))
 
 
-def _is_candidate(fn: ast.FunctionDef, owner: ast.ClassDef | None, lines: list[str]) -> bool:
-    text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno])
-    if _UNIT_CANDIDATE.search(text):
-        return True
-    if owner is not None:  # self.act(x) where __init__ built nn.ReLU(inplace=True)
-        owner_text = "\n".join(lines[owner.lineno - 1 : owner.end_lineno])
-        return "inplace" in owner_text
-    return False
+def _candidate_units(units, lines: list[str]) -> set:
+    """Functions whose text can hold a finding: an in-place idiom of their own, an inplace module of their
+    class, or a call of one of the file's functions that is itself a candidate (a helper that steps or writes)."""
+    def text(node) -> str:
+        return "\n".join(lines[node.lineno - 1 : node.end_lineno])
+
+    candidates = set()
+    for fn, owner in units:
+        if fn is None:
+            continue
+        if parsing.CANDIDATE.search(text(fn)) or (owner is not None and "inplace" in text(owner)):
+            candidates.add(fn)
+    for _ in range(2):  # helpers of helpers
+        names = {fn.name for fn in candidates}
+        if not names:
+            break
+        calls = re.compile(r"\b(?:%s)\s*\(" % "|".join(map(re.escape, sorted(names))))
+        candidates |= {fn for fn, _ in units if fn is not None and calls.search(text(fn))}
+    return candidates
 
 
 def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | None, tree: ast.Module) -> Interpreter:
     if fn is not None and any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in fn.body):
-        ctx = Context(ctx.knowledge, collect_imports(fn.body, dict(ctx.imports)), ctx.classes, ctx.depth, ctx.oracle)
+        ctx = Context(ctx.knowledge, collect_imports(fn.body, dict(ctx.imports)), ctx.classes, ctx.depth, ctx.oracle,
+                      ctx.functions)
     self_value = None
     info = ctx.classes.get(owner.name) if owner is not None else None
     if info is not None and info.node is owner:
@@ -95,18 +109,33 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
 def _check(interp: Interpreter) -> Iterator[Finding]:
     for mutation in interp.mutations:
         mutation.conflicts = _conflicts(interp, mutation)
+    for graph_break in interp.breaks:
+        graph_break.reached = _lost_at(interp, graph_break)
+    for event in [*interp.mutations, *interp.breaks]:
         for rule in RULES_IN_PRECEDENCE:
-            produced = list(rule.check(mutation))
+            produced = list(rule.check(event))
             if produced:
                 yield from produced
                 break
+
+
+def _lost_at(interp: Interpreter, graph_break) -> Sink | None:
+    """The first backward the rebuilt tensor reaches without the grad sources it was read from."""
+    save_ids = {s.id for s in interp.saves}
+    sources = graph_break.sources - save_ids
+    if not sources:
+        return None
+    for sink in interp.sinks:
+        if sink.kind == "backward" and graph_break.marker in sink.graph and not sources <= sink.graph:
+            return sink
+    return None
 
 
 def _conflicts(interp: Interpreter, mutation: Mutation) -> list[Conflict]:
     """Pending saves this write invalidates whose graph really reaches a backward (or leaves the function)."""
     conflicts = []
     for save in mutation.pending:
-        candidates = [s for s in interp.sinks if save.id in s.graph and (s.kind != "backward" or s.seq > mutation.seq)]
+        candidates = [s for s in interp.sinks if save.id in s.graph and s.seq > mutation.seq]
         if candidates:
             # Prefer the backward that will raise; otherwise where the graph leaves the function.
             rank = {"backward": 0, "return": 1, "escape": 2}

@@ -45,15 +45,17 @@ def decode(data: bytes) -> str | Unreadable:
         return Unreadable(f"not valid {exc.encoding} text (byte 0x{data[exc.start]:02x} on line {line}); not analysed")
 
 
-# Every finding needs an in-place write: an augmented assignment, a subscript
-# store, a trailing-underscore call, an ``out=``/``inplace=`` keyword, or a
-# multi-view unpacking.  Files with none of these are skipped without parsing.
-_CANDIDATE = re.compile(
-    r"[-+*/@%&|^]=(?!=)"  # x += y (also matches <=, >=, != which are filtered by (?!=) only partially: cheap, fine)
+# Every finding needs an in-place write (an augmented assignment, a subscript store, a
+# trailing-underscore call, an ``out=``/``inplace=`` keyword, an optimizer step) or a graph
+# rebuilt from values (``torch.tensor(t)``, ``.item()``, numpy).  Text with none of these is skipped.
+CANDIDATE = re.compile(
+    r"[-+*/@%&|^]=(?!=)"  # x += y (also <=, >=: cheap, fine)
     r"|\]\s*=[^=]"  # x[i] = v
     r"|[A-Za-z0-9]_\s*\("  # x.add_(...), F.relu_(...)
     r"|\binplace\s*="
     r"|\bout\s*="
+    r"|\.step\s*\("
+    r"|\b(?:tensor|as_tensor|asarray|from_numpy|new_tensor)\s*\("
 )
 
 
@@ -66,7 +68,7 @@ def source_lines(text: str) -> list[str]:
 
 
 def may_contain_findings(text: str) -> bool:
-    return _CANDIDATE.search(text) is not None
+    return CANDIDATE.search(text) is not None
 
 
 def parse(text: str) -> ast.Module | SyntaxProblem:

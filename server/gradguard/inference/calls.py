@@ -18,6 +18,8 @@ from .values import (
     DataAlias,
     Derived,
     Grad,
+    NumberFrom,
+    OptimizerValue,
     ModuleValue,
     ParamIterable,
     Storage,
@@ -26,7 +28,6 @@ from .values import (
     Value,
     graph_of,
     new_tensor,
-    view_of,
 )
 
 # API knowledge (not autograd knowledge): which torch callables build new tensors from data.
@@ -68,12 +69,43 @@ class CallsMixin:
                 attr = owner.attrs.get(func.attr)
                 if isinstance(attr, ModuleValue):  # self.fc(x): a submodule, not a method
                     return self.call_module(attr, self._eval_args(node), node)
+                method = _method_of(owner, func.attr)
+                if method is not None:
+                    args, kwargs = self._eval_call_args(node)
+                    result = self.inline(method, args, kwargs, node, self_value=owner, record=func.attr != "forward")
+                    if result is not None:
+                        return result
+                    return self._unknown_call(node, [*args, *kwargs.values()])
                 return self._module_method(owner, func.attr, node)
+            if isinstance(owner, TensorSeq) and func.attr in ("append", "extend", "insert"):
+                args = self._eval_args(node)
+                if func.attr == "append" and args:
+                    owner.items.append(args[-1])
+                elif func.attr == "extend" and args and isinstance(args[0], TensorSeq):
+                    owner.items.extend(args[0].items)
+                elif func.attr == "insert" and len(args) > 1:
+                    owner.items.append(args[1])
+                return NOT_TENSOR
+            if isinstance(owner, OptimizerValue):
+                self._eval_args(node)
+                if func.attr == "step":
+                    name = func.value.id if isinstance(func.value, ast.Name) else "optimizer"
+                    self._optimizer_step(owner, node, name)
+                return UNKNOWN
         q = self.qual(func)
         if q is not None and q.startswith("torch."):
             return self._torch_call(q, node)
         if q is not None and q.startswith("builtins."):
             return self._builtin_call(q[9:], node)
+        if q == "itertools.chain":
+            owners = [a for a in self._eval_args(node) if isinstance(a, ParamIterable)]
+            return ParamIterable(owners) if owners else UNKNOWN
+        if isinstance(func, ast.Name) and func.id in self.ctx.functions and func.id not in self.state.env:
+            args, kwargs = self._eval_call_args(node)
+            result = self.inline(self.ctx.functions[func.id], args, kwargs, node)
+            if result is not None:
+                return result
+            return self._unknown_call(node, [*args, *kwargs.values()])
         callee = self.eval(func) if not isinstance(func, ast.Attribute) else UNKNOWN
         args = [self.eval(a.value if isinstance(a, ast.Starred) else a) for a in node.args]
         kwargs = {kw.arg: self.eval(kw.value) for kw in node.keywords}
@@ -92,6 +124,10 @@ class CallsMixin:
             return UNKNOWN
         return Derived(graph, self._grad(*inputs))
 
+    def _eval_call_args(self, node: ast.Call) -> tuple[list[Value], dict[str, Value]]:
+        args = [self.eval(a.value if isinstance(a, ast.Starred) else a) for a in node.args]
+        return args, {kw.arg: self.eval(kw.value) for kw in node.keywords if kw.arg}
+
     def _eval_args(self, node: ast.Call) -> list[Value]:
         args = [self.eval(a.value if isinstance(a, ast.Starred) else a) for a in node.args]
         for kw in node.keywords:
@@ -102,6 +138,8 @@ class CallsMixin:
         args = [self.eval(a) for a in node.args]
         for kw in node.keywords:
             self.eval(kw.value)
+        if name in ("float", "int") and args and isinstance(args[0], (Tensor, NumberFrom)):
+            return _number_from(args[0], node)  # float(loss): the value leaves the graph
         if name in ("len", "int", "range"):
             return INT if name != "range" else NOT_TENSOR
         if name == "float":
@@ -132,6 +170,14 @@ class CallsMixin:
             return new_tensor(node, Grad.YES if rg else Grad.NO, leaf=True, param=True, label="a parameter")
         if len(parts) == 3 and parts[1] == "nn" and name[:1].isupper():
             return self._construct_module(name, node, args)
+        if q.startswith("torch.optim.") and name[:1].isupper() and "lr_scheduler" not in q:
+            params = args[0] if args else kwargs.get("params", UNKNOWN)
+            return OptimizerValue(_param_owners(params), ctor=node)
+        if name in GRAPH_REBUILDING_FACTORIES and len(parts) == 2 and (args or "data" in kwargs):
+            rg = _keyword_bool(node, "requires_grad", False)
+            source = args[0] if args else kwargs["data"]
+            return self._graph_break(node, f"`torch.{name}(...)`", [source],
+                                     Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO)
         if q.startswith("torch.distributions.") and name in DISTRIBUTIONS_SAVING_LOGITS:
             logits = kwargs.get("logits")
             inputs = [*args, *kwargs.values()]
@@ -225,7 +271,14 @@ class CallsMixin:
                            or _keyword_bool(node, "create_graph", False))
             return UNKNOWN
         if name == "detach":
-            return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}.detach()")
+            lost = tensor.graph | tensor.lost_sources if tensor.requires_grad else tensor.lost_sources
+            return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}.detach()",
+                          lost_sources=lost)
+        if name in ("item", "tolist", "numpy"):
+            return _number_from(tensor, node)
+        if name == "new_tensor" and len(args) > 1:
+            rg = _keyword_bool(node, "requires_grad", False)
+            return self._graph_break(node, "`.new_tensor(...)`", [args[1]], Grad.YES if rg else Grad.NO)
         if name == "requires_grad_":
             flag = _positional_or_keyword_bool(node, 0, "requires_grad", True)
             tensor.requires_grad = Grad.YES if flag else Grad.NO
@@ -296,16 +349,20 @@ class CallsMixin:
         base = args[0] if args and isinstance(args[0], Tensor) else None
         if info is not None and info.returns == "sequence" and not info.multi_view and base is not None:
             # tensor_split/hsplit: several plain views, which may be written in place.
-            piece = view_of(base, node) if info.view else Tensor(Storage(), rg, leaf=not rg, graph=graph, origin=node)
+            piece = self._view(base, node) if info.view else Tensor(Storage(), rg, leaf=not rg, graph=graph,
+                                                                     origin=node)
             return TensorSeq([], base=piece)
         if tuple_form:
             return Derived(graph | frozenset(saves), rg)  # (values, indices) pairs: not modelled
         if info is not None and info.multi_view and base is not None:
-            return TensorSeq([], multi_view=info.multi_view if rg else None,
-                             base=Tensor(base.storage, rg, leaf=base.leaf, base=base.base, graph=graph | saves,
-                                         origin=node, label=base.label, multi_view=base.multi_view, param=base.param))
+            # Under no_grad the pieces are no_grad views of a base that may require grad (GG105 needs to know).
+            piece_base = Tensor(base.storage, rg if self.state.grad_enabled else base.requires_grad, leaf=base.leaf,
+                                base=base.base, graph=graph | saves, origin=node, label=base.label,
+                                multi_view=base.multi_view, param=base.param)
+            return TensorSeq([], multi_view=info.multi_view if rg else None, nograd=not self.state.grad_enabled,
+                             base=piece_base)
         if info is not None and info.view and base is not None:
-            result = view_of(base, node)
+            result = self._view(base, node)
             result.graph = graph | frozenset(saves)
         else:
             result = Tensor(Storage(), rg, leaf=not rg, graph=graph | frozenset(saves), origin=node,
@@ -335,12 +392,18 @@ class CallsMixin:
             rg = Grad.YES if self.state.grad_enabled else Grad.NO
             return Tensor(Storage(), rg, leaf=not rg, graph=graph, origin=node, label=f"the output of `{module.cls}`")
         if not module.torch_module:
+            forward = _method_of(module, "forward")
+            if forward is not None:
+                result = self.inline(forward, args, {}, node, self_value=module, record=False)
+                if isinstance(result, (Tensor, TensorSeq, Derived)):
+                    return result
             rg = Grad.YES if self.state.grad_enabled else Grad.NO
             graph = frozenset().union(*(graph_of(a) for a in args))
             return Tensor(Storage(), rg, leaf=not rg, graph=graph, origin=node, label=f"the output of `{module.cls}`")
         info = self.k.module(module.cls)
-        params = Grad.YES if (info is None or info.has_params) and self.state.grad_enabled else Grad.NO
-        if info is None:
+        # A torch module the table does not know may or may not have parameters.
+        params = (Grad.YES if info.has_params else Grad.NO) if info is not None else Grad.MAYBE
+        if not self.state.grad_enabled:
             params = Grad.NO
         rg = max(self._grad(*[a for a in args if isinstance(a, Tensor)]), params)
         if not self.state.grad_enabled:
@@ -349,6 +412,9 @@ class CallsMixin:
             twin = info.functional if info else None
             return self._inplace(node, x, f"`nn.{module.cls}(inplace=True)`", twin, [], module=module)
         graph = frozenset().union(*(graph_of(a) for a in args))
+        if info is not None and info.has_params:
+            weight = self._module_attr(module, "weight", node)
+            graph |= graph_of(weight)  # the output depends on the parameters (their grad sources)
         saves: set[int] = set()
 
         def holds(conds: frozenset[str]) -> Grad:
@@ -375,6 +441,8 @@ class CallsMixin:
             if cond:
                 result.graph = result.graph | {self._save(result, f"nn.{module.cls}", "output", node,
                                                           cond == Grad.YES).id}
+        if info is not None and info.returns == "tuple":  # (output, state): the state is not modelled
+            return TensorSeq([result, Derived(result.graph, rg)])
         return result
 
 
@@ -393,3 +461,34 @@ def _positional_or_keyword_bool(node: ast.Call, index: int, name: str, default: 
     if len(node.args) > index and isinstance(node.args[index], ast.Constant):
         return bool(node.args[index].value)
     return _keyword_bool(node, name, default)
+
+
+# Factories that copy their data argument into a new leaf: given a tensor that requires grad, the graph ends there.
+GRAPH_REBUILDING_FACTORIES = {"tensor", "as_tensor", "asarray", "from_numpy"}
+
+
+def _number_from(value: Value, node: ast.AST) -> Value:
+    if isinstance(value, NumberFrom):
+        return value
+    if isinstance(value, Tensor):
+        sources = value.graph | value.lost_sources if value.requires_grad else value.lost_sources
+        return NumberFrom(sources, node) if sources else NOT_TENSOR
+    return NOT_TENSOR
+
+
+def _method_of(module: ModuleValue, name: str) -> ast.FunctionDef | None:
+    """A method defined by the file's own class of this module (or None for torch modules)."""
+    cls = module.user_class
+    if cls is None:
+        return None
+    return next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == name), None)
+
+
+def _param_owners(params: Value) -> list[Value]:
+    if isinstance(params, ParamIterable):
+        return params.owner if isinstance(params.owner, list) else [params.owner]
+    if isinstance(params, TensorSeq):
+        return [o for item in params.items for o in _param_owners(item)]
+    if isinstance(params, Tensor) and (params.param or params.group):
+        return [params]
+    return []

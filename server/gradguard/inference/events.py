@@ -43,9 +43,24 @@ class Mutation:
     functional_inplace: bool = False  # F.relu(x, inplace=True), F.relu_(x)
     pending: list[Save] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)  # filled by the engine
+    kind: str = "write"  # "write"; "step" (optimizer.step() updating parameters); "data" (through .data)
+    element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
+    via: str | None = None  # set when the write happens inside a helper called here: "`helper()` (line 12)"
 
 
-Event = Mutation
+@dataclass
+class GraphBreak:
+    """A tensor that requires grad is rebuilt without its graph (``torch.tensor(t)``, ``.item()`` round trips)."""
+
+    node: ast.AST
+    how: str  # "torch.tensor(...)", "t.new_tensor(...)", "torch.from_numpy(...)"
+    sources: frozenset[int]  # grad sources (leaves) whose gradient path this line cuts
+    marker: int  # an id put into the rebuilt tensor's graph, to see whether it reaches a backward
+    origin: ast.AST | None = None
+    reached: Sink | None = None  # filled by the engine: the backward the rebuilt value reaches without its sources
+
+
+Event = Mutation | GraphBreak
 
 
 @dataclass

@@ -15,13 +15,14 @@ from .values import (
     Derived,
     Grad,
     ModuleValue,
+    NumberFrom,
+    ParamIterable,
     Tensor,
     TensorSeq,
     Value,
     graph_of,
     join,
     new_tensor,
-    view_of,
 )
 
 _BINOPS = {
@@ -48,6 +49,10 @@ def _const_int(node: ast.expr) -> int | None:
     return None
 
 
+def _sources(value: Value) -> frozenset[int]:
+    return value.sources if isinstance(value, NumberFrom) else frozenset()
+
+
 class ExpressionsMixin:
     # ----------------------------------------------------------- expressions
     def eval(self, node: ast.expr | None) -> Value:
@@ -71,17 +76,23 @@ class ExpressionsMixin:
 
     def _expr_Tuple(self, node: ast.Tuple | ast.List) -> Value:
         items = [self.eval(e) for e in node.elts]
-        if any(isinstance(i, Tensor) for i in items):
+        if not items and isinstance(node, ast.List):
+            return TensorSeq([])  # `steps = []`: a list that .append() may fill with tensors
+        if any(isinstance(i, (Tensor, Derived)) for i in items):
             return TensorSeq(items)
+        if any(isinstance(i, ParamIterable) for i in items) or any(
+                isinstance(i, TensorSeq) and any(isinstance(j, ParamIterable) for j in i.items) for i in items):
+            return TensorSeq(items)  # [{"params": a.parameters()}, ...] param groups
+        if any(isinstance(i, NumberFrom) for i in items):
+            return NumberFrom(frozenset().union(*(_sources(i) for i in items)), node)
         return NOT_TENSOR if items and all(i in (INT, NOT_TENSOR) for i in items) else UNKNOWN
 
     _expr_List = _expr_Tuple
 
     def _expr_Dict(self, node: ast.Dict) -> Value:
-        for v in [*node.keys, *node.values]:
-            if v is not None:
-                self.eval(v)
-        return UNKNOWN
+        values = [self.eval(v) for v in [*node.keys, *node.values] if v is not None]
+        groups = [v for v in values if isinstance(v, ParamIterable)]
+        return TensorSeq(groups) if groups else UNKNOWN  # an optimizer param group
 
     def _expr_ListComp(self, node: ast.ListComp | ast.GeneratorExp) -> Value:
         saved = self.state.copy()
@@ -119,6 +130,8 @@ class ExpressionsMixin:
             if isinstance(node.op, ast.USub):
                 return self.apply_op("neg", [operand], node, "-")
             return new_tensor(node, Grad.NO)
+        if isinstance(operand, NumberFrom):
+            return operand
         return operand if operand in (INT, NOT_TENSOR) else UNKNOWN
 
     def _expr_BinOp(self, node: ast.BinOp) -> Value:
@@ -128,6 +141,10 @@ class ExpressionsMixin:
             if name is None:
                 return new_tensor(node, Grad.NO)
             return self.apply_op(name, [left, right], node, _op_symbol(node.op))
+        if isinstance(left, NumberFrom) or isinstance(right, NumberFrom):
+            return NumberFrom(_sources(left) | _sources(right), node)
+        if isinstance(left, ParamIterable) and isinstance(right, ParamIterable):
+            return ParamIterable([left, right])
         if left in (INT, NOT_TENSOR) and right in (INT, NOT_TENSOR):
             return INT if left is INT and right is INT else NOT_TENSOR
         if isinstance(left, Derived) or isinstance(right, Derived):
@@ -139,7 +156,7 @@ class ExpressionsMixin:
         if isinstance(container, Tensor):
             if self._is_advanced_index(node.slice):
                 return self.apply_op("index", [container], node, "indexing")
-            return view_of(container, node)
+            return self._view(container, node)
         if isinstance(container, TensorSeq):
             return container.element(_const_int(node.slice))
         if isinstance(container, Derived):
@@ -156,7 +173,7 @@ class ExpressionsMixin:
         owner = self.eval(node.value)
         if isinstance(owner, Tensor):
             if node.attr in VIEW_ATTRS:
-                return view_of(owner, node)
+                return self._view(owner, node)
             if node.attr == "data":
                 return DataAlias(owner)
             if node.attr == "grad":

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
-from .events import Mutation, Sink
+from .events import GraphBreak, Mutation, Sink
 from .expressions import ExpressionsMixin, _const_int
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
@@ -25,6 +25,8 @@ from .values import (
     DataAlias,
     Derived,
     Grad,
+    NumberFrom,
+    OptimizerValue,
     ModuleValue,
     Opaque,
     ParamIterable,
@@ -35,6 +37,7 @@ from .values import (
     Value,
     graph_of,
     join,
+    new_id,
     new_tensor,
     snapshot,
     view_of,
@@ -74,6 +77,7 @@ class Context:
     classes: dict[str, ClassInfo]
     depth: int = 0
     oracle: "JediOracle | None" = None  # asked about calls into other modules of the project
+    functions: dict[str, ast.FunctionDef] = field(default_factory=dict)  # the file's module-level functions
 
 
 @dataclass
@@ -109,6 +113,14 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.seq = 0
         self.self_value = self_value
         self.written_names: set[str] = set()  # names written in place in this unit: worth asking jedi about
+        self.breaks: list[GraphBreak] = []
+        self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
+        # Calls into the file's own functions are analysed in place ("inlined"), with these set:
+        self.inline_stack: list[ast.AST] = []
+        self.inline_site: ast.AST | None = None  # the outermost call site: writes inside are reported there
+        self.inline_record = True  # False while inlining a module's forward (its own analysis reports its writes)
+        self.inline_mark = 0  # saves with a smaller id were made before the call
+        self.returns: list[Value] | None = None
 
     # ----------------------------------------------------------------- helpers
     def _next(self) -> int:
@@ -128,6 +140,9 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         graph = graph_of(value)
         if graph:
             self.sinks.append(Sink(kind, node, graph, self._next()))
+
+    def _view(self, base: Tensor, node: ast.AST | None = None, multi_view: str | None = None) -> Tensor:
+        return view_of(base, node, multi_view=multi_view, nograd=not self.state.grad_enabled)
 
     def _grad(self, *values: Value) -> Grad:
         if not self.state.grad_enabled:
@@ -155,13 +170,13 @@ class Interpreter(ExpressionsMixin, CallsMixin):
     def _param_value(self, arg: ast.arg, is_forward: bool) -> Value:
         ann = arg.annotation
         if ann is not None and self._is_tensor_annotation(ann):
-            return Tensor(Storage(), Grad.MAYBE, leaf=False, origin=arg, label=f"`{arg.arg}`")
+            return Tensor(Storage(), Grad.MAYBE, leaf=False, origin=arg, label=f"`{arg.arg}`", graph=frozenset({new_id()}))
         if ann is not None and isinstance(ann, ast.Name) and ann.id in ("int", "float", "str", "bool"):
             return NOT_TENSOR
         if ann is not None and (self.qual(ann) or "").startswith("torch.nn.") and (self.qual(ann) or "").endswith("Module"):
             return ModuleValue("Module", torch_module=False, ctor=arg)  # model: nn.Module
         if is_forward and ann is None:
-            return Tensor(Storage(), Grad.MAYBE, leaf=False, origin=arg, label=f"`{arg.arg}`")
+            return Tensor(Storage(), Grad.MAYBE, leaf=False, origin=arg, label=f"`{arg.arg}`", graph=frozenset({new_id()}))
         return UNKNOWN
 
     def _is_tensor_annotation(self, ann: ast.expr) -> bool:
@@ -210,7 +225,8 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                     self._inplace(stmt, element, f"`{symbol}`", op, [rhs])
             elif isinstance(container, Tensor):
                 target, advanced = self._index_target(container, stmt.target.slice)
-                self._inplace(stmt, target, f"`{symbol}` on an indexed element", op, [rhs], advanced=advanced)
+                self._inplace(stmt, target, f"`{symbol}` on an indexed element", op, [rhs], advanced=advanced,
+                              index=stmt.target.slice)
             return
         current = self.eval(stmt.target)
         if isinstance(current, Tensor):
@@ -224,8 +240,11 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                                               origin=stmt, label=rhs.label), stmt)
 
     def _stmt_Return(self, stmt: ast.Return) -> None:
-        if stmt.value is not None:
-            self._sink("return", stmt, self.eval(stmt.value))
+        value = self.eval(stmt.value) if stmt.value is not None else NOT_TENSOR
+        if self.returns is not None:  # inlined call: the value goes back to the caller
+            self.returns.append(value)
+        elif stmt.value is not None:
+            self._sink("return", stmt, value)
 
     def _stmt_If(self, stmt: ast.If) -> None:
         self.eval(stmt.test)
@@ -240,9 +259,15 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         iterable = self.eval(stmt.iter)
         element = self._iter_element(iterable, stmt.iter)
         before = self.state.copy()
+        index_loop = isinstance(stmt.target, ast.Name) and isinstance(stmt.iter, ast.Call) and \
+            self.qual(stmt.iter.func) == "builtins.range"
+        if index_loop:
+            self.loop_vars.append(stmt.target.id)
         for _ in range(2):  # twice: values saved in iteration i-1 meet the writes of iteration i
             self.bind(stmt.target, element, stmt)
             self.run_block(stmt.body)
+        if index_loop:
+            self.loop_vars.pop()
         self.state = _merge(before, self.state)
         self.run_block(stmt.orelse)
 
@@ -336,7 +361,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             if isinstance(container, Tensor):
                 write_target, advanced = self._index_target(container, target.slice)
                 self._inplace(stmt, write_target, "an indexed assignment `[...] =`", None, [value], advanced=advanced,
-                              copy_from=value)
+                              copy_from=value, index=target.slice)
             elif isinstance(container, DataAlias):
                 self._data_write(stmt, container, "an indexed assignment through `.data`")
             else:
@@ -366,18 +391,27 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             return [value.element(i) for i in range(count)]
         if isinstance(value, Tensor):
             # `a, b = t` iterates t: each element is an output of Unbind.
-            return [view_of(value, node, multi_view="Unbind" if value.requires_grad else None) for _ in range(count)]
+            return [self._view(value, node, multi_view="Unbind" if value.requires_grad else None) for _ in range(count)]
         if isinstance(value, Derived):
             return [value] * count
         return [UNKNOWN] * count
 
     def _iter_element(self, iterable: Value, node: ast.expr) -> Value:
         if isinstance(iterable, TensorSeq):
+            tensors = tuple(i for i in iterable.items if isinstance(i, Tensor))
+            if iterable.base is None and len(tensors) > 1 and len(tensors) == len(iterable.items):
+                # `for p in [w1, w2]`: one name stands for each element in turn; writes reach all of them.
+                first = tensors[0]
+                return Tensor(first.storage, max(t.requires_grad for t in tensors), leaf=all(t.leaf for t in tensors),
+                              param=all(t.param for t in tensors), graph=frozenset().union(*(t.graph for t in tensors)),
+                              origin=first.origin, label=first.label, group=tensors)
             return iterable.element(None)
         if isinstance(iterable, Tensor):
-            return view_of(iterable, node, multi_view="Unbind" if iterable.requires_grad else None)
+            return self._view(iterable, node, multi_view="Unbind" if iterable.requires_grad else None)
         if isinstance(iterable, ParamIterable):
-            return new_tensor(node, Grad.YES, leaf=True, param=True, label="a parameter")
+            params = tuple(self._param_tensors(iterable))
+            return Tensor(Storage(), Grad.YES, leaf=True, param=True, label="a parameter", origin=node, group=params,
+                          graph=frozenset({new_id()}))
         if isinstance(iterable, Derived):
             return iterable
         return UNKNOWN
@@ -387,7 +421,10 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         """``t[i] = v`` writes through a view of ``t`` (basic index) or into ``t`` itself (advanced index)."""
         if self._is_advanced_index(index):
             return container, True
-        return view_of(container, index), False
+        return self._view(container, index), False
+
+    def _is_element_loop_index(self, index: ast.expr) -> bool:
+        return bool(self.loop_vars) and any(isinstance(n, ast.Name) and n.id in self.loop_vars for n in ast.walk(index))
 
     def _is_advanced_index(self, index: ast.expr) -> bool:
         parts = index.elts if isinstance(index, ast.Tuple) else [index]
@@ -403,13 +440,30 @@ class Interpreter(ExpressionsMixin, CallsMixin):
 
     def _inplace(self, node: ast.AST, target: Tensor, how: str, twin: str | None, operands: list[Value], *,
                  advanced: bool = False, module: ModuleValue | None = None, functional_inplace: bool = False,
-                 copy_from: Value | None = None) -> Tensor:
+                 copy_from: Value | None = None, kind: str = "write", index: ast.expr | None = None) -> Tensor:
         """Record a write to ``target``'s storage, then update its abstract state as autograd would."""
-        pending = [s for s in self.saves if s.storage is target.storage and not s.consumed
-                   and s.version <= target.storage.version]
-        self.mutations.append(Mutation(node, snapshot(target), how, self.state.grad_enabled, self._next(), advanced,
-                                       module, functional_inplace, pending))
-        target.storage.version += 1
+        written = target.group or (target,)
+        storages = {t.storage.id for t in written}
+        pending = [s for s in self.saves if s.storage.id in storages and not s.consumed
+                   and s.version <= s.storage.version]
+        if self.inline_site is not None:
+            pending = [s for s in pending if s.id < self.inline_mark]  # only saves the caller made
+        if self.inline_record:
+            mutation = Mutation(node, snapshot(target), how, self.state.grad_enabled, self._next(), advanced,
+                                module, functional_inplace, pending, kind=kind,
+                                element_loop=index is not None and self._is_element_loop_index(index))
+            if self.inline_site is not None:
+                mutation.via = f"`{self.inline_stack[0].name}()` (line {node.lineno})" if hasattr(
+                    self.inline_stack[0], "name") else None
+                mutation.node = self.inline_site
+                if target.origin is not None and getattr(target.origin, "lineno", 0) >= getattr(
+                        self.inline_stack[0], "lineno", 0):
+                    mutation.target.label = f"a tensor passed to `{self.inline_stack[0].name}()`"
+            self.mutations.append(mutation)
+        if kind == "data":
+            return target  # .data writes bypass the version counter and the graph
+        for t in written:
+            t.storage.version += 1
         # The write joins the operands' graphs into the target (and its bases, which autograd rebases).
         rg = self._grad(target, *operands)
         extra = frozenset().union(*(graph_of(v) for v in operands)) if operands else frozenset()
@@ -437,12 +491,109 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         return target
 
     def _data_write(self, node: ast.AST, alias: DataAlias, how: str) -> None:
-        """Writes through ``.data`` bypass the version counter: autograd never notices (kept for the silent-write rule)."""
-        self.data_writes.append(Mutation(node, snapshot(alias.tensor), how, self.state.grad_enabled, self._next()))
+        """Writes through ``.data`` bypass the version counter: autograd never notices, gradients go silently wrong."""
+        self._inplace(node, alias.tensor, how, None, [], kind="data")
+
+    def _param_tensors(self, owner) -> list[Tensor]:
+        """The parameter tensors we have seen of a module (or of several): those a graph can have saved."""
+        found: list[Tensor] = []
+        seen: set[int] = set()
+        stack = list(owner) if isinstance(owner, list) else [owner]
+        while stack:
+            value = stack.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, ParamIterable):
+                stack.extend(value.owner if isinstance(value.owner, list) else [value.owner])
+            elif isinstance(value, ModuleValue):
+                stack.extend(value.attrs.values())
+                stack.extend(value.children)
+            elif isinstance(value, Tensor) and (value.param or value.group):
+                found.extend(value.group or (value,))
+        return found
+
+    def _optimizer_step(self, optimizer: OptimizerValue, node: ast.AST, name: str) -> None:
+        """``opt.step()`` updates every parameter it owns in place, under no_grad."""
+        params = tuple(self._param_tensors(optimizer.owners))
+        if not params:
+            return
+        proxy = Tensor(Storage(), Grad.YES, leaf=True, param=True, group=params, origin=optimizer.ctor,
+                       label=f"the parameters `{name}` updates")
+        grad_mode, self.state.grad_enabled = self.state.grad_enabled, False
+        self._inplace(node, proxy, f"`{name}.step()`", None, [], kind="step")
+        self.state.grad_enabled = grad_mode
+
+    def inline(self, fn: ast.FunctionDef, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
+               self_value: Value | None = None, record: bool = True) -> Value | None:
+        """Analyse a call of one of the file's own functions in place, with the caller's values.
+
+        Returns None when the call is not followed (too deep, recursive): the caller then treats it as unknown.
+        """
+        if len(self.inline_stack) >= 3 or fn in self.inline_stack:
+            return None
+        saved = (self.state, self.inline_site, self.inline_record, self.inline_mark, self.returns, self.loop_vars)
+        params = [*fn.args.posonlyargs, *fn.args.args]
+        env: dict[str, Value] = {}
+        if self_value is not None and params:
+            env[params[0].arg] = self_value
+            params = params[1:]
+        for param, value in zip(params, args):
+            env[param.arg] = value
+        for param in [*params[len(args):], *fn.args.kwonlyargs]:
+            env[param.arg] = kwargs.get(param.arg, UNKNOWN)
+        for extra in (fn.args.vararg, fn.args.kwarg):
+            if extra is not None:
+                env[extra.arg] = UNKNOWN
+        grad = self.state.grad_enabled
+        for deco in fn.decorator_list:
+            if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
+                grad = False
+        self.state = State(env, grad)
+        if self.inline_site is None:
+            self.inline_site, self.inline_mark = node, new_id()
+        self.inline_record = self.inline_record and record
+        self.returns, self.loop_vars = [], []
+        self.inline_stack.append(fn)
+        try:
+            self.run_block(fn.body)
+            returns = self.returns
+        finally:
+            self.inline_stack.pop()
+            self.state, self.inline_site, self.inline_record, self.inline_mark, self.returns, self.loop_vars = saved
+        if not returns:
+            return NOT_TENSOR
+        result = returns[0]
+        for other in returns[1:]:
+            result = join(result, other)
+        return result
+
+    def _graph_break(self, node: ast.AST, how: str, sources_from: list[Value], requires_grad: Grad) -> Tensor:
+        """A new tensor built from values read out of tensors that require grad: their gradient path ends here."""
+        sources: frozenset[int] = frozenset()
+        for value in sources_from:
+            sources |= _grad_sources(value)
+        graph: frozenset[int] = frozenset({new_id()}) if requires_grad else frozenset()
+        if sources:
+            marker = new_id()
+            self.breaks.append(GraphBreak(node, how, sources, marker))
+            graph |= {marker}
+        return new_tensor(node, requires_grad, leaf=True, graph=graph)
 
     def _cond_grad(self, args: list[Value], positions) -> Grad:
         return max((args[p].requires_grad for p in positions if p < len(args) and isinstance(args[p], Tensor)),
                    default=Grad.NO)
+
+
+def _grad_sources(value: Value) -> frozenset[int]:
+    """Graph ids of what a value was computed from, when it (or the tensor it was read from) requires grad."""
+    if isinstance(value, Tensor):
+        return value.graph | value.lost_sources if value.requires_grad or value.lost_sources else frozenset()
+    if isinstance(value, NumberFrom):
+        return value.sources
+    if isinstance(value, TensorSeq):
+        return frozenset().union(*(_grad_sources(i) for i in value.items)) if value.items else frozenset()
+    return frozenset()
 
 
 def _names_written_in_place(body: list[ast.stmt]) -> set[str]:

@@ -57,6 +57,9 @@ class Tensor:
     graph: frozenset[int] = frozenset()  # ids of Saves reachable from this tensor's grad_fn
     origin: ast.AST | None = None
     label: str = "tensor"  # how messages name it ("`x`", "the output of torch.sigmoid")
+    nograd_view: bool = False  # a view made under no_grad of a tensor that requires grad
+    group: tuple["Tensor", ...] = ()  # `p` in `for p in model.parameters()`: stands for every parameter
+    lost_sources: frozenset[int] = frozenset()  # `t.detach()`: the graph ids of what it was detached from
 
     def root(self) -> "Tensor":
         t = self
@@ -85,12 +88,13 @@ class TensorSeq:
     items: list["Value"]
     multi_view: str | None = None
     base: Tensor | None = None
+    nograd: bool = False  # made under no_grad: its pieces are no_grad views
 
     def element(self, index: int | None) -> "Value":
         if index is not None and -len(self.items) <= index < len(self.items):
             return self.items[index]
         if self.base is not None:
-            return view_of(self.base, multi_view=self.multi_view)
+            return view_of(self.base, multi_view=self.multi_view, nograd=self.nograd)
         return self.items[0] if self.items else UNKNOWN
 
 
@@ -105,6 +109,22 @@ class ModuleValue:
     attrs: dict[str, "Value"] = field(default_factory=dict)
     children: list["ModuleValue"] = field(default_factory=list)  # nn.Sequential
     user_class: ast.ClassDef | None = None
+
+
+@dataclass(eq=False)
+class NumberFrom:
+    """A Python number, list or numpy array read out of a tensor (``.item()``, ``float(t)``, ``.numpy()``)."""
+
+    sources: frozenset[int]  # the grad sources of the tensor it was read from
+    origin: ast.AST | None = None
+
+
+@dataclass(eq=False)
+class OptimizerValue:
+    """``torch.optim.X(params)``: ``step()`` writes every parameter it owns, in place, under no_grad."""
+
+    owners: list["Value"]
+    ctor: ast.AST | None = None
 
 
 @dataclass(eq=False)
@@ -136,11 +156,19 @@ UNKNOWN = Opaque.UNKNOWN
 NOT_TENSOR = Opaque.NOT_TENSOR
 INT = Opaque.INT
 
-Value = Tensor | DataAlias | TensorSeq | ModuleValue | ParamIterable | Derived | Opaque
+Value = (Tensor | DataAlias | TensorSeq | ModuleValue | ParamIterable | Derived | NumberFrom | OptimizerValue
+         | Opaque)
+
+
+def new_id() -> int:
+    """A fresh id: for saves, and as the "grad source" of a leaf that requires grad (so breaks can be traced)."""
+    return next(_ids)
 
 
 def new_tensor(node: ast.AST | None, requires_grad: Grad = Grad.NO, *, leaf: bool = True, label: str = "tensor",
                param: bool = False, graph: frozenset[int] = frozenset()) -> Tensor:
+    if requires_grad and leaf and not graph:
+        graph = frozenset({new_id()})  # a grad source
     return Tensor(Storage(), requires_grad, leaf=leaf, origin=node, label=label, param=param, graph=graph)
 
 
@@ -149,11 +177,16 @@ def snapshot(t: Tensor) -> Tensor:
     return replace(t, base=snapshot(t.base) if t.base is not None else None)
 
 
-def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = None) -> Tensor:
-    """A view shares storage (and version counter) with its base; multi-view-ness is inherited."""
+def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = None, nograd: bool = False) -> Tensor:
+    """A view shares storage (and version counter) with its base; multi-view-ness is inherited.
+
+    ``nograd``: the view is made under no_grad, so it does not require grad itself, but torch
+    remembers and refuses an in-place write to it once grad mode is back on.
+    """
+    nograd = nograd and base.requires_grad > Grad.NO
     return Tensor(
         base.storage,
-        base.requires_grad,
+        Grad.NO if nograd else base.requires_grad,
         leaf=False if base.requires_grad else base.leaf,
         base=base,
         multi_view=multi_view or base.multi_view,
@@ -161,6 +194,7 @@ def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = 
         graph=base.graph,
         origin=node or base.origin,
         label=base.label,
+        nograd_view=nograd or base.nograd_view,
     )
 
 

@@ -48,6 +48,7 @@ class ModuleInfo:
     has_params: bool
     functional: str | None
     inplace_kwarg: bool
+    returns: str = "tensor"  # "tuple" for LSTM/GRU/RNN/MultiheadAttention: (output, state)
 
 
 class TorchKnowledge:
@@ -109,6 +110,7 @@ def _module(name: str, d: Mapping) -> ModuleInfo:
         has_params=bool(d["has_params"]),
         functional=d["functional"],
         inplace_kwarg=bool(d["inplace_kwarg"]),
+        returns=d.get("returns", "tensor"),
     )
 
 

@@ -403,7 +403,12 @@ MODULE_SPECS = {   # class name: (constructor args, input)
     "Softmax": ((-1,), T(2, 4)), "LogSoftmax": ((-1,), T(2, 4)), "Softmin": ((-1,), T(2, 4)),
     "Threshold": ((0.5, 0.0), T(2, 4)), "MaxPool2d": ((2,), T(1, 2, 4, 4)), "AvgPool2d": ((2,), T(1, 2, 4, 4)),
     "AdaptiveAvgPool2d": ((2,), T(1, 2, 4, 4)), "MultiheadAttention": ((4, 2), T(3, 2, 4)),
-    "LSTM": ((4, 3), T(3, 2, 4)), "GRU": ((4, 3), T(3, 2, 4)),
+    "LSTM": ((4, 3), T(3, 2, 4)), "GRU": ((4, 3), T(3, 2, 4)), "RNN": ((4, 3), T(3, 2, 4)),
+    "RNNCell": ((4, 3), T(2, 4)), "LSTMCell": ((4, 3), T(2, 4)), "GRUCell": ((4, 3), T(2, 4)),
+    "Conv3d": ((3, 4, 3), T(1, 3, 4, 4, 4)), "ConvTranspose1d": ((3, 4, 3), T(2, 3, 8)),
+    "BatchNorm3d": ((3,), T(2, 3, 2, 2, 2)), "InstanceNorm1d": ((3,), T(2, 3, 4)),
+    "Bilinear": ((4, 4, 3), T(2, 4)), "TransformerEncoderLayer": ((4, 2, 8, 0.0), T(3, 2, 4)),
+    "PReLU": ((), T(2, 4)),
 }
 # classes constructible without arguments that are containers, abstract, or too big for a probe
 MODULE_SKIP = re.compile(r"(Module|Container|Sequential|Module(List|Dict)|Parameter(List|Dict)|Transformer.*|Lazy.*)")
@@ -420,14 +425,18 @@ def probe_module(make, inp: T) -> dict:
     m = quiet(make)
     call = (lambda x: m(x, x, x)) if isinstance(m, nn.MultiheadAttention) else m
     params = list(m.parameters())
-    res = {"saves_input": set(), "saves_output": set(), "saves_params": set(), "has_params": bool(params)}
+    res = {"saves_input": set(), "saves_output": set(), "saves_params": set(), "has_params": bool(params),
+           "returns": "tensor"}
     for cond in ("input", "params"):
         if (cond == "input" and inp.kind != "f") or (cond == "params" and not params):
             continue
         for p in params:
             p.requires_grad_(cond == "params")
         x = _run(lambda v: v, (inp,), {}, {0} if cond == "input" else set())[1]
-        outs = _tensors(quiet(call, x))
+        out = quiet(call, x)
+        if isinstance(out, (tuple, list)):
+            res["returns"] = "tuple"  # LSTM: (output, (h, c)); MultiheadAttention: (output, weights)
+        outs = _tensors(out)
         ptrs, pp = saved_ptrs(outs), {_ptr(p) for p in params}
         for field, hit in (("saves_input", _ptr(x) in ptrs), ("saves_params", bool(pp & ptrs)),
                            ("saves_output", any(o.requires_grad and _ptr(o) in ptrs - pp - {_ptr(x)} for o in outs))):

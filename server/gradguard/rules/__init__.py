@@ -1,8 +1,8 @@
 """The rule registry.  One module per rule; each defines ``RULE``.
 
-``RULES_IN_PRECEDENCE`` is the order the engine asks rules about one write: an error
-torch raises at the write itself (GG004, GG003, GG002) hides the errors that would
-only come at backward (GG005, GG001).
+``RULES_IN_PRECEDENCE`` is the order the engine asks rules about one event: an error
+torch raises at the write itself (GG105, GG004, GG003, GG002; GG104 when that write is an
+element loop's) hides the errors that would only come at backward (GG101, GG102, GG005, GG001).
 """
 
 from __future__ import annotations
@@ -13,6 +13,11 @@ from . import (
     gg003_leaf_view_mutated,
     gg004_multi_view_mutated,
     gg005_inplace_activation_on_saved,
+    gg101_optimizer_step_before_backward,
+    gg102_silent_data_write,
+    gg103_graph_break,
+    gg104_element_loop_write,
+    gg105_nograd_view_mutated,
 )
 from .base import Example, Rule
 
@@ -24,9 +29,17 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         gg003_leaf_view_mutated,
         gg004_multi_view_mutated,
         gg005_inplace_activation_on_saved,
+        gg101_optimizer_step_before_backward,
+        gg102_silent_data_write,
+        gg103_graph_break,
+        gg104_element_loop_write,
+        gg105_nograd_view_mutated,
     )
 )
 RULES_BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}
-RULES_IN_PRECEDENCE: tuple[Rule, ...] = tuple(RULES_BY_CODE[c] for c in ("GG004", "GG003", "GG002", "GG005", "GG001"))
+RULES_IN_PRECEDENCE: tuple[Rule, ...] = tuple(
+    RULES_BY_CODE[c]
+    for c in ("GG105", "GG104", "GG004", "GG003", "GG002", "GG101", "GG102", "GG005", "GG001", "GG103")
+)
 
 __all__ = ["ALL_RULES", "RULES_BY_CODE", "RULES_IN_PRECEDENCE", "Example", "Rule"]

@@ -9,6 +9,8 @@ from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_ra
 
 
 def check(mutation: Mutation):
+    if not isinstance(mutation, Mutation) or mutation.kind != "write":
+        return  # optimizer steps, .data writes and graph breaks have rules of their own
     if mutation.module is not None or mutation.functional_inplace:
         return  # inplace=True activations are GG005
     conflict = first_conflict(mutation)

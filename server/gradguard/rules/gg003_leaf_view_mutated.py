@@ -10,6 +10,8 @@ from .common import LEAF_VIEW_MESSAGE, grad_leaf
 
 
 def check(mutation: Mutation):
+    if not isinstance(mutation, Mutation) or mutation.kind != "write":
+        return  # optimizer steps, .data writes and graph breaks have rules of their own
     target = mutation.target
     if not mutation.grad_enabled or target.base is None:
         return

@@ -11,6 +11,8 @@ MESSAGE = "Output 0 of Unbind is a view and is being modified inplace."
 
 
 def check(mutation: Mutation):
+    if not isinstance(mutation, Mutation) or mutation.kind != "write":
+        return  # optimizer steps, .data writes and graph breaks have rules of their own
     target = mutation.target
     if not mutation.grad_enabled:
         return

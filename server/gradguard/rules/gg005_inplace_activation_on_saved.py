@@ -9,6 +9,8 @@ from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_ra
 
 
 def check(mutation: Mutation):
+    if not isinstance(mutation, Mutation) or mutation.kind != "write":
+        return  # optimizer steps, .data writes and graph breaks have rules of their own
     if mutation.module is None and not mutation.functional_inplace:
         return
     conflict = first_conflict(mutation)

@@ -1,0 +1,86 @@
+"""GG101 optimizer-step-before-backward: parameters updated in place while a pending graph still needs them."""
+
+from __future__ import annotations
+
+from ..diagnostics import Severity
+from ..inference.events import Finding, Mutation
+from .base import Example, Rule
+from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
+
+
+def check(mutation: Mutation):
+    if not isinstance(mutation, Mutation) or mutation.kind == "data":
+        return
+    written = mutation.target.group or (mutation.target,)
+    is_update = mutation.kind == "step" or (
+        not mutation.grad_enabled and any(t.param or (t.leaf and t.requires_grad) for t in written))
+    if not is_update:
+        return
+    conflict = first_conflict(mutation)
+    if conflict is None:
+        return
+    save = conflict.save
+    via = f" inside {mutation.via}" if mutation.via else ""
+    yield Finding(
+        "GG101",
+        mutation.node,
+        f"{mutation.how}{via} updates {mutation.target.label} in place while the graph built on line "
+        f"{save.node.lineno} (`{save.op}` saved a weight) is still waiting for its backward; "
+        f'{where_it_raises(conflict)} "{SAVED_MESSAGE}". Run every backward of that graph before the step, '
+        "detach the graph boundary (e.g. `D(fake.detach())`), or recompute the forward after the step.",
+        certain=save.certain,
+        related=conflict_related(conflict),
+    )
+
+
+RULE = Rule(
+    code="GG101",
+    name="optimizer-step-before-backward",
+    summary="`optimizer.step()` (or a hand-written update) changes parameters a pending graph saved, before its backward.",
+    explanation="""
+`optimizer.step()` updates every parameter in place (under `no_grad`, but the version counter still moves).
+Layers keep their weights for backward (`nn.Linear` saves its weight whenever its input requires grad;
+torch reports it as "output 0 of AsStrided"), so a step between a forward and a later `backward()` of a
+loss from that forward makes the backward raise `one of the variables needed for gradient computation has
+been modified by an inplace operation`.  Typical cases: a GAN that steps the discriminator on `D(fake)`
+and then backpropagates the generator loss through the same `D(fake)`; actor-critic and multi-task heads
+that step one optimizer between two backwards of a shared graph; weight clipping or EMA updates between
+forward and backward.  gradguard follows optimizers built from `model.parameters()` (also `list(...)`,
+`itertools.chain`, param groups) and helper functions of the same file that step them.
+""",
+    fix_advice="""
+Call `step()` after the last backward that needs the weights, give the discriminator `fake.detach()`, or
+run a fresh forward after the step.
+""",
+    default_severity=Severity.ERROR,
+    check=check,
+    invalid=(
+        Example(
+            """
+import torch
+import torch.nn as nn
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+out = net(torch.randn(5, 4))
+out.mean().backward(retain_graph=True)
+opt.step()                          # GG101
+out.pow(2).mean().backward()
+""",
+            raises=SAVED_MESSAGE,
+        ),
+    ),
+    valid=(
+        Example(
+            """
+import torch
+import torch.nn as nn
+net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+out = net(torch.randn(5, 4))
+(out.mean() + out.pow(2).mean()).backward()
+opt.step()
+"""
+        ),
+    ),
+)

@@ -1,0 +1,70 @@
+"""GG102 silent-data-write: a write through ``.data`` to a tensor a pending graph saved (no error, wrong grads)."""
+
+from __future__ import annotations
+
+from ..diagnostics import Severity
+from ..inference.events import Finding, Mutation
+from .base import Example, Rule
+from .common import conflict_related, first_conflict
+
+
+def check(mutation: Mutation):
+    if not isinstance(mutation, Mutation) or mutation.kind != "data":
+        return
+    conflict = first_conflict(mutation)
+    if conflict is None:
+        return
+    save = conflict.save
+    via = f" inside {mutation.via}" if mutation.via else ""
+    yield Finding(
+        "GG102",
+        mutation.node,
+        f"{mutation.how}{via} changes {mutation.target.label} behind autograd's back: `{save.op}` on line "
+        f"{save.node.lineno} saved it for backward, and `.data` writes do not bump the version counter, so the "
+        f"backward on line {conflict.sink.node.lineno} silently computes wrong gradients. Write after the backward, "
+        "or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
+        certain=save.certain,
+        related=conflict_related(conflict),
+    )
+
+
+RULE = Rule(
+    code="GG102",
+    name="silent-data-write",
+    summary="A `.data` write changes a tensor that a pending graph saved: no error, silently wrong gradients.",
+    explanation="""
+`t.data` shares `t`'s memory but not its version counter.  A write through it (`w.data.clamp_()`,
+`x.data.mul_()`, `x.data[mask] = 0`) changes a tensor autograd saved for backward without autograd
+noticing: `backward()` runs and returns wrong gradients.  (`param.data = new` is different: it rebinds the
+storage and the saved old one is kept, so that backward is not corrupted.)
+""",
+    fix_advice="""
+Do the write after the backward that needs the old value, or write under `with torch.no_grad():` to the
+tensor itself so that autograd's version check can see it.
+""",
+    default_severity=Severity.ERROR,
+    check=check,
+    invalid=(
+        Example(
+            """
+import torch
+w = torch.randn(3, requires_grad=True)
+y = torch.sigmoid(w * 2)
+y.data.mul_(0.5)                    # GG102
+y.sum().backward()                  # runs, but w.grad is wrong
+""",
+            raises=None,
+        ),
+    ),
+    valid=(
+        Example(
+            """
+import torch
+w = torch.randn(3, requires_grad=True)
+y = torch.sigmoid(w * 2)
+y.sum().backward()
+w.data.mul_(0.5)
+"""
+        ),
+    ),
+)

@@ -1,0 +1,67 @@
+"""GG103 graph-break: a tensor that requires grad is rebuilt without its graph and fed back into a loss."""
+
+from __future__ import annotations
+
+from ..diagnostics import Severity
+from ..inference.events import Finding, GraphBreak
+from .base import Example, Rule
+
+MESSAGE = "element 0 of tensors does not require grad and does not have a grad_fn"
+
+
+def check(event):
+    if not isinstance(event, GraphBreak) or event.reached is None:
+        return
+    sink = event.reached
+    yield Finding(
+        "GG103",
+        event.node,
+        f"{event.how} copies values out of a tensor that requires grad into a new tensor with no graph; the "
+        f"backward on line {sink.node.lineno} gets no gradient through it (gradients silently become None or "
+        f'miss this term, or backward raises "{MESSAGE}"). Keep tensors: use `torch.stack`/`torch.cat`, '
+        "arithmetic on tensors instead of `.item()`/`float()`, and no numpy round trips.",
+        related=[(sink.node, "the backward that loses this gradient")],
+    )
+
+
+RULE = Rule(
+    code="GG103",
+    name="graph-break",
+    summary="A tensor that requires grad is rebuilt without its graph (`torch.tensor(t)`, `.item()`, numpy) and used in a loss.",
+    explanation="""
+`torch.tensor(t)`, `torch.tensor([t1, t2])`, `t.new_tensor(...)`, `torch.from_numpy(t.detach().numpy())`
+and arithmetic on `t.item()`/`float(t)`/`t.tolist()` make a new leaf from the *values* of `t`: the graph
+that produced `t` is gone.  A loss built from it gives no gradient to what produced `t` (gradients stay
+None or miss that term); if nothing else requires grad, `backward()` raises `element 0 of tensors does not
+require grad and does not have a grad_fn`.  `torch.tensor(float(loss), requires_grad=True)` backpropagates
+"successfully" and leaves every parameter's grad None.
+""",
+    fix_advice="Keep the tensors: `torch.stack([t1, t2])` instead of `torch.tensor([t1, t2])`, `loss` instead of "
+               "`torch.tensor(loss.item())`, tensor ops instead of numpy.",
+    default_severity=Severity.ERROR,
+    check=check,
+    invalid=(
+        Example(
+            """
+import torch
+w = torch.randn(3, requires_grad=True)
+a, b = (w * 2).sum(), (w * 3).sum()
+loss = torch.tensor([a, b]).sum()   # GG103
+loss.backward()
+""",
+            raises=MESSAGE,
+        ),
+    ),
+    valid=(
+        Example(
+            """
+import torch
+w = torch.randn(3, requires_grad=True)
+a, b = (w * 2).sum(), (w * 3).sum()
+loss = torch.stack([a, b]).sum()
+loss.backward()
+print(loss.item())
+"""
+        ),
+    ),
+)
