@@ -56,6 +56,7 @@ CANDIDATE = re.compile(
     r"|\bout\s*="
     r"|\.step\s*\("
     r"|\b(?:tensor|as_tensor|asarray|from_numpy|new_tensor)\s*\("
+    r"|\.(?:item|tolist|numpy)\s*\(|\bfloat\s*\("
 )
 
 

@@ -97,6 +97,16 @@ class CallsMixin:
             return self._torch_call(q, node)
         if q is not None and q.startswith("builtins."):
             return self._builtin_call(q[9:], node)
+        if q is not None and q.split(".")[0] == "numpy":
+            args, kwargs = self._eval_call_args(node)
+            numbers = [v for v in [*args, *kwargs.values()] if isinstance(v, NumberFrom)]
+            if numbers:  # numpy on values read out of tensors: still values read out of tensors
+                return NumberFrom(frozenset().union(*(n.sources for n in numbers)), node,
+                                  frozenset().union(*(n.markers for n in numbers)))
+            return NOT_TENSOR
+        if q == "copy.deepcopy":
+            args = self._eval_args(node)
+            return _copy_module(args[0], node) if args and isinstance(args[0], ModuleValue) else UNKNOWN
         if q == "itertools.chain":
             owners = [a for a in self._eval_args(node) if isinstance(a, ParamIterable)]
             return ParamIterable(owners) if owners else UNKNOWN
@@ -138,22 +148,31 @@ class CallsMixin:
         args = [self.eval(a) for a in node.args]
         for kw in node.keywords:
             self.eval(kw.value)
+        if name == "sum" and args and isinstance(args[0], TensorSeq):
+            items = args[0].items
+            if items and all(isinstance(i, NumberFrom) for i in items):
+                return NumberFrom(frozenset().union(*(i.sources for i in items)), node,
+                                  frozenset().union(*(i.markers for i in items)))
+            if any(isinstance(i, (Tensor, Derived)) for i in items):
+                return self.apply_op("add", [i for i in items if isinstance(i, (Tensor, Derived))], node, "sum()")
+        if name in ("sum", "min", "max", "abs", "round") and args and isinstance(args[0], NumberFrom):
+            return args[0]
         if name in ("float", "int") and args and isinstance(args[0], (Tensor, NumberFrom)):
-            return _number_from(args[0], node)  # float(loss): the value leaves the graph
+            return self._number_from(args[0], node, f"`{name}()`")  # float(loss): the value leaves the graph
         if name in ("len", "int", "range"):
             return INT if name != "range" else NOT_TENSOR
         if name == "float":
             return NOT_TENSOR
-        if name == "enumerate" and args:
-            return TensorSeq([INT, self._iter_element(args[0], node.args[0])]) if isinstance(
+        if name == "enumerate" and args:  # yields (index, element) pairs
+            return TensorSeq([TensorSeq([INT, self._iter_element(args[0], node.args[0])])]) if isinstance(
                 args[0], (Tensor, TensorSeq, ParamIterable)) else UNKNOWN
         if name == "reversed" and args:
             return args[0] if isinstance(args[0], TensorSeq) else UNKNOWN
         if name in ("list", "tuple") and args and isinstance(args[0], (TensorSeq, ParamIterable)):
             return args[0]
-        if name == "zip":
+        if name == "zip":  # yields tuples
             items = [self._iter_element(a, n) for a, n in zip(args, node.args)]
-            return TensorSeq(items) if any(isinstance(i, Tensor) for i in items) else UNKNOWN
+            return TensorSeq([TensorSeq(items)]) if any(isinstance(i, Tensor) for i in items) else UNKNOWN
         if name == "print":
             return NOT_TENSOR
         return UNKNOWN
@@ -275,7 +294,7 @@ class CallsMixin:
             return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}.detach()",
                           lost_sources=lost)
         if name in ("item", "tolist", "numpy"):
-            return _number_from(tensor, node)
+            return self._number_from(tensor, node, f"`.{name}()`")
         if name == "new_tensor" and len(args) > 1:
             rg = _keyword_bool(node, "requires_grad", False)
             return self._graph_break(node, "`.new_tensor(...)`", [args[1]], Grad.YES if rg else Grad.NO)
@@ -318,9 +337,12 @@ class CallsMixin:
         if name in ("parameters",):
             return ParamIterable(module)
         if name == "named_parameters":
-            return UNKNOWN
+            return ParamIterable(module, named=True)
         if name == "forward":
             return self.call_module(module, args, node)
+        if name == "requires_grad_":
+            flag = _positional_or_keyword_bool(node, 0, "requires_grad", True)
+            module.freeze(flag is False)
         if name in MODULE_RETURNING_METHODS:
             return module
         return UNKNOWN
@@ -381,7 +403,8 @@ class CallsMixin:
                 value = self.call_module(child, [value], node)
             return value
         x = args[0] if args else UNKNOWN
-        if not isinstance(x, Tensor):
+        forward = _method_of(module, "forward") if not module.torch_module else None
+        if not isinstance(x, Tensor) and forward is None:
             for a in args:
                 self._sink("escape", node, a)
             info = self.k.module(module.cls) if module.torch_module else None
@@ -403,7 +426,7 @@ class CallsMixin:
         info = self.k.module(module.cls)
         # A torch module the table does not know may or may not have parameters.
         params = (Grad.YES if info.has_params else Grad.NO) if info is not None else Grad.MAYBE
-        if not self.state.grad_enabled:
+        if not self.state.grad_enabled or module.frozen:
             params = Grad.NO
         rg = max(self._grad(*[a for a in args if isinstance(a, Tensor)]), params)
         if not self.state.grad_enabled:
@@ -419,8 +442,8 @@ class CallsMixin:
 
         def holds(conds: frozenset[str]) -> Grad:
             g = Grad.NO
-            if "input" in conds:
-                g = max(g, self._grad(x))
+            if "input" in conds:  # any tensor argument (a cell's hidden state counts like its input)
+                g = max(g, self._grad(*[a for a in args if isinstance(a, Tensor)]))
             if "params" in conds:
                 g = max(g, params)
             return g
@@ -428,7 +451,9 @@ class CallsMixin:
         if info is not None and rg:
             cond = holds(info.saves_input)
             if cond:
-                saves.add(self._save(x, f"nn.{module.cls}", "input", node, cond == Grad.YES).id)
+                for arg in args:
+                    if isinstance(arg, Tensor):
+                        saves.add(self._save(arg, f"nn.{module.cls}", "input", node, cond == Grad.YES).id)
             cond = holds(info.saves_params)
             if cond and info.has_params:
                 weight = self._module_attr(module, "weight", node)
@@ -467,15 +492,6 @@ def _positional_or_keyword_bool(node: ast.Call, index: int, name: str, default: 
 GRAPH_REBUILDING_FACTORIES = {"tensor", "as_tensor", "asarray", "from_numpy"}
 
 
-def _number_from(value: Value, node: ast.AST) -> Value:
-    if isinstance(value, NumberFrom):
-        return value
-    if isinstance(value, Tensor):
-        sources = value.graph | value.lost_sources if value.requires_grad else value.lost_sources
-        return NumberFrom(sources, node) if sources else NOT_TENSOR
-    return NOT_TENSOR
-
-
 def _method_of(module: ModuleValue, name: str) -> ast.FunctionDef | None:
     """A method defined by the file's own class of this module (or None for torch modules)."""
     cls = module.user_class
@@ -492,3 +508,17 @@ def _param_owners(params: Value) -> list[Value]:
     if isinstance(params, Tensor) and (params.param or params.group):
         return [params]
     return []
+
+
+def _copy_module(module: ModuleValue, node: ast.AST) -> ModuleValue:
+    """``copy.deepcopy(model)``: the same structure with parameters of its own (an EMA teacher, a target net)."""
+    copy = ModuleValue(module.cls, module.torch_module, module.inplace, module.ctor, user_class=module.user_class)
+    copy.children = [_copy_module(c, node) for c in module.children]
+    for name, value in module.attrs.items():
+        if isinstance(value, ModuleValue):
+            copy.attrs[name] = _copy_module(value, node)
+        elif isinstance(value, Tensor) and value.param:
+            copy.attrs[name] = new_tensor(node, value.requires_grad, leaf=True, param=True, label=value.label)
+        elif not isinstance(value, Tensor):
+            copy.attrs[name] = value
+    return copy

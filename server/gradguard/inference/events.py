@@ -46,6 +46,24 @@ class Mutation:
     kind: str = "write"  # "write"; "step" (optimizer.step() updating parameters); "data" (through .data)
     element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
     via: str | None = None  # set when the write happens inside a helper called here: "`helper()` (line 12)"
+    frames: list[tuple[ast.AST, int]] = field(default_factory=list)  # (call site, id mark) of followed calls
+
+    def locate(self) -> None:
+        """A write inside followed calls is reported where its cause lives: at the real line when the saved
+        (or written) tensor was made inside the innermost call, else at the call site of the outermost frame
+        that the tensor predates.  Ids grow monotonically, so an id below a frame's mark predates that call."""
+        if not self.frames:
+            return
+        key = min([c.save.id for c in self.conflicts] + [t.storage.id for t in (self.target.group or (self.target,))])
+        node = self.node
+        for site, mark in reversed(self.frames):
+            if key >= mark:
+                break
+            node = site
+        if node is self.node:
+            self.via = None
+        else:
+            self.node = node
 
 
 @dataclass

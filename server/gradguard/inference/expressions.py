@@ -16,6 +16,7 @@ from .values import (
     Grad,
     ModuleValue,
     NumberFrom,
+    Opaque,
     ParamIterable,
     Tensor,
     TensorSeq,
@@ -49,8 +50,11 @@ def _const_int(node: ast.expr) -> int | None:
     return None
 
 
-def _sources(value: Value) -> frozenset[int]:
-    return value.sources if isinstance(value, NumberFrom) else frozenset()
+def _numbers(values: list[Value], node: ast.AST) -> NumberFrom:
+    """Arithmetic on numbers read out of tensors: still numbers, remembering where they came from."""
+    numbers = [v for v in values if isinstance(v, NumberFrom)]
+    return NumberFrom(frozenset().union(*(n.sources for n in numbers)), node,
+                      frozenset().union(*(n.markers for n in numbers)))
 
 
 class ExpressionsMixin:
@@ -78,14 +82,11 @@ class ExpressionsMixin:
         items = [self.eval(e) for e in node.elts]
         if not items and isinstance(node, ast.List):
             return TensorSeq([])  # `steps = []`: a list that .append() may fill with tensors
-        if any(isinstance(i, (Tensor, Derived)) for i in items):
-            return TensorSeq(items)
-        if any(isinstance(i, ParamIterable) for i in items) or any(
-                isinstance(i, TensorSeq) and any(isinstance(j, ParamIterable) for j in i.items) for i in items):
-            return TensorSeq(items)  # [{"params": a.parameters()}, ...] param groups
-        if any(isinstance(i, NumberFrom) for i in items):
-            return NumberFrom(frozenset().union(*(_sources(i) for i in items)), node)
-        return NOT_TENSOR if items and all(i in (INT, NOT_TENSOR) for i in items) else UNKNOWN
+        if any(isinstance(i, NumberFrom) for i in items) and not any(isinstance(i, (Tensor, Derived)) for i in items):
+            return _numbers(items, node)
+        if all(isinstance(i, Opaque) for i in items):
+            return NOT_TENSOR if items and all(i in (INT, NOT_TENSOR) for i in items) else UNKNOWN
+        return TensorSeq(items)  # a tuple of models, optimizers, tensors, param groups...
 
     _expr_List = _expr_Tuple
 
@@ -103,9 +104,9 @@ class ExpressionsMixin:
                 self.eval(cond)
         element = self.eval(node.elt)
         self.state = saved
-        if isinstance(element, Tensor):
-            return TensorSeq([element])
-        return UNKNOWN
+        if isinstance(element, Opaque):
+            return UNKNOWN
+        return TensorSeq([element])  # every element is like this one
 
     _expr_GeneratorExp = _expr_ListComp
 
@@ -142,7 +143,7 @@ class ExpressionsMixin:
                 return new_tensor(node, Grad.NO)
             return self.apply_op(name, [left, right], node, _op_symbol(node.op))
         if isinstance(left, NumberFrom) or isinstance(right, NumberFrom):
-            return NumberFrom(_sources(left) | _sources(right), node)
+            return _numbers([left, right], node)
         if isinstance(left, ParamIterable) and isinstance(right, ParamIterable):
             return ParamIterable([left, right])
         if left in (INT, NOT_TENSOR) and right in (INT, NOT_TENSOR):
@@ -193,7 +194,8 @@ class ExpressionsMixin:
         if module.torch_module:
             info = self.k.module(module.cls)
             if name in ("weight", "bias") and (info is None or info.has_params):
-                param = new_tensor(node, Grad.YES, leaf=True, param=True, label=f"the {module.cls} {name}")
+                rg = Grad.NO if module.frozen else Grad.YES
+                param = new_tensor(node, rg, leaf=True, param=True, label=f"the {module.cls} {name}")
                 module.attrs[name] = param
                 return param
         return UNKNOWN

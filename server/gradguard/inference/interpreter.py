@@ -120,6 +120,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.inline_site: ast.AST | None = None  # the outermost call site: writes inside are reported there
         self.inline_record = True  # False while inlining a module's forward (its own analysis reports its writes)
         self.inline_mark = 0  # saves with a smaller id were made before the call
+        self.inline_frames: list[tuple[ast.AST, int]] = []  # (call site, id mark) of each followed call
         self.returns: list[Value] | None = None
 
     # ----------------------------------------------------------------- helpers
@@ -355,6 +356,12 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                 # `p.data = new`: rebinds storage; the old storage (and any saved copy) is kept.
                 owner.tensor.storage = Storage()
                 return
+            if isinstance(owner, Tensor) and target.attr == "requires_grad" and isinstance(value, Opaque):
+                flag = getattr(stmt, "value", None)
+                if isinstance(flag, ast.Constant) and isinstance(flag.value, bool):
+                    for t in owner.group or (owner,):  # `for p in model.parameters(): p.requires_grad = False`
+                        t.requires_grad = Grad.YES if flag.value else Grad.NO
+                return
             self._sink("escape", stmt, value)
         elif isinstance(target, ast.Subscript):
             container = self.eval(target.value)
@@ -410,8 +417,10 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             return self._view(iterable, node, multi_view="Unbind" if iterable.requires_grad else None)
         if isinstance(iterable, ParamIterable):
             params = tuple(self._param_tensors(iterable))
-            return Tensor(Storage(), Grad.YES, leaf=True, param=True, label="a parameter", origin=node, group=params,
-                          graph=frozenset({new_id()}))
+            graph = frozenset().union(*(p.graph for p in params)) if params else frozenset({new_id()})
+            param = Tensor(Storage(), Grad.YES, leaf=True, param=True, label="a parameter", origin=node, group=params,
+                           graph=graph)
+            return TensorSeq([NOT_TENSOR, param]) if iterable.named else param
         if isinstance(iterable, Derived):
             return iterable
         return UNKNOWN
@@ -446,19 +455,13 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         storages = {t.storage.id for t in written}
         pending = [s for s in self.saves if s.storage.id in storages and not s.consumed
                    and s.version <= s.storage.version]
-        if self.inline_site is not None:
-            pending = [s for s in pending if s.id < self.inline_mark]  # only saves the caller made
         if self.inline_record:
             mutation = Mutation(node, snapshot(target), how, self.state.grad_enabled, self._next(), advanced,
                                 module, functional_inplace, pending, kind=kind,
                                 element_loop=index is not None and self._is_element_loop_index(index))
-            if self.inline_site is not None:
-                mutation.via = f"`{self.inline_stack[0].name}()` (line {node.lineno})" if hasattr(
-                    self.inline_stack[0], "name") else None
-                mutation.node = self.inline_site
-                if target.origin is not None and getattr(target.origin, "lineno", 0) >= getattr(
-                        self.inline_stack[0], "lineno", 0):
-                    mutation.target.label = f"a tensor passed to `{self.inline_stack[0].name}()`"
+            if self.inline_frames:
+                mutation.frames = list(self.inline_frames)
+                mutation.via = f"`{self.inline_stack[-1].name}()` (line {node.lineno})"
             self.mutations.append(mutation)
         if kind == "data":
             return target  # .data writes bypass the version counter and the graph
@@ -555,11 +558,13 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.inline_record = self.inline_record and record
         self.returns, self.loop_vars = [], []
         self.inline_stack.append(fn)
+        self.inline_frames.append((node, new_id()))
         try:
             self.run_block(fn.body)
             returns = self.returns
         finally:
             self.inline_stack.pop()
+            self.inline_frames.pop()
             self.state, self.inline_site, self.inline_record, self.inline_mark, self.returns, self.loop_vars = saved
         if not returns:
             return NOT_TENSOR
@@ -580,6 +585,21 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             graph |= {marker}
         return new_tensor(node, requires_grad, leaf=True, graph=graph)
 
+    def _number_from(self, value: Value, node: ast.AST, how: str) -> Value:
+        """``loss.item()``, ``float(t)``, ``t.numpy()``: a plain value; if it flows back into a loss, the
+        gradient through ``t`` is lost (recorded as a GraphBreak, confirmed only if it reaches a backward)."""
+        if isinstance(value, NumberFrom):
+            return value
+        if not isinstance(value, Tensor):
+            return NOT_TENSOR
+        sources = _grad_sources(value)
+        if not sources:
+            return NOT_TENSOR
+        marker = new_id()
+        self.breaks.append(GraphBreak(node, f"{how} reads the value out of a tensor that requires grad, and the "
+                                            "arithmetic that follows", sources, marker))
+        return NumberFrom(sources, node, frozenset({marker}))
+
     def _cond_grad(self, args: list[Value], positions) -> Grad:
         return max((args[p].requires_grad for p in positions if p < len(args) and isinstance(args[p], Tensor)),
                    default=Grad.NO)
@@ -591,6 +611,8 @@ def _grad_sources(value: Value) -> frozenset[int]:
         return value.graph | value.lost_sources if value.requires_grad or value.lost_sources else frozenset()
     if isinstance(value, NumberFrom):
         return value.sources
+    if isinstance(value, Derived):
+        return value.graph if value.requires_grad else frozenset()
     if isinstance(value, TensorSeq):
         return frozenset().union(*(_grad_sources(i) for i in value.items)) if value.items else frozenset()
     return frozenset()

@@ -109,6 +109,15 @@ class ModuleValue:
     attrs: dict[str, "Value"] = field(default_factory=dict)
     children: list["ModuleValue"] = field(default_factory=list)  # nn.Sequential
     user_class: ast.ClassDef | None = None
+    frozen: bool = False  # `.requires_grad_(False)`: its parameters do not require grad
+
+    def freeze(self, frozen: bool = True) -> None:
+        self.frozen = frozen
+        for value in [*self.attrs.values(), *self.children]:
+            if isinstance(value, ModuleValue):
+                value.freeze(frozen)
+            elif isinstance(value, Tensor) and value.param:
+                value.requires_grad = Grad.NO if frozen else Grad.YES
 
 
 @dataclass(eq=False)
@@ -117,6 +126,7 @@ class NumberFrom:
 
     sources: frozenset[int]  # the grad sources of the tensor it was read from
     origin: ast.AST | None = None
+    markers: frozenset[int] = frozenset()  # the GraphBreak events of the lines that read it out
 
 
 @dataclass(eq=False)
@@ -129,9 +139,10 @@ class OptimizerValue:
 
 @dataclass(eq=False)
 class ParamIterable:
-    """``model.parameters()``: iterating yields leaf parameters."""
+    """``model.parameters()``: iterating yields leaf parameters (``named_parameters()``: (name, parameter))."""
 
     owner: "Value"
+    named: bool = False
 
 
 @dataclass(eq=False)
@@ -222,6 +233,11 @@ def join(a: Value, b: Value) -> Value:
         return merged
     if isinstance(a, Opaque) and isinstance(b, Opaque):
         return a if a == b else UNKNOWN
+    # `loss = 0.0` before a loop that makes it a tensor: after the loop it is the tensor.
+    if a in (INT, NOT_TENSOR) and isinstance(b, (Tensor, Derived, TensorSeq)):
+        return b
+    if b in (INT, NOT_TENSOR) and isinstance(a, (Tensor, Derived, TensorSeq)):
+        return a
     if a is UNKNOWN or b is UNKNOWN:
         return UNKNOWN
     return UNKNOWN
@@ -231,6 +247,8 @@ def graph_of(value: Value) -> frozenset[int]:
     """The ids of the saves reachable from a value's graph."""
     if isinstance(value, (Tensor, Derived)):
         return value.graph
+    if isinstance(value, NumberFrom):
+        return value.markers
     if isinstance(value, TensorSeq):
         graph = frozenset().union(*(graph_of(i) for i in value.items)) if value.items else frozenset()
         return graph | (value.base.graph if value.base is not None else frozenset())
