@@ -75,7 +75,8 @@ class GraphBreak:
     sources: frozenset[int]  # grad sources (leaves) whose gradient path this line cuts
     marker: int  # an id put into the rebuilt tensor's graph, to see whether it reaches a backward
     origin: ast.AST | None = None
-    reached: Sink | None = None  # filled by the engine: the backward the rebuilt value reaches without its sources
+    certain: bool = True  # False when the tensor only maybe requires grad
+    reached: Sink | None = None  # filled by the engine: the backward (or forward's return) the value reaches
 
 
 Event = Mutation | GraphBreak
@@ -88,6 +89,8 @@ class Finding:
     message: str
     certain: bool = True
     related: list[tuple[ast.AST, str]] = field(default_factory=list)
+    # Facts a rule's ``fix`` hook needs (e.g. ``{"mutation": Mutation}``); never shown, never serialised.
+    data: dict = field(default_factory=dict)
 
     def to_diagnostic(self, path: str, severity: Severity, lines: list[str]) -> Diagnostic:
         related = []

@@ -114,6 +114,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.self_value = self_value
         self.written_names: set[str] = set()  # names written in place in this unit: worth asking jedi about
         self.breaks: list[GraphBreak] = []
+        self.is_forward = False  # an nn.Module's forward: its return value is what backward runs through
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
         # Calls into the file's own functions are analysed in place ("inlined"), with these set:
         self.inline_stack: list[ast.AST] = []
@@ -152,6 +153,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
 
     # -------------------------------------------------------------- statements
     def run_function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool) -> None:
+        self.is_forward = is_forward
         for deco in fn.decorator_list:
             target = deco.func if isinstance(deco, ast.Call) else deco
             if self.qual(target) in GRAD_OFF_CONTEXTS:
@@ -581,7 +583,8 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         graph: frozenset[int] = frozenset({new_id()}) if requires_grad else frozenset()
         if sources:
             marker = new_id()
-            self.breaks.append(GraphBreak(node, how, sources, marker))
+            certain = all(_certainly_requires_grad(v) for v in sources_from)
+            self.breaks.append(GraphBreak(node, how, sources, marker, certain=certain))
             graph |= {marker}
         return new_tensor(node, requires_grad, leaf=True, graph=graph)
 
@@ -596,13 +599,21 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         if not sources:
             return NOT_TENSOR
         marker = new_id()
-        self.breaks.append(GraphBreak(node, f"{how} reads the value out of a tensor that requires grad, and the "
-                                            "arithmetic that follows", sources, marker))
+        self.breaks.append(GraphBreak(node, f"{how} and the arithmetic on its result", sources, marker,
+                                      certain=value.requires_grad == Grad.YES or bool(value.lost_sources)))
         return NumberFrom(sources, node, frozenset({marker}))
 
     def _cond_grad(self, args: list[Value], positions) -> Grad:
         return max((args[p].requires_grad for p in positions if p < len(args) and isinstance(args[p], Tensor)),
                    default=Grad.NO)
+
+
+def _certainly_requires_grad(value: Value) -> bool:
+    if isinstance(value, Tensor):
+        return value.requires_grad == Grad.YES or bool(value.lost_sources)
+    if isinstance(value, TensorSeq):
+        return any(_certainly_requires_grad(i) for i in value.items)
+    return isinstance(value, (NumberFrom, Derived))
 
 
 def _grad_sources(value: Value) -> frozenset[int]:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from ..diagnostics import Severity
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..diagnostics import Fix
+    from ..fixes.context import FixContext
     from ..inference.events import Event, Finding
 
 DOCS_BASE_URL = "https://github.com/gradguard/gradguard/blob/main/docs/rules"
@@ -40,6 +42,9 @@ class Rule:
     valid: tuple[Example, ...] = ()
     invalid: tuple[Example, ...] = ()
     when_wrong: str = ""  # markdown: when the rule can be wrong
+    # The code fix for one finding (a libcst codemod, see ``gradguard.fixes``), or None when there is none
+    # for that code.  Called only for files that have findings; may raise ``fixes.CannotFix``.
+    fix: Callable[["FixContext", "Finding"], "Fix | None"] | None = None
 
     @property
     def url(self) -> str:

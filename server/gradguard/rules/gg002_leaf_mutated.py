@@ -25,7 +25,15 @@ def check(mutation: Mutation):
         "Wrap parameter updates in `with torch.no_grad():`, or compute on a copy.",
         certain=target.requires_grad == Grad.YES,
         related=related,
+        data={"mutation": mutation},
     )
+
+
+def fix(ctx, finding):
+    """A parameter update or reset goes under ``torch.no_grad()``; a computation works on a copy."""
+    from ..fixes import inplace as F
+
+    return F.fix_leaf_write(ctx, finding)
 
 
 RULE = Rule(
@@ -45,6 +53,7 @@ work on a copy (`y = x.clone(); y += 1`) or out of place (`y = x + 1`).
 """,
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix,
     invalid=(
         Example(
             """

@@ -26,7 +26,15 @@ def check(mutation: Mutation):
         f'"{LEAF_VIEW_MESSAGE}" Do it under `torch.no_grad()` or on a clone.',
         certain=root.requires_grad == Grad.YES,
         related=related,
+        data={"mutation": mutation},
     )
+
+
+def fix(ctx, finding):
+    """Like GG002: ``torch.no_grad()`` for updates and resets, a copy of the leaf for computations."""
+    from ..fixes import inplace as F
+
+    return F.fix_leaf_write(ctx, finding)
 
 
 RULE = Rule(
@@ -44,6 +52,7 @@ Initialise under `with torch.no_grad():`, or build the value out of place
 """,
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix,
     invalid=(
         Example(
             """

@@ -27,7 +27,16 @@ def check(mutation: Mutation):
         "Rebind out of place or `clone()` the piece first.",
         certain=target.requires_grad == Grad.YES,
         related=[(target.origin, f"the view comes from `{op.lower()}` here")] if target.origin is not None else [],
+        data={"mutation": mutation},
     )
+
+
+def fix(ctx, finding):
+    """Rebind the piece out of place (its sibling pieces are other memory); none when the whole tensor
+    is read later and must see the write."""
+    from ..fixes import inplace as F
+
+    return F.fix_multi_view_write(ctx, finding)
 
 
 RULE = Rule(
@@ -47,6 +56,7 @@ and reassemble with `torch.stack`/`torch.cat` if the whole tensor is needed.
 """,
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix,
     invalid=(
         Example(
             """

@@ -29,6 +29,7 @@ def check(mutation: Mutation):
         "Use inplace=False here.",
         certain=save.certain,
         related=related,
+        data={"mutation": mutation},
     )
     if mutation.module is not None and mutation.module.ctor is not None:
         yield Finding(
@@ -39,7 +40,15 @@ def check(mutation: Mutation):
             "Use inplace=False.",
             certain=save.certain,
             related=[(mutation.node, "applied here"), *conflict_related(conflict)],
+            data={"mutation": mutation},
         )
+
+
+def fix(ctx, finding):
+    """``inplace=False`` (at the module's constructor for modules), ``F.relu_`` -> ``F.relu``."""
+    from ..fixes import inplace as F
+
+    return F.fix_inplace_activation(ctx, finding)
 
 
 RULE = Rule(
@@ -57,6 +66,7 @@ line that constructed the module.
     fix_advice="Pass `inplace=False` (or drop the keyword); use `F.relu` instead of `F.relu_`.",
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix,
     invalid=(
         Example(
             """

@@ -13,13 +13,16 @@ def check(event):
     if not isinstance(event, GraphBreak) or event.reached is None:
         return
     sink = event.reached
+    where = f"the backward on line {sink.node.lineno}" if sink.kind == "backward" else (
+        f"backward through the value returned on line {sink.node.lineno}")
     yield Finding(
         "GG103",
         event.node,
-        f"{event.how} copies values out of a tensor that requires grad into a new tensor with no graph; the "
-        f"backward on line {sink.node.lineno} gets no gradient through it (gradients silently become None or "
-        f'miss this term, or backward raises "{MESSAGE}"). Keep tensors: use `torch.stack`/`torch.cat`, '
-        "arithmetic on tensors instead of `.item()`/`float()`, and no numpy round trips.",
+        f"{event.how}: values are read out of a tensor that requires grad and used again without their graph, "
+        f"so {where} gets no gradient through them (gradients silently become None or miss this term, or "
+        f'backward raises "{MESSAGE}"). Keep tensors: `torch.stack`/`torch.cat`, arithmetic on tensors instead '
+        "of `.item()`/`float()`, no numpy round trips.",
+        certain=event.certain,
         related=[(sink.node, "the backward that loses this gradient")],
     )
 
