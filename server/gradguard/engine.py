@@ -9,6 +9,7 @@ units (functions, module top level) -> cheap candidate check -> ``Interpreter``
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 from typing import Iterator
 
@@ -24,23 +25,72 @@ from .rules import RULES_IN_PRECEDENCE
 
 
 
-def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True) -> list[Finding]:
+def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True,
+                   cache: dict[str, list[Finding]] | None = None) -> list[Finding]:
+    """Findings for one parsed file.
+
+    ``cache`` (the language server keeps one per document) maps a fingerprint of everything one function's
+    analysis reads to its findings, so that a keystroke re-analyses only the functions it can affect.  It is
+    rewritten in place to hold just this run's entries.
+    """
     knowledge = load_knowledge()
     imports = collect_imports(tree.body)
     oracle = JediOracle("\n".join(lines), path) if use_jedi and lines is not None and _imports_project_code(imports) else None
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
-    ctx = Context(knowledge, imports, find_module_classes(tree, imports), oracle=oracle, functions=functions)
+    classes = find_module_classes(tree, imports)
+    ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions)
     findings: dict[tuple[str, int, int], Finding] = {}
     units = list(_units(tree))
     candidates = _candidate_units(units, lines) if lines is not None else None
+    fingerprint = _Fingerprints(tree, lines, functions, classes) if cache is not None and lines is not None else None
+    used: dict[str, list[Finding]] = {}
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
             continue
-        interp = _run_unit(ctx, fn, owner, tree)
-        for finding in _check(interp):
-            key = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
-            findings.setdefault(key, finding)
+        key = fingerprint.of(fn, owner) if fingerprint is not None else None
+        if key is not None and key in cache:
+            produced = cache[key]
+        else:
+            produced = list(_check(_run_unit(ctx, fn, owner, tree)))
+        if key is not None:
+            used[key] = produced
+        for finding in produced:
+            where = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
+            findings.setdefault(where, finding)
+    if cache is not None:
+        cache.clear()
+        cache.update(used)
     return list(findings.values())
+
+
+class _Fingerprints:
+    """What one function's analysis can read: its own text and place, the imports, its class, and the
+    file's functions and classes it names (transitively, since calls are followed).  Line numbers are part
+    of it because findings carry them."""
+
+    def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict):
+        self.lines = lines
+        self.named = {**functions, **{name: info.node for name, info in classes.items()}}
+        imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+        top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        self.imports = "|".join(ast.dump(s) for s in imports)
+        self.top_text = "\n".join(self._text(s) for s in top)
+
+    def _text(self, node: ast.AST) -> str:
+        return f"@{node.lineno}\n" + "\n".join(self.lines[node.lineno - 1 : node.end_lineno])
+
+    def of(self, fn, owner) -> str:
+        own = self._text(fn) if fn is not None else self.top_text
+        parts = [own, self.imports, self._text(owner) if owner is not None else ""]
+        seen: set[str] = set()
+        pending = [own]
+        while pending:
+            for name in set(re.findall(r"[A-Za-z_]\w*", pending.pop())) & self.named.keys() - seen:
+                seen.add(name)
+                text = self._text(self.named[name])
+                parts.append(text)
+                pending.append(text)
+        return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _imports_project_code(imports: dict[str, str]) -> bool:

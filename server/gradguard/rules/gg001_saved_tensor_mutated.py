@@ -21,7 +21,8 @@ def check(mutation: Mutation):
     yield Finding(
         "GG001",
         mutation.node,
-        f"{mutation.how} modifies {mutation.target.label} in place, but `{save.op}` on line "
+        f"{mutation.how}{f' inside {mutation.via}' if mutation.via else ''} modifies {mutation.target.label} in "
+        f"place, but `{save.op}` on line "
         f"{save.node.lineno} saved it (as its {what}) for backward; {where_it_raises(conflict)} "
         f'"{SAVED_MESSAGE}". Use an out-of-place op or clone first.',
         certain=save.certain,
