@@ -44,8 +44,13 @@ def _input_problem(path: str, code: str, message: str, line: int = 1, column: in
     return FileResult(path, [diag], error=message)
 
 
-def analyze_source(source: str | bytes, path: str = "<string>", config: Config | None = None) -> FileResult:
-    """Analyse one Python source and return its findings, filtered and ranked by ``config``."""
+def analyze_source(source: str | bytes, path: str = "<string>", config: Config | None = None,
+                   cache: dict | None = None) -> FileResult:
+    """Analyse one Python source and return its findings, filtered and ranked by ``config``.
+
+    ``cache``: an empty dict the caller keeps per document and passes again on the next edit; unchanged
+    functions then reuse their findings (see ``engine.analyze_module``).
+    """
     config = config or Config()
     text = parsing.decode(source) if isinstance(source, bytes) else source
     if isinstance(text, parsing.Unreadable):
@@ -57,7 +62,7 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         return FileResult(path)
     lines = parsing.source_lines(text)
     diagnostics = []
-    for finding in analyze_module(parsed, path, lines, use_jedi=config.jedi):
+    for finding in analyze_module(parsed, path, lines, use_jedi=config.jedi, cache=cache):
         rule = RULES_BY_CODE[finding.code]
         if not config.enabled(rule.code):
             continue
