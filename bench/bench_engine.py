@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
 from gradguard.api import analyze_source  # noqa: E402
 from gradguard.config import Config  # noqa: E402
+from gradguard.inference.calls import CALL_STATS  # noqa: E402
 
 
 def default_corpus() -> list[Path]:
@@ -81,6 +82,7 @@ def main() -> None:
     for label, cpu in runs.items():
         print(f"{label + ' (1 process)':<44}{cpu:>10.2f}{cpu / max(parse_cpu, 1e-9):>9.2f}x")
     print("findings:", dict(sorted(by_rule.items())) or "none")
+    print("calls (both runs):", dict(CALL_STATS))
     for line in shown:
         print(line)
 

@@ -8,6 +8,7 @@ knowledge table (``gradguard.knowledge``); this file only knows torch's *API sha
 from __future__ import annotations
 
 import ast
+import collections
 
 from ..knowledge import OpInfo
 from .events import Sink
@@ -29,6 +30,9 @@ from .values import (
     graph_of,
     new_tensor,
 )
+
+# How often calls are followed or assumed harmless (the benchmark prints it).
+CALL_STATS: collections.Counter[str] = collections.Counter()
 
 # API knowledge (not autograd knowledge): which torch callables build new tensors from data.
 FACTORIES = {
@@ -132,6 +136,7 @@ class CallsMixin:
         graph = frozenset().union(*(graph_of(v) for v in inputs)) if inputs else frozenset()
         if not graph and not any(isinstance(v, (Tensor, Derived)) for v in inputs):
             return UNKNOWN
+        CALL_STATS["unknown callee given tensors"] += 1  # assumed harmless: it writes nothing we can see
         return Derived(graph, self._grad(*inputs))
 
     def _eval_call_args(self, node: ast.Call) -> tuple[list[Value], dict[str, Value]]:

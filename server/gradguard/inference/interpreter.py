@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass, field
 
 from ..knowledge import TorchKnowledge
-from .calls import CallsMixin
+from .calls import CALL_STATS, CallsMixin
 from .events import GraphBreak, Mutation, Sink
 from .expressions import ExpressionsMixin, _const_int
 from .imports import normalize, qualified_name
@@ -559,6 +559,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             self.inline_site, self.inline_mark = node, new_id()
         self.inline_record = self.inline_record and record
         self.returns, self.loop_vars = [], []
+        CALL_STATS["followed call of the file's own code"] += 1
         self.inline_stack.append(fn)
         self.inline_frames.append((node, new_id()))
         try:
