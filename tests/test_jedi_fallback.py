@@ -8,6 +8,7 @@ import textwrap
 import time
 
 from gradguard.api import analyze_path
+from gradguard.config import Config
 
 LAYERS = """
 import torch
@@ -43,7 +44,7 @@ def _project(tmp_path):
 def test_parameter_from_another_module_is_a_leaf(tmp_path, capsys):
     train = _project(tmp_path)
     start = time.perf_counter()
-    result = analyze_path(train)
+    result = analyze_path(train, Config(jedi=True))
     elapsed = time.perf_counter() - start
     assert [(d.line, d.code) for d in result.diagnostics] == [(6, "GG002")]
     with capsys.disabled():
@@ -57,3 +58,7 @@ def test_torch_agrees(tmp_path):
     proc = subprocess.run([sys.executable, "-c", "from pkg.train import run; run()"], cwd=tmp_path,
                           capture_output=True, text=True)
     assert "a leaf Variable that requires grad is being used in an in-place operation." in proc.stderr
+
+
+def test_jedi_is_opt_in(tmp_path):
+    assert analyze_path(_project(tmp_path)).diagnostics == []

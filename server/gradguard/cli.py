@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
                        help="processes to analyse with (default: all cores)")
     check.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    check.add_argument("--no-jedi", action="store_true",
-                       help="do not ask jedi about values imported from other modules (faster, one file at a time)")
+    check.add_argument("--jedi", action=argparse.BooleanOptionalAction, default=None,
+                       help="ask jedi what helpers imported from other modules return (slower; default: the "
+                            "`jedi` setting of [tool.gradguard], off)")
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only: no summary, no progress")
     check.set_defaults(handler=_check)
 
@@ -133,7 +134,7 @@ def _config(args: argparse.Namespace) -> Config:
     config = base.with_overrides(
         select=args.select, ignore=args.ignore, extend_ignore=args.extend_ignore, severity=dict(args.severity)
     )
-    return replace(config, jedi=False) if args.no_jedi else config
+    return replace(config, jedi=args.jedi) if args.jedi is not None else config
 
 
 # --- analysis ----------------------------------------------------------------

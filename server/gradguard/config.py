@@ -5,7 +5,7 @@
 select = ["GG0"]            # code prefixes to enable (default: all)
 ignore = ["GG005"]          # code prefixes to disable
 exclude = ["build/", "third_party/**"]   # gitignore-style patterns, relative to the pyproject.toml
-jedi = true                 # follow imports of project modules with jedi (slower)
+jedi = false                # true: follow imports of project modules with jedi (3-5x slower)
 [tool.gradguard.severity]
 GG001 = "warning"
 ```
@@ -37,7 +37,7 @@ class Config:
     severity: dict[str, Severity] = field(default_factory=dict)
     exclude: tuple[str, ...] = ()
     root: Path | None = None  # the folder of the pyproject.toml it came from
-    jedi: bool = True  # ask jedi about values imported from other modules (slower, sees across files)
+    jedi: bool = False  # ask jedi about values imported from other modules (slower, sees across files)
 
     def enabled(self, code: str) -> bool:
         if self.select and not any(code.startswith(p) for p in self.select):
@@ -92,7 +92,7 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
         exclude = [exclude]
     if not isinstance(exclude, list) or not all(isinstance(v, str) for v in exclude):
         raise ConfigError("[tool.gradguard] exclude must be a list of patterns")
-    jedi = table.get("jedi", True)
+    jedi = table.get("jedi", False)
     if not isinstance(jedi, bool):
         raise ConfigError("[tool.gradguard] jedi must be true or false")
     return Config(

@@ -264,6 +264,10 @@ class CallsMixin:
             for arg in node.args:
                 if isinstance(arg, ast.Constant) and arg.value is True:
                     inplace = True
+        if inplace and "Dropout" in cls:  # nn.Dropout(0.0, inplace=True) never writes
+            p = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "p"), None)
+            if isinstance(p, ast.Constant) and p.value == 0:
+                inplace = False
         module = ModuleValue(cls, torch_module=True, inplace=inplace, ctor=node)
         if cls in ("Sequential",):
             module.children = [a for a in args if isinstance(a, ModuleValue)]

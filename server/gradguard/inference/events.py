@@ -44,6 +44,7 @@ class Mutation:
     pending: list[Save] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)  # filled by the engine
     kind: str = "write"  # "write"; "step" (optimizer.step() updating parameters); "data" (through .data)
+    grad_mode_known: bool = True  # False when grad mode here depends on a caller we cannot see
     element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
     via: str | None = None  # set when the write happens inside a helper called here: "`helper()` (line 12)"
     frames: list[tuple[ast.AST, int]] = field(default_factory=list)  # (call site, id mark) of followed calls

@@ -115,6 +115,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.written_names: set[str] = set()  # names written in place in this unit: worth asking jedi about
         self.breaks: list[GraphBreak] = []
         self.is_forward = False  # an nn.Module's forward: its return value is what backward runs through
+        self.grad_mode_known = True  # the module's top level runs with grad mode on
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
         # Calls into the file's own functions are analysed in place ("inlined"), with these set:
         self.inline_stack: list[ast.AST] = []
@@ -154,6 +155,10 @@ class Interpreter(ExpressionsMixin, CallsMixin):
     # -------------------------------------------------------------- statements
     def run_function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool) -> None:
         self.is_forward = is_forward
+        # Grad mode at entry is the caller's: known on (for the rules that raise at once) only in a forward,
+        # or in training code that runs backward or steps itself.
+        self.grad_mode_known = is_forward or any(
+            isinstance(n, ast.Attribute) and n.attr in ("backward", "step", "grad") for n in ast.walk(fn))
         for deco in fn.decorator_list:
             target = deco.func if isinstance(deco, ast.Call) else deco
             if self.qual(target) in GRAD_OFF_CONTEXTS:
@@ -173,7 +178,11 @@ class Interpreter(ExpressionsMixin, CallsMixin):
     def _param_value(self, arg: ast.arg, is_forward: bool) -> Value:
         ann = arg.annotation
         if ann is not None and self._is_tensor_annotation(ann):
-            return Tensor(Storage(), Grad.MAYBE, leaf=False, origin=arg, label=f"`{arg.arg}`", graph=frozenset({new_id()}))
+            # A helper's tensor argument: whether it requires grad is the caller's business.  Precision first:
+            # assume not (calls from this file are followed with the caller's real values instead).
+            rg = Grad.MAYBE if is_forward else Grad.NO
+            return Tensor(Storage(), rg, leaf=False, origin=arg, label=f"`{arg.arg}`",
+                          graph=frozenset({new_id()}) if rg else frozenset())
         if ann is not None and isinstance(ann, ast.Name) and ann.id in ("int", "float", "str", "bool"):
             return NOT_TENSOR
         if ann is not None and (self.qual(ann) or "").startswith("torch.nn.") and (self.qual(ann) or "").endswith("Module"):
@@ -252,10 +261,15 @@ class Interpreter(ExpressionsMixin, CallsMixin):
     def _stmt_If(self, stmt: ast.If) -> None:
         self.eval(stmt.test)
         before = self.state.copy()
+        saves_before = len(self.saves)
         self.run_block(stmt.body)
         after_body = self.state
+        # The else branch does not run after the body: it must not see the body's saves.
+        body_saves = self.saves[saves_before:]
+        del self.saves[saves_before:]
         self.state = before
         self.run_block(stmt.orelse)
+        self.saves[saves_before:saves_before] = body_saves
         self.state = _merge(after_body, self.state)
 
     def _stmt_For(self, stmt: ast.For) -> None:
@@ -460,7 +474,8 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         if self.inline_record:
             mutation = Mutation(node, snapshot(target), how, self.state.grad_enabled, self._next(), advanced,
                                 module, functional_inplace, pending, kind=kind,
-                                element_loop=index is not None and self._is_element_loop_index(index))
+                                element_loop=index is not None and self._is_element_loop_index(index),
+                                grad_mode_known=self.grad_mode_known)
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
                 mutation.via = f"`{self.inline_stack[-1].name}()` (line {node.lineno})"

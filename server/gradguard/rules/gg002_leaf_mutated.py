@@ -23,7 +23,7 @@ def check(mutation: Mutation):
         mutation.node,
         f'{mutation.how} modifies {subject} in place; torch raises here: "{LEAF_MESSAGE}" '
         "Wrap parameter updates in `with torch.no_grad():`, or compute on a copy.",
-        certain=target.requires_grad == Grad.YES,
+        certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=related,
         data={"mutation": mutation},
     )

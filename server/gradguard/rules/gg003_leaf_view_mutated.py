@@ -24,7 +24,7 @@ def check(mutation: Mutation):
         mutation.node,
         f"{mutation.how} writes through a view of {root.label}, a leaf that requires grad; torch raises here: "
         f'"{LEAF_VIEW_MESSAGE}" Do it under `torch.no_grad()` or on a clone.',
-        certain=root.requires_grad == Grad.YES,
+        certain=root.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=related,
         data={"mutation": mutation},
     )

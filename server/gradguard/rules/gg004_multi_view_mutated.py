@@ -25,7 +25,7 @@ def check(mutation: Mutation):
         f"{mutation.how} modifies a view returned by `{op.lower()}` (a function that returns several views of one "
         f'tensor); torch raises here: "Output N of {op} is a view and is being modified inplace". '
         "Rebind out of place or `clone()` the piece first.",
-        certain=target.requires_grad == Grad.YES,
+        certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=[(target.origin, f"the view comes from `{op.lower()}` here")] if target.origin is not None else [],
         data={"mutation": mutation},
     )

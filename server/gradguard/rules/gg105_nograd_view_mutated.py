@@ -20,6 +20,7 @@ def check(mutation: Mutation):
         mutation.node,
         f'{mutation.how}{via} modifies a view that was made under `torch.no_grad()`; torch raises here: "{MESSAGE}" '
         "Make the view with grad mode on, or write under `torch.no_grad()` too, or clone it.",
+        certain=mutation.grad_mode_known,
         related=[(mutation.target.origin, "the view is made under no_grad here")] if mutation.target.origin else [],
     )
 
