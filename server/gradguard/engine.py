@@ -107,14 +107,15 @@ def _units(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo
     stack: list[tuple[ast.AST, ast.ClassDef | None]] = [(tree, None)]
     while stack:
         node, owner = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                yield child, owner
-                stack.append((child, None))
-            elif isinstance(child, ast.ClassDef):
-                stack.append((child, child))
-            elif isinstance(child, ast.stmt):
-                stack.append((child, owner))
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):  # statements only: cheaper than a walk
+            for child in getattr(node, field, None) or ():
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield child, owner
+                    stack.append((child, None))
+                elif isinstance(child, ast.ClassDef):
+                    stack.append((child, child))
+                else:
+                    stack.append((child, owner))
 
 
 def _candidate_units(units, lines: list[str]) -> set:

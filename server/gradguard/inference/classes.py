@@ -10,10 +10,25 @@ from .interpreter import ClassInfo, Context, Interpreter
 from .values import ModuleValue, Value
 
 
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def statements(tree: ast.AST):
+    """Every statement, nested ones included, without visiting expressions (``ast.walk`` costs ~3x more)."""
+    stack = list(getattr(tree, "body", []))
+    while stack:
+        node = stack.pop()
+        yield node
+        for field in _BODIES:
+            children = getattr(node, field, None)
+            if children:
+                stack.extend(children)
+
+
 def find_module_classes(tree: ast.Module, imports: dict[str, str]) -> dict[str, ClassInfo]:
     """Classes deriving (directly or through another class of the file) from an nn.Module-like base."""
     classes: dict[str, ClassInfo] = {}
-    for node in ast.walk(tree):
+    for node in statements(tree):
         if not isinstance(node, ast.ClassDef):
             continue
         is_module = False
