@@ -1,8 +1,15 @@
 """pytest-lsp fixtures: a real ``python -m gradguard.lsp`` subprocess per test.
 
-Markers on a test choose how the client initialises:
+The client declares VS Code's capabilities (as pytest-lsp recorded them), except:
+  - it pulls diagnostics (textDocument/diagnostic, with workspace/diagnostic/refresh) only when the test
+    is marked @pytest.mark.pull; otherwise the server pushes them;
+  - it does not offer dynamic file watching unless the test is marked @pytest.mark.watch.
+Other markers:
   @pytest.mark.init_options({...})     initializationOptions
   @pytest.mark.encodings(["utf-8"])    general.positionEncodings offered by the client
+The client records pushed diagnostics (``client.published``), ``client/registerCapability`` requests
+(``client.registrations``) and ``workspace/applyEdit`` requests (``client.applied_edits``; it answers
+``applied: true`` without changing anything: the test sends the resulting text itself).
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "init_options(options): initializationOptions for the LSP test client")
     config.addinivalue_line("markers", "encodings(list): position encodings the LSP test client offers")
+    config.addinivalue_line("markers", "pull: the LSP test client pulls diagnostics (textDocument/diagnostic)")
+    config.addinivalue_line("markers", "watch: the LSP test client allows dynamic registration of file watchers")
 
 
 def _record_publish(client: LanguageClient, params: types.PublishDiagnosticsParams) -> None:
@@ -27,12 +36,31 @@ def _record_publish(client: LanguageClient, params: types.PublishDiagnosticsPara
     client.published.append(params)  # type: ignore[attr-defined]
 
 
+def _record_registration(client: LanguageClient, params: types.RegistrationParams) -> None:
+    client.registrations.extend(params.registrations)  # type: ignore[attr-defined]
+
+
+def _record_apply_edit(client: LanguageClient, params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+    client.applied_edits.append(params)  # type: ignore[attr-defined]
+    return types.ApplyWorkspaceEditResult(applied=True)
+
+
 def _make_default_client() -> LanguageClient:
     from pytest_lsp.client import default_converter
 
     client = LanguageClient(converter_factory=default_converter)
     client.published = []  # type: ignore[attr-defined]
-    register_lsp_features(client, {**DEFAULT_CLIENT_FEATURES, types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: _record_publish})
+    client.registrations = []  # type: ignore[attr-defined]
+    client.applied_edits = []  # type: ignore[attr-defined]
+    register_lsp_features(
+        client,
+        {
+            **DEFAULT_CLIENT_FEATURES,
+            types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: _record_publish,
+            types.CLIENT_REGISTER_CAPABILITY: _record_registration,
+            types.WORKSPACE_APPLY_EDIT: _record_apply_edit,
+        },
+    )
     return client
 
 
@@ -48,6 +76,13 @@ SERVER_ENV = {**os.environ, "GRADGUARD_LSP_DEBOUNCE_MS": "20"}
 )
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp_path):
     caps = client_capabilities("visual-studio-code")
+    if request.node.get_closest_marker("pull") is None:
+        caps.text_document.diagnostic = None
+    else:
+        caps.text_document.diagnostic = types.DiagnosticClientCapabilities(related_document_support=False)
+        caps.workspace.diagnostics = types.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
+    if request.node.get_closest_marker("watch") is None and caps.workspace is not None:
+        caps.workspace.did_change_watched_files = None
     encodings = request.node.get_closest_marker("encodings")
     if encodings is not None:
         caps.general = caps.general or types.GeneralClientCapabilities()

@@ -129,7 +129,8 @@ async def test_open_publishes_finding(client: LanguageClient):
     assert len(d.related_information) == 1
     rel = d.related_information[0]
     assert rel.location.uri == URI and rel.location.range.start == types.Position(line=1, character=4)
-    assert d.data["code"] == "GG002" and d.data["line"] == 3 and d.data["fix"] is None
+    assert d.data["code"] == "GG002" and d.data["line"] == 3 and d.data["version"] == 1
+    assert d.data["fix"] == analyze_source(LEAF).diagnostics[0].to_json()["fix"]  # the rule's fix, if it has one
 
 
 async def test_incremental_change_clears(client: LanguageClient):
@@ -172,12 +173,21 @@ async def code_actions(client: LanguageClient, diags: Sequence[types.Diagnostic]
     return [a for a in result or [] if isinstance(a, types.CodeAction)]
 
 
+def suppressions(actions: list[types.CodeAction]) -> list[types.CodeAction]:
+    return [a for a in actions if a.title.startswith("Suppress ")]
+
+
 async def test_suppress_code_action(client: LanguageClient):
     open_doc(client, LEAF)
     diags = await wait_publish(client, URI, version=1)
     actions = await code_actions(client, diags)
-    assert [a.title for a in actions] == ["Suppress GG002 on this line"]
-    action = actions[0]
+    fix = diags[0].data["fix"]
+    # the rule's own fix (when it has one) comes first, then the suppression
+    assert [a.title for a in actions] == ([fix["title"]] if fix else []) + ["Suppress GG002 on this line"]
+    if fix:
+        assert actions[0].is_preferred is (fix["safe"] is True) and actions[0].kind == types.CodeActionKind.QuickFix
+    (action,) = suppressions(actions)
+    assert not action.is_preferred
     assert action.kind == types.CodeActionKind.QuickFix
     (doc_edit,) = action.edit.document_changes
     assert doc_edit.text_document.uri == URI and doc_edit.text_document.version == 1
@@ -192,7 +202,7 @@ async def test_suppress_adds_to_existing_comment(client: LanguageClient):
     text = LEAF.replace("x += 1", "x += 1  # gradguard: ignore[GG001]")
     open_doc(client, text)
     diags = await wait_publish(client, URI, version=1)
-    (action,) = await code_actions(client, diags)
+    (action,) = suppressions(await code_actions(client, diags))
     new_text = apply_edits(text, action.edit.document_changes[0].edits)
     assert new_text.splitlines()[2] == "x += 1  # gradguard: ignore[GG001, GG002]"
     assert analyze_source(new_text).diagnostics == []
@@ -346,3 +356,243 @@ async def test_latency_large_file(client: LanguageClient, capsys):
     with capsys.disabled():
         print(f"\n[latency] didChange -> publishDiagnostics, {text.count(chr(10))} lines (debounce 20 ms): "
               + ", ".join(f"{t * 1000:.0f} ms" for t in timings))
+
+
+# ---- pull mode: a client that pulls gets no pushes -------------------------------------
+async def pull(client: LanguageClient, previous: str | None = None, uri: str = URI) -> Any:
+    return await client.text_document_diagnostic_async(
+        types.DocumentDiagnosticParams(text_document=types.TextDocumentIdentifier(uri=uri), previous_result_id=previous)
+    )
+
+
+@pytest.mark.pull
+async def test_pull_mode_never_pushes(client: LanguageClient):
+    open_doc(client, LEAF)
+    report = await pull(client)
+    assert report.kind == "full" and summary(report.items) == [(2, "GG002")]
+    assert report.items[0].data["version"] == 1
+    # unchanged text and configuration: the client may keep what it has
+    again = await pull(client, previous=report.result_id)
+    assert again.kind == "unchanged" and again.result_id == report.result_id
+    change_range(client, rng(2, 0, 2, 6), "y = x + 1", version=2)
+    fresh = await pull(client, previous=report.result_id)
+    assert fresh.kind == "full" and len(fresh.items) == 0 and fresh.result_id != report.result_id
+    # hover reads what was pulled last
+    change_range(client, rng(2, 0, 2, 9), "x.add_(1)", version=3)
+    assert summary((await pull(client)).items) == [(2, "GG002")]
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(line=2, character=1))
+    )
+    assert hover is not None and "GG002" in hover.contents.value
+    client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=URI)))
+    await asyncio.sleep(0.3)
+    assert client.published == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.pull
+async def test_pull_mode_config_change_asks_for_a_refresh(client: LanguageClient):
+    open_doc(client, LEAF)
+    first = await pull(client)
+    assert len(first.items) == 1
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"gradguard": {"ignore": ["GG002"]}}))
+    await asyncio.wait_for(_until(lambda: client.diagnostic_refresh_count == 1), 10)
+    refreshed = await pull(client, previous=first.result_id)  # same text, new configuration: not "unchanged"
+    assert refreshed.kind == "full" and len(refreshed.items) == 0
+
+
+async def _until(predicate) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)
+
+
+# ---- pyproject.toml is watched ---------------------------------------------------------
+async def test_no_watcher_without_dynamic_registration(client: LanguageClient):
+    open_doc(client, LEAF)
+    await wait_publish(client, URI, version=1)
+    assert client.registrations == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.watch
+async def test_pyproject_change_reloads_config(client: LanguageClient, tmp_path):
+    await asyncio.wait_for(_until(lambda: client.registrations), 10)  # type: ignore[attr-defined]
+    (reg,) = client.registrations  # type: ignore[attr-defined]
+    assert reg.method == "workspace/didChangeWatchedFiles"
+    assert [w["globPattern"] for w in reg.register_options["watchers"]] == ["**/pyproject.toml"]
+
+    pyproject = tmp_path / "pyproject.toml"
+    uri = tmp_path.joinpath("src", "model.py").as_uri()
+    open_doc(client, LEAF, uri=uri)
+    (d,) = await wait_publish(client, uri, version=1)
+    assert d.severity == types.DiagnosticSeverity.Error
+
+    def changed(kind: types.FileChangeType) -> None:
+        client.workspace_did_change_watched_files(
+            types.DidChangeWatchedFilesParams(changes=[types.FileEvent(uri=pyproject.as_uri(), type=kind)])
+        )
+
+    pyproject.write_text('[tool.gradguard.severity]\nGG002 = "info"\n', encoding="utf-8")
+    changed(types.FileChangeType.Created)
+    (d,) = await wait_publish(client, uri, version=1)
+    assert d.severity == types.DiagnosticSeverity.Information
+
+    pyproject.write_text('[tool.gradguard]\nignore = ["GG002"]\n', encoding="utf-8")
+    changed(types.FileChangeType.Changed)
+    assert len(await wait_publish(client, uri, version=1)) == 0
+
+    # other watched files are no reason to re-analyse
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(changes=[types.FileEvent(uri=tmp_path.joinpath("setup.cfg").as_uri(), type=types.FileChangeType.Changed)])
+    )
+    pyproject.write_text("[tool.gradguard\n", encoding="utf-8")  # broken: warn, use defaults
+    changed(types.FileChangeType.Changed)
+    (d,) = await wait_publish(client, uri, version=1)
+    assert d.severity == types.DiagnosticSeverity.Error
+    assert any("pyproject" in m.message for m in client.messages)
+
+    pyproject.unlink()
+    changed(types.FileChangeType.Deleted)
+    assert len(await wait_publish(client, uri, version=1)) == 1
+    assert len([p for p in client.published if p.uri == uri]) == 5  # type: ignore[attr-defined]
+
+
+# ---- fix-all ---------------------------------------------------------------------------
+def _fixable_fixture() -> tuple[str, list[Any]] | None:
+    """Text of a corpus fixture with at least one safe fix, if any rule offers fixes yet."""
+    from fixture_corpus import all_fixtures
+
+    for fx in all_fixtures():
+        text = fx.path.read_text(encoding="utf-8")
+        diags = analyze_source(text).diagnostics
+        if any(d.fix is not None and d.fix.safe for d in diags):
+            return text, diags
+    return None
+
+
+async def test_fix_all_is_advertised_and_empty_without_fixes(client: LanguageClient):
+    caps = client.init_result.capabilities  # type: ignore[attr-defined]
+    assert "source.fixAll.gradguard" in caps.code_action_provider.code_action_kinds
+    assert "quickfix" in caps.code_action_provider.code_action_kinds
+    assert "gradguard.applyAllFixes" in caps.execute_command_provider.commands
+    open_doc(client, "import torch\nx = torch.zeros(3)\nx += 1\n")  # nothing to fix
+    assert len(await wait_publish(client, URI, version=1)) == 0
+    for only in (["source.fixAll"], ["source"], ["source.fixAll.gradguard"], None):
+        actions = await client.text_document_code_action_async(
+            types.CodeActionParams(
+                text_document=types.TextDocumentIdentifier(uri=URI),
+                range=rng(0, 0, 0, 0),
+                context=types.CodeActionContext(diagnostics=[], only=only),
+            )
+        )
+        assert not actions
+    result = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="gradguard.applyAllFixes", arguments=[URI])
+    )
+    assert result == {"applied": False, "fixes": 0, "skipped": 0}
+    assert client.applied_edits == []  # type: ignore[attr-defined]
+    bad = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="gradguard.applyAllFixes", arguments=["file:///not/open.py"])
+    )
+    assert bad["applied"] is False
+
+
+async def test_quickfix_request_never_gets_the_fix_all(client: LanguageClient):
+    open_doc(client, TWO_FUNCS)
+    diags = await wait_publish(client, URI, version=1)
+    actions = await code_actions(client, diags)
+    assert actions and all(a.kind == types.CodeActionKind.QuickFix for a in actions)
+    assert len(suppressions(actions)) == 2
+
+
+async def test_fix_all_applies_every_safe_fix(client: LanguageClient):
+    found = _fixable_fixture()
+    if found is None:
+        pytest.skip("no rule offers an automatic fix yet (tests/lsp/test_fixes.py covers the merging)")
+    from gradguard.lsp.fixes import apply_edits as apply_fix_edits, merge_fixes
+
+    text, diags = found
+    merged = merge_fixes(d.to_json()["fix"] for d in diags if d.fix is not None)
+    open_doc(client, text)
+    await wait_publish(client, URI, version=1)
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=URI),
+            range=rng(0, 0, 0, 0),
+            context=types.CodeActionContext(diagnostics=[], only=["source.fixAll"]),
+        )
+    )
+    (action,) = actions
+    assert action.kind == "source.fixAll.gradguard"
+    (doc_edit,) = action.edit.document_changes
+    assert doc_edit.text_document.version == 1
+    fixed = apply_edits(text, doc_edit.edits)
+    assert fixed == apply_fix_edits(text, merged.edits)
+    result = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="gradguard.applyAllFixes", arguments=[{"uri": URI}])
+    )
+    assert result["applied"] is True and result["fixes"] == len(merged.applied)
+    (sent,) = client.applied_edits  # type: ignore[attr-defined]
+    assert apply_edits(text, sent.edit.document_changes[0].edits) == fixed
+    change_full(client, fixed, version=2)
+    assert summary(await wait_publish(client, URI, version=2)) == sorted((d.line - 1, d.code) for d in analyze_source(fixed).diagnostics)
+    assert len(analyze_source(fixed).diagnostics) < len(diags)
+
+
+# ---- kept findings follow the edits; stale diagnostics get no actions -------------------
+async def test_kept_findings_move_with_lines_inserted_above(client: LanguageClient):
+    open_doc(client, TWO_FUNCS)
+    assert summary(await wait_publish(client, URI, version=1)) == [(5, "GG002"), (11, "GG002")]
+    # one didChange: two comment lines at the top, then break g's return (now line 14)
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(range=rng(0, 0, 0, 0), text="# a\n# b\n"),
+                types.TextDocumentContentChangePartial(range=rng(14, 12, 14, 12), text=" +"),
+            ],
+        )
+    )
+    diags = await wait_publish(client, URI, version=2)
+    kept = [d for d in diags if d.code != "GG900"]
+    assert summary(kept) == [(7, "GG002"), (13, "GG002")]
+    assert kept[0].data["line"] == 8 and kept[0].data["version"] == 2
+    assert kept[0].related_information[0].location.range.start.line == 6
+    # the kept finding's suppression lands on the right line
+    (action,) = suppressions(await code_actions(client, [kept[0]]))
+    new_text = apply_edits(TWO_FUNCS.replace("import torch", "# a\n# b\nimport torch").replace("return y", "return y +"), action.edit.document_changes[0].edits)
+    assert new_text.split("\n")[7] == "    x += 1  # gradguard: ignore[GG002]"
+
+
+async def test_stale_diagnostics_get_no_code_actions(client: LanguageClient):
+    open_doc(client, LEAF)
+    old = await wait_publish(client, URI, version=1)
+    change_range(client, rng(0, 0, 0, 0), "# moved down\n", version=2)
+    fresh = await wait_publish(client, URI, version=2)
+    assert await code_actions(client, old) == []
+    actions = await code_actions(client, fresh)
+    assert actions and all(a.edit.document_changes[0].text_document.version == 2 for a in actions)
+
+
+@pytest.mark.init_options({"gradguard": {}, "run": "onSave"})
+async def test_run_on_save_analyses_on_open_and_save_only(client: LanguageClient):
+    open_doc(client, LEAF)
+    assert len(await wait_publish(client, URI, version=1)) == 1
+    change_range(client, rng(2, 0, 2, 6), "y = x + 1", version=2)
+    await asyncio.sleep(0.3)
+    assert [p.version for p in client.published] == [1]  # type: ignore[attr-defined]
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=URI)))
+    assert len(await wait_publish(client, URI, version=2)) == 0
+    # and back to on-type through the settings
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"gradguard": {}, "run": "onType"}))
+    await wait_publish(client, URI, version=2)
+    change_range(client, rng(2, 0, 2, 9), "x.add_(1)", version=3)
+    assert summary(await wait_publish(client, URI, version=3)) == [(2, "GG002")]
+
+
+async def test_code_actions_for_a_client_that_drops_data(client: LanguageClient):
+    open_doc(client, LEAF)
+    (d,) = await wait_publish(client, URI, version=1)
+    bare = types.Diagnostic(range=d.range, message=d.message, severity=d.severity, code=d.code, source=d.source)
+    actions = await code_actions(client, [bare])
+    (action,) = suppressions(actions)
+    assert action.edit.document_changes[0].text_document.version == 1
+    assert apply_edits(LEAF, action.edit.document_changes[0].edits).splitlines()[2] == "x += 1  # gradguard: ignore[GG002]"

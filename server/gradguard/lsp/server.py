@@ -1,13 +1,24 @@
 """The gradguard language server: a thin stdio shell (pygls 2) over ``api.analyze_source``.
 
-- Push diagnostics on open/change/save (debounced, analysed in a thread pool, stale
-  results dropped) and pull diagnostics (``textDocument/diagnostic``).
-- A syntax error keeps the last good findings (except those on the error line) and adds GG900.
-- Code actions: suppress a code on its line; a diagnostic's own fix when it has one.
+- Diagnostics, whichever way the client supports: pulled (``textDocument/diagnostic``) by a client that
+  declares ``textDocument.diagnostic``, else pushed on open/change/save (debounced, analysed in a thread
+  pool, stale results dropped, only published for the version they were computed on).  Never both: a
+  client that does both (Neovim 0.10+, VS Code) would show every finding twice.
+- A syntax error keeps the last good findings (except those on the error line) and adds GG900.  Kept
+  findings follow the edits (their lines shift with insertions/deletions above them; those on edited
+  lines are dropped), so their positions and fixes stay valid for the current text.
+- Each diagnostic's ``data`` is its JSON (``Diagnostic.to_json``) plus the ``version`` it was computed on.
+- Code actions: a diagnostic's own fix when it has one (preferred when safe); suppress a code on its line;
+  ``source.fixAll.gradguard`` applying every safe fix at once (also ``workspace/executeCommand``
+  ``gradguard.applyAllFixes``).  Every edit names the document version it was computed on, so a client
+  refuses it once the text has moved on.
 - Hover over a flagged range: the message, the rule's summary and a link to its docs.
 - Configuration: pyproject ``[tool.gradguard]`` of the workspace root, overridden by
   ``initializationOptions`` and ``workspace/didChangeConfiguration`` settings ``{"gradguard": {...}}``
-  (keys present replace ``select``/``ignore``; ``severity`` entries are merged).
+  (keys present replace ``select``/``ignore``; ``severity`` entries are merged).  ``"run": "onSave"`` beside
+  ``"gradguard"`` makes a pushing server analyse on open and save only.  The server registers a
+  ``workspace/didChangeWatchedFiles`` watcher for ``**/pyproject.toml`` when the client allows dynamic
+  registration, and reloads the configuration and re-analyses open documents when one changes.
 """
 
 from __future__ import annotations
@@ -18,10 +29,11 @@ import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import attrs
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
@@ -30,7 +42,7 @@ from .. import api
 from ..config import Config, ConfigError, config_from_table, load_config
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
 from ..rules import RULES_BY_CODE
-from . import convert
+from . import convert, fixes
 
 try:  # pragma: no cover - metadata is there when installed
     from importlib.metadata import version as _pkg_version
@@ -42,6 +54,10 @@ except Exception:  # pragma: no cover
 logger = logging.getLogger("gradguard.lsp")
 
 DEFAULT_DEBOUNCE_SECONDS = 0.075
+FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.gradguard"  # source.fixAll.gradguard
+FIX_ALL_COMMAND = "gradguard.applyAllFixes"
+FIX_ALL_TITLE = "Fix all gradguard issues"
+PYPROJECT_GLOB = "**/pyproject.toml"
 _IGNORE_COMMENT = re.compile(r"#\s*gradguard:\s*ignore(?P<bracket>\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
 
 
@@ -49,9 +65,93 @@ _IGNORE_COMMENT = re.compile(r"#\s*gradguard:\s*ignore(?P<bracket>\[(?P<codes>[^
 class DocState:
     """What the server remembers about one open document."""
 
+    text: str = ""  # the text the server last saw (to follow edits with ``last_good``)
     last_good: list[Diagnostic] = field(default_factory=list)  # of the last run without a syntax error
     published: list[tuple[Diagnostic, types.Diagnostic]] = field(default_factory=list)
+    published_version: int | None = None  # the version ``published`` was computed on
     task: asyncio.Task | None = None
+    # The engine's per-function cache for this document (``api.analyze_source(cache=...)``).  Each run
+    # gets a copy and the copy of the newest successful run replaces it, so two runs of one document in
+    # the pool never share a dict.
+    cache: dict = field(default_factory=dict)
+
+
+def _shift(diag: Diagnostic, first: int, last: int, delta: int) -> Diagnostic | None:
+    """``diag`` after lines ``first..last`` (1-based) were replaced by ``last - first + 1 + delta`` lines.
+
+    None when the finding itself is on an edited line.  Related locations and fix edits below the edit
+    move with it; a fix that touches the edited lines is dropped.
+    """
+    span = diag.span
+    if span.end_line >= first and span.line <= last:
+        return None
+    if span.line > last:
+        span = replace(span, line=span.line + delta, end_line=span.end_line + delta)
+    related = tuple(replace(r, line=r.line + delta) if r.line > last else r for r in diag.related)
+    fix = diag.fix
+    if fix is not None:
+        if any(e.end_line >= first and e.line <= last for e in fix.edits):
+            fix = None
+        else:
+            fix = replace(
+                fix,
+                edits=tuple(
+                    replace(e, line=e.line + delta, end_line=e.end_line + delta) if e.line > last else e
+                    for e in fix.edits
+                ),
+            )
+    return replace(diag, span=span, related=related, fix=fix)
+
+
+def follow_changes(diags: list[Diagnostic], old_text: str, new_text: str, changes: Any) -> list[Diagnostic]:
+    """Map findings of ``old_text`` through a didChange's ``changes`` (applied in order) onto ``new_text``.
+
+    A ranged change replaces lines ``start..end``: findings there are dropped, those below shift by the
+    change in line count.  Inserting whole lines (at column 0, text ending in a line break) or deleting
+    whole lines edits no surviving line.  A whole-document change falls back to ``follow_edit``.
+    """
+    if not diags:
+        return diags
+    if any(getattr(c, "range", None) is None for c in changes):
+        return follow_edit(diags, old_text, new_text)
+    for change in changes:
+        start, end, text = change.range.start, change.range.end, change.text
+        breaks = len(convert.split_lines(text)) - 1
+        first, last = start.line + 1, end.line + 1
+        if start.character == 0 and end.character == 0 and (text == "" or text.endswith(("\n", "\r"))):
+            last = end.line  # whole lines replaced: line end.line + 1 is untouched
+        delta = breaks - (end.line - start.line)
+        diags = [moved for d in diags if (moved := _shift(d, first, last, delta)) is not None]
+        if not diags:
+            break
+    return diags
+
+
+def follow_edit(diags: list[Diagnostic], old_text: str, new_text: str) -> list[Diagnostic]:
+    """Map findings of ``old_text`` onto ``new_text``: the lines outside the changed block keep theirs.
+
+    The changed block is what lies between the longest common run of leading and of trailing lines, so
+    one edit (or several close together) costs one linear scan, and identical lines keep their findings.
+    """
+    if not diags or old_text == new_text:
+        return diags
+    old, new = convert.split_lines(old_text), convert.split_lines(new_text)
+    prefix, limit = 0, min(len(old), len(new))
+    while prefix < limit and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and old[-1 - suffix] == new[-1 - suffix]:
+        suffix += 1
+    first, last = prefix + 1, len(old) - suffix  # 1-based, inclusive; last < first for a pure insertion
+    delta = (len(new) - suffix - prefix) - (len(old) - suffix - prefix)
+    if last < first:  # pure insertion between lines prefix and prefix+1: nothing edited, shift below
+        last = first - 1
+    kept = []
+    for d in diags:
+        moved = _shift(d, first, last, delta)
+        if moved is not None:
+            kept.append(moved)
+    return kept
 
 
 class GradguardServer(LanguageServer):
@@ -63,6 +163,29 @@ class GradguardServer(LanguageServer):
         self.overrides: dict[str, Any] = {}
         self.config = Config()
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gradguard-analysis")
+        self.pull_mode = False  # the client pulls diagnostics (textDocument/diagnostic): never push
+        self.refresh_support = False  # ... and accepts workspace/diagnostic/refresh
+        self.config_generation = 0  # bumped on every configuration change (part of pull result ids)
+        self.run_on_type = True  # push mode: analyse on every change, or (``"run": "onSave"``) on open/save only
+
+    def set_run(self, options: Any) -> None:
+        """``{"run": "onType" | "onSave", ...}`` beside ``"gradguard"`` in initializationOptions or settings."""
+        run = options.get("run") if isinstance(options, dict) else None
+        if run in ("onType", "onSave"):
+            self.run_on_type = run == "onType"
+        elif run is not None:
+            self.warn(f'"run" must be "onType" or "onSave", not {run!r}')
+
+    def set_client_capabilities(self, caps: types.ClientCapabilities | None) -> None:
+        text_document = caps.text_document if caps is not None else None
+        workspace = caps.workspace if caps is not None else None
+        self.pull_mode = text_document is not None and text_document.diagnostic is not None
+        self.refresh_support = bool(workspace and workspace.diagnostics and workspace.diagnostics.refresh_support)
+
+    def can_watch_files(self) -> bool:
+        caps = self.client_capabilities
+        watched = caps.workspace.did_change_watched_files if caps and caps.workspace else None
+        return bool(watched and watched.dynamic_registration)
 
     # ---- configuration -------------------------------------------------------------
     def warn(self, message: str) -> None:
@@ -104,6 +227,20 @@ class GradguardServer(LanguageServer):
             severity=parsed.severity,
         )
 
+    def reanalyse_all(self) -> None:
+        """The configuration changed: findings of every open document may be stale."""
+        self.config_generation += 1
+        for uri, state in list(self.docs.items()):
+            state.last_good = []
+            state.cache = {}
+            if not self.pull_mode:
+                self.schedule(uri, delay=0)
+        if self.pull_mode and self.refresh_support:
+            try:
+                self.workspace_diagnostic_refresh(None)
+            except Exception:  # pragma: no cover - a client that cannot take it
+                logger.exception("workspace/diagnostic/refresh failed")
+
     # ---- analysis ------------------------------------------------------------------
     @property
     def encoding(self) -> str:
@@ -118,30 +255,58 @@ class GradguardServer(LanguageServer):
             return None
         doc = self.workspace.get_text_document(uri)
         text, version, config = doc.source, doc.version, self.config
+        cache = dict(self.docs[uri].cache)
         loop = asyncio.get_running_loop()
         result: FileResult = await loop.run_in_executor(
-            self.executor, functools.partial(api.analyze_source, text, self._path(uri), config)
+            self.executor, functools.partial(api.analyze_source, text, self._path(uri), config, cache=cache)
         )
         state = self.docs.get(uri)
         if state is None:
             return None
+        current = self.workspace.get_text_document(uri).version == version and config is self.config
         syntax = [d for d in result.diagnostics if d.code == SYNTAX_ERROR]
         if result.error is not None and syntax:
             bad_lines = {d.line for d in syntax}
             merged = [d for d in state.last_good if d.line not in bad_lines] + syntax
         else:
             merged = list(result.diagnostics)
-            if self.workspace.get_text_document(uri).version == version:
+            if current:
                 state.last_good = merged
+                state.cache = cache
         return version, merged, text
 
-    def to_lsp(self, uri: str, text: str, diags: list[Diagnostic]) -> list[tuple[Diagnostic, types.Diagnostic]]:
+    def text_changed(self, uri: str, changes: Any) -> None:
+        """Move the kept findings of ``uri`` along with the edits just applied to its text."""
+        state = self.docs.get(uri)
+        if state is None:
+            return
+        new_text = self.workspace.get_text_document(uri).source
+        state.last_good = follow_changes(state.last_good, state.text, new_text, changes)
+        state.text = new_text
+
+    def publishable(self, uri: str, version: int | None, text: str, diags: list[Diagnostic]) -> list[types.Diagnostic]:
+        """Record what the client is shown for ``uri`` (hover and fix-all read it) and return it."""
+        state = self.docs.get(uri)
+        pairs = self.to_lsp(uri, text, diags, version)
+        if state is not None:
+            state.published, state.published_version = pairs, version
+        return [l for _, l in pairs]
+
+    def to_lsp(
+        self, uri: str, text: str, diags: list[Diagnostic], version: int | None = None
+    ) -> list[tuple[Diagnostic, types.Diagnostic]]:
         lines = convert.split_lines(text)
-        return [(d, convert.to_lsp_diagnostic(d, uri, lines, self.encoding)) for d in diags]
+        pairs = []
+        for d in diags:
+            lsp = convert.to_lsp_diagnostic(d, uri, lines, self.encoding)
+            if isinstance(lsp.data, dict):
+                lsp.data["version"] = version
+            pairs.append((d, lsp))
+        return pairs
 
     def schedule(self, uri: str, delay: float | None = None) -> None:
         state = self.docs.get(uri)
-        if state is None:
+        if state is None or self.pull_mode:
             return
         if state.task is not None and not state.task.done():
             state.task.cancel()
@@ -158,9 +323,8 @@ class GradguardServer(LanguageServer):
             state = self.docs.get(uri)
             if state is None or self.workspace.get_text_document(uri).version != version:
                 return  # closed or edited meanwhile: a newer run will publish
-            state.published = self.to_lsp(uri, text, diags)
             self.text_document_publish_diagnostics(
-                types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=[l for _, l in state.published])
+                types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=self.publishable(uri, version, text, diags))
             )
         except asyncio.CancelledError:
             raise
@@ -206,8 +370,39 @@ def _safe(default: Any = None) -> Callable:
 @server.feature(types.INITIALIZE)
 @_safe()
 def initialize(ls: GradguardServer, params: types.InitializeParams) -> None:
+    ls.set_client_capabilities(params.capabilities)
     ls.load_file_config()
     ls.set_overrides(params.initialization_options)
+    ls.set_run(params.initialization_options)
+
+
+@server.feature(types.INITIALIZED)
+@_safe()
+async def initialized(ls: GradguardServer, params: types.InitializedParams) -> None:
+    if ls.can_watch_files():
+        await ls.client_register_capability_async(
+            types.RegistrationParams(
+                registrations=[
+                    types.Registration(
+                        id="gradguard-pyproject-watcher",
+                        method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                        register_options=types.DidChangeWatchedFilesRegistrationOptions(
+                            watchers=[types.FileSystemWatcher(glob_pattern=PYPROJECT_GLOB)]
+                        ),
+                    )
+                ]
+            )
+        )
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+@_safe()
+def did_change_watched_files(ls: GradguardServer, params: types.DidChangeWatchedFilesParams) -> None:
+    if not any(c.uri.rsplit("/", 1)[-1] == "pyproject.toml" for c in params.changes):
+        return
+    ls.load_file_config()
+    ls.set_overrides(ls.overrides)
+    ls.reanalyse_all()
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -215,11 +410,10 @@ def initialize(ls: GradguardServer, params: types.InitializeParams) -> None:
 def did_change_configuration(ls: GradguardServer, params: types.DidChangeConfigurationParams) -> None:
     settings = params.settings
     if isinstance(settings, dict) and "gradguard" in settings:
+        ls.set_run(settings)
         ls.load_file_config()
         ls.set_overrides(settings["gradguard"])
-        for uri in list(ls.docs):
-            ls.docs[uri].last_good = []
-            ls.schedule(uri, delay=0)
+        ls.reanalyse_all()
 
 
 @server.feature(types.SHUTDOWN)
@@ -235,14 +429,17 @@ def shutdown(ls: GradguardServer, params: Any = None) -> None:
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 @_safe()
 def did_open(ls: GradguardServer, params: types.DidOpenTextDocumentParams) -> None:
-    ls.docs.setdefault(params.text_document.uri, DocState())
+    state = ls.docs.setdefault(params.text_document.uri, DocState())
+    state.text = ls.workspace.get_text_document(params.text_document.uri).source
     ls.schedule(params.text_document.uri, delay=0)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 @_safe()
 def did_change(ls: GradguardServer, params: types.DidChangeTextDocumentParams) -> None:
-    ls.schedule(params.text_document.uri)
+    ls.text_changed(params.text_document.uri, params.content_changes)
+    if ls.run_on_type:
+        ls.schedule(params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
@@ -258,7 +455,8 @@ def did_close(ls: GradguardServer, params: types.DidCloseTextDocumentParams) -> 
     state = ls.docs.pop(uri, None)
     if state is not None and state.task is not None:
         state.task.cancel()
-    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+    if not ls.pull_mode:
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 
 # ---- pull diagnostics ----------------------------------------------------------------
@@ -267,13 +465,28 @@ def did_close(ls: GradguardServer, params: types.DidCloseTextDocumentParams) -> 
     types.DiagnosticOptions(identifier="gradguard", inter_file_dependencies=False, workspace_diagnostics=False),
 )
 @_safe(default=types.RelatedFullDocumentDiagnosticReport(items=[]))
-async def pull_diagnostics(ls: GradguardServer, params: types.DocumentDiagnosticParams) -> types.RelatedFullDocumentDiagnosticReport:
+async def pull_diagnostics(
+    ls: GradguardServer, params: types.DocumentDiagnosticParams
+) -> types.RelatedFullDocumentDiagnosticReport | types.RelatedUnchangedDocumentDiagnosticReport:
     uri = params.text_document.uri
-    outcome = await ls.analyse(uri)
-    if outcome is None:
+    state = ls.docs.get(uri)
+    if state is None:
         return types.RelatedFullDocumentDiagnosticReport(items=[])
-    _, diags, text = outcome
-    return types.RelatedFullDocumentDiagnosticReport(items=[l for _, l in ls.to_lsp(uri, text, diags)])
+    version = ls.workspace.get_text_document(uri).version
+    result_id = f"{version}:{ls.config_generation}"
+    if params.previous_result_id == result_id and state.published_version == version:
+        return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
+    outcome = None
+    for _ in range(5):  # the text may change while it is analysed: answer for the newest version
+        outcome = await ls.analyse(uri)
+        if outcome is None or uri not in ls.docs:
+            return types.RelatedFullDocumentDiagnosticReport(items=[])
+        if outcome[0] == ls.workspace.get_text_document(uri).version:
+            break
+    assert outcome is not None
+    version, diags, text = outcome
+    items = ls.publishable(uri, version, text, diags)
+    return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=f"{version}:{ls.config_generation}")
 
 
 # ---- hover ---------------------------------------------------------------------------
@@ -341,29 +554,103 @@ def _workspace_edit(uri: str, version: int | None, edits: list[types.TextEdit]) 
     )
 
 
+def _kind_matches(kind: str, only: Any) -> bool:
+    """LSP kind filtering: ``kind`` is asked for when some entry of ``only`` is it or a prefix of it."""
+    if not only:
+        return True
+    return any(kind == str(k) or kind.startswith(f"{k}.") for k in only)
+
+
+def _version_of(diag: types.Diagnostic) -> int | None:
+    data = diag.data if isinstance(diag.data, dict) else {}
+    version = data.get("version")
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
+
+
+async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEdit | None, fixes.MergeResult]:
+    """One versioned WorkspaceEdit applying every safe fix of ``uri``'s current findings (None if none).
+
+    The fixes are those of the findings published for the current version; when none were (an edit is
+    in flight, or the client pulls and has not asked yet) the text is analysed now.  A text with a syntax
+    error gets no fix-all: the kept findings' fixes are for regions the parser could not check.
+    """
+    state = ls.docs.get(uri)
+    if state is None:
+        return None, fixes.MergeResult()
+    doc = ls.workspace.get_text_document(uri)
+    if state.published_version == doc.version and doc.version is not None:
+        version, text, found = doc.version, doc.source, [d for d, _ in state.published]
+    else:
+        text, version, config = doc.source, doc.version, ls.config
+        loop = asyncio.get_running_loop()
+        result: FileResult = await loop.run_in_executor(
+            ls.executor, functools.partial(api.analyze_source, text, ls._path(uri), config, cache=dict(state.cache))
+        )
+        found = list(result.diagnostics)
+    if any(d.code == SYNTAX_ERROR for d in found):
+        return None, fixes.MergeResult()
+    merged = fixes.merge_fixes(d.to_json()["fix"] for d in found if d.fix is not None)
+    if not merged.edits:
+        return None, merged
+    lines = convert.split_lines(text)
+    edits = convert.fix_to_text_edits({"edits": merged.edits}, lines, ls.encoding)
+    return _workspace_edit(uri, version, edits), merged
+
+
 @server.feature(
     types.TEXT_DOCUMENT_CODE_ACTION,
-    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]),
+    types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]),
 )
 @_safe(default=[])
-def code_action(ls: GradguardServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+async def code_action(ls: GradguardServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     if uri not in ls.docs:
         return []
     only = params.context.only
-    if only and not any(k == types.CodeActionKind.QuickFix or str(k).startswith("quickfix") for k in only):
-        return []
+    actions: list[types.CodeAction] = []
+    if _kind_matches(types.CodeActionKind.QuickFix.value, only):
+        actions.extend(quick_fixes(ls, uri, params.context.diagnostics))
+    if _kind_matches(FIX_ALL_KIND, only):
+        edit, merged = await fix_all_edit(ls, uri)
+        if edit is not None:
+            actions.append(
+                types.CodeAction(
+                    title=FIX_ALL_TITLE,
+                    kind=FIX_ALL_KIND,
+                    edit=edit,
+                )
+            )
+    return actions
+
+
+def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.CodeAction]:
+    """The diagnostic's own fix, then "suppress on this line", for each gradguard diagnostic given.
+
+    A diagnostic published for an older version than the text's is skipped: its positions are stale
+    (a fresh publish is on its way).
+    """
     doc = ls.workspace.get_text_document(uri)
     lines = convert.split_lines(doc.source)
     encoding = ls.encoding
     actions: list[types.CodeAction] = []
     seen: set[tuple[int, str]] = set()
-    for diag in params.context.diagnostics:
-        if diag.source != convert.SOURCE or not isinstance(diag.data, dict):
+    state = ls.docs.get(uri)
+    for diag in diagnostics or []:
+        if diag.source != convert.SOURCE:
+            continue
+        if not isinstance(diag.data, dict) and state is not None:
+            # a client that does not keep ``data``: find the diagnostic among those it was shown
+            shown = next((l for _, l in state.published if l.range == diag.range and l.code == diag.code), None)
+            if shown is not None:
+                diag = attrs.evolve(diag, data=shown.data)
+        if not isinstance(diag.data, dict):
             continue
         data = diag.data
         code = str(data.get("code") or diag.code or "")
         if not code or code == SYNTAX_ERROR:
+            continue
+        version = _version_of(diag)
+        if version is not None and doc.version is not None and version != doc.version:
             continue
         fix = data.get("fix")
         if isinstance(fix, dict) and fix.get("edits"):
@@ -372,7 +659,7 @@ def code_action(ls: GradguardServer, params: types.CodeActionParams) -> list[typ
                     title=str(fix.get("title") or f"Fix {code}"),
                     kind=types.CodeActionKind.QuickFix,
                     diagnostics=[diag],
-                    is_preferred=bool(fix.get("safe")),
+                    is_preferred=fix.get("safe") is True,
                     edit=_workspace_edit(uri, doc.version, convert.fix_to_text_edits(fix, lines, encoding)),
                 )
             )
@@ -392,6 +679,27 @@ def code_action(ls: GradguardServer, params: types.CodeActionParams) -> list[typ
             )
         )
     return actions
+
+
+@server.command(FIX_ALL_COMMAND)
+@_safe(default={"applied": False, "fixes": 0})
+async def apply_all_fixes(ls: GradguardServer, *args: Any) -> dict[str, Any]:
+    """``gradguard.applyAllFixes`` with argument ``uri`` (or ``{"uri": ...}``): apply every safe fix.
+
+    Sends one ``workspace/applyEdit``; returns ``{"applied": bool, "fixes": n, "skipped": m}``.
+    """
+    target = args[0] if args else None
+    if isinstance(target, dict):
+        target = target.get("uri")
+    if not isinstance(target, str) or target not in ls.docs:
+        ls.warn(f"{FIX_ALL_COMMAND}: pass the URI of an open document")
+        return {"applied": False, "fixes": 0, "skipped": 0}
+    edit, merged = await fix_all_edit(ls, target)
+    if edit is None:
+        return {"applied": False, "fixes": 0, "skipped": len(merged.skipped)}
+    response = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=FIX_ALL_TITLE))
+    applied = bool(getattr(response, "applied", False))
+    return {"applied": applied, "fixes": len(merged.applied) if applied else 0, "skipped": len(merged.skipped)}
 
 
 def main(argv: list[str] | None = None) -> int:
