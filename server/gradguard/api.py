@@ -13,6 +13,7 @@ from . import parsing
 from .config import Config
 from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module
+from .fixes import attach_fixes
 from .rules import RULES_BY_CODE
 
 _SUPPRESS = re.compile(
@@ -61,7 +62,7 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
     if not parsing.may_contain_findings(text):
         return FileResult(path)
     lines = parsing.source_lines(text)
-    diagnostics = []
+    kept = []
     for finding in analyze_module(parsed, path, lines, use_jedi=config.jedi, cache=cache):
         rule = RULES_BY_CODE[finding.code]
         if not config.enabled(rule.code):
@@ -69,16 +70,26 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         default = rule.default_severity if finding.certain else Severity.WARNING
         diag = finding.to_diagnostic(path, config.severity_for(rule.code, default), lines)
         if not _is_suppressed(diag, lines):
-            diagnostics.append(diag)
+            kept.append((finding, diag))
+    diagnostics = attach_fixes(text, parsed, path, kept)  # libcst runs only here, for files with findings
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return FileResult(path, diagnostics)
 
 
 def analyze_path(path: Path, config: Config | None = None, display_path: str | None = None) -> FileResult:
-    """Read and analyse one file; a file that cannot be read gets one clear diagnostic."""
+    """Read and analyse one file (a ``.ipynb`` as a notebook); a file that cannot be read gets one clear diagnostic."""
     shown = display_path or str(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         return _input_problem(shown, UNREADABLE, f"cannot read file: {exc.strerror or exc}")
-    return analyze_source(data, shown, config)
+    return analyze_bytes(data, shown, config)
+
+
+def analyze_bytes(data: bytes, path: str, config: Config | None = None) -> FileResult:
+    """Analyse a file's bytes: a notebook when ``path`` ends in ``.ipynb``, else Python source."""
+    from .notebooks import analyze_notebook, is_notebook  # imported here: notebooks imports this module
+
+    if is_notebook(path):
+        return analyze_notebook(data, path, config)
+    return analyze_source(data, path, config)

@@ -92,6 +92,7 @@ class Finding:
     related: list[tuple[ast.AST, str]] = field(default_factory=list)
     # Facts a rule's ``fix`` hook needs (e.g. ``{"mutation": Mutation}``); never shown, never serialised.
     data: dict = field(default_factory=dict)
+    fix_memo: tuple | None = None  # (Fix or None,) once computed: cached findings keep their fix
 
     def to_diagnostic(self, path: str, severity: Severity, lines: list[str]) -> Diagnostic:
         related = []

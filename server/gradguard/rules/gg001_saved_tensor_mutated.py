@@ -36,29 +36,7 @@ def fix(ctx, finding):
     rebinding when only containers, attributes or the caller could see the write."""
     from ..fixes import inplace as F
 
-    mutation = F.mutation_of(finding)
-    write = F.Write.of(ctx, mutation.node)
-    rebind = F.fix_or_none(lambda: F.Rebind(ctx, write))
-    possible = (
-        rebind is not None
-        and not F.grad_would_be_lost(mutation)
-        and (rebind.direct or not F.saves_inside(mutation, write.stmt))
-    )
-    if possible and rebind.report.clean:
-        built = F.fix_or_none(rebind.rewrite)
-        if built is not None:
-            return built[0].fix(f"Write out of place: `{F.short(built[1])}`", safe=True)
-        possible = False
-    if not possible or rebind.report.aliases_read_after:
-        built = F.fix_or_none(lambda: F.clone_where_saved(ctx, mutation, write))
-        if built is not None:
-            return built[0].fix(f"Clone where it is saved: {built[1]}", safe=True)
-    if possible and rebind.report.only_holders:
-        built = F.fix_or_none(rebind.rewrite)
-        if built is not None:
-            title = f"Write out of place: `{F.short(built[1])}` (unsafe: {rebind.report.reason()})"
-            return built[0].fix(title, safe=False)
-    return None
+    return F.fix_saved_write(ctx, finding)
 
 
 RULE = Rule(

@@ -1,0 +1,57 @@
+"""Code fixes: each rule's ``fix`` hook turns a finding into a ``Fix`` (a libcst codemod as text edits).
+
+``attach_fixes`` is the one entry point the analysis calls, and only for a file that has findings: it
+builds one ``FixContext`` (libcst is parsed lazily, on the first fix that needs it) and asks each
+finding's rule for its fix.  A fix that cannot be built -- ``CannotFix``, or any bug in a fix builder --
+leaves that diagnostic without a fix; it never loses the diagnostic.
+
+``runner`` applies fixes to files (``gradguard check --fix/--diff``); ``edits`` turns node changes
+into ``TextEdit``s and applies them.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from .context import CannotFix, FixContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..diagnostics import Diagnostic
+    from ..inference.events import Finding
+
+__all__ = ["CannotFix", "FixContext", "attach_fixes"]
+
+log = logging.getLogger(__name__)
+
+
+def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]]) -> list[Diagnostic]:
+    """The diagnostics of ``pairs``, each carrying its rule's fix when there is one."""
+    from ..rules import RULES_BY_CODE
+
+    pairs = list(pairs)
+    if not pairs:
+        return []
+    ctx = FixContext(text, tree, path)
+    out = []
+    for finding, diag in pairs:
+        if finding.fix_memo is not None:  # the engine's per-document cache handed back the same finding
+            fix = finding.fix_memo[0]
+            out.append(replace(diag, fix=fix) if fix is not None else diag)
+            continue
+        rule = RULES_BY_CODE.get(finding.code)
+        fix = None
+        if rule is not None and rule.fix is not None:
+            try:
+                fix = rule.fix(ctx, finding)
+            except CannotFix:
+                fix = None
+            except Exception:
+                log.debug("fix for %s at %s:%s failed", finding.code, path, diag.line, exc_info=True)
+                fix = None
+        finding.fix_memo = (fix,)
+        out.append(replace(diag, fix=fix) if fix is not None else diag)
+    return out

@@ -1,0 +1,588 @@
+"""Who else can see a tensor's memory: a conservative, syntactic alias and liveness check for one write.
+
+Rebinding a name (``x = x + y`` instead of ``x += y``) gives the same program only when nothing but that
+name reads the written memory afterwards.  The engine knows which values share storage but its events do
+not say which *names* hold them, so the fixes work it out from the code of the enclosing function:
+
+- **aliases**: names that may hold the same storage -- views (``v = x.view(-1)``, ``a, b = x.unbind()``,
+  ``x[0]``, ``x.T``), ``.detach()``, and the tensor the written name was itself made from that way;
+- **holders**: names of containers or objects that may keep a reference (``outs.append(x)``,
+  ``d = Dist(logits=x)``, ``pair = (x, y)``);
+- **escapes**: places the tensor leaves the function's locals (``self.h = x``, ``foo(x)`` with the result
+  dropped, ``yield x``, closures, ``global``), and a function parameter (the caller holds it).
+
+The write is *clean* when no alias or holder that existed before the write is read after it (a loop
+around both counts as before and after), nothing escaped before it, and the storage is not the caller's.
+Anything not understood counts against the fix; the worst outcome of a wrong "unclean" is an unsafe fix.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from ..knowledge import load_knowledge
+from .context import FUNCTIONS, FixContext
+
+# Attribute reads that do not read a tensor's values (or read other objects).
+NON_VALUE_ATTRS = frozenset({
+    "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "ndim", "grad_fn", "is_cuda", "layout",
+    "names", "is_sparse", "is_quantized", "is_meta", "itemsize", "nbytes", "is_contiguous", "size", "dim",
+    "numel", "element_size", "stride", "retain_grad", "register_hook", "is_floating_point", "is_complex",
+    "type", "get_device", "data_ptr", "storage_offset", "untyped_storage", "_version",
+})
+# Attributes that are views of the tensor.
+VIEW_ATTRS = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
+# Methods whose result may share memory with the receiver (beyond the knowledge table's view ops).
+MAY_ALIAS_METHODS = frozenset({
+    "detach", "contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long",
+    "bool", "cpu", "cuda", "requires_grad_", "numpy", "view_as", "reshape_as", "expand_as", "share_memory_",
+    "pin_memory", "as_subclass", "flatten", "reshape", "squeeze", "unsqueeze", "unflatten", "positive",
+    "resolve_conj", "resolve_neg", "coalesce", "values", "indices", "__getitem__", "split_with_sizes",
+})
+# Methods that certainly return new memory and keep no reference to the receiver.
+FRESH_METHODS = frozenset({
+    "clone", "item", "tolist", "sum", "mean", "std", "var", "norm", "max", "min", "amax", "amin", "argmax",
+    "argmin", "abs", "exp", "log", "pow", "sqrt", "sigmoid", "tanh", "relu", "softmax", "log_softmax", "clamp",
+    "clip", "masked_fill", "gather", "scatter", "index_put", "index_select", "masked_select", "add", "sub",
+    "mul", "div", "matmul", "mm", "bmm", "dot", "neg", "sign", "round", "floor", "ceil", "logsumexp",
+    "cumsum", "cumprod", "prod", "all", "any", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf",
+    "nonzero", "where", "sort", "topk", "unique", "count_nonzero", "square", "reciprocal", "rsqrt",
+    "lerp", "addcmul", "addcdiv", "outer", "cross", "kthvalue", "median", "mode", "flip", "roll", "repeat",
+    "repeat_interleave", "tile", "tril", "triu", "new_zeros", "new_ones", "new_empty", "new_full",
+    "new_tensor", "zeros_like", "ones_like", "expm1", "log1p", "sin", "cos", "erf", "logit", "softplus",
+    "nan_to_num", "fmod", "remainder", "floor_divide", "true_divide", "bernoulli", "multinomial",
+    "backward", "register_hook", "copy_", "fill_", "zero_", "normal_", "uniform_", "numel", "size", "dim",
+})
+# Builtins that neither keep nor return the tensor.
+NO_ALIAS_BUILTINS = frozenset({
+    "print", "len", "isinstance", "issubclass", "repr", "str", "float", "int", "bool", "type", "id", "hash",
+    "round", "abs", "format", "callable", "hasattr", "sum", "max", "min", "any", "all", "divmod", "pow",
+})
+# Builtins that return a container or iterator over their argument.
+CONTAINER_BUILTINS = frozenset({
+    "list", "tuple", "iter", "reversed", "enumerate", "zip", "sorted", "dict", "set", "frozenset", "map",
+    "filter", "next",
+})
+# torch functions whose result may be (a view of) an argument, beyond the knowledge table's view ops.
+TORCH_MAY_ALIAS = frozenset({
+    "dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d", "identity",
+    "broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d", "meshgrid", "as_tensor", "asarray",
+    "from_numpy", "detach", "flatten", "reshape", "squeeze", "unsqueeze",
+})
+
+ALIAS, CONTAINER = "alias", "container"
+
+
+@dataclass
+class Report:
+    """Why rebinding ``name`` at the write may not give the same program (empty lists: it does)."""
+
+    name: str
+    aliases_read_after: list[str] = field(default_factory=list)  # views / detached aliases read later
+    holders_read_after: list[str] = field(default_factory=list)  # containers / objects read later
+    escapes: list[str] = field(default_factory=list)  # attributes, unknown calls, the caller, closures
+
+    @property
+    def clean(self) -> bool:
+        return not (self.aliases_read_after or self.holders_read_after or self.escapes)
+
+    @property
+    def only_holders(self) -> bool:
+        """Nothing that is a view of the memory is read later: only containers, the caller, attributes."""
+        return not self.aliases_read_after
+
+    def reason(self) -> str:
+        def names(items: list[str], one: str, many: str) -> str:
+            unique = sorted(set(items))
+            return "`" + "`, `".join(unique) + "` " + (one if len(unique) == 1 else many)
+
+        parts = []
+        if self.aliases_read_after:
+            parts.append(names(self.aliases_read_after, "shares its memory and is read later",
+                               "share its memory and are read later"))
+        if self.holders_read_after:
+            parts.append(names(self.holders_read_after, "may hold it and is read later", "may hold it and are read later"))
+        parts.extend(sorted(set(self.escapes)))
+        return "; ".join(parts)
+
+
+class AliasAnalysis:
+    """Alias, holder and escape facts about one name in one scope, relative to one write statement."""
+
+    def __init__(self, ctx: FixContext, write: ast.stmt, name: str, pieces_disjoint: bool = True,
+                 write_call: ast.Call | None = None):
+        self.ctx = ctx
+        self.write = write
+        self.write_call = write_call  # the in-place call itself: what it returns is the rebound value
+        self.name = name
+        self.scope = ctx.scope_of(write)
+        self.knowledge = load_knowledge()
+        self.pieces_disjoint = pieces_disjoint
+        self.nodes = list(_scope_nodes(self.scope))
+        self.loads: dict[str, list[ast.Name]] = {}
+        self.bindings: dict[str, list[ast.AST]] = {}
+        for node in self.nodes:
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    self.loads.setdefault(node.id, []).append(node)
+                else:
+                    self.bindings.setdefault(node.id, []).append(node)
+        self.aliases: dict[str, list[ast.AST]] = {name: []}  # name -> binding events that made it an alias
+        self.holders: dict[str, list[ast.AST]] = {}
+        self.escapes: list[tuple[str, ast.AST]] = []
+        self._run()
+
+    # ------------------------------------------------------------ positions
+    def _when(self, node: ast.AST) -> str:
+        """"before", "after" or "both" (a loop around node and the write) relative to the write."""
+        write = self.write
+        node_loops = set(map(id, self.ctx.loops_around(node, self.scope)))
+        if any(id(loop) in node_loops for loop in self.ctx.loops_around(write, self.scope)):
+            return "both"
+        start = _start(node)
+        if start < (write.lineno, write.col_offset):
+            return "before"
+        if start >= (write.end_lineno, write.end_col_offset):
+            return "after"
+        return "before"  # inside the write statement: evaluated before the store
+
+    # ------------------------------------------------------------ the fixpoint
+    def _run(self) -> None:
+        changed = True
+        seen_loads: set[int] = set()
+        seen_bindings: set[int] = set()
+        while changed:
+            changed = False
+            for alias in list(self.aliases) + list(self.holders):
+                kind = ALIAS if alias in self.aliases else CONTAINER
+                for load in self.loads.get(alias, []):
+                    key = (id(load) << 1) | (kind == ALIAS)
+                    if key in seen_loads:
+                        continue
+                    seen_loads.add(key)
+                    changed |= self._follow(load, kind)
+            for alias in list(self.aliases):
+                for target in self.bindings.get(alias, []):
+                    if id(target) in seen_bindings:
+                        continue
+                    seen_bindings.add(id(target))
+                    for source in self._sources_of_binding(target):
+                        if source not in self.aliases:
+                            self.aliases[source] = [target]
+                            changed = True
+
+    def _add(self, table: dict[str, list[ast.AST]], name: str, event: ast.AST) -> bool:
+        if name in self.aliases or (table is self.holders and name in self.holders):
+            self.aliases.get(name, self.holders.get(name, [])).append(event)
+            return False
+        table.setdefault(name, []).append(event)
+        return True
+
+    def _bind_target(self, target: ast.AST, kind: str, event: ast.AST, unpacking_of_name: bool = False) -> bool:
+        changed = False
+        if isinstance(target, ast.Name):
+            table = self.aliases if kind == ALIAS else self.holders
+            return self._add(table, target.id, event)
+        if isinstance(target, (ast.Tuple, ast.List)):
+            names = [e.value if isinstance(e, ast.Starred) else e for e in target.elts]
+            if (
+                self.pieces_disjoint
+                and kind == ALIAS
+                and any(isinstance(n, ast.Name) and n.id == self.name for n in names)
+            ):
+                # `a, b = t.unbind(0)` where `a` is the written name: its siblings are other memory.
+                return False
+            for elt in names:
+                changed |= self._bind_target(elt, kind, event)
+            return changed
+        if isinstance(target, ast.Starred):
+            return self._bind_target(target.value, CONTAINER, event)
+        if isinstance(target, ast.Subscript):
+            root = _root_name(target.value)
+            if root is not None and root != "self":
+                return self._add(self.holders, root, event)
+            self.escapes.append((f"it is stored into `{self.ctx.source(target)}`", event))
+            return False
+        if isinstance(target, ast.Attribute):
+            self.escapes.append((f"it is stored into `{self.ctx.source(target)}`", event))
+            return False
+        return False
+
+    def _follow(self, load: ast.Name, kind: str) -> bool:
+        """Walk up from a read of an alias/holder to where its value (or a view of it) ends up."""
+        parents = self.ctx.parents
+        cur: ast.AST = load
+        while True:
+            p = parents.get(cur)
+            if p is None:
+                return False
+            if isinstance(p, (ast.Attribute, ast.Subscript)) and p.value is cur and not isinstance(p.ctx, ast.Load):
+                return False  # a write through it (`v[0] = 1`, `v.grad = None`) is not a read
+            if isinstance(p, ast.Attribute) and p.value is cur:
+                gp = parents.get(p)
+                if isinstance(gp, ast.Call) and gp.func is p:
+                    if gp is self.write_call:
+                        return False
+                    method = p.attr
+                    if method in NON_VALUE_ATTRS or (kind == ALIAS and method in FRESH_METHODS):
+                        return False
+                    if kind == CONTAINER and method in ("append", "extend", "insert", "add", "update", "setdefault"):
+                        return False  # adding to the holder does not make the element escape further
+                    cur = gp  # views, in-place methods (return self) and unknown methods may alias
+                    continue
+                if p.attr in NON_VALUE_ATTRS:
+                    return False
+                if kind == ALIAS and p.attr not in VIEW_ATTRS:
+                    return False  # some other attribute of a tensor
+                cur = p
+                continue
+            if isinstance(p, ast.Subscript):
+                if p.value is cur:
+                    cur = p  # basic indexing is a view; an element of a holder may be the tensor
+                    continue
+                return False  # used as an index
+            if isinstance(p, (ast.BinOp, ast.UnaryOp, ast.Compare)):
+                if kind == CONTAINER and isinstance(p, ast.BinOp) and isinstance(p.op, ast.Add):
+                    cur = p  # list concatenation keeps the elements
+                    continue
+                return False
+            if isinstance(p, ast.BoolOp) or (isinstance(p, ast.IfExp) and cur is not p.test):
+                cur = p
+                continue
+            if isinstance(p, ast.IfExp):
+                return False
+            if isinstance(p, ast.NamedExpr) and p.value is cur:
+                changed = self._bind_target(p.target, kind, p)
+                cur = p
+                if changed:
+                    return True
+                continue
+            if isinstance(p, ast.Starred):
+                cur = p
+                continue
+            if isinstance(p, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+                gp = parents.get(p)
+                if isinstance(gp, (ast.Assign, ast.AnnAssign)) and gp.value is p and kind == ALIAS:
+                    # `a, b = x, y`: element-wise when the target is a tuple of the same length
+                    targets = gp.targets if isinstance(gp, ast.Assign) else [gp.target]
+                    index = next((i for i, e in enumerate(getattr(p, "elts", [])) if e is cur), None)
+                    changed = False
+                    for target in targets:
+                        if isinstance(target, (ast.Tuple, ast.List)) and index is not None and len(target.elts) == len(p.elts):
+                            changed |= self._bind_target(target.elts[index], ALIAS, gp)
+                        else:
+                            changed |= self._bind_target(target, CONTAINER, gp)
+                    return changed
+                kind = CONTAINER
+                cur = p
+                continue
+            if isinstance(p, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                kind = CONTAINER
+                cur = p
+                continue
+            if isinstance(p, ast.comprehension):
+                if cur is p.iter:
+                    # the comprehension's variables see the elements; its result may hold them
+                    self._bind_target(p.target, ALIAS if kind == ALIAS else CONTAINER, p.target)
+                    comp = parents.get(p)
+                    kind = CONTAINER
+                    cur = comp
+                    continue
+                return False
+            if isinstance(p, ast.keyword):
+                cur = p
+                continue
+            if p is self.write_call:
+                return False
+            if isinstance(p, ast.Call) and cur is not p.func:
+                result = self._call_result(p, cur, kind)
+                if result is None:
+                    return False
+                if result == "escape":
+                    self.escapes.append((f"it is passed to `{self.ctx.source(p.func)}`", p))
+                    return False
+                kind = result
+                cur = p
+                continue
+            if isinstance(p, ast.Call):
+                return False
+            if isinstance(p, (ast.Assign, ast.AnnAssign)) and p.value is cur:
+                targets = p.targets if isinstance(p, ast.Assign) else [p.target]
+                changed = False
+                for target in targets:
+                    changed |= self._bind_target(target, kind, p)
+                return changed
+            if isinstance(p, ast.AugAssign) and p.value is cur:
+                # `outs += [x]` keeps it; `total += x` reads it
+                return self._bind_target(p.target, CONTAINER, p) if kind == CONTAINER else False
+            if isinstance(p, (ast.For, ast.AsyncFor)) and cur is p.iter:
+                return self._bind_target(p.target, ALIAS, p)
+            if isinstance(p, (ast.Yield, ast.YieldFrom, ast.Await)):
+                self.escapes.append(("it is yielded", p))
+                return False
+            if isinstance(p, ast.Return):
+                return False  # nothing runs after a return
+            if isinstance(p, ast.Expr):
+                return False
+            if isinstance(p, ast.withitem):
+                self.escapes.append(("it is used as a context manager", p.context_expr))
+                return False
+            if isinstance(p, (ast.If, ast.While, ast.Assert, ast.Delete, ast.Raise)):
+                return False
+            if isinstance(p, (ast.FormattedValue, ast.JoinedStr)):
+                return False
+            if isinstance(p, ast.Lambda):
+                self.escapes.append(("a lambda captures it", p))
+                return False
+            self.escapes.append((f"it is used in `{self.ctx.source(p)[:40]}`", p))
+            return False
+
+    def _call_result(self, call: ast.Call, arg: ast.AST, kind: str) -> str | None:
+        """What a call does with a tensor passed in: None (nothing kept), ALIAS/CONTAINER (the result may
+        hold it), or "escape" (it may be kept somewhere we cannot see)."""
+        func = call.func
+        q = self.ctx.qual(func)
+        statement_call = isinstance(self.ctx.parents.get(call), ast.Expr)
+        if q is not None and q.startswith("torch."):
+            name = q.rsplit(".", 1)[1]
+            op = self.knowledge.op(name)
+            keywords = {k.arg for k in call.keywords}
+            if "out" in keywords or "inplace" in keywords or name.endswith("_") or name in TORCH_MAY_ALIAS:
+                return kind
+            if op is not None and (op.view or op.multi_view):
+                return kind
+            if name in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack", "where"):
+                return None
+            if q.startswith("torch.nn.init."):
+                return None
+            if q.split(".")[1] in ("optim",):
+                return "escape"  # an optimizer keeps its parameters
+            if name[:1].isupper():
+                return CONTAINER  # a torch class (Distribution, Parameter, ...) keeps its arguments
+            return None
+        if isinstance(func, ast.Name) and func.id not in self.ctx.imports:
+            if func.id in NO_ALIAS_BUILTINS:
+                return None
+            if func.id in CONTAINER_BUILTINS:
+                return CONTAINER
+        if isinstance(func, ast.Attribute):
+            method = func.attr
+            op = self.knowledge.op(method)
+            if method in FRESH_METHODS or (op is not None and not (op.view or op.multi_view) and not method.endswith("_")):
+                return None  # a tensor op (`scores.masked_fill(mask, 0)`) reads its arguments
+            receiver = _root_name(func.value)
+            if receiver is not None and receiver != "self" and receiver not in self.ctx.imports:
+                self._add(self.holders, receiver, call)  # `outs.append(h)`: outs may keep it
+                return None if statement_call else CONTAINER
+        # a module (`self.fc(x)`) or an unknown function: its result may be (or hold) the argument
+        if statement_call:
+            return "escape"
+        return CONTAINER
+
+    def _sources_of_binding(self, target: ast.Name) -> list[str]:
+        """Names whose memory a binding of an alias name was made from (``v = x.view(-1)`` -> ``x``)."""
+        parents = self.ctx.parents
+        node: ast.AST = target
+        p = parents.get(node)
+        while isinstance(p, (ast.Tuple, ast.List, ast.Starred)):
+            node, p = p, parents.get(p)
+        value = None
+        if isinstance(p, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and getattr(p, "value", None) is not None:
+            value = p.value
+        elif isinstance(p, (ast.For, ast.AsyncFor, ast.comprehension)) and node is p.target:
+            value = p.iter
+        if value is None:
+            return []
+        held: list[ast.Attribute] = []
+        names = _view_sources(value, self.ctx, self.knowledge, held)
+        for attr in held:  # `h = self.buf`: the object keeps the same tensor
+            self.escapes.append((f"`{self.ctx.source(attr)}` is the same tensor", target))
+        return names
+
+    # ------------------------------------------------------------ verdict
+    def report(self) -> Report:
+        rep = Report(self.name)
+        for alias, events in self.aliases.items():
+            if alias == self.name:
+                continue
+            if self._read_after(alias) and (not events or any(self._when(e) != "after" for e in events)):
+                rep.aliases_read_after.append(alias)
+        for holder, events in self.holders.items():
+            if holder == self.name:
+                continue
+            if self._read_after(holder) and any(self._when(e) != "after" for e in events):
+                rep.holders_read_after.append(holder)
+        for why, event in self.escapes:
+            if self._when(event) != "after":
+                rep.escapes.append(why)
+        names = set(self.aliases) | set(self.holders)
+        scope = self.scope
+        if isinstance(scope, FUNCTIONS):
+            params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
+            for extra in (scope.args.vararg, scope.args.kwarg):
+                if extra is not None:
+                    params.add(extra.arg)
+            for name in sorted(names & params):
+                if not self._rebound_before(name):
+                    rep.escapes.append(f"`{name}` is a parameter: the caller holds the same tensor")
+        else:
+            for name in sorted(names):
+                if self._used_in_functions(name):
+                    rep.escapes.append(f"`{name}` is a global that functions of this module read")
+        for node in ast.walk(scope):
+            if isinstance(node, (ast.Global, ast.Nonlocal)) and names & set(node.names):
+                rep.escapes.append("it is declared global or nonlocal")
+        for inner in _nested_scopes(scope):
+            free = {n.id for n in ast.walk(inner) if isinstance(n, ast.Name)}
+            if free & names:
+                rep.escapes.append("a nested function or class uses it")
+                break
+        return rep
+
+    def _read_after(self, name: str) -> bool:
+        for load in self.loads.get(name, []):
+            if self._when(load) == "before":
+                continue
+            parent = self.ctx.parents.get(load)
+            if isinstance(parent, ast.Attribute) and parent.attr in NON_VALUE_ATTRS:
+                continue
+            return True
+        return False
+
+    def _rebound_before(self, name: str) -> bool:
+        """Is ``name`` certainly assigned on every path from the function's start to the write?"""
+        child: ast.AST = self.write
+        for anc in self.ctx.ancestors(self.write):
+            for field_name in ("body", "orelse", "finalbody"):
+                block = getattr(anc, field_name, None)
+                if not isinstance(block, list) or not any(s is child for s in block):
+                    continue
+                for stmt in block:
+                    if stmt is child:
+                        break
+                    if _assigns(stmt, name):
+                        return True
+            if anc is self.scope:
+                return False
+            child = anc
+        return False
+
+    def _used_in_functions(self, name: str) -> bool:
+        for node in ast.walk(self.scope):
+            if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)) and any(
+                isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)
+            ):
+                return True
+        return False
+
+
+def _start(node: ast.AST) -> tuple[int, int]:
+    for sub in ast.walk(node):
+        if hasattr(sub, "lineno"):
+            return sub.lineno, sub.col_offset
+    return 0, 0
+
+
+def _assigns(stmt: ast.stmt, name: str) -> bool:
+    targets: list[ast.AST] = []
+    if isinstance(stmt, ast.Assign):
+        targets = list(stmt.targets)
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        targets = [stmt.target]
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+                return True
+    return False
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _view_sources(expr: ast.AST, ctx: FixContext, knowledge, held: list | None = None) -> list[str]:
+    """Names whose memory ``expr`` may be (a view of): descend through views, detach, indexing.  Attributes
+    reached that way (``self.buf``, ``model.weight[0]``) are added to ``held``: their object keeps the tensor."""
+    out: list[str] = []
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name):
+            out.append(node.id)
+        elif isinstance(node, ast.Subscript):
+            stack.append(node.value)
+        elif isinstance(node, ast.Attribute):
+            if node.attr in VIEW_ATTRS:
+                stack.append(node.value)
+            elif held is not None and _root_name(node) not in ctx.imports:
+                held.append(node)
+        elif isinstance(node, ast.Starred):
+            stack.append(node.value)
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            stack.extend(node.elts)
+        elif isinstance(node, ast.BoolOp):
+            stack.extend(node.values)
+        elif isinstance(node, ast.IfExp):
+            stack.extend([node.body, node.orelse])
+        elif isinstance(node, ast.NamedExpr):
+            stack.append(node.value)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            module_function = isinstance(func, ast.Attribute) and _root_name(func.value) in ctx.imports
+            if isinstance(func, ast.Attribute) and not module_function:
+                method = func.attr
+                op = knowledge.op(method)
+                if method in MAY_ALIAS_METHODS or method.endswith("_") or (op is not None and (op.view or op.multi_view)):
+                    stack.append(func.value)
+                continue
+            q = ctx.qual(func)
+            if q is not None and q.startswith("torch.") and node.args:
+                name = q.rsplit(".", 1)[1]
+                op = knowledge.op(name)
+                if name in TORCH_MAY_ALIAS or name.endswith("_") or (op is not None and (op.view or op.multi_view)):
+                    stack.append(node.args[0])
+                elif any(k.arg == "out" for k in node.keywords):
+                    stack.extend(k.value for k in node.keywords if k.arg == "out")
+    return out
+
+
+def _scope_nodes(scope: ast.AST):
+    """Every node of ``scope``'s own code: nested functions, lambdas and classes excluded."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            # decorators, defaults and bases run in this scope
+            if isinstance(node, (*FUNCTIONS, ast.Lambda)):
+                stack.extend(node.args.defaults)
+                stack.extend(d for d in node.args.kw_defaults if d is not None)
+            if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+                stack.extend(node.decorator_list)
+            if isinstance(node, ast.ClassDef):
+                stack.extend(node.bases)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _nested_scopes(scope: ast.AST):
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            yield node
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def analyse(ctx: FixContext, write: ast.stmt, name: str, pieces_disjoint: bool = True,
+            write_call: ast.Call | None = None) -> Report:
+    return AliasAnalysis(ctx, write, name, pieces_disjoint, write_call).report()
+
+
+def value_read_after(ctx: FixContext, write: ast.stmt, name: str) -> bool:
+    """Is ``name``'s value (not just ``.grad`` or ``.shape``) read after the write (or around it in a loop)?"""
+    return AliasAnalysis(ctx, write, name)._read_after(name)

@@ -1,0 +1,298 @@
+"""What a rule's ``fix`` hook works with: the file's text, its ``ast`` tree, and (parsed on demand) its libcst tree.
+
+The engine's findings point at ``ast`` nodes.  A fix decides *what* to change by looking at the ``ast``
+(cheap, already there) and *how* by building libcst nodes, so everything it does not touch -- formatting,
+comments, the rest of the file -- comes back byte for byte.  libcst parses ~15x slower than ``ast`` (and
+its position metadata costs twice that again), so it is imported only when a fix asks for a node, and it
+parses only the statements a fix changes (``Segment``), never the whole file.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from ..inference.imports import collect_imports, normalize, qualified_name
+from ..parsing import source_lines
+
+if TYPE_CHECKING:  # pragma: no cover
+    import libcst as cst
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+# ast statement/expression types and the libcst types that render them.
+_CST_TYPES = {
+    ast.Name: "Name",
+    ast.Attribute: "Attribute",
+    ast.Call: "Call",
+    ast.BinOp: "BinaryOperation",
+    ast.Subscript: "Subscript",
+    ast.AugAssign: "AugAssign",
+    ast.Assign: "Assign",
+    ast.AnnAssign: "AnnAssign",
+    ast.Expr: "Expr",
+    ast.Return: "Return",
+    ast.UnaryOp: "UnaryOperation",
+    ast.IfExp: "IfExp",
+    ast.Compare: "Comparison",
+    ast.BoolOp: "BooleanOperation",
+    ast.Tuple: "Tuple",
+    ast.List: "List",
+    ast.Constant: "Integer|Float|Imaginary|SimpleString|ConcatenatedString|Name",
+}
+
+
+class CannotFix(Exception):
+    """Raised inside fix builders for "this code has no fix we can stand behind"."""
+
+
+class FixContext:
+    """One file, as the fixes of its findings see it."""
+
+    def __init__(self, text: str, tree: ast.Module, path: str = "<string>"):
+        self.text = text
+        self.tree = tree
+        self.path = path
+        self.lines = source_lines(text)
+
+    # ------------------------------------------------------------------ ast side
+    @cached_property
+    def parents(self) -> dict[ast.AST, ast.AST]:
+        parents: dict[ast.AST, ast.AST] = {}
+        for node in ast.walk(self.tree):
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+        return parents
+
+    @cached_property
+    def imports(self) -> dict[str, str]:
+        return collect_imports(self.tree.body)
+
+    def qual(self, node: ast.expr) -> str | None:
+        q = qualified_name(node, self.imports)
+        return normalize(q) if q else None
+
+    def torch_name(self) -> str | None:
+        """How this file spells the ``torch`` module (``import torch`` -> ``torch``), or None."""
+        for local, qual in self.imports.items():
+            if qual == "torch":
+                return local
+        return None
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        node = self.parents.get(node)
+        while node is not None:
+            yield node
+            node = self.parents.get(node)
+
+    def statement_of(self, node: ast.AST) -> ast.stmt:
+        while not isinstance(node, ast.stmt):
+            node = self.parents[node]
+        return node
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        """The innermost function (or the module) whose code ``node`` is part of."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.Module)):
+                return anc
+        return self.tree
+
+    def function_of(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        scope = self.scope_of(node)
+        return scope if isinstance(scope, FUNCTIONS) else None
+
+    def class_of(self, node: ast.AST) -> ast.ClassDef | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, ast.ClassDef):
+                return anc
+        return None
+
+    def loops_around(self, node: ast.AST, scope: ast.AST | None = None) -> list[ast.AST]:
+        """The loops (inside ``scope``) whose repeated part contains ``node``, innermost first."""
+        scope = scope or self.scope_of(node)
+        found = []
+        child = node
+        for anc in self.ancestors(node):
+            if anc is scope:
+                break
+            repeated = isinstance(anc, LOOPS) and (
+                any(child is s for s in anc.body)
+                or child is getattr(anc, "target", None)
+                or (isinstance(anc, ast.While) and child is anc.test)
+            )
+            if repeated:
+                found.append(anc)
+            child = anc
+        return found
+
+    def source(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.text, node) or ""
+
+    def char_range(self, node: ast.AST) -> tuple[int, int, int, int]:
+        """(line, column, end_line, end_column) of an ``ast`` node, columns 0-based in code points."""
+        return (
+            node.lineno,
+            self._chars(node.lineno, node.col_offset),
+            node.end_lineno,
+            self._chars(node.end_lineno, node.end_col_offset),
+        )
+
+    def _chars(self, line: int, byte_offset: int) -> int:
+        text = self.lines[line - 1] if 1 <= line <= len(self.lines) else ""
+        if text.isascii():
+            return byte_offset
+        return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
+
+    # ---------------------------------------------------------------- libcst side
+    # libcst parses one statement at a time -- the statements whose nodes a fix changes -- so the cost
+    # follows the size of the fix, not of the file (libcst parses ~15x slower than ast, and its position
+    # metadata costs twice that again).
+    def segment(self, node: ast.AST) -> Segment:
+        stmt = self.statement_of(node)
+        key = id(stmt)
+        if key not in self._segments:
+            self._segments[key] = Segment(self, stmt, node)
+        return self._segments[key]
+
+    @cached_property
+    def _segments(self) -> dict[int, Segment]:
+        return {}
+
+    @cached_property
+    def line_starts(self) -> list[int]:
+        import re
+
+        return [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", self.text)]
+
+    @cached_property
+    def indent(self) -> str:
+        """The file's indentation unit (from its first indented block), for code the fixes add."""
+        for node in ast.walk(self.tree):
+            body = getattr(node, "body", None)
+            if isinstance(node, ast.stmt) and isinstance(body, list) and body and body[0].lineno > node.lineno:
+                line = self.lines[body[0].lineno - 1]
+                header = self.lines[node.lineno - 1]
+                outer = len(header) - len(header.lstrip())
+                inner = len(line) - len(line.lstrip())
+                if inner > outer:
+                    return line[outer:inner]
+        return "    "
+
+    @cached_property
+    def newline(self) -> str:
+        import re
+
+        m = re.search(r"\r\n|\r|\n", self.text)
+        return m.group(0) if m else "\n"
+
+    def cst(self, node: ast.AST) -> cst.CSTNode:
+        """The libcst node that renders ``node`` (same range, same kind); CannotFix when there is none."""
+        wanted = _CST_TYPES.get(type(node))
+        if wanted is None:
+            raise CannotFix(f"no libcst counterpart for {type(node).__name__}")
+        key = self.char_range(node)
+        for candidate in self.segment(node).index.get(key, []):
+            if type(candidate).__name__ in wanted.split("|"):
+                return candidate
+        raise CannotFix(f"cannot find the libcst node for {type(node).__name__} at {key}")
+
+    def indent_of(self, stmt: ast.stmt) -> str:
+        line = self.lines[stmt.lineno - 1]
+        return line[: len(line) - len(line.lstrip())]
+
+    def require_own_lines(self, stmt: ast.stmt) -> None:
+        """CannotFix unless ``stmt`` has its lines to itself (no ``a; b``, no ``if c: a``), so that code can
+        be inserted above it or around it."""
+        first, last = self.lines[stmt.lineno - 1], self.lines[stmt.end_lineno - 1]
+        if first[: self._chars(stmt.lineno, stmt.col_offset)].strip():
+            raise CannotFix("the statement does not start its line")
+        tail = last[self._chars(stmt.end_lineno, stmt.end_col_offset):].strip()
+        if tail and not tail.startswith("#"):
+            raise CannotFix("the statement shares its line with another")
+        for other in self._statements:
+            if other is stmt or any(a is other for a in self.ancestors(stmt)) and other.lineno < stmt.lineno:
+                continue
+            if any(a is stmt for a in self.ancestors(other)):
+                continue
+            if other.lineno <= stmt.end_lineno and stmt.lineno <= other.end_lineno:
+                raise CannotFix("the statement shares its lines with another")
+
+    @cached_property
+    def _statements(self) -> list[ast.stmt]:
+        return [n for n in ast.walk(self.tree) if isinstance(n, ast.stmt)]
+
+    def segment_of(self, node: cst.CSTNode) -> Segment:
+        for seg in self._segments.values():
+            if id(node) in seg.ids:
+                return seg
+        raise CannotFix("the node is not part of a parsed statement")
+
+
+class Segment:
+    """One statement of the file parsed by libcst.  A simple statement is parsed as it stands; for a node in
+    the header of a compound statement (``for x in t.unbind(0):``) the header is parsed with a ``pass`` body.
+    ``index`` maps file ranges to libcst nodes; ``offset`` turns the segment's positions into the file's."""
+
+    def __init__(self, ctx: FixContext, stmt: ast.stmt, node: ast.AST):
+        import libcst as cst
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        self.stmt = stmt
+        self.line = stmt.lineno
+        self.column = ctx._chars(stmt.lineno, stmt.col_offset)  # 0-based, code points
+        compound = isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith))
+        if compound:
+            if any(a is stmt for a in ctx.ancestors(node)) and not _in_header(stmt, node, ctx):
+                raise CannotFix("the node is in a body, not in the header")
+            last = max(getattr(n, "end_lineno", stmt.lineno) for n in _header_parts(stmt))
+            body_line = stmt.body[0].lineno
+            text = _slice(ctx, stmt.lineno, self.column, last, None)
+            if body_line > last:
+                text += ctx.newline + ctx.indent + "pass"
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Try, ast.Match)):
+            raise CannotFix("a node in a def, class, try or match header")
+        else:
+            text = _slice(ctx, stmt.lineno, self.column, stmt.end_lineno, ctx._chars(stmt.end_lineno, stmt.end_col_offset))
+        self.text = text
+        try:
+            self.module = cst.parse_module(
+                text, config=cst.PartialParserConfig(default_indent=ctx.indent, default_newline=ctx.newline)
+            )
+        except Exception as exc:  # noqa: BLE001 - libcst may reject what ast accepts
+            raise CannotFix(f"libcst cannot parse line {stmt.lineno}: {exc}") from None
+        self.index: dict[tuple[int, int, int, int], list] = {}
+        self.ids: set[int] = {id(self.module)}
+        for cnode, rng in MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider).items():
+            key = (*self.to_file(rng.start.line, rng.start.column), *self.to_file(rng.end.line, rng.end.column))
+            self.index.setdefault(key, []).append(cnode)
+            self.ids.add(id(cnode))
+
+    def to_file(self, line: int, column: int) -> tuple[int, int]:
+        """A segment position (1-based line, 0-based column) as a file position."""
+        return line + self.line - 1, column + (self.column if line == 1 else 0)
+
+
+def _slice(ctx: FixContext, line: int, column: int, end_line: int, end_column: int | None) -> str:
+    """The file's text from (line, column) to (end_line, end_column) -- to the end of end_line when None."""
+    starts = ctx.line_starts
+    begin = starts[line - 1] + column
+    end = starts[end_line - 1] + (len(ctx.lines[end_line - 1]) if end_column is None else end_column)
+    return ctx.text[begin:end]
+
+
+def _header_parts(stmt: ast.stmt) -> list[ast.AST]:
+    if isinstance(stmt, (ast.If, ast.While)):
+        return [stmt.test]
+    if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        return [stmt.target, stmt.iter]
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return [part for item in stmt.items for part in (item.context_expr, item.optional_vars) if part is not None]
+    return []
+
+
+def _in_header(stmt: ast.stmt, node: ast.AST, ctx: FixContext) -> bool:
+    parts = _header_parts(stmt)
+    return any(node is p or any(a is p for a in ctx.ancestors(node)) for p in parts)

@@ -1,0 +1,225 @@
+"""Turning libcst node changes into ``TextEdit``s, and applying ``TextEdit``s to text.
+
+A fix is built as a small codemod: replace these libcst nodes, insert these statements before that line,
+wrap that line in a ``with`` block.  ``Rewrite.edits()`` runs one transformer over each top-level statement
+the fix touches (libcst parsed only those, see ``FixContext.segment``), renders it (libcst round-trips
+everything it does not touch byte for byte) and turns the difference into the fewest, tightest
+``TextEdit``s -- 1-based lines and columns in code points, like every position gradguard reports.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import itertools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..diagnostics import Fix, TextEdit
+from .context import CannotFix
+
+if TYPE_CHECKING:  # pragma: no cover
+    import libcst as cst
+
+    from .context import FixContext
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass
+class Rewrite:
+    """The changes one fix makes to one file: libcst node replacements (keyed by the original nodes), and
+    code inserted above a statement or a ``with`` block opened around it."""
+
+    ctx: FixContext
+    replace: dict[int, tuple[cst.CSTNode, cst.CSTNode]] = field(default_factory=dict)
+    before: dict[int, tuple[ast.stmt, list[str]]] = field(default_factory=dict)
+    wrap: dict[int, tuple[ast.stmt, str]] = field(default_factory=dict)
+
+    def replace_node(self, old: cst.CSTNode, new: cst.CSTNode) -> Rewrite:
+        self.replace[id(old)] = (old, new)
+        return self
+
+    def insert_before(self, stmt: ast.stmt, code: str) -> Rewrite:
+        """Insert the statement ``code`` on its own line above ``stmt``, at its indentation."""
+        self.ctx.require_own_lines(stmt)
+        self.before.setdefault(id(stmt), (stmt, []))[1].append(code)
+        return self
+
+    def wrap_in_with(self, stmt: ast.stmt, header: str) -> Rewrite:
+        """Put ``stmt`` in a ``with <header>:`` block."""
+        self.ctx.require_own_lines(stmt)
+        self.wrap[id(stmt)] = (stmt, header)
+        return self
+
+    def edits(self) -> tuple[TextEdit, ...]:
+        """The changes as edits of the file: each statement with replacements is re-rendered by libcst and
+        compared with its text; insertions and ``with`` headers go in front of their statement's first line."""
+        import libcst as cst
+
+        rewrite = self
+
+        class Transformer(cst.CSTTransformer):
+            def on_leave(self, original, updated):  # type: ignore[override]
+                entry = rewrite.replace.get(id(original))
+                return entry[1] if entry is not None and entry[0] is original else updated
+
+        segments = {}
+        for old, _ in self.replace.values():
+            seg = self.ctx.segment_of(old)
+            segments[id(seg)] = seg
+        edits: list[TextEdit] = []
+        for seg in segments.values():
+            new = seg.module.visit(Transformer()).code
+            for e in diff_edits(seg.text, new):
+                line, column = seg.to_file(e.line, e.column - 1)
+                end_line, end_column = seg.to_file(e.end_line, e.end_column - 1)
+                edits.append(TextEdit(line, column + 1, end_line, end_column + 1, e.new_text))
+        ctx, nl = self.ctx, self.ctx.newline
+        for key in {*self.before, *self.wrap}:
+            stmt = (self.before.get(key) or self.wrap.get(key))[0]
+            indent = ctx.indent_of(stmt)
+            text = "".join(code + nl + indent for code in self.before.get(key, (None, []))[1])
+            if key in self.wrap:
+                text += f"with {self.wrap[key][1]}:{nl}{indent}{ctx.indent}"
+            edits.append(TextEdit(stmt.lineno, len(indent) + 1, stmt.lineno, len(indent) + 1, text))
+        edits.sort(key=lambda e: (e.line, e.column, (e.end_line, e.end_column) != (e.line, e.column)))
+        merged: list[TextEdit] = []
+        for e in edits:  # an insertion where a replacement starts becomes part of that replacement
+            last = merged[-1] if merged else None
+            if last is not None and (last.line, last.column) == (e.line, e.column) == (last.end_line, last.end_column):
+                merged[-1] = TextEdit(e.line, e.column, e.end_line, e.end_column, last.new_text + e.new_text)
+            else:
+                merged.append(e)
+        edits = merged
+        for a, b in itertools.pairwise(edits):
+            if (b.line, b.column) < (a.end_line, a.end_column) or (a.line, a.column) == (b.line, b.column):
+                raise CannotFix("the fix's own edits overlap")
+        return tuple(edits)
+
+    def fix(self, title: str, safe: bool) -> Fix | None:
+        edits = self.edits()
+        return Fix(title, safe, edits) if edits else None
+
+
+def _line_starts(text: str) -> list[int]:
+    return [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
+
+
+def _split_keep(text: str) -> list[str]:
+    starts = _line_starts(text)
+    ends = starts[1:] + [len(text)]
+    return [text[a:b] for a, b in zip(starts, ends) if a < b or a == 0]
+
+
+def _position(starts: list[int], offset: int) -> tuple[int, int]:
+    """1-based (line, column) of a code-point offset."""
+    lo, hi = 0, len(starts) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if starts[mid] <= offset:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo + 1, offset - starts[lo] + 1
+
+
+def diff_edits(old: str, new: str) -> tuple[TextEdit, ...]:
+    """The edits that turn ``old`` into ``new``: one per changed region, trimmed to what really changes."""
+    if old == new:
+        return ()
+    old_lines, new_lines = _split_keep(old), _split_keep(new)
+    starts = _line_starts(old)
+    old_offsets = [0]
+    for line in old_lines:
+        old_offsets.append(old_offsets[-1] + len(line))
+    edits = []
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        a, b = old_offsets[i1], old_offsets[i2]
+        old_chunk, new_chunk = old[a:b], "".join(new_lines[j1:j2])
+        prefix = 0
+        limit = min(len(old_chunk), len(new_chunk))
+        while prefix < limit and old_chunk[prefix] == new_chunk[prefix]:
+            prefix += 1
+        suffix = 0
+        while suffix < limit - prefix and old_chunk[-1 - suffix] == new_chunk[-1 - suffix]:
+            suffix += 1
+        start, end = a + prefix, b - suffix
+        text = new_chunk[prefix : len(new_chunk) - suffix]
+        (line, column), (end_line, end_column) = _position(starts, start), _position(starts, end)
+        edits.append(TextEdit(line, column, end_line, end_column, text))
+    return tuple(edits)
+
+
+def apply_edits(text: str, edits: Iterable[TextEdit]) -> str:
+    """Apply non-overlapping edits (1-based code-point positions) to ``text``."""
+    starts = _line_starts(text)
+    ends = [m.start() for m in _LINE_BREAK.finditer(text)] + [len(text)]
+
+    def offset(line: int, column: int) -> int:
+        index = max(0, min(line - 1, len(starts) - 1))
+        return min(starts[index] + max(0, column - 1), ends[index] if line <= len(starts) else len(text))
+
+    spans = sorted((offset(e.line, e.column), offset(e.end_line, e.end_column), e.new_text) for e in edits)
+    out, cursor = [], 0
+    for start, end, new_text in spans:
+        if start < cursor:
+            raise ValueError("overlapping edits")
+        out.append(text[cursor:start])
+        out.append(new_text)
+        cursor = end
+    out.append(text[cursor:])
+    return "".join(out)
+
+
+def _lines_touched(fix: Fix) -> list[tuple[int, int]]:
+    return [(e.line, max(e.line, e.end_line)) for e in fix.edits]
+
+
+def choose(fixes: Sequence[Fix], unsafe: bool, groups: Sequence[object] | None = None) -> list[Fix]:
+    """The fixes to apply together: allowed ones, in document order, none sharing a line with another.
+
+    Conflicts are decided per line, not per character: two fixes that edit the same statement are never
+    applied in one pass (the next analysis offers the second again, on the fixed text).  With ``groups``
+    (one key per fix, e.g. its function), at most one fix per group is taken: fixing one write often
+    settles the next one in the same function (``y = y.mul(2)`` makes a later ``y[0] = 1`` harmless), so
+    the next pass decides on the fixed code.  The same fix carried by two findings is applied once.
+    """
+    keys = list(groups) if groups is not None else [object() for _ in fixes]
+    order = sorted(range(len(fixes)), key=lambda i: (min(((e.line, e.column) for e in fixes[i].edits), default=(0, 0)), fixes[i].title))
+    taken: list[Fix] = []
+    seen: set[tuple[TextEdit, ...]] = set()
+    used: list[tuple[int, int]] = []
+    used_groups: set[object] = set()
+    for i in order:
+        fix = fixes[i]
+        if not fix.edits or (not fix.safe and not unsafe):
+            continue
+        key = tuple(sorted(fix.edits, key=lambda e: (e.line, e.column)))
+        if key in seen:
+            continue
+        seen.add(key)
+        spans = _lines_touched(fix)
+        if keys[i] in used_groups or any(a <= d and c <= b for a, b in spans for c, d in used):
+            continue
+        used.extend(spans)
+        used_groups.add(keys[i])
+        taken.append(fix)
+    return taken
+
+
+def unified_diff(old: str, new: str, path: str) -> str:
+    if old == new:
+        return ""
+    diff = difflib.unified_diff(
+        _split_keep(old), _split_keep(new), fromfile=f"a/{path}", tofile=f"b/{path}"
+    )
+    out = []
+    for line in diff:
+        out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
+    return "".join(out)

@@ -1,0 +1,771 @@
+"""The fixes of the in-place rules (GG001-GG005), built from the ``Mutation`` a finding carries.
+
+Each strategy returns a ``Fix`` or raises ``CannotFix``; the rules' ``fix`` hooks pick among them:
+
+- **rebind** -- write out of place and rebind the name: ``x = x + y``, ``x = x.add(y)``,
+  ``b = torch.mul(a, s)`` for ``out=b``, or ``x = x.clone()`` before a write through a view of ``x``.
+  Safe when no other name, container, attribute or caller can see the written memory afterwards
+  (``aliases.analyse``); unsafe when only containers/attributes/the caller could; none when a view of the
+  memory is read later (the rebinding would drop a write the program relies on).
+- **clone where saved** -- ``op(x.clone())`` / ``op(x).clone()`` at the op that saved the tensor: the write
+  then hits memory autograd no longer needs.  Always the same program; used when rebinding cannot be.
+- **no_grad** -- a parameter update or reset: ``with torch.no_grad():`` around it.
+- **copy** -- a leaf written as part of a computation: compute on ``w = self.weight.clamp(...)`` /
+  ``x_new = x.clone()`` and read the copy from then on (unsafe: the leaf keeps its old value).
+- **inplace=False** / ``F.relu_`` -> ``F.relu``, at the call or at the module's constructor.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from ..diagnostics import Fix
+from ..knowledge import load_knowledge
+from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
+from .context import FUNCTIONS, CannotFix, FixContext
+from .edits import Rewrite
+from .writes import (
+    Write,
+    assign,
+    attribute_base,
+    aug_to_binop,
+    clone_of,
+    code,
+    cst_mod,
+    out_of_place,
+    parse_expr,
+    root_name,
+    short,
+    without_keyword,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import libcst as cst
+
+    from ..inference.events import Finding, Mutation
+
+# Attribute reads that are about the leaf itself, not its value: they keep naming the leaf after a copy.
+LEAF_IDENTITY_ATTRS = frozenset({
+    "grad", "requires_grad", "is_leaf", "grad_fn", "retain_grad", "register_hook", "requires_grad_", "retains_grad",
+})
+
+
+def mutation_of(finding: Finding) -> Mutation:
+    mutation = (finding.data or {}).get("mutation")
+    if mutation is None:
+        raise CannotFix("the finding carries no mutation")
+    return mutation
+
+
+# ============================================================================ rebinding
+class Rebind:
+    """Rewrite the write out of place and rebind the name it writes through."""
+
+    def __init__(self, ctx: FixContext, write: Write, *, pieces_disjoint: bool = True):
+        self.ctx = ctx
+        self.write = write
+        name, direct = root_name(write.target)
+        if write.kind == "functional" and name is None:
+            # `F.relu(self.fc(x), inplace=True)`: the input is a temporary nobody else sees
+            if not _is_temporary(write.target):
+                raise CannotFix("the input of the in-place function is not a local name")
+        elif name is None:
+            raise CannotFix("the written tensor is not a local name")
+        self.name = name
+        self.direct = direct
+        self.report: Report = (
+            analyse(ctx, write.stmt, name, pieces_disjoint, write_call=write.call) if name else Report("")
+        )
+
+    def rewrite(self) -> tuple[Rewrite, str]:
+        """The edit and a short description; CannotFix when this write has no rebinding form."""
+        ctx, w = self.ctx, self.write
+        cst = cst_mod()
+        rw = Rewrite(ctx)
+        name = self.name
+        if w.kind == "functional":
+            call = ctx.cst(w.call)
+            new_call = _not_inplace(ctx, w.call, call)
+            if not w.value_use:
+                if not self.direct:
+                    raise CannotFix("the in-place function writes a view and its result is dropped")
+                new = assign(cst.Name(name), new_call)
+                rw.replace_node(ctx.cst(w.stmt), new)
+                return rw, code(new)
+            rw.replace_node(call, new_call)
+            if name and not _rebinds(w.stmt, name) and value_read_after(ctx, w.stmt, name):
+                raise CannotFix(f"`{name}` is read later and would miss the write")
+            return rw, code(new_call)
+        if not self.direct:
+            # a write through a view of `name`: copy `name` first, then write the copy
+            rw.insert_before(w.stmt, f"{name} = {name}.clone()")
+            return rw, f"{name} = {name}.clone()"
+        if w.kind == "augassign":
+            aug = ctx.cst(w.stmt)
+            new = assign(aug.target.deep_clone(), aug_to_binop(aug), like=aug)
+            rw.replace_node(aug, new)
+            return rw, code(new)
+        if w.kind == "method":
+            new_value = out_of_place(ctx, w.call)
+            if not w.value_use:
+                new = assign(cst.Name(name), new_value)
+                rw.replace_node(ctx.cst(w.stmt), new)
+                return rw, code(new)
+            stmt = w.stmt
+            if (
+                isinstance(stmt, ast.Assign)
+                and stmt.value is w.call
+                and not _rebinds(stmt, name)
+                and value_read_after(ctx, stmt, name)
+            ):
+                # `s = x.exp_()` and x is read later: `s = x = x.exp()`
+                small = ctx.cst(stmt)
+                targets = [*small.targets, cst.AssignTarget(target=cst.Name(name))]
+                new = small.with_changes(targets=targets, value=new_value)
+                rw.replace_node(small, new)
+                return rw, code(new)
+            if not _rebinds(stmt, name) and value_read_after(ctx, stmt, name):
+                raise CannotFix(f"`{name}` is read later and would miss the write")
+            rw.replace_node(ctx.cst(w.call), new_value)
+            return rw, code(new_value)
+        if w.kind == "out":
+            if w.value_use:
+                raise CannotFix("the result of the out= call is used")
+            new = assign(cst.Name(name), without_keyword(ctx.cst(w.call), "out"))
+            rw.replace_node(ctx.cst(w.stmt), new)
+            return rw, code(new)
+        raise CannotFix(f"no rebinding for {w.kind}")
+
+
+def _is_temporary(expr: ast.expr) -> bool:
+    """A call or arithmetic result that no name holds (``F.relu(self.fc(x))``)."""
+    node = expr
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp))
+
+
+def _rebinds(stmt: ast.stmt, name: str) -> bool:
+    return isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+
+
+def _not_inplace(ctx: FixContext, call_ast: ast.Call, call: cst.Call) -> cst.Call:
+    """``F.relu_(x)`` -> ``F.relu(x)``; ``F.relu(x, inplace=True)`` -> ``F.relu(x, inplace=False)``."""
+    cst = cst_mod()
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if name.endswith("_"):
+        q = ctx.qual(call_ast.func) or ""
+        twin = name[:-1]
+        if isinstance(func, cst.Attribute):
+            return call.with_changes(func=func.with_changes(attr=cst.Name(twin)))
+        if q.startswith("torch.") and isinstance(func, cst.Name):
+            raise CannotFix(f"`{name}` was imported by name; its twin `{twin}` may not be")
+        raise CannotFix("unrecognised in-place function")
+    return inplace_false(call)
+
+
+def inplace_false(call: cst.Call) -> cst.Call:
+    """Set an ``inplace=True`` keyword (or a positional ``True`` in ``nn.ReLU(True)``) to False."""
+    cst = cst_mod()
+    args = list(call.args)
+    for i, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == "inplace":
+            if not (isinstance(arg.value, cst.Name) and arg.value.value == "True"):
+                raise CannotFix("inplace= is not the literal True")
+            args[i] = arg.with_changes(value=cst.Name("False"))
+            return call.with_changes(args=args)
+    positional = [i for i, a in enumerate(args) if a.keyword is None and not a.star]
+    trues = [i for i in positional if isinstance(args[i].value, cst.Name) and args[i].value.value == "True"]
+    if len(trues) == 1:
+        i = trues[0]
+        args[i] = args[i].with_changes(value=cst.Name("False"))
+        return call.with_changes(args=args)
+    raise CannotFix("no inplace=True to turn off")
+
+
+# ============================================================================ clone where saved
+def clone_where_saved(ctx: FixContext, mutation: Mutation, write: Write) -> tuple[Rewrite, str]:
+    """Clone at every op that saved the written memory for a backward that this write breaks."""
+    if not mutation.conflicts:
+        raise CannotFix("no conflicting save")
+    name, _ = root_name(write.target)
+    alias_names = set(AliasAnalysis(ctx, write.stmt, name).aliases) if name else set()
+    rw = Rewrite(ctx)
+    wrapped: dict[int, ast.AST] = {}
+    for conflict in mutation.conflicts:
+        save = conflict.save
+        node = save.node
+        if not isinstance(node, ast.expr) or _is_inplace_expr(ctx, node):
+            raise CannotFix(f"`{save.op}` saves in place")
+        if save.role == "output":
+            if save.version != 0:
+                raise CannotFix(f"`{save.op}` saved a tensor it wrote in place")  # cloning its result cannot help
+            if save.op.startswith("nn.") and getattr(load_knowledge().module(save.op[3:]), "returns", "tensor") != "tensor":
+                raise CannotFix(f"`{save.op}` returns a tuple")
+            targets = [node]
+        elif save.role == "input":
+            knowledge = load_knowledge()
+            targets = [arg for arg in _operands(node) if alias_names & set(_view_sources(arg, ctx, knowledge))]
+            if not targets:
+                raise CannotFix(f"cannot tell which argument of `{save.op}` is saved")
+        else:
+            raise CannotFix(f"`{save.op}` saves its {save.role}, which is not an expression here")
+        for target in targets:
+            if id(target) in wrapped:
+                continue
+            wrapped[id(target)] = target
+    # Inner expressions first would be replaced inside outer ones: refuse nesting rather than guess.
+    nodes = list(wrapped.values())
+    for a in nodes:
+        for b in nodes:
+            if a is not b and any(n is b for n in ast.walk(a)):
+                raise CannotFix("nested saves")
+    for node in nodes:
+        rw.replace_node(ctx.cst(node), clone_of(ctx.cst(node)))
+    shown = ", ".join(f"`{short(code(clone_of(ctx.cst(n))), 50)}`" for n in nodes)
+    return rw, shown
+
+
+def _operands(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp):
+        return [node.left, node.right]
+    if isinstance(node, ast.Call):
+        out = list(node.args) + [k.value for k in node.keywords if k.arg is not None]
+        if isinstance(node.func, ast.Attribute):
+            out.append(node.func.value)  # the receiver of a method (`h.clamp(...)` saves h)
+        return [o for o in out if not isinstance(o, ast.Starred)]
+    return []
+
+
+def _is_inplace_expr(ctx: FixContext, node: ast.expr) -> bool:
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr.endswith("_"):
+            return True
+        if any(k.arg in ("out", "inplace") for k in node.keywords):
+            return True
+    return False
+
+
+# ============================================================================ no_grad
+def no_grad_wrap(ctx: FixContext, stmt: ast.stmt) -> tuple[Rewrite, str]:
+    torch = ctx.torch_name()
+    if torch is None:
+        raise CannotFix("torch is not imported as a module")
+    rw = Rewrite(ctx).wrap_in_with(stmt, f"{torch}.no_grad()")
+    return rw, f"with {torch}.no_grad():"
+
+
+# ============================================================================ copy of a leaf
+def compute_on_copy(ctx: FixContext, write: Write) -> tuple[Rewrite, str, bool]:
+    """Compute on a copy of the leaf (``self.weight`` -> ``weight``, ``x`` -> ``x_new``) and read the copy
+    from then on.  Returns (rewrite, description, safe)."""
+    cst = cst_mod()
+    stmt = write.stmt
+    scope = ctx.scope_of(stmt)
+    if ctx.loops_around(stmt, scope):
+        raise CannotFix("the write is in a loop: earlier iterations would read the copy")
+    attr = attribute_base(write.target)
+    name, direct = root_name(write.target)
+    rw = Rewrite(ctx)
+    if attr is not None:
+        base_text = ctx.source(attr)
+        local = _fresh_name(ctx, scope, attr.attr)
+        later = _later_reads_of_attribute(ctx, scope, stmt, attr)
+        if not later:
+            raise CannotFix(f"`{base_text}` is not read after the write in this function")
+        _require_dominated(ctx, later, stmt)
+        first = _rewrite_write_on(ctx, rw, write, attr, local)
+        for node in later:
+            rw.replace_node(ctx.cst(node), cst.Name(local))
+        return rw, f"{first}, then read `{local}` instead of `{base_text}`", False
+    if name is None:
+        raise CannotFix("the leaf is neither a local name nor an attribute")
+    leaf, start = name, stmt
+    view_binding = _is_view_name(ctx, scope, stmt, name) if direct else None
+    if view_binding is not None:
+        # `wt = w.t(); wt.add_(1)`: copy w before the view is taken
+        start, leaf = view_binding
+    if write.kind == "method" and write.value_use and direct and start is stmt:
+        report = analyse(ctx, stmt, name, write_call=write.call)
+        if not value_read_after(ctx, stmt, name) and report.clean:
+            new_value = out_of_place(ctx, write.call)
+            rw.replace_node(ctx.cst(write.call), new_value)
+            return rw, code(new_value), True
+    if _assigned_after(ctx, scope, start, leaf, stmt):
+        raise CannotFix(f"`{leaf}` is assigned again later")
+    local = _fresh_name(ctx, scope, f"{leaf}_new")
+    reads = _later_reads_of_name(ctx, scope, start, leaf)
+    if not any(not _inside(ctx, r, stmt) and _after(r, stmt) for r in reads):
+        raise CannotFix(f"`{leaf}` is not read after the write")
+    _require_dominated(ctx, reads, start)
+    if start is stmt and direct and write.kind in ("augassign", "method") and not write.value_use:
+        if write.kind == "augassign":
+            aug = ctx.cst(stmt)
+            new = assign(cst.Name(local), aug_to_binop(aug), like=aug)
+        else:
+            new = assign(cst.Name(local), out_of_place(ctx, write.call))
+        rw.replace_node(ctx.cst(stmt), new)
+        reads = [r for r in reads if not _inside(ctx, r, stmt)]
+        first = code(new)
+    else:
+        rw.insert_before(start, f"{local} = {leaf}.clone()")
+        first = f"{local} = {leaf}.clone()"
+    for node in reads:
+        rw.replace_node(ctx.cst(node), cst.Name(local))
+    return rw, f"{first}, then read `{local}` instead of `{leaf}`", False
+
+
+def _rewrite_write_on(ctx: FixContext, rw: Rewrite, write: Write, attr: ast.Attribute, local: str) -> str:
+    cst = cst_mod()
+    stmt = write.stmt
+    if write.target is attr and write.kind == "augassign":
+        aug = ctx.cst(stmt)
+        new = assign(cst.Name(local), aug_to_binop(aug), like=aug)
+        rw.replace_node(aug, new)
+        return code(new)
+    if write.target is attr and write.kind == "method" and not write.value_use:
+        new = assign(cst.Name(local), out_of_place(ctx, write.call))
+        rw.replace_node(ctx.cst(stmt), new)
+        return code(new)
+    if write.value_use:
+        raise CannotFix("the in-place result is used")
+    rw.insert_before(stmt, f"{local} = {ctx.source(attr)}.clone()")
+    rw.replace_node(ctx.cst(attr), cst.Name(local))
+    return f"{local} = {ctx.source(attr)}.clone()"
+
+
+def _is_view_name(ctx: FixContext, scope: ast.AST, stmt: ast.stmt, name: str):
+    """(binding statement, leaf name) when ``name`` was bound, once and before ``stmt`` in the same block,
+    to a view of another local name; None otherwise."""
+    bindings = [
+        n for n in ast.walk(scope)
+        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+    ]
+    if len(bindings) != 1:
+        return None
+    binding = ctx.statement_of(bindings[0])
+    if not isinstance(binding, ast.Assign) or len(binding.targets) != 1 or not isinstance(binding.targets[0], ast.Name):
+        return None
+    if ctx.parents.get(binding) is not ctx.parents.get(stmt) or binding.lineno >= stmt.lineno:
+        return None
+    source, direct = root_name(binding.value)
+    if source is None or direct:
+        return None
+    return binding, source
+
+
+def _fresh_name(ctx: FixContext, scope: ast.AST, base: str) -> str:
+    used = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name)}
+    if isinstance(scope, FUNCTIONS):
+        used |= {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
+    used |= set(ctx.imports)
+    name, i = base, 1
+    while name in used:
+        i += 1
+        name = f"{base}{i}"
+    return name
+
+
+def _require_dominated(ctx: FixContext, nodes: list[ast.AST], start: ast.stmt) -> None:
+    """CannotFix unless every node runs only after ``start`` has: it is in ``start``'s block, after it."""
+    parent = ctx.parents.get(start)
+    block = next(
+        (b for f in ("body", "orelse", "finalbody") if isinstance(b := getattr(parent, f, None), list)
+         and any(s is start for s in b)),
+        None,
+    )
+    if block is None:
+        raise CannotFix("cannot tell what runs after the write")
+    index = next(i for i, s in enumerate(block) if s is start)
+    later = block[index:]
+    for node in nodes:
+        chain = [node, *ctx.ancestors(node)]
+        if not any(c is s for s in later for c in chain):
+            raise CannotFix(f"line {node.lineno} may run without the copy being made")
+
+
+def _after(node: ast.AST, stmt: ast.stmt) -> bool:
+    return (node.lineno, node.col_offset) >= (stmt.lineno, stmt.col_offset)
+
+
+def _inside(ctx: FixContext, node: ast.AST, stmt: ast.stmt) -> bool:
+    return any(a is stmt for a in ctx.ancestors(node))
+
+
+def _later_reads_of_name(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str) -> list[ast.Name]:
+    reads = []
+    for node in ast.walk(scope):
+        if not (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) and _after(node, start)):
+            continue
+        if ctx.scope_of(node) is not scope:
+            raise CannotFix(f"a nested function reads `{name}`")
+        parent = ctx.parents.get(node)
+        if isinstance(parent, ast.Attribute) and parent.attr in LEAF_IDENTITY_ATTRS:
+            continue
+        reads.append(node)
+    return reads
+
+
+def _assigned_after(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str, write: ast.stmt) -> bool:
+    return any(
+        isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) and _after(n, start)
+        and not _inside(ctx, n, write)
+        for n in ast.walk(scope)
+    )
+
+
+def _later_reads_of_attribute(ctx: FixContext, scope: ast.AST, stmt: ast.stmt, attr: ast.Attribute) -> list[ast.Attribute]:
+    """Reads of ``self.weight`` after the write; CannotFix when the object is used some other way later
+    (``self.fc(x)`` reads ``self.fc.weight`` without naming it) or the attribute is assigned."""
+    text = ctx.source(attr)
+    prefixes = []
+    node: ast.AST = attr.value
+    while isinstance(node, ast.Attribute):
+        prefixes.append(ctx.source(node))
+        node = node.value
+    reads = []
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Attribute) or not _after(node, stmt) or _inside(ctx, node, stmt):
+            continue
+        source = ctx.source(node)
+        if source == text:
+            if not isinstance(node.ctx, ast.Load):
+                raise CannotFix(f"`{text}` is assigned later")
+            parent = ctx.parents.get(node)
+            if isinstance(parent, ast.Attribute) and parent.attr in LEAF_IDENTITY_ATTRS | NON_VALUE_ATTRS:
+                continue
+            reads.append(node)
+        elif source in prefixes:
+            parent = ctx.parents.get(node)
+            if not (isinstance(parent, ast.Attribute) and parent.value is node):
+                raise CannotFix(f"`{source}` is used later and may read `{text}` itself")
+    if any(ctx.scope_of(r) is not scope for r in reads):
+        raise CannotFix("a nested function reads it")
+    return reads
+
+
+# ============================================================================ small helpers for the rules
+def fix_or_none(build) -> Fix | None:
+    try:
+        return build()
+    except CannotFix:
+        return None
+
+
+def is_parameter_update(ctx: FixContext, mutation: Mutation, write: Write) -> bool:
+    """Is this leaf write an optimizer-style update or a reset, rather than part of a computation?"""
+    stmt = write.stmt
+    if any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(stmt)):
+        return True
+    fn = ctx.function_of(stmt)
+    scope = ctx.scope_of(stmt)
+    origin = mutation.target.root().origin
+    for loop in ctx.loops_around(stmt, scope):
+        if origin is not None and any(n is origin for n in ast.walk(loop)):
+            continue  # a leaf made afresh in each iteration is not a parameter being trained
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("backward", "step"):
+                return True  # a leaf that outlives the training loop: a parameter, updated or reset
+    if fn is not None and fn.name == "forward":
+        return False
+    root = mutation.target.root()
+    return bool(root.param) or attribute_base(write.target) is not None
+
+
+def grad_would_be_lost(mutation: Mutation) -> bool:
+    """Rebinding under no_grad drops the graph of a tensor that requires grad."""
+    from ..inference.values import Grad
+
+    return not mutation.grad_enabled and mutation.target.requires_grad != Grad.NO
+
+
+def saves_inside(mutation: Mutation, stmt: ast.stmt) -> bool:
+    """Does the write statement itself evaluate an op whose save it breaks (``y[t] = y[t] * y[t - 1]``)?"""
+    for conflict in mutation.conflicts:
+        node = conflict.save.node
+        if node is stmt or any(n is node for n in ast.walk(stmt)):
+            return True
+    return False
+
+
+# ============================================================================ per-rule choices
+def _rebind_fix(rebind: Rebind, what: str) -> Fix | None:
+    """Safe when nothing else sees the memory, unsafe when only containers/attributes/the caller do."""
+    report = rebind.report
+    if not (report.clean or report.only_holders):
+        return None
+    built = fix_or_none(rebind.rewrite)
+    if built is None:
+        return None
+    rw, desc = built
+    if report.clean:
+        return rw.fix(f"{what}: `{short(desc)}`", safe=True)
+    return rw.fix(f"{what}: `{short(desc)}` (unsafe: {report.reason()})", safe=False)
+
+
+def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
+    """GG001 (and any rule about a write to memory saved for backward): rebind out of place when nothing
+    else sees the memory; clone where it is saved when a view of it is read later (or rebinding cannot
+    work); an unsafe rebinding when only containers, attributes or the caller could see the write."""
+    mutation = mutation_of(finding)
+    write = Write.of(ctx, mutation.node)
+    rebind = fix_or_none(lambda: Rebind(ctx, write))
+    possible = (
+        rebind is not None
+        and not grad_would_be_lost(mutation)
+        and (rebind.direct or not saves_inside(mutation, write.stmt))
+    )
+    if possible and rebind.report.clean:
+        built = fix_or_none(rebind.rewrite)
+        if built is not None:
+            return built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True)
+        possible = False
+    if not possible or rebind.report.aliases_read_after:
+        built = fix_or_none(lambda: clone_where_saved(ctx, mutation, write))
+        if built is not None:
+            return built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
+    if possible and rebind.report.only_holders:
+        return _rebind_fix(rebind, "Write out of place")
+    return None
+
+
+def fix_leaf_write(ctx: FixContext, finding: Finding) -> Fix | None:
+    """GG002/GG003: ``with torch.no_grad():`` for parameter updates and resets; a copy for computations."""
+    mutation = mutation_of(finding)
+    write = Write.of(ctx, mutation.node)
+    if is_parameter_update(ctx, mutation, write):
+        rw, desc = no_grad_wrap(ctx, write.stmt)
+        return rw.fix(f"Update under `{desc}`", safe=True)
+    rw, desc, safe = compute_on_copy(ctx, write)
+    title = f"Compute on a copy: `{short(desc, 90)}`"
+    return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
+
+
+def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:
+    """GG004: rebind the piece out of place, or write through a plain view of the whole tensor."""
+    mutation = mutation_of(finding)
+    write = Write.of(ctx, mutation.node)
+    plain = fix_or_none(lambda: plain_view_write(ctx, write))
+    if plain is not None:
+        return plain
+    element = fix_or_none(lambda: rebuild_pieces(ctx, write))
+    if element is not None:
+        return element
+    rebind = Rebind(ctx, write, pieces_disjoint=True)
+    return _rebind_fix(rebind, "Write out of place")
+
+
+def fix_inplace_activation(ctx: FixContext, finding: Finding) -> Fix | None:
+    """GG005: ``inplace=False`` at the module's constructor, or at the functional call."""
+    mutation = mutation_of(finding)
+    module = mutation.module
+    if module is not None:
+        return module_inplace_false(ctx, mutation)
+    write = Write.of(ctx, mutation.node)
+    if write.kind != "functional":
+        raise CannotFix("not an in-place activation call")
+    rebind = Rebind(ctx, write)
+    func = ctx.source(write.call.func)
+    what = f"Use `{func[:-1]}`" if func.endswith("_") else "Use `inplace=False`"
+    return _rebind_fix(rebind, what)
+
+
+def module_inplace_false(ctx: FixContext, mutation: Mutation) -> Fix | None:
+    """``nn.ReLU(inplace=True)`` -> ``nn.ReLU(inplace=False)``: safe when at every place the module is applied
+    its input is a temporary or a name rebound to the result (nothing else reads the overwritten input)."""
+    ctor = mutation.module.ctor if mutation.module is not None else None
+    if not isinstance(ctor, ast.Call):
+        raise CannotFix("the module's constructor is not in this file")
+    rw = Rewrite(ctx).replace_node(ctx.cst(ctor), inplace_false(ctx.cst(ctor)))
+    sites, why = _module_call_sites(ctx, ctor)
+    unsafe = [why] if why else []
+    for site in sites:
+        problem = _site_problem(ctx, site)
+        if problem:
+            unsafe.append(problem)
+    title = f"Use `inplace=False` in `{short(ctx.source(ctor), 50)}`"
+    if unsafe:
+        return rw.fix(f"{title} (unsafe: {unsafe[0]})", safe=False)
+    return rw.fix(title, safe=True)
+
+
+def _module_call_sites(ctx: FixContext, ctor: ast.Call) -> tuple[list[ast.Call], str | None]:
+    parent = ctx.parents.get(ctor)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        target = parent.targets[0]
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+            cls = ctx.class_of(ctor)
+            if cls is None:
+                return [], "the module is stored on an object outside a class"
+            sites = [
+                n for n in ast.walk(cls)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == target.attr
+                and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"
+            ]
+            other_uses = [
+                n for n in ast.walk(cls)
+                if isinstance(n, ast.Attribute) and n.attr == target.attr and isinstance(n.value, ast.Name)
+                and n.value.id == "self" and isinstance(n.ctx, ast.Load) and not any(s.func is n for s in sites)
+            ]
+            if other_uses:
+                return sites, f"`self.{target.attr}` is also used other than by calling it"
+            return sites, None if sites else "the module is never called in its class"
+        if isinstance(target, ast.Name):
+            scope = ctx.scope_of(ctor)
+            sites = [
+                n for n in ast.walk(scope)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == target.id
+            ]
+            loads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)]
+            if len(loads) != len(sites):
+                return sites, f"`{target.id}` is also used other than by calling it"
+            return sites, None if sites else "the module is never called here"
+    if isinstance(parent, ast.Call) and (ctx.qual(parent.func) or "").endswith("Sequential") and ctor in parent.args:
+        if parent.args.index(ctor) == 0:
+            return [], "it is the first layer: it would overwrite the Sequential's input"
+        return [], None  # its input is the previous layer's output, which nothing else holds
+    return [], "cannot see where the module is applied"
+
+
+def _site_problem(ctx: FixContext, site: ast.Call) -> str | None:
+    """Why applying the module out of place at ``site`` may change the program (None: it does not)."""
+    if not site.args:
+        return "a call without an input"
+    stmt = ctx.statement_of(site)
+    if isinstance(stmt, ast.Expr) and stmt.value is site:
+        return f"the result of `{ctx.source(site)}` is dropped: the code relies on the in-place write"
+    arg = site.args[0]
+    name, _ = root_name(arg)
+    if name is None:
+        return None if _is_temporary(arg) else f"`{ctx.source(arg)}` is not a local name"
+    report = analyse(ctx, stmt, name, write_call=site)
+    if not report.clean:
+        return report.reason()
+    if not _rebinds(stmt, name) and value_read_after(ctx, stmt, name):
+        return f"`{name}` is read after `{ctx.source(site)}` and would miss the write"
+    return None
+
+
+def plain_view_write(ctx: FixContext, write: Write) -> Fix | None:
+    """``h.split(2)[0] += 1`` -> ``h[0:2] += 1``: the same memory through a plain view, which autograd lets
+    a write go through (and which ``h`` sees, as before)."""
+    target = write.target
+    node = target
+    while isinstance(node, ast.Subscript) and not _is_piece(ctx, node):
+        node = node.value
+    if not _is_piece(ctx, node):
+        raise CannotFix("not an indexed output of split/unbind")
+    call, index = node.value, node.slice
+    k = _int_literal(index)
+    if k is None or k < 0:
+        raise CannotFix("the piece's index is not a literal")
+    func = call.func
+    q = ctx.qual(func) or ""
+    if isinstance(func, ast.Attribute) and not q.startswith("torch."):
+        base, rest = func.value, list(call.args)
+        op = func.attr
+    elif q in ("torch.split", "torch.unbind") and call.args:
+        base, rest = call.args[0], list(call.args[1:])
+        op = q.rsplit(".", 1)[1]
+    else:
+        raise CannotFix("not split/unbind")
+    dim_node = rest[1] if len(rest) > 1 else next((kw.value for kw in call.keywords if kw.arg == "dim"), None)
+    if op == "unbind":
+        dim_node = rest[0] if rest else dim_node
+    dim = 0 if dim_node is None else _int_literal(dim_node)
+    if dim is None or dim < 0 or len(call.keywords) > (1 if any(kw.arg == "dim" for kw in call.keywords) else 0):
+        raise CannotFix("the dimension is not a literal")
+    lead = ":, " * dim
+    base_code = ctx.source(base)
+    if op == "split":
+        size = _int_literal(rest[0]) if rest else None
+        if size is None or size <= 0:
+            raise CannotFix("split size is not a literal")
+        view = f"{base_code}[{lead}{k * size}:{(k + 1) * size}]"
+    elif op == "unbind":
+        view = f"{base_code}[{lead}{k}]"
+    else:
+        raise CannotFix("chunk sizes depend on the tensor's shape")
+    if not isinstance(base, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+        raise CannotFix("the split tensor is not a simple expression")
+    rw = Rewrite(ctx).replace_node(ctx.cst(node), parse_expr(view))
+    return rw.fix(f"Write through a plain view: `{view}`", safe=True)
+
+
+def _is_piece(ctx: FixContext, node: ast.AST) -> bool:
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)):
+        return False
+    func = node.value.func
+    name = func.attr if isinstance(func, ast.Attribute) else ""
+    return name in ("split", "unbind", "chunk")
+
+
+def _returns_pieces(ctx: FixContext, call: ast.Call) -> bool:
+    q = ctx.qual(call.func) or ""
+    if q in ("torch.split", "torch.chunk", "torch.unbind", "torch.tensor_split"):
+        return True
+    return isinstance(call.func, ast.Attribute) and not q.startswith("torch.") and call.func.attr in (
+        "split", "chunk", "unbind", "tensor_split", "split_with_sizes"
+    )
+
+
+def _int_literal(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _int_literal(node.operand)
+        return -inner if inner is not None else None
+    return None
+
+
+def rebuild_pieces(ctx: FixContext, write: Write) -> Fix | None:
+    """``parts = torch.split(t, 2); parts[0].zero_()`` -> ``parts = (torch.zeros_like(parts[0]), *parts[1:])``:
+    the tuple of pieces is rebuilt with the new piece instead of writing the old one."""
+    cst = cst_mod()
+    target = write.target
+    if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+        raise CannotFix("not an element of a named tuple of pieces")
+    k = _int_literal(target.slice)
+    if k is None or k < 0:
+        raise CannotFix("the element's index is not a literal")
+    name = target.value.id
+    if write.value_use:
+        raise CannotFix("the in-place result is used")
+    scope = ctx.scope_of(write.stmt)
+    bindings = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+    binding = ctx.parents.get(bindings[0]) if len(bindings) == 1 else None
+    if not (isinstance(binding, ast.Assign) and isinstance(binding.value, ast.Call) and _returns_pieces(ctx, binding.value)):
+        raise CannotFix(f"`{name}` is not bound once to the tuple split/chunk/unbind return")
+    report = analyse(ctx, write.stmt, name, pieces_disjoint=True, write_call=write.call)
+    if not report.clean:
+        raise CannotFix(report.reason())
+    element = ctx.cst(target)
+    if write.kind == "method":
+        new_piece = out_of_place(ctx, write.call, element)
+    elif write.kind == "augassign":
+        new_piece = aug_to_binop(ctx.cst(write.stmt))
+    else:
+        raise CannotFix("not a method or augmented assignment on the element")
+    before = f"*{name}[:{k}], " if k else ""
+    new = assign(
+        cst.Name(name),
+        parse_expr(f"({before}__PIECE__, *{name}[{k + 1}:])").visit(_Placeholder("__PIECE__", new_piece)),
+    )
+    rw = Rewrite(ctx).replace_node(ctx.cst(write.stmt), new)
+    return rw.fix(f"Rebuild the pieces: `{short(code(new))}`", safe=True)
+
+
+class _Placeholder:
+    """A libcst transformer replacing the name ``placeholder`` with a node (built lazily: libcst import)."""
+
+    def __new__(cls, placeholder: str, node):
+        cst = cst_mod()
+
+        class Replace(cst.CSTTransformer):
+            def leave_Name(self, original, updated):
+                return node if original.value == placeholder else updated
+
+        return Replace()

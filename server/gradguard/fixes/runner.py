@@ -1,0 +1,168 @@
+"""Applying fixes to files: the engine of ``gradguard check --fix / --unsafe-fixes / --diff``.
+
+One file at a time: analyse, apply every allowed fix that does not share a line with another, analyse the
+new text again, and repeat until no allowed fix is left (a fix can make the next one possible, and two
+fixes of one statement are never applied in the same pass).  Text whose fixed version would not parse is
+left exactly as it was, with a message.  The result converges: running it again changes nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import parsing
+from ..config import Config
+from ..diagnostics import FileResult
+from .edits import apply_edits, choose, unified_diff
+
+MAX_PASSES = 100  # each pass removes at least one finding, so this is never the limit in practice
+
+
+@dataclass
+class FixOutcome:
+    path: str
+    original: str
+    fixed: str
+    result: FileResult  # the analysis of the fixed text (of the original when nothing changed)
+    applied: int = 0  # fixes applied
+    problems: list[str] = field(default_factory=list)
+    before: int = 0  # findings before fixing
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed != self.original
+
+    @property
+    def findings_fixed(self) -> int:
+        return max(0, self.before - len(self.result.diagnostics)) if self.changed else 0
+
+    def diff(self) -> str:
+        return unified_diff(self.original, self.fixed, self.path)
+
+
+def fixable(result: FileResult, unsafe: bool) -> int:
+    """How many of ``result``'s findings carry a fix that ``--fix`` (with ``unsafe``) would apply."""
+    return sum(1 for d in result.diagnostics if d.fix is not None and (d.fix.safe or unsafe))
+
+
+def fix_text(text: str, path: str, config: Config | None = None, unsafe: bool = False,
+             result: FileResult | None = None) -> FixOutcome:
+    """Apply fixes to ``text`` until none applies; ``result`` is its analysis when already known."""
+    from ..api import analyze_source
+
+    result = first = result if result is not None else analyze_source(text, path, config)
+    current, applied, problems = text, 0, []
+    for _ in range(MAX_PASSES):
+        with_fix = [d for d in result.diagnostics if d.fix is not None]
+        chosen = choose([d.fix for d in with_fix], unsafe, _functions(current, with_fix))
+        if not chosen:
+            break
+        try:
+            new = apply_edits(current, [e for f in chosen for e in f.edits])
+        except ValueError:
+            problems.append(f"{path}: the fixes overlap; file left unchanged")
+            return FixOutcome(path, text, text, first, 0, problems, len(first.diagnostics))
+        if isinstance(parsing.parse(new), parsing.SyntaxProblem):
+            titles = "; ".join(f.title for f in chosen)
+            problems.append(f"{path}: the fixed code would not parse ({titles}); file left unchanged")
+            return FixOutcome(path, text, text, first, 0, problems, len(first.diagnostics))
+        if new == current:
+            break
+        new_result = analyze_source(new, path, config)
+        if len(new_result.diagnostics) >= len(result.diagnostics):
+            # a fix that does not remove its finding would be offered (and applied) again and again
+            titles = "; ".join(f.title for f in chosen)
+            problems.append(f"{path}: a fix did not remove its finding ({titles}); not applied")
+            break
+        current, applied, result = new, applied + len(chosen), new_result
+    return FixOutcome(path, text, current, result, applied, problems, len(first.diagnostics))
+
+
+def _functions(text: str, diagnostics) -> list[object]:
+    """The innermost function (its first line; 0 for module level) around each diagnostic."""
+    tree = parsing.parse(text)
+    spans = []
+    if not isinstance(tree, parsing.SyntaxProblem):
+        spans = [(n.lineno, n.end_lineno) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    keys: list[object] = []
+    for d in diagnostics:
+        inside = [s for s in spans if s[0] <= d.line <= s[1]]
+        keys.append(max(inside)[0] if inside else 0)
+    return keys
+
+
+def _encoding(data: bytes) -> str:
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:
+        encoding = "utf-8"
+    return encoding
+
+
+def fix_path(path: Path, display: str, config: Config | None = None, unsafe: bool = False, write: bool = True,
+             result: FileResult | None = None) -> FixOutcome:
+    """Fix one file; write it back (same encoding, same line endings) when ``write`` and it changed."""
+    data = path.read_bytes()
+    text = parsing.decode(data)
+    if isinstance(text, parsing.Unreadable):
+        from ..api import analyze_source
+
+        return FixOutcome(display, "", "", analyze_source(data, display, config))
+    outcome = fix_text(text, display, config, unsafe, result)
+    if write and outcome.changed:
+        try:
+            path.write_bytes(outcome.fixed.encode(_encoding(data)))
+        except (OSError, UnicodeEncodeError) as exc:
+            outcome.problems.append(f"{display}: cannot write the fixed file: {exc}")
+            outcome.fixed = outcome.original
+    return outcome
+
+
+@dataclass
+class FixRun:
+    """What ``--fix``/``--diff`` did over many files."""
+
+    results: list[FileResult]  # the analysis after fixing, one per file
+    outcomes: list[FixOutcome] = field(default_factory=list)
+    unsafe: bool = False
+    write: bool = True
+
+    @property
+    def diff(self) -> str:
+        return "".join(o.diff() for o in sorted(self.outcomes, key=lambda o: o.path) if o.changed)
+
+    @property
+    def problems(self) -> list[str]:
+        return [p for o in self.outcomes for p in o.problems]
+
+    def summary(self) -> str:
+        changed = [o for o in self.outcomes if o.changed]
+        fixes = sum(o.findings_fixed for o in changed)
+        files = f"{len(changed)} file{'s' if len(changed) != 1 else ''}"
+        verb = "fixed" if self.write else "would fix"
+        text = f"{verb} {fixes} finding{'s' if fixes != 1 else ''} in {files}" if changed else "no fixes applied"
+        hidden = 0 if self.unsafe else sum(
+            1 for r in self.results for d in r.diagnostics if d.fix is not None and not d.fix.safe
+        )
+        if hidden:
+            text += f"; {hidden} more with --unsafe-fixes"
+        return text
+
+
+def run_fixes(results: list[FileResult], paths: dict[str, Path], config: Config | None, unsafe: bool,
+              write: bool) -> FixRun:
+    """Fix the files among ``results`` (keyed by display path in ``paths``) that have an allowed fix."""
+    run = FixRun([], unsafe=unsafe, write=write)
+    for result in results:
+        path = paths.get(result.path)
+        if path is None or result.error is not None or not fixable(result, unsafe):
+            run.results.append(result)
+            continue
+        outcome = fix_path(path, result.path, config, unsafe, write, result)
+        run.outcomes.append(outcome)
+        run.results.append(outcome.result)
+    return run

@@ -1,0 +1,266 @@
+"""What an in-place write looks like in the code, and the libcst pieces the fixes rewrite it with.
+
+``Write.of(ctx, node)`` reads the statement the engine reported (``x += y``, ``x.add_(y)``,
+``x[i] = v``, ``torch.f(..., out=x)``, ``F.relu_(x)``, ``F.relu(x, inplace=True)``) into one shape:
+the written expression, the name at its root (when the write goes through views of a local name), and
+whether the in-place call's result is used.  The builders below produce the out-of-place forms.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..knowledge import load_knowledge
+from .aliases import VIEW_ATTRS
+from .context import CannotFix, FixContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    import libcst as cst
+
+# In-place methods whose out-of-place twin is a Tensor method of the same name without the underscore
+# (from torch 2.13: ``hasattr(torch.Tensor, twin)`` and the twin is not a view).  Others are written on a clone.
+OUT_OF_PLACE_METHODS = frozenset(
+    ["abs", "absolute", "acos", "acosh", "add", "addbmm", "addcdiv", "addcmul", "addmm", "addmv", "addr", "arccos", "arccosh", "arcsin", "arcsinh", "arctan2", "arctan", "arctanh", "asin", "asinh", "atan2", "atan", "atanh", "baddbmm", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or", "bitwise_right_shift", "bitwise_xor", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "conj_physical", "copysign", "cos", "cosh", "cumprod", "cumsum", "deg2rad", "digamma", "div", "divide", "eq", "erf", "erfc", "erfinv", "exp2", "exp", "expm1", "fix", "float_power", "floor", "floor_divide", "fmod", "frac", "gcd", "ge", "greater", "greater_equal", "gt", "heaviside", "hypot", "i0", "igamma", "igammac", "index_add", "index_copy", "index_fill", "index_put", "index_reduce", "lcm", "ldexp", "le", "lerp", "less", "less_equal", "lgamma", "log10", "log1p", "log2", "log", "logical_and", "logical_not", "logical_or", "logical_xor", "logit", "lt", "masked_fill", "masked_scatter", "mul", "multiply", "mvlgamma", "nan_to_num", "ne", "neg", "negative", "nextafter", "not_equal", "polygamma", "pow", "put", "rad2deg", "reciprocal", "relu", "remainder", "renorm", "round", "rsqrt", "scatter", "scatter_add", "scatter_reduce", "sgn", "sigmoid", "sign", "sin", "sinc", "sinh", "sqrt", "square", "sub", "subtract", "tan", "tanh", "tril", "triu", "true_divide", "trunc", "xlogy"]
+)
+VIEW_METHODS = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute", "squeeze", "unsqueeze", "expand",
+    "expand_as", "narrow", "select", "diagonal", "unfold", "flatten", "unflatten", "movedim", "moveaxis",
+    "swapaxes", "swapdims", "as_strided", "detach", "real", "imag", "view_as_real", "unbind", "split", "chunk",
+    "tensor_split", "split_with_sizes", "contiguous", "adjoint",
+})
+_AUG_OPS = {
+    "AddAssign": "Add", "SubtractAssign": "Subtract", "MultiplyAssign": "Multiply", "DivideAssign": "Divide",
+    "FloorDivideAssign": "FloorDivide", "ModuloAssign": "Modulo", "PowerAssign": "Power",
+    "MatrixMultiplyAssign": "MatrixMultiply", "BitAndAssign": "BitAnd", "BitOrAssign": "BitOr",
+    "BitXorAssign": "BitXor", "LeftShiftAssign": "LeftShift", "RightShiftAssign": "RightShift",
+}
+_PRECEDENCE = {
+    "BitOr": 1, "BitXor": 2, "BitAnd": 3, "LeftShift": 4, "RightShift": 4, "Add": 5, "Subtract": 5,
+    "Multiply": 6, "MatrixMultiply": 6, "Divide": 6, "FloorDivide": 6, "Modulo": 6, "Power": 8,
+}
+_NUMBER = re.compile(r"^[-+]?\s*(\d[\d_]*\.?[\d_]*([eE][-+]?\d+)?|\.\d[\d_]*([eE][-+]?\d+)?)$")
+
+
+@dataclass
+class Write:
+    """One in-place write, normalised."""
+
+    stmt: ast.stmt
+    kind: str  # "augassign", "setitem", "method", "out", "functional"
+    target: ast.expr  # the expression whose memory is written
+    call: ast.Call | None = None
+    value_use: bool = False  # the in-place call's result is used (not a bare expression statement)
+
+    @staticmethod
+    def of(ctx: FixContext, node: ast.AST) -> Write:
+        if isinstance(node, ast.AugAssign):
+            return Write(node, "augassign", node.target)
+        if isinstance(node, ast.Assign):
+            subscripts = [t for t in node.targets if isinstance(t, ast.Subscript)]
+            if len(node.targets) != 1 or len(subscripts) != 1:
+                raise CannotFix("an assignment with several targets")
+            return Write(node, "setitem", subscripts[0])
+        if isinstance(node, ast.Call):
+            stmt = ctx.statement_of(node)
+            value_use = not (isinstance(stmt, ast.Expr) and stmt.value is node)
+            out = next((k.value for k in node.keywords if k.arg == "out"), None)
+            if out is not None:
+                return Write(stmt, "out", out, node, value_use)
+            func = node.func
+            functional = _functional_inplace(ctx, node)
+            if functional:
+                if not node.args:
+                    raise CannotFix("no input argument")
+                return Write(stmt, "functional", node.args[0], node, value_use)
+            if isinstance(func, ast.Attribute) and load_knowledge().is_inplace(func.attr):
+                return Write(stmt, "method", func.value, node, value_use)
+        raise CannotFix(f"unrecognised write {type(node).__name__}")
+
+
+def _functional_inplace(ctx: FixContext, call: ast.Call) -> bool:
+    q = ctx.qual(call.func) or ""
+    if not q.startswith("torch."):
+        return False
+    name = q.rsplit(".", 1)[1]
+    return name.endswith("_") or any(k.arg == "inplace" for k in call.keywords)
+
+
+def root_name(expr: ast.expr) -> tuple[str | None, bool]:
+    """(name, direct): the local name the written expression is, or is a view of (``x``, ``x[0]``, ``x.T``,
+    ``x.view(-1)[0]``); direct when the expression is the name itself.  (None, False) otherwise."""
+    if isinstance(expr, ast.Name):
+        return expr.id, True
+    node = expr
+    while True:
+        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in VIEW_ATTRS:
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
+            node = node.func.value
+        elif isinstance(node, ast.Name):
+            return node.id, False
+        else:
+            return None, False
+
+
+def attribute_base(expr: ast.expr) -> ast.Attribute | None:
+    """The attribute chain (``self.weight``, ``model.fc.weight``) the written expression is, or is a view of."""
+    node = expr
+    while True:
+        if isinstance(node, ast.Attribute) and node.attr not in VIEW_ATTRS and _is_dotted(node):
+            return node
+        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in VIEW_ATTRS:
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
+            node = node.func.value
+        else:
+            return None
+
+
+def _is_dotted(node: ast.AST) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+# ----------------------------------------------------------------------------- libcst builders
+def cst_mod():
+    import libcst
+
+    return libcst
+
+
+def parse_expr(code: str) -> cst.BaseExpression:
+    return cst_mod().parse_expression(code)
+
+
+def _parenthesized(node: cst.CSTNode) -> bool:
+    return bool(getattr(node, "lpar", ()))
+
+
+def is_atom(node: cst.BaseExpression) -> bool:
+    cst = cst_mod()
+    atoms = (
+        cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,
+        cst.ConcatenatedString, cst.FormattedString, cst.List, cst.Dict, cst.Set, cst.ListComp, cst.SetComp,
+        cst.DictComp, cst.GeneratorExp, cst.Ellipsis,
+    )
+    return _parenthesized(node) or isinstance(node, atoms)
+
+
+def paren(node: cst.BaseExpression) -> cst.BaseExpression:
+    cst = cst_mod()
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def as_operand(node: cst.BaseExpression, op: str, right: bool) -> cst.BaseExpression:
+    """``node`` as an operand of binary ``op``, parenthesized unless that is unnecessary."""
+    cst = cst_mod()
+    if is_atom(node):
+        return node
+    if isinstance(node, cst.UnaryOperation) and not isinstance(node.operator, cst.Not):
+        return node if (right or op != "Power") else paren(node)
+    if isinstance(node, cst.BinaryOperation):
+        inner = _PRECEDENCE.get(type(node.operator).__name__, 0)
+        outer = _PRECEDENCE.get(op, 0)
+        if inner > outer or (inner == outer and not right and op != "Power"):
+            return node
+    return paren(node)
+
+
+def receiver(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``node`` as the object of an attribute access (``(a * b).clone()``)."""
+    cst = cst_mod()
+    if is_atom(node) and not isinstance(node, (cst.Integer, cst.Float, cst.Imaginary)):
+        return node
+    return paren(node)
+
+
+def method_call(obj: cst.BaseExpression, method: str, args=()) -> cst.Call:
+    cst = cst_mod()
+    return cst.Call(func=cst.Attribute(value=receiver(obj), attr=cst.Name(method)), args=list(args))
+
+
+def clone_of(node: cst.BaseExpression) -> cst.Call:
+    return method_call(node, "clone")
+
+
+def assign(target: cst.BaseExpression, value: cst.BaseExpression, *more: cst.BaseExpression,
+           like: cst.AugAssign | None = None) -> cst.Assign:
+    """``target = value`` (``like``: keep the spacing around an augmented assignment's operator)."""
+    cst = cst_mod()
+    spacing = {}
+    if like is not None:
+        spacing = {"whitespace_before_equal": like.operator.whitespace_before,
+                   "whitespace_after_equal": like.operator.whitespace_after}
+    return cst.Assign(targets=[cst.AssignTarget(target=t, **spacing) for t in (target, *more)], value=value)
+
+
+def aug_to_binop(aug: cst.AugAssign) -> cst.BinaryOperation:
+    """``x op= v`` -> ``x op v`` (with ``v`` parenthesized when needed)."""
+    cst = cst_mod()
+    name = _AUG_OPS.get(type(aug.operator).__name__)
+    if name is None:
+        raise CannotFix("unknown augmented operator")
+    operator = getattr(cst, name)()
+    return cst.BinaryOperation(
+        left=as_operand(aug.target.deep_clone(), name, right=False),
+        operator=operator,
+        right=as_operand(aug.value, name, right=True),
+    )
+
+
+def without_keyword(call: cst.Call, keyword: str) -> cst.Call:
+    """The call without its ``keyword=`` argument (commas kept right)."""
+    args = list(call.args)
+    index = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == keyword), None)
+    if index is None:
+        return call
+    removed = args.pop(index)
+    if args and index == len(args):  # removed the last one: the new last takes its comma (or none)
+        args[-1] = args[-1].with_changes(comma=removed.comma)
+    return call.with_changes(args=args)
+
+
+def out_of_place(ctx: FixContext, call: ast.Call, obj: cst.BaseExpression | None = None) -> cst.BaseExpression:
+    """``obj.m_(args)`` -> its out-of-place form: ``obj.m(args)``, ``torch.zeros_like(obj)``,
+    ``torch.full_like(obj, v)``, or ``obj.clone().m_(args)``.  ``obj`` replaces the receiver when given."""
+    cst = cst_mod()
+    node = ctx.cst(call)
+    func = node.func
+    if not isinstance(func, cst.Attribute):
+        raise CannotFix("not a method call")
+    method = func.attr.value
+    obj = obj if obj is not None else func.value
+    twin = method[:-1]
+    torch = ctx.torch_name()
+    if twin in OUT_OF_PLACE_METHODS:
+        return node.with_changes(func=func.with_changes(value=receiver(obj), attr=cst.Name(twin)))
+    if method == "zero_" and torch and not call.args and not call.keywords:
+        return cst.Call(func=parse_expr(f"{torch}.zeros_like"), args=[cst.Arg(obj.deep_clone())])
+    if method == "fill_" and torch and len(call.args) == 1 and not call.keywords and _is_number(ctx, call.args[0]):
+        return cst.Call(
+            func=parse_expr(f"{torch}.full_like"),
+            args=[cst.Arg(obj.deep_clone(), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), node.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)],
+        )
+    return node.with_changes(func=func.with_changes(value=clone_of(obj)))
+
+
+def _is_number(ctx: FixContext, node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _is_number(ctx, node.operand)
+    return False
+
+
+def code(node: cst.CSTNode) -> str:
+    cst = cst_mod()
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

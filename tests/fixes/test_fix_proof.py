@@ -1,0 +1,190 @@
+"""torch proves the fixes right: every positive fixture, fixed with the CLI, runs clean and gives the
+gradients of its ``reference()``; the analyzer finds nothing in it; fixing twice changes nothing; fixing a
+negative changes nothing.
+
+A positive is fixed with ``gradguard check --fix`` (safe fixes only).  The ones whose fixes are all unsafe
+are listed in ``UNSAFE_ONLY`` and fixed with ``--fix --unsafe-fixes`` instead (and the safe run must leave
+them untouched); the ones without any fix are listed in ``NO_FIX`` and must really get none.  Both lists
+say why, and the tests keep them honest in both directions.
+
+Rules without a ``fix`` hook yet are skipped (their fixtures join automatically once the rule has one).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import shutil
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from fixture_corpus import Fixture, all_fixtures
+from gradguard.api import analyze_source
+from gradguard.cli import main
+from gradguard.config import Config
+from gradguard.rules import RULES_BY_CODE
+
+torch = pytest.importorskip("torch")
+
+FIXTURES = all_fixtures()
+
+
+def _rule(fx: Fixture):
+    return RULES_BY_CODE.get(fx.path.parent.name)
+
+
+POSITIVES = [fx for fx in FIXTURES if fx.positive and _rule(fx) is not None and _rule(fx).fix is not None]
+NEGATIVES = [fx for fx in FIXTURES if not fx.positive]
+
+# Positives that get no fix at all, and why none is offered.
+NO_FIX = {
+    "GG003/pos_prune_input_column_in_forward": (
+        "`self.fc(x)` reads `self.fc.weight` inside the module: a masked copy of the weight cannot reach it "
+        "without rewriting the call as `F.linear`, and `torch.no_grad()` would change the gradients"
+    ),
+    "GG004/pos_chunk_output_view_add": (
+        "the write must reach `t` (read later) through a view of a chunk; `chunk`'s piece sizes depend on the "
+        "shape, so it cannot be turned into a plain slice, and rebinding the piece would drop the write"
+    ),
+    "GG004/pos_row_iteration_mul": (
+        "`for row in t: row.mul_(2)` must change `t` (read later); rebinding `row` would drop every write"
+    ),
+}
+
+# Positives whose only fixes are unsafe, and what makes them unsafe.
+UNSAFE_ONLY = {
+    "GG001/pos_categorical_logits_mask": "`Categorical(logits=logits)` may keep `logits`; the distribution is used later",
+    "GG001/pos_conv_input_clamp": "`x` is forward's argument: the caller's tensor is no longer clamped",
+    "GG001/pos_layernorm_input_cls_zero": "`x` is forward's argument: the caller's tensor is no longer written",
+    "GG001/pos_loop_rnn_carried_mul": "`outputs` holds earlier states, which no longer see the decay",
+    "GG001/pos_prenorm_residual_iadd": "`x` is forward's argument: the caller's tensor is no longer updated",
+    "GG001/pos_prenorm_two_sublayers": "`x` is forward's argument: the caller's tensor is no longer updated",
+    "GG001/pos_zero_method_hidden_reset": "`outs` holds the state, which is no longer zeroed there",
+    "GG002/pos_clamp_weight_in_forward": "computes on a clamped copy: the parameter keeps its old value",
+    "GG002/pos_iadd_on_requires_grad_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG002/pos_index_tensor_assign_on_table": "computes on a copy: the leaf keeps its old value",
+    "GG002/pos_mask_assign_on_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG002/pos_mask_iadd_on_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG002/pos_param_decay_in_forward": "computes on a copy: the parameter keeps its old value",
+    "GG002/pos_saliency_normalize_after_requires_grad": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_T_property_mul": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_block_zero_on_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_column_iadd_on_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_diagonal_zero_in_forward": "computes on a copy: the parameter keeps its old value",
+    "GG003/pos_flat_view_index_on_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_narrow_zero_on_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_param_row_in_forward": "computes on a copy: the parameter keeps its old value",
+    "GG003/pos_requires_grad_then_channel_scale": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_row_assign_on_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_transpose_add_on_leaf": "computes on a copy: the leaf keeps its old value",
+}
+
+_counter = itertools.count()
+
+
+def _fix(path: Path, *flags: str) -> int:
+    return main(["check", "--no-jedi", "--jobs", "1", "--quiet", "--exit-zero", *flags, str(path)])
+
+
+def _copy(fx: Fixture, tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    target = folder / fx.path.name
+    shutil.copyfile(fx.path, target)
+    return target
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"fixed_{path.stem}_{next(_counter)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _grads_equal(a, b) -> bool:
+    a, b = list(a), list(b)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            if not (x is None and y is None):
+                return False
+        elif x.shape != y.shape or not torch.allclose(x, y, rtol=1e-4, atol=1e-5):
+            return False
+    return True
+
+
+def _findings(text: str, path: Path):
+    return analyze_source(text, str(path), Config(jedi=False)).diagnostics
+
+
+def _assert_proven(fx: Fixture, fixed: Path, flags: tuple[str, ...]) -> None:
+    text = fixed.read_text(encoding="utf-8")
+    assert text != fx.path.read_text(encoding="utf-8"), "the fix changed nothing"
+    left = _findings(text, fixed)
+    assert not left, f"the analyzer still finds: {[(d.line, d.code, d.message[:80]) for d in left]}\n{text}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = _load(fx.path).reference()
+        got = _load(fixed).run()  # must run clean: torch raising here fails the test
+    assert _grads_equal(got, expected), f"the fixed program's gradients differ from reference():\n{text}"
+    # Fixing again changes nothing.
+    _fix(fixed, "--fix", *flags)
+    assert fixed.read_text(encoding="utf-8") == text, "a second --fix changed the file again"
+
+
+@pytest.mark.parametrize("fx", POSITIVES, ids=lambda f: f.id)
+def test_fixed_positive_runs_clean_with_reference_gradients(fx: Fixture, tmp_path: Path):
+    original = fx.path.read_text(encoding="utf-8")
+    safe_copy = _copy(fx, tmp_path, "safe")
+    _fix(safe_copy, "--fix")
+    after_safe = safe_copy.read_text(encoding="utf-8")
+
+    if fx.id in NO_FIX:
+        assert after_safe == original
+        unsafe_copy = _copy(fx, tmp_path, "unsafe")
+        _fix(unsafe_copy, "--fix", "--unsafe-fixes")
+        assert unsafe_copy.read_text(encoding="utf-8") == original
+        fixes = [d.fix for d in _findings(original, fx.path) if d.code == fx.path.parent.name]
+        assert fixes and all(f is None for f in fixes), "listed in NO_FIX but a fix is offered"
+        return
+    if fx.id in UNSAFE_ONLY:
+        assert after_safe == original, "listed in UNSAFE_ONLY but a safe fix changed the file"
+        fixes = [d.fix for d in _findings(original, fx.path)]
+        assert any(f is not None and not f.safe for f in fixes)
+        unsafe_copy = _copy(fx, tmp_path, "unsafe")
+        _fix(unsafe_copy, "--fix", "--unsafe-fixes")
+        _assert_proven(fx, unsafe_copy, ("--unsafe-fixes",))
+        return
+    _assert_proven(fx, safe_copy, ())
+
+
+@pytest.mark.parametrize("fx", NEGATIVES, ids=lambda f: f.id)
+def test_fixing_a_negative_changes_nothing(fx: Fixture, tmp_path: Path):
+    copy = _copy(fx, tmp_path, "neg")
+    _fix(copy, "--fix", "--unsafe-fixes")
+    assert copy.read_text(encoding="utf-8") == fx.path.read_text(encoding="utf-8")
+
+
+def test_the_lists_name_real_positives():
+    ids = {fx.id for fx in POSITIVES}
+    assert not set(NO_FIX) - ids, set(NO_FIX) - ids
+    assert not set(UNSAFE_ONLY) - ids, set(UNSAFE_ONLY) - ids
+    assert not set(NO_FIX) & set(UNSAFE_ONLY)
+
+
+def test_fix_coverage_per_rule(capsys):
+    """The counts the issue asks for (printed with -s); every rule with a fix hook fixes most positives."""
+    table: dict[str, Counter] = {}
+    for fx in POSITIVES:
+        kind = "none" if fx.id in NO_FIX else "unsafe" if fx.id in UNSAFE_ONLY else "safe"
+        table.setdefault(fx.path.parent.name, Counter())[kind] += 1
+    with capsys.disabled():
+        print("\nfixes per rule (positives): safe / unsafe only / none")
+        for code in sorted(table):
+            c = table[code]
+            print(f"  {code}: {c['safe']:3d} / {c['unsafe']:3d} / {c['none']:3d}")
+    for code, c in table.items():
+        assert c["none"] < sum(c.values()) / 2, f"{code}: most positives have no fix"
