@@ -1,0 +1,155 @@
+"""Probe results as diagnostics, and merged with the static findings of the same file.  No torch.
+
+Merging (``gradguard check --probe``), for each static finding of the probed file:
+
+- the probe saw the same mutation (a probe finding whose line, a caller's line or an origin's line
+  is the static finding's line, with a compatible code): **confirmed** -- raised to error, torch's
+  message and the probe's related locations added, ``"confirmed": true`` in JSON;
+- the probe ran the line and saw no conflict there: **unconfirmed** -- kept as it was, with that
+  said in the message, ``"confirmed": false``;
+- the probe never reached the line (or could not run): unchanged, no ``confirmed`` key.
+
+Probe findings that no static finding matched are added (``"confirmed": true``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+from ..diagnostics import Diagnostic, Related, Severity, Span
+from .model import FAILED, ProbeFinding, ProbeResult, Site
+
+# Codes about mutation confirm one another (the probe sees the write; which rule names it depends on
+# how it was written: an element loop GG104 is a GG001/GG003 to torch).  A graph break is its own thing.
+_GRAPH_BREAK = "GG103"
+
+
+def compatible(static_code: str, probe_code: str) -> bool:
+    if static_code.startswith("GG9"):
+        return False
+    return (static_code == _GRAPH_BREAK) == (probe_code == _GRAPH_BREAK)
+
+
+@dataclass(frozen=True)
+class ProbedDiagnostic(Diagnostic):
+    """A diagnostic the probe had a say in.  JSON adds ``confirmed``, ``device``, ``torch_message``."""
+
+    confirmed: bool = True
+    device: str | None = None
+    torch_message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        data["confirmed"] = self.confirmed
+        data["device"] = self.device
+        data["torch_message"] = self.torch_message
+        return data
+
+
+def _probed(d: Diagnostic, **changes) -> ProbedDiagnostic:
+    """``d`` (every field, whatever Diagnostic grows) as a ProbedDiagnostic, with ``changes``."""
+    values = {f.name: getattr(d, f.name) for f in fields(Diagnostic)}
+    return ProbedDiagnostic(**(values | changes))
+
+
+class _Paths:
+    """Shows the probed file under the caller's name and other files relative to the cwd."""
+
+    def __init__(self, target: str, display: str):
+        self.target = os.path.realpath(target)
+        self.display = display
+
+    def __call__(self, path: str) -> str:
+        if os.path.realpath(path) == self.target:
+            return self.display
+        try:
+            return os.path.relpath(path)
+        except ValueError:
+            return path
+
+
+def _span(site: Site) -> Span:
+    column = site.column or 1
+    end_line = site.end_line or site.line
+    end_column = site.end_column if site.end_column and end_line >= site.line else column
+    return Span(site.line, column, end_line, end_column)
+
+
+def _related(finding: ProbeFinding, show: _Paths) -> list[Related]:
+    related = [Related(show(n.site.path), n.site.line, n.site.column or 1, n.message) for n in finding.notes]
+    for caller in finding.callers[:3]:
+        related.append(Related(show(caller.path), caller.line, caller.column or 1, "reached from this call"))
+    return related
+
+
+def to_diagnostic(finding: ProbeFinding, result: ProbeResult, show: _Paths) -> ProbedDiagnostic:
+    """A probe finding on its own (``gradguard probe``, or a finding only the probe saw)."""
+    return ProbedDiagnostic(
+        show(finding.site.path), _span(finding.site), finding.code, Severity(finding.severity),
+        finding.message + " (observed by the runtime probe)", tuple(_related(finding, show)),
+        confirmed=True, device=result.device, torch_message=finding.torch_message)
+
+
+def diagnostics(result: ProbeResult, display: str) -> list[ProbedDiagnostic]:
+    show = _Paths(result.path, display)
+    found = [to_diagnostic(f, result, show) for f in result.findings]
+    return sorted(found, key=lambda d: (d.path, d.span.line, d.span.column, d.code))
+
+
+def _confirmation(finding: ProbeFinding) -> str:
+    first = (finding.torch_message or "").split(". Hint:")[0].split("\n")[0]
+    if finding.kind == "silent":
+        return "backward() used the changed values without an error (wrong gradients)"
+    if finding.kind == "pending":
+        return "a tensor saved for backward was modified; the run ended before a backward used it"
+    if finding.kind == "graph-break" and not first:
+        return "the value left the graph and came back as a constant"
+    return f"torch raises: {first}" if first else "torch raises"
+
+
+def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> list[Diagnostic]:
+    """The static findings of one file, merged with the probe's result for that file."""
+    show = _Paths(result.path, display)
+    target = show.target
+    reached = set(result.reached) if result.status != FAILED else set()
+    findings = list(result.findings)
+    used: set[int] = set()
+    merged: list[Diagnostic] = []
+    for d in static:
+        match = next((i for i, f in enumerate(findings)
+                      if (target, d.line) in {(os.path.realpath(p), line) for p, line in f.lines}
+                      and compatible(d.code, f.code)), None)
+        if match is not None:
+            used.add(match)
+            f = findings[match]
+            known = {(r.path, r.line) for r in d.related}
+            extra = [r for r in _related(f, show) if (r.path, r.line) not in known and r.line != d.line]
+            if f.site.line != d.line or show(f.site.path) != d.path:
+                extra.insert(0, Related(show(f.site.path), f.site.line, f.site.column or 1,
+                                        "the probe saw the write here"))
+            merged.append(_probed(
+                d, severity=Severity.ERROR,
+                message=f"{d.message} [confirmed by the runtime probe on {result.device}: {_confirmation(f)}]",
+                related=d.related + tuple(extra), confirmed=True, device=result.device,
+                torch_message=f.torch_message))
+        elif d.line in reached:
+            merged.append(_probed(
+                d, message=f"{d.message} [not confirmed: the runtime probe ran this line and saw no conflict]",
+                confirmed=False, device=result.device))
+        else:
+            merged.append(d)
+    for i, f in enumerate(findings):
+        if i not in used:
+            merged.append(to_diagnostic(f, result, show))
+    merged.sort(key=lambda d: (d.path, d.span.line, d.span.column, d.code))
+    return merged
+
+
+def counts(merged: Sequence[Diagnostic], static_count: int) -> dict[str, int]:
+    """How the merge went, for the summary line."""
+    confirmed = sum(1 for d in merged if isinstance(d, ProbedDiagnostic) and d.confirmed)
+    unconfirmed = sum(1 for d in merged if isinstance(d, ProbedDiagnostic) and not d.confirmed)
+    added = len(merged) - static_count
+    return {"confirmed": confirmed - added, "added": added, "unconfirmed": unconfirmed}

@@ -1,0 +1,902 @@
+"""The child side of the probe: watches torch while the user's code runs.  Imports torch.
+
+Two hooks, both installed only around the user's code:
+
+- ``torch.autograd.graph.saved_tensors_hooks`` sees every tensor autograd saves for backward.  The
+  pack hook records its storage, its version and the user's line that caused the save, and returns
+  a handle; the handle dies when autograd frees the graph (after backward, or when the graph is
+  dropped), which removes the record.  The unpack hook runs when backward needs the tensor.
+- a ``TorchDispatchMode`` sees every aten op below autograd.  An op whose schema marks an argument
+  as written (``alias_info.is_write``) on a storage that a live saved tensor uses is a *conflict*:
+  its user line is recorded at once, before any backward runs.  Ops that write nothing cost one dict
+  lookup.
+
+Saved-tensor hooks switch off torch's own version check (torch cannot see through the packed
+object), so the unpack hook performs it instead and raises the message torch would have raised
+(``test_probe_fixtures`` compares the two on every fixture).  A conflict becomes a finding when a
+backward uses the changed tensor: it raises (the version moved) or silently reads the new values (a
+write through ``.data`` moves no version).  A conflict whose graph is still alive when the run ends
+is reported as ``pending``; one whose graph was dropped unused is forgotten (torch never minds).
+
+Immediate errors (leaf, view of a leaf, multi-output view, no_grad view, graph breaks at
+backward) are exceptions: ``classify_exception`` maps them to a rule code and the user's line.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
+from torch.utils._python_dispatch import _pop_mode_temporarily
+
+from .model import Note, ProbeFinding, Site
+
+_next_sequence_nr = torch._C._autograd._get_sequence_nr
+_NO_DISPATCH = torch._C._DisableTorchDispatch
+_Tensor = torch.Tensor
+
+# Ops that take the slow path without writing anything (markers compared by identity).
+_SCALAR = "scalar"  # _local_scalar_dense: item(), float(t), int(t), bool(t)
+_FRESH = "fresh"  # a tensor made from Python data: torch.tensor(...), from_numpy, new_tensor
+_DETACH = "detach"  # torch.tensor(t) and t.new_tensor(t) start with one (the probe's own detach skips the mode)
+# OpOverload -> what _classify says about it.
+_WRITES: dict[Any, Any] = {}
+
+
+def _classify(func):
+    """The written arguments of an op as (index, name, kwarg_only); a marker string for the ops the
+    graph-break check watches; () for everything else (the fast path)."""
+    name = getattr(func, "__name__", "")
+    if name.startswith("_local_scalar_dense"):
+        spec = _SCALAR
+    elif name.startswith(("lift_fresh", "scalar_tensor")):
+        spec = _FRESH
+    elif name == "detach.default":
+        spec = _DETACH
+    else:
+        try:
+            arguments = func._schema.arguments
+        except AttributeError:
+            spec = ()
+        else:
+            spec = tuple(
+                (i, a.name, a.kwarg_only)
+                for i, a in enumerate(arguments)
+                if a.alias_info is not None and a.alias_info.is_write
+            )
+    _WRITES[func] = spec
+    return spec
+
+
+def _op_name(func) -> str:
+    try:
+        return func.overloadpacket.__name__
+    except AttributeError:
+        return str(func)
+
+
+def _node_name(name: str) -> str:
+    """torch's messages drop ``Backward`` and a ``0`` overload suffix from ``name()``:
+    ``SigmoidBackward0`` -> ``Sigmoid``, ``ClampBackward1`` -> ``Clamp1``."""
+    return re.sub(r"Backward(\d*)$", lambda m: "" if m.group(1) in ("", "0") else m.group(1), name)
+
+
+# dtypes that have a legacy tensor type name; torch's messages print the others as CPUBoolType...
+_LEGACY_TYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                           torch.float32, torch.float64})
+
+
+def _type_string(t) -> str:
+    """``Tensor::toString()`` as torch 2.13 prints it in the saved-tensor message."""
+    legacy = t.type()  # torch.FloatTensor, torch.cuda.FloatTensor, torch.BoolTensor...
+    if t.dtype in _LEGACY_TYPES:
+        return legacy
+    scalar = legacy.rsplit(".", 1)[-1].removesuffix("Tensor")
+    device = {"cpu": "CPU", "cuda": "CUDA"}.get(t.device.type, t.device.type.upper())
+    return f"{device}{scalar}Type"
+
+
+# --- which code is the user's -------------------------------------------------------------------
+
+
+class UserCode:
+    """Decides, once per code object, whether a frame runs the user's code.
+
+    The user's code is every file under one of ``roots`` (default: the target's folder), except
+    installed packages and gradguard itself.
+    """
+
+    def __init__(self, roots: list[str]):
+        self.roots = tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+        excluded = {os.path.join(os.path.realpath(os.path.dirname(os.path.dirname(__file__))), "")}
+        for p in sys.path:
+            if p.endswith(("site-packages", "dist-packages")):
+                excluded.add(os.path.join(os.path.realpath(p), ""))
+        excluded.add(os.path.join(os.path.realpath(os.path.dirname(torch.__file__)), ""))
+        self.excluded = tuple(excluded)
+        self._codes: dict[Any, bool] = {}
+        self._files: dict[str, bool] = {}
+
+    def is_user_file(self, filename: str) -> bool:
+        known = self._files.get(filename)
+        if known is None:
+            if not filename or filename.startswith("<"):
+                known = False
+            else:
+                real = os.path.realpath(filename)
+                known = real.startswith(self.roots) and not real.startswith(self.excluded)
+            self._files[filename] = known
+        return known
+
+    def is_user(self, code) -> bool:
+        known = self._codes.get(code)
+        if known is None:
+            known = self._codes[code] = self.is_user_file(code.co_filename)
+        return known
+
+
+_POSITIONS: dict[Any, list] = {}
+
+
+def _site(code, line: int | None, lasti: int) -> Site:
+    """The user's line, with the column range of the instruction when Python knows it (3.11+)."""
+    line = line or code.co_firstlineno
+    try:
+        positions = _POSITIONS.get(code)
+        if positions is None:
+            positions = _POSITIONS[code] = list(code.co_positions())
+        start, end, col, end_col = positions[lasti // 2]
+        if start == line and col is not None and end_col is not None:
+            return Site(code.co_filename, line, col + 1, end or line, end_col + 1)
+    except (AttributeError, IndexError, ValueError, TypeError):
+        pass
+    return Site(code.co_filename, line)
+
+
+def frame_sites(frame, user: UserCode, limit: int = 8) -> tuple[list[Site], list]:
+    """The user's frames from ``frame`` outwards (innermost first), and the library frames between
+    ``frame`` and the innermost user frame (``torch/optim/adam.py``...).  Do not keep the frames."""
+    sites: list[Site] = []
+    inner: list = []
+    while frame is not None and len(sites) < limit:
+        code = frame.f_code
+        if user.is_user(code):
+            sites.append(_site(code, frame.f_lineno, frame.f_lasti))
+        elif not sites:
+            inner.append(frame)
+        frame = frame.f_back
+    return sites, inner
+
+
+def traceback_sites(tb, user: UserCode, limit: int = 8) -> list[Site]:
+    """The user's frames of a traceback, innermost first."""
+    sites = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if user.is_user(code):
+            sites.append(_site(code, tb.tb_lineno, tb.tb_lasti))
+        tb = tb.tb_next
+    sites.reverse()
+    return sites[:limit]
+
+
+# --- geometry: does a write touch the saved elements? -------------------------------------------
+
+
+def _geometry(t) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
+    return t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.element_size()
+
+
+_MASK_LIMIT = 1 << 24  # elements; beyond this a possible overlap counts as an overlap
+_SEARCH_BUDGET = 20000
+
+
+class _TooHard(Exception):
+    pass
+
+
+def _solvable(target: int, terms: list[tuple[int, int, int]]) -> bool:
+    """Is ``target == sum(coef * k)`` for integers ``lo <= k <= hi``, one k per (coef, lo, hi) term
+    (coef > 0)?  Depth-first over the terms, largest coefficient first, pruned by what the remaining
+    terms can still add; terms with the same coefficient are merged first (two views of one layout,
+    like the chunks of a tensor, then take one step per dimension)."""
+    merged: dict[int, list[int]] = {}
+    for coef, lo, hi in terms:
+        if coef in merged:
+            merged[coef][0] += lo
+            merged[coef][1] += hi
+        else:
+            merged[coef] = [lo, hi]
+    ordered = sorted(((c, lo, hi) for c, (lo, hi) in merged.items()), reverse=True)
+    lows, highs = [0] * (len(ordered) + 1), [0] * (len(ordered) + 1)
+    for i in range(len(ordered) - 1, -1, -1):
+        coef, lo, hi = ordered[i]
+        lows[i] = lows[i + 1] + coef * lo
+        highs[i] = highs[i + 1] + coef * hi
+    budget = [_SEARCH_BUDGET]
+
+    def search(i: int, rest: int) -> bool:
+        if not lows[i] <= rest <= highs[i]:
+            return False
+        if i == len(ordered):
+            return rest == 0
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _TooHard
+        coef, lo, hi = ordered[i]
+        # rest - coef*k must stay within what the remaining terms can make
+        first = max(lo, -(-(rest - highs[i + 1]) // coef))
+        last = min(hi, (rest - lows[i + 1]) // coef)
+        for k in range(first, last + 1):
+            if search(i + 1, rest - coef * k):
+                return True
+        return False
+
+    return search(0, target)
+
+
+def overlaps(a, b) -> bool:
+    """Whether two strided views of one storage share an element (exact for same-dtype views)."""
+    (off_a, shape_a, stride_a, size_a), (off_b, shape_b, stride_b, size_b) = a, b
+    if 0 in shape_a or 0 in shape_b:
+        return False
+    if any(st < 0 for st in stride_a + stride_b) or size_a != size_b:
+        return True
+
+    def extent(off, shape, stride):
+        return off, off + sum((n - 1) * st for n, st in zip(shape, stride))
+
+    lo_a, hi_a = extent(off_a, shape_a, stride_a)
+    lo_b, hi_b = extent(off_b, shape_b, stride_b)
+    if hi_a < lo_b or hi_b < lo_a:
+        return False
+    # An element of a at the place of an element of b: sum(i*sa) - sum(j*sb) == off_b - off_a.
+    terms = [(st, 0, n - 1) for n, st in zip(shape_a, stride_a) if n > 1 and st] + \
+            [(st, 1 - n, 0) for n, st in zip(shape_b, stride_b) if n > 1 and st]
+    try:
+        return _solvable(off_b - off_a, terms)
+    except _TooHard:
+        pass
+    if max(hi_a, hi_b) + 1 > _MASK_LIMIT:
+        return True
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch.no_grad():
+        mask = torch.zeros(max(hi_a, hi_b) + 1, dtype=torch.bool)
+        mask.as_strided(shape_a, stride_a, off_a).fill_(True)
+        return bool(mask.as_strided(shape_b, stride_b, off_b).any())
+
+
+# --- modules made with inplace=True ------------------------------------------------------------------
+
+_MODULE_SITES: "weakref.WeakKeyDictionary[Any, Site]" = weakref.WeakKeyDictionary()
+
+
+def watch_inplace_modules(user: UserCode) -> None:
+    """Remember where each ``nn`` module constructed with ``inplace=True`` was made (its line is where
+    the static rule GG005 points).  Patches the classes of this process only: call in the child."""
+    import inspect
+
+    patched = set()
+    for name in dir(torch.nn):
+        cls = getattr(torch.nn, name)
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+            continue
+        try:
+            if "inplace" not in inspect.signature(cls.__init__).parameters:
+                continue
+        except (TypeError, ValueError):
+            continue
+        owner = next(c for c in cls.__mro__ if "__init__" in vars(c))  # Dropout's is _DropoutNd's
+        if owner in patched or owner is torch.nn.Module:
+            continue
+        patched.add(owner)
+        original = owner.__init__
+
+        def __init__(self, *args, __original=original, **kwargs):
+            __original(self, *args, **kwargs)
+            if getattr(self, "inplace", False) and self not in _MODULE_SITES:
+                sites, _ = frame_sites(sys._getframe(1), user, limit=1)
+                if sites:
+                    try:
+                        _MODULE_SITES[self] = sites[0]
+                    except TypeError:
+                        pass
+
+        __init__.__wrapped__ = original
+        owner.__init__ = __init__
+
+
+# In-place activations: called as `F.relu_(x)` / `torch.relu_(x)` they are what rule GG005 means.
+_INPLACE_ACTIVATIONS = frozenset({
+    "relu_", "relu6_", "leaky_relu_", "elu_", "celu_", "selu_", "silu_", "mish_", "hardtanh_", "hardswish_",
+    "hardsigmoid_", "threshold_", "rrelu_", "rrelu_with_noise_", "dropout_", "alpha_dropout_",
+    "feature_dropout_", "feature_alpha_dropout_",
+})
+_FUNCTIONAL_CALL = re.compile(r"(?:^|[^\w.])(?:F|functional|torch|nn\.functional|torch\.nn\.functional)\.\w+_\s*\(")
+
+
+def _source_segment(site: Site) -> str:
+    import linecache
+
+    text = linecache.getline(site.path, site.line)
+    if site.column and site.end_line == site.line and site.end_column > site.column:
+        return text[site.column - 1:site.end_column - 1]
+    return text
+
+
+# --- records --------------------------------------------------------------------------------------
+
+
+class Saved:
+    """One tensor autograd saved for backward."""
+
+    __slots__ = ("serial", "key", "value", "version", "is_output", "node", "output_nr", "site", "op",
+                 "conflicts")
+
+    def __init__(self, serial, key, value, version, is_output, node, output_nr, site, op):
+        self.serial = serial
+        self.key = key
+        self.value = value  # the original tensor, or for an output a detached alias (no reference cycle)
+        self.version = version
+        self.is_output = is_output
+        self.node = node
+        self.output_nr = output_nr
+        self.site = site  # (code, line, lasti) of the user's code that caused the save
+        self.op = op
+        self.conflicts: list[tuple[Conflict, tuple]] | None = None  # (conflict, geometry of the write)
+
+
+class _Handle:
+    """What autograd keeps instead of the tensor; its death means the graph let the tensor go."""
+
+    __slots__ = ("rec", "tracer")
+
+    def __init__(self, rec: Saved, tracer: "Tracer"):
+        self.rec = rec
+        self.tracer = tracer
+
+    def __del__(self):
+        try:
+            self.tracer._release(self.rec)
+        except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter shutdown, ...)
+            pass
+
+
+@dataclass
+class Conflict:
+    """An op wrote to a storage that live saved tensors use.  One per (op, mutation site)."""
+
+    op: str
+    sites: list[Site]
+    code_hint: str  # the rule the call looks like: GG001, GG005 (in-place activation), GG101 (optimizer...)
+    origins: list[Site]  # other lines that are part of it (where the inplace=True module was made)
+    first: Saved  # one of the saved tensors it hit (to read its version at the end)
+    first_overlaps: bool  # whether the write touched that tensor's elements (not just its storage)
+    saves: list[tuple[tuple | None, str | None]] = field(default_factory=list)  # (Saved.site, op)
+    count: int = 0
+    alive: int = 0  # how many hit saved tensors are still held by a graph
+    realized: str | None = None  # "raised" | "silent" once a backward used a hit tensor
+    backward: list[Site] = field(default_factory=list)
+    torch_message: str | None = None
+    realized_save: tuple[tuple | None, str | None] | None = None
+
+
+@dataclass
+class Cut:
+    """A value read out of a tensor that requires grad (``.item()``, ``float(t)``) with grad mode on."""
+
+    site: Site
+    reused: bool = False
+
+
+# --- the tracer -----------------------------------------------------------------------------------
+
+
+class Tracer(TorchDispatchMode):
+    """Install with ``with tracer:`` around the user's code; then ``findings()``."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise torch wraps __torch_dispatch__ in torch._disable_dynamo: ~10 us on every aten op,
+        # more than the tracer's own work on the fast path.
+        return False
+
+    def __init__(self, user: UserCode):
+        super().__init__()
+        self.user = user
+        self.pending: dict[int, dict[int, Saved]] = {}
+        self.serial = 0
+        self.unnamed: list[Saved] = []  # saved inputs of the op about to be dispatched
+        self.last_func = None
+        self.conflicts: dict[tuple, Conflict] = {}
+        self.unexplained: dict[tuple, ProbeFinding] = {}
+        self.emulated: set[str] = set()  # messages the unpack hook raised in torch's name
+        self.internal_errors: list[str] = []
+        self.cut: Cut | None = None  # the latest value read out of the graph, until its line is left
+        self.graph_breaks: dict[tuple, ProbeFinding] = {}
+        self.rebuilds: list[tuple[int, Site]] = []  # (code id, site) of tensors made from data or cut values
+        self._hooks = saved_tensors_hooks(self._pack, self._unpack)
+
+    # -- installation --
+
+    def __enter__(self):
+        self._hooks.__enter__()
+        try:
+            entered = super().__enter__()
+        except BaseException:
+            self._hooks.__exit__(None, None, None)
+            raise
+        self._engine = torch.autograd._engine_run_backward
+        torch.autograd._engine_run_backward = self._backward
+        return entered
+
+    def __exit__(self, *exc):
+        torch.autograd._engine_run_backward = self._engine
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._hooks.__exit__(*exc)
+
+    def _backward(self, *args, **kwargs):
+        """``backward()`` and ``autograd.grad()`` run without the dispatch mode: the backward graph's own
+        ops write nothing the user saved (the unpack hooks still run), and watching them would double
+        the tracer's cost.  Mutations made by backward hooks or custom Functions' backward are not seen."""
+        if _current_mode() is not self:
+            return self._engine(*args, **kwargs)
+        with _pop_mode_temporarily():
+            return self._engine(*args, **kwargs)
+
+    # -- saved tensors --
+
+    def _pack(self, t):
+        last = self.last_func
+        try:
+            try:
+                key = t.untyped_storage()._cdata
+            except Exception:  # noqa: BLE001 - no storage (sparse, nested, meta): not tracked
+                key = None
+            grad_fn = t.grad_fn
+            # An output of the node being built: its grad_fn is the newest node.  Holding the output
+            # itself would make a reference cycle (node -> handle -> tensor -> node); hold an alias.
+            is_output = grad_fn is not None and grad_fn._sequence_nr() == _next_sequence_nr() - 1
+            if is_output:
+                with _NO_DISPATCH():  # an alias, made without a round trip through this mode
+                    value = t.detach()
+                node, output_nr = grad_fn.name(), t.output_nr
+            else:
+                value, node, output_nr = t, None, 0
+            self.serial += 1
+            frame = sys._getframe(1)
+            site = None
+            user = self.user
+            while frame is not None:
+                if user.is_user(frame.f_code):
+                    site = (frame.f_code, frame.f_lineno, frame.f_lasti)  # made a Site only if needed
+                    break
+                frame = frame.f_back
+            rec = Saved(self.serial, key, value, t._version, is_output, node, output_nr, site,
+                        _op_name(last) if is_output and last is not None else None)
+            if not is_output:
+                self.unnamed.append(rec)
+            if key is not None:
+                bucket = self.pending.get(key)
+                if bucket is None:
+                    self.pending[key] = {rec.serial: rec}
+                else:
+                    bucket[rec.serial] = rec
+            return _Handle(rec, self)
+        except Exception as exc:  # noqa: BLE001 - a tracer bug must not change the user's program
+            self.internal_errors.append(f"pack: {type(exc).__name__}: {exc}")
+            return _Handle(Saved(0, None, t.detach() if t.grad_fn is not None else t, t._version,
+                                 False, None, 0, None, None), self)
+        finally:
+            self.last_func = last
+
+    def _release(self, rec: Saved) -> None:
+        bucket = self.pending.get(rec.key)
+        if bucket is not None:
+            bucket.pop(rec.serial, None)
+            if not bucket:
+                del self.pending[rec.key]
+        if rec.conflicts:
+            for c, _ in rec.conflicts:
+                c.alive -= 1
+
+    def _unpack(self, handle):
+        rec = handle.rec
+        value = rec.value
+        if rec.serial == 0:
+            return value
+        if value._version != rec.version:
+            message = self._torch_message(rec)
+            self._realize(rec, "raised", message)
+            self.emulated.add(message)
+            raise RuntimeError(message)
+        if rec.conflicts:
+            self._realize(rec, "silent", None)
+        return value
+
+    def _torch_message(self, rec: Saved) -> str:
+        """What torch's SavedVariable::unpack says when the version moved (it does not check when
+        saved-tensor hooks are installed, so the probe checks and says it)."""
+        value = rec.value
+        shape = "[" + ", ".join(str(s) for s in value.shape) + "]"
+        message = ("one of the variables needed for gradient computation has been modified by an "
+                   f"inplace operation: [{_type_string(value)} {shape}]")
+        if rec.is_output:
+            node, nr = rec.node, rec.output_nr
+        else:
+            grad_fn = value.grad_fn
+            node, nr = (grad_fn.name(), value.output_nr) if grad_fn is not None else (None, 0)
+        if node:
+            message += f", which is output {nr} of {_node_name(node)},"
+        message += f" is at version {value._version}; expected version {rec.version} instead."
+        if torch.is_anomaly_enabled():
+            message += (" Hint: the backtrace further above shows the operation that failed to compute its "
+                        "gradient. The variable in question was changed in there or anywhere later. Good luck!")
+        else:
+            message += (" Hint: enable anomaly detection to find the operation that failed to compute its "
+                        "gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False).")
+        return message
+
+    def _realize(self, rec: Saved, how: str, message: str | None) -> None:
+        if not rec.conflicts:  # the version moved, but not through an op the probe saw
+            backward, _ = frame_sites(sys._getframe(2), self.user)
+            key = (rec.site, backward[0] if backward else None)
+            if key not in self.unexplained:
+                site = backward[0] if backward else Site("<unknown>", 0)
+                notes = ()
+                if rec.site:
+                    notes = (Note(_site(*rec.site), f"saved for backward here by `{rec.op}`"),)
+                self.unexplained[key] = ProbeFinding(
+                    "GG001", "raised", site,
+                    "backward() raised because a saved tensor was modified in place, by an op the probe did not see "
+                    "(another thread, or before the probe started)",
+                    torch_message=message, notes=notes, callers=tuple(backward[1:]))
+            return
+        geometry = None
+        chosen = []
+        for c, written in rec.conflicts:
+            if not (c.realized is None or (c.realized == "silent" and how == "raised")):
+                continue
+            if how == "silent":
+                # The version did not move: only a write that touched the saved elements matters
+                # (unsafe_chunk outputs share a storage but not a version counter: GRUCell writes them).
+                if geometry is None:
+                    geometry = _geometry(rec.value)
+                if not overlaps(written, geometry):
+                    continue
+            chosen.append(c)
+        if not chosen:
+            return
+        backward, _ = frame_sites(sys._getframe(2), self.user)
+        for c in chosen:
+            c.realized = how
+            c.backward = backward
+            c.torch_message = message
+            c.realized_save = (rec.site, rec.op)
+
+    # -- every aten op --
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        spec = _WRITES.get(func)
+        if spec is None:
+            spec = _classify(func)
+        fresh = None
+        if self.unnamed:
+            fresh = self.unnamed
+            self.unnamed = []
+            name = _op_name(func)
+            for rec in fresh:
+                rec.op = name
+        if self.cut is not None:
+            self._after_cut(func, args)
+        if spec:
+            if spec.__class__ is str:
+                return self._special(func, spec, args, kwargs or {})
+            if self.pending:
+                return self._write(func, spec, args, kwargs or {}, fresh)
+        out = func(*args, **(kwargs or {}))
+        self.last_func = func
+        return out
+
+    def _write(self, func, spec, args, kwargs, fresh):
+        hits = []
+        try:
+            for index, name, kwarg_only in spec:
+                value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
+                if value is None:
+                    continue
+                for t in (value,) if isinstance(value, _Tensor) else value:
+                    if not isinstance(t, _Tensor):
+                        continue
+                    try:
+                        bucket = self.pending.get(t.untyped_storage()._cdata)
+                    except Exception:  # noqa: BLE001 - no storage
+                        continue
+                    if bucket:
+                        # The op's own saved inputs are not in conflict with its own write (BatchNorm
+                        # saves running_mean and updates it in the same op).
+                        recs = [r for r in bucket.values() if fresh is None or r not in fresh]
+                        if recs:
+                            hits.append((t, _geometry(t), recs))
+        except Exception as exc:  # noqa: BLE001
+            self.internal_errors.append(f"dispatch: {type(exc).__name__}: {exc}")
+            hits = []
+        out = func(*args, **kwargs)
+        self.last_func = func
+        if hits:
+            try:
+                self._conflict(func, hits)
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"conflict: {type(exc).__name__}: {exc}")
+        return out
+
+    def _conflict(self, func, hits) -> None:
+        sites, inner = frame_sites(sys._getframe(3), self.user)
+        if not sites:
+            return  # torch writing its own saved tensors, away from any user code
+        op = _op_name(func)
+        key = (op, sites[0].path, sites[0].line, sites[0].column)
+        conflict = self.conflicts.get(key)
+        if conflict is None:
+            written, geometry, recs = hits[0]
+            code, origins = self._code_hint(op, written, sites[0], inner)
+            conflict = self.conflicts[key] = Conflict(
+                op=op, sites=sites, code_hint=code, origins=origins, first=recs[0],
+                first_overlaps=overlaps(geometry, _geometry(recs[0].value)))
+        del inner
+        conflict.count += 1
+        for _, geometry, recs in hits:
+            for rec in recs:
+                if rec.conflicts is None:
+                    rec.conflicts = [(conflict, geometry)]
+                elif any(c is conflict for c, _ in rec.conflicts):
+                    continue
+                else:
+                    rec.conflicts.append((conflict, geometry))
+                conflict.alive += 1
+                if len(conflict.saves) < 3 and (rec.site, rec.op) not in conflict.saves:
+                    conflict.saves.append((rec.site, rec.op))
+
+    @staticmethod
+    def _code_hint(op: str, written, site: Site, inner: list) -> tuple[str, list[Site]]:
+        """Which rule the mutating call looks like, and the lines of the inplace=True modules involved."""
+        files = [f.f_code.co_filename.replace(os.sep, "/") for f in inner]
+        if any("/torch/optim/" in f or f.endswith("/torch/nn/utils/clip_grad.py") for f in files):
+            return "GG101", []
+        origins = []
+        for frame, name in zip(inner, files):
+            if name.endswith(("/torch/nn/modules/activation.py", "/torch/nn/modules/dropout.py")):
+                made = _MODULE_SITES.get(frame.f_locals.get("self"))
+                if made is not None:
+                    origins.append(made)
+        if origins or any(f.endswith("/torch/nn/functional.py") for f in files):
+            return "GG005", origins
+        if op in _INPLACE_ACTIVATIONS and _FUNCTIONAL_CALL.search(_source_segment(site)):
+            return "GG005", []
+        if written.is_leaf and written.requires_grad and not torch.is_grad_enabled():
+            return "GG101", []  # a parameter updated by hand under no_grad
+        return "GG001", []
+
+    # -- graph breaks --
+
+    def _special(self, func, kind, args, kwargs):
+        out = func(*args, **kwargs)
+        self.last_func = func
+        try:
+            if kind is _SCALAR:
+                t = args[0] if args else None
+                if isinstance(t, _Tensor) and t.requires_grad and torch.is_grad_enabled():
+                    frame = self._user_frame(sys._getframe(1))
+                    if frame is not None:
+                        self.cut = Cut(_site(frame.f_code, frame.f_lineno, frame.f_lasti))
+            elif kind is _FRESH or (kind is _DETACH and args[0].requires_grad and torch.is_grad_enabled()):
+                frame = self._user_frame(sys._getframe(1))
+                if frame is not None:
+                    self.rebuilds.append((id(frame.f_code), _site(frame.f_code, frame.f_lineno, frame.f_lasti)))
+                    del self.rebuilds[:-20]
+        except Exception as exc:  # noqa: BLE001
+            self.internal_errors.append(f"special: {type(exc).__name__}: {exc}")
+        return out
+
+    def _user_frame(self, frame):
+        user = self.user
+        while frame is not None and not user.is_user(frame.f_code):
+            frame = frame.f_back
+        return frame
+
+    def _after_cut(self, func, args) -> None:
+        """The op right after a value was read out of the graph: on the same line, does the value go
+        back into a tensor (a factory) or into math with tensors that require grad?  That is a graph
+        break: the value's gradient is dropped.  Reading it for logging uses no tensor op on its line."""
+        cut = self.cut
+        try:
+            frame = self._user_frame(sys._getframe(2))
+            # Same file and line, not same frame: `sum(p.sum().item() for p in ...)` reads in a genexpr.
+            if frame is None or frame.f_lineno != cut.site.line or frame.f_code.co_filename != cut.site.path:
+                self.cut = None
+                return
+            kind = _WRITES.get(func)
+            # Into a new tensor, or as a float operand of math on tensors that require grad (ints are
+            # dims and sizes: `logits.softmax(-1)` on a logging line reuses nothing).
+            reused = kind is _FRESH or (any(a.__class__ is float for a in args)
+                                        and any(isinstance(a, _Tensor) and a.requires_grad for a in args))
+            if reused and not cut.reused:
+                cut.reused = True
+                self.rebuilds.append((id(frame.f_code), cut.site))
+                key = (cut.site.path, cut.site.line)
+                if key not in self.graph_breaks:
+                    self.graph_breaks[key] = ProbeFinding(
+                        "GG103", "graph-break", cut.site,
+                        "a value read out of a tensor that requires grad (`.item()`, `float()`) goes back into "
+                        "tensor math on the same line: its gradient is silently dropped (a graph break)",
+                        severity="warning", op=_op_name(func))
+        except Exception as exc:  # noqa: BLE001
+            self.internal_errors.append(f"cut: {type(exc).__name__}: {exc}")
+            self.cut = None
+
+    # -- results --
+
+    def findings(self) -> list[ProbeFinding]:
+        """Every conflict that mattered, plus the unexplained version errors.  Call after the run."""
+        gc.collect()  # graphs kept alive only by reference cycles are dropped, like a long run would
+        found = list(self.unexplained.values()) + list(self.graph_breaks.values())
+        for c in self.conflicts.values():
+            finding = self._finding(c)
+            if finding is not None:
+                found.append(finding)
+        return found
+
+    def _finding(self, c: Conflict) -> ProbeFinding | None:
+        if c.realized is None:
+            if c.alive <= 0:
+                return None  # the graph was dropped without a backward: torch never minds
+            silent = c.first.value._version == c.first.version
+            if silent and not c.first_overlaps:
+                return None
+        else:
+            silent = c.realized == "silent"
+        code = "GG102" if silent else c.code_hint
+        save = c.realized_save or (c.saves[0] if c.saves else (None, None))
+        save_site = _site(*save[0]) if save[0] else None
+        saved_by = f" by `{save[1]}`" if save[1] else ""
+        at = f" at line {save_site.line}" if save_site else ""
+        notes = []
+        for s_site, s_op in ([save] + [s for s in c.saves if s != save])[:3]:
+            if s_site:
+                by = f" by `{s_op}`" if s_op else ""
+                notes.append(Note(_site(*s_site), f"saved for backward here{by}"))
+        for origin in c.origins:
+            notes.append(Note(origin, "the module that writes in place (inplace=True) is made here"))
+        if c.realized == "raised":
+            kind, severity = "raised", "error"
+            first_line = (c.torch_message or "").split(". Hint:")[0]
+            where = f" at line {c.backward[0].line}" if c.backward else ""
+            message = (f"in-place `{c.op}` modifies a tensor saved for backward{saved_by}{at}; backward(){where} "
+                       "then raises \"modified by an inplace operation\"")
+            if c.backward:
+                notes.append(Note(c.backward[0], f"backward() raises here: {first_line}"))
+        elif c.realized == "silent":
+            kind, severity = "silent", "error"
+            where = f" at line {c.backward[0].line}" if c.backward else ""
+            message = (f"`{c.op}` changes a tensor saved for backward{saved_by}{at} without bumping its version "
+                       f"(a write through `.data`): backward(){where} silently uses the new values, so the gradients "
+                       "are wrong")
+            if c.backward:
+                notes.append(Note(c.backward[0], "backward() reads the changed tensor here"))
+        else:
+            kind, severity = "pending", "warning"
+            if silent:
+                message = (f"`{c.op}` changes a tensor saved for backward{saved_by}{at} without bumping its version; "
+                           "no backward used it before the run ended (one would silently compute wrong gradients)")
+            else:
+                message = (f"in-place `{c.op}` modifies a tensor saved for backward{saved_by}{at}; no backward used it "
+                           "before the run ended (one would raise \"modified by an inplace operation\")")
+        if c.count > 1:
+            message += f" [seen {c.count} times]"
+        return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
+                            notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
+                            count=c.count)
+
+
+# --- exceptions -----------------------------------------------------------------------------------
+
+# First match wins: the more specific messages come first.
+_IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
+    (re.compile(r"created in no_grad mode and is being modified inplace"), "GG105",
+     "in-place write to a view made under no_grad, with grad mode on"),
+    (re.compile(r"is a view and (?:its base or another view of its base )?(?:has been|is being) modified inplace|"
+                r"output of a function that returns multiple views"), "GG004",
+     "in-place write to an output of a function that returns several views"),
+    (re.compile(r"a view of a leaf Variable that requires grad is being used in an in-place operation"), "GG003",
+     "in-place write through a view of a leaf tensor that requires grad"),
+    (re.compile(r"a leaf Variable that requires grad is being used in an in-place operation"), "GG002",
+     "in-place write to a leaf tensor that requires grad"),
+    (re.compile(r"arguments don't support automatic differentiation, but one of the arguments requires grad"),
+     "GG001", "`out=` write into a tensor that requires grad"),
+    (re.compile(r"does not require grad and does not have a grad_fn"), "GG103",
+     "backward() on a tensor cut off from the graph (a graph break)"),
+    (re.compile(r"modified by an inplace operation"), "GG001",
+     "backward() raised because a tensor saved for backward was modified in place"),
+]
+
+_MEMORY = re.compile(r"can't allocate memory|DefaultCPUAllocator|out of memory|Cannot allocate memory", re.I)
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and bool(_MEMORY.search(str(exc).split("\n", 1)[0]))
+
+
+def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None) -> ProbeFinding | None:
+    """The finding an exception proves, or None when it is unrelated to autograd and mutation."""
+    if not isinstance(exc, RuntimeError):
+        return None
+    text = str(exc)
+    if tracer is not None and text in tracer.emulated:
+        return None  # already a realized conflict, with its mutation line
+    first = text.split("\n", 1)[0]
+    for pattern, code, what in _IMMEDIATE:
+        if pattern.search(first):
+            sites = traceback_sites(exc.__traceback__, user)
+            if not sites:
+                return None
+            kind, origins, notes = "raised", (), ()
+            if code == "GG103":
+                kind = "graph-break"
+                origins = _rebuilds_before(exc.__traceback__, user, tracer)
+                notes = tuple(Note(o, "a tensor rebuilt from values (no graph) is made here") for o in origins)
+            return ProbeFinding(code, kind, sites[0], f"{what}; torch raises: {first}", torch_message=text,
+                                callers=tuple(sites[1:]), origins=origins, notes=notes)
+    return None
+
+
+def _rebuilds_before(tb, user: UserCode, tracer: Tracer | None) -> tuple[Site, ...]:
+    """Where the function that called backward() made tensors out of plain values, latest first."""
+    if tracer is None:
+        return ()
+    code = None
+    while tb is not None:
+        if user.is_user(tb.tb_frame.f_code):
+            code = tb.tb_frame.f_code
+        tb = tb.tb_next
+    if code is None:
+        return ()
+    seen: list[Site] = []
+    for code_id, site in reversed(tracer.rebuilds):
+        if code_id == id(code) and all(s.line != site.line for s in seen):
+            seen.append(site)
+    return tuple(seen[:3])
+
+
+def exception_line(exc: BaseException, user: UserCode) -> int | None:
+    sites = traceback_sites(exc.__traceback__, user)
+    return sites[0].line if sites else None
+
+
+def run_traced(body: Callable[[], Any], user: UserCode, enabled: bool = True) -> tuple[Tracer, BaseException | None]:
+    """Run ``body`` under a fresh tracer (or, ``enabled=False``, untraced: the benchmark's baseline);
+    return the tracer and what ``body`` raised (if anything)."""
+    tracer = Tracer(user)
+    error = None
+    try:
+        if not enabled:
+            body()
+            return tracer, None
+        with tracer:
+            body()
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt and all are results here
+        error = exc
+    return tracer, error

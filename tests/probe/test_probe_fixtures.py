@@ -1,0 +1,127 @@
+"""The probe on the whole fixture corpus: it confirms every positive at its `# expect:` line and
+reports nothing on any negative.  Each fixture is probed with `--entry run` (import, call run()).
+
+All fixtures are probed once per session, by warm workers (torch imported once each; one forked child
+per fixture), two at a time; the parametrized tests then check each result.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import statistics
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from fixture_corpus import Fixture, all_fixtures
+from gradguard.probe import ProbeOptions, ProbeWorker
+
+torch = pytest.importorskip("torch")
+
+FIXTURES = all_fixtures()
+# A positive's expected code -> the probe codes that confirm it.  An element loop (GG104) is, to torch,
+# a saved tensor modified (GG001), a leaf (GG002) or a view of a leaf (GG003) written in place.
+ACCEPT = {"GG104": {"GG001", "GG002", "GG003", "GG104"}}
+WORKERS = max(1, min(2, os.cpu_count() or 1))
+# On a GPU machine: GRADGUARD_PROBE_DEVICE=cuda python -m pytest tests/probe (same expectations).
+DEVICE = os.environ.get("GRADGUARD_PROBE_DEVICE", "cpu")
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """{fixture id: ProbeResult} for every fixture, and the wall time it took."""
+    started = time.monotonic()
+    workers = [ProbeWorker() for _ in range(WORKERS)]
+    try:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            for w in pool.map(lambda w: w.start(), workers):
+                pass
+            ready = time.monotonic()
+            chunks = [FIXTURES[i::WORKERS] for i in range(WORKERS)]
+
+            def probe_chunk(args):
+                w, chunk = args
+                options = ProbeOptions(entry="run", timeout=60, device=DEVICE)
+                return [(fx.id, w.probe(fx.path, options)) for fx in chunk]
+
+            results = {}
+            for part in pool.map(probe_chunk, zip(workers, chunks)):
+                results.update(part)
+    finally:
+        for w in workers:
+            w.close()
+    done = time.monotonic()
+    return {"results": results, "startup": ready - started, "probing": done - ready}
+
+
+def _lines(result) -> dict[int, set[str]]:
+    found: dict[int, set[str]] = {}
+    for f in result.findings:
+        for path, line in f.lines:
+            if os.path.realpath(path) == os.path.realpath(result.path):
+                found.setdefault(line, set()).add(f.code)
+    return found
+
+
+@pytest.mark.parametrize("fx", [f for f in FIXTURES if f.positive], ids=lambda f: f.id)
+def test_probe_confirms_positive(fx: Fixture, corpus):
+    result = corpus["results"][fx.id]
+    assert result.status in ("completed", "raised"), (result.status, result.detail)
+    assert result.device == DEVICE
+    found = _lines(result)
+    missing = [(line, code) for line, code in sorted(fx.expected)
+               if not found.get(line, set()) & ACCEPT.get(code, {code})]
+    if missing and fx.silent and all(code == "GG103" for _, code in missing):
+        pytest.xfail(f"a silent graph break the probe cannot see cheaply: {missing}")
+    shown = [(f.code, f.kind, f.site.line, [c.line for c in f.callers], [o.line for o in f.origins])
+             for f in result.findings]
+    assert not missing, f"expected {missing}, the probe reported {shown}"
+    if fx.expected_raise is not None:
+        assert result.exception is not None and result.exception["finding"], result.exception
+
+
+@pytest.mark.parametrize("fx", [f for f in FIXTURES if not f.positive], ids=lambda f: f.id)
+def test_probe_is_silent_on_negative(fx: Fixture, corpus):
+    result = corpus["results"][fx.id]
+    assert result.status == "completed", (result.status, result.detail)
+    assert result.findings == [], [(f.code, f.kind, f.site.line, f.message) for f in result.findings]
+    assert not result.sandbox.get("tracer_errors")
+
+
+def _torch_says(fx: Fixture) -> str:
+    spec = importlib.util.spec_from_file_location(f"probe_fixture_{fx.path.parent.name}_{fx.path.stem}", fx.path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError) as info, torch.device(DEVICE):
+            module.run()
+    return str(info.value)
+
+
+SAVED_RAISE = [f for f in FIXTURES if f.expected_raise and "modified by an inplace operation" in f.expected_raise]
+
+
+@pytest.mark.parametrize("fx", SAVED_RAISE, ids=lambda f: f.id)
+def test_probe_carries_torchs_exact_message(fx: Fixture, corpus):
+    """Saved-tensor hooks switch torch's own version check off; the probe's replacement must say,
+    word for word, what torch says without the probe."""
+    result = corpus["results"][fx.id]
+    expected = _torch_says(fx)
+    said = [f.torch_message for f in result.findings if f.torch_message]
+    assert expected in said, (expected, said)
+    backward_notes = [n for f in result.findings for n in f.notes if n.message.startswith("backward() raises")]
+    assert backward_notes, "a raised finding names the backward() line"
+
+
+def test_corpus_timing(corpus):
+    results = corpus["results"].values()
+    overheads = [r.total_seconds - r.seconds for r in results]
+    median = statistics.median(overheads)
+    print(f"\nprobe corpus: {len(FIXTURES)} fixtures, {WORKERS} warm workers; start {corpus['startup']:.1f} s, "
+          f"probing {corpus['probing']:.1f} s; per-probe latency beyond the script: median {median * 1000:.0f} ms, "
+          f"max {max(overheads) * 1000:.0f} ms")
+    assert median < 0.25, "a warm worker answers within ~100 ms of the script's own run (bench/bench_probe.py)"

@@ -1,0 +1,118 @@
+"""Merging probe results into static findings (no torch, no processes: results are built by hand),
+and the probe's data model."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradguard.diagnostics import Diagnostic, Related, Severity, Span
+from gradguard.probe import ProbeResult, resolve_device
+from gradguard.probe.merge import ProbedDiagnostic, compatible, counts, diagnostics, merge
+from gradguard.probe.model import Note, ProbeFinding, ProbeOptions, Site
+
+PATH = "/project/train.py"
+
+
+def _static(line: int, code: str = "GG001", severity: Severity = Severity.WARNING) -> Diagnostic:
+    return Diagnostic("train.py", Span(line, 5, line, 12), code, severity, f"static {code} on {line}",
+                      (Related("train.py", 3, 1, "saved here"),))
+
+
+def _finding(line: int, code: str = "GG001", callers=(), origins=(), kind: str = "raised") -> ProbeFinding:
+    return ProbeFinding(code, kind, Site(PATH, line, 9, line, 15), f"probe {code} on {line}",
+                        torch_message="one of the variables needed for gradient computation has been modified "
+                                      "by an inplace operation: [torch.FloatTensor [3]] is at version 1; expected "
+                                      "version 0 instead. Hint: ...",
+                        notes=(Note(Site(PATH, 3), "saved for backward here by `sigmoid`"),
+                               Note(Site(PATH, 30, 5), "backward() raises here")),
+                        callers=tuple(Site(PATH, c) for c in callers), origins=tuple(Site(PATH, o) for o in origins))
+
+
+def _result(*findings, reached=(), status="raised") -> ProbeResult:
+    return ProbeResult(PATH, status, findings=list(findings), reached=list(reached), device="cpu")
+
+
+def test_confirmed_static_finding_is_raised_to_error_and_gains_torchs_message():
+    [d] = merge([_static(10)], _result(_finding(10)), "train.py")
+    assert isinstance(d, ProbedDiagnostic) and d.confirmed
+    assert d.severity is Severity.ERROR
+    assert "confirmed by the runtime probe on cpu: torch raises: one of the variables" in d.message
+    assert [(r.line, r.message) for r in d.related] == [(3, "saved here"), (30, "backward() raises here")]
+    data = d.to_json()
+    assert data["confirmed"] is True and data["device"] == "cpu"
+    assert data["torch_message"].startswith("one of the variables")
+    assert data["line"] == 10 and data["code"] == "GG001"
+
+
+def test_a_static_finding_at_a_helpers_call_site_is_confirmed_through_the_callers():
+    [d] = merge([_static(29, "GG102")], _result(_finding(13, "GG102", callers=[29], kind="silent")), "train.py")
+    assert d.confirmed and d.span.line == 29
+    assert any(r.line == 13 and "the probe saw the write here" in r.message for r in d.related)
+    assert "without an error (wrong gradients)" in d.message
+
+
+def test_origin_lines_confirm_too():
+    """GG005 points at `nn.ReLU(inplace=True)`; the probe writes at the call and names the constructor."""
+    found = merge([_static(11, "GG005"), _static(15, "GG005")], _result(_finding(15, "GG005", origins=[11])),
+                  "train.py")
+    assert [(d.span.line, d.confirmed) for d in found] == [(11, True), (15, True)]
+
+
+def test_reached_without_conflict_is_unconfirmed_and_kept():
+    [d] = merge([_static(12)], _result(reached=[12], status="completed"), "train.py")
+    assert isinstance(d, ProbedDiagnostic) and d.confirmed is False
+    assert d.severity is Severity.WARNING
+    assert "not confirmed: the runtime probe ran this line and saw no conflict" in d.message
+    assert d.to_json()["confirmed"] is False
+
+
+def test_not_reached_is_unchanged():
+    static = _static(40)
+    [d] = merge([static], _result(reached=[12], status="completed"), "train.py")
+    assert d is static
+    assert "confirmed" not in d.to_json()
+
+
+def test_a_failed_probe_changes_nothing():
+    static = [_static(10), _static(12)]
+    assert merge(static, _result(reached=[10, 12], status="failed"), "train.py") == static
+
+
+def test_probe_only_findings_are_added():
+    found = merge([_static(10)], _result(_finding(10), _finding(20)), "train.py")
+    assert [(d.span.line, d.confirmed) for d in found] == [(10, True), (20, True)]
+    added = found[1]
+    assert added.message.endswith("(observed by the runtime probe)")
+    assert counts(found, 1) == {"confirmed": 1, "added": 1, "unconfirmed": 0}
+
+
+def test_graph_breaks_only_confirm_graph_breaks():
+    assert compatible("GG104", "GG003") and compatible("GG101", "GG001") and compatible("GG005", "GG001")
+    assert not compatible("GG103", "GG001") and not compatible("GG001", "GG103")
+    assert compatible("GG103", "GG103") and not compatible("GG900", "GG001")
+    found = merge([_static(10, "GG103")], _result(_finding(10, "GG001")), "train.py")
+    assert [(d.code, getattr(d, "confirmed", None)) for d in found] == [("GG103", None), ("GG001", True)]
+
+
+def test_probe_diagnostics_use_the_display_path_and_columns():
+    [d] = diagnostics(_result(_finding(10)), "src/train.py")
+    assert d.path == "src/train.py" and (d.span.line, d.span.column, d.span.end_column) == (10, 9, 15)
+    assert d.related[0].path == "src/train.py"
+
+
+def test_results_and_options_survive_json():
+    result = _result(_finding(10, callers=[29], origins=[11]), reached=[10])
+    assert ProbeResult.from_json(result.to_json()) == result
+    options = ProbeOptions(device="auto", timeout=3, memory_mb=None, entry="run", lines=(3, 4), roots=("/x",))
+    assert ProbeOptions.from_json(options.to_json()) == options
+
+
+def test_device_selection():
+    assert resolve_device("cpu", cuda_available=True) == "cpu"
+    assert resolve_device("auto", cuda_available=False) == "cpu"
+    assert resolve_device("auto", cuda_available=True) == "cuda"
+    assert resolve_device("cuda", cuda_available=True) == "cuda"
+    with pytest.raises(ValueError, match="is_available"):
+        resolve_device("cuda", cuda_available=False)
+    with pytest.raises(ValueError, match="unknown device"):
+        resolve_device("tpu", cuda_available=True)
