@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -225,11 +226,15 @@ def test_gitignore_and_skipped_dirs(gg, tmp_path):
     write(tmp_path, "src/keep_tmp.py", LEAF_BUG)
     for skipped in (".venv", "venv", "__pycache__", "node_modules", "build", "dist", ".tox", ".eggs", "lib/site-packages"):
         write(tmp_path, f"{skipped}/x.py", LEAF_BUG)
-    write(tmp_path, "notebook.ipynb", "{}")
+    notebook = '{"cells": [{"cell_type": "code", "source": %s}], "nbformat": 4, "nbformat_minor": 5}' % (
+        json.dumps(LEAF_BUG))
+    write(tmp_path, "notebook.ipynb", notebook)
+    write(tmp_path, ".ipynb_checkpoints/notebook-checkpoint.ipynb", notebook)  # Jupyter's autosaves
     write(tmp_path, "notes.txt", LEAF_BUG)
 
     paths = sorted(p for p, _, _ in gg("check").findings())
     assert paths == ["src/keep_tmp.py", "src/model.py"]
+    assert "notebook.ipynb:cell 1:3:1: GG002" in gg("check").out  # `cell 1:` keeps it out of LINE's match
     # Checking a subfolder still applies the repository root's .gitignore.
     assert sorted(p for p, _, _ in gg("check", "src").findings()) == ["src/keep_tmp.py", "src/model.py"]
 

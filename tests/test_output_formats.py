@@ -35,6 +35,7 @@ JSON_V1_SCHEMA = {
                              "related", "fix"],
                 "properties": {
                     "path": {"type": "string", "minLength": 1},
+                    "cell": _POSITION,  # notebooks only: the 1-based cell the positions are in
                     "line": _POSITION,
                     "column": _POSITION,
                     "end_line": _POSITION,
@@ -50,6 +51,7 @@ JSON_V1_SCHEMA = {
                             "required": ["path", "line", "column", "message"],
                             "properties": {
                                 "path": {"type": "string"},
+                                "cell": _POSITION,
                                 "line": _POSITION,
                                 "column": _POSITION,
                                 "message": {"type": "string"},

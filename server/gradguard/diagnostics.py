@@ -40,6 +40,7 @@ class Related:
     line: int
     column: int
     message: str
+    cell: int | None = None  # notebooks: the 1-based cell ``line`` and ``column`` are in
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class TextEdit:
     end_line: int
     end_column: int
     new_text: str
+    cell: int | None = None  # notebooks: the 1-based cell the positions are in
 
 
 @dataclass(frozen=True)
@@ -69,15 +71,23 @@ class Diagnostic:
     message: str
     related: tuple[Related, ...] = ()
     fix: Fix | None = None
+    # Notebooks only: the 1-based number of the cell (counting every cell, markdown too, so
+    # ``cells[cell - 1]`` in the .ipynb); ``span`` is then in that cell's own lines.
+    cell: int | None = None
 
     @property
     def line(self) -> int:
         return self.span.line
 
     def to_json(self) -> dict[str, Any]:
-        """The stable JSON shape of ``gradguard check --format json`` (schema version 1)."""
-        return {
-            "path": self.path,
+        """The stable JSON shape of ``gradguard check --format json`` (schema version 1).
+
+        ``cell`` (and a related location's or an edit's ``cell``) appears only for notebooks.
+        """
+        out: dict[str, Any] = {"path": self.path}
+        if self.cell is not None:
+            out["cell"] = self.cell
+        return out | {
             "line": self.span.line,
             "column": self.span.column,
             "end_line": self.span.end_line,
@@ -85,15 +95,44 @@ class Diagnostic:
             "code": self.code,
             "severity": self.severity.value,
             "message": self.message,
-            "related": [asdict(r) for r in self.related],
+            "related": [_without_no_cell(asdict(r)) for r in self.related],
             "fix": None
             if self.fix is None
             else {
                 "title": self.fix.title,
                 "safe": self.fix.safe,
-                "edits": [asdict(e) for e in self.fix.edits],
+                "edits": [_without_no_cell(asdict(e)) for e in self.fix.edits],
             },
         }
+
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Diagnostic":
+        """The inverse of ``to_json`` (the result cache stores diagnostics this way)."""
+        fix = data.get("fix")
+        return cls(
+            data["path"],
+            Span(data["line"], data["column"], data["end_line"], data["end_column"]),
+            data["code"],
+            Severity(data["severity"]),
+            data["message"],
+            tuple(Related(**r) for r in data.get("related", ())),
+            None if fix is None else Fix(fix["title"], fix["safe"], tuple(TextEdit(**e) for e in fix["edits"])),
+            data.get("cell"),
+        )
+
+
+def _without_no_cell(fields: dict[str, Any]) -> dict[str, Any]:
+    """Drop ``cell`` outside notebooks; in a notebook put it right after ``path`` (or first), as in a diagnostic."""
+    cell = fields.pop("cell", None)
+    if cell is None:
+        return fields
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        out[key] = value
+        if key == "path":
+            out["cell"] = cell
+    return out if "cell" in out else {"cell": cell, **out}
 
 
 # Codes of diagnostics that are about the input, not about torch.

@@ -20,9 +20,10 @@ import pathspec
 from .config import Config
 
 SKIP_DIRS = frozenset(
-    {".git", ".venv", "venv", "__pycache__", "node_modules", "site-packages", "build", "dist", ".tox", ".eggs"}
+    {".git", ".venv", "venv", "__pycache__", "node_modules", "site-packages", "build", "dist", ".tox", ".eggs",
+     ".ipynb_checkpoints", ".gradguard_cache"}
 )
-SOURCE_SUFFIXES = (".py",)  # notebooks (.ipynb) come later
+SOURCE_SUFFIXES = (".py", ".ipynb")  # notebooks: see gradguard.notebooks
 
 
 class MissingPath(Exception):

@@ -3,6 +3,9 @@
 Escaping follows the Actions toolkit (``@actions/core`` ``command.ts``): ``%``,
 CR and LF in the message; additionally ``:`` and ``,`` in property values,
 since those separate the properties.
+
+A notebook's line and column are in its cell (GitHub has no notion of cells), so the message starts with
+``cell N:``; the annotation is attached to the notebook file.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Sequence
 
 from ..diagnostics import Diagnostic, Severity
 from . import RuleInfo
+from .text import location
 
 COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -32,7 +36,8 @@ def command(d: Diagnostic) -> str:
         "endColumn": d.span.end_column,
         "title": d.code,
     }
-    message = "\n".join([d.message, *(f"{r.path}:{r.line}:{r.column}: note: {r.message}" for r in d.related)])
+    notes = [f"{location(r.path, r.line, r.column, r.cell)}: note: {r.message}" for r in d.related]
+    message = "\n".join([d.message if d.cell is None else f"cell {d.cell}: {d.message}", *notes])
     rendered = ",".join(f"{k}={escape_property(str(v))}" for k, v in props.items())
     return f"::{COMMANDS[d.severity]} {rendered}::{escape_data(message)}"
 

@@ -3,6 +3,9 @@
 One run; the driver lists every rule (with its full docs as help) so a viewer
 can explain a finding without reaching us.  URIs are relative to the working
 directory, declared as ``%SRCROOT%``; columns are Unicode code points, as ours are.
+
+Notebook findings: the region's lines and columns are in the cell, ``properties.cell`` (1-based, counting
+every cell) and a logical location ``cell N`` say which cell, and the message starts with ``cell N:``.
 """
 
 from __future__ import annotations
@@ -62,6 +65,12 @@ def _result(d: Diagnostic, rule_index: dict[str, int]) -> dict[str, Any]:
             }
         ],
     }
+    if d.cell is not None:
+        # SARIF has no cells: the region is in the cell's own lines, the cell is a logical location and a
+        # property, and the message names it so that any viewer shows it.
+        result["message"]["text"] = f"cell {d.cell}: {d.message}"
+        result["locations"][0]["logicalLocations"] = [{"name": f"cell {d.cell}", "kind": "module"}]
+        result["properties"] = {"cell": d.cell, "cellLine": d.span.line, "cellColumn": d.span.column}
     if d.code in rule_index:
         result["ruleIndex"] = rule_index[d.code]
     if d.related:
@@ -72,7 +81,8 @@ def _result(d: Diagnostic, rule_index: dict[str, int]) -> dict[str, Any]:
                     "artifactLocation": _artifact(r.path),
                     "region": {"startLine": r.line, "startColumn": r.column},
                 },
-                "message": {"text": r.message},
+                "message": {"text": r.message if r.cell is None else f"cell {r.cell}: {r.message}"},
+                **({"properties": {"cell": r.cell}} if r.cell is not None else {}),
             }
             for i, r in enumerate(d.related)
         ]

@@ -1,5 +1,7 @@
 """The human format: one ``path:line:col: CODE message`` line per finding, like ruff.
 
+A notebook's findings read ``notebook.ipynb:cell 3:5:9: GG001 ...``: line 5, column 9 of the third cell.
+
 Editors and terminals turn ``path:line:col`` into links, so related locations
 get the same prefix on their own indented ``note:`` lines.
 """
@@ -18,12 +20,17 @@ def _one_line(message: str) -> str:
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
+def location(path: str, line: int, column: int, cell: int | None = None) -> str:
+    """``path:line:col``; in a notebook ``path:cell N:line:col`` (the line and column are in the cell), as ruff."""
+    return f"{path}:{line}:{column}" if cell is None else f"{path}:cell {cell}:{line}:{column}"
+
+
 def render(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] = ()) -> str:
     lines = []
     for d in diagnostics:
-        lines.append(f"{d.path}:{d.span.line}:{d.span.column}: {d.code} {_one_line(d.message)}")
+        lines.append(f"{location(d.path, d.span.line, d.span.column, d.cell)}: {d.code} {_one_line(d.message)}")
         for r in d.related:
-            lines.append(f"    {r.path}:{r.line}:{r.column}: note: {_one_line(r.message)}")
+            lines.append(f"    {location(r.path, r.line, r.column, r.cell)}: note: {_one_line(r.message)}")
     return "".join(line + "\n" for line in lines)
 
 

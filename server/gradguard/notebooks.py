@@ -1,0 +1,485 @@
+"""Jupyter notebooks: the code cells, in order, analysed as one program; findings mapped back to cells.
+
+Execution order is cell order (top to bottom), not ``execution_count``: the counts only say in which order
+cells last ran in one kernel session -- re-runs, cells never run (``null``), cells edited after running and
+restarted kernels all make them unreliable -- while "Restart & Run All", ``nbconvert --execute``, papermill
+and CI all run the cells top to bottom.  A tensor saved in cell 3 and mutated in cell 5 is therefore found.
+
+IPython syntax that is not Python is turned into lines with the same line count, so every program line maps
+to one (cell, line in cell):
+
+- line magics and shell escapes (``%pip install x``, ``!nvidia-smi``, ``files = !ls``, ``obj?``) become
+  ``pass`` at the same indentation (a magic can be the only statement of a block); a magic continued with a
+  trailing backslash takes its continuation lines along;
+- ``%time stmt`` / ``%timeit stmt`` / ``%prun stmt`` keep ``stmt`` (it runs), shifted left; columns on that
+  line are shifted back when reported;
+- ``%%time``, ``%%timeit``, ``%%capture`` and ``%%prun`` cells keep their Python body; any other cell magic
+  (``%%bash``, ``%%writefile``, ``%%html``...) blanks the whole cell: its body is not Python;
+- ``from __future__ import ...`` lines are blanked (IPython allows them in any cell, a program only on top);
+- a cell that does not parse even so is reported once (GG900, in that cell) and left out, as Jupyter would
+  only fail that cell.  Top-level ``await`` (IPython's autoawait) parses and is analysed like any statement.
+
+A cell that parses as plain Python is never transformed, so ``%`` or ``!`` at the start of a line inside a
+string is safe.  Notebooks whose kernel language is not Python are skipped.
+
+Positions in a notebook's findings are cell positions: ``Diagnostic.cell`` is the 1-based number of the
+cell counting every cell (markdown too, so ``cells[cell - 1]`` in the file) and the span is in that
+cell's own lines; related locations and fix edits carry their own cell.  Messages that name program lines
+("the backward on line 41") are rewritten to "line 2 of cell 6".
+
+``fix_notebook`` applies fixes to the cell sources only: outputs, metadata, ids and the JSON layout (indent,
+key order, trailing newline, list-or-string sources) are left as they were.
+
+Notebooks are read with ``json``; ``nbformat`` (optional) is used only to upgrade nbformat 3 files for
+analysis (fixes are not written to those).
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from . import parsing
+from .config import Config
+from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Fix, Related, Severity, Span, TextEdit
+from .fixes.edits import apply_edits, choose, unified_diff
+from .fixes.runner import MAX_PASSES, FixOutcome, fixable
+from .fixes.runner import run_fixes as run_python_fixes
+
+SUFFIX = ".ipynb"
+
+# Cell magics whose body is Python that runs (once or more).
+PYTHON_BODY_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_ESCAPE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!]|\?)")  # %magic, !shell, ?help
+_ASSIGNED_ESCAPE = re.compile(r"^(?P<indent>[ \t]*)[\w.,\[\]() \t*]+=[ \t]*[%!]")  # x = !ls, t = %timeit -o f()
+_HELP = re.compile(r"^(?P<indent>[ \t]*)[\w.\[\]()]+\?\??[ \t]*$")  # torch.Tensor.add_?
+_TIMED = re.compile(r"^(?P<indent>[ \t]*)(?P<magic>%(?:time|timeit|prun)[ \t]+)(?=[^\s-])")
+_FUTURE = re.compile(r"^[ \t]*from[ \t]+__future__[ \t]+import[^(\\]*$")
+_CELL_MAGIC = re.compile(r"^%%(?P<name>\w+)")
+_PROGRAM_LINE = re.compile(r"\bline (\d+)\b")
+
+
+class NotebookError(ValueError):
+    """The file is not a notebook we can read."""
+
+
+# --- the program -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One code cell: where it is in the notebook, its source, and the Python analysed for it."""
+
+    number: int  # 1-based position among all cells of the notebook
+    source: str
+    python: str  # same number of lines as ``source``
+    shifts: dict[int, int] = field(default_factory=dict)  # 1-based line -> columns removed at its start
+    changed: frozenset[int] = frozenset()  # 1-based lines whose text differs from the source
+    problem: parsing.SyntaxProblem | None = None  # set when the cell is left out: it does not parse
+
+    @property
+    def line_count(self) -> int:
+        return len(_LINE_BREAK.split(self.source))
+
+
+def _cell_python(source: str) -> tuple[str, dict[int, int], frozenset[int]]:
+    """The cell as Python (see the module docs), the column shifts and the lines that changed."""
+    lines = _LINE_BREAK.split(source)
+    out, shifts, changed = list(lines), {}, set()
+    for i, line in enumerate(lines):
+        if _FUTURE.match(line):
+            out[i] = ""
+            changed.add(i + 1)
+    plain = "\n".join(out)
+    if _parses(plain):
+        return plain, {}, frozenset(changed)
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and (m := _CELL_MAGIC.match(lines[first])):
+        out[first] = ""
+        changed.add(first + 1)
+        if m["name"] not in PYTHON_BODY_CELL_MAGICS:
+            return "\n".join("" for _ in lines), {}, frozenset(range(1, len(lines) + 1))
+    continued = False
+    for i, line in enumerate(lines):
+        if (i + 1) in changed:
+            continue
+        if continued:  # the continuation of a magic or shell line
+            out[i], continued = "", line.rstrip().endswith("\\")
+            changed.add(i + 1)
+            continue
+        if m := _TIMED.match(line):
+            cut = len(m["magic"])
+            out[i] = m["indent"] + line[len(m["indent"]) + cut:]
+            shifts[i + 1] = cut
+            changed.add(i + 1)
+        elif (m := _ESCAPE.match(line) or _ASSIGNED_ESCAPE.match(line) or _HELP.match(line)):
+            out[i] = m["indent"] + "pass"
+            continued = line.rstrip().endswith("\\")
+            changed.add(i + 1)
+    return "\n".join(out), shifts, frozenset(changed)
+
+
+def _parses(text: str) -> bool:
+    try:
+        compile(text, "<cell>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)  # top-level await parses too
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def make_cell(number: int, source: str) -> Cell:
+    python, shifts, changed = _cell_python(source)
+    problem = None
+    if not _parses(python):
+        parsed = parsing.parse(python)
+        problem = parsed if isinstance(parsed, parsing.SyntaxProblem) else parsing.SyntaxProblem("invalid syntax", 1, 1)
+        python = "\n".join("" for _ in _LINE_BREAK.split(source))
+    return Cell(number, source, python, shifts, changed, problem)
+
+
+@dataclass(frozen=True)
+class Program:
+    """The code cells joined into one Python program, one line per cell line, and the way back."""
+
+    cells: tuple[Cell, ...]
+    text: str
+    starts: tuple[int, ...]  # the program line each cell starts on
+
+    @classmethod
+    def from_cells(cls, cells: list[tuple[str, str]]) -> "Program":
+        """``cells``: (cell_type, source) for every cell of the notebook, in order; only code cells count."""
+        code = tuple(make_cell(n, src) for n, (kind, src) in enumerate(cells, start=1) if kind == "code")
+        starts, line = [], 1
+        for cell in code:
+            starts.append(line)
+            line += cell.line_count
+        return cls(code, "\n".join(c.python for c in code) + "\n" if code else "", tuple(starts))
+
+    def locate(self, line: int, column: int = 1) -> tuple[Cell, int, int] | None:
+        """The cell, line in cell and column in cell of a 1-based program position; None past the end."""
+        i = bisect.bisect_right(self.starts, line) - 1
+        if i < 0:
+            return None
+        cell = self.cells[i]
+        local = line - self.starts[i] + 1
+        if local > cell.line_count:
+            return None
+        return cell, local, column + cell.shifts.get(local, 0)
+
+
+# --- mapping findings --------------------------------------------------------
+
+
+def _line_text(program: Program, line: int) -> str:
+    where = program.locate(line)
+    if where is None:
+        return f"line {line}"
+    cell, local, _ = where
+    return f"line {local} of cell {cell.number}"
+
+
+def _map_edit(program: Program, edit: TextEdit) -> TextEdit | None:
+    start, end = program.locate(edit.line, edit.column), program.locate(edit.end_line, edit.end_column)
+    if start is None:
+        return None
+    cell, line, column = start
+    if end is None or end[0] is not cell:
+        # An edit may end at column 1 of the next cell's first line: the end of this cell's last line.
+        if end is not None and end[1:] == (1, 1) and edit.new_text.endswith("\n"):
+            lines = _LINE_BREAK.split(cell.source)
+            return TextEdit(line, column, len(lines), len(lines[-1]) + 1, edit.new_text[:-1], cell.number)
+        return None
+    if any(n in cell.changed and n not in cell.shifts for n in range(line, end[1] + 1)):
+        return None  # the edit touches a magic line: it cannot be made in the cell's source
+    return TextEdit(line, column, end[1], end[2], edit.new_text, cell.number)
+
+
+def _map_fix(program: Program, fix: Fix | None) -> Fix | None:
+    if fix is None:
+        return None
+    edits = [_map_edit(program, e) for e in fix.edits]
+    if any(e is None for e in edits):
+        return None
+    return replace(fix, edits=tuple(edits))
+
+
+def map_diagnostic(program: Program, d: Diagnostic) -> Diagnostic | None:
+    """``d`` (in program positions) in cell positions; None if it is outside every cell."""
+    start = program.locate(d.span.line, d.span.column)
+    if start is None:
+        return None
+    cell, line, column = start
+    end = program.locate(d.span.end_line, d.span.end_column)
+    if end is None or end[0] is not cell:
+        last = _LINE_BREAK.split(cell.source)
+        end_line, end_column = len(last), len(last[-1]) + 1
+    else:
+        end_line, end_column = end[1], end[2]
+    related = []
+    for r in d.related:
+        where = program.locate(r.line, r.column) if r.path == d.path else None
+        if where is None:
+            related.append(r)
+        else:
+            related.append(Related(r.path, where[1], where[2], _rewrite_lines(program, r.message), where[0].number))
+    return replace(
+        d,
+        span=Span(line, column, end_line, end_column),
+        message=_rewrite_lines(program, d.message),
+        related=tuple(related),
+        fix=_map_fix(program, d.fix),
+        cell=cell.number,
+    )
+
+
+def _rewrite_lines(program: Program, message: str) -> str:
+    return _PROGRAM_LINE.sub(lambda m: _line_text(program, int(m.group(1))), message)
+
+
+# --- reading and analysing ---------------------------------------------------
+
+
+@dataclass
+class Notebook:
+    """A parsed .ipynb: the JSON as loaded (written back as it was, but for fixed sources) and its cells."""
+
+    data: dict[str, Any]
+    raw: str
+    upgraded: bool = False  # read through nbformat from an older format: never written back
+
+    @classmethod
+    def loads(cls, raw: str | bytes) -> "Notebook":
+        if isinstance(raw, bytes):
+            if len(raw) > parsing.MAX_BYTES * 8:  # outputs make notebooks big; the sources are what we read
+                raise NotebookError(f"notebook is larger than {parsing.MAX_BYTES * 8 // (1024 * 1024)} MiB")
+            try:
+                raw = raw.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise NotebookError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})") from None
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise NotebookError(f"not a valid notebook: invalid JSON on line {exc.lineno}: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise NotebookError("not a valid notebook: the JSON is not an object")
+        if data.get("nbformat", 4) < 4 or "worksheets" in data:
+            return cls(_upgrade(raw), raw, upgraded=True)
+        cells = data.get("cells")
+        if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+            raise NotebookError("not a valid notebook: no list of cells")
+        return cls(data, raw)
+
+    @property
+    def cells(self) -> list[dict[str, Any]]:
+        return self.data["cells"]
+
+    def language(self) -> str:
+        meta = self.data.get("metadata") or {}
+        info = meta.get("language_info") or {}
+        spec = meta.get("kernelspec") or {}
+        return str(info.get("name") or spec.get("language") or "python").lower()
+
+    def sources(self) -> list[tuple[str, str]]:
+        return [(str(c.get("cell_type", "")), cell_source(c)) for c in self.cells]
+
+    def program(self) -> Program:
+        return Program.from_cells(self.sources())
+
+    def set_source(self, number: int, text: str) -> None:
+        cell = self.cells[number - 1]
+        if isinstance(cell.get("source"), list):
+            cell["source"] = text.splitlines(keepends=True)
+        else:
+            cell["source"] = text
+
+    def dumps(self) -> str:
+        """The JSON in the layout it was read in (indent, key order, escaping, final newline)."""
+        indent_match = re.search(r"\n([ \t]+)\S", self.raw)
+        indent: int | str | None = None
+        if indent_match:
+            ws = indent_match.group(1)
+            indent = len(ws) if set(ws) == {" "} else ws
+        ascii_only = self.raw.isascii() and "\\u" in self.raw
+        separators = (",", ": ") if indent is not None else ((",", ":") if ", " not in self.raw else None)
+        text = json.dumps(self.data, indent=indent, ensure_ascii=ascii_only, separators=separators)
+        return text + "\n" if self.raw.endswith("\n") else text
+
+
+def _upgrade(raw: str) -> dict[str, Any]:
+    try:
+        import nbformat
+    except ImportError:
+        raise NotebookError("nbformat 3 notebooks need the `nbformat` package to be read") from None
+    try:
+        return json.loads(json.dumps(nbformat.reads(raw, as_version=4)))
+    except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds of errors for bad files
+        raise NotebookError(f"not a valid notebook: {exc}") from None
+
+
+def cell_source(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def is_notebook(path: str | Path) -> bool:
+    return str(path).lower().endswith(SUFFIX)
+
+
+def _problem(path: str, code: str, message: str) -> FileResult:
+    return FileResult(path, [Diagnostic(path, Span(1, 1, 1, 1), code, Severity.ERROR, message)], error=message)
+
+
+def analyze_program(program: Program, path: str, config: Config | None = None, cache: dict | None = None
+                    ) -> tuple[FileResult, list[Diagnostic]]:
+    """The analysis of ``program`` mapped to cells, and the program-position diagnostics it came from."""
+    from .api import analyze_source
+
+    config = config or Config()
+    result = analyze_source(program.text, path, config, cache) if program.text.strip() else FileResult(path)
+    raw = list(result.diagnostics)
+    mapped = [m for m in (map_diagnostic(program, d) for d in raw) if m is not None]
+    if config.enabled(SYNTAX_ERROR):
+        for cell in program.cells:
+            if cell.problem is not None:
+                p = cell.problem
+                line, column = max(1, p.line), max(1, p.column)
+                mapped.append(Diagnostic(path, Span(line, column, line, column), SYNTAX_ERROR, Severity.ERROR,
+                                         f"cell {cell.number} does not parse: {p.message}; the cell was not analysed",
+                                         cell=cell.number))
+    mapped.sort(key=sort_key)
+    return FileResult(path, mapped, error=result.error), raw
+
+
+def sort_key(d: Diagnostic) -> tuple:
+    return (d.path, d.cell or 0, d.span.line, d.span.column, d.code)
+
+
+def analyze_notebook(source: str | bytes | Path, path: str | None = None, config: Config | None = None,
+                     cache: dict | None = None) -> FileResult:
+    """Analyse a notebook given as a path, or as its bytes/text (then ``path`` is the name to report)."""
+    if isinstance(source, Path):
+        shown = path or str(source)
+        try:
+            source = source.read_bytes()
+        except OSError as exc:
+            return _problem(shown, UNREADABLE, f"cannot read file: {exc.strerror or exc}")
+    else:
+        shown = path or "<notebook>"
+    try:
+        notebook = Notebook.loads(source)
+    except NotebookError as exc:
+        return _problem(shown, UNREADABLE, str(exc))
+    if notebook.language() != "python":
+        return FileResult(shown)
+    return analyze_program(notebook.program(), shown, config, cache)[0]
+
+
+# --- fixing ------------------------------------------------------------------
+
+
+def _apply_to_cells(program: Program, fixes: list[Fix]) -> dict[int, str] | None:
+    """New sources of the cells that ``fixes`` (program positions) change; None if one cannot be mapped."""
+    by_cell: dict[int, list[TextEdit]] = {}
+    for fix in fixes:
+        mapped = _map_fix(program, fix)
+        if mapped is None:
+            return None
+        for edit in mapped.edits:
+            by_cell.setdefault(edit.cell, []).append(edit)
+    cells = {c.number: c for c in program.cells}
+    return {n: apply_edits(cells[n].source, edits) for n, edits in by_cell.items()}
+
+
+def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe: bool = False,
+                 write: bool = True, result: FileResult | None = None):
+    """Fix one notebook's cells until no allowed fix is left (like ``fixes.runner.fix_text``)."""
+    data = path.read_bytes()
+    try:
+        notebook = Notebook.loads(data)
+    except NotebookError:
+        return NotebookFixOutcome(display, "", "", result or analyze_notebook(data, display, config))
+    program = notebook.program()
+    first, raw = analyze_program(program, display, config)
+    original = {c.number: c.source for c in program.cells}
+    current, applied, problems = result or first, 0, []
+    if notebook.upgraded:
+        problems.append(f"{display}: an nbformat 3 notebook is not rewritten; save it as nbformat 4 first")
+        return NotebookFixOutcome(display, "", "", first, 0, problems, len(first.diagnostics))
+    for _ in range(MAX_PASSES):
+        chosen = choose([d.fix for d in raw if d.fix is not None], unsafe)
+        chosen = [f for f in chosen if _map_fix(program, f) is not None]
+        if not chosen:
+            break
+        try:
+            new_sources = _apply_to_cells(program, chosen)
+        except ValueError:
+            problems.append(f"{display}: the fixes overlap; notebook left unchanged")
+            return NotebookFixOutcome(display, "", "", first, 0, problems, len(first.diagnostics))
+        if not new_sources:
+            break
+        broken = [n for n, text in new_sources.items() if make_cell(n, text).problem is not None]
+        if broken:
+            titles = "; ".join(f.title for f in chosen)
+            problems.append(
+                f"{display}: the fixed cell {broken[0]} would not parse ({titles}); notebook left unchanged")
+            return NotebookFixOutcome(display, "", "", first, 0, problems, len(first.diagnostics))
+        for number, text in new_sources.items():
+            notebook.set_source(number, text)
+        applied += len(chosen)
+        program = notebook.program()
+        current, raw = analyze_program(program, display, config)
+    else:
+        problems.append(f"{display}: fixes did not settle after {MAX_PASSES} passes; the last pass is kept")
+    fixed = {c.number: c.source for c in program.cells}
+    before, after = _cells_text(original), _cells_text(fixed)
+    outcome = NotebookFixOutcome(display, before, after, current, applied, problems, len(first.diagnostics))
+    outcome.cells_before, outcome.cells_after = original, fixed
+    if write and outcome.changed:
+        try:
+            path.write_text(notebook.dumps(), encoding="utf-8", newline="")
+        except OSError as exc:
+            problems.append(f"{display}: cannot write the fixed notebook: {exc}")
+            outcome.fixed = outcome.original
+    return outcome
+
+
+def _cells_text(cells: dict[int, str]) -> str:
+    return "".join(f"# cell {n}\n{text}\n" for n, text in sorted(cells.items()))
+
+
+@dataclass
+class NotebookFixOutcome(FixOutcome):
+    """A ``FixOutcome`` whose diff is per cell: ``a/nb.ipynb:cell 5``."""
+
+    cells_before: dict[int, str] = field(default_factory=dict)
+    cells_after: dict[int, str] = field(default_factory=dict)
+
+    def diff(self) -> str:
+        before, after = self.cells_before, self.cells_after
+        return "".join(
+            unified_diff(before[n] + "\n", after.get(n, "") + "\n", f"{self.path}:cell {n}")
+            for n in sorted(before)
+            if before[n] != after.get(n, before[n])
+        )
+
+
+def run_fixes(results: list[FileResult], paths: dict[str, Path], config: Config | None, unsafe: bool,
+              write: bool):
+    """``fixes.runner.run_fixes`` for a mix of files: notebooks fix their cells, the rest goes to the runner."""
+    notebooks = [r for r in results if is_notebook(r.path) and r.path in paths]
+    run = run_python_fixes([r for r in results if not (is_notebook(r.path) and r.path in paths)], paths, config,
+                           unsafe, write)
+    for result in notebooks:
+        if result.error is not None or not fixable(result, unsafe):
+            run.results.append(result)
+            continue
+        outcome = fix_notebook(paths[result.path], result.path, config, unsafe, write, result)
+        run.outcomes.append(outcome)
+        run.results.append(outcome.result)
+    return run

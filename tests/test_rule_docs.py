@@ -1,0 +1,61 @@
+"""docs/rules/ is generated from the rule files (``python -m gradguard.docs``) and must stay in sync."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradguard import docs
+from gradguard.cli import main
+from gradguard.rules import ALL_RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "rules"
+
+
+def test_committed_pages_are_what_the_rules_generate(tmp_path):
+    problems = docs.stale(DOCS)
+    assert not problems, "\n".join(problems) + "\nrun `python -m gradguard.docs` and commit docs/rules/"
+    docs.write(tmp_path)  # regenerating from scratch gives the same set of files, byte for byte
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in DOCS.glob("*.md"))
+    for page in tmp_path.iterdir():
+        assert page.read_bytes() == (DOCS / page.name).read_bytes(), page.name
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_rule_command_prints_the_page(rule, capsys):
+    assert main(["rule", rule.code.lower()]) == 0
+    assert capsys.readouterr().out == (DOCS / f"{rule.code}.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_page_has_every_part_and_the_examples_the_suite_runs(rule):
+    page = (DOCS / f"{rule.code}.md").read_text(encoding="utf-8")
+    assert rule.url.endswith(f"/docs/rules/{rule.code}.md")  # diagnostics link here
+    assert page.startswith(f"# {rule.code} {rule.name}\n")
+    for section in ("## What torch does", "## Flagged", "## How to fix it", "## Suppressing it"):
+        assert section in page
+    for example in rule.invalid:  # run with torch by tests/test_rule_examples.py
+        assert f"```python\n{example.code.strip()}\n```" in page
+        if example.raises:
+            assert f"RuntimeError: {example.raises}" in page
+    assert f"[{rule.code}]({rule.code}.md)" in (DOCS / "README.md").read_text(encoding="utf-8")
+
+
+def test_check_mode_names_a_stale_page(tmp_path):
+    docs.write(tmp_path)
+    (tmp_path / "GG001.md").write_text("edited by hand\n")
+    (tmp_path / "GG999.md").write_text("a rule that is gone\n")
+    assert docs.main(["--check", "--out", str(tmp_path)]) == 1
+    assert sorted(Path(p.split(":")[0]).name for p in docs.stale(tmp_path)) == ["GG001.md", "GG999.md"]
+    docs.main(["--out", str(tmp_path)])
+    assert docs.stale(tmp_path) == [] and not (tmp_path / "GG999.md").exists()
+
+
+def test_module_runs_as_a_script():
+    run = subprocess.run([sys.executable, "-m", "gradguard.docs", "--check"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
