@@ -1,0 +1,369 @@
+// Settings -> server command line, environment and options.
+//
+// Pure: no `vscode` import, so node's test runner exercises all of it (test/settings.test.ts).
+// extension.ts feeds it `WorkspaceConfiguration.inspect` results and the workspace trust state.
+
+export type ImportStrategy = "useBundled" | "fromEnvironment";
+export type RunMode = "onType" | "onSave";
+export type Severity = "error" | "warning" | "info";
+export type ProbeDevice = "cpu" | "cuda" | "auto";
+export type LogLevel = "error" | "warning" | "info" | "debug";
+
+/** The subset of `vscode.WorkspaceConfiguration.inspect()` that is read (language overrides are not used). */
+export interface Inspected<T> {
+  defaultValue?: T;
+  globalValue?: T;
+  workspaceValue?: T;
+  workspaceFolderValue?: T;
+}
+
+/** `key` is relative to the `gradguard` section, e.g. "probe.enable". */
+export type Inspector = (key: string) => Inspected<unknown> | undefined;
+
+export interface ProbeSettings {
+  enable: boolean;
+  device: ProbeDevice;
+  timeout: number;
+}
+
+export interface ExtensionSettings {
+  interpreter: string[]; // empty: the Python extension's interpreter, else python3
+  importStrategy: ImportStrategy;
+  args: string[];
+  select?: string[]; // undefined: not set in VS Code, pyproject.toml decides
+  ignore?: string[];
+  severity: Record<string, Severity>;
+  run: RunMode;
+  probe: ProbeSettings;
+  logLevel: LogLevel;
+}
+
+/** Settings whose workspace values are ignored in an untrusted workspace (package.json `restrictedConfigurations`). */
+export const RESTRICTED = ["interpreter", "importStrategy", "args", "probe.enable", "probe.device", "probe.timeout"];
+
+export const DEFAULTS: ExtensionSettings = {
+  interpreter: [],
+  importStrategy: "useBundled",
+  args: [],
+  severity: {},
+  run: "onType",
+  probe: { enable: false, device: "cpu", timeout: 10 },
+  logLevel: "warning",
+};
+
+const SEVERITIES: readonly string[] = ["error", "warning", "info"];
+const RULE_CODE = /^GG\d{3}$/;
+
+export interface ReadResult {
+  settings: ExtensionSettings;
+  warnings: string[]; // invalid values that were replaced by defaults, for the output channel
+}
+
+/**
+ * Read every gradguard setting.  Workspace-folder values override workspace values, which
+ * override user values.  In an untrusted workspace the RESTRICTED keys only take user values
+ * and the probe is always off.
+ */
+export function readSettings(inspect: Inspector, trusted: boolean): ReadResult {
+  const warnings: string[] = [];
+  const layers = (key: string): unknown[] => {
+    const i = inspect(key) ?? {};
+    const userOnly = !trusted && RESTRICTED.includes(key);
+    // lowest precedence first
+    return userOnly ? [i.globalValue] : [i.globalValue, i.workspaceValue, i.workspaceFolderValue];
+  };
+  const value = (key: string): unknown => {
+    let v: unknown;
+    for (const layer of layers(key)) if (layer !== undefined && layer !== null) v = layer;
+    return v;
+  };
+  const isSet = (key: string) => layers(key).some((v) => v !== undefined && v !== null);
+
+  const strings = (key: string, fallback: string[]): string[] => {
+    const v = value(key);
+    if (v === undefined) return fallback;
+    if (!Array.isArray(v) || !v.every((s) => typeof s === "string")) {
+      warnings.push(`gradguard.${key} must be a list of strings; ignoring ${JSON.stringify(v)}`);
+      return fallback;
+    }
+    return v.map((s) => s.trim()).filter((s) => s.length > 0);
+  };
+  const oneOf = <T extends string>(key: string, allowed: readonly T[], fallback: T): T => {
+    const v = value(key);
+    if (v === undefined) return fallback;
+    if (typeof v === "string" && (allowed as readonly string[]).includes(v)) return v as T;
+    warnings.push(`gradguard.${key} must be one of ${allowed.join(", ")}; ignoring ${JSON.stringify(v)}`);
+    return fallback;
+  };
+
+  // Object settings merge across levels, like VS Code's own `get` does.
+  const severity: Record<string, Severity> = {};
+  for (const layer of layers("severity")) {
+    if (layer === undefined || layer === null) continue;
+    if (typeof layer !== "object" || Array.isArray(layer)) {
+      warnings.push(`gradguard.severity must map rule codes to error|warning|info; ignoring ${JSON.stringify(layer)}`);
+      continue;
+    }
+    for (const [code, sev] of Object.entries(layer as Record<string, unknown>)) {
+      const c = code.trim().toUpperCase();
+      const s = typeof sev === "string" ? sev.toLowerCase() : sev;
+      if (!RULE_CODE.test(c) || typeof s !== "string" || !SEVERITIES.includes(s)) {
+        warnings.push(`gradguard.severity: ignoring ${JSON.stringify(code)}: ${JSON.stringify(sev)}`);
+        continue;
+      }
+      severity[c] = s as Severity;
+    }
+  }
+
+  let timeout = value("probe.timeout");
+  if (timeout !== undefined && (typeof timeout !== "number" || !(timeout > 0) || !Number.isFinite(timeout))) {
+    warnings.push(`gradguard.probe.timeout must be a positive number of seconds; ignoring ${JSON.stringify(timeout)}`);
+    timeout = undefined;
+  }
+  const enable = value("probe.enable");
+
+  const settings: ExtensionSettings = {
+    interpreter: strings("interpreter", DEFAULTS.interpreter),
+    importStrategy: oneOf<ImportStrategy>("importStrategy", ["useBundled", "fromEnvironment"], DEFAULTS.importStrategy),
+    args: strings("args", DEFAULTS.args),
+    severity,
+    run: oneOf<RunMode>("run", ["onType", "onSave"], DEFAULTS.run),
+    probe: {
+      enable: trusted && enable === true,
+      device: oneOf<ProbeDevice>("probe.device", ["cpu", "cuda", "auto"], DEFAULTS.probe.device),
+      timeout: (timeout as number | undefined) ?? DEFAULTS.probe.timeout,
+    },
+    logLevel: oneOf<LogLevel>("logLevel", ["error", "warning", "info", "debug"], DEFAULTS.logLevel),
+  };
+  if (isSet("select")) settings.select = strings("select", []);
+  if (isSet("ignore")) settings.ignore = strings("ignore", []);
+  return { settings, warnings };
+}
+
+/**
+ * The settings object the server gets as `initializationOptions` and in
+ * `workspace/didChangeConfiguration`.  The server reads `gradguard` (the keys of
+ * `[tool.gradguard]`; it rejects unknown keys, so only those go there): `select`/`ignore` replace
+ * pyproject's when present, `severity` entries are merged over it.  `run`, `probe` and `trusted`
+ * sit beside it for the server features that will read them (the runtime probe).
+ */
+export function serverSettings(s: ExtensionSettings, trusted: boolean): Record<string, unknown> {
+  const gradguard: Record<string, unknown> = {};
+  if (s.select !== undefined) gradguard.select = s.select;
+  if (s.ignore !== undefined) gradguard.ignore = s.ignore;
+  if (Object.keys(s.severity).length > 0) gradguard.severity = s.severity;
+  return {
+    gradguard,
+    run: s.run,
+    probe: { ...s.probe, enable: trusted && s.probe.enable },
+    trusted,
+  };
+}
+
+export type InterpreterSource = "setting" | "python-extension" | "default";
+
+export interface Interpreter {
+  command: string[]; // executable followed by its own arguments
+  source: InterpreterSource;
+}
+
+/**
+ * Which Python runs the server: `gradguard.interpreter` when set (the convention of Microsoft's
+ * Python-tool extensions: an explicit setting wins), else the interpreter selected in the
+ * Python extension (`fromPythonExtension`; the caller passes undefined in an untrusted workspace,
+ * where that interpreter may live inside the workspace), else `python3` (`python` on Windows).
+ */
+export function resolveInterpreter(
+  s: ExtensionSettings,
+  fromPythonExtension: string[] | undefined,
+  platform: string,
+): Interpreter {
+  if (s.interpreter.length > 0) return { command: s.interpreter, source: "setting" };
+  if (fromPythonExtension && fromPythonExtension.length > 0) {
+    return { command: fromPythonExtension, source: "python-extension" };
+  }
+  return { command: [platform === "win32" ? "python" : "python3"], source: "default" };
+}
+
+export interface LaunchContext {
+  bundledLibs: string; // <extension>/vscode-client/bundled/libs
+  cwd: string; // a directory with no Python packages in it: `python -m` puts the cwd first on sys.path
+  env: Record<string, string | undefined>; // the extension host's environment
+  pathDelimiter: string; // ":" or ";"
+}
+
+export interface Launch {
+  command: string;
+  args: string[];
+  cwd: string;
+  env: Record<string, string>;
+}
+
+const LOG_LEVELS: Record<LogLevel, string> = { error: "ERROR", warning: "WARNING", info: "INFO", debug: "DEBUG" };
+
+/** The environment the server (and the preflight check) runs with. */
+export function serverEnv(s: ExtensionSettings, ctx: LaunchContext): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(ctx.env)) if (v !== undefined) env[k] = v;
+  if (s.importStrategy === "useBundled") {
+    // first on sys.path after the cwd, so the bundled gradguard and its dependencies win
+    env.PYTHONPATH = ctx.env.PYTHONPATH ? ctx.bundledLibs + ctx.pathDelimiter + ctx.env.PYTHONPATH : ctx.bundledLibs;
+  }
+  env.GRADGUARD_LOG_LEVEL = LOG_LEVELS[s.logLevel];
+  env.GRADGUARD_IMPORT_STRATEGY = s.importStrategy;
+  return env;
+}
+
+/** `python -m gradguard.lsp ARGS`, stdio. */
+export function serverLaunch(s: ExtensionSettings, interpreter: Interpreter, ctx: LaunchContext): Launch {
+  const [command, ...interpreterArgs] = interpreter.command;
+  return {
+    command,
+    args: [...interpreterArgs, "-m", "gradguard.lsp", ...s.args],
+    cwd: ctx.cwd,
+    env: serverEnv(s, ctx),
+  };
+}
+
+/**
+ * Run by the same interpreter, environment and cwd before the server starts: it reports the
+ * Python version and whether `gradguard.lsp.server` (and so pygls, lsprotocol, ...) imports,
+ * as one JSON line.  Written to parse on any Python 3, so an old interpreter gets a clear
+ * message instead of a syntax error.
+ */
+export const PREFLIGHT_SCRIPT = [
+  "import json, os, sys",
+  "r = {'executable': sys.executable, 'version': '%d.%d.%d' % tuple(sys.version_info[:3])}",
+  "if sys.version_info < (3, 10):",
+  "    r['error'] = 'python-version'",
+  "else:",
+  "    try:",
+  "        import gradguard, gradguard.lsp.server",
+  "        r['gradguard'] = getattr(gradguard, '__version__', '?')",
+  "        r['location'] = os.path.dirname(os.path.abspath(gradguard.__file__))",
+  "    except BaseException as e:",
+  "        r['error'] = 'import'",
+  "        r['detail'] = '%s: %s' % (type(e).__name__, e)",
+  "print('GRADGUARD-PREFLIGHT ' + json.dumps(r))",
+].join("\n");
+
+export function preflightLaunch(s: ExtensionSettings, interpreter: Interpreter, ctx: LaunchContext): Launch {
+  const [command, ...interpreterArgs] = interpreter.command;
+  return { command, args: [...interpreterArgs, "-c", PREFLIGHT_SCRIPT], cwd: ctx.cwd, env: serverEnv(s, ctx) };
+}
+
+export interface PreflightInfo {
+  executable: string;
+  version: string;
+  gradguard: string;
+  location: string;
+}
+
+export type Preflight = { ok: true; info: PreflightInfo } | { ok: false; message: string; detail?: string };
+
+/** How the preflight process ended. `spawnError` is set when it could not start at all. */
+export interface PreflightRun {
+  spawnError?: { code?: string; message: string };
+  exitCode: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export function describeInterpreter(interpreter: Interpreter): string {
+  const shown = interpreter.command.join(" ");
+  const from = {
+    setting: "from the gradguard.interpreter setting",
+    "python-extension": "selected in the Python extension",
+    default: "the default",
+  }[interpreter.source];
+  return `\`${shown}\` (${from})`;
+}
+
+/** Turn the preflight run into either the server's facts or one clear message for the user. */
+export function parsePreflight(run: PreflightRun, s: ExtensionSettings, interpreter: Interpreter): Preflight {
+  const who = describeInterpreter(interpreter);
+  const choose =
+    interpreter.source === "setting"
+      ? "Fix the gradguard.interpreter setting"
+      : "Select a Python 3.10+ interpreter in the Python extension or set gradguard.interpreter";
+  if (run.spawnError) {
+    const missing = run.spawnError.code === "ENOENT";
+    return {
+      ok: false,
+      message: missing
+        ? `gradguard cannot start: the Python interpreter ${who} was not found. ${choose}.`
+        : `gradguard cannot start the Python interpreter ${who}: ${run.spawnError.message}`,
+    };
+  }
+  const line = run.stdout.split(/\r?\n/).find((l) => l.startsWith("GRADGUARD-PREFLIGHT "));
+  let r: Record<string, string> | undefined;
+  try {
+    r = line ? JSON.parse(line.slice("GRADGUARD-PREFLIGHT ".length)) : undefined;
+  } catch {
+    r = undefined;
+  }
+  if (!r) {
+    const tail = (run.stderr || run.stdout).trim().split(/\r?\n/).slice(-3).join(" | ");
+    return {
+      ok: false,
+      message: `gradguard cannot start: ${who} did not run as a Python 3 interpreter (exit code ${run.exitCode}). ${choose}.`,
+      detail: tail || undefined,
+    };
+  }
+  if (r.error === "python-version") {
+    return {
+      ok: false,
+      message: `gradguard needs Python 3.10 or newer, but ${who} is Python ${r.version}. ${choose}.`,
+    };
+  }
+  if (r.error === "import") {
+    if (s.importStrategy === "fromEnvironment") {
+      return {
+        ok: false,
+        message:
+          `gradguard is not installed in the environment of ${who} (${r.detail}). ` +
+          `Install it there (\`python -m pip install gradguard\`), or set gradguard.importStrategy to "useBundled".`,
+        detail: r.detail,
+      };
+    }
+    return {
+      ok: false,
+      message: `The gradguard bundled with the extension does not import with ${who} (Python ${r.version}): ${r.detail}`,
+      detail: r.detail,
+    };
+  }
+  return {
+    ok: true,
+    info: { executable: r.executable, version: r.version, gradguard: r.gradguard, location: r.location },
+  };
+}
+
+/** Which setting changes need the server restarted, and which only a new configuration. */
+export function changeEffect(affects: (key: string) => boolean): "restart" | "configuration" | "none" {
+  const restart = ["interpreter", "importStrategy", "args", "logLevel", "run"];
+  if (restart.some((k) => affects(`gradguard.${k}`))) return "restart";
+  const config = ["select", "ignore", "severity", "probe"];
+  if (config.some((k) => affects(`gradguard.${k}`))) return "configuration";
+  return "none";
+}
+
+/**
+ * Restart policy after the server process dies: restart it at most `max` times within
+ * `windowMs`; past that stay stopped and say so (no crash loop).
+ */
+export class CrashWindow {
+  private crashes: number[] = [];
+  constructor(
+    private readonly max = 3,
+    private readonly windowMs = 3 * 60 * 1000,
+  ) {}
+  /** Record a crash at `now`; true when the server may be restarted. */
+  crashed(now: number): boolean {
+    this.crashes = this.crashes.filter((t) => now - t < this.windowMs);
+    this.crashes.push(now);
+    return this.crashes.length <= this.max;
+  }
+  reset(): void {
+    this.crashes = [];
+  }
+}
