@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     check = commands.add_parser("check", help="analyse files and folders")
-    check.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders; - reads stdin")
+    check.add_argument("paths", nargs="*", default=[], metavar="PATH",
+                       help="files, folders and notebooks (default: .); - reads source from stdin")
     check.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     check.add_argument("--select", type=_codes, metavar="CODES", help="comma-separated code prefixes to enable")
     check.add_argument("--ignore", type=_codes, metavar="CODES", help="comma-separated code prefixes to disable")
@@ -95,7 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="ask jedi what helpers imported from other modules return (slower; default: the "
                             "`jedi` setting of [tool.gradguard], off)")
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only: no summary, no progress")
+    check.add_argument("--fix", action="store_true", help="apply the safe fixes to the files, then report what is left")
+    check.add_argument("--unsafe-fixes", action="store_true", help="with --fix or --diff, also apply unsafe fixes")
+    check.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; change no file")
+    check.add_argument("--files-from", metavar="FILE",
+                       help="also analyse the paths listed in FILE, one a line (or NUL-separated); - reads stdin")
+    check.add_argument("--no-cache", action="store_true",
+                       help="neither read nor write the result cache (.gradguard_cache/, see README)")
     check.set_defaults(handler=_check)
+    from .probe.cli import add_check_options, add_probe_command  # no torch: that is in the probe's worker
+
+    add_check_options(check)
 
     rules = commands.add_parser("rules", help="list every rule")
     rules.set_defaults(handler=_rules)
@@ -106,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     lsp = commands.add_parser("lsp", help="run the language server on stdin/stdout")
     lsp.set_defaults(handler=_lsp)
+
+    add_probe_command(commands)
     return parser
 
 
@@ -204,11 +217,50 @@ def _analyze_files(targets: list[Target], config: Config, jobs: int, progress: b
 
 
 def _analyze_stdin(display: str, config: Config) -> FileResult:
-    from .api import analyze_source
+    from .api import analyze_bytes
 
     stream = getattr(sys.stdin, "buffer", None) or sys.stdin
     data = stream.read() if stream is not None else b""
-    return analyze_source(data, display, config)
+    return analyze_bytes(data.encode() if isinstance(data, str) else data, display, config)
+
+
+def _analyze_cached(targets: list[Target], config: Config, args: argparse.Namespace):
+    """``_analyze_files`` behind the content-hash result cache (``gradguard.result_cache``) unless --no-cache."""
+    from .result_cache import open_cache
+
+    progress = not (args.no_progress or args.quiet)
+    cache = None if args.no_cache else open_cache(config)
+    if cache is None:
+        return _analyze_files(targets, config, args.jobs, progress)
+    cached, misses = [], []
+    for target in targets:
+        result = cache.get(target.path, target.display)
+        if result is None:
+            misses.append(target)
+        else:
+            cached.append(result)
+    results, crashes = _analyze_files(misses, config, args.jobs, progress)
+    for result in results:
+        cache.put(result)
+    return cached + results, crashes
+
+
+def _paths(args: argparse.Namespace) -> list[str]:
+    """The positional paths plus those ``--files-from`` lists; ``.`` when neither names any."""
+    paths = list(args.paths)
+    if not args.files_from:
+        return paths or ["."]
+    if args.files_from == "-" and "-" in paths:
+        raise UsageError("--files-from - and - both want stdin")
+    try:
+        if args.files_from == "-":
+            text = sys.stdin.read() if sys.stdin is not None else ""
+        else:
+            text = Path(args.files_from).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {args.files_from}: {getattr(exc, 'strerror', None) or exc}") from None
+    listed = text.split("\0") if "\0" in text else text.splitlines()
+    return paths + [p.strip() for p in listed if p.strip()]
 
 
 # --- commands ----------------------------------------------------------------
@@ -226,26 +278,49 @@ def _write(report: str, output_file: str | None) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
+    args.paths = _paths(args)
     if args.statistics and args.format != "text":
         raise UsageError("--statistics only works with --format text")
+    from .probe.cli import check_probe_usage
+
+    if check_probe_usage(args):
+        raise UsageError(check_probe_usage(args))
     config = _config(args)
     from . import api  # noqa: F401 - imported before forking, so workers inherit it instead of importing it
 
     paths = [p for p in args.paths if p != "-"]
+    if (args.fix or args.diff) and "-" in args.paths:
+        raise UsageError("--fix and --diff work on files, not on stdin")
     try:
         targets = discover(paths, config)
     except MissingPath as exc:
         raise UsageError(f"path does not exist: {exc}") from None
 
-    results, crashes = _analyze_files(targets, config, args.jobs, not (args.no_progress or args.quiet))
+    results, crashes = _analyze_cached(targets, config, args)
     if "-" in args.paths:
         results.append(_analyze_stdin(args.stdin_filename or "-", config))
+    if args.probe:
+        from .probe.cli import probe_results
+
+        from .notebooks import is_notebook  # the probe runs Python files; notebooks keep their static findings
+
+        notebooks = [r for r in results if is_notebook(r.path)]
+        results = probe_results([r for r in results if not is_notebook(r.path)], targets, paths, args) + notebooks
+    fixing = None
+    if args.fix or args.diff:
+        from .notebooks import run_fixes  # .py files go to fixes.runner; notebooks have their cells fixed
+
+        fixing = run_fixes(results, {t.display: t.path for t in targets}, config, args.unsafe_fixes, not args.diff)
+        results = fixing.results
 
     diagnostics: list[Diagnostic] = sorted(
-        (d for r in results for d in r.diagnostics), key=lambda d: (d.path, d.span.line, d.span.column, d.code)
+        (d for r in results for d in r.diagnostics),
+        key=lambda d: (d.path, d.cell or 0, d.span.line, d.span.column, d.code),
     )
     rules = catalog()
-    if args.statistics:
+    if args.diff:
+        report = fixing.diff
+    elif args.statistics:
         report = text_output.statistics(diagnostics, rules)
     else:
         report = render(args.format, diagnostics, rules)
@@ -253,12 +328,16 @@ def _check(args: argparse.Namespace) -> int:
 
     for crash in crashes:
         print(f"gradguard: {crash}", file=sys.stderr)
+    for problem in fixing.problems if fixing is not None else ():
+        print(f"gradguard: {problem}", file=sys.stderr)
     if not args.quiet:
+        if fixing is not None:
+            print(f"gradguard: {fixing.summary()}", file=sys.stderr)
         print(text_output.summary(diagnostics), file=sys.stderr)
     if crashes:
         return 2
     fail_rank = Severity(args.fail_level).rank
-    failed = any(d.severity.rank >= fail_rank for d in diagnostics)
+    failed = any(d.severity.rank >= fail_rank for d in diagnostics) or bool(args.diff and fixing.diff)
     return 1 if failed and not args.exit_zero else 0
 
 
