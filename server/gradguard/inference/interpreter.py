@@ -109,7 +109,6 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.saves: list[Save] = []
         self.mutations: list[Mutation] = []
         self.sinks: list[Sink] = []
-        self.data_writes: list[Mutation] = []
         self.seq = 0
         self.self_value = self_value
         self.written_names: set[str] = set()  # names written in place in this unit: worth asking jedi about
@@ -119,9 +118,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
         # Calls into the file's own functions are analysed in place ("inlined"), with these set:
         self.inline_stack: list[ast.AST] = []
-        self.inline_site: ast.AST | None = None  # the outermost call site: writes inside are reported there
         self.inline_record = True  # False while inlining a module's forward (its own analysis reports its writes)
-        self.inline_mark = 0  # saves with a smaller id were made before the call
         self.inline_frames: list[tuple[ast.AST, int]] = []  # (call site, id mark) of each followed call
         self.returns: list[Value] | None = None
 
@@ -552,7 +549,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         """
         if len(self.inline_stack) >= 3 or fn in self.inline_stack:
             return None
-        saved = (self.state, self.inline_site, self.inline_record, self.inline_mark, self.returns, self.loop_vars)
+        saved = (self.state, self.inline_record, self.returns, self.loop_vars)
         params = [*fn.args.posonlyargs, *fn.args.args]
         env: dict[str, Value] = {}
         if self_value is not None and params:
@@ -570,8 +567,6 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
                 grad = False
         self.state = State(env, grad)
-        if self.inline_site is None:
-            self.inline_site, self.inline_mark = node, new_id()
         self.inline_record = self.inline_record and record
         self.returns, self.loop_vars = [], []
         CALL_STATS["followed call of the file's own code"] += 1
@@ -583,7 +578,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         finally:
             self.inline_stack.pop()
             self.inline_frames.pop()
-            self.state, self.inline_site, self.inline_record, self.inline_mark, self.returns, self.loop_vars = saved
+            self.state, self.inline_record, self.returns, self.loop_vars = saved
         if not returns:
             return NOT_TENSOR
         result = returns[0]
