@@ -30,7 +30,15 @@ def check(mutation: Mutation):
         "detach the graph boundary (e.g. `D(fake.detach())`), or recompute the forward after the step.",
         certain=save.certain,
         related=conflict_related(conflict),
+        data={"mutation": mutation},
     )
+
+
+def fix(ctx, finding):
+    """Move the step (or update) after the last backward that needs the old weights."""
+    from ..fixes import structural as S
+
+    return S.fix_step_before_backward(ctx, finding)
 
 
 RULE = Rule(
@@ -54,6 +62,7 @@ run a fresh forward after the step.
 """,
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix,
     invalid=(
         Example(
             """

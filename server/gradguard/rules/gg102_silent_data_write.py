@@ -25,7 +25,15 @@ def check(mutation: Mutation):
         "or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
         certain=save.certain,
         related=conflict_related(conflict),
+        data={"mutation": mutation},
     )
+
+
+def fix(ctx, finding):
+    """Move the `.data` write after the backward that needs the old value."""
+    from ..fixes import structural as S
+
+    return S.fix_silent_data_write(ctx, finding)
 
 
 RULE = Rule(
@@ -44,6 +52,7 @@ tensor itself so that autograd's version check can see it.
 """,
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix,
     invalid=(
         Example(
             """

@@ -27,6 +27,13 @@ def check(event):
     )
 
 
+def fix(ctx, finding):
+    """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic."""
+    from ..fixes import structural as S
+
+    return S.fix_graph_break(ctx, finding)
+
+
 RULE = Rule(
     code="GG103",
     name="graph-break",
@@ -43,6 +50,7 @@ require grad and does not have a grad_fn`.  `torch.tensor(float(loss), requires_
                "`torch.tensor(loss.item())`, tensor ops instead of numpy.",
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix,
     invalid=(
         Example(
             """

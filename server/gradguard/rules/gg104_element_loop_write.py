@@ -26,8 +26,16 @@ def check(mutation: Mutation):
                 "or collect the steps in a list and `torch.stack` them).",
                 certain=first.certain,
                 related=first.related,
+                data={"mutation": mutation, "underlying": first.code},
             )
             return
+
+
+def fix(ctx, finding):
+    """The fix of the in-place rule behind the finding."""
+    from ..fixes import structural as S
+
+    return S.fix_element_loop(ctx, finding)
 
 
 RULE = Rule(
@@ -48,6 +56,7 @@ list and `torch.stack` it.
 """,
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix,
     invalid=(
         Example(
             """

@@ -22,7 +22,15 @@ def check(mutation: Mutation):
         "Make the view with grad mode on, or write under `torch.no_grad()` too, or clone it.",
         certain=mutation.grad_mode_known,
         related=[(mutation.target.origin, "the view is made under no_grad here")] if mutation.target.origin else [],
+        data={"mutation": mutation},
     )
+
+
+def fix(ctx, finding):
+    """Make the view with grad mode on (and write out of place), else write under no_grad too."""
+    from ..fixes import structural as S
+
+    return S.fix_nograd_view(ctx, finding)
 
 
 RULE = Rule(
@@ -38,6 +46,7 @@ created in no_grad mode and is being modified inplace with grad mode enabled.`
     fix_advice="Make the view with grad mode on, do the write under `torch.no_grad()` as well, or `clone()` the view.",
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix,
     invalid=(
         Example(
             """

@@ -1,0 +1,241 @@
+"""The fixes of GG101-GG105: structural moves and rewrites, built from the event a finding carries.
+
+- **move after the backward** (GG101, GG102) -- the update (``opt.step()``, a ``.data`` write, a clip or
+  EMA loop, a helper call that does one) is moved, as a whole statement of the block that holds the
+  backward it breaks, to just after that backward.  Safe when only that backward ran between the two
+  places; unsafe otherwise (the statements in between now see the values before the update).
+- **keep the tensors** (GG103) -- ``torch.tensor([a, b])`` -> ``torch.stack([a, b])``;
+  ``t.item()`` / ``float(t)`` used in tensor arithmetic -> ``t``.
+- **element loops** (GG104) -- the fix of the in-place rule behind the finding (GG001-GG004).
+- **no_grad views** (GG105) -- make the view with grad mode on (move its binding out of the ``no_grad``
+  block) and write out of place when nothing else sees the memory; or do the write under ``no_grad`` too.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from ..diagnostics import Fix, TextEdit
+from .context import FUNCTIONS, CannotFix, FixContext
+from .edits import Rewrite
+from .writes import parse_expr
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..inference.events import Finding, Mutation
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers")
+
+
+def _mutation(finding: Finding) -> Mutation:
+    mutation = (finding.data or {}).get("mutation")
+    if mutation is None:
+        raise CannotFix("the finding carries no mutation")
+    return mutation
+
+
+def _block_of(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt] | None:
+    parent = ctx.parents.get(stmt)
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and any(s is stmt for s in block):
+            return block
+    return None
+
+
+def _chain(ctx: FixContext, node: ast.AST) -> list[ast.stmt]:
+    """The statements enclosing ``node`` inside its function, innermost first."""
+    out = []
+    for n in [node, *ctx.ancestors(node)]:
+        if isinstance(n, (*FUNCTIONS, ast.ClassDef, ast.Lambda)):
+            break
+        if isinstance(n, ast.stmt):
+            out.append(n)
+    return out
+
+
+# ============================================================================ move after the backward
+def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
+    """Move the statement that does the update to just after the last backward it breaks, when both are
+    statements of one block (the update first)."""
+    if not mutation.conflicts:
+        raise CannotFix("no conflicting backward")
+    sinks = [c.sink for c in mutation.conflicts]
+    if any(s.kind != "backward" for s in sinks):
+        raise CannotFix("the graph is returned or stored, not backpropagated here")
+    ups = _chain(ctx, mutation.node)
+    best = None
+    for sink in sinks:
+        downs = _chain(ctx, sink.node)
+        pair = next(
+            ((u, d) for u in ups for d in downs
+             if u is not d and (block := _block_of(ctx, u)) is not None and any(s is d for s in block)),
+            None,
+        )
+        if pair is None:
+            raise CannotFix(f"the backward on line {sink.node.lineno} is not in the block of the update")
+        if best is not None and best[0] is not pair[0]:
+            raise CannotFix("the backwards it breaks are in different blocks")
+        if best is None or pair[1].lineno > best[1].lineno:
+            best = pair
+    up, down = best
+    block = _block_of(ctx, up)
+    i, j = next(k for k, s in enumerate(block) if s is up), next(k for k, s in enumerate(block) if s is down)
+    if j <= i:
+        raise CannotFix("the backward comes before the update")
+    if any(isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise)) for s in block[i + 1:j + 1] for n in ast.walk(s)):
+        raise CannotFix("control leaves the block between the update and the backward")
+    ctx.require_own_lines(up)
+    ctx.require_own_lines(down)
+    lines = ctx.lines
+    if down.end_lineno >= len(lines):
+        raise CannotFix("the backward is the file's last line")
+    nl = ctx.newline
+    moved = "".join(line.rstrip("\r\n") + nl for line in lines[up.lineno - 1:up.end_lineno])
+    edits = (
+        TextEdit(up.lineno, 1, up.end_lineno + 1, 1, ""),
+        TextEdit(down.end_lineno + 1, 1, down.end_lineno + 1, 1, moved),
+    )
+    shown = ctx.source(up).splitlines()[0]
+    title = f"{what}: move `{shown[:60]}` after the backward on line {down.lineno}"
+    between = block[i + 1:j]
+    if between:
+        # Not offered: the code in between (a fresh forward, a generator loss through D) may need the update
+        # first; the proof test showed GAN and helper cases where moving past it changes the gradients.
+        raise CannotFix(f"lines {between[0].lineno}-{down.lineno - 1} would run before the update")
+    return Fix(title, True, edits)
+
+
+def fix_step_before_backward(ctx: FixContext, finding: Finding) -> Fix:
+    """GG101: run the step (or the update) after the last backward that needs the old weights."""
+    return move_after_backward(ctx, _mutation(finding), "Update after the backward")
+
+
+def fix_silent_data_write(ctx: FixContext, finding: Finding) -> Fix:
+    """GG102: do the ``.data`` write after the backward that needs the old value.  (Writing under
+    ``torch.no_grad()`` to the tensor itself would make that backward raise: not a fix.)"""
+    return move_after_backward(ctx, _mutation(finding), "Write after the backward")
+
+
+# ============================================================================ GG103: keep the tensors
+def fix_graph_break(ctx: FixContext, finding: Finding) -> Fix:
+    node = finding.node
+    torch = ctx.torch_name()
+    stmt = ctx.statement_of(node)
+    candidates = [n for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+    # torch.tensor([a, b]) with no other arguments -> torch.stack([a, b])
+    for call in candidates:
+        if (ctx.qual(call.func) == "torch.tensor" and torch is not None and len(call.args) == 1 and not call.keywords
+                and isinstance(call.args[0], (ast.List, ast.ListComp)) and (not isinstance(call.args[0], ast.List) or call.args[0].elts)):
+            new = parse_expr(f"{torch}.stack({ctx.source(call.args[0])})")
+            rw = Rewrite(ctx).replace_node(ctx.cst(call), new)
+            return rw.fix(f"Keep the graph: `{torch}.stack(...)` instead of `{torch}.tensor(...)`", safe=True)
+    # t.item() / float(t) inside tensor arithmetic -> t
+    for call in candidates:
+        inner = None
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "item" and not call.args:
+            inner = call.func.value
+        elif isinstance(call.func, ast.Name) and call.func.id == "float" and len(call.args) == 1 and "float" not in ctx.imports:
+            inner = call.args[0]
+        if inner is None:
+            continue
+        parent = ctx.parents.get(call)
+        if not isinstance(parent, ast.BinOp):
+            continue
+        text = ctx.source(inner)
+        if not isinstance(inner, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+            text = f"({text})"
+        rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
+        return rw.fix(f"Keep the graph: use `{ctx.source(inner)}` instead of `{ctx.source(call)}`", safe=True)
+    raise CannotFix("no tensor-keeping rewrite for this graph break")
+
+
+# ============================================================================ GG104: element loops
+def fix_element_loop(ctx: FixContext, finding: Finding) -> Fix | None:
+    """The fix of the in-place rule behind the element-loop finding (the loop stays; it becomes correct)."""
+    from ..rules import RULES_BY_CODE
+
+    code = (finding.data or {}).get("underlying")
+    rule = RULES_BY_CODE.get(code or "")
+    if rule is None or rule.fix is None:
+        raise CannotFix("no underlying rule with a fix")
+    return rule.fix(ctx, finding)
+
+
+# ============================================================================ GG105: no_grad views
+def _no_grad_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
+    parent = ctx.parents.get(stmt)
+    if not isinstance(parent, ast.With) or len(parent.items) != 1 or parent.items[0].optional_vars is not None:
+        return None
+    item = parent.items[0].context_expr
+    q = ctx.qual(item.func) if isinstance(item, ast.Call) else None
+    if q == "torch.no_grad" and not item.args or q == "torch.set_grad_enabled" and (
+            len(item.args) == 1 and isinstance(item.args[0], ast.Constant) and item.args[0].value is False):
+        return parent
+    return None
+
+
+def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
+    """Move the view's binding out of its ``with torch.no_grad():`` (the view then has history), and write
+    out of place when nothing else sees the memory."""
+    from . import inplace as F
+    from .writes import Write
+
+    origin = mutation.target.origin
+    if origin is None:
+        raise CannotFix("cannot see where the view is made")
+    binding = ctx.statement_of(origin)
+    if not isinstance(binding, ast.Assign) or not all(isinstance(t, (ast.Name, ast.Tuple)) for t in binding.targets):
+        raise CannotFix("the view is not bound to a local name")
+    block = _no_grad_with(ctx, binding)
+    if block is None:
+        raise CannotFix("the view is not made directly in a no_grad block")
+    if ctx.function_of(block) is not ctx.function_of(mutation.node) or ctx.function_of(block) is None:
+        raise CannotFix("the view is made in another function")
+    if block.body[0] is not binding:
+        raise CannotFix("the view is not the first statement of its no_grad block")
+    write_stmt = ctx.statement_of(mutation.node)
+    if ctx.loops_around(write_stmt) != ctx.loops_around(block):
+        raise CannotFix("the write and the view are in different loops")
+    if _block_of(ctx, block) is None or not any(s is write_stmt for s in _block_of(ctx, block)):
+        raise CannotFix("the write is not in the block of the view")
+    ctx.require_own_lines(block)
+    ctx.require_own_lines(binding)
+    nl, lines = ctx.newline, ctx.lines
+    indent = ctx.indent_of(block)
+    body_indent = ctx.indent_of(binding)
+    moved = "".join(indent + line[len(body_indent):].rstrip("\r\n") + nl if line.startswith(body_indent) else line
+                    for line in lines[binding.lineno - 1:binding.end_lineno])
+    edits = []
+    if len(block.body) == 1:
+        edits.append(TextEdit(block.lineno, 1, block.end_lineno + 1, 1, moved))
+    else:
+        edits.append(TextEdit(block.lineno, 1, block.lineno, 1, moved))
+        edits.append(TextEdit(binding.lineno, 1, binding.end_lineno + 1, 1, ""))
+    title = f"Make the view with grad mode on: `{ctx.source(binding)[:50]}` outside the no_grad block"
+    write = Write.of(ctx, mutation.node)
+    rebind = F.fix_or_none(lambda: F.Rebind(ctx, write))
+    if rebind is not None and rebind.direct and rebind.report.clean:
+        built = F.fix_or_none(rebind.rewrite)
+        if built is not None:
+            more = built[0].edits()
+            if any(e.line <= binding.end_lineno + 1 for e in more):
+                raise CannotFix("the write is next to the view's binding")
+            edits.extend(more)
+            title += f", then write out of place: `{built[1][:50]}`"
+    else:
+        root = mutation.target.root()
+        if root.leaf or root.param:
+            raise CannotFix("an in-place write to a view of a leaf would still raise")
+    edits.sort(key=lambda e: (e.line, e.column))
+    return Fix(title, True, tuple(edits))
+
+
+def fix_nograd_view(ctx: FixContext, finding: Finding) -> Fix | None:
+    from . import inplace as F
+
+    mutation = _mutation(finding)
+    made = F.fix_or_none(lambda: view_with_grad(ctx, mutation))
+    # Writing under no_grad too is not offered: it drops the gradient through the write (chunk/unbind/transpose
+    # fixtures then raise or differ from their reference).
+    return made
