@@ -43,6 +43,7 @@ from ..config import Config, ConfigError, config_from_table, load_config
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
 from ..rules import RULES_BY_CODE
 from . import convert, fixes
+from . import notebooks as notebook_sync
 
 try:  # pragma: no cover - metadata is there when installed
     from importlib.metadata import version as _pkg_version
@@ -156,7 +157,12 @@ def follow_edit(diags: list[Diagnostic], old_text: str, new_text: str) -> list[D
 
 class GradguardServer(LanguageServer):
     def __init__(self, debounce: float = DEFAULT_DEBOUNCE_SECONDS) -> None:
-        super().__init__("gradguard", VERSION, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__(
+            "gradguard",
+            VERSION,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            notebook_document_sync=notebook_sync.SYNC_OPTIONS,
+        )
         self.debounce = debounce
         self.docs: dict[str, DocState] = {}
         self.file_config = Config()
@@ -175,6 +181,7 @@ class GradguardServer(LanguageServer):
             self.run_on_type = run == "onType"
         elif run is not None:
             self.warn(f'"run" must be "onType" or "onSave", not {run!r}')
+        probe_support.support(self).configure(self, options)  # "probe" and "trusted", beside "run"
 
     def set_client_capabilities(self, caps: types.ClientCapabilities | None) -> None:
         text_document = caps.text_document if caps is not None else None
@@ -230,6 +237,7 @@ class GradguardServer(LanguageServer):
     def reanalyse_all(self) -> None:
         """The configuration changed: findings of every open document may be stale."""
         self.config_generation += 1
+        notebook_sync.reanalyse_all(self)
         for uri, state in list(self.docs.items()):
             state.last_good = []
             state.cache = {}
@@ -287,7 +295,9 @@ class GradguardServer(LanguageServer):
     def publishable(self, uri: str, version: int | None, text: str, diags: list[Diagnostic]) -> list[types.Diagnostic]:
         """Record what the client is shown for ``uri`` (hover and fix-all read it) and return it."""
         state = self.docs.get(uri)
+        diags = probe_support.publishable(self, uri, text, diags)  # the runtime probe's result for this text
         pairs = self.to_lsp(uri, text, diags, version)
+        probe_support.mark_sources(pairs)
         if state is not None:
             state.published, state.published_version = pairs, version
         return [l for _, l in pairs]
@@ -366,6 +376,9 @@ def _safe(default: Any = None) -> Callable:
     return wrap
 
 
+notebook_sync.register(server, _safe)  # notebookDocument/didOpen|didChange|didSave|didClose
+
+
 # ---- lifecycle and configuration -----------------------------------------------------
 @server.feature(types.INITIALIZE)
 @_safe()
@@ -422,7 +435,9 @@ def shutdown(ls: GradguardServer, params: Any = None) -> None:
     for state in ls.docs.values():
         if state.task is not None:
             state.task.cancel()
+    notebook_sync.shutdown(ls)
     ls.executor.shutdown(wait=False, cancel_futures=True)
+    probe_support.support(ls).shutdown()
 
 
 # ---- text synchronisation ----------------------------------------------------------
@@ -446,6 +461,7 @@ def did_change(ls: GradguardServer, params: types.DidChangeTextDocumentParams) -
 @_safe()
 def did_save(ls: GradguardServer, params: types.DidSaveTextDocumentParams) -> None:
     ls.schedule(params.text_document.uri, delay=0)
+    probe_support.support(ls).on_save(ls, params.text_document.uri)  # only when enabled and trusted
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
@@ -498,9 +514,10 @@ def _contains(rng: types.Range, pos: types.Position) -> bool:
 @_safe()
 def hover(ls: GradguardServer, params: types.HoverParams) -> types.Hover | None:
     state = ls.docs.get(params.text_document.uri)
-    if state is None:
+    shown = state.published if state is not None else notebook_sync.published(ls, params.text_document.uri)
+    if shown is None:
         return None
-    hits = [(d, l) for d, l in state.published if _contains(l.range, params.position)]
+    hits = [(d, l) for d, l in shown if _contains(l.range, params.position)]
     if not hits:
         return None
     parts = []
@@ -605,7 +622,7 @@ async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEd
 async def code_action(ls: GradguardServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     if uri not in ls.docs:
-        return []
+        return notebook_sync.code_actions(ls, params) or []
     only = params.context.only
     actions: list[types.CodeAction] = []
     if _kind_matches(types.CodeActionKind.QuickFix.value, only):
@@ -700,6 +717,11 @@ async def apply_all_fixes(ls: GradguardServer, *args: Any) -> dict[str, Any]:
     response = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=FIX_ALL_TITLE))
     applied = bool(getattr(response, "applied", False))
     return {"applied": applied, "fixes": len(merged.applied) if applied else 0, "skipped": len(merged.skipped)}
+
+
+from . import probe_support  # gradguard.probe command, "Confirm with probe" code lens, probe on save
+
+probe_support.register(server)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,326 @@
+"""The runtime probe in the language server: ``gradguard.probe`` command, "Confirm with probe" code lens,
+opt-in probe on save; the probe's result is merged into the document's diagnostics.
+
+Settings (``initializationOptions`` / ``workspace/didChangeConfiguration``, beside ``"gradguard"``, as
+the VS Code client sends them)::
+
+    {"gradguard": {...}, "probe": {"enable": bool, "device": "cpu"|"cuda"|"auto", "timeout": seconds,
+                                   "entry": "run", "onSave": bool}, "trusted": bool}
+
+- The probe runs the user's code, so it runs only when ``probe.enable`` is true AND the client does not
+  say the workspace is untrusted (``"trusted": false`` always refuses; a client that sends no
+  ``trusted`` must set ``probe.enable`` explicitly).  These settings come only from the client, never
+  from the workspace's ``pyproject.toml``.  Off by default.
+- ``enable`` also probes a ``.py`` document each time it is saved (``"onSave": false`` keeps only the
+  command and the code lens).
+- The probe runs the file on disk: a document with unsaved changes is refused.  ``entry`` (setting, or
+  the command's ``{"uri": ..., "entry": "run"}``) imports the file and calls that function instead of
+  running it as ``__main__`` (``gradguard probe --entry``).
+- It runs in a single background thread over one warm sandboxed worker (``probe.ProbeWorker``), never
+  on the event loop; one probe per document at a time (a save during a run probes once more after it);
+  a result is dropped when the document changed while it ran.
+- Merged as ``gradguard check --probe`` merges (``probe.merge``): confirmed findings are raised to error,
+  their message says so and ``data.confirmed`` is true; findings only the probe saw are added with
+  source ``gradguard-probe``; a result applies only while the document's text is the one probed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+
+from ..diagnostics import Diagnostic
+from ..probe import merge as probe_merge
+from ..probe import model as probe_model
+from ..probe.merge import ProbedDiagnostic
+from ..probe.model import ProbeOptions, ProbeResult
+from ..probe.runner import ProbeWorker, probe_file
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import GradguardServer
+
+logger = logging.getLogger("gradguard.lsp.probe")
+
+PROBE_COMMAND = "gradguard.probe"
+LENS_TITLE = "Confirm with probe"
+PROBE_SOURCE = "gradguard-probe"
+DEFAULT_TIMEOUT_S = 10.0  # the VS Code client's default (gradguard.probe.timeout)
+
+UNTRUSTED = ("the workspace is not trusted: the runtime probe runs this file's code, so it only runs in a "
+             "trusted workspace")
+DISABLED = ('the runtime probe is off: it runs this file\'s code, so it must be enabled explicitly '
+            '(setting "probe": {"enable": true}; gradguard.probe.enable in VS Code)')
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    enable: bool = False
+    on_save: bool = True
+    device: str = "cpu"
+    timeout: float = DEFAULT_TIMEOUT_S
+    entry: str | None = None
+    trusted: bool | None = None  # None: the client said nothing about trust
+
+    def refusal(self) -> str | None:
+        """Why the probe may not run, or None when it may."""
+        if self.trusted is False:
+            return UNTRUSTED
+        if self.enable is not True:
+            return DISABLED
+        return None
+
+
+def parse_settings(options: Any) -> tuple[ProbeSettings, list[str]]:
+    """``ProbeSettings`` from a settings object (keys absent: defaults, i.e. off), and warnings."""
+    if not isinstance(options, dict):
+        return ProbeSettings(), []
+    warnings: list[str] = []
+    probe = options.get("probe")
+    if probe is None:
+        probe = {}
+    if not isinstance(probe, dict):
+        return ProbeSettings(), ['"probe" must be an object like {"enable": true}; the probe is off']
+    trusted = options.get("trusted")
+    if trusted is not None and not isinstance(trusted, bool):
+        warnings.append(f'"trusted" must be true or false, not {trusted!r}; treating the workspace as untrusted')
+        trusted = False
+    device = probe.get("device", "cpu")
+    if device not in probe_model.DEVICES:
+        warnings.append(f'"probe.device" must be one of {", ".join(probe_model.DEVICES)}, not {device!r}; using cpu')
+        device = "cpu"
+    timeout = probe.get("timeout", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        warnings.append(f'"probe.timeout" must be a positive number of seconds, not {timeout!r}; '
+                        f'using {DEFAULT_TIMEOUT_S:g}')
+        timeout = DEFAULT_TIMEOUT_S
+    entry = probe.get("entry")
+    if entry is not None and (not isinstance(entry, str) or not entry.strip()):
+        warnings.append(f'"probe.entry" must be a function name, not {entry!r}; running files as __main__')
+        entry = None
+    return ProbeSettings(enable=probe.get("enable") is True, on_save=probe.get("onSave", True) is not False,
+                         device=device, timeout=float(timeout), entry=entry, trusted=trusted), warnings
+
+
+@dataclass(frozen=True)
+class ProbeOnlyDiagnostic(ProbedDiagnostic):
+    """A finding only the probe saw (published with source ``gradguard-probe``)."""
+
+
+@dataclass
+class _Probed:
+    text: str  # the document text the probe result is for
+    result: ProbeResult
+
+
+class ProbeSupport:
+    """The probe state of one server: settings, the warm worker, runs in flight, results."""
+
+    def __init__(self) -> None:
+        self.settings = ProbeSettings()
+        self.worker: ProbeWorker | None = None
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradguard-probe")
+        self.running: set[str] = set()
+        self.save_pending: set[str] = set()
+        self.results: dict[str, _Probed] = {}
+        self.tasks: set[asyncio.Task] = set()
+        self.configured = False
+        self.runs = 0  # probes actually started (the tests check that a refused one never starts)
+
+    # ---- configuration ----------------------------------------------------------------
+    def configure(self, ls: GradguardServer, options: Any) -> None:
+        settings, warnings = parse_settings(options)
+        for w in warnings:
+            ls.warn(w)
+        changed = (settings.refusal() is None) != (self.settings.refusal() is None)
+        self.settings = settings
+        if settings.refusal() is not None:
+            self.results.clear()  # no longer allowed: stop showing what it said
+        if changed and self.configured:  # not during initialize: no request may precede its answer
+            _refresh_code_lenses(ls)
+        self.configured = True
+
+    # ---- running ----------------------------------------------------------------------
+    def _run(self, path: str, options: ProbeOptions) -> ProbeResult:
+        """In the probe thread (one at a time): the warm worker is started on first use."""
+        if self.worker is None:
+            self.worker = ProbeWorker(isolate=options.isolate)
+        return probe_file(path, options, worker=self.worker)
+
+    async def probe(self, ls: GradguardServer, uri: str, entry: str | None = None, quiet: bool = False) -> dict[str, Any]:
+        """Probe the document ``uri`` and update its diagnostics; a summary for the command's caller."""
+
+        def refuse(status: str, message: str) -> dict[str, Any]:
+            if not quiet:
+                ls.warn(f"probe: {message}")
+            return {"status": status, "ran": False, "message": message}
+
+        why = self.settings.refusal()
+        if why is not None:
+            return refuse("refused", why)
+        state = ls.docs.get(uri)
+        if state is None:
+            return refuse("refused", f"{PROBE_COMMAND}: pass the URI of an open document")
+        path = ls._path(uri)
+        if not path.endswith(".py") or not os.path.isfile(path):
+            return refuse("refused", f"only a Python file saved on disk can be probed, not {uri}")
+        if uri in self.running:
+            return refuse("busy", "a probe of this document is already running")
+        doc = ls.workspace.get_text_document(uri)
+        text, version = doc.source, doc.version
+        self.running.add(uri)
+        try:
+            try:
+                on_disk = (await asyncio.to_thread(Path(path).read_bytes)).decode("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                return refuse("refused", f"cannot read {path}: {exc}")
+            if on_disk != text:
+                return refuse("unsaved", "save the file first: the probe runs the file on disk")
+            settings = self.settings
+            options = ProbeOptions(device=settings.device, timeout=settings.timeout, entry=entry or settings.entry,
+                                   lines=tuple(sorted({d.line for d in state.last_good})))
+            self.runs += 1
+            result = await asyncio.get_running_loop().run_in_executor(self.executor, self._run, path, options)
+        finally:
+            self.running.discard(uri)
+            if uri in self.save_pending:
+                self.save_pending.discard(uri)
+                self.on_save(ls, uri)
+        current = ls.docs.get(uri)
+        if current is None or ls.workspace.get_text_document(uri).version != version \
+                or ls.workspace.get_text_document(uri).source != text or self.settings.refusal() is not None:
+            return {"status": "stale", "ran": True,
+                    "message": "the document changed while the probe ran: its result was dropped"}
+        self.results[uri] = _Probed(text, result)
+        merged = merge(self, ls, uri, text, list(current.last_good))
+        tally = probe_merge.counts(merged, len(current.last_good))
+        if result.status in probe_model.INCOMPLETE and not quiet:
+            ls.warn(f"probe: {result.status}: {result.detail}")
+        _republish(ls, uri)
+        return {"status": result.status, "ran": True, "message": result.detail, "device": result.device,
+                "seconds": round(result.total_seconds, 3), **tally}
+
+    def on_save(self, ls: GradguardServer, uri: str) -> None:
+        if self.settings.refusal() is not None or not self.settings.on_save or not uri.endswith(".py"):
+            return
+        if uri in self.running:
+            self.save_pending.add(uri)
+            return
+        task = asyncio.get_running_loop().create_task(self._probe_logged(ls, uri))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _probe_logged(self, ls: GradguardServer, uri: str) -> None:
+        try:
+            await self.probe(ls, uri, quiet=True)
+        except Exception:
+            logger.exception("probe of %s failed", uri)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        worker, self.worker = self.worker, None
+        if worker is not None:  # closing waits for a probe in flight (bounded by its timeout): not here
+            threading.Thread(target=worker.close, name="gradguard-probe-close", daemon=True).start()
+
+
+def support(ls: Any) -> ProbeSupport:
+    """The server's ``ProbeSupport`` (made on first use)."""
+    found = getattr(ls, "_gradguard_probe", None)
+    if found is None:
+        found = ProbeSupport()
+        ls._gradguard_probe = found
+    return found
+
+
+def merge(probe: ProbeSupport, ls: Any, uri: str, text: str, diags: list[Diagnostic]) -> list[Diagnostic]:
+    """``diags`` (the static findings of ``text``) merged with the probe's result for that exact text."""
+    done = probe.results.get(uri)
+    if done is None:
+        return diags
+    if done.text != text:
+        del probe.results[uri]  # the document moved on: that result no longer applies
+        return diags
+    display = ls._path(uri)
+    static = {(d.span, d.code) for d in diags}
+    out: list[Diagnostic] = []
+    for d in probe_merge.merge(diags, done.result, display):
+        # related locations in other files cannot be shown as this document's positions
+        related = tuple(r for r in d.related if r.path == display)
+        if related != d.related:
+            d = replace(d, related=related)
+        if isinstance(d, ProbedDiagnostic) and (d.span, d.code) not in static:
+            d = ProbeOnlyDiagnostic(**{f.name: getattr(d, f.name) for f in fields(ProbedDiagnostic)})
+        out.append(d)
+    return out
+
+
+def publishable(ls: Any, uri: str, text: str, diags: list[Diagnostic]) -> list[Diagnostic]:
+    """The server's hook: merge the probe's result (if any, for this text) into what is published."""
+    probe = getattr(ls, "_gradguard_probe", None)
+    return diags if probe is None else merge(probe, ls, uri, text, diags)
+
+
+def mark_sources(pairs: list[tuple[Diagnostic, types.Diagnostic]]) -> None:
+    for d, lsp in pairs:
+        if isinstance(d, ProbeOnlyDiagnostic):
+            lsp.source = PROBE_SOURCE
+
+
+def _republish(ls: Any, uri: str) -> None:
+    if not ls.pull_mode:
+        ls.schedule(uri, delay=0)
+    elif ls.refresh_support:
+        try:
+            ls.workspace_diagnostic_refresh(None)
+        except Exception:  # pragma: no cover
+            logger.exception("workspace/diagnostic/refresh failed")
+
+
+def _refresh_code_lenses(ls: Any) -> None:
+    caps = ls.client_capabilities
+    lens = caps.workspace.code_lens if caps is not None and caps.workspace is not None else None
+    if lens is not None and lens.refresh_support:
+        try:
+            ls.workspace_code_lens_refresh(None)
+        except Exception:  # pragma: no cover
+            logger.exception("workspace/codeLens/refresh failed")
+
+
+def register(server: Any) -> None:
+    """Register the command and the code lens on ``server``."""
+
+    @server.command(PROBE_COMMAND)
+    async def probe_command(ls: Any, *args: Any) -> dict[str, Any]:
+        """``gradguard.probe`` with ``uri`` or ``{"uri": ..., "entry": ...}``: probe that document now."""
+        target = args[0] if args else None
+        entry = None
+        if isinstance(target, dict):
+            entry = target.get("entry") if isinstance(target.get("entry"), str) else None
+            target = target.get("uri")
+        try:
+            return await support(ls).probe(ls, target if isinstance(target, str) else "", entry=entry)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("%s failed", PROBE_COMMAND)
+            return {"status": "failed", "ran": False, "message": f"internal error: {exc!r}"}
+
+    @server.feature(types.TEXT_DOCUMENT_CODE_LENS, types.CodeLensOptions(resolve_provider=False))
+    def code_lens(ls: Any, params: types.CodeLensParams) -> list[types.CodeLens]:
+        try:
+            uri = params.text_document.uri
+            if support(ls).settings.refusal() is not None or uri not in ls.docs or not uri.endswith(".py"):
+                return []
+            start = types.Position(line=0, character=0)
+            return [types.CodeLens(range=types.Range(start=start, end=start),
+                                   command=types.Command(title=LENS_TITLE, command=PROBE_COMMAND, arguments=[uri]))]
+        except Exception:
+            logger.exception("code lens failed")
+            return []
