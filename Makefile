@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # Pin the CPU build that is on this machine kind; a bare `torch` pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test setup setup-test bench clean
+.PHONY: demo test setup setup-test bench bench-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,13 @@ demo: setup
 test: setup-test
 	$(BIN)/python -m pytest -q
 
+# Every benchmark of docs/benchmarks.md in one table (builds the pinned corpus into bench/corpus/ first).
 bench: setup-test
-	$(BIN)/python bench/bench_engine.py
+	$(BIN)/python bench/run_all.py
+
+# The same table in under two minutes: samples and fewer iterations.
+bench-quick: setup-test
+	$(BIN)/python bench/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info server/*.egg-info

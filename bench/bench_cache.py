@@ -1,7 +1,7 @@
 """What the CLI's result cache saves: a cold `gradguard check`, the same run again (every file a hit), and
 read + `ast.parse` of the same files, on the installed torch package's sources (or the folder given).
 
-    python bench/bench_cache.py [FOLDER]
+    python bench/bench_cache.py [FOLDER | --files-from FILE]
 
 Each gradguard run is a fresh process (`python -m gradguard check FOLDER`), with its cache in a new
 temporary folder; times are wall seconds and CPU seconds of the process and its workers.
@@ -25,12 +25,14 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_check(folder: Path, cache_dir: str, *extra: str) -> tuple[float, float, str]:
+def run_check(folder: Path | None, cache_dir: str, *extra: str) -> tuple[float, float, str]:
+    """``folder`` None: the paths come from ``extra`` (e.g. ``--files-from FILE``)."""
     env = {**os.environ, "GRADGUARD_CACHE_DIR": cache_dir}
     env.pop("GRADGUARD_NO_CACHE", None)
     cpu, wall = _children_cpu(), time.perf_counter()
     run = subprocess.run(
-        [sys.executable, "-m", "gradguard", "check", str(folder), "--no-progress", "--exit-zero", "--statistics",
+        [sys.executable, "-m", "gradguard", "check", *([str(folder)] if folder else []), "--no-progress", "--exit-zero",
+         "--statistics",
          *extra],
         env=env, capture_output=True, text=True,
     )
@@ -40,24 +42,46 @@ def run_check(folder: Path, cache_dir: str, *extra: str) -> tuple[float, float, 
     return wall, cpu, run.stdout + run.stderr.strip().splitlines()[-1]
 
 
-def parse_all(folder: Path) -> tuple[float, float, int]:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-    from gradguard.config import Config
-    from gradguard.files import discover
+def parse_all(folder: Path | None, files: list[Path] | None = None) -> tuple[float, float, int]:
+    if files is None:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+        from gradguard.config import Config
+        from gradguard.files import discover
 
-    targets = [t for t in discover([str(folder)], Config()) if t.path.suffix == ".py"]
+        files = [t.path for t in discover([str(folder)], Config()) if t.path.suffix == ".py"]
+    targets = files
     cpu, wall = time.process_time(), time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for target in targets:
             try:
-                ast.parse(target.path.read_bytes())
+                ast.parse(target.read_bytes())
             except (SyntaxError, ValueError):
                 pass
     return time.perf_counter() - wall, time.process_time() - cpu, len(targets)
 
 
+def measure(files_from: Path, no_cache_run: bool = True) -> dict:
+    """The same runs on the files listed in ``files_from`` (a corpus under a gitignored folder)."""
+    files = [Path(line) for line in files_from.read_text().splitlines() if line.strip()]
+    _, parse_cpu, count = parse_all(None, files)
+    with tempfile.TemporaryDirectory() as cache:
+        extra = ("--files-from", str(files_from))
+        cold = run_check(None, cache, *extra)
+        warm = run_check(None, cache, *extra)
+        nocache = run_check(None, cache, *extra, "--no-cache") if no_cache_run else None
+    assert cold[2] == warm[2] == (nocache or cold)[2], "a cached run must report exactly what a cold one does"
+    return {"files": count, "parse_cpu": parse_cpu, "cold": cold[:2], "warm": warm[:2],
+            "nocache": nocache[:2] if nocache else None,
+            "jobs": os.cpu_count()}
+
+
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--files-from":
+        r = measure(Path(sys.argv[2]))
+        print(f"{r['files']} files: ast.parse {r['parse_cpu']:.2f} CPU s; (wall s, CPU s) cold {r['cold']}, "
+              f"warm {r['warm']}, --no-cache {r['nocache']}")
+        return
     if len(sys.argv) > 1:
         folder = Path(sys.argv[1])
     else:

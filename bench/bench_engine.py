@@ -39,8 +39,14 @@ def main() -> None:
     parser.add_argument("folders", nargs="*", type=Path)
     parser.add_argument("--limit", type=int, default=0, help="only the first N files (quick mode)")
     parser.add_argument("--show", type=int, default=20, help="list up to N findings")
+    parser.add_argument("--no-jedi", action="store_true", help="skip the run with jedi (quick mode)")
+    parser.add_argument("--files-from", type=Path, help="measure the files listed in FILE, one a line")
+    parser.add_argument("--json", type=Path, help="also write the figures and every finding to FILE")
     args = parser.parse_args()
-    files = sorted(p for folder in (args.folders or default_corpus()) for p in folder.rglob("*.py"))
+    if args.files_from:
+        files = [Path(line) for line in args.files_from.read_text().splitlines() if line.strip()]
+    else:
+        files = sorted(p for folder in (args.folders or default_corpus()) for p in folder.rglob("*.py"))
     if args.limit:
         files = files[: args.limit]
     sources = []
@@ -64,7 +70,9 @@ def main() -> None:
     runs = {}
     by_rule: collections.Counter[str] = collections.Counter()
     shown = []
-    for label, config in (("gradguard, own dataflow only", Config(jedi=False)), ("gradguard + jedi for imports", Config(jedi=True))):
+    found = []
+    configs = [("gradguard, own dataflow only", Config(jedi=False)), ("gradguard + jedi for imports", Config(jedi=True))]
+    for label, config in configs[: 1 if args.no_jedi else 2]:
         start = time.process_time()
         for path, data in sources:
             result = analyze_source(data, str(path), config)
@@ -72,6 +80,8 @@ def main() -> None:
                 continue
             for d in result.diagnostics:
                 by_rule[f"{d.code} {d.severity.value}"] += 1
+                found.append({"path": str(path), "line": d.line, "column": d.span.column, "code": d.code,
+                              "severity": d.severity.value, "message": d.message})
                 if len(shown) < args.show:
                     shown.append(f"  {path}:{d.line}:{d.span.column}: {d.code} {d.message[:140]}")
         runs[label] = time.process_time() - start
@@ -85,6 +95,11 @@ def main() -> None:
     print("calls (both runs):", dict(CALL_STATS))
     for line in shown:
         print(line)
+    if args.json:
+        import json
+
+        args.json.write_text(json.dumps({"files": len(sources), "lines": lines, "parse_cpu": parse_cpu, "runs": runs,
+                                         "by_rule": dict(by_rule), "findings": found}, indent=1))
 
 
 if __name__ == "__main__":

@@ -257,18 +257,20 @@ async def measure_size(workspace: Path, lines: int, warm: int, cold: int) -> dic
     }
 
 
-def largest_torch_files(count: int) -> list[Path]:
-    spec = importlib.util.find_spec("torch")
-    if spec is None or spec.origin is None:
-        return []
-    root = Path(spec.origin).parent
-    files = [p for p in root.rglob("*.py") if p.is_file()]
+def largest_torch_files(count: int, roots: list[Path] | None = None) -> list[Path]:
+    """The ``count`` largest .py files under ``roots`` (default: the installed torch package)."""
+    if not roots:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.origin is None:
+            return []
+        roots = [Path(spec.origin).parent]
+    files = [p for root in roots for p in root.rglob("*.py") if p.is_file()]
     files.sort(key=lambda p: p.stat().st_size, reverse=True)
     return files[:count]
 
 
-async def measure_torch(workspace: Path, count: int) -> dict | None:
-    files = largest_torch_files(count)
+async def measure_torch(workspace: Path, count: int, roots: list[Path] | None = None) -> dict | None:
+    files = largest_torch_files(count, roots)
     if not files:
         return None
     bench = Bench(workspace)
@@ -348,8 +350,24 @@ async def main_async(args: argparse.Namespace) -> None:
         torch_result = None
         if args.torch_files > 0:
             print(f"opening the {args.torch_files} largest torch files ...", file=sys.stderr, flush=True)
-            torch_result = await measure_torch(workspace, args.torch_files)
+            torch_result = await measure_torch(workspace, args.torch_files, args.largest_from)
     report(sizes, torch_result, torch_asked=args.torch_files > 0)
+    if args.json:
+        import json
+
+        summary = {
+            "sizes": [{"lines": r["lines"], "ast_parse": r["ast_parse"],
+                       **{k: [percentile(r[k], 0.5), percentile(r[k], 0.95), len(r[k])]
+                          for k in ("first", "cold", "warm", "keys", "engine")},
+                       "rss_kib": r["rss"][0], "rss_idle_kib": r["rss_idle"][0]} for r in sizes],
+            "largest": None if torch_result is None else {
+                "files": len(torch_result["rows"]), "lines": sum(row[1] for row in torch_result["rows"]),
+                "first_median": statistics.median(row[2] for row in torch_result["rows"]),
+                "first_max": max(row[2] for row in torch_result["rows"]),
+                "rss_before_kib": torch_result["rss_before"][0], "rss_after_kib": torch_result["rss_after"][0],
+                "rss_peak_kib": torch_result["rss_after"][1]},
+        }
+        args.json.write_text(json.dumps(summary, indent=1))
 
 
 def main() -> None:
@@ -357,7 +375,10 @@ def main() -> None:
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[300, 3000, 5000])
     parser.add_argument("--warm", type=int, default=30, help="measured warm edits per size")
     parser.add_argument("--cold", type=int, default=8, help="cold edits (fresh documents) per size")
-    parser.add_argument("--torch-files", type=int, default=20)
+    parser.add_argument("--torch-files", type=int, default=20, help="open the N largest files (0: skip)")
+    parser.add_argument("--largest-from", type=Path, action="append",
+                        help="take the largest files from this folder (repeatable; default: the installed torch)")
+    parser.add_argument("--json", type=Path, help="also write the figures to FILE")
     asyncio.run(main_async(parser.parse_args()))
 
 

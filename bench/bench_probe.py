@@ -148,14 +148,15 @@ def _time(step, state, steps: int) -> float:
     return (time.process_time() - start) / steps
 
 
-def overhead(repeat: int, steps: int) -> None:
+def overhead(repeat: int, steps: int, workloads: int = 0) -> dict:
     print(f"1. Tracing overhead: CPU time per training step, median of {repeat} alternating runs of {steps} steps "
           f"(this process, {torch.get_num_threads()} intra-op threads)\n")
     print(f"   {'workload':<58} {'untraced':>9} {'empty mode':>10} {'probe':>9} {'ratio':>6} {'anomaly':>9} {'ratio':>6}")
     ratios = []
+    rows: dict = {}
     with tempfile.TemporaryDirectory() as folder:
         user = UserCode([folder])
-        for name, source in WORKLOADS.items():
+        for name, source in list(WORKLOADS.items())[: workloads or None]:
             ns = _load(name, source, folder)
             state = ns["setup"]()
             for _ in range(3):
@@ -172,16 +173,20 @@ def overhead(repeat: int, steps: int) -> None:
                     anomaly.append(_time(ns["step"], state, steps))
             p, e, t, a = (statistics.median(v) for v in (plain, empty, traced, anomaly))
             ratios.append(t / p)
+            rows[name] = {"untraced_ms": p * 1000, "probe_ratio": t / p, "anomaly_ratio": a / p, "empty_ratio": e / p}
             print(f"   {name:<58} {p * 1000:7.2f}ms {e / p:9.2f}x {t * 1000:7.2f}ms {t / p:5.2f}x "
                   f"{a * 1000:7.2f}ms {a / p:5.2f}x")
     real, small = ratios[:3], ratios[3:]
-    print(f"\n   probe overhead, geometric mean: {statistics.geometric_mean(real):.2f}x on the layer-sized steps "
-          f"(mlp, cnn, transformer), {statistics.geometric_mean(small):.2f}x on the small-op-bound ones "
+    g_real = statistics.geometric_mean(real)
+    g_small = statistics.geometric_mean(small) if small else float("nan")
+    print(f"\n   probe overhead, geometric mean: {g_real:.2f}x on the layer-sized steps "
+          f"(of the first {len(real)} workloads), {g_small:.2f}x on the small-op-bound ones "
           f"(goal <= 1.3x).\n   The floor is torch's Python dispatch: an empty TorchDispatchMode costs most of the "
           f"latter on its own.\n")
+    return {"workloads": rows, "geomean_layer": g_real, "geomean_small": g_small}
 
 
-def latency(repeat: int) -> None:
+def latency(repeat: int) -> dict:
     print("2. Warm-worker latency for a small script (5 SGD steps of a 2-layer MLP)\n")
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "small.py")
@@ -213,9 +218,10 @@ def latency(repeat: int) -> None:
     print(f"   caller waits for the traced result      {w_wall:7.0f}ms {w_min:6.0f}ms")
     print(f"   latency beyond the script's own run     {w_wall - p_wall:7.0f}ms {w_min - p_min:6.0f}ms   "
           f"(goal <= 100 ms; fork, sandbox and report alone: {w_wall - t_wall:.0f} ms)\n")
+    return {"worker_start_s": startup, "latency_ms": w_wall - p_wall, "latency_best_ms": w_min - p_min}
 
 
-def cold() -> None:
+def cold() -> dict:
     print("3. Cold start: `gradguard probe small.py` from scratch\n")
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "small.py")
@@ -224,6 +230,7 @@ def cold() -> None:
         done = subprocess.run([sys.executable, "-m", "gradguard", "probe", path], capture_output=True, text=True)
         took = time.monotonic() - start
     print(f"   {took:.2f} s wall (exit {done.returncode}); most of it is importing torch in the new worker\n")
+    return {"cold_s": took, "exit": done.returncode}
 
 
 def main() -> None:
@@ -231,6 +238,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--workloads", type=int, default=0, help="only the first N workloads (0: all)")
+    parser.add_argument("--json", type=Path, help="also write the figures to FILE")
     parser.add_argument("--threads", type=int, default=1,
                         help="intra-op threads, here and in the probe worker (default 1: OpenMP threads spin on a "
                              "busy machine and make both CPU and wall time meaningless; more threads make the "
@@ -241,9 +250,12 @@ def main() -> None:
     if args.quick:
         args.repeat, args.steps = 3, 3
     print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")
-    overhead(args.repeat, args.steps)
-    latency(max(args.repeat, 5))
-    cold()
+    result = {"overhead": overhead(args.repeat, args.steps, args.workloads), "latency": latency(max(args.repeat, 5)),
+              "cold": cold()}
+    if args.json:
+        import json
+
+        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -249,6 +249,15 @@ def test_explicit_paths_override_ignores(gg, tmp_path):
     assert sorted(p for p, _, _ in run.findings()) == ["build/gen.py", "generated/out.py", "script"]
 
 
+def test_an_ignored_folder_named_explicitly_is_walked(gg, tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path, ".gitignore", "corpus/\n")
+    write(tmp_path, "corpus/pkg/a.py", LEAF_BUG)
+    assert [p for p, _, _ in gg("check", "corpus").findings()] == ["corpus/pkg/a.py"]
+    assert [p for p, _, _ in gg("check", "corpus/pkg").findings()] == ["corpus/pkg/a.py"]
+    assert gg("check").findings() == []  # walking from the root still respects it
+
+
 def test_same_file_twice_is_reported_once(gg, tmp_path):
     write(tmp_path, "a.py", LEAF_BUG)
     assert len(gg("check", "a.py", ".", "./a.py").findings()) == 1

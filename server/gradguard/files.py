@@ -136,7 +136,10 @@ def discover(paths: Sequence[str], config: Config, cwd: Path | None = None) -> l
             raise MissingPath(given)
         absolute = Path(os.path.normpath(absolute))
         if absolute.is_dir():
-            for file in _walk(absolute, _inherited_rules(absolute), exclude):
+            inherited = _inherited_rules(absolute)
+            if inherited.ignored(absolute, True):  # a folder named explicitly is analysed even if ignored (like ruff)
+                inherited = _Rules()
+            for file in _walk(absolute, inherited, exclude):
                 found.setdefault(file, Target(file, _display(file, cwd)))
         else:  # named explicitly: analysed whatever its name or ignore status
             found.setdefault(absolute, Target(absolute, _display(absolute, cwd)))
