@@ -39,5 +39,6 @@ def test_valid_example_runs_clean_and_is_not_flagged(code, index, example):
 def test_every_rule_has_examples_and_docs():
     for rule in ALL_RULES:
         assert rule.invalid and rule.valid, rule.code
+        assert rule.when_wrong.strip(), f"{rule.code}: say when the rule can be wrong"
         docs = rule.docs()
         assert rule.code in docs and "How to fix it" in docs

@@ -54,6 +54,12 @@ work on a copy (`y = x.clone(); y += 1`) or out of place (`y = x + 1`).
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
+    when_wrong="""
+Grad mode when a function starts is its caller's. In training code (a function that runs `backward()` or
+`step()`) and in `forward`, gradguard knows grad mode is on, and the finding is an error. Elsewhere the finding is
+a warning: a caller in another file may run the function under `torch.no_grad()`, and then the write is allowed.
+`accelerate` does this when it converts models.
+""",
     invalid=(
         Example(
             """

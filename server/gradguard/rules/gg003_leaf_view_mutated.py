@@ -53,6 +53,11 @@ Initialise under `with torch.no_grad():`, or build the value out of place
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
+    when_wrong="""
+Grad mode when a function starts is its caller's: outside training code and `forward`, the finding is a warning.
+An index that gradguard cannot classify counts as basic indexing, so some advanced-index writes are reported
+here rather than as GG002. torch raises at the same line either way.
+""",
     invalid=(
         Example(
             """

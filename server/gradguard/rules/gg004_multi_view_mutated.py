@@ -57,6 +57,11 @@ and reassemble with `torch.stack`/`torch.cat` if the whole tensor is needed.
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
+    when_wrong="""
+It assumes that `a, b = t` and `for row in t` iterate a tensor. The message names the op that made the views.
+When the write goes through a slice or view of a piece, torch names that (`Select`, `Slice`, `View`) instead.
+Pieces made under `torch.no_grad()` raise a different error: that is GG105.
+""",
     invalid=(
         Example(
             """

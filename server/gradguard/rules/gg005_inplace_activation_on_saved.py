@@ -67,6 +67,11 @@ line that constructed the module.
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
+    when_wrong="""
+An `nn.Dropout(p, inplace=True)` module is flagged in any mode. It writes nothing in `eval()` mode, or when `p` is
+0 but passed as a variable. A literal `p=0` is recognised. A real case is timm's TNT: it is correct by default
+(`attn_drop=0`) and raises at backward with `attn_drop > 0`.
+""",
     invalid=(
         Example(
             """

@@ -63,6 +63,11 @@ run a fresh forward after the step.
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
+    when_wrong="""
+Parameters are tracked per module object within one file. The finding is missed, not guessed, in two cases:
+an optimizer built in another file, and parameters gathered in ways gradguard does not follow (filters over
+`model.modules()`). A step is not flagged when the graph it would break is freed before the next backward.
+""",
     invalid=(
         Example(
             """

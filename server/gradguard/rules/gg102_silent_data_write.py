@@ -53,6 +53,11 @@ tensor itself so that autograd's version check can see it.
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
+    when_wrong="""
+A `.data` write to a saved tensor is flagged even when backward happens to mask out its effect: for example, the
+written positions get zero gradient anyway. `p.data = new` is never flagged: it rebinds the storage, and torch
+keeps the old one for backward.
+""",
     invalid=(
         Example(
             """

@@ -51,6 +51,12 @@ require grad and does not have a grad_fn`.  `torch.tensor(float(loss), requires_
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
+    when_wrong="""
+Any value read out of a tensor that requires grad and fed back into a backward is flagged. That includes a
+constant put there on purpose, such as a normalising term. Write `.detach()` to say that a value is meant to have
+no gradient: it is not flagged. In helpers other than `forward`, returning such a value is not flagged, because
+the caller may intend it.
+""",
     invalid=(
         Example(
             """

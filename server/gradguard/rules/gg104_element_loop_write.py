@@ -57,6 +57,10 @@ list and `torch.stack` it.
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
+    when_wrong="""
+Only element loops that autograd rejects are reported. Loops that are slow but correct are not. The vectorised
+form in the message is a suggestion for the common shapes: thresholds, min-max normalisation and recurrences.
+""",
     invalid=(
         Example(
             """

@@ -47,6 +47,11 @@ created in no_grad mode and is being modified inplace with grad mode enabled.`
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
+    when_wrong="""
+Only views of tensors that require grad are tracked. torch also raises when a no_grad view of a tensor that does
+not require grad is later written with a value that does. That case is missed, because gradguard does not track
+whether the written value requires grad.
+""",
     invalid=(
         Example(
             """
