@@ -37,3 +37,7 @@ bench-quick: setup-test
 
 clean:
 	rm -rf $(VENV) build *.egg-info server/*.egg-info
+
+# Nightly-style: many more fuzz examples than CI's default (GRADGUARD_FUZZ_EXAMPLES=150).
+fuzz: setup-test
+	GRADGUARD_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -q tests/test_fuzz.py
