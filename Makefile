@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # Pin the CPU build that is on this machine kind; a bare `torch` pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test setup setup-test bench bench-quick clean
+.PHONY: demo test setup setup-test bench bench-quick clean fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
