@@ -26,7 +26,7 @@ from .values import (
     new_tensor,
 )
 
-_BINOPS = {
+BINARY_OPS = {  # operator -> the torch op it runs (x += y runs add_)
     ast.Add: "add",
     ast.Sub: "sub",
     ast.Mult: "mul",
@@ -137,7 +137,7 @@ class ExpressionsMixin:
 
     def _expr_BinOp(self, node: ast.BinOp) -> Value:
         left, right = self.eval(node.left), self.eval(node.right)
-        name = _BINOPS.get(type(node.op))
+        name = BINARY_OPS.get(type(node.op))
         if isinstance(left, Tensor) or isinstance(right, Tensor):
             if name is None:
                 return new_tensor(node, Grad.NO)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..knowledge import TorchKnowledge
 from .calls import CALL_STATS, CallsMixin
 from .events import GraphBreak, Mutation, Sink
-from .expressions import ExpressionsMixin, _const_int
+from .expressions import BINARY_OPS, ExpressionsMixin, _const_int
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
 from .values import (
@@ -43,16 +43,6 @@ from .values import (
     view_of,
 )
 
-_BINOPS = {
-    ast.Add: "add",
-    ast.Sub: "sub",
-    ast.Mult: "mul",
-    ast.Div: "div",
-    ast.FloorDiv: "floor_divide",
-    ast.Mod: "remainder",
-    ast.Pow: "pow",
-    ast.MatMult: "matmul",
-}
 _AUG_SYMBOL = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=", ast.Mod: "%=",
                ast.Pow: "**=", ast.MatMult: "@=", ast.BitAnd: "&=", ast.BitOr: "|=", ast.BitXor: "^="}
 GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
@@ -225,7 +215,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
     def _stmt_AugAssign(self, stmt: ast.AugAssign) -> None:
         rhs = self.eval(stmt.value)
         symbol = _AUG_SYMBOL.get(type(stmt.op), "op=")
-        op = _BINOPS.get(type(stmt.op))
+        op = BINARY_OPS.get(type(stmt.op))
         if isinstance(stmt.target, ast.Subscript):
             container = self.eval(stmt.target.value)
             if isinstance(container, TensorSeq):  # parts[0] += 1: the element itself is written
