@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import attrs
 from lsprotocol import types
 
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, Severity
@@ -117,3 +118,34 @@ def fix_to_text_edits(fix: dict[str, Any], lines: list[str], encoding: str | Non
         )
         for e in fix.get("edits", [])
     ]
+
+
+def diagnostic_version(diag: types.Diagnostic) -> int | None:
+    """The document version a diagnostic was computed on (kept in its ``data``)."""
+    data = diag.data if isinstance(diag.data, dict) else {}
+    version = data.get("version")
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
+
+
+def actionable(diagnostics, shown, doc_version: int | None):
+    """The (diagnostic, data, code) of the client's diagnostics that can get code actions.
+
+    Ours only, never the syntax error, never one computed on an older version than the document's.
+    ``shown`` is what was published: for a client that drops ``data``, the diagnostic is found there again.
+    """
+    for diag in diagnostics or []:
+        if diag.source != SOURCE:
+            continue
+        if not isinstance(diag.data, dict):
+            match = next((s for s in shown if s.range == diag.range and s.code == diag.code), None)
+            if match is not None:
+                diag = attrs.evolve(diag, data=match.data)
+        if not isinstance(diag.data, dict):
+            continue
+        code = str(diag.data.get("code") or diag.code or "")
+        if not code or code == SYNTAX_ERROR:
+            continue
+        version = diagnostic_version(diag)
+        if version is not None and doc_version is not None and version != doc_version:
+            continue  # stale: a fresh publish is on its way
+        yield diag, diag.data, code

@@ -24,7 +24,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import attrs
 from lsprotocol import types
 
 from .. import notebooks as nb
@@ -221,29 +220,14 @@ def _fix_edit(ls: Any, fix: dict[str, Any]) -> types.WorkspaceEdit | None:
 
 def quick_fixes(ls: Any, uri: str, diagnostics: Any) -> list[types.CodeAction]:
     """Like ``server.quick_fixes`` for a notebook cell: the diagnostic's fix (in its cells), then suppress."""
-    from .server import _suppress_edit, _version_of
+    from .server import _suppress_edit
 
     doc = ls.workspace.get_text_document(uri)
     lines = convert.split_lines(doc.source)
     shown = published(ls, uri) or []
     actions: list[types.CodeAction] = []
     seen: set[tuple[int, str]] = set()
-    for diag in diagnostics or []:
-        if diag.source != convert.SOURCE:
-            continue
-        if not isinstance(diag.data, dict):
-            match = next((l for _, l in shown if l.range == diag.range and l.code == diag.code), None)
-            if match is not None:
-                diag = attrs.evolve(diag, data=match.data)
-        if not isinstance(diag.data, dict):
-            continue
-        data = diag.data
-        code = str(data.get("code") or diag.code or "")
-        if not code or code == SYNTAX_ERROR:
-            continue
-        version = _version_of(diag)
-        if version is not None and doc.version is not None and version != doc.version:
-            continue  # stale: a fresh publish is on its way
+    for diag, data, code in convert.actionable(diagnostics, [d for _, d in shown], doc.version):
         fix = data.get("fix")
         if isinstance(fix, dict) and fix.get("edits"):
             edit = _fix_edit(ls, fix)

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import attrs
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
@@ -578,12 +577,6 @@ def _kind_matches(kind: str, only: Any) -> bool:
     return any(kind == str(k) or kind.startswith(f"{k}.") for k in only)
 
 
-def _version_of(diag: types.Diagnostic) -> int | None:
-    data = diag.data if isinstance(diag.data, dict) else {}
-    version = data.get("version")
-    return version if isinstance(version, int) and not isinstance(version, bool) else None
-
-
 async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEdit | None, fixes.MergeResult]:
     """One versioned WorkspaceEdit applying every safe fix of ``uri``'s current findings (None if none).
 
@@ -652,23 +645,8 @@ def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.C
     actions: list[types.CodeAction] = []
     seen: set[tuple[int, str]] = set()
     state = ls.docs.get(uri)
-    for diag in diagnostics or []:
-        if diag.source != convert.SOURCE:
-            continue
-        if not isinstance(diag.data, dict) and state is not None:
-            # a client that does not keep ``data``: find the diagnostic among those it was shown
-            shown = next((l for _, l in state.published if l.range == diag.range and l.code == diag.code), None)
-            if shown is not None:
-                diag = attrs.evolve(diag, data=shown.data)
-        if not isinstance(diag.data, dict):
-            continue
-        data = diag.data
-        code = str(data.get("code") or diag.code or "")
-        if not code or code == SYNTAX_ERROR:
-            continue
-        version = _version_of(diag)
-        if version is not None and doc.version is not None and version != doc.version:
-            continue
+    shown = [d for _, d in state.published] if state is not None else []
+    for diag, data, code in convert.actionable(diagnostics, shown, doc.version):
         fix = data.get("fix")
         if isinstance(fix, dict) and fix.get("edits"):
             actions.append(
