@@ -38,7 +38,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
 from torch.utils._python_dispatch import _pop_mode_temporarily
 
+from .frames import UserCode, code_site, frame_site, frame_sites, traceback_sites, user_frame
 from .model import Note, ProbeFinding, Site
+from .provenance import Provenance
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _NO_DISPATCH = torch._C._DisableTorchDispatch
@@ -103,90 +105,6 @@ def _type_string(t) -> str:
     scalar = legacy.rsplit(".", 1)[-1].removesuffix("Tensor")
     device = {"cpu": "CPU", "cuda": "CUDA"}.get(t.device.type, t.device.type.upper())
     return f"{device}{scalar}Type"
-
-
-# --- which code is the user's -------------------------------------------------------------------
-
-
-class UserCode:
-    """Decides, once per code object, whether a frame runs the user's code.
-
-    The user's code is every file under one of ``roots`` (default: the target's folder), except
-    installed packages and gradguard itself.
-    """
-
-    def __init__(self, roots: list[str]):
-        self.roots = tuple(os.path.join(os.path.realpath(r), "") for r in roots)
-        excluded = {os.path.join(os.path.realpath(os.path.dirname(os.path.dirname(__file__))), "")}
-        for p in sys.path:
-            if p.endswith(("site-packages", "dist-packages")):
-                excluded.add(os.path.join(os.path.realpath(p), ""))
-        excluded.add(os.path.join(os.path.realpath(os.path.dirname(torch.__file__)), ""))
-        self.excluded = tuple(excluded)
-        self._codes: dict[Any, bool] = {}
-        self._files: dict[str, bool] = {}
-
-    def is_user_file(self, filename: str) -> bool:
-        known = self._files.get(filename)
-        if known is None:
-            if not filename or filename.startswith("<"):
-                known = False
-            else:
-                real = os.path.realpath(filename)
-                known = real.startswith(self.roots) and not real.startswith(self.excluded)
-            self._files[filename] = known
-        return known
-
-    def is_user(self, code) -> bool:
-        known = self._codes.get(code)
-        if known is None:
-            known = self._codes[code] = self.is_user_file(code.co_filename)
-        return known
-
-
-_POSITIONS: dict[Any, list] = {}
-
-
-def _site(code, line: int | None, lasti: int) -> Site:
-    """The user's line, with the column range of the instruction when Python knows it (3.11+)."""
-    line = line or code.co_firstlineno
-    try:
-        positions = _POSITIONS.get(code)
-        if positions is None:
-            positions = _POSITIONS[code] = list(code.co_positions())
-        start, end, col, end_col = positions[lasti // 2]
-        if start == line and col is not None and end_col is not None:
-            return Site(code.co_filename, line, col + 1, end or line, end_col + 1)
-    except (AttributeError, IndexError, ValueError, TypeError):
-        pass
-    return Site(code.co_filename, line)
-
-
-def frame_sites(frame, user: UserCode, limit: int = 8) -> tuple[list[Site], list]:
-    """The user's frames from ``frame`` outwards (innermost first), and the library frames between
-    ``frame`` and the innermost user frame (``torch/optim/adam.py``...).  Do not keep the frames."""
-    sites: list[Site] = []
-    inner: list = []
-    while frame is not None and len(sites) < limit:
-        code = frame.f_code
-        if user.is_user(code):
-            sites.append(_site(code, frame.f_lineno, frame.f_lasti))
-        elif not sites:
-            inner.append(frame)
-        frame = frame.f_back
-    return sites, inner
-
-
-def traceback_sites(tb, user: UserCode, limit: int = 8) -> list[Site]:
-    """The user's frames of a traceback, innermost first."""
-    sites = []
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if user.is_user(code):
-            sites.append(_site(code, tb.tb_lineno, tb.tb_lasti))
-        tb = tb.tb_next
-    sites.reverse()
-    return sites[:limit]
 
 
 # --- geometry: does a write touch the saved elements? -------------------------------------------
@@ -426,6 +344,7 @@ class Tracer(TorchDispatchMode):
         self.graph_breaks: dict[tuple, ProbeFinding] = {}
         self.rebuilds: list[tuple[int, Site]] = []  # (code id, site) of tensors made from data or cut values
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
+        self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
 
     # -- installation --
 
@@ -438,23 +357,30 @@ class Tracer(TorchDispatchMode):
             raise
         self._engine = torch.autograd._engine_run_backward
         torch.autograd._engine_run_backward = self._backward
+        self.provenance.install()
         return entered
 
     def __exit__(self, *exc):
+        self.provenance.uninstall()
         torch.autograd._engine_run_backward = self._engine
         try:
             return super().__exit__(*exc)
         finally:
             self._hooks.__exit__(*exc)
 
-    def _backward(self, *args, **kwargs):
+    def _backward(self, roots, *args, **kwargs):
         """``backward()`` and ``autograd.grad()`` run without the dispatch mode: the backward graph's own
         ops write nothing the user saved (the unpack hooks still run), and watching them would double
         the tracer's cost.  Mutations made by backward hooks or custom Functions' backward are not seen."""
         if _current_mode() is not self:
-            return self._engine(*args, **kwargs)
+            return self._engine(roots, *args, **kwargs)
+        if self.provenance.busy:
+            try:
+                self.provenance.on_backward(roots, self._user_frame(sys._getframe(1)))
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"backward: {type(exc).__name__}: {exc}")
         with _pop_mode_temporarily():
-            return self._engine(*args, **kwargs)
+            return self._engine(roots, *args, **kwargs)
 
     # -- saved tensors --
 
@@ -557,7 +483,7 @@ class Tracer(TorchDispatchMode):
                 site = backward[0] if backward else Site("<unknown>", 0)
                 notes = ()
                 if rec.site:
-                    notes = (Note(_site(*rec.site), f"saved for backward here by `{rec.op}`"),)
+                    notes = (Note(code_site(*rec.site), f"saved for backward here by `{rec.op}`"),)
                 self.unexplained[key] = ProbeFinding(
                     "GG001", "raised", site,
                     "backward() raised because a saved tensor was modified in place, by an op the probe did not see "
@@ -601,13 +527,21 @@ class Tracer(TorchDispatchMode):
                 rec.op = name
         if self.cut is not None:
             self._after_cut(func, args)
-        if spec:
-            if spec.__class__ is str:
-                return self._special(func, spec, args, kwargs or {})
-            if self.pending:
-                return self._write(func, spec, args, kwargs or {}, fresh)
-        out = func(*args, **(kwargs or {}))
-        self.last_func = func
+        if not spec:
+            out = func(*args, **(kwargs or {}))
+            self.last_func = func
+        elif spec.__class__ is str:
+            out = self._special(func, spec, args, kwargs or {})
+        elif self.pending:
+            out = self._write(func, spec, args, kwargs or {}, fresh)
+        else:
+            out = func(*args, **(kwargs or {}))
+            self.last_func = func
+        if self.provenance.busy:
+            try:
+                self.provenance.on_op(func, args, kwargs, out)
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"provenance: {type(exc).__name__}: {exc}")
         return out
 
     def _write(self, func, spec, args, kwargs, fresh):
@@ -700,21 +634,21 @@ class Tracer(TorchDispatchMode):
                 if isinstance(t, _Tensor) and t.requires_grad and torch.is_grad_enabled():
                     frame = self._user_frame(sys._getframe(1))
                     if frame is not None:
-                        self.cut = Cut(_site(frame.f_code, frame.f_lineno, frame.f_lasti))
+                        self.cut = Cut(frame_site(frame))
+                        self.provenance.read_scalar(out, frame)
             elif kind is _FRESH or (kind is _DETACH and args[0].requires_grad and torch.is_grad_enabled()):
                 frame = self._user_frame(sys._getframe(1))
                 if frame is not None:
-                    self.rebuilds.append((id(frame.f_code), _site(frame.f_code, frame.f_lineno, frame.f_lasti)))
+                    self.rebuilds.append((id(frame.f_code), frame_site(frame)))
                     del self.rebuilds[:-20]
+                    if kind is _DETACH:
+                        self.provenance.read_detached(out, frame)
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"special: {type(exc).__name__}: {exc}")
         return out
 
     def _user_frame(self, frame):
-        user = self.user
-        while frame is not None and not user.is_user(frame.f_code):
-            frame = frame.f_back
-        return frame
+        return user_frame(frame, self.user)
 
     def _after_cut(self, func, args) -> None:
         """The op right after a value was read out of the graph: on the same line, does the value go
@@ -769,14 +703,14 @@ class Tracer(TorchDispatchMode):
             silent = c.realized == "silent"
         code = "GG102" if silent else c.code_hint
         save = c.realized_save or (c.saves[0] if c.saves else (None, None))
-        save_site = _site(*save[0]) if save[0] else None
+        save_site = code_site(*save[0]) if save[0] else None
         saved_by = f" by `{save[1]}`" if save[1] else ""
         at = f" at line {save_site.line}" if save_site else ""
         notes = []
         for s_site, s_op in ([save] + [s for s in c.saves if s != save])[:3]:
             if s_site:
                 by = f" by `{s_op}`" if s_op else ""
-                notes.append(Note(_site(*s_site), f"saved for backward here{by}"))
+                notes.append(Note(code_site(*s_site), f"saved for backward here{by}"))
         for origin in c.origins:
             notes.append(Note(origin, "the module that writes in place (inplace=True) is made here"))
         if c.realized == "raised":
