@@ -103,6 +103,21 @@ WORKLOADS = {
             h.sum().backward()
             w.grad = None
     """,
+    "tiny ops + loss.item() each step (read tracking)": """
+        import torch
+        def setup():
+            torch.manual_seed(0)
+            return torch.randn(8, 8, requires_grad=True), torch.randn(8, 8), []
+        def step(state):
+            w, x, log = state
+            h = x
+            for _ in range(50):
+                h = torch.tanh(h @ w) * 0.5 + x
+            loss = h.sum()
+            log.append(loss.item())
+            loss.backward()
+            w.grad = None
+    """,
 }
 
 SMALL_SCRIPT = """
