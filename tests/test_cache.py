@@ -79,9 +79,59 @@ def test_editing_a_helper_reanalyses_its_callers(runs):
     assert not any(code == "GG001" and line == 25 for line, code, _ in _findings(result))
 
 
-def test_shifted_lines_are_not_served_from_the_cache(runs):
+def _everything(result):
+    return [(d.span, d.code, d.severity, d.message, d.related, d.fix) for d in result.diagnostics]
+
+
+def test_functions_that_only_moved_are_moved_not_reanalysed(runs):
     cache: dict = {}
     analyze_source(SOURCE, "f.py", cache=cache)
-    edited = SOURCE.replace("def first():", "# a comment\ndef first():")
+    runs.clear()
+    edited = SOURCE.replace("def scale_(t):", "# a comment\n\ndef scale_(t):")
     result = analyze_source(edited, "f.py", cache=cache)
-    assert _findings(result) == _findings(analyze_source(edited, "f.py"))
+    assert runs == []
+    assert _everything(result) == _everything(analyze_source(edited, "f.py"))
+    assert (27, "GG001") in {(line, code) for line, code, _ in _findings(result)}  # scale_(y), two lines down
+
+
+def test_a_helper_moved_relative_to_its_caller_is_reanalysed(runs):
+    cache: dict = {}
+    analyze_source(SOURCE, "f.py", cache=cache)
+    runs.clear()
+    edited = SOURCE.replace("def first():", "# a comment\ndef first():")  # between scale_ and third
+    result = analyze_source(edited, "f.py", cache=cache)
+    assert runs == ["third"]  # its key holds scale_, which did not move with it
+    assert _everything(result) == _everything(analyze_source(edited, "f.py"))
+
+
+def test_random_line_inserts_and_deletes_match_a_fresh_analysis():
+    """Moved findings (messages, related lines, fixes) equal what a fresh analysis says, edit after edit."""
+    import random
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_lsp import generate
+
+    rng = random.Random(3)
+    lines = generate(600).split("\n")
+    cache: dict = {}
+    analyze_source("\n".join(lines), "f.py", cache=cache)
+    checked = 0
+    for _ in range(40):
+        i = rng.randrange(1, len(lines) - 1)
+        candidate = list(lines)
+        if rng.random() < 0.5:
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            candidate.insert(i, indent + rng.choice(["pass", "# note", "", "y_extra = 1"]))
+        elif not lines[i].strip() or lines[i].strip().startswith("#"):
+            del candidate[i]
+        text = "\n".join(candidate)
+        try:
+            compile(text, "f.py", "exec")
+        except SyntaxError:
+            continue
+        lines = candidate
+        assert _everything(analyze_source(text, "f.py", cache=cache)) == _everything(analyze_source(text, "f.py"))
+        checked += 1
+    assert checked >= 20

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from .inference.classes import find_module_classes, init_attributes
 from .inference.events import Conflict, Finding, Mutation, Sink
@@ -21,12 +21,13 @@ from .inference.jedi_oracle import JediOracle
 from .inference.values import ModuleValue
 from . import parsing
 from .knowledge import load_knowledge
+from .moved import move_findings
 from .rules import RULES_IN_PRECEDENCE
 
 
 
 def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True,
-                   cache: dict[str, list[Finding]] | None = None) -> list[Finding]:
+                   cache: dict | None = None) -> list[Finding]:
     """Findings for one parsed file.
 
     ``cache`` (the language server keeps one per document) maps a fingerprint of everything one function's
@@ -43,30 +44,44 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     units = list(_units(tree))
     candidates = _candidate_units(units, lines) if lines is not None else None
     fingerprint = _Fingerprints(tree, lines, functions, classes) if cache is not None and lines is not None else None
-    used: dict[str, list[Finding]] = {}
+    used: dict[str, _Cached] = {}
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
             continue
-        key = fingerprint.of(fn, owner) if fingerprint is not None else None
+        key, base, spans = fingerprint.of(fn, owner) if fingerprint is not None else (None, 0, ())
+        produced = None
         if key is not None and key in cache:
-            produced = cache[key]
-        else:
+            hit = cache[key]
+            produced = move_findings(hit.findings, base - hit.base, hit.spans)
+        if produced is None:
             produced = list(_check(_run_unit(ctx, fn, owner, tree)))
         if key is not None:
-            used[key] = produced
+            used[key] = _Cached(base, spans, produced)
         for finding in produced:
             where = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
-            findings.setdefault(where, finding)
+            kept = findings.get(where)
+            if kept is None:
+                findings[where] = finding
+                finding.twins = []
+            elif kept is not finding:
+                kept.twins.append(finding)
     if cache is not None:
         cache.clear()
         cache.update(used)
     return list(findings.values())
 
 
+class _Cached(NamedTuple):
+    base: int  # the function's first line when its findings were made
+    spans: tuple[tuple[int, int], ...]  # the lines its fingerprint covers, then
+    findings: list[Finding]
+
+
 class _Fingerprints:
-    """What one function's analysis can read: its own text and place, the imports, its class, and the
-    file's functions and classes it names (transitively, since calls are followed).  Line numbers are part
-    of it because findings carry them."""
+    """What one function's analysis can read: its own text, the imports, its class, and the file's
+    functions and classes it names (transitively, since calls are followed).  Each part's line is taken
+    relative to the function's first line, so a function that only moved keeps its key and its findings
+    are moved (``moved.py``) rather than made again; the module's own statements keep absolute lines."""
 
     def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict):
         self.lines = lines
@@ -76,21 +91,29 @@ class _Fingerprints:
         self.imports = "|".join(ast.dump(s) for s in imports)
         self.top_text = "\n".join(self._text(s) for s in top)
 
-    def _text(self, node: ast.AST) -> str:
-        return f"@{node.lineno}\n" + "\n".join(self.lines[node.lineno - 1 : node.end_lineno])
+    def _text(self, node: ast.AST, base: int = 0) -> str:
+        return f"@{node.lineno - base}\n" + "\n".join(self.lines[node.lineno - 1 : node.end_lineno])
 
-    def of(self, fn, owner) -> str:
-        own = self._text(fn) if fn is not None else self.top_text
-        parts = [own, self.imports, self._text(owner) if owner is not None else ""]
+    def of(self, fn, owner) -> tuple[str, int, tuple[tuple[int, int], ...]]:
+        """The key, the line the key's positions are relative to, and the lines the key covers."""
+        base = fn.lineno if fn is not None else 0
+        own = self._text(fn, base) if fn is not None else self.top_text
+        parts = [own, self.imports, self._text(owner, base) if owner is not None else ""]
+        spans = [(fn.lineno, fn.end_lineno)] if fn is not None else []
+        if owner is not None:
+            spans.append((owner.lineno, owner.end_lineno))
         seen: set[str] = set()
         pending = [own]
         while pending:
             for name in set(re.findall(r"[A-Za-z_]\w*", pending.pop())) & self.named.keys() - seen:
                 seen.add(name)
-                text = self._text(self.named[name])
+                node = self.named[name]
+                text = self._text(node, base)
                 parts.append(text)
                 pending.append(text)
-        return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+                spans.append((node.lineno, node.end_lineno))
+        key = hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        return key, base, tuple(spans)
 
 
 def _imports_project_code(imports: dict[str, str]) -> bool:

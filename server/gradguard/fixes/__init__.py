@@ -40,6 +40,8 @@ def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[F
     for finding, diag in pairs:
         if finding.fix_memo is not None:  # the engine's per-document cache handed back the same finding
             fix = finding.fix_memo[0]
+            for twin in finding.twins:
+                twin.fix_memo = finding.fix_memo
             out.append(replace(diag, fix=fix) if fix is not None else diag)
             continue
         rule = RULES_BY_CODE.get(finding.code)
@@ -53,5 +55,7 @@ def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[F
                 log.debug("fix for %s at %s:%s failed", finding.code, path, diag.line, exc_info=True)
                 fix = None
         finding.fix_memo = (fix,)
+        for twin in finding.twins:
+            twin.fix_memo = finding.fix_memo
         out.append(replace(diag, fix=fix) if fix is not None else diag)
     return out

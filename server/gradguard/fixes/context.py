@@ -10,6 +10,7 @@ parses only the statements a fix changes (``Segment``), never the whole file.
 from __future__ import annotations
 
 import ast
+import bisect
 from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -60,12 +61,8 @@ class FixContext:
 
     # ------------------------------------------------------------------ ast side
     @cached_property
-    def parents(self) -> dict[ast.AST, ast.AST]:
-        parents: dict[ast.AST, ast.AST] = {}
-        for node in ast.walk(self.tree):
-            for child in ast.iter_child_nodes(node):
-                parents[child] = node
-        return parents
+    def parents(self) -> Parents:
+        return Parents(self.tree)
 
     @cached_property
     def imports(self) -> dict[str, str]:
@@ -129,7 +126,15 @@ class FixContext:
         return found
 
     def source(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.text, node) or ""
+        """``ast.get_source_segment`` without re-splitting the whole file on every call."""
+        line, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if line is None or end is None or getattr(node, "end_col_offset", None) is None:
+            return ""
+        starts = self.line_starts
+        if not 1 <= line <= end <= len(starts):
+            return ""
+        return self.text[starts[line - 1] + self._chars(line, node.col_offset):
+                         starts[end - 1] + self._chars(end, node.end_col_offset)]
 
     def char_range(self, node: ast.AST) -> tuple[int, int, int, int]:
         """(line, column, end_line, end_column) of an ``ast`` node, columns 0-based in code points."""
@@ -212,7 +217,9 @@ class FixContext:
         tail = last[self._chars(stmt.end_lineno, stmt.end_col_offset):].strip()
         if tail and not tail.startswith("#"):
             raise CannotFix("the statement shares its line with another")
-        for other in self._statements:
+        for other in self._statements_on(stmt.lineno, stmt.end_lineno):
+            if other.lineno > stmt.end_lineno or stmt.lineno > other.end_lineno:
+                continue  # no line in common
             if other is stmt or any(a is other for a in self.ancestors(stmt)) and other.lineno < stmt.lineno:
                 continue
             if any(a is stmt for a in self.ancestors(other)):
@@ -220,15 +227,68 @@ class FixContext:
             if other.lineno <= stmt.end_lineno and stmt.lineno <= other.end_lineno:
                 raise CannotFix("the statement shares its lines with another")
 
-    @cached_property
-    def _statements(self) -> list[ast.stmt]:
-        return [n for n in ast.walk(self.tree) if isinstance(n, ast.stmt)]
+    def _statements_on(self, first: int, last: int) -> Iterator[ast.stmt]:
+        """Every statement inside the top-level statements that have a line in ``first..last``."""
+        for top in self.tree.body:
+            if _first_line(top) <= last and first <= top.end_lineno:
+                yield from (n for n in ast.walk(top) if isinstance(n, ast.stmt))
 
     def segment_of(self, node: cst.CSTNode) -> Segment:
         for seg in self._segments.values():
             if id(node) in seg.ids:
                 return seg
         raise CannotFix("the node is not part of a parsed statement")
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    """A statement's first line, counting its decorators."""
+    return min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+
+
+class Parents:
+    """node -> parent node, filled one top-level statement at a time: a fix looks at a few statements of a
+    file that may have thousands, and a walk of the whole tree costs more than most fixes."""
+
+    def __init__(self, tree: ast.Module):
+        self.tree = tree
+        self.starts = [_first_line(s) for s in tree.body]
+        self.map: dict[ast.AST, ast.AST] = {}
+        self.filled: set[int] = set()
+
+    def get(self, node: ast.AST, default=None):
+        parent = self.map.get(node)
+        if parent is None and node is not self.tree:
+            self._fill_around(node)
+            parent = self.map.get(node)
+        return default if parent is None else parent
+
+    def __getitem__(self, node: ast.AST) -> ast.AST:
+        parent = self.get(node)
+        if parent is None:
+            raise KeyError(node)
+        return parent
+
+    def _fill_around(self, node: ast.AST) -> None:
+        line = getattr(node, "lineno", None)
+        if line is None:  # ast.arguments, comprehension, withitem...: no line to look it up by
+            indices = range(len(self.tree.body))
+        else:
+            # The top-level statements that start at or before the line and are not over by then.
+            start = bisect.bisect_right(self.starts, line) - 1
+            indices = [i for i in range(start, -1, -1) if self.tree.body[i].end_lineno >= line]
+        for i in indices:
+            if i not in self.filled:
+                self.filled.add(i)
+                top = self.tree.body[i]
+                self.map[top] = self.tree
+                for parent in ast.walk(top):
+                    for child in ast.iter_child_nodes(parent):
+                        self.map[child] = parent
+        if node not in self.map and line is not None:
+            self._fill_around(_NO_LINE)  # a node whose lines lie: look everywhere
+
+
+_NO_LINE = ast.AST()
 
 
 class Segment:
