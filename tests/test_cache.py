@@ -135,3 +135,42 @@ def test_random_line_inserts_and_deletes_match_a_fresh_analysis():
         assert _everything(analyze_source(text, "f.py", cache=cache)) == _everything(analyze_source(text, "f.py"))
         checked += 1
     assert checked >= 20
+
+
+def test_reparse_equals_a_full_parse_or_declines():
+    """Keystrokes (characters typed or deleted inside a line) on real code: the spliced tree is exactly the
+    full parse, positions included, or reparse declines (and a full parse decides)."""
+    import ast
+    import random
+    import sys
+    from pathlib import Path
+
+    from gradguard import parsing
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_lsp import generate
+
+    rng = random.Random(5)
+    text = generate(800) + "a = 1; b = 2\n@staticmethod\ndef g(): pass\n"
+    lines = parsing.source_lines(text)
+    previous = parsing.Parsed(lines, ast.parse(text))
+    spliced = declined = 0
+    for _ in range(400):
+        i = rng.randrange(len(lines))
+        line = lines[i]
+        at = rng.randrange(len(line) + 1)
+        typed = rng.choice(["x", " ", "(", ")", ":", "#", "'", "1", ".", ","])
+        edited = line[:at] + typed + line[at:] if rng.random() < 0.7 or not line else line[:at] + line[at + 1:]
+        new_lines = lines[:i] + [edited] + lines[i + 1:]
+        new_text = "\n".join(new_lines)
+        tree = parsing.reparse(new_lines, previous)
+        full = parsing.parse(new_text)
+        if tree is None:
+            declined += 1
+        else:
+            spliced += 1
+            assert not isinstance(full, parsing.SyntaxProblem), (i, edited)
+            assert ast.dump(tree, include_attributes=True) == ast.dump(full, include_attributes=True), (i, edited)
+        if not isinstance(full, parsing.SyntaxProblem):
+            lines, previous = new_lines, parsing.Parsed(new_lines, tree or full)
+    assert spliced > 100 and declined > 20

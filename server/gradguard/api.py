@@ -45,25 +45,35 @@ def _input_problem(path: str, code: str, message: str, line: int = 1, column: in
     return FileResult(path, [diag], error=message)
 
 
+_PARSED = "parsed"  # the per-document cache's entry for the last tree (its other keys are hex digests)
+
+
 def analyze_source(source: str | bytes, path: str = "<string>", config: Config | None = None,
                    cache: dict | None = None) -> FileResult:
     """Analyse one Python source and return its findings, filtered and ranked by ``config``.
 
     ``cache``: an empty dict the caller keeps per document and passes again on the next edit; unchanged
-    functions then reuse their findings (see ``engine.analyze_module``).
+    functions then reuse their findings (see ``engine.analyze_module``), and a keystroke inside a statement
+    parses only that statement again (``parsing.reparse``).
     """
     config = config or Config()
     text = parsing.decode(source) if isinstance(source, bytes) else source
     if isinstance(text, parsing.Unreadable):
         return _input_problem(path, UNREADABLE, text.reason)
-    parsed = parsing.parse(text)  # always: a syntax error is worth reporting even in a file with no candidates
+    lines = parsing.source_lines(text)
+    previous = cache.get(_PARSED) if cache is not None else None
+    parsed = parsing.reparse(lines, previous) if previous is not None else None
+    if parsed is None:
+        parsed = parsing.parse(text)  # always: a syntax error is worth reporting even in a file with no candidates
     if isinstance(parsed, parsing.SyntaxProblem):
         return _input_problem(path, SYNTAX_ERROR, parsed.message, parsed.line, parsed.column)
     if not parsing.may_contain_findings(text):
         return FileResult(path)
-    lines = parsing.source_lines(text)
     kept = []
-    for finding in analyze_module(parsed, path, lines, use_jedi=config.jedi, cache=cache):
+    findings = analyze_module(parsed, path, lines, use_jedi=config.jedi, cache=cache)
+    if cache is not None:
+        cache[_PARSED] = parsing.Parsed(lines, parsed)
+    for finding in findings:
         rule = RULES_BY_CODE[finding.code]
         if not config.enabled(rule.code):
             continue

@@ -8,11 +8,13 @@ only used later, by the fixes, on files that have findings.
 from __future__ import annotations
 
 import ast
+import bisect
 import io
 import re
 import tokenize
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_BYTES = 4 * 1024 * 1024
 
@@ -83,3 +85,43 @@ def parse(text: str) -> ast.Module | SyntaxProblem:
         return SyntaxProblem(f"syntax error: {exc.msg} (line {line}); gradguard cannot analyse this file", line, column)
     except (ValueError, RecursionError, MemoryError) as exc:
         return SyntaxProblem(f"cannot parse: {exc}", 1, 1)
+
+
+class Parsed(NamedTuple):
+    """A successful parse, kept per open document so that the next keystroke can reuse most of it."""
+
+    lines: list[str]
+    tree: ast.Module
+
+
+def reparse(lines: list[str], previous: Parsed) -> ast.Module | None:
+    """The tree of ``lines`` built from ``previous``: when no line was added or removed and every changed
+    line lies inside top-level statements, only those statements are parsed again (padded with blank
+    lines, so positions come out right) and the others are reused.  None when that does not apply or the
+    changed statements do not parse on their own; the caller then parses the whole text.
+
+    Splicing is sound because a top-level statement starts at column 0 with nothing open (no bracket, no
+    string, no indentation), so the text around the changed statements tokenizes as it did."""
+    old_lines, old = previous
+    if len(lines) != len(old_lines):
+        return None
+    first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), None)
+    if first is None:
+        return old
+    last = next(i for i in range(len(lines) - 1, -1, -1) if lines[i] != old_lines[i])
+    body = old.body
+    starts = [min([s.lineno, *(d.lineno for d in getattr(s, "decorator_list", ()))]) for s in body]
+    start = bisect.bisect_right(starts, first + 1) - 1  # 1-based lines from here
+    end = bisect.bisect_right(starts, last + 1) - 1
+    if start < 0 or body[start].end_lineno < first + 1 or body[end].end_lineno < last + 1:
+        return None  # a changed line between statements (a comment, a blank line): anything may have changed
+    while start > 0 and body[start - 1].end_lineno >= starts[start]:
+        start -= 1  # `a = 1; b = 2`: statements that share a line are parsed together
+    while end + 1 < len(body) and starts[end + 1] <= body[end].end_lineno:
+        end += 1
+    top, bottom = starts[start], body[end].end_lineno
+    segment = "\n" * (top - 1) + "\n".join(lines[top - 1:bottom]) + "\n"
+    parsed = parse(segment)
+    if isinstance(parsed, SyntaxProblem):
+        return None
+    return ast.Module(body=[*body[:start], *parsed.body, *body[end + 1:]], type_ignores=[])
