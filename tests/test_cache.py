@@ -94,13 +94,25 @@ def test_functions_that_only_moved_are_moved_not_reanalysed(runs):
     assert (27, "GG001") in {(line, code) for line, code, _ in _findings(result)}  # scale_(y), two lines down
 
 
-def test_a_helper_moved_relative_to_its_caller_is_reanalysed(runs):
+def test_a_caller_that_moved_away_from_its_helper_is_moved_part_by_part(runs):
     cache: dict = {}
     analyze_source(SOURCE, "f.py", cache=cache)
     runs.clear()
     edited = SOURCE.replace("def first():", "# a comment\ndef first():")  # between scale_ and third
     result = analyze_source(edited, "f.py", cache=cache)
-    assert runs == ["third"]  # its key holds scale_, which did not move with it
+    assert runs == []  # third moved one line, its helper scale_ did not: each line moves with its own part
+    assert _everything(result) == _everything(analyze_source(edited, "f.py"))
+
+
+def test_a_new_decorator_is_an_edit_of_its_function(runs):
+    source = SOURCE.replace("def scale_(t):", "def scale_(t):  # helper")
+    cache: dict = {}
+    before = analyze_source(source, "f.py", cache=cache)
+    assert any(code == "GG001" for _, code, _ in _findings(before))
+    runs.clear()
+    edited = source.replace("def scale_(t):", "@torch.no_grad()\ndef scale_(t):")
+    result = analyze_source(edited, "f.py", cache=cache)
+    assert "scale_" in runs and "third" in runs
     assert _everything(result) == _everything(analyze_source(edited, "f.py"))
 
 

@@ -48,15 +48,15 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
             continue
-        key, base, spans = fingerprint.of(fn, owner) if fingerprint is not None else (None, 0, ())
+        key, spans = fingerprint.of(fn, owner) if fingerprint is not None else (None, ())
         produced = None
         if key is not None and key in cache:
             hit = cache[key]
-            produced = move_findings(hit.findings, base - hit.base, hit.spans)
+            produced = move_findings(hit.findings, hit.spans, spans)
         if produced is None:
             produced = list(_check(_run_unit(ctx, fn, owner, tree)))
         if key is not None:
-            used[key] = _Cached(base, spans, produced)
+            used[key] = _Cached(spans, produced)
         for finding in produced:
             where = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
             kept = findings.get(where)
@@ -72,16 +72,17 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
 
 
 class _Cached(NamedTuple):
-    base: int  # the function's first line when its findings were made
-    spans: tuple[tuple[int, int], ...]  # the lines its fingerprint covers, then
+    spans: tuple[tuple[int, int], ...]  # the lines of each part of the fingerprint when the findings were made
     findings: list[Finding]
 
 
 class _Fingerprints:
-    """What one function's analysis can read: its own text, the imports, its class, and the file's
-    functions and classes it names (transitively, since calls are followed).  Each part's line is taken
-    relative to the function's first line, so a function that only moved keeps its key and its findings
-    are moved (``moved.py``) rather than made again; the module's own statements keep absolute lines."""
+    """What one function's analysis can read: its own text (decorators included), the imports, its class, and
+    the file's functions and classes it names (transitively, since calls are followed).
+
+    A function's key holds the parts' text but not where they are, and ``of`` also returns each part's lines:
+    a function that only moved (or whose helpers moved) keeps its key, and its findings are moved part by part
+    (``moved.py``) rather than made again.  The module's own statements are keyed with their absolute lines."""
 
     def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict):
         self.lines = lines
@@ -89,31 +90,49 @@ class _Fingerprints:
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
         top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         self.imports = "|".join(ast.dump(s) for s in imports)
-        self.top_text = "\n".join(self._text(s) for s in top)
+        self.top_text = "\n".join(f"@{s.lineno}\n{self._text(s)}" for s in top)
 
-    def _text(self, node: ast.AST, base: int = 0) -> str:
-        return f"@{node.lineno - base}\n" + "\n".join(self.lines[node.lineno - 1 : node.end_lineno])
+    def _text(self, node: ast.AST) -> str:
+        return "\n".join(self.lines[_first_line(node) - 1 : node.end_lineno])
 
-    def of(self, fn, owner) -> tuple[str, int, tuple[tuple[int, int], ...]]:
-        """The key, the line the key's positions are relative to, and the lines the key covers."""
-        base = fn.lineno if fn is not None else 0
-        own = self._text(fn, base) if fn is not None else self.top_text
-        parts = [own, self.imports, self._text(owner, base) if owner is not None else ""]
-        spans = [(fn.lineno, fn.end_lineno)] if fn is not None else []
+    def of(self, fn, owner) -> tuple[str, tuple[tuple[int, int], ...]]:
+        """The key, and the (first, last) lines of each part it covers, in the key's order."""
+        if fn is None:
+            return self._key([self.top_text, self.imports, *self._named_parts(self.top_text, absolute=True)]), ()
+        own = self._text(fn)
+        spans = [(_first_line(fn), fn.end_lineno)]
+        parts = [own, self.imports]
         if owner is not None:
-            spans.append((owner.lineno, owner.end_lineno))
+            parts.append(self._text(owner))
+            spans.append((_first_line(owner), owner.end_lineno))
+        for node, text in self._named(own):
+            parts.append(text)
+            spans.append((_first_line(node), node.end_lineno))
+        return self._key(parts), tuple(spans)
+
+    def _named(self, text: str) -> Iterator[tuple[ast.AST, str]]:
         seen: set[str] = set()
-        pending = [own]
+        pending = [text]
         while pending:
-            for name in set(re.findall(r"[A-Za-z_]\w*", pending.pop())) & self.named.keys() - seen:
+            for name in sorted(set(re.findall(r"[A-Za-z_]\w*", pending.pop())) & self.named.keys() - seen):
                 seen.add(name)
                 node = self.named[name]
-                text = self._text(node, base)
-                parts.append(text)
+                text = self._text(node)
                 pending.append(text)
-                spans.append((node.lineno, node.end_lineno))
-        key = hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-        return key, base, tuple(spans)
+                yield node, text
+
+    def _named_parts(self, text: str, absolute: bool) -> Iterator[str]:
+        for node, part in self._named(text):
+            yield f"@{node.lineno}\n{part}" if absolute else part
+
+    @staticmethod
+    def _key(parts: list[str]) -> str:
+        return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _first_line(node: ast.AST) -> int:
+    """A definition's first line is its first decorator's (``@torch.no_grad()`` changes what it does)."""
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
 
 
 def _imports_project_code(imports: dict[str, str]) -> bool:

@@ -1,14 +1,15 @@
-"""Reuse a function's cached findings after lines were inserted or deleted above it.
+"""Reuse a function's cached findings after lines were inserted or deleted around it.
 
-The engine's per-document cache (``engine.analyze_module``) keys each function by the text it reads,
-with every part's line *relative to the function's first line*.  So when Enter is pressed above a
-function, its key is unchanged and its findings can be reused, moved down by the same number of lines,
-instead of analysing the function (and every function below the edit) again.
+The engine's per-document cache (``engine.analyze_module``) keys each function by the text of what its
+analysis reads (the function, its class, the helpers it names), not by where that text is, and keeps each
+part's lines.  So when Enter is pressed above a function, or between it and a helper it calls, its key is
+unchanged and its findings are moved, each line by the move of the part it lies in, instead of analysing
+the function (and every function below the edit) again.
 
-A finding moves only if every line it mentions lies in the parts its key covers (those all moved by
-exactly that many lines): its node, its related locations, the line numbers quoted in its message, and
-its fix's edits and title.  Its fix must already be computed (``fix_memo``), since a rule's fix hook
-would read the finding's ``data``, whose nodes are not moved.  Otherwise the caller analyses again.
+A finding moves only if every line it mentions lies in one of those parts: its node, its related
+locations, the line numbers quoted in its message, and its fix's edits and title.  Its fix must already be
+computed (``fix_memo``), since a rule's fix hook would read the finding's ``data``, whose nodes are not
+moved.  Otherwise the caller analyses again.
 """
 
 from __future__ import annotations
@@ -24,65 +25,68 @@ from .inference.events import Finding
 _QUOTED_LINE = re.compile(r"\b(lines? )(\d+)(?:(-)(\d+))?")
 
 Spans = tuple[tuple[int, int], ...]
+Moves = tuple[tuple[int, int, int], ...]  # (first, last, by how many lines)
 
 
 class _Outside(Exception):
     """A line outside the moved parts: the finding cannot be moved."""
 
 
-def move_findings(findings: list[Finding], delta: int, spans: Spans) -> list[Finding] | None:
-    """``findings`` moved ``delta`` lines, or None when one of them cannot be (see the module docstring).
-    ``spans``: the (first, last) lines, before the move, of the parts that moved."""
-    if delta == 0:
+def move_findings(findings: list[Finding], before: Spans, after: Spans) -> list[Finding] | None:
+    """``findings`` moved from the parts' lines ``before`` to their lines ``after`` (the same parts, in the
+    same order, with the same text), or None when one of them cannot be (see the module docstring)."""
+    if before == after:
         return findings
+    moves = tuple((first, last, new_first - first) for (first, last), (new_first, _) in zip(before, after))
     try:
-        return [_move(f, delta, spans) for f in findings]
+        return [_move(f, moves) for f in findings]
     except _Outside:
         return None
 
 
-def _line(line: int, delta: int, spans: Spans) -> int:
-    if not any(first <= line <= last for first, last in spans):
-        raise _Outside
-    return line + delta
+def _line(line: int, moves: Moves) -> int:
+    for first, last, delta in moves:
+        if first <= line <= last:
+            return line + delta
+    raise _Outside
 
 
-def _node(node: ast.AST | None, delta: int, spans: Spans) -> ast.AST | None:
+def _node(node: ast.AST | None, moves: Moves) -> ast.AST | None:
     if node is None or getattr(node, "lineno", None) is None:
         return node
     moved = copy.copy(node)
-    moved.lineno = _line(node.lineno, delta, spans)
+    moved.lineno = _line(node.lineno, moves)
     if getattr(node, "end_lineno", None) is not None:
-        moved.end_lineno = _line(node.end_lineno, delta, spans)
+        moved.end_lineno = _line(node.end_lineno, moves)
     return moved
 
 
-def _text(text: str, delta: int, spans: Spans) -> str:
+def _text(text: str, moves: Moves) -> str:
     def sub(m: re.Match) -> str:
-        first = str(_line(int(m.group(2)), delta, spans))
+        first = str(_line(int(m.group(2)), moves))
         if m.group(4) is None:
             return m.group(1) + first
-        return m.group(1) + first + m.group(3) + str(_line(int(m.group(4)), delta, spans))
+        return m.group(1) + first + m.group(3) + str(_line(int(m.group(4)), moves))
 
     return _QUOTED_LINE.sub(sub, text)
 
 
-def _fix(fix: Fix | None, delta: int, spans: Spans) -> Fix | None:
+def _fix(fix: Fix | None, moves: Moves) -> Fix | None:
     if fix is None:
         return None
-    edits = tuple(replace(e, line=_line(e.line, delta, spans), end_line=_line(e.end_line, delta, spans))
+    edits = tuple(replace(e, line=_line(e.line, moves), end_line=_line(e.end_line, moves))
                   for e in fix.edits)
-    return replace(fix, title=_text(fix.title, delta, spans), edits=edits)
+    return replace(fix, title=_text(fix.title, moves), edits=edits)
 
 
-def _move(finding: Finding, delta: int, spans: Spans) -> Finding:
+def _move(finding: Finding, moves: Moves) -> Finding:
     if finding.fix_memo is None:
         raise _Outside
     return replace(
         finding,
-        node=_node(finding.node, delta, spans),
-        message=_text(finding.message, delta, spans),
-        related=[(_node(node, delta, spans), _text(msg, delta, spans)) for node, msg in finding.related],
-        fix_memo=(_fix(finding.fix_memo[0], delta, spans),),
+        node=_node(finding.node, moves),
+        message=_text(finding.message, moves),
+        related=[(_node(node, moves), _text(msg, moves)) for node, msg in finding.related],
+        fix_memo=(_fix(finding.fix_memo[0], moves),),
         twins=[],
     )
