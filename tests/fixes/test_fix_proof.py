@@ -92,9 +92,6 @@ NO_FIX = {
     "GG102/pos_ema_teacher_data_update_before_backward": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),
-    "GG102/pos_prune_helper_call": (
-        "the analyzer does not find this one yet (see tests/test_fixtures_analyzer.py KNOWN_MISSES)"
-    ),
     "GG102/pos_weight_decay_data_mul_before_backward": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),

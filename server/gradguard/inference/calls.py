@@ -22,6 +22,7 @@ from .values import (
     NumberFrom,
     OptimizerValue,
     ModuleValue,
+    ModuleIterable,
     ParamIterable,
     Storage,
     Tensor,
@@ -347,6 +348,8 @@ class CallsMixin:
             return ParamIterable(module)
         if name == "named_parameters":
             return ParamIterable(module, named=True)
+        if name in ("modules", "children", "named_modules", "named_children"):
+            return ModuleIterable(module, named=name.startswith("named_"))
         if name == "forward":
             return self.call_module(module, args, node)
         if name == "requires_grad_":

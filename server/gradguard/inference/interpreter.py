@@ -29,6 +29,7 @@ from .values import (
     OptimizerValue,
     ModuleValue,
     Opaque,
+    ModuleIterable,
     ParamIterable,
     Save,
     Storage,
@@ -418,12 +419,15 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             return iterable.element(None)
         if isinstance(iterable, Tensor):
             return self._view(iterable, node, multi_view="Unbind" if iterable.requires_grad else None)
-        if isinstance(iterable, ParamIterable):
-            params = tuple(self._param_tensors(iterable))
+        if isinstance(iterable, (ParamIterable, ModuleIterable)):
+            params = tuple(self._param_tensors(iterable.owner))
             graph = frozenset().union(*(p.graph for p in params)) if params else frozenset({new_id()})
             param = Tensor(Storage(), Grad.YES, leaf=True, param=True, label="a parameter", origin=node, group=params,
                            graph=graph)
-            return TensorSeq([NOT_TENSOR, param]) if iterable.named else param
+            element = param
+            if isinstance(iterable, ModuleIterable):
+                element = ModuleValue("a submodule", torch_module=False, attrs={"weight": param, "bias": param})
+            return TensorSeq([NOT_TENSOR, element]) if iterable.named else element
         if isinstance(iterable, Derived):
             return iterable
         return UNKNOWN

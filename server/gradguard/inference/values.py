@@ -163,12 +163,21 @@ class Opaque(enum.Enum):
     INT = "int"  # an int: basic indexing
 
 
+@dataclass(eq=False)
+class ModuleIterable:
+    """``model.modules()``/``children()``: iterating yields a stand-in for any submodule, whose ``weight`` and
+    ``bias`` stand for all of ``owner``'s parameters (``named_*``: (name, submodule))."""
+
+    owner: "Value"
+    named: bool = False
+
+
 UNKNOWN = Opaque.UNKNOWN
 NOT_TENSOR = Opaque.NOT_TENSOR
 INT = Opaque.INT
 
-Value = (Tensor | DataAlias | TensorSeq | ModuleValue | ParamIterable | Derived | NumberFrom | OptimizerValue
-         | Opaque)
+Value = (Tensor | DataAlias | TensorSeq | ModuleValue | ParamIterable | ModuleIterable | Derived | NumberFrom
+         | OptimizerValue | Opaque)
 
 
 def new_id() -> int:
