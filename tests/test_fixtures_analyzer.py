@@ -12,8 +12,6 @@ FIXTURES = all_fixtures()
 # Positives torch proves but the analyzer does not find yet.  Strict: when one starts passing, it must leave
 # this list, so the list stays honest (the issue notes quote it).
 KNOWN_MISSES = {
-    "GG105/pos_buffer_slot_view_updated_with_grad_feature": "a no_grad view of a tensor that does not require "
-    "grad, written with a value that does: needs the written value's grad state, not the base's",
 }
 
 

@@ -140,9 +140,6 @@ NO_FIX = {
     "GG104/pos_threshold_double_loop_on_leaf": (
         "the leaf must keep its values: the vectorised form (`torch.where`) changes which tensor later code reads"
     ),
-    "GG105/pos_buffer_slot_view_updated_with_grad_feature": (
-        "the analyzer does not find this one yet (see tests/test_fixtures_analyzer.py KNOWN_MISSES)"
-    ),
     "GG105/pos_chunk_qk_scaled": (
         "writing under no_grad too gives different gradients; making the views with grad on needs the chunk moved out of its block with other statements"
     ),

@@ -235,6 +235,12 @@ def fix_nograd_view(ctx: FixContext, finding: Finding) -> Fix | None:
     from . import inplace as F
 
     mutation = _mutation(finding)
+    if not any(t.nograd_view for t in mutation.target.view_chain()):
+        # A view of a tensor that does not require grad (a buffer, a memory bank), written with a value that
+        # does: the tensor was never meant to carry a graph, and torch refuses to give it one.  Store the values.
+        write = F.Write.of(ctx, mutation.node)
+        rw, desc = F.no_grad_wrap(ctx, write.stmt)
+        return rw.fix(f"Write the values under `{desc}`", safe=True)
     made = F.fix_or_none(lambda: view_with_grad(ctx, mutation))
     # Writing under no_grad too is not offered: it drops the gradient through the write (chunk/unbind/transpose
     # fixtures then raise or differ from their reference).

@@ -350,6 +350,11 @@ class CallsMixin:
             return ParamIterable(module, named=True)
         if name in ("modules", "children", "named_modules", "named_children"):
             return ModuleIterable(module, named=name.startswith("named_"))
+        if name in ("register_buffer", "register_parameter") and len(args) > 1:
+            key = node.args[0]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(args[1], Tensor):
+                module.attrs[key.value] = args[1]  # `self.bank` is this tensor from now on
+            return NOT_TENSOR
         if name == "forward":
             return self.call_module(module, args, node)
         if name == "requires_grad_":

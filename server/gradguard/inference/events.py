@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass, field
 
 from ..diagnostics import Diagnostic, Related, Severity, Span
-from .values import ModuleValue, Save, Tensor
+from .values import Grad, ModuleValue, Save, Tensor
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class Mutation:
     grad_mode_known: bool = True  # False when grad mode here depends on a caller we cannot see
     element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
     via: str | None = None  # set when the write happens inside a helper called here: "`helper()` (line 12)"
+    value_grad: Grad = Grad.NO  # whether the values written in require grad (grad mode on)
     frames: list[tuple[ast.AST, int]] = field(default_factory=list)  # (call site, id mark) of followed calls
 
     def locate(self) -> None:

@@ -466,7 +466,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             mutation = Mutation(node, snapshot(target), how, self.state.grad_enabled, self._next(), advanced,
                                 module, functional_inplace, pending, kind=kind,
                                 element_loop=index is not None and self._is_element_loop_index(index),
-                                grad_mode_known=self.grad_mode_known)
+                                grad_mode_known=self.grad_mode_known, value_grad=self._grad(*operands))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
                 mutation.via = f"`{self.inline_stack[-1].name}()` (line {node.lineno})"

@@ -58,6 +58,9 @@ class Tensor:
     origin: ast.AST | None = None
     label: str = "tensor"  # how messages name it ("`x`", "the output of torch.sigmoid")
     nograd_view: bool = False  # a view made under no_grad of a tensor that requires grad
+    # a view made under no_grad of a tensor that does not: torch refuses an in-place write with grad mode on
+    # only when the written value requires grad
+    nograd_plain_view: bool = False
     group: tuple["Tensor", ...] = ()  # `p` in `for p in model.parameters()`: stands for every parameter
     lost_sources: frozenset[int] = frozenset()  # `t.detach()`: the graph ids of what it was detached from
 
@@ -203,6 +206,7 @@ def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = 
     ``nograd``: the view is made under no_grad, so it does not require grad itself, but torch
     remembers and refuses an in-place write to it once grad mode is back on.
     """
+    plain = nograd and base.requires_grad == Grad.NO
     nograd = nograd and base.requires_grad > Grad.NO
     return Tensor(
         base.storage,
@@ -215,6 +219,7 @@ def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = 
         origin=node or base.origin,
         label=base.label,
         nograd_view=nograd or base.nograd_view,
+        nograd_plain_view=plain or base.nograd_plain_view,
     )
 
 
