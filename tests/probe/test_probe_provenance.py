@@ -13,6 +13,7 @@ np = pytest.importorskip("numpy")
 from gradguard.probe.tracer import Tracer, UserCode  # noqa: E402
 
 HERE = str(Path(__file__).parent)
+pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True to a scalar")
 
 
 def _probe(body):

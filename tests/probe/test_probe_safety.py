@@ -385,3 +385,21 @@ def test_stray_output_does_not_break_the_protocol(script, probe):
     assert result.status == "completed"
     assert result.stdout.endswith("x\n") and len(result.stdout) <= 4002
     assert result.stderr == "noise\n"
+
+
+def test_a_file_that_only_defines_things_says_nothing_was_checked(script, probe):
+    path = script("""
+        import torch
+
+        def run():
+            w = torch.randn(3, requires_grad=True)
+            y = w.sigmoid()
+            y.mul_(2)
+            y.sum().backward()
+    """)
+    result = probe(path)
+    assert result.status == "completed" and result.findings == [] and result.ops == 0
+    assert "no tensor operation ran" in result.detail and "--entry" in result.detail
+    named = probe(path, entry="run")
+    assert named.ops > 0 and [f.code for f in named.findings] == ["GG001"]
+    assert "no tensor operation ran" not in named.detail

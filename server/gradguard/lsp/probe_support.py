@@ -201,7 +201,8 @@ class ProbeSupport:
         self.results[uri] = _Probed(text, result)
         merged = merge(self, ls, uri, text, list(current.last_good))
         tally = probe_merge.counts(merged, len(current.last_good))
-        if result.status in probe_model.INCOMPLETE and not quiet:
+        if (result.status in probe_model.INCOMPLETE or (result.status == probe_model.COMPLETED and not result.ops)) \
+                and not quiet:
             ls.warn(f"probe: {result.status}: {result.detail}")
         _republish(ls, uri)
         return {"status": result.status, "ran": True, "message": result.detail, "device": result.device,

@@ -162,6 +162,7 @@ class ProbeResult:
     stderr: str = ""
     seconds: float = 0.0  # wall time of the script under the tracer (0 when it did not start)
     cpu_seconds: float = 0.0  # CPU time of the probed process (all threads) over the same span
+    ops: int = 0  # tensor operations the tracer saw (0 after a run that only defined functions and classes)
     total_seconds: float = 0.0  # wall time of the whole request, as the caller saw it
 
     @property

@@ -345,6 +345,7 @@ class Tracer(TorchDispatchMode):
         self.rebuilds: list[tuple[int, Site]] = []  # (code id, site) of tensors made from data or cut values
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
+        self.ops = 0  # aten ops seen: none means the target only defined things
 
     # -- installation --
 
@@ -515,6 +516,7 @@ class Tracer(TorchDispatchMode):
     # -- every aten op --
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
         spec = _WRITES.get(func)
         if spec is None:
             spec = _classify(func)

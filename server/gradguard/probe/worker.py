@@ -122,8 +122,13 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
     result.reached = sorted(reached)
     result.blocked = list(guard.blocked)
     seconds = f"{result.seconds:.2f} s"
+    result.ops = tracer_obj.ops
     if error is None:
         result.status, result.detail = model.COMPLETED, f"the script ran to its end in {seconds}"
+        if options.trace and result.ops == 0:
+            result.detail += (", but no tensor operation ran, so nothing was checked: the file only defines things. "
+                              "Name a function to call (`--entry NAME`; `probe.entry` in the editor) or add an "
+                              "`if __name__ == \"__main__\":` block")
     elif isinstance(error, SystemExit):
         code = error.code
         result.status = model.EXITED
