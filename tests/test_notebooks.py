@@ -271,3 +271,35 @@ def test_probe_leaves_notebooks_to_the_static_analysis(gg, tmp_path):
     shutil.copy(FIXTURE, tmp_path / "explore.ipynb")
     code, out, err = gg("check", "--probe", "explore.ipynb")
     assert code == 1 and out.startswith("explore.ipynb:cell 5:3:1: GG001") and "not confirmed" not in out
+
+
+def test_the_per_document_cache_serves_notebooks_after_a_cell_grows():
+    """The language server keeps one cache per notebook: lines added to an early cell move the later cells'
+    findings (mapped back to their cells) exactly as a fresh analysis places them."""
+    from gradguard import engine
+    from gradguard.notebooks import analyze_program
+
+    nb = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    sources = Notebook(nb, json.dumps(nb)).sources()
+    helper = ("code", "import torch\n\n\ndef double_(t):\n    t.mul_(2)\n\n\ndef train():\n"
+                      "    w = torch.randn(3, requires_grad=True)\n    y = w.exp()\n    double_(y)\n"
+                      "    y.sum().backward()\n")
+    cells = [sources[0], helper, *sources[1:]]
+    cache: dict = {}
+    first, _ = analyze_program(Program.from_cells(cells), "nb.ipynb", cache=cache)
+    grown = [(cells[0][0], cells[0][1] + "\n# a note\nimport math\n"), *cells[1:]]
+    ran = []
+    real = engine._run_unit
+    try:
+        engine._run_unit = lambda ctx, fn, owner, tree: ran.append(fn.name if fn else "<module>") or real(ctx, fn, owner, tree)
+        cached, _ = analyze_program(Program.from_cells(grown), "nb.ipynb", cache=cache)
+    finally:
+        engine._run_unit = real
+    fresh, _ = analyze_program(Program.from_cells(grown), "nb.ipynb")
+
+    def shown(result):
+        return [(d.cell, d.span, d.code, d.message, d.related, d.fix) for d in result.diagnostics]
+
+    assert "train" not in ran and "double_" not in ran
+    assert shown(cached) == shown(fresh)
+    assert {d.code for d in fresh.diagnostics} == {"GG001"} and len(fresh.diagnostics) == 2

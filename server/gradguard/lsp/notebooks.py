@@ -48,6 +48,7 @@ class NotebookState:
     task: asyncio.Task | None = None
     published: dict[str, list[tuple[Diagnostic, types.Diagnostic]]] = field(default_factory=dict)  # cell uri ->
     version: int | None = None  # the notebook version ``published`` was computed on
+    cache: dict = field(default_factory=dict)  # the engine's per-document cache for the cells' program
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,10 @@ def snapshot(ls: Any, notebook_uri: str) -> Snapshot | None:
     return Snapshot(notebook.version, uris, texts, versions, kinds)
 
 
-def _analyse(snap: Snapshot, path: str, config: Any) -> list[Diagnostic]:
+def _analyse(snap: Snapshot, path: str, config: Any, cache: dict) -> list[Diagnostic]:
+    """The cells as one program; ``cache`` (a copy of the notebook's) is updated in place."""
     program = nb.Program.from_cells(list(zip(snap.kinds, snap.texts)))
-    return list(nb.analyze_program(program, path, config)[0].diagnostics)
+    return list(nb.analyze_program(program, path, config, cache)[0].diagnostics)
 
 
 def to_lsp(ls: Any, snap: Snapshot, diags: list[Diagnostic]) -> dict[str, list[tuple[Diagnostic, types.Diagnostic]]]:
@@ -141,12 +143,18 @@ async def _run(ls: Any, notebook_uri: str, delay: float) -> None:
         if snap is None:
             return
         config = ls.config
-        loop = asyncio.get_running_loop()
-        diags = await loop.run_in_executor(ls.executor, functools.partial(_analyse, snap, ls._path(notebook_uri), config))
         state = states(ls).get(notebook_uri)
+        if state is None:
+            return
+        cache = dict(state.cache)  # a run that is cancelled or stale leaves the notebook's cache as it was
+        loop = asyncio.get_running_loop()
+        diags = await loop.run_in_executor(
+            ls.executor, functools.partial(_analyse, snap, ls._path(notebook_uri), config, cache))
         current = snapshot(ls, notebook_uri)
-        if state is None or current is None or current.version != snap.version or config is not ls.config:
+        if states(ls).get(notebook_uri) is not state or current is None or current.version != snap.version \
+                or config is not ls.config:
             return  # closed or edited meanwhile: a newer run will publish
+        state.cache = cache
         published = to_lsp(ls, snap, diags)
         for uri in state.published:
             if uri not in published:  # a cell that was deleted (or is no longer code): clear it
@@ -173,7 +181,8 @@ def close(ls: Any, notebook_uri: str, cell_uris: list[str]) -> None:
 
 
 def reanalyse_all(ls: Any) -> None:
-    for uri in list(states(ls)):
+    for uri, state in list(states(ls).items()):
+        state.cache = {}  # jedi on or off changes what the engine finds
         schedule(ls, uri, delay=0)
 
 
