@@ -151,8 +151,11 @@ class Provenance:
 
         def tolist(self, *args, **kwargs):
             out = original(self, *args, **kwargs)
-            if self.requires_grad and torch.is_grad_enabled():
-                provenance._read_list(out, sys._getframe(1))
+            try:
+                if self.requires_grad and torch.is_grad_enabled():
+                    provenance._read_list(out, sys._getframe(1))
+            except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
+                provenance.errors.append(f"tolist: {type(exc).__name__}: {exc}")
             return out
 
         return tolist
@@ -164,11 +167,15 @@ class Provenance:
             out = original(self, *args, **kwargs)
             entry = provenance.detached.get(id(self))
             if entry is not None and entry[0]() is self:
-                frame = user_frame(sys._getframe(1), provenance.user)
-                read = frame_site(frame) if frame is not None else entry[1]
-                del frame
-                out = out.view(ReadArray)
-                out.gradguard_read = read
+                try:
+                    frame = user_frame(sys._getframe(1), provenance.user)
+                    read = frame_site(frame) if frame is not None else entry[1]
+                    del frame
+                    marked = out.view(ReadArray)
+                    marked.gradguard_read = read
+                    return marked
+                except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
+                    provenance.errors.append(f"numpy: {type(exc).__name__}: {exc}")
             return out
 
         return numpy
