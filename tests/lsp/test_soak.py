@@ -17,6 +17,7 @@ fixed one; the seed used is printed).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
@@ -185,3 +186,49 @@ async def test_soak_random_edits(client: LanguageClient, capfd):
             f"edits sent in {sent_at - started:.1f}s, all done in {elapsed:.1f}s"
         )
     assert elapsed < BUDGET_SECONDS * max(1, EDITS / 1500)
+
+
+async def test_every_publish_matches_a_fresh_analysis_over_edits_that_parse(client: LanguageClient):
+    """Keystrokes and inserted/deleted lines that keep the text valid, one at a time: each publish (served by
+    the re-parse of one statement, the function cache and moved findings) equals ``api.analyze_source``."""
+    rnd = random.Random(SEED)
+    text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted((FIXTURES / "GG001").glob("pos_*.py"))[:8])
+    version = 1
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(uri=URI, language_id="python", version=1, text=text))
+    )
+    await last_publish_for(client, 1)
+    checked = 0
+    while checked < 40:
+        lines = text.split("\n")
+        i = rnd.randrange(1, len(lines) - 1)
+        indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        choice = rnd.random()
+        if choice < 0.4:
+            new_lines = lines[:i] + [indent + "# " + "x" * rnd.randint(0, 5)] + lines[i:]
+        elif choice < 0.6 and lines[i].strip().startswith("#"):
+            new_lines = lines[:i] + lines[i + 1:]
+        else:
+            new_lines = list(lines)
+            new_lines[i] = lines[i] + "  # note" if "#" not in lines[i] else lines[i]
+        new_text = "\n".join(new_lines)
+        try:
+            compile(new_text, "soak.py", "exec")
+        except SyntaxError:
+            continue
+        version += 1
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=version),
+                content_changes=[types.TextDocumentContentChangePartial(
+                    range=types.Range(start=position(text, 0), end=position(text, len(text))), text=new_text)],
+            )
+        )
+        text = new_text
+        published = await last_publish_for(client, version)
+        assert sorted(key(d) for d in published.diagnostics) == expected_items(text)
+        fresh = sorted(json.dumps(d.to_json(), sort_keys=True) for d in analyze_source(text, "/virtual/soak.py").diagnostics)
+        shown = sorted(json.dumps({k: v for k, v in d.data.items() if k != "version"}, sort_keys=True)
+                       for d in published.diagnostics)
+        assert shown == fresh  # related lines and fixes too
+        checked += 1
