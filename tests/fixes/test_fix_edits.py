@@ -484,3 +484,20 @@ def test_a_copy_is_not_offered_when_a_later_read_may_run_without_it():
     """
     (diag,) = analyse(src)
     assert diag.code == "GG003" and diag.fix is None
+
+
+def test_a_number_read_and_used_elsewhere_than_arithmetic_is_kept_only_by_an_unsafe_fix():
+    src = """
+    import torch
+    def f(log):
+        gate = torch.randn((), requires_grad=True)
+        w = torch.randn(3, requires_grad=True)
+        alpha = float(torch.sigmoid(gate))
+        log.append(alpha)
+        loss = (alpha * w).sum()
+        loss.backward()
+    """
+    fix = only_fix(src)
+    assert fix is not None and not fix.safe and "other uses" in fix.title
+    assert fixed(src) == textwrap.dedent(src)
+    assert "alpha = torch.sigmoid(gate)" in fixed(src, unsafe=True)

@@ -98,14 +98,8 @@ NO_FIX = {
     "GG102/pos_wgan_data_clamp_before_backward": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),
-    "GG103/pos_float_gate_mixing": (
-        "`float(...)` is bound to a name and used on later lines: rewriting every use is not implemented"
-    ),
     "GG103/pos_float_loss_requires_grad": (
         "`torch.tensor(float(loss), requires_grad=True)` must become `loss` itself, which changes what the caller holds"
-    ),
-    "GG103/pos_item_l2_penalty": (
-        "the `.item()` sits in a generator inside `sum(...)`: rewriting it to keep tensors is not implemented"
     ),
     "GG103/pos_new_tensor_of_norm": (
         "`z.new_tensor(norm)` copies on purpose in some code; replacing it with `norm` is not proven safe in general"

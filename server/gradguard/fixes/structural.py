@@ -140,14 +140,46 @@ def fix_graph_break(ctx: FixContext, finding: Finding) -> Fix:
         if inner is None:
             continue
         parent = ctx.parents.get(call)
-        if not isinstance(parent, ast.BinOp):
+        if isinstance(parent, ast.BinOp) or _summed(ctx, call):
+            safe = True
+        elif isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0], ast.Name):
+            safe = _only_arithmetic_uses(ctx, parent, parent.targets[0].id)
+        else:
             continue
         text = ctx.source(inner)
         if not isinstance(inner, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
             text = f"({text})"
         rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
-        return rw.fix(f"Keep the graph: use `{ctx.source(inner)}` instead of `{ctx.source(call)}`", safe=True)
+        title = f"Keep the graph: use `{ctx.source(inner)}` instead of `{ctx.source(call)}`"
+        return rw.fix(title if safe else f"{title} (unsafe: the name then holds a tensor in its other uses)", safe=safe)
     raise CannotFix("no tensor-keeping rewrite for this graph break")
+
+
+def _summed(ctx: FixContext, call: ast.Call) -> bool:
+    """``sum(t.item() for t in ...)``: the sum of the tensors is the same number, with its graph."""
+    comprehension = ctx.parents.get(call)
+    if not isinstance(comprehension, (ast.GeneratorExp, ast.ListComp)) or comprehension.elt is not call:
+        return False
+    outer = ctx.parents.get(comprehension)
+    return (isinstance(outer, ast.Call) and isinstance(outer.func, ast.Name) and outer.func.id == "sum"
+            and outer.args == [comprehension] and "sum" not in ctx.imports)
+
+
+def _only_arithmetic_uses(ctx: FixContext, assign: ast.Assign, name: str) -> bool:
+    """Whether every later read of ``name`` in its function is an operand of arithmetic (a tensor serves there
+    as the number did), and nothing else assigns it."""
+    scope = ctx.scope_of(assign)
+    uses = 0
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Name) or node.id != name or node is assign.targets[0]:
+            continue
+        if not isinstance(node.ctx, ast.Load) or node.lineno < assign.lineno:
+            return False
+        if not isinstance(ctx.parents.get(node), (ast.BinOp, ast.UnaryOp)):
+            return False
+        uses += 1
+    return uses > 0
 
 
 # ============================================================================ GG104: element loops
