@@ -28,7 +28,8 @@ def check(event):
 
 
 def fix(ctx, finding):
-    """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic."""
+    """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
+    in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses)."""
     from ..fixes import structural as S
 
     return S.fix_graph_break(ctx, finding)
