@@ -14,7 +14,8 @@ from fixture_corpus import Fixture, all_fixtures
 
 torch = pytest.importorskip("torch")
 
-from gradguard.probe.tracer import Tracer, UserCode, overlaps  # noqa: E402
+from gradguard.probe.geometry import overlaps  # noqa: E402
+from gradguard.probe.tracer import Tracer, UserCode  # noqa: E402
 
 HERE = str(Path(__file__).parent)
 

@@ -38,7 +38,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
 from torch.utils._python_dispatch import _pop_mode_temporarily
 
-from .frames import UserCode, code_site, frame_site, frame_sites, traceback_sites, user_frame
+from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
+from .geometry import geometry_of, overlaps
 from .model import Note, ProbeFinding, Site
 from .provenance import Provenance
 
@@ -105,93 +106,6 @@ def _type_string(t) -> str:
     scalar = legacy.rsplit(".", 1)[-1].removesuffix("Tensor")
     device = {"cpu": "CPU", "cuda": "CUDA"}.get(t.device.type, t.device.type.upper())
     return f"{device}{scalar}Type"
-
-
-# --- geometry: does a write touch the saved elements? -------------------------------------------
-
-
-def _geometry(t) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
-    return t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.element_size()
-
-
-_MASK_LIMIT = 1 << 24  # elements; beyond this a possible overlap counts as an overlap
-_SEARCH_BUDGET = 20000
-
-
-class _TooHard(Exception):
-    pass
-
-
-def _solvable(target: int, terms: list[tuple[int, int, int]]) -> bool:
-    """Is ``target == sum(coef * k)`` for integers ``lo <= k <= hi``, one k per (coef, lo, hi) term
-    (coef > 0)?  Depth-first over the terms, largest coefficient first, pruned by what the remaining
-    terms can still add; terms with the same coefficient are merged first (two views of one layout,
-    like the chunks of a tensor, then take one step per dimension)."""
-    merged: dict[int, list[int]] = {}
-    for coef, lo, hi in terms:
-        if coef in merged:
-            merged[coef][0] += lo
-            merged[coef][1] += hi
-        else:
-            merged[coef] = [lo, hi]
-    ordered = sorted(((c, lo, hi) for c, (lo, hi) in merged.items()), reverse=True)
-    lows, highs = [0] * (len(ordered) + 1), [0] * (len(ordered) + 1)
-    for i in range(len(ordered) - 1, -1, -1):
-        coef, lo, hi = ordered[i]
-        lows[i] = lows[i + 1] + coef * lo
-        highs[i] = highs[i + 1] + coef * hi
-    budget = [_SEARCH_BUDGET]
-
-    def search(i: int, rest: int) -> bool:
-        if not lows[i] <= rest <= highs[i]:
-            return False
-        if i == len(ordered):
-            return rest == 0
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _TooHard
-        coef, lo, hi = ordered[i]
-        # rest - coef*k must stay within what the remaining terms can make
-        first = max(lo, -(-(rest - highs[i + 1]) // coef))
-        last = min(hi, (rest - lows[i + 1]) // coef)
-        for k in range(first, last + 1):
-            if search(i + 1, rest - coef * k):
-                return True
-        return False
-
-    return search(0, target)
-
-
-def overlaps(a, b) -> bool:
-    """Whether two strided views of one storage share an element (exact for same-dtype views)."""
-    (off_a, shape_a, stride_a, size_a), (off_b, shape_b, stride_b, size_b) = a, b
-    if 0 in shape_a or 0 in shape_b:
-        return False
-    if any(st < 0 for st in stride_a + stride_b) or size_a != size_b:
-        return True
-
-    def extent(off, shape, stride):
-        return off, off + sum((n - 1) * st for n, st in zip(shape, stride))
-
-    lo_a, hi_a = extent(off_a, shape_a, stride_a)
-    lo_b, hi_b = extent(off_b, shape_b, stride_b)
-    if hi_a < lo_b or hi_b < lo_a:
-        return False
-    # An element of a at the place of an element of b: sum(i*sa) - sum(j*sb) == off_b - off_a.
-    terms = [(st, 0, n - 1) for n, st in zip(shape_a, stride_a) if n > 1 and st] + \
-            [(st, 1 - n, 0) for n, st in zip(shape_b, stride_b) if n > 1 and st]
-    try:
-        return _solvable(off_b - off_a, terms)
-    except _TooHard:
-        pass
-    if max(hi_a, hi_b) + 1 > _MASK_LIMIT:
-        return True
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    with _disable_current_modes(), torch.no_grad():
-        mask = torch.zeros(max(hi_a, hi_b) + 1, dtype=torch.bool)
-        mask.as_strided(shape_a, stride_a, off_a).fill_(True)
-        return bool(mask.as_strided(shape_b, stride_b, off_b).any())
 
 
 # --- modules made with inplace=True ------------------------------------------------------------------
@@ -500,7 +414,7 @@ class Tracer(TorchDispatchMode):
                 # The version did not move: only a write that touched the saved elements matters
                 # (unsafe_chunk outputs share a storage but not a version counter: GRUCell writes them).
                 if geometry is None:
-                    geometry = _geometry(rec.value)
+                    geometry = geometry_of(rec.value)
                 if not overlaps(written, geometry):
                     continue
             chosen.append(c)
@@ -565,7 +479,7 @@ class Tracer(TorchDispatchMode):
                         # saves running_mean and updates it in the same op).
                         recs = [r for r in bucket.values() if fresh is None or r not in fresh]
                         if recs:
-                            hits.append((t, _geometry(t), recs))
+                            hits.append((t, geometry_of(t), recs))
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"dispatch: {type(exc).__name__}: {exc}")
             hits = []
@@ -590,7 +504,7 @@ class Tracer(TorchDispatchMode):
             code, origins = self._code_hint(op, written, sites[0], inner)
             conflict = self.conflicts[key] = Conflict(
                 op=op, sites=sites, code_hint=code, origins=origins, first=recs[0],
-                first_overlaps=overlaps(geometry, _geometry(recs[0].value)))
+                first_overlaps=overlaps(geometry, geometry_of(recs[0].value)))
         del inner
         conflict.count += 1
         for _, geometry, recs in hits:
@@ -744,82 +658,6 @@ class Tracer(TorchDispatchMode):
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
                             count=c.count)
-
-
-# --- exceptions -----------------------------------------------------------------------------------
-
-# First match wins: the more specific messages come first.
-_IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
-    (re.compile(r"created in no_grad mode and is being modified inplace"), "GG105",
-     "in-place write to a view made under no_grad, with grad mode on"),
-    (re.compile(r"is a view and (?:its base or another view of its base )?(?:has been|is being) modified inplace|"
-                r"output of a function that returns multiple views"), "GG004",
-     "in-place write to an output of a function that returns several views"),
-    (re.compile(r"a view of a leaf Variable that requires grad is being used in an in-place operation"), "GG003",
-     "in-place write through a view of a leaf tensor that requires grad"),
-    (re.compile(r"a leaf Variable that requires grad is being used in an in-place operation"), "GG002",
-     "in-place write to a leaf tensor that requires grad"),
-    (re.compile(r"arguments don't support automatic differentiation, but one of the arguments requires grad"),
-     "GG001", "`out=` write into a tensor that requires grad"),
-    (re.compile(r"does not require grad and does not have a grad_fn"), "GG103",
-     "backward() on a tensor cut off from the graph (a graph break)"),
-    (re.compile(r"modified by an inplace operation"), "GG001",
-     "backward() raised because a tensor saved for backward was modified in place"),
-]
-
-_MEMORY = re.compile(r"can't allocate memory|DefaultCPUAllocator|out of memory|Cannot allocate memory", re.I)
-
-
-def is_memory_error(exc: BaseException) -> bool:
-    if isinstance(exc, MemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and bool(_MEMORY.search(str(exc).split("\n", 1)[0]))
-
-
-def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None) -> ProbeFinding | None:
-    """The finding an exception proves, or None when it is unrelated to autograd and mutation."""
-    if not isinstance(exc, RuntimeError):
-        return None
-    text = str(exc)
-    if tracer is not None and text in tracer.emulated:
-        return None  # already a realized conflict, with its mutation line
-    first = text.split("\n", 1)[0]
-    for pattern, code, what in _IMMEDIATE:
-        if pattern.search(first):
-            sites = traceback_sites(exc.__traceback__, user)
-            if not sites:
-                return None
-            kind, origins, notes = "raised", (), ()
-            if code == "GG103":
-                kind = "graph-break"
-                origins = _rebuilds_before(exc.__traceback__, user, tracer)
-                notes = tuple(Note(o, "a tensor rebuilt from values (no graph) is made here") for o in origins)
-            return ProbeFinding(code, kind, sites[0], f"{what}; torch raises: {first}", torch_message=text,
-                                callers=tuple(sites[1:]), origins=origins, notes=notes)
-    return None
-
-
-def _rebuilds_before(tb, user: UserCode, tracer: Tracer | None) -> tuple[Site, ...]:
-    """Where the function that called backward() made tensors out of plain values, latest first."""
-    if tracer is None:
-        return ()
-    code = None
-    while tb is not None:
-        if user.is_user(tb.tb_frame.f_code):
-            code = tb.tb_frame.f_code
-        tb = tb.tb_next
-    if code is None:
-        return ()
-    seen: list[Site] = []
-    for code_id, site in reversed(tracer.rebuilds):
-        if code_id == id(code) and all(s.line != site.line for s in seen):
-            seen.append(site)
-    return tuple(seen[:3])
-
-
-def exception_line(exc: BaseException, user: UserCode) -> int | None:
-    sites = traceback_sites(exc.__traceback__, user)
-    return sites[0].line if sites else None
 
 
 def run_traced(body: Callable[[], Any], user: UserCode, enabled: bool = True) -> tuple[Tracer, BaseException | None]:

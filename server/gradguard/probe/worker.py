@@ -72,7 +72,7 @@ def _print_user_traceback(error: BaseException) -> None:
 
 def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> ProbeResult:
     from . import sandbox as guard_mod
-    from . import target, tracer
+    from . import exceptions, target, tracer
     import torch
 
     result = ProbeResult(path, model.FAILED, device=options.device, sandbox=sandbox)
@@ -140,16 +140,16 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
         result.detail = f"stopped after the {options.timeout:g} s timeout; findings up to that point are reported"
     elif isinstance(error, target.TargetError):
         result.detail = str(error)
-    elif tracer.is_memory_error(error):
+    elif exceptions.is_memory_error(error):
         result.status = model.MEMORY
         limit = f"the {options.memory_mb} MB address-space limit" if options.memory_mb else "memory"
         first = str(error).split("\n", 1)[0][:300]
         result.detail = f"ran out of memory under {limit} after {seconds}: {type(error).__name__}: {first}"
     else:
         _print_user_traceback(error)
-        finding = tracer.classify_exception(error, user, tracer_obj)
+        finding = exceptions.classify_exception(error, user, tracer_obj)
         emulated = str(error) in tracer_obj.emulated
-        line = tracer.exception_line(error, user)
+        line = exceptions.exception_line(error, user)
         first = str(error).split("\n", 1)[0][:500]
         result.status = model.RAISED
         result.exception = {"type": type(error).__name__, "message": first, "line": line,
@@ -319,7 +319,7 @@ def warm_imports() -> dict:
         import torch._dynamo  # noqa: F401 - the first optimizer.step() imports it (~1.4 s)
     except Exception:  # noqa: BLE001 - optional; only costs time later
         pass
-    from . import target, tracer  # noqa: F401
+    from . import exceptions, target, tracer  # noqa: F401
 
     return {"torch": torch.__version__}
 

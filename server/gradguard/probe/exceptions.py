@@ -1,0 +1,84 @@
+"""Exceptions the user's code raised under the probe: which are autograd's immediate errors (a leaf, a
+view of a leaf, a multi-output view, a no_grad view, a graph break at backward), mapped to a rule code
+and the user's line; and which mean the process ran out of memory."""
+
+from __future__ import annotations
+
+import re
+
+from .frames import UserCode, traceback_sites
+from .model import Note, ProbeFinding, Site
+from .tracer import Tracer
+
+# First match wins: the more specific messages come first.
+_IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
+    (re.compile(r"created in no_grad mode and is being modified inplace"), "GG105",
+     "in-place write to a view made under no_grad, with grad mode on"),
+    (re.compile(r"is a view and (?:its base or another view of its base )?(?:has been|is being) modified inplace|"
+                r"output of a function that returns multiple views"), "GG004",
+     "in-place write to an output of a function that returns several views"),
+    (re.compile(r"a view of a leaf Variable that requires grad is being used in an in-place operation"), "GG003",
+     "in-place write through a view of a leaf tensor that requires grad"),
+    (re.compile(r"a leaf Variable that requires grad is being used in an in-place operation"), "GG002",
+     "in-place write to a leaf tensor that requires grad"),
+    (re.compile(r"arguments don't support automatic differentiation, but one of the arguments requires grad"),
+     "GG001", "`out=` write into a tensor that requires grad"),
+    (re.compile(r"does not require grad and does not have a grad_fn"), "GG103",
+     "backward() on a tensor cut off from the graph (a graph break)"),
+    (re.compile(r"modified by an inplace operation"), "GG001",
+     "backward() raised because a tensor saved for backward was modified in place"),
+]
+
+_MEMORY = re.compile(r"can't allocate memory|DefaultCPUAllocator|out of memory|Cannot allocate memory", re.I)
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and bool(_MEMORY.search(str(exc).split("\n", 1)[0]))
+
+
+def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None) -> ProbeFinding | None:
+    """The finding an exception proves, or None when it is unrelated to autograd and mutation."""
+    if not isinstance(exc, RuntimeError):
+        return None
+    text = str(exc)
+    if tracer is not None and text in tracer.emulated:
+        return None  # already a realized conflict, with its mutation line
+    first = text.split("\n", 1)[0]
+    for pattern, code, what in _IMMEDIATE:
+        if pattern.search(first):
+            sites = traceback_sites(exc.__traceback__, user)
+            if not sites:
+                return None
+            kind, origins, notes = "raised", (), ()
+            if code == "GG103":
+                kind = "graph-break"
+                origins = _rebuilds_before(exc.__traceback__, user, tracer)
+                notes = tuple(Note(o, "a tensor rebuilt from values (no graph) is made here") for o in origins)
+            return ProbeFinding(code, kind, sites[0], f"{what}; torch raises: {first}", torch_message=text,
+                                callers=tuple(sites[1:]), origins=origins, notes=notes)
+    return None
+
+
+def _rebuilds_before(tb, user: UserCode, tracer: Tracer | None) -> tuple[Site, ...]:
+    """Where the function that called backward() made tensors out of plain values, latest first."""
+    if tracer is None:
+        return ()
+    code = None
+    while tb is not None:
+        if user.is_user(tb.tb_frame.f_code):
+            code = tb.tb_frame.f_code
+        tb = tb.tb_next
+    if code is None:
+        return ()
+    seen: list[Site] = []
+    for code_id, site in reversed(tracer.rebuilds):
+        if code_id == id(code) and all(s.line != site.line for s in seen):
+            seen.append(site)
+    return tuple(seen[:3])
+
+
+def exception_line(exc: BaseException, user: UserCode) -> int | None:
+    sites = traceback_sites(exc.__traceback__, user)
+    return sites[0].line if sites else None
