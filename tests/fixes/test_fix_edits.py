@@ -501,3 +501,32 @@ def test_a_number_read_and_used_elsewhere_than_arithmetic_is_kept_only_by_an_uns
     assert fix is not None and not fix.safe and "other uses" in fix.title
     assert fixed(src) == textwrap.dedent(src)
     assert "alpha = torch.sigmoid(gate)" in fixed(src, unsafe=True)
+
+
+def test_truncated_bptt_detaches_only_the_state_the_loop_carries():
+    src = """
+    import torch
+    import torch.nn as nn
+    def train():
+        rnn, head = nn.GRU(3, 8), nn.Linear(8, 1)
+        opt = torch.optim.SGD(list(rnn.parameters()) + list(head.parameters()), lr=0.1)
+        xs, ys = torch.randn(6, 5, 2, 3), torch.randn(6, 5, 2, 1)
+        h = torch.zeros(1, 2, 8)
+        steps = 0
+        for i in range(6):
+            out, h = rnn(xs[i], h)
+            loss = (head(out) - ys[i]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward(retain_graph=True)
+            opt.step()
+            steps = steps + 1
+        return steps
+    """
+    fix = only_fix(src)
+    assert fix is not None and not fix.safe and "`h`" in fix.title and "`steps`" not in fix.title
+    text = fixed(src, unsafe=True)
+    assert "        h = h.detach()\n        out, h = rnn(xs[i], h)" in text and "loss.backward()" in text
+    pytest.importorskip("torch")
+    namespace: dict = {}
+    exec(compile(text, "t.py", "exec"), namespace)
+    assert namespace["train"]() == 6  # and torch no longer raises

@@ -80,9 +80,6 @@ NO_FIX = {
     "GG101/pos_no_grad_weight_clip_in_forward": (
         "the clip runs inside forward, between the layer and the caller's backward: needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
     ),
-    "GG101/pos_tbptt_retain_graph_without_detach": (
-        "the right fix is `h = h.detach()` at the chunk boundary (and dropping retain_graph); needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
-    ),
     "GG101/pos_wgan_clip_helper_after_generator_forward": (
         "moving the step would re-run a freed graph or change which weights the generator sees; the structural fix (`D(fake.detach())` for the discriminator step, then recompute `D(fake)` for the generator) is not offered automatically yet"
     ),
@@ -168,6 +165,7 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG101/pos_tbptt_retain_graph_without_detach": "detaching the carried state truncates backpropagation between chunks",
     "GG001/pos_categorical_logits_mask": "`Categorical(logits=logits)` may keep `logits`; the distribution is used later",
     "GG001/pos_conv_input_clamp": "`x` is forward's argument: the caller's tensor is no longer clamped",
     "GG001/pos_layernorm_input_cls_zero": "`x` is forward's argument: the caller's tensor is no longer written",

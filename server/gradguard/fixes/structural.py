@@ -107,8 +107,88 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
 
 
 def fix_step_before_backward(ctx: FixContext, finding: Finding) -> Fix:
-    """GG101: run the step (or the update) after the last backward that needs the old weights."""
-    return move_after_backward(ctx, _mutation(finding), "Update after the backward")
+    """GG101: run the step (or the update) after the last backward that needs the old weights; or, in a
+    truncated-BPTT loop kept alive with ``retain_graph=True``, cut the graph between chunks."""
+    mutation = _mutation(finding)
+    try:
+        return move_after_backward(ctx, mutation, "Update after the backward")
+    except CannotFix:
+        return detach_between_chunks(ctx, mutation)
+
+
+def detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
+    """The step and a ``backward(retain_graph=True)`` in one loop body, where the next iteration's backward
+    runs through the previous one's graph (whose weights the step changed) by way of a state the loop carries
+    (``h = cell(x, h)``): detach that state at the top of the body and drop ``retain_graph=True``.  Unsafe: it
+    truncates backpropagation at the chunk boundary, which is what truncated BPTT means but changes gradients."""
+    import libcst as cst
+
+    step = ctx.statement_of(mutation.node)
+    loop = next((a for a in ctx.ancestors(step) if isinstance(a, (ast.For, ast.While))), None)
+    if loop is None or not any(s is step for s in loop.body):
+        raise CannotFix("the step is not a statement of a loop's body")
+    backwards = [c.sink.node for c in mutation.conflicts if c.sink.kind == "backward"]
+    calls = [n for b in backwards for n in ast.walk(b) if isinstance(n, ast.Call) and _retains(n)]
+    if not backwards or len(calls) != len(backwards) or not all(_inside(ctx, c, loop) for c in calls):
+        raise CannotFix("the backward that breaks is not a `backward(retain_graph=True)` of the same loop")
+    carried = _carried_tensors(loop)
+    if not carried:
+        raise CannotFix("no state carried from one iteration to the next")
+    first = loop.body[0]
+    rw = Rewrite(ctx)
+    for name in carried:
+        rw.insert_before(first, f"{name} = {name}.detach()")
+    for call in calls:
+        node = ctx.cst(call)
+        args = [a for a in node.args if not (a.keyword is not None and a.keyword.value == "retain_graph")]
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        rw.replace_node(node, node.with_changes(args=args))
+    names = ", ".join(f"`{n}`" for n in carried)
+    return rw.fix(f"Cut the graph between iterations: detach {names} at the top of the loop and drop "
+                  "`retain_graph=True` (unsafe: gradients stop at the chunk boundary)", safe=False)
+
+
+def _retains(call: ast.Call) -> bool:
+    return any(k.arg == "retain_graph" and isinstance(k.value, ast.Constant) and k.value.value is True
+               for k in call.keywords)
+
+
+def _inside(ctx: FixContext, node: ast.AST, outer: ast.AST) -> bool:
+    return any(a is outer for a in ctx.ancestors(node))
+
+
+def _carried_tensors(loop: ast.For | ast.While) -> list[str]:
+    """Names the body reads before it assigns them, assigned in the body from a call (``h = cell(x, h)``,
+    ``out, h = rnn(x, h)``): a state one iteration hands to the next."""
+    read_first: list[str] = []
+    assigned: set[str] = set()
+    from_call: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            return
+        if isinstance(node, ast.Assign):
+            visit(node.value)  # the right side is read before the targets are bound
+            for target in node.targets:
+                names = [t for t in ast.walk(target) if isinstance(t, ast.Name)]
+                for t in names:
+                    assigned.add(t.id)
+                    if isinstance(node.value, ast.Call):
+                        from_call.add(t.id)
+            return
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load) and node.id not in assigned and node.id not in read_first:
+                read_first.append(node.id)
+            elif not isinstance(node.ctx, ast.Load):
+                assigned.add(node.id)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for stmt in loop.body:
+        visit(stmt)
+    return [n for n in read_first if n in from_call]
 
 
 def fix_silent_data_write(ctx: FixContext, finding: Finding) -> Fix:

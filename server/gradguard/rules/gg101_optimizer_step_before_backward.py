@@ -35,7 +35,8 @@ def check(mutation: Mutation):
 
 
 def fix(ctx, finding):
-    """Move the step (or update) after the last backward that needs the old weights."""
+    """Move the step (or update) after the last backward that needs the old weights; in a truncated-BPTT loop
+    kept alive with `retain_graph=True`, detach the carried state instead (unsafe)."""
     from ..fixes import structural as S
 
     return S.fix_step_before_backward(ctx, finding)
