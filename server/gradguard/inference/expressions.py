@@ -97,6 +97,7 @@ class ExpressionsMixin:
 
     def _expr_ListComp(self, node: ast.ListComp | ast.GeneratorExp) -> Value:
         saved = self.state.copy()
+        iterable = UNKNOWN
         for gen in node.generators:
             iterable = self.eval(gen.iter)
             self.bind(gen.target, self._iter_element(iterable, gen.iter), node)
@@ -104,6 +105,10 @@ class ExpressionsMixin:
                 self.eval(cond)
         element = self.eval(node.elt)
         self.state = saved
+        if isinstance(iterable, ParamIterable) and _yields_the_parameter(node, iterable.named):
+            # `[p for p in model.parameters() if p.requires_grad]`: still the model's parameters (read when an
+            # optimizer steps, not now: a module's weights are known once it has run)
+            return ParamIterable(iterable.owner)
         if isinstance(element, Opaque):
             return UNKNOWN
         return TensorSeq([element])  # every element is like this one
@@ -204,3 +209,13 @@ class ExpressionsMixin:
 
 def _op_symbol(op: ast.operator) -> str:
     return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.MatMult: "@"}.get(type(op), "op")
+
+
+def _yields_the_parameter(node: ast.ListComp | ast.GeneratorExp, named: bool) -> bool:
+    """The comprehension's element is the parameter its last ``for`` binds (``p``, or ``p`` of ``n, p``)."""
+    target = node.generators[-1].target
+    if named:
+        if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+            return False
+        target = target.elts[1]
+    return isinstance(target, ast.Name) and isinstance(node.elt, ast.Name) and node.elt.id == target.id

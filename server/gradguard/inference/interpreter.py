@@ -426,7 +426,9 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                            graph=graph)
             element = param
             if isinstance(iterable, ModuleIterable):
-                element = ModuleValue("a submodule", torch_module=False, attrs={"weight": param, "bias": param})
+                # `m.weight` stands for the weights seen so far; `m.parameters()` reaches the owner's, also later.
+                element = ModuleValue("a submodule", torch_module=False,
+                                      attrs={"weight": param, "bias": param, "<owner>": iterable.owner})
             return TensorSeq([NOT_TENSOR, element]) if iterable.named else element
         if isinstance(iterable, Derived):
             return iterable
@@ -526,7 +528,8 @@ class Interpreter(ExpressionsMixin, CallsMixin):
 
     def _optimizer_step(self, optimizer: OptimizerValue, node: ast.AST, name: str) -> None:
         """``opt.step()`` updates every parameter it owns in place, under no_grad."""
-        params = tuple(self._param_tensors(optimizer.owners))
+        # A parameter that does not require grad never gets a .grad, and every torch optimizer skips those.
+        params = tuple(p for p in self._param_tensors(optimizer.owners) if p.requires_grad != Grad.NO)
         if not params:
             return
         proxy = Tensor(Storage(), Grad.YES, leaf=True, param=True, group=params, origin=optimizer.ctor,

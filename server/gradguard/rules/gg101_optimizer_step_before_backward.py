@@ -65,9 +65,12 @@ run a fresh forward after the step.
     check=check,
     fix=fix,
     when_wrong="""
-Parameters are tracked per module object within one file. The finding is missed, not guessed, in two cases:
-an optimizer built in another file, and parameters gathered in ways gradguard does not follow (filters over
-`model.modules()`). A step is not flagged when the graph it would break is freed before the next backward.
+Parameters are tracked per module object within one file. The finding is missed, not guessed, when the
+optimizer is built in another file or from parameters gathered in ways gradguard does not follow. A filter
+such as `[p for p in model.parameters() if p.requires_grad]` or over `model.modules()` is read as all of the
+model's parameters that require grad, so a filter on anything else (names, shapes) can give a finding on a
+parameter the optimizer does not hold. A step is not flagged when the graph it would break is freed before the
+next backward.
 """,
     invalid=(
         Example(
