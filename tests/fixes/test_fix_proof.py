@@ -65,12 +65,6 @@ NO_FIX = {
     "GG101/pos_ema_teacher_with_grad_updated_before_backward": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),
-    "GG101/pos_gan_g_logits_before_d_step": (
-        "moving the step would re-run a freed graph or change which weights the generator sees; the structural fix (`D(fake.detach())` for the discriminator step, then recompute `D(fake)` for the generator) is not offered automatically yet"
-    ),
-    "GG101/pos_gan_helper_train_discriminator": (
-        "moving the step would re-run a freed graph or change which weights the generator sees; the structural fix (`D(fake.detach())` for the discriminator step, then recompute `D(fake)` for the generator) is not offered automatically yet"
-    ),
     "GG101/pos_gan_no_detach_shared_d_output": (
         "moving the step would re-run a freed graph or change which weights the generator sees; the structural fix (`D(fake.detach())` for the discriminator step, then recompute `D(fake)` for the generator) is not offered automatically yet"
     ),
@@ -79,9 +73,6 @@ NO_FIX = {
     ),
     "GG101/pos_no_grad_weight_clip_in_forward": (
         "the clip runs inside forward, between the layer and the caller's backward: needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
-    ),
-    "GG101/pos_wgan_clip_helper_after_generator_forward": (
-        "moving the step would re-run a freed graph or change which weights the generator sees; the structural fix (`D(fake.detach())` for the discriminator step, then recompute `D(fake)` for the generator) is not offered automatically yet"
     ),
     "GG102/pos_adversarial_input_data_project": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
@@ -165,6 +156,9 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG101/pos_gan_g_logits_before_d_step": "the generator's forward, moved after the step, now sees the updated discriminator",
+    "GG101/pos_gan_helper_train_discriminator": "the generator's forward, moved after the step, now sees the updated discriminator",
+    "GG101/pos_wgan_clip_helper_after_generator_forward": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_tbptt_retain_graph_without_detach": "detaching the carried state truncates backpropagation between chunks",
     "GG001/pos_categorical_logits_mask": "`Categorical(logits=logits)` may keep `logits`; the distribution is used later",
     "GG001/pos_conv_input_clamp": "`x` is forward's argument: the caller's tensor is no longer clamped",

@@ -110,10 +110,86 @@ def fix_step_before_backward(ctx: FixContext, finding: Finding) -> Fix:
     """GG101: run the step (or the update) after the last backward that needs the old weights; or, in a
     truncated-BPTT loop kept alive with ``retain_graph=True``, cut the graph between chunks."""
     mutation = _mutation(finding)
-    try:
-        return move_after_backward(ctx, mutation, "Update after the backward")
-    except CannotFix:
-        return detach_between_chunks(ctx, mutation)
+    for attempt in (lambda: move_after_backward(ctx, mutation, "Update after the backward"),
+                    lambda: forward_after_step(ctx, mutation)):
+        try:
+            return attempt()
+        except CannotFix:
+            pass
+    return detach_between_chunks(ctx, mutation)
+
+
+def forward_after_step(ctx: FixContext, mutation: Mutation) -> Fix:
+    """The forward whose graph the step breaks was computed early (``g_logits = D(fake)`` before the
+    discriminator's step) and is read only after the step: move those statements to just after the step, so the
+    backward runs through a graph of the updated weights.  Unsafe: that forward now sees the new weights, which
+    is what the usual GAN loop does, but not what the code said."""
+    step = ctx.statement_of(mutation.node)
+    block = _block_of(ctx, step)
+    if block is None or len({id(c.sink.node) for c in mutation.conflicts}) != 1 or not mutation.conflicts:
+        raise CannotFix("not one backward in the step's block")
+    sink = mutation.conflicts[0].sink
+    if sink.kind != "backward":
+        raise CannotFix("the graph is not backpropagated here")
+    i = next(k for k, st in enumerate(block) if st is step)
+    down = next((st for st in _chain(ctx, sink.node) if any(st is b for b in block[i + 1:])), None)
+    if down is None:
+        raise CannotFix("the backward is not after the step in its block")
+    needed = _reads(down)
+    moved: list[ast.stmt] = []
+    for k in range(next(k for k, st in enumerate(block) if st is down) - 1, -1, -1):
+        st = block[k]
+        written = _writes(st)
+        if not written & needed:
+            continue
+        needed = (needed - written) | _reads(st)
+        if k < i:
+            between = block[k + 1:i]
+            if any(_reads(b) & written for b in between):
+                continue  # read before the step too: it stays where it is
+            if any(_writes(b) & _reads(st) for b in between):
+                raise CannotFix(f"line {st.lineno} would read values that change before the step")
+            moved.insert(0, st)
+    if not moved or not any(isinstance(n, ast.Call) for st in moved for n in ast.walk(st)):
+        raise CannotFix("no forward computed before the step and read only after it")
+    for st in [*moved, step]:
+        if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.Expr)):
+            raise CannotFix("only plain statements are moved")
+        ctx.require_own_lines(st)
+    lines, nl = ctx.lines, ctx.newline
+    text = "".join(line.rstrip("\r\n") + nl for st in moved for line in lines[st.lineno - 1:st.end_lineno])
+    edits = [TextEdit(st.lineno, 1, st.end_lineno + 1, 1, "") for st in moved]
+    edits.append(TextEdit(step.end_lineno + 1, 1, step.end_lineno + 1, 1, text))
+    edits.sort(key=lambda e: (e.line, e.column))
+    # Statements that stay before the step may hold part of the graph too (a shared trunk's features): only a
+    # move after which the step is no longer flagged is offered.
+    write_line = mutation.node.lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)
+    if _still_flagged(ctx, edits, write_line):
+        raise CannotFix("part of the graph the step breaks is computed by statements that must stay before it")
+    shown = ctx.source(moved[0]).splitlines()[0]
+    return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights (unsafe: "
+               "the forward now uses them)", False, tuple(edits))
+
+
+def _still_flagged(ctx: FixContext, edits: list[TextEdit], line: int) -> bool:
+    """Analyse the file as the edits leave it: is the write (now on ``line``) still a finding?"""
+    from .. import engine, parsing
+    from .edits import apply_edits
+
+    fixed = apply_edits(ctx.text, edits)
+    tree = parsing.parse(fixed)
+    if isinstance(tree, parsing.SyntaxProblem):
+        return True
+    findings = engine.analyze_module(tree, ctx.path, parsing.source_lines(fixed), use_jedi=False)
+    return any(getattr(f.node, "lineno", 0) == line and f.code in ("GG101", "GG102") for f in findings)
+
+
+def _writes(stmt: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+
+
+def _reads(stmt: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:

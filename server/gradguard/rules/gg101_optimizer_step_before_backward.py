@@ -35,8 +35,9 @@ def check(mutation: Mutation):
 
 
 def fix(ctx, finding):
-    """Move the step (or update) after the last backward that needs the old weights; in a truncated-BPTT loop
-    kept alive with `retain_graph=True`, detach the carried state instead (unsafe)."""
+    """Move the step (or update) after the last backward that needs the old weights; else move an early forward
+    after the step (unsafe); in a truncated-BPTT loop kept alive with `retain_graph=True`, detach the carried
+    state instead (unsafe)."""
     from ..fixes import structural as S
 
     return S.fix_step_before_backward(ctx, finding)
