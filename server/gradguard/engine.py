@@ -93,21 +93,22 @@ class _Fingerprints:
         self.top_text = "\n".join(f"@{s.lineno}\n{self._text(s)}" for s in top)
 
     def _text(self, node: ast.AST) -> str:
-        return "\n".join(self.lines[_first_line(node) - 1 : node.end_lineno])
+        return "\n".join(self.lines[parsing.first_line(node) - 1 : node.end_lineno])
 
     def of(self, fn, owner) -> tuple[str, tuple[tuple[int, int], ...]]:
         """The key, and the (first, last) lines of each part it covers, in the key's order."""
         if fn is None:
-            return self._key([self.top_text, self.imports, *self._named_parts(self.top_text, absolute=True)]), ()
+            named = [f"@{node.lineno}\n{text}" for node, text in self._named(self.top_text)]
+            return self._key([self.top_text, self.imports, *named]), ()
         own = self._text(fn)
-        spans = [(_first_line(fn), fn.end_lineno)]
+        spans = [(parsing.first_line(fn), fn.end_lineno)]
         parts = [own, self.imports]
         if owner is not None:
             parts.append(self._text(owner))
-            spans.append((_first_line(owner), owner.end_lineno))
+            spans.append((parsing.first_line(owner), owner.end_lineno))
         for node, text in self._named(own):
             parts.append(text)
-            spans.append((_first_line(node), node.end_lineno))
+            spans.append((parsing.first_line(node), node.end_lineno))
         return self._key(parts), tuple(spans)
 
     def _named(self, text: str) -> Iterator[tuple[ast.AST, str]]:
@@ -121,18 +122,9 @@ class _Fingerprints:
                 pending.append(text)
                 yield node, text
 
-    def _named_parts(self, text: str, absolute: bool) -> Iterator[str]:
-        for node, part in self._named(text):
-            yield f"@{node.lineno}\n{part}" if absolute else part
-
     @staticmethod
     def _key(parts: list[str]) -> str:
         return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def _first_line(node: ast.AST) -> int:
-    """A definition's first line is its first decorator's (``@torch.no_grad()`` changes what it does)."""
-    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
 
 
 def _imports_project_code(imports: dict[str, str]) -> bool:

@@ -87,6 +87,11 @@ def parse(text: str) -> ast.Module | SyntaxProblem:
         return SyntaxProblem(f"cannot parse: {exc}", 1, 1)
 
 
+def first_line(stmt: ast.stmt) -> int:
+    """A statement's first line, counting a definition's decorators (``@torch.no_grad()`` is part of it)."""
+    return min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+
+
 class Parsed(NamedTuple):
     """A successful parse, kept per open document so that the next keystroke can reuse most of it."""
 
@@ -110,7 +115,7 @@ def reparse(lines: list[str], previous: Parsed) -> ast.Module | None:
         return old
     last = next(i for i in range(len(lines) - 1, -1, -1) if lines[i] != old_lines[i])
     body = old.body
-    starts = [min([s.lineno, *(d.lineno for d in getattr(s, "decorator_list", ()))]) for s in body]
+    starts = [first_line(s) for s in body]
     start = bisect.bisect_right(starts, first + 1) - 1  # 1-based lines from here
     end = bisect.bisect_right(starts, last + 1) - 1
     if start < 0 or body[start].end_lineno < first + 1 or body[end].end_lineno < last + 1:

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..inference.imports import collect_imports, normalize, qualified_name
-from ..parsing import source_lines
+from ..parsing import first_line, source_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -230,7 +230,7 @@ class FixContext:
     def _statements_on(self, first: int, last: int) -> Iterator[ast.stmt]:
         """Every statement inside the top-level statements that have a line in ``first..last``."""
         for top in self.tree.body:
-            if _first_line(top) <= last and first <= top.end_lineno:
+            if first_line(top) <= last and first <= top.end_lineno:
                 yield from (n for n in ast.walk(top) if isinstance(n, ast.stmt))
 
     def segment_of(self, node: cst.CSTNode) -> Segment:
@@ -240,18 +240,13 @@ class FixContext:
         raise CannotFix("the node is not part of a parsed statement")
 
 
-def _first_line(stmt: ast.stmt) -> int:
-    """A statement's first line, counting its decorators."""
-    return min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
-
-
 class Parents:
     """node -> parent node, filled one top-level statement at a time: a fix looks at a few statements of a
     file that may have thousands, and a walk of the whole tree costs more than most fixes."""
 
     def __init__(self, tree: ast.Module):
         self.tree = tree
-        self.starts = [_first_line(s) for s in tree.body]
+        self.starts = [first_line(s) for s in tree.body]
         self.map: dict[ast.AST, ast.AST] = {}
         self.filled: set[int] = set()
 
