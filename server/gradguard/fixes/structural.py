@@ -107,8 +107,9 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
 
 
 def fix_step_before_backward(ctx: FixContext, finding: Finding) -> Fix:
-    """GG101: run the step (or the update) after the last backward that needs the old weights; or, in a
-    truncated-BPTT loop kept alive with ``retain_graph=True``, cut the graph between chunks."""
+    """GG101, the first that applies: run the step (or the update) after the last backward that needs the old
+    weights; compute an early forward after the step instead; in a truncated-BPTT loop kept alive with
+    ``retain_graph=True``, cut the graph between chunks."""
     mutation = _mutation(finding)
     for attempt in (lambda: move_after_backward(ctx, mutation, "Update after the backward"),
                     lambda: forward_after_step(ctx, mutation)):
@@ -126,7 +127,7 @@ def forward_after_step(ctx: FixContext, mutation: Mutation) -> Fix:
     is what the usual GAN loop does, but not what the code said."""
     step = ctx.statement_of(mutation.node)
     block = _block_of(ctx, step)
-    if block is None or len({id(c.sink.node) for c in mutation.conflicts}) != 1 or not mutation.conflicts:
+    if block is None or len({id(c.sink.node) for c in mutation.conflicts}) != 1:
         raise CannotFix("not one backward in the step's block")
     sink = mutation.conflicts[0].sink
     if sink.kind != "backward":
