@@ -59,14 +59,8 @@ NO_FIX = {
     "GG101/pos_actor_critic_shared_trunk": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),
-    "GG101/pos_ema_helper_called_before_backward": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
     "GG101/pos_ema_teacher_with_grad_updated_before_backward": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG101/pos_gan_no_detach_shared_d_output": (
-        "moving the step would re-run a freed graph or change which weights the generator sees; the structural fix (`D(fake.detach())` for the discriminator step, then recompute `D(fake)` for the generator) is not offered automatically yet"
     ),
     "GG101/pos_multitask_loop_over_task_losses": (
         "needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
@@ -156,6 +150,8 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG101/pos_gan_no_detach_shared_d_output": "`D(fake)` computed again after the step sees the updated discriminator",
+    "GG101/pos_ema_helper_called_before_backward": "the teacher's forward, moved after the EMA update, sees the updated teacher",
     "GG101/pos_gan_g_logits_before_d_step": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_gan_helper_train_discriminator": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_wgan_clip_helper_after_generator_forward": "the generator's forward, moved after the step, now sees the updated discriminator",

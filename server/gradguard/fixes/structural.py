@@ -121,10 +121,11 @@ def fix_step_before_backward(ctx: FixContext, finding: Finding) -> Fix:
 
 
 def forward_after_step(ctx: FixContext, mutation: Mutation) -> Fix:
-    """The forward whose graph the step breaks was computed early (``g_logits = D(fake)`` before the
-    discriminator's step) and is read only after the step: move those statements to just after the step, so the
-    backward runs through a graph of the updated weights.  Unsafe: that forward now sees the new weights, which
-    is what the usual GAN loop does, but not what the code said."""
+    """The forward whose graph the step breaks was computed before the step (``g_logits = D(fake)`` before the
+    discriminator's step): compute it after the step, so the backward runs through a graph of the updated
+    weights.  Statements read only after the step move; one also read before it (``d_fake`` of both losses) may
+    be computed again after the step.  Unsafe: that forward now sees the new
+    weights, which is what the usual GAN loop does, but not what the code said."""
     step = ctx.statement_of(mutation.node)
     block = _block_of(ctx, step)
     if block is None or len({id(c.sink.node) for c in mutation.conflicts}) != 1:
@@ -136,40 +137,55 @@ def forward_after_step(ctx: FixContext, mutation: Mutation) -> Fix:
     down = next((st for st in _chain(ctx, sink.node) if any(st is b for b in block[i + 1:])), None)
     if down is None:
         raise CannotFix("the backward is not after the step in its block")
-    needed = _reads(down)
+    moved, kept = _forward_before(block, i, next(k for k, st in enumerate(block) if st is down))
+    for st in [*moved, *kept, step]:
+        if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.Expr)):
+            raise CannotFix("only plain statements are moved")
+        ctx.require_own_lines(st)
+    # At most one statement is computed again: with more (a shared trunk's features and a critic's values),
+    # what follows the step (an advantage target) changes meaning, not only its weights.
+    for again in range(min(len(kept), 1) + 1):
+        recomputed = kept[len(kept) - again:] if again else []
+        after = sorted([*moved, *recomputed], key=lambda st: st.lineno)
+        if not any(isinstance(n, ast.Call) for st in after for n in ast.walk(st)):
+            continue
+        edits = _move_after(ctx, moved, after, step)
+        # Statements left before the step may hold part of the graph too: offer only what analyses clean.
+        if not _still_flagged(ctx, edits, mutation.node.lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)):
+            shown = ctx.source(after[0]).splitlines()[0]
+            return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights "
+                       "(unsafe: the forward now uses them)", False, tuple(edits))
+    raise CannotFix("no forward computed before the step can be computed after it instead")
+
+
+def _forward_before(block: list[ast.stmt], step: int, down: int) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """The statements before the step that the backward (``block[down]``) depends on: those read only after
+    the step (they can move), and those also read before it (they stay, and may be computed again)."""
+    needed = _reads(block[down])
     moved: list[ast.stmt] = []
-    for k in range(next(k for k, st in enumerate(block) if st is down) - 1, -1, -1):
+    kept: list[ast.stmt] = []
+    for k in range(down - 1, -1, -1):
         st = block[k]
         written = _writes(st)
         if not written & needed:
             continue
         needed = (needed - written) | _reads(st)
-        if k < i:
-            between = block[k + 1:i]
-            if any(_reads(b) & written for b in between):
-                continue  # read before the step too: it stays where it is
-            if any(_writes(b) & _reads(st) for b in between):
-                raise CannotFix(f"line {st.lineno} would read values that change before the step")
-            moved.insert(0, st)
-    if not moved or not any(isinstance(n, ast.Call) for st in moved for n in ast.walk(st)):
-        raise CannotFix("no forward computed before the step and read only after it")
-    for st in [*moved, step]:
-        if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.Expr)):
-            raise CannotFix("only plain statements are moved")
-        ctx.require_own_lines(st)
+        if k >= step:
+            continue
+        between = block[k + 1:step]
+        if any(_writes(b) & _reads(st) for b in between):
+            break  # what it reads changes before the step: computing it later would differ
+        (kept if any(_reads(b) & written for b in between) else moved).insert(0, st)
+    return moved, kept
+
+
+def _move_after(ctx: FixContext, moved: list[ast.stmt], after: list[ast.stmt], step: ast.stmt) -> list[TextEdit]:
+    """Edits that delete ``moved`` and put (a copy of) each of ``after`` just below ``step``, in order."""
     lines, nl = ctx.lines, ctx.newline
-    text = "".join(line.rstrip("\r\n") + nl for st in moved for line in lines[st.lineno - 1:st.end_lineno])
+    text = "".join(line.rstrip("\r\n") + nl for st in after for line in lines[st.lineno - 1:st.end_lineno])
     edits = [TextEdit(st.lineno, 1, st.end_lineno + 1, 1, "") for st in moved]
     edits.append(TextEdit(step.end_lineno + 1, 1, step.end_lineno + 1, 1, text))
-    edits.sort(key=lambda e: (e.line, e.column))
-    # Statements that stay before the step may hold part of the graph too (a shared trunk's features): only a
-    # move after which the step is no longer flagged is offered.
-    write_line = mutation.node.lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)
-    if _still_flagged(ctx, edits, write_line):
-        raise CannotFix("part of the graph the step breaks is computed by statements that must stay before it")
-    shown = ctx.source(moved[0]).splitlines()[0]
-    return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights (unsafe: "
-               "the forward now uses them)", False, tuple(edits))
+    return sorted(edits, key=lambda e: (e.line, e.column))
 
 
 def _still_flagged(ctx: FixContext, edits: list[TextEdit], line: int) -> bool:
