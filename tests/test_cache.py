@@ -186,3 +186,22 @@ def test_reparse_equals_a_full_parse_or_declines():
         if not isinstance(full, parsing.SyntaxProblem):
             lines, previous = new_lines, parsing.Parsed(new_lines, tree or full)
     assert spliced > 100 and declined > 20
+
+
+def test_reparse_after_lines_were_added_or_removed_inside_one_statement():
+    """Without positions after the change (a fix checking its own function), inserted and deleted lines inside
+    a function re-parse only it; a change between top-level statements declines."""
+    import ast
+
+    from gradguard import parsing
+
+    old = "import torch\n\n\ndef f():\n    a = 1\n    b = 2\n    return a\n\n\ndef g():\n    return 3\n"
+    previous = parsing.Parsed(parsing.source_lines(old), ast.parse(old))
+    for new in (old.replace("    b = 2\n", "    b = 2\n    c = 3\n"), old.replace("    b = 2\n", "")):
+        lines = parsing.source_lines(new)
+        assert parsing.reparse(lines, previous) is None  # positions after the change would be stale
+        tree = parsing.reparse(lines, previous, positions_after=False)
+        assert ast.dump(tree.body[1], include_attributes=True) == ast.dump(ast.parse(new).body[1], include_attributes=True)
+        assert tree.body[2] is previous.tree.body[2]  # reused as it was
+    between = old.replace("\n\ndef g", "\nx = 1\n\ndef g")
+    assert parsing.reparse(parsing.source_lines(between), previous, positions_after=False) is None

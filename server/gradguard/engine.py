@@ -27,8 +27,9 @@ from .rules import RULES_IN_PRECEDENCE
 
 
 def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True,
-                   cache: dict | None = None) -> list[Finding]:
-    """Findings for one parsed file.
+                   cache: dict | None = None, only_line: int | None = None) -> list[Finding]:
+    """Findings for one parsed file (``only_line``: only of the functions around that line, for a fix that
+    checks its own result).
 
     ``cache`` (the language server keeps one per document) maps a fingerprint of everything one function's
     analysis reads to its findings, so that a keystroke re-analyses only the functions it can affect.  It is
@@ -47,6 +48,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     used: dict[str, _Cached] = {}
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
+            continue
+        if only_line is not None and (fn is None or not parsing.first_line(fn) <= only_line <= fn.end_lineno):
             continue
         key, spans = fingerprint.of(fn, owner) if fingerprint is not None else (None, ())
         produced = None

@@ -99,32 +99,45 @@ class Parsed(NamedTuple):
     tree: ast.Module
 
 
-def reparse(lines: list[str], previous: Parsed) -> ast.Module | None:
-    """The tree of ``lines`` built from ``previous``: when no line was added or removed and every changed
-    line lies inside top-level statements, only those statements are parsed again (padded with blank
-    lines, so positions come out right) and the others are reused.  None when that does not apply or the
-    changed statements do not parse on their own; the caller then parses the whole text.
+def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) -> ast.Module | None:
+    """The tree of ``lines`` built from ``previous``: when every changed line lies inside top-level statements,
+    only those statements are parsed again (padded with blank lines, so positions come out right) and the
+    others are reused.  None when that does not apply or the changed statements do not parse on their own;
+    the caller then parses the whole text.
+
+    When lines were added or removed, the statements after the change would need new positions: with
+    ``positions_after`` (the default) that case is None; without, they are reused with their old positions,
+    which is enough for a look at the changed statements alone (a fix checking its own result).
 
     Splicing is sound because a top-level statement starts at column 0 with nothing open (no bracket, no
     string, no indentation), so the text around the changed statements tokenizes as it did."""
     old_lines, old = previous
-    if len(lines) != len(old_lines):
+    delta = len(lines) - len(old_lines)
+    if delta and positions_after:
         return None
-    first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), None)
-    if first is None:
+    first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), min(len(lines), len(old_lines)))
+    if first == len(lines) == len(old_lines):
         return old
-    last = next(i for i in range(len(lines) - 1, -1, -1) if lines[i] != old_lines[i])
+    # The last changed line of the old text, from the end; the common tail never overlaps the common head.
+    shorter = min(len(lines), len(old_lines))
+    tail = next((k for k in range(shorter - first)
+                 if lines[len(lines) - 1 - k] != old_lines[len(old_lines) - 1 - k]), shorter - first)
+    last = len(old_lines) - 1 - tail  # 0-based, old text
+    if last < first:  # lines only inserted: the old lines on both sides must belong to the changed statements
+        if first == 0:
+            return None
+        first, last = first - 1, first
     body = old.body
     starts = [first_line(s) for s in body]
     start = bisect.bisect_right(starts, first + 1) - 1  # 1-based lines from here
     end = bisect.bisect_right(starts, last + 1) - 1
-    if start < 0 or body[start].end_lineno < first + 1 or body[end].end_lineno < last + 1:
+    if start < 0 or end < start or body[start].end_lineno < first + 1 or body[end].end_lineno < last + 1:
         return None  # a changed line between statements (a comment, a blank line): anything may have changed
     while start > 0 and body[start - 1].end_lineno >= starts[start]:
         start -= 1  # `a = 1; b = 2`: statements that share a line are parsed together
     while end + 1 < len(body) and starts[end + 1] <= body[end].end_lineno:
         end += 1
-    top, bottom = starts[start], body[end].end_lineno
+    top, bottom = starts[start], body[end].end_lineno + delta
     segment = "\n" * (top - 1) + "\n".join(lines[top - 1:bottom]) + "\n"
     parsed = parse(segment)
     if isinstance(parsed, SyntaxProblem):

@@ -194,10 +194,12 @@ def _still_flagged(ctx: FixContext, edits: list[TextEdit], line: int) -> bool:
     from .edits import apply_edits
 
     fixed = apply_edits(ctx.text, edits)
-    tree = parsing.parse(fixed)
+    lines = parsing.source_lines(fixed)
+    # Only the changed function is parsed again: the check looks at no statement after it.
+    tree = parsing.reparse(lines, parsing.Parsed(ctx.lines, ctx.tree), positions_after=False) or parsing.parse(fixed)
     if isinstance(tree, parsing.SyntaxProblem):
         return True
-    findings = engine.analyze_module(tree, ctx.path, parsing.source_lines(fixed), use_jedi=False)
+    findings = engine.analyze_module(tree, ctx.path, lines, use_jedi=False, only_line=line)
     return any(getattr(f.node, "lineno", 0) == line and f.code in ("GG101", "GG102") for f in findings)
 
 
