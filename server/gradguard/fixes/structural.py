@@ -87,15 +87,7 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
         raise CannotFix("control leaves the block between the update and the backward")
     ctx.require_own_lines(up)
     ctx.require_own_lines(down)
-    lines = ctx.lines
-    if down.end_lineno >= len(lines):
-        raise CannotFix("the backward is the file's last line")
-    nl = ctx.newline
-    moved = "".join(line.rstrip("\r\n") + nl for line in lines[up.lineno - 1:up.end_lineno])
-    edits = (
-        TextEdit(up.lineno, 1, up.end_lineno + 1, 1, ""),
-        TextEdit(down.end_lineno + 1, 1, down.end_lineno + 1, 1, moved),
-    )
+    edits = tuple(_move_after(ctx, [up], [up], down))
     shown = ctx.source(up).splitlines()[0]
     title = f"{what}: move `{shown[:60]}` after the backward on line {down.lineno}"
     between = block[i + 1:j]
@@ -179,12 +171,14 @@ def _forward_before(block: list[ast.stmt], step: int, down: int) -> tuple[list[a
     return moved, kept
 
 
-def _move_after(ctx: FixContext, moved: list[ast.stmt], after: list[ast.stmt], step: ast.stmt) -> list[TextEdit]:
-    """Edits that delete ``moved`` and put (a copy of) each of ``after`` just below ``step``, in order."""
+def _move_after(ctx: FixContext, moved: list[ast.stmt], after: list[ast.stmt], anchor: ast.stmt) -> list[TextEdit]:
+    """Edits that delete ``moved`` and put (a copy of) each of ``after`` just below ``anchor``, in order."""
     lines, nl = ctx.lines, ctx.newline
+    if anchor.end_lineno >= len(lines):
+        raise CannotFix("nothing can go below the file's last line")
     text = "".join(line.rstrip("\r\n") + nl for st in after for line in lines[st.lineno - 1:st.end_lineno])
     edits = [TextEdit(st.lineno, 1, st.end_lineno + 1, 1, "") for st in moved]
-    edits.append(TextEdit(step.end_lineno + 1, 1, step.end_lineno + 1, 1, text))
+    edits.append(TextEdit(anchor.end_lineno + 1, 1, anchor.end_lineno + 1, 1, text))
     return sorted(edits, key=lambda e: (e.line, e.column))
 
 
