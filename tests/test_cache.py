@@ -48,9 +48,9 @@ def runs(monkeypatch):
     analysed = []
     real = engine._run_unit
 
-    def counting(ctx, fn, owner, tree):
+    def counting(ctx, fn, owner, tree, module_env):
         analysed.append(fn.name if fn is not None else "<module>")
-        return real(ctx, fn, owner, tree)
+        return real(ctx, fn, owner, tree, module_env)
 
     monkeypatch.setattr(engine, "_run_unit", counting)
     return analysed

@@ -13,13 +13,13 @@ import hashlib
 import re
 from typing import Iterator, NamedTuple
 
-from .inference.classes import find_module_classes, init_attributes
+from .inference.classes import ClassInfo, find_classes
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.imports import collect_imports
-from .inference.interpreter import ClassInfo, Context, Interpreter
+from .inference.interpreter import Context, Interpreter
 from .inference.jedi_oracle import JediOracle
-from .inference.values import ModuleValue
 from . import parsing
+from .inference.values import copy_values
 from .knowledge import load_knowledge
 from .moved import move_findings
 from .rules import RULES_IN_PRECEDENCE
@@ -39,12 +39,14 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     imports = collect_imports(tree.body)
     oracle = JediOracle("\n".join(lines), path) if use_jedi and lines is not None and _imports_project_code(imports) else None
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
-    classes = find_module_classes(tree, imports)
+    classes = find_classes(tree, imports)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions)
     findings: dict[tuple[str, int, int], Finding] = {}
     units = list(_units(tree))
     candidates = _candidate_units(units, lines) if lines is not None else None
-    fingerprint = _Fingerprints(tree, lines, functions, classes) if cache is not None and lines is not None else None
+    module_env = _ModuleEnvironment(ctx, tree, lines)
+    fingerprint = (_Fingerprints(tree, lines, functions, classes, module_env.names)
+                   if cache is not None and lines is not None else None)
     used: dict[str, _Cached] = {}
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
@@ -57,7 +59,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
             hit = cache[key]
             produced = move_findings(hit.findings, hit.spans, spans)
         if produced is None:
-            produced = list(_check(_run_unit(ctx, fn, owner, tree)))
+            produced = list(_check(_run_unit(ctx, fn, owner, tree, module_env)))
         if key is not None:
             used[key] = _Cached(spans, produced)
         for finding in produced:
@@ -87,8 +89,9 @@ class _Fingerprints:
     a function that only moved (or whose helpers moved) keeps its key, and its findings are moved part by part
     (``moved.py``) rather than made again.  The module's own statements are keyed with their absolute lines."""
 
-    def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict):
+    def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict, module_names: set[str]):
         self.lines = lines
+        self.module_names = module_names  # a function naming one of these reads the top level's variables
         self.named = {**functions, **{name: info.node for name, info in classes.items()}}
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
         top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
@@ -106,6 +109,8 @@ class _Fingerprints:
         own = self._text(fn)
         spans = [(parsing.first_line(fn), fn.end_lineno)]
         parts = [own, self.imports]
+        if self.module_names and self.module_names & set(re.findall(r"[A-Za-z_]\w*", own)):
+            parts.append(self.top_text)  # keyed with its absolute lines, like the top level's own key
         if owner is not None:
             parts.append(self._text(owner))
             spans.append((parsing.first_line(owner), owner.end_lineno))
@@ -176,21 +181,76 @@ def _candidate_units(units, lines: list[str]) -> set:
     return candidates
 
 
-def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | None, tree: ast.Module) -> Interpreter:
+class _ModuleEnvironment:
+    """The module's variables as its top level leaves them (``model = Net()`` read by ``def train():``).
+
+    Made once, lazily, for the first function that names one of them; each function then gets its own copy,
+    so that one function's analysis cannot change what another one sees."""
+
+    def __init__(self, ctx: Context, tree: ast.Module, lines: list[str] | None):
+        self.ctx = ctx
+        self.statements = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                         ast.ClassDef))]
+        self.names = _bound_names(self.statements)
+        self.lines = lines
+        self._env: dict | None = None
+
+    def top_level(self) -> list[ast.stmt]:
+        return self.statements
+
+    def for_function(self, fn: ast.AST) -> dict | None:
+        if not self.names or self.lines is None:
+            return None
+        text = "\n".join(self.lines[parsing.first_line(fn) - 1: fn.end_lineno])
+        if not self.names & set(re.findall(r"[A-Za-z_]\w*", text)):
+            return None
+        if self._env is None:
+            interp = Interpreter(self.ctx)
+            interp.inline_record = False
+            interp.run_module(self.statements)
+            self._env = interp.state.env
+        return copy_values(self._env)
+
+
+def _bound_names(statements: list[ast.stmt]) -> set[str]:
+    """Names the module's top level assigns (imports excluded: they are resolved as imports)."""
+    names: set[str] = set()
+    for stmt in statements:
+        targets = []
+        if isinstance(stmt, ast.Assign):
+            targets = stmt.targets
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+            targets = [stmt.target]
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            targets = [stmt.target]
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in stmt.items if i.optional_vars is not None]
+        elif isinstance(stmt, (ast.If, ast.Try)):
+            names |= _bound_names([*stmt.body, *stmt.orelse, *getattr(stmt, "finalbody", [])])
+        for target in targets:
+            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | None, tree: ast.Module,
+              module_env: _ModuleEnvironment) -> Interpreter:
     if fn is not None and any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in fn.body):
         ctx = Context(ctx.knowledge, collect_imports(fn.body, dict(ctx.imports)), ctx.classes, ctx.depth, ctx.oracle,
                       ctx.functions)
-    self_value = None
     info = ctx.classes.get(owner.name) if owner is not None else None
-    if info is not None and info.node is owner:
-        self_value = ModuleValue(owner.name, torch_module=False, user_class=owner)
-        if fn is not info.init:
-            init_attributes(ctx, info, self_value)
-    interp = Interpreter(ctx, self_value=self_value)
+    if info is not None and info.node is not owner:
+        info = None  # a class redefined later under the same name
+    interp = Interpreter(ctx)
     if fn is None:
-        interp.run_block([s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))])
-    else:
-        interp.run_function(fn, is_forward=self_value is not None and fn.name == "forward")
+        interp.run_module(module_env.top_level())
+        return interp
+    globals_ = module_env.for_function(fn)
+    if globals_ is not None:
+        interp.scopes = [globals_]
+    if info is not None:
+        # `self` as its `__init__` leaves it (writes made there are reported by `__init__`'s own analysis).
+        interp.self_value = interp.instantiate(info, [], {}, None, record=False, run_init=fn.name != "__init__")
+    interp.run_function(fn, is_forward=info is not None and info.is_module and fn.name == "forward", owner=info)
     return interp
 
 

@@ -11,21 +11,29 @@ import ast
 import collections
 
 from ..knowledge import OpInfo
+from .classes import find_method
 from .events import Sink
+from .expressions import _const_key
 from .values import (
     INT,
     NOT_TENSOR,
     UNKNOWN,
+    CallableRef,
+    ClassRef,
     DataAlias,
     Derived,
+    FunctionValue,
     Grad,
     NumberFrom,
     OptimizerValue,
     ModuleValue,
     ModuleIterable,
     ParamIterable,
+    PartialValue,
     Storage,
+    SuperRef,
     Tensor,
+    TensorMap,
     TensorSeq,
     Value,
     graph_of,
@@ -58,6 +66,7 @@ DISTRIBUTIONS_SAVING_LOGITS = {"Categorical", "OneHotCategorical", "Bernoulli", 
 class CallsMixin:
     def _expr_Call(self, node: ast.Call) -> Value:
         func = node.func
+        callee: Value = UNKNOWN
         if isinstance(func, ast.Attribute):
             owner = self.eval(func.value)
             if isinstance(owner, Tensor):
@@ -71,64 +80,143 @@ class CallsMixin:
                     return UNKNOWN
                 return self._unknown_call(node, [owner, *args])
             if isinstance(owner, ModuleValue):
-                attr = owner.attrs.get(func.attr)
-                if isinstance(attr, ModuleValue):  # self.fc(x): a submodule, not a method
-                    return self.call_module(attr, self._eval_args(node), node)
-                method = _method_of(owner, func.attr)
-                if method is not None:
-                    args, kwargs = self._eval_call_args(node)
-                    result = self.inline(method, args, kwargs, node, self_value=owner, record=func.attr != "forward")
-                    if result is not None:
-                        return result
-                    return self._unknown_call(node, [*args, *kwargs.values()])
-                return self._module_method(owner, func.attr, node)
-            if isinstance(owner, TensorSeq) and func.attr in ("append", "extend", "insert"):
-                args = self._eval_args(node)
-                if func.attr == "append" and args:
-                    owner.items.append(args[-1])
-                elif func.attr == "extend" and args and isinstance(args[0], TensorSeq):
-                    owner.items.extend(args[0].items)
-                elif func.attr == "insert" and len(args) > 1:
-                    owner.items.append(args[1])
-                return NOT_TENSOR
+                return self._instance_method(owner, func.attr, node)
+            if isinstance(owner, SuperRef):
+                return self._super_method(owner, func.attr, node)
+            if isinstance(owner, (TensorSeq, TensorMap)):
+                return self._container_method(owner, func.attr, node)
             if isinstance(owner, OptimizerValue):
                 self._eval_args(node)
                 if func.attr == "step":
                     name = func.value.id if isinstance(func.value, ast.Name) else "optimizer"
                     self._optimizer_step(owner, node, name)
                 return UNKNOWN
-        q = self.qual(func)
-        if q is not None and q.startswith("torch."):
-            return self._torch_call(q, node)
-        if q is not None and q.startswith("builtins."):
-            return self._builtin_call(q[9:], node)
-        if q is not None and q.split(".")[0] == "numpy":
+            if isinstance(owner, CallableRef):
+                callee = CallableRef(f"{owner.qualname}.{func.attr}")
+            elif isinstance(owner, ClassRef):
+                found = find_method(self.ctx.classes, owner.info, func.attr)
+                callee = FunctionValue(found[0], owner=found[1]) if found else UNKNOWN
+        else:
+            callee = self.eval(func)
+        q = self.qual(func) or (callee.qualname if isinstance(callee, CallableRef) else None)
+        if q is not None and not isinstance(callee, (FunctionValue, ClassRef, ModuleValue, PartialValue)):
+            return self._named_call(q, node)
+        args, kwargs = self._eval_call_args(node)
+        return self.call_value(callee, args, kwargs, node)
+
+    def _named_call(self, q: str, node: ast.Call, args: list[Value] | None = None,
+                    kwargs: dict[str, Value] | None = None) -> Value:
+        """A call of an imported callable, by its qualified name (``torch.sigmoid``, ``builtins.sum``)."""
+        if q.startswith("torch."):
+            return self._torch_call(q, node, args, kwargs)
+        if args is None:
             args, kwargs = self._eval_call_args(node)
+        if q.startswith("builtins."):
+            return self._builtin_call(q[9:], node, args)
+        if q.split(".")[0] == "numpy":
             numbers = [v for v in [*args, *kwargs.values()] if isinstance(v, NumberFrom)]
             if numbers:  # numpy on values read out of tensors: still values read out of tensors
                 return NumberFrom(frozenset().union(*(n.sources for n in numbers)), node,
                                   frozenset().union(*(n.markers for n in numbers)))
             return NOT_TENSOR
         if q == "copy.deepcopy":
-            args = self._eval_args(node)
             return _copy_module(args[0], node) if args and isinstance(args[0], ModuleValue) else UNKNOWN
         if q == "itertools.chain":
-            owners = [a for a in self._eval_args(node) if isinstance(a, ParamIterable)]
+            owners = [a for a in args if isinstance(a, ParamIterable)]
             return ParamIterable(owners) if owners else UNKNOWN
-        if isinstance(func, ast.Name) and func.id in self.ctx.functions and func.id not in self.state.env:
+        if q == "functools.partial" and args:
+            return PartialValue(args[0], args[1:], kwargs)
+        view = self.k.third_party_view(q)
+        if view is not None and args and isinstance(args[0], Tensor):
+            result = self._view(args[0], node)
+            result.label = args[0].label
+            return result
+        return self._unknown_call(node, [*args, *kwargs.values()])
+
+    def call_value(self, callee: Value, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
+        """Call a value: a function, lambda or method of the file, a class, an instance, a partial, an import."""
+        if isinstance(callee, FunctionValue):
+            result = self.inline(callee.node, args, kwargs, node, self_value=callee.self_value, scope=callee.scope,
+                                 owner=callee.owner)
+            if result is not None:
+                return result
+        elif isinstance(callee, ClassRef):
+            return self.instantiate(callee.info, args, kwargs, node)
+        elif isinstance(callee, ModuleValue):
+            return self.call_instance(callee, args, kwargs, node)
+        elif isinstance(callee, PartialValue):
+            return self.call_value(callee.func, [*callee.args, *args], {**callee.kwargs, **kwargs}, node)
+        elif isinstance(callee, CallableRef):
+            return self._named_call(callee.qualname, node, args, kwargs)
+        return self._unknown_call(node, [*args, *kwargs.values()])
+
+    def call_instance(self, instance: ModuleValue, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
+        """``obj(x)``: a module runs its ``forward``; any other object of the file its ``__call__``."""
+        info = self.ctx.class_of(instance)
+        if info is not None and not info.is_module:
+            found = find_method(self.ctx.classes, info, "__call__")
+            if found is not None:
+                result = self.inline(found[0], args, kwargs, node, self_value=instance, owner=found[1])
+                if result is not None:
+                    return result
+            return self._unknown_call(node, [*args, *kwargs.values()])
+        return self.call_module(instance, args, node)
+
+    def _instance_method(self, instance: ModuleValue, name: str, node: ast.Call) -> Value:
+        """``obj.name(...)``: a submodule or callable held in an attribute, a method of the file's class, or
+        one of nn.Module's own methods."""
+        attr = instance.attrs.get(name)
+        if isinstance(attr, (ModuleValue, FunctionValue, PartialValue, CallableRef)):
             args, kwargs = self._eval_call_args(node)
-            result = self.inline(self.ctx.functions[func.id], args, kwargs, node)
+            return self.call_value(attr, args, kwargs, node)
+        info = self.ctx.class_of(instance)
+        found = find_method(self.ctx.classes, info, name) if info is not None else None
+        if found is not None:
+            args, kwargs = self._eval_call_args(node)
+            if name == "forward":
+                return self.call_module(instance, args, node)
+            result = self.inline(found[0], args, kwargs, node, self_value=instance, owner=found[1])
             if result is not None:
                 return result
             return self._unknown_call(node, [*args, *kwargs.values()])
-        callee = self.eval(func) if not isinstance(func, ast.Attribute) else UNKNOWN
-        args = [self.eval(a.value if isinstance(a, ast.Starred) else a) for a in node.args]
-        kwargs = {kw.arg: self.eval(kw.value) for kw in node.keywords}
-        if isinstance(callee, ModuleValue):
-            return self.call_module(callee, args, node)
-        if isinstance(func, ast.Name) and func.id in self.ctx.classes:
-            return self._instantiate_user_module(func.id, node)
+        return self._module_method(instance, name, node)
+
+    def _super_method(self, ref: SuperRef, name: str, node: ast.Call) -> Value:
+        """``super().name(...)``: the next class's method; past the file's classes, the torch layer's own."""
+        args, kwargs = self._eval_call_args(node)
+        info = self.ctx.class_of(ref.self_value)
+        found = find_method(self.ctx.classes, info, name, after=ref.owner) if info is not None else None
+        if found is not None:
+            result = self.inline(found[0], args, kwargs, node, self_value=ref.self_value, owner=found[1],
+                                 max_depth=8 if name == "__init__" else 3)
+            return result if result is not None else self._unknown_call(node, [*args, *kwargs.values()])
+        if name == "forward" and ref.self_value.torch_module:
+            return self.call_module(ref.self_value, args, node, torch_forward=True)
+        if name == "__init__":
+            return NOT_TENSOR
         return self._unknown_call(node, [*args, *kwargs.values()])
+
+    def _container_method(self, owner: TensorSeq | TensorMap, name: str, node: ast.Call) -> Value:
+        args = self._eval_args(node)
+        if isinstance(owner, TensorMap):
+            if name == "values":
+                return TensorSeq(list(owner.items.values()))
+            if name == "items":
+                return TensorSeq([TensorSeq([NOT_TENSOR, v]) for v in owner.items.values()])
+            if name in ("get", "pop") and node.args:
+                return owner.element(_const_key(node.args[0]))
+            if name in ("update", "setdefault") and args and isinstance(args[0], TensorMap):
+                owner.items.update(args[0].items)
+            return UNKNOWN
+        if name == "append" and args:
+            owner.items.append(args[-1])
+        elif name == "extend" and args and isinstance(args[0], TensorSeq):
+            owner.items.extend(args[0].items)
+        elif name == "insert" and len(args) > 1:
+            owner.items.append(args[1])
+        elif name == "pop" and owner.items:
+            return owner.items[-1]
+        return NOT_TENSOR
 
     def _unknown_call(self, node: ast.AST, inputs: list[Value]) -> Value:
         """A call we cannot see into: its tensor inputs escape, and its result carries their graph."""
@@ -141,8 +229,23 @@ class CallsMixin:
         return Derived(graph, self._grad(*inputs))
 
     def _eval_call_args(self, node: ast.Call) -> tuple[list[Value], dict[str, Value]]:
-        args = [self.eval(a.value if isinstance(a, ast.Starred) else a) for a in node.args]
-        return args, {kw.arg: self.eval(kw.value) for kw in node.keywords if kw.arg}
+        """Positional values (``*xs`` of a list we know spreads into its items) and keyword values."""
+        args: list[Value] = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                value = self.eval(a.value)
+                if isinstance(value, TensorSeq) and value.base is None:
+                    args.extend(value.items)
+                else:
+                    args.append(value)
+            else:
+                args.append(self.eval(a))
+        kwargs: dict[str, Value] = {}
+        for kw in node.keywords:
+            value = self.eval(kw.value)
+            if kw.arg:
+                kwargs[kw.arg] = value
+        return args, kwargs
 
     def _eval_args(self, node: ast.Call) -> list[Value]:
         args = [self.eval(a.value if isinstance(a, ast.Starred) else a) for a in node.args]
@@ -150,10 +253,9 @@ class CallsMixin:
             self.eval(kw.value)
         return args
 
-    def _builtin_call(self, name: str, node: ast.Call) -> Value:
-        args = [self.eval(a) for a in node.args]
-        for kw in node.keywords:
-            self.eval(kw.value)
+    def _builtin_call(self, name: str, node: ast.Call, args: list[Value]) -> Value:
+        if name == "super":
+            return SuperRef(self.self_value, self.owner) if isinstance(self.self_value, ModuleValue) else UNKNOWN
         if name == "sum" and args and isinstance(args[0], TensorSeq):
             items = args[0].items
             if items and all(isinstance(i, NumberFrom) for i in items):
@@ -184,15 +286,25 @@ class CallsMixin:
         return UNKNOWN
 
     # ---------------------------------------------------------- torch calls
-    def _torch_call(self, q: str, node: ast.Call) -> Value:
+    def _torch_call(self, q: str, node: ast.Call, args: list[Value] | None = None,
+                    kwargs: dict[str, Value] | None = None) -> Value:
         parts = q.split(".")
         name = parts[-1]
-        args = [self.eval(a.value if isinstance(a, ast.Starred) else a) for a in node.args]
-        kwargs = {kw.arg: self.eval(kw.value) for kw in node.keywords if kw.arg}
+        if args is None:
+            args, kwargs = self._eval_call_args(node)
+        kwargs = kwargs or {}
         functional = q.startswith("torch.nn.functional.")
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             rg = _keyword_bool(node, "requires_grad", True)
             return new_tensor(node, Grad.YES if rg else Grad.NO, leaf=True, param=True, label="a parameter")
+        if q in ("torch.autograd.Variable", "torch.autograd.variable.Variable") and args:
+            # The legacy wrapper: a new leaf over the same memory (a detach), requiring grad when asked to.
+            rg = _keyword_bool(node, "requires_grad", False)
+            source = args[0]
+            storage = source.storage if isinstance(source, Tensor) else Storage()
+            result = new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True)
+            result.storage = storage
+            return result
         if len(parts) == 3 and parts[1] == "nn" and name[:1].isupper():
             return self._construct_module(name, node, args)
         if q.startswith("torch.optim.") and name[:1].isupper() and "lr_scheduler" not in q:
@@ -274,21 +386,9 @@ class CallsMixin:
             module.children = [a for a in args if isinstance(a, ModuleValue)]
         if cls in ("ModuleList",) and args and isinstance(args[0], TensorSeq):
             module.children = [a for a in args[0].items if isinstance(a, ModuleValue)]
-        return module
-
-    def _instantiate_user_module(self, name: str, node: ast.Call) -> Value:
-        for a in node.args:
-            self.eval(a)
-        for kw in node.keywords:
-            self.eval(kw.value)
-        info = self.ctx.classes[name]
-        module = ModuleValue(name, torch_module=False, ctor=node, user_class=info.node)
-        if info.init is not None and self.ctx.depth < 2:
-            from .classes import (
-                init_attributes,  # local import: classes builds on this module
-            )
-
-            module.attrs = init_attributes(self.ctx, info, module)
+        if cls in ("ModuleDict",) and args and isinstance(args[0], TensorMap):
+            module.attrs = {k: v for k, v in args[0].items.items() if isinstance(k, str) and isinstance(v, ModuleValue)}
+            module.children = list(module.attrs.values())
         return module
 
     # --------------------------------------------------------- method calls
@@ -313,14 +413,15 @@ class CallsMixin:
             tensor.requires_grad = Grad.YES if flag else Grad.NO
             return tensor
         if name == "clone":
-            return Tensor(Storage(), self._grad(tensor), leaf=not self._grad(tensor), graph=tensor.graph, origin=node)
+            return Tensor(Storage(), self._grad(tensor), leaf=not self._grad(tensor), graph=tensor.graph, origin=node,
+                          lost_sources=tensor.lost_sources)
         if name in NOT_TENSOR_METHODS:
             return NOT_TENSOR
         if name in TENSOR_METHOD_FACTORIES:
             return new_tensor(node, Grad.YES if _keyword_bool(node, "requires_grad", False) else Grad.NO)
         if name in SAME_TENSOR_METHODS:
             return Tensor(Storage(), self._grad(tensor), leaf=not self._grad(tensor), graph=tensor.graph,
-                          origin=node, label=tensor.label)
+                          origin=node, label=tensor.label, lost_sources=tensor.lost_sources)
         if name.endswith("_") and not name.endswith("__") and self.k.is_inplace(name):
             twin = self.k.inplace_twin(name)
             return self._inplace(node, tensor, f"`.{name}()`", twin, args[1:])
@@ -412,33 +513,36 @@ class CallsMixin:
                 result.graph = result.graph | {self._save(result, label, "output", node, cond == Grad.YES).id}
         return result
 
-    def call_module(self, module: ModuleValue, args: list[Value], node: ast.AST) -> Value:
-        """Apply an nn.Module: torch modules use the generated table; the file's own modules pass graphs through."""
-        if module.children and module.cls == "Sequential":
+    def call_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool = False) -> Value:
+        """Apply an nn.Module: a ``forward`` of the file's own runs in place (``torch_forward``: skip it, for
+        ``super().forward``); torch layers use the generated table."""
+        if module.children and module.cls == "Sequential" and module.user_class is None:
             value = args[0] if args else UNKNOWN
             for child in module.children:
                 value = self.call_module(child, [value], node)
             return value
         x = args[0] if args else UNKNOWN
-        forward = _method_of(module, "forward") if not module.torch_module else None
-        if not isinstance(x, Tensor) and forward is None:
+        info = self.ctx.class_of(module)
+        found = find_method(self.ctx.classes, info, "forward") if info is not None and not torch_forward else None
+        if found is not None:
+            result = self.inline(found[0], args, {}, node, self_value=module, record=False, owner=found[1])
+            if isinstance(result, (Tensor, TensorSeq, Derived)):
+                return result
+            # A forward we could not follow: its output is computed from its inputs and parameters, but we
+            # cannot tell its shape (one tensor, a tuple...), so it is never a write target.
+            graph = frozenset().union(*(graph_of(a) for a in args)) if args else frozenset()
+            return Derived(graph, Grad.YES if self.state.grad_enabled else Grad.NO)
+        if not module.torch_module:
+            return self._unknown_call(node, args)
+        if not isinstance(x, Tensor):
             for a in args:
                 self._sink("escape", node, a)
-            info = self.k.module(module.cls) if module.torch_module else None
-            if module.torch_module and (info is None or not info.has_params):
+            info = self.k.module(module.cls)
+            if info is None or not info.has_params:
                 return UNKNOWN
             # A module with parameters returns a tensor that requires grad, whatever we know of its input.
             graph = frozenset().union(*(graph_of(a) for a in args)) if args else frozenset()
             rg = Grad.YES if self.state.grad_enabled else Grad.NO
-            return Tensor(Storage(), rg, leaf=not rg, graph=graph, origin=node, label=f"the output of `{module.cls}`")
-        if not module.torch_module:
-            forward = _method_of(module, "forward")
-            if forward is not None:
-                result = self.inline(forward, args, {}, node, self_value=module, record=False)
-                if isinstance(result, (Tensor, TensorSeq, Derived)):
-                    return result
-            rg = Grad.YES if self.state.grad_enabled else Grad.NO
-            graph = frozenset().union(*(graph_of(a) for a in args))
             return Tensor(Storage(), rg, leaf=not rg, graph=graph, origin=node, label=f"the output of `{module.cls}`")
         info = self.k.module(module.cls)
         # A torch module the table does not know may or may not have parameters.
@@ -507,14 +611,6 @@ def _positional_or_keyword_bool(node: ast.Call, index: int, name: str, default: 
 
 # Factories that copy their data argument into a new leaf: given a tensor that requires grad, the graph ends there.
 GRAPH_REBUILDING_FACTORIES = {"tensor", "as_tensor", "asarray", "from_numpy"}
-
-
-def _method_of(module: ModuleValue, name: str) -> ast.FunctionDef | None:
-    """A method defined by the file's own class of this module (or None for torch modules)."""
-    cls = module.user_class
-    if cls is None:
-        return None
-    return next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == name), None)
 
 
 def _param_owners(params: Value) -> list[Value]:

@@ -1,14 +1,18 @@
-"""The file's own ``nn.Module`` subclasses, and what their ``__init__`` makes ``self.x``."""
+"""The file's own classes: every class, not only ``nn.Module`` subclasses.
+
+A plain ``class Trainer:`` that holds a model and an optimizer, a loss object called through ``__call__``
+and a subclass of ``nn.Linear`` are all ordinary ways to reach the same bugs, so each class is recorded
+with its in-file bases (for method lookup) and the torch class it ultimately derives from, if any.
+Plain data: running ``__init__`` and methods is the interpreter's job.
+"""
 
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from .imports import qualified_name
-from .interpreter import ClassInfo, Context, Interpreter
-from .values import ModuleValue, Value
-
+from .imports import normalize, qualified_name
 
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 
@@ -19,34 +23,88 @@ def statements(tree: ast.AST):
     while stack:
         node = stack.pop()
         yield node
-        for field in _BODIES:
-            children = getattr(node, field, None)
+        for name in _BODIES:
+            children = getattr(node, name, None)
             if children:
                 stack.extend(children)
 
 
-def find_module_classes(tree: ast.Module, imports: dict[str, str]) -> dict[str, ClassInfo]:
-    """Classes deriving (directly or through another class of the file) from an nn.Module-like base."""
+@dataclass
+class ClassInfo:
+    """One class of the file.
+
+    ``torch_base``: the ``torch.nn`` class it derives from, directly or through other classes of the file
+    (``"Module"`` for a plain ``nn.Module`` subclass, ``"Linear"`` for ``class MyLinear(nn.Linear)``), else None.
+    ``bases``: the names of its bases that are classes of this file, in order (the method resolution order
+    is approximated depth first, which is right for single inheritance).
+    """
+
+    node: ast.ClassDef
+    bases: list[str] = field(default_factory=list)
+    torch_base: str | None = None
+    shared_by_copies: ClassVar[bool] = True  # see ``values.copy_values``
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def is_module(self) -> bool:
+        return self.torch_base is not None
+
+    @property
+    def init(self) -> ast.FunctionDef | None:
+        return own_method(self.node, "__init__")
+
+
+def own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | None:
+    return next((s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == name),
+                None)
+
+
+def find_classes(tree: ast.Module, imports: dict[str, str]) -> dict[str, ClassInfo]:
+    """Every class of the file by name (a later definition of a name wins, as at run time)."""
+    found = [node for node in statements(tree) if isinstance(node, ast.ClassDef)]
+    found.sort(key=lambda n: n.lineno)
     classes: dict[str, ClassInfo] = {}
-    for node in statements(tree):
-        if not isinstance(node, ast.ClassDef):
-            continue
-        is_module = False
+    for node in found:
+        info = ClassInfo(node)
         for base in node.bases:
-            q = qualified_name(base, imports) or ""
-            name = q or (base.id if isinstance(base, ast.Name) else getattr(base, "attr", ""))
-            if q.startswith("torch.nn.") or name.endswith("Module") or name in classes:
-                is_module = True
-        if is_module:
-            init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
-            classes[node.name] = ClassInfo(node, init)
+            q = qualified_name(base, imports)
+            if q is not None and q.startswith("torch.nn."):
+                info.torch_base = info.torch_base or normalize(q).rsplit(".", 1)[1]
+            elif isinstance(base, ast.Name) and base.id in classes:
+                info.bases.append(base.id)
+            elif (getattr(base, "attr", None) or getattr(base, "id", "")).endswith("Module"):
+                info.torch_base = info.torch_base or "Module"  # `nn.Module` through an import we cannot resolve
+        classes[node.name] = info
+    for info in classes.values():  # inherit the torch base through the file's own bases
+        if info.torch_base is None:
+            info.torch_base = next((b.torch_base for b in mro(classes, info)[1:] if b.torch_base), None)
     return classes
 
 
-def init_attributes(ctx: Context, info: ClassInfo, module: ModuleValue) -> dict[str, Value]:
-    """Run ``__init__`` abstractly with ``self`` bound to ``module`` and return what it assigned to ``self``."""
-    if info.init is None:
-        return module.attrs
-    interp = Interpreter(replace(ctx, depth=ctx.depth + 1), self_value=module)
-    interp.run_function(info.init, is_forward=False)
-    return module.attrs
+def mro(classes: dict[str, ClassInfo], info: ClassInfo) -> list[ClassInfo]:
+    """The class and its in-file bases, depth first, each once."""
+    order: list[ClassInfo] = []
+    stack = [info]
+    while stack:
+        current = stack.pop(0)
+        if current in order:
+            continue
+        order.append(current)
+        stack[0:0] = [classes[b] for b in current.bases if b in classes]
+    return order
+
+
+def find_method(classes: dict[str, ClassInfo], info: ClassInfo, name: str,
+                after: ClassInfo | None = None) -> tuple[ast.FunctionDef, ClassInfo] | None:
+    """``name`` looked up along the class's MRO (``after``: start past that class, as ``super()`` does)."""
+    chain = mro(classes, info)
+    if after is not None and after in chain:
+        chain = chain[chain.index(after) + 1:]
+    for cls in chain:
+        method = own_method(cls.node, name)
+        if method is not None:
+            return method, cls
+    return None

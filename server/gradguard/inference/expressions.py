@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import ast
 
+from .classes import find_method
 from .values import (
     INT,
     NOT_TENSOR,
     UNKNOWN,
+    CallableRef,
+    ClassRef,
     DataAlias,
     Derived,
+    FunctionValue,
     Grad,
     ModuleValue,
     NumberFrom,
     Opaque,
     ParamIterable,
     Tensor,
+    TensorMap,
     TensorSeq,
     Value,
     graph_of,
@@ -50,6 +55,13 @@ def _const_int(node: ast.expr) -> int | None:
     return None
 
 
+def _const_key(node: ast.expr) -> object:
+    """A dict key or list index written as a constant (``"h"``, ``0``, ``-1``), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int)) and not isinstance(node.value, bool):
+        return node.value
+    return _const_int(node)
+
+
 def _numbers(values: list[Value], node: ast.AST) -> NumberFrom:
     """Arithmetic on numbers read out of tensors: still numbers, remembering where they came from."""
     numbers = [v for v in values if isinstance(v, NumberFrom)]
@@ -76,10 +88,46 @@ class ExpressionsMixin:
         return NOT_TENSOR
 
     def _expr_Name(self, node: ast.Name) -> Value:
-        return self.state.env.get(node.id, UNKNOWN)
+        """Local, then enclosing and module variables, then the file's functions and classes, then imports."""
+        value = self.state.env.get(node.id)
+        if value is None:
+            value = self.lookup(node.id)
+        if value is not None:
+            return value
+        if node.id in self.ctx.functions:
+            return FunctionValue(self.ctx.functions[node.id])
+        if node.id in self.ctx.classes:
+            return ClassRef(self.ctx.classes[node.id])
+        if node.id in self.ctx.imports:
+            return CallableRef(self.ctx.imports[node.id])
+        return UNKNOWN
+
+    def _expr_Lambda(self, node: ast.Lambda) -> Value:
+        return FunctionValue(node, scope=self.state.env)
+
+    def _expr_Starred(self, node: ast.Starred) -> Value:
+        return self.eval(node.value)
+
+    def _element(self, container: TensorSeq | TensorMap, index: ast.expr) -> Value:
+        """``xs[i]``: the element at a constant index or key; any element (a stand-in for each) otherwise."""
+        self.eval(index)
+        key = _const_key(index)
+        if isinstance(container, TensorMap):
+            if key is None and len(container.items) > 1:
+                return self._iter_element(TensorSeq(list(container.items.values())), index)
+            return container.element(key)
+        if isinstance(key, int) or container.base is not None:
+            return container.element(key if isinstance(key, int) else None)
+        return self._iter_element(container, index)
 
     def _expr_Tuple(self, node: ast.Tuple | ast.List) -> Value:
-        items = [self.eval(e) for e in node.elts]
+        items: list[Value] = []
+        for e in node.elts:
+            value = self.eval(e)
+            if isinstance(e, ast.Starred) and isinstance(value, TensorSeq) and value.base is None:
+                items.extend(value.items)  # [*xs, y]
+            else:
+                items.append(value)
         if not items and isinstance(node, ast.List):
             return TensorSeq([])  # `steps = []`: a list that .append() may fill with tensors
         if any(isinstance(i, NumberFrom) for i in items) and not any(isinstance(i, (Tensor, Derived)) for i in items):
@@ -91,9 +139,24 @@ class ExpressionsMixin:
     _expr_List = _expr_Tuple
 
     def _expr_Dict(self, node: ast.Dict) -> Value:
-        values = [self.eval(v) for v in [*node.keys, *node.values] if v is not None]
+        for key in node.keys:
+            if key is not None:
+                self.eval(key)
+        values = [self.eval(v) for v in node.values]
         groups = [v for v in values if isinstance(v, ParamIterable)]
-        return TensorSeq(groups) if groups else UNKNOWN  # an optimizer param group
+        if groups:
+            return TensorSeq(groups)  # an optimizer param group
+        items: dict[object, Value] = {}
+        for key, value in zip(node.keys, values):
+            if key is None:
+                if isinstance(value, TensorMap):  # {**other}
+                    items.update(value.items)
+                continue
+            const = _const_key(key)
+            items[const if const is not None else object()] = value
+        if any(not isinstance(v, Opaque) for v in items.values()):
+            return TensorMap(items)
+        return UNKNOWN
 
     def _expr_ListComp(self, node: ast.ListComp | ast.GeneratorExp) -> Value:
         saved = self.state.copy()
@@ -163,15 +226,21 @@ class ExpressionsMixin:
             if self._is_advanced_index(node.slice):
                 return self.apply_op("index", [container], node, "indexing")
             return self._view(container, node)
-        if isinstance(container, TensorSeq):
-            return container.element(_const_int(node.slice))
+        if isinstance(container, (TensorSeq, TensorMap)):
+            return self._element(container, node.slice)
         if isinstance(container, Derived):
             self.eval(node.slice)
             return container
         if isinstance(container, ModuleValue) and container.children:
-            index = _const_int(node.slice)
-            if index is not None and -len(container.children) <= index < len(container.children):
+            self.eval(node.slice)
+            index = _const_key(node.slice)
+            if isinstance(index, int) and -len(container.children) <= index < len(container.children):
                 return container.children[index]
+            if isinstance(index, str) and index in container.attrs:
+                return container.attrs[index]  # ModuleDict
+            if index is None and all(c.cls == container.children[0].cls for c in container.children):
+                return container.children[0]  # layers[i] of alike layers: any of them
+            return UNKNOWN
         self.eval(node.slice)
         return UNKNOWN
 
@@ -191,11 +260,17 @@ class ExpressionsMixin:
             return self._module_attr(owner, node.attr, node)
         if isinstance(owner, Derived):
             return owner
+        if isinstance(owner, CallableRef):
+            return CallableRef(f"{owner.qualname}.{node.attr}")
         return UNKNOWN
 
     def _module_attr(self, module: ModuleValue, name: str, node: ast.AST) -> Value:
         if name in module.attrs:
             return module.attrs[name]
+        info = self.ctx.class_of(module)
+        found = find_method(self.ctx.classes, info, name) if info is not None else None
+        if found is not None:  # `step = self.train_step`: a bound method
+            return FunctionValue(found[0], self_value=module, owner=found[1])
         if module.torch_module:
             info = self.k.module(module.cls)
             if name in ("weight", "bias") and (info is None or info.has_params):

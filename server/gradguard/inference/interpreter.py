@@ -15,15 +15,18 @@ from dataclasses import dataclass, field
 
 from ..knowledge import TorchKnowledge
 from .calls import CALL_STATS, CallsMixin
+from .classes import ClassInfo, find_method
 from .events import GraphBreak, Mutation, Sink
-from .expressions import BINARY_OPS, ExpressionsMixin, _const_int
+from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
 from .values import (
     NOT_TENSOR,
     UNKNOWN,
+    ClassRef,
     DataAlias,
     Derived,
+    FunctionValue,
     Grad,
     NumberFrom,
     OptimizerValue,
@@ -34,6 +37,7 @@ from .values import (
     Save,
     Storage,
     Tensor,
+    TensorMap,
     TensorSeq,
     Value,
     graph_of,
@@ -52,14 +56,6 @@ SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
 
 
 @dataclass
-class ClassInfo:
-    """A class of this file that subclasses nn.Module: its ``__init__`` tells what ``self.x`` is."""
-
-    node: ast.ClassDef
-    init: ast.FunctionDef | None
-
-
-@dataclass
 class Context:
     """What is shared by every function of one file."""
 
@@ -69,6 +65,12 @@ class Context:
     depth: int = 0
     oracle: "JediOracle | None" = None  # asked about calls into other modules of the project
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)  # the file's module-level functions
+
+    def class_of(self, value: Value) -> ClassInfo | None:
+        """The file's class an instance was made from."""
+        cls = getattr(value, "user_class", None)
+        info = self.classes.get(cls.name) if cls is not None else None
+        return info if info is not None and info.node is cls else None
 
 
 @dataclass
@@ -112,6 +114,12 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.inline_record = True  # False while inlining a module's forward (its own analysis reports its writes)
         self.inline_frames: list[tuple[ast.AST, int]] = []  # (call site, id mark) of each followed call
         self.returns: list[Value] | None = None
+        # Names not bound locally are looked up here, innermost first: a closure's defining scope, then the
+        # module's variables (the live top-level environment when the call was made from the top level).
+        self.scopes: list[dict[str, Value]] = []
+        self.outer_names: set[str] = set()  # `nonlocal`/`global` names of the running function: bound outside
+        self.owner: ClassInfo | None = ctx.class_of(self_value)  # the class whose method runs (for super())
+        self.module_unit = False  # running the module's top level (its environment is the globals)
 
     # ----------------------------------------------------------------- helpers
     def _next(self) -> int:
@@ -141,8 +149,16 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         return max((v.requires_grad for v in values if isinstance(v, (Tensor, Derived))), default=Grad.NO)
 
     # -------------------------------------------------------------- statements
-    def run_function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool) -> None:
+    def run_module(self, body: list[ast.stmt]) -> None:
+        """The module's top level: its variables are what the functions it calls see as globals."""
+        self.module_unit = True
+        self.run_block(body)
+
+    def run_function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool,
+                     owner: ClassInfo | None = None) -> None:
         self.is_forward = is_forward
+        if owner is not None:
+            self.owner = owner
         # Grad mode at entry is the caller's: known on (for the rules that raise at once) only in a forward,
         # or in training code that runs backward or steps itself.
         self.grad_mode_known = is_forward or any(
@@ -219,8 +235,8 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         op = BINARY_OPS.get(type(stmt.op))
         if isinstance(stmt.target, ast.Subscript):
             container = self.eval(stmt.target.value)
-            if isinstance(container, TensorSeq):  # parts[0] += 1: the element itself is written
-                element = container.element(_const_int(stmt.target.slice))
+            if isinstance(container, (TensorSeq, TensorMap)):  # parts[0] += 1: the element itself is written
+                element = self._element(container, stmt.target.slice)
                 if isinstance(element, Tensor):
                     self._inplace(stmt, element, f"`{symbol}`", op, [rhs])
             elif isinstance(container, Tensor):
@@ -332,6 +348,32 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             merged = self.state if merged is None else _merge(merged, self.state)
         self.state = _merge(before, merged) if merged is not None else before
 
+    def _stmt_FunctionDef(self, stmt: ast.FunctionDef) -> None:
+        """A nested ``def`` is a closure over the running function's variables (module-level functions are
+        looked up by name instead, see ``_expr_Name``)."""
+        if not (self.module_unit and not self.inline_stack):
+            self.state.env[stmt.name] = FunctionValue(stmt, scope=self.state.env)
+
+    _stmt_AsyncFunctionDef = _stmt_FunctionDef
+
+    def _stmt_Nonlocal(self, stmt: ast.Nonlocal | ast.Global) -> None:
+        self.outer_names.update(stmt.names)
+
+    _stmt_Global = _stmt_Nonlocal
+
+    def lookup(self, name: str) -> Value | None:
+        """A name not bound in the running function: its closure's scope, then the module's variables."""
+        for scope in self.scopes:
+            if name in scope:
+                return scope[name]
+        return None
+
+    def _module_env(self) -> dict[str, Value]:
+        """The module's variables as seen from the code running now."""
+        if self.module_unit and not self.inline_stack:
+            return self.state.env
+        return self.scopes[-1] if self.scopes else {}
+
     def _stmt_Delete(self, stmt: ast.Delete) -> None:
         for target in stmt.targets:
             if isinstance(target, ast.Name):
@@ -344,6 +386,11 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                 value = self._ask_jedi(target, stmt, value)
             if isinstance(value, Tensor) and value.label == "tensor":
                 value.label = f"`{target.id}`"
+            if target.id in self.outer_names:
+                scope = next((sc for sc in self.scopes if target.id in sc), self.scopes[-1] if self.scopes else None)
+                if scope is not None:
+                    scope[target.id] = value
+                    return
             self.state.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             elements = self._unpack(value, len(target.elts), stmt)
@@ -375,6 +422,16 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                               copy_from=value, index=target.slice)
             elif isinstance(container, DataAlias):
                 self._data_write(stmt, container, "an indexed assignment through `.data`")
+            elif isinstance(container, TensorSeq) and container.base is None:
+                index = _const_int(target.slice)  # `hs[0] = h`: the list holds h from now on
+                if index is not None and -len(container.items) <= index < len(container.items):
+                    container.items[index] = value
+                else:
+                    container.items.append(value)
+            elif isinstance(container, TensorMap):
+                self.eval(target.slice)
+                key = _const_key(target.slice)
+                container.items[key if key is not None else object()] = value
             else:
                 self._sink("escape", stmt, value)
         elif isinstance(target, ast.Starred):
@@ -432,6 +489,11 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             return TensorSeq([NOT_TENSOR, element]) if iterable.named else element
         if isinstance(iterable, Derived):
             return iterable
+        if isinstance(iterable, ModuleValue) and iterable.children:
+            first = iterable.children[0]  # `for layer in self.layers`: alike layers stand for each other
+            return first if all(c.cls == first.cls for c in iterable.children) else UNKNOWN
+        if isinstance(iterable, TensorMap):
+            return NOT_TENSOR  # iterating a dict yields its keys
         return UNKNOWN
 
     # ---------------------------------------------------------- in-place writes
@@ -471,7 +533,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                                 grad_mode_known=self.grad_mode_known, value_grad=self._grad(*operands))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
-                mutation.via = f"`{self.inline_stack[-1].name}()` (line {node.lineno})"
+                mutation.via = f"`{getattr(self.inline_stack[-1], 'name', 'lambda')}()` (line {node.lineno})"
             self.mutations.append(mutation)
         if kind == "data":
             return target  # .data writes bypass the version counter and the graph
@@ -538,15 +600,55 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self._inplace(node, proxy, f"`{name}.step()`", None, [], kind="step")
         self.state.grad_enabled = grad_mode
 
-    def inline(self, fn: ast.FunctionDef, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
-               self_value: Value | None = None, record: bool = True) -> Value | None:
+    def inline(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
+               self_value: Value | None = None, record: bool = True, scope: dict[str, Value] | None = None,
+               owner: ClassInfo | None = None, max_depth: int = 3) -> Value | None:
         """Analyse a call of one of the file's own functions in place, with the caller's values.
 
-        Returns None when the call is not followed (too deep, recursive): the caller then treats it as unknown.
+        ``scope``: the variables a closure or lambda sees from the function that defined it; ``owner``: the
+        class a method was found on.  Returns None when the call is not followed (too deep, recursive): the
+        caller then treats it as unknown.
         """
-        if len(self.inline_stack) >= 3 or fn in self.inline_stack:
+        if len(self.inline_stack) >= max_depth or fn in self.inline_stack:
             return None
-        saved = (self.state, self.inline_record, self.returns, self.loop_vars)
+        saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
+                 self.owner, self.self_value)
+        module_env = self._module_env()
+        env = self._bind_parameters(fn, args, kwargs, self_value)
+        grad = self.state.grad_enabled
+        for deco in getattr(fn, "decorator_list", ()):
+            if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
+                grad = False
+        self.state = State(env, grad)
+        self.scopes = [s for s in (scope, module_env) if s is not None and s is not env]
+        self.outer_names = set()
+        self.owner, self.self_value = owner, self_value
+        self.inline_record = self.inline_record and record
+        self.returns, self.loop_vars = [], []
+        CALL_STATS["followed call of the file's own code"] += 1
+        self.inline_stack.append(fn)
+        self.inline_frames.append((node, new_id()))
+        try:
+            if isinstance(fn, ast.Lambda):
+                self.returns.append(self.eval(fn.body))
+            else:
+                self.run_block(fn.body)
+            returns = self.returns
+        finally:
+            self.inline_stack.pop()
+            self.inline_frames.pop()
+            (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
+             self.owner, self.self_value) = saved
+        if not returns:
+            return NOT_TENSOR
+        result = returns[0]
+        for other in returns[1:]:
+            result = join(result, other)
+        return result
+
+    def _bind_parameters(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value],
+                         self_value: Value | None) -> dict[str, Value]:
+        """The callee's parameters bound as Python binds them: positionally, by keyword, else their default."""
         params = [*fn.args.posonlyargs, *fn.args.args]
         env: dict[str, Value] = {}
         if self_value is not None and params:
@@ -554,34 +656,36 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             params = params[1:]
         for param, value in zip(params, args):
             env[param.arg] = value
+        defaults = dict(zip([p.arg for p in params][::-1], fn.args.defaults[::-1]))
+        defaults.update({p.arg: d for p, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None})
         for param in [*params[len(args):], *fn.args.kwonlyargs]:
-            env[param.arg] = kwargs.get(param.arg, UNKNOWN)
-        for extra in (fn.args.vararg, fn.args.kwarg):
-            if extra is not None:
-                env[extra.arg] = UNKNOWN
-        grad = self.state.grad_enabled
-        for deco in fn.decorator_list:
-            if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
-                grad = False
-        self.state = State(env, grad)
-        self.inline_record = self.inline_record and record
-        self.returns, self.loop_vars = [], []
-        CALL_STATS["followed call of the file's own code"] += 1
-        self.inline_stack.append(fn)
-        self.inline_frames.append((node, new_id()))
-        try:
-            self.run_block(fn.body)
-            returns = self.returns
-        finally:
-            self.inline_stack.pop()
-            self.inline_frames.pop()
-            self.state, self.inline_record, self.returns, self.loop_vars = saved
-        if not returns:
-            return NOT_TENSOR
-        result = returns[0]
-        for other in returns[1:]:
-            result = join(result, other)
-        return result
+            if param.arg in kwargs:
+                env[param.arg] = kwargs[param.arg]
+            elif param.arg in defaults:
+                env[param.arg] = self.eval(defaults[param.arg])
+            else:
+                env[param.arg] = self._param_value(param, is_forward=False)
+        if fn.args.vararg is not None:
+            extra = args[len(params):]
+            env[fn.args.vararg.arg] = TensorSeq(list(extra)) if extra else UNKNOWN
+        if fn.args.kwarg is not None:
+            env[fn.args.kwarg.arg] = UNKNOWN
+        return env
+
+    def instantiate(self, info: ClassInfo, args: list[Value], kwargs: dict[str, Value], node: ast.AST | None,
+                    record: bool = True, run_init: bool = True) -> ModuleValue:
+        """An instance of one of the file's classes, with what its ``__init__`` (found along the MRO) assigns.
+
+        Construction nests deeper than ordinary calls (a model of blocks of layers), so it has its own bound."""
+        torch_layer = info.torch_base not in (None, "Module")
+        instance = ModuleValue(info.torch_base if torch_layer else info.name, torch_module=torch_layer, ctor=node,
+                               user_class=info.node)
+        found = find_method(self.ctx.classes, info, "__init__") if run_init else None
+        if found is not None:
+            init, owner = found
+            self.inline(init, args, kwargs, node or init, self_value=instance, record=record, owner=owner,
+                        max_depth=8)
+        return instance
 
     def _graph_break(self, node: ast.AST, how: str, sources_from: list[Value], requires_grad: Grad) -> Tensor:
         """A new tensor built from values read out of tensors that require grad: their gradient path ends here."""

@@ -102,8 +102,24 @@ class TensorSeq:
 
 
 @dataclass(eq=False)
+class TensorMap:
+    """A dict whose values may be tensors (``{"h": h}``, ``state["h"]``), by constant key."""
+
+    items: dict[object, "Value"]
+
+    def element(self, key: object) -> "Value":
+        if key in self.items:
+            return self.items[key]
+        values = list(self.items.values())
+        return values[0] if len(values) == 1 else UNKNOWN
+
+
+@dataclass(eq=False)
 class ModuleValue:
-    """An ``nn.Module`` instance: a torch one (``cls`` = class name) or one of the file's own."""
+    """An instance: of a torch ``nn`` class (``cls`` = its name), or of one of the file's own classes
+    (``user_class``), which may derive from a torch class (then ``cls`` names that class and ``torch_module``
+    is set, so ``super().forward`` and ``self.weight`` behave as torch's) or from nothing at all (a plain
+    ``class Trainer:``, a loss object with ``__call__``)."""
 
     cls: str
     torch_module: bool
@@ -160,6 +176,48 @@ class Derived:
     requires_grad: "Grad" = None  # type: ignore[assignment]
 
 
+@dataclass(eq=False)
+class FunctionValue:
+    """A function of the file as a value: a nested ``def`` (a closure over ``scope``, the live variables of
+    the function that defined it), a ``lambda``, or a bound method (``self_value``, found on class ``owner``)."""
+
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+    scope: dict[str, "Value"] | None = None
+    self_value: "Value | None" = None
+    owner: object = None  # the ClassInfo the method was found on (``super()`` starts after it)
+
+
+@dataclass(eq=False)
+class CallableRef:
+    """A named callable from an import, held in a variable: ``act = torch.sigmoid``, ``loss_fn = F.mse_loss``."""
+
+    qualname: str
+
+
+@dataclass(eq=False)
+class PartialValue:
+    """``functools.partial(f, *args, **kwargs)``: a call of it calls ``f`` with those arguments first."""
+
+    func: "Value"
+    args: list["Value"]
+    kwargs: dict[str, "Value"]
+
+
+@dataclass(eq=False)
+class ClassRef:
+    """One of the file's classes as a value (``cls = Trainer``; ``cls()`` makes an instance)."""
+
+    info: object  # ClassInfo
+
+
+@dataclass(eq=False)
+class SuperRef:
+    """``super()`` in a method of class ``owner``: attribute look-ups start after it in the MRO."""
+
+    self_value: "ModuleValue"
+    owner: object  # ClassInfo
+
+
 class Opaque(enum.Enum):
     UNKNOWN = "unknown"  # we cannot tell; never flagged
     NOT_TENSOR = "not-tensor"  # int, float, str, list of numbers, numpy array...
@@ -179,8 +237,8 @@ UNKNOWN = Opaque.UNKNOWN
 NOT_TENSOR = Opaque.NOT_TENSOR
 INT = Opaque.INT
 
-Value = (Tensor | DataAlias | TensorSeq | ModuleValue | ParamIterable | ModuleIterable | Derived | NumberFrom
-         | OptimizerValue | Opaque)
+Value = (Tensor | DataAlias | TensorSeq | TensorMap | ModuleValue | ParamIterable | ModuleIterable | Derived
+         | NumberFrom | OptimizerValue | FunctionValue | CallableRef | PartialValue | ClassRef | SuperRef | Opaque)
 
 
 def new_id() -> int:
@@ -266,4 +324,40 @@ def graph_of(value: Value) -> frozenset[int]:
     if isinstance(value, TensorSeq):
         graph = frozenset().union(*(graph_of(i) for i in value.items)) if value.items else frozenset()
         return graph | (value.base.graph if value.base is not None else frozenset())
+    if isinstance(value, TensorMap):
+        return frozenset().union(*(graph_of(i) for i in value.items.values())) if value.items else frozenset()
     return frozenset()
+
+
+_SHARED = (ast.AST, enum.Enum, str, int, float, bool, frozenset, type(None))
+
+
+def copy_values(env: dict[str, Value]) -> dict[str, Value]:
+    """A copy of an environment whose tensors, storages, containers and instances are new objects (aliasing
+    between them kept), so that analysing one function cannot change what another one sees.  Syntax nodes
+    and immutable values are shared."""
+    memo: dict[int, object] = {}
+
+    def copy(value):
+        if isinstance(value, _SHARED):
+            return value
+        if id(value) in memo:
+            return memo[id(value)]
+        if isinstance(value, list):
+            result = memo[id(value)] = []
+            result.extend(copy(v) for v in value)
+            return result
+        if isinstance(value, dict):
+            result = memo[id(value)] = {}
+            result.update((k, copy(v)) for k, v in value.items())
+            return result
+        if isinstance(value, tuple):
+            return tuple(copy(v) for v in value)
+        if not hasattr(value, "__dataclass_fields__") or getattr(value, "shared_by_copies", False):
+            return value  # plain data about the file (a ClassInfo), never written by the analysis
+        result = memo[id(value)] = object.__new__(type(value))
+        for name in value.__dataclass_fields__:
+            object.__setattr__(result, name, copy(getattr(value, name)))
+        return result
+
+    return copy(env)

@@ -15,6 +15,7 @@ from types import MappingProxyType
 __all__ = ["OpInfo", "ModuleInfo", "TorchKnowledge", "load_knowledge", "TABLE_PATH"]
 
 TABLE_PATH = Path(__file__).with_name("torch_ops.json")
+THIRD_PARTY_VIEWS_PATH = Path(__file__).with_name("third_party_views.json")
 FORMAT = 1
 
 
@@ -54,7 +55,7 @@ class ModuleInfo:
 class TorchKnowledge:
     """Read-only view of one generated table."""
 
-    def __init__(self, data: Mapping):
+    def __init__(self, data: Mapping, third_party_views: Mapping[str, str] = MappingProxyType({})):
         if data.get("format") != FORMAT:
             raise ValueError(f"torch_ops.json format {data.get('format')!r}, expected {FORMAT}")
         self.torch_version: str = data["torch_version"]
@@ -63,6 +64,11 @@ class TorchKnowledge:
         self._modules = {name: _module(name, d) for name, d in data["modules"].items()}
         self.inplace_kwarg_functions: frozenset[str] = frozenset(data["inplace_kwarg"]["functions"])
         self.inplace_kwarg_modules: frozenset[str] = frozenset(data["inplace_kwarg"]["modules"])
+        self._third_party_views = dict(third_party_views)
+
+    def third_party_view(self, qualname: str) -> str | None:
+        """Why a function outside torch returns a view of its first argument (``einops.rearrange``), or None."""
+        return self._third_party_views.get(qualname)
 
     def op(self, name: str) -> OpInfo | None:
         return self._ops.get(name)
@@ -118,4 +124,7 @@ def _module(name: str, d: Mapping) -> ModuleInfo:
 def load_knowledge() -> TorchKnowledge:
     """The shipped table, loaded once."""
     with TABLE_PATH.open(encoding="utf-8") as f:
-        return TorchKnowledge(json.load(f))
+        data = json.load(f)
+    with THIRD_PARTY_VIEWS_PATH.open(encoding="utf-8") as f:
+        views = json.load(f)["views"]
+    return TorchKnowledge(data, views)
