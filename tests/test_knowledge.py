@@ -272,3 +272,29 @@ def test_tuple_overloads_save_what_torch_saves():
     y -= 1
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         full.backward()
+
+
+# A call of each third-party view function whose result torch can return as a view of its input.
+_VIEW_CALLS = {
+    "einops.rearrange": lambda f, t: f(t, "a b -> b a"),
+    "einops.repeat": lambda f, t: f(t, "a b -> a b c", c=2),
+}
+
+
+@pytest.mark.parametrize("qualname", sorted(_VIEW_CALLS))
+def test_third_party_view_functions_return_views(qualname):
+    """The table's claim, checked against the installed library: the result shares the input's memory and
+    an in-place write to it with grad on raises torch's view-of-a-leaf error."""
+    torch = pytest.importorskip("torch")
+    module_name, _, attr = qualname.rpartition(".")
+    module = pytest.importorskip(module_name)
+    assert load_knowledge().third_party_view(qualname)
+    leaf = torch.randn(2, 3, requires_grad=True)
+    view = _VIEW_CALLS[qualname](getattr(module, attr), leaf)
+    assert view._base is leaf and view.untyped_storage().data_ptr() == leaf.untyped_storage().data_ptr()
+    with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad"):
+        view.mul_(2)
+
+
+def test_every_third_party_view_function_has_a_check():
+    assert set(load_knowledge().third_party_views) == set(_VIEW_CALLS)

@@ -192,7 +192,8 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         if ann is not None and (self.qual(ann) or "").startswith("torch.nn.") and (self.qual(ann) or "").endswith("Module"):
             return ModuleValue("Module", torch_module=False, ctor=arg)  # model: nn.Module
         if is_forward and ann is None:
-            return Tensor(Storage(), Grad.MAYBE, leaf=False, origin=arg, label=f"`{arg.arg}`", graph=frozenset({new_id()}))
+            return Tensor(Storage(), Grad.MAYBE, leaf=False, origin=arg, label=f"`{arg.arg}`", graph=frozenset({new_id()}),
+                          assumed=True)
         return UNKNOWN
 
     def _is_tensor_annotation(self, ann: ast.expr) -> bool:
@@ -449,7 +450,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         if full_name in PARAMETER:
             return new_tensor(stmt, Grad.YES, leaf=True, param=True, label=f"`{target.id}`")
         if full_name in TENSOR:
-            return Tensor(Storage(), Grad.MAYBE, leaf=False, graph=graph_of(value), origin=stmt)
+            return Tensor(Storage(), Grad.MAYBE, leaf=False, graph=graph_of(value), origin=stmt, assumed=True)
         if full_name and full_name.startswith(MODULE_PREFIX):
             return ModuleValue(full_name.rsplit(".", 1)[1], torch_module=True, ctor=stmt)
         return value
@@ -457,7 +458,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
     def _unpack(self, value: Value, count: int, node: ast.AST) -> list[Value]:
         if isinstance(value, TensorSeq):
             return [value.element(i) for i in range(count)]
-        if isinstance(value, Tensor):
+        if isinstance(value, Tensor) and not value.assumed:
             # `a, b = t` iterates t: each element is an output of Unbind.
             return [self._view(value, node, multi_view="Unbind" if value.requires_grad else None) for _ in range(count)]
         if isinstance(value, Derived):
@@ -474,7 +475,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                               param=all(t.param for t in tensors), graph=frozenset().union(*(t.graph for t in tensors)),
                               origin=first.origin, label=first.label, group=tensors)
             return iterable.element(None)
-        if isinstance(iterable, Tensor):
+        if isinstance(iterable, Tensor) and not iterable.assumed:
             return self._view(iterable, node, multi_view="Unbind" if iterable.requires_grad else None)
         if isinstance(iterable, (ParamIterable, ModuleIterable)):
             params = tuple(self._param_tensors(iterable.owner))

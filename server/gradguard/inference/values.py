@@ -63,6 +63,9 @@ class Tensor:
     nograd_plain_view: bool = False
     group: tuple["Tensor", ...] = ()  # `p` in `for p in model.parameters()`: stands for every parameter
     lost_sources: frozenset[int] = frozenset()  # `t.detach()`: the graph ids of what it was detached from
+    # Taken to be one tensor without proof (a forward's unannotated argument may be a tuple): never unpacked
+    # or iterated as one, so that `a, b = x` is not explained as the views `unbind` returns.
+    assumed: bool = False
 
     def root(self) -> "Tensor":
         t = self

@@ -66,6 +66,10 @@ class TorchKnowledge:
         self.inplace_kwarg_modules: frozenset[str] = frozenset(data["inplace_kwarg"]["modules"])
         self._third_party_views = dict(third_party_views)
 
+    @property
+    def third_party_views(self) -> frozenset[str]:
+        return frozenset(self._third_party_views)
+
     def third_party_view(self, qualname: str) -> str | None:
         """Why a function outside torch returns a view of its first argument (``einops.rearrange``), or None."""
         return self._third_party_views.get(qualname)
