@@ -205,3 +205,38 @@ def test_reparse_after_lines_were_added_or_removed_inside_one_statement():
         assert tree.body[2] is previous.tree.body[2]  # reused as it was
     between = old.replace("\n\ndef g", "\nx = 1\n\ndef g")
     assert parsing.reparse(parsing.source_lines(between), previous, positions_after=False) is None
+
+
+GLOBALS = textwrap.dedent('''
+    import torch
+
+    BIAS = torch.zeros(3, requires_grad=True)
+    STEP = 0
+
+
+    def shift():
+        BIAS.add_(0.1)
+
+
+    def other():
+        x = torch.zeros(3, requires_grad=True)
+        x += 1
+''')
+
+
+def test_a_function_that_reads_a_global_follows_the_statement_that_binds_it(runs):
+    """Editing the binding of a module variable re-analyses the functions that read it (and only those);
+    an edit elsewhere at the top level does not."""
+    cache: dict = {}
+    before = analyze_source(GLOBALS, "g.py", cache=cache)
+    assert {(line, code) for line, code, _ in _findings(before)} >= {(9, "GG002"), (14, "GG002")}
+    runs.clear()
+    edited = GLOBALS.replace("STEP = 0", "STEP = 1")
+    analyze_source(edited, "g.py", cache=cache)
+    assert "shift" not in runs and "other" not in runs
+    runs.clear()
+    edited = GLOBALS.replace("BIAS = torch.zeros(3, requires_grad=True)", "BIAS = torch.zeros(3)")
+    result = analyze_source(edited, "g.py", cache=cache)
+    assert "shift" in runs and "other" not in runs
+    assert _findings(result) == _findings(analyze_source(edited, "g.py"))
+    assert not any(line == 9 for line, _, _ in _findings(result))

@@ -45,8 +45,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     units = list(_units(tree))
     candidates = _candidate_units(units, lines) if lines is not None else None
     module_env = _ModuleEnvironment(ctx, tree, lines)
-    fingerprint = (_Fingerprints(tree, lines, functions, classes, module_env.names)
-                   if cache is not None and lines is not None else None)
+    fingerprint = _Fingerprints(tree, lines, functions, classes) if cache is not None and lines is not None else None
     used: dict[str, _Cached] = {}
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
@@ -82,19 +81,24 @@ class _Cached(NamedTuple):
 
 
 class _Fingerprints:
-    """What one function's analysis can read: its own text (decorators included), the imports, its class, and
-    the file's functions and classes it names (transitively, since calls are followed).
+    """What one function's analysis can read: its own text (decorators included), the imports, its class, the
+    file's functions and classes it names, and the top-level statements that bind the module variables it
+    names (transitively, since calls are followed and a variable's value depends on others).
 
     A function's key holds the parts' text but not where they are, and ``of`` also returns each part's lines:
     a function that only moved (or whose helpers moved) keeps its key, and its findings are moved part by part
     (``moved.py``) rather than made again.  The module's own statements are keyed with their absolute lines."""
 
-    def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict, module_names: set[str]):
+    def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict):
         self.lines = lines
-        self.module_names = module_names  # a function naming one of these reads the top level's variables
-        self.named = {**functions, **{name: info.node for name, info in classes.items()}}
+        self.named: dict[str, list[ast.AST]] = {name: [node] for name, node in functions.items()}
+        self.named.update({name: [info.node] for name, info in classes.items()})
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
         top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        self.binders: dict[str, list[ast.AST]] = {}
+        for stmt in top:
+            for name in _bound_names([stmt]):
+                self.binders.setdefault(name, []).append(stmt)
         self.imports = "|".join(ast.dump(s) for s in imports)
         self.top_text = "\n".join(f"@{s.lineno}\n{self._text(s)}" for s in top)
 
@@ -104,31 +108,33 @@ class _Fingerprints:
     def of(self, fn, owner) -> tuple[str, tuple[tuple[int, int], ...]]:
         """The key, and the (first, last) lines of each part it covers, in the key's order."""
         if fn is None:
-            named = [f"@{node.lineno}\n{text}" for node, text in self._named(self.top_text)]
+            named = [f"@{node.lineno}\n{text}" for node, text in self._named(self.top_text, self.named)]
             return self._key([self.top_text, self.imports, *named]), ()
         own = self._text(fn)
         spans = [(parsing.first_line(fn), fn.end_lineno)]
         parts = [own, self.imports]
-        if self.module_names and self.module_names & set(re.findall(r"[A-Za-z_]\w*", own)):
-            parts.append(self.top_text)  # keyed with its absolute lines, like the top level's own key
         if owner is not None:
             parts.append(self._text(owner))
             spans.append((parsing.first_line(owner), owner.end_lineno))
-        for node, text in self._named(own):
+        for node, text in self._named(own, {**self.binders, **self.named}):
             parts.append(text)
             spans.append((parsing.first_line(node), node.end_lineno))
         return self._key(parts), tuple(spans)
 
-    def _named(self, text: str) -> Iterator[tuple[ast.AST, str]]:
+    def _named(self, text: str, named: dict[str, list[ast.AST]]) -> Iterator[tuple[ast.AST, str]]:
         seen: set[str] = set()
+        given: set[int] = set()
         pending = [text]
         while pending:
-            for name in sorted(set(re.findall(r"[A-Za-z_]\w*", pending.pop())) & self.named.keys() - seen):
+            for name in sorted(set(re.findall(r"[A-Za-z_]\w*", pending.pop())) & named.keys() - seen):
                 seen.add(name)
-                node = self.named[name]
-                text = self._text(node)
-                pending.append(text)
-                yield node, text
+                for node in named[name]:
+                    if id(node) in given:
+                        continue
+                    given.add(id(node))
+                    text = self._text(node)
+                    pending.append(text)
+                    yield node, text
 
     @staticmethod
     def _key(parts: list[str]) -> str:
