@@ -9,12 +9,11 @@ function made the piece that was written.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 
 from .inference.events import Finding, Mutation, line_of
 from .inference.values import Tensor
-from .rules.common import first_conflict
+from .rules.common import first_conflict, piece_of, view_call
 
 # How torch reacts, per the finding.
 AT_WRITE = "raised-at-write"  # the in-place op itself raises (leaf, view of a leaf, multi-view, no_grad view)
@@ -76,26 +75,6 @@ def explain(finding: Finding) -> Explanation | None:
 def _is_parameter(target: Tensor) -> bool:
     """The written tensor (which shares the saved tensor's memory) is a parameter, or a view of one."""
     return any(t.param for t in (*(target.group or (target,)), *target.view_chain()))
-
-
-def piece_of(target: Tensor) -> Tensor | None:
-    """The output of a multi-view function that ``target`` is (or is a view of)."""
-    piece = None
-    for t in target.view_chain():
-        if not t.multi_view:
-            break
-        piece = t
-    return piece
-
-
-def view_call(piece: Tensor) -> str | None:
-    """The function the user called to get the piece (``chunk``, ``split``, ``unbind``); None when the piece
-    comes from unpacking (``a, b = t``) or iterating (``for row in t``) a tensor."""
-    origin = piece.origin
-    if isinstance(origin, ast.Call):
-        func = origin.func
-        return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-    return None
 
 
 def _multi_view(mutation: Mutation) -> dict:
