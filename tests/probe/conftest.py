@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 from gradguard.probe import ProbeOptions, ProbeWorker  # noqa: E402
+from probe_corpus import probe_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +38,9 @@ def probe(worker):
         return worker.probe(path, ProbeOptions(**options))
 
     return run
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    """Every fixture probed once per session (test_probe_fixtures.py, test_agreement.py)."""
+    return probe_corpus()

@@ -2,7 +2,8 @@
 reports nothing on any negative.  Each fixture is probed with `--entry run` (import, call run()).
 
 All fixtures are probed once per session, by warm workers (torch imported once each; one forked child
-per fixture), two at a time; the parametrized tests then check each result.
+per fixture), two at a time (``probe_corpus``, once per session: the ``corpus`` fixture of conftest.py, shared with test_agreement.py); the
+parametrized tests then check each result.
 """
 
 from __future__ import annotations
@@ -10,51 +11,18 @@ from __future__ import annotations
 import importlib.util
 import os
 import statistics
-import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fixture_corpus import Fixture, all_fixtures
-from gradguard.probe import ProbeOptions, ProbeWorker
+from probe_corpus import DEVICE, FIXTURES, WORKERS
+from fixture_corpus import Fixture
 
 torch = pytest.importorskip("torch")
 
-FIXTURES = all_fixtures()
 # A positive's expected code -> the probe codes that confirm it.  An element loop (GG104) is, to torch,
 # a saved tensor modified (GG001), a leaf (GG002) or a view of a leaf (GG003) written in place.
 ACCEPT = {"GG104": {"GG001", "GG002", "GG003", "GG104"}}
-WORKERS = max(1, min(2, os.cpu_count() or 1))
-# On a GPU machine: GRADGUARD_PROBE_DEVICE=cuda python -m pytest tests/probe (same expectations).
-DEVICE = os.environ.get("GRADGUARD_PROBE_DEVICE", "cpu")
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    """{fixture id: ProbeResult} for every fixture, and the wall time it took."""
-    started = time.monotonic()
-    workers = [ProbeWorker() for _ in range(WORKERS)]
-    try:
-        with ThreadPoolExecutor(WORKERS) as pool:
-            for w in pool.map(lambda w: w.start(), workers):
-                pass
-            ready = time.monotonic()
-            chunks = [FIXTURES[i::WORKERS] for i in range(WORKERS)]
-
-            def probe_chunk(args):
-                w, chunk = args
-                options = ProbeOptions(entry="run", timeout=60, device=DEVICE)
-                return [(fx.id, w.probe(fx.path, options)) for fx in chunk]
-
-            results = {}
-            for part in pool.map(probe_chunk, zip(workers, chunks)):
-                results.update(part)
-    finally:
-        for w in workers:
-            w.close()
-    done = time.monotonic()
-    return {"results": results, "startup": ready - started, "probing": done - ready}
 
 
 def _lines(result) -> dict[int, set[str]]:

@@ -29,6 +29,9 @@ _IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
      "backward() raised because a tensor saved for backward was modified in place"),
 ]
 
+# torch names the autograd node of the view written to: "Output 0 of Split is a view and is being modified inplace".
+_VIEW_NODE = re.compile(r"^Output \d+ of (\w+) is a view")
+
 _MEMORY = re.compile(r"can't allocate memory|DefaultCPUAllocator|out of memory|Cannot allocate memory", re.I)
 
 
@@ -56,8 +59,10 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
                 kind = "graph-break"
                 origins = _rebuilds_before(exc.__traceback__, user, tracer)
                 notes = tuple(Note(o, "a tensor rebuilt from values (no graph) is made here") for o in origins)
+            view = _VIEW_NODE.search(first) if code == "GG004" else None
             return ProbeFinding(code, kind, sites[0], f"{what}; torch raises: {first}", torch_message=text,
-                                callers=tuple(sites[1:]), origins=origins, notes=notes)
+                                callers=tuple(sites[1:]), origins=origins, notes=notes,
+                                view_node=view.group(1) if view else None)
     return None
 
 

@@ -97,6 +97,29 @@ class Note:
 
 
 @dataclass(frozen=True)
+class Saving:
+    """One tensor autograd saved for backward, as torch saw it: where, by which aten op (``sigmoid``,
+    ``addmm``), in which role (``output`` of that op, a ``weight`` -- an ``nn.Parameter`` or a view of one --
+    or another ``input``) and, for an input, the autograd node that had made it (``grad_fn.name()`` when it was
+    saved: ``AddmmBackward0``; None for a leaf).  Structured so that the static explanation can be compared
+    with it (``tests/agreement.py``) without reading messages."""
+
+    site: Site | None
+    op: str | None
+    role: str
+    made_by: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"site": asdict(self.site) if self.site else None, "op": self.op, "role": self.role,
+                "made_by": self.made_by}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Saving":
+        site = Site.from_json(data["site"]) if data.get("site") else None
+        return cls(site, data.get("op"), data["role"], data.get("made_by"))
+
+
+@dataclass(frozen=True)
 class ProbeFinding:
     """One grad-breaking mutation the probe observed.
 
@@ -106,6 +129,10 @@ class ProbeFinding:
     was made, where a tensor was rebuilt from plain values).  ``kind``: ``raised`` (backward or the op raised), ``silent`` (a saved tensor
     was changed behind autograd's back and backward used it), ``pending`` (a saved tensor was changed
     and its graph was still alive when the run ended, but no backward used it), ``graph-break``.
+    ``saves``: the saved tensors the write hit, the one backward used first (the one torch's message is
+    about); ``backward``: the ``backward()`` that raised or used it; ``view_node``: for a write to an output of
+    a function that returns several views, the autograd node torch names (``Split``, ``Unbind``, or the
+    ``Select``/``View`` taken of such an output).
     """
 
     code: str
@@ -119,6 +146,9 @@ class ProbeFinding:
     origins: tuple[Site, ...] = ()
     op: str | None = None
     count: int = 1
+    saves: tuple[Saving, ...] = ()
+    backward: Site | None = None
+    view_node: str | None = None
 
     @property
     def lines(self) -> set[tuple[str, int]]:
@@ -132,6 +162,8 @@ class ProbeFinding:
         data["notes"] = [n.to_json() for n in self.notes]
         data["callers"] = [asdict(c) for c in self.callers]
         data["origins"] = [asdict(c) for c in self.origins]
+        data["saves"] = [s.to_json() for s in self.saves]
+        data["backward"] = asdict(self.backward) if self.backward else None
         return data
 
     @classmethod
@@ -141,6 +173,8 @@ class ProbeFinding:
         data["notes"] = tuple(Note.from_json(n) for n in data.get("notes", ()))
         data["callers"] = tuple(Site.from_json(c) for c in data.get("callers", ()))
         data["origins"] = tuple(Site.from_json(c) for c in data.get("origins", ()))
+        data["saves"] = tuple(Saving.from_json(s) for s in data.get("saves", ()))
+        data["backward"] = Site.from_json(data["backward"]) if data.get("backward") else None
         return cls(**data)
 
 

@@ -40,12 +40,13 @@ from torch.utils._python_dispatch import _pop_mode_temporarily
 
 from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
-from .model import Note, ProbeFinding, Site
+from .model import Note, ProbeFinding, Saving, Site
 from .provenance import Provenance
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _NO_DISPATCH = torch._C._DisableTorchDispatch
 _Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
 
 # Ops that take the slow path without writing anything (markers compared by identity).
 _SCALAR = "scalar"  # _local_scalar_dense: item(), float(t), int(t), bool(t)
@@ -173,9 +174,10 @@ class Saved:
     """One tensor autograd saved for backward."""
 
     __slots__ = ("serial", "key", "value", "version", "is_output", "node", "output_nr", "site", "op",
-                 "conflicts")
+                 "conflicts", "role", "made_by")
 
-    def __init__(self, serial, key, value, version, is_output, node, output_nr, site, op):
+    def __init__(self, serial, key, value, version, is_output, node, output_nr, site, op, role="input",
+                 made_by=None):
         self.serial = serial
         self.key = key
         self.value = value  # the original tensor, or for an output a detached alias (no reference cycle)
@@ -186,6 +188,12 @@ class Saved:
         self.site = site  # (code, line, lasti) of the user's code that caused the save
         self.op = op
         self.conflicts: list[tuple[Conflict, tuple]] | None = None  # (conflict, geometry of the write)
+        self.role = role  # "output" of the saving op, a "weight" (a Parameter or a view of one), or an "input"
+        self.made_by = made_by  # grad_fn.name() of a saved input when it was saved (None for a leaf)
+
+    def saving(self) -> "tuple":
+        """What a finding says about this save (a tuple: a record would keep the tensor alive)."""
+        return (self.site, self.op, self.role, self.made_by)
 
 
 class _Handle:
@@ -214,13 +222,13 @@ class Conflict:
     origins: list[Site]  # other lines that are part of it (where the inplace=True module was made)
     first: Saved  # one of the saved tensors it hit (to read its version at the end)
     first_overlaps: bool  # whether the write touched that tensor's elements (not just its storage)
-    saves: list[tuple[tuple | None, str | None]] = field(default_factory=list)  # (Saved.site, op)
+    saves: list[tuple] = field(default_factory=list)  # Saved.saving() of the hit saved tensors
     count: int = 0
     alive: int = 0  # how many hit saved tensors are still held by a graph
     realized: str | None = None  # "raised" | "silent" once a backward used a hit tensor
     backward: list[Site] = field(default_factory=list)
     torch_message: str | None = None
-    realized_save: tuple[tuple | None, str | None] | None = None
+    realized_save: tuple | None = None  # Saved.saving() of the one a backward used first
 
 
 @dataclass
@@ -314,8 +322,11 @@ class Tracer(TorchDispatchMode):
                 with _NO_DISPATCH():  # an alias, made without a round trip through this mode
                     value = t.detach()
                 node, output_nr = grad_fn.name(), t.output_nr
+                role, made_by = "output", None
             else:
                 value, node, output_nr = t, None, 0
+                role = "weight" if isinstance(t, _Parameter) or isinstance(t._base, _Parameter) else "input"
+                made_by = grad_fn.name() if grad_fn is not None else None
             self.serial += 1
             frame = sys._getframe(1)
             site = None
@@ -326,7 +337,7 @@ class Tracer(TorchDispatchMode):
                     break
                 frame = frame.f_back
             rec = Saved(self.serial, key, value, t._version, is_output, node, output_nr, site,
-                        _op_name(last) if is_output and last is not None else None)
+                        _op_name(last) if is_output and last is not None else None, role, made_by)
             if not is_output:
                 self.unnamed.append(rec)
             if key is not None:
@@ -397,13 +408,15 @@ class Tracer(TorchDispatchMode):
             if key not in self.unexplained:
                 site = backward[0] if backward else Site("<unknown>", 0)
                 notes = ()
-                if rec.site:
-                    notes = (Note(code_site(*rec.site), f"saved for backward here by `{rec.op}`"),)
+                saved_at = code_site(*rec.site) if rec.site else None
+                if saved_at:
+                    notes = (Note(saved_at, f"saved for backward here by `{rec.op}`"),)
                 self.unexplained[key] = ProbeFinding(
                     "GG001", "raised", site,
                     "backward() raised because a saved tensor was modified in place, by an op the probe did not see "
                     "(another thread, or before the probe started)",
-                    torch_message=message, notes=notes, callers=tuple(backward[1:]))
+                    torch_message=message, notes=notes, callers=tuple(backward[1:]),
+                    saves=(Saving(saved_at, rec.op, rec.role, rec.made_by),), backward=site if backward else None)
             return
         geometry = None
         chosen = []
@@ -425,7 +438,7 @@ class Tracer(TorchDispatchMode):
             c.realized = how
             c.backward = backward
             c.torch_message = message
-            c.realized_save = (rec.site, rec.op)
+            c.realized_save = rec.saving()
 
     # -- every aten op --
 
@@ -516,8 +529,9 @@ class Tracer(TorchDispatchMode):
                 else:
                     rec.conflicts.append((conflict, geometry))
                 conflict.alive += 1
-                if len(conflict.saves) < 3 and (rec.site, rec.op) not in conflict.saves:
-                    conflict.saves.append((rec.site, rec.op))
+                saving = rec.saving()
+                if len(conflict.saves) < 3 and saving not in conflict.saves:
+                    conflict.saves.append(saving)
 
     @staticmethod
     def _code_hint(op: str, written, site: Site, inner: list) -> tuple[str, list[Site]]:
@@ -618,15 +632,18 @@ class Tracer(TorchDispatchMode):
         else:
             silent = c.realized == "silent"
         code = "GG102" if silent else c.code_hint
-        save = c.realized_save or (c.saves[0] if c.saves else (None, None))
+        save = c.realized_save or (c.saves[0] if c.saves else (None, None, "input", None))
         save_site = code_site(*save[0]) if save[0] else None
         saved_by = f" by `{save[1]}`" if save[1] else ""
         at = f" at line {save_site.line}" if save_site else ""
         notes = []
-        for s_site, s_op in ([save] + [s for s in c.saves if s != save])[:3]:
-            if s_site:
+        saves = []
+        for s_site, s_op, s_role, s_made_by in ([save] + [s for s in c.saves if s != save])[:3]:
+            site = code_site(*s_site) if s_site else None
+            saves.append(Saving(site, s_op, s_role, s_made_by))
+            if site:
                 by = f" by `{s_op}`" if s_op else ""
-                notes.append(Note(code_site(*s_site), f"saved for backward here{by}"))
+                notes.append(Note(site, f"saved for backward here{by}"))
         for origin in c.origins:
             notes.append(Note(origin, "the module that writes in place (inplace=True) is made here"))
         if c.realized == "raised":
@@ -657,7 +674,7 @@ class Tracer(TorchDispatchMode):
             message += f" [seen {c.count} times]"
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
-                            count=c.count)
+                            count=c.count, saves=tuple(saves), backward=c.backward[0] if c.backward else None)
 
 
 def run_traced(body: Callable[[], Any], user: UserCode, enabled: bool = True) -> tuple[Tracer, BaseException | None]:

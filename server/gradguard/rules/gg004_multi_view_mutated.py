@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
+from .common import piece_of, view_call
 
 MESSAGE = "Output 0 of Unbind is a view and is being modified inplace."
 
@@ -16,19 +19,43 @@ def check(mutation: Mutation):
     target = mutation.target
     if not mutation.grad_enabled:
         return
-    op = next((t.multi_view for t in target.view_chain() if t.multi_view), None)
-    if op is None or target.requires_grad == Grad.NO:
+    piece = piece_of(target)
+    if piece is None or target.requires_grad == Grad.NO:
         return
+    op = piece.multi_view  # torch's node: chunk's pieces are outputs of Split
+    what, condition = _source(piece)
+    if piece is target:
+        raises = f'"Output N of {op} is a view and is being modified inplace"'
+    else:  # a slice or view of the piece: torch names that view's node
+        raises = '"Output N of ... is a view and is being modified inplace. This view is the output of a function ' \
+                 'that returns multiple views"'
     yield Finding(
         "GG004",
         mutation.node,
-        f"{mutation.how} modifies a view returned by `{op.lower()}` (a function that returns several views of one "
-        f'tensor); torch raises here: "Output N of {op} is a view and is being modified inplace". '
-        "Rebind out of place or `clone()` the piece first.",
+        f"{mutation.how} modifies {what}, one of several views of one tensor (torch's `{op}`); {condition}torch raises "
+        f"here: {raises}. Rebind out of place or `clone()` the piece first.",
         certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
-        related=[(target.origin, f"the view comes from `{op.lower()}` here")] if target.origin is not None else [],
+        related=[(piece.origin, "the piece is made here")] if piece.origin is not None else [],
         data={"mutation": mutation},
     )
+
+
+def _source(piece) -> tuple[str, str]:
+    """The piece as the user made it -- the function they called (`chunk`, not torch's `Split`), or the
+    unpacking or loop -- and the condition under which it is a view at all: unpacking a call's result unbinds
+    only if the call returns one tensor, which the analysis may not know."""
+    call = view_call(piece)
+    if call is not None:
+        return f"a piece returned by `{call}`", ""
+    origin = piece.origin
+    if isinstance(origin, ast.Assign):
+        value = ast.unparse(origin.value)
+        if isinstance(origin.value, ast.Call):
+            return f"an element unpacked from `{value}`", f"if `{value}` returns one tensor (unpacking unbinds it), "
+        return f"an element unpacked from `{value}` (unpacking a tensor unbinds it)", ""
+    if isinstance(origin, ast.expr):
+        return f"an element of `{ast.unparse(origin)}` taken by iteration (iterating a tensor unbinds it)", ""
+    return "an output of a tensor's unbind", ""
 
 
 def fix(ctx, finding):

@@ -24,14 +24,23 @@ def check(mutation: Mutation):
     yield Finding(
         "GG101",
         mutation.node,
-        f"{mutation.how}{via} updates {mutation.target.label} in place while the graph built on line "
-        f"{save.node.lineno} (`{save.op}` saved a weight) is still waiting for its backward; "
+        f"{mutation.how}{via} updates {_updated(mutation)} in place while the graph built on line "
+        f"{save.node.lineno} (`{save.op}` saved {_saved(save.role)}) is still waiting for its backward; "
         f'{where_it_raises(conflict)} "{SAVED_MESSAGE}". Run every backward of that graph before the step, '
         "detach the graph boundary (e.g. `D(fake.detach())`), or recompute the forward after the step.",
         certain=save.certain,
         related=conflict_related(conflict),
         data={"mutation": mutation},
     )
+
+
+def _saved(role: str) -> str:
+    return {"weight": "a weight", "output": "its output"}.get(role, "an input")
+
+
+def _updated(mutation: Mutation) -> str:
+    """What the write updates: a step updates its optimizer's parameters (the step already names the optimizer)."""
+    return "its parameters" if mutation.kind == "step" else mutation.target.label
 
 
 def fix(ctx, finding):

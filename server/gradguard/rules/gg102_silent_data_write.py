@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from .base import Example, Rule
-from .common import conflict_related, first_conflict
+from .common import conflict_related, first_conflict, where_it_reads
 
 
 def check(mutation: Mutation):
@@ -20,11 +20,11 @@ def check(mutation: Mutation):
         "GG102",
         mutation.node,
         f"{mutation.how}{via} changes {mutation.target.label} behind autograd's back: `{save.op}` on line "
-        f"{save.node.lineno} saved it for backward, and `.data` writes do not bump the version counter, so the "
-        f"backward on line {conflict.sink.node.lineno} silently computes wrong gradients. Write after the backward, "
+        f"{save.node.lineno} saved it for backward, and `.data` writes do not bump the version counter, so "
+        f"{where_it_reads(conflict)} silently computes wrong gradients. Write after the backward, "
         "or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
         certain=save.certain,
-        related=conflict_related(conflict),
+        related=conflict_related(conflict, silent=True),
         data={"mutation": mutation},
     )
 
