@@ -46,26 +46,28 @@ class Mutation:
     kind: str = "write"  # "write"; "step" (optimizer.step() updating parameters); "data" (through .data)
     grad_mode_known: bool = True  # False when grad mode here depends on a caller we cannot see
     element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
-    via: str | None = None  # set when the write happens inside a helper called here: "`helper()` (line 12)"
     value_grad: Grad = Grad.NO  # whether the values written in require grad (grad mode on)
     frames: list[tuple[ast.AST, int]] = field(default_factory=list)  # (call site, id mark) of followed calls
 
-    def locate(self) -> None:
-        """A write inside followed calls is reported where its cause lives: at the real line when the saved
-        (or written) tensor was made inside the innermost call, else at the call site of the outermost frame
-        that the tensor predates.  Ids grow monotonically, so an id below a frame's mark predates that call."""
+    def call_path(self) -> list[ast.AST]:
+        """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the
+        write, where the fix goes; these explain how the caller's tensor gets there)."""
+        return [site for site, _ in self.frames]
+
+    def entry(self) -> ast.AST:
+        """The statement of the analysed function's story that leads to the write: the write itself when the
+        written (or saved) tensor was made inside the innermost followed call, else the call site of the
+        outermost call the tensor predates.  Ids grow monotonically, so an id below a frame's mark predates
+        that call.  Fixes that move statements around a backward move this one."""
         if not self.frames:
-            return
+            return self.node
         key = min([c.save.id for c in self.conflicts] + [t.storage.id for t in (self.target.group or (self.target,))])
         node = self.node
         for site, mark in reversed(self.frames):
             if key >= mark:
                 break
             node = site
-        if node is self.node:
-            self.via = None
-        else:
-            self.node = node
+        return node
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 from ..inference.events import Conflict, Mutation, line_of
 from ..inference.values import Grad, Tensor
 
@@ -29,6 +31,17 @@ def conflict_related(conflict: Conflict) -> list:
         "escape": "the graph leaves the function here; its backward raises",
     }[sink.kind]
     return [(save.node, f"{save.op} saves {what} for backward here"), (sink.node, sink_note)]
+
+
+def call_path_related(mutation: Mutation) -> list:
+    """Each call site on the way from the analysed function to a write inside a followed helper."""
+    return [(site, f"`{callee(site)}()` is called here; the write on line {line_of(mutation.node)} happens inside it")
+            for site in mutation.call_path()]
+
+
+def callee(call: ast.AST) -> str:
+    func = call.func if isinstance(call, ast.Call) else call
+    return ast.unparse(func)
 
 
 def first_conflict(mutation: Mutation) -> Conflict | None:

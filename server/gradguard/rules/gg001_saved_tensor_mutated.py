@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from .base import Example, Rule
-from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
+from .common import SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises
 
 
 def check(mutation: Mutation):
@@ -21,12 +21,12 @@ def check(mutation: Mutation):
     yield Finding(
         "GG001",
         mutation.node,
-        f"{mutation.how}{f' inside {mutation.via}' if mutation.via else ''} modifies {mutation.target.label} in "
+        f"{mutation.how} modifies {mutation.target.label} in "
         f"place, but `{save.op}` on line "
         f"{save.node.lineno} saved it (as its {what}) for backward; {where_it_raises(conflict)} "
         f'"{SAVED_MESSAGE}". Use an out-of-place op or clone first.',
         certain=save.certain,
-        related=conflict_related(conflict),
+        related=conflict_related(conflict) + call_path_related(mutation),
         data={"mutation": mutation},
     )
 

@@ -6,6 +6,7 @@ from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
+from .common import call_path_related
 
 MESSAGE = "Output 0 of Unbind is a view and is being modified inplace."
 
@@ -19,6 +20,7 @@ def check(mutation: Mutation):
     op = next((t.multi_view for t in target.view_chain() if t.multi_view), None)
     if op is None or target.requires_grad == Grad.NO:
         return
+    origin = [(target.origin, f"the view comes from `{op.lower()}` here")] if target.origin is not None else []
     yield Finding(
         "GG004",
         mutation.node,
@@ -26,7 +28,7 @@ def check(mutation: Mutation):
         f'tensor); torch raises here: "Output N of {op} is a view and is being modified inplace". '
         "Rebind out of place or `clone()` the piece first.",
         certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
-        related=[(target.origin, f"the view comes from `{op.lower()}` here")] if target.origin is not None else [],
+        related=[*origin, *call_path_related(mutation)],
         data={"mutation": mutation},
     )
 

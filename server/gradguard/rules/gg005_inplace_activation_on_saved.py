@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from .base import Example, Rule
-from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
+from .common import SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises
 
 
 def check(mutation: Mutation):
@@ -18,7 +18,7 @@ def check(mutation: Mutation):
         return
     save = conflict.save
     what = "output" if save.role == "output" else "input"
-    related = conflict_related(conflict)
+    related = conflict_related(conflict) + call_path_related(mutation)
     if mutation.module is not None and mutation.module.ctor is not None:
         related.append((mutation.module.ctor, "the inplace=True module is constructed here"))
     yield Finding(

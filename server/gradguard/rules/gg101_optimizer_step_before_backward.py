@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from .base import Example, Rule
-from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
+from .common import SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises
 
 
 def check(mutation: Mutation):
@@ -20,16 +20,15 @@ def check(mutation: Mutation):
     if conflict is None:
         return
     save = conflict.save
-    via = f" inside {mutation.via}" if mutation.via else ""
     yield Finding(
         "GG101",
         mutation.node,
-        f"{mutation.how}{via} updates {mutation.target.label} in place while the graph built on line "
+        f"{mutation.how} updates {mutation.target.label} in place while the graph built on line "
         f"{save.node.lineno} (`{save.op}` saved a weight) is still waiting for its backward; "
         f'{where_it_raises(conflict)} "{SAVED_MESSAGE}". Run every backward of that graph before the step, '
         "detach the graph boundary (e.g. `D(fake.detach())`), or recompute the forward after the step.",
         certain=save.certain,
-        related=conflict_related(conflict),
+        related=conflict_related(conflict) + call_path_related(mutation),
         data={"mutation": mutation},
     )
 

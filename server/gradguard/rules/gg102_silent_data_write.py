@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from .base import Example, Rule
-from .common import conflict_related, first_conflict
+from .common import call_path_related, conflict_related, first_conflict
 
 
 def check(mutation: Mutation):
@@ -15,16 +15,15 @@ def check(mutation: Mutation):
     if conflict is None:
         return
     save = conflict.save
-    via = f" inside {mutation.via}" if mutation.via else ""
     yield Finding(
         "GG102",
         mutation.node,
-        f"{mutation.how}{via} changes {mutation.target.label} behind autograd's back: `{save.op}` on line "
+        f"{mutation.how} changes {mutation.target.label} behind autograd's back: `{save.op}` on line "
         f"{save.node.lineno} saved it for backward, and `.data` writes do not bump the version counter, so the "
         f"backward on line {conflict.sink.node.lineno} silently computes wrong gradients. Write after the backward, "
         "or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
         certain=save.certain,
-        related=conflict_related(conflict),
+        related=conflict_related(conflict) + call_path_related(mutation),
         data={"mutation": mutation},
     )
 
