@@ -22,7 +22,8 @@ def where_it_raises(conflict: Conflict) -> str:
     return f"backward through the graph that leaves on line {line_of(sink.node)} raises"
 
 
-def conflict_related(conflict: Conflict) -> list:
+def conflict_related(conflict: Conflict, mutation: Mutation) -> list:
+    """Where the tensor was saved, the call path to the write (when it is inside a helper), where backward raises."""
     save, sink = conflict.save, conflict.sink
     what = "its output" if save.role == "output" else "this input"
     sink_note = {
@@ -30,7 +31,7 @@ def conflict_related(conflict: Conflict) -> list:
         "return": "the graph is returned here; its backward raises",
         "escape": "the graph leaves the function here; its backward raises",
     }[sink.kind]
-    return [(save.node, f"{save.op} saves {what} for backward here"), (sink.node, sink_note)]
+    return [(save.node, f"{save.op} saves {what} for backward here"), *call_path_related(mutation), (sink.node, sink_note)]
 
 
 def call_path_related(mutation: Mutation) -> list:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from .base import Example, Rule
-from .common import SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises
+from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
 
 def check(mutation: Mutation):
@@ -26,7 +26,7 @@ def check(mutation: Mutation):
         f"{save.node.lineno} saved it (as its {what}) for backward; {where_it_raises(conflict)} "
         f'"{SAVED_MESSAGE}". Use an out-of-place op or clone first.',
         certain=save.certain,
-        related=conflict_related(conflict) + call_path_related(mutation),
+        related=conflict_related(conflict, mutation),
         data={"mutation": mutation},
     )
 

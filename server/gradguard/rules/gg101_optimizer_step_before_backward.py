@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from .base import Example, Rule
-from .common import SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises
+from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
 
 def check(mutation: Mutation):
@@ -28,7 +28,7 @@ def check(mutation: Mutation):
         f'{where_it_raises(conflict)} "{SAVED_MESSAGE}". Run every backward of that graph before the step, '
         "detach the graph boundary (e.g. `D(fake.detach())`), or recompute the forward after the step.",
         certain=save.certain,
-        related=conflict_related(conflict) + call_path_related(mutation),
+        related=conflict_related(conflict, mutation),
         data={"mutation": mutation},
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from .base import Example, Rule
-from .common import call_path_related, conflict_related, first_conflict
+from .common import conflict_related, first_conflict
 
 
 def check(mutation: Mutation):
@@ -23,7 +23,7 @@ def check(mutation: Mutation):
         f"backward on line {conflict.sink.node.lineno} silently computes wrong gradients. Write after the backward, "
         "or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
         certain=save.certain,
-        related=conflict_related(conflict) + call_path_related(mutation),
+        related=conflict_related(conflict, mutation),
         data={"mutation": mutation},
     )
 
