@@ -89,7 +89,9 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
     ctx.require_own_lines(down)
     edits = tuple(_move_after(ctx, [up], [up], down))
     shown = ctx.source(up).splitlines()[0]
-    title = f"{what}: move `{shown[:60]}` after the backward on line {down.lineno}"
+    # The backward is named by its code, not its line: a title is not a message template, and a line would go
+    # stale when the cached fix is moved (``moved.py``) or name a program line in a notebook.
+    title = f"{what}: move `{shown[:60]}` after `{ctx.source(down).splitlines()[0][:60]}`"
     between = block[i + 1:j]
     if between:
         # Not offered: the code in between (a fresh forward, a generator loss through D) may need the update

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 
-from ..inference.events import Conflict, Mutation, line_of
+from ..inference.events import Conflict, Mutation
 from ..inference.values import Grad, Tensor
+from ..messages import Message
 
 SAVED_MESSAGE = "one of the variables needed for gradient computation has been modified by an inplace operation"
 LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
@@ -13,13 +14,14 @@ LEAF_VIEW_MESSAGE = "a view of a leaf Variable that requires grad is being used 
 MULTI_VIEW_MESSAGE = "Output 0 of {op} is a view and is being modified inplace."
 
 
-def where_it_raises(conflict: Conflict) -> str:
+def where_it_raises(conflict: Conflict) -> Message:
     sink = conflict.sink
-    if sink.kind == "backward":
-        return f"the backward on line {line_of(sink.node)} raises"
-    if sink.kind == "return":
-        return f"backward through the value returned on line {line_of(sink.node)} raises"
-    return f"backward through the graph that leaves on line {line_of(sink.node)} raises"
+    template = {
+        "backward": "the backward on {sink} raises",
+        "return": "backward through the value returned on {sink} raises",
+        "escape": "backward through the graph that leaves on {sink} raises",
+    }[sink.kind]
+    return Message.format(template, sink=sink.node)
 
 
 def conflict_related(conflict: Conflict, mutation: Mutation) -> list:
@@ -36,7 +38,8 @@ def conflict_related(conflict: Conflict, mutation: Mutation) -> list:
 
 def call_path_related(mutation: Mutation) -> list:
     """Each call site on the way from the analysed function to a write inside a followed helper."""
-    return [(site, f"`{callee(site)}()` is called here; the write on line {line_of(mutation.node)} happens inside it")
+    return [(site, Message.format("`{callee}()` is called here; the write on {write} happens inside it",
+                                  callee=callee(site), write=mutation.node))
             for site in mutation.call_path()]
 
 

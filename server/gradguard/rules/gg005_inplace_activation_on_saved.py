@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
+from ..messages import Message
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
@@ -23,9 +24,11 @@ def check(mutation: Mutation):
         yield Finding(
             "GG005",
             mutation.node,
-            f"{mutation.how} overwrites {mutation.target.label}, which `{save.op}` on line {save.node.lineno} saved "
-            f'(as its {what}) for backward; {where_it_raises(conflict)} "{SAVED_MESSAGE}". '
-            "Use inplace=False here.",
+            Message.format(
+                '{how} overwrites {label}, which `{op}` on {saved} saved (as its {what}) for backward; {raises} "{torch}". '
+                "Use inplace=False here.",
+                how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, what=what,
+                raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
             certain=save.certain,
             related=conflict_related(conflict, mutation),
             data={"mutation": mutation},
@@ -35,9 +38,11 @@ def check(mutation: Mutation):
     yield Finding(
         "GG005",
         ctor,
-        f"this `inplace=True` module is applied on line {mutation.node.lineno} to {mutation.target.label}, which "
-        f'`{save.op}` on line {save.node.lineno} saved for backward; {where_it_raises(conflict)} "{SAVED_MESSAGE}". '
-        "Use inplace=False.",
+        Message.format(
+            "this `inplace=True` module is applied on {applied} to {label}, which `{op}` on {saved} saved for backward; "
+            '{raises} "{torch}". Use inplace=False.',
+            applied=mutation.node, label=mutation.target.label, op=save.op, saved=save.node,
+            raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
         certain=save.certain,
         related=[(mutation.node, "applied here"), *conflict_related(conflict, mutation)],
         data={"mutation": mutation},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
+from ..messages import Message
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
@@ -23,10 +24,12 @@ def check(mutation: Mutation):
     yield Finding(
         "GG101",
         mutation.node,
-        f"{mutation.how} updates {mutation.target.label} in place while the graph built on line "
-        f"{save.node.lineno} (`{save.op}` saved a weight) is still waiting for its backward; "
-        f'{where_it_raises(conflict)} "{SAVED_MESSAGE}". Run every backward of that graph before the step, '
-        "detach the graph boundary (e.g. `D(fake.detach())`), or recompute the forward after the step.",
+        Message.format(
+            "{how} updates {label} in place while the graph built on {saved} (`{op}` saved a weight) is still waiting "
+            'for its backward; {raises} "{torch}". Run every backward of that graph before the step, detach the graph '
+            "boundary (e.g. `D(fake.detach())`), or recompute the forward after the step.",
+            how=mutation.how, label=mutation.target.label, saved=save.node, op=save.op,
+            raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
         certain=save.certain,
         related=conflict_related(conflict, mutation),
         data={"mutation": mutation},

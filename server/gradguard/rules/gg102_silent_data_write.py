@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
+from ..messages import Message
 from .base import Example, Rule
 from .common import conflict_related, first_conflict
 
@@ -18,10 +19,11 @@ def check(mutation: Mutation):
     yield Finding(
         "GG102",
         mutation.node,
-        f"{mutation.how} changes {mutation.target.label} behind autograd's back: `{save.op}` on line "
-        f"{save.node.lineno} saved it for backward, and `.data` writes do not bump the version counter, so the "
-        f"backward on line {conflict.sink.node.lineno} silently computes wrong gradients. Write after the backward, "
-        "or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
+        Message.format(
+            "{how} changes {label} behind autograd's back: `{op}` on {saved} saved it for backward, and `.data` writes "
+            "do not bump the version counter, so the backward on {sink} silently computes wrong gradients. Write after "
+            "the backward, or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
+            how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, sink=conflict.sink.node),
         certain=save.certain,
         related=conflict_related(conflict, mutation),
         data={"mutation": mutation},
