@@ -67,8 +67,8 @@ def test_unpacking_a_call_result_is_not_explained_as_one_tensor():
     write = ast.parse("a.mul_(2)").body[0]
     mutation = Mutation(write, piece, "`.mul_()`", grad_enabled=True, seq=1)
     (finding,) = RULES_BY_CODE["GG004"].check(mutation)
-    assert "if `self.decoder(x)` returns one tensor" in finding.message, finding.message
-    assert "returned by `unbind`" not in finding.message
+    assert "if `self.decoder(x)` returns one tensor" in str(finding.message), finding.message
+    assert "returned by `unbind`" not in str(finding.message)
 
 
 def test_explanations_are_structured_from_the_analysis():

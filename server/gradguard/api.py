@@ -14,6 +14,7 @@ from .config import Config
 from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module
 from .fixes import attach_fixes
+from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE
 
 _SUPPRESS = re.compile(
@@ -49,12 +50,13 @@ _PARSED = "parsed"  # the per-document cache's entry for the last tree (its othe
 
 
 def analyze_source(source: str | bytes, path: str = "<string>", config: Config | None = None,
-                   cache: dict | None = None) -> FileResult:
+                   cache: dict | None = None, line_name: LineName = plain_line) -> FileResult:
     """Analyse one Python source and return its findings, filtered and ranked by ``config``.
 
     ``cache``: an empty dict the caller keeps per document and passes again on the next edit; unchanged
     functions then reuse their findings (see ``engine.analyze_module``), and a keystroke inside a statement
-    parses only that statement again (``parsing.reparse``).
+    parses only that statement again (``parsing.reparse``).  ``line_name`` names the lines messages refer to
+    (a notebook's "line 2 of cell 6").
     """
     config = config or Config()
     text = parsing.decode(source) if isinstance(source, bytes) else source
@@ -78,7 +80,7 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         if not config.enabled(rule.code):
             continue
         default = rule.default_severity if finding.certain else Severity.WARNING
-        diag = finding.to_diagnostic(path, config.severity_for(rule.code, default), lines)
+        diag = finding.to_diagnostic(path, config.severity_for(rule.code, default), lines, line_name)
         if not _is_suppressed(diag, lines):
             kept.append((finding, diag))
     diagnostics = attach_fixes(text, parsed, path, kept)  # libcst runs only here, for files with findings

@@ -168,7 +168,9 @@ def _units(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo
 
 def _candidate_units(units, lines: list[str]) -> set:
     """Functions whose text can hold a finding: an in-place idiom of their own, an inplace module of their
-    class, or a call of one of the file's functions that is itself a candidate (a helper that steps or writes)."""
+    class, or a way to reach a candidate: a call of it by name, or a mention of its class (``Step()(x)``
+    reaches ``Step.__call__``); and every method of a class whose ``__init__`` is a candidate (its attributes
+    hold what the candidate made).  Repeated until nothing is added, so helpers of helpers count."""
     def text(node) -> str:
         return "\n".join(lines[node.lineno - 1 : node.end_lineno])
 
@@ -178,13 +180,17 @@ def _candidate_units(units, lines: list[str]) -> set:
             continue
         if parsing.CANDIDATE.search(text(fn)) or (owner is not None and "inplace" in text(owner)):
             candidates.add(fn)
-    for _ in range(2):  # helpers of helpers
-        names = {fn.name for fn in candidates}
-        if not names:
-            break
-        calls = re.compile(r"\b(?:%s)\s*\(" % "|".join(map(re.escape, sorted(names))))
-        candidates |= {fn for fn, _ in units if fn is not None and calls.search(text(fn))}
-    return candidates
+    while True:
+        functions = {fn.name for fn in candidates}
+        classes = {owner.name for fn, owner in units if fn in candidates and owner is not None}
+        initialised = {owner for fn, owner in units if fn in candidates and owner is not None and fn.name == "__init__"}
+        reach = re.compile("|".join([*(r"\b%s\s*\(" % re.escape(n) for n in sorted(functions)),
+                                     *(r"\b%s\b" % re.escape(n) for n in sorted(classes))]) or r"(?!)")
+        added = {fn for fn, owner in units if fn is not None and fn not in candidates
+                 and (owner in initialised or reach.search(text(fn)))}
+        if not added:
+            return candidates
+        candidates |= added
 
 
 class _ModuleEnvironment:
@@ -263,7 +269,6 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
 def _check(interp: Interpreter) -> Iterator[Finding]:
     for mutation in interp.mutations:
         mutation.conflicts = _conflicts(interp, mutation)
-        mutation.locate()
     for graph_break in interp.breaks:
         graph_break.reached = _lost_at(interp, graph_break)
     for event in [*interp.mutations, *interp.breaks]:

@@ -9,9 +9,11 @@ function made the piece that was written.
 
 from __future__ import annotations
 
+import ast
+
 from dataclasses import dataclass
 
-from .inference.events import Finding, Mutation, line_of
+from .inference.events import Finding, Mutation
 from .inference.values import Tensor
 from .rules.common import first_conflict, piece_of, view_call
 
@@ -83,3 +85,7 @@ def _multi_view(mutation: Mutation) -> dict:
         return {}
     # `piece[0] = v` and `piece.view(-1).add_(1)` write through a view of the piece: torch names that view.
     return dict(multi_view=piece.multi_view, view_call=view_call(piece), through_view=piece is not mutation.target)
+
+
+def line_of(node: ast.AST) -> int:
+    return getattr(node, "lineno", 0)

@@ -7,7 +7,7 @@ unchanged and its findings are moved, each line by the move of the part it lies 
 the function (and every function below the edit) again.
 
 A finding moves only if every line it mentions lies in one of those parts: its node, its related
-locations, the line numbers quoted in its message, and its fix's edits and title.  Its fix must already be
+locations, the lines its messages refer to (``messages.Message``), and its fix's edits.  Its fix must already be
 computed (``fix_memo``), since a rule's fix hook would read the finding's ``data``, whose nodes are not
 moved.  Otherwise the caller analyses again.
 """
@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import ast
 import copy
-import re
 from dataclasses import replace
 
 from .diagnostics import Fix
 from .inference.events import Finding
-
-_QUOTED_LINE = re.compile(r"\b(lines? )(\d+)(?:(-)(\d+))?")
+from .messages import Message
 
 Spans = tuple[tuple[int, int], ...]
 Moves = tuple[tuple[int, int, int], ...]  # (first, last, by how many lines)
@@ -61,14 +59,8 @@ def _node(node: ast.AST | None, moves: Moves) -> ast.AST | None:
     return moved
 
 
-def _text(text: str, moves: Moves) -> str:
-    def sub(m: re.Match) -> str:
-        first = str(_line(int(m.group(2)), moves))
-        if m.group(4) is None:
-            return m.group(1) + first
-        return m.group(1) + first + m.group(3) + str(_line(int(m.group(4)), moves))
-
-    return _QUOTED_LINE.sub(sub, text)
+def _message(message: Message, moves: Moves) -> Message:
+    return message.moved(lambda line: _line(line, moves))
 
 
 def _fix(fix: Fix | None, moves: Moves) -> Fix | None:
@@ -76,7 +68,7 @@ def _fix(fix: Fix | None, moves: Moves) -> Fix | None:
         return None
     edits = tuple(replace(e, line=_line(e.line, moves), end_line=_line(e.end_line, moves))
                   for e in fix.edits)
-    return replace(fix, title=_text(fix.title, moves), edits=edits)
+    return replace(fix, edits=edits)
 
 
 def _move(finding: Finding, moves: Moves) -> Finding:
@@ -85,8 +77,8 @@ def _move(finding: Finding, moves: Moves) -> Finding:
     return replace(
         finding,
         node=_node(finding.node, moves),
-        message=_text(finding.message, moves),
-        related=[(_node(node, moves), _text(msg, moves)) for node, msg in finding.related],
+        message=_message(finding.message, moves),
+        related=[(_node(node, moves), _message(note, moves)) for node, note in finding.related],
         fix_memo=(_fix(finding.fix_memo[0], moves),),
         twins=[],
     )

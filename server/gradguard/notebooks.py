@@ -24,8 +24,8 @@ string is safe.  Notebooks whose kernel language is not Python are skipped.
 
 Positions in a notebook's findings are cell positions: ``Diagnostic.cell`` is the 1-based number of the
 cell counting every cell (markdown too, so ``cells[cell - 1]`` in the file) and the span is in that
-cell's own lines; related locations and fix edits carry their own cell.  Messages that name program lines
-("the backward on line 41") are rewritten to "line 2 of cell 6".
+cell's own lines; related locations and fix edits carry their own cell.  Messages name lines as "line 2 of
+cell 6": their templates (``messages.Message``) are rendered with ``Program.line_name``.
 
 ``fix_notebook`` applies fixes to the cell sources only: outputs, metadata, ids and the JSON layout (indent,
 key order, trailing newline, list-or-string sources) are left as they were.
@@ -62,7 +62,6 @@ _HELP = re.compile(r"^(?P<indent>[ \t]*)[\w.\[\]()]+\?\??[ \t]*$")  # torch.Tens
 _TIMED = re.compile(r"^(?P<indent>[ \t]*)(?P<magic>%(?:time|timeit|prun)[ \t]+)(?=[^\s-])")
 _FUTURE = re.compile(r"^[ \t]*from[ \t]+__future__[ \t]+import[^(\\]*$")
 _CELL_MAGIC = re.compile(r"^%%(?P<name>\w+)")
-_PROGRAM_LINE = re.compile(r"\bline (\d+)\b")
 
 
 class NotebookError(ValueError):
@@ -172,16 +171,16 @@ class Program:
             return None
         return cell, local, column + cell.shifts.get(local, 0)
 
+    def line_name(self, line: int) -> str:
+        """A program line as messages name it: "line 2 of cell 6"."""
+        where = self.locate(line)
+        if where is None:
+            return f"line {line}"
+        cell, local, _ = where
+        return f"line {local} of cell {cell.number}"
+
 
 # --- mapping findings --------------------------------------------------------
-
-
-def _line_text(program: Program, line: int) -> str:
-    where = program.locate(line)
-    if where is None:
-        return f"line {line}"
-    cell, local, _ = where
-    return f"line {local} of cell {cell.number}"
 
 
 def _map_edit(program: Program, edit: TextEdit) -> TextEdit | None:
@@ -227,19 +226,14 @@ def map_diagnostic(program: Program, d: Diagnostic) -> Diagnostic | None:
         if where is None:
             related.append(r)
         else:
-            related.append(Related(r.path, where[1], where[2], _rewrite_lines(program, r.message), where[0].number))
+            related.append(Related(r.path, where[1], where[2], r.message, where[0].number))
     return replace(
         d,
         span=Span(line, column, end_line, end_column),
-        message=_rewrite_lines(program, d.message),
         related=tuple(related),
         fix=_map_fix(program, d.fix),
         cell=cell.number,
     )
-
-
-def _rewrite_lines(program: Program, message: str) -> str:
-    return _PROGRAM_LINE.sub(lambda m: _line_text(program, int(m.group(1))), message)
 
 
 # --- reading and analysing ---------------------------------------------------
@@ -337,11 +331,13 @@ def _problem(path: str, code: str, message: str) -> FileResult:
 
 def analyze_program(program: Program, path: str, config: Config | None = None, cache: dict | None = None
                     ) -> tuple[FileResult, list[Diagnostic]]:
-    """The analysis of ``program`` mapped to cells, and the program-position diagnostics it came from."""
+    """The analysis of ``program`` mapped to cells, and the program-position diagnostics it came from (their
+    messages already name cells)."""
     from .api import analyze_source
 
     config = config or Config()
-    result = analyze_source(program.text, path, config, cache) if program.text.strip() else FileResult(path)
+    result = analyze_source(program.text, path, config, cache, program.line_name) if program.text.strip() else (
+        FileResult(path))
     raw = list(result.diagnostics)
     mapped = [m for m in (map_diagnostic(program, d) for d in raw) if m is not None]
     if config.enabled(SYNTAX_ERROR):

@@ -511,7 +511,7 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
     else sees the memory; clone where it is saved when a view of it is read later (or rebinding cannot
     work); an unsafe rebinding when only containers, attributes or the caller could see the write."""
     mutation = mutation_of(finding)
-    write = Write.of(ctx, mutation.node)
+    write = Write.of(ctx, mutation.entry())
     rebind = fix_or_none(lambda: Rebind(ctx, write))
     possible = (
         rebind is not None
@@ -535,7 +535,7 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
 def fix_leaf_write(ctx: FixContext, finding: Finding) -> Fix | None:
     """GG002/GG003: ``with torch.no_grad():`` for parameter updates and resets; a copy for computations."""
     mutation = mutation_of(finding)
-    write = Write.of(ctx, mutation.node)
+    write = Write.of(ctx, mutation.entry())
     if is_parameter_update(ctx, mutation, write):
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)
@@ -547,7 +547,7 @@ def fix_leaf_write(ctx: FixContext, finding: Finding) -> Fix | None:
 def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:
     """GG004: rebind the piece out of place, or write through a plain view of the whole tensor."""
     mutation = mutation_of(finding)
-    write = Write.of(ctx, mutation.node)
+    write = Write.of(ctx, mutation.entry())
     plain = fix_or_none(lambda: plain_view_write(ctx, write))
     if plain is not None:
         return plain
@@ -564,7 +564,7 @@ def fix_inplace_activation(ctx: FixContext, finding: Finding) -> Fix | None:
     module = mutation.module
     if module is not None:
         return module_inplace_false(ctx, mutation)
-    write = Write.of(ctx, mutation.node)
+    write = Write.of(ctx, mutation.entry())
     if write.kind != "functional":
         raise CannotFix("not an in-place activation call")
     rebind = Rebind(ctx, write)

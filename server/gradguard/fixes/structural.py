@@ -63,7 +63,7 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
     sinks = [c.sink for c in mutation.conflicts]
     if any(s.kind != "backward" for s in sinks):
         raise CannotFix("the graph is returned or stored, not backpropagated here")
-    ups = _chain(ctx, mutation.node)
+    ups = _chain(ctx, mutation.entry())
     best = None
     for sink in sinks:
         downs = _chain(ctx, sink.node)
@@ -89,7 +89,9 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
     ctx.require_own_lines(down)
     edits = tuple(_move_after(ctx, [up], [up], down))
     shown = ctx.source(up).splitlines()[0]
-    title = f"{what}: move `{shown[:60]}` after the backward on line {down.lineno}"
+    # The backward is named by its code, not its line: a title is not a message template, and a line would go
+    # stale when the cached fix is moved (``moved.py``) or name a program line in a notebook.
+    title = f"{what}: move `{shown[:60]}` after `{ctx.source(down).splitlines()[0][:60]}`"
     between = block[i + 1:j]
     if between:
         # Not offered: the code in between (a fresh forward, a generator loss through D) may need the update
@@ -118,7 +120,7 @@ def forward_after_step(ctx: FixContext, mutation: Mutation) -> Fix:
     weights.  Statements read only after the step move; one also read before it (``d_fake`` of both losses) may
     be computed again after the step.  Unsafe: that forward now sees the new
     weights, which is what the usual GAN loop does, but not what the code said."""
-    step = ctx.statement_of(mutation.node)
+    step = ctx.statement_of(mutation.entry())
     block = _block_of(ctx, step)
     if block is None or len({id(c.sink.node) for c in mutation.conflicts}) != 1:
         raise CannotFix("not one backward in the step's block")
@@ -143,7 +145,7 @@ def forward_after_step(ctx: FixContext, mutation: Mutation) -> Fix:
             continue
         edits = _move_after(ctx, moved, after, step)
         # Statements left before the step may hold part of the graph too: offer only what analyses clean.
-        if not _still_flagged(ctx, edits, mutation.node.lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)):
+        if not _still_flagged(ctx, edits, mutation.entry().lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)):
             shown = ctx.source(after[0]).splitlines()[0]
             return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights "
                        "(unsafe: the forward now uses them)", False, tuple(edits))
@@ -183,7 +185,8 @@ def _move_after(ctx: FixContext, moved: list[ast.stmt], after: list[ast.stmt], a
 
 
 def _still_flagged(ctx: FixContext, edits: list[TextEdit], line: int) -> bool:
-    """Analyse the file as the edits leave it: is the write (now on ``line``) still a finding?"""
+    """Analyse the file as the edits leave it: is the write (or the call leading to it, now on ``line``) still a
+    finding?"""
     from .. import engine, parsing
     from .edits import apply_edits
 
@@ -194,7 +197,8 @@ def _still_flagged(ctx: FixContext, edits: list[TextEdit], line: int) -> bool:
     if isinstance(tree, parsing.SyntaxProblem):
         return True
     findings = engine.analyze_module(tree, ctx.path, lines, use_jedi=False, only_line=line)
-    return any(getattr(f.node, "lineno", 0) == line and f.code in ("GG101", "GG102") for f in findings)
+    # A write inside a helper is found on the helper's line; its entry is the statement that was moved.
+    return any(f.code in ("GG101", "GG102") and f.data["mutation"].entry().lineno == line for f in findings)
 
 
 def _writes(stmt: ast.stmt) -> set[str]:
@@ -212,7 +216,7 @@ def detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
     truncates backpropagation at the chunk boundary, which is what truncated BPTT means but changes gradients."""
     import libcst as cst
 
-    step = ctx.statement_of(mutation.node)
+    step = ctx.statement_of(mutation.entry())
     loop = next((a for a in ctx.ancestors(step) if isinstance(a, (ast.For, ast.While))), None)
     if loop is None or not any(s is step for s in loop.body):
         raise CannotFix("the step is not a statement of a loop's body")
@@ -391,11 +395,11 @@ def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
     block = _no_grad_with(ctx, binding)
     if block is None:
         raise CannotFix("the view is not made directly in a no_grad block")
-    if ctx.function_of(block) is not ctx.function_of(mutation.node) or ctx.function_of(block) is None:
+    if ctx.function_of(block) is not ctx.function_of(mutation.entry()) or ctx.function_of(block) is None:
         raise CannotFix("the view is made in another function")
     if block.body[0] is not binding:
         raise CannotFix("the view is not the first statement of its no_grad block")
-    write_stmt = ctx.statement_of(mutation.node)
+    write_stmt = ctx.statement_of(mutation.entry())
     if ctx.loops_around(write_stmt) != ctx.loops_around(block):
         raise CannotFix("the write and the view are in different loops")
     if _block_of(ctx, block) is None or not any(s is write_stmt for s in _block_of(ctx, block)):
@@ -414,7 +418,7 @@ def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
         edits.append(TextEdit(block.lineno, 1, block.lineno, 1, moved))
         edits.append(TextEdit(binding.lineno, 1, binding.end_lineno + 1, 1, ""))
     title = f"Make the view with grad mode on: `{ctx.source(binding)[:50]}` outside the no_grad block"
-    write = Write.of(ctx, mutation.node)
+    write = Write.of(ctx, mutation.entry())
     rebind = F.fix_or_none(lambda: F.Rebind(ctx, write))
     if rebind is not None and rebind.direct and rebind.report.clean:
         built = F.fix_or_none(rebind.rewrite)
@@ -439,7 +443,7 @@ def fix_nograd_view(ctx: FixContext, finding: Finding) -> Fix | None:
     if not any(t.nograd_view for t in mutation.target.view_chain()):
         # A view of a tensor that does not require grad (a buffer, a memory bank), written with a value that
         # does: the tensor was never meant to carry a graph, and torch refuses to give it one.  Store the values.
-        write = F.Write.of(ctx, mutation.node)
+        write = F.Write.of(ctx, mutation.entry())
         rw, desc = F.no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Write the values under `{desc}`", safe=True)
     made = F.fix_or_none(lambda: view_with_grad(ctx, mutation))

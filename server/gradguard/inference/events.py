@@ -12,6 +12,7 @@ import ast
 from dataclasses import dataclass, field
 
 from ..diagnostics import Diagnostic, Related, Severity, Span
+from ..messages import LineName, Message, plain_line
 from .values import Grad, ModuleValue, Save, Tensor
 
 
@@ -46,26 +47,28 @@ class Mutation:
     kind: str = "write"  # "write"; "step" (optimizer.step() updating parameters); "data" (through .data)
     grad_mode_known: bool = True  # False when grad mode here depends on a caller we cannot see
     element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
-    via: str | None = None  # set when the write happens inside a helper called here: "`helper()` (line 12)"
     value_grad: Grad = Grad.NO  # whether the values written in require grad (grad mode on)
     frames: list[tuple[ast.AST, int]] = field(default_factory=list)  # (call site, id mark) of followed calls
 
-    def locate(self) -> None:
-        """A write inside followed calls is reported where its cause lives: at the real line when the saved
-        (or written) tensor was made inside the innermost call, else at the call site of the outermost frame
-        that the tensor predates.  Ids grow monotonically, so an id below a frame's mark predates that call."""
+    def call_path(self) -> list[ast.AST]:
+        """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the
+        write, where the fix goes; these explain how the caller's tensor gets there)."""
+        return [site for site, _ in self.frames]
+
+    def entry(self) -> ast.AST:
+        """The statement of the analysed function's story that leads to the write: the write itself when the
+        written (or saved) tensor was made inside the innermost followed call, else the call site of the
+        outermost call the tensor predates.  Ids grow monotonically, so an id below a frame's mark predates
+        that call.  Fixes that move statements around a backward move this one."""
         if not self.frames:
-            return
+            return self.node
         key = min([c.save.id for c in self.conflicts] + [t.storage.id for t in (self.target.group or (self.target,))])
         node = self.node
         for site, mark in reversed(self.frames):
             if key >= mark:
                 break
             node = site
-        if node is self.node:
-            self.via = None
-        else:
-            self.node = node
+        return node
 
 
 @dataclass
@@ -86,11 +89,13 @@ Event = Mutation | GraphBreak
 
 @dataclass
 class Finding:
+    """What a rule reports.  Rules may give plain text where no line is named; it is kept as a ``Message``."""
+
     code: str
     node: ast.AST
-    message: str
+    message: Message
     certain: bool = True
-    related: list[tuple[ast.AST, str]] = field(default_factory=list)
+    related: list[tuple[ast.AST, Message]] = field(default_factory=list)
     # Facts a rule's ``fix`` hook needs (e.g. ``{"mutation": Mutation}``); never shown, never serialised.
     data: dict = field(default_factory=dict)
     fix_memo: tuple | None = None  # (Fix or None,) once computed: cached findings keep their fix
@@ -98,14 +103,25 @@ class Finding:
     # share its fix_memo, so that each can later be moved with its own function (see ``moved.py``).
     twins: list = field(default_factory=list, repr=False, compare=False)
 
-    def to_diagnostic(self, path: str, severity: Severity, lines: list[str]) -> Diagnostic:
+    def __post_init__(self) -> None:
+        self.message = _message(self.message)
+        self.related = [(node, _message(note)) for node, note in self.related]
+
+    def to_diagnostic(self, path: str, severity: Severity, lines: list[str], line_name: LineName = plain_line
+                      ) -> Diagnostic:
+        """The finding as output: positions in code points, texts rendered with ``line_name`` naming lines."""
         related = []
-        for node, msg in self.related:
+        for node, note in self.related:
             if node is None:
                 continue
             span = span_of(node, lines)
-            related.append(Related(path, span.line, span.column, msg))
-        return Diagnostic(path, span_of(self.node, lines), self.code, severity, self.message, tuple(related))
+            related.append(Related(path, span.line, span.column, note.render(line_name)))
+        return Diagnostic(path, span_of(self.node, lines), self.code, severity, self.message.render(line_name),
+                          tuple(related))
+
+
+def _message(text: Message | str) -> Message:
+    return text if isinstance(text, Message) else Message.text(text)
 
 
 def _column(lines: list[str], line: int, byte_offset: int) -> int:
@@ -123,7 +139,3 @@ def span_of(node: ast.AST, lines: list[str]) -> Span:
     col = _column(lines, line, getattr(node, "col_offset", 0))
     end_col = _column(lines, end_line, getattr(node, "end_col_offset", None) or getattr(node, "col_offset", 0))
     return Span(line, col, end_line, end_col)
-
-
-def line_of(node: ast.AST) -> int:
-    return getattr(node, "lineno", 0)

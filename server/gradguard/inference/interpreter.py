@@ -534,7 +534,6 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                                 grad_mode_known=self.grad_mode_known, value_grad=self._grad(*operands))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
-                mutation.via = f"`{getattr(self.inline_stack[-1], 'name', 'lambda')}()` (line {node.lineno})"
             self.mutations.append(mutation)
         if kind == "data":
             return target  # .data writes bypass the version counter and the graph

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 
-from ..inference.events import Conflict, Mutation, line_of
+from ..inference.events import Conflict, Mutation
 from ..inference.values import Grad, Tensor
+from ..messages import Message
 
 SAVED_MESSAGE = "one of the variables needed for gradient computation has been modified by an inplace operation"
 LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
@@ -13,28 +14,31 @@ LEAF_VIEW_MESSAGE = "a view of a leaf Variable that requires grad is being used 
 MULTI_VIEW_MESSAGE = "Output 0 of {op} is a view and is being modified inplace."
 
 
-def where_it_raises(conflict: Conflict) -> str:
+def where_it_raises(conflict: Conflict) -> Message:
     sink = conflict.sink
-    if sink.kind == "backward":
-        return f"the backward on line {line_of(sink.node)} raises"
-    if sink.kind == "return":
-        return f"backward through the value returned on line {line_of(sink.node)} raises"
-    return f"backward through the graph that leaves on line {line_of(sink.node)} raises"
+    template = {
+        "backward": "the backward on {sink} raises",
+        "return": "backward through the value returned on {sink} raises",
+        "escape": "backward through the graph that leaves on {sink} raises",
+    }[sink.kind]
+    return Message.format(template, sink=sink.node)
 
 
-def where_it_reads(conflict: Conflict) -> str:
+def where_it_reads(conflict: Conflict) -> Message:
     """``where_it_raises`` for a write torch does not see (``.data``): that backward raises nothing."""
     sink = conflict.sink
-    if sink.kind == "backward":
-        return f"the backward on line {line_of(sink.node)}"
-    if sink.kind == "return":
-        return f"backward through the value returned on line {line_of(sink.node)}"
-    return f"backward through the graph that leaves on line {line_of(sink.node)}"
+    template = {
+        "backward": "the backward on {sink}",
+        "return": "backward through the value returned on {sink}",
+        "escape": "backward through the graph that leaves on {sink}",
+    }[sink.kind]
+    return Message.format(template, sink=sink.node)
 
 
-def conflict_related(conflict: Conflict, silent: bool = False) -> list:
-    """Notes on the saving op and the backward.  ``silent``: the write moves no version counter (``.data``), so
-    that backward raises nothing and computes wrong gradients."""
+def conflict_related(conflict: Conflict, mutation: Mutation, silent: bool = False) -> list:
+    """Where the tensor was saved, the call path to the write (when it is inside a helper), and the backward.
+    ``silent``: the write moves no version counter (``.data``), so that backward raises nothing and computes
+    wrong gradients."""
     save, sink = conflict.save, conflict.sink
     what = {"output": "its output", "weight": "its weight"}.get(save.role, "this input")
     effect = "computes wrong gradients (no error)" if silent else "raises"
@@ -44,7 +48,19 @@ def conflict_related(conflict: Conflict, silent: bool = False) -> list:
         "return": f"the graph is returned here; its backward {effect}",
         "escape": f"the graph leaves the function here; its backward {effect}",
     }[sink.kind]
-    return [(save.node, f"{save.op} saves {what} for backward here"), (sink.node, sink_note)]
+    return [(save.node, f"{save.op} saves {what} for backward here"), *call_path_related(mutation), (sink.node, sink_note)]
+
+
+def call_path_related(mutation: Mutation) -> list:
+    """Each call site on the way from the analysed function to a write inside a followed helper."""
+    return [(site, Message.format("`{callee}()` is called here; the write on {write} happens inside it",
+                                  callee=callee(site), write=mutation.node))
+            for site in mutation.call_path()]
+
+
+def callee(call: ast.AST) -> str:
+    func = call.func if isinstance(call, ast.Call) else call
+    return ast.unparse(func)
 
 
 def first_conflict(mutation: Mutation) -> Conflict | None:

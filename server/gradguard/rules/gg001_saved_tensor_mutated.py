@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
+from ..messages import Message
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
@@ -21,12 +22,13 @@ def check(mutation: Mutation):
     yield Finding(
         "GG001",
         mutation.node,
-        f"{mutation.how}{f' inside {mutation.via}' if mutation.via else ''} modifies {mutation.target.label} in "
-        f"place, but `{save.op}` on line "
-        f"{save.node.lineno} saved it (as its {what}) for backward; {where_it_raises(conflict)} "
-        f'"{SAVED_MESSAGE}". Use an out-of-place op or clone first.',
+        Message.format(
+            "{how} modifies {label} in place, but `{op}` on {saved} saved it (as its {what}) for backward; {raises} "
+            '"{torch}". Use an out-of-place op or clone first.',
+            how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, what=what,
+            raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
         certain=save.certain,
-        related=conflict_related(conflict),
+        related=conflict_related(conflict, mutation),
         data={"mutation": mutation},
     )
 

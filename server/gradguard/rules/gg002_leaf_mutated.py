@@ -6,7 +6,7 @@ from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
-from .common import LEAF_MESSAGE, grad_leaf
+from .common import LEAF_MESSAGE, call_path_related, grad_leaf
 
 
 def check(mutation: Mutation):
@@ -24,7 +24,7 @@ def check(mutation: Mutation):
         f'{mutation.how} modifies {subject} in place; torch raises here: "{LEAF_MESSAGE}" '
         "Wrap parameter updates in `with torch.no_grad():`, or compute on a copy.",
         certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
-        related=related,
+        related=related + call_path_related(mutation),
         data={"mutation": mutation},
     )
 

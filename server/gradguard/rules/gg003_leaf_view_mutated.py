@@ -6,7 +6,7 @@ from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
-from .common import LEAF_VIEW_MESSAGE, grad_leaf
+from .common import LEAF_VIEW_MESSAGE, call_path_related, grad_leaf
 
 
 def check(mutation: Mutation):
@@ -25,7 +25,7 @@ def check(mutation: Mutation):
         f"{mutation.how} writes through a view of {root.label}, a leaf that requires grad; torch raises here: "
         f'"{LEAF_VIEW_MESSAGE}" Do it under `torch.no_grad()` or on a clone.',
         certain=root.requires_grad == Grad.YES and mutation.grad_mode_known,
-        related=related,
+        related=related + call_path_related(mutation),
         data={"mutation": mutation},
     )
 

@@ -8,7 +8,7 @@ from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
-from .common import piece_of, view_call
+from .common import call_path_related, piece_of, view_call
 
 MESSAGE = "Output 0 of Unbind is a view and is being modified inplace."
 
@@ -35,7 +35,8 @@ def check(mutation: Mutation):
         f"{mutation.how} modifies {what}, one of several views of one tensor (torch's `{op}`); {condition}torch raises "
         f"here: {raises}. Rebind out of place or `clone()` the piece first.",
         certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
-        related=[(piece.origin, "the piece is made here")] if piece.origin is not None else [],
+        related=[*([(piece.origin, "the piece is made here")] if piece.origin is not None else []),
+                 *call_path_related(mutation)],
         data={"mutation": mutation},
     )
 

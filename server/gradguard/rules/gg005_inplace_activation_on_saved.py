@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
+from ..messages import Message
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
@@ -17,31 +18,35 @@ def check(mutation: Mutation):
     if conflict is None:
         return
     save = conflict.save
-    what = "output" if save.role == "output" else "input"
-    related = conflict_related(conflict)
-    if mutation.module is not None and mutation.module.ctor is not None:
-        related.append((mutation.module.ctor, "the inplace=True module is constructed here"))
-    yield Finding(
-        "GG005",
-        mutation.node,
-        f"{mutation.how} overwrites {mutation.target.label}, which `{save.op}` on line {save.node.lineno} saved "
-        f'(as its {what}) for backward; {where_it_raises(conflict)} "{SAVED_MESSAGE}". '
-        "Use inplace=False here.",
-        certain=save.certain,
-        related=related,
-        data={"mutation": mutation},
-    )
-    if mutation.module is not None and mutation.module.ctor is not None:
+    ctor = mutation.module.ctor if mutation.module is not None else None
+    if ctor is None:
+        what = "output" if save.role == "output" else "input"
         yield Finding(
             "GG005",
-            mutation.module.ctor,
-            f"this `inplace=True` module is applied on line {mutation.node.lineno} to {mutation.target.label}, which "
-            f"`{save.op}` on line {save.node.lineno} saved for backward; {where_it_raises(conflict)}. "
-            "Use inplace=False.",
+            mutation.node,
+            Message.format(
+                '{how} overwrites {label}, which `{op}` on {saved} saved (as its {what}) for backward; {raises} "{torch}". '
+                "Use inplace=False here.",
+                how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, what=what,
+                raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
             certain=save.certain,
-            related=[(mutation.node, "applied here"), *conflict_related(conflict)],
+            related=conflict_related(conflict, mutation),
             data={"mutation": mutation},
         )
+        return
+    # A module is reported once, where it is built: that is the line `inplace=False` changes.
+    yield Finding(
+        "GG005",
+        ctor,
+        Message.format(
+            "this `inplace=True` module is applied on {applied} to {label}, which `{op}` on {saved} saved for backward; "
+            '{raises} "{torch}". Use inplace=False.',
+            applied=mutation.node, label=mutation.target.label, op=save.op, saved=save.node,
+            raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+        certain=save.certain,
+        related=[(mutation.node, "applied here"), *conflict_related(conflict, mutation)],
+        data={"mutation": mutation},
+    )
 
 
 def fix(ctx, finding):
@@ -60,8 +65,8 @@ RULE = Rule(
 functions overwrite their input.  That is safe after ops that do not keep their output (convolution,
 BatchNorm, Linear, add), and wrong after ops that do (`sigmoid`, `tanh`, `exp`, `softmax`, another
 `relu`) or when a later op kept the input: `backward()` then raises `one of the variables needed for
-gradient computation has been modified by an inplace operation`.  gradguard reports the call and the
-line that constructed the module.
+gradient computation has been modified by an inplace operation`.  gradguard reports a module where it
+is constructed (the line to change), with the call that applies it as a related location.
 """,
     fix_advice="Pass `inplace=False` (or drop the keyword); use `F.relu` instead of `F.relu_`.",
     default_severity=Severity.ERROR,

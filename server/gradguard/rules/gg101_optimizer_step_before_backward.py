@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
+from ..messages import Message
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
@@ -20,16 +21,17 @@ def check(mutation: Mutation):
     if conflict is None:
         return
     save = conflict.save
-    via = f" inside {mutation.via}" if mutation.via else ""
     yield Finding(
         "GG101",
         mutation.node,
-        f"{mutation.how}{via} updates {_updated(mutation)} in place while the graph built on line "
-        f"{save.node.lineno} (`{save.op}` saved {_saved(save.role)}) is still waiting for its backward; "
-        f'{where_it_raises(conflict)} "{SAVED_MESSAGE}". Run every backward of that graph before the step, '
-        "detach the graph boundary (e.g. `D(fake.detach())`), or recompute the forward after the step.",
+        Message.format(
+            "{how} updates {label} in place while the graph built on {saved} (`{op}` saved {what}) is still waiting "
+            'for its backward; {raises} "{torch}". Run every backward of that graph before the step, detach the graph '
+            "boundary (e.g. `D(fake.detach())`), or recompute the forward after the step.",
+            how=mutation.how, label=_updated(mutation), saved=save.node, op=save.op, what=_saved(save.role),
+            raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
         certain=save.certain,
-        related=conflict_related(conflict),
+        related=conflict_related(conflict, mutation),
         data={"mutation": mutation},
     )
 

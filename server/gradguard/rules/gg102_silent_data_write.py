@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
+from ..messages import Message
 from .base import Example, Rule
 from .common import conflict_related, first_conflict, where_it_reads
 
@@ -15,16 +16,16 @@ def check(mutation: Mutation):
     if conflict is None:
         return
     save = conflict.save
-    via = f" inside {mutation.via}" if mutation.via else ""
     yield Finding(
         "GG102",
         mutation.node,
-        f"{mutation.how}{via} changes {mutation.target.label} behind autograd's back: `{save.op}` on line "
-        f"{save.node.lineno} saved it for backward, and `.data` writes do not bump the version counter, so "
-        f"{where_it_reads(conflict)} silently computes wrong gradients. Write after the backward, "
-        "or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
+        Message.format(
+            "{how} changes {label} behind autograd's back: `{op}` on {saved} saved it for backward, and `.data` writes "
+            "do not bump the version counter, so {reads} silently computes wrong gradients. Write after the backward, "
+            "or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
+            how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, reads=where_it_reads(conflict)),
         certain=save.certain,
-        related=conflict_related(conflict, silent=True),
+        related=conflict_related(conflict, mutation, silent=True),
         data={"mutation": mutation},
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, GraphBreak
+from ..messages import Message
 from .base import Example, Rule
 
 MESSAGE = "element 0 of tensors does not require grad and does not have a grad_fn"
@@ -13,15 +14,17 @@ def check(event):
     if not isinstance(event, GraphBreak) or event.reached is None:
         return
     sink = event.reached
-    where = f"the backward on line {sink.node.lineno}" if sink.kind == "backward" else (
-        f"backward through the value returned on line {sink.node.lineno}")
+    where = Message.format("the backward on {sink}" if sink.kind == "backward" else
+                           "backward through the value returned on {sink}", sink=sink.node)
     yield Finding(
         "GG103",
         event.node,
-        f"{event.how}: values are read out of a tensor that requires grad and used again without their graph, "
-        f"so {where} gets no gradient through them (gradients silently become None or miss this term, or "
-        f'backward raises "{MESSAGE}"). Keep tensors: `torch.stack`/`torch.cat`, arithmetic on tensors instead '
-        "of `.item()`/`float()`, no numpy round trips.",
+        Message.format(
+            "{how}: values are read out of a tensor that requires grad and used again without their graph, so "
+            "{where} gets no gradient through them (gradients silently become None or miss this term, or "
+            'backward raises "{torch}"). Keep tensors: `torch.stack`/`torch.cat`, arithmetic on tensors instead of '
+            "`.item()`/`float()`, no numpy round trips.",
+            how=event.how, where=where, torch=MESSAGE),
         certain=event.certain,
         related=[(sink.node, "the backward that loses this gradient")],
     )

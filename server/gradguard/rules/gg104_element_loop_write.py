@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
+from ..messages import Message
 from . import gg001_saved_tensor_mutated, gg002_leaf_mutated, gg003_leaf_view_mutated, gg004_multi_view_mutated
 from .base import Example, Rule
 
@@ -20,10 +21,12 @@ def check(mutation: Mutation):
             yield Finding(
                 "GG104",
                 mutation.node,
-                f"element-by-element loop write: {first.message} Besides, a Python loop over elements is slow; "
-                "write it vectorised (a mask with `torch.where`/`masked_fill`, broadcasting such as "
-                "`(x - x.amin(dim, keepdim=True)) / (x.amax(dim, keepdim=True) - x.amin(dim, keepdim=True))`, "
-                "or collect the steps in a list and `torch.stack` them).",
+                Message.format(
+                    "element-by-element loop write: {underlying} Besides, a Python loop over elements is slow; "
+                    "write it vectorised (a mask with `torch.where`/`masked_fill`, broadcasting such as "
+                    "`(x - x.amin(dim, keepdim=True)) / (x.amax(dim, keepdim=True) - x.amin(dim, keepdim=True))`, "
+                    "or collect the steps in a list and `torch.stack` them).",
+                    underlying=first.message),
                 certain=first.certain,
                 related=first.related,
                 data={"mutation": mutation, "underlying": first.code},

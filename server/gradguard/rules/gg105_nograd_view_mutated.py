@@ -6,6 +6,7 @@ from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
+from .common import call_path_related
 
 MESSAGE = "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
 
@@ -18,15 +19,15 @@ def check(mutation: Mutation):
     # A no_grad view of a tensor that does not require grad is refused only a value that requires grad.
     if not of_grad_tensor and not (any(t.nograd_plain_view for t in chain) and mutation.value_grad > Grad.NO):
         return
+    origin = [(mutation.target.origin, "the view is made under no_grad here")] if mutation.target.origin else []
     certain = mutation.grad_mode_known and (of_grad_tensor or mutation.value_grad == Grad.YES)
-    via = f" inside {mutation.via}" if mutation.via else ""
     yield Finding(
         "GG105",
         mutation.node,
-        f'{mutation.how}{via} modifies a view that was made under `torch.no_grad()`; torch raises here: "{MESSAGE}" '
+        f'{mutation.how} modifies a view that was made under `torch.no_grad()`; torch raises here: "{MESSAGE}" '
         "Make the view with grad mode on, or write under `torch.no_grad()` too, or clone it.",
         certain=certain,
-        related=[(mutation.target.origin, "the view is made under no_grad here")] if mutation.target.origin else [],
+        related=[*origin, *call_path_related(mutation)],
         data={"mutation": mutation},
     )
 

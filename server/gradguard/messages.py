@@ -1,0 +1,88 @@
+"""Finding messages as templates: text with references to lines, rendered to text only at the output boundary.
+
+A rule writes ``Message.format("`{op}` on {saved} saved it", op="sigmoid", saved=save_node)``; the saved node
+stays a reference to its line.  So the per-document cache moves a message by shifting its references
+(``moved.py``), and a notebook renders the same reference as "line 2 of cell 6" where a plain file says
+"line 12" (``Finding.to_diagnostic``), with no line number ever read back out of text.
+"""
+
+from __future__ import annotations
+
+import ast
+import string
+from dataclasses import dataclass
+from typing import Callable, Iterator, Union
+
+
+@dataclass(frozen=True)
+class Line:
+    """A reference to a 1-based line of the analysed file (or notebook program)."""
+
+    number: int
+
+
+LineName = Callable[[int], str]  # how a line is named in text
+
+
+def plain_line(number: int) -> str:
+    return f"line {number}"
+
+
+Part = Union[str, Line]
+
+
+@dataclass(frozen=True)
+class Message:
+    parts: tuple[Part, ...]
+
+    @classmethod
+    def text(cls, text: str) -> "Message":
+        return cls((text,))
+
+    @classmethod
+    def format(cls, template: str, **values: object) -> "Message":
+        """``template`` with its ``{name}`` slots filled: an AST node or a ``Line`` becomes a line reference,
+        a ``Message`` is spliced in, anything else becomes text (never parsed again, so braces in it are safe)."""
+        parts: list[Part] = []
+        for literal, name, spec, conversion in string.Formatter().parse(template):
+            parts.append(literal)
+            if name is None:
+                continue
+            if spec or conversion:
+                raise ValueError(f"no format spec or conversion in message slots: {{{name}}}")
+            parts.extend(_parts(values[name]))
+        return cls(_merged(parts))
+
+    def lines(self) -> Iterator[int]:
+        return (p.number for p in self.parts if isinstance(p, Line))
+
+    def moved(self, move: Callable[[int], int]) -> "Message":
+        """The same message with every line reference passed through ``move``."""
+        return Message(tuple(Line(move(p.number)) if isinstance(p, Line) else p for p in self.parts))
+
+    def render(self, name: LineName = plain_line) -> str:
+        return "".join(name(p.number) if isinstance(p, Line) else p for p in self.parts)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def _parts(value: object) -> tuple[Part, ...]:
+    if isinstance(value, Message):
+        return value.parts
+    if isinstance(value, Line):
+        return (value,)
+    if isinstance(value, ast.AST):
+        return (Line(value.lineno),)
+    return (str(value),)
+
+
+def _merged(parts: list[Part]) -> tuple[Part, ...]:
+    """Adjacent text joined and empty text dropped, so equal messages have equal parts."""
+    out: list[Part] = []
+    for part in parts:
+        if isinstance(part, str) and out and isinstance(out[-1], str):
+            out[-1] += part
+        elif part != "":
+            out.append(part)
+    return tuple(out)
