@@ -525,7 +525,7 @@ class CallsMixin:
         info = self.ctx.class_of(module)
         found = find_method(self.ctx.classes, info, "forward") if info is not None and not torch_forward else None
         if found is not None:
-            result = self.inline(found[0], args, {}, node, self_value=module, record=False, owner=found[1])
+            result = self.inline(found[0], args, {}, node, self_value=module, owner=found[1])
             if isinstance(result, (Tensor, TensorSeq, Derived)):
                 return result
             # A forward we could not follow: its output is computed from its inputs and parameters, but we

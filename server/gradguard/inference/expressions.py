@@ -103,7 +103,7 @@ class ExpressionsMixin:
         return UNKNOWN
 
     def _expr_Lambda(self, node: ast.Lambda) -> Value:
-        return FunctionValue(node, scope=self.state.env)
+        return FunctionValue(node, scope=[self.state.env, *self.scopes])
 
     def _expr_Starred(self, node: ast.Starred) -> Value:
         return self.eval(node.value)

@@ -263,8 +263,16 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         elif stmt.value is not None:
             self._sink("return", stmt, value)
 
+    def _settle(self, live: dict[str, Value], merged: State) -> None:
+        """Continue with ``merged`` in the frame's own variables dict, which closures defined earlier hold."""
+        if merged.env is not live:
+            live.clear()
+            live.update(merged.env)
+        self.state = State(live, merged.grad_enabled)
+
     def _stmt_If(self, stmt: ast.If) -> None:
         self.eval(stmt.test)
+        live = self.state.env
         before = self.state.copy()
         saves_before = len(self.saves)
         self.run_block(stmt.body)
@@ -275,32 +283,35 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.state = before
         self.run_block(stmt.orelse)
         self.saves[saves_before:saves_before] = body_saves
-        self.state = _merge(after_body, self.state)
+        self._settle(live, _merge(after_body, self.state))
 
     def _stmt_For(self, stmt: ast.For) -> None:
         iterable = self.eval(stmt.iter)
         element = self._iter_element(iterable, stmt.iter)
+        live = self.state.env
         before = self.state.copy()
         index_loop = isinstance(stmt.target, ast.Name) and isinstance(stmt.iter, ast.Call) and \
             self.qual(stmt.iter.func) == "builtins.range"
         if index_loop:
             self.loop_vars.append(stmt.target.id)
-        for _ in range(2):  # twice: values saved in iteration i-1 meet the writes of iteration i
+        # Twice: values saved in iteration i-1 meet the writes of iteration i (once when it runs once).
+        for _ in range(1 if _runs_once(stmt.iter) else 2):
             self.bind(stmt.target, element, stmt)
             self.run_block(stmt.body)
         if index_loop:
             self.loop_vars.pop()
-        self.state = _merge(before, self.state)
+        self._settle(live, _merge(before, self.state))
         self.run_block(stmt.orelse)
 
     _stmt_AsyncFor = _stmt_For
 
     def _stmt_While(self, stmt: ast.While) -> None:
+        live = self.state.env
         before = self.state.copy()
         for _ in range(2):
             self.eval(stmt.test)
             self.run_block(stmt.body)
-        self.state = _merge(before, self.state)
+        self._settle(live, _merge(before, self.state))
         self.run_block(stmt.orelse)
 
     def _stmt_With(self, stmt: ast.With) -> None:
@@ -341,19 +352,20 @@ class Interpreter(ExpressionsMixin, CallsMixin):
 
     def _stmt_Match(self, stmt: ast.Match) -> None:
         self.eval(stmt.subject)
+        live = self.state.env
         before = self.state.copy()
         merged = None
         for case in stmt.cases:
             self.state = before.copy()
             self.run_block(case.body)
             merged = self.state if merged is None else _merge(merged, self.state)
-        self.state = _merge(before, merged) if merged is not None else before
+        self._settle(live, _merge(before, merged) if merged is not None else before)
 
     def _stmt_FunctionDef(self, stmt: ast.FunctionDef) -> None:
         """A nested ``def`` is a closure over the running function's variables (module-level functions are
         looked up by name instead, see ``_expr_Name``)."""
         if not (self.module_unit and not self.inline_stack):
-            self.state.env[stmt.name] = FunctionValue(stmt, scope=self.state.env)
+            self.state.env[stmt.name] = FunctionValue(stmt, scope=[self.state.env, *self.scopes])
 
     _stmt_AsyncFunctionDef = _stmt_FunctionDef
 
@@ -601,11 +613,12 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.state.grad_enabled = grad_mode
 
     def inline(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
-               self_value: Value | None = None, record: bool = True, scope: dict[str, Value] | None = None,
+               self_value: Value | None = None, record: bool = True, scope: list[dict[str, Value]] | None = None,
                owner: ClassInfo | None = None, max_depth: int = 3) -> Value | None:
         """Analyse a call of one of the file's own functions in place, with the caller's values.
 
-        ``scope``: the variables a closure or lambda sees from the function that defined it; ``owner``: the
+        ``scope``: the variables a closure or lambda sees from the functions around its definition, innermost
+        first; ``owner``: the
         class a method was found on.  Returns None when the call is not followed (too deep, recursive): the
         caller then treats it as unknown.
         """
@@ -620,11 +633,16 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
                 grad = False
         self.state = State(env, grad)
-        self.scopes = [s for s in (scope, module_env) if s is not None and s is not env]
+        chain = [*(scope or ()), module_env]
+        self.scopes = [s for i, s in enumerate(chain) if s is not env and all(s is not t for t in chain[:i])]
         self.outer_names = set()
         self.owner, self.self_value = owner, self_value
         self.inline_record = self.inline_record and record
-        self.returns, self.loop_vars = [], []
+        # An index of the caller's loop passed in (`step(y, t)`) still indexes element by element; a closure
+        # sees the loops around its definition's caller by name.
+        self.returns = []
+        self.loop_vars = [*(saved[3] if scope is not None else ()),
+                          *self._loop_parameters(fn, node, saved[3], self_value is not None)]
         CALL_STATS["followed call of the file's own code"] += 1
         self.inline_stack.append(fn)
         self.inline_frames.append((node, new_id()))
@@ -645,6 +663,20 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         for other in returns[1:]:
             result = join(result, other)
         return result
+
+    @staticmethod
+    def _loop_parameters(fn: ast.FunctionDef | ast.Lambda, node: ast.AST, loop_vars: list[str],
+                         bound: bool) -> list[str]:
+        """The callee's parameters given an expression of one of the caller's loop indices (``bound``: the
+        first parameter is the instance, not an argument of the call)."""
+        if not loop_vars or not isinstance(node, ast.Call):
+            return []
+        params = [p.arg for p in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
+        if bound:
+            params = params[1:]
+        given = [*zip(params, node.args), *((kw.arg, kw.value) for kw in node.keywords if kw.arg in params)]
+        return [name for name, expr in given
+                if any(isinstance(n, ast.Name) and n.id in loop_vars for n in ast.walk(expr))]
 
     def _bind_parameters(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value],
                          self_value: Value | None) -> dict[str, Value]:
@@ -757,3 +789,16 @@ def _names_written_in_place(body: list[ast.stmt]) -> set[str]:
         if isinstance(target, ast.Name):
             names.add(target.id)
     return names
+
+
+def _runs_once(iterable: ast.expr) -> bool:
+    """``for _ in range(1)``, ``for x in [a]``: a loop whose body runs exactly once."""
+    if isinstance(iterable, (ast.List, ast.Tuple)):
+        return len(iterable.elts) == 1 and not isinstance(iterable.elts[0], ast.Starred)
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range":
+        bounds = [_const_int(a) for a in iterable.args]
+        if len(bounds) == 1 and bounds[0] is not None:
+            return bounds[0] == 1
+        if len(bounds) == 2 and None not in bounds:
+            return bounds[1] - bounds[0] == 1
+    return False

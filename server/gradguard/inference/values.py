@@ -182,10 +182,11 @@ class Derived:
 @dataclass(eq=False)
 class FunctionValue:
     """A function of the file as a value: a nested ``def`` (a closure over ``scope``, the live variables of
-    the function that defined it), a ``lambda``, or a bound method (``self_value``, found on class ``owner``)."""
+    the functions around its definition, innermost first), a ``lambda``, or a bound method (``self_value``,
+    found on class ``owner``)."""
 
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
-    scope: dict[str, "Value"] | None = None
+    scope: list[dict[str, "Value"]] | None = None
     self_value: "Value | None" = None
     owner: object = None  # the ClassInfo the method was found on (``super()`` starts after it)
 
