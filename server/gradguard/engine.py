@@ -41,12 +41,13 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
     classes = find_classes(tree, imports)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions)
-    findings: dict[tuple[str, int, int], Finding] = {}
     units = list(_units(tree))
     candidates = _candidate_units(units, lines) if lines is not None else None
     module_env = _ModuleEnvironment(ctx, tree, lines)
     fingerprint = _Fingerprints(tree, lines, functions, classes) if cache is not None and lines is not None else None
     used: dict[str, _Cached] = {}
+    results: list[tuple[tuple[str, str], list[Finding]]] = []
+    followed: set[tuple[str, str]] = set()
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
             continue
@@ -57,11 +58,21 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
         if key is not None and key in cache:
             hit = cache[key]
             produced = move_findings(hit.findings, hit.spans, spans)
+            calls = hit.followed
         if produced is None:
-            produced = list(_check(_run_unit(ctx, fn, owner, tree, module_env)))
+            interp = _run_unit(ctx, fn, owner, tree, module_env)
+            produced, calls = list(_check(interp)), frozenset(interp.followed)
         if key is not None:
-            used[key] = _Cached(spans, produced)
+            used[key] = _Cached(spans, produced, calls)
+        followed |= calls
+        results.append((function_key(fn, owner), produced))
+    findings: dict[tuple[str, int, int], Finding] = {}
+    for unit, produced in results:
         for finding in produced:
+            if not finding.certain and unit in followed:
+                # The file calls this function itself, and those calls were analysed with the caller's values:
+                # they decide, not this guess at what its arguments might be.
+                continue
             where = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
             kept = findings.get(where)
             if kept is None:
@@ -75,9 +86,15 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     return list(findings.values())
 
 
+def function_key(fn: ast.AST | None, owner: ast.ClassDef | None) -> tuple[str, str]:
+    """A function named by its class and its name (the module's top level is ``("", "")``)."""
+    return (owner.name if owner is not None else "", getattr(fn, "name", "") if fn is not None else "")
+
+
 class _Cached(NamedTuple):
     spans: tuple[tuple[int, int], ...]  # the lines of each part of the fingerprint when the findings were made
     findings: list[Finding]
+    followed: frozenset[tuple[str, str]]  # the file's functions its analysis followed calls into
 
 
 class _Fingerprints:

@@ -25,6 +25,7 @@ from .values import (
     FunctionValue,
     Grad,
     NumberFrom,
+    Opaque,
     OptimizerValue,
     ModuleValue,
     ModuleIterable,
@@ -526,7 +527,7 @@ class CallsMixin:
         found = find_method(self.ctx.classes, info, "forward") if info is not None and not torch_forward else None
         if found is not None:
             result = self.inline(found[0], args, {}, node, self_value=module, owner=found[1])
-            if isinstance(result, (Tensor, TensorSeq, Derived)):
+            if result is not None and not isinstance(result, Opaque):
                 return result
             # A forward we could not follow: its output is computed from its inputs and parameters, but we
             # cannot tell its shape (one tensor, a tuple...), so it is never a write target.

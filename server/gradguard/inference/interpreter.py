@@ -120,6 +120,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.outer_names: set[str] = set()  # `nonlocal`/`global` names of the running function: bound outside
         self.owner: ClassInfo | None = ctx.class_of(self_value)  # the class whose method runs (for super())
         self.module_unit = False  # running the module's top level (its environment is the globals)
+        self.followed: set[tuple[str, str]] = set()  # (class, name) of the file's functions whose calls were followed
 
     # ----------------------------------------------------------------- helpers
     def _next(self) -> int:
@@ -644,6 +645,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.loop_vars = [*(saved[3] if scope is not None else ()),
                           *self._loop_parameters(fn, node, saved[3], self_value is not None)]
         CALL_STATS["followed call of the file's own code"] += 1
+        self.followed.add((owner.name if owner is not None else "", getattr(fn, "name", "")))
         self.inline_stack.append(fn)
         self.inline_frames.append((node, new_id()))
         try:
