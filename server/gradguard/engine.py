@@ -19,7 +19,7 @@ from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter
 from .inference.jedi_oracle import JediOracle
 from . import parsing
-from .inference.values import copy_values
+from .inference.values import ModuleValue, copy_values
 from .knowledge import load_knowledge
 from .moved import move_findings
 from .rules import RULES_IN_PRECEDENCE
@@ -61,7 +61,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
             calls = hit.followed
         if produced is None:
             interp = _run_unit(ctx, fn, owner, tree, module_env)
-            produced, calls = list(_check(interp)), frozenset(interp.followed)
+            # A recursive call is not a caller that decides for the function.
+            produced, calls = list(_check(interp)), frozenset(interp.followed - {function_key(fn, owner)})
         if key is not None:
             used[key] = _Cached(spans, produced, calls)
         followed |= calls
@@ -223,9 +224,26 @@ class _ModuleEnvironment:
         self.names = _bound_names(self.statements)
         self.lines = lines
         self._env: dict | None = None
+        self._instances: dict[str, ModuleValue] = {}
 
     def top_level(self) -> list[ast.stmt]:
         return self.statements
+
+    def instance(self, info: ClassInfo, fresh: bool) -> ModuleValue:
+        """``self`` for a method's analysis: as the class's ``__init__`` leaves it (``fresh``: as it enters it).
+        Built once per class and copied, since a model's ``__init__`` builds every block it holds (writes made
+        there are reported by ``__init__``'s own analysis)."""
+        if fresh:
+            return Interpreter(self.ctx).instantiate(info, [], {}, None, record=False, run_init=False)
+        if info.name not in self._instances:
+            self._instances[info.name] = Interpreter(self.ctx).instantiate(info, [], {}, None, record=False)
+        return copy_values({"self": self._instances[info.name]})["self"]
+
+    def trains(self, fn: ast.AST) -> bool | None:
+        """Does the function run a backward, a step or ``autograd.grad`` itself?  Read from its text."""
+        if self.lines is None:
+            return None
+        return bool(_TRAINS.search("\n".join(self.lines[fn.lineno - 1: fn.end_lineno])))
 
     def for_function(self, fn: ast.AST) -> dict | None:
         if not self.names or self.lines is None:
@@ -239,6 +257,9 @@ class _ModuleEnvironment:
             interp.run_module(self.statements)
             self._env = interp.state.env
         return copy_values(self._env)
+
+
+_TRAINS = re.compile(r"\.\s*(?:backward|step|grad)\b")
 
 
 def _bound_names(statements: list[ast.stmt]) -> set[str]:
@@ -277,9 +298,9 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
     if globals_ is not None:
         interp.scopes = [globals_]
     if info is not None:
-        # `self` as its `__init__` leaves it (writes made there are reported by `__init__`'s own analysis).
-        interp.self_value = interp.instantiate(info, [], {}, None, record=False, run_init=fn.name != "__init__")
-    interp.run_function(fn, is_forward=info is not None and info.is_module and fn.name == "forward", owner=info)
+        interp.self_value = module_env.instance(info, fresh=fn.name == "__init__")
+    interp.run_function(fn, is_forward=info is not None and info.is_module and fn.name == "forward", owner=info,
+                        trains=module_env.trains(fn))
     return interp
 
 

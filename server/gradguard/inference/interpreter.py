@@ -156,14 +156,16 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.run_block(body)
 
     def run_function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool,
-                     owner: ClassInfo | None = None) -> None:
+                     owner: ClassInfo | None = None, trains: bool | None = None) -> None:
+        """``trains``: the function runs a backward or steps itself (the caller may know it from the text)."""
         self.is_forward = is_forward
         if owner is not None:
             self.owner = owner
+        if trains is None:
+            trains = any(isinstance(n, ast.Attribute) and n.attr in ("backward", "step", "grad") for n in ast.walk(fn))
         # Grad mode at entry is the caller's: known on (for the rules that raise at once) only in a forward,
         # or in training code that runs backward or steps itself.
-        self.grad_mode_known = is_forward or any(
-            isinstance(n, ast.Attribute) and n.attr in ("backward", "step", "grad") for n in ast.walk(fn))
+        self.grad_mode_known = is_forward or trains
         for deco in fn.decorator_list:
             target = deco.func if isinstance(deco, ast.Call) else deco
             if self.qual(target) in GRAD_OFF_CONTEXTS:
