@@ -54,11 +54,11 @@ def conflict_related(conflict: Conflict, mutation: Mutation, silent: bool = Fals
 def call_path_related(mutation: Mutation) -> list:
     """Each call site on the way from the analysed function to a write inside a followed helper."""
     return [(site, Message.format("`{callee}()` is called here; the write on {write} happens inside it",
-                                  callee=callee(site), write=mutation.node))
+                                  callee=_callee(site), write=mutation.node))
             for site in mutation.call_path()]
 
 
-def callee(call: ast.AST) -> str:
+def _callee(call: ast.AST) -> str:
     func = call.func if isinstance(call, ast.Call) else call
     return ast.unparse(func)
 

@@ -19,16 +19,16 @@ def check(mutation: Mutation):
         return
     save = conflict.save
     ctor = mutation.module.ctor if mutation.module is not None else None
+    what = "output" if save.role == "output" else "input"
+    facts = dict(how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, what=what,
+                 raises=where_it_raises(conflict), torch=SAVED_MESSAGE)
     if ctor is None:
-        what = "output" if save.role == "output" else "input"
         yield Finding(
             "GG005",
             mutation.node,
             Message.format(
                 '{how} overwrites {label}, which `{op}` on {saved} saved (as its {what}) for backward; {raises} "{torch}". '
-                "Use inplace=False here.",
-                how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, what=what,
-                raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+                "Use inplace=False here.", **facts),
             certain=save.certain,
             related=conflict_related(conflict, mutation),
             data={"mutation": mutation},
@@ -39,12 +39,10 @@ def check(mutation: Mutation):
         "GG005",
         ctor,
         Message.format(
-            "this `inplace=True` module is applied on {applied} to {label}, which `{op}` on {saved} saved for backward; "
-            '{raises} "{torch}". Use inplace=False.',
-            applied=mutation.node, label=mutation.target.label, op=save.op, saved=save.node,
-            raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+            "{how}, built here, is applied on {applied} to {label}, which `{op}` on {saved} saved (as its {what}) for "
+            'backward; {raises} "{torch}". Use inplace=False.', applied=mutation.node, **facts),
         certain=save.certain,
-        related=[(mutation.node, "applied here"), *conflict_related(conflict, mutation)],
+        related=[(mutation.node, "the module is applied here"), *conflict_related(conflict, mutation)],
         data={"mutation": mutation},
     )
 
