@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from dataclasses import replace
 from typing import Iterator, NamedTuple
 
 from .inference.classes import ClassInfo, find_classes
@@ -67,24 +68,36 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
             used[key] = _Cached(spans, produced, calls)
         followed |= calls
         results.append((function_key(fn, owner), produced))
-    findings: dict[tuple[str, int, int], Finding] = {}
-    for unit, produced in results:
-        for finding in produced:
-            if not finding.certain and unit in followed:
-                # The file calls this function itself, and those calls were analysed with the caller's values:
-                # they decide, not this guess at what its arguments might be.
-                continue
-            where = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
-            kept = findings.get(where)
-            if kept is None:
-                findings[where] = finding
-                finding.twins = []
-            elif kept is not finding:
-                kept.twins.append(finding)
+    findings = _one_per_place(results, followed)
     if cache is not None:
         cache.clear()
         cache.update(used)
-    return list(findings.values())
+    return findings
+
+
+def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
+                   followed: set[tuple[str, str]]) -> list[Finding]:
+    """One finding per place, where several functions' analyses report the same write.
+
+    An uncertain finding of a function the file itself calls stands only if a caller's analysis (made with
+    the caller's real values) confirms it.  The kept one is the write's own function's, when it has one: its
+    facts are local, so its fix edits where the finding is; it is certain if any analysis is."""
+    by_place: dict[tuple[str, int, int], list[tuple[tuple[str, str], Finding]]] = {}
+    for unit, produced in results:
+        for finding in produced:
+            where = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
+            by_place.setdefault(where, []).append((unit, finding))
+    kept_findings = []
+    for group in by_place.values():
+        if all(not f.certain and unit in followed for unit, f in group):
+            continue  # only guesses, and the file's own calls of the function do not bear them out
+        own = [f for _, f in group if not getattr(f.data.get("mutation"), "frames", None)]
+        kept = own[0] if own else group[0][1]
+        if not kept.certain and any(f.certain for _, f in group):
+            kept = replace(kept, certain=True)  # a copy: the cached finding stays as its own analysis made it
+        kept.twins = [f for _, f in group if f is not kept]
+        kept_findings.append(kept)
+    return kept_findings
 
 
 def function_key(fn: ast.AST | None, owner: ast.ClassDef | None) -> tuple[str, str]:

@@ -42,6 +42,26 @@ NEGATIVES = [fx for fx in FIXTURES if not fx.positive]
 from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys.path)
 
 NO_FIX = {
+    "GG001/pos_call_object_rescales_saved": (
+        "the write is inside `__call__` on the caller's tensor; rebinding there changes what the caller's name "
+        "holds only through the return value, and the fix layer does not yet prove a rewrite against every caller"
+    ),
+    "GG001/pos_closure_mutates_captured": (
+        "the write is inside a closure on a variable of the enclosing function; rebinding it needs `nonlocal` and a "
+        "proof that every later read wants the new value, which the fix layer does not make yet"
+    ),
+    "GG001/pos_dict_of_activations_mutated": (
+        "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
+        "dict's name would be wrong), so none is offered"
+    ),
+    "GG002/pos_global_leaf_written_in_function": (
+        "the leaf is a module global written inside a function; `torch.no_grad()` would hide the update from the "
+        "gradient the reference computes, and rebinding a global needs a `global` statement the fix layer does not write"
+    ),
+    "GG103/pos_numpy_round_trip_in_method": (
+        "the values leave torch in another object's method; keeping the tensor means rewriting that method's "
+        "NumPy code, which the fix layer does not do (NumPy rewrites are not offered anywhere yet)"
+    ),
     "GG003/pos_prune_input_column_in_forward": (
         "`self.fc(x)` reads `self.fc.weight` inside the module: a masked copy of the weight cannot reach it "
         "without rewriting the call as `F.linear`, and `torch.no_grad()` would change the gradients"
@@ -150,6 +170,8 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
+    "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
     "GG101/pos_gan_no_detach_shared_d_output": "`D(fake)` computed again after the step sees the updated discriminator",
     "GG101/pos_ema_helper_called_before_backward": "the teacher's forward, moved after the EMA update, sees the updated teacher",
     "GG101/pos_gan_g_logits_before_d_step": "the generator's forward, moved after the step, now sees the updated discriminator",

@@ -55,6 +55,8 @@ def mutation_of(finding: Finding) -> Mutation:
     mutation = (finding.data or {}).get("mutation")
     if mutation is None:
         raise CannotFix("the finding carries no mutation")
+    if mutation.in_container:
+        raise CannotFix("the tensor is an element of a Python list or dict; the rewrites name tensors, not elements")
     return mutation
 
 

@@ -49,6 +49,9 @@ class Mutation:
     element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
     value_grad: Grad = Grad.NO  # whether the values written in require grad (grad mode on)
     frames: list[tuple[ast.AST, int]] = field(default_factory=list)  # (call site, id mark) of followed calls
+    # The written tensor is reached through a Python list or dict (`acts["h"] += 1`): its subscript is not
+    # tensor indexing, so a fix must not treat the container's name as the tensor's.
+    in_container: bool = False
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

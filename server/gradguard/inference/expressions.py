@@ -110,6 +110,8 @@ class ExpressionsMixin:
 
     def _element(self, container: TensorSeq | TensorMap, index: ast.expr) -> Value:
         """``xs[i]``: the element at a constant index or key; any element (a stand-in for each) otherwise."""
+        if isinstance(container, TensorMap) or container.base is None:  # not the pieces `split` returns
+            self.container_reads.add(id(index))
         self.eval(index)
         key = _const_key(index)
         if isinstance(container, TensorMap):

@@ -120,6 +120,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.outer_names: set[str] = set()  # `nonlocal`/`global` names of the running function: bound outside
         self.owner: ClassInfo | None = ctx.class_of(self_value)  # the class whose method runs (for super())
         self.module_unit = False  # running the module's top level (its environment is the globals)
+        self.container_reads: set[int] = set()  # ids of the index nodes of list/dict element reads
         self.followed: set[tuple[str, str]] = set()  # (class, name) of the file's functions whose calls were followed
 
     # ----------------------------------------------------------------- helpers
@@ -549,6 +550,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                                 grad_mode_known=self.grad_mode_known, value_grad=self._grad(*operands))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
+            mutation.in_container = self._through_container(node)
             self.mutations.append(mutation)
         if kind == "data":
             return target  # .data writes bypass the version counter and the graph
@@ -579,6 +581,19 @@ class Interpreter(ExpressionsMixin, CallsMixin):
                 for t in target.view_chain():
                     t.graph = t.graph | {saved.id}
         return target
+
+    def _through_container(self, node: ast.AST) -> bool:
+        """Is the expression a write goes through an element of a Python list or dict?"""
+        if isinstance(node, ast.AugAssign):
+            written = node.target
+        elif isinstance(node, ast.Assign):
+            written = node.targets[0]
+        elif isinstance(node, ast.Call):
+            written = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
+        else:
+            return False
+        return written is not None and any(
+            isinstance(n, ast.Subscript) and id(n.slice) in self.container_reads for n in ast.walk(written))
 
     def _data_write(self, node: ast.AST, alias: DataAlias, how: str) -> None:
         """Writes through ``.data`` bypass the version counter: autograd never notices, gradients go silently wrong."""
