@@ -25,7 +25,7 @@ _NAMESPACE = {"torch": torch, "F": F, "nn": torch.nn}
 _SHAPES = ((4, 4), (1, 4, 4, 4), (2, 3, 4))
 # Extra arguments after the tensor, tried in turn (u: a second tensor that requires grad, m: a bool mask).
 _ARGS = ((), (-1,), (2,), (0.0,), ("u",), ("m", 0.0))
-_CTOR_ARGS = ((4,), (4, 4), (4, 4, 1))
+_CTOR_ARGS = ((), (4,), (4, 4), (4, 4, 1))
 _NODE = re.compile(r"Backward(\d*)$")
 
 

@@ -53,7 +53,7 @@ def decode(data: bytes) -> str | Unreadable:
 CANDIDATE = re.compile(
     r"[-+*/@%&|^]=(?!=)"  # x += y (also <=, >=: cheap, fine)
     r"|\]\s*=[^=]"  # x[i] = v
-    r"|[A-Za-z0-9]_\s*\("  # x.add_(...), F.relu_(...)
+    r"|[A-Za-z0-9]_\s*[(),]"  # x.add_(...), F.relu_(...), partial(F.relu_)
     r"|\binplace\s*="
     r"|\bout\s*="
     r"|\.step\s*\("

@@ -194,6 +194,8 @@ class CallsMixin:
         if name == "forward" and ref.self_value.torch_module:
             return self.call_module(ref.self_value, args, node, torch_forward=True)
         if name == "__init__":
+            if ref.self_value.torch_module and isinstance(node, ast.Call):
+                self.construct_torch_base(ref.self_value, node, args)  # super().__init__(inplace=True)
             return NOT_TENSOR
         return self._unknown_call(node, [*args, *kwargs.values()])
 
@@ -305,6 +307,8 @@ class CallsMixin:
             storage = source.storage if isinstance(source, Tensor) else Storage()
             result = new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True)
             result.storage = storage
+            # Values already cut from their graph (`Variable(torch.tensor(float(loss)))`) stay cut ones.
+            result.graph |= graph_of(source) & {b.marker for b in self.breaks}
             return result
         if len(parts) == 3 and parts[1] == "nn" and name[:1].isupper():
             return self._construct_module(name, node, args)
@@ -370,6 +374,14 @@ class CallsMixin:
             for save in self.saves:
                 if save.id in graph:
                     save.consumed = True
+
+    def construct_torch_base(self, instance: ModuleValue, node: ast.Call, args: list[Value]) -> None:
+        """What torch's constructor of a subclass's torch base sets (``inplace``, a Sequential's children)."""
+        base = self._construct_module(instance.cls, node, args)
+        instance.inplace = instance.inplace or base.inplace
+        instance.children = instance.children or base.children
+        if instance.ctor is None or base.inplace:
+            instance.ctor = node if instance.ctor is None else instance.ctor
 
     def _construct_module(self, cls: str, node: ast.Call, args: list[Value]) -> Value:
         inplace = bool(_keyword_bool(node, "inplace", False))

@@ -123,9 +123,16 @@ class ExpressionsMixin:
         return self._iter_element(container, index)
 
     def _expr_Tuple(self, node: ast.Tuple | ast.List) -> Value:
+        if node.elts and all(isinstance(e, ast.Starred) for e in node.elts):
+            spread = [self.eval(e) for e in node.elts]
+            if all(isinstance(v, ParamIterable) for v in spread):
+                return ParamIterable(spread)  # [*enc.parameters(), *head.parameters()]: still parameters
+            node_items = spread
+        else:
+            node_items = None
         items: list[Value] = []
-        for e in node.elts:
-            value = self.eval(e)
+        for i, e in enumerate(node.elts):
+            value = node_items[i] if node_items is not None else self.eval(e)
             if isinstance(e, ast.Starred) and isinstance(value, TensorSeq) and value.base is None:
                 items.extend(value.items)  # [*xs, y]
             else:

@@ -731,6 +731,8 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         torch_layer = info.torch_base not in (None, "Module")
         instance = ModuleValue(info.torch_base if torch_layer else info.name, torch_module=torch_layer, ctor=node,
                                user_class=info.node)
+        if torch_layer and isinstance(node, ast.Call):
+            self.construct_torch_base(instance, node, args)  # `MyReLU(inplace=True)`: torch's constructor runs
         found = find_method(self.ctx.classes, info, "__init__") if run_init else None
         if found is not None:
             init, owner = found

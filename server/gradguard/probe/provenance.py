@@ -63,13 +63,19 @@ if np is not None:
         and most functions; a result NumPy makes a scalar stays a plain scalar."""
 
         gradguard_read: Site | None = None
+        # Set while a probe runs: told of each scalar a reduction makes of read values (``np.sum(a)``), so
+        # that the scalar is still known by its value when it is rebuilt into a tensor.
+        on_scalar: Any = None
 
         def __array_finalize__(self, obj):
             self.gradguard_read = getattr(obj, "gradguard_read", None)
 
         def __array_wrap__(self, arr, context=None, return_scalar=False):
             if return_scalar:
-                return arr[()]
+                value = arr[()]
+                if ReadArray.on_scalar is not None and self.gradguard_read is not None:
+                    ReadArray.on_scalar(value, self.gradguard_read)
+                return value
             return super().__array_wrap__(arr, context, return_scalar)
 
 else:  # pragma: no cover - NumPy is installed wherever torch's wheels are
@@ -109,8 +115,15 @@ class Provenance:
         self._patch(_Tensor, "tolist", self._tolist(_Tensor.tolist))
         if np is not None:
             self._patch(_Tensor, "numpy", self._numpy(_Tensor.numpy))
+            ReadArray.on_scalar = self._read_numpy_scalar
+
+    def _read_numpy_scalar(self, value, site: Site) -> None:
+        if isinstance(value, np.floating) and _is_number(float(value)):
+            self._remember(float(value), site)
 
     def uninstall(self) -> None:
+        if ReadArray is not None:
+            ReadArray.on_scalar = None
         while self._patched:
             owner, name, original, own = self._patched.pop()
             if own:
@@ -281,8 +294,8 @@ class Provenance:
             item, top = stack.pop()
             budget -= 1
             cls = item.__class__
-            if cls is float:
-                read = self.floats.get(item)
+            if cls is float or (np is not None and isinstance(item, np.floating)):
+                read = self.floats.get(float(item))
                 if read is not None:
                     reads.append(read)
             elif cls is list or cls is tuple:
