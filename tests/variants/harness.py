@@ -10,7 +10,9 @@ See tests/variants/README.md.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import multiprocessing
 import random
 import sys
 import time
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / ".variants_out"
 CACHE_DIR = ROOT / ".variants_cache"
 KNOWN_MISSES = Path(__file__).with_name("known_misses.txt")
+TRANSFORMS_SOURCE = Path(__file__).with_name("transforms.py").read_text(encoding="utf-8")  # keys the build cache
 RULES = ["GG001", "GG002", "GG003", "GG004", "GG005", "GG101", "GG102", "GG103", "GG104", "GG105"]
 
 
@@ -73,17 +76,66 @@ def notebook_python(text: str) -> tuple[str, set]:
     return "\n".join(parts) + "\n", expected
 
 
-def build(fixtures: list[Fixture], transforms) -> tuple[list[Variant], Counter, Counter, dict]:
-    """Every applicable (fixture, transform) variant; counts of not-applicable and broken ones per transform."""
+def _apply(item: tuple[str, str]) -> tuple[str, str | None]:
+    """Run one transform on one source (in a build worker): ("ok", text or None) or ("raised", why)."""
+    from variants.transforms import BY_NAME
+
+    name, source = item
+    try:
+        return "ok", BY_NAME[name].apply(source)
+    except Exception as exc:  # noqa: BLE001 - a transform bug drops the variant, counted
+        return "raised", f"transform raised {type(exc).__name__}: {exc}"
+
+
+def _build_key(name: str, source: str) -> str:
+    h = hashlib.sha256()
+    for part in (TRANSFORMS_SOURCE, name, source):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _apply_all(pairs, cache: dict | None, workers: int) -> list[tuple[str, str | None]]:
+    """Transform results for (fixture, transform) pairs, from the build cache or a pool of ``workers``."""
+    results: list = [None] * len(pairs)
+    todo = []
+    for i, (fx, t) in enumerate(pairs):
+        source = fx.path.read_text(encoding="utf-8")
+        key = _build_key(t.name, source)
+        if cache is not None and key in cache:
+            results[i] = tuple(cache[key])
+        else:
+            todo.append((i, key, (t.name, source)))
+    if todo:
+        if workers > 1 and len(todo) > 8:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                done = pool.map(_apply, [item for _, _, item in todo], chunksize=8)
+        else:
+            done = [_apply(item) for _, _, item in todo]
+        for (i, key, _), res in zip(todo, done):
+            results[i] = res
+            if cache is not None:
+                cache[key] = list(res)
+    return results
+
+
+def build(fixtures: list[Fixture], transforms, sample: int | None = None, seed: int = 0, workers: int = 2,
+          cache: dict | None = None) -> tuple[list[Variant], Counter, Counter, dict]:
+    """The applicable (fixture, transform) variants (all of them, or ``sample`` of them chosen with ``seed``);
+    counts of not-applicable and broken ones per transform, and examples of broken ones."""
     variants, not_applicable, broken, examples = [], Counter(), Counter(), defaultdict(list)
-    for t in transforms:
-        for fx in fixtures:
-            source = fx.path.read_text(encoding="utf-8")
-            try:
-                text = t.apply(source)
-            except Exception as exc:  # noqa: BLE001 - a transform bug drops the variant, counted
+    pairs = [(fx, t) for t in transforms for fx in fixtures]
+    if sample is not None:
+        random.Random(seed).shuffle(pairs)
+    i = 0
+    while i < len(pairs) and (sample is None or len(variants) < sample):
+        step = len(pairs) if sample is None else max(32, 2 * (sample - len(variants)))
+        batch = pairs[i:i + step]
+        i += step
+        for (fx, t), (status, text) in zip(batch, _apply_all(batch, cache, workers)):
+            if status != "ok":
                 broken[t.name] += 1
-                examples[t.name].append({"fixture": fx.id, "why": f"transform raised {type(exc).__name__}: {exc}"})
+                examples[t.name].append({"fixture": fx.id, "why": text})
                 continue
             if text is None:
                 not_applicable[t.name] += 1
@@ -103,6 +155,9 @@ def build(fixtures: list[Fixture], transforms) -> tuple[list[Variant], Counter, 
                 examples[t.name].append({"fixture": fx.id, "why": "markers lost"})
                 continue
             variants.append(Variant(fx, t.name, t.kind, text, python, expected=expected))
+    if sample is not None:
+        variants = variants[:sample]
+    variants.sort(key=lambda v: (v.transform, v.fixture.id))
     return variants, not_applicable, broken, examples
 
 
@@ -284,13 +339,6 @@ def write_known_misses(variants, path: Path = KNOWN_MISSES) -> int:
     return len(keys)
 
 
-def select(variants: list[Variant], sample: int | None, seed: int) -> list[Variant]:
-    if sample is None or sample >= len(variants):
-        return variants
-    rng = random.Random(seed)
-    return sorted(rng.sample(variants, sample), key=lambda v: (v.transform, v.fixture.id))
-
-
 def run_harness(*, transforms=None, rule=None, fixture=None, sample=None, seed=0, out_dir=OUT_DIR,
                 cache_dir=CACHE_DIR, workers=2, quiet=False):
     """Build, prove and analyse; returns (variants, not_applicable, broken, broken_examples, timings)."""
@@ -298,8 +346,10 @@ def run_harness(*, transforms=None, rule=None, fixture=None, sample=None, seed=0
     transforms = transforms or ALL
     fixtures = [f for f in all_fixtures() if (rule is None or f.path.parent.name == rule)
                 and (fixture is None or fixture in f.id)]
-    variants, not_applicable, broken, broken_examples = build(fixtures, transforms)
-    variants = select(variants, sample, seed)
+    build_cache = _load_json(cache_dir / "builds.json") if cache_dir else None
+    variants, not_applicable, broken, broken_examples = build(fixtures, transforms, sample, seed, workers, build_cache)
+    if cache_dir:
+        _save_json(cache_dir / "builds.json", build_cache)
     t1 = time.perf_counter()
     write_variants(variants, out_dir)
     ran = prove_all(variants, proof.ProofCache(cache_dir), workers, quiet)
@@ -310,6 +360,21 @@ def run_harness(*, transforms=None, rule=None, fixture=None, sample=None, seed=0
     t3 = time.perf_counter()
     timings = {"build": t1 - t0, "prove": t2 - t1, "proofs_run": ran, "analyse": t3 - t2}
     return variants, not_applicable, broken, broken_examples, timings
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / ".gitignore").write_text("*\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
 
 
 def main(argv=None) -> int:

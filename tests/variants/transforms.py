@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -262,6 +263,26 @@ def looks_like_culprit(stmt: cst.SimpleStatementLine) -> bool:
     return False
 
 
+_PROGRAMS: dict = {}
+_MEMO: dict = {}
+
+
+def _memo(method):
+    """Memoise a Program method on (source, method): the module tree is the same for every transform."""
+
+    def wrapper(self):
+        key = (self.source, method.__name__)
+        if key not in _MEMO:
+            if len(_MEMO) > 4096:
+                _MEMO.clear()
+            _MEMO[key] = method(self)
+        return _MEMO[key]
+
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
 @dataclass
 class Program:
     """One fixture, parsed, with the module-level definitions reached from run()."""
@@ -273,17 +294,36 @@ class Program:
     scope: set[str] = field(default_factory=set)
     all_names: set[str] = field(default_factory=set)
 
+    marked: set[str] = field(default_factory=set)  # module-level definitions that hold a marker
+    bare: set[str] = field(default_factory=set)  # every plain name (not attribute) the module uses
+
     @classmethod
     def of(cls, source: str) -> Program | None:
+        """Parsed once per source (libcst trees are immutable, so transforms share them)."""
+        base = _PROGRAMS.get(source)
+        if base is None:
+            base = cls._build(source)
+            if len(_PROGRAMS) > 512:
+                _PROGRAMS.clear()
+            _PROGRAMS[source] = base
+        if base is False:
+            return None
+        return cls(base.source, base.module, base.positive, base.defs, base.scope, set(base.all_names), base.marked,
+                   base.bare)
+
+    @classmethod
+    def _build(cls, source: str):
         module = parse(source)
         if module is None:
-            return None
+            return False
         prog = cls(source, module, module_is_positive(source))
         for stmt in module.body:
             if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
                 prog.defs[stmt.name.value] = stmt
+                if prog.positive and MARKER.search(code_of(stmt)):
+                    prog.marked.add(stmt.name.value)
         if "run" not in prog.defs:
-            return None
+            return False
         todo = ["run"]
         while todo:
             name = todo.pop()
@@ -291,10 +331,13 @@ class Program:
                 continue
             prog.scope.add(name)
             todo.extend(n for n in names_in(prog.defs[name]) if n in prog.defs)
-        prog.all_names = set(names_in(module)) | {
-            n.value for n in m.findall(module, m.Name())
-        }
+        prog.all_names = set(re.findall(r"[A-Za-z_]\w*", source))
+        prog.bare = set(names_in(module))
         return prog
+
+    def visited(self, name: str) -> bool:
+        """Whether a statement rewriter needs to enter this module-level definition."""
+        return name in (self.marked if self.positive else self.scope)
 
     def fresh(self, base: str) -> str:
         """A name not used anywhere in the module nor a builtin (``base``, ``base_2``, ...)."""
@@ -311,6 +354,7 @@ class Program:
             return has_marker(stmt)
         return top in self.scope and looks_like_culprit(stmt)
 
+    @_memo
     def torch_alias(self) -> str | None:
         """The name ``import torch`` binds (``torch`` or its ``as`` name)."""
         for imp in m.findall(self.module, m.Import()):
@@ -319,6 +363,7 @@ class Program:
                     return a.asname.name.value if a.asname else "torch"
         return None
 
+    @_memo
     def nn_alias(self) -> str | None:
         """An expression text that names ``torch.nn`` in this module."""
         for imp in m.findall(self.module, m.Import()):
@@ -332,6 +377,36 @@ class Program:
                         return a.asname.name.value if a.asname else "nn"
         t = self.torch_alias()
         return f"{t}.nn" if t else None
+
+    @_memo
+    def functional_alias(self) -> str | None:
+        """The name bound to ``torch.nn.functional`` (``F``), if any."""
+        for imp in m.findall(self.module, m.Import()):
+            for a in imp.names:
+                if code_of(a.name) == "torch.nn.functional" and a.asname:
+                    return a.asname.name.value
+        for imp in m.findall(self.module, m.ImportFrom()):
+            if imp.module is not None and code_of(imp.module) == "torch.nn" and not isinstance(imp.names, cst.ImportStar):
+                for a in imp.names:
+                    if code_of(a.name) == "functional":
+                        return a.asname.name.value if a.asname else "functional"
+        return None
+
+    def module_classes(self) -> set[str]:
+        """Module-level classes that derive (transitively, by name) from something called ``Module``."""
+        out: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, node in self.defs.items():
+                if isinstance(node, cst.ClassDef) and name not in out:
+                    for b in node.bases:
+                        txt = code_of(b.value)
+                        if txt.endswith("Module") or txt in out or re.search(r"\bnn\.[A-Z]", txt):
+                            out.add(name)
+                            changed = True
+                            break
+        return out
 
 
 def import_insert_index(module: cst.Module) -> int:
@@ -388,8 +463,13 @@ class Site:
     def locals(self) -> set[str]:
         out: set[str] = set()
         for fn in self.functions:
-            out |= function_locals(fn)
+            if id(fn) not in _LOCALS or _LOCALS[id(fn)][0] is not fn:
+                _LOCALS[id(fn)] = (fn, function_locals(fn))
+            out |= _LOCALS[id(fn)][1]
         return out
+
+
+_LOCALS: dict = {}
 
 
 class StatementRewriter(cst.CSTTransformer):
@@ -444,7 +524,9 @@ def rewrite_statements(source: str, rewrite, extra=None) -> str | None:
     rw.prog = prog
     rw.outer = rw
     prog.rewriter = rw
-    module = prog.module.visit(rw)
+    body = [stmt.visit(rw) if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and prog.visited(stmt.name.value)
+            else stmt for stmt in prog.module.body]
+    module = prog.module.with_changes(body=body)
     if not rw.changed:
         return None
     module = add_module_items(module, rw.module_items, rw.imports)
@@ -855,8 +937,720 @@ class ImportAlias(Transform):
         return rewrite_scope(source, make)
 
 
+def _is_call_of(node: cst.CSTNode, base: str | None, attr_pred) -> str | None:
+    """``base.attr(...)`` where base's code is ``base`` and attr_pred(attr): the attr, else None."""
+    if base is None or not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return None
+    if code_of(node.func.value) != base or not attr_pred(node.func.attr.value):
+        return None
+    return node.func.attr.value
+
+
+def _params_call(node) -> bool:
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "parameters" and not node.args)
+
+
+def _star_list(*calls) -> cst.List:
+    return cst.List([cst.StarredElement(c) for c in calls])
+
+
+class StarParams(Transform):
+    """Star-unpack parameter iterables (``[*model.parameters()]``, ``[*a.parameters(), *b.parameters()]``)."""
+
+    name = "star_params"
+
+    def apply(self, source):
+        class Tr(cst.CSTTransformer):
+            changed = 0
+
+            def leave_Call(self, original, updated):
+                # list(m.parameters()) -> [*m.parameters()]; chain(a.parameters(), b.parameters()) -> [*a..., *b...]
+                f = code_of(updated.func)
+                if f == "list" and len(updated.args) == 1 and _params_call(updated.args[0].value):
+                    self.changed += 1
+                    return _star_list(updated.args[0].value)
+                if f.endswith("chain") and updated.args and all(_params_call(a.value) for a in updated.args):
+                    self.changed += 1
+                    return _star_list(*[a.value for a in updated.args])
+                if f in ("list", "tuple", "iter", "chain", "itertools.chain"):
+                    return updated
+                args = []
+                for a in updated.args:
+                    if _params_call(a.value) and a.star == "":
+                        self.changed += 1
+                        a = a.with_changes(value=_star_list(a.value))
+                    args.append(a)
+                return updated.with_changes(args=args)
+
+            def leave_BinaryOperation(self, original, updated):
+                if isinstance(updated.operator, cst.Add) and all(
+                        isinstance(x, cst.List) and all(isinstance(e, cst.StarredElement) for e in x.elements)
+                        for x in (updated.left, updated.right)):
+                    return cst.List([*updated.left.elements, *updated.right.elements])
+                return updated
+
+            def leave_For(self, original, updated):
+                if _params_call(updated.iter):
+                    self.changed += 1
+                    return updated.with_changes(iter=_star_list(updated.iter))
+                return updated
+
+            def leave_CompFor(self, original, updated):
+                if _params_call(updated.iter):
+                    self.changed += 1
+                    return updated.with_changes(iter=_star_list(updated.iter))
+                return updated
+
+        return rewrite_scope(source, lambda prog: Tr())
+
+
+_FACTORIES = {"randn", "rand", "randint", "zeros", "ones", "tensor", "full", "empty", "arange", "linspace", "eye",
+              "randn_like", "rand_like", "zeros_like", "ones_like", "full_like", "empty_like", "as_tensor",
+              "from_numpy", "randperm", "normal", "manual_seed", "no_grad", "enable_grad", "set_grad_enabled",
+              "inference_mode", "is_grad_enabled", "device", "Generator", "is_tensor", "get_default_dtype"}
+_SUBMODULES = {"nn", "optim", "autograd", "distributions", "linalg", "fft", "special", "utils", "cuda", "jit",
+               "testing", "backends", "random", "sparse", "func", "masked", "nested", "onnx", "amp", "library"}
+
+
+def _op_calls(prog: Program):
+    """(module text, predicate on the attribute) for the torch and torch.nn.functional ops run's code calls."""
+    out = []
+    t, f = prog.torch_alias(), prog.functional_alias()
+    if t:
+        out.append((t, lambda a: a[:1].islower() and a not in _FACTORIES and a not in _SUBMODULES))
+    if f:
+        out.append((f, lambda a: a[:1].islower()))
+    return out
+
+
+class _CallThrough(cst.CSTTransformer):
+    """Replace ``torch.op(...)``/``F.op(...)`` calls by a local callable defined at the top of the function."""
+
+    def __init__(self, prog: Program, define):
+        super().__init__()
+        self.prog, self.define, self.changed = prog, define, 0
+        self.stack: list[dict] = []
+        self.imports: list[str] = []
+
+    def visit_FunctionDef(self, node):
+        self.stack.append({})
+
+    def leave_FunctionDef(self, original, updated):
+        defs = self.stack.pop()
+        if not defs or not isinstance(updated.body, cst.IndentedBlock):
+            return updated
+        body = list(updated.body.body)
+        at = 1 if body and m.matches(body[0], m.SimpleStatementLine([m.Expr(m.SimpleString())])) else 0
+        new = [cst.parse_statement(text) for text in defs.values()]
+        if at < len(body):
+            new[0] = new[0].with_changes(leading_lines=body[at].leading_lines)
+            body[at] = body[at].with_changes(leading_lines=[])
+        body[at:at] = new
+        return updated.with_changes(body=updated.body.with_changes(body=body))
+
+    def leave_Call(self, original, updated):
+        if not self.stack:
+            return updated
+        for base, pred in _op_calls(self.prog):
+            attr = _is_call_of(updated, base, pred)
+            if attr is None:
+                continue
+            key = (base, attr)
+            defs = self.stack[-1]
+            if key not in defs:
+                made = self.define(self, base, attr, updated)
+                if made is None:
+                    return updated
+                defs[key] = made
+            name = defs[key].split("=", 1)[0].strip()
+            self.changed += 1
+            return updated.with_changes(func=cst.Name(name))
+        return updated
+
+
+class PartialCall(Transform):
+    """Call torch / F ops through ``f = functools.partial(torch.op)`` defined in the function."""
+
+    name = "partial_call"
+
+    def apply(self, source):
+        def define(tr, base, attr, call):
+            tr.imports = ["import functools"]
+            return f"{tr.prog.fresh(attr + '_fn')} = functools.partial({base}.{attr})\n"
+
+        return rewrite_scope(source, lambda prog: _CallThrough(prog, define))
+
+
+class LambdaCall(Transform):
+    """Call torch / F ops through ``op = lambda t, *a, **k: torch.op(t, *a, **k)`` defined in the function."""
+
+    name = "lambda_call"
+
+    def apply(self, source):
+        def define(tr, base, attr, call):
+            if not call.args or call.args[0].keyword is not None or call.args[0].star:
+                return None
+            return f"{tr.prog.fresh(attr + '_op')} = lambda t, *args, **kwargs: {base}.{attr}(t, *args, **kwargs)\n"
+
+        return rewrite_scope(source, lambda prog: _CallThrough(prog, define))
+
+
+class FromImport(Transform):
+    """``from torch import sigmoid`` (and ``from torch.nn.functional import relu``) for the ops run's code calls."""
+
+    name = "from_import"
+
+    def apply(self, source):
+        def make(prog):
+            t, f = prog.torch_alias(), prog.functional_alias()
+            modules = {}
+            if t:
+                modules[t] = "torch"
+            if f:
+                modules[f] = "torch.nn.functional"
+            if not modules:
+                return None
+            taken = prog.bare | set(dir(builtins))
+
+            class Tr(cst.CSTTransformer):
+                changed = 0
+                names: dict = {}
+                imports: list = []
+
+                def leave_Call(self, original, updated):
+                    fn = updated.func
+                    if not (isinstance(fn, cst.Attribute) and isinstance(fn.value, cst.Name)
+                            and fn.value.value in modules):
+                        return updated
+                    attr = fn.attr.value
+                    if not attr[:1].islower() or attr in _SUBMODULES:
+                        return updated
+                    key = (fn.value.value, attr)
+                    if key not in self.names:
+                        local = attr if attr not in taken and attr not in {n for n in self.names.values()} \
+                            else prog.fresh(f"{fn.value.value.lower()}_{attr}")
+                        self.names[key] = local
+                        mod = modules[fn.value.value]
+                        self.imports.append(f"from {mod} import {attr}" + (f" as {local}" if local != attr else ""))
+                    self.changed += 1
+                    return updated.with_changes(func=cst.Name(self.names[key]))
+
+            return Tr()
+
+        return rewrite_scope(source, make)
+
+
+class AutogradVariable(Transform):
+    """``torch.autograd.Variable(torch.randn(...), requires_grad=True)`` for leaves made with ``requires_grad=True``."""
+
+    name = "autograd_variable"
+
+    def apply(self, source):
+        def make(prog):
+            t = prog.torch_alias()
+            if t is None:
+                return None
+
+            class Tr(cst.CSTTransformer):
+                changed = 0
+
+                def leave_Call(self, original, updated):
+                    if not (isinstance(updated.func, cst.Attribute) and code_of(updated.func.value) == t):
+                        return updated
+                    kw = [a for a in updated.args if a.keyword is not None and a.keyword.value == "requires_grad"]
+                    if len(kw) != 1 or not m.matches(kw[0].value, m.Name("True")):
+                        return updated
+                    rest = [a for a in updated.args if a is not kw[0]]
+                    if rest:
+                        rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                    self.changed += 1
+                    inner = updated.with_changes(args=rest)
+                    return cst.parse_expression(f"{t}.autograd.Variable(x, requires_grad=True)").with_changes(
+                        args=[cst.Arg(inner, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                              cst.parse_expression("f(requires_grad=True)").args[0]])
+
+            return Tr()
+
+        return rewrite_scope(source, make)
+
+
+_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "Module", "Parameter", "ParameterList", "ParameterDict"}
+
+
+def _layer_call(node, nn: str | None) -> str | None:
+    if nn is None or not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return None
+    attr = node.func.attr.value
+    if code_of(node.func.value) == nn and attr[:1].isupper() and attr not in _CONTAINERS:
+        return attr
+    return None
+
+
+def _layer_subclass(source: str, with_forward: bool) -> str | None:
+    def make(prog):
+        nn = prog.nn_alias()
+        if nn is None:
+            return None
+
+        class Tr(cst.CSTTransformer):
+            changed = 0
+            made: dict = {}
+            module_items: list = []
+
+            def leave_Call(self, original, updated):
+                attr = _layer_call(updated, nn)
+                if attr is None:
+                    return updated
+                if attr not in self.made:
+                    cname = prog.fresh(f"My{attr}")
+                    self.made[attr] = cname
+                    body = ("    def forward(self, x, *args, **kwargs):\n"
+                            "        return super().forward(x, *args, **kwargs)\n") if with_forward else "    pass\n"
+                    self.module_items.append(cst.parse_statement(f"class {cname}({nn}.{attr}):\n{body}"))
+                self.changed += 1
+                return updated.with_changes(func=cst.Name(self.made[attr]))
+
+        return Tr()
+
+    return rewrite_scope(source, make)
+
+
+class LayerSubclass(Transform):
+    """Use a trivial subclass of each layer run's code builds (``class MyLinear(nn.Linear): pass``)."""
+
+    name = "layer_subclass"
+
+    def apply(self, source):
+        return _layer_subclass(source, False)
+
+
+class LayerSubclassForward(Transform):
+    """Use a subclass of each layer whose ``forward`` calls ``super().forward(x)``."""
+
+    name = "layer_subclass_forward"
+
+    def apply(self, source):
+        return _layer_subclass(source, True)
+
+
+def _block_rewriter(prog: Program, rewrite):
+    """A transformer calling ``rewrite(stmt) -> list | None`` on every simple statement of a function body."""
+
+    class Tr(cst.CSTTransformer):
+        changed = 0
+        module_items: list = []
+        depth = 0
+
+        def visit_FunctionDef(self, node):
+            self.depth += 1
+
+        def leave_FunctionDef(self, original, updated):
+            self.depth -= 1
+            return updated
+
+        def leave_IndentedBlock(self, original, updated):
+            if not self.depth:
+                return updated
+            body = []
+            for stmt in updated.body:
+                new = rewrite(self, stmt) if isinstance(stmt, cst.SimpleStatementLine) else None
+                if new is None:
+                    body.append(stmt)
+                else:
+                    self.changed += 1
+                    body.extend(new)
+            return updated.with_changes(body=body)
+
+    return Tr()
+
+
+class SequentialList(Transform):
+    """Build each ``nn.Sequential(a, b)`` from a list: ``layers = [a, b]; nn.Sequential(*layers)``."""
+
+    name = "sequential_list"
+
+    def apply(self, source):
+        def make(prog):
+            nn = prog.nn_alias()
+            if nn is None:
+                return None
+
+            def rewrite(tr, stmt):
+                calls = [c for c in m.findall(stmt, m.Call()) if _is_call_of(c, nn, lambda a: a == "Sequential")
+                         and c.args and all(a.keyword is None and not a.star for a in c.args)]
+                if not calls:
+                    return None
+                pre, mapping = [], {}
+                for c in calls:
+                    name = prog.fresh("layers")
+                    items = cst.List([cst.Element(a.value) for a in c.args])
+                    pre.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], items)]))
+                    mapping[c] = c.with_changes(args=[cst.Arg(cst.Name(name), star="*")])
+
+                class Swap(cst.CSTTransformer):
+                    def leave_Call(self, original, updated):
+                        return mapping.get(original, updated)
+
+                new = bare(stmt).visit(Swap())
+                comment = stmt.trailing_whitespace
+                if has_marker(stmt):  # the culprit layer now sits in the list
+                    pre[-1] = pre[-1].with_changes(trailing_whitespace=comment)
+                    new = new.with_changes(trailing_whitespace=cst.TrailingWhitespace())
+                return _lead(stmt, pre + [new])
+
+            return _block_rewriter(prog, rewrite)
+
+        return rewrite_scope(source, make)
+
+
+_HOLDER = '''class {block}({nn}.Module):
+    def __init__(self, fc):
+        super().__init__()
+        self.fc = fc
+
+
+class {enc}({nn}.Module):
+    def __init__(self, fc):
+        super().__init__()
+        self.layers = {nn}.ModuleList([{block}(fc)])
+
+
+class {holder}({nn}.Module):
+    def __init__(self, fc):
+        super().__init__()
+        self.enc = {enc}(fc)
+'''
+
+
+class NestedModules(Transform):
+    """Wrap each module built in a function in container modules and reach it as ``root.enc.layers[0].fc``."""
+
+    name = "nested_modules"
+
+    def apply(self, source):
+        prog = Program.of(source)
+        if prog is None or prog.nn_alias() is None:
+            return None
+        nn = prog.nn_alias()
+        modclasses = prog.module_classes()
+        names = {"block": prog.fresh("Block"), "enc": prog.fresh("Encoder"), "holder": prog.fresh("Model")}
+        state = {"changed": 0}
+
+        class Tr(cst.CSTTransformer):
+            changed = 0
+            module_items: list = []
+
+            def leave_FunctionDef(self, original, updated):
+                bound_count = Counter()
+                for a in m.findall(updated, m.Assign()):
+                    for t in a.targets:
+                        for n in target_names(t.target):
+                            bound_count[n] += 1
+                params = set(param_names(updated.params))
+                chosen = {}
+                body = list(updated.body.body) if isinstance(updated.body, cst.IndentedBlock) else []
+                for i, stmt in enumerate(body):
+                    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                            and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+                        continue
+                    a = stmt.body[0]
+                    t = a.targets[0].target
+                    if not isinstance(t, cst.Name) or bound_count[t.value] != 1 or t.value in params:
+                        continue
+                    v = a.value
+                    ok = _layer_call(v, nn) is not None or _is_call_of(v, nn, lambda x: x == "Sequential") \
+                        or (isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value in modclasses)
+                    if not ok:
+                        continue
+                    root = prog.fresh(f"{t.value}_root")
+                    chosen[t.value] = root
+                    body[i] = stmt.with_changes(body=[a.with_changes(
+                        targets=[a.targets[0].with_changes(target=cst.Name(root))],
+                        value=cst.Call(cst.Name(names["holder"]), [cst.Arg(v)]))])
+                if not chosen:
+                    return updated
+
+                class Use(cst.CSTTransformer):
+                    def visit_Attribute(self, node):
+                        return True
+
+                    def leave_Attribute(self, original, updated):
+                        return updated.with_changes(attr=original.attr)
+
+                    def leave_Arg(self, original, updated):
+                        return updated.with_changes(keyword=original.keyword)
+
+                    def leave_Name(self, original, updated):
+                        if original.value in chosen:
+                            return cst.parse_expression(f"{chosen[original.value]}.enc.layers[0].fc")
+                        return updated
+
+                    def leave_Param(self, original, updated):
+                        return original
+
+                new_body = [s.visit(Use()) for s in body]
+                self.changed += len(chosen)
+                return updated.with_changes(body=updated.body.with_changes(body=new_body))
+
+        def make(p):
+            tr = Tr()
+            tr.module_items = []
+            return tr
+
+        out = rewrite_scope(source, make)
+        if out is None:
+            return None
+        module = cst.parse_module(out)
+        return add_module_items(module, list(cst.parse_module(_HOLDER.format(nn=nn, **names)).body)).code
+
+
+_METHOD_FORM = {"sigmoid", "tanh", "exp", "log", "relu", "abs", "sqrt", "sin", "cos", "softmax", "log_softmax",
+                "clamp", "matmul", "mm", "bmm", "mul", "add", "sub", "div", "pow", "sum", "mean", "amax", "amin",
+                "norm", "transpose", "unbind", "chunk", "split", "flatten", "reshape", "detach", "clone", "square",
+                "logsumexp", "cumsum", "prod", "neg", "reciprocal", "rsqrt", "erf", "expm1", "log1p", "masked_fill",
+                "where", "t", "diagonal", "narrow", "select", "squeeze", "unsqueeze", "exp_", "clamp_", "sigmoid_",
+                "relu_", "tanh_", "mul_", "add_", "sub_", "div_", "zero_", "fill_"}
+
+
+class MethodForm(Transform):
+    """Write ``torch.op(x, ...)`` as the method call ``x.op(...)``."""
+
+    name = "method_form"
+
+    def apply(self, source):
+        def make(prog):
+            t = prog.torch_alias()
+            if t is None:
+                return None
+
+            class Tr(cst.CSTTransformer):
+                changed = 0
+
+                def leave_Call(self, original, updated):
+                    attr = _is_call_of(updated, t, lambda a: a in _METHOD_FORM and a != "where")
+                    if attr is None or not updated.args or updated.args[0].keyword is not None \
+                            or updated.args[0].star:
+                        return updated
+                    recv = updated.args[0].value
+                    if not isinstance(recv, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+                        recv = recv.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) \
+                            if not recv.lpar else recv
+                    rest = list(updated.args[1:])
+                    self.changed += 1
+                    return updated.with_changes(func=cst.Attribute(recv, cst.Name(attr)), args=rest)
+
+            return Tr()
+
+        return rewrite_scope(source, make)
+
+
+class RenameLocals(Transform):
+    """Rename every local variable of run's code (parameters and attributes untouched)."""
+
+    name = "rename_locals"
+
+    def apply(self, source):
+        prog = Program.of(source)
+        if prog is None:
+            return None
+
+        class Tr(cst.CSTTransformer):
+            changed = 0
+
+            def leave_FunctionDef(self, original, updated):
+                b = _Bound(original)
+                original.visit(b)
+                params = set(param_names(original.params))
+                nested = {n.name.value for n in m.findall(original.body, m.FunctionDef() | m.ClassDef())}
+                names = {n: prog.fresh(f"my_{n}") for n in sorted(b.names - params - nested)
+                         if not n.startswith("__")}
+                if not names:
+                    return updated
+
+                class R(cst.CSTTransformer):
+                    def leave_Attribute(self, o, u):
+                        return u.with_changes(attr=o.attr)
+
+                    def leave_Arg(self, o, u):
+                        return u.with_changes(keyword=o.keyword)
+
+                    def leave_Param(self, o, u):
+                        return o
+
+                    def leave_ImportAlias(self, o, u):
+                        return o
+
+                    def leave_Name(self, o, u):
+                        return u.with_changes(value=names[o.value]) if o.value in names else u
+
+                self.changed += len(names)
+                return updated.with_changes(body=updated.body.visit(R()))
+
+        return rewrite_scope(source, lambda p: Tr())
+
+
+class _SelfNames(cst.CSTTransformer):
+    """Rewrite the names in ``names`` as ``self.<name>`` (not comprehension variables, attributes or keywords)."""
+
+    def __init__(self, names: set[str], me: str = "self") -> None:
+        super().__init__()
+        self.names, self.me = names, me
+        self.shadow: list[set[str]] = []
+
+    def _push(self, node):
+        bound = set()
+        for comp in m.findall(node, m.CompFor()):
+            bound.update(target_names(comp.target))
+        self.shadow.append(bound)
+
+    def _pop(self, original, updated):
+        self.shadow.pop()
+        return updated
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _push
+    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _pop
+
+    def leave_Attribute(self, original, updated):
+        return updated.with_changes(attr=original.attr)
+
+    def leave_Arg(self, original, updated):
+        return updated.with_changes(keyword=original.keyword)
+
+    def leave_Name(self, original, updated):
+        if original.value in self.names and not any(original.value in s for s in self.shadow):
+            return cst.Attribute(cst.Name(self.me), cst.Name(original.value))
+        return updated
+
+
+def _trains(node: cst.CSTNode) -> bool:
+    return bool(m.findall(node, m.Call(func=m.Attribute(attr=m.Name("backward")))))
+
+
+class TrainerClass(Transform):
+    """Move run()'s training code into a plain ``class Trainer:`` (locals become ``self.x``; steps are methods)."""
+
+    name = "trainer_class"
+
+    def apply(self, source):
+        prog = Program.of(source)
+        if prog is None:
+            return None
+        run = prog.defs["run"]
+        target = run if _trains(run) else None
+        if target is None:  # run() delegates: the module-level function it calls that runs backward()
+            for n in names_in(run):
+                node = prog.defs.get(n)
+                if isinstance(node, cst.FunctionDef) and n != "reference" and _trains(node):
+                    target = node
+                    break
+        if target is None or not isinstance(target.body, cst.IndentedBlock):
+            return None
+        p = target.params
+        if p.posonly_params or p.kwonly_params or isinstance(p.star_arg, cst.Param) or p.star_kwarg or target.decorators:
+            return None
+        body = list(target.body.body)
+        doc = []
+        if body and m.matches(body[0], m.SimpleStatementLine([m.Expr(m.SimpleString())])):
+            doc = [body.pop(0)]
+        if not body or not m.matches(body[-1], m.SimpleStatementLine([m.Return()])):
+            return None
+        ret = body.pop()
+        if contains(cst.IndentedBlock(body=body), (cst.Return, cst.Yield, cst.Global, cst.Nonlocal, cst.NamedExpr,
+                                                   cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return None
+        local = function_locals(target)
+        if "self" in local:
+            return None
+        split = 0
+        for stmt in body:
+            if (isinstance(stmt, cst.SimpleStatementLine) and not has_marker(stmt) and not _trains(stmt)
+                    and not looks_like_culprit(stmt) and not contains(stmt, (cst.AugAssign,))):
+                split += 1
+            else:
+                break
+        setup, steps = body[:split], body[split:]
+        if not steps:
+            return None
+        params = param_names(p)
+        setup_bound = _Bound(target)
+        cst.IndentedBlock(body=setup).visit(setup_bound)
+        # attributes: the parameters, what the setup binds and what the result reads; loop variables and
+        # temporaries of the steps stay local to train()
+        sn = _SelfNames((set(params) | setup_bound.names | set(names_in(ret))) & local)
+        cname, inst = prog.fresh("Trainer"), prog.fresh("trainer")
+        init = [cst.parse_statement(f"self.{n} = {n}\n") for n in params] + [s.visit(sn) for s in setup]
+        if not init:
+            init = [cst.parse_statement("pass\n")]
+        step_m = cst.parse_statement("def train(self):\n    pass\n")
+        res_m = cst.parse_statement("def result(self):\n    pass\n")
+        init_m = cst.parse_statement(f"def __init__({', '.join(['self'] + params)}):\n    pass\n")
+        cls = cst.parse_statement(f"class {cname}:\n    pass\n")
+        init_m = init_m.with_changes(body=init_m.body.with_changes(body=init))
+        step_m = step_m.with_changes(body=step_m.body.with_changes(body=[s.visit(sn) for s in steps]),
+                                     leading_lines=[cst.EmptyLine()])
+        res_m = res_m.with_changes(body=res_m.body.with_changes(body=[bare(ret).visit(sn)]),
+                                   leading_lines=[cst.EmptyLine()])
+        cls = cls.with_changes(body=cls.body.with_changes(body=[init_m, step_m, res_m]))
+        call = [cst.parse_statement(f"{inst} = {cname}({', '.join(params)})\n"),
+                cst.parse_statement(f"{inst}.train()\n"), cst.parse_statement(f"return {inst}.result()\n")]
+        new_fn = target.with_changes(body=target.body.with_changes(body=doc + call))
+        mod_body = [new_fn if s is target else s for s in prog.module.body]
+        i = mod_body.index(new_fn)
+        mod_body[i:i] = [cls.with_changes(leading_lines=new_fn.leading_lines)]
+        return prog.module.with_changes(body=mod_body).code
+
+
+class Notebook(Transform):
+    """Split the file into notebook cells (imports, each definition, each other statement) and analyse the .ipynb."""
+
+    name = "notebook"
+    kind = "ipynb"
+
+    def apply(self, source):
+        import nbformat
+
+        prog = Program.of(source)
+        if prog is None:
+            return None
+        module = prog.module
+        cells = []
+        body = list(module.body)
+        if body and m.matches(body[0], m.SimpleStatementLine([m.Expr(m.SimpleString())])):
+            doc = body.pop(0).body[0].value.evaluated_value
+            cells.append(nbformat.v4.new_markdown_cell(str(doc).strip()))
+        groups: list[list[cst.BaseStatement]] = []
+        for stmt in body:
+            is_import = isinstance(stmt, cst.SimpleStatementLine) and all(
+                isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+            if is_import and groups and getattr(groups[-1], "imports", False):
+                groups[-1].append(stmt)
+                continue
+            g = _Group([stmt])
+            g.imports = is_import
+            groups.append(g)
+        header = "".join(line.comment.value + "\n" for line in module.header if line.comment) if module.header else ""
+        for gi, g in enumerate(groups):
+            text = cst.Module(body=[g[0].with_changes(leading_lines=[])] + list(g[1:])).code
+            if gi == 0 and not cells:
+                text = header + text
+            elif gi == 0:
+                text = header + text
+            cells.append(nbformat.v4.new_code_cell(text.rstrip("\n")))
+        nb = nbformat.v4.new_notebook(cells=cells, metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"}})
+        return nbformat.writes(nb)
+
+
+class _Group(list):
+    imports = False
+
+
 ALL: list[Transform] = [
     HelperFunction(), ModuleMethod(), CallableClass(), Closure(), ContainerList(), ContainerDict(), ContainerIter(),
-    AliasChain(), WrapIf(), WrapTry(), WrapLoopOnce(), WrapEnableGrad(), ImportAlias(),
+    AliasChain(), WrapIf(), WrapTry(), WrapLoopOnce(), WrapEnableGrad(), ImportAlias(), StarParams(), PartialCall(),
+    LambdaCall(), FromImport(), AutogradVariable(), LayerSubclass(), LayerSubclassForward(), SequentialList(),
+    NestedModules(), MethodForm(), RenameLocals(), TrainerClass(), Notebook(),
 ]
 BY_NAME = {t.name: t for t in ALL}
