@@ -331,12 +331,15 @@ def read_known_misses(path: Path = KNOWN_MISSES) -> set[str]:
 
 
 def write_known_misses(variants, path: Path = KNOWN_MISSES) -> int:
-    keys = sorted(v.key for v in variants if v.proven and v.fixture.positive and not judge(v).hit)
-    path.write_text("# fixture_id::transform of proven positive variants the analyser misses today.\n"
-                    "# Regenerate with: PYTHONPATH=server:tests python -m variants --write-known-misses\n"
-                    "# tests/variants/test_variants.py fails when an entry is found (remove it then) or a new miss"
-                    " appears.\n" + "".join(k + "\n" for k in keys))
-    return len(keys)
+    """Every proven variant the analyser gets wrong today: positives it misses, then negatives it flags."""
+    misses = sorted(v.key for v in variants if v.proven and v.fixture.positive and not judge(v).hit)
+    fps = sorted(v.key for v in variants if v.proven and not v.fixture.positive and not judge(v).hit)
+    path.write_text("# fixture_id::transform of proven variants the analyser gets wrong today (strict: an entry the\n"
+                    "# analyser gets right fails tests/variants/test_variants.py; remove it then).\n"
+                    "# Regenerate from a full run: PYTHONPATH=server:tests python -m variants --write-known-misses\n"
+                    "# positives missed:\n" + "".join(k + "\n" for k in misses)
+                    + "# negatives flagged (false positives):\n" + "".join(k + "\n" for k in fps))
+    return len(misses) + len(fps)
 
 
 def run_harness(*, transforms=None, rule=None, fixture=None, sample=None, seed=0, out_dir=OUT_DIR,
