@@ -1265,43 +1265,78 @@ def _block_rewriter(prog: Program, rewrite):
     return Tr()
 
 
+def _sequential_from_list(source: str, stack: bool) -> str | None:
+    prog = Program.of(source)
+    if prog is None or prog.nn_alias() is None:
+        return None
+    nn = prog.nn_alias()
+    stack_name = prog.fresh("LayerStack") if stack else None
+
+    def make(p):
+        def rewrite(tr, stmt):
+            calls = [c for c in m.findall(stmt, m.Call()) if _is_call_of(c, nn, lambda a: a == "Sequential")
+                     and c.args and all(a.keyword is None and not a.star for a in c.args)]
+            if not calls:
+                return None
+            pre, mapping = [], {}
+            for c in calls:
+                name = prog.fresh("layers")
+                items = cst.List([cst.Element(a.value) for a in c.args])
+                pre.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], items)]))
+                if stack:
+                    mapping[c] = cst.Call(cst.Name(stack_name), [cst.Arg(cst.Name(name))])
+                else:
+                    mapping[c] = c.with_changes(args=[cst.Arg(cst.Name(name), star="*")])
+
+            class Swap(cst.CSTTransformer):
+                def leave_Call(self, original, updated):
+                    return mapping.get(original, updated)
+
+            new = bare(stmt).visit(Swap())
+            comment = stmt.trailing_whitespace
+            if has_marker(stmt):  # the culprit layer now sits in the list
+                pre[-1] = pre[-1].with_changes(trailing_whitespace=comment)
+                new = new.with_changes(trailing_whitespace=cst.TrailingWhitespace())
+            return _lead(stmt, pre + [new])
+
+        tr = _block_rewriter(p, rewrite)
+        tr.module_items = [cst.parse_statement(_STACK.format(name=stack_name, nn=nn))] if stack else []
+        return tr
+
+    return rewrite_scope(source, make)
+
+
+_STACK = '''class {name}({nn}.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = {nn}.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def __getitem__(self, i):
+        return self.layers[i]
+'''
+
+
 class SequentialList(Transform):
     """Build each ``nn.Sequential(a, b)`` from a list: ``layers = [a, b]; nn.Sequential(*layers)``."""
 
     name = "sequential_list"
 
     def apply(self, source):
-        def make(prog):
-            nn = prog.nn_alias()
-            if nn is None:
-                return None
+        return _sequential_from_list(source, stack=False)
 
-            def rewrite(tr, stmt):
-                calls = [c for c in m.findall(stmt, m.Call()) if _is_call_of(c, nn, lambda a: a == "Sequential")
-                         and c.args and all(a.keyword is None and not a.star for a in c.args)]
-                if not calls:
-                    return None
-                pre, mapping = [], {}
-                for c in calls:
-                    name = prog.fresh("layers")
-                    items = cst.List([cst.Element(a.value) for a in c.args])
-                    pre.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], items)]))
-                    mapping[c] = c.with_changes(args=[cst.Arg(cst.Name(name), star="*")])
 
-                class Swap(cst.CSTTransformer):
-                    def leave_Call(self, original, updated):
-                        return mapping.get(original, updated)
+class ModuleListStack(Transform):
+    """Replace each ``nn.Sequential(a, b)`` by a module looping over ``nn.ModuleList(layers)`` in its forward."""
 
-                new = bare(stmt).visit(Swap())
-                comment = stmt.trailing_whitespace
-                if has_marker(stmt):  # the culprit layer now sits in the list
-                    pre[-1] = pre[-1].with_changes(trailing_whitespace=comment)
-                    new = new.with_changes(trailing_whitespace=cst.TrailingWhitespace())
-                return _lead(stmt, pre + [new])
+    name = "modulelist_stack"
 
-            return _block_rewriter(prog, rewrite)
-
-        return rewrite_scope(source, make)
+    def apply(self, source):
+        return _sequential_from_list(source, stack=True)
 
 
 _HOLDER = '''class {block}({nn}.Module):
@@ -1562,10 +1597,26 @@ class TrainerClass(Transform):
         local = function_locals(target)
         if "self" in local:
             return None
+        params = param_names(p)
+
+        def builds_only(stmt) -> bool:
+            """Setup: no call of a local (a forward) nor of a local's method, except the parameter getters."""
+            for call in m.findall(stmt, m.Call()):
+                f = call.func
+                if isinstance(f, cst.Name) and f.value in local and f.value not in params:
+                    return False
+                if isinstance(f, cst.Attribute) and f.attr.value not in ("parameters", "named_parameters", "to"):
+                    root = f.value
+                    while isinstance(root, (cst.Attribute, cst.Subscript, cst.Call)):
+                        root = root.func if isinstance(root, cst.Call) else root.value
+                    if isinstance(root, cst.Name) and root.value in local:
+                        return False
+            return True
+
         split = 0
         for stmt in body:
             if (isinstance(stmt, cst.SimpleStatementLine) and not has_marker(stmt) and not _trains(stmt)
-                    and not looks_like_culprit(stmt) and not contains(stmt, (cst.AugAssign,))):
+                    and not looks_like_culprit(stmt) and not contains(stmt, (cst.AugAssign,)) and builds_only(stmt)):
                 split += 1
             else:
                 break
@@ -1577,7 +1628,8 @@ class TrainerClass(Transform):
         cst.IndentedBlock(body=setup).visit(setup_bound)
         # attributes: the parameters, what the setup binds and what the result reads; loop variables and
         # temporaries of the steps stay local to train()
-        sn = _SelfNames((set(params) | setup_bound.names | set(names_in(ret))) & local)
+        comp_vars = {n for c in m.findall(ret, m.CompFor()) for n in target_names(c.target)}
+        sn = _SelfNames((set(params) | setup_bound.names | (set(names_in(ret)) - comp_vars)) & local)
         cname, inst = prog.fresh("Trainer"), prog.fresh("trainer")
         init = [cst.parse_statement(f"self.{n} = {n}\n") for n in params] + [s.visit(sn) for s in setup]
         if not init:
@@ -1631,7 +1683,8 @@ class Notebook(Transform):
             groups.append(g)
         header = "".join(line.comment.value + "\n" for line in module.header if line.comment) if module.header else ""
         for gi, g in enumerate(groups):
-            text = cst.Module(body=[g[0].with_changes(leading_lines=[])] + list(g[1:])).code
+            comments = [ln for ln in g[0].leading_lines if ln.comment is not None]
+            text = cst.Module(body=[g[0].with_changes(leading_lines=comments)] + list(g[1:])).code
             if gi == 0 and not cells:
                 text = header + text
             elif gi == 0:
@@ -1651,6 +1704,6 @@ ALL: list[Transform] = [
     HelperFunction(), ModuleMethod(), CallableClass(), Closure(), ContainerList(), ContainerDict(), ContainerIter(),
     AliasChain(), WrapIf(), WrapTry(), WrapLoopOnce(), WrapEnableGrad(), ImportAlias(), StarParams(), PartialCall(),
     LambdaCall(), FromImport(), AutogradVariable(), LayerSubclass(), LayerSubclassForward(), SequentialList(),
-    NestedModules(), MethodForm(), RenameLocals(), TrainerClass(), Notebook(),
+    NestedModules(), MethodForm(), RenameLocals(), TrainerClass(), Notebook(), ModuleListStack(),
 ]
 BY_NAME = {t.name: t for t in ALL}
