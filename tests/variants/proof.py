@@ -163,7 +163,7 @@ def run_proofs(jobs: list[dict], workers: int = 2, progress=None) -> list[tuple[
         return []
     ctx = multiprocessing.get_context("fork")
     results: list = [None] * len(jobs)
-    with ctx.Pool(workers, initializer=_init, maxtasksperchild=400) as pool:
+    with ctx.Pool(workers, initializer=_init, maxtasksperchild=2000) as pool:
         for i, res in pool.imap_unordered(_indexed, list(enumerate(jobs)), chunksize=4):
             results[i] = res
             if progress:

@@ -1465,8 +1465,9 @@ class MethodForm(Transform):
                 def leave_Call(self, original, updated):
                     attr = _is_call_of(updated, t, lambda a: a in _METHOD_FORM and a != "where")
                     if attr is None or not updated.args or updated.args[0].keyword is not None \
-                            or updated.args[0].star:
-                        return updated
+                            or updated.args[0].star or any(a.keyword is not None and a.keyword.value == "out"
+                                                           for a in updated.args):
+                        return updated  # (the methods take no out=)
                     recv = updated.args[0].value
                     if not isinstance(recv, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
                         recv = recv.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) \
