@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # Pin the CPU build that is on this machine kind; a bare `torch` pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test setup setup-test bench bench-quick clean fuzz
+.PHONY: demo test setup setup-test bench bench-quick clean fuzz variants
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,13 @@ bench: setup-test
 bench-quick: setup-test
 	$(BIN)/python bench/run_all.py --quick
 
+# Every fixture rewritten by every transform of tests/variants/, proven with torch, then analysed: prints the
+# transform x rule recall table; misses go to .variants_out/report.json (see tests/variants/README.md).
+variants: setup-test
+	PYTHONPATH=server:tests $(BIN)/python -m variants
+
 clean:
-	rm -rf $(VENV) build *.egg-info server/*.egg-info
+	rm -rf $(VENV) build *.egg-info server/*.egg-info .variants_out .variants_cache
 
 # Nightly-style: many more fuzz examples than CI's default (GRADGUARD_FUZZ_EXAMPLES=150).
 fuzz: setup-test
