@@ -240,6 +240,11 @@ class ExpressionsMixin:
         if isinstance(container, Derived):
             self.eval(node.slice)
             return container
+        info = self.ctx.class_of(container) if isinstance(container, ModuleValue) else None
+        found = find_method(self.ctx.classes, info, "__getitem__") if info is not None else None
+        if found is not None:  # `model[2]` of a class of the file that defines __getitem__
+            result = self.inline(found[0], [self.eval(node.slice)], {}, node, self_value=container, owner=found[1])
+            return result if result is not None else UNKNOWN
         if isinstance(container, ModuleValue) and container.children:
             self.eval(node.slice)
             index = _const_key(node.slice)

@@ -48,6 +48,7 @@ from .values import (
     view_of,
 )
 
+_UNROLLED_LAYERS = 16  # a loop over a module list runs its body once per layer up to this many layers
 _AUG_SYMBOL = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=", ast.Mod: "%=",
                ast.Pow: "**=", ast.MatMult: "@=", ast.BitAnd: "&=", ast.BitOr: "|=", ast.BitXor: "^="}
 GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
@@ -291,6 +292,13 @@ class Interpreter(ExpressionsMixin, CallsMixin):
 
     def _stmt_For(self, stmt: ast.For) -> None:
         iterable = self.eval(stmt.iter)
+        if isinstance(iterable, ModuleValue) and 0 < len(iterable.children) <= _UNROLLED_LAYERS:
+            # `for layer in self.layers: x = layer(x)`: each layer in turn, as a Sequential runs them.
+            for child in iterable.children:
+                self.bind(stmt.target, child, stmt)
+                self.run_block(stmt.body)
+            self.run_block(stmt.orelse)
+            return
         element = self._iter_element(iterable, stmt.iter)
         live = self.state.env
         before = self.state.copy()
