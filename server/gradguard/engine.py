@@ -81,7 +81,9 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
 
     An uncertain finding of a function the file itself calls stands only if a caller's analysis (made with
     the caller's real values) confirms it.  The kept one is the write's own function's, when it has one: its
-    facts are local, so its fix edits where the finding is; it is certain if any analysis is."""
+    facts are local, so its fix edits where the finding is.  It becomes certain when a certain analysis tells
+    the same story (the same saving ops); when it told another, the certain one is kept instead: the
+    explanation must say what torch will do."""
     by_place: dict[tuple[str, int, int], list[tuple[tuple[str, str], Finding]]] = {}
     for unit, produced in results:
         for finding in produced:
@@ -92,12 +94,22 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
         if all(not f.certain and unit in followed for unit, f in group):
             continue  # only guesses, and the file's own calls of the function do not bear them out
         own = [f for _, f in group if not getattr(f.data.get("mutation"), "frames", None)]
+        certain = [f for _, f in group if f.certain]
         kept = own[0] if own else group[0][1]
-        if not kept.certain and any(f.certain for _, f in group):
-            kept = replace(kept, certain=True)  # a copy: the cached finding stays as its own analysis made it
+        if not kept.certain and certain:
+            if _saved_by(kept) <= _saved_by(certain[0]):  # the same story, now known to be true
+                kept = replace(kept, certain=True)  # a copy: the cached finding stays as its own analysis made it
+            else:
+                kept = certain[0]  # the guess named another saving op than what the caller's values show
         kept.twins = [f for _, f in group if f is not kept]
         kept_findings.append(kept)
     return kept_findings
+
+
+def _saved_by(finding: Finding) -> set:
+    """The ops (their syntax nodes) a finding says saved the written tensor."""
+    mutation = finding.data.get("mutation")
+    return {c.save.node for c in getattr(mutation, "conflicts", ())}
 
 
 def function_key(fn: ast.AST | None, owner: ast.ClassDef | None) -> tuple[str, str]:

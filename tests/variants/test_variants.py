@@ -6,7 +6,9 @@
 - a seeded sample of variants (GRADGUARD_VARIANTS_SAMPLE, default 250; GRADGUARD_VARIANTS_SEED, default 0) is
   built, proven with torch (no proof cache: every sampled variant really runs) and analysed: no negative variant is
   flagged, no proven positive outside known_misses.txt is missed, and every known miss in the sample is still
-  missed (strict, like xfail(strict=True): remove an entry when the analyser starts finding it).
+  missed (strict, like xfail(strict=True): remove an entry when the analyser starts finding it);
+- the sample's positive variants that the analyser finds are probed, and every static explanation (which op saved
+  which tensor, which backward fails, loud or silent) agrees with what the probe saw torch do.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from variants import harness, proof
 from variants.transforms import ALL, MARKER
 
 pytest.importorskip("torch")
+
+from agreement import agreement  # noqa: E402  (imports torch)
+from gradguard.probe import ProbeWorker  # noqa: E402
 
 FIXTURES = all_fixtures()
 SAMPLE = int(os.environ.get("GRADGUARD_VARIANTS_SAMPLE", "250"))
@@ -104,9 +109,15 @@ def test_proof_tells_broken_variants(tmp_path):
     assert [ok for ok, _ in proof.run_proofs(jobs, workers=2)] == [True, False, True, False]
 
 
-def test_seeded_sample(tmp_path, capsys):
-    variants, na, broken, _, timings = harness.run_harness(sample=SAMPLE, seed=SEED, out_dir=tmp_path,
-                                                           cache_dir=None, quiet=True)
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    """The seeded sample, built, proven (no cache) and analysed once for the tests below."""
+    return harness.run_harness(sample=SAMPLE, seed=SEED, out_dir=tmp_path_factory.mktemp("variants"),
+                               cache_dir=None, quiet=True)
+
+
+def test_seeded_sample(sample, capsys):
+    variants, na, broken, _, timings = sample
     assert len(variants) == SAMPLE
     assert timings["proofs_run"] == len(variants), "every sampled variant is proven with torch (no cache)"
     proven = [v for v in variants if v.proven]
@@ -126,3 +137,15 @@ def test_seeded_sample(tmp_path, capsys):
         f"{v.key} {v.path}: expected {sorted(v.expected, key=str)}, got "
         f"{[(c, l, code) for c, l, code, _ in v.found]}" for v in missed)
     assert not fixed, "now found, remove from tests/variants/known_misses.txt:\n" + "\n".join(v.key for v in fixed)
+
+
+def test_sampled_explanations_agree_with_the_probe(sample, capsys):
+    """The static explanation of each found positive variant says what torch does (tests/agreement.py)."""
+    variants = sample[0]
+    found = [v for v in variants if v.proven and v.fixture.positive and v.kind == "py" and harness.judge(v).hit]
+    assert len(found) >= 0.25 * len(variants), "the sample should hold enough found positives to compare"
+    with ProbeWorker() as worker:
+        disagreements = [d for v in found for d in agreement(v.path, worker)]
+    with capsys.disabled():
+        print(f"\nagreement on {len(found)} found positive variants: {len(disagreements)} disagreements")
+    assert not disagreements, "\n".join(map(str, disagreements))

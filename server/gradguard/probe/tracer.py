@@ -547,8 +547,13 @@ class Tracer(TorchDispatchMode):
                     origins.append(made)
         if origins or any(f.endswith("/torch/nn/functional.py") for f in files):
             return "GG005", origins
-        if op in _INPLACE_ACTIVATIONS and _FUNCTIONAL_CALL.search(_source_segment(site)):
-            return "GG005", []
+        if op in _INPLACE_ACTIVATIONS:
+            # The function form (`F.relu_(x)`, or the function held in a variable: `act = partial(F.relu_)`)
+            # is GG005; the method form `x.relu_()` is a plain in-place write (GG001), as the static rules say.
+            segment = _source_segment(site)
+            method_form = re.search(rf"\.\s*{re.escape(op)}\s*\(", segment) and not _FUNCTIONAL_CALL.search(segment)
+            if not method_form:
+                return "GG005", []
         if written.is_leaf and written.requires_grad and not torch.is_grad_enabled():
             return "GG101", []  # a parameter updated by hand under no_grad
         return "GG001", []
