@@ -513,16 +513,14 @@ class StatementRewriter(cst.CSTTransformer):
         return updated.with_changes(body=body)
 
 
-def rewrite_statements(source: str, rewrite, extra=None) -> str | None:
-    """Apply ``rewrite`` to every target statement; ``extra(prog, module, rewriter)`` may add module items."""
+def rewrite_statements(source: str, rewrite) -> str | None:
+    """Apply ``rewrite(prog, stmt, site)`` to every target statement; it may add ``prog.rewriter.module_items``."""
     prog = Program.of(source)
     if prog is None:
         return None
     rw = StatementRewriter(prog, lambda stmt, site: rewrite(prog, stmt, site))
     rw.module_items: list[cst.BaseStatement] = []
     rw.imports: list[str] = []
-    rw.prog = prog
-    rw.outer = rw
     prog.rewriter = rw
     body = [stmt.visit(rw) if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and prog.visited(stmt.name.value)
             else stmt for stmt in prog.module.body]
@@ -551,9 +549,7 @@ def _interface(prog: Program, stmt: cst.SimpleStatementLine, site: Site) -> tupl
 
 
 def _call_text(callee: str, reads: list[str], writes: list[str]) -> str:
-    lhs = ""
-    if writes:
-        lhs = (", ".join(writes) + ("," if len(writes) == 1 and False else "")) + " = "
+    lhs = ", ".join(writes) + " = " if writes else ""
     return f"{lhs}{callee}({', '.join(reads)})\n"
 
 
