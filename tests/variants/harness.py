@@ -254,9 +254,9 @@ def report(variants, not_applicable, broken, transforms, markdown=False) -> str:
     proven = [v for v in variants if v.proven]
     rules = [r for r in RULES if any(v.rule == r for v in variants)]
     rows = []
-    head = ["transform"] + rules + ["recall", "neg FP", "dropped", "n/a"]
+    head = ["transform"] + rules + ["recall", "elsewhere", "neg FP", "dropped", "n/a"]
     totals = defaultdict(lambda: [0, 0])
-    all_h = all_p = all_fp = all_neg = all_drop = 0
+    all_h = all_p = all_fp = all_neg = all_drop = all_else = 0
     for t in transforms:
         vs = [v for v in proven if v.transform == t.name]
         cells = []
@@ -268,13 +268,18 @@ def report(variants, not_applicable, broken, transforms, markdown=False) -> str:
             totals[r][1] += len(pos)
             th, tp = th + h, tp + len(pos)
             cells.append(f"{h}/{len(pos)}" if pos else "-")
+        elsewhere = sum(1 for v in vs if v.fixture.positive and not judge(v).hit
+                        and miss_category(v) == "expected code reported at another line")
+        all_else += elsewhere
         negs = [v for v in vs if not v.fixture.positive]
         fp = sum(not judge(v).hit for v in negs)
         dropped = sum(1 for v in variants if v.transform == t.name and not v.proven) + broken[t.name]
         all_h, all_p, all_fp, all_neg, all_drop = all_h + th, all_p + tp, all_fp + fp, all_neg + len(negs), all_drop + dropped
-        rows.append([t.name] + cells + [_pct(th, tp), f"{fp}/{len(negs)}", str(dropped), str(not_applicable[t.name])])
+        rows.append([t.name] + cells + [_pct(th, tp), str(elsewhere), f"{fp}/{len(negs)}", str(dropped),
+                                        str(not_applicable[t.name])])
     rows.append(["TOTAL"] + [f"{totals[r][0]}/{totals[r][1]}" for r in rules]
-                + [_pct(all_h, all_p), f"{all_fp}/{all_neg}", str(all_drop), str(sum(not_applicable.values()))])
+                + [_pct(all_h, all_p), str(all_else), f"{all_fp}/{all_neg}", str(all_drop),
+                   str(sum(not_applicable.values()))])
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -417,7 +422,9 @@ def main(argv=None) -> int:
     print(f"time: build {timings['build']:.1f}s, torch proofs {timings['prove']:.1f}s "
           f"({timings['proofs_run']} run, the rest cached), analyser {timings['analyse']:.1f}s, "
           f"total {time.perf_counter() - start:.1f}s")
-    print("dropped = variants torch did not confirm (or that did not parse); n/a = transform does not apply")
+    print("elsewhere = misses whose expected code was reported at another line (e.g. the call of the helper the "
+          "culprit moved into); dropped = variants torch did not confirm (or that did not parse); "
+          "n/a = transform does not apply")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=1))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import os
-from pathlib import Path
 
 import libcst as cst
 import pytest

@@ -513,16 +513,14 @@ class StatementRewriter(cst.CSTTransformer):
         return updated.with_changes(body=body)
 
 
-def rewrite_statements(source: str, rewrite, extra=None) -> str | None:
-    """Apply ``rewrite`` to every target statement; ``extra(prog, module, rewriter)`` may add module items."""
+def rewrite_statements(source: str, rewrite) -> str | None:
+    """Apply ``rewrite(prog, stmt, site)`` to every target statement; it may add ``prog.rewriter.module_items``."""
     prog = Program.of(source)
     if prog is None:
         return None
     rw = StatementRewriter(prog, lambda stmt, site: rewrite(prog, stmt, site))
     rw.module_items: list[cst.BaseStatement] = []
     rw.imports: list[str] = []
-    rw.prog = prog
-    rw.outer = rw
     prog.rewriter = rw
     body = [stmt.visit(rw) if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and prog.visited(stmt.name.value)
             else stmt for stmt in prog.module.body]
@@ -551,9 +549,7 @@ def _interface(prog: Program, stmt: cst.SimpleStatementLine, site: Site) -> tupl
 
 
 def _call_text(callee: str, reads: list[str], writes: list[str]) -> str:
-    lhs = ""
-    if writes:
-        lhs = (", ".join(writes) + ("," if len(writes) == 1 and False else "")) + " = "
+    lhs = ", ".join(writes) + " = " if writes else ""
     return f"{lhs}{callee}({', '.join(reads)})\n"
 
 
@@ -1701,10 +1697,77 @@ class _Group(list):
     imports = False
 
 
+# parameter names of common torch / torch.nn.functional / torch.nn callables (from their documented signatures)
+_UNARY = ["input"]
+_BINARY = ["input", "other"]
+_SIGNATURES = {
+    "torch": {**{n: _UNARY for n in ("sigmoid", "tanh", "exp", "log", "abs", "sqrt", "sin", "cos", "relu", "neg",
+                                     "square", "rsqrt", "log1p", "expm1", "erf")},
+              **{n: _BINARY for n in ("mul", "add", "sub", "div", "matmul", "maximum", "minimum")},
+              "clamp": ["input", "min", "max"], "mm": ["input", "mat2"], "bmm": ["input", "mat2"],
+              "softmax": ["input", "dim"], "log_softmax": ["input", "dim"], "logsumexp": ["input", "dim"],
+              "pow": ["input", "exponent"], "cat": ["tensors", "dim"], "stack": ["tensors", "dim"],
+              "masked_fill": ["input", "mask", "value"]},
+    "functional": {"relu": ["input", "inplace"], "relu6": ["input", "inplace"], "silu": ["input", "inplace"],
+                   "elu": ["input", "alpha", "inplace"], "leaky_relu": ["input", "negative_slope", "inplace"],
+                   "dropout": ["input", "p", "training", "inplace"], "gelu": ["input"], "sigmoid": ["input"],
+                   "linear": ["input", "weight", "bias"], "softmax": ["input", "dim"], "log_softmax": ["input", "dim"],
+                   **{n: ["input", "target"] for n in ("mse_loss", "cross_entropy", "nll_loss", "smooth_l1_loss",
+                                                         "l1_loss", "binary_cross_entropy",
+                                                         "binary_cross_entropy_with_logits")},
+                   "layer_norm": ["input", "normalized_shape"], "normalize": ["input", "p", "dim"]},
+    "nn": {"Linear": ["in_features", "out_features"], "ReLU": ["inplace"], "ReLU6": ["inplace"],
+           "SiLU": ["inplace"], "LeakyReLU": ["negative_slope", "inplace"], "Dropout": ["p", "inplace"],
+           "ELU": ["alpha", "inplace"], "Conv2d": ["in_channels", "out_channels", "kernel_size"],
+           "LayerNorm": ["normalized_shape"], "Embedding": ["num_embeddings", "embedding_dim"]},
+}
+
+
+class KeywordArgs(Transform):
+    """Pass the arguments of common torch / F / nn calls by keyword (``torch.clamp(input=x, min=0.0)``)."""
+
+    name = "keyword_args"
+
+    def apply(self, source):
+        def make(prog):
+            bases = {}
+            for key, alias in (("torch", prog.torch_alias()), ("functional", prog.functional_alias()),
+                               ("nn", prog.nn_alias())):
+                if alias:
+                    bases[alias] = key
+            t = prog.torch_alias()
+            if t:
+                bases.setdefault(f"{t}.nn.functional", "functional")
+            if not bases:
+                return None
+
+            class Tr(cst.CSTTransformer):
+                changed = 0
+
+                def leave_Call(self, original, updated):
+                    if not isinstance(updated.func, cst.Attribute):
+                        return updated
+                    table = _SIGNATURES.get(bases.get(code_of(updated.func.value), ""), {})
+                    params = table.get(updated.func.attr.value)
+                    positional = [a for a in updated.args if a.keyword is None]
+                    if (not params or not positional or any(a.star for a in updated.args)
+                            or len(positional) > len(params) or list(updated.args[:len(positional)]) != positional):
+                        return updated
+                    args = [a.with_changes(keyword=cst.Name(p), equal=cst.AssignEqual(
+                        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+                        for a, p in zip(positional, params)] + list(updated.args[len(positional):])
+                    self.changed += 1
+                    return updated.with_changes(args=args)
+
+            return Tr()
+
+        return rewrite_scope(source, make)
+
+
 ALL: list[Transform] = [
     HelperFunction(), ModuleMethod(), CallableClass(), Closure(), ContainerList(), ContainerDict(), ContainerIter(),
     AliasChain(), WrapIf(), WrapTry(), WrapLoopOnce(), WrapEnableGrad(), ImportAlias(), StarParams(), PartialCall(),
     LambdaCall(), FromImport(), AutogradVariable(), LayerSubclass(), LayerSubclassForward(), SequentialList(),
-    NestedModules(), MethodForm(), RenameLocals(), TrainerClass(), Notebook(), ModuleListStack(),
+    NestedModules(), MethodForm(), RenameLocals(), TrainerClass(), Notebook(), ModuleListStack(), KeywordArgs(),
 ]
 BY_NAME = {t.name: t for t in ALL}
