@@ -246,7 +246,7 @@ def test_table_shape():
     assert list(data) == sorted(data)
     for name, op in data["ops"].items():
         assert set(op) == {"saves_args", "saves_result", "view", "multi_view", "differentiable", "sources",
-                           "returns", "tuple_saves_args"}, name
+                           "returns", "tuple_saves_args", "params"}, name
         assert op["returns"] in ("tensor", "sequence", "tuple"), name
         assert all(k.isdigit() for k in op["saves_args"]) and op["sources"], name
     for name, mod in data["modules"].items():

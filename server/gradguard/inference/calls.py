@@ -256,6 +256,22 @@ class CallsMixin:
             self.eval(kw.value)
         return args
 
+    def _keywords_in_place(self, op: str, args: list[Value], kwargs: dict[str, Value], offset: int) -> list[Value]:
+        """``torch.mul(input=a, other=b)``: tensors passed by keyword put where the op's schema has them, since
+        what an op saves is known by position (torch's Python functions call ``self`` ``input``)."""
+        info = self.k.op(op)
+        if info is None or not info.params:
+            return args
+        placed = list(args)
+        for key, value in kwargs.items():
+            position = info.params.get(key, info.params.get("self") if key == "input" else None)
+            if position is None or position - offset < len(args) or not isinstance(value, (Tensor, Derived, TensorSeq)):
+                continue
+            while len(placed) <= position - offset:
+                placed.append(UNKNOWN)
+            placed[position - offset] = value
+        return placed
+
     def _builtin_call(self, name: str, node: ast.Call, args: list[Value]) -> Value:
         if name == "super":
             return SuperRef(self.self_value, self.owner) if isinstance(self.self_value, ModuleValue) else UNKNOWN
@@ -296,6 +312,7 @@ class CallsMixin:
         if args is None:
             args, kwargs = self._eval_call_args(node)
         kwargs = kwargs or {}
+        args = self._keywords_in_place(name, args, kwargs, offset=0)
         functional = q.startswith("torch.nn.functional.")
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             rg = _keyword_bool(node, "requires_grad", True)
@@ -365,6 +382,8 @@ class CallsMixin:
             items = [i for i in args[0].items if isinstance(i, Tensor)]
             return self.apply_op(name, items, node, f"torch.{name}")
         label = f"F.{name}" if functional else f"torch.{name}"
+        if self.k.op(name) is None:  # `F.cross_entropy(input=logits, target=y)`: its result carries their graphs
+            args = [*args, *(v for v in kwargs.values() if isinstance(v, (Tensor, Derived, TensorSeq)))]
         return self.apply_op(name, args, node, label)
 
     def _backward(self, target: Value, node: ast.AST, retain: bool) -> None:
@@ -406,8 +425,9 @@ class CallsMixin:
 
     # --------------------------------------------------------- method calls
     def _tensor_method(self, tensor: Tensor, name: str, node: ast.Call) -> Value:
-        args = [tensor, *(self.eval(a.value if isinstance(a, ast.Starred) else a) for a in node.args)]
-        kwargs = {kw.arg: self.eval(kw.value) for kw in node.keywords if kw.arg}
+        positional, kwargs = self._eval_call_args(node)
+        args = self._keywords_in_place(name.rstrip("_") if name.endswith("_") and not name.endswith("__") else name,
+                                       [tensor, *positional], kwargs, offset=0)
         if name == "backward":
             self._backward(tensor, node, _keyword_bool(node, "retain_graph", False)
                            or _keyword_bool(node, "create_graph", False))

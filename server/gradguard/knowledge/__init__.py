@@ -36,6 +36,8 @@ class OpInfo:
     returns: str = "tensor"  # "tensor", "sequence" (Tensor[]: split, unbind, tensor_split) or "tuple" (max(x, dim))
     # What the overloads returning a tuple save (max(x, dim) saves indices, not x); None: no such overload.
     tuple_saves_args: Mapping[int, frozenset[int]] | None = field(default=None, hash=False)
+    # The position of each tensor argument by its schema name (``self``, ``other``): a tensor passed by keyword.
+    params: Mapping[str, int] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ def _op(name: str, d: Mapping) -> OpInfo:
         returns=d.get("returns", "tensor"),
         tuple_saves_args=None if d.get("tuple_saves_args") is None else MappingProxyType(
             {int(k): frozenset(v) for k, v in d["tuple_saves_args"].items()}),
+        params=MappingProxyType(dict(d.get("params", {}))),
     )
 
 

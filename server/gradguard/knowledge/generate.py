@@ -156,6 +156,34 @@ def static_ops(by_schema, funcs) -> dict:
     return ops
 
 
+def tensor_params(funcs) -> dict:
+    """Every functional op's tensor arguments by name -> position (the first overload's name wins), from the
+    schemas, whether or not the op has a derivative formula of its own (``log_softmax`` is composite)."""
+    params: dict[str, dict] = {}
+    for f in funcs:
+        name = f.func.name.name
+        if f.func.kind().name != "functional" or name.dunder_method or not visible(name.base):
+            continue
+        found = {a.name: k for k, a in enumerate(f.func.arguments.flat_positional) if str(a.type).startswith("Tensor")}
+        params[name.base] = {**found, **params.get(name.base, {})}
+    return params
+
+
+def python_params(name: str) -> dict:
+    """Argument positions of a function written in Python (``F.cross_entropy(input, target, ...)``), which
+    has no schema: every positional parameter, since its signature does not say which take tensors."""
+    for owner in (torch.nn.functional, torch):
+        fn = getattr(owner, name, None)
+        try:
+            signature = inspect.signature(fn) if callable(fn) else None
+        except (TypeError, ValueError):
+            signature = None
+        if signature is not None:
+            return {p.name: k for k, p in enumerate(signature.parameters.values())
+                    if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    return {}
+
+
 def writes_data(name: str) -> bool | None:
     """Does ``Tensor.name`` bump the version counter for some simple call?  None if none succeeds."""
     bumps = []
@@ -491,6 +519,7 @@ def build(verbose: bool = False) -> dict:
     hand = hand_probes()
     probes = hand + auto_probes(funcs, static, {p[0] for p in hand})
     probed = empirical_ops(probes)
+    params = tensor_params(funcs)
     ops, disagree = {}, []
     for name in sorted(set(static) | set(probed)):
         s, e = static.get(name), probed.get(name)
@@ -503,7 +532,8 @@ def build(verbose: bool = False) -> dict:
                      "returns": (s or {}).get("returns") or entry.get("returns", "tensor"),
                      "tuple_saves_args": {str(k): sorted(v) for k, v in (s or {}).get("tuple_saves_args", {}).items()}
                      if (s or {}).get("tuple_overload") else None,
-                     "sources": sorted((s or {}).get("sources", set()) | (e or {}).get("sources", set()))}
+                     "sources": sorted((s or {}).get("sources", set()) | (e or {}).get("sources", set())),
+                     "params": dict(sorted((params.get(name) or python_params(name)).items()))}
     inplace, dropped = inplace_names(funcs)
     kwarg = inplace_kwarg()
     table = {"format": FORMAT, "torch_version": torch.__version__, "ops": ops, "inplace": inplace,
