@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from fixture_corpus import Fixture, all_fixtures
+from gradients import grads_equal
 from gradguard.api import analyze_source
 from gradguard.cli import main
 from gradguard.config import Config
@@ -226,19 +227,6 @@ def _load(path: Path):
     return module
 
 
-def _grads_equal(a, b) -> bool:
-    a, b = list(a), list(b)
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if x is None or y is None:
-            if not (x is None and y is None):
-                return False
-        elif x.shape != y.shape or not torch.allclose(x, y, rtol=1e-4, atol=1e-5):
-            return False
-    return True
-
-
 def _findings(text: str, path: Path):
     return analyze_source(text, str(path), Config(jedi=False)).diagnostics
 
@@ -252,7 +240,7 @@ def _assert_proven(fx: Fixture, fixed: Path, flags: tuple[str, ...]) -> None:
         warnings.simplefilter("ignore")
         expected = _load(fx.path).reference()
         got = _load(fixed).run()  # must run clean: torch raising here fails the test
-    assert _grads_equal(got, expected), f"the fixed program's gradients differ from reference():\n{text}"
+    assert grads_equal(got, expected), f"the fixed program's gradients differ from reference():\n{text}"
     # Fixing again changes nothing.
     _fix(fixed, "--fix", *flags)
     assert fixed.read_text(encoding="utf-8") == text, "a second --fix changed the file again"

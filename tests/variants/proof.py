@@ -7,7 +7,7 @@ A job is a dict: ``variant`` (path of the variant's Python source), ``original``
 - silent positives: run() returns, and its gradients differ from the original fixture's reference();
 - negatives: run() returns gradients equal to the original's reference(), and the variant's reference() does too.
 
-Comparisons use ``_grads_equal`` of tests/test_fixtures_torch.py.
+Comparisons use ``grads_equal`` of tests/gradients.py, as every torch proof does.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import os
 import signal
 import warnings
 from pathlib import Path
+
+from gradients import grads_equal
 
 PROOF_VERSION = "1"  # bump when the proof's meaning changes (invalidates the cache)
 TIMEOUT = 20  # seconds per variant
@@ -47,21 +49,6 @@ def _init() -> None:
     torch.set_num_threads(1)
     _torch = torch
     signal.signal(signal.SIGALRM, _on_alarm)
-
-
-def _grads_equal(a, b) -> bool:
-    """The comparison of tests/test_fixtures_torch.py."""
-    torch = _torch
-    a, b = list(a), list(b)
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if x is None or y is None:
-            if not (x is None and y is None):
-                return False
-        elif x.shape != y.shape or not torch.allclose(x, y, rtol=1e-4, atol=1e-5):
-            return False
-    return True
 
 
 def _load(path: str):
@@ -107,9 +94,9 @@ def _prove(job: dict) -> tuple[bool, str]:
         return False, f"run() raised another RuntimeError: {first[:200]}"
     if job["expected_raise"] is not None:
         return False, "run() did not raise"
-    if not _grads_equal(module.reference(), ref):
+    if not grads_equal(module.reference(), ref):
         return False, "the variant's reference() differs from the original's"
-    equal = _grads_equal(result, ref)
+    equal = grads_equal(result, ref)
     if job["silent"]:
         return (True, "gradients differ") if not equal else (False, "gradients equal reference()")
     return (True, "gradients equal reference()") if equal else (False, "gradients differ from reference()")

@@ -15,17 +15,12 @@ MULTI_VIEW_MESSAGE = "Output 0 of {op} is a view and is being modified inplace."
 
 
 def where_it_raises(conflict: Conflict) -> Message:
-    sink = conflict.sink
-    template = {
-        "backward": "the backward on {sink} raises",
-        "return": "backward through the value returned on {sink} raises",
-        "escape": "backward through the graph that leaves on {sink} raises",
-    }[sink.kind]
-    return Message.format(template, sink=sink.node)
+    return Message.format("{where} raises", where=where_it_reads(conflict))
 
 
 def where_it_reads(conflict: Conflict) -> Message:
-    """``where_it_raises`` for a write torch does not see (``.data``): that backward raises nothing."""
+    """The backward (or the graph's way out of the function) that uses the saved tensor; ``where_it_raises``
+    for a write torch sees, and as it is for one it does not (``.data``), where that backward raises nothing."""
     sink = conflict.sink
     template = {
         "backward": "the backward on {sink}",
