@@ -67,6 +67,26 @@ def test_pyproject_severity(project, capsys):
     assert code == 1
 
 
+VIEW_OF_LEAF = "import torch\nfrom mylib import flip\nw = torch.randn(2, 3, requires_grad=True)\nv = flip(w)\nv.mul_(2)\n"
+
+
+def test_view_functions_extend_the_view_table(project, capsys):
+    """A function the user names in view-functions returns a view of its argument: writing it writes the leaf
+    (torch raises "a view of a leaf Variable..."); unnamed, the call is unknown and nothing is said."""
+    (project / "train.py").write_text(VIEW_OF_LEAF)
+    assert check(capsys)[:2] == (0, [])
+    pyproject(project, '[tool.gradguard]\nview-functions = ["mylib.flip"]\n')
+    code, diags, _ = check(capsys)
+    assert (code, [(d["code"], d["line"]) for d in diags]) == (1, [("GG003", 5)])
+
+
+@pytest.mark.parametrize("value", ['"mylib.flip"', '[1]', '["not a name!"]'])
+def test_view_functions_must_be_qualified_names(project, capsys, value):
+    pyproject(project, f"[tool.gradguard]\nview-functions = {value}\n")
+    code, _, err = check(capsys)
+    assert code == 2 and "view-functions must be a list of qualified names" in err
+
+
 def test_exclude_is_relative_to_the_pyproject(project, capsys):
     (project / "pkg" / "gen").mkdir(parents=True)
     (project / "pkg" / "gen" / "a.py").write_text(LEAF_BUG)

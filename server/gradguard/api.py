@@ -72,7 +72,8 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
     if not parsing.may_contain_findings(text):
         return FileResult(path)
     kept = []
-    findings = analyze_module(parsed, path, lines, use_jedi=config.jedi, cache=cache)
+    findings = analyze_module(parsed, path, lines, use_jedi=config.jedi, cache=cache,
+                              view_functions=config.view_functions)
     if cache is not None:
         cache[_PARSED] = parsing.Parsed(lines, parsed)
     for finding in findings:

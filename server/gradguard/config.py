@@ -6,6 +6,7 @@ select = ["GG0"]            # code prefixes to enable (default: all)
 ignore = ["GG005"]          # code prefixes to disable
 exclude = ["build/", "third_party/**"]   # gitignore-style patterns, relative to the pyproject.toml
 jedi = false                # true: follow imports of project modules with jedi (3-5x slower)
+view-functions = ["mylib.ops.flatten_heads"]  # functions that return a view of their first argument
 [tool.gradguard.severity]
 GG001 = "warning"
 ```
@@ -13,6 +14,7 @@ GG001 = "warning"
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +40,9 @@ class Config:
     exclude: tuple[str, ...] = ()
     root: Path | None = None  # the folder of the pyproject.toml it came from
     jedi: bool = False  # ask jedi about values imported from other modules (slower, sees across files)
+    # Qualified names of functions outside torch that return a view of their first argument, besides the
+    # shipped table (knowledge/third_party_views.json: einops...).
+    view_functions: tuple[str, ...] = ()
 
     def enabled(self, code: str) -> bool:
         if self.select and not any(code.startswith(p) for p in self.select):
@@ -80,7 +85,7 @@ def parse_severity(value: str) -> Severity:
 
 def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config:
     """Build a Config from the ``[tool.gradguard]`` table (or the LSP's settings object)."""
-    known = {"select", "ignore", "exclude", "severity", "jedi"}
+    known = {"select", "ignore", "exclude", "severity", "jedi", "view-functions"}
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"[tool.gradguard] has unknown keys: {', '.join(sorted(unknown))}")
@@ -95,8 +100,12 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
     jedi = table.get("jedi", False)
     if not isinstance(jedi, bool):
         raise ConfigError("[tool.gradguard] jedi must be true or false")
+    views = table.get("view-functions", [])
+    if not isinstance(views, list) or not all(isinstance(v, str) and re.fullmatch(r"[A-Za-z_][\w.]*", v) for v in views):
+        raise ConfigError("[tool.gradguard] view-functions must be a list of qualified names (\"pkg.module.function\")")
     return Config(
         jedi=jedi,
+        view_functions=tuple(views),
         select=_codes(table.get("select", []), "select"),
         ignore=_codes(table.get("ignore", []), "ignore"),
         severity={str(k).upper(): parse_severity(str(v)) for k, v in severity.items()},

@@ -28,7 +28,8 @@ from .rules import RULES_IN_PRECEDENCE
 
 
 def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True,
-                   cache: dict | None = None, only_line: int | None = None) -> list[Finding]:
+                   cache: dict | None = None, only_line: int | None = None,
+                   view_functions: tuple[str, ...] = ()) -> list[Finding]:
     """Findings for one parsed file (``only_line``: only of the functions around that line, for a fix that
     checks its own result).
 
@@ -36,7 +37,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     analysis reads to its findings, so that a keystroke re-analyses only the functions it can affect.  It is
     rewritten in place to hold just this run's entries.
     """
-    knowledge = load_knowledge()
+    knowledge = load_knowledge().with_views(view_functions)
     imports = collect_imports(tree.body)
     oracle = JediOracle("\n".join(lines), path) if use_jedi and lines is not None and _imports_project_code(imports) else None
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
@@ -45,7 +46,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     units = list(_units(tree))
     candidates = _candidate_units(units, lines) if lines is not None else None
     module_env = _ModuleEnvironment(ctx, tree, lines)
-    fingerprint = _Fingerprints(tree, lines, functions, classes) if cache is not None and lines is not None else None
+    fingerprint = (_Fingerprints(tree, lines, functions, classes, view_functions)
+                   if cache is not None and lines is not None else None)
     used: dict[str, _Cached] = {}
     results: list[tuple[tuple[str, str], list[Finding]]] = []
     followed: set[tuple[str, str]] = set()
@@ -132,7 +134,8 @@ class _Fingerprints:
     a function that only moved (or whose helpers moved) keeps its key, and its findings are moved part by part
     (``moved.py``) rather than made again.  The module's own statements are keyed with their absolute lines."""
 
-    def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict):
+    def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict,
+                 view_functions: tuple[str, ...] = ()):
         self.lines = lines
         self.named: dict[str, list[ast.AST]] = {name: [node] for name, node in functions.items()}
         self.named.update({name: [info.node] for name, info in classes.items()})
@@ -142,7 +145,8 @@ class _Fingerprints:
         for stmt in top:
             for name in _bound_names([stmt]):
                 self.binders.setdefault(name, []).append(stmt)
-        self.imports = "|".join(ast.dump(s) for s in imports)
+        # Every key holds the imports and the settings that change what calls mean.
+        self.imports = "|".join([*(ast.dump(s) for s in imports), *sorted(view_functions)])
         self.top_text = "\n".join(f"@{s.lineno}\n{self._text(s)}" for s in top)
 
     def _text(self, node: ast.AST) -> str:

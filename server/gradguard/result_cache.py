@@ -5,7 +5,7 @@ One entry per file, named by a key that hashes everything the file's result depe
 - gradguard itself: its version and a stamp (name, size, mtime) of its own modules, so an upgrade or an
   edit of an editable install never serves old results;
 - the op table ``knowledge/torch_ops.json`` (its bytes: the table's format and torch version are in them);
-- the settings that change results (select, ignore, severities, jedi);
+- the settings that change results (select, ignore, severities, jedi, view functions);
 - the file: its display name, absolute path and the hash of its bytes;
 - with jedi on (``--jedi``) and a file that imports anything but the standard library, torch, numpy and
   typing: a stamp of every ``.py`` file under the file's project root (jedi may read any of them to learn
@@ -146,7 +146,7 @@ class ResultCache:
             table = b""
         c = self.config
         settings = json.dumps([sorted(c.select), sorted(c.ignore), sorted((k, v.value) for k, v in c.severity.items()),
-                               c.jedi])
+                               c.jedi, sorted(c.view_functions)])
         self._salt = _hash(str(FORMAT), __version__, _tree_stamp(package), hashlib.blake2b(table).hexdigest(), settings)
         self.entries = self.directory / f"v{FORMAT}"
 

@@ -5,6 +5,7 @@ this loader never imports torch, so static analysis works without it.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Mapping
@@ -67,6 +68,15 @@ class TorchKnowledge:
         self.inplace_kwarg_functions: frozenset[str] = frozenset(data["inplace_kwarg"]["functions"])
         self.inplace_kwarg_modules: frozenset[str] = frozenset(data["inplace_kwarg"]["modules"])
         self._third_party_views = dict(third_party_views)
+
+    def with_views(self, qualnames: tuple[str, ...]) -> "TorchKnowledge":
+        """This table with the user's own view functions added (``view-functions`` in ``[tool.gradguard]``)."""
+        if not qualnames:
+            return self
+        extended = copy.copy(self)
+        extended._third_party_views = {**self._third_party_views,
+                                       **{q: "a view function named in view-functions" for q in qualnames}}
+        return extended
 
     @property
     def third_party_views(self) -> frozenset[str]:
