@@ -14,19 +14,19 @@ import ast
 from dataclasses import dataclass, field
 
 from ..knowledge import TorchKnowledge
-from .calls import CALL_STATS, CallsMixin
-from .classes import ClassInfo, find_method
+from .calls import CallsMixin
+from .classes import ClassInfo
 from .events import GraphBreak, Mutation, Sink
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
+from .followed import FollowedCallsMixin
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
+from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
     NOT_TENSOR,
     UNKNOWN,
-    ClassRef,
     DataAlias,
     Derived,
-    FunctionValue,
     Grad,
     NumberFrom,
     OptimizerValue,
@@ -41,7 +41,6 @@ from .values import (
     TensorSeq,
     Value,
     graph_of,
-    join,
     new_id,
     new_tensor,
     snapshot,
@@ -51,9 +50,6 @@ from .values import (
 _UNROLLED_LAYERS = 16  # a loop over a module list runs its body once per layer up to this many layers
 _AUG_SYMBOL = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=", ast.Mod: "%=",
                ast.Pow: "**=", ast.MatMult: "@=", ast.BitAnd: "&=", ast.BitOr: "|=", ast.BitXor: "^="}
-GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
-GRAD_ON_CONTEXTS = {"torch.enable_grad", "torch.autograd.enable_grad"}
-SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
 
 
 @dataclass
@@ -74,26 +70,7 @@ class Context:
         return info if info is not None and info.node is cls else None
 
 
-@dataclass
-class State:
-    env: dict[str, Value] = field(default_factory=dict)
-    grad_enabled: bool = True
-
-    def copy(self) -> "State":
-        return State(dict(self.env), self.grad_enabled)
-
-
-def _merge(a: State, b: State) -> State:
-    env = {}
-    for name in a.env.keys() | b.env.keys():
-        if name in a.env and name in b.env:
-            env[name] = join(a.env[name], b.env[name])
-        else:
-            env[name] = a.env.get(name, b.env.get(name, UNKNOWN))
-    return State(env, a.grad_enabled or b.grad_enabled)
-
-
-class Interpreter(ExpressionsMixin, CallsMixin):
+class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
     """Runs one function (or the module's top level) and collects mutations and sinks."""
 
     def __init__(self, ctx: Context, self_value: ModuleValue | None = None):
@@ -288,7 +265,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         self.state = before
         self.run_block(stmt.orelse)
         self.saves[saves_before:saves_before] = body_saves
-        self._settle(live, _merge(after_body, self.state))
+        self._settle(live, merge_states(after_body, self.state))
 
     def _stmt_For(self, stmt: ast.For) -> None:
         iterable = self.eval(stmt.iter)
@@ -312,7 +289,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
             self.run_block(stmt.body)
         if index_loop:
             self.loop_vars.pop()
-        self._settle(live, _merge(before, self.state))
+        self._settle(live, merge_states(before, self.state))
         self.run_block(stmt.orelse)
 
     _stmt_AsyncFor = _stmt_For
@@ -323,7 +300,7 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         for _ in range(2):
             self.eval(stmt.test)
             self.run_block(stmt.body)
-        self._settle(live, _merge(before, self.state))
+        self._settle(live, merge_states(before, self.state))
         self.run_block(stmt.orelse)
 
     def _stmt_With(self, stmt: ast.With) -> None:
@@ -370,34 +347,8 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         for case in stmt.cases:
             self.state = before.copy()
             self.run_block(case.body)
-            merged = self.state if merged is None else _merge(merged, self.state)
-        self._settle(live, _merge(before, merged) if merged is not None else before)
-
-    def _stmt_FunctionDef(self, stmt: ast.FunctionDef) -> None:
-        """A nested ``def`` is a closure over the running function's variables (module-level functions are
-        looked up by name instead, see ``_expr_Name``)."""
-        if not (self.module_unit and not self.inline_stack):
-            self.state.env[stmt.name] = FunctionValue(stmt, scope=[self.state.env, *self.scopes])
-
-    _stmt_AsyncFunctionDef = _stmt_FunctionDef
-
-    def _stmt_Nonlocal(self, stmt: ast.Nonlocal | ast.Global) -> None:
-        self.outer_names.update(stmt.names)
-
-    _stmt_Global = _stmt_Nonlocal
-
-    def lookup(self, name: str) -> Value | None:
-        """A name not bound in the running function: its closure's scope, then the module's variables."""
-        for scope in self.scopes:
-            if name in scope:
-                return scope[name]
-        return None
-
-    def _module_env(self) -> dict[str, Value]:
-        """The module's variables as seen from the code running now."""
-        if self.module_unit and not self.inline_stack:
-            return self.state.env
-        return self.scopes[-1] if self.scopes else {}
+            merged = self.state if merged is None else merge_states(merged, self.state)
+        self._settle(live, merge_states(before, merged) if merged is not None else before)
 
     def _stmt_Delete(self, stmt: ast.Delete) -> None:
         for target in stmt.targets:
@@ -637,116 +588,6 @@ class Interpreter(ExpressionsMixin, CallsMixin):
         grad_mode, self.state.grad_enabled = self.state.grad_enabled, False
         self._inplace(node, proxy, f"`{name}.step()`", None, [], kind="step")
         self.state.grad_enabled = grad_mode
-
-    def inline(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
-               self_value: Value | None = None, record: bool = True, scope: list[dict[str, Value]] | None = None,
-               owner: ClassInfo | None = None, max_depth: int = 3) -> Value | None:
-        """Analyse a call of one of the file's own functions in place, with the caller's values.
-
-        ``scope``: the variables a closure or lambda sees from the functions around its definition, innermost
-        first; ``owner``: the
-        class a method was found on.  Returns None when the call is not followed (too deep, recursive): the
-        caller then treats it as unknown.
-        """
-        if len(self.inline_stack) >= max_depth or fn in self.inline_stack:
-            return None
-        saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-                 self.owner, self.self_value)
-        module_env = self._module_env()
-        env = self._bind_parameters(fn, args, kwargs, self_value)
-        grad = self.state.grad_enabled
-        for deco in getattr(fn, "decorator_list", ()):
-            if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
-                grad = False
-        self.state = State(env, grad)
-        chain = [*(scope or ()), module_env]
-        self.scopes = [s for i, s in enumerate(chain) if s is not env and all(s is not t for t in chain[:i])]
-        self.outer_names = set()
-        self.owner, self.self_value = owner, self_value
-        self.inline_record = self.inline_record and record
-        # An index of the caller's loop passed in (`step(y, t)`) still indexes element by element; a closure
-        # sees the loops around its definition's caller by name.
-        self.returns = []
-        self.loop_vars = [*(saved[3] if scope is not None else ()),
-                          *self._loop_parameters(fn, node, saved[3], self_value is not None)]
-        CALL_STATS["followed call of the file's own code"] += 1
-        self.followed.add((owner.name if owner is not None else "", getattr(fn, "name", "")))
-        self.inline_stack.append(fn)
-        self.inline_frames.append((node, new_id()))
-        try:
-            if isinstance(fn, ast.Lambda):
-                self.returns.append(self.eval(fn.body))
-            else:
-                self.run_block(fn.body)
-            returns = self.returns
-        finally:
-            self.inline_stack.pop()
-            self.inline_frames.pop()
-            (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-             self.owner, self.self_value) = saved
-        if not returns:
-            return NOT_TENSOR
-        result = returns[0]
-        for other in returns[1:]:
-            result = join(result, other)
-        return result
-
-    @staticmethod
-    def _loop_parameters(fn: ast.FunctionDef | ast.Lambda, node: ast.AST, loop_vars: list[str],
-                         bound: bool) -> list[str]:
-        """The callee's parameters given an expression of one of the caller's loop indices (``bound``: the
-        first parameter is the instance, not an argument of the call)."""
-        if not loop_vars or not isinstance(node, ast.Call):
-            return []
-        params = [p.arg for p in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
-        if bound:
-            params = params[1:]
-        given = [*zip(params, node.args), *((kw.arg, kw.value) for kw in node.keywords if kw.arg in params)]
-        return [name for name, expr in given
-                if any(isinstance(n, ast.Name) and n.id in loop_vars for n in ast.walk(expr))]
-
-    def _bind_parameters(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value],
-                         self_value: Value | None) -> dict[str, Value]:
-        """The callee's parameters bound as Python binds them: positionally, by keyword, else their default."""
-        params = [*fn.args.posonlyargs, *fn.args.args]
-        env: dict[str, Value] = {}
-        if self_value is not None and params:
-            env[params[0].arg] = self_value
-            params = params[1:]
-        for param, value in zip(params, args):
-            env[param.arg] = value
-        defaults = dict(zip([p.arg for p in params][::-1], fn.args.defaults[::-1]))
-        defaults.update({p.arg: d for p, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None})
-        for param in [*params[len(args):], *fn.args.kwonlyargs]:
-            if param.arg in kwargs:
-                env[param.arg] = kwargs[param.arg]
-            elif param.arg in defaults:
-                env[param.arg] = self.eval(defaults[param.arg])
-            else:
-                env[param.arg] = self._param_value(param, is_forward=False)
-        if fn.args.vararg is not None:
-            extra = args[len(params):]
-            env[fn.args.vararg.arg] = TensorSeq(list(extra)) if extra else UNKNOWN
-        if fn.args.kwarg is not None:
-            env[fn.args.kwarg.arg] = UNKNOWN
-        return env
-
-    def instantiate(self, info: ClassInfo, args: list[Value], kwargs: dict[str, Value], node: ast.AST | None,
-                    record: bool = True, run_init: bool = True) -> ModuleValue:
-        """An instance of one of the file's classes, with what its ``__init__`` (found along the MRO) assigns.
-
-        Construction nests deeper than ordinary calls (a model of blocks of layers), so it has its own bound."""
-        torch_layer = info.torch_base not in (None, "Module")
-        instance = ModuleValue(info.torch_base if torch_layer else info.name, torch_module=torch_layer, ctor=node,
-                               user_class=info.node)
-        if torch_layer and isinstance(node, ast.Call):
-            self.construct_torch_base(instance, node, args)  # `MyReLU(inplace=True)`: torch's constructor runs
-        found = find_method(self.ctx.classes, info, "__init__") if run_init else None
-        if found is not None:
-            init, owner = found
-            self.inline(init, args, kwargs, node or init, self_value=instance, record=record, owner=owner,
-                        max_depth=8)
-        return instance
 
     def _graph_break(self, node: ast.AST, how: str, sources_from: list[Value], requires_grad: Grad) -> Tensor:
         """A new tensor built from values read out of tensors that require grad: their gradient path ends here."""

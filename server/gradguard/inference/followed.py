@@ -1,0 +1,150 @@
+"""Following the file's own code: calls of its functions, methods, closures and lambdas analysed in place
+with the caller's values, instances of its classes built by running ``__init__``, and the scopes a nested
+function sees.  A mixin of ``Interpreter``."""
+
+from __future__ import annotations
+
+import ast
+
+from .calls import CALL_STATS
+from .classes import ClassInfo, find_method
+from .state import GRAD_OFF_CONTEXTS, State
+from .values import NOT_TENSOR, UNKNOWN, FunctionValue, ModuleValue, TensorSeq, Value, join, new_id
+
+
+class FollowedCallsMixin:
+    def _stmt_FunctionDef(self, stmt: ast.FunctionDef) -> None:
+        """A nested ``def`` is a closure over the running function's variables (module-level functions are
+        looked up by name instead, see ``_expr_Name``)."""
+        if not (self.module_unit and not self.inline_stack):
+            self.state.env[stmt.name] = FunctionValue(stmt, scope=[self.state.env, *self.scopes])
+
+    _stmt_AsyncFunctionDef = _stmt_FunctionDef
+
+    def _stmt_Nonlocal(self, stmt: ast.Nonlocal | ast.Global) -> None:
+        self.outer_names.update(stmt.names)
+
+    _stmt_Global = _stmt_Nonlocal
+
+    def lookup(self, name: str) -> Value | None:
+        """A name not bound in the running function: its closure's scope, then the module's variables."""
+        for scope in self.scopes:
+            if name in scope:
+                return scope[name]
+        return None
+
+    def _module_env(self) -> dict[str, Value]:
+        """The module's variables as seen from the code running now."""
+        if self.module_unit and not self.inline_stack:
+            return self.state.env
+        return self.scopes[-1] if self.scopes else {}
+
+    def inline(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
+               self_value: Value | None = None, record: bool = True, scope: list[dict[str, Value]] | None = None,
+               owner: ClassInfo | None = None, max_depth: int = 3) -> Value | None:
+        """Analyse a call of one of the file's own functions in place, with the caller's values.
+
+        ``scope``: the variables a closure or lambda sees from the functions around its definition, innermost
+        first; ``owner``: the
+        class a method was found on.  Returns None when the call is not followed (too deep, recursive): the
+        caller then treats it as unknown.
+        """
+        if len(self.inline_stack) >= max_depth or fn in self.inline_stack:
+            return None
+        saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
+                 self.owner, self.self_value)
+        module_env = self._module_env()
+        env = self._bind_parameters(fn, args, kwargs, self_value)
+        grad = self.state.grad_enabled
+        for deco in getattr(fn, "decorator_list", ()):
+            if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
+                grad = False
+        self.state = State(env, grad)
+        chain = [*(scope or ()), module_env]
+        self.scopes = [s for i, s in enumerate(chain) if s is not env and all(s is not t for t in chain[:i])]
+        self.outer_names = set()
+        self.owner, self.self_value = owner, self_value
+        self.inline_record = self.inline_record and record
+        # An index of the caller's loop passed in (`step(y, t)`) still indexes element by element; a closure
+        # sees the loops around its definition's caller by name.
+        self.returns = []
+        self.loop_vars = [*(saved[3] if scope is not None else ()),
+                          *self._loop_parameters(fn, node, saved[3], self_value is not None)]
+        CALL_STATS["followed call of the file's own code"] += 1
+        self.followed.add((owner.name if owner is not None else "", getattr(fn, "name", "")))
+        self.inline_stack.append(fn)
+        self.inline_frames.append((node, new_id()))
+        try:
+            if isinstance(fn, ast.Lambda):
+                self.returns.append(self.eval(fn.body))
+            else:
+                self.run_block(fn.body)
+            returns = self.returns
+        finally:
+            self.inline_stack.pop()
+            self.inline_frames.pop()
+            (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
+             self.owner, self.self_value) = saved
+        if not returns:
+            return NOT_TENSOR
+        result = returns[0]
+        for other in returns[1:]:
+            result = join(result, other)
+        return result
+
+    @staticmethod
+    def _loop_parameters(fn: ast.FunctionDef | ast.Lambda, node: ast.AST, loop_vars: list[str],
+                         bound: bool) -> list[str]:
+        """The callee's parameters given an expression of one of the caller's loop indices (``bound``: the
+        first parameter is the instance, not an argument of the call)."""
+        if not loop_vars or not isinstance(node, ast.Call):
+            return []
+        params = [p.arg for p in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
+        if bound:
+            params = params[1:]
+        given = [*zip(params, node.args), *((kw.arg, kw.value) for kw in node.keywords if kw.arg in params)]
+        return [name for name, expr in given
+                if any(isinstance(n, ast.Name) and n.id in loop_vars for n in ast.walk(expr))]
+
+    def _bind_parameters(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value],
+                         self_value: Value | None) -> dict[str, Value]:
+        """The callee's parameters bound as Python binds them: positionally, by keyword, else their default."""
+        params = [*fn.args.posonlyargs, *fn.args.args]
+        env: dict[str, Value] = {}
+        if self_value is not None and params:
+            env[params[0].arg] = self_value
+            params = params[1:]
+        for param, value in zip(params, args):
+            env[param.arg] = value
+        defaults = dict(zip([p.arg for p in params][::-1], fn.args.defaults[::-1]))
+        defaults.update({p.arg: d for p, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None})
+        for param in [*params[len(args):], *fn.args.kwonlyargs]:
+            if param.arg in kwargs:
+                env[param.arg] = kwargs[param.arg]
+            elif param.arg in defaults:
+                env[param.arg] = self.eval(defaults[param.arg])
+            else:
+                env[param.arg] = self._param_value(param, is_forward=False)
+        if fn.args.vararg is not None:
+            extra = args[len(params):]
+            env[fn.args.vararg.arg] = TensorSeq(list(extra)) if extra else UNKNOWN
+        if fn.args.kwarg is not None:
+            env[fn.args.kwarg.arg] = UNKNOWN
+        return env
+
+    def instantiate(self, info: ClassInfo, args: list[Value], kwargs: dict[str, Value], node: ast.AST | None,
+                    record: bool = True, run_init: bool = True) -> ModuleValue:
+        """An instance of one of the file's classes, with what its ``__init__`` (found along the MRO) assigns.
+
+        Construction nests deeper than ordinary calls (a model of blocks of layers), so it has its own bound."""
+        torch_layer = info.torch_base not in (None, "Module")
+        instance = ModuleValue(info.torch_base if torch_layer else info.name, torch_module=torch_layer, ctor=node,
+                               user_class=info.node)
+        if torch_layer and isinstance(node, ast.Call):
+            self.construct_torch_base(instance, node, args)  # `MyReLU(inplace=True)`: torch's constructor runs
+        found = find_method(self.ctx.classes, info, "__init__") if run_init else None
+        if found is not None:
+            init, owner = found
+            self.inline(init, args, kwargs, node or init, self_value=instance, record=record, owner=owner,
+                        max_depth=8)
+        return instance

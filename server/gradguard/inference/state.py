@@ -1,0 +1,30 @@
+"""The abstract state of one running frame (its variables, grad mode), and grad mode's spellings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .values import UNKNOWN, Value, join
+
+GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
+GRAD_ON_CONTEXTS = {"torch.enable_grad", "torch.autograd.enable_grad"}
+SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
+
+
+@dataclass
+class State:
+    env: dict[str, Value] = field(default_factory=dict)
+    grad_enabled: bool = True
+
+    def copy(self) -> "State":
+        return State(dict(self.env), self.grad_enabled)
+
+
+def merge_states(a: State, b: State) -> State:
+    env = {}
+    for name in a.env.keys() | b.env.keys():
+        if name in a.env and name in b.env:
+            env[name] = join(a.env[name], b.env[name])
+        else:
+            env[name] = a.env.get(name, b.env.get(name, UNKNOWN))
+    return State(env, a.grad_enabled or b.grad_enabled)
