@@ -43,6 +43,10 @@ NEGATIVES = [fx for fx in FIXTURES if not fx.positive]
 from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys.path)
 
 NO_FIX = {
+    "GG005/pos_inplace_flag_forwarded_through_kwargs": (
+        "the `inplace=True` reaches `F.relu` through a wrapper's `**kwargs`; the fix that turns `inplace` off "
+        "edits the call that spells the flag for the op, and no fix yet edits a caller's keyword instead"
+    ),
     "GG001/pos_call_object_rescales_saved": (
         "the write is inside `__call__` on the caller's tensor; rebinding there changes what the caller's name "
         "holds only through the return value, and the fix layer does not yet prove a rewrite against every caller"

@@ -24,6 +24,7 @@ from .values import (
     Derived,
     FunctionValue,
     Grad,
+    KeywordArgs,
     NumberFrom,
     Opaque,
     OptimizerValue,
@@ -66,6 +67,13 @@ DISTRIBUTIONS_SAVING_LOGITS = {"Categorical", "OneHotCategorical", "Bernoulli", 
 
 class CallsMixin:
     def _expr_Call(self, node: ast.Call) -> Value:
+        spread = self._spread_keywords(node)
+        if spread is not None:
+            try:
+                return self._expr_Call(spread)
+            finally:  # the caller's own evaluation of those keywords must not see these values
+                for kw in spread.keywords:
+                    self.presets.pop(id(kw.value), None)
         func = node.func
         callee: Value = UNKNOWN
         if isinstance(func, ast.Attribute):
@@ -104,6 +112,20 @@ class CallsMixin:
             return self._named_call(q, node)
         args, kwargs = self._eval_call_args(node)
         return self.call_value(callee, args, kwargs, node)
+
+    def _spread_keywords(self, node: ast.Call) -> ast.Call | None:
+        """``F.relu(t, **kwargs)`` inside a followed call whose caller wrote ``inplace=True``: the same call with
+        the caller's keywords written out, placed at the caller's call (where they, and so the fix, are)."""
+        for kw in node.keywords:
+            if kw.arg is None and isinstance(kw.value, ast.Name):
+                spread = self.state.env.get(kw.value.id)
+                if isinstance(spread, KeywordArgs):
+                    others = [k for k in node.keywords if k is not kw]
+                    call = ast.Call(func=node.func, args=node.args, keywords=[*others, *spread.keywords])
+                    for k in spread.keywords:
+                        self.presets[id(k.value)] = spread.values[k.arg]
+                    return ast.copy_location(call, spread.site)
+        return None
 
     def _named_call(self, q: str, node: ast.Call, args: list[Value] | None = None,
                     kwargs: dict[str, Value] | None = None) -> Value:

@@ -74,6 +74,8 @@ class ExpressionsMixin:
     def eval(self, node: ast.expr | None) -> Value:
         if node is None:
             return UNKNOWN
+        if self.presets and id(node) in self.presets:
+            return self.presets[id(node)]  # a caller's keyword spread into a followed call: its value there
         method = getattr(self, f"_expr_{type(node).__name__}", None)
         if method is None:
             for child in ast.iter_child_nodes(node):

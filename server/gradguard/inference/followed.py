@@ -9,7 +9,7 @@ import ast
 from .calls import CALL_STATS
 from .classes import ClassInfo, find_method
 from .state import GRAD_OFF_CONTEXTS, State
-from .values import NOT_TENSOR, UNKNOWN, FunctionValue, ModuleValue, TensorSeq, Value, join, new_id
+from .values import NOT_TENSOR, UNKNOWN, FunctionValue, KeywordArgs, ModuleValue, TensorSeq, Value, join, new_id
 
 
 class FollowedCallsMixin:
@@ -54,7 +54,7 @@ class FollowedCallsMixin:
         saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
                  self.owner, self.self_value)
         module_env = self._module_env()
-        env = self._bind_parameters(fn, args, kwargs, self_value)
+        env = self._bind_parameters(fn, args, kwargs, self_value, node)
         grad = self.state.grad_enabled
         for deco in getattr(fn, "decorator_list", ()):
             if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
@@ -107,7 +107,7 @@ class FollowedCallsMixin:
                 if any(isinstance(n, ast.Name) and n.id in loop_vars for n in ast.walk(expr))]
 
     def _bind_parameters(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value],
-                         self_value: Value | None) -> dict[str, Value]:
+                         self_value: Value | None, site: ast.AST | None = None) -> dict[str, Value]:
         """The callee's parameters bound as Python binds them: positionally, by keyword, else their default."""
         params = [*fn.args.posonlyargs, *fn.args.args]
         env: dict[str, Value] = {}
@@ -129,7 +129,10 @@ class FollowedCallsMixin:
             extra = args[len(params):]
             env[fn.args.vararg.arg] = TensorSeq(list(extra)) if extra else UNKNOWN
         if fn.args.kwarg is not None:
-            env[fn.args.kwarg.arg] = UNKNOWN
+            named = {p.arg for p in [*params, *fn.args.kwonlyargs]}
+            extra = [kw for kw in getattr(site, "keywords", ()) if kw.arg and kw.arg not in named]
+            env[fn.args.kwarg.arg] = (KeywordArgs(extra, {kw.arg: kwargs.get(kw.arg, UNKNOWN) for kw in extra}, site)
+                                      if extra else UNKNOWN)
         return env
 
     def instantiate(self, info: ClassInfo, args: list[Value], kwargs: dict[str, Value], node: ast.AST | None,

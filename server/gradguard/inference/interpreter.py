@@ -98,6 +98,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         self.outer_names: set[str] = set()  # `nonlocal`/`global` names of the running function: bound outside
         self.owner: ClassInfo | None = ctx.class_of(self_value)  # the class whose method runs (for super())
         self.module_unit = False  # running the module's top level (its environment is the globals)
+        self.presets: dict[int, Value] = {}  # ids of keyword value nodes spread from a caller, and their values
         self.container_reads: set[int] = set()  # ids of the index nodes of list/dict element reads
         self.followed: set[tuple[str, str]] = set()  # (class, name) of the file's functions whose calls were followed
 

@@ -208,6 +208,17 @@ class PartialValue:
 
 
 @dataclass(eq=False)
+class KeywordArgs:
+    """``**kwargs`` of a followed call: the keyword arguments its caller wrote that no named parameter took, as
+    syntax (flags such as ``inplace=True`` are read from a call's syntax) with their values, and the call that
+    wrote them (``site``): a call that spreads them (``F.relu(t, **kwargs)``) behaves as if written there."""
+
+    keywords: list[ast.keyword]
+    values: dict[str, "Value"]
+    site: ast.AST
+
+
+@dataclass(eq=False)
 class ClassRef:
     """One of the file's classes as a value (``cls = Trainer``; ``cls()`` makes an instance)."""
 
@@ -242,7 +253,8 @@ NOT_TENSOR = Opaque.NOT_TENSOR
 INT = Opaque.INT
 
 Value = (Tensor | DataAlias | TensorSeq | TensorMap | ModuleValue | ParamIterable | ModuleIterable | Derived
-         | NumberFrom | OptimizerValue | FunctionValue | CallableRef | PartialValue | ClassRef | SuperRef | Opaque)
+         | NumberFrom | OptimizerValue | FunctionValue | CallableRef | PartialValue | ClassRef | SuperRef | KeywordArgs
+         | Opaque)
 
 
 def new_id() -> int:
