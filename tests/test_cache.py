@@ -248,3 +248,44 @@ def test_a_function_that_reads_a_global_follows_the_statement_that_binds_it(runs
     assert "shift" in runs and "other" not in runs
     assert _findings(result) == _findings(analyze_source(edited, "g.py"))
     assert not any(line == 9 for line, _, _ in _findings(result))
+
+
+MODEL = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = torch.sigmoid(self.fc(x))
+            h += 1
+            return h
+''')
+
+
+def test_a_keystroke_in_a_method_reuses_the_instance_its_class_builds(monkeypatch):
+    """`self` of a method is the instance `__init__` builds; an edit inside another method does not build it
+    again (a model's construction can be most of a file's analysis), and the findings stay those of a fresh run."""
+    built = []
+    real = engine.Interpreter.instantiate
+
+    def counting(self, info, *args, **kwargs):
+        built.append(info.name)
+        return real(self, info, *args, **kwargs)
+
+    monkeypatch.setattr(engine.Interpreter, "instantiate", counting)
+    cache: dict = {}
+    analyze_source(MODEL, "m.py", cache=cache)
+    assert "Net" in built
+    built.clear()
+    edited = MODEL.replace("h += 1", "h += 2")
+    result = analyze_source(edited, "m.py", cache=cache)
+    assert built == []
+    assert _findings(result) == _findings(analyze_source(edited, "m.py"))
+    built.clear()
+    analyze_source(edited.replace("nn.Linear(4, 4)", "nn.Linear(4, 5)"), "m.py", cache=cache)
+    assert "Net" in built  # the class's own text changed: built again

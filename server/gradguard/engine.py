@@ -45,9 +45,9 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions)
     units = list(_units(tree))
     candidates = _candidate_units(units, lines) if lines is not None else None
-    module_env = _ModuleEnvironment(ctx, tree, lines)
     fingerprint = (_Fingerprints(tree, lines, functions, classes, view_functions)
                    if cache is not None and lines is not None else None)
+    module_env = _ModuleEnvironment(ctx, tree, lines, fingerprint, cache.get(_PROTOTYPES) if cache else None)
     used: dict[str, _Cached] = {}
     results: list[tuple[tuple[str, str], list[Finding]]] = []
     followed: set[tuple[str, str]] = set()
@@ -74,7 +74,11 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     if cache is not None:
         cache.clear()
         cache.update(used)
+        cache[_PROTOTYPES] = module_env.made
     return findings
+
+
+_PROTOTYPES = "prototypes"  # the per-document cache's entry for _ModuleEnvironment.made (other keys: hex digests)
 
 
 def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
@@ -168,6 +172,24 @@ class _Fingerprints:
             spans.append((parsing.first_line(node), node.end_lineno))
         return self._key(parts), tuple(spans)
 
+    def of_class(self, node: ast.ClassDef) -> str:
+        """A key for what building an instance of the class reads: its bases and class-level statements, its
+        ``__init__`` and the methods that names (transitively), and the file's functions and classes those name,
+        each with its lines (the instance's values point at lines).  Its other methods are not part of it."""
+        methods = {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        parts = [f"@{node.lineno}\n" + ",".join(ast.unparse(b) for b in node.bases)]
+        parts += [f"@{n.lineno}\n{self._text(n)}" for n in node.body if n not in methods.values()]
+        pending, read = ["__init__"], []
+        while pending:
+            method = methods.pop(pending.pop(), None)
+            if method is not None:
+                read.append(method)
+                pending += sorted(set(re.findall(r"[A-Za-z_]\w*", self._text(method))) & methods.keys())
+        parts += [f"@{m.lineno}\n{self._text(m)}" for m in read]
+        text = "\n".join(parts)
+        named = [f"@{n.lineno}\n{t}" for n, t in self._named(text, self.named)]
+        return self._key([*parts, self.imports, *named])
+
     def _named(self, text: str, named: dict[str, list[ast.AST]]) -> Iterator[tuple[ast.AST, str]]:
         seen: set[str] = set()
         given: set[int] = set()
@@ -241,32 +263,35 @@ def _candidate_units(units, lines: list[str]) -> set:
 
 
 class _ModuleEnvironment:
-    """The module's variables as its top level leaves them (``model = Net()`` read by ``def train():``).
+    """What functions of the module share: its variables as the top level leaves them (``model = Net()`` read
+    by ``def train():``), and each class's instance as its ``__init__`` leaves it (``self`` of its methods).
 
-    Made once, lazily, for the first function that names one of them; each function then gets its own copy,
-    so that one function's analysis cannot change what another one sees."""
+    Each is made once, lazily, and every function gets its own copy, so that one function's analysis cannot
+    change what another one sees.  With a per-document cache they are kept across edits (``made``), keyed by the
+    text and lines they read, so that a keystroke in a method does not run a model's whole construction again."""
 
-    def __init__(self, ctx: Context, tree: ast.Module, lines: list[str] | None):
+    def __init__(self, ctx: Context, tree: ast.Module, lines: list[str] | None,
+                 fingerprint: "_Fingerprints | None" = None, previous: dict | None = None):
         self.ctx = ctx
         self.statements = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                          ast.ClassDef))]
         self.names = _bound_names(self.statements)
         self.lines = lines
-        self._env: dict | None = None
-        self._instances: dict[str, ModuleValue] = {}
+        self.fingerprint = fingerprint
+        self.previous = previous or {}
+        self.made: dict[str, object] = {}  # key -> prototype, for the next edit
 
     def top_level(self) -> list[ast.stmt]:
         return self.statements
 
     def instance(self, info: ClassInfo, fresh: bool) -> ModuleValue:
         """``self`` for a method's analysis: as the class's ``__init__`` leaves it (``fresh``: as it enters it).
-        Built once per class and copied, since a model's ``__init__`` builds every block it holds (writes made
-        there are reported by ``__init__``'s own analysis)."""
+        Writes made in ``__init__`` are reported by ``__init__``'s own analysis."""
         if fresh:
             return Interpreter(self.ctx).instantiate(info, [], {}, None, record=False, run_init=False)
-        if info.name not in self._instances:
-            self._instances[info.name] = Interpreter(self.ctx).instantiate(info, [], {}, None, record=False)
-        return copy_values({"self": self._instances[info.name]})["self"]
+        key = self.fingerprint.of_class(info.node) if self.fingerprint is not None else f"class {info.name}"
+        made = self._prototype(key, lambda: Interpreter(self.ctx).instantiate(info, [], {}, None, record=False))
+        return copy_values({"self": made})["self"]
 
     def trains(self, fn: ast.AST) -> bool | None:
         """Does the function run a backward, a step or ``autograd.grad`` itself?  Read from its text."""
@@ -280,12 +305,19 @@ class _ModuleEnvironment:
         text = "\n".join(self.lines[parsing.first_line(fn) - 1: fn.end_lineno])
         if not self.names & set(re.findall(r"[A-Za-z_]\w*", text)):
             return None
-        if self._env is None:
-            interp = Interpreter(self.ctx)
-            interp.inline_record = False
-            interp.run_module(self.statements)
-            self._env = interp.state.env
-        return copy_values(self._env)
+        key = self.fingerprint.of(None, None)[0] if self.fingerprint is not None else "module"
+        return copy_values(self._prototype(key, self._run_top_level))
+
+    def _run_top_level(self) -> dict:
+        interp = Interpreter(self.ctx)
+        interp.inline_record = False
+        interp.run_module(self.statements)
+        return interp.state.env
+
+    def _prototype(self, key: str, make):
+        if key not in self.made:
+            self.made[key] = self.previous[key] if key in self.previous else make()
+        return self.made[key]
 
 
 _TRAINS = re.compile(r"\.\s*(?:backward|step|grad)\b")
