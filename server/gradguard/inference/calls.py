@@ -178,12 +178,18 @@ class CallsMixin:
         info = self.ctx.class_of(instance)
         if info is not None and not info.is_module:
             found = find_method(self.ctx.classes, info, "__call__")
-            if found is not None:
-                result = self.inline(found[0], args, kwargs, node, self_value=instance, owner=found[1])
-                if result is not None:
-                    return result
-            return self._unknown_call(node, [*args, *kwargs.values()])
+            return self._call_method(found, instance, args, kwargs, node)
         return self.call_module(instance, args, node)
+
+    def _call_method(self, found, instance: ModuleValue, args: list[Value], kwargs: dict[str, Value],
+                     node: ast.AST, max_depth: int = 3) -> Value:
+        """A method found on the file's classes (``(method, class)`` or None), followed with ``self`` bound;
+        unknown when there is none or it cannot be followed."""
+        if found is not None:
+            result = self.inline(found[0], args, kwargs, node, self_value=instance, owner=found[1], max_depth=max_depth)
+            if result is not None:
+                return result
+        return self._unknown_call(node, [*args, *kwargs.values()])
 
     def _instance_method(self, instance: ModuleValue, name: str, node: ast.Call) -> Value:
         """``obj.name(...)``: a submodule or callable held in an attribute, a method of the file's class, or
@@ -198,10 +204,7 @@ class CallsMixin:
             args, kwargs = self._eval_call_args(node)
             if name == "forward":
                 return self.call_module(instance, args, node)
-            result = self.inline(found[0], args, kwargs, node, self_value=instance, owner=found[1])
-            if result is not None:
-                return result
-            return self._unknown_call(node, [*args, *kwargs.values()])
+            return self._call_method(found, instance, args, kwargs, node)
         return self._module_method(instance, name, node)
 
     def _super_method(self, ref: SuperRef, name: str, node: ast.Call) -> Value:
@@ -210,9 +213,7 @@ class CallsMixin:
         info = self.ctx.class_of(ref.self_value)
         found = find_method(self.ctx.classes, info, name, after=ref.owner) if info is not None else None
         if found is not None:
-            result = self.inline(found[0], args, kwargs, node, self_value=ref.self_value, owner=found[1],
-                                 max_depth=8 if name == "__init__" else 3)
-            return result if result is not None else self._unknown_call(node, [*args, *kwargs.values()])
+            return self._call_method(found, ref.self_value, args, kwargs, node, 8 if name == "__init__" else 3)
         if name == "forward" and ref.self_value.torch_module:
             return self.call_module(ref.self_value, args, node, torch_forward=True)
         if name == "__init__":
