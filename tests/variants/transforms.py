@@ -827,43 +827,30 @@ def _wrap(template: str):
     return rewrite
 
 
-class WrapIf(Transform):
-    """Wrap the culprit statement in ``if True:``."""
+class Wrap(Transform):
+    """Wrap the culprit statement in a compound statement (one instance per wrapper, see ``WRAPPERS``)."""
 
-    name = "wrap_if_true"
-
-    def apply(self, source):
-        return rewrite_statements(source, _wrap("if True:\n    ...\n"))
-
-
-class WrapTry(Transform):
-    """Wrap the culprit statement in ``try: ... finally: pass``."""
-
-    name = "wrap_try"
+    def __init__(self, name: str, doc: str, template: str, skip: str | None = None):
+        self.name, self.__doc__, self.template = name, doc, template
+        self.skip = re.compile(skip) if skip else None  # source this wrapper would change the meaning of
 
     def apply(self, source):
-        return rewrite_statements(source, _wrap("try:\n    ...\nfinally:\n    pass\n"))
+        if self.skip is not None:
+            prog = Program.of(source)
+            if prog is None or prog.torch_alias() is None or self.skip.search(source):
+                return None
+        return rewrite_statements(source, _wrap(self.template))
 
 
-class WrapLoopOnce(Transform):
-    """Wrap the culprit statement in a one-iteration ``for _ in range(1):`` loop."""
-
-    name = "wrap_loop_once"
-
-    def apply(self, source):
-        return rewrite_statements(source, _wrap("for _ in range(1):\n    ...\n"))
-
-
-class WrapEnableGrad(Transform):
-    """Wrap the culprit statement in ``with torch.enable_grad():`` (only outside no_grad code)."""
-
-    name = "wrap_enable_grad"
-
-    def apply(self, source):
-        prog = Program.of(source)
-        if prog is None or prog.torch_alias() is None or re.search(r"no_grad|inference_mode|set_grad_enabled", source):
-            return None
-        return rewrite_statements(source, _wrap("with {torch}.enable_grad():\n    ...\n"))
+WRAPPERS = [
+    Wrap("wrap_if_true", "Wrap the culprit statement in ``if True:``.", "if True:\n    ...\n"),
+    Wrap("wrap_try", "Wrap the culprit statement in ``try: ... finally: pass``.",
+         "try:\n    ...\nfinally:\n    pass\n"),
+    Wrap("wrap_loop_once", "Wrap the culprit statement in a one-iteration ``for _ in range(1):`` loop.",
+         "for _ in range(1):\n    ...\n"),
+    Wrap("wrap_enable_grad", "Wrap the culprit statement in ``with torch.enable_grad():`` (only outside no_grad code).",
+         "with {torch}.enable_grad():\n    ...\n", skip=r"no_grad|inference_mode|set_grad_enabled"),
+]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1366,7 +1353,6 @@ class NestedModules(Transform):
         nn = prog.nn_alias()
         modclasses = prog.module_classes()
         names = {"block": prog.fresh("Block"), "enc": prog.fresh("Encoder"), "holder": prog.fresh("Model")}
-        state = {"changed": 0}
 
         class Tr(cst.CSTTransformer):
             changed = 0
@@ -1766,7 +1752,7 @@ class KeywordArgs(Transform):
 
 ALL: list[Transform] = [
     HelperFunction(), ModuleMethod(), CallableClass(), Closure(), ContainerList(), ContainerDict(), ContainerIter(),
-    AliasChain(), WrapIf(), WrapTry(), WrapLoopOnce(), WrapEnableGrad(), ImportAlias(), StarParams(), PartialCall(),
+    AliasChain(), *WRAPPERS, ImportAlias(), StarParams(), PartialCall(),
     LambdaCall(), FromImport(), AutogradVariable(), LayerSubclass(), LayerSubclassForward(), SequentialList(),
     NestedModules(), MethodForm(), RenameLocals(), TrainerClass(), Notebook(), ModuleListStack(), KeywordArgs(),
 ]
