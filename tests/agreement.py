@@ -28,13 +28,13 @@ from pathlib import Path
 
 from gradguard import parsing
 from gradguard.engine import analyze_module
-from gradguard.explanation import AT_BACKWARD, AT_WRITE, SILENT, Explanation, explain
+from gradguard.explanation import AT_BACKWARD, AT_WRITE, REACTION, SILENT, Explanation, explain
 from gradguard.probe import ProbeFinding, ProbeOptions, ProbeResult
 from gradguard.probe.merge import compatible
 
 from torch_names import iteration_node, multi_view_node, saving_ops
 
-_AT_WRITE_CODES = frozenset({"GG002", "GG003", "GG004", "GG105"})
+_AT_WRITE_CODES = frozenset(code for code, reaction in REACTION.items() if reaction == AT_WRITE)
 _MULTI_VIEW_NODES = frozenset({"Split", "SplitWithSizes", "Unbind"})
 
 

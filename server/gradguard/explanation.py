@@ -18,12 +18,12 @@ from .inference.values import Tensor
 from .rules.common import first_conflict, piece_of, view_call
 
 # How torch reacts, per the finding.
-AT_WRITE = "raised-at-write"  # the in-place op itself raises (leaf, view of a leaf, multi-view, no_grad view)
+AT_WRITE = "raised-at-write"  # the write itself raises (leaf, view of a leaf, multi-view, no_grad view, out=)
 AT_BACKWARD = "raised-at-backward"  # backward() raises "modified by an inplace operation"
 SILENT = "silent"  # nothing raises; backward() uses the new values (a `.data` write)
 
-_KIND = {"GG001": AT_BACKWARD, "GG005": AT_BACKWARD, "GG101": AT_BACKWARD, "GG102": SILENT,
-         "GG002": AT_WRITE, "GG003": AT_WRITE, "GG004": AT_WRITE, "GG105": AT_WRITE}
+REACTION = {"GG001": AT_BACKWARD, "GG005": AT_BACKWARD, "GG101": AT_BACKWARD, "GG102": SILENT,
+            "GG002": AT_WRITE, "GG003": AT_WRITE, "GG004": AT_WRITE, "GG105": AT_WRITE, "GG106": AT_WRITE}
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def explain(finding: Finding) -> Explanation | None:
     """The claims of a mutation finding; None for findings that are not about one write (GG103)."""
     mutation = finding.data.get("mutation")
     code = finding.data.get("underlying", finding.code)  # GG104 is its underlying rule to torch
-    kind = _KIND.get(code)
+    kind = REACTION.get(code)
     if not isinstance(mutation, Mutation) or kind is None:
         return None
     target = mutation.target

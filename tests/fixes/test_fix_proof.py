@@ -171,10 +171,15 @@ NO_FIX = {
     "GG105/pos_unbind_logvar_clamped": (
         "writing under no_grad too gives different gradients; making the views with grad on needs a restructure"
     ),
+    "GG106/pos_module_cat_into_registered_buffer": (
+        "the `out=` tensor is a module's registered buffer read later as `self.joined`; binding the result means "
+        "a local read in its place, and the rebinding fix names local tensors only"
+    ),
 }
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
     "GG101/pos_gan_no_detach_shared_d_output": "`D(fake)` computed again after the step sees the updated discriminator",

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fixture_corpus import Fixture, all_fixtures
+from gradguard.rules import ALL_RULES
 from variants import proof
 from variants.transforms import ALL, MARKER
 
@@ -29,7 +30,7 @@ OUT_DIR = ROOT / ".variants_out"
 CACHE_DIR = ROOT / ".variants_cache"
 KNOWN_MISSES = Path(__file__).with_name("known_misses.txt")
 TRANSFORMS_SOURCE = Path(__file__).with_name("transforms.py").read_text(encoding="utf-8")  # keys the build cache
-RULES = ["GG001", "GG002", "GG003", "GG004", "GG005", "GG101", "GG102", "GG103", "GG104", "GG105"]
+RULES = [rule.code for rule in ALL_RULES]  # the table has a column per rule
 
 
 @dataclass

@@ -21,6 +21,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix
+from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixContext
@@ -479,8 +480,6 @@ def is_parameter_update(ctx: FixContext, mutation: Mutation, write: Write) -> bo
 
 def grad_would_be_lost(mutation: Mutation) -> bool:
     """Rebinding under no_grad drops the graph of a tensor that requires grad."""
-    from ..inference.values import Grad
-
     return not mutation.grad_enabled and mutation.target.requires_grad != Grad.NO
 
 
@@ -544,6 +543,22 @@ def fix_leaf_write(ctx: FixContext, finding: Finding) -> Fix | None:
     rw, desc, safe = compute_on_copy(ctx, write)
     title = f"Compute on a copy: `{short(desc, 90)}`"
     return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
+
+
+def fix_out_argument(ctx: FixContext, finding: Finding) -> Fix | None:
+    """GG106: a parameter update or reset goes under ``torch.no_grad()``; a computation drops ``out=`` and binds
+    the result (``buf = torch.mul(h, s)``), which autograd records.  Never an ``out=`` into a copy: that call
+    would raise the same error."""
+    mutation = mutation_of(finding)
+    write = Write.of(ctx, mutation.node)  # torch refuses the call itself, wherever the tensors were made
+    if write.kind != "out":
+        raise CannotFix("the write is not an out= call")
+    leaf = mutation.target.requires_grad != Grad.NO and mutation.target.leaf and mutation.target.base is None
+    if leaf and (mutation.value_grad == Grad.NO or is_parameter_update(ctx, mutation, write)):
+        # plain values into a leaf (an initialisation), or an optimizer-style update
+        rw, desc = no_grad_wrap(ctx, write.stmt)
+        return rw.fix(f"Update under `{desc}`", safe=True)
+    return _rebind_fix(Rebind(ctx, write), "Compute out of place")
 
 
 def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:

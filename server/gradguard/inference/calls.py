@@ -114,8 +114,9 @@ class CallsMixin:
         return self.call_value(callee, args, kwargs, node)
 
     def _spread_keywords(self, node: ast.Call) -> ast.Call | None:
-        """``F.relu(t, **kwargs)`` inside a followed call whose caller wrote ``inplace=True``: the same call with
-        the caller's keywords written out, placed at the caller's call (where they, and so the fix, are)."""
+        """``F.relu(t, **kwargs)`` inside a followed call: the same call with the caller's keywords written out.
+        When the caller wrote ``inplace=True`` it is placed at the caller's call (where the flag, and so the fix,
+        is); otherwise where it runs, which is the line torch reports for what it saves."""
         for kw in node.keywords:
             if kw.arg is None and isinstance(kw.value, ast.Name):
                 spread = self.state.env.get(kw.value.id)
@@ -124,7 +125,8 @@ class CallsMixin:
                     call = ast.Call(func=node.func, args=node.args, keywords=[*others, *spread.keywords])
                     for k in spread.keywords:
                         self.presets[id(k.value)] = spread.values[k.arg]
-                    return ast.copy_location(call, spread.site)
+                    flagged = any(k.arg == "inplace" for k in spread.keywords)
+                    return ast.copy_location(call, spread.site if flagged else node)
         return None
 
     def _named_call(self, q: str, node: ast.Call, args: list[Value] | None = None,
@@ -376,7 +378,7 @@ class CallsMixin:
             return new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True)
         out = kwargs.get("out")
         if isinstance(out, Tensor):  # out= ops are not differentiable: a plain write, nothing saved
-            self._inplace(node, out, f"`out=` of `{q}`", None, [])
+            self._inplace(node, out, f"`out=` of `{q}`", None, [], out_inputs=_out_inputs(args, kwargs))
             return out
         if q.startswith("torch.nn.init.") and name.endswith("_"):
             # nn.init functions write under torch.no_grad(): allowed on leaves, but the version still moves.
@@ -483,7 +485,8 @@ class CallsMixin:
             return self._inplace(node, tensor, f"`.{name}()`", twin, args[1:])
         out = kwargs.get("out")
         if isinstance(out, Tensor):
-            self._inplace(node, out, f"`out=` of `.{name}()`", None, [])
+            self._inplace(node, out, f"`out=` of `.{name}()`", None, [],
+                          out_inputs=_out_inputs(args, kwargs))
             return out
         info = self.k.op(name)
         if info is None:
@@ -691,3 +694,9 @@ def _copy_module(module: ModuleValue, node: ast.AST) -> ModuleValue:
         elif not isinstance(value, Tensor):
             copy.attrs[name] = value
     return copy
+
+
+def _out_inputs(args: list[Value], kwargs: dict[str, Value]) -> list[Value]:
+    """The tensors an ``out=`` call computes from (the items of a list argument too, as in ``torch.cat``)."""
+    values = [*args, *(v for k, v in kwargs.items() if k != "out")]
+    return [item for v in values for item in (v.items if isinstance(v, TensorSeq) else (v,))]

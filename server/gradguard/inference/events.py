@@ -52,6 +52,9 @@ class Mutation:
     # The written tensor is reached through a Python list or dict (`acts["h"] += 1`): its subscript is not
     # tensor indexing, so a fix must not treat the container's name as the tensor's.
     in_container: bool = False
+    # The write is a call's `out=` argument: torch refuses it at the call, with grad mode on, when any input or
+    # the `out=` tensor requires grad (out= functions are not differentiable), before any memory is written.
+    out_argument: bool = False
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

@@ -497,8 +497,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
 
     def _inplace(self, node: ast.AST, target: Tensor, how: str, twin: str | None, operands: list[Value], *,
                  advanced: bool = False, module: ModuleValue | None = None, functional_inplace: bool = False,
-                 copy_from: Value | None = None, kind: str = "write", index: ast.expr | None = None) -> Tensor:
-        """Record a write to ``target``'s storage, then update its abstract state as autograd would."""
+                 copy_from: Value | None = None, kind: str = "write", index: ast.expr | None = None,
+                 out_inputs: list[Value] | None = None) -> Tensor:
+        """Record a write to ``target``'s storage, then update its abstract state as autograd would.
+
+        ``out_inputs`` are the inputs of a call that writes ``target`` through ``out=``: the values written in
+        are computed from them, but (out= being non-differentiable) no graph joins the target."""
         written = target.group or (target,)
         storages = {t.storage.id for t in written}
         pending = [s for s in self.saves if s.storage.id in storages and not s.consumed
@@ -507,7 +511,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             mutation = Mutation(node, snapshot(target), how, self.state.grad_enabled, self._next(), advanced,
                                 module, functional_inplace, pending, kind=kind,
                                 element_loop=index is not None and self._is_element_loop_index(index),
-                                grad_mode_known=self.grad_mode_known, value_grad=self._grad(*operands))
+                                grad_mode_known=self.grad_mode_known,
+                                value_grad=self._grad(*(operands if out_inputs is None else out_inputs)),
+                                out_argument=out_inputs is not None)
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
             mutation.in_container = self._through_container(node)

@@ -22,7 +22,7 @@ _IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
     (re.compile(r"a leaf Variable that requires grad is being used in an in-place operation"), "GG002",
      "in-place write to a leaf tensor that requires grad"),
     (re.compile(r"arguments don't support automatic differentiation, but one of the arguments requires grad"),
-     "GG001", "`out=` write into a tensor that requires grad"),
+     "GG106", "a call with `out=` while an argument requires grad"),
     (re.compile(r"does not require grad and does not have a grad_fn"), "GG103",
      "backward() on a tensor cut off from the graph (a graph break)"),
     (re.compile(r"modified by an inplace operation"), "GG001",

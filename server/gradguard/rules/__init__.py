@@ -1,7 +1,7 @@
 """The rule registry.  One module per rule; each defines ``RULE``.
 
-``RULES_IN_PRECEDENCE`` is the order the engine asks rules about one event: an error
-torch raises at the write itself (GG105, GG004, GG003, GG002; GG104 when that write is an
+``RULES_IN_PRECEDENCE`` is the order the engine asks rules about one event: a call torch refuses
+before it writes anything (GG106) comes first; then an error torch raises at the write itself (GG105, GG004, GG003, GG002; GG104 when that write is an
 element loop's) hides the errors that would only come at backward (GG101, GG102, GG005, GG001).
 """
 
@@ -18,6 +18,7 @@ from . import (
     gg103_graph_break,
     gg104_element_loop_write,
     gg105_nograd_view_mutated,
+    gg106_out_requires_grad,
 )
 from .base import Example, Rule
 
@@ -34,12 +35,13 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         gg103_graph_break,
         gg104_element_loop_write,
         gg105_nograd_view_mutated,
+        gg106_out_requires_grad,
     )
 )
 RULES_BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}
 RULES_IN_PRECEDENCE: tuple[Rule, ...] = tuple(
     RULES_BY_CODE[c]
-    for c in ("GG105", "GG104", "GG004", "GG003", "GG002", "GG101", "GG102", "GG005", "GG001", "GG103")
+    for c in ("GG106", "GG105", "GG104", "GG004", "GG003", "GG002", "GG101", "GG102", "GG005", "GG001", "GG103")
 )
 
 __all__ = ["ALL_RULES", "RULES_BY_CODE", "RULES_IN_PRECEDENCE", "Example", "Rule"]

@@ -1,0 +1,121 @@
+"""GG106 out-requires-grad: a call writes through ``out=`` while an input or the ``out=`` tensor requires grad."""
+
+from __future__ import annotations
+
+import ast
+
+from ..diagnostics import Severity
+from ..inference.events import Finding, Mutation
+from ..inference.values import Grad
+from .base import Example, Rule
+from .common import call_path_related
+
+MESSAGE = ("functions with out=... arguments don't support automatic differentiation, "
+           "but one of the arguments requires grad.")
+
+
+def check(mutation: Mutation):
+    if not isinstance(mutation, Mutation) or not mutation.out_argument or not mutation.grad_enabled:
+        return
+    target = mutation.target
+    grad = max(mutation.value_grad, target.requires_grad)
+    if grad == Grad.NO:
+        return
+    which = "an input requires" if target.requires_grad != Grad.YES else "the `out=` tensor requires"
+    if target.requires_grad == Grad.YES and mutation.value_grad == Grad.YES:
+        which = "an input and the `out=` tensor require"
+    name = _called_name(mutation.node)
+    origin = [] if target.param or target.origin is None else [(target.origin, "the `out=` tensor is made here")]
+    yield Finding(
+        "GG106",
+        mutation.node,
+        f'{mutation.how} while {which} grad; torch raises here: "{name}(): {MESSAGE}" '
+        f"Bind the result instead (`{_out_source(mutation.node)} = {ast.unparse(mutation.node.func)}(...)` without `out=`), "
+        "or, for a parameter update, make the call under `torch.no_grad()`.",
+        certain=grad == Grad.YES and mutation.grad_mode_known,
+        related=[*origin, *call_path_related(mutation)],
+        data={"mutation": mutation},
+    )
+
+
+def _called_name(node: ast.AST) -> str:
+    """The name torch puts in front of its message: the function or method called (``torch.clamp`` -> ``clamp``)."""
+    func = node.func if isinstance(node, ast.Call) else None
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "<op>"
+
+
+def _out_source(node: ast.AST) -> str:
+    out = next((k.value for k in getattr(node, "keywords", ()) if k.arg == "out"), None)
+    return ast.unparse(out) if out is not None else "result"
+
+
+def fix(ctx, finding):
+    """A parameter update goes under ``torch.no_grad()``; a computation drops ``out=`` and binds the result."""
+    from ..fixes import inplace as F
+
+    return F.fix_out_argument(ctx, finding)
+
+
+RULE = Rule(
+    code="GG106",
+    name="out-requires-grad",
+    summary="A call writes its result through `out=` while an input or the `out=` tensor requires grad.",
+    explanation="""
+Functions called with `out=` are not differentiable: autograd cannot record a write into memory the caller
+chose.  So, with grad mode on, torch refuses the call itself when any of its arguments requires grad (an
+input computed from parameters, a parameter, or the `out=` tensor):
+`RuntimeError: clamp(): functions with out=... arguments don't support automatic differentiation, but one of
+the arguments requires grad.`  Nothing is written.  Inside `torch.no_grad()` the same call is allowed (and is a
+common way to update a parameter in place, `torch.clamp(p, -c, c, out=p)`).
+""",
+    fix_advice="""
+For a computation, drop `out=` and bind the result: `buf = torch.mul(h, scale)` instead of
+`torch.mul(h, scale, out=buf)`; autograd then records the op.  For a parameter update or reset, put the call
+under `with torch.no_grad():`.
+""",
+    default_severity=Severity.ERROR,
+    check=check,
+    fix=fix,
+    when_wrong="""
+Grad mode when a function starts is its caller's, and whether an argument requires grad may come from a caller:
+in a helper that no analysed code calls with a tensor that requires grad, the finding is a warning.
+""",
+    invalid=(
+        Example(
+            """
+import torch
+w = torch.randn(3, requires_grad=True)
+h = w * 2
+buf = torch.empty(3)
+torch.mul(h, 0.5, out=buf)          # GG106
+""",
+            raises="mul(): " + MESSAGE,
+        ),
+        Example(
+            """
+import torch
+p = torch.nn.Parameter(torch.randn(3))
+torch.clamp(p, -0.1, 0.1, out=p)    # GG106
+""",
+            raises="clamp(): " + MESSAGE,
+        ),
+    ),
+    valid=(
+        Example(
+            """
+import torch
+p = torch.nn.Parameter(torch.randn(3))
+with torch.no_grad():
+    torch.clamp(p, -0.1, 0.1, out=p)
+"""
+        ),
+        Example(
+            """
+import torch
+w = torch.randn(3, requires_grad=True)
+buf = torch.empty(3)
+torch.mul(w.detach(), 0.5, out=buf)
+"""
+        ),
+    ),
+)
