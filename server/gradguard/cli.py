@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__
-from .config import Config, ConfigError, load_config, load_config_file, parse_severity
+from .config import Config, ConfigError, check_codes, load_config, load_config_file, parse_severity
 from .diagnostics import Diagnostic, FileResult, Severity
 from .files import MissingPath, Target, discover
 from .output import FORMATS, catalog, render
@@ -133,6 +133,9 @@ def _lsp(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> Config:
+    for option, codes in (("--select", args.select), ("--ignore", args.ignore), ("--extend-ignore", args.extend_ignore)):
+        check_codes(codes or (), option)
+    check_codes([code for code, _ in args.severity], "--severity", prefixes=False)
     if args.config:
         base = load_config_file(Path(args.config))
     else:
