@@ -18,6 +18,8 @@ import pytest
 
 from gradguard.cli import main
 from gradguard.config import KNOWN_CODES, ConfigError, config_from_table, load_config
+from gradguard.diagnostics import Diagnostic, Severity, Span
+from gradguard.output.text import Fixing, summary
 
 # GG001 with a safe fix: sigmoid saved its output, += writes it, backward raises.
 SAVED_BUG = "import torch\nx = torch.randn(3, requires_grad=True)\ny = torch.sigmoid(x)\ny += 1\ny.sum().backward()\n"
@@ -71,6 +73,91 @@ def test_positive_snippets_break_autograd():
         scope["f"](torch.ones(3)).sum().backward()
 
 
+# --- 1. --fix on a file it cannot write ----------------------------------------
+
+
+@pytest.fixture
+def unwritable():
+    """Make a file unwritable in a way root respects too: ``chattr +i`` as root, read-only mode otherwise."""
+    made: list[Path] = []
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+
+    def make(path: Path) -> Path:
+        if root:
+            if shutil.which("chattr") is None or subprocess.run(
+                    ["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+                pytest.skip("chattr +i is not available here, and root writes read-only files")
+        else:
+            path.chmod(0o444)
+        made.append(path)
+        return path
+
+    yield make
+    for path in made:
+        if root:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        else:
+            path.chmod(0o644)
+
+
+def test_fix_on_an_unwritable_file_reports_its_findings_and_exits_2(gg, tmp_path, unwritable):
+    path = tmp_path / "train.py"
+    path.write_text(SAVED_BUG)
+    unwritable(path)
+    code, out, err = gg("--fix", "train.py")
+    assert code == 2
+    assert path.read_text() == SAVED_BUG
+    assert out.startswith("train.py:4:1: GG001 ")  # the file as it is, not as the fix would have made it
+    assert "gradguard: train.py: cannot write the fixed file: Operation not permitted" in err \
+        or "gradguard: train.py: cannot write the fixed file: Permission denied" in err
+    assert ALL_CLEAR not in err and "no fixes applied" not in err
+    assert last_line(err) == "1 file could not be written; 1 problem in 1 file remains."
+
+
+def test_fix_writes_the_files_it_can_and_still_exits_2(gg, tmp_path, unwritable):
+    (tmp_path / "ok.py").write_text(SAVED_BUG)
+    (tmp_path / "locked.py").write_text(SAVED_BUG)
+    unwritable(tmp_path / "locked.py")
+    code, out, err = gg("--fix", ".")
+    assert code == 2
+    assert "y = y + 1" in (tmp_path / "ok.py").read_text()
+    assert [line.split(":")[0] for line in out.splitlines() if not line.startswith(" ")] == ["locked.py"]
+    assert last_line(err) == (
+        "Fixed 1 problem in 1 file; 1 file could not be written; 1 problem in 1 file remains.")
+
+
+def test_fix_on_an_unwritable_notebook_reports_its_findings_and_exits_2(gg, tmp_path, unwritable):
+    path = Path(shutil.copy(NOTEBOOK, tmp_path / "explore.ipynb"))
+    unwritable(path)
+    code, out, err = gg("--fix", "explore.ipynb")
+    assert code == 2
+    assert path.read_bytes() == NOTEBOOK.read_bytes()
+    assert re.match(r"explore\.ipynb:cell 5:\d+:\d+: GG001 ", out), out
+    assert "gradguard: explore.ipynb: cannot write the fixed notebook: " in err
+    assert ALL_CLEAR not in err
+    assert last_line(err) == "1 file could not be written; 1 problem in 1 file remains."
+
+
+def test_fix_on_a_file_replaced_by_a_folder_after_analysis(gg, tmp_path, monkeypatch):
+    """A file that is gone by the time --fix reads it again (here: replaced by a folder) keeps its findings."""
+    import gradguard.fixes.runner as runner
+
+    path = tmp_path / "train.py"
+    path.write_text(SAVED_BUG)
+    real_fix_path = runner.fix_path
+
+    def replaced_then_fixed(target, *args, **kwargs):
+        target.unlink()
+        target.mkdir()
+        return real_fix_path(target, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "fix_path", replaced_then_fixed)
+    code, out, err = gg("--fix", "train.py")
+    assert code == 2 and out.startswith("train.py:4:1: GG001 ")
+    assert "gradguard: train.py: cannot read the file to fix it: Is a directory" in err
+    assert last_line(err) == "1 file could not be written; 1 problem in 1 file remains."
+
+
 # --- 2. unknown rule codes -----------------------------------------------------
 
 
@@ -121,3 +208,104 @@ def test_unknown_codes_in_config_tables_raise_config_error(tmp_path):
     assert config_from_table({"select": ["GG", "gg1"], "severity": {"gg001": "info"}}).select == ("GG", "GG1")
 
 
+# --- 4. --diff and --fix summaries ---------------------------------------------
+
+
+def test_diff_summary_tells_what_would_remain(gg, tmp_path):
+    (tmp_path / "a.py").write_text(SAVED_BUG)
+    (tmp_path / "b.py").write_text(UNSAFE_ONLY)
+    code, out, err = gg("--diff", ".")
+    assert code == 1 and out.startswith("--- a/a.py\n")
+    assert "--- a/b.py" not in out
+    assert ALL_CLEAR not in err
+    assert last_line(err) == (
+        "Would fix 1 problem in 1 file; 1 problem in 1 file would remain (1 fixable with --unsafe-fixes).")
+    code, out, err = gg("--diff", "--unsafe-fixes", ".")
+    assert code == 1 and "--- a/b.py" in out
+    assert last_line(err) == "Would fix 2 problems in 2 files; no problems would remain."
+    assert (tmp_path / "a.py").read_text() == SAVED_BUG
+
+
+def test_fix_summary_has_the_same_shape(gg, tmp_path):
+    (tmp_path / "a.py").write_text(SAVED_BUG)
+    (tmp_path / "b.py").write_text(UNSAFE_ONLY)
+    code, out, err = gg("--fix", ".")
+    assert code == 1 and out.startswith("b.py:5:5: GG001 ")
+    assert last_line(err) == "Fixed 1 problem in 1 file; 1 problem in 1 file remains (1 fixable with --unsafe-fixes)."
+    code, _, err = gg("--fix", "--unsafe-fixes", ".")
+    assert code == 0 and last_line(err) == "Fixed 1 problem in 1 file; no problems remain."
+    code, _, err = gg("--fix", ".")
+    assert code == 0 and last_line(err) == ALL_CLEAR  # everything was checked, and nothing is left
+
+
+def test_diff_with_nothing_to_fix(gg, tmp_path):
+    (tmp_path / "b.py").write_text(UNSAFE_ONLY)
+    code, out, err = gg("--diff", "b.py")
+    assert (code, out) == (1, "")
+    assert last_line(err) == "1 problem in 1 file would remain (1 fixable with --unsafe-fixes)."
+
+
+# --- 6. an internal error in one file ------------------------------------------
+
+
+@pytest.fixture
+def boom(monkeypatch):
+    """The analysis of any file named boom.py crashes."""
+    import gradguard.api
+
+    real = gradguard.api.analyze_path
+
+    def flaky(path, config=None, display_path=None):
+        if path.name == "boom.py":
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(path, config, display_path)
+
+    monkeypatch.setattr(gradguard.api, "analyze_path", flaky)
+
+
+def test_a_crash_with_nothing_else_found_is_not_an_all_clear(gg, tmp_path, boom):
+    (tmp_path / "boom.py").write_text(CLEAN)
+    (tmp_path / "ok.py").write_text(CLEAN)
+    code, out, err = gg(".")
+    assert (code, out) == (2, "")
+    assert "gradguard: internal error while analysing boom.py: RecursionError" in err
+    assert ALL_CLEAR not in err and last_line(err) == "1 file could not be analysed (internal error)."
+
+
+def test_a_crash_beside_findings_is_counted_too(gg, tmp_path, boom):
+    (tmp_path / "boom.py").write_text(CLEAN)
+    (tmp_path / "train.py").write_text(LEAF_BUG)
+    code, out, err = gg("--format", "json", ".")
+    assert code == 2 and '"code": "GG002"' in out
+    assert last_line(err) == "Found 1 problem in 1 file; 1 file could not be analysed (internal error)."
+
+
+# --- the closing line ----------------------------------------------------------
+
+
+def _finding(path: str) -> Diagnostic:
+    return Diagnostic(path, Span(1, 1, 1, 2), "GG001", Severity.ERROR, "m")
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({}, ALL_CLEAR),
+    ({"checked": 0}, "No files were checked."),
+    ({"crashed": 2}, "2 files could not be analysed (internal error)."),
+    ({"fixing": Fixing(True, 0, 0)}, ALL_CLEAR),
+    ({"fixing": Fixing(True, 3, 2)}, "Fixed 3 problems in 2 files; no problems remain."),
+    ({"fixing": Fixing(True, 0, 0, write_failures=1)}, "1 file could not be written."),
+])
+def test_summary_without_findings(kwargs, expected):
+    assert summary([], **kwargs) == expected
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({}, "Found 2 problems in 1 file."),
+    ({"checked": 0}, "Found 2 problems in 1 file."),
+    ({"fixing": Fixing(False, 1, 1, unsafe_left=2)},
+     "Would fix 1 problem in 1 file; 2 problems in 1 file would remain (2 fixable with --unsafe-fixes)."),
+    ({"fixing": Fixing(True, 0, 0), "crashed": 1},
+     "2 problems in 1 file remain; 1 file could not be analysed (internal error)."),
+])
+def test_summary_with_findings(kwargs, expected):
+    assert summary([_finding("a.py"), _finding("a.py")], **kwargs) == expected

@@ -334,14 +334,20 @@ def _check(args: argparse.Namespace) -> int:
     for problem in fixing.problems if fixing is not None else ():
         print(f"gradguard: {problem}", file=sys.stderr)
     if not args.quiet:
-        if fixing is not None:
-            print(f"gradguard: {fixing.summary()}", file=sys.stderr)
-        print(text_output.summary(diagnostics), file=sys.stderr)
-    if crashes:
+        checked = len(targets) + ("-" in args.paths)
+        print(text_output.summary(diagnostics, checked, _fixing(fixing), len(crashes)), file=sys.stderr)
+    if crashes or (fixing is not None and fixing.write_failures):
         return 2
     fail_rank = Severity(args.fail_level).rank
     failed = any(d.severity.rank >= fail_rank for d in diagnostics) or bool(args.diff and fixing.diff)
     return 1 if failed and not args.exit_zero else 0
+
+
+def _fixing(run) -> text_output.Fixing | None:
+    """The closing line's account of a ``notebooks.run_fixes`` run."""
+    if run is None:
+        return None
+    return text_output.Fixing(run.write, run.fixed, run.files_changed, run.unsafe_left, run.write_failures)
 
 
 def _rules(args: argparse.Namespace) -> int:
