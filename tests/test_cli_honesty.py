@@ -208,6 +208,33 @@ def test_unknown_codes_in_config_tables_raise_config_error(tmp_path):
     assert config_from_table({"select": ["GG", "gg1"], "severity": {"gg001": "info"}}).select == ("GG", "GG1")
 
 
+# --- 3. nothing to check -------------------------------------------------------
+
+
+def test_a_folder_without_python_files_is_an_error(gg, tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "README.md").write_text("# hi\n")
+    message = one_line_error(*gg("docs"))
+    assert message == "gradguard: no Python files or notebooks found under docs; nothing was checked"
+    assert one_line_error(*gg())  # the default path, ".", has none either
+
+
+def test_a_folder_whose_files_are_all_excluded_is_an_error(gg, tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.gradguard]\nexclude = ["*.py"]\n')
+    (tmp_path / "train.py").write_text(LEAF_BUG)
+    (tmp_path / "eval.py").write_text(LEAF_BUG)
+    message = one_line_error(*gg("."))
+    assert message == ("gradguard: no Python files or notebooks found under .; nothing was checked "
+                       "(the `exclude` setting of [tool.gradguard] excludes all 2)")
+    assert gg("train.py")[0] == 1  # named explicitly it is analysed, as before
+
+
+def test_an_empty_file_list_checks_nothing_and_says_so(gg, tmp_path):
+    (tmp_path / "list.txt").write_text("")
+    code, out, err = gg("--files-from", "list.txt")
+    assert (code, out) == (0, "") and err.strip() == "No files were checked."
+
+
 # --- 4. --diff and --fix summaries ---------------------------------------------
 
 
@@ -243,6 +270,52 @@ def test_diff_with_nothing_to_fix(gg, tmp_path):
     code, out, err = gg("--diff", "b.py")
     assert (code, out) == (1, "")
     assert last_line(err) == "1 problem in 1 file would remain (1 fixable with --unsafe-fixes)."
+
+
+# --- 5. one-line errors instead of tracebacks ----------------------------------
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*extra.values(), SERVER) if p)
+    env["GRADGUARD_NO_CACHE"] = "1"
+    return env
+
+
+def test_check_probe_without_torch_is_a_one_line_error(tmp_path):
+    fake = tmp_path / "no_torch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text("raise ImportError('torch is not installed here')\n")
+    (tmp_path / "train.py").write_text(LEAF_BUG)
+    proc = subprocess.run([sys.executable, "-m", "gradguard", "check", "--probe", "train.py"], cwd=tmp_path,
+                          env=_env(fake=str(fake)), capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (
+        "gradguard: cannot run the probe: cannot import torch: torch is not installed here"), proc.stderr
+
+
+def test_a_symlink_loop_named_on_the_command_line(gg, tmp_path):
+    os.symlink("loop", tmp_path / "loop")
+    assert one_line_error(*gg("loop")) == "gradguard: path is a symlink loop: loop"
+    os.symlink("b.py", tmp_path / "a.py")
+    os.symlink("a.py", tmp_path / "b.py")
+    assert one_line_error(*gg("a.py")) == "gradguard: path is a symlink loop: a.py"
+
+
+def test_a_dangling_symlink_named_on_the_command_line(gg, tmp_path):
+    os.symlink("gone.py", tmp_path / "train.py")
+    assert one_line_error(*gg("train.py")) == "gradguard: path is a broken symlink: train.py -> gone.py"
+
+
+def test_symlink_loops_inside_a_folder_are_skipped(gg, tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(LEAF_BUG)
+    os.symlink("loop.py", tmp_path / "src" / "loop.py")
+    os.symlink("src", tmp_path / "src" / "src")  # a folder loop: symlinked folders are not followed
+    code, out, err = gg("src")
+    assert code == 1 and "Traceback" not in err
+    assert [line.split(":")[0] for line in out.splitlines() if not line.startswith(" ")] == ["src/train.py"]
 
 
 # --- 6. an internal error in one file ------------------------------------------

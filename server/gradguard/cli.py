@@ -1,9 +1,18 @@
 """``gradguard check | rules | rule CODE``: a thin shell over ``gradguard.api``.
 
-The exit code is the contract CI relies on: 1 when a finding at or above
-``--fail-level`` exists, 0 when none does, 2 when gradguard could not do what
-was asked (bad usage, bad config, a path that does not exist, an internal
-error).  Bad *input* files never stop the run: each becomes one finding.
+The exit code is the contract CI relies on, and it never claims more than was checked:
+
+- 0: every file asked for was analysed and no finding is at or above ``--fail-level`` (an empty
+  ``--files-from`` list asks for nothing, so it checks nothing and exits 0, saying so);
+- 1: a finding at or above ``--fail-level`` exists (with ``--fix``: one is left; with ``--diff``: one
+  would be left, or there is a diff to apply, as in ruff);
+- 2: gradguard could not do what was asked: bad usage, bad config, an unknown rule code in
+  ``--select``/``--ignore``/``--severity`` or ``[tool.gradguard]``, a path that does not exist (or is a
+  symlink loop), folders with no Python file or notebook in them, ``--fix`` unable to write a file back
+  (its findings are still reported), ``--probe`` without torch, or an internal error in a file.  Whatever
+  was found is still reported, and the closing line never says "All checks passed." then.
+
+Bad *input* files never stop the run: each becomes one finding.
 """
 
 from __future__ import annotations
@@ -297,7 +306,9 @@ def _check(args: argparse.Namespace) -> int:
     try:
         targets = discover(paths, config)
     except MissingPath as exc:
-        raise UsageError(f"path does not exist: {exc}") from None
+        raise UsageError(str(exc)) from None
+    if paths and not targets:
+        raise UsageError(_nothing_found(paths, config))
 
     results, crashes = _analyze_cached(targets, config, args)
     if "-" in args.paths:
@@ -307,8 +318,13 @@ def _check(args: argparse.Namespace) -> int:
 
         from .notebooks import is_notebook  # the probe runs Python files; notebooks keep their static findings
 
+        from .probe.runner import WorkerError
+
         notebooks = [r for r in results if is_notebook(r.path)]
-        results = probe_results([r for r in results if not is_notebook(r.path)], targets, paths, args) + notebooks
+        try:
+            results = probe_results([r for r in results if not is_notebook(r.path)], targets, paths, args) + notebooks
+        except WorkerError as exc:  # no torch, or no process can start: the probe the user asked for cannot run
+            raise UsageError(f"cannot run the probe: {exc}") from None
     fixing = None
     if args.fix or args.diff:
         from .notebooks import run_fixes  # .py files go to fixes.runner; notebooks have their cells fixed
@@ -348,6 +364,15 @@ def _fixing(run) -> text_output.Fixing | None:
     if run is None:
         return None
     return text_output.Fixing(run.write, run.fixed, run.files_changed, run.unsafe_left, run.write_failures)
+
+
+def _nothing_found(paths: list[str], config: Config) -> str:
+    """The error for folders without a source file: nothing was checked, so nothing may pass."""
+    message = f"no Python files or notebooks found under {', '.join(paths)}; nothing was checked"
+    excluded = len(discover(paths, replace(config, exclude=()))) if config.exclude else 0
+    if excluded:
+        message += f" (the `exclude` setting of [tool.gradguard] excludes all {excluded})"
+    return message
 
 
 def _rules(args: argparse.Namespace) -> int:

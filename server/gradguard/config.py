@@ -14,6 +14,7 @@ GG001 = "warning"
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -134,7 +135,7 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
 
 
 def find_pyproject(start: Path) -> Path | None:
-    start = start.resolve()
+    start = Path(os.path.realpath(start))  # not Path.resolve(): it raises on a symlink loop
     for folder in [start, *start.parents] if start.is_dir() else list(start.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
