@@ -318,6 +318,17 @@ def test_symlink_loops_inside_a_folder_are_skipped(gg, tmp_path):
     assert [line.split(":")[0] for line in out.splitlines() if not line.startswith(" ")] == ["src/train.py"]
 
 
+def test_check_probe_that_does_not_finish_a_file_is_not_a_pass(tmp_path):
+    """As ``gradguard probe``: a run cut short that found nothing exits 2, and the closing line says why."""
+    pytest.importorskip("torch")
+    (tmp_path / "slow.py").write_text("import time\nimport torch\nx = torch.ones(2)\ntime.sleep(60)\n")
+    proc = subprocess.run([sys.executable, "-m", "gradguard", "check", "--probe", "--timeout", "2", "slow.py"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert "probe: slow.py: timeout: " in proc.stderr and ALL_CLEAR not in proc.stderr
+    assert last_line(proc.stderr) == "No problems found; the probe did not finish 1 file."
+
+
 # --- 6. an internal error in one file ------------------------------------------
 
 
@@ -367,6 +378,7 @@ def _finding(path: str) -> Diagnostic:
     ({"fixing": Fixing(True, 0, 0)}, ALL_CLEAR),
     ({"fixing": Fixing(True, 3, 2)}, "Fixed 3 problems in 2 files; no problems remain."),
     ({"fixing": Fixing(True, 0, 0, write_failures=1)}, "1 file could not be written."),
+    ({"unprobed": 1}, "No problems found; the probe did not finish 1 file."),
 ])
 def test_summary_without_findings(kwargs, expected):
     assert summary([], **kwargs) == expected
@@ -379,6 +391,7 @@ def test_summary_without_findings(kwargs, expected):
      "Would fix 1 problem in 1 file; 2 problems in 1 file would remain (2 fixable with --unsafe-fixes)."),
     ({"fixing": Fixing(True, 0, 0), "crashed": 1},
      "2 problems in 1 file remain; 1 file could not be analysed (internal error)."),
+    ({"unprobed": 2}, "Found 2 problems in 1 file; the probe did not finish 2 files."),
 ])
 def test_summary_with_findings(kwargs, expected):
     assert summary([_finding("a.py"), _finding("a.py")], **kwargs) == expected

@@ -9,7 +9,8 @@ The exit code is the contract CI relies on, and it never claims more than was ch
 - 2: gradguard could not do what was asked: bad usage, bad config, an unknown rule code in
   ``--select``/``--ignore``/``--severity`` or ``[tool.gradguard]``, a path that does not exist (or is a
   symlink loop), folders with no Python file or notebook in them, ``--fix`` unable to write a file back
-  (its findings are still reported), ``--probe`` without torch, or an internal error in a file.  Whatever
+  (its findings are still reported), ``--probe`` without torch or (when nothing was found, as in
+  ``gradguard probe``) a file the probe did not run to its end, or an internal error in a file.  Whatever
   was found is still reported, and the closing line never says "All checks passed." then.
 
 Bad *input* files never stop the run: each becomes one finding.
@@ -311,6 +312,7 @@ def _check(args: argparse.Namespace) -> int:
         raise UsageError(_nothing_found(paths, config))
 
     results, crashes = _analyze_cached(targets, config, args)
+    unprobed: list[str] = []  # files the probe did not run to their end (--probe)
     if "-" in args.paths:
         results.append(_analyze_stdin(args.stdin_filename or "-", config))
     if args.probe:
@@ -322,7 +324,8 @@ def _check(args: argparse.Namespace) -> int:
 
         notebooks = [r for r in results if is_notebook(r.path)]
         try:
-            results = probe_results([r for r in results if not is_notebook(r.path)], targets, paths, args) + notebooks
+            results, unprobed = probe_results([r for r in results if not is_notebook(r.path)], targets, paths, args)
+            results += notebooks
         except WorkerError as exc:  # no torch, or no process can start: the probe the user asked for cannot run
             raise UsageError(f"cannot run the probe: {exc}") from None
     fixing = None
@@ -351,12 +354,15 @@ def _check(args: argparse.Namespace) -> int:
         print(f"gradguard: {problem}", file=sys.stderr)
     if not args.quiet:
         checked = len(targets) + ("-" in args.paths)
-        print(text_output.summary(diagnostics, checked, _fixing(fixing), len(crashes)), file=sys.stderr)
+        print(text_output.summary(diagnostics, checked, _fixing(fixing), len(crashes), len(unprobed)),
+              file=sys.stderr)
     if crashes or (fixing is not None and fixing.write_failures):
         return 2
     fail_rank = Severity(args.fail_level).rank
     failed = any(d.severity.rank >= fail_rank for d in diagnostics) or bool(args.diff and fixing.diff)
-    return 1 if failed and not args.exit_zero else 0
+    if failed:
+        return 0 if args.exit_zero else 1
+    return 2 if unprobed else 0  # as `gradguard probe`: a run that did not finish and found nothing is no pass
 
 
 def _fixing(run) -> text_output.Fixing | None:

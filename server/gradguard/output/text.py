@@ -81,15 +81,20 @@ def _fix_clauses(diagnostics: Sequence[Diagnostic], fixing: Fixing) -> list[str]
 
 
 def summary(diagnostics: Sequence[Diagnostic], checked: int = 1, fixing: Fixing | None = None,
-            crashed: int = 0) -> str:
+            crashed: int = 0, unprobed: int = 0) -> str:
     """The closing line printed on stderr: the only place that says "All checks passed.", and it says so only
-    when ``checked`` files were all analysed (``crashed``: files whose analysis failed) and nothing is left."""
+    when ``checked`` files were all analysed (``crashed``: files whose analysis failed; ``unprobed``: files
+    the ``--probe`` run did not finish) and nothing is left."""
     if fixing is not None:
         clauses = _fix_clauses(diagnostics, fixing)
+    elif diagnostics:
+        clauses = [f"found {_found(diagnostics)}"]
     else:
-        clauses = [f"found {_found(diagnostics)}"] if diagnostics else []
+        clauses = ["no problems found"] if unprobed else []
     if crashed:
         clauses.append(f"{_plural(crashed, 'file')} could not be analysed (internal error)")
+    if unprobed:
+        clauses.append(f"the probe did not finish {_plural(unprobed, 'file')}")
     if not clauses:
         return "All checks passed." if checked else "No files were checked."
     text = "; ".join(clauses)
