@@ -364,6 +364,22 @@ def test_a_crash_beside_findings_is_counted_too(gg, tmp_path, boom):
     assert last_line(err) == "Found 1 problem in 1 file; 1 file could not be analysed (internal error)."
 
 
+def test_a_crash_on_stdin_is_reported_like_a_file(gg, tmp_path, monkeypatch):
+    import io
+
+    import gradguard.api
+
+    def crash(data, path, config=None):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(gradguard.api, "analyze_bytes", crash)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(CLEAN.encode())))
+    code, out, err = gg("-", "--stdin-filename", "x.py")
+    assert (code, out) == (2, "") and "Traceback" not in err
+    assert "gradguard: internal error while analysing x.py: RecursionError" in err
+    assert last_line(err) == "1 file could not be analysed (internal error)."
+
+
 # --- the closing line ----------------------------------------------------------
 
 

@@ -314,7 +314,11 @@ def _check(args: argparse.Namespace) -> int:
     results, crashes = _analyze_cached(targets, config, args)
     unprobed: list[str] = []  # files the probe did not run to their end (--probe)
     if "-" in args.paths:
-        results.append(_analyze_stdin(args.stdin_filename or "-", config))
+        display = args.stdin_filename or "-"
+        try:
+            results.append(_analyze_stdin(display, config))
+        except Exception as exc:  # noqa: BLE001 - a bug, reported as _analyze_chunk reports one
+            crashes.append(f"internal error while analysing {display}: {type(exc).__name__}: {exc}")
     if args.probe:
         from .probe.cli import probe_results
 
