@@ -7,6 +7,7 @@ a traceback.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -365,8 +366,6 @@ def test_a_crash_beside_findings_is_counted_too(gg, tmp_path, boom):
 
 
 def test_a_crash_on_stdin_is_reported_like_a_file(gg, tmp_path, monkeypatch):
-    import io
-
     import gradguard.api
 
     def crash(data, path, config=None):

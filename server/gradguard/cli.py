@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from . import __version__
 from .config import Config, ConfigError, check_codes, load_config, load_config_file, parse_severity
@@ -33,6 +33,9 @@ from .diagnostics import Diagnostic, FileResult, Severity
 from .files import MissingPath, Target, discover
 from .output import FORMATS, catalog, render
 from .output import text as text_output
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .fixes.runner import FixRun
 
 PARALLEL_MIN_FILES = 8
 PROGRESS_MIN_FILES = 20
@@ -143,8 +146,9 @@ def _lsp(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> Config:
-    for option, codes in (("--select", args.select), ("--ignore", args.ignore), ("--extend-ignore", args.extend_ignore)):
-        check_codes(codes or (), option)
+    check_codes(args.select or (), "--select")
+    check_codes(args.ignore or (), "--ignore")
+    check_codes(args.extend_ignore, "--extend-ignore")
     check_codes([code for code, _ in args.severity], "--severity", prefixes=False)
     if args.config:
         base = load_config_file(Path(args.config))
@@ -320,10 +324,8 @@ def _check(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - a bug, reported as _analyze_chunk reports one
             crashes.append(f"internal error while analysing {display}: {type(exc).__name__}: {exc}")
     if args.probe:
-        from .probe.cli import probe_results
-
         from .notebooks import is_notebook  # the probe runs Python files; notebooks keep their static findings
-
+        from .probe.cli import probe_results
         from .probe.runner import WorkerError
 
         notebooks = [r for r in results if is_notebook(r.path)]
@@ -369,7 +371,7 @@ def _check(args: argparse.Namespace) -> int:
     return 2 if unprobed else 0  # as `gradguard probe`: a run that did not finish and found nothing is no pass
 
 
-def _fixing(run) -> text_output.Fixing | None:
+def _fixing(run: FixRun | None) -> text_output.Fixing | None:
     """The closing line's account of a ``notebooks.run_fixes`` run."""
     if run is None:
         return None
