@@ -48,14 +48,20 @@ def test_no_config_reports(project, capsys):
         '[tool.gradguard]\nselect = ["GG001"]\n',
         '[tool.gradguard]\nignore = ["GG002"]\n',
         '[tool.gradguard]\nignore = ["GG00"]\n',  # prefixes
-        '[tool.gradguard]\nexclude = ["train.py"]\n',
-        '[tool.gradguard]\nexclude = ["*.py"]\n',
     ],
 )
 def test_pyproject_disables(project, capsys, body):
     pyproject(project, body)
     code, diags, _ = check(capsys)
     assert (code, diags) == (0, [])
+
+
+@pytest.mark.parametrize("pattern", ["train.py", "*.py"])
+def test_pyproject_excludes_everything_then_nothing_was_checked(project, capsys, pattern):
+    pyproject(project, f'[tool.gradguard]\nexclude = ["{pattern}"]\n')
+    code, diags, err = check(capsys)
+    assert (code, diags) == (2, []) and "All checks passed" not in err
+    assert err.startswith("gradguard: no Python files or notebooks found under .; nothing was checked (the `exclude`")
 
 
 def test_pyproject_severity(project, capsys):

@@ -1,9 +1,19 @@
 """``gradguard check | rules | rule CODE``: a thin shell over ``gradguard.api``.
 
-The exit code is the contract CI relies on: 1 when a finding at or above
-``--fail-level`` exists, 0 when none does, 2 when gradguard could not do what
-was asked (bad usage, bad config, a path that does not exist, an internal
-error).  Bad *input* files never stop the run: each becomes one finding.
+The exit code is the contract CI relies on, and it never claims more than was checked:
+
+- 0: every file asked for was analysed and no finding is at or above ``--fail-level`` (an empty
+  ``--files-from`` list asks for nothing, so it checks nothing and exits 0, saying so);
+- 1: a finding at or above ``--fail-level`` exists (with ``--fix``: one is left; with ``--diff``: one
+  would be left, or there is a diff to apply, as in ruff);
+- 2: gradguard could not do what was asked: bad usage, bad config, an unknown rule code in
+  ``--select``/``--ignore``/``--severity`` or ``[tool.gradguard]``, a path that does not exist (or is a
+  symlink loop), folders with no Python file or notebook in them, ``--fix`` unable to write a file back
+  (its findings are still reported), ``--probe`` without torch or (when nothing was found, as in
+  ``gradguard probe``) a file the probe did not run to its end, or an internal error in a file.  Whatever
+  was found is still reported, and the closing line never says "All checks passed." then.
+
+Bad *input* files never stop the run: each becomes one finding.
 """
 
 from __future__ import annotations
@@ -15,14 +25,17 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from . import __version__
-from .config import Config, ConfigError, load_config, load_config_file, parse_severity
+from .config import Config, ConfigError, check_codes, load_config, load_config_file, parse_severity
 from .diagnostics import Diagnostic, FileResult, Severity
 from .files import MissingPath, Target, discover
 from .output import FORMATS, catalog, render
 from .output import text as text_output
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .fixes.runner import FixRun
 
 PARALLEL_MIN_FILES = 8
 PROGRESS_MIN_FILES = 20
@@ -133,6 +146,10 @@ def _lsp(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> Config:
+    check_codes(args.select or (), "--select")
+    check_codes(args.ignore or (), "--ignore")
+    check_codes(args.extend_ignore, "--extend-ignore")
+    check_codes([code for code, _ in args.severity], "--severity", prefixes=False)
     if args.config:
         base = load_config_file(Path(args.config))
     else:
@@ -294,18 +311,29 @@ def _check(args: argparse.Namespace) -> int:
     try:
         targets = discover(paths, config)
     except MissingPath as exc:
-        raise UsageError(f"path does not exist: {exc}") from None
+        raise UsageError(str(exc)) from None
+    if paths and not targets:
+        raise UsageError(_nothing_found(paths, config))
 
     results, crashes = _analyze_cached(targets, config, args)
+    unprobed: list[str] = []  # files the probe did not run to their end (--probe)
     if "-" in args.paths:
-        results.append(_analyze_stdin(args.stdin_filename or "-", config))
+        display = args.stdin_filename or "-"
+        try:
+            results.append(_analyze_stdin(display, config))
+        except Exception as exc:  # noqa: BLE001 - a bug, reported as _analyze_chunk reports one
+            crashes.append(f"internal error while analysing {display}: {type(exc).__name__}: {exc}")
     if args.probe:
-        from .probe.cli import probe_results
-
         from .notebooks import is_notebook  # the probe runs Python files; notebooks keep their static findings
+        from .probe.cli import probe_results
+        from .probe.runner import WorkerError
 
         notebooks = [r for r in results if is_notebook(r.path)]
-        results = probe_results([r for r in results if not is_notebook(r.path)], targets, paths, args) + notebooks
+        try:
+            results, unprobed = probe_results([r for r in results if not is_notebook(r.path)], targets, paths, args)
+            results += notebooks
+        except WorkerError as exc:  # no torch, or no process can start: the probe the user asked for cannot run
+            raise UsageError(f"cannot run the probe: {exc}") from None
     fixing = None
     if args.fix or args.diff:
         from .notebooks import run_fixes  # .py files go to fixes.runner; notebooks have their cells fixed
@@ -331,14 +359,32 @@ def _check(args: argparse.Namespace) -> int:
     for problem in fixing.problems if fixing is not None else ():
         print(f"gradguard: {problem}", file=sys.stderr)
     if not args.quiet:
-        if fixing is not None:
-            print(f"gradguard: {fixing.summary()}", file=sys.stderr)
-        print(text_output.summary(diagnostics), file=sys.stderr)
-    if crashes:
+        checked = len(targets) + ("-" in args.paths)
+        print(text_output.summary(diagnostics, checked, _fixing(fixing), len(crashes), len(unprobed)),
+              file=sys.stderr)
+    if crashes or (fixing is not None and fixing.write_failures):
         return 2
     fail_rank = Severity(args.fail_level).rank
     failed = any(d.severity.rank >= fail_rank for d in diagnostics) or bool(args.diff and fixing.diff)
-    return 1 if failed and not args.exit_zero else 0
+    if failed:
+        return 0 if args.exit_zero else 1
+    return 2 if unprobed else 0  # as `gradguard probe`: a run that did not finish and found nothing is no pass
+
+
+def _fixing(run: FixRun | None) -> text_output.Fixing | None:
+    """The closing line's account of a ``notebooks.run_fixes`` run."""
+    if run is None:
+        return None
+    return text_output.Fixing(run.write, run.fixed, run.files_changed, run.unsafe_left, run.write_failures)
+
+
+def _nothing_found(paths: list[str], config: Config) -> str:
+    """The error for folders without a source file: nothing was checked, so nothing may pass."""
+    message = f"no Python files or notebooks found under {', '.join(paths)}; nothing was checked"
+    excluded = len(discover(paths, replace(config, exclude=()))) if config.exclude else 0
+    if excluded:
+        message += f" (the `exclude` setting of [tool.gradguard] excludes all {excluded})"
+    return message
 
 
 def _rules(args: argparse.Namespace) -> int:

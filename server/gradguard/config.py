@@ -14,13 +14,15 @@ GG001 = "warning"
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from .diagnostics import Severity
+from .diagnostics import SYNTAX_ERROR, UNREADABLE, Severity
+from .rules import ALL_RULES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,6 +32,20 @@ else:  # pragma: no cover
 
 class ConfigError(ValueError):
     """The configuration is malformed; the message says where and how."""
+
+
+# Every code a finding can carry: the rules, then the input problems.  A selector naming none of them would
+# silently turn rules off (``select = ["GG777"]`` checks nothing), so it is an error, as in ruff.
+KNOWN_CODES: tuple[str, ...] = tuple(r.code for r in ALL_RULES) + (SYNTAX_ERROR, UNREADABLE)
+
+
+def check_codes(codes: Iterable[str], where: str, prefixes: bool = True) -> None:
+    """Raise ``ConfigError`` naming the first of ``codes`` that matches no known code (``where``: the setting)."""
+    for code in codes:
+        known = any(k.startswith(code) for k in KNOWN_CODES) if prefixes else code in KNOWN_CODES
+        if not known:
+            what = "rule code or prefix" if prefixes else "rule code"
+            raise ConfigError(f"{where}: unknown {what} {code!r} (valid codes: {', '.join(KNOWN_CODES)})")
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,9 @@ def _codes(value: Any, key: str) -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"[tool.gradguard] {key} must be a list of rule codes")
-    return tuple(v.strip().upper() for v in value if v.strip())
+    codes = tuple(v.strip().upper() for v in value if v.strip())
+    check_codes(codes, f"[tool.gradguard] {key}")
+    return codes
 
 
 def parse_severity(value: str) -> Severity:
@@ -103,19 +121,21 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
     views = table.get("view-functions", [])
     if not isinstance(views, list) or not all(isinstance(v, str) and re.fullmatch(r"[A-Za-z_][\w.]*", v) for v in views):
         raise ConfigError("[tool.gradguard] view-functions must be a list of qualified names (\"pkg.module.function\")")
+    severities = {str(k).strip().upper(): parse_severity(str(v)) for k, v in severity.items()}
+    check_codes(severities, "[tool.gradguard.severity]", prefixes=False)
     return Config(
         jedi=jedi,
         view_functions=tuple(views),
         select=_codes(table.get("select", []), "select"),
         ignore=_codes(table.get("ignore", []), "ignore"),
-        severity={str(k).upper(): parse_severity(str(v)) for k, v in severity.items()},
+        severity=severities,
         exclude=tuple(exclude),
         root=root,
     )
 
 
 def find_pyproject(start: Path) -> Path | None:
-    start = start.resolve()
+    start = Path(os.path.realpath(start))  # not Path.resolve(): it raises on a symlink loop
     for folder in [start, *start.parents] if start.is_dir() else list(start.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
@@ -134,7 +154,10 @@ def load_config_file(pyproject: Path) -> Config:
     table = data.get("tool", {}).get("gradguard", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{pyproject}: [tool.gradguard] must be a table")
-    return config_from_table(table, root=pyproject.resolve().parent)
+    try:
+        return config_from_table(table, root=pyproject.resolve().parent)
+    except ConfigError as exc:  # the file it came from: a project can have several pyproject.toml
+        raise ConfigError(f"{pyproject}: {exc}") from None
 
 
 def load_config(start: Path) -> Config:

@@ -10,6 +10,7 @@ it would be ignored, as ruff does: the user asked for it.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,19 @@ SOURCE_SUFFIXES = (".py", ".ipynb")  # notebooks: see gradguard.notebooks
 
 
 class MissingPath(Exception):
-    """A path given on the command line does not exist."""
+    """A path given on the command line does not exist; the message says so, and what the path is instead."""
+
+
+def _missing(given: str, path: Path) -> MissingPath:
+    """The error for a ``given`` path that is not there: a symlink loop and a dangling symlink say so."""
+    if not path.is_symlink():
+        return MissingPath(f"path does not exist: {given}")
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return MissingPath(f"path is a symlink loop: {given}")
+    return MissingPath(f"path is a broken symlink: {given} -> {os.readlink(path)}")
 
 
 @dataclass(frozen=True)
@@ -133,7 +146,7 @@ def discover(paths: Sequence[str], config: Config, cwd: Path | None = None) -> l
         path = Path(given)
         absolute = (cwd / path) if not path.is_absolute() else path
         if not absolute.exists():
-            raise MissingPath(given)
+            raise _missing(given, absolute)
         absolute = Path(os.path.normpath(absolute))
         if absolute.is_dir():
             inherited = _inherited_rules(absolute)

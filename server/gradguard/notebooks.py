@@ -394,8 +394,14 @@ def _apply_to_cells(program: Program, fixes: list[Fix]) -> dict[int, str] | None
 
 def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe: bool = False,
                  write: bool = True, result: FileResult | None = None):
-    """Fix one notebook's cells until no allowed fix is left (like ``fixes.runner.fix_text``)."""
-    data = path.read_bytes()
+    """Fix one notebook's cells until no allowed fix is left (like ``fixes.runner.fix_path``, whose rule for a
+    file that cannot be read or written back holds here too)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return NotebookFixOutcome(display, "", "", result or FileResult(display), 0,
+                                  [f"{display}: cannot read the notebook to fix it: {exc.strerror or exc}"],
+                                  write_failed=True)
     try:
         notebook = Notebook.loads(data)
     except NotebookError:
@@ -440,8 +446,9 @@ def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe:
         try:
             path.write_text(notebook.dumps(), encoding="utf-8", newline="")
         except OSError as exc:
-            problems.append(f"{display}: cannot write the fixed notebook: {exc}")
-            outcome.fixed = outcome.original
+            problems.append(f"{display}: cannot write the fixed notebook: {exc.strerror or exc}")
+            return NotebookFixOutcome(display, before, before, result or first, 0, problems,
+                                      len(first.diagnostics), write_failed=True)
     return outcome
 
 

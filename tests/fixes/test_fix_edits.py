@@ -340,14 +340,14 @@ def test_diff_prints_and_changes_nothing(tmp_path, capsys):
     assert path.read_text() == BUG
     assert code == 1
     assert "-y += 1  # note\n+y = y + 1  # note\n" in out and out.startswith("--- a/")
-    assert "would fix 1 finding in 1 file" in err
+    assert err.strip().splitlines()[-1] == "Would fix 1 problem in 1 file; no problems would remain."
 
 
 def test_fix_writes_and_a_second_fix_changes_nothing(tmp_path, capsys):
     path = tmp_path / "bug.py"
     path.write_text(BUG)
     code, _, err = run_cli(capsys, "--fix", str(path))
-    assert code == 0 and "fixed 1 finding in 1 file" in err
+    assert code == 0 and err.strip().splitlines()[-1] == "Fixed 1 problem in 1 file; no problems remain."
     first = path.read_text()
     assert first == BUG.replace("y += 1", "y = y + 1")
     code, _, _ = run_cli(capsys, "--fix", str(path))
@@ -359,7 +359,7 @@ def test_unsafe_fixes_are_applied_only_when_asked(tmp_path, capsys):
     path.write_text(UNSAFE_ONLY)
     code, _, err = run_cli(capsys, "--fix", str(path))
     assert path.read_text() == UNSAFE_ONLY and code == 1
-    assert "1 more with --unsafe-fixes" in err
+    assert "(1 fixable with --unsafe-fixes)" in err
     code, _, _ = run_cli(capsys, "--fix", "--unsafe-fixes", str(path))
     assert "x = x.add(1)" in path.read_text() and code == 0
 

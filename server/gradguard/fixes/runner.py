@@ -31,6 +31,7 @@ class FixOutcome:
     applied: int = 0  # fixes applied
     problems: list[str] = field(default_factory=list)
     before: int = 0  # findings before fixing
+    write_failed: bool = False  # --fix could not read or write the file: it is as it was, findings and all
 
     @property
     def changed(self) -> bool:
@@ -105,20 +106,30 @@ def _encoding(data: bytes) -> str:
 
 def fix_path(path: Path, display: str, config: Config | None = None, unsafe: bool = False, write: bool = True,
              result: FileResult | None = None) -> FixOutcome:
-    """Fix one file; write it back (same encoding, same line endings) when ``write`` and it changed."""
-    data = path.read_bytes()
+    """Fix one file; write it back (same encoding, same line endings) when ``write`` and it changed.
+
+    A file that cannot be read or written again keeps its findings (``result``, the analysis of the file as
+    it is) and is marked ``write_failed``: reporting the fixed text's findings would claim fixes that
+    never reached the disk."""
+    from ..api import analyze_source
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return FixOutcome(display, "", "", result or FileResult(display), 0,
+                          [f"{display}: cannot read the file to fix it: {exc.strerror or exc}"], write_failed=True)
     text = parsing.decode(data)
     if isinstance(text, parsing.Unreadable):
-        from ..api import analyze_source
-
         return FixOutcome(display, "", "", analyze_source(data, display, config))
     outcome = fix_text(text, display, config, unsafe, result)
     if write and outcome.changed:
         try:
             path.write_bytes(outcome.fixed.encode(_encoding(data)))
         except (OSError, UnicodeEncodeError) as exc:
-            outcome.problems.append(f"{display}: cannot write the fixed file: {exc}")
-            outcome.fixed = outcome.original
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            return FixOutcome(display, text, text, result or analyze_source(text, display, config), 0,
+                              [*outcome.problems, f"{display}: cannot write the fixed file: {reason}"],
+                              outcome.before, write_failed=True)
     return outcome
 
 
@@ -139,18 +150,26 @@ class FixRun:
     def problems(self) -> list[str]:
         return [p for o in self.outcomes for p in o.problems]
 
-    def summary(self) -> str:
-        changed = [o for o in self.outcomes if o.changed]
-        fixes = sum(o.findings_fixed for o in changed)
-        files = f"{len(changed)} file{'s' if len(changed) != 1 else ''}"
-        verb = "fixed" if self.write else "would fix"
-        text = f"{verb} {fixes} finding{'s' if fixes != 1 else ''} in {files}" if changed else "no fixes applied"
-        hidden = 0 if self.unsafe else sum(
-            1 for r in self.results for d in r.diagnostics if d.fix is not None and not d.fix.safe
-        )
-        if hidden:
-            text += f"; {hidden} more with --unsafe-fixes"
-        return text
+    @property
+    def fixed(self) -> int:
+        """Findings the fixes remove (that --fix removed, or that --diff would)."""
+        return sum(o.findings_fixed for o in self.outcomes)
+
+    @property
+    def files_changed(self) -> int:
+        return sum(1 for o in self.outcomes if o.changed)
+
+    @property
+    def write_failures(self) -> int:
+        """Files --fix could not read or write back (they keep their findings)."""
+        return sum(1 for o in self.outcomes if o.write_failed)
+
+    @property
+    def unsafe_left(self) -> int:
+        """Findings left that ``--unsafe-fixes`` would fix (0 when it was given)."""
+        if self.unsafe:
+            return 0
+        return sum(1 for r in self.results for d in r.diagnostics if d.fix is not None and not d.fix.safe)
 
 
 def run_fixes(results: list[FileResult], paths: dict[str, Path], config: Config | None, unsafe: bool,

@@ -9,6 +9,7 @@ get the same prefix on their own indented ``note:`` lines.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..diagnostics import Diagnostic
@@ -47,9 +48,54 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def summary(diagnostics: Sequence[Diagnostic]) -> str:
-    """The closing line printed on stderr."""
-    if not diagnostics:
-        return "All checks passed."
+@dataclass(frozen=True)
+class Fixing:
+    """What ``--fix`` (``written``) or ``--diff`` did, as the closing line tells it."""
+
+    written: bool
+    fixed: int  # findings the fixes remove
+    files: int  # files they change
+    unsafe_left: int = 0  # findings left that --unsafe-fixes would fix
+    write_failures: int = 0  # files --fix could not write back; they keep their findings
+
+
+def _found(diagnostics: Sequence[Diagnostic]) -> str:
     files = len({d.path for d in diagnostics})
-    return f"Found {_plural(len(diagnostics), 'problem')} in {_plural(files, 'file')}."
+    return f"{_plural(len(diagnostics), 'problem')} in {_plural(files, 'file')}"
+
+
+def _fix_clauses(diagnostics: Sequence[Diagnostic], fixing: Fixing) -> list[str]:
+    clauses = []
+    if fixing.fixed:
+        verb = "fixed" if fixing.written else "would fix"
+        clauses.append(f"{verb} {_plural(fixing.fixed, 'problem')} in {_plural(fixing.files, 'file')}")
+    if fixing.write_failures:
+        clauses.append(f"{_plural(fixing.write_failures, 'file')} could not be written")
+    if diagnostics:
+        verb = ("remains" if len(diagnostics) == 1 else "remain") if fixing.written else "would remain"
+        more = f" ({fixing.unsafe_left} fixable with --unsafe-fixes)" if fixing.unsafe_left else ""
+        clauses.append(f"{_found(diagnostics)} {verb}{more}")
+    elif fixing.fixed:
+        clauses.append("no problems remain" if fixing.written else "no problems would remain")
+    return clauses
+
+
+def summary(diagnostics: Sequence[Diagnostic], checked: int = 1, fixing: Fixing | None = None,
+            crashed: int = 0, unprobed: int = 0) -> str:
+    """The closing line printed on stderr: the only place that says "All checks passed.", and it says so only
+    when ``checked`` files were all analysed (``crashed``: files whose analysis failed; ``unprobed``: files
+    the ``--probe`` run did not finish) and nothing is left."""
+    if fixing is not None:
+        clauses = _fix_clauses(diagnostics, fixing)
+    elif diagnostics:
+        clauses = [f"found {_found(diagnostics)}"]
+    else:
+        clauses = ["no problems found"] if unprobed else []
+    if crashed:
+        clauses.append(f"{_plural(crashed, 'file')} could not be analysed (internal error)")
+    if unprobed:
+        clauses.append(f"the probe did not finish {_plural(unprobed, 'file')}")
+    if not clauses:
+        return "All checks passed." if checked else "No files were checked."
+    text = "; ".join(clauses)
+    return text[0].upper() + text[1:] + "."

@@ -155,9 +155,12 @@ def _explicit_files(paths: Sequence[str]) -> set[str]:
 
 
 def probe_results(results: list[FileResult], targets, paths: Sequence[str],
-                  args: argparse.Namespace) -> list[FileResult]:
+                  args: argparse.Namespace) -> tuple[list[FileResult], list[str]]:
     """``check --probe``: probe the files named on the command line and the files with findings, one
-    warm worker for all of them, and merge each file's result into its static findings."""
+    warm worker for all of them, and merge each file's result into its static findings.
+
+    Also returns the files whose run did not finish (timed out, out of memory, crashed, failed): the
+    probe saw only part of them, so ``check`` must not call them clean."""
     from . import merge
     from .runner import ProbeWorker, probe_file
 
@@ -167,8 +170,9 @@ def probe_results(results: list[FileResult], targets, paths: Sequence[str],
               and (r.diagnostics or os.path.realpath(real[r.path]) in explicit)]
     if not chosen:
         print("probe: no file to probe (name files, or files with findings are probed)", file=sys.stderr)
-        return results
+        return results, []
     merged: dict[int, FileResult] = {}
+    unfinished: list[str] = []
     first = options_from(args)
     with ProbeWorker(isolate=first.isolate) as worker:
         for r in chosen:
@@ -177,11 +181,13 @@ def probe_results(results: list[FileResult], targets, paths: Sequence[str],
             diagnostics = merge.merge(r.diagnostics, result, r.path)
             tally = merge.counts(diagnostics, len(r.diagnostics))
             merged[id(r)] = FileResult(r.path, diagnostics, r.error)
+            if result.status in model.INCOMPLETE:
+                unfinished.append(r.path)
             for line in describe(result, r.path):
                 print(line, file=sys.stderr)
             print(f"probe: {r.path}: {tally['confirmed']} confirmed, {tally['added']} added, "
                   f"{tally['unconfirmed']} not confirmed", file=sys.stderr)
-    return [merged.get(id(r), r) for r in results]
+    return [merged.get(id(r), r) for r in results], unfinished
 
 
 def check_probe_usage(args: argparse.Namespace) -> str | None:
