@@ -183,6 +183,7 @@ UNSAFE_ONLY = {
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
     "GG101/pos_gan_no_detach_shared_d_output": "`D(fake)` computed again after the step sees the updated discriminator",
+    "GG101/pos_gan_labels_made_after_forwards": "`D(fake)` computed again after the step sees the updated discriminator",
     "GG101/pos_ema_helper_called_before_backward": "the teacher's forward, moved after the EMA update, sees the updated teacher",
     "GG101/pos_gan_g_logits_before_d_step": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_gan_helper_train_discriminator": "the generator's forward, moved after the step, now sees the updated discriminator",

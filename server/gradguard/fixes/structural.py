@@ -137,9 +137,15 @@ def forward_after_step(ctx: FixContext, mutation: Mutation) -> Fix:
             raise CannotFix("only plain statements are moved")
         ctx.require_own_lines(st)
     # At most one statement is computed again: with more (a shared trunk's features and a critic's values),
-    # what follows the step (an advantage target) changes meaning, not only its weights.
-    for again in range(min(len(kept), 1) + 1):
-        recomputed = kept[len(kept) - again:] if again else []
+    # what follows the step (an advantage target) changes meaning, not only its weights.  The one that made the
+    # saved graph (`d_fake = D(fake)`) is tried first; a statement made between (`ones = torch.ones(...)`)
+    # needs no recomputing, so it must not use up the one try.  One that another kept statement reads (`feat`,
+    # read by `value = critic(feat)`) is never recomputed alone: the two would disagree after the step.
+    saved = {id(c.save.node) for c in mutation.conflicts}
+    holds_graph = [st for st in kept if any(id(n) in saved for n in ast.walk(st))]
+    order = [*holds_graph, *(st for st in reversed(kept) if st not in holds_graph)]
+    alone = [st for st in order if not any(_writes(st) & _reads(other) for other in kept if other is not st)]
+    for recomputed in ([], *([st] for st in alone)):
         after = sorted([*moved, *recomputed], key=lambda st: st.lineno)
         if not any(isinstance(n, ast.Call) for st in after for n in ast.walk(st)):
             continue
