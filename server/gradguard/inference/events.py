@@ -52,6 +52,9 @@ class Mutation:
     # The written tensor is reached through a Python list or dict (`acts["h"] += 1`): its subscript is not
     # tensor indexing, so a fix must not treat the container's name as the tensor's.
     in_container: bool = False
+    # Filled by the engine: a backward ran earlier in the analysed code, so the write comes between steps (an
+    # update or reset of what the next forward reads) rather than inside the computation that backward differentiates.
+    after_backward: bool = False
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the
