@@ -19,9 +19,14 @@ setup-test: $(BIN)/python
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[test]"
 
-# Set up, then check the bundled examples (they are meant to have findings).
+# Set up, then check the bundled examples (they are meant to have findings): each finding with its location and
+# notes, then the counts per rule (the second run reads the result cache the first one wrote).
 demo: setup
-	$(BIN)/gradguard check examples --exit-zero --statistics
+	@echo "== gradguard check examples"
+	@$(BIN)/gradguard check examples --exit-zero --no-progress
+	@echo
+	@echo "== findings per rule"
+	@$(BIN)/gradguard check examples --exit-zero --no-progress --statistics --quiet
 
 # Set up, then run the whole test suite.
 test: setup-test

@@ -368,6 +368,7 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
 def _check(interp: Interpreter) -> Iterator[Finding]:
     for mutation in interp.mutations:
         mutation.conflicts = _conflicts(interp, mutation)
+        mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)
     for graph_break in interp.breaks:
         graph_break.reached = _lost_at(interp, graph_break)
     for event in [*interp.mutations, *interp.breaks]:

@@ -60,6 +60,13 @@ class Message:
         """The same message with every line reference passed through ``move``."""
         return Message(tuple(Line(move(p.number)) if isinstance(p, Line) else p for p in self.parts))
 
+    def removesuffix(self, suffix: str) -> "Message":
+        """The message without ``suffix`` at its end (a rule that words the advice itself drops another's)."""
+        last = self.parts[-1] if self.parts else None
+        if not suffix or not isinstance(last, str) or not last.endswith(suffix):
+            return self
+        return Message(_merged([*self.parts[:-1], last[: -len(suffix)]]))
+
     def render(self, name: LineName = plain_line) -> str:
         return "".join(name(p.number) if isinstance(p, Line) else p for p in self.parts)
 

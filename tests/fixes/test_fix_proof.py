@@ -213,6 +213,10 @@ UNSAFE_ONLY = {
     "GG003/pos_requires_grad_then_channel_scale": "computes on a copy: the leaf keeps its old value",
     "GG003/pos_row_assign_on_leaf": "computes on a copy: the leaf keeps its old value",
     "GG003/pos_transpose_add_on_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG104/pos_rnn_states_buffer_requires_grad": (
+        "the states go in a list and `torch.stack`: `states` takes the steps' dtype and shape, and is no longer a "
+        "leaf whose `.grad` torch fills"
+    ),
 }
 
 _counter = itertools.count()

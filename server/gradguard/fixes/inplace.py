@@ -533,11 +533,12 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
     return None
 
 
-def fix_leaf_write(ctx: FixContext, finding: Finding) -> Fix | None:
-    """GG002/GG003: ``with torch.no_grad():`` for parameter updates and resets; a copy for computations."""
+def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None) -> Fix | None:
+    """GG002/GG003: ``with torch.no_grad():`` for parameter updates and resets; a copy for computations.
+    ``update`` says which one it is when the caller knows better than ``is_parameter_update`` (GG104 does)."""
     mutation = mutation_of(finding)
     write = Write.of(ctx, mutation.entry())
-    if is_parameter_update(ctx, mutation, write):
+    if update if update is not None else is_parameter_update(ctx, mutation, write):
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)
     rw, desc, safe = compute_on_copy(ctx, write)

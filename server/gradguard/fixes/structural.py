@@ -6,7 +6,8 @@
   places; unsafe otherwise (the statements in between now see the values before the update).
 - **keep the tensors** (GG103) -- ``torch.tensor([a, b])`` -> ``torch.stack([a, b])``;
   ``t.item()`` / ``float(t)`` used in tensor arithmetic -> ``t``.
-- **element loops** (GG104) -- the fix of the in-place rule behind the finding (GG001-GG004).
+- **element loops** (GG104) -- the fix of the in-place rule behind the finding (GG001-GG004) when it is safe;
+  else a loop filling a preallocated tensor collects the steps in a list and stacks them (``loops``).
 - **no_grad views** (GG105) -- make the view with grad mode on (move its binding out of the ``no_grad``
   block) and write out of place when nothing else sees the memory; or do the write under ``no_grad`` too.
 """
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix, TextEdit
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
+from .inplace import fix_leaf_write, fix_or_none
+from .loops import stack_steps
 from .writes import parse_expr
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -363,14 +366,28 @@ def _only_arithmetic_uses(ctx: FixContext, assign: ast.Assign, name: str) -> boo
 
 # ============================================================================ GG104: element loops
 def fix_element_loop(ctx: FixContext, finding: Finding) -> Fix | None:
-    """The fix of the in-place rule behind the element-loop finding (the loop stays; it becomes correct)."""
+    """The fix of the in-place rule behind the element-loop finding when it is safe (the loop stays; it becomes
+    correct); else, where the loop fills a preallocated tensor step by step, the list + ``torch.stack`` rewrite
+    (unsafe, see ``loops``); else the in-place rule's unsafe fix."""
     from ..rules import RULES_BY_CODE
 
-    code = (finding.data or {}).get("underlying")
+    data = finding.data or {}
+    code = data.get("underlying")
     rule = RULES_BY_CODE.get(code or "")
-    if rule is None or rule.fix is None:
-        raise CannotFix("no underlying rule with a fix")
-    return rule.fix(ctx, finding)
+    if code in ("GG002", "GG003"):
+        # The message's advice decides, as torch proved it: `torch.no_grad()` only for an update between steps
+        # (anywhere else it drops the gradient of what the loop writes), a copy for the computation.
+        underlying = fix_or_none(lambda: fix_leaf_write(ctx, finding, update=data.get("advice") == "no_grad"))
+    elif rule is not None and rule.fix is not None:
+        underlying = fix_or_none(lambda: rule.fix(ctx, finding))
+    else:
+        underlying = None
+    if underlying is not None and underlying.safe:
+        return underlying
+    stacked = fix_or_none(lambda: stack_steps(ctx, _mutation(finding).node))
+    if stacked is None and underlying is None:
+        raise CannotFix("no fix for this element loop")
+    return stacked or underlying
 
 
 # ============================================================================ GG105: no_grad views

@@ -55,6 +55,9 @@ class Mutation:
     # The write is a call's `out=` argument: torch refuses it at the call, with grad mode on, when any input or
     # the `out=` tensor requires grad (out= functions are not differentiable), before any memory is written.
     out_argument: bool = False
+    # Filled by the engine: a backward ran earlier in the analysed code, so the write comes between steps (an
+    # update or reset of what the next forward reads) rather than inside the computation that backward differentiates.
+    after_backward: bool = False
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

@@ -48,6 +48,8 @@ _NO_DISPATCH = torch._C._DisableTorchDispatch
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 
+# Distinct saves remembered per conflict with the nodes that made them (the notes show at most 3 of them).
+_SAVES_KEPT = 16
 # Ops that take the slow path without writing anything (markers compared by identity).
 _SCALAR = "scalar"  # _local_scalar_dense: item(), float(t), int(t), bool(t)
 _FRESH = "fresh"  # a tensor made from Python data: torch.tensor(...), from_numpy, new_tensor
@@ -174,10 +176,10 @@ class Saved:
     """One tensor autograd saved for backward."""
 
     __slots__ = ("serial", "key", "value", "version", "is_output", "node", "output_nr", "site", "op",
-                 "conflicts", "role", "made_by")
+                 "conflicts", "role", "made_by", "sequence_nr")
 
     def __init__(self, serial, key, value, version, is_output, node, output_nr, site, op, role="input",
-                 made_by=None):
+                 made_by=None, sequence_nr=None):
         self.serial = serial
         self.key = key
         self.value = value  # the original tensor, or for an output a detached alias (no reference cycle)
@@ -190,6 +192,9 @@ class Saved:
         self.conflicts: list[tuple[Conflict, tuple]] | None = None  # (conflict, geometry of the write)
         self.role = role  # "output" of the saving op, a "weight" (a Parameter or a view of one), or an "input"
         self.made_by = made_by  # grad_fn.name() of a saved input when it was saved (None for a leaf)
+        # The sequence number of the autograd node that saved it: a node gets its number before it saves
+        # anything, so it is the newest number when the pack hook runs.  Tells which graph holds the save.
+        self.sequence_nr = sequence_nr
 
     def saving(self) -> "tuple":
         """What a finding says about this save (a tuple: a record would keep the tensor alive)."""
@@ -222,7 +227,10 @@ class Conflict:
     origins: list[Site]  # other lines that are part of it (where the inplace=True module was made)
     first: Saved  # one of the saved tensors it hit (to read its version at the end)
     first_overlaps: bool  # whether the write touched that tensor's elements (not just its storage)
-    saves: list[tuple] = field(default_factory=list)  # Saved.saving() of the hit saved tensors
+    saves: list[tuple] = field(default_factory=list)  # Saved.saving() of the hit saved tensors (up to 3 shown)
+    # Saved.saving() of the hit saved tensors -> the sequence numbers of the nodes that saved them (to keep,
+    # once a backward used one, only the saves of the graph that backward runs).
+    nodes: dict[tuple, set] = field(default_factory=dict)
     count: int = 0
     alive: int = 0  # how many hit saved tensors are still held by a graph
     realized: str | None = None  # "raised" | "silent" once a backward used a hit tensor
@@ -264,6 +272,7 @@ class Tracer(TorchDispatchMode):
         self.internal_errors: list[str] = []
         self.cut: Cut | None = None  # the latest value read out of the graph, until its line is left
         self.graph_breaks: dict[tuple, ProbeFinding] = {}
+        self.realized_now: list[Conflict] = []  # conflicts a backward used during the current backward call
         self.rebuilds: list[tuple[int, Site]] = []  # (code id, site) of tensors made from data or cut values
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
@@ -302,8 +311,28 @@ class Tracer(TorchDispatchMode):
                 self.provenance.on_backward(roots, self._user_frame(sys._getframe(1)))
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"backward: {type(exc).__name__}: {exc}")
-        with _pop_mode_temporarily():
-            return self._engine(roots, *args, **kwargs)
+        outer, self.realized_now = self.realized_now, []
+        try:
+            with _pop_mode_temporarily():
+                return self._engine(roots, *args, **kwargs)
+        finally:
+            realized, self.realized_now = self.realized_now, outer
+            if realized:
+                try:
+                    self._keep_saves_of_graph(realized, roots)
+                except Exception as exc:  # noqa: BLE001
+                    self.internal_errors.append(f"graph: {type(exc).__name__}: {exc}")
+
+    def _keep_saves_of_graph(self, conflicts: list["Conflict"], roots) -> None:
+        """A write can hit saves of several graphs (a GAN's `D(real)` and `D(fake)` both save D's weights);
+        the backward that used one reads only the graph under its roots.  Keep the saves of that graph, so
+        that "saved for backward here" points at the forward that fails, not at another one."""
+        reached = _graph_sequence_nrs(roots)
+        for c in conflicts:
+            if c.realized_save is None or not c.nodes.get(c.realized_save, set()) & reached:
+                continue  # the node that saved it is not known (a custom Function...): keep every save
+            in_graph = [s for s, nrs in c.nodes.items() if nrs & reached]
+            c.saves = ([c.realized_save] + [s for s in in_graph if s != c.realized_save])[:3]
 
     # -- saved tensors --
 
@@ -337,7 +366,8 @@ class Tracer(TorchDispatchMode):
                     break
                 frame = frame.f_back
             rec = Saved(self.serial, key, value, t._version, is_output, node, output_nr, site,
-                        _op_name(last) if is_output and last is not None else None, role, made_by)
+                        _op_name(last) if is_output and last is not None else None, role, made_by,
+                        _next_sequence_nr() - 1)
             if not is_output:
                 self.unnamed.append(rec)
             if key is not None:
@@ -439,6 +469,7 @@ class Tracer(TorchDispatchMode):
             c.backward = backward
             c.torch_message = message
             c.realized_save = rec.saving()
+            self.realized_now.append(c)
 
     # -- every aten op --
 
@@ -532,6 +563,10 @@ class Tracer(TorchDispatchMode):
                 saving = rec.saving()
                 if len(conflict.saves) < 3 and saving not in conflict.saves:
                     conflict.saves.append(saving)
+                if saving in conflict.nodes:
+                    conflict.nodes[saving].add(rec.sequence_nr)
+                elif len(conflict.nodes) < _SAVES_KEPT:
+                    conflict.nodes[saving] = {rec.sequence_nr}
 
     @staticmethod
     def _code_hint(op: str, written, site: Site, inner: list) -> tuple[str, list[Site]]:
@@ -680,6 +715,24 @@ class Tracer(TorchDispatchMode):
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
                             count=c.count, saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+
+
+def _graph_sequence_nrs(roots) -> set[int]:
+    """The sequence numbers of the autograd nodes a backward from ``roots`` (tensors or GradientEdges) reaches."""
+    stack = []
+    for root in roots:
+        node = root.grad_fn if isinstance(root, _Tensor) else getattr(root, "node", None)
+        if node is not None:
+            stack.append(node)
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        nr = node._sequence_nr()
+        if nr in seen:
+            continue
+        seen.add(nr)
+        stack.extend(n for n, _ in node.next_functions if n is not None)
+    return seen
 
 
 def run_traced(body: Callable[[], Any], user: UserCode, enabled: bool = True) -> tuple[Tracer, BaseException | None]:

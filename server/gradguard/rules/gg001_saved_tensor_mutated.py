@@ -8,6 +8,8 @@ from ..messages import Message
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
+ADVICE = "Use an out-of-place op or clone first."
+
 
 def check(mutation: Mutation):
     if not isinstance(mutation, Mutation) or mutation.kind != "write":
@@ -24,9 +26,9 @@ def check(mutation: Mutation):
         mutation.node,
         Message.format(
             "{how} modifies {label} in place, but `{op}` on {saved} saved it (as its {what}) for backward; {raises} "
-            '"{torch}". Use an out-of-place op or clone first.',
+            '"{torch}". {advice}',
             how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, what=what,
-            raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+            raises=where_it_raises(conflict), torch=SAVED_MESSAGE, advice=ADVICE),
         certain=save.certain,
         related=conflict_related(conflict, mutation),
         data={"mutation": mutation},

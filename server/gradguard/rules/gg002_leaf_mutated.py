@@ -8,6 +8,8 @@ from ..inference.values import Grad
 from .base import Example, Rule
 from .common import LEAF_MESSAGE, call_path_related, grad_leaf
 
+ADVICE = "Wrap parameter updates in `with torch.no_grad():`, or compute on a copy."
+
 
 def check(mutation: Mutation):
     if not isinstance(mutation, Mutation) or mutation.kind != "write":
@@ -21,8 +23,7 @@ def check(mutation: Mutation):
     yield Finding(
         "GG002",
         mutation.node,
-        f'{mutation.how} modifies {subject} in place; torch raises here: "{LEAF_MESSAGE}" '
-        "Wrap parameter updates in `with torch.no_grad():`, or compute on a copy.",
+        f'{mutation.how} modifies {subject} in place; torch raises here: "{LEAF_MESSAGE}" {ADVICE}',
         certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=related + call_path_related(mutation),
         data={"mutation": mutation},

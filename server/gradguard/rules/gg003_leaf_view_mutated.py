@@ -8,6 +8,8 @@ from ..inference.values import Grad
 from .base import Example, Rule
 from .common import LEAF_VIEW_MESSAGE, call_path_related, grad_leaf
 
+ADVICE = "Do it under `torch.no_grad()` or on a clone."
+
 
 def check(mutation: Mutation):
     if not isinstance(mutation, Mutation) or mutation.kind != "write":
@@ -23,7 +25,7 @@ def check(mutation: Mutation):
         "GG003",
         mutation.node,
         f"{mutation.how} writes through a view of {root.label}, a leaf that requires grad; torch raises here: "
-        f'"{LEAF_VIEW_MESSAGE}" Do it under `torch.no_grad()` or on a clone.',
+        f'"{LEAF_VIEW_MESSAGE}" {ADVICE}',
         certain=root.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=related + call_path_related(mutation),
         data={"mutation": mutation},
