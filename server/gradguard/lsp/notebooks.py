@@ -103,7 +103,7 @@ def to_lsp(ls: Any, snap: Snapshot, diags: list[Diagnostic]) -> dict[str, list[t
         i = cell_index(d.cell)
         if i is None:
             continue
-        lsp = convert.to_lsp_diagnostic(d, snap.uris[i], lines[i], encoding)
+        lsp = convert.to_lsp_diagnostic(d, snap.uris[i], lines[i], encoding, ls.config.docs_url)
         related = []
         for r in d.related:
             j = cell_index(r.cell)

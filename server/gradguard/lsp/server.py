@@ -12,7 +12,8 @@
   ``source.fixAll.gradguard`` applying every safe fix at once (also ``workspace/executeCommand``
   ``gradguard.applyAllFixes``).  Every edit names the document version it was computed on, so a client
   refuses it once the text has moved on.
-- Hover over a flagged range: the message, the rule's summary and a link to its docs.
+- Hover over a flagged range: the message, the rule's summary and a link to its docs (``hover.py``: markdown
+  only for a client that announces it).
 - Configuration: pyproject ``[tool.gradguard]`` of the workspace root, overridden by
   ``initializationOptions`` and ``workspace/didChangeConfiguration`` settings ``{"gradguard": {...}}``
   (keys present replace ``select``/``ignore``; ``severity`` entries are merged).  ``"run": "onSave"`` beside
@@ -40,8 +41,8 @@ from pygls.uris import to_fs_path
 from .. import api
 from ..config import Config, ConfigError, config_from_table, load_config
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
-from ..rules import RULES_BY_CODE
 from . import convert, fixes
+from . import hover as hover_text
 from . import notebooks as notebook_sync
 
 try:  # pragma: no cover - metadata is there when installed
@@ -231,6 +232,7 @@ class GradguardServer(LanguageServer):
             select=parsed.select if "select" in table else None,
             ignore=parsed.ignore if "ignore" in table else None,
             severity=parsed.severity,
+            docs_url=parsed.docs_url,
         )
 
     def reanalyse_all(self) -> None:
@@ -307,7 +309,7 @@ class GradguardServer(LanguageServer):
         lines = convert.split_lines(text)
         pairs = []
         for d in diags:
-            lsp = convert.to_lsp_diagnostic(d, uri, lines, self.encoding)
+            lsp = convert.to_lsp_diagnostic(d, uri, lines, self.encoding, self.config.docs_url)
             if isinstance(lsp.data, dict):
                 lsp.data["version"] = version
             pairs.append((d, lsp))
@@ -505,10 +507,6 @@ async def pull_diagnostics(
 
 
 # ---- hover ---------------------------------------------------------------------------
-def _contains(rng: types.Range, pos: types.Position) -> bool:
-    return (rng.start.line, rng.start.character) <= (pos.line, pos.character) <= (rng.end.line, rng.end.character)
-
-
 @server.feature(types.TEXT_DOCUMENT_HOVER)
 @_safe()
 def hover(ls: GradguardServer, params: types.HoverParams) -> types.Hover | None:
@@ -516,23 +514,7 @@ def hover(ls: GradguardServer, params: types.HoverParams) -> types.Hover | None:
     shown = state.published if state is not None else notebook_sync.published(ls, params.text_document.uri)
     if shown is None:
         return None
-    hits = [(d, l) for d, l in shown if _contains(l.range, params.position)]
-    if not hits:
-        return None
-    parts = []
-    for diag, _ in hits:
-        rule = RULES_BY_CODE.get(diag.code)
-        if rule is None:
-            parts.append(f"**gradguard {diag.code}**: {diag.message}")
-        else:
-            parts.append(
-                f"**gradguard {rule.code} `{rule.name}`**: {diag.message}\n\n"
-                f"{rule.summary}\n\n[{rule.code} documentation]({rule.url})"
-            )
-    return types.Hover(
-        contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(parts)),
-        range=hits[0][1].range,
-    )
+    return hover_text.hover(shown, params.position, ls.client_capabilities, ls.config.docs_url)
 
 
 # ---- code actions --------------------------------------------------------------------
