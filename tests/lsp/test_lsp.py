@@ -504,6 +504,34 @@ async def test_pyproject_change_reloads_config(client: LanguageClient, tmp_path)
     assert len([p for p in client.published if p.uri == uri]) == 5  # type: ignore[attr-defined]
 
 
+async def test_pyproject_edit_reloads_without_a_file_watcher(client: LanguageClient, tmp_path):
+    """Neovim on Linux cannot watch files for the server: an edited pyproject.toml is seen at the next
+    change or save of any document, and every open document is analysed again."""
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "demo"\n', encoding="utf-8")
+    uri, other = (tmp_path.joinpath("src", name).as_uri() for name in ("model.py", "other.py"))
+    def of_other() -> list[Any]:
+        return [p for p in client.published if p.uri == other]  # type: ignore[attr-defined]
+
+    open_doc(client, LEAF, uri=other)
+    await asyncio.wait_for(_until(lambda: len(of_other()) == 1), 10)
+    open_doc(client, LEAF, uri=uri)
+    (d,) = await wait_publish(client, uri, version=1)
+    assert d.severity == types.DiagnosticSeverity.Error
+
+    pyproject.write_text('[project]\nname = "demo"\n[tool.gradguard]\nignore = ["GG002"]\n', encoding="utf-8")
+    change_full(client, LEAF + "\n", version=2, uri=uri)
+    assert len(await wait_publish(client, uri, version=2)) == 0
+    await asyncio.wait_for(_until(lambda: len(of_other()) == 2), 10)
+    assert len(of_other()[-1].diagnostics) == 0  # not edited, analysed again
+
+    pyproject.write_text('[tool.gradguard.severity]\nGG002 = "info"\n', encoding="utf-8")
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    (d,) = await wait_publish(client, uri, version=2)
+    assert d.severity == types.DiagnosticSeverity.Information
+    assert client.registrations == []  # type: ignore[attr-defined]
+
+
 # ---- fix-all ---------------------------------------------------------------------------
 def _fixable_fixture() -> tuple[str, list[Any]] | None:
     """Text of a corpus fixture with at least one safe fix, if any rule offers fixes yet."""

@@ -313,18 +313,21 @@ def register(server: Any, safe: Any) -> None:
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
     @safe()
     def did_open_notebook(ls: Any, params: types.DidOpenNotebookDocumentParams) -> None:
+        ls.reload_if_pyproject_changed()
         states(ls).setdefault(params.notebook_document.uri, NotebookState())
         schedule(ls, params.notebook_document.uri, delay=0)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
     @safe()
     def did_change_notebook(ls: Any, params: types.DidChangeNotebookDocumentParams) -> None:
+        ls.reload_if_pyproject_changed()
         if ls.run_on_type:
             schedule(ls, params.notebook_document.uri)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
     @safe()
     def did_save_notebook(ls: Any, params: types.DidSaveNotebookDocumentParams) -> None:
+        ls.reload_if_pyproject_changed()
         schedule(ls, params.notebook_document.uri, delay=0)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
