@@ -67,3 +67,25 @@ def test_module_runs_as_a_script():
     run = subprocess.run([sys.executable, "-m", "gradguard.docs", "--check"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+def test_the_wheel_ships_the_pages_and_the_license(tmp_path):
+    """Diagnostics link to rule_docs/ of the installed package: the wheel must carry it (package data)."""
+    pytest.importorskip("setuptools")
+    import shutil
+    import zipfile
+
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "server", src / "server", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = tmp_path.glob("gradguard-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for page in [*(f"{rule.code}.md" for rule in ALL_RULES), "README.md"]:
+        assert f"gradguard/rule_docs/{page}" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
