@@ -1,4 +1,5 @@
-"""docs/rules/ is generated from the rule files (``python -m gradguard.docs``) and must stay in sync."""
+"""docs/rules/ and the pages shipped in the package (server/gradguard/rule_docs/) are generated from the rule
+files (``python -m gradguard.docs``) and must stay in sync; diagnostics link to the shipped ones."""
 
 from __future__ import annotations
 
@@ -10,19 +11,26 @@ import pytest
 
 from gradguard import docs
 from gradguard.cli import main
+from gradguard.doc_links import SHIPPED_DOCS, rule_doc_url
 from gradguard.rules import ALL_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "rules"
 
 
-def test_committed_pages_are_what_the_rules_generate(tmp_path):
-    problems = docs.stale(DOCS)
-    assert not problems, "\n".join(problems) + "\nrun `python -m gradguard.docs` and commit docs/rules/"
+@pytest.mark.parametrize("folder", [DOCS, SHIPPED_DOCS], ids=["docs/rules", "package rule_docs"])
+def test_committed_pages_are_what_the_rules_generate(folder, tmp_path):
+    problems = docs.stale(folder)
+    assert not problems, "\n".join(problems) + "\nrun `python -m gradguard.docs` and commit both folders"
     docs.write(tmp_path)  # regenerating from scratch gives the same set of files, byte for byte
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in DOCS.glob("*.md"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in folder.glob("*.md"))
     for page in tmp_path.iterdir():
-        assert page.read_bytes() == (DOCS / page.name).read_bytes(), page.name
+        assert page.read_bytes() == (folder / page.name).read_bytes(), page.name
+
+
+def test_the_generator_writes_both_folders_by_default():
+    assert docs.default_directories() == [SHIPPED_DOCS, DOCS]
+    assert SHIPPED_DOCS.parent == Path(docs.__file__).resolve().parent  # inside the package: shipped with it
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
@@ -34,7 +42,7 @@ def test_rule_command_prints_the_page(rule, capsys):
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
 def test_page_has_every_part_and_the_examples_the_suite_runs(rule):
     page = (DOCS / f"{rule.code}.md").read_text(encoding="utf-8")
-    assert rule.url.endswith(f"/docs/rules/{rule.code}.md")  # diagnostics link here
+    assert rule_doc_url(rule.code) == (SHIPPED_DOCS / f"{rule.code}.md").as_uri()  # diagnostics link here
     assert page.startswith(f"# {rule.code} {rule.name}\n")
     for section in ("## What torch does", "## Flagged", "## How to fix it", "## Suppressing it"):
         assert section in page
@@ -59,3 +67,25 @@ def test_module_runs_as_a_script():
     run = subprocess.run([sys.executable, "-m", "gradguard.docs", "--check"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+def test_the_wheel_ships_the_pages_and_the_license(tmp_path):
+    """Diagnostics link to rule_docs/ of the installed package: the wheel must carry it (package data)."""
+    pytest.importorskip("setuptools")
+    import shutil
+    import zipfile
+
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "server", src / "server", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = tmp_path.glob("gradguard-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for page in [*(f"{rule.code}.md" for rule in ALL_RULES), "README.md"]:
+        assert f"gradguard/rule_docs/{page}" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)

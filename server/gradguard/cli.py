@@ -345,7 +345,7 @@ def _check(args: argparse.Namespace) -> int:
         (d for r in results for d in r.diagnostics),
         key=lambda d: (d.path, d.cell or 0, d.span.line, d.span.column, d.code),
     )
-    rules = catalog()
+    rules = catalog(config.docs_url)
     if args.diff:
         report = fixing.diff
     elif args.statistics:

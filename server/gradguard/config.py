@@ -7,6 +7,7 @@ ignore = ["GG005"]          # code prefixes to disable
 exclude = ["build/", "third_party/**"]   # gitignore-style patterns, relative to the pyproject.toml
 jedi = false                # true: follow imports of project modules with jedi (3-5x slower)
 view-functions = ["mylib.ops.flatten_heads"]  # functions that return a view of their first argument
+docs-url = "https://example.org/gradguard/rules"  # where diagnostics link to CODE.md (default: the shipped pages)
 [tool.gradguard.severity]
 GG001 = "warning"
 ```
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .diagnostics import SYNTAX_ERROR, UNREADABLE, Severity
+from .doc_links import is_docs_base
 from .rules import ALL_RULES
 
 if sys.version_info >= (3, 11):
@@ -59,6 +61,9 @@ class Config:
     # Qualified names of functions outside torch that return a view of their first argument, besides the
     # shipped table (knowledge/third_party_views.json: einops...).
     view_functions: tuple[str, ...] = ()
+    # Where rule documentation links point (``<docs_url>/CODE.md``); None: the pages shipped in the package.
+    # Not part of any cache key: links are made when findings are shown, never stored with them.
+    docs_url: str | None = None
 
     def enabled(self, code: str) -> bool:
         if self.select and not any(code.startswith(p) for p in self.select):
@@ -74,6 +79,7 @@ class Config:
         ignore: Iterable[str] | None = None,
         extend_ignore: Iterable[str] = (),
         severity: dict[str, Severity] | None = None,
+        docs_url: str | None = None,
     ) -> "Config":
         """Command-line or editor settings take precedence over the file."""
         return replace(
@@ -81,6 +87,7 @@ class Config:
             select=tuple(select) if select is not None else self.select,
             ignore=(tuple(ignore) if ignore is not None else self.ignore) + tuple(extend_ignore),
             severity={**self.severity, **(severity or {})},
+            docs_url=docs_url if docs_url is not None else self.docs_url,
         )
 
 
@@ -103,7 +110,7 @@ def parse_severity(value: str) -> Severity:
 
 def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config:
     """Build a Config from the ``[tool.gradguard]`` table (or the LSP's settings object)."""
-    known = {"select", "ignore", "exclude", "severity", "jedi", "view-functions"}
+    known = {"select", "ignore", "exclude", "severity", "jedi", "view-functions", "docs-url"}
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"[tool.gradguard] has unknown keys: {', '.join(sorted(unknown))}")
@@ -123,7 +130,11 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
         raise ConfigError("[tool.gradguard] view-functions must be a list of qualified names (\"pkg.module.function\")")
     severities = {str(k).strip().upper(): parse_severity(str(v)) for k, v in severity.items()}
     check_codes(severities, "[tool.gradguard.severity]", prefixes=False)
+    docs_url = table.get("docs-url")
+    if docs_url is not None and not (isinstance(docs_url, str) and is_docs_base(docs_url)):
+        raise ConfigError('[tool.gradguard] docs-url must be a URL such as "https://example.org/gradguard/rules"')
     return Config(
+        docs_url=docs_url,
         jedi=jedi,
         view_functions=tuple(views),
         select=_codes(table.get("select", []), "select"),

@@ -1,11 +1,13 @@
-"""Generate the rule documentation: ``docs/rules/CODE.md`` for every rule, and the index ``docs/rules/README.md``.
+"""Generate the rule documentation: ``CODE.md`` for every rule, and the index ``README.md``.
 
 Each page is exactly ``Rule.docs()`` -- built from the rule's own file: what torch does, the INVALID
 examples (which ``tests/test_rule_examples.py`` runs with torch), the fix, when the rule can be wrong, how
-to suppress it -- so it is also exactly what ``gradguard rule CODE`` prints, and what a diagnostic's link
-(``Rule.url``, the language server's ``codeDescription.href``) points at.
+to suppress it -- so it is also exactly what ``gradguard rule CODE`` prints.  The pages are written twice:
+into ``server/gradguard/rule_docs/``, which ships in the package so that a diagnostic's link (the language
+server's ``codeDescription.href``, see ``doc_links``) opens on any install, and into ``docs/rules/`` of the
+checkout, for reading the repository.
 
-    python -m gradguard.docs            # (re)write docs/rules/ of this checkout
+    python -m gradguard.docs            # (re)write both folders
     python -m gradguard.docs --check    # exit 1 and name the files that are out of date
     python -m gradguard.docs --out DIR  # write somewhere else
 
@@ -18,6 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from .doc_links import SHIPPED_DOCS
 
 INDEX = "README.md"
 
@@ -61,10 +65,16 @@ def _ending(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def default_directory() -> Path | None:
+def checkout_directory() -> Path | None:
     """``docs/rules`` of the checkout this module is in; None for an installed package."""
     root = Path(__file__).resolve().parents[2]
     return root / "docs" / "rules" if (root / "pyproject.toml").is_file() and (root / "server").is_dir() else None
+
+
+def default_directories() -> list[Path]:
+    """The pages shipped in the package, and those of the checkout when there is one."""
+    checkout = checkout_directory()
+    return [SHIPPED_DOCS] + ([checkout] if checkout is not None else [])
 
 
 def stale(directory: Path) -> list[str]:
@@ -104,21 +114,22 @@ def write(directory: Path) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gradguard.docs", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="folder to write (default: docs/rules of this checkout)")
+    parser.add_argument(
+        "--out", type=Path, help="folder to write (default: the package's rule_docs/ and docs/rules of this checkout)"
+    )
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page is out of date")
     args = parser.parse_args(argv)
-    directory = args.out or default_directory()
-    if directory is None:
-        parser.error("not running from a checkout: give --out DIR")
+    directories = [args.out] if args.out else default_directories()
     if args.check:
-        problems = stale(directory)
+        problems = [problem for directory in directories for problem in stale(directory)]
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:
             print("run `python -m gradguard.docs` to regenerate", file=sys.stderr)
         return 1 if problems else 0
-    for path in write(directory):
-        print(f"wrote {path}")
+    for directory in directories:
+        for path in write(directory):
+            print(f"wrote {path}")
     return 0
 
 

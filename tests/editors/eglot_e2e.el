@@ -3,7 +3,7 @@
 ;; Run by tests/editors/test_editors.py as
 ;;   emacs --batch -Q -l eglot_e2e.el
 ;; with environment:
-;;   GG_SERVER_CMD   JSON list: the server command
+;;   GG_CONFIG       an Elisp file: the README's eglot snippet (test_editors.py writes it)
 ;;   GG_FILE         the Python file to open
 ;;   GG_TARGET_LINE  1-based line whose gradguard finding the scenario acts on
 ;;   GG_REPORT       where to write the JSON report (the test checks it and the file on disk)
@@ -79,15 +79,14 @@
            collect d))
 
 (defun gg-main ()
-  (let* ((cmd (append (json-read-from-string (getenv "GG_SERVER_CMD")) nil))
-         (file (getenv "GG_FILE"))
+  (let* ((file (getenv "GG_FILE"))
          (line (string-to-number (getenv "GG_TARGET_LINE")))
          (timeout (string-to-number (or (getenv "GG_TIMEOUT_S") "20"))))
     (gg-put 'emacs emacs-version)
     (gg-put 'eglot (or (ignore-errors
                          (package-version-join (package-desc-version (cadr (assq 'eglot package-alist)))))
                        "built-in"))
-    (setq eglot-server-programs `((python-mode . ,cmd)))
+    (load (getenv "GG_CONFIG") nil t)   ; the README's snippet: eglot-server-programs, workspace configuration
     (find-file file)
     (unless (derived-mode-p 'python-mode) (python-mode))
     ;; `eglot-ensure' connects from post-command-hook, which never runs in batch mode.

@@ -3,13 +3,13 @@
 -- Run by tests/editors/test_editors.py as
 --   nvim --headless -u NONE -i NONE -n -c 'luafile nvim_e2e.lua' <file.py>
 -- with environment:
---   GG_SERVER_CMD   JSON list: the server command
+--   GG_CONFIG       a Lua file: the README's configuration snippet for this Neovim (test_editors.py writes it)
 --   GG_TARGET_LINE  1-based line whose gradguard finding the scenario acts on
 --   GG_REPORT       where to write the JSON report (the test checks it and the file on disk)
 --   GG_TIMEOUT_MS   how long to wait for each step (default 20000)
 --
--- What a user does: the client starts from the FileType autocommand (0.11: vim.lsp.config + vim.lsp.enable,
--- as the README says; 0.7: vim.lsp.start_client + vim.lsp.buf_attach_client), the file is opened, the
+-- What a user does: the client starts from the README's configuration (0.11: vim.lsp.config + vim.lsp.enable;
+-- 0.7: vim.lsp.start_client + vim.lsp.buf_attach_client in a FileType autocommand), the file is opened, the
 -- diagnostics appear, the cursor goes to the finding, `vim.lsp.buf.code_action()` lists the quick fixes,
 -- one is applied (0.10+: `apply = true` with a filter, 0.7: picked from the vim.ui.select menu), `:write`.
 -- The quick fix chosen is the first one not titled "Suppress ..." (a real fix), else the suppression.
@@ -56,35 +56,15 @@ local function diag_table(bufnr)
 end
 
 local function main()
-  local cmd = vim.fn.json_decode((assert(vim.env.GG_SERVER_CMD, "GG_SERVER_CMD unset")))
   local target_line = tonumber((assert(vim.env.GG_TARGET_LINE, "GG_TARGET_LINE unset"))) - 1
   local timeout = tonumber(vim.env.GG_TIMEOUT_MS or "20000")
   local v = vim.version()
   report.nvim = ("%d.%d.%d"):format(v.major, v.minor, v.patch)
   local modern = vim.lsp.config ~= nil and vim.lsp.enable ~= nil -- 0.11+
 
-  if modern then -- the README's Neovim 0.11 form
-    vim.lsp.config("gradguard", {
-      cmd = cmd,
-      filetypes = { "python" },
-      root_markers = { "pyproject.toml", ".git" },
-    })
-    vim.lsp.enable("gradguard")
-  else
-    -- the README's Neovim 0.7 form
-    local gradguard_id
-    vim.api.nvim_create_autocmd("FileType", {
-      pattern = "python",
-      callback = function(args)
-        gradguard_id = gradguard_id or vim.lsp.start_client({
-          name = "gradguard",
-          cmd = cmd,
-          root_dir = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(args.buf), ":p:h"),
-        })
-        if gradguard_id then vim.lsp.buf_attach_client(args.buf, gradguard_id) end
-      end,
-    })
-  end
+  -- the README's snippet for this Neovim (0.11: vim.lsp.config + vim.lsp.enable; 0.7: vim.lsp.start_client from
+  -- a FileType autocommand), with the test's server command in place of { "gradguard", "lsp" }
+  dofile(assert(vim.env.GG_CONFIG, "GG_CONFIG unset"))
   vim.cmd("filetype on")
   vim.cmd("edit " .. vim.fn.fnameescape(vim.fn.argv(0)))
   local bufnr = vim.api.nvim_get_current_buf()

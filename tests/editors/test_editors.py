@@ -2,7 +2,9 @@
 
 Each run opens a Python file in a fresh directory, waits for gradguard's findings, applies a quick fix the
 way a user does (the code-action menu), saves, and reports in JSON what it saw.  The test then checks:
-- the editor showed exactly the findings ``api.analyze_source`` gives, at the right columns
+- the editor is configured by the README's own snippet for it (``readme_snippet``: the docs cannot drift), whose
+  settings (``ignore = GG005``) reach the server: the "settings" scenario has a GG005 finding that must not show;
+- the editor showed exactly the findings ``api.analyze_source`` gives with those settings, at the right columns
   (bytes in Neovim, whatever encoding was negotiated; characters in Emacs);
 - the menu offered "Suppress CODE on this line"; the action applied was the first quickfix not titled
   "Suppress ..." when there is one (a real fix, then checked against the fix's own edits), else the
@@ -25,12 +27,15 @@ from pathlib import Path
 import pytest
 
 from gradguard.api import analyze_source
+from gradguard.config import Config
 from gradguard.lsp.fixes import apply_edits
 
 from editors.clients import Client, emacs, nvim_011, nvim_07, require
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "fixtures"
+README = HERE.parents[1] / "README.md"
+README_SETTINGS = Config(ignore=("GG005",))  # what every README snippet's settings say
 TIMEOUT = 120  # seconds for a whole editor run; each step inside waits at most 20 s
 
 _EXPECT_COMMENT = re.compile(r"\s*#\s*expect(-raise|-silent)?:?.*$")
@@ -51,11 +56,48 @@ def schritt(größe):
     return ψ, etikett
 '''
 
+# A GG005 (the ReLU overwrites the sigmoid's saved output: backward raises) that the README's settings
+# ignore, and a GG002 (an in-place write to a leaf: torch raises at once) to act on.
+SETTINGS_TEXT = '''import torch
+import torch.nn.functional as F
+
+
+def gate(x):
+    h = torch.sigmoid(x)
+    return F.relu(h, inplace=True)
+
+
+def step():
+    x = torch.randn(4, requires_grad=True)
+    gate(x).sum().backward()
+    w = torch.zeros(3, requires_grad=True)
+    w += 1
+    return w
+'''
+
 SCENARIOS = {
     # name: (text, 1-based line of the finding to act on)
     "corpus": (_corpus_text(), 17),
     "unicode": (UNICODE_TEXT, 6),  # an astral char and non-ASCII names before the finding on its line
+    "settings": (SETTINGS_TEXT, 14),
 }
+
+
+def readme_snippet(name: str) -> str:
+    """The fenced block after ``<!-- tests/editors: NAME -->`` in README.md."""
+    m = re.search(rf"<!-- tests/editors: {re.escape(name)} -->\n```\w+\n(.*?)\n```", README.read_text(encoding="utf-8"), re.S)
+    assert m is not None, f"README.md has no snippet marked tests/editors: {name}"
+    return m.group(1) + "\n"
+
+
+def configured(name: str, readme_cmd: str, cmd: str, folder: Path) -> Path:
+    """The README's snippet ``name`` as a file, running the test's server instead of ``gradguard lsp``."""
+    snippet = readme_snippet(name)
+    assert snippet.count(readme_cmd) == 1, f"the {name} snippet should run {readme_cmd} once"
+    assert '"GG005"' in snippet  # README_SETTINGS
+    path = folder / f"readme-{name}.{'el' if name == 'eglot' else 'lua'}"
+    path.write_text(snippet.replace(readme_cmd, cmd), encoding="utf-8")
+    return path
 
 
 def server_command() -> list[str]:
@@ -105,7 +147,7 @@ def expected_after(text: str, line: int, code: str, chosen: str) -> str:
 
 
 def findings(text: str) -> list[tuple[int, str]]:
-    return sorted((d.line, d.code) for d in analyze_source(text).diagnostics)
+    return sorted((d.line, d.code) for d in analyze_source(text, config=README_SETTINGS).diagnostics)
 
 
 def check_common(report: dict, text: str, path: Path, line: int) -> tuple[str, str]:
@@ -135,9 +177,10 @@ def test_neovim(which: str, scenario: str, tmp_path: Path):
     text, line = SCENARIOS[scenario]
     path = setup_project(tmp_path, text)
     report_path = tmp_path / "report.json"
+    lua_cmd = "{ " + ", ".join(json.dumps(part) for part in server_command()) + " }"
     env = {
         **isolated_env(tmp_path),
-        "GG_SERVER_CMD": json.dumps(server_command()),
+        "GG_CONFIG": str(configured(which, '{ "gradguard", "lsp" }', lua_cmd, tmp_path)),
         "GG_TARGET_LINE": str(line),
         "GG_REPORT": str(report_path),
     }
@@ -172,9 +215,10 @@ def test_emacs_eglot(scenario: str, tmp_path: Path):
     text, line = SCENARIOS[scenario]
     path = setup_project(tmp_path, text)
     report_path = tmp_path / "report.json"
+    elisp_cmd = "(" + " ".join(json.dumps(part) for part in server_command()) + ")"
     env = {
         **isolated_env(tmp_path),
-        "GG_SERVER_CMD": json.dumps(server_command()),
+        "GG_CONFIG": str(configured("eglot", '("gradguard" "lsp")', elisp_cmd, tmp_path)),
         "GG_FILE": str(path),
         "GG_TARGET_LINE": str(line),
         "GG_REPORT": str(report_path),

@@ -7,6 +7,7 @@ The client declares VS Code's capabilities (as pytest-lsp recorded them), except
 Other markers:
   @pytest.mark.init_options({...})     initializationOptions
   @pytest.mark.encodings(["utf-8"])    general.positionEncodings offered by the client
+  @pytest.mark.hover_formats(["plaintext"])  textDocument.hover.contentFormat (VS Code's: markdown first)
 The client records pushed diagnostics (``client.published``), ``client/registerCapability`` requests
 (``client.registrations``) and ``workspace/applyEdit`` requests (``client.applied_edits``; it answers
 ``applied: true`` without changing anything: the test sends the resulting text itself).
@@ -29,6 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "encodings(list): position encodings the LSP test client offers")
     config.addinivalue_line("markers", "pull: the LSP test client pulls diagnostics (textDocument/diagnostic)")
     config.addinivalue_line("markers", "watch: the LSP test client allows dynamic registration of file watchers")
+    config.addinivalue_line("markers", "hover_formats(list): textDocument.hover.contentFormat of the LSP test client")
 
 
 def _record_publish(client: LanguageClient, params: types.PublishDiagnosticsParams) -> None:
@@ -87,6 +89,9 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
     if encodings is not None:
         caps.general = caps.general or types.GeneralClientCapabilities()
         caps.general.position_encodings = list(encodings.args[0])
+    hover_formats = request.node.get_closest_marker("hover_formats")
+    if hover_formats is not None:
+        caps.text_document.hover = types.HoverClientCapabilities(content_format=list(hover_formats.args[0]))
     init = request.node.get_closest_marker("init_options")
     lsp_client.init_result = await lsp_client.initialize_session(  # type: ignore[attr-defined]
         types.InitializeParams(

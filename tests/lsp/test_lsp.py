@@ -11,6 +11,7 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from gradguard.api import analyze_source
+from gradguard.doc_links import SHIPPED_DOCS
 
 pytestmark = pytest.mark.asyncio
 
@@ -125,7 +126,7 @@ async def test_open_publishes_finding(client: LanguageClient):
     assert (d.code, d.source, d.severity) == ("GG002", "gradguard", types.DiagnosticSeverity.Error)
     assert d.range == rng(2, 0, 2, 6)
     assert "leaf" in d.message
-    assert d.code_description.href.endswith("/GG002.md")
+    assert d.code_description.href == (SHIPPED_DOCS / "GG002.md").as_uri()  # the page shipped with gradguard
     assert len(d.related_information) == 1
     rel = d.related_information[0]
     assert rel.location.uri == URI and rel.location.range.start == types.Position(line=1, character=4)
@@ -222,6 +223,54 @@ async def test_hover(client: LanguageClient):
         types.HoverParams(text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(line=0, character=2))
     )
     assert nothing is None
+
+
+@pytest.mark.hover_formats([types.MarkupKind.PlainText])
+async def test_hover_is_plain_text_for_a_client_without_markdown(client: LanguageClient):
+    """eglot without markdown-mode announces only plaintext: no ``**`` or backticks reach the user."""
+    open_doc(client, LEAF)
+    diags = await wait_publish(client, URI, version=1)
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(line=2, character=2))
+    )
+    assert hover is not None and hover.contents.kind == types.MarkupKind.PlainText
+    text = hover.contents.value
+    assert "`" not in text and "**" not in text and "](" not in text
+    assert text.startswith("gradguard GG002 (leaf-mutated): ")
+    assert diags[0].message.replace("`", "") in text
+    assert f"GG002 documentation: {diags[0].code_description.href}" in text
+
+
+@pytest.mark.init_options({"gradguard": {"docs-url": "https://docs.example.org/gradguard/rules/"}})
+async def test_docs_url_setting_moves_every_link(client: LanguageClient):
+    open_doc(client, LEAF)
+    (d,) = await wait_publish(client, URI, version=1)
+    assert d.code_description.href == "https://docs.example.org/gradguard/rules/GG002.md"
+    hover = await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(line=2, character=2))
+    )
+    assert "(https://docs.example.org/gradguard/rules/GG002.md)" in hover.contents.value
+
+
+async def test_every_published_link_opens(client: LanguageClient):
+    """Each rule's ``codeDescription.href`` is a page on disk (no made-up web address); GG900 has none."""
+    from fixture_corpus import all_fixtures
+
+    seen: set[str] = set()
+    for i, fx in enumerate(f for f in all_fixtures() if f.path.name.startswith("pos")):
+        code = fx.path.parent.name
+        if code in seen:
+            continue
+        uri = f"file:///virtual/links_{i}.py"
+        open_doc(client, fx.path.read_text(encoding="utf-8"), uri=uri)
+        for d in await wait_publish(client, uri, version=1):
+            seen.add(str(d.code))
+            href = d.code_description.href if d.code_description else None
+            if d.code == "GG900":
+                assert href is None
+            else:
+                assert href == (SHIPPED_DOCS / f"{d.code}.md").as_uri() and (SHIPPED_DOCS / f"{d.code}.md").is_file()
+    assert {"GG001", "GG002", "GG101"} <= seen
 
 
 async def test_pull_diagnostics(client: LanguageClient):
@@ -453,6 +502,34 @@ async def test_pyproject_change_reloads_config(client: LanguageClient, tmp_path)
     changed(types.FileChangeType.Deleted)
     assert len(await wait_publish(client, uri, version=1)) == 1
     assert len([p for p in client.published if p.uri == uri]) == 5  # type: ignore[attr-defined]
+
+
+async def test_pyproject_edit_reloads_without_a_file_watcher(client: LanguageClient, tmp_path):
+    """Neovim on Linux cannot watch files for the server: an edited pyproject.toml is seen at the next
+    change or save of any document, and every open document is analysed again."""
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "demo"\n', encoding="utf-8")
+    uri, other = (tmp_path.joinpath("src", name).as_uri() for name in ("model.py", "other.py"))
+    def of_other() -> list[Any]:
+        return [p for p in client.published if p.uri == other]  # type: ignore[attr-defined]
+
+    open_doc(client, LEAF, uri=other)
+    await asyncio.wait_for(_until(lambda: len(of_other()) == 1), 10)
+    open_doc(client, LEAF, uri=uri)
+    (d,) = await wait_publish(client, uri, version=1)
+    assert d.severity == types.DiagnosticSeverity.Error
+
+    pyproject.write_text('[project]\nname = "demo"\n[tool.gradguard]\nignore = ["GG002"]\n', encoding="utf-8")
+    change_full(client, LEAF + "\n", version=2, uri=uri)
+    assert len(await wait_publish(client, uri, version=2)) == 0
+    await asyncio.wait_for(_until(lambda: len(of_other()) == 2), 10)
+    assert len(of_other()[-1].diagnostics) == 0  # not edited, analysed again
+
+    pyproject.write_text('[tool.gradguard.severity]\nGG002 = "info"\n', encoding="utf-8")
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    (d,) = await wait_publish(client, uri, version=2)
+    assert d.severity == types.DiagnosticSeverity.Information
+    assert client.registrations == []  # type: ignore[attr-defined]
 
 
 # ---- fix-all ---------------------------------------------------------------------------

@@ -140,9 +140,14 @@ def test_vsix_contents(vsix: Path) -> None:
                    "lsprotocol/types.py", "jedi/__init__.py", "pathspec/__init__.py", "tomli/__init__.py"]:
         assert libs + module in names, f"{module} is not bundled"
     assert "gradguard-" in bundle_txt and "pygls-" in bundle_txt
+    # the rule pages the diagnostics' links (codeDescription.href: file: URIs) open
+    for code in ("GG001", "GG105"):
+        assert f"{libs}gradguard/rule_docs/{code}.md" in names
+    # the license, found by vsce without --skip-license (its LICENSE file becomes LICENSE.txt)
+    assert "extension/LICENSE.txt" in names and "<License>extension/LICENSE.txt</License>" in vsixmanifest
     # nothing else: no sources, tests, node_modules, caches or compiled modules
     allowed = ("[Content_Types].xml", "extension.vsixmanifest", "extension/package.json", "extension/readme.md",
-               "extension/vscode-client/dist/extension.js", libs)
+               "extension/LICENSE.txt", "extension/vscode-client/dist/extension.js", libs)
     stray = [n for n in names if not n.startswith(allowed)]
     assert not stray, f"unexpected files in the .vsix: {stray[:20]}"
     bad = [n for n in names if re.search(r"(\.so|\.pyd|\.dylib|\.pyc|\.ts|\.map)$|__pycache__|node_modules", n)]

@@ -322,7 +322,9 @@ export function parsePreflight(run: PreflightRun, s: ExtensionSettings, interpre
         ok: false,
         message:
           `gradguard is not installed in the environment of ${who} (${r.detail}). ` +
-          `Install it there (\`python -m pip install gradguard\`), or set gradguard.importStrategy to "useBundled".`,
+          // gradguard is not on PyPI (yet): `pip install gradguard` would find nothing, or someone else's package
+          `Install it there from a gradguard checkout (\`python -m pip install /path/to/gradguard\`), ` +
+          `or set gradguard.importStrategy to "useBundled".`,
         detail: r.detail,
       };
     }

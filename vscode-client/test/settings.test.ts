@@ -271,7 +271,8 @@ describe("parsePreflight", () => {
     assert.equal(r.ok, false);
     const m = (r as { message: string }).message;
     assert.match(m, /not installed in the environment of `\/v\/bin\/python` \(selected in the Python extension\)/);
-    assert.match(m, /pip install gradguard/);
+    assert.match(m, /pip install \/path\/to\/gradguard/);
+    assert.doesNotMatch(m, /pip install gradguard/); // not on PyPI
     assert.match(m, /useBundled/);
   });
 

@@ -16,7 +16,7 @@ import attrs
 from lsprotocol import types
 
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, Severity
-from ..rules import RULES_BY_CODE
+from ..doc_links import rule_doc_url
 
 SOURCE = "gradguard"
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -79,8 +79,14 @@ def end_of_line(lines: list[str], line0: int, encoding: str | None) -> types.Pos
     return types.Position(line=line0, character=code_units(lines[line0], encoding))
 
 
-def to_lsp_diagnostic(diag: Diagnostic, uri: str, lines: list[str], encoding: str | None) -> types.Diagnostic:
-    """One gradguard Diagnostic as an LSP Diagnostic; ``data`` carries its JSON for code actions."""
+def to_lsp_diagnostic(
+    diag: Diagnostic, uri: str, lines: list[str], encoding: str | None, docs_url: str | None = None
+) -> types.Diagnostic:
+    """One gradguard Diagnostic as an LSP Diagnostic; ``data`` carries its JSON for code actions.
+
+    ``codeDescription.href`` is the rule's page under ``docs_url`` (default: the page shipped in the package),
+    and absent when there is no page (GG900, GG901).
+    """
     span = diag.span
     rng = to_range(lines, span.line, span.column, span.end_line, span.end_column, encoding)
     if diag.code == SYNTAX_ERROR and rng.start == rng.end:
@@ -89,7 +95,7 @@ def to_lsp_diagnostic(diag: Diagnostic, uri: str, lines: list[str], encoding: st
         cp = code_points(text, rng.start.character, encoding)
         if cp < len(text):
             rng = types.Range(start=rng.start, end=types.Position(line=rng.start.line, character=rng.start.character + code_units(text[cp], encoding)))
-    rule = RULES_BY_CODE.get(diag.code)
+    href = rule_doc_url(diag.code, docs_url)
     related = [
         types.DiagnosticRelatedInformation(
             location=types.Location(uri=uri, range=to_range(lines, r.line, r.column, r.line, r.column, encoding)),
@@ -102,7 +108,7 @@ def to_lsp_diagnostic(diag: Diagnostic, uri: str, lines: list[str], encoding: st
         message=diag.message,
         severity=_SEVERITY.get(diag.severity, types.DiagnosticSeverity.Warning),
         code=diag.code,
-        code_description=types.CodeDescription(href=rule.url) if rule is not None else None,
+        code_description=types.CodeDescription(href=href) if href is not None else None,
         source=SOURCE,
         related_information=related or None,
         data=diag.to_json(),

@@ -103,7 +103,7 @@ def to_lsp(ls: Any, snap: Snapshot, diags: list[Diagnostic]) -> dict[str, list[t
         i = cell_index(d.cell)
         if i is None:
             continue
-        lsp = convert.to_lsp_diagnostic(d, snap.uris[i], lines[i], encoding)
+        lsp = convert.to_lsp_diagnostic(d, snap.uris[i], lines[i], encoding, ls.config.docs_url)
         related = []
         for r in d.related:
             j = cell_index(r.cell)
@@ -313,18 +313,21 @@ def register(server: Any, safe: Any) -> None:
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
     @safe()
     def did_open_notebook(ls: Any, params: types.DidOpenNotebookDocumentParams) -> None:
+        ls.reload_if_pyproject_changed()
         states(ls).setdefault(params.notebook_document.uri, NotebookState())
         schedule(ls, params.notebook_document.uri, delay=0)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
     @safe()
     def did_change_notebook(ls: Any, params: types.DidChangeNotebookDocumentParams) -> None:
+        ls.reload_if_pyproject_changed()
         if ls.run_on_type:
             schedule(ls, params.notebook_document.uri)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
     @safe()
     def did_save_notebook(ls: Any, params: types.DidSaveNotebookDocumentParams) -> None:
+        ls.reload_if_pyproject_changed()
         schedule(ls, params.notebook_document.uri, delay=0)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)

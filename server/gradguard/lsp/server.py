@@ -12,13 +12,15 @@
   ``source.fixAll.gradguard`` applying every safe fix at once (also ``workspace/executeCommand``
   ``gradguard.applyAllFixes``).  Every edit names the document version it was computed on, so a client
   refuses it once the text has moved on.
-- Hover over a flagged range: the message, the rule's summary and a link to its docs.
+- Hover over a flagged range: the message, the rule's summary and a link to its docs (``hover.py``: markdown
+  only for a client that announces it).
 - Configuration: pyproject ``[tool.gradguard]`` of the workspace root, overridden by
   ``initializationOptions`` and ``workspace/didChangeConfiguration`` settings ``{"gradguard": {...}}``
-  (keys present replace ``select``/``ignore``; ``severity`` entries are merged).  ``"run": "onSave"`` beside
-  ``"gradguard"`` makes a pushing server analyse on open and save only.  The server registers a
+  (keys present replace ``select``/``ignore``; ``severity`` entries are merged).  The pyproject.toml is
+  stat'ed on every document event and reloaded when it changed (every open document is re-analysed).
+  ``"run": "onSave"`` beside ``"gradguard"`` makes a pushing server analyse on open and save only.  The server registers a
   ``workspace/didChangeWatchedFiles`` watcher for ``**/pyproject.toml`` when the client allows dynamic
-  registration, and reloads the configuration and re-analyses open documents when one changes.
+  registration, so that a change shows without waiting for the next edit.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from .. import api
-from ..config import Config, ConfigError, config_from_table, load_config
+from ..config import Config, ConfigError, config_from_table, find_pyproject, load_config_file
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
-from ..rules import RULES_BY_CODE
 from . import convert, fixes
+from . import hover as hover_text
 from . import notebooks as notebook_sync
 
 try:  # pragma: no cover - metadata is there when installed
@@ -172,6 +174,7 @@ class GradguardServer(LanguageServer):
         self.refresh_support = False  # ... and accepts workspace/diagnostic/refresh
         self.config_generation = 0  # bumped on every configuration change (part of pull result ids)
         self.run_on_type = True  # push mode: analyse on every change, or (``"run": "onSave"``) on open/save only
+        self.pyproject_stamp: tuple[int, int, int] | None = None  # of the pyproject.toml ``file_config`` came from
 
     def set_run(self, options: Any) -> None:
         """``{"run": "onType" | "onSave", ...}`` beside ``"gradguard"`` in initializationOptions or settings."""
@@ -201,17 +204,39 @@ class GradguardServer(LanguageServer):
         except Exception:  # pragma: no cover - no client attached
             logger.exception("cannot show a message")
 
-    def load_file_config(self) -> None:
-        root = None
+    def _pyproject(self) -> tuple[Path | None, tuple[int, int, int] | None]:
+        """The workspace's pyproject.toml and its (mtime, size, inode): a few ``stat`` calls."""
         try:
             root = self.workspace.root_path
         except Exception:
-            pass
+            root = None
+        pyproject = find_pyproject(Path(root)) if root else None
         try:
-            self.file_config = load_config(Path(root)) if root else Config()
+            st = pyproject.stat() if pyproject is not None else None
+        except OSError:
+            st = None
+        return pyproject, (st.st_mtime_ns, st.st_size, st.st_ino) if st is not None else None
+
+    def load_file_config(self) -> None:
+        pyproject, self.pyproject_stamp = self._pyproject()
+        try:
+            self.file_config = load_config_file(pyproject) if pyproject is not None else Config()
         except ConfigError as exc:
             self.warn(f"ignoring pyproject configuration: {exc}")
             self.file_config = Config()
+
+    def reload_if_pyproject_changed(self) -> None:
+        """Reload ``[tool.gradguard]`` and re-analyse when the pyproject.toml changed on disk.
+
+        Called on every document event, so that an edited pyproject.toml takes effect in every editor,
+        also in those that cannot watch files for the server (Neovim on Linux has no
+        ``workspace/didChangeWatchedFiles`` dynamic registration); a few stats, no read when unchanged.
+        """
+        if self._pyproject()[1] == self.pyproject_stamp:
+            return
+        self.load_file_config()
+        self.set_overrides(self.overrides)
+        self.reanalyse_all()
 
     def set_overrides(self, table: Any) -> None:
         if isinstance(table, dict) and isinstance(table.get("gradguard"), dict):
@@ -231,6 +256,7 @@ class GradguardServer(LanguageServer):
             select=parsed.select if "select" in table else None,
             ignore=parsed.ignore if "ignore" in table else None,
             severity=parsed.severity,
+            docs_url=parsed.docs_url,
         )
 
     def reanalyse_all(self) -> None:
@@ -307,7 +333,7 @@ class GradguardServer(LanguageServer):
         lines = convert.split_lines(text)
         pairs = []
         for d in diags:
-            lsp = convert.to_lsp_diagnostic(d, uri, lines, self.encoding)
+            lsp = convert.to_lsp_diagnostic(d, uri, lines, self.encoding, self.config.docs_url)
             if isinstance(lsp.data, dict):
                 lsp.data["version"] = version
             pairs.append((d, lsp))
@@ -443,6 +469,7 @@ def shutdown(ls: GradguardServer, params: Any = None) -> None:
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 @_safe()
 def did_open(ls: GradguardServer, params: types.DidOpenTextDocumentParams) -> None:
+    ls.reload_if_pyproject_changed()
     state = ls.docs.setdefault(params.text_document.uri, DocState())
     state.text = ls.workspace.get_text_document(params.text_document.uri).source
     ls.schedule(params.text_document.uri, delay=0)
@@ -451,6 +478,7 @@ def did_open(ls: GradguardServer, params: types.DidOpenTextDocumentParams) -> No
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 @_safe()
 def did_change(ls: GradguardServer, params: types.DidChangeTextDocumentParams) -> None:
+    ls.reload_if_pyproject_changed()
     ls.text_changed(params.text_document.uri, params.content_changes)
     if ls.run_on_type:
         ls.schedule(params.text_document.uri)
@@ -459,6 +487,7 @@ def did_change(ls: GradguardServer, params: types.DidChangeTextDocumentParams) -
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 @_safe()
 def did_save(ls: GradguardServer, params: types.DidSaveTextDocumentParams) -> None:
+    ls.reload_if_pyproject_changed()  # also a pyproject.toml saved in an editor that sends it to us
     ls.schedule(params.text_document.uri, delay=0)
     probe_support.support(ls).on_save(ls, params.text_document.uri)  # only when enabled and trusted
 
@@ -484,6 +513,7 @@ async def pull_diagnostics(
     ls: GradguardServer, params: types.DocumentDiagnosticParams
 ) -> types.RelatedFullDocumentDiagnosticReport | types.RelatedUnchangedDocumentDiagnosticReport:
     uri = params.text_document.uri
+    ls.reload_if_pyproject_changed()
     state = ls.docs.get(uri)
     if state is None:
         return types.RelatedFullDocumentDiagnosticReport(items=[])
@@ -505,10 +535,6 @@ async def pull_diagnostics(
 
 
 # ---- hover ---------------------------------------------------------------------------
-def _contains(rng: types.Range, pos: types.Position) -> bool:
-    return (rng.start.line, rng.start.character) <= (pos.line, pos.character) <= (rng.end.line, rng.end.character)
-
-
 @server.feature(types.TEXT_DOCUMENT_HOVER)
 @_safe()
 def hover(ls: GradguardServer, params: types.HoverParams) -> types.Hover | None:
@@ -516,23 +542,7 @@ def hover(ls: GradguardServer, params: types.HoverParams) -> types.Hover | None:
     shown = state.published if state is not None else notebook_sync.published(ls, params.text_document.uri)
     if shown is None:
         return None
-    hits = [(d, l) for d, l in shown if _contains(l.range, params.position)]
-    if not hits:
-        return None
-    parts = []
-    for diag, _ in hits:
-        rule = RULES_BY_CODE.get(diag.code)
-        if rule is None:
-            parts.append(f"**gradguard {diag.code}**: {diag.message}")
-        else:
-            parts.append(
-                f"**gradguard {rule.code} `{rule.name}`**: {diag.message}\n\n"
-                f"{rule.summary}\n\n[{rule.code} documentation]({rule.url})"
-            )
-    return types.Hover(
-        contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(parts)),
-        range=hits[0][1].range,
-    )
+    return hover_text.hover(shown, params.position, ls.client_capabilities, ls.config.docs_url)
 
 
 # ---- code actions --------------------------------------------------------------------

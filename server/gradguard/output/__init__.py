@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, Severity
+from ..doc_links import rule_doc_url
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -30,7 +31,7 @@ class RuleInfo:
     name: str
     summary: str
     default_severity: Severity
-    url: str | None = None
+    url: str | None = None  # the rule's documentation page (``doc_links``); None when it has none
     explanation: str = ""
     docs: str = ""
 
@@ -57,12 +58,14 @@ def _input_problem_docs(info: RuleInfo) -> str:
     return f"# {info.code} {info.name}\n\n{info.summary}\n\n{info.explanation}\n"
 
 
-def catalog() -> list[RuleInfo]:
-    """Every code gradguard can report: the registered rules, then the input problems."""
+def catalog(docs_url: str | None = None) -> list[RuleInfo]:
+    """Every code gradguard can report: the registered rules (linked under ``docs_url``), then the input problems."""
     from ..rules import ALL_RULES  # imported late: the rule registry pulls in the engine
 
     infos = [
-        RuleInfo(r.code, r.name, r.summary, r.default_severity, r.url, r.explanation.strip(), r.docs())
+        RuleInfo(
+            r.code, r.name, r.summary, r.default_severity, rule_doc_url(r.code, docs_url), r.explanation.strip(), r.docs()
+        )
         for r in ALL_RULES
     ]
     known = {i.code for i in infos}

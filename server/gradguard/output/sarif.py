@@ -1,7 +1,9 @@
 """``--format sarif``: SARIF 2.1.0, for GitHub code scanning and other SARIF viewers.
 
 One run; the driver lists every rule (with its full docs as help) so a viewer
-can explain a finding without reaching us.  URIs are relative to the working
+can explain a finding without reaching us.  A SARIF log is usually read on another machine (code
+scanning), so ``helpUri`` is given only for a web address (``docs-url``), never for the ``file:`` link to
+the pages of this install.  URIs are relative to the working
 directory, declared as ``%SRCROOT%``; columns are Unicode code points, as ours are.
 
 Notebook findings: the region's lines and columns are in the cell, ``properties.cell`` (1-based, counting
@@ -17,10 +19,10 @@ from urllib.parse import quote
 
 from .. import __version__
 from ..diagnostics import Diagnostic, Severity
+from ..doc_links import is_local
 from . import RuleInfo
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
-INFORMATION_URI = "https://github.com/gradguard/gradguard"
 LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 SRCROOT = "%SRCROOT%"
 
@@ -39,7 +41,7 @@ def _descriptor(rule: RuleInfo) -> dict[str, Any]:
         "fullDescription": {"text": rule.explanation or rule.summary},
         "defaultConfiguration": {"level": LEVELS[rule.default_severity]},
     }
-    if rule.url:
+    if rule.url and not is_local(rule.url):
         descriptor["helpUri"] = rule.url
     if rule.docs:
         descriptor["help"] = {"text": rule.docs, "markdown": rule.docs}
@@ -100,7 +102,6 @@ def sarif_log(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo]) -> d
                     "driver": {
                         "name": "gradguard",
                         "version": __version__,
-                        "informationUri": INFORMATION_URI,
                         "rules": [_descriptor(r) for r in rules],
                     }
                 },

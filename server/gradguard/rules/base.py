@@ -19,8 +19,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..fixes.context import FixContext
     from ..inference.events import Event, Finding
 
-DOCS_BASE_URL = "https://github.com/gradguard/gradguard/blob/main/docs/rules"
-
 
 @dataclass(frozen=True)
 class Example:
@@ -45,10 +43,6 @@ class Rule:
     # The code fix for one finding (a libcst codemod, see ``gradguard.fixes``), or None when there is none
     # for that code.  Called only for files that have findings; may raise ``fixes.CannotFix``.
     fix: Callable[["FixContext", "Finding"], "Fix | None"] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"{DOCS_BASE_URL}/{self.code}.md"
 
     def docs(self) -> str:
         """The rule's documentation as markdown (printed by `gradguard rule CODE`)."""
