@@ -35,7 +35,7 @@ from .output import FORMATS, catalog, render
 from .output import text as text_output
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .fixes.runner import FixRun
+    from .fixing import FixRun
 
 PARALLEL_MIN_FILES = 8
 PROGRESS_MIN_FILES = 20
@@ -336,7 +336,7 @@ def _check(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot run the probe: {exc}") from None
     fixing = None
     if args.fix or args.diff:
-        from .notebooks import run_fixes  # .py files go to fixes.runner; notebooks have their cells fixed
+        from .notebooks import run_fixes  # .py files go to fixing; notebooks have their cells fixed
 
         fixing = run_fixes(results, {t.display: t.path for t in targets}, config, args.unsafe_fixes, not args.diff)
         results = fixing.results

@@ -40,6 +40,7 @@ import ast
 import bisect
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,9 +48,10 @@ from typing import Any
 from . import parsing
 from .config import Config
 from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Fix, Related, Severity, Span, TextEdit
-from .fixes.edits import apply_edits, choose, unified_diff
-from .fixes.runner import MAX_PASSES, FixOutcome, fixable
-from .fixes.runner import run_fixes as run_python_fixes
+from .fixes import plan
+from .fixes.edits import apply_edits, unified_diff
+from .fixing import FixOutcome, fixable
+from .fixing import run_fixes as run_python_fixes
 
 SUFFIX = ".ipynb"
 
@@ -392,9 +394,60 @@ def _apply_to_cells(program: Program, fixes: list[Fix]) -> dict[int, str] | None
     return {n: apply_edits(cells[n].source, edits) for n, edits in by_cell.items()}
 
 
+class CellsPlan:
+    """The fix planner's view of a notebook: the program its code cells make is the text planned on
+    (``fixes.plan.run``); this only maps each pass's edits back into the cells and rebuilds the program.
+
+    ``only_cell``: offer only the fixes whose edits all lie in that cell (an editor's "Fix all" of one cell).
+    Every program met is kept by its text, so ``program(plan.text)`` is the notebook the plan ends with."""
+
+    def __init__(self, cells: list[tuple[str, str]], path: str, config: Config | None = None,
+                 only_cell: int | None = None, cache: dict | None = None):
+        program = Program.from_cells(cells)
+        self.path, self.config, self.only_cell, self.cache = path, config, only_cell, cache
+        self._programs: dict[str, tuple[Program, list[tuple[str, str]]]] = {program.text: (program, list(cells))}
+        self._results: dict[str, tuple[FileResult, list[Diagnostic]]] = {}
+        self.text = program.text
+
+    def program(self, text: str) -> Program:
+        return self._programs[text][0]
+
+    def result(self, text: str) -> tuple[FileResult, list[Diagnostic]]:
+        """The analysis of ``text`` mapped to cells, and in program positions."""
+        if text not in self._results:
+            self._results[text] = analyze_program(self.program(text), self.path, self.config, self.cache)
+        return self._results[text]
+
+    def analyse(self, text: str) -> plan.Analysis:
+        program, (_, raw) = self.program(text), self.result(text)
+        candidates = []
+        for d in raw:
+            mapped = _map_fix(program, d.fix)
+            if mapped is not None and (self.only_cell is None or all(e.cell == self.only_cell for e in mapped.edits)):
+                candidates.append(plan.Candidate(d.fix, d.line))
+        return plan.Analysis(tuple(candidates), len(raw))
+
+    def apply(self, text: str, fixes: Sequence[Fix]) -> str:
+        program, sources = self._programs[text]
+        new_sources = _apply_to_cells(program, list(fixes))
+        if new_sources is None:
+            raise plan.PassRefused("a fix edits a line that is not Python in its cell")
+        broken = [n for n, cell_text in new_sources.items() if make_cell(n, cell_text).problem is not None]
+        if broken:
+            titles = "; ".join(f.title for f in fixes)
+            raise plan.PassRefused(f"the fixed cell {broken[0]} would not parse ({titles})")
+        cells = [(kind, new_sources.get(n, source)) for n, (kind, source) in enumerate(sources, start=1)]
+        new = Program.from_cells(cells)
+        self._programs[new.text] = (new, cells)
+        return new.text
+
+    def run(self, unsafe: bool) -> plan.Plan:
+        return plan.run(self.text, self.analyse, unsafe, apply=self.apply, unit="notebook")
+
+
 def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe: bool = False,
                  write: bool = True, result: FileResult | None = None):
-    """Fix one notebook's cells until no allowed fix is left (like ``fixes.runner.fix_path``, whose rule for a
+    """Fix one notebook's cells until no allowed fix is left (like ``fixing.fix_path``, whose rule for a
     file that cannot be read or written back holds here too)."""
     try:
         data = path.read_bytes()
@@ -406,41 +459,22 @@ def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe:
         notebook = Notebook.loads(data)
     except NotebookError:
         return NotebookFixOutcome(display, "", "", result or analyze_notebook(data, display, config))
-    program = notebook.program()
-    first, raw = analyze_program(program, display, config)
-    original = {c.number: c.source for c in program.cells}
-    current, applied, problems = result or first, 0, []
+    cells = CellsPlan(notebook.sources(), display, config)
+    first = cells.result(cells.text)[0]
     if notebook.upgraded:
-        problems.append(f"{display}: an nbformat 3 notebook is not rewritten; save it as nbformat 4 first")
-        return NotebookFixOutcome(display, "", "", first, 0, problems, len(first.diagnostics))
-    for _ in range(MAX_PASSES):
-        chosen = choose([d.fix for d in raw if d.fix is not None], unsafe)
-        chosen = [f for f in chosen if _map_fix(program, f) is not None]
-        if not chosen:
-            break
-        try:
-            new_sources = _apply_to_cells(program, chosen)
-        except ValueError:
-            problems.append(f"{display}: the fixes overlap; notebook left unchanged")
-            return NotebookFixOutcome(display, "", "", first, 0, problems, len(first.diagnostics))
-        if not new_sources:
-            break
-        broken = [n for n, text in new_sources.items() if make_cell(n, text).problem is not None]
-        if broken:
-            titles = "; ".join(f.title for f in chosen)
-            problems.append(
-                f"{display}: the fixed cell {broken[0]} would not parse ({titles}); notebook left unchanged")
-            return NotebookFixOutcome(display, "", "", first, 0, problems, len(first.diagnostics))
-        for number, text in new_sources.items():
-            notebook.set_source(number, text)
-        applied += len(chosen)
-        program = notebook.program()
-        current, raw = analyze_program(program, display, config)
-    else:
-        problems.append(f"{display}: fixes did not settle after {MAX_PASSES} passes; the last pass is kept")
+        problem = f"{display}: an nbformat 3 notebook is not rewritten; save it as nbformat 4 first"
+        return NotebookFixOutcome(display, "", "", first, 0, [problem], len(first.diagnostics))
+    done = cells.run(unsafe)
+    problems = [f"{display}: {p}" for p in done.problems]
+    original = {c.number: c.source for c in cells.program(done.original).cells}
+    program = cells.program(done.text)
     fixed = {c.number: c.source for c in program.cells}
+    for cell in program.cells:
+        if cell.source != original[cell.number]:
+            notebook.set_source(cell.number, cell.source)
     before, after = _cells_text(original), _cells_text(fixed)
-    outcome = NotebookFixOutcome(display, before, after, current, applied, problems, len(first.diagnostics))
+    outcome = NotebookFixOutcome(display, before, after, cells.result(done.text)[0], len(done.applied), problems,
+                                 len(first.diagnostics))
     outcome.cells_before, outcome.cells_after = original, fixed
     if write and outcome.changed:
         try:
@@ -474,7 +508,7 @@ class NotebookFixOutcome(FixOutcome):
 
 def run_fixes(results: list[FileResult], paths: dict[str, Path], config: Config | None, unsafe: bool,
               write: bool):
-    """``fixes.runner.run_fixes`` for a mix of files: notebooks fix their cells, the rest goes to the runner."""
+    """``fixing.run_fixes`` for a mix of files: notebooks fix their cells, the rest to ``fixing``."""
     notebooks = [r for r in results if is_notebook(r.path) and r.path in paths]
     run = run_python_fixes([r for r in results if not (is_notebook(r.path) and r.path in paths)], paths, config,
                            unsafe, write)

@@ -11,8 +11,9 @@ from gradguard.api import analyze_source
 from gradguard.cli import main
 from gradguard.config import Config
 from gradguard.diagnostics import Fix, TextEdit
-from gradguard.fixes.edits import apply_edits, choose, diff_edits
-from gradguard.fixes.runner import fix_text
+from gradguard.fixes.edits import apply_edits, diff_edits
+from gradguard.fixes.plan import choose
+from gradguard.fixing import fix_text
 
 
 def analyse(src: str):

@@ -5,7 +5,8 @@ builds one ``FixContext`` (libcst is parsed lazily, on the first fix that needs 
 finding's rule for its fix.  A fix that cannot be built -- ``CannotFix``, or any bug in a fix builder --
 leaves that diagnostic without a fix; it never loses the diagnostic.
 
-``runner`` applies fixes to files (``gradguard check --fix/--diff``); ``edits`` turns node changes
+``plan`` chooses and applies fixes for every client (``gradguard.fixing`` for files, notebooks, the
+language server's "Fix all"); ``edits`` turns node changes
 into ``TextEdit``s and applies them.
 """
 

@@ -13,7 +13,7 @@ import ast
 import difflib
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -175,42 +175,6 @@ def apply_edits(text: str, edits: Iterable[TextEdit]) -> str:
         cursor = end
     out.append(text[cursor:])
     return "".join(out)
-
-
-def _lines_touched(fix: Fix) -> list[tuple[int, int]]:
-    return [(e.line, max(e.line, e.end_line)) for e in fix.edits]
-
-
-def choose(fixes: Sequence[Fix], unsafe: bool, groups: Sequence[object] | None = None) -> list[Fix]:
-    """The fixes to apply together: allowed ones, in document order, none sharing a line with another.
-
-    Conflicts are decided per line, not per character: two fixes that edit the same statement are never
-    applied in one pass (the next analysis offers the second again, on the fixed text).  With ``groups``
-    (one key per fix, e.g. its function), at most one fix per group is taken: fixing one write often
-    settles the next one in the same function (``y = y.mul(2)`` makes a later ``y[0] = 1`` harmless), so
-    the next pass decides on the fixed code.  The same fix carried by two findings is applied once.
-    """
-    keys = list(groups) if groups is not None else [object() for _ in fixes]
-    order = sorted(range(len(fixes)), key=lambda i: (min(((e.line, e.column) for e in fixes[i].edits), default=(0, 0)), fixes[i].title))
-    taken: list[Fix] = []
-    seen: set[tuple[TextEdit, ...]] = set()
-    used: list[tuple[int, int]] = []
-    used_groups: set[object] = set()
-    for i in order:
-        fix = fixes[i]
-        if not fix.edits or (not fix.safe and not unsafe):
-            continue
-        key = tuple(sorted(fix.edits, key=lambda e: (e.line, e.column)))
-        if key in seen:
-            continue
-        seen.add(key)
-        spans = _lines_touched(fix)
-        if keys[i] in used_groups or any(a <= d and c <= b for a, b in spans for c, d in used):
-            continue
-        used.extend(spans)
-        used_groups.add(keys[i])
-        taken.append(fix)
-    return taken
 
 
 def unified_diff(old: str, new: str, path: str) -> str:

@@ -1,25 +1,24 @@
-"""Applying fixes to files: the engine of ``gradguard check --fix / --unsafe-fixes / --diff``.
+"""Applying fixes to files: ``gradguard check --fix / --unsafe-fixes / --diff`` on ``.py`` files.
 
-One file at a time: analyse, apply every allowed fix that does not share a line with another, analyse the
-new text again, and repeat until no allowed fix is left (a fix can make the next one possible, and two
-fixes of one statement are never applied in the same pass).  Text whose fixed version would not parse is
-left exactly as it was, with a message.  The result converges: running it again changes nothing.
+The fixes chosen and the passes made are the planner's (``fixes.plan.run``, with the analysis of
+``api.analyze_source`` as its re-analysis): this module only reads and writes files.  Text whose fixed
+version would not parse is left exactly as it was, with a message.  The result converges: running it again
+changes nothing.  Notebooks use the same planner on the text of their cells (``notebooks.fix_notebook``).
 """
 
 from __future__ import annotations
 
-import ast
 import io
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import parsing
-from ..config import Config
-from ..diagnostics import FileResult
-from .edits import apply_edits, choose, unified_diff
-
-MAX_PASSES = 100  # each pass removes at least one finding, so this is never the limit in practice
+from . import parsing
+from .api import analyze_source
+from .config import Config
+from .diagnostics import FileResult
+from .fixes import plan
+from .fixes.edits import unified_diff
 
 
 @dataclass
@@ -53,47 +52,17 @@ def fixable(result: FileResult, unsafe: bool) -> int:
 def fix_text(text: str, path: str, config: Config | None = None, unsafe: bool = False,
              result: FileResult | None = None) -> FixOutcome:
     """Apply fixes to ``text`` until none applies; ``result`` is its analysis when already known."""
-    from ..api import analyze_source
+    first = result if result is not None else analyze_source(text, path, config)
+    results = {text: first}
 
-    result = first = result if result is not None else analyze_source(text, path, config)
-    current, applied, problems = text, 0, []
-    for _ in range(MAX_PASSES):
-        with_fix = [d for d in result.diagnostics if d.fix is not None]
-        chosen = choose([d.fix for d in with_fix], unsafe, _functions(current, with_fix))
-        if not chosen:
-            break
-        try:
-            new = apply_edits(current, [e for f in chosen for e in f.edits])
-        except ValueError:
-            problems.append(f"{path}: the fixes overlap; file left unchanged")
-            return FixOutcome(path, text, text, first, 0, problems, len(first.diagnostics))
-        if isinstance(parsing.parse(new), parsing.SyntaxProblem):
-            titles = "; ".join(f.title for f in chosen)
-            problems.append(f"{path}: the fixed code would not parse ({titles}); file left unchanged")
-            return FixOutcome(path, text, text, first, 0, problems, len(first.diagnostics))
-        if new == current:
-            break
-        new_result = analyze_source(new, path, config)
-        if len(new_result.diagnostics) >= len(result.diagnostics):
-            # a fix that does not remove its finding would be offered (and applied) again and again
-            titles = "; ".join(f.title for f in chosen)
-            problems.append(f"{path}: a fix did not remove its finding ({titles}); not applied")
-            break
-        current, applied, result = new, applied + len(chosen), new_result
-    return FixOutcome(path, text, current, result, applied, problems, len(first.diagnostics))
+    def analyse(current: str) -> plan.Analysis:
+        if current not in results:
+            results[current] = analyze_source(current, path, config)
+        return plan.Analysis.of(results[current].diagnostics)
 
-
-def _functions(text: str, diagnostics) -> list[object]:
-    """The innermost function (its first line; 0 for module level) around each diagnostic."""
-    tree = parsing.parse(text)
-    spans = []
-    if not isinstance(tree, parsing.SyntaxProblem):
-        spans = [(n.lineno, n.end_lineno) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    keys: list[object] = []
-    for d in diagnostics:
-        inside = [s for s in spans if s[0] <= d.line <= s[1]]
-        keys.append(max(inside)[0] if inside else 0)
-    return keys
+    done = plan.run(text, analyse, unsafe, analyse(text))
+    return FixOutcome(path, text, done.text, results[done.text], len(done.applied),
+                      [f"{path}: {p}" for p in done.problems], len(first.diagnostics))
 
 
 def _encoding(data: bytes) -> str:
@@ -111,8 +80,6 @@ def fix_path(path: Path, display: str, config: Config | None = None, unsafe: boo
     A file that cannot be read or written again keeps its findings (``result``, the analysis of the file as
     it is) and is marked ``write_failed``: reporting the fixed text's findings would claim fixes that
     never reached the disk."""
-    from ..api import analyze_source
-
     try:
         data = path.read_bytes()
     except OSError as exc:
