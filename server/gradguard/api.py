@@ -13,7 +13,8 @@ from . import parsing
 from .config import Config
 from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module
-from .fixes import attach_fixes
+from .fixes import FindingId, StillFound, attach_fixes
+from .inference.events import Finding
 from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE
 
@@ -84,9 +85,31 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         diag = finding.to_diagnostic(path, config.severity_for(rule.code, default), lines, line_name)
         if not _is_suppressed(diag, lines):
             kept.append((finding, diag))
-    diagnostics = attach_fixes(text, parsed, path, kept)  # libcst runs only here, for files with findings
+    # libcst runs only here, for files with findings
+    diagnostics = attach_fixes(text, parsed, path, kept, _still_found(parsing.Parsed(lines, parsed), path))
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return FileResult(path, diagnostics)
+
+
+def _still_found(before: parsing.Parsed, path: str) -> StillFound:
+    """How a fix checks a candidate: analyse the text it would leave, parsing again only the function it
+    changed (the check looks at no statement after it), and look for the same finding."""
+
+    def check(fixed: str, finding: FindingId) -> bool:
+        lines = parsing.source_lines(fixed)
+        tree = parsing.reparse(lines, before, positions_after=False) or parsing.parse(fixed)
+        if isinstance(tree, parsing.SyntaxProblem):
+            return True
+        found = analyze_module(tree, path, lines, use_jedi=False, only_line=finding.line)
+        return any(f.code == finding.code and _entry_line(f) == finding.line for f in found)
+
+    return check
+
+
+def _entry_line(finding: Finding) -> int:
+    """The line of the statement a finding's write (or the call leading to it) is made on."""
+    mutation = (finding.data or {}).get("mutation")
+    return mutation.entry().lineno if mutation is not None else finding.node.lineno
 
 
 def analyze_path(path: Path, config: Config | None = None, display_path: str | None = None) -> FileResult:

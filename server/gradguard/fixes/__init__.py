@@ -18,25 +18,27 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .context import CannotFix, FixContext
+from .context import CannotFix, FindingId, FixContext, StillFound
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import Diagnostic
     from ..inference.events import Finding
 
-__all__ = ["CannotFix", "FixContext", "attach_fixes"]
+__all__ = ["CannotFix", "FindingId", "FixContext", "StillFound", "attach_fixes"]
 
 log = logging.getLogger(__name__)
 
 
-def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]]) -> list[Diagnostic]:
-    """The diagnostics of ``pairs``, each carrying its rule's fix when there is one."""
+def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]],
+                 still_found: StillFound | None = None) -> list[Diagnostic]:
+    """The diagnostics of ``pairs``, each carrying its rule's fix when there is one (``still_found``: the
+    caller's re-analysis, for fixes that check a candidate against it; see ``FixContext``)."""
     from ..rules import RULES_BY_CODE
 
     pairs = list(pairs)
     if not pairs:
         return []
-    ctx = FixContext(text, tree, path)
+    ctx = FixContext(text, tree, path, still_found)
     out = []
     for finding, diag in pairs:
         if finding.fix_memo is not None:  # the engine's per-document cache handed back the same finding

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ast
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -50,14 +51,36 @@ class CannotFix(Exception):
     """Raised inside fix builders for "this code has no fix we can stand behind"."""
 
 
-class FixContext:
-    """One file, as the fixes of its findings see it."""
+@dataclass(frozen=True)
+class FindingId:
+    """Which finding a candidate fix must remove: its code, and the line of the statement its write (or the
+    call leading to it) is made on, in the candidate's text."""
 
-    def __init__(self, text: str, tree: ast.Module, path: str = "<string>"):
+    code: str
+    line: int
+
+
+# Is the finding still there once the text is ``fixed``?  The caller of the fixes (``api``) answers by analysing
+# the changed text again: the fixes never run the engine themselves.
+StillFound = Callable[[str, FindingId], bool]
+
+
+class FixContext:
+    """One file, as the fixes of its findings see it.  ``still_found`` checks a candidate fix against the
+    analysis; without it, a fix that needs that check is not offered."""
+
+    def __init__(self, text: str, tree: ast.Module, path: str = "<string>", still_found: StillFound | None = None):
         self.text = text
         self.tree = tree
         self.path = path
         self.lines = source_lines(text)
+        self._still_found = still_found
+
+    def still_found(self, fixed: str, finding: FindingId) -> bool:
+        """Whether ``finding`` is still found in ``fixed`` (this file's text with a candidate fix made)."""
+        if self._still_found is None:
+            raise CannotFix("no analysis to check the fix against")
+        return self._still_found(fixed, finding)
 
     # ------------------------------------------------------------------ ast side
     @cached_property

@@ -18,8 +18,8 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
-from .context import FUNCTIONS, CannotFix, FixContext
-from .edits import Rewrite
+from .context import FUNCTIONS, CannotFix, FindingId, FixContext
+from .edits import Rewrite, apply_edits
 from .inplace import fix_leaf_write, fix_or_none
 from .loops import stack_steps
 from .writes import parse_expr
@@ -109,7 +109,7 @@ def fix_step_before_backward(ctx: FixContext, finding: Finding) -> Fix:
     ``retain_graph=True``, cut the graph between chunks."""
     mutation = _mutation(finding)
     for attempt in (lambda: move_after_backward(ctx, mutation, "Update after the backward"),
-                    lambda: forward_after_step(ctx, mutation)):
+                    lambda: forward_after_step(ctx, mutation, finding.code)):
         try:
             return attempt()
         except CannotFix:
@@ -117,11 +117,11 @@ def fix_step_before_backward(ctx: FixContext, finding: Finding) -> Fix:
     return detach_between_chunks(ctx, mutation)
 
 
-def forward_after_step(ctx: FixContext, mutation: Mutation) -> Fix:
+def forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
     """The forward whose graph the step breaks was computed before the step (``g_logits = D(fake)`` before the
     discriminator's step): compute it after the step, so the backward runs through a graph of the updated
     weights.  Statements read only after the step move; one also read before it (``d_fake`` of both losses) may
-    be computed again after the step.  Unsafe: that forward now sees the new
+    be computed again after the step; a candidate is offered only when the finding (``code``) is gone with it.  Unsafe: that forward now sees the new
     weights, which is what the usual GAN loop does, but not what the code said."""
     step = ctx.statement_of(mutation.entry())
     block = _block_of(ctx, step)
@@ -154,7 +154,9 @@ def forward_after_step(ctx: FixContext, mutation: Mutation) -> Fix:
             continue
         edits = _move_after(ctx, moved, after, step)
         # Statements left before the step may hold part of the graph too: offer only what analyses clean.
-        if not _still_flagged(ctx, edits, mutation.entry().lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)):
+        # (A write inside a helper is found on the helper's line; its entry is the statement that was moved.)
+        entry = mutation.entry().lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)
+        if not ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, entry)):
             shown = ctx.source(after[0]).splitlines()[0]
             return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights "
                        "(unsafe: the forward now uses them)", False, tuple(edits))
@@ -191,23 +193,6 @@ def _move_after(ctx: FixContext, moved: list[ast.stmt], after: list[ast.stmt], a
     edits = [TextEdit(st.lineno, 1, st.end_lineno + 1, 1, "") for st in moved]
     edits.append(TextEdit(anchor.end_lineno + 1, 1, anchor.end_lineno + 1, 1, text))
     return sorted(edits, key=lambda e: (e.line, e.column))
-
-
-def _still_flagged(ctx: FixContext, edits: list[TextEdit], line: int) -> bool:
-    """Analyse the file as the edits leave it: is the write (or the call leading to it, now on ``line``) still a
-    finding?"""
-    from .. import engine, parsing
-    from .edits import apply_edits
-
-    fixed = apply_edits(ctx.text, edits)
-    lines = parsing.source_lines(fixed)
-    # Only the changed function is parsed again: the check looks at no statement after it.
-    tree = parsing.reparse(lines, parsing.Parsed(ctx.lines, ctx.tree), positions_after=False) or parsing.parse(fixed)
-    if isinstance(tree, parsing.SyntaxProblem):
-        return True
-    findings = engine.analyze_module(tree, ctx.path, lines, use_jedi=False, only_line=line)
-    # A write inside a helper is found on the helper's line; its entry is the statement that was moved.
-    return any(f.code in ("GG101", "GG102") and f.data["mutation"].entry().lineno == line for f in findings)
 
 
 def _writes(stmt: ast.stmt) -> set[str]:

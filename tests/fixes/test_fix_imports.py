@@ -1,0 +1,46 @@
+"""The fixes never run the analysis themselves: nothing in ``gradguard/fixes/`` imports the engine or the API,
+at module level or inside a function (a fix checks a candidate through the ``still_found`` callback ``api``
+passes in, and the planner re-analyses through its ``analyse`` callback)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import gradguard.fixes
+
+FIXES = Path(gradguard.fixes.__file__).parent
+FORBIDDEN = ("gradguard.engine", "gradguard.api")
+
+
+def _imported(module: Path) -> list[tuple[int, str]]:
+    """Every module an import statement of ``module`` names (relative ones made absolute), with its line."""
+    package = ["gradguard", "fixes"]
+    found = []
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            stem = ".".join([*base, *([node.module] if node.module else [])])
+            found.append((node.lineno, stem))
+            found.extend((node.lineno, f"{stem}.{alias.name}") for alias in node.names)  # `from .. import engine`
+    return found
+
+
+def _forbidden(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
+
+
+def test_no_module_of_fixes_imports_the_engine_or_the_api():
+    modules = sorted(FIXES.glob("*.py"))
+    assert len(modules) >= 8
+    bad = [f"{m.name}:{line}: {name}" for m in modules for line, name in _imported(m) if _forbidden(name)]
+    assert not bad, bad
+
+
+def test_the_check_sees_function_level_and_relative_imports(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f():\n    from .. import engine\n    from ..api import analyze_source\n"
+                      "import gradguard.engine\nfrom ..engine import analyze_module\nfrom ..rules import RULES\n")
+    assert sorted(line for line, name in _imported(sample) if _forbidden(name)) == [2, 3, 3, 4, 5, 5]
