@@ -1,9 +1,10 @@
-"""Unit tests of fix-all's edit merging (gradguard.lsp.fixes) on plain data, and of following edits."""
+"""Fix-all's edits (gradguard.lsp.fixes: the planner's result as edits), and following edits."""
 
 from __future__ import annotations
 
 from gradguard.diagnostics import Diagnostic, Fix, Related, Severity, Span, TextEdit
-from gradguard.lsp.fixes import apply_edits, merge_fixes, parse_edits
+from gradguard.fixing import fix_text
+from gradguard.lsp.fixes import apply_edits, edits_between, fix_all
 from gradguard.lsp.server import follow_edit
 
 
@@ -11,74 +12,16 @@ def edit(line, column, end_line, end_column, new_text=""):
     return {"line": line, "column": column, "end_line": end_line, "end_column": end_column, "new_text": new_text}
 
 
-def fix(*edits, safe=True, title="fix"):
-    return {"title": title, "safe": safe, "edits": list(edits)}
+def test_fix_all_edits_are_the_planners_fixed_text():
+    """The language server's fix-all is the planner's result as edits (the planner is tested in tests/fixes)."""
+    from fixture_corpus import all_fixtures
+    from gradguard.api import analyze_source
 
-
-TEXT = "a = x\nx += 1\ny = x * 2\nx.add_(1)\n"
-
-
-def test_disjoint_safe_fixes_are_all_applied_in_document_order():
-    second = fix(edit(4, 1, 4, 10, "x = x.add(1)"))
-    first = fix(edit(2, 1, 2, 7, "x = x + 1"))
-    result = merge_fixes([second, first])
-    assert result.applied == [first, second]
-    assert [e["line"] for e in result.edits] == [2, 4]
-    assert apply_edits(TEXT, result.edits) == "a = x\nx = x + 1\ny = x * 2\nx = x.add(1)\n"
-
-
-def test_unsafe_and_missing_fixes_are_left_out_silently():
-    result = merge_fixes([fix(edit(2, 1, 2, 7, "x = x + 1"), safe=False), None, {"title": "t"}, fix(edit(1, 1, 1, 1, "#"), safe="yes")])
-    assert result.edits == [] and result.applied == []
-    assert result.skipped == []  # unsafe (or not marked safe) fixes are not candidates at all
-
-
-def test_overlapping_fix_is_skipped_whole():
-    a = fix(edit(2, 1, 2, 7, "x = x + 1"))
-    b = fix(edit(2, 3, 2, 5, "-="), edit(4, 1, 4, 10, "x = x.add(1)"))  # overlaps a on line 2
-    result = merge_fixes([a, b])
-    assert result.applied == [a]
-    assert result.skipped == [(b, "overlaps another fix")]
-    assert apply_edits(TEXT, result.edits) == "a = x\nx = x + 1\ny = x * 2\nx.add_(1)\n"  # line 4 untouched
-
-
-def test_touching_edits_do_not_overlap_but_same_start_does():
-    a = fix(edit(2, 1, 2, 3, "z"))
-    touching = fix(edit(2, 3, 2, 5, "-="))
-    assert merge_fixes([touching, a]).applied == [a, touching]
-    assert apply_edits(TEXT, merge_fixes([a, touching]).edits).split("\n")[1] == "z-= 1"
-    same_start = fix(edit(2, 3, 2, 3, "# "))  # an insertion where `touching` starts: order undefined
-    result = merge_fixes([a, touching, same_start])
-    assert result.applied == [a, same_start]  # document order: the insertion sorts before the replacement
-    assert result.skipped == [(touching, "overlaps another fix")]
-
-
-def test_same_fix_from_two_diagnostics_is_applied_once():
-    a = fix(edit(2, 1, 2, 7, "x = x + 1"))
-    result = merge_fixes([a, dict(a)])
-    assert len(result.applied) == 1 and len(result.edits) == 1
-
-
-def test_multi_edit_fix_with_edits_in_any_order():
-    a = fix(edit(4, 1, 4, 10, "x = x.add(1)"), edit(1, 1, 1, 1, "import torch\n"))
-    result = merge_fixes([a])
-    assert [e["line"] for e in result.edits] == [1, 4]
-    assert apply_edits(TEXT, result.edits) == "import torch\na = x\nx += 1\ny = x * 2\nx = x.add(1)\n"
-
-
-def test_malformed_fixes_are_skipped_never_guessed():
-    bad = [
-        fix(edit(0, 1, 1, 1, "x")),  # line 0
-        fix(edit(2, 5, 2, 1, "x")),  # end before start
-        fix(edit(1, 1, 1, 3, "x"), edit(1, 2, 1, 4, "y")),  # its own edits overlap
-        fix({"line": 1, "column": 1, "end_line": 1, "end_column": 2}),  # no new_text
-        fix(edit(1, True, 1, 2, "x")),  # a bool is not a column
-        {"title": "t", "safe": True, "edits": []},
-    ]
-    result = merge_fixes(bad)
-    assert result.edits == [] and result.applied == []
-    assert len(result.skipped) == len(bad)
-    assert parse_edits(fix(edit(1, 1, 1, 3, "x"))) is not None
+    text = next(fx.path.read_text(encoding="utf-8") for fx in all_fixtures() if fx.id == "GG001/pos_abs_input_l1_rescale")
+    done = fix_all(text, lambda t: analyze_source(t, "t.py"))
+    assert done.changed and done.applied
+    assert apply_edits(text, edits_between(done.original, done.text)) == done.text
+    assert fix_text(text, "t.py").fixed == done.text
 
 
 def test_apply_edits_counts_code_points_and_keeps_line_breaks():

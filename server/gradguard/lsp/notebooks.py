@@ -13,7 +13,8 @@ shown twice.
 Each diagnostic's ``data`` is its JSON plus ``version`` (of its cell, when analysed) and, for every fix edit,
 the ``uri`` and ``version`` of the cell it edits, so code actions need no state: a quick fix is a versioned
 WorkspaceEdit of the right cell(s), "suppress" edits the diagnostic's cell, and ``source.fixAll.gradguard``
-applies the safe fixes of the requested cell whose edits all lie in that cell.
+applies the safe fixes of the requested cell whose edits all lie in that cell, as the fix planner chooses them
+(the one ``--fix`` uses, re-analysing the notebook until none is left).
 """
 
 from __future__ import annotations
@@ -267,28 +268,28 @@ def quick_fixes(ls: Any, uri: str, diagnostics: Any) -> list[types.CodeAction]:
     return actions
 
 
-def fix_all_edit(ls: Any, uri: str) -> types.WorkspaceEdit | None:
-    """Every safe fix of the findings shown for cell ``uri`` that edits only that cell, as one edit."""
-    doc = ls.workspace.get_text_document(uri)
-    shown = published(ls, uri) or []
-    if any(d.code == SYNTAX_ERROR for d, _ in shown):
+async def fix_all_edit(ls: Any, uri: str) -> types.WorkspaceEdit | None:
+    """The safe fixes of cell ``uri`` as one edit of that cell: the planner ``gradguard check --fix`` uses, on the
+    notebook's program (``notebooks.CellsPlan``), offered only the fixes whose edits all lie in that cell."""
+    notebook = ls.workspace.get_notebook_document(cell_uri=uri)
+    state = states(ls).get(notebook.uri) if notebook is not None else None
+    snap = snapshot(ls, notebook.uri) if state is not None else None
+    if snap is None or uri not in snap.uris or any(d.code == SYNTAX_ERROR for d, _ in published(ls, uri) or []):
         return None
-    candidates = []
-    for _, lsp in shown:
-        data = lsp.data if isinstance(lsp.data, dict) else {}
-        fix = data.get("fix")
-        if data.get("version") != doc.version or not isinstance(fix, dict):
-            continue
-        if fix.get("edits") and all(isinstance(e, dict) and e.get("uri") == uri for e in fix["edits"]):
-            candidates.append({**fix, "edits": [{k: v for k, v in e.items() if k not in ("uri", "version", "cell")} for e in fix["edits"]]})
-    merged = fixes.merge_fixes(candidates)
-    if not merged.edits:
+    number = snap.uris.index(uri) + 1
+    cells = nb.CellsPlan(list(zip(snap.kinds, snap.texts)), ls._path(notebook.uri), ls.config, only_cell=number,
+                         cache=dict(state.cache))
+    done = await asyncio.get_running_loop().run_in_executor(ls.executor, cells.run, False)
+    before = snap.texts[number - 1]
+    after = next((c.source for c in cells.program(done.text).cells if c.number == number), before)
+    if after == before:
         return None
-    edits = convert.fix_to_text_edits({"edits": merged.edits}, convert.split_lines(doc.source), ls.encoding)
-    return types.WorkspaceEdit(document_changes=[_cell_edit(uri, doc.version, edits)])
+    edits = convert.fix_to_text_edits({"edits": fixes.edits_between(before, after)}, convert.split_lines(before),
+                                      ls.encoding)
+    return types.WorkspaceEdit(document_changes=[_cell_edit(uri, snap.versions[number - 1], edits)])
 
 
-def code_actions(ls: Any, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+async def code_actions(ls: Any, params: types.CodeActionParams) -> list[types.CodeAction] | None:
     """The code actions for a notebook cell; None when the document is no cell of an open notebook."""
     from .server import FIX_ALL_KIND, FIX_ALL_TITLE, _kind_matches
 
@@ -300,7 +301,7 @@ def code_actions(ls: Any, params: types.CodeActionParams) -> list[types.CodeActi
     if _kind_matches(types.CodeActionKind.QuickFix.value, only):
         actions.extend(quick_fixes(ls, uri, params.context.diagnostics))
     if _kind_matches(FIX_ALL_KIND, only):
-        edit = fix_all_edit(ls, uri)
+        edit = await fix_all_edit(ls, uri)
         if edit is not None:
             actions.append(types.CodeAction(title=FIX_ALL_TITLE, kind=FIX_ALL_KIND, edit=edit))
     return actions

@@ -42,6 +42,7 @@ from pygls.uris import to_fs_path
 from .. import api
 from ..config import Config, ConfigError, config_from_table, find_pyproject, load_config_file
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
+from ..fixes import plan
 from . import convert, fixes
 from . import hover as hover_text
 from . import notebooks as notebook_sync
@@ -587,34 +588,33 @@ def _kind_matches(kind: str, only: Any) -> bool:
     return any(kind == str(k) or kind.startswith(f"{k}.") for k in only)
 
 
-async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEdit | None, fixes.MergeResult]:
-    """One versioned WorkspaceEdit applying every safe fix of ``uri``'s current findings (None if none).
+async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEdit | None, plan.Plan | None]:
+    """One versioned WorkspaceEdit making every safe fix of ``uri`` (None if none), and the plan it came from.
 
-    The fixes are those of the findings published for the current version; when none were (an edit is
-    in flight, or the client pulls and has not asked yet) the text is analysed now.  A text with a syntax
-    error gets no fix-all: the kept findings' fixes are for regions the parser could not check.
+    The fixes are chosen by the planner ``gradguard check --fix`` uses (``lsp/fixes.py``), re-analysing in the
+    pool until none is left; its first pass starts from the findings published for the current version when
+    there are.  A text with a syntax error gets no fix-all: the kept findings' fixes are for regions the parser
+    could not check.
     """
     state = ls.docs.get(uri)
     if state is None:
-        return None, fixes.MergeResult()
+        return None, None
     doc = ls.workspace.get_text_document(uri)
-    if state.published_version == doc.version and doc.version is not None:
-        version, text, found = doc.version, doc.source, [d for d, _ in state.published]
+    text, version, config, path = doc.source, doc.version, ls.config, ls._path(uri)
+    cache = dict(state.cache)
+    analyse = functools.partial(api.analyze_source, path=path, config=config, cache=cache)
+    loop = asyncio.get_running_loop()
+    if state.published_version == version and version is not None:
+        known = [d for d, _ in state.published]
     else:
-        text, version, config = doc.source, doc.version, ls.config
-        loop = asyncio.get_running_loop()
-        result: FileResult = await loop.run_in_executor(
-            ls.executor, functools.partial(api.analyze_source, text, ls._path(uri), config, cache=dict(state.cache))
-        )
-        found = list(result.diagnostics)
-    if any(d.code == SYNTAX_ERROR for d in found):
-        return None, fixes.MergeResult()
-    merged = fixes.merge_fixes(d.to_json()["fix"] for d in found if d.fix is not None)
-    if not merged.edits:
-        return None, merged
-    lines = convert.split_lines(text)
-    edits = convert.fix_to_text_edits({"edits": merged.edits}, lines, ls.encoding)
-    return _workspace_edit(uri, version, edits), merged
+        known = list((await loop.run_in_executor(ls.executor, analyse, text)).diagnostics)
+    if any(d.code == SYNTAX_ERROR for d in known):
+        return None, None
+    done = await loop.run_in_executor(ls.executor, fixes.fix_all, text, analyse, known)
+    if not done.changed:
+        return None, done
+    edits = convert.fix_to_text_edits({"edits": fixes.edits_between(done.original, done.text)}, convert.split_lines(text), ls.encoding)
+    return _workspace_edit(uri, version, edits), done
 
 
 @server.feature(
@@ -625,13 +625,13 @@ async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEd
 async def code_action(ls: GradguardServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     if uri not in ls.docs:
-        return notebook_sync.code_actions(ls, params) or []
+        return await notebook_sync.code_actions(ls, params) or []
     only = params.context.only
     actions: list[types.CodeAction] = []
     if _kind_matches(types.CodeActionKind.QuickFix.value, only):
         actions.extend(quick_fixes(ls, uri, params.context.diagnostics))
     if _kind_matches(FIX_ALL_KIND, only):
-        edit, merged = await fix_all_edit(ls, uri)
+        edit, _ = await fix_all_edit(ls, uri)
         if edit is not None:
             actions.append(
                 types.CodeAction(
@@ -699,12 +699,13 @@ async def apply_all_fixes(ls: GradguardServer, *args: Any) -> dict[str, Any]:
     if not isinstance(target, str) or target not in ls.docs:
         ls.warn(f"{FIX_ALL_COMMAND}: pass the URI of an open document")
         return {"applied": False, "fixes": 0, "skipped": 0}
-    edit, merged = await fix_all_edit(ls, target)
+    edit, done = await fix_all_edit(ls, target)
+    skipped = fixes.left_over(done) if done is not None else 0
     if edit is None:
-        return {"applied": False, "fixes": 0, "skipped": len(merged.skipped)}
+        return {"applied": False, "fixes": 0, "skipped": skipped}
     response = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=FIX_ALL_TITLE))
     applied = bool(getattr(response, "applied", False))
-    return {"applied": applied, "fixes": len(merged.applied) if applied else 0, "skipped": len(merged.skipped)}
+    return {"applied": applied, "fixes": len(done.applied) if applied else 0, "skipped": skipped}
 
 
 from . import probe_support  # gradguard.probe command, "Confirm with probe" code lens, probe on save
