@@ -1,0 +1,118 @@
+"""One planner for every client: every positive fixture that has a fix comes out of ``gradguard check --fix`` on
+the ``.py``, of ``--fix`` on the same code as a notebook (one cell, and split into two cells), and of the
+language server's ``source.fixAll.gradguard`` with the same text.  With ``--unsafe-fixes`` the ``.py`` and the
+notebooks must agree too (the editor's fix-all applies safe fixes only).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from fixture_corpus import Fixture, all_fixtures
+from gradguard.api import analyze_source
+from gradguard.cli import main
+from gradguard.config import Config
+from gradguard.rules import RULES_BY_CODE
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+from test_lsp import apply_edits, rng, wait_publish
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _offers(fx: Fixture) -> tuple[bool, bool]:
+    """(a safe fix, an unsafe fix) offered for the fixture as it is."""
+    rule = RULES_BY_CODE.get(fx.path.parent.name)
+    if not fx.positive or rule is None or rule.fix is None:
+        return False, False
+    fixes = [d.fix for d in analyze_source(fx.path.read_text(encoding="utf-8"), str(fx.path), Config()).diagnostics]
+    return any(f is not None and f.safe for f in fixes), any(f is not None and not f.safe for f in fixes)
+
+
+OFFERS = {fx.id: (fx, _offers(fx)) for fx in all_fixtures()}
+WITH_FIX = [fx for fx, (safe, unsafe) in OFFERS.values() if safe or unsafe]
+WITH_SAFE_FIX = [fx for fx, (safe, _) in OFFERS.values() if safe]
+CASES = [(fx, flags) for fx in WITH_FIX for flags, wanted in ((("--fix",), True),
+                                                               (("--fix", "--unsafe-fixes"), OFFERS[fx.id][1][1]))
+         if wanted]
+
+
+def _cli_fix(path: Path, *flags: str) -> None:
+    assert main(["check", "--jobs", "1", "--quiet", "--exit-zero", *flags, str(path)]) == 0
+
+
+def fixed_py(fx: Fixture, folder: Path, *flags: str) -> str:
+    """(a): ``gradguard check --fix`` on a copy of the fixture."""
+    folder.mkdir()
+    target = folder / fx.path.name
+    shutil.copyfile(fx.path, target)
+    _cli_fix(target, *flags)
+    return target.read_text(encoding="utf-8")
+
+
+def split(text: str, parts: int) -> list[str]:
+    """The source as ``parts`` cells (joined with one line break, the cells' program is ``text`` again): the
+    second cell starts at the middle top-level statement (with its decorators)."""
+    assert text.endswith("\n") and "\r" not in text
+    body = text[:-1]
+    if parts == 1:
+        return [body]
+    tree = ast.parse(text)
+    stmt = tree.body[len(tree.body) // 2]
+    first_line = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+    lines = body.split("\n")
+    return ["\n".join(lines[: first_line - 1]), "\n".join(lines[first_line - 1:])]
+
+
+def fixed_notebook(fx: Fixture, folder: Path, parts: int, *flags: str) -> str:
+    """(b): the fixture as a notebook of ``parts`` code cells, through ``--fix``; the cells joined back."""
+    folder.mkdir()
+    cells = [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+              "source": source} for i, source in enumerate(split(fx.path.read_text(encoding="utf-8"), parts))]
+    notebook = {"cells": [{"cell_type": "markdown", "id": "m", "metadata": {}, "source": "# fixture"}, *cells],
+                "metadata": {"kernelspec": {"language": "python", "name": "python3"}}, "nbformat": 4,
+                "nbformat_minor": 5}
+    target = folder / (fx.path.stem + ".ipynb")
+    target.write_text(json.dumps(notebook, indent=1) + "\n", encoding="utf-8")
+    _cli_fix(target, *flags)
+    written = json.loads(target.read_text(encoding="utf-8"))
+    return "\n".join(c["source"] for c in written["cells"] if c["cell_type"] == "code") + "\n"
+
+
+def test_the_corpus_is_big_enough():
+    assert len(WITH_SAFE_FIX) >= 20 and len(CASES) >= 100, (len(WITH_SAFE_FIX), len(CASES))
+
+
+@pytest.mark.parametrize(("fx", "flags"), CASES, ids=lambda v: v.id if isinstance(v, Fixture) else " ".join(v))
+def test_py_and_notebooks_get_the_same_fixes(fx: Fixture, flags: tuple[str, ...], tmp_path: Path):
+    py = fixed_py(fx, tmp_path / "py", *flags)
+    assert fixed_notebook(fx, tmp_path / "one", 1, *flags) == py, "one-cell notebook differs from the .py"
+    assert fixed_notebook(fx, tmp_path / "two", 2, *flags) == py, "two-cell notebook differs from the .py"
+
+
+@pytest.mark.asyncio
+async def test_editor_fix_all_gives_the_cli_text(client: LanguageClient, tmp_path: Path):
+    """(c) for every fixture with a safe fix, in one server session: open it, ask for ``source.fixAll.gradguard``,
+    apply the action's edit; it must be the text ``--fix`` wrote."""
+    assert len(WITH_SAFE_FIX) >= 20
+    for n, fx in enumerate(WITH_SAFE_FIX):
+        text = fx.path.read_text(encoding="utf-8")
+        uri = (tmp_path / f"doc{n}" / fx.path.name).as_uri()
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        await wait_publish(client, uri, version=1, timeout=30)
+        actions = await client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), range=rng(0, 0, 0, 0),
+            context=types.CodeActionContext(diagnostics=[], only=["source.fixAll.gradguard"])))
+        expected = fixed_py(fx, tmp_path / f"cli{n}", "--fix")
+        if expected == text:  # a safe fix offered, and refused by the planner (it would not parse, say)
+            assert not actions, fx.id
+            continue
+        (action,) = actions
+        assert apply_edits(text, action.edit.document_changes[0].edits) == expected, fx.id
+        client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
