@@ -31,6 +31,7 @@ from . import __version__
 from .config import Config, ConfigError, check_codes, load_config, load_config_file, parse_severity
 from .diagnostics import Diagnostic, FileResult, Severity
 from .files import MissingPath, Target, discover
+from .fixes import unavailable as fixes_unavailable
 from .output import FORMATS, catalog, render
 from .output import text as text_output
 
@@ -308,6 +309,8 @@ def _check(args: argparse.Namespace) -> int:
     paths = [p for p in args.paths if p != "-"]
     if (args.fix or args.diff) and "-" in args.paths:
         raise UsageError("--fix and --diff work on files, not on stdin")
+    if (args.fix or args.diff) and fixes_unavailable() is not None:
+        raise UsageError(f"fixes are unavailable: {fixes_unavailable()}")
     try:
         targets = discover(paths, config)
     except MissingPath as exc:
@@ -358,6 +361,8 @@ def _check(args: argparse.Namespace) -> int:
         print(f"gradguard: {crash}", file=sys.stderr)
     for problem in fixing.problems if fixing is not None else ():
         print(f"gradguard: {problem}", file=sys.stderr)
+    if diagnostics and fixes_unavailable() is not None and not args.quiet:
+        print(f"gradguard: fixes are unavailable: {fixes_unavailable()}", file=sys.stderr)
     if not args.quiet:
         checked = len(targets) + ("-" in args.paths)
         print(text_output.summary(diagnostics, checked, _fixing(fixing), len(crashes), len(unprobed)),

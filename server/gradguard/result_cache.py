@@ -5,7 +5,8 @@ One entry per file, named by a key that hashes everything the file's result depe
 - gradguard itself: its version and a stamp (name, size, mtime) of its own modules, so an upgrade or an
   edit of an editable install never serves old results;
 - the op table ``knowledge/torch_ops.json`` (its bytes: the table's format and torch version are in them);
-- the settings that change results (select, ignore, severities, jedi, view functions);
+- the settings that change results (select, ignore, severities, jedi, view functions), and whether fixes
+  can be built here (libcst);
 - the file: its display name, absolute path and the hash of its bytes;
 - with jedi on (``--jedi``) and a file that imports anything but the standard library, torch, numpy and
   typing: a stamp of every ``.py`` file under the file's project root (jedi may read any of them to learn
@@ -37,6 +38,7 @@ from pathlib import Path
 from . import __version__
 from .config import Config
 from .diagnostics import Diagnostic, FileResult
+from .fixes import unavailable as fixes_unavailable
 
 FORMAT = 1
 DIR_NAME = ".gradguard_cache"
@@ -146,7 +148,7 @@ class ResultCache:
             table = b""
         c = self.config
         settings = json.dumps([sorted(c.select), sorted(c.ignore), sorted((k, v.value) for k, v in c.severity.items()),
-                               c.jedi, sorted(c.view_functions)])
+                               c.jedi, sorted(c.view_functions), fixes_unavailable()])
         self._salt = _hash(str(FORMAT), __version__, _tree_stamp(package), hashlib.blake2b(table).hexdigest(), settings)
         self.entries = self.directory / f"v{FORMAT}"
 

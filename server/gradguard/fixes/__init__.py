@@ -13,6 +13,8 @@ into ``TextEdit``s and applies them.
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
@@ -24,9 +26,23 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import Diagnostic
     from ..inference.events import Finding
 
-__all__ = ["CannotFix", "FindingId", "FixContext", "StillFound", "attach_fixes"]
+__all__ = ["CannotFix", "FindingId", "FixContext", "StillFound", "attach_fixes", "unavailable"]
 
 log = logging.getLogger(__name__)
+
+NO_LIBCST = "libcst is not installed (pip install libcst)"
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why no fix can be built in this interpreter (None when fixes work).  Fixes are libcst codemods, and an
+    environment may lack libcst (VS Code's bundle leaves it to the user's interpreter): the clients say so once
+    instead of offering fewer fixes without a word."""
+    try:
+        importlib.import_module("libcst")
+    except ImportError:
+        return NO_LIBCST
+    return None
 
 
 def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]],
@@ -38,6 +54,8 @@ def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[F
     pairs = list(pairs)
     if not pairs:
         return []
+    if unavailable() is not None:  # every fix, not just the libcst ones: a partial set would mislead
+        return [diag for _, diag in pairs]
     ctx = FixContext(text, tree, path, still_found)
     out = []
     for finding, diag in pairs:

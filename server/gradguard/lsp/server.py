@@ -12,6 +12,8 @@
   ``source.fixAll.gradguard`` applying every safe fix at once (also ``workspace/executeCommand``
   ``gradguard.applyAllFixes``).  Every edit names the document version it was computed on, so a client
   refuses it once the text has moved on.
+- Fixes need libcst: without it the server says so once (a warning on ``initialized``) and offers no fix
+  actions; findings and "suppress" still come.
 - Hover over a flagged range: the message, the rule's summary and a link to its docs (``hover.py``: markdown
   only for a client that announces it).
 - Configuration: pyproject ``[tool.gradguard]`` of the workspace root, overridden by
@@ -43,6 +45,7 @@ from .. import api
 from ..config import Config, ConfigError, config_from_table, find_pyproject, load_config_file
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
 from ..fixes import plan
+from ..fixes import unavailable as fixes_unavailable
 from . import convert, fixes
 from . import hover as hover_text
 from . import notebooks as notebook_sync
@@ -418,6 +421,8 @@ def initialize(ls: GradguardServer, params: types.InitializeParams) -> None:
 @server.feature(types.INITIALIZED)
 @_safe()
 async def initialized(ls: GradguardServer, params: types.InitializedParams) -> None:
+    if fixes_unavailable() is not None:  # findings still come; their fixes (and fix-all) cannot
+        ls.warn(f"fixes are unavailable: {fixes_unavailable()}")
     if ls.can_watch_files():
         await ls.client_register_capability_async(
             types.RegistrationParams(
