@@ -13,10 +13,13 @@ from . import parsing
 from .config import Config
 from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module
-from .fixes import FindingId, StillFound, attach_fixes
+from .fixes import FindingId, FixBuilder, StillFound, attach_fixes
 from .inference.events import Finding
 from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE
+
+# Each rule's fix, handed down to the fix layer (which sits below the rules and imports none of them).
+FIX_BUILDERS: dict[str, FixBuilder] = {code: rule.fix for code, rule in RULES_BY_CODE.items() if rule.fix is not None}
 
 _SUPPRESS = re.compile(
     r"#\s*(?:gradguard:\s*ignore(?:\[(?P<gg>[A-Z0-9,\s]*)\])?|noqa(?::\s*(?P<noqa>[A-Z0-9,\s]+))?)",
@@ -86,7 +89,7 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         if not _is_suppressed(diag, lines):
             kept.append((finding, diag))
     # libcst runs only here, for files with findings
-    diagnostics = attach_fixes(text, parsed, path, kept, _still_found(parsing.Parsed(lines, parsed), path))
+    diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(parsing.Parsed(lines, parsed), path))
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return FileResult(path, diagnostics)
 

@@ -366,13 +366,10 @@ def test_unsafe_fixes_are_applied_only_when_asked(tmp_path, capsys):
 
 
 def test_a_fix_that_would_not_parse_leaves_the_file_untouched(tmp_path, capsys, monkeypatch):
-    from dataclasses import replace
+    from gradguard.api import FIX_BUILDERS
 
-    from gradguard.rules import RULES_BY_CODE
-
-    rule = RULES_BY_CODE["GG001"]
-    broken = replace(rule, fix=lambda ctx, finding: Fix("break it", True, (TextEdit(4, 1, 4, 1, "(("),)))
-    monkeypatch.setitem(RULES_BY_CODE, "GG001", broken)
+    broken = lambda ctx, finding: Fix("break it", True, (TextEdit(4, 1, 4, 1, "(("),))  # noqa: E731
+    monkeypatch.setitem(FIX_BUILDERS, "GG001", broken)
     path = tmp_path / "bug.py"
     path.write_text(BUG)
     _, _, err = run_cli(capsys, "--fix", str(path))
@@ -386,14 +383,12 @@ def test_fix_refuses_stdin(capsys):
 
 
 def test_a_crashing_fix_builder_costs_only_the_fix(monkeypatch):
-    from dataclasses import replace
-
-    from gradguard.rules import RULES_BY_CODE
+    from gradguard.api import FIX_BUILDERS
 
     def boom(ctx, finding):
         raise RuntimeError("bug")
 
-    monkeypatch.setitem(RULES_BY_CODE, "GG001", replace(RULES_BY_CODE["GG001"], fix=boom))
+    monkeypatch.setitem(FIX_BUILDERS, "GG001", boom)
     (diag,) = analyse(BUG)
     assert diag.code == "GG001" and diag.fix is None
 

@@ -1,6 +1,7 @@
-"""The fixes never run the analysis themselves: nothing in ``gradguard/fixes/`` imports the engine or the API,
-at module level or inside a function (a fix checks a candidate through the ``still_found`` callback ``api``
-passes in, and the planner re-analyses through its ``analyse`` callback)."""
+"""The fixes never run the analysis themselves: nothing in ``gradguard/fixes/`` imports the engine, the API or
+the rules, at module level or inside a function (a fix checks a candidate through the ``still_found`` callback
+``api`` passes in, the planner re-analyses through its ``analyse`` callback, and a fix that defers to another
+rule's asks the builders ``api`` hands down)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import gradguard.fixes
 
 FIXES = Path(gradguard.fixes.__file__).parent
-FORBIDDEN = ("gradguard.engine", "gradguard.api")
+FORBIDDEN = ("gradguard.engine", "gradguard.api", "gradguard.rules")
 
 
 def _imported(module: Path) -> list[tuple[int, str]]:
@@ -32,7 +33,7 @@ def _forbidden(name: str) -> bool:
     return any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
 
 
-def test_no_module_of_fixes_imports_the_engine_or_the_api():
+def test_no_module_of_fixes_imports_the_engine_the_api_or_the_rules():
     modules = sorted(FIXES.glob("*.py"))
     assert len(modules) >= 8
     bad = [f"{m.name}:{line}: {name}" for m in modules for line, name in _imported(m) if _forbidden(name)]
@@ -43,4 +44,4 @@ def test_the_check_sees_function_level_and_relative_imports(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("def f():\n    from .. import engine\n    from ..api import analyze_source\n"
                       "import gradguard.engine\nfrom ..engine import analyze_module\nfrom ..rules import RULES\n")
-    assert sorted(line for line, name in _imported(sample) if _forbidden(name)) == [2, 3, 3, 4, 5, 5]
+    assert sorted(line for line, name in _imported(sample) if _forbidden(name)) == [2, 3, 3, 4, 5, 5, 6, 6]

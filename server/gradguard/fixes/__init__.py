@@ -2,7 +2,7 @@
 
 ``attach_fixes`` is the one entry point the analysis calls, and only for a file that has findings: it
 builds one ``FixContext`` (libcst is parsed lazily, on the first fix that needs it) and asks each
-finding's rule for its fix.  A fix that cannot be built -- ``CannotFix``, or any bug in a fix builder --
+finding's rule for its fix, through the builders the caller hands down (this layer imports no rule).  A fix that cannot be built -- ``CannotFix``, or any bug in a fix builder --
 leaves that diagnostic without a fix; it never loses the diagnostic.
 
 ``plan`` chooses and applies fixes for every client (``gradguard.fixing`` for files, notebooks, the
@@ -16,17 +16,17 @@ import ast
 import functools
 import importlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .context import CannotFix, FindingId, FixContext, StillFound
+from .context import CannotFix, FindingId, FixBuilder, FixContext, StillFound
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import Diagnostic
     from ..inference.events import Finding
 
-__all__ = ["CannotFix", "FindingId", "FixContext", "StillFound", "attach_fixes", "unavailable"]
+__all__ = ["CannotFix", "FindingId", "FixBuilder", "FixContext", "StillFound", "attach_fixes", "unavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +46,16 @@ def unavailable() -> str | None:
 
 
 def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]],
-                 still_found: StillFound | None = None) -> list[Diagnostic]:
-    """The diagnostics of ``pairs``, each carrying its rule's fix when there is one (``still_found``: the
-    caller's re-analysis, for fixes that check a candidate against it; see ``FixContext``)."""
-    from ..rules import RULES_BY_CODE
-
+                 builders: Mapping[str, FixBuilder], still_found: StillFound | None = None) -> list[Diagnostic]:
+    """The diagnostics of ``pairs``, each carrying its rule's fix when there is one.  ``builders``: each rule's
+    fix by code (the rules sit above this layer, so the caller hands them down); ``still_found``: the caller's
+    re-analysis, for fixes that check a candidate against it (see ``FixContext``)."""
     pairs = list(pairs)
     if not pairs:
         return []
     if unavailable() is not None:  # every fix, not just the libcst ones: a partial set would mislead
         return [diag for _, diag in pairs]
-    ctx = FixContext(text, tree, path, still_found)
+    ctx = FixContext(text, tree, path, still_found, builders)
     out = []
     for finding, diag in pairs:
         if finding.fix_memo is not None:  # the engine's per-document cache handed back the same finding
@@ -65,11 +64,11 @@ def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[F
                 twin.fix_memo = finding.fix_memo
             out.append(replace(diag, fix=fix) if fix is not None else diag)
             continue
-        rule = RULES_BY_CODE.get(finding.code)
+        build = builders.get(finding.code)
         fix = None
-        if rule is not None and rule.fix is not None:
+        if build is not None:
             try:
-                fix = rule.fix(ctx, finding)
+                fix = build(ctx, finding)
             except CannotFix:
                 fix = None
             except Exception:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -21,6 +21,9 @@ from ..parsing import first_line, source_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
+
+    from ..diagnostics import Fix
+    from ..inference.events import Finding
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -63,18 +66,24 @@ class FindingId:
 # Is the finding still there once the text is ``fixed``?  The caller of the fixes (``api``) answers by analysing
 # the changed text again: the fixes never run the engine themselves.
 StillFound = Callable[[str, FindingId], bool]
+# A rule's fix: a ``Fix`` for one of its findings, or None / ``CannotFix`` when it has none.
+FixBuilder = Callable[["FixContext", "Finding"], "Fix | None"]
 
 
 class FixContext:
     """One file, as the fixes of its findings see it.  ``still_found`` checks a candidate fix against the
     analysis; without it, a fix that needs that check is not offered."""
 
-    def __init__(self, text: str, tree: ast.Module, path: str = "<string>", still_found: StillFound | None = None):
+    def __init__(self, text: str, tree: ast.Module, path: str = "<string>", still_found: StillFound | None = None,
+                 builders: Mapping[str, FixBuilder] | None = None):
         self.text = text
         self.tree = tree
         self.path = path
         self.lines = source_lines(text)
         self._still_found = still_found
+        # Each rule's fix builder by code, as the caller (``api``) hands them down: a fix that defers to another
+        # rule's (GG104 to the in-place rule behind its loop) asks here instead of importing the rules.
+        self.builders: Mapping[str, FixBuilder] = builders or {}
 
     def still_found(self, fixed: str, finding: FindingId) -> bool:
         """Whether ``finding`` is still found in ``fixed`` (this file's text with a candidate fix made)."""

@@ -354,17 +354,15 @@ def fix_element_loop(ctx: FixContext, finding: Finding) -> Fix | None:
     """The fix of the in-place rule behind the element-loop finding when it is safe (the loop stays; it becomes
     correct); else, where the loop fills a preallocated tensor step by step, the list + ``torch.stack`` rewrite
     (unsafe, see ``loops``); else the in-place rule's unsafe fix."""
-    from ..rules import RULES_BY_CODE
-
     data = finding.data or {}
     code = data.get("underlying")
-    rule = RULES_BY_CODE.get(code or "")
+    build = ctx.builders.get(code or "")
     if code in ("GG002", "GG003"):
         # The message's advice decides, as torch proved it: `torch.no_grad()` only for an update between steps
         # (anywhere else it drops the gradient of what the loop writes), a copy for the computation.
         underlying = fix_or_none(lambda: fix_leaf_write(ctx, finding, update=data.get("advice") == "no_grad"))
-    elif rule is not None and rule.fix is not None:
-        underlying = fix_or_none(lambda: rule.fix(ctx, finding))
+    elif build is not None:
+        underlying = fix_or_none(lambda: build(ctx, finding))
     else:
         underlying = None
     if underlying is not None and underlying.safe:
