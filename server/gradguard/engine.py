@@ -369,6 +369,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
     for mutation in interp.mutations:
         mutation.conflicts = _conflicts(interp, mutation)
         mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)
+        mutation.read_after = next((s for s in interp.sinks if s.kind == "backward" and s.seq > mutation.seq
+                                    and mutation.hidden_marker in s.graph), None)
     for graph_break in interp.breaks:
         graph_break.reached = _lost_at(interp, graph_break)
     for event in [*interp.mutations, *interp.breaks]:
