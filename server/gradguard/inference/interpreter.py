@@ -275,13 +275,22 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
 
     def _stmt_For(self, stmt: ast.For) -> None:
         iterable = self.eval(stmt.iter)
+        target = stmt.target
+        if (isinstance(stmt.iter, ast.Call) and self.qual(stmt.iter.func) == "builtins.enumerate"
+                and len(stmt.iter.args) == 1 and isinstance(target, ast.Tuple) and len(target.elts) == 2):
+            # `for i, layer in enumerate(self.layers)`: the layers in turn, as below, with an index beside them.
+            layers = self.eval(stmt.iter.args[0])
+            if isinstance(layers, ModuleValue) and 0 < len(layers.children) <= _UNROLLED_LAYERS:
+                iterable, target = layers, target.elts[1]
+                self.bind(stmt.target.elts[0], NOT_TENSOR, stmt)
         if isinstance(iterable, ModuleValue) and 0 < len(iterable.children) <= _UNROLLED_LAYERS:
             # `for layer in self.layers: x = layer(x)`: each layer in turn, as a Sequential runs them.
             for child in iterable.children:
-                self.bind(stmt.target, child, stmt)
+                self.bind(target, child, stmt)
                 self.run_block(stmt.body)
             self.run_block(stmt.orelse)
             return
+        target = stmt.target
         element = self._iter_element(iterable, stmt.iter)
         live = self.state.env
         before = self.state.copy()

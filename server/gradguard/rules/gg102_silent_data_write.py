@@ -47,16 +47,19 @@ def _forward_changed(mutation: Mutation) -> Finding:
         related.append((owner.origin, Message.format("{label} is computed here, with a grad_fn", label=owner.label)))
     related += call_path_related(mutation)
     related.append((sink.node, "backward reads the changed values here, but differentiates them as if unchanged: "
-                               "no error, wrong gradients"))
+                               "no error, wrong gradients" if sink.kind == "backward" else
+                    "the forward returns a value computed from the changed tensor here; the backward through it "
+                    "differentiates the values as if unchanged: no error, wrong gradients"))
     return Finding(
         "GG102",
         mutation.node,
         Message.format(
             "{how} changes {label}, which has a grad_fn, {hidden}: autograd records no operation for the change, "
-            "so the backward on {sink} differentiates the values as if they were never changed (no error, wrong "
-            "gradients). Make the change an operation of the graph (`{name} = {name} * mask`, `torch.where`, "
+            "so {reads} differentiates the values as if they were never changed (no error, wrong gradients). Make the change an operation of the graph (`{name} = {name} * mask`, `torch.where`, "
             "`.clamp()` out of place), or apply it to a detached copy (`.detach().clone()`) that backward never reads.",
-            how=mutation.how, label=owner.label, hidden=hidden, sink=sink.node, name=_name(owner)),
+            how=mutation.how, label=owner.label, hidden=hidden, name=_name(owner),
+            reads=Message.format("the backward on {sink}" if sink.kind == "backward"
+                                 else "backward through the value returned on {sink}", sink=sink.node)),
         certain=owner.requires_grad == Grad.YES,
         related=related,
         data={"mutation": mutation},
