@@ -81,8 +81,12 @@ def _name(owner: Tensor) -> str:
 
 
 def fix(ctx, finding):
-    """Move the `.data` write after the backward that needs the old value."""
+    """Move the `.data` write after the backward that needs the old value.  A hidden write the forward reads
+    gets none: moving it would change the forward, and the change belongs in the graph instead."""
     from ..fixes import structural as S
+
+    if not finding.data["mutation"].conflicts:
+        return None
 
     return S.fix_silent_data_write(ctx, finding)
 
