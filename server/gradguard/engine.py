@@ -369,6 +369,7 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
     for mutation in interp.mutations:
         mutation.conflicts = _conflicts(interp, mutation)
         mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)
+        mutation.read_after = _read_after(interp, mutation)
     for graph_break in interp.breaks:
         graph_break.reached = _lost_at(interp, graph_break)
     for event in [*interp.mutations, *interp.breaks]:
@@ -377,6 +378,14 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             if produced:
                 yield from produced
                 break
+
+
+def _read_after(interp: Interpreter, mutation) -> Sink | None:
+    """The first backward after a write autograd did not record that reads the changed tensor; in a forward, its
+    return (the caller trains through it)."""
+    reads = [s for s in interp.sinks if s.seq > mutation.seq and mutation.hidden_marker in s.graph]
+    return next((s for s in reads if s.kind == "backward"),
+                next((s for s in reads if s.kind == "return" and interp.is_forward), None))
 
 
 def _lost_at(interp: Interpreter, graph_break) -> Sink | None:

@@ -39,6 +39,7 @@ from .values import (
     TensorSeq,
     Value,
     graph_of,
+    graph_tensor_behind,
     new_tensor,
 )
 
@@ -82,6 +83,10 @@ class CallsMixin:
                 return self._tensor_method(owner, func.attr, node)
             if isinstance(owner, DataAlias):
                 return self._data_method(owner, func.attr, node)
+            if isinstance(owner, NumberFrom) and owner.array_of is not None and func.attr in ARRAY_WRITING_METHODS:
+                self._eval_args(node)
+                self._array_write(node, owner, f"`.{func.attr}()` on the NumPy array")
+                return NOT_TENSOR
             if isinstance(owner, Derived):
                 args = self._eval_args(node)
                 if func.attr == "backward":
@@ -139,6 +144,9 @@ class CallsMixin:
         if q.startswith("builtins."):
             return self._builtin_call(q[9:], node, args)
         if q.split(".")[0] == "numpy":
+            written = kwargs.get("out", args[0] if q == "numpy.copyto" and args else None)
+            if isinstance(written, NumberFrom) and written.array_of is not None:
+                self._array_write(node, written, f"`{q.replace('numpy.', 'np.')}(...)` into the NumPy array")
             numbers = [v for v in [*args, *kwargs.values()] if isinstance(v, NumberFrom)]
             if numbers:  # numpy on values read out of tensors: still values read out of tensors
                 return NumberFrom(frozenset().union(*(n.sources for n in numbers)), node,
@@ -360,8 +368,13 @@ class CallsMixin:
         if name in GRAPH_REBUILDING_FACTORIES and len(parts) == 2 and (args or "data" in kwargs):
             rg = _keyword_bool(node, "requires_grad", False)
             source = args[0] if args else kwargs["data"]
-            return self._graph_break(node, f"`torch.{name}(...)`", [source],
-                                     Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO)
+            result = self._graph_break(node, f"`torch.{name}(...)`", [source],
+                                       Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO)
+            if name == "from_numpy" and node.args and isinstance(node.args[0], ast.Name):
+                # The array and the tensor share memory from now on: an in-place write to one changes the other.
+                self.bind(node.args[0], NumberFrom(getattr(source, "sources", frozenset()), node,
+                                                   getattr(source, "markers", frozenset()), array_of=result), node)
+            return result
         if q.startswith("torch.distributions.") and name in DISTRIBUTIONS_SAVING_LOGITS:
             logits = kwargs.get("logits")
             inputs = [*args, *kwargs.values()]
@@ -460,8 +473,10 @@ class CallsMixin:
         if name == "detach":
             lost = tensor.graph | tensor.lost_sources if tensor.requires_grad else tensor.lost_sources
             return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}.detach()",
-                          lost_sources=lost)
-        if name in ("item", "tolist", "numpy"):
+                          lost_sources=lost, detached_from=graph_tensor_behind(tensor))
+        if name == "numpy":
+            return self._numpy_view(tensor, node)
+        if name in ("item", "tolist"):
             return self._number_from(tensor, node, f"`.{name}()`")
         if name == "new_tensor" and len(args) > 1:
             rg = _keyword_bool(node, "requires_grad", False)
@@ -667,6 +682,9 @@ def _positional_or_keyword_bool(node: ast.Call, index: int, name: str, default: 
         return bool(node.args[index].value)
     return _keyword_bool(node, name, default)
 
+
+# NumPy array methods that write the array in place (API knowledge, not autograd knowledge).
+ARRAY_WRITING_METHODS = {"fill", "sort", "put", "itemset", "partition"}
 
 # Factories that copy their data argument into a new leaf: given a tensor that requires grad, the graph ends there.
 GRAPH_REBUILDING_FACTORIES = {"tensor", "as_tensor", "asarray", "from_numpy"}

@@ -58,6 +58,12 @@ class Mutation:
     # Filled by the engine: a backward ran earlier in the analysed code, so the write comes between steps (an
     # update or reset of what the next forward reads) rather than inside the computation that backward differentiates.
     after_backward: bool = False
+    # A write autograd does not record (`.data`, a `.detach()` alias, a NumPy array, grad mode off) to a tensor
+    # with a grad_fn: that tensor (as it was), and the marker put into its graph at the write.  The engine
+    # fills ``read_after``: the first later backward whose graph reads the changed tensor.
+    hidden_from: Tensor | None = None
+    hidden_marker: int | None = None
+    read_after: Sink | None = None
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

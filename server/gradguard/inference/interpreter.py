@@ -41,6 +41,7 @@ from .values import (
     TensorSeq,
     Value,
     graph_of,
+    graph_tensor_behind,
     new_id,
     new_tensor,
     snapshot,
@@ -227,12 +228,16 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                 target, advanced = self._index_target(container, stmt.target.slice)
                 self._inplace(stmt, target, f"`{symbol}` on an indexed element", op, [rhs], advanced=advanced,
                               index=stmt.target.slice)
+            elif isinstance(container, NumberFrom) and container.array_of is not None:
+                self._array_write(stmt, container, f"`{symbol}` on an element of the NumPy array")
             return
         current = self.eval(stmt.target)
         if isinstance(current, Tensor):
             self._inplace(stmt, current, f"`{symbol}`", op, [rhs])
         elif isinstance(current, DataAlias):
             self._data_write(stmt, current, f"`.data {symbol}`")
+        elif isinstance(current, NumberFrom) and current.array_of is not None:
+            self._array_write(stmt, current, f"`{symbol}` on the NumPy array")
         else:
             if op is not None and isinstance(rhs, Tensor) and isinstance(current, Opaque):
                 # `total += loss`: an int/float accumulator becomes a tensor holding rhs's graph.
@@ -270,13 +275,22 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
 
     def _stmt_For(self, stmt: ast.For) -> None:
         iterable = self.eval(stmt.iter)
+        target = stmt.target
+        if (isinstance(stmt.iter, ast.Call) and self.qual(stmt.iter.func) == "builtins.enumerate"
+                and len(stmt.iter.args) == 1 and isinstance(target, ast.Tuple) and len(target.elts) == 2):
+            # `for i, layer in enumerate(self.layers)`: the layers in turn, as below, with an index beside them.
+            layers = self.eval(stmt.iter.args[0])
+            if isinstance(layers, ModuleValue) and 0 < len(layers.children) <= _UNROLLED_LAYERS:
+                iterable, target = layers, target.elts[1]
+                self.bind(stmt.target.elts[0], NOT_TENSOR, stmt)
         if isinstance(iterable, ModuleValue) and 0 < len(iterable.children) <= _UNROLLED_LAYERS:
             # `for layer in self.layers: x = layer(x)`: each layer in turn, as a Sequential runs them.
             for child in iterable.children:
-                self.bind(stmt.target, child, stmt)
+                self.bind(target, child, stmt)
                 self.run_block(stmt.body)
             self.run_block(stmt.orelse)
             return
+        target = stmt.target
         element = self._iter_element(iterable, stmt.iter)
         live = self.state.env
         before = self.state.copy()
@@ -399,6 +413,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                               copy_from=value, index=target.slice)
             elif isinstance(container, DataAlias):
                 self._data_write(stmt, container, "an indexed assignment through `.data`")
+            elif isinstance(container, NumberFrom) and container.array_of is not None:
+                self._array_write(stmt, container, "an indexed assignment to the NumPy array")
             elif isinstance(container, TensorSeq) and container.base is None:
                 index = _const_int(target.slice)  # `hs[0] = h`: the list holds h from now on
                 if index is not None and -len(container.items) <= index < len(container.items):
@@ -517,6 +533,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
             mutation.in_container = self._through_container(node)
+            self._mark_hidden_write(mutation, target, kind)
             self.mutations.append(mutation)
         if kind == "data":
             return target  # .data writes bypass the version counter and the graph
@@ -547,6 +564,36 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                 for t in target.view_chain():
                     t.graph = t.graph | {saved.id}
         return target
+
+    def _mark_hidden_write(self, mutation: Mutation, target: Tensor, kind: str) -> None:
+        """A write autograd does not record (through ``.data``, a ``.detach()`` alias or a NumPy array, or with
+        grad mode off) to a tensor with a grad_fn: backward differentiates that tensor as if it still held the
+        old values.  A marker in its graph (and the written view's) tells the engine which later backward
+        reads the new ones."""
+        if kind == "step":
+            return
+        owner = graph_tensor_behind(target)
+        through_alias = owner is not None and any(t.detached_from is owner for t in target.view_chain())
+        hidden = kind == "data" or through_alias or (not self.state.grad_enabled and self.grad_mode_known)
+        if owner is None or not hidden:
+            return
+        marker = new_id()
+        graph_views = [t for t in target.view_chain() if not t.leaf and t.requires_grad != Grad.NO]
+        for t in {id(t): t for t in (*owner.view_chain(), *graph_views)}.values():
+            t.graph = t.graph | {marker}
+        mutation.hidden_marker = marker
+        mutation.hidden_from = snapshot(owner)
+
+    def _numpy_view(self, tensor: Tensor, node: ast.AST) -> Value:
+        """``t.numpy()``: an array over ``t``'s memory (numbers read out of it, for GG103, when ``t`` has a graph)."""
+        value = self._number_from(tensor, node, "`.numpy()`")
+        if isinstance(value, NumberFrom):
+            return NumberFrom(value.sources, value.origin, value.markers, array_of=tensor)
+        return NumberFrom(frozenset(), node, array_of=tensor)
+
+    def _array_write(self, node: ast.AST, array: NumberFrom, how: str) -> None:
+        """An in-place write to a NumPy array that shares a tensor's memory: the tensor changes, no version moves."""
+        self._inplace(node, array.array_of, how, None, [], kind="data")
 
     def _through_container(self, node: ast.AST) -> bool:
         """Is the expression a write goes through an element of a Python list or dict?"""

@@ -66,6 +66,9 @@ class Tensor:
     # Taken to be one tensor without proof (a forward's unannotated argument may be a tuple): never unpacked
     # or iterated as one, so that `a, b = x` is not explained as the views `unbind` returns.
     assumed: bool = False
+    # `t.detach()`: the tensor whose memory (and version counter) this alias shares; a write through the alias
+    # changes that tensor's values without a grad_fn for the change.
+    detached_from: "Tensor | None" = None
 
     def root(self) -> "Tensor":
         t = self
@@ -149,6 +152,9 @@ class NumberFrom:
     sources: frozenset[int]  # the grad sources of the tensor it was read from
     origin: ast.AST | None = None
     markers: frozenset[int] = frozenset()  # the GraphBreak events of the lines that read it out
+    # `t.numpy()`, `torch.from_numpy(a)`: the array shares `t`'s memory (not its version counter), so an in-place
+    # write to the array is a write to `t` that autograd never sees.
+    array_of: Tensor | None = None
 
 
 @dataclass(eq=False)
@@ -267,6 +273,16 @@ def new_tensor(node: ast.AST | None, requires_grad: Grad = Grad.NO, *, leaf: boo
     if requires_grad and leaf and not graph:
         graph = frozenset({new_id()})  # a grad source
     return Tensor(Storage(), requires_grad, leaf=leaf, origin=node, label=label, param=param, graph=graph)
+
+
+def graph_tensor_behind(t: Tensor) -> Tensor | None:
+    """The tensor with a grad_fn whose memory a write to ``t`` changes: ``t`` or a base it is a view of, or the
+    tensor a ``.detach()`` alias (or a view of one) was detached from.  None when no graph tensor is written."""
+    for x in t.view_chain():
+        owner = x.detached_from or x
+        if not owner.leaf and owner.requires_grad != Grad.NO:
+            return owner
+    return None
 
 
 def snapshot(t: Tensor) -> Tensor:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..inference.events import Finding, Mutation
+from ..inference.values import Grad, Tensor
 from ..messages import Message
 from .base import Example, Rule
-from .common import conflict_related, first_conflict, where_it_reads
+from .common import call_path_related, conflict_related, first_conflict, where_it_reads
 
 
 def check(mutation: Mutation):
-    if not isinstance(mutation, Mutation) or mutation.kind != "data":
+    if not isinstance(mutation, Mutation):
+        return
+    if not mutation.conflicts and mutation.read_after is not None:
+        yield _forward_changed(mutation)
+        return
+    if mutation.kind != "data":
         return
     conflict = first_conflict(mutation)
     if conflict is None:
@@ -20,19 +26,67 @@ def check(mutation: Mutation):
         "GG102",
         mutation.node,
         Message.format(
-            "{how} changes {label} behind autograd's back: `{op}` on {saved} saved it for backward, and `.data` writes "
+            "{how} changes {label} behind autograd's back: `{op}` on {saved} saved it for backward, and {writes} "
             "do not bump the version counter, so {reads} silently computes wrong gradients. Write after the backward, "
             "or use `with torch.no_grad():` on the tensor itself (then torch raises instead of lying).",
-            how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, reads=where_it_reads(conflict)),
+            how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, reads=where_it_reads(conflict),
+            writes="writes to a NumPy array over its memory" if "NumPy" in mutation.how else "`.data` writes"),
         certain=save.certain,
         related=conflict_related(conflict, mutation, silent=True),
         data={"mutation": mutation},
     )
 
 
+def _forward_changed(mutation: Mutation) -> Finding:
+    """A hidden write to a tensor with a grad_fn that a later backward reads: no error (no saved copy of it was
+    changed), but the new values have no gradient path, so backward differentiates the old computation."""
+    owner, sink = mutation.hidden_from, mutation.read_after
+    hidden = _hidden_how(mutation)
+    related = []
+    if owner.origin is not None:
+        related.append((owner.origin, Message.format("{label} is computed here, with a grad_fn", label=owner.label)))
+    related += call_path_related(mutation)
+    related.append((sink.node, "backward reads the changed values here, but differentiates them as if unchanged: "
+                               "no error, wrong gradients" if sink.kind == "backward" else
+                    "the forward returns a value computed from the changed tensor here; the backward through it "
+                    "differentiates the values as if unchanged: no error, wrong gradients"))
+    return Finding(
+        "GG102",
+        mutation.node,
+        Message.format(
+            "{how} changes {label}, which has a grad_fn, {hidden}: autograd records no operation for the change, "
+            "so {reads} differentiates the values as if they were never changed (no error, wrong gradients). Make the change an operation of the graph (`{name} = {name} * mask`, `torch.where`, "
+            "`.clamp()` out of place), or apply it to a detached copy (`.detach().clone()`) that backward never reads.",
+            how=mutation.how, label=owner.label, hidden=hidden, name=_name(owner),
+            reads=Message.format("the backward on {sink}" if sink.kind == "backward"
+                                 else "backward through the value returned on {sink}", sink=sink.node)),
+        certain=owner.requires_grad == Grad.YES,
+        related=related,
+        data={"mutation": mutation},
+    )
+
+
+def _hidden_how(mutation: Mutation) -> str:
+    if mutation.kind == "data":
+        return ("through a NumPy array that shares its memory" if "NumPy" in mutation.how
+                else "through `.data`")
+    if any(t.detached_from is not None for t in mutation.target.view_chain()):
+        return "through a `.detach()` alias that shares its memory"
+    return "with grad mode off (`torch.no_grad()`, `inference_mode` or a no-grad helper)"
+
+
+def _name(owner: Tensor) -> str:
+    label = owner.label
+    return label.strip("`") if label.startswith("`") and label.count("`") == 2 else "t"
+
+
 def fix(ctx, finding):
-    """Move the `.data` write after the backward that needs the old value."""
+    """Move the `.data` write after the backward that needs the old value.  A hidden write the forward reads
+    gets none: moving it would change the forward, and the change belongs in the graph instead."""
     from ..fixes import structural as S
+
+    if not finding.data["mutation"].conflicts:
+        return None
 
     return S.fix_silent_data_write(ctx, finding)
 
