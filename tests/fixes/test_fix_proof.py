@@ -45,6 +45,11 @@ from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys
 _GG102_FORWARD_CHANGED = "the forward reads the values the hidden write made; moving the write would change the forward, and putting the change into the graph (`h = h.clamp(...)` out of `no_grad`, `torch.where`, a mask) needs a rewrite no fix does yet"
 
 NO_FIX = {
+    "GG001/pos_no_grad_clamp_probs": (
+        "the clamp runs under `torch.no_grad()`: cloning where sigmoid saved its output leaves the write hidden "
+        "from autograd (a GG102 of its own), and the out-of-place clamp must also leave the no_grad block to get "
+        "clamp's gradient; no fix does both yet"
+    ),
     "GG005/pos_inplace_flag_forwarded_through_kwargs": (
         "the `inplace=True` reaches `F.relu` through a wrapper's `**kwargs`; the fix that turns `inplace` off "
         "edits the call that spells the flag for the op, and no fix yet edits a caller's keyword instead"
