@@ -524,7 +524,10 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
         if built is not None:
             return built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True)
         possible = False
-    if not possible or rebind.report.aliases_read_after:
+    # Under no_grad a clone where saved still leaves the write hidden from autograd on a tensor of the graph
+    # (silent wrong gradients): that is no repair.
+    hidden = grad_would_be_lost(mutation)
+    if (not possible or rebind.report.aliases_read_after) and not hidden:
         built = fix_or_none(lambda: clone_where_saved(ctx, mutation, write))
         if built is not None:
             return built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
