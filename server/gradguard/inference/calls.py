@@ -458,9 +458,7 @@ class CallsMixin:
                            or _keyword_bool(node, "create_graph", False))
             return UNKNOWN
         if name == "detach":
-            lost = tensor.graph | tensor.lost_sources if tensor.requires_grad else tensor.lost_sources
-            return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}.detach()",
-                          lost_sources=lost)
+            return self._cut(node, tensor, "`.detach()`")
         if name in ("item", "tolist", "numpy"):
             return self._number_from(tensor, node, f"`.{name}()`")
         if name == "new_tensor" and len(args) > 1:

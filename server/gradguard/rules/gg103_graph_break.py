@@ -13,6 +13,9 @@ MESSAGE = "element 0 of tensors does not require grad and does not have a grad_f
 def check(event):
     if not isinstance(event, GraphBreak) or event.reached is None:
         return
+    if event.cut:
+        yield from _check_cut(event)
+        return
     sink = event.reached
     where = Message.format("the backward on {sink}" if sink.kind == "backward" else
                            "backward through the value returned on {sink}", sink=sink.node)
@@ -27,6 +30,26 @@ def check(event):
             how=event.how, where=where, torch=MESSAGE),
         certain=event.certain,
         related=[(sink.node, "the backward that loses this gradient")],
+    )
+
+
+def _check_cut(event):
+    """A `.detach()`/`.data` is a finding only when gradients the code uses never arrive through any backward."""
+    if event.starved is None:
+        return
+    read = event.starved
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "{how} cuts the graph here: the backward on {sink} gets no gradient to what this value was computed "
+            "from, and no other backward reaches it, so {what} on {read} finds those gradients None (those "
+            "parameters never learn). Drop {how} if the gradient should flow; if the cut is meant, leave those "
+            "parameters out of the optimizer.",
+            how=event.how, sink=event.reached.node, what=read.what, read=read.node),
+        certain=event.certain,
+        related=[(event.reached.node, "the backward that gets no gradient through the cut"),
+                 (read.node, "uses the gradients that never arrive")],
     )
 
 
