@@ -50,14 +50,18 @@ def _check_cut(event):
         certain=event.certain,
         related=[(event.reached.node, "the backward that gets no gradient through the cut"),
                  (read.node, "uses the gradients that never arrive")],
+        data={"cut": True},
     )
 
 
 def fix(ctx, finding):
     """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
-    in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses)."""
+    in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses);
+    drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
     from ..fixes import structural as S
 
+    if finding.data.get("cut"):
+        return S.fix_cut(ctx, finding)
     return S.fix_graph_break(ctx, finding)
 
 
