@@ -76,6 +76,12 @@ that produced `t` is gone.  A loss built from it gives no gradient to what produ
 None or miss that term); if nothing else requires grad, `backward()` raises `element 0 of tensors does not
 require grad and does not have a grad_fn`.  `torch.tensor(float(loss), requires_grad=True)` backpropagates
 "successfully" and leaves every parameter's grad None.
+
+`t.detach()` (and a returned `t.data` of an activation) cuts the graph the same way, usually on purpose.  It
+is flagged only when parameters that `t` was computed from are updated by an optimizer's `step()` (or a
+manual update reading their `.grad` under no_grad) and no backward of the function reaches them: a forward
+returning `h.detach()`, a head fed `features.detach()` while the backbone is in the optimizer.  Their grads
+stay None and they never learn.
 """,
     fix_advice="Keep the tensors: `torch.stack([t1, t2])` instead of `torch.tensor([t1, t2])`, `loss` instead of "
                "`torch.tensor(loss.item())`, tensor ops instead of numpy.",
@@ -86,7 +92,9 @@ require grad and does not have a grad_fn`.  `torch.tensor(float(loss), requires_
 Any value read out of a tensor that requires grad and fed back into a backward is flagged. That includes a
 constant put there on purpose, such as a normalising term. Write `.detach()` to say that a value is meant to have
 no gradient: it is not flagged. In helpers other than `forward`, returning such a value is not flagged, because
-the caller may intend it.
+the caller may intend it.  A `.detach()` is meant when nothing optimised depends on it alone (a target network,
+a stop-gradient in a loss, a frozen encoder left out of the optimizer, a detach for logging): those are not
+flagged.
 """,
     invalid=(
         Example(
