@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Iterator, NamedTuple
 
 from .inference.classes import ClassInfo, find_classes
-from .inference.events import Conflict, Finding, Mutation, Sink
+from .inference.events import Conflict, Finding, GradRead, Mutation, Sink
 from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter
 from .inference.jedi_oracle import JediOracle
@@ -371,7 +371,10 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
         mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)
         mutation.read_after = _read_after(interp, mutation)
     for graph_break in interp.breaks:
-        graph_break.reached = _lost_at(interp, graph_break)
+        if graph_break.cut:
+            graph_break.reached, graph_break.starved = _starved_by(interp, graph_break)
+        else:
+            graph_break.reached = _lost_at(interp, graph_break)
     for event in [*interp.mutations, *interp.breaks]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
@@ -399,6 +402,20 @@ def _lost_at(interp: Interpreter, graph_break) -> Sink | None:
         if sink.kind == "backward" or (sink.kind == "return" and interp.is_forward and graph_break.certain):
             return sink
     return None
+
+
+def _starved_by(interp: Interpreter, cut) -> tuple[Sink | None, GradRead | None]:
+    """A ``.detach()`` that reaches a backward, and the first place that uses gradients of what it cut off which
+    no backward of the function delivers (an optimizer over an encoder that only feeds the detached value).
+    A cut whose sources get their gradient along another path, or that nothing asks for, is meant."""
+    sink = next((s for s in interp.sinks if s.kind == "backward" and cut.marker in s.graph), None)
+    if sink is None:
+        return None, None
+    delivered = frozenset().union(*(s.graph for s in interp.sinks if s.kind == "backward"))
+    for read in interp.grad_reads:
+        if (read.sources & cut.sources) - delivered:
+            return sink, read
+    return sink, None
 
 
 def _conflicts(interp: Interpreter, mutation: Mutation) -> list[Conflict]:

@@ -323,6 +323,20 @@ def fix_graph_break(ctx: FixContext, finding: Finding) -> Fix:
     raise CannotFix("no tensor-keeping rewrite for this graph break")
 
 
+def fix_cut(ctx: FixContext, finding: Finding) -> Fix:
+    """``t.detach()`` / ``t.data`` that starves parameters the optimizer updates -> ``t``: the gradient flows again."""
+    node = finding.node
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach" \
+            and not node.args and not node.keywords:
+        inner = node.func.value
+    elif isinstance(node, ast.Attribute) and node.attr == "data":
+        inner = node.value
+    else:
+        raise CannotFix("not a plain `.detach()` or `.data`")
+    rw = Rewrite(ctx).replace_node(ctx.cst(node), parse_expr(ctx.source(inner)))
+    return rw.fix(f"Let the gradient through: `{ctx.source(inner)}` instead of `{ctx.source(node)}`", safe=True)
+
+
 def _summed(ctx: FixContext, call: ast.Call) -> bool:
     """``sum(t.item() for t in ...)``: the sum of the tensors is the same number, with its graph."""
     comprehension = ctx.parents.get(call)

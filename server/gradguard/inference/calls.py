@@ -471,9 +471,9 @@ class CallsMixin:
                            or _keyword_bool(node, "create_graph", False))
             return UNKNOWN
         if name == "detach":
-            lost = tensor.graph | tensor.lost_sources if tensor.requires_grad else tensor.lost_sources
-            return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}.detach()",
-                          lost_sources=lost, detached_from=graph_tensor_behind(tensor))
+            detached = self._cut(node, tensor, "`.detach()`")
+            detached.detached_from = graph_tensor_behind(tensor)  # shares the memory and the version counter
+            return detached
         if name == "numpy":
             return self._numpy_view(tensor, node)
         if name in ("item", "tolist"):

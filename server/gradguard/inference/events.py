@@ -97,6 +97,19 @@ class GraphBreak:
     origin: ast.AST | None = None
     certain: bool = True  # False when the tensor only maybe requires grad
     reached: Sink | None = None  # filled by the engine: the backward (or forward's return) the value reaches
+    # A `.detach()`/`.data` cut: often meant (a target network, a stop-gradient), so it is reported only when a
+    # gradient the code reads (an optimizer step, a manual update) is starved by it; filled by the engine.
+    cut: bool = False
+    starved: "GradRead | None" = None
+
+
+@dataclass(frozen=True)
+class GradRead:
+    """A place that uses the gradients of some grad sources: an optimizer's step, a `.grad` read under no_grad."""
+
+    node: ast.AST
+    sources: frozenset[int]
+    what: str  # "`opt.step()`", "`w.grad`"
 
 
 Event = Mutation | GraphBreak

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from .classes import find_method
+from .events import GradRead
 from .values import (
     INT,
     NOT_TENSOR,
@@ -268,6 +269,9 @@ class ExpressionsMixin:
             if node.attr == "data":
                 return DataAlias(owner)
             if node.attr == "grad":
+                if not self.state.grad_enabled and owner.leaf:  # a manual update reads it
+                    sources = frozenset().union(*(t.graph for t in owner.group or (owner,)))
+                    self.grad_reads.append(GradRead(node, sources, f"`{ast.unparse(node)}`"))
                 return new_tensor(node, Grad.NO, label=f"{owner.label}.grad")
             return NOT_TENSOR if node.attr in SHAPE_ATTRS else UNKNOWN
         if isinstance(owner, DataAlias):

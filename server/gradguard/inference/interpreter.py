@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo
-from .events import GraphBreak, Mutation, Sink
+from .events import GradRead, GraphBreak, Mutation, Sink
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
 from .followed import FollowedCallsMixin
 from .imports import normalize, qualified_name
@@ -85,6 +85,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         self.self_value = self_value
         self.written_names: set[str] = set()  # names written in place in this unit: worth asking jedi about
         self.breaks: list[GraphBreak] = []
+        self.grad_reads: list[GradRead] = []  # optimizer steps and manual updates: gradients the code relies on
         self.is_forward = False  # an nn.Module's forward: its return value is what backward runs through
         self.grad_mode_known = True  # the module's top level runs with grad mode on
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
@@ -246,6 +247,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
 
     def _stmt_Return(self, stmt: ast.Return) -> None:
         value = self.eval(stmt.value) if stmt.value is not None else NOT_TENSOR
+        if isinstance(value, DataAlias) and not value.tensor.leaf:
+            # `return out.data` of an activation: the caller gets a tensor without the graph (a parameter's
+            # `.data` stays an alias, which callers write through).
+            value = self._cut(stmt.value, value.tensor, "`.data`")
         if self.returns is not None:  # inlined call: the value goes back to the caller
             self.returns.append(value)
         elif stmt.value is not None:
@@ -639,6 +644,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             return
         proxy = Tensor(Storage(), Grad.YES, leaf=True, param=True, group=params, origin=optimizer.ctor,
                        label=f"the parameters `{name}` updates")
+        self.grad_reads.append(GradRead(node, frozenset().union(*(p.graph for p in params)), f"`{name}.step()`"))
         grad_mode, self.state.grad_enabled = self.state.grad_enabled, False
         self._inplace(node, proxy, f"`{name}.step()`", None, [], kind="step")
         self.state.grad_enabled = grad_mode
@@ -655,6 +661,20 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             self.breaks.append(GraphBreak(node, how, sources, marker, certain=certain))
             graph |= {marker}
         return new_tensor(node, requires_grad, leaf=True, graph=graph)
+
+    def _cut(self, node: ast.AST, tensor: Tensor, how: str) -> Tensor:
+        """``t.detach()`` (or a returned ``t.data``): the same memory as a new leaf.  Whatever ``t`` was computed
+        from gets no gradient through it; a marker in its graph shows whether it reaches a backward (the engine
+        then asks whether a gradient the code relies on went missing)."""
+        lost = tensor.graph | tensor.lost_sources if tensor.requires_grad else tensor.lost_sources
+        graph: frozenset[int] = frozenset()
+        if tensor.requires_grad and tensor.graph:
+            marker = new_id()
+            self.breaks.append(GraphBreak(node, how, tensor.graph, marker, origin=tensor.origin,
+                                          certain=tensor.requires_grad == Grad.YES, cut=True))
+            graph = frozenset({marker})
+        return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}{how.strip('`')}",
+                      lost_sources=lost, graph=graph)
 
     def _number_from(self, value: Value, node: ast.AST, how: str) -> Value:
         """``loss.item()``, ``float(t)``, ``t.numpy()``: a plain value; if it flows back into a loss, the

@@ -13,6 +13,9 @@ MESSAGE = "element 0 of tensors does not require grad and does not have a grad_f
 def check(event):
     if not isinstance(event, GraphBreak) or event.reached is None:
         return
+    if event.cut:
+        yield from _check_cut(event)
+        return
     sink = event.reached
     where = Message.format("the backward on {sink}" if sink.kind == "backward" else
                            "backward through the value returned on {sink}", sink=sink.node)
@@ -30,11 +33,35 @@ def check(event):
     )
 
 
+def _check_cut(event):
+    """A `.detach()`/`.data` is a finding only when gradients the code uses never arrive through any backward."""
+    if event.starved is None:
+        return
+    read = event.starved
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "{how} cuts the graph here: the backward on {sink} gets no gradient to what this value was computed "
+            "from, and no other backward reaches it, so {what} on {read} finds those gradients None (those "
+            "parameters never learn). Drop {how} if the gradient should flow; if the cut is meant, leave those "
+            "parameters out of the optimizer.",
+            how=event.how, sink=event.reached.node, what=read.what, read=read.node),
+        certain=event.certain,
+        related=[(event.reached.node, "the backward that gets no gradient through the cut"),
+                 (read.node, "uses the gradients that never arrive")],
+        data={"cut": True},
+    )
+
+
 def fix(ctx, finding):
     """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
-    in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses)."""
+    in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses);
+    drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
     from ..fixes import structural as S
 
+    if finding.data.get("cut"):
+        return S.fix_cut(ctx, finding)
     return S.fix_graph_break(ctx, finding)
 
 
@@ -49,6 +76,12 @@ that produced `t` is gone.  A loss built from it gives no gradient to what produ
 None or miss that term); if nothing else requires grad, `backward()` raises `element 0 of tensors does not
 require grad and does not have a grad_fn`.  `torch.tensor(float(loss), requires_grad=True)` backpropagates
 "successfully" and leaves every parameter's grad None.
+
+`t.detach()` (and a returned `t.data` of an activation) cuts the graph the same way, usually on purpose.  It
+is flagged only when parameters that `t` was computed from are updated by an optimizer's `step()` (or a
+manual update reading their `.grad` under no_grad) and no backward of the function reaches them: a forward
+returning `h.detach()`, a head fed `features.detach()` while the backbone is in the optimizer.  Their grads
+stay None and they never learn.
 """,
     fix_advice="Keep the tensors: `torch.stack([t1, t2])` instead of `torch.tensor([t1, t2])`, `loss` instead of "
                "`torch.tensor(loss.item())`, tensor ops instead of numpy.",
@@ -59,7 +92,9 @@ require grad and does not have a grad_fn`.  `torch.tensor(float(loss), requires_
 Any value read out of a tensor that requires grad and fed back into a backward is flagged. That includes a
 constant put there on purpose, such as a normalising term. Write `.detach()` to say that a value is meant to have
 no gradient: it is not flagged. In helpers other than `forward`, returning such a value is not flagged, because
-the caller may intend it.
+the caller may intend it.  A `.detach()` is meant when nothing optimised depends on it alone (a target network,
+a stop-gradient in a loss, a frozen encoder left out of the optimizer, a detach for logging): those are not
+flagged.
 """,
     invalid=(
         Example(
