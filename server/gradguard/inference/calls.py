@@ -12,8 +12,9 @@ import collections
 
 from ..knowledge import OpInfo
 from .classes import find_method
-from .events import Sink
+from .events import GradAsk, HookWrite, Sink
 from .expressions import _const_key
+from .hooks import GRADIENT_ARGUMENT, gradient_writes
 from .values import (
     INT,
     NOT_TENSOR,
@@ -372,6 +373,11 @@ class CallsMixin:
             target = args[0] if args else kwargs.get("outputs", kwargs.get("tensors", UNKNOWN))
             self._backward(target, node, _keyword_bool(node, "retain_graph", False)
                            or _keyword_bool(node, "create_graph", False))
+            if q == "torch.autograd.grad":
+                inputs = args[1] if len(args) > 1 else kwargs.get("inputs", UNKNOWN)
+                for t in (inputs.items if isinstance(inputs, TensorSeq) else [inputs]):
+                    if isinstance(t, Tensor):
+                        self.asks.append(GradAsk("autograd.grad", node, t.storage.id, self._next()))
             return UNKNOWN
         if name in FACTORIES and len(parts) == 2:
             rg = _keyword_bool(node, "requires_grad", False)
@@ -457,6 +463,11 @@ class CallsMixin:
             self._backward(tensor, node, _keyword_bool(node, "retain_graph", False)
                            or _keyword_bool(node, "create_graph", False))
             return UNKNOWN
+        if name in ("retain_grad", "register_hook"):
+            self.asks.append(GradAsk(name, node, tensor.storage.id, self._next()))
+            if name == "register_hook":
+                self._gradient_hook(positional[0] if positional else UNKNOWN, name, node)
+            return UNKNOWN
         if name == "detach":
             lost = tensor.graph | tensor.lost_sources if tensor.requires_grad else tensor.lost_sources
             return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}.detach()",
@@ -517,6 +528,9 @@ class CallsMixin:
             return NOT_TENSOR
         if name == "forward":
             return self.call_module(module, args, node)
+        if name in GRADIENT_ARGUMENT:
+            self._gradient_hook(args[0] if args else UNKNOWN, name, node)
+            return UNKNOWN
         if name == "requires_grad_":
             flag = _positional_or_keyword_bool(node, 0, "requires_grad", True)
             module.freeze(flag is False)
@@ -524,11 +538,19 @@ class CallsMixin:
             return module
         return UNKNOWN
 
+    def _gradient_hook(self, hook: Value, register: str, node: ast.Call) -> None:
+        """A hook torch will call with a gradient: record its in-place writes to that gradient."""
+        if isinstance(hook, FunctionValue):
+            bound = hook.self_value is not None
+            for write, how in gradient_writes(hook.node, GRADIENT_ARGUMENT[register], bound, self.k.is_inplace):
+                self.hook_writes.append(HookWrite(write, how, node, register))
+
     # --------------------------------------------------------- op semantics
     def apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
         """An out-of-place op: propagate requires_grad and graph, and record what its backward saves."""
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
+        self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
         info: OpInfo | None = self.k.op(name)
         if info is None:  # not an op torch knows by this name: we cannot even tell it returns one tensor
             return Derived(frozenset().union(*(graph_of(a) for a in args)), self._grad(*args))
@@ -581,6 +603,7 @@ class CallsMixin:
                 value = self.call_module(child, [value], node)
             return value
         x = args[0] if args else UNKNOWN
+        self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
         info = self.ctx.class_of(module)
         found = find_method(self.ctx.classes, info, "forward") if info is not None and not torch_forward else None
         if found is not None:
