@@ -14,7 +14,7 @@ from ..knowledge import OpInfo
 from .classes import find_method
 from .events import GradAsk, HookWrite, Sink
 from .expressions import _const_key
-from .hooks import GRADIENT_ARGUMENT, gradient_writes
+from .hooks import GRADIENT_ARGUMENT
 from .values import (
     INT,
     NOT_TENSOR,
@@ -539,11 +539,22 @@ class CallsMixin:
         return UNKNOWN
 
     def _gradient_hook(self, hook: Value, register: str, node: ast.Call) -> None:
-        """A hook torch will call with a gradient: record its in-place writes to that gradient."""
-        if isinstance(hook, FunctionValue):
-            bound = hook.self_value is not None
-            for write, how in gradient_writes(hook.node, GRADIENT_ARGUMENT[register], bound, self.k.is_inplace):
-                self.hook_writes.append(HookWrite(write, how, node, register))
+        """A hook torch will call with a gradient: run it (grad mode off, as backward runs hooks) on a stand-in
+        for that gradient, and turn its in-place writes to it, in helpers or through containers too, into
+        ``HookWrite`` events instead of ordinary writes."""
+        if not isinstance(hook, FunctionValue):
+            return
+        gradient = Tensor(Storage(), Grad.NO, leaf=True, origin=node, label="the gradient")
+        args = [gradient] if GRADIENT_ARGUMENT[register] == 0 else [UNKNOWN, TensorSeq([gradient])]
+        first, grad_mode = len(self.mutations), self.state.grad_enabled
+        self.state.grad_enabled = False
+        try:
+            self.call_value(hook, args, {}, node)
+        finally:
+            self.state.grad_enabled = grad_mode
+        writes = [m for m in self.mutations[first:] if m.target.storage.id == gradient.storage.id]
+        self.mutations[first:] = [m for m in self.mutations[first:] if m not in writes]
+        self.hook_writes.extend(HookWrite(m.node, m.how, node, register) for m in writes)
 
     # --------------------------------------------------------- op semantics
     def apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
@@ -603,7 +614,6 @@ class CallsMixin:
                 value = self.call_module(child, [value], node)
             return value
         x = args[0] if args else UNKNOWN
-        self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
         info = self.ctx.class_of(module)
         found = find_method(self.ctx.classes, info, "forward") if info is not None and not torch_forward else None
         if found is not None:
@@ -614,6 +624,7 @@ class CallsMixin:
             # cannot tell its shape (one tensor, a tuple...), so it is never a write target.
             graph = frozenset().union(*(graph_of(a) for a in args)) if args else frozenset()
             return Derived(graph, Grad.YES if self.state.grad_enabled else Grad.NO)
+        self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))  # a torch layer reads them
         if not module.torch_module:
             return self._unknown_call(node, args)
         if not isinstance(x, Tensor):
