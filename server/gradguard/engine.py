@@ -370,12 +370,13 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
         mutation.conflicts = _conflicts(interp, mutation)
         mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)
         mutation.read_after = _read_after(interp, mutation)
+        mutation.asks = _asks_answered_by_new_value(interp, mutation)
     for graph_break in interp.breaks:
         if graph_break.cut:
             graph_break.reached, graph_break.starved = _starved_by(interp, graph_break)
         else:
             graph_break.reached = _lost_at(interp, graph_break)
-    for event in [*interp.mutations, *interp.breaks]:
+    for event in [*interp.mutations, *interp.breaks, *interp.hook_writes]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:
@@ -389,6 +390,17 @@ def _read_after(interp: Interpreter, mutation) -> Sink | None:
     reads = [s for s in interp.sinks if s.seq > mutation.seq and mutation.hidden_marker in s.graph]
     return next((s for s in reads if s.kind == "backward"),
                 next((s for s in reads if s.kind == "return" and interp.is_forward), None))
+
+
+def _asks_answered_by_new_value(interp: Interpreter, mutation: Mutation) -> list:
+    """Where the written tensor's own gradient is asked for and autograd answers for the value after the write:
+    a ``retain_grad()`` before it (torch moves it to the new version), a hook or ``autograd.grad(inputs=...)``
+    after it when the old value was already read (that use's gradient is left out)."""
+    if mutation.kind != "write" or not mutation.grad_enabled:
+        return []
+    storages = {t.storage.id for t in (mutation.target.group or (mutation.target,))}
+    return [ask for ask in interp.asks if ask.storage in storages and (
+        ask.seq < mutation.seq if ask.how == "retain_grad" else ask.seq > mutation.seq and mutation.read_before)]
 
 
 def _lost_at(interp: Interpreter, graph_break) -> Sink | None:

@@ -59,6 +59,7 @@ CANDIDATE = re.compile(
     r"|\.step\s*\("
     r"|\b(?:tensor|as_tensor|asarray|from_numpy|new_tensor)\s*\("
     r"|\.(?:item|tolist|numpy)\s*\(|\bfloat\s*\("
+    r"|\.register_(?:full_backward_pre_)?hook\s*\("  # a gradient hook may write its gradient (GG108)
 )
 
 

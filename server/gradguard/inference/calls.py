@@ -12,8 +12,9 @@ import collections
 
 from ..knowledge import OpInfo
 from .classes import find_method
-from .events import Sink
+from .events import GradAsk, HookWrite, Sink
 from .expressions import _const_key
+from .hooks import GRADIENT_ARGUMENT
 from .values import (
     INT,
     NOT_TENSOR,
@@ -385,6 +386,11 @@ class CallsMixin:
             target = args[0] if args else kwargs.get("outputs", kwargs.get("tensors", UNKNOWN))
             self._backward(target, node, _keyword_bool(node, "retain_graph", False)
                            or _keyword_bool(node, "create_graph", False))
+            if q == "torch.autograd.grad":
+                inputs = args[1] if len(args) > 1 else kwargs.get("inputs", UNKNOWN)
+                for t in (inputs.items if isinstance(inputs, TensorSeq) else [inputs]):
+                    if isinstance(t, Tensor):
+                        self.asks.append(GradAsk("autograd.grad", node, t.storage.id, self._next()))
             return UNKNOWN
         if name in FACTORIES and len(parts) == 2:
             rg = _keyword_bool(node, "requires_grad", False)
@@ -470,6 +476,11 @@ class CallsMixin:
             self._backward(tensor, node, _keyword_bool(node, "retain_graph", False)
                            or _keyword_bool(node, "create_graph", False))
             return UNKNOWN
+        if name in ("retain_grad", "register_hook"):
+            self.asks.append(GradAsk(name, node, tensor.storage.id, self._next()))
+            if name == "register_hook":
+                self._gradient_hook(positional[0] if positional else UNKNOWN, name, node)
+            return UNKNOWN
         if name == "detach":
             detached = self._cut(node, tensor, "`.detach()`")
             detached.detached_from = graph_tensor_behind(tensor)  # shares the memory and the version counter
@@ -532,6 +543,9 @@ class CallsMixin:
             return NOT_TENSOR
         if name == "forward":
             return self.call_module(module, args, node)
+        if name in GRADIENT_ARGUMENT:
+            self._gradient_hook(args[0] if args else UNKNOWN, name, node)
+            return UNKNOWN
         if name == "requires_grad_":
             flag = _positional_or_keyword_bool(node, 0, "requires_grad", True)
             module.freeze(flag is False)
@@ -539,11 +553,30 @@ class CallsMixin:
             return module
         return UNKNOWN
 
+    def _gradient_hook(self, hook: Value, register: str, node: ast.Call) -> None:
+        """A hook torch will call with a gradient: run it (grad mode off, as backward runs hooks) on a stand-in
+        for that gradient, and turn its in-place writes to it, in helpers or through containers too, into
+        ``HookWrite`` events instead of ordinary writes."""
+        if not isinstance(hook, FunctionValue):
+            return
+        gradient = Tensor(Storage(), Grad.NO, leaf=True, origin=node, label="the gradient")
+        args = [gradient] if GRADIENT_ARGUMENT[register] == 0 else [UNKNOWN, TensorSeq([gradient])]
+        first, grad_mode = len(self.mutations), self.state.grad_enabled
+        self.state.grad_enabled = False
+        try:
+            self.call_value(hook, args, {}, node)
+        finally:
+            self.state.grad_enabled = grad_mode
+        writes = [m for m in self.mutations[first:] if m.target.storage.id == gradient.storage.id]
+        self.mutations[first:] = [m for m in self.mutations[first:] if m not in writes]
+        self.hook_writes.extend(HookWrite(m.node, m.how, node, register) for m in writes)
+
     # --------------------------------------------------------- op semantics
     def apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
         """An out-of-place op: propagate requires_grad and graph, and record what its backward saves."""
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
+        self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
         info: OpInfo | None = self.k.op(name)
         if info is None:  # not an op torch knows by this name: we cannot even tell it returns one tensor
             return Derived(frozenset().union(*(graph_of(a) for a in args)), self._grad(*args))
@@ -606,6 +639,7 @@ class CallsMixin:
             # cannot tell its shape (one tensor, a tuple...), so it is never a write target.
             graph = frozenset().union(*(graph_of(a) for a in args)) if args else frozenset()
             return Derived(graph, Grad.YES if self.state.grad_enabled else Grad.NO)
+        self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))  # a torch layer reads them
         if not module.torch_module:
             return self._unknown_call(node, args)
         if not isinstance(x, Tensor):

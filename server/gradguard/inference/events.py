@@ -55,6 +55,11 @@ class Mutation:
     # The write is a call's `out=` argument: torch refuses it at the call, with grad mode on, when any input or
     # the `out=` tensor requires grad (out= functions are not differentiable), before any memory is written.
     out_argument: bool = False
+    # The written storage was read by an op before this write (its old value is part of a graph).
+    read_before: bool = False
+    # Filled by the engine: the places that ask for the written tensor's own gradient and get the new value's
+    # (a `retain_grad()` before the write; a hook or `autograd.grad(inputs=...)` after it, when it was read before).
+    asks: list["GradAsk"] = field(default_factory=list)
     # Filled by the engine: a backward ran earlier in the analysed code, so the write comes between steps (an
     # update or reset of what the next forward reads) rather than inside the computation that backward differentiates.
     after_backward: bool = False
@@ -112,7 +117,29 @@ class GradRead:
     what: str  # "`opt.step()`", "`w.grad`"
 
 
-Event = Mutation | GraphBreak
+@dataclass(frozen=True)
+class GradAsk:
+    """A tensor's own gradient is asked for: ``t.retain_grad()``, ``t.register_hook(f)``,
+    ``torch.autograd.grad(..., inputs=t)``.  autograd answers for the tensor's version at that moment
+    (retain_grad follows later in-place versions), so a write in between changes which value it is."""
+
+    how: str  # "retain_grad", "register_hook", "autograd.grad"
+    node: ast.AST
+    storage: int
+    seq: int
+
+
+@dataclass
+class HookWrite:
+    """A gradient hook writes the gradient it is given in place (see ``hooks.py``)."""
+
+    node: ast.AST  # the write, inside the hook
+    how: str  # "`.clamp_()`", "`*=`", "`[...] =`"
+    registered: ast.AST  # the `register_hook(...)` call
+    register: str  # "register_hook", "register_full_backward_pre_hook"
+
+
+Event = Mutation | GraphBreak | HookWrite
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo
-from .events import GradRead, GraphBreak, Mutation, Sink
+from .events import GradAsk, GradRead, GraphBreak, HookWrite, Mutation, Sink
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
 from .followed import FollowedCallsMixin
 from .imports import normalize, qualified_name
@@ -86,6 +86,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         self.written_names: set[str] = set()  # names written in place in this unit: worth asking jedi about
         self.breaks: list[GraphBreak] = []
         self.grad_reads: list[GradRead] = []  # optimizer steps and manual updates: gradients the code relies on
+        self.asks: list[GradAsk] = []  # where a tensor's own gradient is asked for
+        self.hook_writes: list[HookWrite] = []
+        self.read_storages: set[int] = set()  # storages an op has read (their values are in some graph)
         self.is_forward = False  # an nn.Module's forward: its return value is what backward runs through
         self.grad_mode_known = True  # the module's top level runs with grad mode on
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
@@ -534,7 +537,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                                 element_loop=index is not None and self._is_element_loop_index(index),
                                 grad_mode_known=self.grad_mode_known,
                                 value_grad=self._grad(*(operands if out_inputs is None else out_inputs)),
-                                out_argument=out_inputs is not None)
+                                out_argument=out_inputs is not None,
+                                read_before=bool(storages & self.read_storages))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
             mutation.in_container = self._through_container(node)

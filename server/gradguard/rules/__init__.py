@@ -19,6 +19,8 @@ from . import (
     gg104_element_loop_write,
     gg105_nograd_view_mutated,
     gg106_out_requires_grad,
+    gg107_grad_of_overwritten,
+    gg108_hook_writes_gradient,
 )
 from .base import Example, Rule
 
@@ -36,12 +38,14 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         gg104_element_loop_write,
         gg105_nograd_view_mutated,
         gg106_out_requires_grad,
+        gg107_grad_of_overwritten,
+        gg108_hook_writes_gradient,
     )
 )
 RULES_BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}
 RULES_IN_PRECEDENCE: tuple[Rule, ...] = tuple(
     RULES_BY_CODE[c]
-    for c in ("GG106", "GG105", "GG104", "GG004", "GG003", "GG002", "GG101", "GG102", "GG005", "GG001", "GG103")
+    for c in ("GG106", "GG105", "GG104", "GG004", "GG003", "GG002", "GG101", "GG102", "GG005", "GG001", "GG107", "GG103", "GG108")
 )
 
 __all__ = ["ALL_RULES", "RULES_BY_CODE", "RULES_IN_PRECEDENCE", "Example", "Rule"]
