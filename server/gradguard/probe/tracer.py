@@ -42,6 +42,7 @@ from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
 from .model import Note, ProbeFinding, Saving, Site
 from .provenance import Provenance
+from .source import expression_at
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _NO_DISPATCH = torch._C._DisableTorchDispatch
@@ -440,7 +441,7 @@ class Tracer(TorchDispatchMode):
                 notes = ()
                 saved_at = code_site(*rec.site) if rec.site else None
                 if saved_at:
-                    notes = (Note(saved_at, f"saved for backward here by `{rec.op}`"),)
+                    notes = (Note(saved_at, f"saved for backward here{_by(saved_at, rec.op)}"),)
                 self.unexplained[key] = ProbeFinding(
                     "GG001", "raised", site,
                     "backward() raised because a saved tensor was modified in place, by an op the probe did not see "
@@ -674,30 +675,30 @@ class Tracer(TorchDispatchMode):
         code = "GG102" if silent else c.code_hint
         save = c.realized_save or (c.saves[0] if c.saves else (None, None, "input", None))
         save_site = code_site(*save[0]) if save[0] else None
-        saved_by = f" by `{save[1]}`" if save[1] else ""
+        saved_by = _by(save_site, save[1])
         at = f" at line {save_site.line}" if save_site else ""
+        writer = _written_by(c.sites[0], c.op)
         notes = []
         saves = []
         for s_site, s_op, s_role, s_made_by in ([save] + [s for s in c.saves if s != save])[:3]:
             site = code_site(*s_site) if s_site else None
             saves.append(Saving(site, s_op, s_role, s_made_by))
             if site:
-                by = f" by `{s_op}`" if s_op else ""
-                notes.append(Note(site, f"saved for backward here{by}"))
+                notes.append(Note(site, f"saved for backward here{_by(site, s_op)}"))
         for origin in c.origins:
             notes.append(Note(origin, "the module that writes in place (inplace=True) is made here"))
         if c.realized == "raised":
             kind, severity = "raised", "error"
             first_line = (c.torch_message or "").split(". Hint:")[0]
             where = f" at line {c.backward[0].line}" if c.backward else ""
-            message = (f"in-place `{c.op}` modifies a tensor saved for backward{saved_by}{at}; backward(){where} "
+            message = (f"{writer} modifies in place a tensor saved for backward{saved_by}{at}; backward(){where} "
                        "then raises \"modified by an inplace operation\"")
             if c.backward:
                 notes.append(Note(c.backward[0], f"backward() raises here: {first_line}"))
         elif c.realized == "silent":
             kind, severity = "silent", "error"
             where = f" at line {c.backward[0].line}" if c.backward else ""
-            message = (f"`{c.op}` changes a tensor saved for backward{saved_by}{at} without bumping its version "
+            message = (f"{writer} changes a tensor saved for backward{saved_by}{at} without bumping its version "
                        f"(a write through `.data`): backward(){where} silently uses the new values, so the gradients "
                        "are wrong")
             if c.backward:
@@ -705,16 +706,31 @@ class Tracer(TorchDispatchMode):
         else:
             kind, severity = "pending", "warning"
             if silent:
-                message = (f"`{c.op}` changes a tensor saved for backward{saved_by}{at} without bumping its version; "
+                message = (f"{writer} changes a tensor saved for backward{saved_by}{at} without bumping its version; "
                            "no backward used it before the run ended (one would silently compute wrong gradients)")
             else:
-                message = (f"in-place `{c.op}` modifies a tensor saved for backward{saved_by}{at}; no backward used it "
+                message = (f"{writer} modifies in place a tensor saved for backward{saved_by}{at}; no backward used it "
                            "before the run ended (one would raise \"modified by an inplace operation\")")
         if c.count > 1:
             message += f" [seen {c.count} times]"
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
                             count=c.count, saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+
+
+def _by(site: Site | None, op: str | None) -> str:
+    """`` by `self.fc(x)` `` -- the user's expression on the saving line; torch's op name only without one."""
+    said = expression_at(site)
+    if said:
+        return f" by `{said}`"
+    return f" by `{op}`" if op else ""
+
+
+def _written_by(site: Site, op: str) -> str:
+    """The writing expression as the user wrote it (``optimizer.step()``, ``h.data[pad] = 0``); the aten op
+    (``in-place `addcdiv_` ``) only when the source is not available."""
+    said = expression_at(site)
+    return f"`{said}`" if said else f"in-place `{op}`"
 
 
 def _graph_sequence_nrs(roots) -> set[int]:
