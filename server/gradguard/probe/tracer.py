@@ -43,6 +43,7 @@ from .geometry import geometry_of, overlaps
 from .model import Note, ProbeFinding, Saving, Site
 from .provenance import Provenance
 from .source import expression_at
+from .untracked import UntrackedWrites
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _NO_DISPATCH = torch._C._DisableTorchDispatch
@@ -277,6 +278,7 @@ class Tracer(TorchDispatchMode):
         self.rebuilds: list[tuple[int, Site]] = []  # (code id, site) of tensors made from data or cut values
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
+        self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
         self.ops = 0  # aten ops seen: none means the target only defined things
 
     # -- installation --
@@ -312,6 +314,13 @@ class Tracer(TorchDispatchMode):
                 self.provenance.on_backward(roots, self._user_frame(sys._getframe(1)))
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"backward: {type(exc).__name__}: {exc}")
+        if self.untracked.read:
+            try:
+                frame = self._user_frame(sys._getframe(1))
+                self.untracked.on_backward(frame_site(frame) if frame is not None else None)
+                del frame
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
         outer, self.realized_now = self.realized_now, []
         try:
             with _pop_mode_temporarily():
@@ -488,16 +497,15 @@ class Tracer(TorchDispatchMode):
                 rec.op = name
         if self.cut is not None:
             self._after_cut(func, args)
+        if self.untracked.writes and torch.is_grad_enabled():
+            self._read_untracked(args)
         if not spec:
             out = func(*args, **(kwargs or {}))
             self.last_func = func
         elif spec.__class__ is str:
             out = self._special(func, spec, args, kwargs or {})
-        elif self.pending:
-            out = self._write(func, spec, args, kwargs or {}, fresh)
         else:
-            out = func(*args, **(kwargs or {}))
-            self.last_func = func
+            out = self._write(func, spec, args, kwargs or {}, fresh)
         if self.provenance.busy:
             try:
                 self.provenance.on_op(func, args, kwargs, out)
@@ -507,6 +515,7 @@ class Tracer(TorchDispatchMode):
 
     def _write(self, func, spec, args, kwargs, fresh):
         hits = []
+        untracked = []
         try:
             for index, name, kwarg_only in spec:
                 value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
@@ -516,15 +525,25 @@ class Tracer(TorchDispatchMode):
                     if not isinstance(t, _Tensor):
                         continue
                     try:
-                        bucket = self.pending.get(t.untyped_storage()._cdata)
+                        key = t.untyped_storage()._cdata
                     except Exception:  # noqa: BLE001 - no storage
                         continue
+                    bucket = self.pending.get(key)
+                    recs = None
                     if bucket:
                         # The op's own saved inputs are not in conflict with its own write (BatchNorm
                         # saves running_mean and updates it in the same op).
                         recs = [r for r in bucket.values() if fresh is None or r not in fresh]
                         if recs:
                             hits.append((t, geometry_of(t), recs))
+                    # Not recorded by autograd: no_grad, or an alias (`.data`, `.detach()`) that does not
+                    # require grad.  A leaf that requires grad (a parameter) has no graph history to go stale.
+                    if not recs:
+                        try:
+                            if not (t.requires_grad and (torch.is_grad_enabled() or t.is_leaf)):
+                                untracked.append(t.untyped_storage())
+                        except RuntimeError:  # a view made under no_grad, written in grad mode: GG105 raises
+                            pass
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"dispatch: {type(exc).__name__}: {exc}")
             hits = []
@@ -535,7 +554,34 @@ class Tracer(TorchDispatchMode):
                 self._conflict(func, hits)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"conflict: {type(exc).__name__}: {exc}")
+        if untracked and _op_name(func).endswith("_"):  # an in-place op (not BatchNorm's running stats)
+            try:
+                frame = self._user_frame_outside_optimizers(sys._getframe(2))
+                if frame is not None:
+                    for storage in untracked:
+                        self.untracked.on_write(storage, frame, _op_name(func), torch.is_grad_enabled())
+                    del frame
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
         return out
+
+    def _user_frame_outside_optimizers(self, frame):
+        """The user's frame, or None when the write is an optimizer's (its state and parameters are leaves)."""
+        user = self.user
+        while frame is not None and not user.is_user(frame.f_code):
+            if "/torch/optim/" in frame.f_code.co_filename.replace(os.sep, "/"):
+                return None
+            frame = frame.f_back
+        return frame
+
+    def _read_untracked(self, args) -> None:
+        def frame_of():
+            return self._user_frame(sys._getframe(3))
+
+        try:
+            self.untracked.on_read(args, frame_of)
+        except Exception as exc:  # noqa: BLE001
+            self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
 
     def _conflict(self, func, hits) -> None:
         sites, inner = frame_sites(sys._getframe(3), self.user)
@@ -661,7 +707,8 @@ class Tracer(TorchDispatchMode):
             finding = self._finding(c)
             if finding is not None:
                 found.append(finding)
-        return found
+        taken = {(f.site.path, f.site.line) for f in found}
+        return found + self.untracked.findings(taken)
 
     def _finding(self, c: Conflict) -> ProbeFinding | None:
         if c.realized is None:
