@@ -99,7 +99,7 @@ def test_probe_json(project, capsys):
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
         "[torch.FloatTensor [4, 3]], which is output 0 of Sigmoid, is at version 1; expected version 0 instead.")
     assert [(r["line"], r["column"], r["message"].split(":")[0]) for r in d["related"]] == [
-        (6, 12, "saved for backward here by `sigmoid`"), (8, 5, "backward() raises here")]
+        (6, 12, "saved for backward here by `torch.sigmoid(x)`"), (8, 5, "backward() raises here")]
     assert data["probe"]["status"] == "raised" and data["probe"]["device"] == "cpu"
     assert data["probe"]["exception"]["finding"] is True
 
@@ -108,8 +108,9 @@ def test_probe_text_and_exit_codes(project, capsys):
     path = project("gate.py", SAVED)
     assert main(["probe", path, "--entry", "run"]) == 1
     out, err = capsys.readouterr()
-    assert out.startswith("gate.py:7:5: GG001 in-place `mul_` modifies a tensor saved for backward by `sigmoid`")
-    assert "\n    gate.py:6:12: note: saved for backward here by `sigmoid`\n" in out
+    assert out.startswith("gate.py:7:5: GG001 `gate *= 0.5` modifies in place a tensor saved for backward by "
+                          "`torch.sigmoid(x)`")
+    assert "\n    gate.py:6:12: note: saved for backward here by `torch.sigmoid(x)`\n" in out
     assert "\n    gate.py:8:5: note: backward() raises here: one of the variables needed" in out
     assert "probe: gate.py: raised:" in err and "probe: device cpu" in err
 

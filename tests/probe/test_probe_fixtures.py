@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import statistics
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +93,29 @@ def test_corpus_timing(corpus):
           f"probing {corpus['probing']:.1f} s; per-probe latency beyond the script: median {median * 1000:.0f} ms, "
           f"max {max(overheads) * 1000:.0f} ms")
     assert median < 0.25, "a warm worker answers within ~100 ms of the script's own run (bench/bench_probe.py)"
+
+
+# The few fixed phrases the probe's explanations quote, whatever the user wrote.
+_VOCABULARY = {".data", "float()", ".item()", "out=", "inplace=True"}
+_QUOTED = re.compile(r"`([^`]+)`")
+
+
+def _said_outside_source(text: str, sources: str) -> list[str]:
+    """The spans quoted in ``text`` that are neither in the user's source nor a fixed phrase."""
+    flat = re.sub(r"\s+", "", sources)
+    return [span for span in _QUOTED.findall(text)
+            if span not in _VOCABULARY and re.sub(r"\s+", "", span.rstrip("…")) not in flat]
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=lambda f: f.id)
+def test_probe_names_the_users_expressions(fx: Fixture, corpus):
+    """What the probe says quotes the user's code (`optimizer.step()`, `h.data[pad] = 0`, `self.fc(x)`),
+    never torch's internal op names (`addcdiv_`, `index_put_`, `addmm`) where there is a source line."""
+    result = corpus["results"][fx.id]
+    for f in result.findings:
+        paths = {s.path for s in (f.site, *f.callers, *f.origins, *(n.site for n in f.notes))}
+        sources = "\n".join(Path(p).read_text(encoding="utf-8") for p in paths if Path(p).is_file())
+        torch_said = (f.torch_message or "").split("\n")[0]
+        texts = [f.message.replace(torch_said, "")] + [n.message.replace(torch_said, "") for n in f.notes]
+        unsourced = [span for text in texts for span in _said_outside_source(text, sources)]
+        assert not unsourced, (f.code, f.site.line, f.message, unsourced)

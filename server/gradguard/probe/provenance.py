@@ -33,6 +33,7 @@ import torch
 
 from .frames import UserCode, frame_site, user_frame
 from .model import Note, ProbeFinding, Site
+from .source import expression_at
 
 try:
     import numpy as np
@@ -150,7 +151,8 @@ class Provenance:
                     if frame is not None:
                         site = frame_site(frame)
                         del frame
-                        inherited += tuple(_rebuild_at(site, f"`{name}(...)`", read) for read in reads)
+                        inherited += tuple(_rebuild_at(site, f"`{expression_at(site) or name + '(...)'}`", read)
+                                           for read in reads)
                 if inherited:
                     provenance._mark(out, inherited)
             except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code

@@ -42,6 +42,8 @@ from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
 from .model import Note, ProbeFinding, Saving, Site
 from .provenance import Provenance
+from .source import expression_at
+from .untracked import UntrackedWrites
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _NO_DISPATCH = torch._C._DisableTorchDispatch
@@ -276,6 +278,7 @@ class Tracer(TorchDispatchMode):
         self.rebuilds: list[tuple[int, Site]] = []  # (code id, site) of tensors made from data or cut values
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
+        self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
         self.ops = 0  # aten ops seen: none means the target only defined things
 
     # -- installation --
@@ -311,6 +314,13 @@ class Tracer(TorchDispatchMode):
                 self.provenance.on_backward(roots, self._user_frame(sys._getframe(1)))
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"backward: {type(exc).__name__}: {exc}")
+        if self.untracked.read:
+            try:
+                frame = self._user_frame(sys._getframe(1))
+                self.untracked.on_backward(frame_site(frame) if frame is not None else None)
+                del frame
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
         outer, self.realized_now = self.realized_now, []
         try:
             with _pop_mode_temporarily():
@@ -440,7 +450,7 @@ class Tracer(TorchDispatchMode):
                 notes = ()
                 saved_at = code_site(*rec.site) if rec.site else None
                 if saved_at:
-                    notes = (Note(saved_at, f"saved for backward here by `{rec.op}`"),)
+                    notes = (Note(saved_at, f"saved for backward here{_by(saved_at, rec.op)}"),)
                 self.unexplained[key] = ProbeFinding(
                     "GG001", "raised", site,
                     "backward() raised because a saved tensor was modified in place, by an op the probe did not see "
@@ -487,16 +497,15 @@ class Tracer(TorchDispatchMode):
                 rec.op = name
         if self.cut is not None:
             self._after_cut(func, args)
+        if self.untracked.writes and torch.is_grad_enabled():
+            self._read_untracked(args)
         if not spec:
             out = func(*args, **(kwargs or {}))
             self.last_func = func
         elif spec.__class__ is str:
             out = self._special(func, spec, args, kwargs or {})
-        elif self.pending:
-            out = self._write(func, spec, args, kwargs or {}, fresh)
         else:
-            out = func(*args, **(kwargs or {}))
-            self.last_func = func
+            out = self._write(func, spec, args, kwargs or {}, fresh)
         if self.provenance.busy:
             try:
                 self.provenance.on_op(func, args, kwargs, out)
@@ -506,6 +515,7 @@ class Tracer(TorchDispatchMode):
 
     def _write(self, func, spec, args, kwargs, fresh):
         hits = []
+        untracked = []
         try:
             for index, name, kwarg_only in spec:
                 value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
@@ -515,15 +525,25 @@ class Tracer(TorchDispatchMode):
                     if not isinstance(t, _Tensor):
                         continue
                     try:
-                        bucket = self.pending.get(t.untyped_storage()._cdata)
+                        key = t.untyped_storage()._cdata
                     except Exception:  # noqa: BLE001 - no storage
                         continue
+                    bucket = self.pending.get(key)
+                    recs = None
                     if bucket:
                         # The op's own saved inputs are not in conflict with its own write (BatchNorm
                         # saves running_mean and updates it in the same op).
                         recs = [r for r in bucket.values() if fresh is None or r not in fresh]
                         if recs:
                             hits.append((t, geometry_of(t), recs))
+                    # Not recorded by autograd: no_grad, or an alias (`.data`, `.detach()`) that does not
+                    # require grad.  A leaf that requires grad (a parameter) has no graph history to go stale.
+                    if not recs:
+                        try:
+                            if not (t.requires_grad and (torch.is_grad_enabled() or t.is_leaf)):
+                                untracked.append(t.untyped_storage())
+                        except RuntimeError:  # a view made under no_grad, written in grad mode: GG105 raises
+                            pass
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"dispatch: {type(exc).__name__}: {exc}")
             hits = []
@@ -534,7 +554,34 @@ class Tracer(TorchDispatchMode):
                 self._conflict(func, hits)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"conflict: {type(exc).__name__}: {exc}")
+        if untracked and _op_name(func).endswith("_"):  # an in-place op (not BatchNorm's running stats)
+            try:
+                frame = self._user_frame_outside_optimizers(sys._getframe(2))
+                if frame is not None:
+                    for storage in untracked:
+                        self.untracked.on_write(storage, frame, _op_name(func), torch.is_grad_enabled())
+                    del frame
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
         return out
+
+    def _user_frame_outside_optimizers(self, frame):
+        """The user's frame, or None when the write is an optimizer's (its state and parameters are leaves)."""
+        user = self.user
+        while frame is not None and not user.is_user(frame.f_code):
+            if "/torch/optim/" in frame.f_code.co_filename.replace(os.sep, "/"):
+                return None
+            frame = frame.f_back
+        return frame
+
+    def _read_untracked(self, args) -> None:
+        def frame_of():
+            return self._user_frame(sys._getframe(3))
+
+        try:
+            self.untracked.on_read(args, frame_of)
+        except Exception as exc:  # noqa: BLE001
+            self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
 
     def _conflict(self, func, hits) -> None:
         sites, inner = frame_sites(sys._getframe(3), self.user)
@@ -660,7 +707,8 @@ class Tracer(TorchDispatchMode):
             finding = self._finding(c)
             if finding is not None:
                 found.append(finding)
-        return found
+        taken = {(f.site.path, f.site.line) for f in found}
+        return found + self.untracked.findings(taken)
 
     def _finding(self, c: Conflict) -> ProbeFinding | None:
         if c.realized is None:
@@ -674,30 +722,30 @@ class Tracer(TorchDispatchMode):
         code = "GG102" if silent else c.code_hint
         save = c.realized_save or (c.saves[0] if c.saves else (None, None, "input", None))
         save_site = code_site(*save[0]) if save[0] else None
-        saved_by = f" by `{save[1]}`" if save[1] else ""
+        saved_by = _by(save_site, save[1])
         at = f" at line {save_site.line}" if save_site else ""
+        writer = _written_by(c.sites[0], c.op)
         notes = []
         saves = []
         for s_site, s_op, s_role, s_made_by in ([save] + [s for s in c.saves if s != save])[:3]:
             site = code_site(*s_site) if s_site else None
             saves.append(Saving(site, s_op, s_role, s_made_by))
             if site:
-                by = f" by `{s_op}`" if s_op else ""
-                notes.append(Note(site, f"saved for backward here{by}"))
+                notes.append(Note(site, f"saved for backward here{_by(site, s_op)}"))
         for origin in c.origins:
             notes.append(Note(origin, "the module that writes in place (inplace=True) is made here"))
         if c.realized == "raised":
             kind, severity = "raised", "error"
             first_line = (c.torch_message or "").split(". Hint:")[0]
             where = f" at line {c.backward[0].line}" if c.backward else ""
-            message = (f"in-place `{c.op}` modifies a tensor saved for backward{saved_by}{at}; backward(){where} "
+            message = (f"{writer} modifies in place a tensor saved for backward{saved_by}{at}; backward(){where} "
                        "then raises \"modified by an inplace operation\"")
             if c.backward:
                 notes.append(Note(c.backward[0], f"backward() raises here: {first_line}"))
         elif c.realized == "silent":
             kind, severity = "silent", "error"
             where = f" at line {c.backward[0].line}" if c.backward else ""
-            message = (f"`{c.op}` changes a tensor saved for backward{saved_by}{at} without bumping its version "
+            message = (f"{writer} changes a tensor saved for backward{saved_by}{at} without bumping its version "
                        f"(a write through `.data`): backward(){where} silently uses the new values, so the gradients "
                        "are wrong")
             if c.backward:
@@ -705,16 +753,31 @@ class Tracer(TorchDispatchMode):
         else:
             kind, severity = "pending", "warning"
             if silent:
-                message = (f"`{c.op}` changes a tensor saved for backward{saved_by}{at} without bumping its version; "
+                message = (f"{writer} changes a tensor saved for backward{saved_by}{at} without bumping its version; "
                            "no backward used it before the run ended (one would silently compute wrong gradients)")
             else:
-                message = (f"in-place `{c.op}` modifies a tensor saved for backward{saved_by}{at}; no backward used it "
+                message = (f"{writer} modifies in place a tensor saved for backward{saved_by}{at}; no backward used it "
                            "before the run ended (one would raise \"modified by an inplace operation\")")
         if c.count > 1:
             message += f" [seen {c.count} times]"
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
                             count=c.count, saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+
+
+def _by(site: Site | None, op: str | None) -> str:
+    """`` by `self.fc(x)` `` -- the user's expression on the saving line; torch's op name only without one."""
+    said = expression_at(site)
+    if said:
+        return f" by `{said}`"
+    return f" by `{op}`" if op else ""
+
+
+def _written_by(site: Site, op: str) -> str:
+    """The writing expression as the user wrote it (``optimizer.step()``, ``h.data[pad] = 0``); the aten op
+    (``in-place `addcdiv_` ``) only when the source is not available."""
+    said = expression_at(site)
+    return f"`{said}`" if said else f"in-place `{op}`"
 
 
 def _graph_sequence_nrs(roots) -> set[int]:

@@ -1,0 +1,119 @@
+"""The expression the user wrote at a site, for the probe's messages.  No torch.
+
+torch reports ops by their aten names (``addcdiv_``, ``index_put_``, ``copy_``); the user wrote
+``optimizer.step()``, ``h.data[pad] = 0`` or ``self.drop(h)``.  A site carries the column range of the
+instruction that was running (``frames.code_site``), so the smallest call around that range is what the
+user wrote; a write through an assignment target (``x[:, 0] = ...``, ``h += 1``) is the whole statement.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import re
+
+from .model import Site
+
+MAX_CHARS = 60
+_TREES: dict[str, ast.Module | None] = {}
+_OPERATIONS = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Subscript, ast.BoolOp, ast.IfExp)
+_STATEMENTS_SHOWN_WHOLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.Delete)
+
+
+def _tree(path: str) -> ast.Module | None:
+    if path not in _TREES:
+        text = "".join(linecache.getlines(path))
+        try:
+            _TREES[path] = ast.parse(text) if text else None
+        except (SyntaxError, ValueError):
+            _TREES[path] = None
+    return _TREES[path]
+
+
+def _covers(node: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> bool:
+    end_line = getattr(node, "end_lineno", None)
+    if end_line is None:
+        return False
+    return (node.lineno, node.col_offset) <= start and (end_line, node.end_col_offset) >= end
+
+
+def _segment(path: str, node: ast.AST) -> str:
+    lines = linecache.getlines(path)[node.lineno - 1:node.end_lineno]
+    if not lines:
+        return ""
+    # ast offsets count UTF-8 bytes, as co_positions do.
+    data = [line.encode("utf-8") for line in lines]
+    if len(data) == 1:
+        text = data[0][node.col_offset:node.end_col_offset]
+    else:
+        text = data[0][node.col_offset:] + b"".join(data[1:-1]) + data[-1][:node.end_col_offset]
+    return text.decode("utf-8", "replace")
+
+
+def shorten(text: str) -> str:
+    """One line, at most ``MAX_CHARS`` characters (an ellipsis marks the cut)."""
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= MAX_CHARS else text[:MAX_CHARS - 1].rstrip() + "…"
+
+
+def expression_at(site: Site | None) -> str | None:
+    """The call or statement the user wrote at ``site``, shortened; None when the source is unknown."""
+    if site is None or not site.line:
+        return None
+    tree = _tree(site.path)
+    if tree is None:
+        text = linecache.getline(site.path, site.line).strip()
+        return shorten(text) if text else None
+    statement = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.lineno <= site.line <= (node.end_lineno or node.lineno):
+            if statement is None or _span(node) <= _span(statement):
+                statement = node
+    if statement is None:
+        text = linecache.getline(site.path, site.line).strip()
+        return shorten(text) if text else None
+    chosen = None
+    if site.column:
+        start = (site.line, site.column - 1)
+        end = (site.end_line or site.line, site.end_column - 1 if site.end_column else site.column - 1)
+        chosen = _smallest(statement, start, end, ast.Call)
+        if chosen is None and any(_covers(t, start, end) or _covers_start(t, start)
+                                  for t in _assignment_targets(statement)):
+            chosen = statement  # `x[:, 0] = v`, `h += 1`: the write is the statement
+        if chosen is None:
+            chosen = _smallest(statement, start, end, _OPERATIONS)  # `z @ w.t()`, `-h`, `h[idx]`
+    if chosen is None:
+        if isinstance(statement, _STATEMENTS_SHOWN_WHOLE) or statement.lineno == statement.end_lineno:
+            chosen = statement
+        else:
+            text = linecache.getline(site.path, site.line).strip().rstrip(":")
+            return shorten(text) if text else None
+    return shorten(_segment(site.path, chosen)) or None
+
+
+def _smallest(statement: ast.stmt, start, end, kinds) -> ast.AST | None:
+    chosen = None
+    for node in ast.walk(statement):
+        if isinstance(node, kinds) and _covers(node, start, end):
+            if chosen is None or _span(node) <= _span(chosen):
+                chosen = node
+    return chosen
+
+
+def _covers_start(node: ast.AST, start: tuple[int, int]) -> bool:
+    return getattr(node, "end_lineno", None) is not None and _covers(node, start, start)
+
+
+def _assignment_targets(statement: ast.stmt) -> list[ast.AST]:
+    if isinstance(statement, ast.Assign):
+        return list(statement.targets)
+    if isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+        return [statement.target]
+    return []
+
+
+def _span(node: ast.AST) -> tuple[int, int]:
+    end_line = node.end_lineno or node.lineno
+    if end_line == node.lineno:
+        return (0, (node.end_col_offset or 0) - node.col_offset)
+    return (end_line - node.lineno, 0)
