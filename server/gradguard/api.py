@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from . import parsing
+from .baseline import fingerprinted
 from .config import Config
 from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module
@@ -88,10 +89,22 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         diag = finding.to_diagnostic(path, config.severity_for(rule.code, default), lines, line_name)
         if not _is_suppressed(diag, lines):
             kept.append((finding, diag))
+    kept = _fingerprinted(kept, lines)
+    if config.baseline is not None:  # the editor's path; the CLI applies its baseline after its result cache
+        kept = [(f, d) for f, d in kept if not config.baseline.hides(path, d)]
     # libcst runs only here, for files with findings
     diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(parsing.Parsed(lines, parsed), path))
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return FileResult(path, diagnostics)
+
+
+def _fingerprinted(kept: list[tuple[Finding, Diagnostic]], lines: list[str]) -> list[tuple[Finding, Diagnostic]]:
+    """The pairs, in their order, with fingerprints counted in line order (the order a baseline reads them in)."""
+    order = sorted(range(len(kept)), key=lambda i: (kept[i][1].span.line, kept[i][1].span.column, kept[i][1].code))
+    out = list(kept)
+    for i, diag in zip(order, fingerprinted([kept[i][1] for i in order], lines)):
+        out[i] = (kept[i][0], diag)
+    return out
 
 
 def _still_found(before: parsing.Parsed, path: str) -> StillFound:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from . import __version__
+from . import baseline as baselines
 from .config import Config, ConfigError, check_codes, load_config, load_config_file, parse_severity
 from .diagnostics import Diagnostic, FileResult, Severity
 from .files import MissingPath, Target, discover
@@ -117,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also analyse the paths listed in FILE, one a line (or NUL-separated); - reads stdin")
     check.add_argument("--no-cache", action="store_true",
                        help="neither read nor write the result cache (.gradguard_cache/, see README)")
+    check.add_argument("--baseline", metavar="FILE",
+                       help="report only findings not recorded in FILE (default: the `baseline` setting of "
+                            "[tool.gradguard])")
+    check.add_argument("--write-baseline", metavar="FILE",
+                       help="record every finding in FILE as a baseline (then only new ones are reported)")
     check.set_defaults(handler=_check)
     from .probe.cli import add_check_options, add_probe_command  # no torch: that is in the probe's worker
 
@@ -165,7 +171,21 @@ def _config(args: argparse.Namespace) -> Config:
     config = base.with_overrides(
         select=args.select, ignore=args.ignore, extend_ignore=args.extend_ignore, severity=dict(args.severity)
     )
+    if args.baseline:
+        try:
+            config = replace(config, baseline=baselines.load(Path(args.baseline), config.root))
+        except baselines.BaselineError as exc:
+            raise UsageError(str(exc)) from None
     return replace(config, jedi=args.jedi) if args.jedi is not None else config
+
+
+def _baseline_usage(args: argparse.Namespace) -> str | None:
+    """Why --write-baseline cannot run with the other options given, if it cannot."""
+    if not args.write_baseline:
+        return None
+    clash = [name for name, on in (("--baseline", args.baseline), ("--fix", args.fix), ("--diff", args.diff),
+                                   ("--probe", args.probe), ("-", "-" in args.paths)) if on]
+    return f"--write-baseline records every finding; it does not combine with {clash[0]}" if clash else None
 
 
 # --- analysis ----------------------------------------------------------------
@@ -303,7 +323,11 @@ def _check(args: argparse.Namespace) -> int:
 
     if check_probe_usage(args):
         raise UsageError(check_probe_usage(args))
+    if _baseline_usage(args):
+        raise UsageError(_baseline_usage(args))
     config = _config(args)
+    # Analysed without the baseline, so the result cache holds every finding; the baseline applies below.
+    baseline, config = config.baseline, replace(config, baseline=None)
     from . import api  # noqa: F401 - imported before forking, so workers inherit it instead of importing it
 
     paths = [p for p in args.paths if p != "-"]
@@ -326,6 +350,13 @@ def _check(args: argparse.Namespace) -> int:
             results.append(_analyze_stdin(display, config))
         except Exception as exc:  # noqa: BLE001 - a bug, reported as _analyze_chunk reports one
             crashes.append(f"internal error while analysing {display}: {type(exc).__name__}: {exc}")
+    files = {t.display: t.path for t in targets}
+    if args.write_baseline:
+        return _write_baseline(args, results, files, config, len(targets), crashes)
+    hidden, unmatched = 0, []
+    if baseline is not None:
+        results, hidden, unmatched = _apply_baseline(baseline, results, files)
+        config = replace(config, baseline=baseline)  # --fix leaves the findings it hides alone, as the editor does
     if args.probe:
         from .notebooks import is_notebook  # the probe runs Python files; notebooks keep their static findings
         from .probe.cli import probe_results
@@ -341,7 +372,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.fix or args.diff:
         from .notebooks import run_fixes  # .py files go to fixing; notebooks have their cells fixed
 
-        fixing = run_fixes(results, {t.display: t.path for t in targets}, config, args.unsafe_fixes, not args.diff)
+        fixing = run_fixes(results, files, config, args.unsafe_fixes, not args.diff)
         results = fixing.results
 
     diagnostics: list[Diagnostic] = sorted(
@@ -363,9 +394,11 @@ def _check(args: argparse.Namespace) -> int:
         print(f"gradguard: {problem}", file=sys.stderr)
     if diagnostics and fixes_unavailable() is not None and not args.quiet:
         print(f"gradguard: fixes are unavailable: {fixes_unavailable()}", file=sys.stderr)
+    if unmatched and not args.quiet:
+        _report_unmatched(unmatched, baseline, args.statistics)
     if not args.quiet:
         checked = len(targets) + ("-" in args.paths)
-        print(text_output.summary(diagnostics, checked, _fixing(fixing), len(crashes), len(unprobed)),
+        print(text_output.summary(diagnostics, checked, _fixing(fixing), len(crashes), len(unprobed), hidden),
               file=sys.stderr)
     if crashes or (fixing is not None and fixing.write_failures):
         return 2
@@ -374,6 +407,59 @@ def _check(args: argparse.Namespace) -> int:
     if failed:
         return 0 if args.exit_zero else 1
     return 2 if unprobed else 0  # as `gradguard probe`: a run that did not finish and found nothing is no pass
+
+
+def _apply_baseline(baseline: baselines.Baseline, results: list[FileResult], files: dict[str, Path]):
+    """The results without the findings ``baseline`` records, how many it hid, and its entries that match
+    no finding of the files checked (files that could not be analysed are not checked)."""
+    kept, hidden, checked = [], 0, {}
+    for result in results:
+        where = files.get(result.path, Path(result.path))
+        shown, hides = baseline.split(where, result.diagnostics)
+        kept.append(replace(result, diagnostics=shown))
+        hidden += len(hides)
+        if result.error is None:
+            checked[baselines.relative_path(where, baseline.root)] = result.diagnostics
+    return kept, hidden, baseline.unmatched(checked)
+
+
+def _report_unmatched(unmatched: list, baseline: baselines.Baseline, listed: bool) -> None:
+    """Entries for findings that are gone: a note (each one with --statistics), never a failure."""
+    n = len(unmatched)
+    entries = "1 entry matches" if n == 1 else f"{n} entries match"
+    print(f"gradguard: {entries} no finding any more in the baseline {baseline.path}; --write-baseline drops them",
+          file=sys.stderr)
+    if listed:
+        for name, entry in unmatched:
+            print(f"gradguard:     {name}: {entry.code} (recorded at line {entry.line})", file=sys.stderr)
+
+
+def _write_baseline(args: argparse.Namespace, results: list[FileResult], files: dict[str, Path], config: Config,
+                    checked: int, crashes: list[str]) -> int:
+    """``--write-baseline FILE``: record the findings; report only what it could not record (files that
+    could not be analysed), so those are never taken for clean."""
+    target = Path(args.write_baseline)
+    root = config.root or target.resolve().parent
+    named = [(baselines.relative_path(files.get(r.path, Path(r.path)), root), r) for r in results]
+    text, count = baselines.dumps(named)
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
+    unrecorded = sorted((d for r in results if r.error is not None for d in r.diagnostics),
+                        key=lambda d: (d.path, d.cell or 0, d.span.line, d.span.column, d.code))
+    _write(render(args.format, unrecorded, catalog(config.docs_url)), args.output_file)
+    for crash in crashes:
+        print(f"gradguard: {crash}", file=sys.stderr)
+    if not args.quiet:
+        recorded = len({name for name, r in named if r.error is None and r.diagnostics})
+        print(f"Wrote {count} finding{'s' * (count != 1)} in {recorded} file{'s' * (recorded != 1)} to {target}"
+              f" (checked {checked} file{'s' * (checked != 1)}).", file=sys.stderr)
+        if unrecorded:
+            print(text_output.summary(unrecorded, checked), file=sys.stderr)
+    if crashes:
+        return 2
+    return 1 if unrecorded and not args.exit_zero else 0
 
 
 def _fixing(run: FixRun | None) -> text_output.Fixing | None:

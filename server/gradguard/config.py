@@ -8,6 +8,7 @@ exclude = ["build/", "third_party/**"]   # gitignore-style patterns, relative to
 jedi = false                # true: follow imports of project modules with jedi (3-5x slower)
 view-functions = ["mylib.ops.flatten_heads"]  # functions that return a view of their first argument
 docs-url = "https://example.org/gradguard/rules"  # where diagnostics link to CODE.md (default: the shipped pages)
+baseline = "gradguard-baseline.json"  # report only findings not recorded there (`gradguard check --write-baseline`)
 [tool.gradguard.severity]
 GG001 = "warning"
 ```
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from .baseline import Baseline, BaselineError
+from .baseline import load as load_baseline
 from .diagnostics import SYNTAX_ERROR, UNREADABLE, Severity
 from .doc_links import is_docs_base
 from .rules import ALL_RULES
@@ -64,6 +67,8 @@ class Config:
     # Where rule documentation links point (``<docs_url>/CODE.md``); None: the pages shipped in the package.
     # Not part of any cache key: links are made when findings are shown, never stored with them.
     docs_url: str | None = None
+    # The findings to leave unreported (``baseline.py``): ``baseline = "FILE"``, or the CLI's --baseline.
+    baseline: Baseline | None = None
 
     def enabled(self, code: str) -> bool:
         if self.select and not any(code.startswith(p) for p in self.select):
@@ -110,7 +115,7 @@ def parse_severity(value: str) -> Severity:
 
 def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config:
     """Build a Config from the ``[tool.gradguard]`` table (or the LSP's settings object)."""
-    known = {"select", "ignore", "exclude", "severity", "jedi", "view-functions", "docs-url"}
+    known = {"select", "ignore", "exclude", "severity", "jedi", "view-functions", "docs-url", "baseline"}
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"[tool.gradguard] has unknown keys: {', '.join(sorted(unknown))}")
@@ -134,6 +139,7 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
     if docs_url is not None and not (isinstance(docs_url, str) and is_docs_base(docs_url)):
         raise ConfigError('[tool.gradguard] docs-url must be a URL such as "https://example.org/gradguard/rules"')
     return Config(
+        baseline=_baseline(table.get("baseline"), root),
         docs_url=docs_url,
         jedi=jedi,
         view_functions=tuple(views),
@@ -143,6 +149,20 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
         exclude=tuple(exclude),
         root=root,
     )
+
+
+def _baseline(value: Any, root: Path | None) -> Baseline | None:
+    """``baseline = "FILE"``: read now, so a bad file is reported where the configuration is."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError('[tool.gradguard] baseline must be a file name such as "gradguard-baseline.json"')
+    if root is None:
+        raise ConfigError("[tool.gradguard] baseline is read from pyproject.toml only (its path is relative to it)")
+    try:
+        return load_baseline(root / value, root)
+    except BaselineError as exc:
+        raise ConfigError(f"[tool.gradguard] baseline: {exc}") from None
 
 
 def find_pyproject(start: Path) -> Path | None:

@@ -74,6 +74,9 @@ class Diagnostic:
     # Notebooks only: the 1-based number of the cell (counting every cell, markdown too, so
     # ``cells[cell - 1]`` in the .ipynb); ``span`` is then in that cell's own lines.
     cell: int | None = None
+    # What a baseline recognises the finding by (``baseline.fingerprinted``); None for input problems.  Not in
+    # ``to_json``: the result cache stores it beside.  Equal findings stay equal whether or not it is set.
+    fingerprint: str | None = field(default=None, compare=False)
 
     @property
     def line(self) -> int:
@@ -119,6 +122,7 @@ class Diagnostic:
             tuple(Related(**r) for r in data.get("related", ())),
             None if fix is None else Fix(fix["title"], fix["safe"], tuple(TextEdit(**e) for e in fix["edits"])),
             data.get("cell"),
+            data.get("fingerprint"),
         )
 
 

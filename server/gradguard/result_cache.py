@@ -13,9 +13,9 @@ One entry per file, named by a key that hashes everything the file's result depe
   what an imported helper returns), so editing a helper re-analyses the files that may use it.
 
 An entry holds the diagnostics as JSON (``Diagnostic.to_json``, fixes included, so ``--fix`` can use a
-hit); a clean file's entry is an empty file.  Entries are written atomically (a temporary file, then
-``os.replace``), so parallel runs -- pre-commit starts several -- can share one cache.  Nothing is ever
-pruned: delete the folder to reclaim space.
+hit, and each one's baseline fingerprint); a clean file's entry is an empty file.  Entries are written
+atomically (a temporary file, then ``os.replace``), so parallel runs -- pre-commit starts several -- can share
+one cache.  Nothing is ever pruned: delete the folder to reclaim space.
 
 ``--no-cache`` or ``GRADGUARD_NO_CACHE=1`` turns it off.  Where: ``$GRADGUARD_CACHE_DIR`` when set; else
 ``.gradguard_cache/`` in the project root (the folder of the ``pyproject.toml`` the configuration came
@@ -204,7 +204,7 @@ class ResultCache:
             return
         target = self._file(key)
         body = "" if not result.diagnostics and result.error is None else json.dumps(
-            {"error": result.error, "diagnostics": [d.to_json() for d in result.diagnostics]})
+            {"error": result.error, "diagnostics": [_stored(d) for d in result.diagnostics]})
         try:
             self._prepare()
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -221,3 +221,8 @@ class ResultCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / ".gitignore").write_text("# Created by gradguard: never commit the cache.\n*\n")
         (self.directory / "CACHEDIR.TAG").write_text(CACHEDIR_TAG)
+
+
+def _stored(d: Diagnostic) -> dict:
+    """``to_json`` plus the fingerprint a baseline matches on (``Diagnostic.from_json`` reads it back)."""
+    return d.to_json() if d.fingerprint is None else d.to_json() | {"fingerprint": d.fingerprint}

@@ -81,16 +81,19 @@ def _fix_clauses(diagnostics: Sequence[Diagnostic], fixing: Fixing) -> list[str]
 
 
 def summary(diagnostics: Sequence[Diagnostic], checked: int = 1, fixing: Fixing | None = None,
-            crashed: int = 0, unprobed: int = 0) -> str:
+            crashed: int = 0, unprobed: int = 0, hidden: int = 0) -> str:
     """The closing line printed on stderr: the only place that says "All checks passed.", and it says so only
     when ``checked`` files were all analysed (``crashed``: files whose analysis failed; ``unprobed``: files
-    the ``--probe`` run did not finish) and nothing is left."""
+    the ``--probe`` run did not finish) and nothing is left; ``hidden``: findings a baseline left out, which
+    are always counted, never passed over as an all-clear."""
     if fixing is not None:
         clauses = _fix_clauses(diagnostics, fixing)
     elif diagnostics:
         clauses = [f"found {_found(diagnostics)}"]
     else:
-        clauses = ["no problems found"] if unprobed else []
+        clauses = ["no new problems found" if hidden else "no problems found"] if unprobed or hidden else []
+    if hidden:
+        clauses.append(f"{_plural(hidden, 'finding')} hidden by the baseline")
     if crashed:
         clauses.append(f"{_plural(crashed, 'file')} could not be analysed (internal error)")
     if unprobed:
