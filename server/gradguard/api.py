@@ -6,7 +6,6 @@ syntax errors come back as a single diagnostic with ``FileResult.error`` set.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from . import parsing
@@ -18,32 +17,13 @@ from .fixes import FindingId, FixBuilder, StillFound, attach_fixes
 from .inference.events import Finding
 from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE
+from .suppressions import is_suppressed
 
 # Each rule's fix, handed down to the fix layer (which sits below the rules and imports none of them).
 FIX_BUILDERS: dict[str, FixBuilder] = {code: rule.fix for code, rule in RULES_BY_CODE.items() if rule.fix is not None}
 
-_SUPPRESS = re.compile(
-    r"#\s*(?:gradguard:\s*ignore(?:\[(?P<gg>[A-Z0-9,\s]*)\])?|noqa(?::\s*(?P<noqa>[A-Z0-9,\s]+))?)",
-    re.IGNORECASE,
-)
-
-
-def suppressed_codes(line_text: str) -> frozenset[str] | None:
-    """Codes a suppression comment on this line silences; ``ALL`` for a bare one; None if none."""
-    found: set[str] = set()
-    for m in _SUPPRESS.finditer(line_text):
-        codes = m.group("gg") if m.group("gg") is not None else m.group("noqa")
-        if codes is None:
-            return frozenset({"ALL"})
-        found.update(c.strip().upper() for c in codes.split(",") if c.strip())
-    return frozenset(found) if found else None
-
-
 def _is_suppressed(diag: Diagnostic, lines: list[str]) -> bool:
-    if not 1 <= diag.line <= len(lines):
-        return False
-    codes = suppressed_codes(lines[diag.line - 1])
-    return codes is not None and ("ALL" in codes or diag.code in codes)
+    return 1 <= diag.line <= len(lines) and is_suppressed(diag.code, lines[diag.line - 1])
 
 
 def _input_problem(path: str, code: str, message: str, line: int = 1, column: int = 1) -> FileResult:

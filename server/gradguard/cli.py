@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _lsp(args: argparse.Namespace) -> int:
-    from .lsp.server import main as serve  # imported here: pygls is only needed by the server
+    from .lsp.main import main as serve  # imported here: pygls is only needed by the server
 
     serve()
     return 0

@@ -52,12 +52,12 @@ from .fixes import plan
 from .fixes.edits import apply_edits, unified_diff
 from .fixing import FixOutcome, fixable
 from .fixing import run_fixes as run_python_fixes
+from .text import split_lines
 
 SUFFIX = ".ipynb"
 
 # Cell magics whose body is Python that runs (once or more).
 PYTHON_BODY_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _ESCAPE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!]|\?)")  # %magic, !shell, ?help
 _ASSIGNED_ESCAPE = re.compile(r"^(?P<indent>[ \t]*)[\w.,\[\]() \t*]+=[ \t]*[%!]")  # x = !ls, t = %timeit -o f()
 _HELP = re.compile(r"^(?P<indent>[ \t]*)[\w.\[\]()]+\?\??[ \t]*$")  # torch.Tensor.add_?
@@ -86,12 +86,12 @@ class Cell:
 
     @property
     def line_count(self) -> int:
-        return len(_LINE_BREAK.split(self.source))
+        return len(split_lines(self.source))
 
 
 def _cell_python(source: str) -> tuple[str, dict[int, int], frozenset[int]]:
     """The cell as Python (see the module docs), the column shifts and the lines that changed."""
-    lines = _LINE_BREAK.split(source)
+    lines = split_lines(source)
     out, shifts, changed = list(lines), {}, set()
     for i, line in enumerate(lines):
         if _FUTURE.match(line):
@@ -140,7 +140,7 @@ def make_cell(number: int, source: str) -> Cell:
     if not _parses(python):
         parsed = parsing.parse(python)
         problem = parsed if isinstance(parsed, parsing.SyntaxProblem) else parsing.SyntaxProblem("invalid syntax", 1, 1)
-        python = "\n".join("" for _ in _LINE_BREAK.split(source))
+        python = "\n".join("" for _ in split_lines(source))
     return Cell(number, source, python, shifts, changed, problem)
 
 
@@ -193,7 +193,7 @@ def _map_edit(program: Program, edit: TextEdit) -> TextEdit | None:
     if end is None or end[0] is not cell:
         # An edit may end at column 1 of the next cell's first line: the end of this cell's last line.
         if end is not None and end[1:] == (1, 1) and edit.new_text.endswith("\n"):
-            lines = _LINE_BREAK.split(cell.source)
+            lines = split_lines(cell.source)
             return TextEdit(line, column, len(lines), len(lines[-1]) + 1, edit.new_text[:-1], cell.number)
         return None
     if any(n in cell.changed and n not in cell.shifts for n in range(line, end[1] + 1)):
@@ -218,7 +218,7 @@ def map_diagnostic(program: Program, d: Diagnostic) -> Diagnostic | None:
     cell, line, column = start
     end = program.locate(d.span.end_line, d.span.end_column)
     if end is None or end[0] is not cell:
-        last = _LINE_BREAK.split(cell.source)
+        last = split_lines(cell.source)
         end_line, end_column = len(last), len(last[-1]) + 1
     else:
         end_line, end_column = end[1], end[2]

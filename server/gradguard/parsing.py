@@ -16,6 +16,8 @@ import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .text import split_lines
+
 MAX_BYTES = 4 * 1024 * 1024
 
 
@@ -63,12 +65,9 @@ CANDIDATE = re.compile(
 )
 
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
 def source_lines(text: str) -> list[str]:
     """Split lines exactly where Python's tokenizer does (``str.splitlines`` also splits on form feeds)."""
-    return _LINE_BREAK.split(text)
+    return split_lines(text)
 
 
 def may_contain_findings(text: str) -> bool:

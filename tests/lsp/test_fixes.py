@@ -5,7 +5,7 @@ from __future__ import annotations
 from gradguard.diagnostics import Diagnostic, Fix, Related, Severity, Span, TextEdit
 from gradguard.fixing import fix_text
 from gradguard.lsp.fixes import apply_edits, edits_between, fix_all
-from gradguard.lsp.server import follow_edit
+from gradguard.lsp.follow import follow_edit
 
 
 def edit(line, column, end_line, end_column, new_text=""):
@@ -74,7 +74,7 @@ def _change(l1, c1, l2, c2, text):
 
 
 def test_follow_changes_applies_ranged_changes_in_order():
-    from gradguard.lsp.server import follow_changes
+    from gradguard.lsp.follow import follow_changes
 
     diags = [_diag(2), _diag(5), _diag(9)]
     changes = [
@@ -89,7 +89,7 @@ def test_follow_changes_applies_ranged_changes_in_order():
 def test_follow_changes_whole_document_falls_back_to_diff():
     from lsprotocol import types
 
-    from gradguard.lsp.server import follow_changes
+    from gradguard.lsp.follow import follow_changes
 
     old, new = "a\nb\nc\n", "z\na\nb\nc\n"
     moved = follow_changes([_diag(3)], old, new, [types.TextDocumentContentChangeWholeDocument(text=new)])

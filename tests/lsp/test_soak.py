@@ -30,6 +30,7 @@ from pytest_lsp import LanguageClient
 from fixture_corpus import FIXTURES
 from gradguard.api import analyze_source
 from gradguard.lsp import convert
+from gradguard.text import code_units, split_lines
 
 pytestmark = pytest.mark.asyncio
 
@@ -53,8 +54,8 @@ def corpus_text() -> str:
 def position(text: str, offset: int) -> types.Position:
     """LSP position (UTF-16) of a code-point offset; lines split like the server splits them."""
     before = text[:offset]
-    lines = convert.split_lines(before)
-    return types.Position(line=len(lines) - 1, character=convert.code_units(lines[-1], types.PositionEncodingKind.Utf16))
+    lines = split_lines(before)
+    return types.Position(line=len(lines) - 1, character=code_units(lines[-1], types.PositionEncodingKind.Utf16))
 
 
 def safe_offset(text: str, offset: int) -> int:
@@ -65,7 +66,7 @@ def safe_offset(text: str, offset: int) -> int:
 
 
 def expected_items(text: str) -> list[tuple]:
-    lines = convert.split_lines(text)
+    lines = split_lines(text)
     return sorted(key(convert.to_lsp_diagnostic(d, URI, lines, types.PositionEncodingKind.Utf16)) for d in analyze_source(text).diagnostics)
 
 
@@ -126,7 +127,7 @@ async def test_soak_random_edits(client: LanguageClient, capfd):
             requests += 1
             published = [p for p in client.published if p.uri == URI]  # type: ignore[attr-defined]
             diags = list(published[-1].diagnostics) if published else []
-            lines = convert.split_lines(text)
+            lines = split_lines(text)
             line = rnd.randrange(len(lines))
             await client.text_document_hover_async(
                 types.HoverParams(text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(line=line, character=0))
@@ -156,7 +157,7 @@ async def test_soak_random_edits(client: LanguageClient, capfd):
         assert got == expected
     else:
         assert [g for g in got if g[4] == "GG900"] == syntax
-        lines = convert.split_lines(text)
+        lines = split_lines(text)
         bad_lines = {e[0] for e in syntax}
         for d in final.diagnostics:
             if d.code == "GG900":

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..inference.imports import collect_imports, normalize, qualified_name
 from ..parsing import first_line, source_lines
+from ..text import line_starts, newline
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -200,9 +201,7 @@ class FixContext:
 
     @cached_property
     def line_starts(self) -> list[int]:
-        import re
-
-        return [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", self.text)]
+        return line_starts(self.text)
 
     @cached_property
     def indent(self) -> str:
@@ -220,10 +219,7 @@ class FixContext:
 
     @cached_property
     def newline(self) -> str:
-        import re
-
-        m = re.search(r"\r\n|\r|\n", self.text)
-        return m.group(0) if m else "\n"
+        return newline(self.text)
 
     def cst(self, node: ast.AST) -> cst.CSTNode:
         """The libcst node that renders ``node`` (same range, same kind); CannotFix when there is none."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 import ast
 import difflib
 import itertools
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..text import line_ends, line_starts, position
 from .context import CannotFix
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .context import FixContext
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass
@@ -104,26 +103,10 @@ class Rewrite:
         return Fix(title, safe, edits) if edits else None
 
 
-def _line_starts(text: str) -> list[int]:
-    return [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
-
-
 def _split_keep(text: str) -> list[str]:
-    starts = _line_starts(text)
+    starts = line_starts(text)
     ends = starts[1:] + [len(text)]
     return [text[a:b] for a, b in zip(starts, ends) if a < b or a == 0]
-
-
-def _position(starts: list[int], offset: int) -> tuple[int, int]:
-    """1-based (line, column) of a code-point offset."""
-    lo, hi = 0, len(starts) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if starts[mid] <= offset:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo + 1, offset - starts[lo] + 1
 
 
 def diff_edits(old: str, new: str) -> tuple[TextEdit, ...]:
@@ -131,7 +114,7 @@ def diff_edits(old: str, new: str) -> tuple[TextEdit, ...]:
     if old == new:
         return ()
     old_lines, new_lines = _split_keep(old), _split_keep(new)
-    starts = _line_starts(old)
+    starts = line_starts(old)
     old_offsets = [0]
     for line in old_lines:
         old_offsets.append(old_offsets[-1] + len(line))
@@ -151,15 +134,15 @@ def diff_edits(old: str, new: str) -> tuple[TextEdit, ...]:
             suffix += 1
         start, end = a + prefix, b - suffix
         text = new_chunk[prefix : len(new_chunk) - suffix]
-        (line, column), (end_line, end_column) = _position(starts, start), _position(starts, end)
+        (line, column), (end_line, end_column) = position(starts, start), position(starts, end)
         edits.append(TextEdit(line, column, end_line, end_column, text))
     return tuple(edits)
 
 
 def apply_edits(text: str, edits: Iterable[TextEdit]) -> str:
     """Apply non-overlapping edits (1-based code-point positions) to ``text``."""
-    starts = _line_starts(text)
-    ends = [m.start() for m in _LINE_BREAK.finditer(text)] + [len(text)]
+    starts = line_starts(text)
+    ends = line_ends(text)
 
     def offset(line: int, column: int) -> int:
         index = max(0, min(line - 1, len(starts) - 1))

@@ -1,1 +1,1 @@
-"""gradguard's language server (pygls 2, stdio).  Entry point: ``gradguard.lsp.server.main``."""
+"""gradguard's language server (pygls 2, stdio).  Entry point: ``gradguard.lsp.main.main``."""

@@ -3,13 +3,11 @@
 gradguard positions are 1-based lines and 1-based columns counted in code points.
 LSP positions are 0-based lines and 0-based columns counted in the negotiated
 position encoding's code units (UTF-16 unless the client offered another).
-Lines are split where Python's tokenizer splits them (\\r\\n, \\r, \\n), which is
-also where LSP splits them; ``str.splitlines`` would also split on form feeds.
+Lines, offsets and encodings are ``gradguard.text``'s.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import attrs
@@ -17,44 +15,16 @@ from lsprotocol import types
 
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, Severity
 from ..doc_links import rule_doc_url
+from ..text import code_points, code_units
+
 
 SOURCE = "gradguard"
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 _SEVERITY = {
     Severity.ERROR: types.DiagnosticSeverity.Error,
     Severity.WARNING: types.DiagnosticSeverity.Warning,
     Severity.INFO: types.DiagnosticSeverity.Information,
 }
-
-
-def split_lines(text: str) -> list[str]:
-    """The lines of ``text`` without their line breaks (a trailing newline gives a last empty line)."""
-    return _LINE_BREAK.split(text)
-
-
-def code_units(text: str, encoding: str | None) -> int:
-    """Length of ``text`` in the code units of a position encoding (utf-8, utf-16 or utf-32)."""
-    if encoding == types.PositionEncodingKind.Utf32:
-        return len(text)
-    if encoding == types.PositionEncodingKind.Utf8:
-        return len(text.encode("utf-8", "surrogatepass"))
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)  # utf-16: astral chars are pairs
-
-
-def code_points(line: str, units: int, encoding: str | None) -> int:
-    """Code-point index of the character at ``units`` code units into ``line`` (clamped to its length)."""
-    if encoding == types.PositionEncodingKind.Utf32:
-        return max(0, min(units, len(line)))
-    counted = 0
-    for index, ch in enumerate(line):
-        if counted >= units:
-            return index
-        if encoding == types.PositionEncodingKind.Utf8:
-            counted += len(ch.encode("utf-8", "surrogatepass"))
-        else:
-            counted += 2 if ord(ch) > 0xFFFF else 1
-    return len(line)
 
 
 def to_position(lines: list[str], line: int, column: int, encoding: str | None) -> types.Position:
@@ -80,12 +50,13 @@ def end_of_line(lines: list[str], line0: int, encoding: str | None) -> types.Pos
 
 
 def to_lsp_diagnostic(
-    diag: Diagnostic, uri: str, lines: list[str], encoding: str | None, docs_url: str | None = None
+    diag: Diagnostic, uri: str, lines: list[str], encoding: str | None, docs_url: str | None = None,
+    related: bool = True,
 ) -> types.Diagnostic:
     """One gradguard Diagnostic as an LSP Diagnostic; ``data`` carries its JSON for code actions.
 
     ``codeDescription.href`` is the rule's page under ``docs_url`` (default: the page shipped in the package),
-    and absent when there is no page (GG900, GG901).
+    and absent when there is no page (GG900, GG901).  ``related=False``: the caller places related locations.
     """
     span = diag.span
     rng = to_range(lines, span.line, span.column, span.end_line, span.end_column, encoding)
@@ -96,12 +67,12 @@ def to_lsp_diagnostic(
         if cp < len(text):
             rng = types.Range(start=rng.start, end=types.Position(line=rng.start.line, character=rng.start.character + code_units(text[cp], encoding)))
     href = rule_doc_url(diag.code, docs_url)
-    related = [
+    related_information = [
         types.DiagnosticRelatedInformation(
             location=types.Location(uri=uri, range=to_range(lines, r.line, r.column, r.line, r.column, encoding)),
             message=r.message,
         )
-        for r in diag.related
+        for r in (diag.related if related else ())
     ]
     return types.Diagnostic(
         range=rng,
@@ -110,7 +81,7 @@ def to_lsp_diagnostic(
         code=diag.code,
         code_description=types.CodeDescription(href=href) if href is not None else None,
         source=SOURCE,
-        related_information=related or None,
+        related_information=related_information or None,
         data=diag.to_json(),
     )
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..diagnostics import Diagnostic, FileResult
 from ..fixes import plan
 from ..fixes.edits import diff_edits
-from .convert import _LINE_BREAK
+from ..text import line_ends, line_starts
 
 
 def fix_all(text: str, analyse: Callable[[str], FileResult], first: Sequence[Diagnostic] | None = None) -> plan.Plan:
@@ -45,12 +45,11 @@ def apply_edits(text: str, edits: Any) -> str:
     Lines are split like the server splits them (``\\r\\n``, ``\\r``, ``\\n``).  Used by tests and by
     anything that wants the fixed text without an editor.
     """
-    starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
-    line_ends = [m.start() for m in _LINE_BREAK.finditer(text)] + [len(text)]
+    starts, ends = line_starts(text), line_ends(text)
 
     def offset(line: int, column: int) -> int:
         index = max(0, min(line - 1, len(starts) - 1))
-        return min(starts[index] + max(0, column - 1), line_ends[index])
+        return min(starts[index] + max(0, column - 1), ends[index])
 
     spans = sorted(
         ((offset(e["line"], e["column"]), offset(e["end_line"], e["end_column"]), e["new_text"]) for e in edits),

@@ -43,6 +43,7 @@ from ..probe import model as probe_model
 from ..probe.merge import ProbedDiagnostic
 from ..probe.model import ProbeOptions, ProbeResult
 from ..probe.runner import ProbeWorker, probe_file
+from .documents import TextDocument
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import GradguardServer
@@ -165,10 +166,10 @@ class ProbeSupport:
         why = self.settings.refusal()
         if why is not None:
             return refuse("refused", why)
-        state = ls.docs.get(uri)
-        if state is None:
+        state = ls.documents.get(uri)
+        if not isinstance(state, TextDocument):
             return refuse("refused", f"{PROBE_COMMAND}: pass the URI of an open document")
-        path = ls._path(uri)
+        path = ls.path(uri)
         if not path.endswith(".py") or not os.path.isfile(path):
             return refuse("refused", f"only a Python file saved on disk can be probed, not {uri}")
         if uri in self.running:
@@ -193,18 +194,18 @@ class ProbeSupport:
             if uri in self.save_pending:
                 self.save_pending.discard(uri)
                 self.on_save(ls, uri)
-        current = ls.docs.get(uri)
-        if current is None or ls.workspace.get_text_document(uri).version != version \
+        current = ls.documents.get(uri)
+        if not isinstance(current, TextDocument) or ls.workspace.get_text_document(uri).version != version \
                 or ls.workspace.get_text_document(uri).source != text or self.settings.refusal() is not None:
             return {"status": "stale", "ran": True,
                     "message": "the document changed while the probe ran: its result was dropped"}
         self.results[uri] = _Probed(text, result)
-        merged = merge(self, ls, uri, text, list(current.last_good))
+        merged = self.merge(ls, uri, text, list(current.last_good))
         tally = probe_merge.counts(merged, len(current.last_good))
         if (result.status in probe_model.INCOMPLETE or (result.status == probe_model.COMPLETED and not result.ops)) \
                 and not quiet:
             ls.warn(f"probe: {result.status}: {result.detail}")
-        _republish(ls, uri)
+        _republish(ls, current)
         return {"status": result.status, "ran": True, "message": result.detail, "device": result.device,
                 "seconds": round(result.total_seconds, 3), **tally}
 
@@ -224,48 +225,32 @@ class ProbeSupport:
         except Exception:
             logger.exception("probe of %s failed", uri)
 
+    def merge(self, ls: GradguardServer, uri: str, text: str, diags: list[Diagnostic]) -> list[Diagnostic]:
+        """``diags`` (the static findings of ``text``) merged with the probe's result for that exact text."""
+        done = self.results.get(uri)
+        if done is None:
+            return diags
+        if done.text != text:
+            del self.results[uri]  # the document moved on: that result no longer applies
+            return diags
+        display = ls.path(uri)
+        static = {(d.span, d.code) for d in diags}
+        out: list[Diagnostic] = []
+        for d in probe_merge.merge(diags, done.result, display):
+            # related locations in other files cannot be shown as this document's positions
+            related = tuple(r for r in d.related if r.path == display)
+            if related != d.related:
+                d = replace(d, related=related)
+            if isinstance(d, ProbedDiagnostic) and (d.span, d.code) not in static:
+                d = ProbeOnlyDiagnostic(**{f.name: getattr(d, f.name) for f in fields(ProbedDiagnostic)})
+            out.append(d)
+        return out
+
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         worker, self.worker = self.worker, None
         if worker is not None:  # closing waits for a probe in flight (bounded by its timeout): not here
             threading.Thread(target=worker.close, name="gradguard-probe-close", daemon=True).start()
-
-
-def support(ls: Any) -> ProbeSupport:
-    """The server's ``ProbeSupport`` (made on first use)."""
-    found = getattr(ls, "_gradguard_probe", None)
-    if found is None:
-        found = ProbeSupport()
-        ls._gradguard_probe = found
-    return found
-
-
-def merge(probe: ProbeSupport, ls: Any, uri: str, text: str, diags: list[Diagnostic]) -> list[Diagnostic]:
-    """``diags`` (the static findings of ``text``) merged with the probe's result for that exact text."""
-    done = probe.results.get(uri)
-    if done is None:
-        return diags
-    if done.text != text:
-        del probe.results[uri]  # the document moved on: that result no longer applies
-        return diags
-    display = ls._path(uri)
-    static = {(d.span, d.code) for d in diags}
-    out: list[Diagnostic] = []
-    for d in probe_merge.merge(diags, done.result, display):
-        # related locations in other files cannot be shown as this document's positions
-        related = tuple(r for r in d.related if r.path == display)
-        if related != d.related:
-            d = replace(d, related=related)
-        if isinstance(d, ProbedDiagnostic) and (d.span, d.code) not in static:
-            d = ProbeOnlyDiagnostic(**{f.name: getattr(d, f.name) for f in fields(ProbedDiagnostic)})
-        out.append(d)
-    return out
-
-
-def publishable(ls: Any, uri: str, text: str, diags: list[Diagnostic]) -> list[Diagnostic]:
-    """The server's hook: merge the probe's result (if any, for this text) into what is published."""
-    probe = getattr(ls, "_gradguard_probe", None)
-    return diags if probe is None else merge(probe, ls, uri, text, diags)
 
 
 def mark_sources(pairs: list[tuple[Diagnostic, types.Diagnostic]]) -> None:
@@ -274,9 +259,9 @@ def mark_sources(pairs: list[tuple[Diagnostic, types.Diagnostic]]) -> None:
             lsp.source = PROBE_SOURCE
 
 
-def _republish(ls: Any, uri: str) -> None:
+def _republish(ls: GradguardServer, document: TextDocument) -> None:
     if not ls.pull_mode:
-        ls.schedule(uri, delay=0)
+        ls.schedule(document, delay=0)
     elif ls.refresh_support:
         try:
             ls.workspace_diagnostic_refresh(None)
@@ -306,7 +291,7 @@ def register(server: Any) -> None:
             entry = target.get("entry") if isinstance(target.get("entry"), str) else None
             target = target.get("uri")
         try:
-            return await support(ls).probe(ls, target if isinstance(target, str) else "", entry=entry)
+            return await ls.probe.probe(ls, target if isinstance(target, str) else "", entry=entry)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -317,7 +302,7 @@ def register(server: Any) -> None:
     def code_lens(ls: Any, params: types.CodeLensParams) -> list[types.CodeLens]:
         try:
             uri = params.text_document.uri
-            if support(ls).settings.refusal() is not None or uri not in ls.docs or not uri.endswith(".py"):
+            if ls.probe.settings.refusal() is not None or not isinstance(ls.documents.get(uri), TextDocument) or not uri.endswith(".py"):
                 return []
             start = types.Position(line=0, character=0)
             return [types.CodeLens(range=types.Range(start=start, end=start),

@@ -1,0 +1,220 @@
+"""What the server analyses: a ``Document``, either one text file or a notebook whose code cells are analysed as
+one program.  Both are seen through a ``Snapshot``: the parts (the file, or every cell) with their uri, text and
+version, and a position map from a finding's ``cell`` to the part it is in.  So scheduling, publishing, code
+actions, fix-all and hover have one path, and a notebook is that path with a position map.
+
+Each diagnostic's ``data`` is its JSON (``Diagnostic.to_json``) plus the ``version`` of its part and, for every
+fix edit of a notebook's diagnostic, the ``uri`` and ``version`` of the cell it edits (a text file's edits are in the
+diagnostic's own document), so a code action needs no other state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lsprotocol import types
+
+from .. import api
+from .. import notebooks as nb
+from ..config import Config
+from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
+from ..fixes import plan
+from ..text import split_lines
+from . import convert, fixes
+from .follow import follow_changes
+
+Pair = tuple[Diagnostic, types.Diagnostic]  # a finding and what the client was shown for it
+FixJob = Callable[[], tuple[str, str, plan.Plan]]  # run in the pool: (text before, text after, the plan)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A text the client edits: the file, or one notebook cell."""
+
+    uri: str
+    text: str
+    version: int | None
+    code: bool = True  # False for a markdown cell: not analysed, but it counts in the cell numbers
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A document at one moment: what is analysed, and the position map back to the parts."""
+
+    version: int | None
+    parts: tuple[Part, ...]
+    notebook: bool = False
+
+    def part(self, cell: int | None) -> int | None:
+        """The index of the part a finding's (or edit's) ``cell`` is in; None when it is in none."""
+        if not self.notebook:
+            return 0
+        return cell - 1 if cell is not None and 1 <= cell <= len(self.parts) else None
+
+    def index(self, uri: str) -> int | None:
+        return next((i for i, p in enumerate(self.parts) if p.uri == uri), None)
+
+
+@dataclass(eq=False)
+class Document:
+    """The server's state for one open document (a text file or a notebook)."""
+
+    uri: str
+    task: asyncio.Task | None = None
+    published: dict[str, list[Pair]] = field(default_factory=dict)  # part uri -> what the client was shown
+    published_version: int | None = None  # the document version ``published`` was computed on
+    # The engine's per-function cache: each run gets a copy and the copy of the newest current run replaces it,
+    # so two runs of one document in the pool never share a dict.
+    cache: dict = field(default_factory=dict)
+    notebook = False
+
+    def snapshot(self, workspace: Any) -> Snapshot | None:
+        raise NotImplementedError
+
+    def analyse(self, snap: Snapshot, path: str, config: Config, cache: dict) -> FileResult:
+        """In the pool: the findings of ``snap``; ``cache`` (a copy of the document's) is updated in place."""
+        raise NotImplementedError
+
+    def accept(self, result: FileResult, cache: dict, current: bool) -> list[Diagnostic]:
+        """On the event loop: the findings to show for a finished run (``current``: of the newest text)."""
+        if current:
+            self.cache = cache
+        return list(result.diagnostics)
+
+    def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
+        """The fix planner's run for part ``uri``, to be run in the pool; None when it has nothing to fix."""
+        raise NotImplementedError
+
+    def forget(self) -> None:
+        """The configuration changed: nothing computed before may be reused."""
+        self.cache = {}
+
+
+@dataclass(eq=False)
+class TextDocument(Document):
+    """A text file.  A syntax error keeps the last good findings (except those on the error line) and adds it;
+    kept findings follow the edits (``follow``)."""
+
+    text: str = ""  # the text the server last saw (to follow edits with ``last_good``)
+    last_good: list[Diagnostic] = field(default_factory=list)  # of the last run without a syntax error
+
+    def snapshot(self, workspace: Any) -> Snapshot:
+        doc = workspace.get_text_document(self.uri)
+        return Snapshot(doc.version, (Part(self.uri, doc.source, doc.version),))
+
+    def analyse(self, snap: Snapshot, path: str, config: Config, cache: dict) -> FileResult:
+        return api.analyze_source(snap.parts[0].text, path, config, cache=cache)
+
+    def accept(self, result: FileResult, cache: dict, current: bool) -> list[Diagnostic]:
+        syntax = [d for d in result.diagnostics if d.code == SYNTAX_ERROR]
+        if result.error is not None and syntax:
+            bad_lines = {d.line for d in syntax}
+            return [d for d in self.last_good if d.line not in bad_lines] + syntax
+        merged = list(result.diagnostics)
+        if current:
+            self.last_good, self.cache = merged, cache
+        return merged
+
+    def changed(self, new_text: str, changes: Any) -> None:
+        """Move the kept findings along with the edits just applied to the text."""
+        self.last_good = follow_changes(self.last_good, self.text, new_text, changes)
+        self.text = new_text
+
+    def forget(self) -> None:
+        self.cache, self.last_good = {}, []
+
+    def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
+        text, cache = snap.parts[0].text, dict(self.cache)
+        known = None
+        if self.published_version == snap.version and snap.version is not None:
+            known = [d for d, _ in self.published.get(uri, [])]  # the planner's first pass: what is shown
+            if any(d.code == SYNTAX_ERROR for d in known):
+                return None  # the kept findings' fixes are for regions the parser could not check
+
+        def run() -> tuple[str, str, plan.Plan]:
+            done = fixes.fix_all(text, lambda t: api.analyze_source(t, path, config, cache=cache), known)
+            return text, done.text, done
+
+        return run
+
+
+@dataclass(eq=False)
+class NotebookDocument(Document):
+    """A notebook: its code cells, in order, analysed as one program (``gradguard.notebooks``)."""
+
+    notebook = True
+
+    def snapshot(self, workspace: Any) -> Snapshot | None:
+        notebook = workspace.get_notebook_document(notebook_uri=self.uri)
+        if notebook is None:
+            return None
+        parts = []
+        for cell in notebook.cells:
+            doc = workspace.get_text_document(cell.document)
+            code = cell.kind == types.NotebookCellKind.Code and (doc.language_id or "python") == "python"
+            parts.append(Part(cell.document, doc.source, doc.version, code))
+        return Snapshot(notebook.version, tuple(parts), notebook=True)
+
+    def analyse(self, snap: Snapshot, path: str, config: Config, cache: dict) -> FileResult:
+        program = nb.Program.from_cells([("code" if p.code else "markdown", p.text) for p in snap.parts])
+        return nb.analyze_program(program, path, config, cache)[0]
+
+    def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
+        """The safe fixes of cell ``uri``: the planner ``--fix`` uses on the notebook's program
+        (``notebooks.CellsPlan``), offered only the fixes whose edits all lie in that cell."""
+        index = snap.index(uri)
+        if index is None or any(d.code == SYNTAX_ERROR for d, _ in self.published.get(uri, [])):
+            return None
+        number = index + 1
+        cells = nb.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
+                             only_cell=number, cache=dict(self.cache))
+        before = snap.parts[index].text
+
+        def run() -> tuple[str, str, plan.Plan]:
+            done = cells.run(False)
+            after = next((c.source for c in cells.program(done.text).cells if c.number == number), before)
+            return before, after, done
+
+        return run
+
+
+def to_lsp(snap: Snapshot, diags: list[Diagnostic], encoding: str, docs_url: str | None) -> dict[str, list[Pair]]:
+    """The findings of ``snap`` as LSP diagnostics per part uri (every part has an entry), through the
+    position map: each finding, related location and fix edit goes to the part it is in."""
+    lines: dict[int, list[str]] = {}
+
+    def lines_of(i: int) -> list[str]:
+        if i not in lines:
+            lines[i] = split_lines(snap.parts[i].text)
+        return lines[i]
+
+    out: dict[str, list[Pair]] = {p.uri: [] for p in snap.parts}
+    for d in diags:
+        i = snap.part(d.cell)
+        if i is None:
+            continue
+        part = snap.parts[i]
+        lsp = convert.to_lsp_diagnostic(d, part.uri, lines_of(i), encoding, docs_url, related=False)
+        related = []
+        for r in d.related:
+            j = snap.part(r.cell)
+            if j is not None:  # else: not in a part of this document
+                rng = convert.to_range(lines_of(j), r.line, r.column, r.line, r.column, encoding)
+                related.append(types.DiagnosticRelatedInformation(
+                    location=types.Location(uri=snap.parts[j].uri, range=rng), message=r.message))
+        lsp.related_information = related or None
+        data = lsp.data if isinstance(lsp.data, dict) else {}
+        data["version"] = part.version
+        fix = data.get("fix")
+        if isinstance(fix, dict) and snap.notebook:  # a text file's edits are all in the diagnostic's document
+            for edit in fix.get("edits", []):
+                j = snap.part(edit.get("cell")) if isinstance(edit, dict) else None
+                if j is None:
+                    data["fix"] = None  # an edit outside the document's parts cannot be made
+                    break
+                edit["uri"], edit["version"] = snap.parts[j].uri, snap.parts[j].version
+        out[part.uri].append((d, lsp))
+    return out

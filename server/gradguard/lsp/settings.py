@@ -1,0 +1,74 @@
+"""The configuration the server analyses with: pyproject ``[tool.gradguard]`` of the workspace root, overridden by
+``initializationOptions`` and ``workspace/didChangeConfiguration`` settings ``{"gradguard": {...}}`` (keys present
+replace ``select``/``ignore``; ``severity`` entries are merged).  The pyproject.toml's (mtime, size, inode) is
+kept, so that a changed file is noticed with a few ``stat`` calls and no read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, ConfigError, config_from_table, find_pyproject, load_config_file
+
+Stamp = tuple[int, int, int]
+
+
+def pyproject_of(root: str | None) -> tuple[Path | None, Stamp | None]:
+    """The pyproject.toml that applies under ``root``, and its (mtime, size, inode)."""
+    pyproject = find_pyproject(Path(root)) if root else None
+    try:
+        st = pyproject.stat() if pyproject is not None else None
+    except OSError:
+        st = None
+    return pyproject, (st.st_mtime_ns, st.st_size, st.st_ino) if st is not None else None
+
+
+class Settings:
+    """The file's configuration, the editor's overrides, and the two merged (``config``)."""
+
+    def __init__(self) -> None:
+        self.file_config = Config()
+        self.overrides: dict[str, Any] = {}
+        self.config = Config()
+        self.pyproject_stamp: Stamp | None = None  # of the pyproject.toml ``file_config`` came from
+
+    def pyproject_changed(self, root: str | None) -> bool:
+        return pyproject_of(root)[1] != self.pyproject_stamp
+
+    def load_file(self, root: str | None) -> list[str]:
+        """Read the workspace's pyproject.toml again; the warnings to show."""
+        pyproject, self.pyproject_stamp = pyproject_of(root)
+        try:
+            self.file_config = load_config_file(pyproject) if pyproject is not None else Config()
+        except ConfigError as exc:
+            self.file_config = Config()
+            return [f"ignoring pyproject configuration: {exc}"]
+        return []
+
+    def set_overrides(self, table: Any) -> list[str]:
+        """The editor's settings (``{"gradguard": {...}}`` or the inner table) over the file's; the warnings."""
+        warnings = []
+        if isinstance(table, dict) and isinstance(table.get("gradguard"), dict):
+            table = table["gradguard"]
+        if table is None:
+            table = {}
+        if not isinstance(table, dict):
+            warnings.append("settings must be an object like {\"select\": [...], \"ignore\": [...]}; using defaults")
+            table = {}
+        try:
+            parsed = config_from_table(table)
+        except ConfigError as exc:
+            warnings.append(f"ignoring editor settings: {exc}")
+            table, parsed = {}, Config()
+        self.overrides = table
+        self.config = self.file_config.with_overrides(
+            select=parsed.select if "select" in table else None,
+            ignore=parsed.ignore if "ignore" in table else None,
+            severity=parsed.severity,
+            docs_url=parsed.docs_url,
+        )
+        return warnings
+
+    def reload(self, root: str | None) -> list[str]:
+        """The file changed: read it and apply the same overrides on top."""
+        return self.load_file(root) + self.set_overrides(self.overrides)

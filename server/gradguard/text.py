@@ -1,0 +1,74 @@
+"""Lines, offsets and position encodings of a text, in one place.
+
+Lines are split where Python's tokenizer splits them (``\\r\\n``, ``\\r``, ``\\n``), which is also where LSP
+splits them; ``str.splitlines`` would also split on form feeds and other separators, so positions would
+drift.  gradguard's own positions are 1-based lines and 1-based columns counted in code points; an LSP
+client counts columns in the code units of the negotiated encoding (``utf-8``, ``utf-16``, ``utf-32``).
+"""
+
+from __future__ import annotations
+
+import re
+
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+UTF8, UTF16, UTF32 = "utf-8", "utf-16", "utf-32"  # the values of LSP's PositionEncodingKind
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` without their line breaks (a trailing newline gives a last empty line)."""
+    return LINE_BREAK.split(text)
+
+
+def line_starts(text: str) -> list[int]:
+    """The code-point offset where each line starts."""
+    return [0, *(m.end() for m in LINE_BREAK.finditer(text))]
+
+
+def line_ends(text: str) -> list[int]:
+    """The code-point offset where each line's content ends (before its line break)."""
+    return [*(m.start() for m in LINE_BREAK.finditer(text)), len(text)]
+
+
+def newline(text: str) -> str:
+    """The text's first line break (``\\n`` when it has none): what code added to it should use."""
+    m = LINE_BREAK.search(text)
+    return m.group(0) if m else "\n"
+
+
+def position(starts: list[int], offset: int) -> tuple[int, int]:
+    """1-based (line, column) of a code-point offset, given the text's ``line_starts``."""
+    lo, hi = 0, len(starts) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if starts[mid] <= offset:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo + 1, offset - starts[lo] + 1
+
+
+def code_units(text: str, encoding: str | None) -> int:
+    """Length of ``text`` in the code units of a position encoding (UTF-16 unless another is named)."""
+    if encoding == UTF32:
+        return len(text)
+    if encoding == UTF8:
+        return len(text.encode("utf-8", "surrogatepass"))
+    if text.isascii():
+        return len(text)
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)  # utf-16: astral chars are pairs
+
+
+def code_points(line: str, units: int, encoding: str | None) -> int:
+    """Code-point index of the character at ``units`` code units into ``line`` (clamped to its length)."""
+    if encoding == UTF32 or line.isascii():
+        return max(0, min(units, len(line)))
+    counted = 0
+    for index, ch in enumerate(line):
+        if counted >= units:
+            return index
+        if encoding == UTF8:
+            counted += len(ch.encode("utf-8", "surrogatepass"))
+        else:
+            counted += 2 if ord(ch) > 0xFFFF else 1
+    return len(line)
