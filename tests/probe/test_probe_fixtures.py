@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from probe_corpus import DEVICE, FIXTURES, WORKERS
+from probe_corpus import DEVICE, FIXTURES, PROBE_BLIND, WORKERS
 from fixture_corpus import Fixture
 
 torch = pytest.importorskip("torch")
@@ -46,6 +46,9 @@ def test_probe_confirms_positive(fx: Fixture, corpus):
                if not found.get(line, set()) & ACCEPT.get(code, {code})]
     shown = [(f.code, f.kind, f.site.line, [c.line for c in f.callers], [o.line for o in f.origins])
              for f in result.findings]
+    if fx.id in PROBE_BLIND:  # strict: once the probe confirms it, the entry goes
+        assert missing, f"the probe confirms {fx.id} now: delete it from PROBE_BLIND ({shown})"
+        return
     assert not missing, f"expected {missing}, the probe reported {shown}"
     if fx.expected_raise is not None:
         assert result.exception is not None and result.exception["finding"], result.exception

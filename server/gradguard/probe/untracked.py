@@ -118,8 +118,7 @@ class UntrackedWrites:
                 continue
             said = expression_at(write.site)
             what = f"`{said}`" if said else f"in-place `{write.op}`"
-            how = ("under no_grad" if write.how == "under no_grad"
-                   else "through `.data` or a `.detach()` alias")
+            how = ("under no_grad" if write.how == "under no_grad" else _alias_kind(said))
             read_at = f" at line {write.read.line}" if write.read else ""
             backward_at = f" at line {write.backward.line}" if write.backward else ""
             message = (f"{what} changes a tensor of the autograd graph {how}, so autograd does not record it: the "
@@ -135,3 +134,12 @@ class UntrackedWrites:
             found.append(ProbeFinding("GG102", "silent", write.site, message, notes=tuple(notes), op=write.op,
                                       count=write.count, backward=write.backward))
         return found
+
+
+def _alias_kind(said: str | None) -> str:
+    """How the write escaped autograd, as the line says it (both aliases look the same to the dispatcher)."""
+    if said and ".data" in said:
+        return "through `.data`"
+    if said and ".detach()" in said:
+        return "through a `.detach()` alias"
+    return "through an alias autograd does not track (.data or .detach())"
