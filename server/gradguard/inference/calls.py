@@ -121,8 +121,8 @@ class CallsMixin:
 
     def _spread_keywords(self, node: ast.Call) -> ast.Call | None:
         """``F.relu(t, **kwargs)`` inside a followed call: the same call with the caller's keywords written out.
-        When the caller wrote ``inplace=True`` it is placed at the caller's call (where the flag, and so the fix,
-        is); otherwise where it runs, which is the line torch reports for what it saves."""
+        When the caller wrote ``inplace=True`` or ``out=`` it is placed at the caller's call (where the write's
+        keyword, and so the fix, is); otherwise where it runs, which is the line torch reports for what it saves."""
         for kw in node.keywords:
             if kw.arg is None and isinstance(kw.value, ast.Name):
                 spread = self.state.env.get(kw.value.id)
@@ -131,7 +131,7 @@ class CallsMixin:
                     call = ast.Call(func=node.func, args=node.args, keywords=[*others, *spread.keywords])
                     for k in spread.keywords:
                         self.presets[id(k.value)] = spread.values[k.arg]
-                    flagged = any(k.arg == "inplace" for k in spread.keywords)
+                    flagged = any(k.arg in ("inplace", "out") for k in spread.keywords)  # a write, fixed there
                     return ast.copy_location(call, spread.site if flagged else node)
         return None
 
@@ -245,6 +245,8 @@ class CallsMixin:
             if name in ("update", "setdefault") and args and isinstance(args[0], TensorMap):
                 owner.items.update(args[0].items)
             return UNKNOWN
+        if name in ("append", "extend", "insert", "__iadd__"):
+            owner.literal = False  # grown: no longer exactly the items written out
         if name == "append" and args:
             owner.items.append(args[-1])
         elif name == "extend" and args and isinstance(args[0], TensorSeq):

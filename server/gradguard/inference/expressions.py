@@ -146,7 +146,8 @@ class ExpressionsMixin:
             return _numbers(items, node)
         if all(isinstance(i, Opaque) for i in items):
             return NOT_TENSOR if items and all(i in (INT, NOT_TENSOR) for i in items) else UNKNOWN
-        return TensorSeq(items)  # a tuple of models, optimizers, tensors, param groups...
+        literal = not any(isinstance(e, ast.Starred) for e in node.elts)
+        return TensorSeq(items, literal=literal)  # a tuple of models, optimizers, tensors, param groups...
 
     _expr_List = _expr_Tuple
 

@@ -307,7 +307,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         if index_loop:
             self.loop_vars.append(stmt.target.id)
         # Twice: values saved in iteration i-1 meet the writes of iteration i (once when it runs once).
-        for _ in range(1 if _runs_once(stmt.iter) else 2):
+        once = _runs_once(stmt.iter) or (
+            isinstance(iterable, TensorSeq) and iterable.literal and len(iterable.items) == 1)
+        for _ in range(1 if once else 2):
             self.bind(stmt.target, element, stmt)
             self.run_block(stmt.body)
         if index_loop:

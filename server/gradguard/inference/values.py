@@ -98,6 +98,9 @@ class TensorSeq:
     multi_view: str | None = None
     base: Tensor | None = None
     nograd: bool = False  # made under no_grad: its pieces are no_grad views
+    # Written out as a display (`[a, b]`) and not grown since: these are exactly its items, so a loop over it
+    # runs once per item.
+    literal: bool = False
 
     def element(self, index: int | None) -> "Value":
         if index is not None and -len(self.items) <= index < len(self.items):
