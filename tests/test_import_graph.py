@@ -17,8 +17,6 @@ DEFERRED = {
     "gradguard.probe.cli": "start-up of the CLI: the probe's modules load only when a probe runs",
     "gradguard.probe.worker": "the sandboxed child imports torch and the tracer after its guard is in place",
     "gradguard.probe.runner": "the file walker only when a directory is probed",
-    "gradguard.rules.gg": "a rule's fix builder needs libcst (optional): imported when a fix is asked for",
-    "gradguard.fixes.structural": "fixes that reuse the in-place rewrites load them when such a fix is made",
     "gradguard.output": "the rule registry pulls in the engine: only output formats that list rules load it",
     "gradguard.docs": "the rule registry pulls in the engine: only when rule docs are generated",
     "gradguard.result_cache": "the knowledge table and jedi only when a cache key needs them",

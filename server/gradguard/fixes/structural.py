@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix, TextEdit
 from .context import FUNCTIONS, CannotFix, FindingId, FixContext
 from .edits import Rewrite, apply_edits
+from . import inplace as F
 from .inplace import fix_leaf_write, fix_or_none
 from .loops import stack_steps
-from .writes import parse_expr
+from .writes import Write, parse_expr
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
@@ -403,9 +404,6 @@ def _no_grad_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
 def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
     """Move the view's binding out of its ``with torch.no_grad():`` (the view then has history), and write
     out of place when nothing else sees the memory."""
-    from . import inplace as F
-    from .writes import Write
-
     origin = mutation.target.origin
     if origin is None:
         raise CannotFix("cannot see where the view is made")
@@ -457,8 +455,6 @@ def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
 
 
 def fix_nograd_view(ctx: FixContext, finding: Finding) -> Fix | None:
-    from . import inplace as F
-
     mutation = _mutation(finding)
     if not any(t.nograd_view for t in mutation.target.view_chain()):
         # A view of a tensor that does not require grad (a buffer, a memory bank), written with a value that

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import inplace as F
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -38,8 +39,6 @@ def check(mutation: Mutation):
 def fix(ctx, finding):
     """Rebind out of place when nothing else sees the memory; else clone where it is saved; else an unsafe
     rebinding when only containers, attributes or the caller could see the write."""
-    from ..fixes import inplace as F
-
     return F.fix_saved_write(ctx, finding)
 
 

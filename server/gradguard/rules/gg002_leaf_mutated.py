@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import inplace as F
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -32,8 +33,6 @@ def check(mutation: Mutation):
 
 def fix(ctx, finding):
     """A parameter update or reset goes under ``torch.no_grad()``; a computation works on a copy."""
-    from ..fixes import inplace as F
-
     return F.fix_leaf_write(ctx, finding)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import inplace as F
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -34,8 +35,6 @@ def check(mutation: Mutation):
 
 def fix(ctx, finding):
     """Like GG002: ``torch.no_grad()`` for updates and resets, a copy of the leaf for computations."""
-    from ..fixes import inplace as F
-
     return F.fix_leaf_write(ctx, finding)
 
 

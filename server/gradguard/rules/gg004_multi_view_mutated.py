@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Severity
+from ..fixes import inplace as F
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -62,8 +63,6 @@ def _source(piece) -> tuple[str, str]:
 def fix(ctx, finding):
     """Rebind the piece out of place (its sibling pieces are other memory); none when the whole tensor
     is read later and must see the write."""
-    from ..fixes import inplace as F
-
     return F.fix_multi_view_write(ctx, finding)
 
 

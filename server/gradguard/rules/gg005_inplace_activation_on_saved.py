@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import inplace as F
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -49,8 +50,6 @@ def check(mutation: Mutation):
 
 def fix(ctx, finding):
     """``inplace=False`` (at the module's constructor for modules), ``F.relu_`` -> ``F.relu``."""
-    from ..fixes import inplace as F
-
     return F.fix_inplace_activation(ctx, finding)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import structural as S
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -49,8 +50,6 @@ def fix(ctx, finding):
     """Move the step (or update) after the last backward that needs the old weights; else move an early forward
     after the step (unsafe); in a truncated-BPTT loop kept alive with `retain_graph=True`, detach the carried
     state instead (unsafe)."""
-    from ..fixes import structural as S
-
     return S.fix_step_before_backward(ctx, finding)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import structural as S
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
 from ..messages import Message
@@ -83,8 +84,6 @@ def _name(owner: Tensor) -> str:
 def fix(ctx, finding):
     """Move the `.data` write after the backward that needs the old value.  A hidden write the forward reads
     gets none: moving it would change the forward, and the change belongs in the graph instead."""
-    from ..fixes import structural as S
-
     if not finding.data["mutation"].conflicts:
         return None
 

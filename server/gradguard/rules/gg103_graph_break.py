@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import structural as S
 from ..inference.events import Finding, GraphBreak
 from ..messages import Message
 from .base import Example, Rule
@@ -58,8 +59,6 @@ def fix(ctx, finding):
     """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
     in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses);
     drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
-    from ..fixes import structural as S
-
     if finding.data.get("cut"):
         return S.fix_cut(ctx, finding)
     return S.fix_graph_break(ctx, finding)

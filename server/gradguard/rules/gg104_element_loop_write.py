@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Severity
+from ..fixes import structural as S
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from ..messages import Message
@@ -103,8 +104,6 @@ def fills_rows(node: ast.AST) -> bool:
 
 def fix(ctx, finding):
     """The fix of the in-place rule behind the finding."""
-    from ..fixes import structural as S
-
     return S.fix_element_loop(ctx, finding)
 
 

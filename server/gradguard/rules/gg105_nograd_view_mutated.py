@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import structural as S
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -34,8 +35,6 @@ def check(mutation: Mutation):
 
 def fix(ctx, finding):
     """Make the view with grad mode on (and write out of place), else write under no_grad too."""
-    from ..fixes import structural as S
-
     return S.fix_nograd_view(ctx, finding)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Severity
+from ..fixes import inplace as F
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -51,8 +52,6 @@ def _out_source(node: ast.AST) -> str:
 
 def fix(ctx, finding):
     """A parameter update goes under ``torch.no_grad()``; a computation drops ``out=`` and binds the result."""
-    from ..fixes import inplace as F
-
     return F.fix_out_argument(ctx, finding)
 
 
