@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from ..bounds import Unanalysed
 from .classes import find_method
 from .values import (
     INT,
@@ -83,6 +84,9 @@ class ExpressionsMixin:
                     self.eval(child)
             return UNKNOWN
         return method(node)
+
+    def _expr_Unanalysed(self, node: Unanalysed) -> Value:
+        return UNKNOWN  # too deep to analyse (bounds.py): reported as GG903, unknown here
 
     def _expr_Constant(self, node: ast.Constant) -> Value:
         if isinstance(node.value, int) and not isinstance(node.value, bool):
