@@ -15,12 +15,14 @@ The number of programs comes from ``GRADGUARD_GRAMMAR_EXAMPLES`` (default 40: ab
 from __future__ import annotations
 
 import ast
+import inspect
 import os
+import sys
 import time
 import warnings
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, event, given, seed, settings
 
 from grammar import PRELUDE, SENTINEL, SENTINEL_WRITE, nest, programs
 from gradguard.api import analyze_source
@@ -60,6 +62,11 @@ def test_deep_and_long_programs(program):
     result = check(program.text)
     codes = [d.code for d in result.diagnostics]
     verdict, deepest = python_says(program.text)
+    event(f"Python's parser: {verdict}")  # shown by --hypothesis-show-statistics
+    for code in sorted({c for c in codes if c.startswith("GG9")}):
+        event(f"{code}: " + ("too many steps" if any("steps" in d.message for d in result.diagnostics) else
+                             "recursion limit" if any("recursion limit" in d.message for d in result.diagnostics)
+                             else "depth"))
     if verdict == "syntax" or (verdict == "too deep" and program.invalid and codes == [SYNTAX_ERROR]):
         # Too deep and invalid: Python's parser stops at whichever it meets first, statement by statement.
         assert codes == [SYNTAX_ERROR], result.diagnostics
@@ -190,3 +197,39 @@ def test_time_is_linear_in_size():
     report = {name: (round(r, 2), [round(c, 3) for c in costs]) for name, (r, costs) in ratios.items()}
     print("cost per KB (ms), worst/best:", report)
     assert all(r < 3 for r, _ in ratios.values()), report
+
+
+def test_notebook_cells_too_deep(tmp_path, capsys):
+    """A cell too deep for Python's parser is not a syntax error: it gets GG903 and the cells around it are
+    analysed as one program (the GG001 spans cells 1 and 3)."""
+    import json
+
+    cells = ["import torch\nw = torch.randn(3, requires_grad=True)\ny = torch.exp(w)",
+             "z = " + " + ".join(["y"] * 20000), "y.add_(1)\ny.sum().backward()", "q = " + " + ".join(["y"] * 500)]
+    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
+                          for c in cells],
+                "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "deep.ipynb"
+    path.write_text(json.dumps(notebook))
+    assert main(["check", "--no-cache", "--format", "json", str(path)]) == 1
+    found = [(d["cell"], d["line"], d["code"]) for d in json.loads(capsys.readouterr().out)["diagnostics"]]
+    assert found == [(2, 1, NOT_ANALYSED), (3, 1, "GG001"), (4, 1, NOT_ANALYSED)]
+
+
+def test_recursion_limit_is_reported():
+    """Blocks 97 deep around calls nested 99 deep stay within each bound, not within Python's recursion
+    limit together: the function is skipped by name, the rest of the file is analysed."""
+    blocks = "".join("    " * (i + 1) + "if c:\n" for i in range(97))
+    text = (PRELUDE + "def f(y):\n" + blocks + "    " * 98 + "z = " + nest(["f($)"], 99, "y")[0] + "\n"
+            + "    " * 98 + "y.add_(1)\n    return y\n\n" + SENTINEL)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack(0)) + 600)  # the analysis of f needs about 1,100 frames
+    try:
+        result = check(text)
+    finally:
+        sys.setrecursionlimit(limit)
+    skipped = [d for d in result.diagnostics if d.code == NOT_ANALYSED]
+    assert [d.line for d in skipped] == [PRELUDE.count("\n") + 1], result.diagnostics
+    assert "the function `f`" in skipped[0].message and "recursion limit" in skipped[0].message
+    assert "GG001" in [d.code for d in result.diagnostics]

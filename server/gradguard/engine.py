@@ -88,9 +88,12 @@ _PROTOTYPES = "prototypes"  # the per-document cache's entry for _ModuleEnvironm
 
 def _not_analysed(fn: ast.FunctionDef | None, tree: ast.Module, exc: Exception) -> Finding:
     """GG903 for a function (or the module's top level) whose analysis was abandoned: too many steps, or
-    calls followed so deep into the file's functions that Python's recursion limit was reached (each
-    function's own depth is bounded by ``bounds``).  Placed on the ``def`` line's name, not the whole body."""
-    why = str(exc) if isinstance(exc, TooManySteps) else "following its calls nests deeper than Python's recursion limit"
+    Python's recursion limit reached (each expression's depth is bounded by ``bounds``, but 99 levels of
+    blocks around a call nested 100 deep, or calls followed into such code, can still get there).  Placed on
+    the ``def`` and the name, not the whole body."""
+    why = str(exc) if isinstance(exc, TooManySteps) else (
+        "its analysis goes deeper than Python's recursion limit (blocks, expressions and the calls it follows, "
+        "nested in one another)")
     if fn is None:
         first = next((s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom, ast.FunctionDef,
                                                                   ast.AsyncFunctionDef, ast.ClassDef))), tree.body[0])
