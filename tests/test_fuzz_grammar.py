@@ -242,3 +242,16 @@ def test_recursion_limit_is_reported():
     assert [d.line for d in skipped] == [PRELUDE.count("\n") + 1], result.diagnostics
     assert "the function `f`" in skipped[0].message and "recursion limit" in skipped[0].message
     assert "GG001" in [d.code for d in result.diagnostics]
+
+
+def test_wide_expression_in_nested_loops_is_bounded_too():
+    """A step is also an expression evaluated: 14 nested loops run a 3,000-operand comparison 16,384 times
+    (49 million evaluations, minutes), which the step bound stops at once."""
+    body = "".join("    " * (i + 1) + f"for i{i} in r:\n" for i in range(14))
+    wide = " < ".join(["t"] * 3000)
+    text = PRELUDE + "def loops(y):\n" + body + "    " * 15 + f"z = {wide}\n" + "    " * 15 + "y.add_(1)\n\n" + SENTINEL
+    started = time.perf_counter()
+    result = check(text)
+    assert time.perf_counter() - started < 20
+    skipped = [d for d in result.diagnostics if d.code == NOT_ANALYSED]
+    assert [d.line for d in skipped] == [PRELUDE.count("\n") + 1] and "steps" in skipped[0].message, result.diagnostics

@@ -75,6 +75,7 @@ class ExpressionsMixin:
     def eval(self, node: ast.expr | None) -> Value:
         if node is None:
             return UNKNOWN
+        self.count_step()
         if self.presets and id(node) in self.presets:
             return self.presets[id(node)]  # a caller's keyword spread into a followed call: its value there
         method = getattr(self, f"_expr_{type(node).__name__}", None)
