@@ -48,6 +48,8 @@ variants: setup-test
 clean:
 	rm -rf $(VENV) build *.egg-info server/*.egg-info .variants_out .variants_cache
 
-# Nightly-style: many more fuzz examples than CI's default (GRADGUARD_FUZZ_EXAMPLES=150).
+# Nightly-style: many more fuzz examples than CI's defaults (GRADGUARD_FUZZ_EXAMPLES=150 damaged fixtures,
+# GRADGUARD_GRAMMAR_EXAMPLES=40 deep and long programs from tests/grammar.py; GRADGUARD_GRAMMAR_SEED picks
+# another seeded run).  About two hours on two cores.
 fuzz: setup-test
-	GRADGUARD_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -q tests/test_fuzz.py
+	GRADGUARD_FUZZ_EXAMPLES=5000 GRADGUARD_GRAMMAR_EXAMPLES=10000 $(BIN)/python -m pytest -q tests/test_fuzz.py tests/test_fuzz_grammar.py

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import parsing
+from . import bounds, parsing
 from .baseline import fingerprinted
 from .config import Config
-from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
+from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module
 from .fixes import FindingId, FixBuilder, StillFound, attach_fixes
-from .inference.events import Finding
+from .inference.events import Finding, span_of
 from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE
 from .suppressions import is_suppressed
@@ -62,11 +62,14 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
     if cache is not None:
         cache[_PARSED] = parsing.Parsed(lines, parsed)
     for finding in findings:
-        rule = RULES_BY_CODE[finding.code]
-        if not config.enabled(rule.code):
-            continue
-        default = rule.default_severity if finding.certain else Severity.WARNING
-        diag = finding.to_diagnostic(path, config.severity_for(rule.code, default), lines, line_name)
+        if finding.code == NOT_ANALYSED:  # not a rule: shown whatever --select says, like GG900/GG901
+            diag = finding.to_diagnostic(path, config.severity_for(NOT_ANALYSED, Severity.ERROR), lines, line_name)
+        else:
+            rule = RULES_BY_CODE[finding.code]
+            if not config.enabled(rule.code):
+                continue
+            default = rule.default_severity if finding.certain else Severity.WARNING
+            diag = finding.to_diagnostic(path, config.severity_for(rule.code, default), lines, line_name)
         if not _is_suppressed(diag, lines):
             kept.append((finding, diag))
     kept = _fingerprinted(kept, lines)
@@ -74,6 +77,7 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         kept = [(f, d) for f, d in kept if not config.baseline.hides(path, d)]
     # libcst runs only here, for files with findings
     diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(parsing.Parsed(lines, parsed), path))
+    diagnostics += _skipped(parsed, path, lines, config, line_name)
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return FileResult(path, diagnostics)
 
@@ -106,6 +110,23 @@ def _entry_line(finding: Finding) -> int:
     """The line of the statement a finding's write (or the call leading to it) is made on."""
     mutation = (finding.data or {}).get("mutation")
     return mutation.entry().lineno if mutation is not None else finding.node.lineno
+
+
+def _skipped(tree, path: str, lines: list[str], config: Config, line_name: LineName) -> list[Diagnostic]:
+    """One GG903 for each part of the tree that was too deep to analyse (``bounds``)."""
+    out = []
+    for node in bounds.unanalysed(tree):
+        if node.what == "the file":
+            message = f"not analysed: the file {node.why}; nothing in it was checked"
+        else:
+            effect = "its value" if node.what == "the expression" else "what it assigns"
+            message = (f"not analysed: {node.what} on {line_name(node.lineno)} {node.why}; it was skipped ({effect} "
+                       "is unknown to the code after it) and the rest of the file was analysed")
+        diag = Diagnostic(path, span_of(node, lines), NOT_ANALYSED, config.severity_for(NOT_ANALYSED, Severity.ERROR),
+                          message)
+        if not _is_suppressed(diag, lines):
+            out.append(diag)
+    return out
 
 
 def analyze_path(path: Path, config: Config | None = None, display_path: str | None = None) -> FileResult:

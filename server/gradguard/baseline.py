@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .diagnostics import Diagnostic, FileResult
+from .diagnostics import NOT_ANALYSED, Diagnostic, FileResult
 
 VERSION = 1
 
@@ -73,8 +73,8 @@ class Baseline:
 
     def hides(self, path: str | Path, diagnostic: Diagnostic) -> bool:
         """Whether ``diagnostic``, found in the file at ``path``, is one the baseline recorded."""
-        if diagnostic.fingerprint is None:  # an input problem (syntax error...): the file was not checked
-            return False
+        if diagnostic.fingerprint is None or diagnostic.code == NOT_ANALYSED:
+            return False  # an input problem (syntax error...) or a part not analysed: never hidden
         entries = self.files.get(relative_path(path, self.root), ())
         return any(e.fingerprint == diagnostic.fingerprint and e.code == diagnostic.code for e in entries)
 

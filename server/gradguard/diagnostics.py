@@ -142,6 +142,9 @@ def _without_no_cell(fields: dict[str, Any]) -> dict[str, Any]:
 # Codes of diagnostics that are about the input, not about torch.
 SYNTAX_ERROR = "GG900"
 UNREADABLE = "GG901"
+# A part of the file was skipped (nested deeper than gradguard analyses, or too costly to follow); the rest
+# was analysed.  An error, like the others: code that was not checked must not pass as checked.
+NOT_ANALYSED = "GG903"
 
 
 @dataclass

@@ -14,14 +14,16 @@ import re
 from dataclasses import replace
 from typing import Iterator, NamedTuple
 
+from .diagnostics import NOT_ANALYSED
 from .inference.classes import ClassInfo, find_classes
 from .inference.events import Conflict, Finding, GradRead, Mutation, Sink
 from .inference.imports import collect_imports
-from .inference.interpreter import Context, Interpreter
+from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
 from . import parsing
 from .inference.values import ModuleValue, copy_values
 from .knowledge import load_knowledge
+from .messages import Message
 from .moved import move_findings
 from .rules import RULES_IN_PRECEDENCE
 
@@ -63,9 +65,12 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
             produced = move_findings(hit.findings, hit.spans, spans)
             calls = hit.followed
         if produced is None:
-            interp = _run_unit(ctx, fn, owner, tree, module_env)
-            # A recursive call is not a caller that decides for the function.
-            produced, calls = list(_check(interp)), frozenset(interp.followed - {function_key(fn, owner)})
+            try:
+                interp = _run_unit(ctx, fn, owner, tree, module_env)
+                # A recursive call is not a caller that decides for the function.
+                produced, calls = list(_check(interp)), frozenset(interp.followed - {function_key(fn, owner)})
+            except (TooManySteps, RecursionError) as exc:
+                produced, calls = [_not_analysed(fn, tree, exc)], frozenset()
         if key is not None:
             used[key] = _Cached(spans, produced, calls)
         followed |= calls
@@ -79,6 +84,30 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
 
 
 _PROTOTYPES = "prototypes"  # the per-document cache's entry for _ModuleEnvironment.made (other keys: hex digests)
+
+
+def _not_analysed(fn: ast.FunctionDef | None, tree: ast.Module, exc: Exception) -> Finding:
+    """GG903 for a function (or the module's top level) whose analysis was abandoned: too many steps, or
+    Python's recursion limit reached (each expression's depth is bounded by ``bounds``, but 99 levels of
+    blocks around a call nested 100 deep, or calls followed into such code, can still get there).  Placed on
+    the ``def`` and the name, not the whole body."""
+    why = str(exc) if isinstance(exc, TooManySteps) else (
+        "its analysis goes deeper than Python's recursion limit (blocks, expressions and the calls it follows, "
+        "nested in one another)")
+    if fn is None:
+        first = next((s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom, ast.FunctionDef,
+                                                                  ast.AsyncFunctionDef, ast.ClassDef))), tree.body[0])
+        place = ast.Pass(lineno=first.lineno, col_offset=first.col_offset, end_lineno=first.lineno,
+                         end_col_offset=first.col_offset)
+        what = Message.format("the module's top level (its statements outside functions, from {line})", line=first)
+    else:
+        keyword = "async def " if isinstance(fn, ast.AsyncFunctionDef) else "def "
+        place = ast.Pass(lineno=fn.lineno, col_offset=fn.col_offset, end_lineno=fn.lineno,
+                         end_col_offset=fn.col_offset + len((keyword + fn.name).encode()))
+        what = Message.format(f"the function `{fn.name}` on {{line}}", line=fn)
+    message = Message.format("not analysed: {what} was skipped because {why}; the rest of the file was analysed",
+                             what=what, why=why)
+    return Finding(NOT_ANALYSED, place, message)
 
 
 def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],

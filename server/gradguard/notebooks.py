@@ -131,6 +131,8 @@ def _parses(text: str) -> bool:
         compile(text, "<cell>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)  # top-level await parses too
     except (SyntaxError, ValueError):
         return False
+    except (RecursionError, MemoryError):
+        return True  # too deep for Python's parser is not a syntax error: the analysis reports what it skips
     return True
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import ast
 import bisect
 import io
+import keyword as keyword_module
 import re
 import tokenize
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from . import bounds
 from .text import split_lines
 
 MAX_BYTES = 4 * 1024 * 1024
@@ -75,16 +77,126 @@ def may_contain_findings(text: str) -> bool:
 
 
 def parse(text: str) -> ast.Module | SyntaxProblem:
+    """The file's tree, bounded in depth (``bounds``): expressions too deep to analyse are placeholders.
+
+    Python's own parser gives up on expressions some 3,000 levels deep (RecursionError, MemoryError: "too
+    deep", not "invalid"); the file is then parsed one top-level statement at a time, and only the statements
+    that are too deep become placeholders."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escape sequences in user code are not our business
-            return ast.parse(text, type_comments=False)
+        tree = _parse(text)
     except SyntaxError as exc:
-        line = exc.lineno or 1
-        column = exc.offset or 1
-        return SyntaxProblem(f"syntax error: {exc.msg} (line {line}); gradguard cannot analyse this file", line, column)
-    except (ValueError, RecursionError, MemoryError) as exc:
+        return _syntax_problem(exc)
+    except ValueError as exc:
         return SyntaxProblem(f"cannot parse: {exc}", 1, 1)
+    except (RecursionError, MemoryError):
+        tree = _parse_statements(text)
+        if isinstance(tree, SyntaxProblem):
+            return tree
+    bounds.bound(tree)
+    return tree
+
+
+def _parse(text: str) -> ast.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escape sequences in user code are not our business
+        return ast.parse(text, type_comments=False)
+
+
+def _syntax_problem(exc: SyntaxError, line_offset: int = 0) -> SyntaxProblem:
+    line = (exc.lineno or 1) + line_offset
+    column = exc.offset or 1
+    return SyntaxProblem(f"syntax error: {exc.msg} (line {line}); gradguard cannot analyse this file", line, column)
+
+
+_CONTINUES = {"else", "elif", "except", "finally"}  # top-level lines that belong to the statement before
+
+
+def _parse_statements(text: str) -> ast.Module | SyntaxProblem:
+    """The module parsed one top-level statement at a time, each too deep for Python's parser replaced by an
+    ``Unanalysed`` placeholder (binding the names it assigns to an unknown value).  Tokenizing does not
+    recurse, so it finds where the statements start whatever their depth."""
+    lines = source_lines(text)
+    starts = _statement_starts(text)
+    if starts is None:
+        return _whole_file_unanalysed(lines)
+    body: list[ast.stmt] = []
+    for (first, tokens), (following, _) in zip(starts, [*starts[1:], (len(lines) + 1, [])]):
+        chunk = "\n".join(lines[first - 1: following - 1])
+        try:
+            part = _parse(chunk)
+        except SyntaxError as exc:
+            return _syntax_problem(exc, first - 1)
+        except ValueError as exc:
+            return SyntaxProblem(f"cannot parse: {exc}", 1, 1)
+        except (RecursionError, MemoryError):
+            last = following - 1
+            while last > first and not lines[last - 1].strip():
+                last -= 1
+            body.append(_skipped_statement(tokens, first, last, len(lines[last - 1])))
+            continue
+        ast.increment_lineno(part, first - 1)
+        body.extend(part.body)
+    return ast.Module(body=body, type_ignores=[])
+
+
+def _statement_starts(text: str) -> list[tuple[int, list[tokenize.TokenInfo]]] | None:
+    """(first line, tokens of its first logical line) of every top-level statement; None if the text does not
+    tokenize (then nothing can be said of it)."""
+    starts: list[tuple[int, list[tokenize.TokenInfo]]] = []
+    indent, at_start, previous = 0, True, ""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.INDENT:
+                indent += 1
+            elif token.type == tokenize.DEDENT:
+                indent -= 1
+            elif token.type in (tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER):
+                continue
+            elif token.type == tokenize.NEWLINE:
+                at_start = True
+                continue
+            if at_start and indent == 0 and token.type not in (tokenize.INDENT, tokenize.DEDENT):
+                if token.string not in _CONTINUES and previous != "@" or not starts:
+                    starts.append((token.start[0], []))
+                previous = token.string
+                at_start = False
+            if starts and not at_start and len(starts[-1][1]) < 64:
+                starts[-1][1].append(token)
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return starts
+
+
+def _skipped_statement(tokens: list[tokenize.TokenInfo], first: int, last: int, end_column: int) -> ast.stmt:
+    """A placeholder for a top-level statement Python's parser gave up on: ``names = <unanalysed>``, so that
+    what it assigns is unknown to the statements after it rather than left at an older value."""
+    words = [t.string for t in tokens if t.type in (tokenize.NAME, tokenize.OP)]
+    names: list[str] = []
+    what = "the statement"
+    if words[:1] == ["@"] or words[:1] in (["def"], ["class"]) or words[:2] == ["async", "def"]:
+        keyword = "class" if "class" in words else "def"
+        index = words.index(keyword) + 1
+        if index < len(words):
+            names = [words[index]]
+            what = f"the {'class' if keyword == 'class' else 'function'} `{words[index]}`"
+    elif "=" in words:
+        before = words[: words.index("=")]
+        names = [w for i, w in enumerate(before) if w.isidentifier() and (i == 0 or before[i - 1] != ".")
+                 and not keyword_module.iskeyword(w)]
+    positions = dict(lineno=first, col_offset=0, end_lineno=last, end_col_offset=end_column)
+    value = bounds.Unanalysed(what, "is nested too deeply for Python's own parser to build", **positions)
+    if not names:
+        return ast.Expr(value=value, **positions)
+    targets = [ast.Name(id=n, ctx=ast.Store(), **positions) for n in names]
+    return ast.Assign(targets=[ast.Tuple(elts=targets, ctx=ast.Store(), **positions) if len(targets) > 1 else targets[0]],
+                      value=value, **positions)
+
+
+def _whole_file_unanalysed(lines: list[str]) -> ast.Module:
+    last = len(lines)
+    positions = dict(lineno=1, col_offset=0, end_lineno=last, end_col_offset=len(lines[-1]))
+    value = bounds.Unanalysed("the file", "is nested too deeply for Python's own parser to build", **positions)
+    return ast.Module(body=[ast.Expr(value=value, **positions)], type_ignores=[])
 
 
 def first_line(stmt: ast.stmt) -> int:

@@ -673,3 +673,19 @@ async def test_code_actions_for_a_client_that_drops_data(client: LanguageClient)
     (action,) = suppressions(actions)
     assert action.edit.document_changes[0].text_document.version == 1
     assert apply_edits(LEAF, action.edit.document_changes[0].edits).splitlines()[2] == "x += 1  # gradguard: ignore[GG002]"
+
+
+async def test_not_analysed_expression_is_a_diagnostic(client: LanguageClient):
+    """A sum of 500 terms is too deep to analyse: GG903 on it, and the GG001 above it still shows; an edit
+    inside it (parsed again on its own) keeps the GG903, shortening it clears it."""
+    head = "import torch\nw = torch.randn(3, requires_grad=True)\ny = torch.exp(w)\ny.add_(1)\ny.sum().backward()\n"
+    long = "z = " + " + ".join(["y"] * 500)
+    open_doc(client, head + long + "\n")
+    diags = await wait_publish(client, URI)
+    assert summary(diags) == [(3, "GG001"), (5, "GG903")]
+    deep = next(d for d in diags if d.code == "GG903")
+    assert deep.severity == types.DiagnosticSeverity.Error and "nested 500 levels deep" in deep.message
+    change_range(client, rng(5, len(long), 5, len(long)), " + y", 2)
+    assert summary(await wait_publish(client, URI, version=2)) == [(3, "GG001"), (5, "GG903")]
+    change_range(client, rng(5, 0, 5, len(long) + 4), "z = y + y", 3)
+    assert summary(await wait_publish(client, URI, version=3)) == [(3, "GG001")]

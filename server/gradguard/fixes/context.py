@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..bounds import Unanalysed
 from ..inference.imports import collect_imports, normalize, qualified_name
 from ..parsing import first_line, source_lines
 from ..text import line_starts, newline
@@ -340,15 +341,20 @@ class Segment:
         else:
             text = _slice(ctx, stmt.lineno, self.column, stmt.end_lineno, ctx._chars(stmt.end_lineno, stmt.end_col_offset))
         self.text = text
+        parsed = _header_parts(stmt) if compound else [stmt]
+        if any(isinstance(n, Unanalysed) for part in parsed for n in ast.walk(part)):
+            # Too deep to analyse is too deep for libcst, whose native parser can even crash on it.
+            raise CannotFix(f"line {stmt.lineno} is nested too deeply to rewrite")
         try:
             self.module = cst.parse_module(
                 text, config=cst.PartialParserConfig(default_indent=ctx.indent, default_newline=ctx.newline)
             )
-        except Exception as exc:  # noqa: BLE001 - libcst may reject what ast accepts
+            positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        except Exception as exc:  # noqa: BLE001 - libcst may reject what ast accepts, or recurse too deep
             raise CannotFix(f"libcst cannot parse line {stmt.lineno}: {exc}") from None
         self.index: dict[tuple[int, int, int, int], list] = {}
         self.ids: set[int] = {id(self.module)}
-        for cnode, rng in MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider).items():
+        for cnode, rng in positions.items():
             key = (*self.to_file(rng.start.line, rng.start.column), *self.to_file(rng.end.line, rng.end.column))
             self.index.setdefault(key, []).append(cnode)
             self.ids.add(id(cnode))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from ..bounds import Unanalysed
 from .classes import find_method
 from .events import GradRead
 from .values import (
@@ -75,6 +76,7 @@ class ExpressionsMixin:
     def eval(self, node: ast.expr | None) -> Value:
         if node is None:
             return UNKNOWN
+        self.count_step()
         if self.presets and id(node) in self.presets:
             return self.presets[id(node)]  # a caller's keyword spread into a followed call: its value there
         method = getattr(self, f"_expr_{type(node).__name__}", None)
@@ -84,6 +86,9 @@ class ExpressionsMixin:
                     self.eval(child)
             return UNKNOWN
         return method(node)
+
+    def _expr_Unanalysed(self, node: Unanalysed) -> Value:
+        return UNKNOWN  # too deep to analyse (bounds.py): reported as GG903, unknown here
 
     def _expr_Constant(self, node: ast.Constant) -> Value:
         if isinstance(node.value, int) and not isinstance(node.value, bool):

@@ -51,6 +51,7 @@ class FollowedCallsMixin:
         """
         if len(self.inline_stack) >= max_depth or fn in self.inline_stack:
             return None
+        self.count_step()
         saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
                  self.owner, self.self_value)
         module_env = self._module_env()

@@ -2,7 +2,7 @@
 
 Each format module has ``render(diagnostics, catalog) -> str``; the diagnostics
 arrive already sorted by (path, line, column).  ``catalog()`` describes every
-code that can appear, including the input problems GG900/GG901 that are not
+code that can appear, including the input problems GG900/GG901/GG903 that are not
 torch rules, so SARIF and ``--statistics`` can name them.
 
 ``sarif-2.1.0.schema.json`` beside this file is the official OASIS SARIF 2.1.0
@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, Severity
+from ..bounds import MAX_EXPRESSION_DEPTH
+from ..diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, Severity
 from ..doc_links import rule_doc_url
 
 FORMATS = ("text", "json", "sarif", "github")
@@ -50,6 +51,20 @@ INPUT_PROBLEMS = (
         "The file cannot be read or decoded as Python source (binary, wrong encoding, too large).",
         Severity.ERROR,
         explanation="The file could not be read or decoded as Python source. Nothing in it was checked.",
+    ),
+    RuleInfo(
+        NOT_ANALYSED,
+        "not-analysed",
+        "A part of the file was not analysed (nested too deeply, or too costly to follow); the rest was.",
+        Severity.ERROR,
+        explanation="gradguard bounds how deep it analyses: an expression nested more than "
+        f"{MAX_EXPRESSION_DEPTH} levels deep (a sum of hundreds of terms, a long chain of calls or "
+        "attributes), a statement too deep for Python's own parser to build, or a function whose analysis "
+        "takes too many steps (many nested loops, calls inside calls) is skipped, and the finding says "
+        "which. What it skipped was not checked: in-place writes in it are not found, and what it computes "
+        "is unknown to the code after it. The rest of the file was analysed as usual. Splitting the "
+        "expression into named parts (`a = x + y + ...`, `b = a + ...`) or the function into smaller ones "
+        "brings it within the bounds.",
     ),
 )
 
