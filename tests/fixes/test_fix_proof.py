@@ -231,6 +231,7 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG107/pos_embedding_scale_after_retain_grad": "the caller's `keep` list holds `emb`, which now keeps its unscaled values",
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
