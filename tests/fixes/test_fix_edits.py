@@ -585,3 +585,34 @@ def test_a_write_after_retain_grad_goes_to_a_new_name_and_the_grad_stays_on_the_
 def test_a_view_read_later_keeps_the_asked_write_unfixed():
     src = _ASKED_PROGRAM.format(write="v = h.view(2, 2)\nh.mul_(3)\nprint(v)")
     assert [d.fix for d in analyse(src) if d.code == "GG107"] == [None]
+
+
+# ---------------------------------------------------------------------------- GG102: a hidden write the forward reads
+_HIDDEN_PROGRAM = """
+import torch
+w = torch.randn(4, 3, requires_grad=True)
+x = torch.randn(2, 4)
+h = x @ w
+{write}
+loss = torch.tanh(h).sum()
+loss.backward()
+"""
+
+
+@pytest.mark.parametrize("write, new", [
+    ("h.data.mul_(0.5)", "h = h.mul(0.5)\n"),
+    ("h.detach().clamp_(-1, 1)", "h = h.clamp(-1, 1)\n"),
+    ("with torch.no_grad():\n    h[h > 1] = 0.0", "h = h.clone()\nh[h > 1] = 0.0\n"),
+    ("with torch.inference_mode():\n    h *= 2", "h = h * 2\n"),
+])
+def test_a_hidden_write_the_forward_reads_goes_into_the_graph_as_an_unsafe_fix(write, new):
+    src = _HIDDEN_PROGRAM.format(write=write)
+    assert fixed(src) == textwrap.dedent(src)  # unsafe: only with --unsafe-fixes
+    assert "\n" + new + "loss = " in fixed(src, unsafe=True)
+    (fix,) = [d.fix for d in analyse(src) if d.code == "GG102"]
+    assert "the gradient now goes through it" in fix.title
+
+
+def test_a_hidden_write_through_a_view_read_later_is_not_put_in_the_graph():
+    src = _HIDDEN_PROGRAM.format(write="v = h[0]\nh.data.mul_(0.5)\nprint(v)")
+    assert [d.fix for d in analyse(src) if d.code == "GG102"] == [None]
