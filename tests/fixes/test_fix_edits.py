@@ -529,3 +529,90 @@ def test_truncated_bptt_detaches_only_the_state_the_loop_carries():
     namespace: dict = {}
     exec(compile(text, "t.py", "exec"), namespace)
     assert namespace["train"]() == 6  # and torch no longer raises
+
+
+# ---------------------------------------------------------------------------- GG108: hooks return a new gradient
+_HOOK_PROGRAM = """
+import torch
+w = torch.randn(3, requires_grad=True)
+h = w * 2
+branch = h.exp()
+{hook}
+branch.register_hook(scale)
+((h + branch) ** 2).sum().backward()
+"""
+
+
+def test_a_hook_writing_its_gradient_returns_a_new_one():
+    out = fixed(_HOOK_PROGRAM.format(hook="def scale(g):\n    g[g > 1] = 0"))
+    assert "def scale(g):\n    g = g.clone()\n    g[g > 1] = 0\n    return g\n" in out
+    out = fixed(_HOOK_PROGRAM.format(hook="def scale(g):\n    g.mul_(0.5)\n    return g"))
+    assert "    g = g.mul(0.5)\n    return g\n" in out
+
+
+@pytest.mark.parametrize("hook", [
+    "def scale(g):\n    kept.append(g)\n    g.mul_(0.5)",  # something else holds the old gradient
+    "def scale(g):\n    g.mul_(0.5)\n    return None",  # returns something other than the gradient
+])
+def test_a_hook_whose_old_gradient_may_be_kept_gets_no_fix(hook):
+    src = "kept = []\n" + _HOOK_PROGRAM.format(hook=hook)
+    assert [d.fix for d in analyse(src) if d.code == "GG108"] == [None]
+
+
+def test_a_hook_also_called_directly_gets_no_fix():
+    src = _HOOK_PROGRAM.format(hook="def scale(g):\n    g.mul_(0.5)") + "scale(torch.ones(3))\n"
+    assert [d.fix for d in analyse(src) if d.code == "GG108"] == [None]
+
+
+# ---------------------------------------------------------------------------- GG107: the asked-for tensor keeps its name
+_ASKED_PROGRAM = """
+import torch
+w = torch.randn(4, requires_grad=True)
+h = w * 2
+h.retain_grad()
+aux = h.sum()
+{write}
+(aux + h.exp().sum()).backward()
+print(h.grad)
+"""
+
+
+def test_a_write_after_retain_grad_goes_to_a_new_name_and_the_grad_stays_on_the_old():
+    out = fixed(_ASKED_PROGRAM.format(write="h.mul_(3)"))
+    assert "h_new = h.mul(3)\n(aux + h_new.exp().sum()).backward()\nprint(h.grad)\n" in out
+
+
+def test_a_view_read_later_keeps_the_asked_write_unfixed():
+    src = _ASKED_PROGRAM.format(write="v = h.view(2, 2)\nh.mul_(3)\nprint(v)")
+    assert [d.fix for d in analyse(src) if d.code == "GG107"] == [None]
+
+
+# ---------------------------------------------------------------------------- GG102: a hidden write the forward reads
+_HIDDEN_PROGRAM = """
+import torch
+w = torch.randn(4, 3, requires_grad=True)
+x = torch.randn(2, 4)
+h = x @ w
+{write}
+loss = torch.tanh(h).sum()
+loss.backward()
+"""
+
+
+@pytest.mark.parametrize("write, new", [
+    ("h.data.mul_(0.5)", "h = h.mul(0.5)\n"),
+    ("h.detach().clamp_(-1, 1)", "h = h.clamp(-1, 1)\n"),
+    ("with torch.no_grad():\n    h[h > 1] = 0.0", "h = h.clone()\nh[h > 1] = 0.0\n"),
+    ("with torch.inference_mode():\n    h *= 2", "h = h * 2\n"),
+])
+def test_a_hidden_write_the_forward_reads_goes_into_the_graph_as_an_unsafe_fix(write, new):
+    src = _HIDDEN_PROGRAM.format(write=write)
+    assert fixed(src) == textwrap.dedent(src)  # unsafe: only with --unsafe-fixes
+    assert "\n" + new + "loss = " in fixed(src, unsafe=True)
+    (fix,) = [d.fix for d in analyse(src) if d.code == "GG102"]
+    assert "the gradient now goes through it" in fix.title
+
+
+def test_a_hidden_write_through_a_view_read_later_is_not_put_in_the_graph():
+    src = _HIDDEN_PROGRAM.format(write="v = h[0]\nh.data.mul_(0.5)\nprint(v)")
+    assert [d.fix for d in analyse(src) if d.code == "GG102"] == [None]

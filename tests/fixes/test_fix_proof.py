@@ -42,7 +42,7 @@ NEGATIVES = [fx for fx in FIXTURES if not fx.positive]
 # Positives that get no fix at all, and why none is offered.
 from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys.path)
 
-_GG102_FORWARD_CHANGED = "the forward reads the values the hidden write made; moving the write would change the forward, and putting the change into the graph (`h = h.clamp(...)` out of `no_grad`, `torch.where`, a mask) needs a rewrite no fix does yet"
+_GG102_INTO_GRAPH = "the write, put into the graph, now passes its gradient through the op, where it skipped it before"
 
 NO_FIX = {
     "GG001/pos_no_grad_clamp_probs": (
@@ -101,49 +101,25 @@ NO_FIX = {
         "the clip runs inside forward, between the layer and the caller's backward: needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
     ),
     "GG102/pos_data_copy_mix_teacher": (
-        _GG102_FORWARD_CHANGED
-    ),
-    "GG102/pos_data_scale_forward_output": (
-        _GG102_FORWARD_CHANGED
-    ),
-    "GG102/pos_data_temperature_scores": (
-        _GG102_FORWARD_CHANGED
-    ),
-    "GG102/pos_detach_alias_clamp_encoder_output": (
-        _GG102_FORWARD_CHANGED
-    ),
-    "GG102/pos_inference_mode_clip_logits": (
-        _GG102_FORWARD_CHANGED
-    ),
-    "GG102/pos_nograd_gate_scale_hidden": (
-        _GG102_FORWARD_CHANGED
+        "`pred.data.copy_(...)` replaces the values with ones computed from `pred.data`: the new values need their own graph (`pred = 0.5 * pred + 0.5 * soft`), which is a rewrite of the value, not of the write"
     ),
     "GG102/pos_nograd_helper_normalize_embeddings": (
-        _GG102_FORWARD_CHANGED
+        "the hidden write is inside a no-grad helper; putting it in the graph means the helper returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
     ),
     "GG102/pos_nograd_method_clip_latent": (
-        _GG102_FORWARD_CHANGED
-    ),
-    "GG102/pos_nograd_zero_padding_hidden": (
-        _GG102_FORWARD_CHANGED
+        "the hidden write is inside a `@torch.no_grad()` method; putting it in the graph means the method returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
     ),
     "GG102/pos_numpy_view_clip_activation": (
-        _GG102_FORWARD_CHANGED
+        "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
     ),
     "GG102/pos_numpy_view_mask_padding_loop": (
-        _GG102_FORWARD_CHANGED
+        "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
     ),
     "GG102/pos_numpy_view_zero_negative_scores": (
-        _GG102_FORWARD_CHANGED
-    ),
-    "GG102/pos_rnn_reset_through_detach_alias": (
-        _GG102_FORWARD_CHANGED
-    ),
-    "GG102/pos_set_grad_enabled_center_outputs": (
-        _GG102_FORWARD_CHANGED
+        "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
     ),
     "GG102/pos_trainer_standardize_features_alias": (
-        _GG102_FORWARD_CHANGED
+        "the hidden write (a chain `sub_(...).div_(...)`) is inside a helper method; putting it in the graph means the helper returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
     ),
     "GG102/pos_adversarial_input_data_project": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
@@ -231,6 +207,15 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG102/pos_inference_mode_clip_logits": _GG102_INTO_GRAPH,
+    "GG102/pos_data_scale_forward_output": _GG102_INTO_GRAPH,
+    "GG102/pos_data_temperature_scores": _GG102_INTO_GRAPH,
+    "GG102/pos_detach_alias_clamp_encoder_output": _GG102_INTO_GRAPH,
+    "GG102/pos_nograd_gate_scale_hidden": _GG102_INTO_GRAPH,
+    "GG102/pos_nograd_zero_padding_hidden": _GG102_INTO_GRAPH,
+    "GG102/pos_rnn_reset_through_detach_alias": _GG102_INTO_GRAPH,
+    "GG102/pos_set_grad_enabled_center_outputs": _GG102_INTO_GRAPH,
+    "GG107/pos_embedding_scale_after_retain_grad": "the caller's `keep` list holds `emb`, which now keeps its unscaled values",
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",

@@ -23,7 +23,8 @@ from .edits import Rewrite, apply_edits
 from . import inplace as F
 from .inplace import fix_leaf_write, fix_or_none
 from .loops import stack_steps
-from .writes import Write, parse_expr
+from .aliases import analyse
+from .writes import Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
@@ -283,6 +284,76 @@ def fix_silent_data_write(ctx: FixContext, finding: Finding) -> Fix:
     """GG102: do the ``.data`` write after the backward that needs the old value.  (Writing under
     ``torch.no_grad()`` to the tensor itself would make that backward raise: not a fix.)"""
     return move_after_backward(ctx, _mutation(finding), "Write after the backward")
+
+
+def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
+    """GG102 on a tensor the forward reads later: the hidden write (``.data``, ``.detach()``, ``no_grad``)
+    becomes the same op out of place with grad on, and the name is rebound to it (``out = out.mul(s)``,
+    ``x = x.clamp(a, b)``, ``h = h.clone(); h[pad] = 0``).  Always unsafe: the gradient then goes through
+    the op, where before it skipped it (a deliberate straight-through estimator loses that)."""
+    cst = cst_mod()
+    mutation = _mutation(finding)
+    owner = mutation.hidden_from
+    if owner is None or owner.leaf:
+        raise CannotFix("the written tensor has no grad_fn: no graph op to put the write in")
+    write = Write.of(ctx, mutation.entry())
+    if write.value_use or write.kind not in ("method", "augassign", "setitem"):
+        raise CannotFix("not a plain write statement")
+    if write.kind == "method" and write.call.func.attr == "copy_":
+        raise CannotFix("a `copy_` replaces the values: the new ones need their own graph, not the old tensor's")
+    stmt = write.stmt
+    block = _no_grad_with(ctx, stmt) or _inference_mode_with(ctx, stmt)
+    if block is not None and len(block.body) != 1:
+        raise CannotFix("the no_grad block holds more than the write")
+    target = write.target.value if write.kind == "setitem" else write.target
+    name = _unhidden_name(target)
+    if name is None:
+        raise CannotFix("the write is not on a local name, its `.data` or its `.detach()`")
+    if mutation.target.storage is not owner.storage:
+        raise CannotFix("the write does not reach the memory of the tensor with the grad_fn")
+    if block is None and target is write.target and isinstance(target, ast.Name):
+        raise CannotFix("nothing hides the write from autograd here")
+    report = analyse(ctx, stmt, name, write_call=write.call)
+    if not report.clean:
+        raise CannotFix(report.reason())
+    if write.kind == "method":
+        new = f"{name} = " + code(out_of_place(ctx, write.call, obj=cst.Name(name)))
+    elif write.kind == "augassign":
+        new = f"{name} = " + code(aug_to_binop(ctx.cst(stmt)).with_changes(left=cst.Name(name)))
+    else:
+        outer = block if block is not None else stmt
+        new = (f"{name} = {name}.clone(){ctx.newline}{ctx.indent_of(outer)}"
+               f"{name}[{ctx.source(write.target.slice)}] = {ctx.source(stmt.value)}")
+    replaced = block if block is not None else stmt
+    ctx.require_own_lines(replaced)
+    line, column, end_line, end_column = ctx.char_range(replaced)
+    edit = TextEdit(line, column + 1, end_line, end_column + 1, new)
+    first = new.split(ctx.newline)[0]
+    return Fix(f"Put the write in the graph: `{short(first)}` (unsafe: the gradient now goes through it, "
+               "where it skipped it before)", False, (edit,))
+
+
+def _inference_mode_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
+    """The ``with torch.inference_mode():`` block ``stmt`` is alone in, if any (``inference_mode(True)`` too)."""
+    parent = ctx.parents.get(stmt)
+    if not isinstance(parent, ast.With) or len(parent.items) != 1 or parent.items[0].optional_vars is not None:
+        return None
+    item = parent.items[0].context_expr
+    if not (isinstance(item, ast.Call) and ctx.qual(item.func) == "torch.inference_mode" and not item.keywords):
+        return None
+    if item.args and not (len(item.args) == 1 and isinstance(item.args[0], ast.Constant) and item.args[0].value is True):
+        return None
+    return parent
+
+
+def _unhidden_name(target: ast.expr) -> str | None:
+    """``x``, ``x.data`` or ``x.detach()`` -> ``x``."""
+    if isinstance(target, ast.Attribute) and target.attr == "data":
+        target = target.value
+    elif (isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) and target.func.attr == "detach"
+          and not target.args and not target.keywords):
+        target = target.func.value
+    return target.id if isinstance(target, ast.Name) else None
 
 
 # ============================================================================ GG103: keep the tensors

@@ -83,9 +83,9 @@ def _name(owner: Tensor) -> str:
 
 def fix(ctx, finding):
     """Move the `.data` write after the backward that needs the old value.  A hidden write the forward reads
-    gets none: moving it would change the forward, and the change belongs in the graph instead."""
+    goes into the graph instead (moving it would change the forward): the same op out of place, with grad on."""
     if not finding.data["mutation"].conflicts:
-        return None
+        return S.write_in_graph(ctx, finding)
 
     return S.fix_silent_data_write(ctx, finding)
 

@@ -4,6 +4,7 @@ hook, ``autograd.grad(inputs=...)``): torch answers for the value after the writ
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import inplace as F
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -40,6 +41,11 @@ def check(mutation: Mutation):
     )
 
 
+def fix(ctx, finding):
+    """Write out of place into a new name; the tensor whose gradient is asked for keeps its values."""
+    return F.fix_asked_write(ctx, finding)
+
+
 RULE = Rule(
     code="GG107",
     name="grad-of-overwritten",
@@ -57,6 +63,7 @@ mean; or ask for it on a `clone()` taken before the write.
 """,
     default_severity=Severity.WARNING,
     check=check,
+    fix=fix,
     when_wrong="""
 A write that does not change the derivative (`t.add_(c)` with no use of `t` before it) leaves the same
 gradient; it is still flagged, since which version is meant is not visible.

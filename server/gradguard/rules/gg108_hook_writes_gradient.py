@@ -4,6 +4,7 @@ of the graph may share: their gradients change silently."""
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes.hooks import fix_hook_write
 from ..inference.events import Finding, HookWrite
 from ..messages import Message
 from .base import Example, Rule
@@ -22,7 +23,13 @@ def check(write: HookWrite):
             "from the hook instead.",
             how=write.how, register=write.register, registered=write.registered),
         related=[(write.registered, f"the hook is registered here with `{write.register}`")],
+        data={"hook_write": write},
     )
+
+
+def fix(ctx, finding):
+    """Write out of place and return the new gradient (a tuple for a pre-hook)."""
+    return fix_hook_write(ctx, finding)
 
 
 RULE = Rule(
@@ -42,6 +49,7 @@ Return the new gradient instead of writing it: `lambda g: g.clamp(-c, c)`, `retu
 """,
     default_severity=Severity.WARNING,
     check=check,
+    fix=fix,
     when_wrong="""
 Where the gradient a hook gets is not shared (a parameter's, or an op's fresh output), the write happens to
 do what a returned gradient would; it is still flagged, as that depends on torch's internals.  When the
