@@ -105,16 +105,15 @@ def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) ->
     others are reused.  None when that does not apply or the changed statements do not parse on their own;
     the caller then parses the whole text.
 
-    When lines were added or removed, the statements after the change would need new positions: with
-    ``positions_after`` (the default) that case is None; without, they are reused with their old positions,
-    which is enough for a look at the changed statements alone (a fix checking its own result).
+    When lines were added or removed, the statements after the change need new positions: with
+    ``positions_after`` (the default) they are parsed again with the changed ones (the statements above are
+    still reused, so Enter in the middle of a file parses half of it); without, they are reused with their old
+    positions, which is enough for a look at the changed statements alone (a fix checking its own result).
 
     Splicing is sound because a top-level statement starts at column 0 with nothing open (no bracket, no
     string, no indentation), so the text around the changed statements tokenizes as it did."""
     old_lines, old = previous
     delta = len(lines) - len(old_lines)
-    if delta and positions_after:
-        return None
     first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), min(len(lines), len(old_lines)))
     if first == len(lines) == len(old_lines):
         return old
@@ -137,6 +136,8 @@ def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) ->
         start -= 1  # `a = 1; b = 2`: statements that share a line are parsed together
     while end + 1 < len(body) and starts[end + 1] <= body[end].end_lineno:
         end += 1
+    if delta and positions_after:
+        end = len(body) - 1  # every statement below moved: parse them too (copying them moved costs as much)
     top, bottom = starts[start], body[end].end_lineno + delta
     segment = "\n" * (top - 1) + "\n".join(lines[top - 1:bottom]) + "\n"
     parsed = parse(segment)
