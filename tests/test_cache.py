@@ -257,6 +257,11 @@ def test_reparse_after_lines_were_added_or_removed_inside_one_statement():
         assert tree.body[2] is previous.tree.body[2]  # reused as it was
     between = old.replace("\n\ndef g", "\nx = 1\n\ndef g")
     assert parsing.reparse(parsing.source_lines(between), previous, positions_after=False) is None
+    # With positions after it, a change between statements parses from the statement before it to the end.
+    for new in (between, old.replace("\n\ndef g", "\n\n\ndef g"), old.replace("\n\ndef g", "\n# x\ndef g")):
+        tree = parsing.reparse(parsing.source_lines(new), previous)
+        assert ast.dump(tree, include_attributes=True) == ast.dump(ast.parse(new), include_attributes=True)
+        assert tree.body[0] is previous.tree.body[0]
 
 
 GLOBALS = textwrap.dedent('''
