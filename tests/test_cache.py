@@ -196,9 +196,51 @@ def test_reparse_equals_a_full_parse_or_declines():
     assert spliced > 100 and declined > 20
 
 
+def test_reparse_of_inserted_and_deleted_lines_equals_a_full_parse_or_declines():
+    """Lines inserted or deleted anywhere in real code (Enter, a deleted line, a pasted block): the spliced
+    tree is exactly the full parse, positions of every statement below included, or reparse declines."""
+    import ast
+    import random
+    import sys
+    from pathlib import Path
+
+    from gradguard import parsing
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_lsp import generate
+
+    rng = random.Random(7)
+    text = generate(600) + "a = 1; b = 2\n@staticmethod\ndef g(): pass\n"
+    lines = parsing.source_lines(text)
+    previous = parsing.Parsed(lines, ast.parse(text))
+    spliced = declined = 0
+    for _ in range(150):
+        i = rng.randrange(len(lines))
+        if rng.random() < 0.5:
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            added = [indent + rng.choice(["# edit", "x = 1", "", "pass", "y = (", "    z = 2"])
+                     for _ in range(rng.choice([1, 1, 2, 3]))]
+            new_lines = lines[:i] + added + lines[i:]
+        else:
+            new_lines = lines[:i] + lines[i + rng.choice([1, 1, 2]):]
+        new_text = "\n".join(new_lines)
+        tree = parsing.reparse(new_lines, previous)
+        full = parsing.parse(new_text)
+        if tree is None:
+            declined += 1
+        else:
+            spliced += 1
+            assert not isinstance(full, parsing.SyntaxProblem), i
+            assert ast.dump(tree, include_attributes=True) == ast.dump(full, include_attributes=True), i
+        if not isinstance(full, parsing.SyntaxProblem):
+            lines, previous = new_lines, parsing.Parsed(new_lines, tree or full)
+    assert spliced > 40 and declined > 10
+
+
 def test_reparse_after_lines_were_added_or_removed_inside_one_statement():
-    """Without positions after the change (a fix checking its own function), inserted and deleted lines inside
-    a function re-parse only it; a change between top-level statements declines."""
+    """Inserted and deleted lines inside a function re-parse it and what follows it (their positions moved),
+    reusing what is above; without positions after the change (a fix checking its own function), only the
+    function is parsed again; a change between top-level statements declines."""
     import ast
 
     from gradguard import parsing
@@ -207,12 +249,19 @@ def test_reparse_after_lines_were_added_or_removed_inside_one_statement():
     previous = parsing.Parsed(parsing.source_lines(old), ast.parse(old))
     for new in (old.replace("    b = 2\n", "    b = 2\n    c = 3\n"), old.replace("    b = 2\n", "")):
         lines = parsing.source_lines(new)
-        assert parsing.reparse(lines, previous) is None  # positions after the change would be stale
+        moved = parsing.reparse(lines, previous)
+        assert ast.dump(moved, include_attributes=True) == ast.dump(ast.parse(new), include_attributes=True)
+        assert moved.body[0] is previous.tree.body[0]  # above the change: reused as it was
         tree = parsing.reparse(lines, previous, positions_after=False)
         assert ast.dump(tree.body[1], include_attributes=True) == ast.dump(ast.parse(new).body[1], include_attributes=True)
         assert tree.body[2] is previous.tree.body[2]  # reused as it was
     between = old.replace("\n\ndef g", "\nx = 1\n\ndef g")
     assert parsing.reparse(parsing.source_lines(between), previous, positions_after=False) is None
+    # With positions after it, a change between statements parses from the statement before it to the end.
+    for new in (between, old.replace("\n\ndef g", "\n\n\ndef g"), old.replace("\n\ndef g", "\n# x\ndef g")):
+        tree = parsing.reparse(parsing.source_lines(new), previous)
+        assert ast.dump(tree, include_attributes=True) == ast.dump(ast.parse(new), include_attributes=True)
+        assert tree.body[0] is previous.tree.body[0]
 
 
 GLOBALS = textwrap.dedent('''

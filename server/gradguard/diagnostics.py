@@ -8,7 +8,7 @@ position encoding; nothing else needs to.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -98,13 +98,15 @@ class Diagnostic:
             "code": self.code,
             "severity": self.severity.value,
             "message": self.message,
-            "related": [_without_no_cell(asdict(r)) for r in self.related],
+            # vars, not asdict (which deep-copies): the fields are all scalars, and the server converts every
+            # finding at every keystroke.
+            "related": [_without_no_cell(dict(vars(r))) for r in self.related],
             "fix": None
             if self.fix is None
             else {
                 "title": self.fix.title,
                 "safe": self.fix.safe,
-                "edits": [_without_no_cell(asdict(e)) for e in self.fix.edits],
+                "edits": [_without_no_cell(dict(vars(e))) for e in self.fix.edits],
             },
         }
 

@@ -12,6 +12,7 @@ import ast
 import hashlib
 import re
 from dataclasses import replace
+from functools import lru_cache
 from typing import Iterator, NamedTuple
 
 from .diagnostics import NOT_ANALYSED
@@ -179,7 +180,7 @@ class _Fingerprints:
             for name in _bound_names([stmt]):
                 self.binders.setdefault(name, []).append(stmt)
         # Every key holds the imports and the settings that change what calls mean.
-        self.imports = "|".join([*(ast.dump(s) for s in imports), *sorted(view_functions)])
+        self.imports = "|".join([*(self._text(s) for s in imports), *sorted(view_functions)])
         self.top_text = "\n".join(f"@{s.lineno}\n{self._text(s)}" for s in top)
 
     def _text(self, node: ast.AST) -> str:
@@ -213,7 +214,7 @@ class _Fingerprints:
             method = methods.pop(pending.pop(), None)
             if method is not None:
                 read.append(method)
-                pending += sorted(set(re.findall(r"[A-Za-z_]\w*", self._text(method))) & methods.keys())
+                pending += sorted(_names(self._text(method)) & methods.keys())
         parts += [f"@{m.lineno}\n{self._text(m)}" for m in read]
         text = "\n".join(parts)
         named = [f"@{n.lineno}\n{t}" for n, t in self._named(text, self.named)]
@@ -224,7 +225,7 @@ class _Fingerprints:
         given: set[int] = set()
         pending = [text]
         while pending:
-            for name in sorted(set(re.findall(r"[A-Za-z_]\w*", pending.pop())) & named.keys() - seen):
+            for name in sorted(_names(pending.pop()) & named.keys() - seen):
                 seen.add(name)
                 for node in named[name]:
                     if id(node) in given:
@@ -237,6 +238,17 @@ class _Fingerprints:
     @staticmethod
     def _key(parts: list[str]) -> str:
         return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+@lru_cache(maxsize=8192)
+def _names(text: str) -> frozenset[str]:
+    """The identifiers in ``text``; memoised, since at every keystroke each unchanged function's text is read again."""
+    return frozenset(re.findall(r"[A-Za-z_]\w*", text))
+
+
+@lru_cache(maxsize=8192)
+def _has_idiom(text: str) -> bool:
+    return parsing.CANDIDATE.search(text) is not None
 
 
 def _imports_project_code(imports: dict[str, str]) -> bool:
@@ -276,7 +288,7 @@ def _candidate_units(units, lines: list[str]) -> set:
     for fn, owner in units:
         if fn is None:
             continue
-        if parsing.CANDIDATE.search(text(fn)) or (owner is not None and "inplace" in text(owner)):
+        if _has_idiom(text(fn)) or (owner is not None and "inplace" in text(owner)):
             candidates.add(fn)
     while True:
         functions = {fn.name for fn in candidates}
@@ -332,7 +344,7 @@ class _ModuleEnvironment:
         if not self.names or self.lines is None:
             return None
         text = "\n".join(self.lines[parsing.first_line(fn) - 1: fn.end_lineno])
-        if not self.names & set(re.findall(r"[A-Za-z_]\w*", text)):
+        if not self.names & _names(text):
             return None
         key = self.fingerprint.of(None, None)[0] if self.fingerprint is not None else "module"
         return copy_values(self._prototype(key, self._run_top_level))

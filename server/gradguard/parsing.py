@@ -215,18 +215,18 @@ def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) ->
     """The tree of ``lines`` built from ``previous``: when every changed line lies inside top-level statements,
     only those statements are parsed again (padded with blank lines, so positions come out right) and the
     others are reused.  None when that does not apply or the changed statements do not parse on their own;
-    the caller then parses the whole text.
+    the caller then parses the whole text.  A change between top-level statements (a blank line typed between two
+    functions) parses from the statement before it to the end.
 
-    When lines were added or removed, the statements after the change would need new positions: with
-    ``positions_after`` (the default) that case is None; without, they are reused with their old positions,
-    which is enough for a look at the changed statements alone (a fix checking its own result).
+    When lines were added or removed, the statements after the change need new positions: with
+    ``positions_after`` (the default) they are parsed again with the changed ones (the statements above are
+    still reused, so Enter in the middle of a file parses half of it); without, they are reused with their old
+    positions, which is enough for a look at the changed statements alone (a fix checking its own result).
 
     Splicing is sound because a top-level statement starts at column 0 with nothing open (no bracket, no
     string, no indentation), so the text around the changed statements tokenizes as it did."""
     old_lines, old = previous
     delta = len(lines) - len(old_lines)
-    if delta and positions_after:
-        return None
     first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), min(len(lines), len(old_lines)))
     if first == len(lines) == len(old_lines):
         return old
@@ -243,13 +243,17 @@ def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) ->
     starts = [first_line(s) for s in body]
     start = bisect.bisect_right(starts, first + 1) - 1  # 1-based lines from here
     end = bisect.bisect_right(starts, last + 1) - 1
-    if start < 0 or end < start or body[start].end_lineno < first + 1 or body[end].end_lineno < last + 1:
-        return None  # a changed line between statements (a comment, a blank line): anything may have changed
+    inside = start >= 0 and body[start].end_lineno >= first + 1 and body[end].end_lineno >= last + 1
+    if start < 0 or not (inside or positions_after):
+        return None  # before the first statement; or a changed line between statements, where anything may change
     while start > 0 and body[start - 1].end_lineno >= starts[start]:
         start -= 1  # `a = 1; b = 2`: statements that share a line are parsed together
-    while end + 1 < len(body) and starts[end + 1] <= body[end].end_lineno:
-        end += 1
-    top, bottom = starts[start], body[end].end_lineno + delta
+    if inside and not (delta and positions_after):
+        while end + 1 < len(body) and starts[end + 1] <= body[end].end_lineno:
+            end += 1
+        top, bottom = starts[start], body[end].end_lineno + delta
+    else:  # lines moved, or a change between statements: parse from the statement at the change to the end
+        end, top, bottom = len(body) - 1, starts[start], len(lines)  # (copying those below moved costs as much)
     segment = "\n" * (top - 1) + "\n".join(lines[top - 1:bottom]) + "\n"
     parsed = parse(segment)
     if isinstance(parsed, SyntaxProblem):
