@@ -66,6 +66,7 @@ class Document:
     task: asyncio.Task | None = None
     published: dict[str, list[Pair]] = field(default_factory=dict)  # part uri -> what the client was shown
     published_version: int | None = None  # the document version ``published`` was computed on
+    revision: int = 0  # bumped when its findings change for another reason than its text (a probe result)
     # The engine's per-function cache: each run gets a copy and the copy of the newest current run replaces it,
     # so two runs of one document in the pool never share a dict.
     cache: dict = field(default_factory=dict)

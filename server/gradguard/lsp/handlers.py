@@ -142,19 +142,22 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
         if not isinstance(document, TextDocument):  # notebook cells are pushed
             return types.RelatedFullDocumentDiagnosticReport(items=[])
         version = ls.workspace.get_text_document(uri).version
-        result_id = f"{version}:{ls.config_generation}"
+        result_id = ls.result_id(document, version)
         if params.previous_result_id == result_id and document.published_version == version:
-            return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
-        outcome = None
-        for _ in range(5):  # the text may change while it is analysed: answer for the newest version
+            return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)  # nothing analysed or sent
+        for _ in range(5):  # the text or configuration may change while it is analysed: answer for the newest
+            before = ls.result_id(document, ls.workspace.get_text_document(uri).version)
             outcome = await ls.analyse(document)
             if outcome is None:
                 return types.RelatedFullDocumentDiagnosticReport(items=[])
-            if outcome[0].version == ls.workspace.get_text_document(uri).version:
+            now = ls.result_id(document, ls.workspace.get_text_document(uri).version)
+            if now == before == ls.result_id(document, outcome[0].version):
                 break
+        else:
+            before = None  # still moving: an id that would claim these items are current is not given
         snap, diags = outcome
         items = [lsp for _, lsp in ls.record(document, snap, diags)[uri]]
-        return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=f"{snap.version}:{ls.config_generation}")
+        return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=before)
 
     # ---- hover and code actions -------------------------------------------------------------
     @server.feature(types.TEXT_DOCUMENT_HOVER)

@@ -260,6 +260,7 @@ def mark_sources(pairs: list[tuple[Diagnostic, types.Diagnostic]]) -> None:
 
 
 def _republish(ls: GradguardServer, document: TextDocument) -> None:
+    document.revision += 1  # a pulling client's previous result id no longer matches
     if not ls.pull_mode:
         ls.schedule(document, delay=0)
     elif ls.refresh_support:

@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -59,6 +61,7 @@ class GradguardServer(LanguageServer):
         self.pull_mode = False  # the client pulls diagnostics (textDocument/diagnostic): never push
         self.refresh_support = False  # ... and accepts workspace/diagnostic/refresh
         self.config_generation = 0  # bumped on every configuration change (part of pull result ids)
+        self.instance = os.urandom(8).hex()  # so a result id of an earlier server never matches one of this one
         self.run_on_type = True  # push mode: analyse on every change, or (``"run": "onSave"``) on open/save only
 
     # ---- client and configuration ----------------------------------------------------------
@@ -170,6 +173,13 @@ class GradguardServer(LanguageServer):
         shown = document.published if document is not None else {}
         for part in [uri] if cells is None else dict.fromkeys([*cells, *shown]):
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=part, diagnostics=[]))
+
+    def result_id(self, document: Document, version: int | None) -> str:
+        """The pull result id of ``document`` at ``version``: it changes with anything that changes its findings
+        (the text's version, the configuration, the pyproject.toml and its baseline file, a probe result), so
+        an equal ``previousResultId`` may be answered "unchanged" without analysing."""
+        key = f"{self.instance}:{version}:{self.config_generation}:{document.revision}"
+        return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
     # ---- the analysis path -------------------------------------------------------------------
     def pushes(self, document: Document) -> bool:

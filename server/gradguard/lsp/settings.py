@@ -13,14 +13,19 @@ from ..config import Config, ConfigError, config_from_table, find_pyproject, loa
 Stamp = tuple[int, int, int]
 
 
+def stamp_of(path: Path | None) -> Stamp | None:
+    """A file's (mtime, size, inode); None when there is none."""
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        st = None
+    return (st.st_mtime_ns, st.st_size, st.st_ino) if st is not None else None
+
+
 def pyproject_of(root: str | None) -> tuple[Path | None, Stamp | None]:
     """The pyproject.toml that applies under ``root``, and its (mtime, size, inode)."""
     pyproject = find_pyproject(Path(root)) if root else None
-    try:
-        st = pyproject.stat() if pyproject is not None else None
-    except OSError:
-        st = None
-    return pyproject, (st.st_mtime_ns, st.st_size, st.st_ino) if st is not None else None
+    return pyproject, stamp_of(pyproject)
 
 
 class Settings:
@@ -31,9 +36,15 @@ class Settings:
         self.overrides: dict[str, Any] = {}
         self.config = Config()
         self.pyproject_stamp: Stamp | None = None  # of the pyproject.toml ``file_config`` came from
+        self.baseline_stamp: Stamp | None = None  # of its baseline file: rewritten by ``--write-baseline``
+
+    def _baseline_path(self) -> Path | None:
+        return self.file_config.baseline.path if self.file_config.baseline is not None else None
 
     def pyproject_changed(self, root: str | None) -> bool:
-        return pyproject_of(root)[1] != self.pyproject_stamp
+        """The pyproject.toml, or the baseline file it names, changed on disk."""
+        return (pyproject_of(root)[1] != self.pyproject_stamp
+                or stamp_of(self._baseline_path()) != self.baseline_stamp)
 
     def load_file(self, root: str | None) -> list[str]:
         """Read the workspace's pyproject.toml again; the warnings to show."""
@@ -43,6 +54,8 @@ class Settings:
         except ConfigError as exc:
             self.file_config = Config()
             return [f"ignoring pyproject configuration: {exc}"]
+        finally:
+            self.baseline_stamp = stamp_of(self._baseline_path())
         return []
 
     def set_overrides(self, table: Any) -> list[str]:
