@@ -3,7 +3,9 @@
 The client declares VS Code's capabilities (as pytest-lsp recorded them), except:
   - it pulls diagnostics (textDocument/diagnostic, with workspace/diagnostic/refresh) only when the test
     is marked @pytest.mark.pull; otherwise the server pushes them;
-  - it does not offer dynamic file watching unless the test is marked @pytest.mark.watch.
+  - it does not offer dynamic file watching unless the test is marked @pytest.mark.watch;
+  - it gets code actions with their edits (like eglot) unless the test is marked @pytest.mark.resolve: then
+    it announces ``codeAction.resolveSupport`` for ``edit`` and resolves them (``codeAction/resolve``).
 Other markers:
   @pytest.mark.init_options({...})     initializationOptions
   @pytest.mark.encodings(["utf-8"])    general.positionEncodings offered by the client
@@ -30,6 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "encodings(list): position encodings the LSP test client offers")
     config.addinivalue_line("markers", "pull: the LSP test client pulls diagnostics (textDocument/diagnostic)")
     config.addinivalue_line("markers", "watch: the LSP test client allows dynamic registration of file watchers")
+    config.addinivalue_line("markers", "resolve: the LSP test client resolves code actions' edits (codeAction/resolve)")
     config.addinivalue_line("markers", "hover_formats(list): textDocument.hover.contentFormat of the LSP test client")
 
 
@@ -85,6 +88,8 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
         caps.workspace.diagnostics = types.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
     if request.node.get_closest_marker("watch") is None and caps.workspace is not None:
         caps.workspace.did_change_watched_files = None
+    if request.node.get_closest_marker("resolve") is None:
+        caps.text_document.code_action.resolve_support = None
     encodings = request.node.get_closest_marker("encodings")
     if encodings is not None:
         caps.general = caps.general or types.GeneralClientCapabilities()

@@ -49,8 +49,10 @@ def _make_client() -> LanguageClient:
         server_env={**os.environ, "GRADGUARD_LSP_DEBOUNCE_MS": "20"},
     )
 )
-async def client(lsp_client: LanguageClient, tmp_path):
+async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp_path):
     caps = client_capabilities("visual-studio-code")
+    if request.node.get_closest_marker("resolve") is None:  # see conftest.py
+        caps.text_document.code_action.resolve_support = None
     caps.text_document.diagnostic = None  # push
     caps.workspace.did_change_watched_files = None
     caps.notebook_document = types.NotebookDocumentClientCapabilities(
@@ -273,3 +275,39 @@ async def test_deleting_the_mutating_cell_clears_its_diagnostics(client: Languag
     )
     await wait_for(client, lambda: not findings(client, 3))
     assert client.published[-1].uri == cell_uri(3)
+
+
+# ---- notebook.source.fixAll.gradguard: every cell at once ------------------------------------
+# CELLS plus a second finding in other cells: `z.mul_(2)` on exp's output (torch: backward raises; fixed, runs).
+TWO_FIXABLE = [*CELLS, "z = torch.exp(x)", "z.mul_(2)\nz.sum().backward()"]
+TWO_KINDS = [*KINDS, types.NotebookCellKind.Code, types.NotebookCellKind.Code]
+
+
+async def notebook_fix_all(client: LanguageClient) -> list[types.CodeAction]:
+    open_notebook(client, TWO_FIXABLE, TWO_KINDS)
+    await wait_for(client, lambda: findings(client, 3) and findings(client, 5))
+    return await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=cell_uri(0)), range=rng(0, 0, 0, 0),
+        context=types.CodeActionContext(diagnostics=[], only=["notebook.source.fixAll"])))
+
+
+def fixed_cells(action: types.CodeAction) -> dict[str, str]:
+    return {c.text_document.uri: apply(TWO_FIXABLE[[cell_uri(i) for i in range(6)].index(c.text_document.uri)], c.edits)
+            for c in action.edit.document_changes}
+
+
+@pytest.mark.asyncio
+async def test_notebook_fix_all_fixes_every_cell(client: LanguageClient):
+    (action,) = await notebook_fix_all(client)  # asked on the first cell, which has no finding
+    assert action.kind == "notebook.source.fixAll.gradguard"
+    assert fixed_cells(action) == {cell_uri(3): "y = y + 1\ny.sum().backward()", cell_uri(5): "z = z.mul(2)\nz.sum().backward()"}
+    assert all(c.text_document.version == 1 for c in action.edit.document_changes)
+
+
+@pytest.mark.asyncio
+@pytest.mark.resolve
+async def test_notebook_fix_all_is_resolved(client: LanguageClient):
+    (action,) = await notebook_fix_all(client)
+    assert action.edit is None and action.data["action"] == "notebookFixAll"
+    resolved = await client.code_action_resolve_async(action)
+    assert set(fixed_cells(resolved)) == {cell_uri(3), cell_uri(5)}

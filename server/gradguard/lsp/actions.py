@@ -1,8 +1,13 @@
 """Code actions, the same for a text file and a notebook cell: a diagnostic's own fix (preferred when safe),
-"suppress" a code on its line, and ``source.fixAll.gradguard`` (also ``gradguard.applyAllFixes``) applying every
+"suppress" a code on its line, ``source.fixAll.gradguard`` (also ``gradguard.applyAllFixes``) applying every
 safe fix of the document (of the cell, for a notebook) as the fix planner of ``gradguard check --fix`` chooses
-them.  Every edit names the version of the part it was computed on, so a client refuses it once the text has
-moved on.  Without libcst no fix is offered (the server said so once); "suppress" still is.
+them, and for a notebook ``notebook.source.fixAll.gradguard``: the same planner over every cell at once.
+
+Listing is cheap: each action carries only a small ``data`` (the uri, the document's version, which action) and
+its edit is made by ``codeAction/resolve`` (the planner runs only for the fix-all actually chosen).  A client
+that does not announce ``codeAction.resolveSupport`` for ``edit`` (eglot, Neovim 0.7) gets the edits at once.
+A ``data`` of an older version than the document's resolves to no edit, never to a wrong one; every edit also
+names the version of the part it was computed on.  Without libcst no fix is offered; "suppress" still is.
 """
 
 from __future__ import annotations
@@ -12,14 +17,19 @@ from typing import Any
 
 from lsprotocol import types
 
+from ..diagnostics import SYNTAX_ERROR
 from ..fixes import plan
 from ..suppressions import add_code
 from ..text import code_units, split_lines
 from . import convert, fixes
+from .documents import Document
 from .server import GradguardServer
 
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.gradguard"  # source.fixAll.gradguard
+NOTEBOOK_FIX_ALL_KIND = f"notebook.{FIX_ALL_KIND}"  # notebook.source.fixAll.gradguard
 FIX_ALL_TITLE = "Fix all gradguard issues"
+NOTEBOOK_FIX_ALL_TITLE = "Fix all gradguard issues in the notebook"
+FIX, SUPPRESS, FIX_ALL, NOTEBOOK_FIX_ALL = "fix", "suppress", "fixAll", "notebookFixAll"  # data["action"]
 
 
 def _document_edit(uri: str, version: int | None, edits: list[types.TextEdit]) -> types.TextDocumentEdit:
@@ -61,8 +71,25 @@ def fix_edit(ls: GradguardServer, fix: dict[str, Any], uri: str, version: int | 
     return types.WorkspaceEdit(document_changes=changes) if changes else None
 
 
+def resolves_edits(caps: types.ClientCapabilities | None) -> bool:
+    """Whether the client asks for an action's ``edit`` by ``codeAction/resolve`` (VS Code, Neovim 0.8+)."""
+    action = caps.text_document.code_action if caps is not None and caps.text_document is not None else None
+    support = action.resolve_support if action is not None else None
+    return support is not None and "edit" in (support.properties or ())
+
+
+def _version(ls: GradguardServer, document: Document) -> int | None:
+    """The document's version (a notebook's own): what every action's ``data`` names."""
+    snap = document.snapshot(ls.workspace)
+    return snap.version if snap is not None else None
+
+
+def _data(uri: str, version: int | None, action: str, **where: Any) -> dict[str, Any]:
+    return {"uri": uri, "version": version, "action": action, **where}
+
+
 def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.CodeAction]:
-    """The diagnostic's own fix, then "suppress on this line", for each gradguard diagnostic given.
+    """The diagnostic's own fix, then "suppress on this line", for each gradguard diagnostic given (no edits).
 
     A diagnostic published for an older version than the text's is skipped: its positions are stale (a fresh
     publish is on its way).
@@ -71,25 +98,65 @@ def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.C
     doc = ls.workspace.get_text_document(uri)
     lines = split_lines(doc.source)
     shown = [d for _, d in document.published.get(uri, [])] if document is not None else []
+    version = _version(ls, document) if document is not None else None
     actions: list[types.CodeAction] = []
     seen: set[tuple[int, str]] = set()
     for diag, data, code in convert.actionable(diagnostics, shown, doc.version):
-        fix = data.get("fix")
-        edit = fix_edit(ls, fix, uri, doc.version) if isinstance(fix, dict) and fix.get("edits") else None
-        if edit is not None:
-            actions.append(types.CodeAction(title=str(fix.get("title") or f"Fix {code}"),
-                                            kind=types.CodeActionKind.QuickFix, diagnostics=[diag],
-                                            is_preferred=fix.get("safe") is True, edit=edit))
-        line0 = diag.range.start.line
-        if not 0 <= line0 < len(lines) or (line0, code) in seen:
+        fix, start = data.get("fix"), diag.range.start
+        if isinstance(fix, dict) and fix.get("edits"):
+            actions.append(types.CodeAction(
+                title=str(fix.get("title") or f"Fix {code}"), kind=types.CodeActionKind.QuickFix, diagnostics=[diag],
+                is_preferred=fix.get("safe") is True,
+                data=_data(uri, version, FIX, code=code, line=start.line, character=start.character)))
+        line0 = start.line
+        if not 0 <= line0 < len(lines) or (line0, code) in seen or add_code(lines[line0], code) is None:
             continue
         seen.add((line0, code))
-        suppress = suppress_edit(lines[line0], line0, code, ls.encoding)
-        if suppress is not None:
-            actions.append(types.CodeAction(
-                title=f"Suppress {code} on this line", kind=types.CodeActionKind.QuickFix, diagnostics=[diag],
-                edit=types.WorkspaceEdit(document_changes=[_document_edit(uri, doc.version, [suppress])])))
+        actions.append(types.CodeAction(title=f"Suppress {code} on this line", kind=types.CodeActionKind.QuickFix,
+                                        diagnostics=[diag], data=_data(uri, version, SUPPRESS, code=code, line=line0)))
     return actions
+
+
+def _published_fix(document: Document, uri: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The fix of the finding ``data`` names (by code and start), as published for the version it names."""
+    if document.published_version != data.get("version"):
+        return None
+    for _, lsp in document.published.get(uri, []):
+        start = lsp.range.start
+        if (lsp.code, start.line, start.character) == (data.get("code"), data.get("line"), data.get("character")):
+            fix = lsp.data.get("fix") if isinstance(lsp.data, dict) else None
+            return fix if isinstance(fix, dict) and fix.get("edits") else None
+    return None
+
+
+def _suppression(ls: GradguardServer, uri: str, data: dict[str, Any]) -> types.WorkspaceEdit | None:
+    doc = ls.workspace.get_text_document(uri)
+    lines, line0, code = split_lines(doc.source), data.get("line"), data.get("code")
+    if not isinstance(line0, int) or not isinstance(code, str) or not 0 <= line0 < len(lines):
+        return None
+    edit = suppress_edit(lines[line0], line0, code, ls.encoding)
+    return types.WorkspaceEdit(document_changes=[_document_edit(uri, doc.version, [edit])]) if edit else None
+
+
+async def resolve(ls: GradguardServer, action: types.CodeAction) -> types.CodeAction:
+    """``codeAction/resolve``: the action with its edit, made now for the text ``data`` names; no edit when the
+    document moved on (or closed) since the action was listed."""
+    data = action.data if isinstance(action.data, dict) else {}
+    uri = data.get("uri")
+    document = ls.document_of(uri) if isinstance(uri, str) else None
+    if document is None or _version(ls, document) != data.get("version"):
+        return action
+    kind = data.get("action")
+    if kind == FIX:
+        fix = _published_fix(document, uri, data)
+        action.edit = fix_edit(ls, fix, uri, ls.workspace.get_text_document(uri).version) if fix else None
+    elif kind == SUPPRESS:
+        action.edit = _suppression(ls, uri, data)
+    elif kind == FIX_ALL:
+        action.edit = (await fix_all_edit(ls, uri))[0]
+    elif kind == NOTEBOOK_FIX_ALL:
+        action.edit = await notebook_fix_all_edit(ls, uri)
+    return action
 
 
 async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEdit | None, plan.Plan | None]:
@@ -115,20 +182,62 @@ async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEd
     return edit, done
 
 
+async def notebook_fix_all_edit(ls: GradguardServer, uri: str) -> types.WorkspaceEdit | None:
+    """One edit of every cell the planner changes, run over the notebook ``uri`` is (a cell of)."""
+    document = ls.document_of(uri)
+    snap = document.snapshot(ls.workspace) if document is not None and document.notebook else None
+    job = document.notebook_fix_job(snap, ls.path(document.uri), ls.config) if snap is not None else None
+    if job is None:
+        return None
+    after, _ = await asyncio.get_running_loop().run_in_executor(ls.executor, job)
+    changes = []
+    for part, new_text in zip(snap.parts, after):
+        if new_text != part.text:
+            edits = fixes.edits_between(part.text, new_text)
+            text_edits = convert.fix_to_text_edits({"edits": edits}, split_lines(part.text), ls.encoding)
+            changes.append(_document_edit(part.uri, part.version, text_edits))
+    return types.WorkspaceEdit(document_changes=changes) if changes else None
+
+
 def kind_matches(kind: str, only: Any) -> bool:
     """LSP kind filtering: ``kind`` is asked for when some entry of ``only`` is it or a prefix of it."""
     return not only or any(kind == str(k) or kind.startswith(f"{k}.") for k in only)
 
 
+def _may_fix_all(document: Document, version: int | None, uris: list[str]) -> bool:
+    """Whether to list a fix-all (cheap: the planner runs on resolve, and may still find nothing): what was
+    shown for ``uris`` offers a safe fix and no syntax error; or nothing is shown for this version yet."""
+    if document.published_version != version:
+        return True
+    shown = [lsp for uri in uris for _, lsp in document.published.get(uri, [])]
+    if any(lsp.code == SYNTAX_ERROR for lsp in shown):
+        return False
+    fixes_shown = [lsp.data.get("fix") for lsp in shown if isinstance(lsp.data, dict)]
+    return any(isinstance(f, dict) and f.get("edits") and f.get("safe") is True for f in fixes_shown)
+
+
+def _fix_alls(ls: GradguardServer, document: Document, uri: str, only: Any) -> list[types.CodeAction]:
+    version, out = _version(ls, document), []
+    if kind_matches(FIX_ALL_KIND, only) and _may_fix_all(document, version, [uri]):
+        out.append(types.CodeAction(title=FIX_ALL_TITLE, kind=FIX_ALL_KIND, data=_data(uri, version, FIX_ALL)))
+    if document.notebook and kind_matches(NOTEBOOK_FIX_ALL_KIND, only) \
+            and _may_fix_all(document, version, list(document.published)):
+        out.append(types.CodeAction(title=NOTEBOOK_FIX_ALL_TITLE, kind=NOTEBOOK_FIX_ALL_KIND,
+                                    data=_data(uri, version, NOTEBOOK_FIX_ALL)))
+    return out
+
+
 async def code_actions(ls: GradguardServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """The actions at the request's diagnostics and kinds; with their edits for a client that cannot resolve."""
     uri, only = params.text_document.uri, params.context.only
-    if ls.document_of(uri) is None:
+    document = ls.document_of(uri)
+    if document is None:
         return []
     actions: list[types.CodeAction] = []
     if kind_matches(types.CodeActionKind.QuickFix.value, only):
         actions.extend(quick_fixes(ls, uri, params.context.diagnostics))
-    if kind_matches(FIX_ALL_KIND, only):
-        edit, _ = await fix_all_edit(ls, uri)
-        if edit is not None:
-            actions.append(types.CodeAction(title=FIX_ALL_TITLE, kind=FIX_ALL_KIND, edit=edit))
-    return actions
+    actions.extend(_fix_alls(ls, document, uri, only))
+    if resolves_edits(ls.client_capabilities):
+        return actions
+    resolved = [await resolve(ls, action) for action in actions]
+    return [action for action in resolved if action.edit is not None]

@@ -181,6 +181,21 @@ class NotebookDocument(Document):
 
         return run
 
+    def notebook_fix_job(self, snap: Snapshot, path: str, config: Config) -> Callable[[], tuple[list[str], plan.Plan]] | None:
+        """The safe fixes of every cell at once (``notebook.source.fixAll``): the planner ``--fix`` uses on the
+        notebook's program; the job gives each part's text after it (in ``snap.parts`` order) and the plan."""
+        if any(d.code == SYNTAX_ERROR for pairs in self.published.values() for d, _ in pairs):
+            return None
+        cells = nb.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
+                             cache=dict(self.cache))
+
+        def run() -> tuple[list[str], plan.Plan]:
+            done = cells.run(False)
+            after = {c.number: c.source for c in cells.program(done.text).cells}
+            return [after.get(n, p.text) for n, p in enumerate(snap.parts, start=1)], done
+
+        return run
+
 
 def to_lsp(snap: Snapshot, diags: list[Diagnostic], encoding: str, docs_url: str | None) -> dict[str, list[Pair]]:
     """The findings of ``snap`` as LSP diagnostics per part uri (every part has an entry), through the

@@ -169,12 +169,23 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
         shown = document.published.get(params.text_document.uri, [])
         return hover_text.hover(shown, params.position, ls.client_capabilities, ls.config.docs_url)
 
-    kinds = [types.CodeActionKind.QuickFix, actions.FIX_ALL_KIND]
+    kinds = [types.CodeActionKind.QuickFix, actions.FIX_ALL_KIND, actions.NOTEBOOK_FIX_ALL_KIND]
+    action_options = types.CodeActionOptions(code_action_kinds=kinds, resolve_provider=True)
 
-    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=kinds))
+    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, action_options)
     @safe(default=[])
     async def code_action(ls: GradguardServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         return await actions.code_actions(ls, params)
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def code_action_resolve(ls: GradguardServer, params: types.CodeAction) -> types.CodeAction:
+        try:
+            return await actions.resolve(ls, params)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the action as it came, without an edit: never a wrong one
+            logger.exception("codeAction/resolve failed")
+            return params
 
     @server.command(FIX_ALL_COMMAND)
     @safe(default={"applied": False, "fixes": 0})
