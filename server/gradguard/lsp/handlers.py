@@ -166,8 +166,10 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
         document = ls.document_of(params.text_document.uri)
         if document is None:
             return None
-        shown = document.published.get(params.text_document.uri, [])
-        return hover_text.hover(shown, params.position, ls.client_capabilities, ls.config.docs_url)
+        uri = params.text_document.uri
+        doc = ls.workspace.get_text_document(uri)
+        return hover_text.hover(document.published.get(uri, []), params.position, ls.client_capabilities,
+                                ls.config.docs_url, uri, doc.source, doc.version)
 
     kinds = [types.CodeActionKind.QuickFix, actions.FIX_ALL_KIND, actions.NOTEBOOK_FIX_ALL_KIND]
     action_options = types.CodeActionOptions(code_action_kinds=kinds, resolve_provider=True)
