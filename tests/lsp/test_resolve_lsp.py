@@ -89,3 +89,16 @@ async def test_a_client_without_resolve_gets_edits_at_once(client: LanguageClien
     diags = await wait_publish(client, URI, version=1)
     listed = await actions_for(client, diags, None)
     assert listed and all(a.edit is not None for a in listed)
+
+
+@pytest.mark.resolve
+async def test_fix_resolves_when_the_client_sends_back_a_rebuilt_range(client: LanguageClient):
+    """Neovim 0.7 keeps diagnostics in byte columns and sends back a range rebuilt from them (off in a line
+    with non-ASCII text): the fix is found by gradguard's own position in ``data``, not by that range."""
+    open_doc(client, TRAIN)
+    (d,) = await wait_publish(client, URI, version=1)
+    shifted = types.Diagnostic(range=rng(5, 6, 5, 15), message=d.message, severity=d.severity, code=d.code,
+                               source=d.source, data=d.data)
+    (fix, _) = await actions_for(client, [shifted], [types.CodeActionKind.QuickFix])
+    resolved = await client.code_action_resolve_async(fix)
+    assert "    y = y.mul(2)\n" in apply_edits(TRAIN, resolved.edit.document_changes[0].edits)

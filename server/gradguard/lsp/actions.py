@@ -102,13 +102,13 @@ def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.C
     actions: list[types.CodeAction] = []
     seen: set[tuple[int, str]] = set()
     for diag, data, code in convert.actionable(diagnostics, shown, doc.version):
-        fix, start = data.get("fix"), diag.range.start
+        fix = data.get("fix")
         if isinstance(fix, dict) and fix.get("edits"):
             actions.append(types.CodeAction(
                 title=str(fix.get("title") or f"Fix {code}"), kind=types.CodeActionKind.QuickFix, diagnostics=[diag],
                 is_preferred=fix.get("safe") is True,
-                data=_data(uri, version, FIX, code=code, line=start.line, character=start.character)))
-        line0 = start.line
+                data=_data(uri, version, FIX, code=code, line=data.get("line"), column=data.get("column"))))
+        line0 = diag.range.start.line
         if not 0 <= line0 < len(lines) or (line0, code) in seen or add_code(lines[line0], code) is None:
             continue
         seen.add((line0, code))
@@ -118,13 +118,14 @@ def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.C
 
 
 def _published_fix(document: Document, uri: str, data: dict[str, Any]) -> dict[str, Any] | None:
-    """The fix of the finding ``data`` names (by code and start), as published for the version it names."""
+    """The fix of the finding ``data`` names, as published for the version it names.  By gradguard's own
+    position of the finding, not the client's range: Neovim 0.7 sends back a range rebuilt from byte columns."""
     if document.published_version != data.get("version"):
         return None
     for _, lsp in document.published.get(uri, []):
-        start = lsp.range.start
-        if (lsp.code, start.line, start.character) == (data.get("code"), data.get("line"), data.get("character")):
-            fix = lsp.data.get("fix") if isinstance(lsp.data, dict) else None
+        shown = lsp.data if isinstance(lsp.data, dict) else {}
+        if (shown.get("code"), shown.get("line"), shown.get("column")) == (data.get("code"), data.get("line"), data.get("column")):
+            fix = shown.get("fix")
             return fix if isinstance(fix, dict) and fix.get("edits") else None
     return None
 
