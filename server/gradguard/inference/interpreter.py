@@ -477,6 +477,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             old = owner.attrs.get(target.attr) if isinstance(owner, ModuleValue) else None
             if isinstance(owner, ModuleValue) and owner.torch_module and isinstance(old, Tensor) and old.param:
                 return value  # torch refuses a plain tensor for a registered parameter (a TypeError at once)
+        if value.graph & self.rebind_markers:
+            return value  # rebound already where a followed call computed it: that write is the one to report
         if (not isinstance(old, Tensor) or old.storage is value.storage or not old.leaf or old.group
                 or old.requires_grad != Grad.YES or value.requires_grad != Grad.NO or not old.graph):
             return value
