@@ -20,6 +20,9 @@ _CUT = ("a `.detach()` that starves trained parameters is no write: the probe wa
         "would have to follow which parameters a backward reaches")
 _ASKED = "the probe does not compare an asked-for gradient (retain_grad, hooks, autograd.grad) with the write"
 _HOOK = "the tracer is switched off during backward, where the hook writes the gradient"
+_REBIND = ("rebinding a name under no_grad is no write and no save: the probe would have to see that the leaf an "
+           "optimizer or a `.grad` read expects is no longer the tensor the next backward runs through (when that "
+           "backward raises, the probe reports the raise at the backward, not the rebinding)")
 PROBE_BLIND: dict[str, str] = {
     **{f"GG102/{name}": _NUMPY for name in (
         "pos_from_numpy_batch_normalized_before_backward", "pos_numpy_view_clip_activation",
@@ -32,6 +35,9 @@ PROBE_BLIND: dict[str, str] = {
     **{f"GG107/{name}": _ASKED for name in (
         "pos_autograd_grad_after_dropout_mask", "pos_embedding_scale_after_retain_grad",
         "pos_hook_registered_after_clamp", "pos_saliency_retain_grad_relu_inplace")},
+    **{f"GG109/{name}": _REBIND for name in (
+        "pos_manual_sgd_rebind_guarded_grad", "pos_rebind_sole_param_next_backward_raises",
+        "pos_trainer_projection_rebinds_self_weight", "pos_unit_norm_rebind_after_adam_step")},
     **{f"GG108/{name}": _HOOK for name in (
         "pos_backward_pre_hook_scales_grad_output", "pos_padding_grad_mask_def_hook",
         "pos_residual_branch_clip_hook", "pos_two_heads_hook_scales_in_loop")},

@@ -417,7 +417,9 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             graph_break.reached, graph_break.starved = _starved_by(interp, graph_break)
         else:
             graph_break.reached = _lost_at(interp, graph_break)
-    for event in [*interp.mutations, *interp.breaks, *interp.hook_writes]:
+    for rebind in interp.rebinds:
+        rebind.reached, rebind.starved = _rebind_starves(interp, rebind)
+    for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:
@@ -467,6 +469,25 @@ def _starved_by(interp: Interpreter, cut) -> tuple[Sink | None, GradRead | None]
     delivered = frozenset().union(*(s.graph for s in interp.sinks if s.kind == "backward"))
     for read in interp.grad_reads:
         if (read.sources & cut.sources) - delivered:
+            return sink, read
+    return sink, None
+
+
+def _rebind_starves(interp: Interpreter, rebind) -> tuple[Sink | None, GradRead | None]:
+    """The first backward through a tensor rebound under no_grad, and the first read after it of a gradient that
+    never arrives: the new tensor's own ``.grad``, or the old leaf's (an optimizer's step) when no backward since
+    the rebinding reached it.  A rebinding no backward runs through (after the last one), or whose gradient
+    nothing reads, is left alone."""
+    sink = next((s for s in interp.sinks if s.kind == "backward" and s.seq > rebind.seq and rebind.marker in s.graph),
+                None)
+    if sink is None:
+        return None, None
+    for read in interp.grad_reads:
+        if read.seq < sink.seq:
+            continue
+        delivered = frozenset().union(*(s.graph for s in interp.sinks
+                                        if s.kind == "backward" and rebind.seq < s.seq < read.seq))
+        if rebind.marker in read.sources or (read.sources & rebind.sources) - delivered:
             return sink, read
     return sink, None
 

@@ -64,6 +64,7 @@ CANDIDATE = re.compile(
     r"|\b(?:tensor|as_tensor|asarray|from_numpy|new_tensor)\s*\("
     r"|\.(?:item|tolist|numpy)\s*\(|\bfloat\s*\("
     r"|\.register_(?:full_backward_pre_)?hook\s*\("  # a gradient hook may write its gradient (GG108)
+    r"|\b(?:no_grad|inference_mode)\s*\("  # a leaf requiring grad may be rebound under it (GG109)
 )
 
 

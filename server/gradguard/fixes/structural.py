@@ -415,8 +415,10 @@ def _summed(ctx: FixContext, call: ast.Call) -> bool:
     if not isinstance(comprehension, (ast.GeneratorExp, ast.ListComp)) or comprehension.elt is not call:
         return False
     outer = ctx.parents.get(comprehension)
+    # The sum rebuilt into a new leaf (`torch.tensor(sum(...), requires_grad=True)`) would stay cut: not this fix.
+    rebuilt = isinstance(ctx.parents.get(outer), ast.Call) and ctx.parents.get(outer).func is not outer
     return (isinstance(outer, ast.Call) and isinstance(outer.func, ast.Name) and outer.func.id == "sum"
-            and outer.args == [comprehension] and "sum" not in ctx.imports)
+            and outer.args == [comprehension] and "sum" not in ctx.imports and not rebuilt)
 
 
 def _only_arithmetic_uses(ctx: FixContext, assign: ast.Assign, name: str) -> bool:

@@ -41,6 +41,7 @@ from .values import (
     Value,
     graph_of,
     graph_tensor_behind,
+    new_id,
     new_tensor,
 )
 
@@ -335,7 +336,8 @@ class CallsMixin:
             return args[0]
         if name == "zip":  # yields tuples
             items = [self._iter_element(a, n) for a, n in zip(args, node.args)]
-            return TensorSeq([TensorSeq(items)]) if any(isinstance(i, Tensor) for i in items) else UNKNOWN
+            # `zip(self.heads, targets)`: a head of alike layers (see ``_iter_element``) is worth keeping too
+            return TensorSeq([TensorSeq(items)]) if any(isinstance(i, (Tensor, ModuleValue)) for i in items) else UNKNOWN
         if name == "print":
             return NOT_TENSOR
         return UNKNOWN
@@ -496,6 +498,8 @@ class CallsMixin:
             return self._graph_break(node, "`.new_tensor(...)`", [args[1]], Grad.YES if rg else Grad.NO)
         if name == "requires_grad_":
             flag = _positional_or_keyword_bool(node, 0, "requires_grad", True)
+            if flag and tensor.requires_grad == Grad.NO:  # a rebound name is a leaf that gets gradients again
+                tensor.graph = tensor.graph - self.rebind_markers | {new_id()}
             tensor.requires_grad = Grad.YES if flag else Grad.NO
             return tensor
         if name == "clone":
@@ -731,7 +735,8 @@ def _param_owners(params: Value) -> list[Value]:
         return params.owner if isinstance(params.owner, list) else [params.owner]
     if isinstance(params, TensorSeq):
         return [o for item in params.items for o in _param_owners(item)]
-    if isinstance(params, Tensor) and (params.param or params.group):
+    # `SGD([w, b])` of leaves made with `requires_grad=True` trains them as it trains parameters
+    if isinstance(params, Tensor) and (params.param or params.group or (params.leaf and params.requires_grad == Grad.YES)):
         return [params]
     return []
 

@@ -115,6 +115,24 @@ class GradRead:
     node: ast.AST
     sources: frozenset[int]
     what: str  # "`opt.step()`", "`w.grad`"
+    seq: int = 0
+
+
+@dataclass
+class Rebind:
+    """A name (or attribute) that held a leaf requiring grad is bound, under no_grad, to a new tensor that does not
+    (``w = w - lr * w.grad``).  The leaf the optimizer holds and the tensor the next forward reads part ways; it
+    matters only when a later backward runs through the new tensor and something then reads the gradient it
+    does not get (filled by the engine)."""
+
+    node: ast.AST
+    name: str  # "`w`", "`self.w`"
+    sources: frozenset[int]  # the old leaf's grad source
+    marker: int  # put into the new tensor's graph, to see which backward reads it
+    seq: int
+    reached: Sink | None = None  # the first later backward through the new tensor
+    starved: GradRead | None = None  # the first read, after that backward, of the gradient that never arrives
+    next_call: bool = False  # an attribute rebound after the method's own backward: the next call's backward
 
 
 @dataclass(frozen=True)
@@ -139,7 +157,7 @@ class HookWrite:
     register: str  # "register_hook", "register_full_backward_pre_hook"
 
 
-Event = Mutation | GraphBreak | HookWrite
+Event = Mutation | GraphBreak | HookWrite | Rebind
 
 
 @dataclass

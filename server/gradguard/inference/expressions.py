@@ -192,6 +192,8 @@ class ExpressionsMixin:
             return ParamIterable(iterable.owner)
         if isinstance(element, Opaque):
             return UNKNOWN
+        if isinstance(element, NumberFrom):
+            return element  # `[l.item() for l in losses]`: numbers read out of tensors, as a list literal of them
         return TensorSeq([element])  # every element is like this one
 
     _expr_GeneratorExp = _expr_ListComp
@@ -277,7 +279,7 @@ class ExpressionsMixin:
             if node.attr == "grad":
                 if not self.state.grad_enabled and owner.leaf:  # a manual update reads it
                     sources = frozenset().union(*(t.graph for t in owner.group or (owner,)))
-                    self.grad_reads.append(GradRead(node, sources, f"`{ast.unparse(node)}`"))
+                    self.grad_reads.append(GradRead(node, sources, f"`{ast.unparse(node)}`", self._next()))
                 return new_tensor(node, Grad.NO, label=f"{owner.label}.grad")
             return NOT_TENSOR if node.attr in SHAPE_ATTRS else UNKNOWN
         if isinstance(owner, DataAlias):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 # What a bare name means when nothing imports it (builtins the dataflow cares about).
-BUILTINS = {"range", "enumerate", "zip", "len", "list", "tuple", "float", "int", "print", "reversed", "super"}
+BUILTINS = {"range", "enumerate", "zip", "len", "list", "tuple", "float", "int", "print", "reversed", "super", "sum"}
 
 
 def collect_imports(body: list[ast.stmt], into: dict[str, str] | None = None) -> dict[str, str]:

@@ -11,12 +11,12 @@ code: anything it does not understand becomes ``UNKNOWN``, which no rule flags.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo
-from .events import GradAsk, GradRead, GraphBreak, HookWrite, Mutation, Sink
+from .events import GradAsk, GradRead, GraphBreak, HookWrite, Mutation, Rebind, Sink
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
 from .followed import FollowedCallsMixin
 from .imports import normalize, qualified_name
@@ -100,6 +100,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         self.grad_reads: list[GradRead] = []  # optimizer steps and manual updates: gradients the code relies on
         self.asks: list[GradAsk] = []  # where a tensor's own gradient is asked for
         self.hook_writes: list[HookWrite] = []
+        self.rebinds: list[Rebind] = []  # leaves requiring grad rebound under no_grad to new tensors
+        self.rebind_markers: set[int] = set()  # their markers, dropped when `requires_grad_()` makes a new leaf
         self.read_storages: set[int] = set()  # storages an op has read (their values are in some graph)
         self.is_forward = False  # an nn.Module's forward: its return value is what backward runs through
         self.grad_mode_known = True  # the module's top level runs with grad mode on
@@ -403,6 +405,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
 
     # --------------------------------------------------------------- binding
     def bind(self, target: ast.expr, value: Value, stmt: ast.stmt) -> None:
+        if not self.state.grad_enabled and isinstance(value, Tensor) and isinstance(target, (ast.Name, ast.Attribute)):
+            value = self._rebound(target, value, stmt)
         if isinstance(target, ast.Name):
             if isinstance(value, (Derived, Opaque)) and target.id in self.written_names:
                 value = self._ask_jedi(target, stmt, value)
@@ -460,6 +464,28 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                 self._sink("escape", stmt, value)
         elif isinstance(target, ast.Starred):
             self.bind(target.value, UNKNOWN, stmt)
+
+    def _rebound(self, target: ast.Name | ast.Attribute, value: Tensor, stmt: ast.stmt) -> Tensor:
+        """``w = w - lr * w.grad`` under no_grad: the name leaves the leaf that requires grad (which an optimizer
+        may hold) for a new tensor that does not.  A marker in the new tensor's graph shows whether a later
+        backward runs through it (the engine then looks for the gradient read that finds nothing)."""
+        if isinstance(target, ast.Name):
+            old = self.state.env.get(target.id)
+            old = self.lookup(target.id) if old is None else old
+        else:
+            owner = self.eval(target.value) if isinstance(target.value, ast.Name) else None
+            old = owner.attrs.get(target.attr) if isinstance(owner, ModuleValue) else None
+            if isinstance(owner, ModuleValue) and owner.torch_module and isinstance(old, Tensor) and old.param:
+                return value  # torch refuses a plain tensor for a registered parameter (a TypeError at once)
+        if value.graph & self.rebind_markers:
+            return value  # rebound already where a followed call computed it: that write is the one to report
+        if (not isinstance(old, Tensor) or old.storage is value.storage or not old.leaf or old.group
+                or old.requires_grad != Grad.YES or value.requires_grad != Grad.NO or not old.graph):
+            return value
+        marker = new_id()
+        self.rebinds.append(Rebind(stmt, f"`{ast.unparse(target)}`", old.graph, marker, self._next()))
+        self.rebind_markers.add(marker)
+        return replace(value, graph=frozenset({marker}))  # made with grad off: no graph of its own
 
     def _ask_jedi(self, target: ast.Name, stmt: ast.stmt, value: Value) -> Value:
         """``w = make_weight()`` with ``make_weight`` from another module: jedi knows what it returns."""
@@ -649,6 +675,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         found: list[Tensor] = []
         seen: set[int] = set()
         stack = list(owner) if isinstance(owner, list) else [owner]
+        given = [v for v in stack if isinstance(v, Tensor)]
         while stack:
             value = stack.pop()
             if id(value) in seen:
@@ -659,8 +686,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             elif isinstance(value, ModuleValue):
                 stack.extend(value.attrs.values())
                 stack.extend(value.children)
-            elif isinstance(value, Tensor) and (value.param or value.group):
-                found.extend(value.group or (value,))
+            elif isinstance(value, Tensor) and (value.param or value.group or (value in given and value.leaf)):
+                found.extend(value.group or (value,))  # given: `SGD([w, b])` of leaves made with requires_grad
         return found
 
     def _optimizer_step(self, optimizer: OptimizerValue, node: ast.AST, name: str) -> None:
@@ -671,7 +698,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             return
         proxy = Tensor(Storage(), Grad.YES, leaf=True, param=True, group=params, origin=optimizer.ctor,
                        label=f"the parameters `{name}` updates")
-        self.grad_reads.append(GradRead(node, frozenset().union(*(p.graph for p in params)), f"`{name}.step()`"))
+        self.grad_reads.append(GradRead(node, frozenset().union(*(p.graph for p in params)), f"`{name}.step()`",
+                                          self._next()))
         grad_mode, self.state.grad_enabled = self.state.grad_enabled, False
         self._inplace(node, proxy, f"`{name}.step()`", None, [], kind="step")
         self.state.grad_enabled = grad_mode
