@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from gradguard.api import analyze_source
+from gradguard.config import Config
 from gradguard.messages import Line, Message
 from gradguard.notebooks import analyze_notebook
 from test_notebooks import notebook
@@ -50,3 +52,29 @@ def test_a_call_path_note_names_notebook_cells():
     call = next(r for r in d.related if r.message.startswith("`scale_()`"))
     assert (call.cell, call.line) == (2, 3)
     assert call.message == "`scale_()` is called here; the write on line 3 of cell 1 happens inside it"
+
+
+def test_an_optimizer_step_is_named_as_the_code_spells_it():
+    source = """import torch
+
+
+class Trainer:
+    def __init__(self):
+        self.w = torch.randn(4, 2, requires_grad=True)
+        self.opt = torch.optim.SGD([self.w], lr=0.5)
+
+    def step(self, x):
+        self.opt.zero_grad()
+        (x @ self.w).sum().backward()
+        self.opt.step()
+        with torch.no_grad():
+            self.w = self.w.clamp(-1.0, 1.0)
+
+
+trainer = Trainer()
+for _ in range(3):
+    trainer.step(torch.randn(3, 4))
+"""
+    (d,) = analyze_source(source, "trainer.py", Config(jedi=False)).diagnostics
+    assert d.code == "GG109"
+    assert "`self.opt.step()` on line 12" in d.message and "optimizer.step()" not in d.message

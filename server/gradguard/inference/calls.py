@@ -104,8 +104,7 @@ class CallsMixin:
             if isinstance(owner, OptimizerValue):
                 self._eval_args(node)
                 if func.attr == "step":
-                    name = func.value.id if isinstance(func.value, ast.Name) else "optimizer"
-                    self._optimizer_step(owner, node, name)
+                    self._optimizer_step(owner, node, ast.unparse(func.value))  # as the code names it
                 return UNKNOWN
             if isinstance(owner, CallableRef):
                 callee = CallableRef(f"{owner.qualname}.{func.attr}")
