@@ -4,6 +4,7 @@ not require grad, while the optimizer (or the next ``w.grad``) still expects gra
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes.leaf_update import fix_leaf_update
 from ..inference.events import Finding, Rebind
 from ..messages import Message
 from .base import Example, Rule
@@ -50,9 +51,16 @@ a `.grad` under no_grad) comes after it.
 Update in place under `torch.no_grad()`: `w -= lr * w.grad`, `w.sub_(lr * w.grad)`, `w.copy_(w / w.norm())`,
 `w.clamp_(-1, 1)`.  In manual gradient descent without an optimizer, rebinding is fine if the new tensor gets
 grad back with `w.requires_grad_()` before the next forward.
+
+The quick fix writes the in-place form (`w -= ...`, `w.clamp_(...)`, or `w.copy_(...)`) and, when the update
+read `w.grad`, clears it (`w.grad = None`): the rebound tensor had no gradient, and the next step must not add
+the used one again.  An in-place update keeps `w`'s dtype and shape, so the fix is unsafe (and says which) when
+the code does not show that the new value has them: a float64 tensor in the update would have widened `w`,
+and `copy_` broadcasts a smaller result over `w` where the rebinding would have shrunk it.
 """,
     default_severity=Severity.ERROR,
     check=check,
+    fix=fix_leaf_update,
     when_wrong="""
 A rebinding followed by `requires_grad_()` on the new tensor is not flagged, even when an optimizer still holds
 the old leaf (the optimizer then steps a tensor nothing uses). A method that rebinds `self.w` after its own

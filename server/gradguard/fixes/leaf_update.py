@@ -1,0 +1,220 @@
+"""GG109's rewrite: a leaf rebound under no_grad is updated in place instead, so it stays the leaf the optimizer
+holds and the next backward fills.
+
+    w = w - lr * w.grad        ->  w -= lr * w.grad; w.grad = None
+    emb = emb / emb.norm(...)  ->  emb /= emb.norm(...)
+    self.w = self.w.clamp(a, b) -> self.w.clamp_(a, b)
+    w = f(w)                   ->  w.copy_(f(w))
+
+The new tensor of a rebinding has no gradient, so an update that consumed ``w.grad`` also clears it (the next
+step would otherwise add the old gradient again).  An in-place update keeps ``w``'s shape and dtype where the
+new tensor could have taken others: a broadcast to a larger shape raises, but a wider float dtype is silently
+cast back, and ``copy_`` silently broadcasts a smaller result.  The fix is safe only when the code shows that the
+new value has ``w``'s dtype (and, for ``copy_``, its shape); otherwise it is offered as unsafe, saying so.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from ..diagnostics import Fix, TextEdit
+from .context import FUNCTIONS, CannotFix, FixContext
+from .writes import OUT_OF_PLACE_METHODS, short
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..inference.events import Finding
+
+_AUGMENTED = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.Pow: "**="}
+# Out-of-place twins whose result is bool (a comparison): their in-place form writes 0/1 in ``w``'s dtype.
+_BOOL_RESULTS = frozenset(
+    {"eq", "ne", "ge", "gt", "le", "lt", "greater", "greater_equal", "less", "less_equal", "not_equal",
+     "logical_and", "logical_not", "logical_or", "logical_xor"})
+# Each has its in-place form ``m_``; same shape (given same-shape operands) and same float dtype.
+_ELEMENTWISE = OUT_OF_PLACE_METHODS - _BOOL_RESULTS
+# Reductions of a float tensor: its dtype, a shape that broadcasts into it.
+_REDUCTIONS = frozenset({"norm", "sum", "mean", "std", "var", "amax", "amin", "prod", "logsumexp", "nansum",
+                         "nanmean"})
+_SAME_TENSOR = frozenset({"grad", "data"})  # ``w.grad`` and ``w.data`` have ``w``'s shape and dtype
+_UNSAFE = "unsafe: `{name}` keeps its {what}, which the new tensor may not have"
+
+
+def fix_leaf_update(ctx: FixContext, finding: Finding) -> Fix:
+    """The in-place form of the rebinding ``finding`` reports (one statement on its own lines)."""
+    stmt = finding.node
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], (ast.Name, ast.Attribute))):
+        raise CannotFix("not a plain rebinding of one name")
+    ctx.require_own_lines(stmt)
+    target, value = stmt.targets[0], stmt.value
+    name = ast.unparse(target)
+    update, unsafe_for = _in_place(ctx, name, value)
+    edits = [TextEdit(*_one_based(ctx.char_range(stmt)), update)]
+    title = f"Update `{name}` in place, so that it stays the leaf that gets gradients"
+    if _reads_grad(value, name) and not _clears_grad_next(ctx, stmt, name):
+        end = stmt.end_lineno
+        eol = len(ctx.lines[end - 1]) + 1  # after a trailing comment
+        edits.append(TextEdit(end, eol, end, eol, f"{ctx.newline}{ctx.indent_of(stmt)}{name}.grad = None"))
+        title += f", and clear the `{name}.grad` it used"
+    title += f": `{short(update)}`"
+    if unsafe_for:
+        title += f" ({_UNSAFE.format(name=name, what=unsafe_for)})"
+    return Fix(title, not unsafe_for, tuple(edits))
+
+
+def _one_based(char_range: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    line, column, end_line, end_column = char_range
+    return line, column + 1, end_line, end_column + 1
+
+
+def _in_place(ctx: FixContext, name: str, value: ast.expr) -> tuple[str, str]:
+    """The in-place statement, and what of ``name`` it may keep that the rebinding would have changed ("" when
+    the code shows nothing changes)."""
+    same = _Same(ctx, name)
+    if isinstance(value, ast.BinOp) and type(value.op) in _AUGMENTED and same.target(value.left):
+        right = ctx.source(value.right)
+        if "\n" in right:  # its parentheses are not part of its source, and it spans lines
+            right = f"({right})"
+        return f"{name} {_AUGMENTED[type(value.op)]} {right}", "" if same.dtype(value.right) else "dtype"
+    func = value.func if isinstance(value, ast.Call) else None
+    if isinstance(func, ast.Attribute) and same.target(func.value) and func.attr in _ELEMENTWISE:
+        call = ctx.source(value)
+        args = call[len(ctx.source(func)):]
+        dtype = all(same.argument(a) for a in (*value.args, *(k.value for k in value.keywords)))
+        return f"{name}.{func.attr}_{args}", "" if dtype else "dtype"
+    if isinstance(value, (ast.Constant, ast.Name)) and not same.target(value):
+        raise CannotFix("the new value is not computed from the leaf")
+    missing = [what for what, kept in (("shape", same.shape(value)), ("dtype", same.dtype(value))) if not kept]
+    return f"{name}.copy_({ctx.source(value)})", " and ".join(missing)
+
+
+class _Same:
+    """What the code shows about an expression compared with the rebound leaf ``name``."""
+
+    def __init__(self, ctx: FixContext, name: str):
+        self.ctx = ctx
+        self.name = name
+
+    def target(self, node: ast.AST) -> bool:
+        return isinstance(node, (ast.Name, ast.Attribute)) and ast.unparse(node) == self.name
+
+    def _of_target(self, node: ast.AST) -> bool:
+        """``w``, ``w.grad``, ``w.data``: a tensor with ``w``'s shape and dtype."""
+        return self.target(node) or (isinstance(node, ast.Attribute) and node.attr in _SAME_TENSOR
+                                     and self.target(node.value))
+
+    def dtype(self, node: ast.AST) -> bool:
+        """``node`` has ``w``'s dtype, or is a Python number (which never widens a float tensor)."""
+        if self._of_target(node) or _number(node):
+            return True
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return self.dtype(node.operand)
+        if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.MatMult):
+            return self.dtype(node.left) and self.dtype(node.right)
+        if isinstance(node, ast.Name):
+            return _number_name(self.ctx, node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            receiver = node.func.value
+            if self.ctx.qual(receiver) == "torch":  # torch.clamp(w, ...)
+                return (method in _ELEMENTWISE | _REDUCTIONS and bool(node.args)
+                        and all(self.argument(a) for a in (*node.args, *(k.value for k in node.keywords))))
+            return (method in _ELEMENTWISE | _REDUCTIONS and self.dtype(receiver)
+                    and all(self.argument(a) for a in (*node.args, *(k.value for k in node.keywords))))
+        return False
+
+    def argument(self, node: ast.AST) -> bool:
+        """A call's argument: a value of ``w``'s dtype, or a constant (``dim=1``, ``keepdim=True``, ``(0, 1)``)."""
+        if isinstance(node, ast.Constant) and not isinstance(node.value, complex):
+            return True
+        if isinstance(node, ast.Tuple):
+            return all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts)
+        return self.dtype(node)
+
+    def shape(self, node: ast.AST) -> bool:
+        """``node`` has at least ``w``'s shape: ``copy_`` then either takes it as it is or raises (a larger
+        one does not broadcast into ``w``), never silently broadcasts a smaller one."""
+        if self._of_target(node):
+            return True
+        if isinstance(node, ast.UnaryOp):
+            return self.shape(node.operand)
+        if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.MatMult):
+            return self.shape(node.left) or self.shape(node.right)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENTWISE:
+            if self.ctx.qual(node.func.value) == "torch":
+                return bool(node.args) and self.shape(node.args[0])
+            return self.shape(node.func.value)
+        return False
+
+
+def _number(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+
+def _number_name(ctx: FixContext, name: ast.Name) -> bool:
+    """A name that only ever holds a Python number: a parameter whose default is a number, or a name assigned
+    only numbers, in the function (or module) that reads it, and nowhere assigned anything else."""
+    scope = ctx.scope_of(name)
+    bound = False
+    if isinstance(scope, FUNCTIONS):
+        args = scope.args
+        positional = [*args.posonlyargs, *args.args]
+        defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
+        defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        every = {a.arg for a in (*positional, *args.kwonlyargs)}
+        if name.id in every:
+            default = defaults.get(name.id)
+            if default is None or not _number(default):
+                return False
+            bound = True
+    for node in _own_nodes(scope):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
+            return False
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = [(t, node.value) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [(node.target, node.value)]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
+            stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            if isinstance(node, ast.NamedExpr):
+                targets = [(node.target, node.value)]
+            elif name.id in stored:
+                return False
+        for target, value in targets:
+            if isinstance(target, ast.Name) and target.id == name.id:
+                if value is None or not _number(value):
+                    return False
+                bound = True
+            elif any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(target)):
+                return False
+    return bound
+
+
+def _own_nodes(scope: ast.AST):
+    """The nodes of ``scope``'s body, not of functions or classes nested in it."""
+    todo = list(scope.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _reads_grad(value: ast.expr, name: str) -> bool:
+    """The new value consumes ``name.grad`` (a manual update): the rebound name then has no gradient."""
+    return any(isinstance(n, ast.Attribute) and n.attr == "grad" and ast.unparse(n.value) == name
+               for n in ast.walk(value))
+
+
+def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
+    """The statement after ``stmt`` already clears ``name.grad`` (``w.grad = None``, ``w.grad.zero_()``)."""
+    parent = ctx.parents.get(stmt)
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and any(s is stmt for s in block):
+            index = next(i for i, s in enumerate(block) if s is stmt)
+            if index + 1 < len(block):
+                text = ast.unparse(block[index + 1])
+                return text in (f"{name}.grad = None", f"{name}.grad.zero_()")
+    return False
