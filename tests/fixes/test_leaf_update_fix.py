@@ -95,3 +95,36 @@ def test_a_rebinding_sharing_its_line_gets_no_fix():
     source = PROGRAM.format(line="w = w - lr * w.grad; y = 1")
     (d,) = analyze_source(source, "t.py", Config(jedi=False)).diagnostics
     assert d.code == "GG109" and d.fix is None
+
+
+HELPER = """import torch
+
+
+def project(w):
+    with torch.no_grad():
+        w = w / w.norm()
+    return w
+
+
+w = torch.randn(3, requires_grad=True)
+b = torch.zeros(1, requires_grad=True)
+x = torch.randn(5, 3)
+opt = torch.optim.SGD([w, b], lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    (x * w + b).pow(2).mean().backward()
+    opt.step()
+    {call}
+"""
+
+
+@pytest.mark.parametrize("call, safe", [("w = project(w)", True), ("unit = project(w)\n    w = unit", False)])
+def test_a_helpers_parameter_is_updated_in_place_safely_only_when_every_caller_rebinds_to_the_result(call, safe):
+    source = HELPER.format(call=call)
+    (d,) = analyze_source(source, "t.py", Config(jedi=False)).diagnostics
+    assert d.code == "GG109" and d.fix is not None and d.fix.safe is safe, d.fix.title
+    assert safe or "the tensor a caller passes as `w` is now changed in place" in d.fix.title
+    fixed = fix_text(source, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert "        w /= w.norm()\n" in fixed and not analyze_source(fixed, "t.py", Config(jedi=False)).diagnostics
+    after = _run(fixed)
+    assert after["w"] is after["opt"].param_groups[0]["params"][0] and after["w"].grad is not None

@@ -59,7 +59,42 @@ def fix_leaf_update(ctx: FixContext, finding: Finding) -> Fix:
     title += f": `{short(update)}`"
     if unsafe_for:
         title += f" ({_UNSAFE.format(name=name, what=unsafe_for)})"
-    return Fix(title, not unsafe_for, tuple(edits))
+    elif isinstance(target, ast.Name) and not _callers_rebind(ctx, stmt, target.id):
+        title += f" (unsafe: the tensor a caller passes as `{name}` is now changed in place)"
+    else:
+        return Fix(title, True, tuple(edits))
+    return Fix(title, False, tuple(edits))
+
+
+def _callers_rebind(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
+    """Whether the in-place update reaches no caller's tensor that the rebinding left alone: ``name`` is not a
+    parameter of the function around ``stmt``, or every use of that (plain) function is ``x = f(..., x, ...)``,
+    which rebinds the caller's name to the returned tensor anyway."""
+    fn = ctx.function_of(stmt)
+    if fn is None:
+        return True
+    positional = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if name not in positional and name not in {a.arg for a in fn.args.kwonlyargs}:
+        return True
+    if ctx.class_of(fn) is not None or fn.decorator_list or ctx.scope_of(fn) is not ctx.tree:
+        return False
+    index = positional.index(name) if name in positional else None
+    for node in ast.walk(ctx.tree):
+        if not (isinstance(node, ast.Name) and node.id == fn.name and isinstance(node.ctx, ast.Load)):
+            continue
+        call = ctx.parents.get(node)
+        assign = ctx.parents.get(call)
+        if not (isinstance(call, ast.Call) and call.func is node and isinstance(assign, ast.Assign)
+                and assign.value is call and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+            return False
+        passed = [k.value for k in call.keywords if k.arg == name]
+        if index is not None and index < len(call.args):
+            passed.append(call.args[index])
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return False
+        if len(passed) != 1 or not (isinstance(passed[0], ast.Name) and passed[0].id == assign.targets[0].id):
+            return False
+    return True
 
 
 def _one_based(char_range: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
