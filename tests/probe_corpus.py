@@ -36,7 +36,8 @@ PROBE_BLIND: dict[str, str] = {
         "pos_autograd_grad_after_dropout_mask", "pos_embedding_scale_after_retain_grad",
         "pos_hook_registered_after_clamp", "pos_saliency_retain_grad_relu_inplace")},
     **{f"GG109/{name}": _REBIND for name in (
-        "pos_manual_sgd_rebind_guarded_grad", "pos_rebind_sole_param_next_backward_raises",
+        "pos_manual_sgd_rebind_guarded_grad", "pos_periodic_renorm_rebind_in_if",
+        "pos_rebind_sole_param_next_backward_raises",
         "pos_trainer_projection_rebinds_self_weight", "pos_unit_norm_rebind_after_adam_step")},
     **{f"GG108/{name}": _HOOK for name in (
         "pos_backward_pre_hook_scales_grad_output", "pos_padding_grad_mask_def_hook",

@@ -485,7 +485,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         marker = new_id()
         self.rebinds.append(Rebind(stmt, f"`{ast.unparse(target)}`", old.graph, marker, self._next()))
         self.rebind_markers.add(marker)
-        return replace(value, graph=frozenset({marker}))  # made with grad off: no graph of its own
+        return replace(value, graph=frozenset({marker}), rebound_from=old.graph)  # grad off: no graph of its own
 
     def _ask_jedi(self, target: ast.Name, stmt: ast.stmt, value: Value) -> Value:
         """``w = make_weight()`` with ``make_weight`` from another module: jedi knows what it returns."""

@@ -69,6 +69,9 @@ class Tensor:
     # `t.detach()`: the tensor whose memory (and version counter) this alias shares; a write through the alias
     # changes that tensor's values without a grad_fn for the change.
     detached_from: "Tensor | None" = None
+    # Bound under no_grad to a name that held a leaf requiring grad (``w = w - lr * w.grad``): that leaf's grad
+    # sources.  Merged with the leaf (a rebinding on one path), the name is taken to be this tensor.
+    rebound_from: frozenset[int] = frozenset()
 
     def root(self) -> "Tensor":
         t = self
@@ -323,6 +326,11 @@ def join(a: Value, b: Value) -> Value:
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         if a.storage is b.storage:
             return a if a.requires_grad >= b.requires_grad else b
+        # `if c: w = w - lr * w.grad` under no_grad: on the path that rebinds, the leaf stops getting gradients
+        # for good, so the name is the rebound tensor (whose graph shows where it is used) and not the leaf.
+        for new, old in ((a, b), (b, a)):
+            if new.rebound_from and old.leaf and new.rebound_from <= old.graph:
+                return new
         # Different tensors: keep the one that carries more risk but mark grad as uncertain.
         keep = a if len(a.graph) >= len(b.graph) else b
         other = b if keep is a else a
