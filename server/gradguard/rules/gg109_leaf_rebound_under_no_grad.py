@@ -23,8 +23,8 @@ def check(rebind: Rebind):
             "this assignment under no_grad rebinds {name} to a new tensor that does not require grad: the leaf "
             "that required grad is left behind, so the backward on {sink} runs through values that get no "
             'gradient (or raises "{torch}" when nothing else requires grad), and {what} on {read} finds no '
-            "gradient for {name}: it silently stops training. Update in place (`w -= lr * w.grad`, "
-            "`w.copy_(...)`, `w.clamp_(...)`) so that {name} stays the same leaf.",
+            "gradient for {name}: it silently stops training. Update {name} in place (`-=`, `copy_(...)` or an "
+            "in-place method such as `clamp_(...)`) so that it stays the same leaf.",
             name=rebind.name, sink=sink.node, torch=MESSAGE, what=read.what, read=read.node),
         related=[(sink.node, Message.format("the backward through the rebound {name}: it gets no gradient",
                                             name=rebind.name)),
