@@ -75,6 +75,10 @@ class Rebind:
                 raise CannotFix("the input of the in-place function is not a local name")
         elif name is None:
             raise CannotFix("the written tensor is not a local name")
+        if name is not None and not _binds_locally(ctx, ctx.scope_of(write.stmt), name):
+            # `buf` read from an enclosing function or the module: a binding here makes a new local, which the
+            # enclosing code never sees (and which a read before it would find unbound)
+            raise CannotFix(f"`{name}` belongs to an enclosing scope; binding it here would not reach it")
         self.name = name
         self.direct = direct
         self.report: Report = (
@@ -139,6 +143,21 @@ class Rebind:
             rw.replace_node(ctx.cst(w.stmt), new)
             return rw, code(new)
         raise CannotFix(f"no rebinding for {w.kind}")
+
+
+def _binds_locally(ctx: FixContext, scope: ast.AST, name: str) -> bool:
+    """Is ``name`` a local of ``scope`` (a parameter, or bound in it), or ``scope`` the module or a class body?"""
+    if not isinstance(scope, FUNCTIONS):
+        return True
+    if name in {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}:
+        return True
+    for node in ast.walk(scope):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return True  # declared: a binding here reaches the enclosing name (the alias report weighs that)
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load) \
+                and ctx.scope_of(node) is scope:
+            return True
+    return False
 
 
 def _is_temporary(expr: ast.expr) -> bool:
@@ -548,6 +567,11 @@ def _rebind_fix(rebind: Rebind, what: str) -> Fix | None:
     """Safe when nothing else sees the memory, unsafe when only containers/attributes/the caller do."""
     report = rebind.report
     if not (report.clean or report.only_holders):
+        return None
+    w = rebind.write
+    if not report.clean and rebind.name and not w.value_use and not value_read_after(rebind.ctx, w.stmt, rebind.name):
+        # `dst = torch.add(a, b)` for a parameter nothing here reads again: the new binding goes nowhere, and the
+        # caller (or holder) that saw the write loses it -- that drops the write, it does not repair it
         return None
     built = fix_or_none(rebind.rewrite)
     if built is None:
