@@ -292,5 +292,7 @@ def main(args, transforms) -> int:
         if res["status"] == FAILED and v.path is not None and "fixed" in res:
             v.path.with_name(v.path.stem + ".fixed" + v.path.suffix).write_text(res["fixed"], encoding="utf-8")
     path.write_text(json.dumps(failed, indent=1))
+    statuses = {v.key: res["status"] for v, res in results}  # to diff two runs
+    (args.out / "fix_statuses.json").write_text(json.dumps(statuses, indent=0, sort_keys=True))
     print(f"report: {path}")
     return 1 if failed else 0

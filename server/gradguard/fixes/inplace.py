@@ -323,6 +323,12 @@ def compute_on_copy(ctx: FixContext, write: Write) -> tuple[Rewrite, str, bool]:
     if not any(not _inside(ctx, r, stmt) and _after(r, stmt) for r in reads):
         raise CannotFix(f"`{leaf}` is not read after the write")
     _require_dominated(ctx, reads, start)
+    for read in reads:
+        parent = ctx.parents.get(read)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
+            # `x = x_cur`: the copy would go on under another name, which later code may read as the leaf
+            # (`x.grad`), and find a tensor that is not one
+            raise CannotFix(f"`{leaf}` is bound to another name after the write")
     if start is stmt and direct and write.kind in ("augassign", "method") and not write.value_use:
         if write.kind == "augassign":
             aug = ctx.cst(stmt)
@@ -542,10 +548,35 @@ def is_parameter_update(ctx: FixContext, mutation: Mutation, write: Write) -> bo
         for node in ast.walk(loop):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("backward", "step"):
                 return True  # a leaf that outlives the training loop: a parameter, updated or reset
-    if fn is not None and fn.name == "forward":
-        return False
+    if any(_inside_forward(ctx, node) for node in (stmt, *(site for site, _ in mutation.frames))):
+        return False  # written while a module computes its output (in forward, or a function forward calls)
     root = mutation.target.root()
-    return bool(root.param) or attribute_base(write.target) is not None
+    if root.param:
+        return True
+    # An attribute of unknown make is taken for a parameter (`model.fc.weight`); one the analyser saw made by a
+    # factory (`self.x = torch.randn(..., requires_grad=True)`) is a leaf like a local one, and the function
+    # that writes it and calls backward after is computing with it.
+    made_here = root.origin is not None and fn is not None and _backward_after(ctx, fn, stmt)
+    return attribute_base(write.target) is not None and not made_here
+
+
+def _inside_forward(ctx: FixContext, node: ast.AST) -> bool:
+    """Is ``node`` in a module's ``forward`` (or a function nested in one)?"""
+    return any(isinstance(a, FUNCTIONS) and a.name == "forward" for a in ctx.ancestors(node))
+
+
+def _backward_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt) -> bool:
+    """Does ``fn`` call ``.backward()`` (or ``torch.autograd.backward/grad``) after ``stmt``, in its own body?"""
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Call) and _after(node, stmt) and not _inside(ctx, node, stmt)
+                and ctx.scope_of(node) is fn):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "backward":
+            return True
+        if (ctx.qual(func) or "") in ("torch.autograd.backward", "torch.autograd.grad"):
+            return True
+    return False
 
 
 def grad_would_be_lost(mutation: Mutation) -> bool:
