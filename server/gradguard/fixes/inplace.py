@@ -604,6 +604,8 @@ def _rebind_fix(rebind: Rebind, what: str) -> Fix | None:
         # `dst = torch.add(a, b)` for a parameter nothing here reads again: the new binding goes nowhere, and the
         # caller (or holder) that saw the write loses it -- that drops the write, it does not repair it
         return None
+    if not report.clean and _loop_variable_unread(rebind.ctx, w.stmt, rebind.name):
+        return None  # `for row in self.t: row = row.mul(2)`: nothing reads the new `row`; self.t loses every write
     built = fix_or_none(rebind.rewrite)
     if built is None:
         return None
@@ -611,6 +613,20 @@ def _rebind_fix(rebind: Rebind, what: str) -> Fix | None:
     if report.clean:
         return rw.fix(f"{what}: `{short(desc)}`", safe=True)
     return rw.fix(f"{what}: `{short(desc)}` (unsafe: {report.reason()})", safe=False)
+
+
+def _loop_variable_unread(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
+    """Is ``name`` the target of a ``for`` loop around ``stmt`` that reads it nowhere after ``stmt`` in its body?"""
+    for loop in ctx.loops_around(stmt):
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
+            isinstance(n, ast.Name) and n.id == name for n in ast.walk(loop.target)
+        ):
+            return not any(
+                isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and _after(n, stmt)
+                and not _inside(ctx, n, stmt)
+                for body_stmt in loop.body for n in ast.walk(body_stmt)
+            )
+    return False
 
 
 def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
@@ -633,13 +649,46 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
     # Under no_grad a clone where saved still leaves the write hidden from autograd on a tensor of the graph
     # (silent wrong gradients): that is no repair.
     hidden = grad_would_be_lost(mutation)
-    if (not possible or rebind.report.aliases_read_after) and not hidden:
+    # A container that holds the written tensor and is read later would see the write the clone keeps in place,
+    # where writing out of place keeps its old values: the two programs differ, and nothing tells which is meant.
+    held = (_filled_container_read_after(ctx, write, rebind.report) if rebind is not None
+            else _attribute_put_in_container(ctx, write))
+    if (not possible or rebind.report.aliases_read_after) and not hidden and not held:
         built = fix_or_none(lambda: clone_where_saved(ctx, mutation, write))
         if built is not None:
             return built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
     if possible and rebind.report.only_holders:
         return _rebind_fix(rebind, "Write out of place")
     return None
+
+
+def _filled_container_read_after(ctx: FixContext, write: Write, report: Report) -> bool:
+    """Is a holder read later a container the program filled with the tensor itself (``outs.append(h)``)?"""
+    if not report.holders_read_after:
+        return False
+    holders = AliasAnalysis(ctx, write.stmt, report.name).holders
+    for name in report.holders_read_after:
+        for event in holders.get(name, []):
+            if isinstance(event, ast.Call) and isinstance(event.func, ast.Attribute) \
+                    and isinstance(event.func.value, ast.Name) and event.func.value.id == name:
+                return True
+    return False
+
+
+def _attribute_put_in_container(ctx: FixContext, write: Write) -> bool:
+    """Is the written attribute (``self.h``) handed, in the writing function, to a method whose result is dropped
+    (``self.outputs.append(self.h)``): a container that may keep it?"""
+    attr = attribute_base(write.target)
+    if attr is None:
+        return False
+    text = ctx.source(attr)
+    scope = ctx.scope_of(write.stmt)
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Attribute) \
+                and any(ctx.source(arg) == text for arg in node.value.args):
+            return True
+    return False
 
 
 def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None) -> Fix | None:
@@ -682,6 +731,11 @@ def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:
     if element is not None:
         return element
     rebind = Rebind(ctx, write, pieces_disjoint=True)
+    target = mutation.target
+    if not rebind.direct and target.multi_view and not (target.base is not None and target.base.multi_view):
+        # `parts[0].zero_()`: the subscript picks a piece out of the tuple `parts`, it is no view of a tensor
+        # named `parts` (`parts.clone()` would not even run)
+        raise CannotFix(f"`{rebind.name}` holds the pieces; the written piece is an element of it")
     return _rebind_fix(rebind, "Write out of place")
 
 
