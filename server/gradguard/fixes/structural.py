@@ -247,6 +247,17 @@ def _inside(ctx: FixContext, node: ast.AST, outer: ast.AST) -> bool:
     return any(a is outer for a in ctx.ancestors(node))
 
 
+def _bound_names(target: ast.expr) -> list[ast.Name]:
+    """The names an assignment target binds: ``h``, ``out, h``; not the ``self`` of ``self.h`` (which it reads)."""
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for elt in target.elts for n in _bound_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
+
+
 def _carried_tensors(loop: ast.For | ast.While) -> list[str]:
     """Names the body reads before it assigns them, assigned in the body from a call (``h = cell(x, h)``,
     ``out, h = rnn(x, h)``): a state one iteration hands to the next."""
@@ -260,8 +271,7 @@ def _carried_tensors(loop: ast.For | ast.While) -> list[str]:
         if isinstance(node, ast.Assign):
             visit(node.value)  # the right side is read before the targets are bound
             for target in node.targets:
-                names = [t for t in ast.walk(target) if isinstance(t, ast.Name)]
-                for t in names:
+                for t in _bound_names(target):
                     assigned.add(t.id)
                     if isinstance(node.value, ast.Call):
                         from_call.add(t.id)
