@@ -315,6 +315,9 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     block = _no_grad_with(ctx, stmt) or _inference_mode_with(ctx, stmt)
     if block is not None and len(block.body) != 1:
         raise CannotFix("the no_grad block holds more than the write")
+    if block is None and not mutation.grad_enabled:
+        # `with torch.no_grad(): if c: h[pad] = 0`: the rewrite would stay under no_grad, still off the graph
+        raise CannotFix("grad mode is off around the write, in a block that is not the write's own")
     target = write.target.value if write.kind == "setitem" else write.target
     name = _unhidden_name(target)
     if name is None:
