@@ -534,6 +534,10 @@ def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
         root = mutation.target.root()
         if root.leaf or root.param:
             raise CannotFix("an in-place write to a view of a leaf would still raise")
+        if mutation.target.multi_view or any(isinstance(t, ast.Tuple) for t in binding.targets):
+            # `q, k = qk.chunk(2)`: torch refuses an in-place write to a piece of chunk/split/unbind made with
+            # grad on (GG004), so the view may leave no_grad only with the write out of place
+            raise CannotFix("an in-place write to a piece of chunk/split/unbind would raise with grad on")
     edits.sort(key=lambda e: (e.line, e.column))
     return Fix(title, True, tuple(edits))
 
