@@ -253,6 +253,16 @@ def table(results: list[tuple], markdown: bool = False) -> str:
     return "\n".join([fmt(head), rule_line] + [fmt(r) for r in body[:-1]] + [rule_line, fmt(body[-1])])
 
 
+def by_transform(results: list[tuple]) -> str:
+    """One line: the % of positive variants with a proven fix per transform (where coverage is lost)."""
+    proven, total = Counter(), Counter()
+    for v, res in results:
+        total[v.transform] += 1
+        proven[v.transform] += res["status"] == PROVEN
+    return "proven per transform: " + ", ".join(
+        f"{name} {100 * proven[name] / total[name]:.0f}%" for name in sorted(total, key=lambda n: proven[n] / total[n]))
+
+
 def _row(name: str, c: Counter) -> list[str]:
     pct = f"{100 * c[PROVEN] / c['variants']:.0f}%" if c["variants"] else "-"
     return [name, str(c["variants"]), str(c["flagged"]), str(c["fixed"]), str(c[PROVEN]), str(c[FAILED]), pct]
@@ -281,6 +291,7 @@ def main(args, transforms) -> int:
 
     results = prove_fixes(proven, cache_dir, args.workers, tick)
     print(table(results, markdown=args.markdown))
+    print(by_transform(results))
     failed = failures(results)
     for f in failed:
         print(f"FAILED {f['variant']}: {f['why']}  [{'; '.join(f['titles'])[:120]}]")
