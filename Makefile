@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # Pin the CPU build that is on this machine kind; a bare `torch` pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test setup setup-test bench bench-quick clean fuzz variants
+.PHONY: demo test setup setup-test bench bench-quick clean fuzz variants fix-variants
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ bench-quick: setup-test
 # transform x rule recall table; misses go to .variants_out/report.json (see tests/variants/README.md).
 variants: setup-test
 	PYTHONPATH=server:tests $(BIN)/python -m variants
+
+# Every fix proven on every positive variant: `check --fix --unsafe-fixes` on each, then torch runs the fixed file
+# (reference()'s gradients, nothing left to find, a second --fix a no-op). Prints the per-rule table; the failures
+# go to .variants_out/fix_report.json, each fixed file next to its variant (see tests/variants/README.md).
+fix-variants: setup-test
+	PYTHONPATH=server:tests $(BIN)/python -m variants --fixes
 
 clean:
 	rm -rf $(VENV) build *.egg-info server/*.egg-info .variants_out .variants_cache

@@ -27,7 +27,7 @@ SAVED_BUG = "import torch\nx = torch.randn(3, requires_grad=True)\ny = torch.sig
 # GG001 with only an unsafe fix: mul saved x, add_ writes it (the caller may see x), backward raises.
 UNSAFE_ONLY = (
     "import torch\ndef f(x: torch.Tensor):\n    w = torch.randn(3, requires_grad=True)\n    y = x * w\n"
-    "    x.add_(1)\n    return y\n"
+    "    x.add_(1)\n    return y * x\n"
 )
 LEAF_BUG = "import torch\nx = torch.zeros(3, requires_grad=True)\nx += 1\n"
 CLEAN = "import torch\nx = torch.zeros(3)\ny = x + 1\n"

@@ -113,12 +113,54 @@ def test_a_container_holding_the_tensor_makes_rebinding_unsafe():
         h = torch.tanh(x * 2)
         outs.append(h)
         h.mul_(0.5)
-        return torch.stack(outs)
+        return torch.stack(outs) + h
     """
     fix = only_fix(src)
     assert fix is not None and not fix.safe and "`outs`" in fix.title
     assert fixed(src) == textwrap.dedent(src)  # --fix applies only safe fixes
     assert "h = h.mul(0.5)" in fixed(src, unsafe=True)
+
+
+def test_a_rebinding_nothing_reads_is_not_offered():
+    """With `h` never read again, `h = h.mul(0.5)` would only take the write away from `outs` (and the caller's
+    `x` in the second program): no fix, rather than one that deletes the write."""
+    held = """
+    import torch
+    def f():
+        x = torch.randn(3, requires_grad=True)
+        outs = []
+        h = torch.tanh(x * 2)
+        outs.append(h)
+        h.mul_(0.5)
+        return torch.stack(outs)
+    """
+    caller = """
+    import torch
+    def f(x: torch.Tensor):
+        w = torch.randn(3, requires_grad=True)
+        y = x * w
+        x.add_(1)
+        return y
+    """
+    for src in (held, caller):
+        assert only_fix(src) is None
+        assert fixed(src, unsafe=True) == textwrap.dedent(src)
+
+
+def test_a_name_of_an_enclosing_scope_is_not_rebound():
+    """`buf = torch.mul(h, 0.5)` inside `update` would make a new local: the caller's `buf` keeps its values."""
+    src = """
+    import torch
+    def f():
+        w = torch.randn(4, 3, requires_grad=True)
+        buf = torch.empty(5, 3)
+        h = torch.tanh(torch.randn(5, 4) @ w)
+        def update():
+            torch.mul(h, 0.5, out=buf)
+        update()
+        return buf.sum()
+    """
+    assert fixed(src, unsafe=True) == textwrap.dedent(src)
 
 
 def test_a_view_read_later_gets_the_clone_where_it_was_saved():
@@ -177,7 +219,7 @@ def test_a_parameter_the_caller_holds_makes_rebinding_unsafe():
         w = torch.randn(3, requires_grad=True)
         y = x * w
         x.add_(1)
-        return y
+        return y * x
     """
     fix = only_fix(src)
     assert not fix.safe and "parameter" in fix.title
@@ -332,7 +374,7 @@ def test_json_carries_the_fix():
 BUG = "import torch\nx = torch.randn(3, requires_grad=True)\ny = torch.sigmoid(x)\ny += 1  # note\ny.sum().backward()\n"
 UNSAFE_ONLY = (
     "import torch\ndef f(x: torch.Tensor):\n    w = torch.randn(3, requires_grad=True)\n    y = x * w\n"
-    "    x.add_(1)\n    return y\n"
+    "    x.add_(1)\n    return y * x\n"
 )
 
 

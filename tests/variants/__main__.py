@@ -1,7 +1,7 @@
-"""``python -m variants`` (with tests/ and server/ on PYTHONPATH): see harness.py."""
+"""``python -m variants`` (with tests/ and server/ on PYTHONPATH): see harness.py and fix_proof.py."""
 
 import sys
 
-from variants.harness import main
+from variants.cli import main
 
 sys.exit(main())

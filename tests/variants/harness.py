@@ -2,7 +2,7 @@
 
     PYTHONPATH=server:tests python -m variants [--sample N --seed S] [--transform NAME] [--rule CODE]
                                                [--fixture SUBSTR] [--json FILE] [--markdown]
-                                               [--write-known-misses]
+                                               [--write-known-misses] [--fixes]
 
 See tests/variants/README.md.
 """
@@ -349,12 +349,12 @@ def write_known_misses(variants, path: Path = KNOWN_MISSES) -> int:
 
 
 def run_harness(*, transforms=None, rule=None, fixture=None, sample=None, seed=0, out_dir=OUT_DIR,
-                cache_dir=CACHE_DIR, workers=2, quiet=False):
+                cache_dir=CACHE_DIR, workers=2, quiet=False, positives_only=False, analyse_variants=True):
     """Build, prove and analyse; returns (variants, not_applicable, broken, broken_examples, timings)."""
     t0 = time.perf_counter()
     transforms = transforms or ALL
     fixtures = [f for f in all_fixtures() if (rule is None or f.path.parent.name == rule)
-                and (fixture is None or fixture in f.id)]
+                and (fixture is None or fixture in f.id) and (f.positive or not positives_only)]
     build_cache = _load_json(cache_dir / "builds.json") if cache_dir else None
     variants, not_applicable, broken, broken_examples = build(fixtures, transforms, sample, seed, workers, build_cache)
     if cache_dir:
@@ -364,7 +364,7 @@ def run_harness(*, transforms=None, rule=None, fixture=None, sample=None, seed=0
     ran = prove_all(variants, proof.ProofCache(cache_dir), workers, quiet)
     t2 = time.perf_counter()
     for v in variants:
-        if v.proven:
+        if v.proven and analyse_variants:
             analyse(v)
     t3 = time.perf_counter()
     timings = {"build": t1 - t0, "prove": t2 - t1, "proofs_run": ran, "analyse": t3 - t2}
@@ -386,7 +386,8 @@ def _save_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m variants`` (``variants.cli`` adds ``--fixes``)."""
     ap = argparse.ArgumentParser(prog="python -m variants", description=__doc__.splitlines()[0])
     ap.add_argument("--sample", type=int, help="prove and analyse a random sample of N variants")
     ap.add_argument("--seed", type=int, default=0)
@@ -400,16 +401,28 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cache", action="store_true", help="run every torch proof again")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--write-known-misses", action="store_true", help=f"rewrite {KNOWN_MISSES.name} from this run")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def chosen_transforms(ap: argparse.ArgumentParser, args) -> list:
     from variants.transforms import BY_NAME
 
-    if args.transform:
-        unknown = [n for n in args.transform if n not in BY_NAME]
-        if unknown:
-            ap.error(f"unknown transform(s) {unknown}; known: {', '.join(BY_NAME)}")
-        transforms = [BY_NAME[n] for n in args.transform]
-    else:
-        transforms = ALL
+    if not args.transform:
+        return ALL
+    unknown = [n for n in args.transform if n not in BY_NAME]
+    if unknown:
+        ap.error(f"unknown transform(s) {unknown}; known: {', '.join(BY_NAME)}")
+    return [BY_NAME[n] for n in args.transform]
+
+
+def main(argv=None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    return report_main(args, chosen_transforms(ap, args))
+
+
+def report_main(args, transforms) -> int:
+    """The transform x rule recall table of the analyser on every variant."""
     start = time.perf_counter()
     variants, na, broken, bex, timings = run_harness(
         transforms=transforms, rule=args.rule, fixture=args.fixture, sample=args.sample, seed=args.seed,
@@ -434,3 +447,4 @@ def main(argv=None) -> int:
         n = write_known_misses(variants)
         print(f"wrote {n} known misses to {KNOWN_MISSES}")
     return 0
+

@@ -35,7 +35,8 @@ def fix_hook_write(ctx: FixContext, finding: Finding) -> Fix:
         raise CannotFix("the finding carries no hook write")
     write = Write.of(ctx, finding.node)
     scope = ctx.scope_of(write.stmt if not isinstance(finding.node, ast.Call) else finding.node)
-    if not isinstance(scope, (*FUNCTIONS, ast.Lambda)):
+    if not isinstance(scope, (*FUNCTIONS, ast.Lambda)) or not _is_registered(hook.registered, scope):
+        # a function the hook calls: its return value goes back to the hook, which need not pass it on
         raise CannotFix("the write is not in the hook's own body")
     param, new = _gradient_and_new_value(ctx, write, scope, hook.register in _TUPLE_HOOKS)
     if isinstance(scope, ast.Lambda):
@@ -134,6 +135,19 @@ def _require_no_other_reads(ctx: FixContext, scope: ast.AST, write: ast.stmt, pa
         if isinstance(parent, ast.Attribute) and parent.attr not in VIEW_METHODS | VIEW_ATTRS | {"data"}:
             continue
         raise CannotFix(f"`{param}` is read in the hook in a way that could keep it")
+
+
+def _is_registered(register: ast.AST, scope: ast.AST) -> bool:
+    """Is ``scope`` the function the register call hands to torch (by its name, a method's name, or the lambda
+    itself)?"""
+    if not (isinstance(register, ast.Call) and register.args):
+        return False
+    hook = register.args[0]
+    if isinstance(scope, ast.Lambda):
+        return hook is scope
+    if isinstance(hook, ast.Attribute):  # `self.register_full_backward_pre_hook(self.scale_grad)`
+        return hook.attr == scope.name
+    return isinstance(hook, ast.Name) and hook.id == scope.name
 
 
 def _require_only_hook_uses(ctx: FixContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:

@@ -75,6 +75,10 @@ class Rebind:
                 raise CannotFix("the input of the in-place function is not a local name")
         elif name is None:
             raise CannotFix("the written tensor is not a local name")
+        if name is not None and not _binds_locally(ctx, ctx.scope_of(write.stmt), name):
+            # `buf` read from an enclosing function or the module: a binding here makes a new local, which the
+            # enclosing code never sees (and which a read before it would find unbound)
+            raise CannotFix(f"`{name}` belongs to an enclosing scope; binding it here would not reach it")
         self.name = name
         self.direct = direct
         self.report: Report = (
@@ -139,6 +143,21 @@ class Rebind:
             rw.replace_node(ctx.cst(w.stmt), new)
             return rw, code(new)
         raise CannotFix(f"no rebinding for {w.kind}")
+
+
+def _binds_locally(ctx: FixContext, scope: ast.AST, name: str) -> bool:
+    """Is ``name`` a local of ``scope`` (a parameter, or bound in it), or ``scope`` the module or a class body?"""
+    if not isinstance(scope, FUNCTIONS):
+        return True
+    if name in {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}:
+        return True
+    for node in ast.walk(scope):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return True  # declared: a binding here reaches the enclosing name (the alias report weighs that)
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load) \
+                and ctx.scope_of(node) is scope:
+            return True
+    return False
 
 
 def _is_temporary(expr: ast.expr) -> bool:
@@ -304,6 +323,12 @@ def compute_on_copy(ctx: FixContext, write: Write) -> tuple[Rewrite, str, bool]:
     if not any(not _inside(ctx, r, stmt) and _after(r, stmt) for r in reads):
         raise CannotFix(f"`{leaf}` is not read after the write")
     _require_dominated(ctx, reads, start)
+    for read in reads:
+        parent = ctx.parents.get(read)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
+            # `x = x_cur`: the copy would go on under another name, which later code may read as the leaf
+            # (`x.grad`), and find a tensor that is not one
+            raise CannotFix(f"`{leaf}` is bound to another name after the write")
     if start is stmt and direct and write.kind in ("augassign", "method") and not write.value_use:
         if write.kind == "augassign":
             aug = ctx.cst(stmt)
@@ -523,10 +548,35 @@ def is_parameter_update(ctx: FixContext, mutation: Mutation, write: Write) -> bo
         for node in ast.walk(loop):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("backward", "step"):
                 return True  # a leaf that outlives the training loop: a parameter, updated or reset
-    if fn is not None and fn.name == "forward":
-        return False
+    if any(_inside_forward(ctx, node) for node in (stmt, *(site for site, _ in mutation.frames))):
+        return False  # written while a module computes its output (in forward, or a function forward calls)
     root = mutation.target.root()
-    return bool(root.param) or attribute_base(write.target) is not None
+    if root.param:
+        return True
+    # An attribute of unknown make is taken for a parameter (`model.fc.weight`); one the analyser saw made by a
+    # factory (`self.x = torch.randn(..., requires_grad=True)`) is a leaf like a local one, and the function
+    # that writes it and calls backward after is computing with it.
+    made_here = root.origin is not None and fn is not None and _backward_after(ctx, fn, stmt)
+    return attribute_base(write.target) is not None and not made_here
+
+
+def _inside_forward(ctx: FixContext, node: ast.AST) -> bool:
+    """Is ``node`` in a module's ``forward`` (or a function nested in one)?"""
+    return any(isinstance(a, FUNCTIONS) and a.name == "forward" for a in ctx.ancestors(node))
+
+
+def _backward_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt) -> bool:
+    """Does ``fn`` call ``.backward()`` (or ``torch.autograd.backward/grad``) after ``stmt``, in its own body?"""
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Call) and _after(node, stmt) and not _inside(ctx, node, stmt)
+                and ctx.scope_of(node) is fn):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "backward":
+            return True
+        if (ctx.qual(func) or "") in ("torch.autograd.backward", "torch.autograd.grad"):
+            return True
+    return False
 
 
 def grad_would_be_lost(mutation: Mutation) -> bool:
@@ -549,6 +599,13 @@ def _rebind_fix(rebind: Rebind, what: str) -> Fix | None:
     report = rebind.report
     if not (report.clean or report.only_holders):
         return None
+    w = rebind.write
+    if not report.clean and rebind.name and not w.value_use and not value_read_after(rebind.ctx, w.stmt, rebind.name):
+        # `dst = torch.add(a, b)` for a parameter nothing here reads again: the new binding goes nowhere, and the
+        # caller (or holder) that saw the write loses it -- that drops the write, it does not repair it
+        return None
+    if not report.clean and _loop_variable_unread(rebind.ctx, w.stmt, rebind.name):
+        return None  # `for row in self.t: row = row.mul(2)`: nothing reads the new `row`; self.t loses every write
     built = fix_or_none(rebind.rewrite)
     if built is None:
         return None
@@ -556,6 +613,20 @@ def _rebind_fix(rebind: Rebind, what: str) -> Fix | None:
     if report.clean:
         return rw.fix(f"{what}: `{short(desc)}`", safe=True)
     return rw.fix(f"{what}: `{short(desc)}` (unsafe: {report.reason()})", safe=False)
+
+
+def _loop_variable_unread(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
+    """Is ``name`` the target of a ``for`` loop around ``stmt`` that reads it nowhere after ``stmt`` in its body?"""
+    for loop in ctx.loops_around(stmt):
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
+            isinstance(n, ast.Name) and n.id == name for n in ast.walk(loop.target)
+        ):
+            return not any(
+                isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and _after(n, stmt)
+                and not _inside(ctx, n, stmt)
+                for body_stmt in loop.body for n in ast.walk(body_stmt)
+            )
+    return False
 
 
 def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
@@ -578,13 +649,46 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
     # Under no_grad a clone where saved still leaves the write hidden from autograd on a tensor of the graph
     # (silent wrong gradients): that is no repair.
     hidden = grad_would_be_lost(mutation)
-    if (not possible or rebind.report.aliases_read_after) and not hidden:
+    # A container that holds the written tensor and is read later would see the write the clone keeps in place,
+    # where writing out of place keeps its old values: the two programs differ, and nothing tells which is meant.
+    held = (_filled_container_read_after(ctx, write, rebind.report) if rebind is not None
+            else _attribute_put_in_container(ctx, write))
+    if (not possible or rebind.report.aliases_read_after) and not hidden and not held:
         built = fix_or_none(lambda: clone_where_saved(ctx, mutation, write))
         if built is not None:
             return built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
     if possible and rebind.report.only_holders:
         return _rebind_fix(rebind, "Write out of place")
     return None
+
+
+def _filled_container_read_after(ctx: FixContext, write: Write, report: Report) -> bool:
+    """Is a holder read later a container the program filled with the tensor itself (``outs.append(h)``)?"""
+    if not report.holders_read_after:
+        return False
+    holders = AliasAnalysis(ctx, write.stmt, report.name).holders
+    for name in report.holders_read_after:
+        for event in holders.get(name, []):
+            if isinstance(event, ast.Call) and isinstance(event.func, ast.Attribute) \
+                    and isinstance(event.func.value, ast.Name) and event.func.value.id == name:
+                return True
+    return False
+
+
+def _attribute_put_in_container(ctx: FixContext, write: Write) -> bool:
+    """Is the written attribute (``self.h``) handed, in the writing function, to a method whose result is dropped
+    (``self.outputs.append(self.h)``): a container that may keep it?"""
+    attr = attribute_base(write.target)
+    if attr is None:
+        return False
+    text = ctx.source(attr)
+    scope = ctx.scope_of(write.stmt)
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Attribute) \
+                and any(ctx.source(arg) == text for arg in node.value.args):
+            return True
+    return False
 
 
 def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None) -> Fix | None:
@@ -627,6 +731,11 @@ def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:
     if element is not None:
         return element
     rebind = Rebind(ctx, write, pieces_disjoint=True)
+    target = mutation.target
+    if not rebind.direct and target.multi_view and not (target.base is not None and target.base.multi_view):
+        # `parts[0].zero_()`: the subscript picks a piece out of the tuple `parts`, it is no view of a tensor
+        # named `parts` (`parts.clone()` would not even run)
+        raise CannotFix(f"`{rebind.name}` holds the pieces; the written piece is an element of it")
     return _rebind_fix(rebind, "Write out of place")
 
 

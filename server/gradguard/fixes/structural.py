@@ -247,6 +247,17 @@ def _inside(ctx: FixContext, node: ast.AST, outer: ast.AST) -> bool:
     return any(a is outer for a in ctx.ancestors(node))
 
 
+def _bound_names(target: ast.expr) -> list[ast.Name]:
+    """The names an assignment target binds: ``h``, ``out, h``; not the ``self`` of ``self.h`` (which it reads)."""
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for elt in target.elts for n in _bound_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
+
+
 def _carried_tensors(loop: ast.For | ast.While) -> list[str]:
     """Names the body reads before it assigns them, assigned in the body from a call (``h = cell(x, h)``,
     ``out, h = rnn(x, h)``): a state one iteration hands to the next."""
@@ -260,8 +271,7 @@ def _carried_tensors(loop: ast.For | ast.While) -> list[str]:
         if isinstance(node, ast.Assign):
             visit(node.value)  # the right side is read before the targets are bound
             for target in node.targets:
-                names = [t for t in ast.walk(target) if isinstance(t, ast.Name)]
-                for t in names:
+                for t in _bound_names(target):
                     assigned.add(t.id)
                     if isinstance(node.value, ast.Call):
                         from_call.add(t.id)
@@ -305,6 +315,9 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     block = _no_grad_with(ctx, stmt) or _inference_mode_with(ctx, stmt)
     if block is not None and len(block.body) != 1:
         raise CannotFix("the no_grad block holds more than the write")
+    if block is None and not mutation.grad_enabled:
+        # `with torch.no_grad(): if c: h[pad] = 0`: the rewrite would stay under no_grad, still off the graph
+        raise CannotFix("grad mode is off around the write, in a block that is not the write's own")
     target = write.target.value if write.kind == "setitem" else write.target
     name = _unhidden_name(target)
     if name is None:
@@ -523,6 +536,10 @@ def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
         root = mutation.target.root()
         if root.leaf or root.param:
             raise CannotFix("an in-place write to a view of a leaf would still raise")
+        if mutation.target.multi_view or any(isinstance(t, ast.Tuple) for t in binding.targets):
+            # `q, k = qk.chunk(2)`: torch refuses an in-place write to a piece of chunk/split/unbind made with
+            # grad on (GG004), so the view may leave no_grad only with the write out of place
+            raise CannotFix("an in-place write to a piece of chunk/split/unbind would raise with grad on")
     edits.sort(key=lambda e: (e.line, e.column))
     return Fix(title, True, tuple(edits))
 
