@@ -165,6 +165,12 @@ async def test_workspace_pull_reports_every_file_of_every_folder_with_its_own_co
     changed = [r for r in third.items if isinstance(r, types.WorkspaceFullDocumentDiagnosticReport)]
     assert [(r.uri, list(r.items)) for r in changed] == [(uri(tmp_path, "b/two_bugs.py"), [])]
 
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"gradguard": {}, "diagnosticMode": "openFiles"}))
+    off = await pull_workspace(client, ids(third))
+    assert {r.uri: list(r.items) for r in off.items} == {uri(tmp_path, n): [] for n in ["a/two_bugs.py", "a/nb.ipynb"]}
+    assert list((await pull_workspace(client, ids(off))).items) == []  # cleared once; open a/clean.py is pulled
+
 
 @pytest.mark.pull
 @pytest.mark.init_options(WORKSPACE)
