@@ -55,8 +55,13 @@ class Progress:
         if total == 0 or self.token is None and not (caps and caps.window and caps.window.work_done_progress):
             return
         if self.token is None:
-            self.token = f"gradguard-workspace-{uuid.uuid4()}"
-            await self.ls.work_done_progress.create_async(self.token)
+            token = f"gradguard-workspace-{uuid.uuid4()}"
+            try:
+                await self.ls.work_done_progress.create_async(token)
+            except Exception:  # the client refused the token: no progress, the work goes on
+                logger.warning("window/workDoneProgress/create failed", exc_info=True)
+                return
+            self.token = token
         self.total, self.begun = total, True
         self.ls.work_done_progress.begin(self.token, types.WorkDoneProgressBegin(
             title="gradguard", message=f"0/{total} files", percentage=0, cancellable=True))
@@ -71,12 +76,11 @@ class Progress:
         self.ls.work_done_progress.report(self.token, types.WorkDoneProgressReport(
             message=f"{self.done}/{self.total} files", percentage=min(100, 100 * self.done // self.total)))
 
-    def end(self, cancelled: bool) -> None:
+    def end(self, message: str) -> None:
         if not self.begun:
             return
         self.begun = False
         self.ls.work_done_progress.tokens.pop(self.token, None)
-        message = "cancelled" if cancelled else f"{self.total} files checked"
         self.ls.work_done_progress.end(self.token, types.WorkDoneProgressEnd(message=message))
 
 
@@ -140,10 +144,10 @@ class WorkspaceDiagnostics:
             progress = Progress(ls, token, asyncio.current_task())
             try:
                 await self._reports(ls, found, previous, with_open, progress, reports)
-            except asyncio.CancelledError:
-                progress.end(cancelled=True)
+            except BaseException as exc:
+                progress.end("cancelled" if isinstance(exc, asyncio.CancelledError) else "stopped by an internal error")
                 raise
-            progress.end(cancelled=False)
+            progress.end(f"{progress.total} files checked")
         for uri in self.reported:
             if uri not in reports and uri not in ls.documents:
                 reports[uri] = types.WorkspaceFullDocumentDiagnosticReport(uri=uri, items=[])
@@ -189,12 +193,13 @@ class WorkspaceDiagnostics:
             for f in group:
                 uri = from_fs_path(str(f.target.path)) or str(f.target.path)
                 report = reports[uri]
-                if f.target.path in crashes:
-                    report.items = [closed_files.crash_diagnostic(crashes[f.target.path])]
-                elif f.target.path in results:
+                if f.target.path in results:
                     report.items = await loop.run_in_executor(
                         None, closed_files.to_lsp, f.target.path, uri, list(results[f.target.path].diagnostics),
                         ls.encoding, config.docs_url)
+                else:  # never an empty report for a file that was not analysed
+                    why = crashes.get(f.target.path, f"{f.target.display} was not analysed")
+                    report.items, report.result_id = [closed_files.crash_diagnostic(why)], None
 
     def shutdown(self) -> None:
         if self.push_task is not None:
