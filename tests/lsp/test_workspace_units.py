@@ -39,3 +39,25 @@ def test_closed_files_are_analysed_in_threads_when_no_process_can_start(tmp_path
     assert crashes == {} and sum(done) == 10
     assert sorted(results) == sorted(f.target.path for f in found)
     assert all([d.code for d in r.diagnostics] == ["GG002"] for r in results.values())
+
+
+def test_a_file_whose_analysis_crashed_is_reported_as_an_error_not_as_clean(tmp_path, monkeypatch):
+    import gradguard.api
+
+    real = gradguard.api.analyze_path
+
+    def flaky(path, config=None, display_path=None):
+        if path.name == "boom.py":
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(path, config, display_path)
+
+    monkeypatch.setattr(gradguard.api, "analyze_path", flaky)
+    monkeypatch.setattr(closed_files, "ProcessPoolExecutor", lambda *a, **k: (_ for _ in ()).throw(OSError(38, "no")))
+    (tmp_path / "boom.py").write_text(LEAF)
+    (tmp_path / "fine.py").write_text(LEAF)
+    found = closed_files.survey({tmp_path: Config()})
+    with ThreadPoolExecutor(2) as threads:
+        results, crashes = asyncio.run(closed_files.analyse(closed_files.Pool(threads, 2), found, Config(), lambda n: None))
+    assert list(results) == [tmp_path / "fine.py"] and list(crashes) == [tmp_path / "boom.py"]
+    shown = closed_files.crash_diagnostic(crashes[tmp_path / "boom.py"])
+    assert "RecursionError" in shown.message and shown.message.endswith("nothing in this file was checked")
