@@ -170,12 +170,12 @@ def test_parallel_output_is_sorted_and_equals_serial(gg, tmp_path):
 
 
 def test_no_process_pool_falls_back_to_in_process(gg, tmp_path, monkeypatch):
-    import gradguard.cli
+    import gradguard.batch
 
     def no_pool(*args, **kwargs):
         raise OSError(38, "Function not implemented")  # e.g. no /dev/shm semaphores in a sandbox
 
-    monkeypatch.setattr(gradguard.cli, "ProcessPoolExecutor", no_pool)
+    monkeypatch.setattr(gradguard.batch, "ProcessPoolExecutor", no_pool)
     for i in range(10):
         write(tmp_path, f"m{i}.py", LEAF_BUG)
     run = gg("check", "--jobs", "4")

@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -39,9 +37,7 @@ from .output import text as text_output
 if TYPE_CHECKING:  # pragma: no cover
     from .fixing import FixRun
 
-PARALLEL_MIN_FILES = 8
 PROGRESS_MIN_FILES = 20
-MAX_CHUNK = 32
 
 
 class UsageError(Exception):
@@ -191,19 +187,6 @@ def _baseline_usage(args: argparse.Namespace) -> str | None:
 # --- analysis ----------------------------------------------------------------
 
 
-def _analyze_chunk(chunk: Sequence[tuple[str, str]], config: Config) -> tuple[list[FileResult], list[str]]:
-    """Analyse (path, display) pairs; runs in worker processes.  Crashes are bugs: report, go on."""
-    from .api import analyze_path
-
-    results, crashes = [], []
-    for path, display in chunk:
-        try:
-            results.append(analyze_path(Path(path), config, display))
-        except Exception as exc:  # noqa: BLE001 - one file's crash must not lose the others
-            crashes.append(f"internal error while analysing {display}: {type(exc).__name__}: {exc}")
-    return results, crashes
-
-
 def _progress(total: int, enabled: bool):
     if not enabled:
         return None
@@ -212,46 +195,6 @@ def _progress(total: int, enabled: bool):
     except ImportError:
         return None
     return tqdm(total=total, file=sys.stderr, unit="file", leave=False)
-
-
-def _in_pool(pairs: list[tuple[str, str]], config: Config, jobs: int, bar, results: list, crashes: list):
-    """Analyse in worker processes; return the pairs left undone if processes cannot run here."""
-    # Interleaved chunks: big files cluster in one folder, and a folder should not land on one worker.
-    size = max(1, min(MAX_CHUNK, len(pairs) // (jobs * 4)))
-    count = -(-len(pairs) // size)
-    pending = [pairs[i::count] for i in range(count)]
-    try:
-        with ProcessPoolExecutor(max_workers=min(jobs, count)) as pool:
-            futures = {pool.submit(_analyze_chunk, chunk, config): chunk for chunk in pending}
-            for future in as_completed(futures):
-                chunk_results, chunk_crashes = future.result()
-                results += chunk_results
-                crashes += chunk_crashes
-                pending.remove(futures[future])
-                if bar is not None:
-                    bar.update(len(futures[future]))
-    except (OSError, NotImplementedError, BrokenProcessPool):
-        pass  # no processes in this sandbox, or a worker died: the caller finishes in-process
-    return [pair for chunk in pending for pair in chunk]
-
-
-def _analyze_files(targets: list[Target], config: Config, jobs: int, progress: bool):
-    """Results (in no particular order) and internal-error messages for every target."""
-    pairs = [(str(t.path), t.display) for t in targets]
-    bar = _progress(len(pairs), progress and len(pairs) >= PROGRESS_MIN_FILES and sys.stderr.isatty())
-    results: list[FileResult] = []
-    crashes: list[str] = []
-    if jobs > 1 and len(pairs) >= PARALLEL_MIN_FILES:
-        pairs = _in_pool(pairs, config, jobs, bar, results, crashes)
-    for pair in pairs:
-        chunk_results, chunk_crashes = _analyze_chunk([pair], config)
-        results += chunk_results
-        crashes += chunk_crashes
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return results, crashes
 
 
 def _analyze_stdin(display: str, config: Config) -> FileResult:
@@ -263,24 +206,19 @@ def _analyze_stdin(display: str, config: Config) -> FileResult:
 
 
 def _analyze_cached(targets: list[Target], config: Config, args: argparse.Namespace):
-    """``_analyze_files`` behind the content-hash result cache (``gradguard.result_cache``) unless --no-cache."""
+    """Every target analysed in worker processes (``gradguard.batch``), behind the content-hash result cache
+    (``gradguard.result_cache``) unless --no-cache: results in no particular order, and internal errors."""
+    from .batch import analyze_cached
     from .result_cache import open_cache
 
     progress = not (args.no_progress or args.quiet)
     cache = None if args.no_cache else open_cache(config)
-    if cache is None:
-        return _analyze_files(targets, config, args.jobs, progress)
-    cached, misses = [], []
-    for target in targets:
-        result = cache.get(target.path, target.display)
-        if result is None:
-            misses.append(target)
-        else:
-            cached.append(result)
-    results, crashes = _analyze_files(misses, config, args.jobs, progress)
-    for result in results:
-        cache.put(result)
-    return cached + results, crashes
+    bar = _progress(len(targets), progress and len(targets) >= PROGRESS_MIN_FILES and sys.stderr.isatty())
+    try:
+        return analyze_cached(targets, config, args.jobs, cache, bar.update if bar is not None else lambda n: None)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _paths(args: argparse.Namespace) -> list[str]:

@@ -5,6 +5,7 @@
 
 export type ImportStrategy = "useBundled" | "fromEnvironment";
 export type RunMode = "onType" | "onSave";
+export type DiagnosticMode = "openFiles" | "workspace";
 export type Severity = "error" | "warning" | "info";
 export type ProbeDevice = "cpu" | "cuda" | "auto";
 export type LogLevel = "error" | "warning" | "info" | "debug";
@@ -34,6 +35,7 @@ export interface ExtensionSettings {
   ignore?: string[];
   severity: Record<string, Severity>;
   run: RunMode;
+  diagnosticMode: DiagnosticMode;
   probe: ProbeSettings;
   logLevel: LogLevel;
 }
@@ -47,6 +49,7 @@ export const DEFAULTS: ExtensionSettings = {
   args: [],
   severity: {},
   run: "onType",
+  diagnosticMode: "openFiles",
   probe: { enable: false, device: "cpu", timeout: 10 },
   logLevel: "warning",
 };
@@ -128,6 +131,7 @@ export function readSettings(inspect: Inspector, trusted: boolean): ReadResult {
     args: strings("args", DEFAULTS.args),
     severity,
     run: oneOf<RunMode>("run", ["onType", "onSave"], DEFAULTS.run),
+    diagnosticMode: oneOf<DiagnosticMode>("diagnosticMode", ["openFiles", "workspace"], DEFAULTS.diagnosticMode),
     probe: {
       enable: trusted && enable === true,
       device: oneOf<ProbeDevice>("probe.device", ["cpu", "cuda", "auto"], DEFAULTS.probe.device),
@@ -144,8 +148,8 @@ export function readSettings(inspect: Inspector, trusted: boolean): ReadResult {
  * The settings object the server gets as `initializationOptions` and in
  * `workspace/didChangeConfiguration`.  The server reads `gradguard` (the keys of
  * `[tool.gradguard]`; it rejects unknown keys, so only those go there): `select`/`ignore` replace
- * pyproject's when present, `severity` entries are merged over it.  `run`, `probe` and `trusted`
- * sit beside it for the server features that will read them (the runtime probe).
+ * pyproject's when present, `severity` entries are merged over it.  `run`, `diagnosticMode`, `probe`
+ * and `trusted` sit beside it for the server features that read them (workspace mode, the runtime probe).
  */
 export function serverSettings(s: ExtensionSettings, trusted: boolean): Record<string, unknown> {
   const gradguard: Record<string, unknown> = {};
@@ -155,6 +159,7 @@ export function serverSettings(s: ExtensionSettings, trusted: boolean): Record<s
   return {
     gradguard,
     run: s.run,
+    diagnosticMode: s.diagnosticMode,
     probe: { ...s.probe, enable: trusted && s.probe.enable },
     trusted,
   };
@@ -344,7 +349,7 @@ export function parsePreflight(run: PreflightRun, s: ExtensionSettings, interpre
 export function changeEffect(affects: (key: string) => boolean): "restart" | "configuration" | "none" {
   const restart = ["interpreter", "importStrategy", "args", "logLevel", "run"];
   if (restart.some((k) => affects(`gradguard.${k}`))) return "restart";
-  const config = ["select", "ignore", "severity", "probe"];
+  const config = ["select", "ignore", "severity", "probe", "diagnosticMode"];
   if (config.some((k) => affects(`gradguard.${k}`))) return "configuration";
   return "none";
 }

@@ -115,11 +115,12 @@ describe("readSettings", () => {
       );
       // every setting read here is declared in the manifest, with the same default
       const props = manifest.contributes.configuration.properties;
-      for (const key of [...S.RESTRICTED, "select", "ignore", "severity", "run", "logLevel", "trace.server"]) {
+      for (const key of [...S.RESTRICTED, "select", "ignore", "severity", "run", "diagnosticMode", "logLevel", "trace.server"]) {
         assert.ok(props[`gradguard.${key}`], `gradguard.${key} is declared`);
       }
       assert.equal(props["gradguard.importStrategy"].default, S.DEFAULTS.importStrategy);
       assert.equal(props["gradguard.run"].default, S.DEFAULTS.run);
+      assert.equal(props["gradguard.diagnosticMode"].default, S.DEFAULTS.diagnosticMode);
       assert.equal(props["gradguard.probe.timeout"].default, S.DEFAULTS.probe.timeout);
       assert.equal(props["gradguard.probe.device"].default, S.DEFAULTS.probe.device);
       assert.equal(props["gradguard.logLevel"].default, S.DEFAULTS.logLevel);
@@ -133,6 +134,7 @@ describe("serverSettings (initializationOptions and didChangeConfiguration)", ()
     assert.deepEqual(opts.gradguard, {});
     assert.deepEqual(opts.probe, { enable: false, device: "cpu", timeout: 10 });
     assert.equal(opts.run, "onType");
+    assert.equal(opts.diagnosticMode, "openFiles");
     assert.equal(opts.trusted, true);
   });
 
@@ -301,6 +303,7 @@ describe("changeEffect", () => {
     assert.equal(S.changeEffect(only("gradguard.run")), "restart");
     assert.equal(S.changeEffect(only("gradguard.severity")), "configuration");
     assert.equal(S.changeEffect(only("gradguard.probe")), "configuration");
+    assert.equal(S.changeEffect(only("gradguard.diagnosticMode")), "configuration");
     assert.equal(S.changeEffect(only("gradguard.trace")), "none");
     assert.equal(S.changeEffect(only("editor.fontSize")), "none");
   });

@@ -172,7 +172,7 @@ async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEd
     index = snap.index(uri) if snap is not None else None
     if index is None:
         return None, None
-    job = document.fix_job(snap, uri, ls.path(document.uri), ls.config)
+    job = document.fix_job(snap, uri, ls.path(document.uri), ls.config_for(document.uri))
     if job is None:
         return None, None
     before, after, done = await asyncio.get_running_loop().run_in_executor(ls.executor, job)

@@ -71,6 +71,7 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
     async def initialized(ls: GradguardServer, params: types.InitializedParams) -> None:
         if fixes_unavailable() is not None:  # findings still come; their fixes (and fix-all) cannot
             ls.warn(f"fixes are unavailable: {fixes_unavailable()}")
+        ls.workspace_diagnostics.changed(ls)  # workspace mode, client that cannot pull: push the closed files
         if ls.can_watch_files():
             watchers = [types.FileSystemWatcher(glob_pattern=PYPROJECT_GLOB)]
             await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(

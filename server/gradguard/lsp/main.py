@@ -6,7 +6,7 @@ import gc
 import logging
 import os
 
-from . import handlers, notebooks, probe_support
+from . import handlers, notebooks, probe_support, workspace
 from .server import GradguardServer
 
 
@@ -15,6 +15,7 @@ def build() -> GradguardServer:
     handlers.register(server)
     notebooks.register(server, handlers.safe)
     probe_support.register(server)  # gradguard.probe command, "Confirm with probe" code lens
+    workspace.register(server, handlers.safe)  # workspace/diagnostic, workspace folders
     return server
 
 

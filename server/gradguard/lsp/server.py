@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
@@ -28,9 +29,12 @@ from pygls.uris import to_fs_path
 
 from ..config import Config
 from ..diagnostics import Diagnostic
+from .closed_files import Pool
 from .documents import Document, NotebookDocument, Snapshot, TextDocument, to_lsp
+from .folders import FolderConfigs
 from .probe_support import ProbeSupport, mark_sources
 from .settings import Settings
+from .workspace import WorkspaceDiagnostics
 
 try:  # pragma: no cover - metadata is there when installed
     from importlib.metadata import version as _pkg_version
@@ -63,11 +67,20 @@ class GradguardServer(LanguageServer):
         self.config_generation = 0  # bumped on every configuration change (part of pull result ids)
         self.instance = os.urandom(8).hex()  # so a result id of an earlier server never matches one of this one
         self.run_on_type = True  # push mode: analyse on every change, or (``"run": "onSave"``) on open/save only
+        self.folder_configs = FolderConfigs(self.settings)  # multi-root: each folder's [tool.gradguard]
+        self.workspace_diagnostics = WorkspaceDiagnostics(Pool(self.executor))  # "diagnosticMode"
 
     # ---- client and configuration ----------------------------------------------------------
     @property
     def config(self) -> Config:
         return self.settings.config
+
+    def config_for(self, uri: str) -> Config:
+        """The configuration of the file ``uri``: its workspace folder's (``folders.py``)."""
+        return self.folder_configs.config_for(Path(self.path(uri)), self.folder_paths(), self.warn)
+
+    def folder_paths(self) -> list[Path]:
+        return [Path(self.path(f.uri)) for f in self.workspace.folders.values()]
 
     @property
     def encoding(self) -> str:
@@ -92,6 +105,7 @@ class GradguardServer(LanguageServer):
         elif run is not None:
             self.warn(f'"run" must be "onType" or "onSave", not {run!r}')
         self.probe.configure(self, options)  # "probe" and "trusted", beside "run"
+        self.workspace_diagnostics.configure(self, options)  # "diagnosticMode"
 
     def warn(self, message: str) -> None:
         logger.warning(message)
@@ -137,6 +151,7 @@ class GradguardServer(LanguageServer):
                 self.workspace_diagnostic_refresh(None)
             except Exception:  # pragma: no cover - a client that cannot take it
                 logger.exception("workspace/diagnostic/refresh failed")
+        self.workspace_diagnostics.changed(self)
 
     # ---- documents -------------------------------------------------------------------------
     def path(self, uri: str) -> str:
@@ -168,6 +183,7 @@ class GradguardServer(LanguageServer):
         document = self.documents.pop(uri, None)
         if document is not None and document.task is not None:
             document.task.cancel()
+        self.workspace_diagnostics.closed(self, uri)  # a pushing server shows the closed file's disk findings
         if cells is None and self.pull_mode:
             return
         shown = document.published if document is not None else {}
@@ -216,13 +232,13 @@ class GradguardServer(LanguageServer):
         snap = document.snapshot(self.workspace)
         if snap is None:
             return None
-        config, cache = self.config, dict(document.cache)
+        config, cache = self.config_for(document.uri), dict(document.cache)
         result = await asyncio.get_running_loop().run_in_executor(
             self.executor, document.analyse, snap, self.path(document.uri), config, cache)
         if self.documents.get(document.uri) is not document:
             return None
         now = document.snapshot(self.workspace)
-        current = now is not None and now.version == snap.version and config is self.config
+        current = now is not None and now.version == snap.version and config is self.config_for(document.uri)
         return snap, document.accept(result, cache, current)
 
     def record(self, document: Document, snap: Snapshot, diags: list[Diagnostic]) -> dict[str, list]:
@@ -253,4 +269,5 @@ class GradguardServer(LanguageServer):
             if document.task is not None:
                 document.task.cancel()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.workspace_diagnostics.shutdown()
         self.probe.shutdown()

@@ -11,6 +11,7 @@ from typing import Any
 from ..config import Config, ConfigError, config_from_table, find_pyproject, load_config_file
 
 Stamp = tuple[int, int, int]
+BESIDE = frozenset({"run", "probe", "trusted", "diagnosticMode"})  # options beside "gradguard", not in it
 
 
 def stamp_of(path: Path | None) -> Stamp | None:
@@ -34,8 +35,10 @@ class Settings:
     def __init__(self) -> None:
         self.file_config = Config()
         self.overrides: dict[str, Any] = {}
+        self.parsed = Config()  # ``overrides`` parsed
         self.config = Config()
-        self.pyproject_stamp: Stamp | None = None  # of the pyproject.toml ``file_config`` came from
+        self.pyproject: Path | None = None  # the pyproject.toml ``file_config`` came from
+        self.pyproject_stamp: Stamp | None = None  # ... and its (mtime, size, inode)
         self.baseline_stamp: Stamp | None = None  # of its baseline file: rewritten by ``--write-baseline``
 
     def _baseline_path(self) -> Path | None:
@@ -49,6 +52,7 @@ class Settings:
     def load_file(self, root: str | None) -> list[str]:
         """Read the workspace's pyproject.toml again; the warnings to show."""
         pyproject, self.pyproject_stamp = pyproject_of(root)
+        self.pyproject = pyproject
         try:
             self.file_config = load_config_file(pyproject) if pyproject is not None else Config()
         except ConfigError as exc:
@@ -63,6 +67,8 @@ class Settings:
         warnings = []
         if isinstance(table, dict) and isinstance(table.get("gradguard"), dict):
             table = table["gradguard"]
+        elif isinstance(table, dict) and table and set(table) <= BESIDE:
+            table = {}  # only options beside "gradguard": no rule settings
         if table is None:
             table = {}
         if not isinstance(table, dict):
@@ -73,14 +79,19 @@ class Settings:
         except ConfigError as exc:
             warnings.append(f"ignoring editor settings: {exc}")
             table, parsed = {}, Config()
-        self.overrides = table
-        self.config = self.file_config.with_overrides(
+        self.overrides, self.parsed = table, parsed
+        self.config = self.merged(self.file_config)
+        return warnings
+
+    def merged(self, file_config: Config) -> Config:
+        """``file_config`` (the root's, or another folder's: ``folders.py``) with the editor's settings over it."""
+        table, parsed = self.overrides, self.parsed
+        return file_config.with_overrides(
             select=parsed.select if "select" in table else None,
             ignore=parsed.ignore if "ignore" in table else None,
             severity=parsed.severity,
             docs_url=parsed.docs_url,
         )
-        return warnings
 
     def reload(self, root: str | None) -> list[str]:
         """The file changed: read it and apply the same overrides on top."""

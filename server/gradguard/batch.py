@@ -1,0 +1,110 @@
+"""Analysing many files: worker processes and the on-disk result cache, shared by ``gradguard check`` and the
+language server's workspace diagnostics, so both split work, cache and count crashes the same way.
+
+Files are analysed in interleaved chunks (big files cluster in one folder, and a folder should not land on one
+worker).  A chunk's crash is a bug: its message is kept and the other files go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+from . import api
+from .config import Config
+from .diagnostics import FileResult
+from .files import Target
+from .result_cache import ResultCache
+
+PARALLEL_MIN_FILES = 8
+MAX_CHUNK = 32
+
+Pair = tuple[str, str]  # (path, display)
+Progress = Callable[[int], None]  # called with the number of files just done
+
+
+def analyze_chunk(chunk: Sequence[Pair], config: Config) -> tuple[list[FileResult], list[str]]:
+    """Analyse (path, display) pairs; runs in worker processes.  Crashes are bugs: report, go on."""
+    results, crashes = [], []
+    for path, display in chunk:
+        try:
+            results.append(api.analyze_path(Path(path), config, display))
+        except Exception as exc:  # noqa: BLE001 - one file's crash must not lose the others
+            crashes.append(f"internal error while analysing {display}: {type(exc).__name__}: {exc}")
+    return results, crashes
+
+
+def chunks(pairs: Sequence[Pair], jobs: int) -> list[list[Pair]]:
+    """``pairs`` in interleaved chunks, about four per worker and at most ``MAX_CHUNK`` files each."""
+    if not pairs:
+        return []
+    size = max(1, min(MAX_CHUNK, len(pairs) // (jobs * 4)))
+    count = -(-len(pairs) // size)
+    return [list(pairs[i::count]) for i in range(count)]
+
+
+def in_pool(pairs: list[Pair], config: Config, jobs: int, progress: Progress, results: list, crashes: list,
+            pool: Executor | None = None) -> list[Pair]:
+    """Analyse in worker processes (``pool``, else a new one); return the pairs left undone if processes
+    cannot run here."""
+    pending = chunks(pairs, jobs)
+    try:
+        owned = pool is None
+        pool = pool or ProcessPoolExecutor(max_workers=min(jobs, len(pending)))
+        try:
+            futures = {pool.submit(analyze_chunk, chunk, config): chunk for chunk in pending}
+            for future in as_completed(futures):
+                chunk_results, chunk_crashes = future.result()
+                results += chunk_results
+                crashes += chunk_crashes
+                pending.remove(futures[future])
+                progress(len(futures[future]))
+        finally:
+            if owned:
+                pool.shutdown()
+    except (OSError, NotImplementedError, BrokenProcessPool):
+        pass  # no processes in this sandbox, or a worker died: the caller finishes in-process
+    return [pair for chunk in pending for pair in chunk]
+
+
+def analyze_files(targets: list[Target], config: Config, jobs: int, progress: Progress = lambda n: None):
+    """Results (in no particular order) and internal-error messages for every target."""
+    pairs = [(str(t.path), t.display) for t in targets]
+    results: list[FileResult] = []
+    crashes: list[str] = []
+    if jobs > 1 and len(pairs) >= PARALLEL_MIN_FILES:
+        pairs = in_pool(pairs, config, jobs, progress, results, crashes)
+    for pair in pairs:
+        chunk_results, chunk_crashes = analyze_chunk([pair], config)
+        results += chunk_results
+        crashes += chunk_crashes
+        progress(1)
+    return results, crashes
+
+
+def split_cached(targets: list[Target], cache: ResultCache) -> tuple[list[FileResult], list[Target]]:
+    """The cached results of ``targets`` as they are on disk now, and the targets still to analyse."""
+    cached, misses = [], []
+    for target in targets:
+        result = cache.get(target.path, target.display)
+        if result is None:
+            misses.append(target)
+        else:
+            cached.append(result)
+    return cached, misses
+
+
+def analyze_cached(targets: list[Target], config: Config, jobs: int, cache: ResultCache | None,
+                   progress: Progress = lambda n: None):
+    """``analyze_files`` behind the content-hash result cache (``gradguard.result_cache``), if any; the
+    files found in the cache count as done at once."""
+    if cache is None:
+        return analyze_files(targets, config, jobs, progress)
+    cached, misses = split_cached(targets, cache)
+    progress(len(cached))
+    results, crashes = analyze_files(misses, config, jobs, progress)
+    for result in results:
+        cache.put(result)
+    return cached + results, crashes
