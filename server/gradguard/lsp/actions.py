@@ -187,7 +187,8 @@ async def notebook_fix_all_edit(ls: GradguardServer, uri: str) -> types.Workspac
     """One edit of every cell the planner changes, run over the notebook ``uri`` is (a cell of)."""
     document = ls.document_of(uri)
     snap = document.snapshot(ls.workspace) if document is not None and document.notebook else None
-    job = document.notebook_fix_job(snap, ls.path(document.uri), ls.config) if snap is not None else None
+    config = ls.config_for(document.uri) if document is not None else None
+    job = document.notebook_fix_job(snap, ls.path(document.uri), config) if snap is not None else None
     if job is None:
         return None
     after, _ = await asyncio.get_running_loop().run_in_executor(ls.executor, job)
