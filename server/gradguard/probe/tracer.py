@@ -40,6 +40,7 @@ from torch.utils._python_dispatch import _pop_mode_temporarily
 
 from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
+from .grad_hooks import GradientHooks
 from .model import Note, ProbeFinding, Saving, Site
 from .provenance import Provenance
 from .source import expression_at
@@ -279,6 +280,7 @@ class Tracer(TorchDispatchMode):
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
         self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
+        self.hooks = GradientHooks(user, self.internal_errors)  # user hooks that write their gradient
         self.ops = 0  # aten ops seen: none means the target only defined things
 
     # -- installation --
@@ -293,9 +295,11 @@ class Tracer(TorchDispatchMode):
         self._engine = torch.autograd._engine_run_backward
         torch.autograd._engine_run_backward = self._backward
         self.provenance.install()
+        self.hooks.install()
         return entered
 
     def __exit__(self, *exc):
+        self.hooks.uninstall()
         self.provenance.uninstall()
         torch.autograd._engine_run_backward = self._engine
         try:
@@ -322,10 +326,18 @@ class Tracer(TorchDispatchMode):
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
         outer, self.realized_now = self.realized_now, []
+        outer_backward = self.hooks.backward
+        try:
+            frame = self._user_frame(sys._getframe(1))
+            self.hooks.backward = frame_site(frame) if frame is not None else None
+            del frame
+        except Exception as exc:  # noqa: BLE001
+            self.internal_errors.append(f"hooks: {type(exc).__name__}: {exc}")
         try:
             with _pop_mode_temporarily():
                 return self._engine(roots, *args, **kwargs)
         finally:
+            self.hooks.backward = outer_backward
             realized, self.realized_now = self.realized_now, outer
             if realized:
                 try:
@@ -707,6 +719,7 @@ class Tracer(TorchDispatchMode):
             finding = self._finding(c)
             if finding is not None:
                 found.append(finding)
+        found += self.hooks.findings()
         taken = {(f.site.path, f.site.line) for f in found}
         return found + self.untracked.findings(taken)
 
