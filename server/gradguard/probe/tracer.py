@@ -38,6 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
 from torch.utils._python_dispatch import _pop_mode_temporarily
 
+from .asked import AskedGradients
 from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
@@ -281,6 +282,7 @@ class Tracer(TorchDispatchMode):
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
         self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
         self.hooks = GradientHooks(user, self.internal_errors)  # user hooks that write their gradient
+        self.asked = AskedGradients(user, self.internal_errors)  # gradients asked for of tensors written in place
         self.ops = 0  # aten ops seen: none means the target only defined things
 
     # -- installation --
@@ -296,9 +298,11 @@ class Tracer(TorchDispatchMode):
         torch.autograd._engine_run_backward = self._backward
         self.provenance.install()
         self.hooks.install()
+        self.asked.install()
         return entered
 
     def __exit__(self, *exc):
+        self.asked.uninstall()
         self.hooks.uninstall()
         self.provenance.uninstall()
         torch.autograd._engine_run_backward = self._engine
@@ -331,6 +335,7 @@ class Tracer(TorchDispatchMode):
             frame = self._user_frame(sys._getframe(1))
             self.hooks.backward = frame_site(frame) if frame is not None else None
             del frame
+            self.asked.on_backward(roots, args[3] if len(args) > 3 else kwargs.get("inputs"), self.hooks.backward)
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"hooks: {type(exc).__name__}: {exc}")
         try:
@@ -528,6 +533,7 @@ class Tracer(TorchDispatchMode):
     def _write(self, func, spec, args, kwargs, fresh):
         hits = []
         untracked = []
+        recorded = []  # tensors with a history, written with grad mode on: autograd records the write
         try:
             for index, name, kwarg_only in spec:
                 value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
@@ -548,6 +554,11 @@ class Tracer(TorchDispatchMode):
                         recs = [r for r in bucket.values() if fresh is None or r not in fresh]
                         if recs:
                             hits.append((t, geometry_of(t), recs))
+                    try:
+                        if torch.is_grad_enabled() and t.grad_fn is not None:
+                            recorded.append(t)
+                    except RuntimeError:  # a view made under no_grad, written in grad mode: GG105 raises
+                        pass
                     # Not recorded by autograd: no_grad, or an alias (`.data`, `.detach()`) that does not
                     # require grad.  A leaf that requires grad (a parameter) has no graph history to go stale.
                     if not recs:
@@ -566,6 +577,15 @@ class Tracer(TorchDispatchMode):
                 self._conflict(func, hits)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"conflict: {type(exc).__name__}: {exc}")
+        if recorded:
+            try:
+                frame = self._user_frame(sys._getframe(2))
+                if frame is not None:
+                    for t in recorded:
+                        self.asked.on_write(t, frame, _op_name(func))
+                    del frame
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"asked: {type(exc).__name__}: {exc}")
         if untracked and _op_name(func).endswith("_"):  # an in-place op (not BatchNorm's running stats)
             try:
                 frame = self._user_frame_outside_optimizers(sys._getframe(2))
@@ -719,7 +739,7 @@ class Tracer(TorchDispatchMode):
             finding = self._finding(c)
             if finding is not None:
                 found.append(finding)
-        found += self.hooks.findings()
+        found += self.hooks.findings() + self.asked.findings()
         taken = {(f.site.path, f.site.line) for f in found}
         return found + self.untracked.findings(taken)
 
