@@ -14,14 +14,9 @@ FIXTURES = all_fixtures()
 
 # Silent positives the probe does not confirm yet, by why (issue 14, probe side).  Both the probe's fixture test
 # and the agreement test read this; an entry the probe starts confirming fails them (delete it then).
-_NUMPY = ("a write through a NumPy array never reaches torch's dispatcher; seeing it needs the saved-tensor "
-          "fingerprints of issue 14's probe side")
 _CUT = ("a `.detach()` that starves trained parameters is no write: the probe watches writes and saves, and "
         "would have to follow which parameters a backward reaches")
 PROBE_BLIND: dict[str, str] = {
-    **{f"GG102/{name}": _NUMPY for name in (
-        "pos_from_numpy_batch_normalized_before_backward", "pos_numpy_view_clip_activation",
-        "pos_numpy_view_mask_padding_loop", "pos_numpy_view_zero_negative_scores")},
     **{f"GG103/{name}": _CUT for name in (
         "pos_detach_layer_in_sequential", "pos_feature_helper_returns_data", "pos_forward_returns_data_of_output",
         "pos_forward_returns_detached_features", "pos_head_fed_detached_backbone", "pos_helper_embed_detach",

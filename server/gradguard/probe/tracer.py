@@ -43,6 +43,7 @@ from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
 from .model import Note, ProbeFinding, Saving, Site
+from .numpy_views import NumpyViews
 from .provenance import Provenance
 from .source import expression_at
 from .untracked import UntrackedWrites
@@ -180,7 +181,7 @@ class Saved:
     """One tensor autograd saved for backward."""
 
     __slots__ = ("serial", "key", "value", "version", "is_output", "node", "output_nr", "site", "op",
-                 "conflicts", "role", "made_by", "sequence_nr")
+                 "conflicts", "role", "made_by", "sequence_nr", "fingerprint")
 
     def __init__(self, serial, key, value, version, is_output, node, output_nr, site, op, role="input",
                  made_by=None, sequence_nr=None):
@@ -199,6 +200,7 @@ class Saved:
         # The sequence number of the autograd node that saved it: a node gets its number before it saves
         # anything, so it is the newest number when the pack hook runs.  Tells which graph holds the save.
         self.sequence_nr = sequence_nr
+        self.fingerprint: int | None = None  # a checksum of its bytes, for storages NumPy arrays share
 
     def saving(self) -> "tuple":
         """What a finding says about this save (a tuple: a record would keep the tensor alive)."""
@@ -241,6 +243,7 @@ class Conflict:
     backward: list[Site] = field(default_factory=list)
     torch_message: str | None = None
     realized_save: tuple | None = None  # Saved.saving() of the one a backward used first
+    through: str = "a write through `.data`"  # how a write that moves no version got past autograd
 
 
 @dataclass
@@ -283,6 +286,7 @@ class Tracer(TorchDispatchMode):
         self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
         self.hooks = GradientHooks(user, self.internal_errors)  # user hooks that write their gradient
         self.asked = AskedGradients(user, self.internal_errors)  # gradients asked for of tensors written in place
+        self.numpy = NumpyViews(user, self._numpy_write, self.internal_errors)  # writes through NumPy views
         self.ops = 0  # aten ops seen: none means the target only defined things
 
     # -- installation --
@@ -297,6 +301,7 @@ class Tracer(TorchDispatchMode):
         self._engine = torch.autograd._engine_run_backward
         torch.autograd._engine_run_backward = self._backward
         self.provenance.install()
+        self.numpy.install()
         self.hooks.install()
         self.asked.install()
         return entered
@@ -304,6 +309,7 @@ class Tracer(TorchDispatchMode):
     def __exit__(self, *exc):
         self.asked.uninstall()
         self.hooks.uninstall()
+        self.numpy.uninstall()
         self.provenance.uninstall()
         torch.autograd._engine_run_backward = self._engine
         try:
@@ -397,6 +403,8 @@ class Tracer(TorchDispatchMode):
                         _next_sequence_nr() - 1)
             if not is_output:
                 self.unnamed.append(rec)
+            if key is not None and self.numpy.watched:
+                rec.fingerprint = self.numpy.fingerprint(key)
             if key is not None:
                 bucket = self.pending.get(key)
                 if bucket is None:
@@ -433,7 +441,29 @@ class Tracer(TorchDispatchMode):
             raise RuntimeError(message)
         if rec.conflicts:
             self._realize(rec, "silent", None)
+        if rec.fingerprint is not None:
+            self._compare_fingerprint(rec)
         return value
+
+    def _compare_fingerprint(self, rec: Saved) -> None:
+        """Signal (b): the saved bytes changed with no write the probe could name (the line tracer checks
+        NumPy views before each line of the user's code; this catches what it could not see)."""
+        if self.numpy.fingerprint(rec.key) in (rec.fingerprint, None) or any(
+                c.realized == "silent" for c, _ in rec.conflicts or ()):
+            return
+        backward, _ = frame_sites(sys._getframe(1), self.user)
+        saved_at = code_site(*rec.site) if rec.site else None
+        key = (rec.site, backward[0] if backward else None, "fingerprint")
+        if key in self.unexplained or not backward:
+            return
+        at = f" at line {saved_at.line}" if saved_at else ""
+        notes = (Note(saved_at, f"saved for backward here{_by(saved_at, rec.op)}"),) if saved_at else ()
+        self.unexplained[key] = ProbeFinding(
+            "GG102", "silent", backward[0],
+            f"backward() reads a tensor saved for backward{at} whose memory changed after it was saved, through "
+            "a NumPy array that shares it (torch's version counter does not see such writes): the gradients are "
+            "computed from the changed values", notes=notes, callers=tuple(backward[1:]),
+            saves=(Saving(saved_at, rec.op, rec.role, rec.made_by),), backward=backward[0])
 
     def _torch_message(self, rec: Saved) -> str:
         """What torch's SavedVariable::unpack says when the version moved (it does not check when
@@ -615,6 +645,22 @@ class Tracer(TorchDispatchMode):
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
 
+    def _numpy_write(self, storage, site: Site) -> None:
+        """A NumPy array wrote ``storage`` at the user's line ``site`` (seen by its checksum)."""
+        self.untracked.on_numpy_write(storage, site)
+        bucket = self.pending.get(storage._cdata)
+        if not bucket:
+            return
+        recs = list(bucket.values())
+        key = ("numpy", site.path, site.line, site.column)
+        conflict = self.conflicts.get(key)
+        if conflict is None:
+            conflict = self.conflicts[key] = Conflict(
+                op="numpy", sites=[site], code_hint="GG102", origins=[], first=recs[0], first_overlaps=True,
+                through="a write through a NumPy array that shares its memory")
+        conflict.count += 1
+        self._link(conflict, [(None, None, recs)])
+
     def _conflict(self, func, hits) -> None:
         sites, inner = frame_sites(sys._getframe(3), self.user)
         if not sites:
@@ -630,14 +676,20 @@ class Tracer(TorchDispatchMode):
                 first_overlaps=overlaps(geometry, geometry_of(recs[0].value)))
         del inner
         conflict.count += 1
+        self._link(conflict, hits)
+
+    @staticmethod
+    def _link(conflict: Conflict, hits) -> None:
+        """Attach ``conflict`` to the saved tensors it hit (a geometry of None: the whole storage)."""
         for _, geometry, recs in hits:
             for rec in recs:
+                written = geometry if geometry is not None else geometry_of(rec.value)
                 if rec.conflicts is None:
-                    rec.conflicts = [(conflict, geometry)]
+                    rec.conflicts = [(conflict, written)]
                 elif any(c is conflict for c, _ in rec.conflicts):
                     continue
                 else:
-                    rec.conflicts.append((conflict, geometry))
+                    rec.conflicts.append((conflict, written))
                 conflict.alive += 1
                 saving = rec.saving()
                 if len(conflict.saves) < 3 and saving not in conflict.saves:
@@ -779,8 +831,7 @@ class Tracer(TorchDispatchMode):
             kind, severity = "silent", "error"
             where = f" at line {c.backward[0].line}" if c.backward else ""
             message = (f"{writer} changes a tensor saved for backward{saved_by}{at} without bumping its version "
-                       f"(a write through `.data`): backward(){where} silently uses the new values, so the gradients "
-                       "are wrong")
+                       f"({c.through}): backward(){where} silently uses the new values, so the gradients are wrong")
             if c.backward:
                 notes.append(Note(c.backward[0], "backward() reads the changed tensor here"))
         else:
