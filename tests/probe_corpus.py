@@ -14,15 +14,7 @@ FIXTURES = all_fixtures()
 
 # Silent positives the probe does not confirm yet, by why (issue 14, probe side).  Both the probe's fixture test
 # and the agreement test read this; an entry the probe starts confirming fails them (delete it then).
-_CUT = ("a `.detach()` that starves trained parameters is no write: the probe watches writes and saves, and "
-        "would have to follow which parameters a backward reaches")
-PROBE_BLIND: dict[str, str] = {
-    **{f"GG103/{name}": _CUT for name in (
-        "pos_detach_layer_in_sequential", "pos_feature_helper_returns_data", "pos_forward_returns_data_of_output",
-        "pos_forward_returns_detached_features", "pos_head_fed_detached_backbone", "pos_helper_embed_detach",
-        "pos_manual_sgd_detached_hidden", "pos_rnn_cell_state_detached_each_step",
-        "pos_trainer_method_detached_latent", "pos_two_stage_forward_detach_between")},
-}
+PROBE_BLIND: dict[str, str] = {}
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 # On a GPU machine: GRADGUARD_PROBE_DEVICE=cuda python -m pytest tests/probe (same expectations).
 DEVICE = os.environ.get("GRADGUARD_PROBE_DEVICE", "cpu")

@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 from torch.utils._python_dispatch import _pop_mode_temporarily
 
 from .asked import AskedGradients
+from .cuts import Cuts
 from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
@@ -287,6 +288,7 @@ class Tracer(TorchDispatchMode):
         self.hooks = GradientHooks(user, self.internal_errors)  # user hooks that write their gradient
         self.asked = AskedGradients(user, self.internal_errors)  # gradients asked for of tensors written in place
         self.numpy = NumpyViews(user, self._numpy_write, self.internal_errors)  # writes through NumPy views
+        self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
         self.ops = 0  # aten ops seen: none means the target only defined things
 
     # -- installation --
@@ -304,9 +306,11 @@ class Tracer(TorchDispatchMode):
         self.numpy.install()
         self.hooks.install()
         self.asked.install()
+        self.cuts.install()
         return entered
 
     def __exit__(self, *exc):
+        self.cuts.uninstall()
         self.asked.uninstall()
         self.hooks.uninstall()
         self.numpy.uninstall()
@@ -342,6 +346,8 @@ class Tracer(TorchDispatchMode):
             self.hooks.backward = frame_site(frame) if frame is not None else None
             del frame
             self.asked.on_backward(roots, args[3] if len(args) > 3 else kwargs.get("inputs"), self.hooks.backward)
+            if self.cuts.cuts:
+                self.cuts.on_backward(roots, self.hooks.backward)
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"hooks: {type(exc).__name__}: {exc}")
         try:
@@ -558,6 +564,11 @@ class Tracer(TorchDispatchMode):
                 self.provenance.on_op(func, args, kwargs, out)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"provenance: {type(exc).__name__}: {exc}")
+        if self.cuts.marked:
+            try:
+                self.cuts.on_op(args, kwargs, out)
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
         return out
 
     def _write(self, func, spec, args, kwargs, fresh):
@@ -744,6 +755,7 @@ class Tracer(TorchDispatchMode):
                     del self.rebuilds[:-20]
                     if kind is _DETACH:
                         self.provenance.read_detached(out, frame)
+                        self.cuts.on_detach(out, args[0], sys._getframe(2))
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"special: {type(exc).__name__}: {exc}")
         return out
@@ -792,6 +804,8 @@ class Tracer(TorchDispatchMode):
             if finding is not None:
                 found.append(finding)
         found += self.hooks.findings() + self.asked.findings()
+        taken = {(f.site.path, f.site.line) for f in found}
+        found += [f for f in self.cuts.findings() if (f.site.path, f.site.line) not in taken]
         taken = {(f.site.path, f.site.line) for f in found}
         return found + self.untracked.findings(taken)
 
