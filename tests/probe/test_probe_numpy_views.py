@@ -81,3 +81,31 @@ def test_numpy_write_the_graph_does_not_use_is_not_reported(name, script, probe)
     result = probe(path, entry="run")
     assert result.status == "completed", result.detail
     assert result.findings == [], [f.message for f in result.findings]
+
+
+TRACED = """\
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+def run():
+    model = nn.Linear(4, 2)
+    batch = np.ones((3, 4), dtype=np.float32)
+    print("before the forward:", sys.gettrace() is not None)
+    loss = model(torch.from_numpy(batch)).sum()
+    print("saved by a live graph:", sys.gettrace() is not None)
+    loss.backward()
+    print("after backward:", sys.gettrace() is not None)
+"""
+
+
+def test_line_tracer_runs_only_while_a_watched_storage_matters(script, probe):
+    """The line tracer slows every Python call: it runs from the save of a NumPy batch to the backward."""
+    result = probe(script(TRACED), entry="run")
+    assert result.status == "completed", result.detail
+    assert result.stdout.split("\n")[:3] == ["before the forward: False", "saved by a live graph: True",
+                                             "after backward: False"], result.stdout
+    assert result.findings == []

@@ -287,7 +287,8 @@ class Tracer(TorchDispatchMode):
         self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
         self.hooks = GradientHooks(user, self.internal_errors)  # user hooks that write their gradient
         self.asked = AskedGradients(user, self.internal_errors)  # gradients asked for of tensors written in place
-        self.numpy = NumpyViews(user, self._numpy_write, self.internal_errors)  # writes through NumPy views
+        self.numpy = NumpyViews(user, self._numpy_write, self.pending.__contains__,  # writes through NumPy views
+                                self.internal_errors)
         self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
         self.ops = 0  # aten ops seen: none means the target only defined things
 
@@ -350,10 +351,13 @@ class Tracer(TorchDispatchMode):
                 self.cuts.on_backward(roots, self.hooks.backward)
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"hooks: {type(exc).__name__}: {exc}")
+        traced_lines = self.numpy.pause()
         try:
             with _pop_mode_temporarily():
                 return self._engine(roots, *args, **kwargs)
         finally:
+            if traced_lines:
+                self.numpy.resume(sys._getframe(1))
             self.hooks.backward = outer_backward
             realized, self.realized_now = self.realized_now, outer
             if realized:
@@ -410,7 +414,7 @@ class Tracer(TorchDispatchMode):
             if not is_output:
                 self.unnamed.append(rec)
             if key is not None and self.numpy.watched:
-                rec.fingerprint = self.numpy.fingerprint(key)
+                rec.fingerprint = self.numpy.on_saved(key, sys._getframe(1))
             if key is not None:
                 bucket = self.pending.get(key)
                 if bucket is None:
@@ -755,6 +759,8 @@ class Tracer(TorchDispatchMode):
                     del self.rebuilds[:-20]
                     if kind is _DETACH:
                         self.provenance.read_detached(out, frame)
+                        if args[0].grad_fn is not None:
+                            self.numpy.graph_view(out)
                         self.cuts.on_detach(out, args[0], sys._getframe(2))
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"special: {type(exc).__name__}: {exc}")
