@@ -21,14 +21,15 @@ from .model import Note, ProbeFinding, Site
 from .source import expression_at
 
 _Tensor = torch.Tensor
-_WRITTEN: dict = {}  # OpOverload -> indexes of the arguments its schema marks as written
+_WRITTEN: dict = {}  # OpOverload -> the arguments its schema marks as written
 
 
-def written_arguments(func) -> tuple[int, ...]:
+def written_arguments(func) -> tuple[tuple[int, str], ...]:
+    """(index, name) of the arguments the op's schema marks as written."""
     spec = _WRITTEN.get(func)
     if spec is None:
         try:
-            spec = tuple(i for i, a in enumerate(func._schema.arguments)
+            spec = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
                          if a.alias_info is not None and a.alias_info.is_write)
         except AttributeError:
             spec = ()
@@ -59,8 +60,8 @@ class _WatchGradients(TorchDispatchMode):
         self.writes: list[tuple[list[Site], str]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        for index in written_arguments(func):
-            t = args[index] if index < len(args) else None
+        for index, name in written_arguments(func):
+            t = args[index] if index < len(args) else (kwargs or {}).get(name)
             if isinstance(t, _Tensor) and t.untyped_storage()._cdata in self.storages:
                 sites, _ = frame_sites(sys._getframe(1), self.user, limit=1)
                 if sites:
@@ -160,5 +161,6 @@ class GradientHooks:
                 notes.append(Note(w.registered, "the hook is registered here"))
             if w.backward:
                 notes.append(Note(w.backward, "the backward() that runs the hook"))
-            found.append(ProbeFinding("GG108", "silent", w.site, message, notes=tuple(notes), op=w.op, count=w.count, backward=w.backward))
+            found.append(ProbeFinding("GG108", "silent", w.site, message, notes=tuple(notes), op=w.op, count=w.count,
+                                      backward=w.backward))
         return found
