@@ -30,6 +30,7 @@ from .source import expression_at
 
 _Tensor = torch.Tensor
 _KEPT = 256  # written tensors remembered (the oldest are forgotten first)
+_WAITING = 64  # gradients asked for that no backward has computed yet (they hold graph nodes)
 
 
 @dataclass
@@ -96,7 +97,11 @@ class AskedGradients:
         writes.append(Written(frame_site(frame), op, t.grad_fn))
         del writes[:-4]
         if t.retains_grad:
-            self.waiting.append(Asking("retain_grad", entry[0], [writes[-1]], None, None))
+            self._wait(Asking("retain_grad", entry[0], [writes[-1]], None, None))
+
+    def _wait(self, asking: Asking) -> None:
+        self.waiting.append(asking)
+        del self.waiting[:-_WAITING]
 
     def _forget(self, key: int):
         def forget(ref):
@@ -112,7 +117,7 @@ class AskedGradients:
         frame = user_frame(caller, self.user)
         asked = frame_site(frame) if frame is not None else None
         del frame
-        self.waiting.append(Asking(how, entry[0], list(entry[1]), t.grad_fn, asked))
+        self._wait(Asking(how, entry[0], list(entry[1]), t.grad_fn, asked))
 
     def on_backward(self, roots, inputs, backward: Site | None) -> None:
         for t in inputs or ():

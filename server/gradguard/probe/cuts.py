@@ -9,10 +9,10 @@ reported only when torch shows the harm:
    inputs to its outputs, as ``provenance`` does for values rebuilt from numbers);
 2. then a parameter upstream of the cut is *trained* -- an optimizer whose ``step()`` runs holds it,
    or the user's code reads ``.grad`` of it at a line that also reads a gradient that did arrive (a
-   hand-written update loop) -- and no backward since the cut (and since that optimizer's last step)
-   reached it.
+   hand-written update loop) -- and its ``.grad`` is None there: no backward since the gradients were
+   last cleared reached it (the forward used it only before the cut).
 
-Costs nothing before the first cut; ``busy`` turns the per-op propagation on.
+Costs nothing before the first cut; the per-op propagation runs only while a cut's result lives.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .frames import UserCode, frame_site, user_frame
-from .graph import leaves_of, walk
+from .graph import leaves_of
 from .model import Note, ProbeFinding, Site
 from .source import attribute_at, expression_at
 
@@ -59,14 +59,9 @@ class Cuts:
         self.errors = errors
         self.cuts: dict[tuple, Cut] = {}
         self.marked: dict[int, tuple[weakref.ref, tuple[Cut, ...]]] = {}
-        self.gradded: set[int] = set()  # ids of leaves some backward reached since their optimizer's step
         self.reads: dict[tuple, GradRead] = {}
         self.found: dict[tuple, ProbeFinding] = {}
         self._undo: list = []
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.marked)
 
     # -- installation --
 
@@ -151,11 +146,6 @@ class Cuts:
                 for cut in entry[1]:
                     if cut.fed is None:
                         cut.fed = backward
-        if any(not c.judged for c in self.cuts.values()):
-            for node, _ in walk(roots):
-                leaf = getattr(node, "variable", None)
-                if leaf is not None:
-                    self.gradded.add(id(leaf))
 
     def _on_step(self, optimizer, args, kwargs) -> None:
         try:
@@ -170,10 +160,9 @@ class Cuts:
                 if not trained:
                     continue  # not this optimizer's parameters (a GAN's other network, a frozen encoder)
                 cut.judged = True
-                starved = [held[i] for i in trained if i not in self.gradded]
+                starved = [held[i] for i in trained if held[i].grad is None]
                 if starved:
                     self._report(cut, starved, Note(step, "the optimizer step that trains them") if step else None)
-            self.gradded -= held.keys()
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"cuts: {type(exc).__name__}: {exc}")
 
@@ -186,7 +175,7 @@ class Cuts:
             read = self.reads[key] = GradRead(frame_site(caller))
         if grad is not None:
             read.some_arrived = True
-        elif id(t) not in self.gradded:
+        else:
             read.missing[id(t)] = weakref.ref(t)
         if read.some_arrived and read.missing:
             self._judge_read(read)
@@ -196,7 +185,7 @@ class Cuts:
         for cut in self.cuts.values():
             if cut.fed is None:
                 continue
-            starved = [r() for i, r in read.missing.items() if i in cut.upstream and i not in self.gradded]
+            starved = [r() for i, r in read.missing.items() if i in cut.upstream]
             starved = [p for p in starved if p is not None]
             if starved:
                 self._report(cut, starved, Note(read.site, "the update that reads their missing gradient"))

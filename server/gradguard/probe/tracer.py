@@ -803,6 +803,7 @@ class Tracer(TorchDispatchMode):
 
     def findings(self) -> list[ProbeFinding]:
         """Every conflict that mattered, plus the unexplained version errors.  Call after the run."""
+        self.asked.waiting.clear()  # the graph nodes they hold must not keep a graph "alive" below
         gc.collect()  # graphs kept alive only by reference cycles are dropped, like a long run would
         found = list(self.unexplained.values()) + list(self.graph_breaks.values())
         for c in self.conflicts.values():
