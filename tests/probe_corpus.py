@@ -14,34 +14,14 @@ FIXTURES = all_fixtures()
 
 # Silent positives the probe does not confirm yet, by why (issue 14, probe side).  Both the probe's fixture test
 # and the agreement test read this; an entry the probe starts confirming fails them (delete it then).
-_NUMPY = ("a write through a NumPy array never reaches torch's dispatcher; seeing it needs the saved-tensor "
-          "fingerprints of issue 14's probe side")
-_CUT = ("a `.detach()` that starves trained parameters is no write: the probe watches writes and saves, and "
-        "would have to follow which parameters a backward reaches")
-_ASKED = "the probe does not compare an asked-for gradient (retain_grad, hooks, autograd.grad) with the write"
-_HOOK = "the tracer is switched off during backward, where the hook writes the gradient"
 _REBIND = ("rebinding a name under no_grad is no write and no save: the probe would have to see that the leaf an "
            "optimizer or a `.grad` read expects is no longer the tensor the next backward runs through (when that "
            "backward raises, the probe reports the raise at the backward, not the rebinding)")
 PROBE_BLIND: dict[str, str] = {
-    **{f"GG102/{name}": _NUMPY for name in (
-        "pos_from_numpy_batch_normalized_before_backward", "pos_numpy_view_clip_activation",
-        "pos_numpy_view_mask_padding_loop", "pos_numpy_view_zero_negative_scores")},
-    **{f"GG103/{name}": _CUT for name in (
-        "pos_detach_layer_in_sequential", "pos_feature_helper_returns_data", "pos_forward_returns_data_of_output",
-        "pos_forward_returns_detached_features", "pos_head_fed_detached_backbone", "pos_helper_embed_detach",
-        "pos_manual_sgd_detached_hidden", "pos_rnn_cell_state_detached_each_step",
-        "pos_trainer_method_detached_latent", "pos_two_stage_forward_detach_between")},
-    **{f"GG107/{name}": _ASKED for name in (
-        "pos_autograd_grad_after_dropout_mask", "pos_embedding_scale_after_retain_grad",
-        "pos_hook_registered_after_clamp", "pos_saliency_retain_grad_relu_inplace")},
     **{f"GG109/{name}": _REBIND for name in (
         "pos_manual_sgd_rebind_guarded_grad", "pos_periodic_renorm_rebind_in_if",
         "pos_rebind_sole_param_next_backward_raises",
         "pos_trainer_projection_rebinds_self_weight", "pos_unit_norm_rebind_after_adam_step")},
-    **{f"GG108/{name}": _HOOK for name in (
-        "pos_backward_pre_hook_scales_grad_output", "pos_padding_grad_mask_def_hook",
-        "pos_residual_branch_clip_hook", "pos_two_heads_hook_scales_in_loop")},
 }
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 # On a GPU machine: GRADGUARD_PROBE_DEVICE=cuda python -m pytest tests/probe (same expectations).

@@ -100,8 +100,14 @@ def diagnostics(result: ProbeResult, display: str) -> list[ProbedDiagnostic]:
 
 def _confirmation(finding: ProbeFinding) -> str:
     first = (finding.torch_message or "").split(". Hint:")[0].split("\n")[0]
+    if finding.kind == "silent" and finding.code == "GG107":
+        return "backward() computed the gradient of the values after the in-place write (not the ones asked for)"
+    if finding.kind == "silent" and finding.code == "GG108":
+        return "the hook wrote, in place, a gradient tensor torch passes on without a copy"
     if finding.kind == "silent":
         return "backward() used the changed values without an error (wrong gradients)"
+    if finding.kind == "starved":
+        return "backward() ran, and trained parameters upstream of the cut got no gradient from it"
     if finding.kind == "pending":
         return "a tensor saved for backward was modified; the run ended before a backward used it"
     if finding.kind == "graph-break" and not first:

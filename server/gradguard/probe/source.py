@@ -91,6 +91,18 @@ def expression_at(site: Site | None) -> str | None:
     return shorten(_segment(site.path, chosen)) or None
 
 
+def attribute_at(site: Site | None, name: str) -> str | None:
+    """``x.name`` as written at ``site`` (an attribute read such as ``h.data`` is no call); None when not there."""
+    if site is None or not site.column or _tree(site.path) is None:
+        return None
+    start = (site.line, site.column - 1)
+    end = (site.end_line or site.line, site.end_column - 1 if site.end_column else site.column - 1)
+    found = [node for node in ast.walk(_tree(site.path))
+             if isinstance(node, ast.Attribute) and node.attr == name and _covers(node, start, end)]
+    chosen = min(found, key=_span, default=None)
+    return shorten(_segment(site.path, chosen)) if chosen is not None else None
+
+
 def _smallest(statement: ast.stmt, start, end, kinds) -> ast.AST | None:
     chosen = None
     for node in ast.walk(statement):

@@ -38,9 +38,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
 from torch.utils._python_dispatch import _pop_mode_temporarily
 
+from .asked import AskedGradients
+from .cuts import Cuts
 from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
+from .grad_hooks import GradientHooks
 from .model import Note, ProbeFinding, Saving, Site
+from .numpy_views import NumpyViews
 from .provenance import Provenance
 from .source import expression_at
 from .untracked import UntrackedWrites
@@ -178,7 +182,7 @@ class Saved:
     """One tensor autograd saved for backward."""
 
     __slots__ = ("serial", "key", "value", "version", "is_output", "node", "output_nr", "site", "op",
-                 "conflicts", "role", "made_by", "sequence_nr")
+                 "conflicts", "role", "made_by", "sequence_nr", "fingerprint")
 
     def __init__(self, serial, key, value, version, is_output, node, output_nr, site, op, role="input",
                  made_by=None, sequence_nr=None):
@@ -197,6 +201,7 @@ class Saved:
         # The sequence number of the autograd node that saved it: a node gets its number before it saves
         # anything, so it is the newest number when the pack hook runs.  Tells which graph holds the save.
         self.sequence_nr = sequence_nr
+        self.fingerprint: int | None = None  # a checksum of its bytes, for storages NumPy arrays share
 
     def saving(self) -> "tuple":
         """What a finding says about this save (a tuple: a record would keep the tensor alive)."""
@@ -239,6 +244,7 @@ class Conflict:
     backward: list[Site] = field(default_factory=list)
     torch_message: str | None = None
     realized_save: tuple | None = None  # Saved.saving() of the one a backward used first
+    through: str = "a write through `.data`"  # how a write that moves no version got past autograd
 
 
 @dataclass
@@ -279,6 +285,11 @@ class Tracer(TorchDispatchMode):
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
         self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
+        self.hooks = GradientHooks(user, self.internal_errors)  # user hooks that write their gradient
+        self.asked = AskedGradients(user, self.internal_errors)  # gradients asked for of tensors written in place
+        self.numpy = NumpyViews(user, self._numpy_write, self.pending.__contains__,  # writes through NumPy views
+                                self.internal_errors)
+        self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
         self.ops = 0  # aten ops seen: none means the target only defined things
 
     # -- installation --
@@ -293,9 +304,17 @@ class Tracer(TorchDispatchMode):
         self._engine = torch.autograd._engine_run_backward
         torch.autograd._engine_run_backward = self._backward
         self.provenance.install()
+        self.numpy.install()
+        self.hooks.install()
+        self.asked.install()
+        self.cuts.install()
         return entered
 
     def __exit__(self, *exc):
+        self.cuts.uninstall()
+        self.asked.uninstall()
+        self.hooks.uninstall()
+        self.numpy.uninstall()
         self.provenance.uninstall()
         torch.autograd._engine_run_backward = self._engine
         try:
@@ -322,10 +341,24 @@ class Tracer(TorchDispatchMode):
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
         outer, self.realized_now = self.realized_now, []
+        outer_backward = self.hooks.backward
+        try:
+            frame = self._user_frame(sys._getframe(1))
+            self.hooks.backward = frame_site(frame) if frame is not None else None
+            del frame
+            self.asked.on_backward(roots, args[3] if len(args) > 3 else kwargs.get("inputs"), self.hooks.backward)
+            if self.cuts.cuts:
+                self.cuts.on_backward(roots, self.hooks.backward)
+        except Exception as exc:  # noqa: BLE001
+            self.internal_errors.append(f"hooks: {type(exc).__name__}: {exc}")
+        traced_lines = self.numpy.pause()
         try:
             with _pop_mode_temporarily():
                 return self._engine(roots, *args, **kwargs)
         finally:
+            if traced_lines:
+                self.numpy.resume(sys._getframe(1))
+            self.hooks.backward = outer_backward
             realized, self.realized_now = self.realized_now, outer
             if realized:
                 try:
@@ -380,6 +413,8 @@ class Tracer(TorchDispatchMode):
                         _next_sequence_nr() - 1)
             if not is_output:
                 self.unnamed.append(rec)
+            if key is not None and self.numpy.watched:
+                rec.fingerprint = self.numpy.on_saved(key, sys._getframe(1))
             if key is not None:
                 bucket = self.pending.get(key)
                 if bucket is None:
@@ -416,7 +451,29 @@ class Tracer(TorchDispatchMode):
             raise RuntimeError(message)
         if rec.conflicts:
             self._realize(rec, "silent", None)
+        if rec.fingerprint is not None:
+            self._compare_fingerprint(rec)
         return value
+
+    def _compare_fingerprint(self, rec: Saved) -> None:
+        """Signal (b): the saved bytes changed with no write the probe could name (the line tracer checks
+        NumPy views before each line of the user's code; this catches what it could not see)."""
+        if self.numpy.fingerprint(rec.key) in (rec.fingerprint, None) or any(
+                c.realized == "silent" for c, _ in rec.conflicts or ()):
+            return
+        backward, _ = frame_sites(sys._getframe(1), self.user)
+        saved_at = code_site(*rec.site) if rec.site else None
+        key = (rec.site, backward[0] if backward else None, "fingerprint")
+        if key in self.unexplained or not backward:
+            return
+        at = f" at line {saved_at.line}" if saved_at else ""
+        notes = (Note(saved_at, f"saved for backward here{_by(saved_at, rec.op)}"),) if saved_at else ()
+        self.unexplained[key] = ProbeFinding(
+            "GG102", "silent", backward[0],
+            f"backward() reads a tensor saved for backward{at} whose memory changed after it was saved, through "
+            "a NumPy array that shares it (torch's version counter does not see such writes): the gradients are "
+            "computed from the changed values", notes=notes, callers=tuple(backward[1:]),
+            saves=(Saving(saved_at, rec.op, rec.role, rec.made_by),), backward=backward[0])
 
     def _torch_message(self, rec: Saved) -> str:
         """What torch's SavedVariable::unpack says when the version moved (it does not check when
@@ -511,11 +568,17 @@ class Tracer(TorchDispatchMode):
                 self.provenance.on_op(func, args, kwargs, out)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"provenance: {type(exc).__name__}: {exc}")
+        if self.cuts.marked:
+            try:
+                self.cuts.on_op(args, kwargs, out)
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
         return out
 
     def _write(self, func, spec, args, kwargs, fresh):
         hits = []
         untracked = []
+        recorded = []  # tensors with a history, written with grad mode on: autograd records the write
         try:
             for index, name, kwarg_only in spec:
                 value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
@@ -536,6 +599,11 @@ class Tracer(TorchDispatchMode):
                         recs = [r for r in bucket.values() if fresh is None or r not in fresh]
                         if recs:
                             hits.append((t, geometry_of(t), recs))
+                    try:
+                        if torch.is_grad_enabled() and t.grad_fn is not None:
+                            recorded.append(t)
+                    except RuntimeError:  # a view made under no_grad, written in grad mode: GG105 raises
+                        pass
                     # Not recorded by autograd: no_grad, or an alias (`.data`, `.detach()`) that does not
                     # require grad.  A leaf that requires grad (a parameter) has no graph history to go stale.
                     if not recs:
@@ -554,6 +622,15 @@ class Tracer(TorchDispatchMode):
                 self._conflict(func, hits)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"conflict: {type(exc).__name__}: {exc}")
+        if recorded:
+            try:
+                frame = self._user_frame(sys._getframe(2))
+                if frame is not None:
+                    for t in recorded:
+                        self.asked.on_write(t, frame, _op_name(func))
+                    del frame
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"asked: {type(exc).__name__}: {exc}")
         if untracked and _op_name(func).endswith("_"):  # an in-place op (not BatchNorm's running stats)
             try:
                 frame = self._user_frame_outside_optimizers(sys._getframe(2))
@@ -583,6 +660,22 @@ class Tracer(TorchDispatchMode):
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
 
+    def _numpy_write(self, storage, site: Site) -> None:
+        """A NumPy array wrote ``storage`` at the user's line ``site`` (seen by its checksum)."""
+        self.untracked.on_numpy_write(storage, site)
+        bucket = self.pending.get(storage._cdata)
+        if not bucket:
+            return
+        recs = list(bucket.values())
+        key = ("numpy", site.path, site.line, site.column)
+        conflict = self.conflicts.get(key)
+        if conflict is None:
+            conflict = self.conflicts[key] = Conflict(
+                op="numpy", sites=[site], code_hint="GG102", origins=[], first=recs[0], first_overlaps=True,
+                through="a write through a NumPy array that shares its memory")
+        conflict.count += 1
+        self._link(conflict, [(None, None, recs)])
+
     def _conflict(self, func, hits) -> None:
         sites, inner = frame_sites(sys._getframe(3), self.user)
         if not sites:
@@ -598,14 +691,20 @@ class Tracer(TorchDispatchMode):
                 first_overlaps=overlaps(geometry, geometry_of(recs[0].value)))
         del inner
         conflict.count += 1
+        self._link(conflict, hits)
+
+    @staticmethod
+    def _link(conflict: Conflict, hits) -> None:
+        """Attach ``conflict`` to the saved tensors it hit (a geometry of None: the whole storage)."""
         for _, geometry, recs in hits:
             for rec in recs:
+                written = geometry if geometry is not None else geometry_of(rec.value)
                 if rec.conflicts is None:
-                    rec.conflicts = [(conflict, geometry)]
+                    rec.conflicts = [(conflict, written)]
                 elif any(c is conflict for c, _ in rec.conflicts):
                     continue
                 else:
-                    rec.conflicts.append((conflict, geometry))
+                    rec.conflicts.append((conflict, written))
                 conflict.alive += 1
                 saving = rec.saving()
                 if len(conflict.saves) < 3 and saving not in conflict.saves:
@@ -660,6 +759,9 @@ class Tracer(TorchDispatchMode):
                     del self.rebuilds[:-20]
                     if kind is _DETACH:
                         self.provenance.read_detached(out, frame)
+                        if args[0].grad_fn is not None:
+                            self.numpy.graph_view(out)
+                        self.cuts.on_detach(out, args[0], sys._getframe(2))
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"special: {type(exc).__name__}: {exc}")
         return out
@@ -701,12 +803,16 @@ class Tracer(TorchDispatchMode):
 
     def findings(self) -> list[ProbeFinding]:
         """Every conflict that mattered, plus the unexplained version errors.  Call after the run."""
+        self.asked.waiting.clear()  # the graph nodes they hold must not keep a graph "alive" below
         gc.collect()  # graphs kept alive only by reference cycles are dropped, like a long run would
         found = list(self.unexplained.values()) + list(self.graph_breaks.values())
         for c in self.conflicts.values():
             finding = self._finding(c)
             if finding is not None:
                 found.append(finding)
+        found += self.hooks.findings() + self.asked.findings()
+        taken = {(f.site.path, f.site.line) for f in found}
+        found += [f for f in self.cuts.findings() if (f.site.path, f.site.line) not in taken]
         taken = {(f.site.path, f.site.line) for f in found}
         return found + self.untracked.findings(taken)
 
@@ -746,8 +852,7 @@ class Tracer(TorchDispatchMode):
             kind, severity = "silent", "error"
             where = f" at line {c.backward[0].line}" if c.backward else ""
             message = (f"{writer} changes a tensor saved for backward{saved_by}{at} without bumping its version "
-                       f"(a write through `.data`): backward(){where} silently uses the new values, so the gradients "
-                       "are wrong")
+                       f"({c.through}): backward(){where} silently uses the new values, so the gradients are wrong")
             if c.backward:
                 notes.append(Note(c.backward[0], "backward() reads the changed tensor here"))
         else:

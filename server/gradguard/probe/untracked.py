@@ -27,6 +27,7 @@ from .source import expression_at
 _Tensor = torch.Tensor
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _KEPT = 256  # untracked writes remembered (the oldest are forgotten first)
+_NUMPY_VIEW = "a NumPy array that shares its memory (made by .numpy() or torch.from_numpy)"
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Write:
 
     site: Site
     op: str
-    how: str  # "under no_grad" | "through an alias"
+    how: str  # "under no_grad" | "through an alias" | "through NumPy"
     sequence_nr: int  # the next autograd node's number when the write ran
     storage: Any  # a weak reference to the written storage (its address may be reused once it is freed)
     call: tuple  # (id of the user's frame, its instruction): a read in the same call is the library's own
@@ -58,9 +59,15 @@ class UntrackedWrites:
 
     def on_write(self, storage, frame, op: str, grad_enabled: bool) -> None:
         """``storage`` was written without autograd recording it, by the user's ``frame`` (or a call in it)."""
+        how = "through an alias" if grad_enabled else "under no_grad"
+        self._record(storage, frame_site(frame), (id(frame), frame.f_lasti), op, how)
+
+    def on_numpy_write(self, storage, site: Site) -> None:
+        """``storage`` was written through a NumPy array sharing its memory, by the user's line ``site``."""
+        self._record(storage, site, ("numpy", site.path, site.line), "numpy", "through NumPy")
+
+    def _record(self, storage, site: Site, call: tuple, op: str, how: str) -> None:
         key = storage._cdata
-        site = frame_site(frame)
-        call = (id(frame), frame.f_lasti)
         known = self.writes.pop(key, None)
         if known is not None and known.storage() is storage and (known.site.path, known.site.line) == (
                 site.path, site.line):
@@ -68,8 +75,7 @@ class UntrackedWrites:
             known.count += 1
             self.writes[key] = known
             return
-        self.writes[key] = Write(site, op, "through an alias" if grad_enabled else "under no_grad",
-                                 _next_sequence_nr(), weakref.ref(storage), call)
+        self.writes[key] = Write(site, op, how, _next_sequence_nr(), weakref.ref(storage), call)
         if len(self.writes) > _KEPT:
             del self.writes[next(iter(self.writes))]
 
@@ -118,7 +124,8 @@ class UntrackedWrites:
                 continue
             said = expression_at(write.site)
             what = f"`{said}`" if said else f"in-place `{write.op}`"
-            how = ("under no_grad" if write.how == "under no_grad" else _alias_kind(said))
+            how = {"under no_grad": "under no_grad", "through NumPy": f"through {_NUMPY_VIEW}"}.get(
+                write.how) or _alias_kind(said)
             read_at = f" at line {write.read.line}" if write.read else ""
             backward_at = f" at line {write.backward.line}" if write.backward else ""
             message = (f"{what} changes a tensor of the autograd graph {how}, so autograd does not record it: the "

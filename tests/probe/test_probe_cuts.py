@@ -1,0 +1,80 @@
+"""Issue 14, signal 4: a `.detach()`/`.data` whose result feeds a backward that gives trained parameters
+upstream of it no gradient (GG103 "starved").  Intended cuts (a frozen encoder, a target network, a
+stop-gradient beside the live path) are not reported.  Each program is first run with torch: the trunk
+gets no gradient (positives) or its parameters are untrained or get one (negatives)."""
+
+from __future__ import annotations
+
+import runpy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+PROGRAM = """\
+import torch
+import torch.nn as nn
+
+
+def run():
+    torch.manual_seed(0)
+    trunk, head, target = nn.Linear(4, 6), nn.Linear(6, 1), nn.Linear(4, 6)
+    x = torch.randn(5, 4)
+    {optimizer}
+    h = trunk(x)
+    feats = {cut}
+    loss = head(feats).pow(2).sum()
+    loss.backward()
+    {step}
+    return [p.grad for p in trunk.parameters()]
+"""
+CUT, BACKWARD, STEP = 11, 13, 14
+BOTH = "opt = torch.optim.SGD([*trunk.parameters(), *head.parameters()], lr=0.1)"
+HEAD_ONLY = "opt = torch.optim.SGD(head.parameters(), lr=0.1)"
+MANUAL = """with torch.no_grad():
+        for p in [*trunk.parameters(), *head.parameters()]:
+            if p.grad is not None:
+                p -= 0.1 * p.grad"""
+# name -> (optimizer, cut, step, the related line: the step, or the update that reads .grad)
+POSITIVES = {
+    "detach_trained_by_optimizer": (BOTH, "h.detach()", "opt.step()", STEP),
+    "data_trained_by_optimizer": (BOTH, "torch.tanh(h).data", "opt.step()", STEP),
+    "detach_trained_by_hand": ("pass", "h.detach()", MANUAL, STEP + 2),
+}
+NEGATIVES = {
+    "frozen_trunk": (HEAD_ONLY, "h.detach()", "opt.step()"),
+    "target_network": (BOTH, "h + target(x).detach()", "opt.step()"),
+    "stop_gradient_beside_the_live_path": (BOTH, "h * h.detach()", "opt.step()"),
+    "detach_without_training": ("pass", "h.detach()", "pass"),
+    # The trunk got its gradient from an earlier backward before the cut.
+    "trained_by_an_earlier_backward": (BOTH + "; trunk(x).pow(2).sum().backward()", "h.detach()", "opt.step()"),
+}
+
+
+def _program(script, name, optimizer, cut, step):
+    return script(PROGRAM.format(optimizer=optimizer, cut=cut, step=step), name=f"{name}.py")
+
+
+@pytest.mark.parametrize("name", POSITIVES)
+def test_cut_starving_trained_parameters_is_reported(name, script, probe):
+    optimizer, cut, step, related = POSITIVES[name]
+    path = _program(script, name, optimizer, cut, step)
+    assert runpy.run_path(str(path))["run"]() == [None, None], "torch: the trunk gets no gradient"
+    result = probe(path, entry="run")
+    assert result.status == "completed", result.detail
+    [finding] = result.findings
+    assert (finding.code, finding.kind, finding.site.line) == ("GG103", "starved", CUT)
+    assert finding.message.startswith(f"`{cut}` cuts the graph: 2 trained parameter tensor(s)"), finding.message
+    assert sorted(n.site.line for n in finding.notes) == [BACKWARD, related]
+    assert not result.sandbox.get("tracer_errors")
+
+
+@pytest.mark.parametrize("name", NEGATIVES)
+def test_intended_cut_is_not_reported(name, script, probe):
+    path = _program(script, name, *NEGATIVES[name])
+    grads = runpy.run_path(str(path))["run"]()
+    trained = NEGATIVES[name][0].startswith(BOTH)
+    assert all(g is not None for g in grads) if trained else grads == [None, None], "torch"
+    result = probe(path, entry="run")
+    assert result.status == "completed", result.detail
+    assert result.findings == [], [f.message for f in result.findings]
