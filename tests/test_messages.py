@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gradguard.messages import Line, Message
-from gradguard.notebooks import analyze_notebook
+from gradguard.api import analyze_notebook
 from test_notebooks import notebook
 
 
