@@ -1,6 +1,6 @@
 """The gradguard package's imports, read from the AST: the module-level import graph has no cycle; a function
 imports a gradguard module only where listed below with its reason; and counting those function-level imports
-too, the only cycles are the ones listed in ``HIDDEN_CYCLES`` (debt, each to be removed, never added to)."""
+too, there is no cycle either (``HIDDEN_CYCLES`` stays empty)."""
 
 from __future__ import annotations
 
@@ -20,16 +20,10 @@ DEFERRED = {
     "gradguard.output": "the rule registry pulls in the engine: only output formats that list rules load it",
     "gradguard.docs": "the rule registry pulls in the engine: only when rule docs are generated",
     "gradguard.result_cache": "the knowledge table and jedi only when a cache key needs them",
-    "gradguard.api": "HIDDEN_CYCLES",
-    "gradguard.notebooks": "HIDDEN_CYCLES",
 }
 
-# Cycles that function-level imports hide today (debt: each is to be removed, none added).
-HIDDEN_CYCLES = [
-    ["gradguard.api", "gradguard.notebooks", "gradguard.api"],  # api dispatches .ipynb; notebooks analyses cells
-    ["gradguard.api", "gradguard.notebooks", "gradguard.fixing", "gradguard.api"],
-    ["gradguard.cli", "gradguard.probe.cli", "gradguard.cli"],  # probe.cli raises cli.UsageError
-]
+# Cycles that function-level imports hide: none (api <-> notebooks and cli <-> probe.cli were the last; keep it so).
+HIDDEN_CYCLES: list[list[str]] = []
 
 
 def module_name(path: Path) -> str:

@@ -10,7 +10,7 @@ import pytest
 from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.messages import Line, Message
-from gradguard.notebooks import analyze_notebook
+from gradguard.api import analyze_notebook
 from test_notebooks import notebook
 
 

@@ -15,7 +15,9 @@ import pytest
 
 from gradguard.cli import main
 from gradguard.diagnostics import Diagnostic
-from gradguard.notebooks import Notebook, Program, analyze_notebook, make_cell
+from gradguard.api import analyze_notebook, analyze_program
+from gradguard.fixing import fix_notebook
+from gradguard.notebooks import Notebook, Program, make_cell
 from test_output_formats import JSON_V1_SCHEMA, sarif_validator
 
 FIXTURE = Path(__file__).parent / "notebooks" / "cross_cell.ipynb"
@@ -143,8 +145,6 @@ def test_torch_raises_in_cell_6_because_of_cell_5():
 
 def test_fixed_notebook_runs_clean(tmp_path):
     pytest.importorskip("torch")
-    from gradguard.notebooks import fix_notebook
-
     path = shutil.copy(FIXTURE, tmp_path / "nb.ipynb")
     outcome = fix_notebook(Path(path), "nb.ipynb")
     assert outcome.changed and outcome.result.diagnostics == []
@@ -223,8 +223,6 @@ def test_fix_edits_only_the_cell_source(gg, tmp_path):
 
 
 def test_fix_keeps_string_sources_and_other_layouts(tmp_path):
-    from gradguard.notebooks import fix_notebook
-
     nb = notebook(("code", "import torch\nw = torch.randn(3, requires_grad=True)\n"),
                   ("code", "h = torch.sigmoid(w)\n%time h += 1\nh.sum().backward()"))
     nb["cells"][1]["source"] = "".join(nb["cells"][1]["source"])  # a string, not a list of lines
@@ -277,7 +275,6 @@ def test_the_per_document_cache_serves_notebooks_after_a_cell_grows():
     """The language server keeps one cache per notebook: lines added to an early cell move the later cells'
     findings (mapped back to their cells) exactly as a fresh analysis places them."""
     from gradguard import engine
-    from gradguard.notebooks import analyze_program
 
     nb = json.loads(FIXTURE.read_text(encoding="utf-8"))
     sources = Notebook(nb, json.dumps(nb)).sources()

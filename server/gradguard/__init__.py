@@ -4,6 +4,7 @@ Layers, each depending only on the ones above it:
 
     knowledge   what torch saves for backward, which ops are in-place/views (generated from torch)
     parsing     bytes -> text -> ``ast`` module, with a cheap prefilter
+    statements  where statements nest in an ``ast`` tree (every walker of blocks asks it)
     inference   tensor dataflow over one function: which names are tensors, leaves, views, saved
     rules       one file per rule: turns dataflow events into findings
     api         the single analysis entry point used by the CLI and the language server

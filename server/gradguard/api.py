@@ -1,5 +1,7 @@
 """The one analysis API.  The CLI, the language server and the tests all call these.
 
+``analyze_source`` analyses Python, ``analyze_notebook`` a notebook's code cells as one program (``notebooks``
+maps its findings back to cells), ``analyze_bytes`` and ``analyze_path`` pick by the file name.
 ``analyze_source`` never raises for bad input: unreadable bytes, binary data and
 syntax errors come back as a single diagnostic with ``FileResult.error`` set.
 """
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import bounds, parsing
+from . import bounds, notebooks, parsing
 from .baseline import fingerprinted
 from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
@@ -141,8 +143,36 @@ def analyze_path(path: Path, config: Config | None = None, display_path: str | N
 
 def analyze_bytes(data: bytes, path: str, config: Config | None = None) -> FileResult:
     """Analyse a file's bytes: a notebook when ``path`` ends in ``.ipynb``, else Python source."""
-    from .notebooks import analyze_notebook, is_notebook  # imported here: notebooks imports this module
-
-    if is_notebook(path):
+    if notebooks.is_notebook(path):
         return analyze_notebook(data, path, config)
     return analyze_source(data, path, config)
+
+
+def analyze_program(program: notebooks.Program, path: str, config: Config | None = None, cache: dict | None = None
+                    ) -> tuple[FileResult, list[Diagnostic]]:
+    """The analysis of a notebook's ``program`` mapped to cells, and the program-position diagnostics it came
+    from (their messages already name cells)."""
+    config = config or Config()
+    result = analyze_source(program.text, path, config, cache, program.line_name) if program.text.strip() else (
+        FileResult(path))
+    return notebooks.map_result(program, result, config), list(result.diagnostics)
+
+
+def analyze_notebook(source: str | bytes | Path, path: str | None = None, config: Config | None = None,
+                     cache: dict | None = None) -> FileResult:
+    """Analyse a notebook given as a path, or as its bytes/text (then ``path`` is the name to report)."""
+    if isinstance(source, Path):
+        shown = path or str(source)
+        try:
+            source = source.read_bytes()
+        except OSError as exc:
+            return _input_problem(shown, UNREADABLE, f"cannot read file: {exc.strerror or exc}")
+    else:
+        shown = path or "<notebook>"
+    try:
+        notebook = notebooks.Notebook.loads(source)
+    except notebooks.NotebookError as exc:
+        return _input_problem(shown, UNREADABLE, str(exc))
+    if notebook.language() != "python":
+        return FileResult(shown)
+    return analyze_program(notebook.program(), shown, config, cache)[0]

@@ -29,6 +29,7 @@ from . import __version__
 from . import baseline as baselines
 from .config import Config, ConfigError, check_codes, load_config, load_config_file, parse_severity
 from .diagnostics import Diagnostic, FileResult, Severity
+from .errors import UsageError
 from .files import MissingPath, Target, discover
 from .fixes import unavailable as fixes_unavailable
 from .output import FORMATS, catalog, render
@@ -38,10 +39,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .fixing import FixRun
 
 PROGRESS_MIN_FILES = 20
-
-
-class UsageError(Exception):
-    """Something the user asked for cannot be done; exits 2 with the message."""
 
 
 # --- arguments ---------------------------------------------------------------
@@ -308,7 +305,7 @@ def _check(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot run the probe: {exc}") from None
     fixing = None
     if args.fix or args.diff:
-        from .notebooks import run_fixes  # .py files go to fixing; notebooks have their cells fixed
+        from .fixing import run_fixes  # .py files have their text fixed; notebooks their cells
 
         fixing = run_fixes(results, files, config, args.unsafe_fixes, not args.diff)
         results = fixing.results
@@ -401,7 +398,7 @@ def _write_baseline(args: argparse.Namespace, results: list[FileResult], files: 
 
 
 def _fixing(run: FixRun | None) -> text_output.Fixing | None:
-    """The closing line's account of a ``notebooks.run_fixes`` run."""
+    """The closing line's account of a ``fixing.run_fixes`` run."""
     if run is None:
         return None
     return text_output.Fixing(run.write, run.fixed, run.files_changed, run.unsafe_left, run.write_failures)

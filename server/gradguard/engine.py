@@ -21,7 +21,7 @@ from .inference.events import Conflict, Finding, GradRead, Mutation, Sink
 from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
-from . import parsing
+from . import parsing, statements
 from .inference.values import ModuleValue, copy_values
 from .knowledge import load_knowledge
 from .messages import Message
@@ -265,15 +265,14 @@ def _units(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo
     stack: list[tuple[ast.AST, ast.ClassDef | None]] = [(tree, None)]
     while stack:
         node, owner = stack.pop()
-        for field in ("body", "orelse", "finalbody", "handlers", "cases"):  # statements only: cheaper than a walk
-            for child in getattr(node, field, None) or ():
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield child, owner
-                    stack.append((child, None))
-                elif isinstance(child, ast.ClassDef):
-                    stack.append((child, child))
-                else:
-                    stack.append((child, owner))
+        for child in statements.nested(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield child, owner
+                stack.append((child, None))
+            elif isinstance(child, ast.ClassDef):
+                stack.append((child, child))
+            else:
+                stack.append((child, owner))
 
 
 def _candidate_units(units, lines: list[str]) -> set:
@@ -364,10 +363,10 @@ class _ModuleEnvironment:
 _TRAINS = re.compile(r"\.\s*(?:backward|step|grad)\b")
 
 
-def _bound_names(statements: list[ast.stmt]) -> set[str]:
+def _bound_names(body: list[ast.stmt]) -> set[str]:
     """Names the module's top level assigns (imports excluded: they are resolved as imports)."""
     names: set[str] = set()
-    for stmt in statements:
+    for stmt in body:
         targets = []
         if isinstance(stmt, ast.Assign):
             targets = stmt.targets
@@ -378,7 +377,7 @@ def _bound_names(statements: list[ast.stmt]) -> set[str]:
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
             targets = [i.optional_vars for i in stmt.items if i.optional_vars is not None]
         elif isinstance(stmt, (ast.If, ast.Try)):
-            names |= _bound_names([*stmt.body, *stmt.orelse, *getattr(stmt, "finalbody", [])])
+            names |= _bound_names([s for _, block in statements.blocks(stmt) for s in block])
         for target in targets:
             names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
     return names

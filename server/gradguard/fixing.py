@@ -3,20 +3,23 @@
 The fixes chosen and the passes made are the planner's (``fixes.plan.run``, with the analysis of
 ``api.analyze_source`` as its re-analysis): this module only reads and writes files.  Text whose fixed
 version would not parse is left exactly as it was, with a message.  The result converges: running it again
-changes nothing.  Notebooks use the same planner on the text of their cells (``notebooks.fix_notebook``).
+changes nothing.  Notebooks use the same planner on the text of their cells (``fix_notebook``: the program
+their code cells make is planned on, and each pass's edits are mapped back into the cells).
 """
 
 from __future__ import annotations
 
 import io
 import tokenize
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import notebooks as nb
 from . import parsing
-from .api import analyze_source
+from .api import analyze_notebook, analyze_program, analyze_source
 from .config import Config
-from .diagnostics import FileResult
+from .diagnostics import Diagnostic, FileResult, Fix
 from .fixes import plan
 from .fixes.edits import unified_diff
 
@@ -100,6 +103,121 @@ def fix_path(path: Path, display: str, config: Config | None = None, unsafe: boo
     return outcome
 
 
+# --- notebooks -----------------------------------------------------------------
+
+
+class CellsPlan:
+    """The fix planner's view of a notebook: the program its code cells make is the text planned on
+    (``fixes.plan.run``); this only maps each pass's edits back into the cells and rebuilds the program.
+
+    ``only_cell``: offer only the fixes whose edits all lie in that cell (an editor's "Fix all" of one cell).
+    Every program met is kept by its text, so ``program(plan.text)`` is the notebook the plan ends with."""
+
+    def __init__(self, cells: list[tuple[str, str]], path: str, config: Config | None = None,
+                 only_cell: int | None = None, cache: dict | None = None):
+        program = nb.Program.from_cells(cells)
+        self.path, self.config, self.only_cell, self.cache = path, config, only_cell, cache
+        self._programs: dict[str, tuple[nb.Program, list[tuple[str, str]]]] = {program.text: (program, list(cells))}
+        self._results: dict[str, tuple[FileResult, list[Diagnostic]]] = {}
+        self.text = program.text
+
+    def program(self, text: str) -> nb.Program:
+        return self._programs[text][0]
+
+    def result(self, text: str) -> tuple[FileResult, list[Diagnostic]]:
+        """The analysis of ``text`` mapped to cells, and in program positions."""
+        if text not in self._results:
+            self._results[text] = analyze_program(self.program(text), self.path, self.config, self.cache)
+        return self._results[text]
+
+    def analyse(self, text: str) -> plan.Analysis:
+        program, (_, raw) = self.program(text), self.result(text)
+        candidates = []
+        for d in raw:
+            mapped = nb.map_fix(program, d.fix)
+            if mapped is not None and (self.only_cell is None or all(e.cell == self.only_cell for e in mapped.edits)):
+                candidates.append(plan.Candidate(d.fix, d.line))
+        return plan.Analysis(tuple(candidates), len(raw))
+
+    def apply(self, text: str, fixes: Sequence[Fix]) -> str:
+        program, sources = self._programs[text]
+        new_sources = nb.apply_to_cells(program, list(fixes))
+        if new_sources is None:
+            raise plan.PassRefused("a fix edits a line that is not Python in its cell")
+        broken = [n for n, cell_text in new_sources.items() if nb.make_cell(n, cell_text).problem is not None]
+        if broken:
+            titles = "; ".join(f.title for f in fixes)
+            raise plan.PassRefused(f"the fixed cell {broken[0]} would not parse ({titles})")
+        cells = [(kind, new_sources.get(n, source)) for n, (kind, source) in enumerate(sources, start=1)]
+        new = nb.Program.from_cells(cells)
+        self._programs[new.text] = (new, cells)
+        return new.text
+
+    def run(self, unsafe: bool) -> plan.Plan:
+        return plan.run(self.text, self.analyse, unsafe, apply=self.apply, unit="notebook")
+
+
+def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe: bool = False,
+                 write: bool = True, result: FileResult | None = None):
+    """Fix one notebook's cells until no allowed fix is left (like ``fixing.fix_path``, whose rule for a
+    file that cannot be read or written back holds here too)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return NotebookFixOutcome(display, "", "", result or FileResult(display), 0,
+                                  [f"{display}: cannot read the notebook to fix it: {exc.strerror or exc}"],
+                                  write_failed=True)
+    try:
+        notebook = nb.Notebook.loads(data)
+    except nb.NotebookError:
+        return NotebookFixOutcome(display, "", "", result or analyze_notebook(data, display, config))
+    cells = CellsPlan(notebook.sources(), display, config)
+    first = cells.result(cells.text)[0]
+    if notebook.upgraded:
+        problem = f"{display}: an nbformat 3 notebook is not rewritten; save it as nbformat 4 first"
+        return NotebookFixOutcome(display, "", "", first, 0, [problem], len(first.diagnostics))
+    done = cells.run(unsafe)
+    problems = [f"{display}: {p}" for p in done.problems]
+    original = {c.number: c.source for c in cells.program(done.original).cells}
+    program = cells.program(done.text)
+    fixed = {c.number: c.source for c in program.cells}
+    for cell in program.cells:
+        if cell.source != original[cell.number]:
+            notebook.set_source(cell.number, cell.source)
+    before, after = _cells_text(original), _cells_text(fixed)
+    outcome = NotebookFixOutcome(display, before, after, cells.result(done.text)[0], len(done.applied), problems,
+                                 len(first.diagnostics))
+    outcome.cells_before, outcome.cells_after = original, fixed
+    if write and outcome.changed:
+        try:
+            path.write_text(notebook.dumps(), encoding="utf-8", newline="")
+        except OSError as exc:
+            problems.append(f"{display}: cannot write the fixed notebook: {exc.strerror or exc}")
+            return NotebookFixOutcome(display, before, before, result or first, 0, problems,
+                                      len(first.diagnostics), write_failed=True)
+    return outcome
+
+
+def _cells_text(cells: dict[int, str]) -> str:
+    return "".join(f"# cell {n}\n{text}\n" for n, text in sorted(cells.items()))
+
+
+@dataclass
+class NotebookFixOutcome(FixOutcome):
+    """A ``FixOutcome`` whose diff is per cell: ``a/nb.ipynb:cell 5``."""
+
+    cells_before: dict[int, str] = field(default_factory=dict)
+    cells_after: dict[int, str] = field(default_factory=dict)
+
+    def diff(self) -> str:
+        before, after = self.cells_before, self.cells_after
+        return "".join(
+            unified_diff(before[n] + "\n", after.get(n, "") + "\n", f"{self.path}:cell {n}")
+            for n in sorted(before)
+            if before[n] != after.get(n, before[n])
+        )
+
+
 @dataclass
 class FixRun:
     """What ``--fix``/``--diff`` did over many files."""
@@ -141,14 +259,16 @@ class FixRun:
 
 def run_fixes(results: list[FileResult], paths: dict[str, Path], config: Config | None, unsafe: bool,
               write: bool) -> FixRun:
-    """Fix the files among ``results`` (keyed by display path in ``paths``) that have an allowed fix."""
+    """Fix the files among ``results`` (keyed by display path in ``paths``) that have an allowed fix: a
+    notebook's cells, a Python file's text."""
     run = FixRun([], unsafe=unsafe, write=write)
     for result in results:
         path = paths.get(result.path)
         if path is None or result.error is not None or not fixable(result, unsafe):
             run.results.append(result)
             continue
-        outcome = fix_path(path, result.path, config, unsafe, write, result)
+        fix = fix_notebook if nb.is_notebook(result.path) else fix_path
+        outcome = fix(path, result.path, config, unsafe, write, result)
         run.outcomes.append(outcome)
         run.results.append(outcome.result)
     return run

@@ -27,8 +27,10 @@ cell counting every cell (markdown too, so ``cells[cell - 1]`` in the file) and 
 cell's own lines; related locations and fix edits carry their own cell.  Messages name lines as "line 2 of
 cell 6": their templates (``messages.Message``) are rendered with ``Program.line_name``.
 
-``fix_notebook`` applies fixes to the cell sources only: outputs, metadata, ids and the JSON layout (indent,
-key order, trailing newline, list-or-string sources) are left as they were.
+This module reads notebooks and maps positions between cells and the program; it analyses nothing, so that
+``api`` (``analyze_notebook``, ``analyze_program``) and ``fixing`` (``fix_notebook``, ``CellsPlan``) can use it
+one way.  ``fixing.fix_notebook`` applies fixes to the cell sources only: outputs, metadata, ids and the JSON
+layout (indent, key order, trailing newline, list-or-string sources) are left as they were.
 
 Notebooks are read with ``json``; ``nbformat`` (optional) is used only to upgrade nbformat 3 files for
 analysis (fixes are not written to those).
@@ -40,18 +42,14 @@ import ast
 import bisect
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import parsing
 from .config import Config
-from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Fix, Related, Severity, Span, TextEdit
-from .fixes import plan
-from .fixes.edits import apply_edits, unified_diff
-from .fixing import FixOutcome, fixable
-from .fixing import run_fixes as run_python_fixes
+from .diagnostics import SYNTAX_ERROR, Diagnostic, FileResult, Fix, Related, Severity, Span, TextEdit
+from .fixes.edits import apply_edits
 from .text import split_lines
 
 SUFFIX = ".ipynb"
@@ -203,7 +201,7 @@ def _map_edit(program: Program, edit: TextEdit) -> TextEdit | None:
     return TextEdit(line, column, end[1], end[2], edit.new_text, cell.number)
 
 
-def _map_fix(program: Program, fix: Fix | None) -> Fix | None:
+def map_fix(program: Program, fix: Fix | None) -> Fix | None:
     if fix is None:
         return None
     edits = [_map_edit(program, e) for e in fix.edits]
@@ -235,12 +233,12 @@ def map_diagnostic(program: Program, d: Diagnostic) -> Diagnostic | None:
         d,
         span=Span(line, column, end_line, end_column),
         related=tuple(related),
-        fix=_map_fix(program, d.fix),
+        fix=map_fix(program, d.fix),
         cell=cell.number,
     )
 
 
-# --- reading and analysing ---------------------------------------------------
+# --- reading -----------------------------------------------------------------
 
 
 @dataclass
@@ -329,21 +327,11 @@ def is_notebook(path: str | Path) -> bool:
     return str(path).lower().endswith(SUFFIX)
 
 
-def _problem(path: str, code: str, message: str) -> FileResult:
-    return FileResult(path, [Diagnostic(path, Span(1, 1, 1, 1), code, Severity.ERROR, message)], error=message)
-
-
-def analyze_program(program: Program, path: str, config: Config | None = None, cache: dict | None = None
-                    ) -> tuple[FileResult, list[Diagnostic]]:
-    """The analysis of ``program`` mapped to cells, and the program-position diagnostics it came from (their
-    messages already name cells)."""
-    from .api import analyze_source
-
-    config = config or Config()
-    result = analyze_source(program.text, path, config, cache, program.line_name) if program.text.strip() else (
-        FileResult(path))
-    raw = list(result.diagnostics)
-    mapped = [m for m in (map_diagnostic(program, d) for d in raw) if m is not None]
+def map_result(program: Program, result: FileResult, config: Config) -> FileResult:
+    """The analysis of ``program.text`` in cell positions, with one GG900 for each cell left out (it does
+    not parse) when ``config`` enables it."""
+    path = result.path
+    mapped = [m for m in (map_diagnostic(program, d) for d in result.diagnostics) if m is not None]
     if config.enabled(SYNTAX_ERROR):
         for cell in program.cells:
             if cell.problem is not None:
@@ -353,172 +341,21 @@ def analyze_program(program: Program, path: str, config: Config | None = None, c
                                          f"cell {cell.number} does not parse: {p.message}; the cell was not analysed",
                                          cell=cell.number))
     mapped.sort(key=sort_key)
-    return FileResult(path, mapped, error=result.error), raw
+    return FileResult(path, mapped, error=result.error)
 
 
 def sort_key(d: Diagnostic) -> tuple:
     return (d.path, d.cell or 0, d.span.line, d.span.column, d.code)
 
 
-def analyze_notebook(source: str | bytes | Path, path: str | None = None, config: Config | None = None,
-                     cache: dict | None = None) -> FileResult:
-    """Analyse a notebook given as a path, or as its bytes/text (then ``path`` is the name to report)."""
-    if isinstance(source, Path):
-        shown = path or str(source)
-        try:
-            source = source.read_bytes()
-        except OSError as exc:
-            return _problem(shown, UNREADABLE, f"cannot read file: {exc.strerror or exc}")
-    else:
-        shown = path or "<notebook>"
-    try:
-        notebook = Notebook.loads(source)
-    except NotebookError as exc:
-        return _problem(shown, UNREADABLE, str(exc))
-    if notebook.language() != "python":
-        return FileResult(shown)
-    return analyze_program(notebook.program(), shown, config, cache)[0]
-
-
-# --- fixing ------------------------------------------------------------------
-
-
-def _apply_to_cells(program: Program, fixes: list[Fix]) -> dict[int, str] | None:
+def apply_to_cells(program: Program, fixes: list[Fix]) -> dict[int, str] | None:
     """New sources of the cells that ``fixes`` (program positions) change; None if one cannot be mapped."""
     by_cell: dict[int, list[TextEdit]] = {}
     for fix in fixes:
-        mapped = _map_fix(program, fix)
+        mapped = map_fix(program, fix)
         if mapped is None:
             return None
         for edit in mapped.edits:
             by_cell.setdefault(edit.cell, []).append(edit)
     cells = {c.number: c for c in program.cells}
     return {n: apply_edits(cells[n].source, edits) for n, edits in by_cell.items()}
-
-
-class CellsPlan:
-    """The fix planner's view of a notebook: the program its code cells make is the text planned on
-    (``fixes.plan.run``); this only maps each pass's edits back into the cells and rebuilds the program.
-
-    ``only_cell``: offer only the fixes whose edits all lie in that cell (an editor's "Fix all" of one cell).
-    Every program met is kept by its text, so ``program(plan.text)`` is the notebook the plan ends with."""
-
-    def __init__(self, cells: list[tuple[str, str]], path: str, config: Config | None = None,
-                 only_cell: int | None = None, cache: dict | None = None):
-        program = Program.from_cells(cells)
-        self.path, self.config, self.only_cell, self.cache = path, config, only_cell, cache
-        self._programs: dict[str, tuple[Program, list[tuple[str, str]]]] = {program.text: (program, list(cells))}
-        self._results: dict[str, tuple[FileResult, list[Diagnostic]]] = {}
-        self.text = program.text
-
-    def program(self, text: str) -> Program:
-        return self._programs[text][0]
-
-    def result(self, text: str) -> tuple[FileResult, list[Diagnostic]]:
-        """The analysis of ``text`` mapped to cells, and in program positions."""
-        if text not in self._results:
-            self._results[text] = analyze_program(self.program(text), self.path, self.config, self.cache)
-        return self._results[text]
-
-    def analyse(self, text: str) -> plan.Analysis:
-        program, (_, raw) = self.program(text), self.result(text)
-        candidates = []
-        for d in raw:
-            mapped = _map_fix(program, d.fix)
-            if mapped is not None and (self.only_cell is None or all(e.cell == self.only_cell for e in mapped.edits)):
-                candidates.append(plan.Candidate(d.fix, d.line))
-        return plan.Analysis(tuple(candidates), len(raw))
-
-    def apply(self, text: str, fixes: Sequence[Fix]) -> str:
-        program, sources = self._programs[text]
-        new_sources = _apply_to_cells(program, list(fixes))
-        if new_sources is None:
-            raise plan.PassRefused("a fix edits a line that is not Python in its cell")
-        broken = [n for n, cell_text in new_sources.items() if make_cell(n, cell_text).problem is not None]
-        if broken:
-            titles = "; ".join(f.title for f in fixes)
-            raise plan.PassRefused(f"the fixed cell {broken[0]} would not parse ({titles})")
-        cells = [(kind, new_sources.get(n, source)) for n, (kind, source) in enumerate(sources, start=1)]
-        new = Program.from_cells(cells)
-        self._programs[new.text] = (new, cells)
-        return new.text
-
-    def run(self, unsafe: bool) -> plan.Plan:
-        return plan.run(self.text, self.analyse, unsafe, apply=self.apply, unit="notebook")
-
-
-def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe: bool = False,
-                 write: bool = True, result: FileResult | None = None):
-    """Fix one notebook's cells until no allowed fix is left (like ``fixing.fix_path``, whose rule for a
-    file that cannot be read or written back holds here too)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return NotebookFixOutcome(display, "", "", result or FileResult(display), 0,
-                                  [f"{display}: cannot read the notebook to fix it: {exc.strerror or exc}"],
-                                  write_failed=True)
-    try:
-        notebook = Notebook.loads(data)
-    except NotebookError:
-        return NotebookFixOutcome(display, "", "", result or analyze_notebook(data, display, config))
-    cells = CellsPlan(notebook.sources(), display, config)
-    first = cells.result(cells.text)[0]
-    if notebook.upgraded:
-        problem = f"{display}: an nbformat 3 notebook is not rewritten; save it as nbformat 4 first"
-        return NotebookFixOutcome(display, "", "", first, 0, [problem], len(first.diagnostics))
-    done = cells.run(unsafe)
-    problems = [f"{display}: {p}" for p in done.problems]
-    original = {c.number: c.source for c in cells.program(done.original).cells}
-    program = cells.program(done.text)
-    fixed = {c.number: c.source for c in program.cells}
-    for cell in program.cells:
-        if cell.source != original[cell.number]:
-            notebook.set_source(cell.number, cell.source)
-    before, after = _cells_text(original), _cells_text(fixed)
-    outcome = NotebookFixOutcome(display, before, after, cells.result(done.text)[0], len(done.applied), problems,
-                                 len(first.diagnostics))
-    outcome.cells_before, outcome.cells_after = original, fixed
-    if write and outcome.changed:
-        try:
-            path.write_text(notebook.dumps(), encoding="utf-8", newline="")
-        except OSError as exc:
-            problems.append(f"{display}: cannot write the fixed notebook: {exc.strerror or exc}")
-            return NotebookFixOutcome(display, before, before, result or first, 0, problems,
-                                      len(first.diagnostics), write_failed=True)
-    return outcome
-
-
-def _cells_text(cells: dict[int, str]) -> str:
-    return "".join(f"# cell {n}\n{text}\n" for n, text in sorted(cells.items()))
-
-
-@dataclass
-class NotebookFixOutcome(FixOutcome):
-    """A ``FixOutcome`` whose diff is per cell: ``a/nb.ipynb:cell 5``."""
-
-    cells_before: dict[int, str] = field(default_factory=dict)
-    cells_after: dict[int, str] = field(default_factory=dict)
-
-    def diff(self) -> str:
-        before, after = self.cells_before, self.cells_after
-        return "".join(
-            unified_diff(before[n] + "\n", after.get(n, "") + "\n", f"{self.path}:cell {n}")
-            for n in sorted(before)
-            if before[n] != after.get(n, before[n])
-        )
-
-
-def run_fixes(results: list[FileResult], paths: dict[str, Path], config: Config | None, unsafe: bool,
-              write: bool):
-    """``fixing.run_fixes`` for a mix of files: notebooks fix their cells, the rest to ``fixing``."""
-    notebooks = [r for r in results if is_notebook(r.path) and r.path in paths]
-    run = run_python_fixes([r for r in results if not (is_notebook(r.path) and r.path in paths)], paths, config,
-                           unsafe, write)
-    for result in notebooks:
-        if result.error is not None or not fixable(result, unsafe):
-            run.results.append(result)
-            continue
-        outcome = fix_notebook(paths[result.path], result.path, config, unsafe, write, result)
-        run.outcomes.append(outcome)
-        run.results.append(outcome.result)
-    return run

@@ -22,6 +22,7 @@ import ast
 from dataclasses import dataclass, field
 
 from ..knowledge import load_knowledge
+from ..statements import block_of
 from .context import FUNCTIONS, FixContext
 
 # Attribute reads that do not read a tensor's values (or read other objects).
@@ -454,15 +455,11 @@ class AliasAnalysis:
         """Is ``name`` certainly assigned on every path from the function's start to the write?"""
         child: ast.AST = self.write
         for anc in self.ctx.ancestors(self.write):
-            for field_name in ("body", "orelse", "finalbody"):
-                block = getattr(anc, field_name, None)
-                if not isinstance(block, list) or not any(s is child for s in block):
-                    continue
-                for stmt in block:
-                    if stmt is child:
-                        break
-                    if _assigns(stmt, name):
-                        return True
+            for stmt in block_of(anc, child) or ():
+                if stmt is child:
+                    break
+                if _assigns(stmt, name):
+                    return True
             if anc is self.scope:
                 return False
             child = anc

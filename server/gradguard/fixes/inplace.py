@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
+from ..statements import block_of
 from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
@@ -450,12 +451,7 @@ def _fresh_name(ctx: FixContext, scope: ast.AST, base: str) -> str:
 
 def _require_dominated(ctx: FixContext, nodes: list[ast.AST], start: ast.stmt) -> None:
     """CannotFix unless every node runs only after ``start`` has: it is in ``start``'s block, after it."""
-    parent = ctx.parents.get(start)
-    block = next(
-        (b for f in ("body", "orelse", "finalbody") if isinstance(b := getattr(parent, f, None), list)
-         and any(s is start for s in b)),
-        None,
-    )
+    block = block_of(ctx.parents.get(start), start)
     if block is None:
         raise CannotFix("cannot tell what runs after the write")
     index = next(i for i, s in enumerate(block) if s is start)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, TextEdit
+from ..statements import block_of
 from .context import FUNCTIONS, CannotFix, FixContext
 
 _FACTORIES = {"torch.zeros", "torch.ones", "torch.empty"}
@@ -103,12 +104,10 @@ def _range(it: ast.expr) -> tuple[int, ast.expr]:
 
 
 def _block_of(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt]:
-    parent = ctx.parents.get(stmt)
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(parent, field, None)
-        if isinstance(block, list) and any(s is stmt for s in block):
-            return block
-    raise CannotFix("the loop is not in a plain block")
+    block = block_of(ctx.parents.get(stmt), stmt)
+    if block is None:
+        raise CannotFix("the loop is not in a plain block")
+    return block
 
 
 def _declared_outside(scope: ast.AST, name: str) -> bool:

@@ -18,6 +18,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..statements import block_of
 from .context import FUNCTIONS, CannotFix, FindingId, FixContext
 from .edits import Rewrite, apply_edits
 from . import inplace as F
@@ -29,9 +30,6 @@ from .writes import Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
 
-_BLOCKS = ("body", "orelse", "finalbody", "handlers")
-
-
 def _mutation(finding: Finding) -> Mutation:
     mutation = (finding.data or {}).get("mutation")
     if mutation is None:
@@ -40,12 +38,7 @@ def _mutation(finding: Finding) -> Mutation:
 
 
 def _block_of(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt] | None:
-    parent = ctx.parents.get(stmt)
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(parent, field, None)
-        if isinstance(block, list) and any(s is stmt for s in block):
-            return block
-    return None
+    return block_of(ctx.parents.get(stmt), stmt)
 
 
 def _chain(ctx: FixContext, node: ast.AST) -> list[ast.stmt]:

@@ -12,22 +12,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from .. import statements
 from .imports import normalize, qualified_name
-
-_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def statements(tree: ast.AST):
-    """Every statement, nested ones included, without visiting expressions (``ast.walk`` costs ~3x more)."""
-    stack = list(getattr(tree, "body", []))
-    while stack:
-        node = stack.pop()
-        yield node
-        for name in _BODIES:
-            children = getattr(node, name, None)
-            if children:
-                stack.extend(children)
-
 
 @dataclass
 class ClassInfo:
@@ -64,7 +50,7 @@ def own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | None:
 
 def find_classes(tree: ast.Module, imports: dict[str, str]) -> dict[str, ClassInfo]:
     """Every class of the file by name (a later definition of a name wins, as at run time)."""
-    found = [node for node in statements(tree) if isinstance(node, ast.ClassDef)]
+    found = [node for node in statements.walk(tree) if isinstance(node, ast.ClassDef)]
     found.sort(key=lambda n: n.lineno)
     classes: dict[str, ClassInfo] = {}
     for node in found:

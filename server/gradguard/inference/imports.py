@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+from ..statements import children
+
 # What a bare name means when nothing imports it (builtins the dataflow cares about).
 BUILTINS = {"range", "enumerate", "zip", "len", "list", "tuple", "float", "int", "print", "reversed", "super", "sum"}
 
@@ -25,12 +27,7 @@ def collect_imports(body: list[ast.stmt], into: dict[str, str] | None = None) ->
             for alias in stmt.names:
                 names[alias.asname or alias.name] = f"{stmt.module}.{alias.name}"
         elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                for child in getattr(stmt, field, []) or []:
-                    if isinstance(child, ast.ExceptHandler):
-                        stack.extend(child.body)
-                    else:
-                        stack.append(child)
+            stack.extend(children(stmt))
     return names
 
 

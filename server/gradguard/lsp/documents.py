@@ -17,7 +17,7 @@ from typing import Any
 
 from lsprotocol import types
 
-from .. import api
+from .. import api, fixing
 from .. import notebooks as nb
 from ..config import Config
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
@@ -161,17 +161,17 @@ class NotebookDocument(Document):
 
     def analyse(self, snap: Snapshot, path: str, config: Config, cache: dict) -> FileResult:
         program = nb.Program.from_cells([("code" if p.code else "markdown", p.text) for p in snap.parts])
-        return nb.analyze_program(program, path, config, cache)[0]
+        return api.analyze_program(program, path, config, cache)[0]
 
     def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
         """The safe fixes of cell ``uri``: the planner ``--fix`` uses on the notebook's program
-        (``notebooks.CellsPlan``), offered only the fixes whose edits all lie in that cell."""
+        (``fixing.CellsPlan``), offered only the fixes whose edits all lie in that cell."""
         index = snap.index(uri)
         if index is None or any(d.code == SYNTAX_ERROR for d, _ in self.published.get(uri, [])):
             return None
         number = index + 1
-        cells = nb.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
-                             only_cell=number, cache=dict(self.cache))
+        cells = fixing.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
+                                     only_cell=number, cache=dict(self.cache))
         before = snap.parts[index].text
 
         def run() -> tuple[str, str, plan.Plan]:

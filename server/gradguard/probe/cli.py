@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..diagnostics import FileResult
+from ..errors import UsageError
 from . import model
 from .model import ProbeOptions, ProbeResult
 
@@ -122,7 +123,6 @@ def _summary_json(result: ProbeResult) -> dict:
 
 
 def run_probe(args: argparse.Namespace) -> int:
-    from ..cli import UsageError
     from . import merge
     from .runner import probe_file
 

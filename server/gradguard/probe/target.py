@@ -22,6 +22,8 @@ import sys
 import types
 from typing import Callable
 
+from ..statements import walk_blocks
+
 HIT = "__gradguard_hit__"
 
 
@@ -41,20 +43,12 @@ def read_source(path: str) -> str:
         raise TargetError(f"cannot decode {path}: {exc}") from None
 
 
-def _statement_lists(tree: ast.AST):
-    for node in ast.walk(tree):
-        for name in ("body", "orelse", "finalbody"):
-            value = getattr(node, name, None)
-            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
-                yield node, name, value
-
-
 def instrument(tree: ast.Module, lines: set[int]) -> ast.Module:
     """Insert ``__gradguard_hit__(L)`` before the innermost statement that holds each line L."""
     if not lines:
         return tree
     owner: dict[int, tuple[ast.stmt, int]] = {}  # line -> (innermost statement, its span)
-    for _, _, stmts in _statement_lists(tree):
+    for _, _, stmts in walk_blocks(tree):
         for stmt in stmts:
             end = getattr(stmt, "end_lineno", None) or stmt.lineno
             span = end - stmt.lineno
@@ -66,7 +60,7 @@ def instrument(tree: ast.Module, lines: set[int]) -> ast.Module:
     marks: dict[int, list[int]] = {}
     for line, (stmt, _) in owner.items():
         marks.setdefault(id(stmt), []).append(line)
-    for node, name, stmts in list(_statement_lists(tree)):
+    for node, name, stmts in list(walk_blocks(tree)):
         new: list[ast.stmt] = []
         for stmt in stmts:
             for line in sorted(marks.get(id(stmt), ())):

@@ -1,0 +1,63 @@
+"""Where statements nest in an ``ast`` tree, said once for every walker.
+
+``body``, ``orelse`` and ``finalbody`` hold statements; ``handlers`` (``try``) and ``cases`` (``match``) hold
+clauses whose ``body`` holds statements.  Walking only these fields skips expressions (``ast.walk`` costs about
+3x more), and keeping the list here means a walker cannot forget one (a ``def`` in a ``case``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from itertools import chain
+
+BLOCK_FIELDS = ("body", "orelse", "finalbody")  # lists of statements (a lambda's ``body`` is an expression)
+CLAUSE_FIELDS = ("handlers", "cases")  # lists of except handlers / match cases, each with a ``body`` block
+NESTING_FIELDS = (*BLOCK_FIELDS, *CLAUSE_FIELDS)  # in this order, which walkers' results may depend on
+
+
+def blocks(node: ast.AST) -> Iterator[tuple[str, list[ast.stmt]]]:
+    """The statement lists ``node`` holds itself, with their field name (not those of its clauses)."""
+    for name in BLOCK_FIELDS:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            yield name, value
+
+
+def nested(node: ast.AST) -> Iterator[ast.AST]:
+    """What ``node`` holds directly in the statement tree: statements, except handlers and match cases."""
+    for name in NESTING_FIELDS:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            yield from value
+
+
+def children(node: ast.AST) -> Iterator[ast.stmt]:
+    """The statements directly inside ``node``: its blocks', then its clauses' (a clause's body in its place)."""
+    for child in nested(node):
+        if isinstance(child, ast.stmt):
+            yield child
+        else:
+            yield from child.body
+
+
+def walk(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every statement and clause below ``tree``, each before what it holds; expressions are not entered."""
+    stack = list(nested(tree))
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(nested(node))
+
+
+def walk_blocks(tree: ast.AST) -> Iterator[tuple[ast.AST, str, list[ast.stmt]]]:
+    """Every non-empty statement list in ``tree`` as (holder, field, list), a holder's before those inside it."""
+    for node in chain((tree,), walk(tree)):
+        for name, block in blocks(node):
+            if block:
+                yield node, name, block
+
+
+def block_of(parent: ast.AST | None, stmt: ast.AST) -> list[ast.stmt] | None:
+    """The statement list of ``parent`` that holds ``stmt`` itself, if any."""
+    return next((block for _, block in blocks(parent) if any(s is stmt for s in block)), None)
