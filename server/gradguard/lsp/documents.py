@@ -186,7 +186,7 @@ class NotebookDocument(Document):
         notebook's program; the job gives each part's text after it (in ``snap.parts`` order) and the plan."""
         if any(d.code == SYNTAX_ERROR for pairs in self.published.values() for d, _ in pairs):
             return None
-        cells = nb.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
+        cells = fixing.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
                              cache=dict(self.cache))
 
         def run() -> tuple[list[str], plan.Plan]:
