@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from fixture_corpus import Fixture, all_fixtures
 from gradguard import api
+from gradguard import notebooks as nb
 from gradguard.api import analyze_source
 from gradguard.config import Config
 
@@ -51,3 +52,18 @@ def test_no_fix_is_built_for_the_diagnostics(monkeypatch: pytest.MonkeyPatch):
     assert result.diagnostics and not calls
     result.fixes.fixed(result.diagnostics[:1])
     assert calls[:1] == [result.diagnostics[0].code]
+
+
+@pytest.mark.parametrize("fx", [f for f in FIXTURES if f.positive], ids=lambda fx: fx.id)
+def test_notebook_fixes_on_demand_are_the_fixes(fx: Fixture):
+    """The same for a notebook (a markdown cell, then the fixture split in two code cells): fixes in cell positions."""
+    lines = fx.path.read_text(encoding="utf-8").split("\n")
+    half = len(lines) // 2
+    while half > 0 and lines[half][:1] in (" ", "\t", ")", "]", "}"):
+        half -= 1  # start the second cell at a line of the top level
+    cells = [("markdown", "# notes"), ("code", "\n".join(lines[:half])), ("code", "\n".join(lines[half:]))]
+    program = nb.Program.from_cells(cells)
+    lazy = nb.analyze_program(program, "x.ipynb", Config(), fixes=False)[0]
+    assert all(d.fix is None for d in lazy.diagnostics)
+    fixed = lazy.fixes.fixed(lazy.diagnostics) if lazy.fixes is not None else lazy.diagnostics
+    assert fixed == nb.analyze_program(program, "x.ipynb", Config())[0].diagnostics

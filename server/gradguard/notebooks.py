@@ -47,7 +47,8 @@ from typing import Any
 
 from . import parsing
 from .config import Config
-from .diagnostics import SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Fix, Related, Severity, Span, TextEdit
+from .diagnostics import (SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Fix, FixSource, Related, Severity, Span,
+                          TextEdit)
 from .fixes import plan
 from .fixes.edits import apply_edits, unified_diff
 from .fixing import FixOutcome, fixable
@@ -333,17 +334,18 @@ def _problem(path: str, code: str, message: str) -> FileResult:
     return FileResult(path, [Diagnostic(path, Span(1, 1, 1, 1), code, Severity.ERROR, message)], error=message)
 
 
-def analyze_program(program: Program, path: str, config: Config | None = None, cache: dict | None = None
-                    ) -> tuple[FileResult, list[Diagnostic]]:
+def analyze_program(program: Program, path: str, config: Config | None = None, cache: dict | None = None,
+                    fixes: bool = True) -> tuple[FileResult, list[Diagnostic]]:
     """The analysis of ``program`` mapped to cells, and the program-position diagnostics it came from (their
-    messages already name cells)."""
+    messages already name cells).  ``fixes=False``: as ``api.analyze_source``'s, built on demand (``CellFixes``)."""
     from .api import analyze_source
 
     config = config or Config()
-    result = analyze_source(program.text, path, config, cache, program.line_name) if program.text.strip() else (
-        FileResult(path))
+    result = analyze_source(program.text, path, config, cache, program.line_name, fixes=fixes) \
+        if program.text.strip() else FileResult(path)
     raw = list(result.diagnostics)
-    mapped = [m for m in (map_diagnostic(program, d) for d in raw) if m is not None]
+    pairs = [(m, d) for m, d in ((map_diagnostic(program, d), d) for d in raw) if m is not None]
+    mapped = [m for m, _ in pairs]
     if config.enabled(SYNTAX_ERROR):
         for cell in program.cells:
             if cell.problem is not None:
@@ -353,7 +355,30 @@ def analyze_program(program: Program, path: str, config: Config | None = None, c
                                          f"cell {cell.number} does not parse: {p.message}; the cell was not analysed",
                                          cell=cell.number))
     mapped.sort(key=sort_key)
-    return FileResult(path, mapped, error=result.error), raw
+    on_demand = CellFixes(program, pairs, result.fixes) if result.fixes is not None else None
+    return FileResult(path, mapped, error=result.error, fixes=on_demand), raw
+
+
+class CellFixes:
+    """The fixes of a notebook's findings (in cell positions) built on demand: those of the program's findings
+    they were mapped from (``api.FixesOnDemand``), mapped as ``map_diagnostic`` maps them."""
+
+    def __init__(self, program: Program, pairs: list[tuple[Diagnostic, Diagnostic]], source: FixSource):
+        self.program, self.source = program, source
+        self.raw = {_cell_place(m): d for m, d in pairs}
+
+    def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+        raw = [self.raw.get(_cell_place(d)) for d in diagnostics]
+        built = iter(self.source.fixed([r for r in raw if r is not None]))
+        out = []
+        for d, r in zip(diagnostics, raw):
+            fix = next(built).fix if r is not None else None
+            out.append(replace(d, fix=_map_fix(self.program, fix)) if fix is not None else d)
+        return out
+
+
+def _cell_place(d: Diagnostic) -> tuple[str, int | None, int, int]:
+    return d.code, d.cell, d.span.line, d.span.column
 
 
 def sort_key(d: Diagnostic) -> tuple:

@@ -3,11 +3,11 @@ one program.  Both are seen through a ``Snapshot``: the parts (the file, or ever
 version, and a position map from a finding's ``cell`` to the part it is in.  So scheduling, publishing, code
 actions, fix-all and hover have one path, and a notebook is that path with a position map.
 
-Each diagnostic's ``data`` is its JSON (``Diagnostic.to_json``) plus the ``version`` of its part.  A text file's
-diagnostics are published before their fixes are built (``api.analyze_source(..., fixes=False)``): their ``data``
-has no ``fix``, and code actions and hover ask ``fixes_job`` for the fixes of the findings they show, built once
-per published version.  A notebook's come with their fixes; every fix edit of a notebook's diagnostic names the
-``uri`` and ``version`` of the cell it edits (a text file's edits are in the diagnostic's own document).
+Each diagnostic's ``data`` is its JSON (``Diagnostic.to_json``) plus the ``version`` of its part, without ``fix``:
+diagnostics are published before their fixes are built (``api.analyze_source(..., fixes=False)``), and code
+actions and hover ask ``fixes_job`` for the fixes of the findings they show, built once per published version.
+Every edit of a notebook's fix names the ``uri`` and ``version`` of the cell it edits (a text file's edits are in
+the diagnostic's own document).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Document:
     published_snapshot: Snapshot | None = None  # ... and the snapshot it was computed on
     # The fixes of the published findings built so far, by part uri (``fixes_job``), and what builds the others:
     # the fix source of the newest current run, with its version.
-    fixes: dict[str, dict[FixKey, FixData]] = field(default_factory=dict)
+    built_fixes: dict[str, dict[FixKey, FixData]] = field(default_factory=dict)
     fix_source: tuple[int | None, FixSource | None] = (None, None)
     revision: int = 0  # bumped when its findings change for another reason than its text (a probe result)
     # The engine's per-function cache: each run gets a copy and the copy of the newest current run replaces it,
@@ -101,7 +101,7 @@ class Document:
     def show(self, snap: Snapshot, pairs: dict[str, list[Pair]]) -> None:
         """``pairs`` (of ``snap``) are what the client is shown now."""
         self.published, self.published_version, self.published_snapshot = pairs, snap.version, snap
-        self.fixes = {}
+        self.built_fixes = {}
 
     def _source(self) -> FixSource | None:
         version, source = self.fix_source
@@ -109,7 +109,7 @@ class Document:
 
     def known_fixes(self, uri: str) -> dict[FixKey, FixData]:
         """The fixes of part ``uri``'s published findings built so far."""
-        return self.fixes.get(uri, {})
+        return self.built_fixes.get(uri, {})
 
     def fixes_job(self, uri: str, keys: Iterable[FixKey]) -> Callable[[], dict[FixKey, FixData]] | None:
         """The job (for the pool) building the fixes of the published findings of part ``uri`` that ``keys``
@@ -119,32 +119,28 @@ class Document:
         known, source, snap = self.known_fixes(uri), self._source(), self.published_snapshot
         wanted = set(keys) - known.keys()
         diags = [d for d, _ in self.published.get(uri, []) if key_of(d) in wanted]
-        if not diags or snap is None:
-            return None
-        lazy = not self.notebook
+        if not diags or snap is None or source is None:
+            return None  # without a source, not known (see above): neither a fix nor "no fix"
 
         def run() -> dict[FixKey, FixData]:
-            if lazy and source is None:
-                return {}  # not known (see above): neither a fix nor "no fix"
-            fixed = source.fixed(diags) if lazy else diags  # a notebook's come with their fixes
-            return {key_of(d): fix_data(snap, d) for d in fixed}
+            return {key_of(d): fix_data(snap, d) for d in source.fixed(diags)}
 
         return run
 
     def remember_fixes(self, version: int | None, uri: str, built: dict[FixKey, FixData]) -> None:
         if version == self.published_version:
-            self.fixes.setdefault(uri, {}).update(built)
+            self.built_fixes.setdefault(uri, {}).update(built)
 
     def may_fix(self, uris: list[str]) -> bool:
         """Whether the findings shown in ``uris`` may have a safe fix: one is known to, or one whose rule has
         fixes has none built yet (cheap: for listing a fix-all, whose planner decides when it runs)."""
-        can_build = not self.notebook and self._source() is not None
+        can_build = self._source() is not None
         for uri in uris:
             known = self.known_fixes(uri)
-            for d, lsp in self.published.get(uri, []):
-                if self.notebook or key_of(d) in known:
-                    fix = lsp.data.get("fix") if self.notebook and isinstance(lsp.data, dict) else known.get(key_of(d))
-                    if isinstance(fix, dict) and fix.get("edits") and fix.get("safe") is True:
+            for d, _ in self.published.get(uri, []):
+                if key_of(d) in known:
+                    fix = known[key_of(d)]
+                    if fix is not None and fix.get("edits") and fix.get("safe") is True:
                         return True
                 elif can_build and d.code in api.FIX_BUILDERS:
                     return True
@@ -227,7 +223,7 @@ class NotebookDocument(Document):
 
     def analyse(self, snap: Snapshot, path: str, config: Config, cache: dict) -> FileResult:
         program = nb.Program.from_cells([("code" if p.code else "markdown", p.text) for p in snap.parts])
-        return nb.analyze_program(program, path, config, cache)[0]
+        return nb.analyze_program(program, path, config, cache, fixes=False)[0]
 
     def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
         """The safe fixes of cell ``uri``: the planner ``--fix`` uses on the notebook's program
@@ -290,10 +286,7 @@ def to_lsp(snap: Snapshot, diags: list[Diagnostic], encoding: str, docs_url: str
         lsp.related_information = related or None
         data = lsp.data if isinstance(lsp.data, dict) else {}
         data["version"] = part.version
-        if snap.notebook:
-            data["fix"] = fix_data(snap, d)
-        else:  # built on demand (``Document.fixes_job``): "fix": null would say it has none
-            data.pop("fix", None)
+        data.pop("fix", None)  # built on demand (``Document.fixes_job``): "fix": null would say it has none
         out[part.uri].append((d, lsp))
     return out
 
