@@ -23,7 +23,7 @@ from .. import api
 from .. import notebooks as nb
 from ..config import Config
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult, FixSource
-from ..fixes import plan
+from ..fixes import plan, unavailable
 from ..text import split_lines
 from . import convert, fixes
 from .follow import follow_changes
@@ -134,7 +134,7 @@ class Document:
     def may_fix(self, uris: list[str]) -> bool:
         """Whether the findings shown in ``uris`` may have a safe fix: one is known to, or one whose rule has
         fixes has none built yet (cheap: for listing a fix-all, whose planner decides when it runs)."""
-        can_build = self._source() is not None
+        can_build = self._source() is not None and unavailable() is None
         for uri in uris:
             known = self.known_fixes(uri)
             for d, _ in self.published.get(uri, []):
