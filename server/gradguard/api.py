@@ -8,14 +8,15 @@ syntax errors come back as a single diagnostic with ``FileResult.error`` set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import bounds, notebooks, parsing
 from .baseline import fingerprinted
 from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
-from .engine import analyze_module
-from .fixes import FindingId, FixBuilder, StillFound, attach_fixes
+from .engine import analyze_module, without_findings
+from .fixes import FindingId, FixBuilder, Fixer, StillFound, attach_fixes, unavailable, with_fix
 from .inference.events import Finding, span_of
 from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE
@@ -37,13 +38,14 @@ _PARSED = "parsed"  # the per-document cache's entry for the last tree (its othe
 
 
 def analyze_source(source: str | bytes, path: str = "<string>", config: Config | None = None,
-                   cache: dict | None = None, line_name: LineName = plain_line) -> FileResult:
+                   cache: dict | None = None, line_name: LineName = plain_line, fixes: bool = True) -> FileResult:
     """Analyse one Python source and return its findings, filtered and ranked by ``config``.
 
     ``cache``: an empty dict the caller keeps per document and passes again on the next edit; unchanged
     functions then reuse their findings (see ``engine.analyze_module``), and a keystroke inside a statement
     parses only that statement again (``parsing.reparse``).  ``line_name`` names the lines messages refer to
-    (a notebook's "line 2 of cell 6").
+    (a notebook's "line 2 of cell 6").  ``fixes=False`` (the language server's diagnostics, which must not
+    wait for fixes): the findings come without fixes, and ``FileResult.fixes`` builds them when asked.
     """
     config = config or Config()
     text = parsing.decode(source) if isinstance(source, bytes) else source
@@ -60,7 +62,7 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         return FileResult(path)
     kept = []
     findings = analyze_module(parsed, path, lines, use_jedi=config.jedi, cache=cache,
-                              view_functions=config.view_functions)
+                              view_functions=config.view_functions, with_fixes=fixes)
     if cache is not None:
         cache[_PARSED] = parsing.Parsed(lines, parsed)
     for finding in findings:
@@ -77,11 +79,69 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
     kept = _fingerprinted(kept, lines)
     if config.baseline is not None:  # the editor's path; the CLI applies its baseline after its result cache
         kept = [(f, d) for f, d in kept if not config.baseline.hides(path, d)]
-    # libcst runs only here, for files with findings
-    diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(parsing.Parsed(lines, parsed), path))
+    before = parsing.Parsed(lines, parsed)
+    on_demand = None
+    if fixes:  # libcst runs only here, for files with findings
+        diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(before, path))
+    else:
+        diagnostics = [d for _, d in kept]
+        on_demand = FixesOnDemand(text, before, path, config, kept, dict(cache) if cache is not None else {})
     diagnostics += _skipped(parsed, path, lines, config, line_name)
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
-    return FileResult(path, diagnostics)
+    return FileResult(path, diagnostics, fixes=on_demand)
+
+
+class FixesOnDemand:
+    """The fixes of one ``analyze_source(..., fixes=False)``, built when asked for, through the same builders
+    and the same check (``_still_found``) as ``fixes=True``, so a finding gets the same fix either way.
+
+    A finding the engine's cache moved before its fix was built (``Finding.data_stale``) is found again by
+    analysing its function afresh, with the rest of that analysis's cache, and its fix is built from that.
+    Built fixes stay on the findings (``fix_memo``), also in the caller's cache, for the next edits.
+    """
+
+    def __init__(self, text: str, before: parsing.Parsed, path: str, config: Config,
+                 kept: list[tuple[Finding, Diagnostic]], cache: dict):
+        self.before, self.path, self.config, self.cache = before, path, config, cache
+        self.findings = {_place(d): f for f, d in kept}
+        self.fixer = Fixer(text, before.tree, path, FIX_BUILDERS, _still_found(before, path))
+
+    def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+        """``diagnostics`` (of this analysis; others are returned as they are) with their fixes."""
+        if unavailable() is not None:  # as ``attach_fixes``: no fix at all rather than some
+            return list(diagnostics)
+        asked = [self.findings.get(_place(d)) for d in diagnostics]
+        stale = [f for f in asked if f is not None and f.fix_memo is None and f.data_stale]
+        fresh = self._analysed_again(stale) if stale else {}
+        out = []
+        for diag, finding in zip(diagnostics, asked):
+            if finding is None:
+                out.append(diag)
+                continue
+            if finding.fix_memo is None and finding.data_stale:
+                again = fresh.get(_finding_place(finding))
+                if again is None:  # not found again: no fix rather than one made for other lines
+                    out.append(diag)
+                    continue
+                finding.fix_memo = (self.fixer.fix(again),)  # kept for the edits to come, as a built fix is
+            out.append(with_fix(diag, self.fixer.fix(finding)))
+        return out
+
+    def _analysed_again(self, stale: list[Finding]) -> dict[tuple[str, int, int], Finding]:
+        """The findings of this text with the functions of ``stale`` analysed afresh, by place."""
+        involved = [g for f in stale for g in (f, *f.twins)]
+        cache = without_findings(self.cache, involved)
+        found = analyze_module(self.before.tree, self.path, self.before.lines, use_jedi=self.config.jedi, cache=cache,
+                               view_functions=self.config.view_functions, with_fixes=False)
+        return {_finding_place(f): f for f in found if not f.data_stale or f.fix_memo is not None}
+
+
+def _place(diag: Diagnostic) -> tuple[str, int, int]:
+    return diag.code, diag.span.line, diag.span.column
+
+
+def _finding_place(finding: Finding) -> tuple[str, int, int]:
+    return finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0)
 
 
 def _fingerprinted(kept: list[tuple[Finding, Diagnostic]], lines: list[str]) -> list[tuple[Finding, Diagnostic]]:
@@ -148,13 +208,13 @@ def analyze_bytes(data: bytes, path: str, config: Config | None = None) -> FileR
     return analyze_source(data, path, config)
 
 
-def analyze_program(program: notebooks.Program, path: str, config: Config | None = None, cache: dict | None = None
-                    ) -> tuple[FileResult, list[Diagnostic]]:
+def analyze_program(program: notebooks.Program, path: str, config: Config | None = None, cache: dict | None = None,
+                    fixes: bool = True) -> tuple[FileResult, list[Diagnostic]]:
     """The analysis of a notebook's ``program`` mapped to cells, and the program-position diagnostics it came
-    from (their messages already name cells)."""
+    from (their messages already name cells).  ``fixes=False``: as ``analyze_source``'s, built on demand."""
     config = config or Config()
-    result = analyze_source(program.text, path, config, cache, program.line_name) if program.text.strip() else (
-        FileResult(path))
+    result = analyze_source(program.text, path, config, cache, program.line_name, fixes=fixes) \
+        if program.text.strip() else FileResult(path)
     return notebooks.map_result(program, result, config), list(result.diagnostics)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 
 class Severity(str, enum.Enum):
@@ -149,6 +149,14 @@ UNREADABLE = "GG901"
 NOT_ANALYSED = "GG903"
 
 
+class FixSource(Protocol):
+    """Builds the fixes of one analysis's findings when they are asked for (``api.FixesOnDemand``)."""
+
+    def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+        """``diagnostics`` (of that analysis) with their fixes, as an analysis that builds them gives them."""
+        ...
+
+
 @dataclass
 class FileResult:
     """Everything the analysis says about one file."""
@@ -158,3 +166,5 @@ class FileResult:
     # Set when the file could not be analysed at all (unreadable, binary, syntax error);
     # the reason is also one diagnostic in ``diagnostics``.
     error: str | None = None
+    # Set when it was analysed without building fixes (the language server's diagnostics): how to build them.
+    fixes: FixSource | None = field(default=None, compare=False, repr=False)

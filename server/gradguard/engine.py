@@ -32,13 +32,14 @@ from .rules import RULES_IN_PRECEDENCE
 
 def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True,
                    cache: dict | None = None, only_line: int | None = None,
-                   view_functions: tuple[str, ...] = ()) -> list[Finding]:
+                   view_functions: tuple[str, ...] = (), with_fixes: bool = True) -> list[Finding]:
     """Findings for one parsed file (``only_line``: only of the functions around that line, for a fix that
     checks its own result).
 
     ``cache`` (the language server keeps one per document) maps a fingerprint of everything one function's
     analysis reads to its findings, so that a keystroke re-analyses only the functions it can affect.  It is
-    rewritten in place to hold just this run's entries.
+    rewritten in place to hold just this run's entries.  ``with_fixes=False``: the caller builds fixes on
+    demand, so cached findings without a fix are moved too (``moved.py``), not analysed again.
     """
     knowledge = load_knowledge().with_views(view_functions)
     imports = collect_imports(tree.body)
@@ -63,7 +64,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
         produced = None
         if key is not None and key in cache:
             hit = cache[key]
-            produced = move_findings(hit.findings, hit.spans, spans)
+            produced = move_findings(hit.findings, hit.spans, spans, with_fixes)
             calls = hit.followed
         if produced is None:
             try:
@@ -85,6 +86,14 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
 
 
 _PROTOTYPES = "prototypes"  # the per-document cache's entry for _ModuleEnvironment.made (other keys: hex digests)
+
+
+def without_findings(cache: dict, findings: list[Finding]) -> dict:
+    """A copy of ``cache`` without the entries that hold any of ``findings``: a run with it analyses their
+    functions again (a fix is built from a finding whose ``data`` is that of the text, not ``data_stale``)."""
+    gone = {id(f) for f in findings}
+    return {key: entry for key, entry in cache.items()
+            if not (isinstance(entry, _Cached) and any(id(f) in gone for f in entry.findings))}
 
 
 def _not_analysed(fn: ast.FunctionDef | None, tree: ast.Module, exc: Exception) -> Finding:

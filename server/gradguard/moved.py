@@ -7,9 +7,10 @@ unchanged and its findings are moved, each line by the move of the part it lies 
 the function (and every function below the edit) again.
 
 A finding moves only if every line it mentions lies in one of those parts: its node, its related
-locations, the lines its messages refer to (``messages.Message``), and its fix's edits.  Its fix must already be
-computed (``fix_memo``), since a rule's fix hook would read the finding's ``data``, whose nodes are not
-moved.  Otherwise the caller analyses again.
+locations, the lines its messages refer to (``messages.Message``), and its fix's edits.  A rule's fix hook
+reads the finding's ``data``, whose nodes are not moved: so a finding whose fix is not built yet moves only
+when the caller builds fixes on demand (``with_fixes=False``), marked ``data_stale`` (its fix is then built
+from a fresh analysis of its function); otherwise the caller analyses again.
 """
 
 from __future__ import annotations
@@ -30,14 +31,15 @@ class _Outside(Exception):
     """A line outside the moved parts: the finding cannot be moved."""
 
 
-def move_findings(findings: list[Finding], before: Spans, after: Spans) -> list[Finding] | None:
+def move_findings(findings: list[Finding], before: Spans, after: Spans, with_fixes: bool = True
+                  ) -> list[Finding] | None:
     """``findings`` moved from the parts' lines ``before`` to their lines ``after`` (the same parts, in the
     same order, with the same text), or None when one of them cannot be (see the module docstring)."""
     if before == after:
         return findings
     moves = tuple((first, last, new_first - first) for (first, last), (new_first, _) in zip(before, after))
     try:
-        return [_move(f, moves) for f in findings]
+        return [_move(f, moves, with_fixes) for f in findings]
     except _Outside:
         return None
 
@@ -71,14 +73,15 @@ def _fix(fix: Fix | None, moves: Moves) -> Fix | None:
     return replace(fix, edits=edits)
 
 
-def _move(finding: Finding, moves: Moves) -> Finding:
-    if finding.fix_memo is None:
+def _move(finding: Finding, moves: Moves, with_fixes: bool) -> Finding:
+    if finding.fix_memo is None and with_fixes:
         raise _Outside
     return replace(
         finding,
         node=_node(finding.node, moves),
         message=_message(finding.message, moves),
         related=[(_node(node, moves), _message(note, moves)) for node, note in finding.related],
-        fix_memo=(_fix(finding.fix_memo[0], moves),),
+        fix_memo=None if finding.fix_memo is None else (_fix(finding.fix_memo[0], moves),),
+        data_stale=finding.data_stale or finding.fix_memo is None,
         twins=[],
     )

@@ -44,11 +44,12 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from . import parsing
 from .config import Config
-from .diagnostics import SYNTAX_ERROR, Diagnostic, FileResult, Fix, Related, Severity, Span, TextEdit
+from .diagnostics import SYNTAX_ERROR, Diagnostic, FileResult, Fix, FixSource, Related, Severity, Span, TextEdit
 from .fixes.edits import apply_edits
 from .text import split_lines
 
@@ -331,7 +332,8 @@ def map_result(program: Program, result: FileResult, config: Config) -> FileResu
     """The analysis of ``program.text`` in cell positions, with one GG900 for each cell left out (it does
     not parse) when ``config`` enables it."""
     path = result.path
-    mapped = [m for m in (map_diagnostic(program, d) for d in result.diagnostics) if m is not None]
+    pairs = [(m, d) for m, d in ((map_diagnostic(program, d), d) for d in result.diagnostics) if m is not None]
+    mapped = [m for m, _ in pairs]
     if config.enabled(SYNTAX_ERROR):
         for cell in program.cells:
             if cell.problem is not None:
@@ -341,7 +343,30 @@ def map_result(program: Program, result: FileResult, config: Config) -> FileResu
                                          f"cell {cell.number} does not parse: {p.message}; the cell was not analysed",
                                          cell=cell.number))
     mapped.sort(key=sort_key)
-    return FileResult(path, mapped, error=result.error)
+    on_demand = CellFixes(program, pairs, result.fixes) if result.fixes is not None else None
+    return FileResult(path, mapped, error=result.error, fixes=on_demand)
+
+
+class CellFixes:
+    """The fixes of a notebook's findings (in cell positions) built on demand: those of the program's findings
+    they were mapped from (``api``'s on-demand fixes), mapped as ``map_diagnostic`` maps them."""
+
+    def __init__(self, program: Program, pairs: list[tuple[Diagnostic, Diagnostic]], source: FixSource):
+        self.program, self.source = program, source
+        self.raw = {_cell_place(m): d for m, d in pairs}
+
+    def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+        raw = [self.raw.get(_cell_place(d)) for d in diagnostics]
+        built = iter(self.source.fixed([r for r in raw if r is not None]))
+        out = []
+        for d, r in zip(diagnostics, raw):
+            fix = next(built).fix if r is not None else None
+            out.append(replace(d, fix=_map_fix(self.program, fix)) if fix is not None else d)
+        return out
+
+
+def _cell_place(d: Diagnostic) -> tuple[str, int | None, int, int]:
+    return d.code, d.cell, d.span.line, d.span.column
 
 
 def sort_key(d: Diagnostic) -> tuple:

@@ -1,7 +1,8 @@
 """One planner for every client: every positive fixture that has a fix comes out of ``gradguard check --fix`` on
 the ``.py``, of ``--fix`` on the same code as a notebook (one cell, and split into two cells), and of the
 language server's ``source.fixAll.gradguard`` with the same text.  With ``--unsafe-fixes`` the ``.py`` and the
-notebooks must agree too (the editor's fix-all applies safe fixes only).
+notebooks must agree too (the editor's fix-all applies safe fixes only).  And one fix per finding: the editor's
+quick fixes (built on demand) are the CLI's fixes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fixture_corpus import Fixture, all_fixtures
 from gradguard.api import analyze_source
 from gradguard.cli import main
 from gradguard.config import Config
+from gradguard.lsp.fixes import apply_edits as apply_json_edits
 from gradguard.rules import RULES_BY_CODE
 from lsprotocol import types
 from pytest_lsp import LanguageClient
@@ -116,3 +118,60 @@ async def test_editor_fix_all_gives_the_cli_text(client: LanguageClient, tmp_pat
         (action,) = actions
         assert apply_edits(text, action.edit.document_changes[0].edits) == expected, fx.id
         client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+
+
+def _cli_fixes(path: Path, folder: Path) -> dict[tuple, tuple | None]:
+    """What ``gradguard check --format json`` gives each finding of ``path``: (title, safe, the fixed text) or None."""
+    report = folder / f"{path.stem}.json"
+    assert main(["check", "--jobs", "1", "--quiet", "--exit-zero", "--no-cache", "--format", "json",
+                 "--output-file", str(report), str(path)]) == 0
+    text = path.read_text(encoding="utf-8")
+    return {(d["code"], d["line"], d["column"]):
+            None if d["fix"] is None else (d["fix"]["title"], d["fix"]["safe"], apply_json_edits(text, d["fix"]["edits"]))
+            for d in json.loads(report.read_text(encoding="utf-8"))["diagnostics"]}
+
+
+async def _editor_fixes(client: LanguageClient, uri: str, text: str, diags) -> dict[tuple, tuple | None]:
+    """Each diagnostic's quick fix as the editor gets it (its code action asked for that diagnostic alone)."""
+    out = {}
+    for diag in diags:
+        actions = await client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), range=diag.range,
+            context=types.CodeActionContext(diagnostics=[diag], only=[types.CodeActionKind.QuickFix])))
+        fixes = [a for a in actions or [] if not a.title.startswith("Suppress ")]
+        assert len(fixes) <= 1, [a.title for a in fixes]
+        out[(diag.data["code"], diag.data["line"], diag.data["column"])] = None if not fixes else (
+            fixes[0].title, fixes[0].is_preferred is True, apply_edits(text, fixes[0].edit.document_changes[0].edits))
+    return out
+
+
+@pytest.mark.asyncio
+async def test_editor_quick_fixes_are_the_cli_fixes(client: LanguageClient, tmp_path: Path):
+    """(d) for every fixture, in one server session: each finding's quick fix (title, preferred when safe, the text
+    its edit makes) is the fix ``gradguard check --format json`` gives it, or both have none.  The server builds
+    fixes only when asked; it is asked again after lines are inserted above the code (its cached findings were
+    then moved before their fixes were built)."""
+    compared = 0
+    for n, fx in enumerate(all_fixtures()):
+        text = fx.path.read_text(encoding="utf-8")
+        folder = tmp_path / f"doc{n}"
+        folder.mkdir()
+        target = folder / fx.path.name
+        uri = target.as_uri()
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        diags = await wait_publish(client, uri, version=1, timeout=30)
+        target.write_text(text, encoding="utf-8")
+        assert await _editor_fixes(client, uri, text, diags) == _cli_fixes(target, folder), fx.id
+        if diags:
+            moved = "\n# two lines\n" + text
+            client.text_document_did_change(types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+                content_changes=[types.TextDocumentContentChangePartial(range=rng(0, 0, 0, 0), text="\n# two lines\n")]))
+            diags = await wait_publish(client, uri, version=2, timeout=30)
+            target.write_text(moved, encoding="utf-8")
+            editor = await _editor_fixes(client, uri, moved, diags)
+            assert editor == _cli_fixes(target, folder), fx.id
+            compared += sum(1 for fix in editor.values() if fix is not None)
+        client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    assert compared >= 100, compared

@@ -131,7 +131,7 @@ async def test_open_publishes_finding(client: LanguageClient):
     rel = d.related_information[0]
     assert rel.location.uri == URI and rel.location.range.start == types.Position(line=1, character=4)
     assert d.data["code"] == "GG002" and d.data["line"] == 3 and d.data["version"] == 1
-    assert d.data["fix"] == analyze_source(LEAF).diagnostics[0].to_json()["fix"]  # the rule's fix, if it has one
+    assert "fix" not in d.data  # built when a code action or hover asks for it, not before publishing
 
 
 async def test_incremental_change_clears(client: LanguageClient):
@@ -182,11 +182,11 @@ async def test_suppress_code_action(client: LanguageClient):
     open_doc(client, LEAF)
     diags = await wait_publish(client, URI, version=1)
     actions = await code_actions(client, diags)
-    fix = diags[0].data["fix"]
+    fix = analyze_source(LEAF).diagnostics[0].fix
     # the rule's own fix (when it has one) comes first, then the suppression
-    assert [a.title for a in actions] == ([fix["title"]] if fix else []) + ["Suppress GG002 on this line"]
+    assert [a.title for a in actions] == ([fix.title] if fix else []) + ["Suppress GG002 on this line"]
     if fix:
-        assert actions[0].is_preferred is (fix["safe"] is True) and actions[0].kind == types.CodeActionKind.QuickFix
+        assert actions[0].is_preferred is fix.safe and actions[0].kind == types.CodeActionKind.QuickFix
     (action,) = suppressions(actions)
     assert not action.is_preferred
     assert action.kind == types.CodeActionKind.QuickFix

@@ -168,6 +168,7 @@ async def test_cross_cell_finding_lands_on_the_mutating_cell_with_related_info_i
 @pytest.mark.asyncio
 async def test_quick_fix_edits_the_right_cell_and_suppress_targets_it(client: LanguageClient):
     diag = await cross_cell_finding(client)
+    assert "fix" not in diag.data  # built when the code action asks for it
     actions = await client.text_document_code_action_async(
         types.CodeActionParams(
             text_document=types.TextDocumentIdentifier(uri=cell_uri(3)),

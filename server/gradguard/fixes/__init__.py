@@ -1,6 +1,7 @@
 """Code fixes: each rule's ``fix`` hook turns a finding into a ``Fix`` (a libcst codemod as text edits).
 
-``attach_fixes`` is the one entry point the analysis calls, and only for a file that has findings: it
+``Fixer`` is the one entry point the analysis calls (``attach_fixes`` when every fix is built at once, the
+language server's on-demand path one finding at a time), and only for a file that has findings: it
 builds one ``FixContext`` (libcst is parsed lazily, on the first fix that needs it) and asks each
 finding's rule for its fix, through the builders the caller hands down (this layer imports no rule).  A fix that cannot be built -- ``CannotFix``, or any bug in a fix builder --
 leaves that diagnostic without a fix; it never loses the diagnostic.
@@ -16,6 +17,7 @@ import ast
 import functools
 import importlib
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -23,10 +25,11 @@ from typing import TYPE_CHECKING
 from .context import CannotFix, FindingId, FixBuilder, FixContext, StillFound
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..diagnostics import Diagnostic
+    from ..diagnostics import Diagnostic, Fix
     from ..inference.events import Finding
 
-__all__ = ["CannotFix", "FindingId", "FixBuilder", "FixContext", "StillFound", "attach_fixes", "unavailable"]
+__all__ = ["CannotFix", "FindingId", "FixBuilder", "FixContext", "Fixer", "StillFound", "attach_fixes", "unavailable",
+           "with_fix"]
 
 log = logging.getLogger(__name__)
 
@@ -45,37 +48,56 @@ def unavailable() -> str | None:
     return None
 
 
+class Fixer:
+    """Builds the fixes of one analysed text's findings, each once: the fix is kept on the finding and its twins
+    (``fix_memo``), so the engine's per-document cache keeps it.  ``builders``: each rule's fix by code (the
+    rules sit above this layer, so the caller hands them down); ``still_found``: the caller's re-analysis, for
+    fixes that check a candidate against it (see ``FixContext``).  Safe to share between threads: the language
+    server builds fixes on demand in its pool."""
+
+    def __init__(self, text: str, tree: ast.Module, path: str, builders: Mapping[str, FixBuilder],
+                 still_found: StillFound | None = None):
+        self.path, self.builders = path, builders
+        self.ctx = FixContext(text, tree, path, still_found, builders)
+        self._lock = threading.Lock()  # FixContext parses libcst and keeps segments lazily
+
+    def fix(self, finding: Finding) -> Fix | None:
+        """The finding's fix (None when its rule has none or cannot make one here); a bug in a builder only
+        leaves the finding without a fix."""
+        if finding.fix_memo is None:
+            if finding.data_stale:  # its nodes are at other lines than the text's: the caller must analyse again
+                raise ValueError(f"{finding.code} at line {finding.node.lineno} was moved before its fix was built")
+            with self._lock:
+                if finding.fix_memo is None:
+                    finding.fix_memo = (self._build(finding),)
+        for twin in finding.twins:
+            twin.fix_memo = finding.fix_memo
+        return finding.fix_memo[0]
+
+    def _build(self, finding: Finding) -> Fix | None:
+        build = self.builders.get(finding.code)
+        if build is None:
+            return None
+        try:
+            return build(self.ctx, finding)
+        except CannotFix:
+            return None
+        except Exception:
+            log.debug("fix for %s at %s:%s failed", finding.code, self.path, finding.node.lineno, exc_info=True)
+            return None
+
+
 def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]],
                  builders: Mapping[str, FixBuilder], still_found: StillFound | None = None) -> list[Diagnostic]:
-    """The diagnostics of ``pairs``, each carrying its rule's fix when there is one.  ``builders``: each rule's
-    fix by code (the rules sit above this layer, so the caller hands them down); ``still_found``: the caller's
-    re-analysis, for fixes that check a candidate against it (see ``FixContext``)."""
+    """The diagnostics of ``pairs``, each carrying its rule's fix when there is one (see ``Fixer``)."""
     pairs = list(pairs)
     if not pairs:
         return []
     if unavailable() is not None:  # every fix, not just the libcst ones: a partial set would mislead
         return [diag for _, diag in pairs]
-    ctx = FixContext(text, tree, path, still_found, builders)
-    out = []
-    for finding, diag in pairs:
-        if finding.fix_memo is not None:  # the engine's per-document cache handed back the same finding
-            fix = finding.fix_memo[0]
-            for twin in finding.twins:
-                twin.fix_memo = finding.fix_memo
-            out.append(replace(diag, fix=fix) if fix is not None else diag)
-            continue
-        build = builders.get(finding.code)
-        fix = None
-        if build is not None:
-            try:
-                fix = build(ctx, finding)
-            except CannotFix:
-                fix = None
-            except Exception:
-                log.debug("fix for %s at %s:%s failed", finding.code, path, diag.line, exc_info=True)
-                fix = None
-        finding.fix_memo = (fix,)
-        for twin in finding.twins:
-            twin.fix_memo = finding.fix_memo
-        out.append(replace(diag, fix=fix) if fix is not None else diag)
-    return out
+    fixer = Fixer(text, tree, path, builders, still_found)
+    return [with_fix(diag, fixer.fix(finding)) for finding, diag in pairs]
+
+
+def with_fix(diag: Diagnostic, fix: Fix | None) -> Diagnostic:
+    return replace(diag, fix=fix) if fix is not None else diag

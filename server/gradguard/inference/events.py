@@ -172,6 +172,9 @@ class Finding:
     # Facts a rule's ``fix`` hook needs (e.g. ``{"mutation": Mutation}``); never shown, never serialised.
     data: dict = field(default_factory=dict)
     fix_memo: tuple | None = None  # (Fix or None,) once computed: cached findings keep their fix
+    # True once moved (``moved.py``) before its fix was built: ``data``'s nodes are still at the old lines, so
+    # its fix must be built from a fresh analysis of its function (``api.FixesOnDemand``), never from it.
+    data_stale: bool = False
     # Findings at the same place from other functions' analyses, dropped as duplicates of this one; they
     # share its fix_memo, so that each can later be moved with its own function (see ``moved.py``).
     twins: list = field(default_factory=list, repr=False, compare=False)

@@ -4,7 +4,9 @@ safe fix of the document (of the cell, for a notebook) as the fix planner of ``g
 them, and for a notebook ``notebook.source.fixAll.gradguard``: the same planner over every cell at once.
 
 Listing is cheap: each action carries only a small ``data`` (the uri, the document's version, which action) and
-its edit is made by ``codeAction/resolve`` (the planner runs only for the fix-all actually chosen).  A client
+its edit is made by ``codeAction/resolve`` (the planner runs only for the fix-all actually chosen).  The fixes of
+a text file's findings are not built by its analysis: listing builds those of the diagnostics asked about (their
+titles, safe or not), once per published version (``GradguardServer.fixes_of``), and resolve reads them.  A client
 that does not announce ``codeAction.resolveSupport`` for ``edit`` (eglot, Neovim 0.7) gets the edits at once.
 A ``data`` of an older version than the document's resolves to no edit, never to a wrong one; every edit also
 names the version of the part it was computed on.  Without libcst no fix is offered; "suppress" still is.
@@ -22,7 +24,7 @@ from ..fixes import plan
 from ..suppressions import add_code
 from ..text import code_units, split_lines
 from . import convert, fixes
-from .documents import Document
+from .documents import Document, data_key
 from .server import GradguardServer
 
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.gradguard"  # source.fixAll.gradguard
@@ -88,8 +90,9 @@ def _data(uri: str, version: int | None, action: str, **where: Any) -> dict[str,
     return {"uri": uri, "version": version, "action": action, **where}
 
 
-def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.CodeAction]:
+async def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.CodeAction]:
     """The diagnostic's own fix, then "suppress on this line", for each gradguard diagnostic given (no edits).
+    Only these diagnostics' fixes are built (once per published version): the titles and safe or not.
 
     A diagnostic published for an older version than the text's is skipped: its positions are stale (a fresh
     publish is on its way).
@@ -99,10 +102,12 @@ def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.C
     lines = split_lines(doc.source)
     shown = [d for _, d in document.published.get(uri, [])] if document is not None else []
     version = _version(ls, document) if document is not None else None
+    actionable = list(convert.actionable(diagnostics, shown, doc.version))
+    built = await ls.fixes_of(document, uri, [data_key(data) for _, data, _ in actionable]) if document else {}
     actions: list[types.CodeAction] = []
     seen: set[tuple[int, str]] = set()
-    for diag, data, code in convert.actionable(diagnostics, shown, doc.version):
-        fix = data.get("fix")
+    for diag, data, code in actionable:
+        fix = built.get(data_key(data))
         if isinstance(fix, dict) and fix.get("edits"):
             actions.append(types.CodeAction(
                 title=str(fix.get("title") or f"Fix {code}"), kind=types.CodeActionKind.QuickFix, diagnostics=[diag],
@@ -117,17 +122,14 @@ def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.C
     return actions
 
 
-def _published_fix(document: Document, uri: str, data: dict[str, Any]) -> dict[str, Any] | None:
-    """The fix of the finding ``data`` names, as published for the version it names.  By gradguard's own
+async def _published_fix(ls: GradguardServer, document: Document, uri: str, data: dict[str, Any]
+                         ) -> dict[str, Any] | None:
+    """The fix of the finding ``data`` names, published for the version it names.  By gradguard's own
     position of the finding, not the client's range: Neovim 0.7 sends back a range rebuilt from byte columns."""
     if document.published_version != data.get("version"):
         return None
-    for _, lsp in document.published.get(uri, []):
-        shown = lsp.data if isinstance(lsp.data, dict) else {}
-        if (shown.get("code"), shown.get("line"), shown.get("column")) == (data.get("code"), data.get("line"), data.get("column")):
-            fix = shown.get("fix")
-            return fix if isinstance(fix, dict) and fix.get("edits") else None
-    return None
+    fix = (await ls.fixes_of(document, uri, [data_key(data)])).get(data_key(data))
+    return fix if isinstance(fix, dict) and fix.get("edits") else None
 
 
 def _suppression(ls: GradguardServer, uri: str, data: dict[str, Any]) -> types.WorkspaceEdit | None:
@@ -149,7 +151,7 @@ async def resolve(ls: GradguardServer, action: types.CodeAction) -> types.CodeAc
         return action
     kind = data.get("action")
     if kind == FIX:
-        fix = _published_fix(document, uri, data)
+        fix = await _published_fix(ls, document, uri, data)
         action.edit = fix_edit(ls, fix, uri, ls.workspace.get_text_document(uri).version) if fix else None
     elif kind == SUPPRESS:
         action.edit = _suppression(ls, uri, data)
@@ -208,14 +210,13 @@ def kind_matches(kind: str, only: Any) -> bool:
 
 def _may_fix_all(document: Document, version: int | None, uris: list[str]) -> bool:
     """Whether to list a fix-all (cheap: the planner runs on resolve, and may still find nothing): what was
-    shown for ``uris`` offers a safe fix and no syntax error; or nothing is shown for this version yet."""
+    shown for ``uris`` may offer a safe fix (``Document.may_fix``: no fix is built for this) and has no syntax
+    error; or nothing is shown for this version yet."""
     if document.published_version != version:
         return True
-    shown = [lsp for uri in uris for _, lsp in document.published.get(uri, [])]
-    if any(lsp.code == SYNTAX_ERROR for lsp in shown):
+    if any(lsp.code == SYNTAX_ERROR for uri in uris for _, lsp in document.published.get(uri, [])):
         return False
-    fixes_shown = [lsp.data.get("fix") for lsp in shown if isinstance(lsp.data, dict)]
-    return any(isinstance(f, dict) and f.get("edits") and f.get("safe") is True for f in fixes_shown)
+    return document.may_fix(uris)
 
 
 def _fix_alls(ls: GradguardServer, document: Document, uri: str, only: Any) -> list[types.CodeAction]:
@@ -237,7 +238,7 @@ async def code_actions(ls: GradguardServer, params: types.CodeActionParams) -> l
         return []
     actions: list[types.CodeAction] = []
     if kind_matches(types.CodeActionKind.QuickFix.value, only):
-        actions.extend(quick_fixes(ls, uri, params.context.diagnostics))
+        actions.extend(await quick_fixes(ls, uri, params.context.diagnostics))
     actions.extend(_fix_alls(ls, document, uri, only))
     if resolves_edits(ls.client_capabilities):
         return actions

@@ -3,15 +3,17 @@ one program.  Both are seen through a ``Snapshot``: the parts (the file, or ever
 version, and a position map from a finding's ``cell`` to the part it is in.  So scheduling, publishing, code
 actions, fix-all and hover have one path, and a notebook is that path with a position map.
 
-Each diagnostic's ``data`` is its JSON (``Diagnostic.to_json``) plus the ``version`` of its part and, for every
-fix edit of a notebook's diagnostic, the ``uri`` and ``version`` of the cell it edits (a text file's edits are in the
-diagnostic's own document), so a code action needs no other state.
+Each diagnostic's ``data`` is its JSON (``Diagnostic.to_json``) plus the ``version`` of its part, without ``fix``:
+diagnostics are published before their fixes are built (``api.analyze_source(..., fixes=False)``), and code
+actions and hover ask ``fixes_job`` for the fixes of the findings they show, built once per published version.
+Every edit of a notebook's fix names the ``uri`` and ``version`` of the cell it edits (a text file's edits are in
+the diagnostic's own document).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,14 +22,16 @@ from lsprotocol import types
 from .. import api, fixing
 from .. import notebooks as nb
 from ..config import Config
-from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
-from ..fixes import plan
+from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult, FixSource
+from ..fixes import plan, unavailable
 from ..text import split_lines
 from . import convert, fixes
 from .follow import follow_changes
 
 Pair = tuple[Diagnostic, types.Diagnostic]  # a finding and what the client was shown for it
 FixJob = Callable[[], tuple[str, str, plan.Plan]]  # run in the pool: (text before, text after, the plan)
+FixKey = tuple[str, int, int]  # a published finding of a part: its code, line and column (as in its ``data``)
+FixData = dict[str, Any] | None  # a fix as in a diagnostic's ``data["fix"]``; None: the finding has none
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,11 @@ class Document:
     task: asyncio.Task | None = None
     published: dict[str, list[Pair]] = field(default_factory=dict)  # part uri -> what the client was shown
     published_version: int | None = None  # the document version ``published`` was computed on
+    published_snapshot: Snapshot | None = None  # ... and the snapshot it was computed on
+    # The fixes of the published findings built so far, by part uri (``fixes_job``), and what builds the others:
+    # the fix source of the newest current run, with its version.
+    built_fixes: dict[str, dict[FixKey, FixData]] = field(default_factory=dict)
+    fix_source: tuple[int | None, FixSource | None] = (None, None)
     revision: int = 0  # bumped when its findings change for another reason than its text (a probe result)
     # The engine's per-function cache: each run gets a copy and the copy of the newest current run replaces it,
     # so two runs of one document in the pool never share a dict.
@@ -84,6 +93,58 @@ class Document:
         if current:
             self.cache = cache
         return list(result.diagnostics)
+
+    def keep_fixes(self, version: int | None, result: FileResult) -> None:
+        """A current run finished: its findings' fixes are built from ``result`` when asked for."""
+        self.fix_source = (version, result.fixes)
+
+    def show(self, snap: Snapshot, pairs: dict[str, list[Pair]]) -> None:
+        """``pairs`` (of ``snap``) are what the client is shown now."""
+        self.published, self.published_version, self.published_snapshot = pairs, snap.version, snap
+        self.built_fixes = {}
+
+    def _source(self) -> FixSource | None:
+        version, source = self.fix_source
+        return source if version == self.published_version else None
+
+    def known_fixes(self, uri: str) -> dict[FixKey, FixData]:
+        """The fixes of part ``uri``'s published findings built so far."""
+        return self.built_fixes.get(uri, {})
+
+    def fixes_job(self, uri: str, keys: Iterable[FixKey]) -> Callable[[], dict[FixKey, FixData]] | None:
+        """The job (for the pool) building the fixes of the published findings of part ``uri`` that ``keys``
+        name and that are not built yet; None when there is none.  Hand its result to ``remember_fixes``.
+        The findings of a run with a syntax error (kept from the last good text) get none: they were found
+        in another text than the one shown."""
+        known, source, snap = self.known_fixes(uri), self._source(), self.published_snapshot
+        wanted = set(keys) - known.keys()
+        diags = [d for d, _ in self.published.get(uri, []) if key_of(d) in wanted]
+        if not diags or snap is None or source is None:
+            return None  # without a source, not known (see above): neither a fix nor "no fix"
+
+        def run() -> dict[FixKey, FixData]:
+            return {key_of(d): fix_data(snap, d) for d in source.fixed(diags)}
+
+        return run
+
+    def remember_fixes(self, version: int | None, uri: str, built: dict[FixKey, FixData]) -> None:
+        if version == self.published_version:
+            self.built_fixes.setdefault(uri, {}).update(built)
+
+    def may_fix(self, uris: list[str]) -> bool:
+        """Whether the findings shown in ``uris`` may have a safe fix: one is known to, or one whose rule has
+        fixes has none built yet (cheap: for listing a fix-all, whose planner decides when it runs)."""
+        can_build = self._source() is not None and unavailable() is None
+        for uri in uris:
+            known = self.known_fixes(uri)
+            for d, _ in self.published.get(uri, []):
+                if key_of(d) in known:
+                    fix = known[key_of(d)]
+                    if fix is not None and fix.get("edits") and fix.get("safe") is True:
+                        return True
+                elif can_build and d.code in api.FIX_BUILDERS:
+                    return True
+        return False
 
     def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
         """The fix planner's run for part ``uri``, to be run in the pool; None when it has nothing to fix."""
@@ -107,7 +168,7 @@ class TextDocument(Document):
         return Snapshot(doc.version, (Part(self.uri, doc.source, doc.version),))
 
     def analyse(self, snap: Snapshot, path: str, config: Config, cache: dict) -> FileResult:
-        return api.analyze_source(snap.parts[0].text, path, config, cache=cache)
+        return api.analyze_source(snap.parts[0].text, path, config, cache=cache, fixes=False)
 
     def accept(self, result: FileResult, cache: dict, current: bool) -> list[Diagnostic]:
         syntax = [d for d in result.diagnostics if d.code == SYNTAX_ERROR]
@@ -128,14 +189,15 @@ class TextDocument(Document):
         self.cache, self.last_good = {}, []
 
     def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
-        text, cache = snap.parts[0].text, dict(self.cache)
-        known = None
+        text, cache, source = snap.parts[0].text, dict(self.cache), self._source()
+        shown = None
         if self.published_version == snap.version and snap.version is not None:
-            known = [d for d, _ in self.published.get(uri, [])]  # the planner's first pass: what is shown
-            if any(d.code == SYNTAX_ERROR for d in known):
+            shown = [d for d, _ in self.published.get(uri, [])]  # the planner's first pass: what is shown
+            if any(d.code == SYNTAX_ERROR for d in shown):
                 return None  # the kept findings' fixes are for regions the parser could not check
 
         def run() -> tuple[str, str, plan.Plan]:
+            known = source.fixed(shown) if shown is not None and source is not None else None
             done = fixes.fix_all(text, lambda t: api.analyze_source(t, path, config, cache=cache), known)
             return text, done.text, done
 
@@ -161,7 +223,7 @@ class NotebookDocument(Document):
 
     def analyse(self, snap: Snapshot, path: str, config: Config, cache: dict) -> FileResult:
         program = nb.Program.from_cells([("code" if p.code else "markdown", p.text) for p in snap.parts])
-        return api.analyze_program(program, path, config, cache)[0]
+        return api.analyze_program(program, path, config, cache, fixes=False)[0]
 
     def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
         """The safe fixes of cell ``uri``: the planner ``--fix`` uses on the notebook's program
@@ -224,13 +286,29 @@ def to_lsp(snap: Snapshot, diags: list[Diagnostic], encoding: str, docs_url: str
         lsp.related_information = related or None
         data = lsp.data if isinstance(lsp.data, dict) else {}
         data["version"] = part.version
-        fix = data.get("fix")
-        if isinstance(fix, dict) and snap.notebook:  # a text file's edits are all in the diagnostic's document
-            for edit in fix.get("edits", []):
-                j = snap.part(edit.get("cell")) if isinstance(edit, dict) else None
-                if j is None:
-                    data["fix"] = None  # an edit outside the document's parts cannot be made
-                    break
-                edit["uri"], edit["version"] = snap.parts[j].uri, snap.parts[j].version
+        data.pop("fix", None)  # built on demand (``Document.fixes_job``): "fix": null would say it has none
         out[part.uri].append((d, lsp))
     return out
+
+
+def key_of(d: Diagnostic) -> FixKey:
+    return d.code, d.span.line, d.span.column
+
+
+def data_key(data: dict[str, Any]) -> FixKey:
+    """The ``key_of`` the diagnostic whose ``data`` this is (as published, or as a code action carries it)."""
+    return data.get("code"), data.get("line"), data.get("column")
+
+
+def fix_data(snap: Snapshot, d: Diagnostic) -> FixData:
+    """The fix of ``d`` (a finding of ``snap``) as its ``data["fix"]``: each edit of a notebook's names the
+    ``uri`` and ``version`` of the cell it is in; None when it has none, or an edit is outside every part."""
+    fix = d.to_json()["fix"]
+    if fix is None or not snap.notebook:
+        return fix
+    for edit in fix["edits"]:
+        j = snap.part(edit.get("cell"))
+        if j is None:
+            return None
+        edit["uri"], edit["version"] = snap.parts[j].uri, snap.parts[j].version
+    return fix

@@ -17,7 +17,7 @@ from lsprotocol import types
 from ..fixes import unavailable as fixes_unavailable
 from . import actions, fixes
 from . import hover as hover_text
-from .documents import TextDocument
+from .documents import TextDocument, key_of
 from .server import GradguardServer
 
 logger = logging.getLogger("gradguard.lsp")
@@ -163,13 +163,15 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
     # ---- hover and code actions -------------------------------------------------------------
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     @safe()
-    def hover(ls: GradguardServer, params: types.HoverParams) -> types.Hover | None:
+    async def hover(ls: GradguardServer, params: types.HoverParams) -> types.Hover | None:
         document = ls.document_of(params.text_document.uri)
         if document is None:
             return None
         uri = params.text_document.uri
-        doc = ls.workspace.get_text_document(uri)
-        return hover_text.hover(document.published.get(uri, []), params.position, ls.client_capabilities,
+        hits = hover_text.hits_at(document.published.get(uri, []), params.position)
+        built = await ls.fixes_of(document, uri, [key_of(d) for d, _ in hits]) if hits else {}
+        doc = ls.workspace.get_text_document(uri)  # after the fixes were built: the text is the newest
+        return hover_text.hover([(d, lsp, built.get(key_of(d), hover_text.UNKNOWN)) for d, lsp in hits], ls.client_capabilities,
                                 ls.config.docs_url, uri, doc.source, doc.version)
 
     kinds = [types.CodeActionKind.QuickFix, actions.FIX_ALL_KIND, actions.NOTEBOOK_FIX_ALL_KIND]

@@ -23,6 +23,7 @@ from .fixes import apply_edits
 _CODE_SPAN = re.compile(r"`([^`]*)`")
 _BOLD = re.compile(r"\*\*([^*]*)\*\*")
 MAX_FIX_LINES = 8  # a longer change is summed up by its line count
+UNKNOWN = "unknown"  # a finding's fix when it could not be built (kept from the last text that parsed)
 
 
 def wants_markdown(caps: types.ClientCapabilities | None) -> bool:
@@ -52,10 +53,11 @@ def fix_change(fix: dict[str, Any], uri: str, text: str) -> tuple[list[str], lis
     return before[first - 1:last], after[first - 1:last + grown]
 
 
-def _fix_parts(lsp: types.Diagnostic, uri: str, text: str, version: int | None) -> tuple[str, str, list[str]] | None:
-    """(title, safety, diff lines) of the diagnostic's fix; the diff only when ``text`` is the one it was made on."""
+def _fix_parts(lsp: types.Diagnostic, fix: Any, uri: str, text: str, version: int | None
+               ) -> tuple[str, str, list[str]] | None:
+    """(title, safety, diff lines) of the diagnostic's ``fix`` (as in its ``data``); the diff only when ``text``
+    is the one it was made on."""
     data = lsp.data if isinstance(lsp.data, dict) else {}
-    fix = data.get("fix")
     if not isinstance(fix, dict) or not fix.get("edits"):
         return None
     safety = "safe: Fix all applies it" if fix.get("safe") is True else "unsafe: review it; Fix all leaves it"
@@ -70,12 +72,14 @@ def _fix_parts(lsp: types.Diagnostic, uri: str, text: str, version: int | None) 
     return str(fix.get("title") or f"Fix {lsp.code}"), safety, diff
 
 
-def _markdown(diag: Diagnostic, lsp: types.Diagnostic, fix: tuple | None, docs_url: str | None) -> str:
+def _markdown(diag: Diagnostic, lsp: types.Diagnostic, fix: tuple | str | None, docs_url: str | None) -> str:
     rule = RULES_BY_CODE.get(diag.code)
     if rule is None:  # an input problem (GG900, GG903): the message is all there is
         return f"**gradguard {diag.code}**: {diag.message}"
     parts = [f"**gradguard {rule.code} `{rule.name}`**: {rule.summary}", _first_paragraph(rule.explanation)]
-    if fix is not None:
+    if fix is UNKNOWN:
+        pass  # neither a fix nor "no automatic fix": it is not known
+    elif fix is not None:
         title, safety, diff = fix
         parts.append(f"**Quick fix** ({safety}): {title}" + ("\n```diff\n" + "\n".join(diff) + "\n```" if diff else ""))
     else:
@@ -84,12 +88,14 @@ def _markdown(diag: Diagnostic, lsp: types.Diagnostic, fix: tuple | None, docs_u
     return "\n\n".join(parts if url is None else [*parts, f"[{rule.code} documentation]({url})"])
 
 
-def _plaintext(diag: Diagnostic, lsp: types.Diagnostic, fix: tuple | None, docs_url: str | None) -> str:
+def _plaintext(diag: Diagnostic, lsp: types.Diagnostic, fix: tuple | str | None, docs_url: str | None) -> str:
     rule = RULES_BY_CODE.get(diag.code)
     if rule is None:
         return f"gradguard {diag.code}: {_plain(diag.message)}"
     parts = [f"gradguard {rule.code} ({rule.name}): {_plain(rule.summary)}", _plain(_first_paragraph(rule.explanation))]
-    if fix is not None:
+    if fix is UNKNOWN:
+        pass
+    elif fix is not None:
         title, safety, diff = fix
         parts.append("\n".join([f"Quick fix ({safety}): {_plain(title)}", *(f"  {line}" for line in diff)]))
     else:
@@ -98,19 +104,24 @@ def _plaintext(diag: Diagnostic, lsp: types.Diagnostic, fix: tuple | None, docs_
     return "\n\n".join(parts if url is None else [*parts, f"{rule.code} documentation: {url}"])
 
 
-def contents(hits: Iterable[tuple[Diagnostic, types.Diagnostic]], uri: str, text: str, version: int | None,
+def contents(hits: Iterable[tuple[Diagnostic, types.Diagnostic, Any]], uri: str, text: str, version: int | None,
              docs_url: str | None, markdown: bool) -> types.MarkupContent:
     render, kind, sep = (_markdown, types.MarkupKind.Markdown, "\n\n---\n\n") if markdown \
         else (_plaintext, types.MarkupKind.PlainText, "\n\n")
     return types.MarkupContent(kind=kind, value=sep.join(
-        render(d, lsp, _fix_parts(lsp, uri, text, version), docs_url) for d, lsp in hits))
+        render(d, lsp, UNKNOWN if fix is UNKNOWN else _fix_parts(lsp, fix, uri, text, version), docs_url)
+        for d, lsp, fix in hits))
 
 
-def hover(shown: list[tuple[Diagnostic, Any]], position: types.Position, caps: Any, docs_url: str | None,
-          uri: str, text: str, version: int | None) -> types.Hover | None:
-    """The hover at ``position`` over the findings ``shown`` (pairs of a finding and its LSP diagnostic) in
-    part ``uri``, whose text is now ``text`` at ``version``."""
-    hits = [(d, lsp) for d, lsp in shown if _contains(lsp.range, position)]
+def hits_at(shown: list[tuple[Diagnostic, Any]], position: types.Position) -> list[tuple[Diagnostic, Any]]:
+    """The findings ``shown`` (pairs of a finding and its LSP diagnostic) whose range holds ``position``."""
+    return [(d, lsp) for d, lsp in shown if _contains(lsp.range, position)]
+
+
+def hover(hits: list[tuple[Diagnostic, Any, Any]], caps: Any, docs_url: str | None, uri: str, text: str,
+          version: int | None) -> types.Hover | None:
+    """The hover over ``hits`` (``hits_at``, each with its fix as in its ``data``, built for the hover, or
+    ``UNKNOWN``) in part ``uri``, whose text is now ``text`` at ``version``."""
     if not hits:
         return None
     return types.Hover(contents=contents(hits, uri, text, version, docs_url, wants_markdown(caps)), range=hits[0][1].range)

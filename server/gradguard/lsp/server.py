@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from pygls.uris import to_fs_path
 from ..config import Config
 from ..diagnostics import Diagnostic
 from .closed_files import Pool
-from .documents import Document, NotebookDocument, Snapshot, TextDocument, to_lsp
+from .documents import Document, FixData, FixKey, NotebookDocument, Snapshot, TextDocument, to_lsp
 from .folders import FolderConfigs
 from .probe_support import ProbeSupport, mark_sources
 from .settings import Settings
@@ -239,6 +240,8 @@ class GradguardServer(LanguageServer):
             return None
         now = document.snapshot(self.workspace)
         current = now is not None and now.version == snap.version and config is self.config_for(document.uri)
+        if current:
+            document.keep_fixes(snap.version, result)
         return snap, document.accept(result, cache, current)
 
     def record(self, document: Document, snap: Snapshot, diags: list[Diagnostic]) -> dict[str, list]:
@@ -248,8 +251,19 @@ class GradguardServer(LanguageServer):
         pairs = to_lsp(snap, diags, self.encoding, self.config.docs_url)
         for shown in pairs.values():
             mark_sources(shown)
-        document.published, document.published_version = pairs, snap.version
+        document.show(snap, pairs)
         return pairs
+
+    async def fixes_of(self, document: Document, uri: str, keys: Iterable[FixKey]) -> dict[FixKey, FixData]:
+        """The fixes of the published findings of part ``uri`` that ``keys`` name, built in the pool the first
+        time they are asked for (code actions and hover: only for the findings they show).  A key left out is
+        not known (the findings were kept from the last text that parsed, or the document moved on)."""
+        version, keys = document.published_version, list(keys)
+        job = document.fixes_job(uri, keys)
+        if job is not None:
+            document.remember_fixes(version, uri, await asyncio.get_running_loop().run_in_executor(self.executor, job))
+        known = document.known_fixes(uri) if document.published_version == version else {}
+        return {key: known[key] for key in keys if key in known}
 
     def publish(self, document: Document, snap: Snapshot, diags: list[Diagnostic]) -> None:
         """Push the findings of ``snap``: every part of a text file; the cells of a notebook whose findings
