@@ -361,7 +361,7 @@ class CellFixes:
         out = []
         for d, r in zip(diagnostics, raw):
             fix = next(built).fix if r is not None else None
-            out.append(replace(d, fix=_map_fix(self.program, fix)) if fix is not None else d)
+            out.append(replace(d, fix=map_fix(self.program, fix)) if fix is not None else d)
         return out
 
 

@@ -19,6 +19,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..statements import block_of
 from .context import FUNCTIONS, CannotFix, FixContext
 from .writes import OUT_OF_PLACE_METHODS, short
 
@@ -244,12 +245,8 @@ def _reads_grad(value: ast.expr, name: str) -> bool:
 
 def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
     """The statement after ``stmt`` already clears ``name.grad`` (``w.grad = None``, ``w.grad.zero_()``)."""
-    parent = ctx.parents.get(stmt)
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(parent, field, None)
-        if isinstance(block, list) and any(s is stmt for s in block):
-            index = next(i for i, s in enumerate(block) if s is stmt)
-            if index + 1 < len(block):
-                text = ast.unparse(block[index + 1])
-                return text in (f"{name}.grad = None", f"{name}.grad.zero_()")
-    return False
+    block = block_of(ctx.parents.get(stmt), stmt)
+    if block is None:
+        return False
+    index = next(i for i, s in enumerate(block) if s is stmt)
+    return index + 1 < len(block) and ast.unparse(block[index + 1]) in (f"{name}.grad = None", f"{name}.grad.zero_()")
