@@ -79,7 +79,7 @@ def _init() -> None:
 
     torch.set_num_threads(1)
     signal.signal(signal.SIGALRM, _on_alarm)
-    _workdir.append(Path(tempfile.mkdtemp(prefix="gg_fix_variants_")))
+    _workdir[:] = [Path(tempfile.mkdtemp(prefix="gg_fix_variants_"))]  # own folder: a forked worker inherits the parent's
 
 
 def _load(path: Path):
