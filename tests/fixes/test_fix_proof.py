@@ -133,27 +133,6 @@ NO_FIX = {
     "GG102/pos_wgan_data_clamp_before_backward": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),
-    "GG103/pos_float_loss_requires_grad": (
-        "`torch.tensor(float(loss), requires_grad=True)` must become `loss` itself, which changes what the caller holds"
-    ),
-    "GG103/pos_new_tensor_of_norm": (
-        "`z.new_tensor(norm)` copies on purpose in some code; replacing it with `norm` is not proven safe in general"
-    ),
-    "GG103/pos_numpy_aux_term_roundtrip": (
-        "the numpy computation must be rewritten with torch ops; no automatic translation"
-    ),
-    "GG103/pos_numpy_clip_roundtrip": (
-        "the numpy computation must be rewritten with torch ops (`torch.clamp`); no automatic translation"
-    ),
-    "GG103/pos_reinforce_torch_tensor_log_probs": (
-        "`torch.tensor(list_of_tensors)` inside a larger expression: the `torch.stack` rewrite only handles a literal list"
-    ),
-    "GG103/pos_tolist_rebuild_scores": (
-        "`.tolist()` round trip over several lines: rewriting the uses is not implemented"
-    ),
-    "GG103/pos_torch_tensor_copy_of_prediction": (
-        "`torch.tensor(pred)` may be a deliberate copy; the fix (use `pred`) changes aliasing"
-    ),
     "GG104/pos_helper_fill_states_call": (
         "the write is inside a helper called here; fixing the helper changes every caller"
     ),
@@ -207,6 +186,10 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG103/pos_float_loss_requires_grad": "the result is `loss` itself, not a new leaf whose `.grad` torch fills",
+    "GG103/pos_tolist_rebuild_scores": "the result is `scores` itself, with its dtype and device, not a rebuilt CPU tensor",
+    "GG103/pos_numpy_aux_term_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
+    "GG103/pos_numpy_clip_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
     "GG102/pos_inference_mode_clip_logits": _GG102_INTO_GRAPH,
     "GG102/pos_data_scale_forward_output": _GG102_INTO_GRAPH,
     "GG102/pos_data_temperature_scores": _GG102_INTO_GRAPH,
