@@ -109,12 +109,6 @@ NO_FIX = {
     "GG102/pos_nograd_method_clip_latent": (
         "the hidden write is inside a `@torch.no_grad()` method; putting it in the graph means the method returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
     ),
-    "GG102/pos_numpy_view_clip_activation": (
-        "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
-    ),
-    "GG102/pos_numpy_view_mask_padding_loop": (
-        "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
-    ),
     "GG102/pos_numpy_view_zero_negative_scores": (
         "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
     ),
@@ -198,6 +192,8 @@ UNSAFE_ONLY = {
     "GG102/pos_nograd_zero_padding_hidden": _GG102_INTO_GRAPH,
     "GG102/pos_rnn_reset_through_detach_alias": _GG102_INTO_GRAPH,
     "GG102/pos_set_grad_enabled_center_outputs": _GG102_INTO_GRAPH,
+    "GG102/pos_numpy_view_clip_activation": _GG102_INTO_GRAPH,
+    "GG102/pos_numpy_view_mask_padding_loop": _GG102_INTO_GRAPH,
     "GG107/pos_embedding_scale_after_retain_grad": "the caller's `keep` list holds `emb`, which now keeps its unscaled values",
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
