@@ -103,15 +103,6 @@ NO_FIX = {
     "GG102/pos_data_copy_mix_teacher": (
         "`pred.data.copy_(...)` replaces the values with ones computed from `pred.data`: the new values need their own graph (`pred = 0.5 * pred + 0.5 * soft`), which is a rewrite of the value, not of the write"
     ),
-    "GG102/pos_nograd_helper_normalize_embeddings": (
-        "the hidden write is inside a no-grad helper; putting it in the graph means the helper returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
-    ),
-    "GG102/pos_nograd_method_clip_latent": (
-        "the hidden write is inside a `@torch.no_grad()` method; putting it in the graph means the method returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
-    ),
-    "GG102/pos_numpy_view_zero_negative_scores": (
-        "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
-    ),
     "GG102/pos_trainer_standardize_features_alias": (
         "the hidden write (a chain `sub_(...).div_(...)`) is inside a helper method; putting it in the graph means the helper returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
     ),
@@ -126,15 +117,6 @@ NO_FIX = {
     ),
     "GG102/pos_wgan_data_clamp_before_backward": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG104/pos_helper_fill_states_call": (
-        "the write is inside a helper called here; fixing the helper changes every caller"
-    ),
-    "GG104/pos_helper_normalize_rows_call": (
-        "the write is inside a helper called here; fixing the helper changes every caller"
-    ),
-    "GG104/pos_helper_prune_weights_call": (
-        "the write is inside a helper called here; fixing the helper changes every caller"
     ),
     "GG104/pos_module_causal_weight_mask_loop": (
         "the masked weight is read by the module itself: needs `F.linear` with a masked copy; not automatic"
@@ -194,6 +176,9 @@ UNSAFE_ONLY = {
     "GG102/pos_set_grad_enabled_center_outputs": _GG102_INTO_GRAPH,
     "GG102/pos_numpy_view_clip_activation": _GG102_INTO_GRAPH,
     "GG102/pos_numpy_view_mask_padding_loop": _GG102_INTO_GRAPH,
+    "GG102/pos_nograd_helper_normalize_embeddings": _GG102_INTO_GRAPH + "; `emb` is rebound to what the helper returns",
+    "GG102/pos_nograd_method_clip_latent": _GG102_INTO_GRAPH + "; `z` is rebound to what the method returns",
+    "GG102/pos_numpy_view_zero_negative_scores": _GG102_INTO_GRAPH + "; `scores` is rebound to what the helper returns",
     "GG107/pos_embedding_scale_after_retain_grad": "the caller's `keep` list holds `emb`, which now keeps its unscaled values",
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",

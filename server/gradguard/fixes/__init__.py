@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from .callers import fix_in_helper
 from .context import CannotFix, FindingId, FixBuilder, FixContext, StillFound
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,6 +75,12 @@ def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[F
             except Exception:
                 log.debug("fix for %s at %s:%s failed", finding.code, path, diag.line, exc_info=True)
                 fix = None
+            if fix is None:  # a write inside a helper the finding's story calls: fixed there, or through its calls
+                try:
+                    fix = fix_in_helper(build, ctx, finding)
+                except Exception:
+                    log.debug("helper fix for %s at %s:%s failed", finding.code, path, diag.line, exc_info=True)
+                    fix = None
         finding.fix_memo = (fix,)
         for twin in finding.twins:
             twin.fix_memo = finding.fix_memo

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
+from .callers import param_escape, through_callers
 from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
@@ -582,9 +583,24 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
         built = fix_or_none(lambda: clone_where_saved(ctx, mutation, write))
         if built is not None:
             return built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
+    if possible and _only_the_caller_holds(rebind):
+        callers = fix_or_none(lambda: _through_callers(ctx, rebind))
+        if callers is not None:
+            return callers
     if possible and rebind.report.only_holders:
         return _rebind_fix(rebind, "Write out of place")
     return None
+
+
+def _through_callers(ctx: FixContext, rebind: Rebind) -> Fix:
+    rw, desc = rebind.rewrite()
+    return through_callers(ctx, rw, rebind.write.stmt, rebind.name, f"Write out of place: `{short(desc)}`", safe=True)
+
+
+def _only_the_caller_holds(rebind: Rebind) -> bool:
+    """The written name is the function's parameter, and nothing else keeps or views its memory."""
+    report = rebind.report
+    return not (report.aliases_read_after or report.holders_read_after) and report.escapes == [param_escape(rebind.name)]
 
 
 def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None) -> Fix | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
 from .aliases import analyse
+from .callers import param_escape, through_callers
 from .context import FUNCTIONS, CannotFix, FixContext
 from .writes import Write, short
 
@@ -61,14 +62,18 @@ def numpy_view_in_graph(ctx: FixContext, mutation: Mutation) -> Fix:
     tensor = _viewed_tensor(ctx, stmt, array.id)
     new = _in_torch(ctx, write, array.id, tensor)
     report = analyse(ctx, stmt, tensor, write_call=write.call)
-    if report.holders_read_after or report.escapes or set(report.aliases_read_after) - {array.id}:
+    through = report.escapes == [param_escape(tensor)]
+    if report.holders_read_after or (report.escapes and not through) or set(report.aliases_read_after) - {array.id}:
         raise CannotFix(report.reason())
     ctx.require_own_lines(stmt)
     new = new.replace("\n", ctx.newline + ctx.indent_of(stmt))
     line, column, end_line, end_column = ctx.char_range(stmt)
     edit = TextEdit(line, column + 1, end_line, end_column + 1, new)
-    return Fix(f"Put the write in the graph: `{short(new.splitlines()[-1])}` on the tensor instead of its NumPy view "
-               "(unsafe: the gradient now goes through it, where it skipped it before)", False, (edit,))
+    title = (f"Put the write in the graph: `{short(new.splitlines()[-1])}` on the tensor instead of its NumPy view "
+             "(unsafe: the gradient now goes through it, where it skipped it before)")
+    if through:  # the tensor is the function's parameter: it returns the new one, its calls rebind theirs
+        return through_callers(ctx, (edit,), stmt, tensor, title, False)
+    return Fix(title, False, (edit,))
 
 
 def _viewed_tensor(ctx: FixContext, stmt: ast.stmt, array: str) -> str:

@@ -24,6 +24,7 @@ from . import inplace as F
 from .inplace import fix_leaf_write, fix_or_none
 from .loops import stack_steps
 from .aliases import analyse
+from .callers import param_escape, through_callers
 from .writes import Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -311,11 +312,15 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
         raise CannotFix("the write is not on a local name, its `.data` or its `.detach()`")
     if mutation.target.storage is not owner.storage:
         raise CannotFix("the write does not reach the memory of the tensor with the grad_fn")
-    if block is None and target is write.target and isinstance(target, ast.Name):
+    decorator = _no_grad_decorator(ctx, stmt) if block is None else None
+    if block is None and decorator is None and target is write.target and isinstance(target, ast.Name):
         raise CannotFix("nothing hides the write from autograd here")
     report = analyse(ctx, stmt, name, write_call=write.call)
-    if not report.clean:
+    through = not (report.aliases_read_after or report.holders_read_after) and report.escapes == [param_escape(name)]
+    if not report.clean and not through:
         raise CannotFix(report.reason())
+    if decorator is not None and not through:
+        raise CannotFix("the no_grad decorator covers the whole function, not just the write")
     if write.kind == "method":
         new = f"{name} = " + code(out_of_place(ctx, write.call, obj=cst.Name(name)))
     elif write.kind == "augassign":
@@ -329,8 +334,22 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     line, column, end_line, end_column = ctx.char_range(replaced)
     edit = TextEdit(line, column + 1, end_line, end_column + 1, new)
     first = new.split(ctx.newline)[0]
-    return Fix(f"Put the write in the graph: `{short(first)}` (unsafe: the gradient now goes through it, "
-               "where it skipped it before)", False, (edit,))
+    title = f"Put the write in the graph: `{short(first)}` (unsafe: the gradient now goes through it, where it skipped it before)"
+    if through:
+        return through_callers(ctx, (edit,), stmt, name, title, False, (decorator,) if decorator is not None else ())
+    return Fix(title, False, (edit,))
+
+
+def _no_grad_decorator(ctx: FixContext, stmt: ast.stmt) -> ast.expr | None:
+    """The ``@torch.no_grad()`` that is the only decorator of the function around ``stmt``, if it is."""
+    fn = ctx.function_of(stmt)
+    if fn is None or len(fn.decorator_list) != 1:
+        return None
+    decorator = fn.decorator_list[0]
+    if isinstance(decorator, ast.Call) and ctx.qual(decorator.func) == "torch.no_grad" and not decorator.args \
+            and not decorator.keywords:
+        return decorator
+    return None
 
 
 def _inference_mode_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:

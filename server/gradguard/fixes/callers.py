@@ -1,0 +1,224 @@
+"""A write to a helper's parameter, fixed through its callers: the helper rebinds the parameter out of place and
+returns it, and every call rebinds the name it passed (``helper(x)`` -> ``x = helper(x)``).
+
+The write changed the caller's tensor; after the fix the caller's name holds the new one, so every later read in
+the caller sees what it saw before.  Offered only when every use of the helper in the file is such a call: a
+module-level function used by name only, or a method of a class called as ``self.helper(...)`` only, each call a
+statement of its own (or already rebinding the name it passes), passing a local name of the caller that nothing
+else holds.  A helper anyone may import (no leading underscore) makes the fix unsafe: calls from other files keep
+expecting the write.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ..diagnostics import Fix, TextEdit
+from .aliases import analyse
+from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
+from .writes import Write, root_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..inference.events import Finding
+    from .edits import Rewrite
+
+
+def inside_helper(finding: Finding) -> Finding | None:
+    """The finding as the helper it happens in sees it: its write, with the calls leading there forgotten (so a
+    fix builder works on the helper's own statement); None when the finding's story does not call into it."""
+    mutation = (finding.data or {}).get("mutation")
+    if mutation is None or not mutation.frames or mutation.entry() is mutation.node:
+        return None
+    return replace(finding, data={**finding.data, "mutation": replace(mutation, frames=[])})
+
+
+def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix | None:
+    """``build``'s fix for the write inside the helper: kept when it is safe for every caller, or when it also
+    changes the calls (``through_callers``).  An unsafe fix of the helper alone would leave the callers expecting
+    a write that no longer happens."""
+    inner = inside_helper(finding)
+    if inner is None:
+        return None
+    node = inner.data["mutation"].node
+    fn = ctx.function_of(node)
+    try:
+        name, _ = root_name(Write.of(ctx, node).target)
+    except CannotFix:
+        return None
+    if fn is None or not _local(fn, name):
+        return None  # a closure's free variable or a global: rebinding it in the helper would make a new local
+    try:
+        fix = build(ctx, inner)
+    except CannotFix:
+        return None
+    if fix is None or fix.safe:
+        return fix
+    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
+        return None
+    return fix
+
+
+def _local(fn: ast.FunctionDef, name: str | None) -> bool:
+    """Whether ``name`` is a parameter or a local variable of ``fn`` (not global, nonlocal or free)."""
+    if name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}:
+        return True
+    nodes = list(_own_nodes(fn))
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in nodes):
+        return False
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in nodes)
+
+
+def param_escape(name: str) -> str:
+    """The alias report's words for a parameter the caller holds (``aliases.Report.escapes``)."""
+    return f"`{name}` is a parameter: the caller holds the same tensor"
+
+
+@dataclass(frozen=True)
+class Helper:
+    """The function around a write to its parameter ``param``, and the calls that pass it."""
+
+    fn: ast.FunctionDef
+    param: str
+    index: int  # the parameter's position among the arguments a call passes (``self`` not counted)
+    calls: tuple[ast.Call, ...]
+    method: bool
+
+    @staticmethod
+    def of(ctx: FixContext, stmt: ast.stmt, param: str) -> Helper:
+        fn = ctx.function_of(stmt)
+        if not isinstance(fn, ast.FunctionDef):
+            raise CannotFix("the write is not in a plain function")
+        owner = ctx.parents.get(fn)
+        method = isinstance(owner, ast.ClassDef)
+        if not (method or isinstance(owner, ast.Module)):
+            raise CannotFix("the helper is nested in another function")
+        positional = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if method:
+            if not positional or positional[0] != "self":
+                raise CannotFix("a method without `self`")
+            positional = positional[1:]
+        if param not in positional:
+            raise CannotFix("the written tensor is not a positional parameter")
+        if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in _own_nodes(fn)):
+            raise CannotFix("the helper is a generator or a coroutine")
+        calls = _calls_of(ctx, fn, method)
+        return Helper(fn, param, positional.index(param), tuple(calls), method)
+
+    def returns_param(self) -> bool:
+        """Whether the helper ends with ``return <param>`` and returns nowhere else; CannotFix when it returns
+        something else."""
+        returns = [n for n in _own_nodes(self.fn) if isinstance(n, ast.Return)]
+        if not returns:
+            return False
+        last = self.fn.body[-1]
+        if returns == [last] and isinstance(last.value, ast.Name) and last.value.id == self.param:
+            return True
+        raise CannotFix("the helper returns something else than the written parameter")
+
+
+def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast.stmt, param: str, title: str,
+                    safe: bool, drop_decorators: tuple[ast.expr, ...] = ()) -> Fix:
+    """The fix ``rw`` (which rebinds ``param`` inside its function) made whole: the function returns ``param``
+    and each of its calls rebinds the name passed for it.  ``drop_decorators``: decorators to remove too."""
+    helper = Helper.of(ctx, stmt, param)
+    fn = helper.fn
+    if set(map(id, fn.decorator_list)) != set(map(id, drop_decorators)):
+        raise CannotFix("a decorator may change what the helper's calls return")
+    returns = helper.returns_param()
+    edits = list(rw) if isinstance(rw, Sequence) else list(rw.edits())
+    for decorator in drop_decorators:
+        line = decorator.lineno
+        if ctx.lines[line - 1].strip() != "@" + ctx.source(decorator) or decorator.end_lineno != line:
+            raise CannotFix("the decorator does not have its line to itself")
+        edits.append(TextEdit(line, 1, line + 1, 1, ""))  # the decorator's whole line
+    if not returns:
+        last = fn.body[-1]
+        indent = ctx.indent_of(fn.body[0])
+        end = len(ctx.lines[last.end_lineno - 1])
+        edits.append(TextEdit(last.end_lineno, end + 1, last.end_lineno, end + 1,
+                              f"{ctx.newline}{indent}return {param}"))
+    names = []
+    for call in helper.calls:
+        passed = _passed_name(ctx, helper, call, returns)
+        if passed is None:
+            continue  # already `x = helper(x, ...)`
+        names.append(passed)
+        line, column, _, _ = ctx.char_range(call)
+        edits.append(TextEdit(line, column + 1, line, column + 1, f"{passed} = "))
+    if not names and not returns:
+        raise CannotFix("no call to rebind")
+    public = not fn.name.startswith("_")
+    safe = safe and not public
+    where = f"`{fn.name}` returns `{param}` and its calls rebind " + ", ".join(f"`{n}`" for n in sorted(set(names)))
+    suffix = f" (unsafe: calls to `{fn.name}` from other files still expect the write)" if public else ""
+    return Fix(f"{title}; {where}{suffix}", safe, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+
+
+def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool) -> str | None:
+    """The caller's name passed for the parameter, which the call must now rebind (None: it already does)."""
+    if any(isinstance(a, ast.Starred) for a in call.args[: helper.index + 1]) or len(call.args) <= helper.index \
+            or any(k.arg is None or k.arg == helper.param for k in call.keywords):
+        raise CannotFix("a call does not pass the parameter by position")
+    arg = call.args[helper.index]
+    if not isinstance(arg, ast.Name):
+        raise CannotFix("a call passes an expression, not a name it could rebind")
+    stmt = ctx.statement_of(call)
+    if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
+            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == arg.id and returns:
+        return None
+    if not (isinstance(stmt, ast.Expr) and stmt.value is call):
+        raise CannotFix("a call's result is used")
+    ctx.require_own_lines(stmt)
+    caller = ctx.function_of(stmt)
+    if caller is None:
+        raise CannotFix("a call at module level")
+    report = analyse(ctx, stmt, arg.id)
+    passed_here = f"it is passed to `{ctx.source(call.func)}`"
+    problems = [*report.aliases_read_after, *report.holders_read_after,
+                *(e for e in report.escapes if e != passed_here)]
+    if problems:
+        raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
+    return arg.id
+
+
+def _calls_of(ctx: FixContext, fn: ast.FunctionDef, method: bool) -> list[ast.Call]:
+    """Every call of the helper in the file; CannotFix when it is used any other way, or defined twice."""
+    calls = []
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, (*FUNCTIONS, ast.ClassDef)) and node.name == fn.name and node is not fn:
+            raise CannotFix(f"`{fn.name}` is defined more than once")
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name).split(".")[0] == fn.name for a in node.names):
+            raise CannotFix(f"`{fn.name}` is also imported")
+        if method:
+            if isinstance(node, ast.Name) and node.id == fn.name:
+                raise CannotFix(f"`{fn.name}` is also a name here")
+            if isinstance(node, ast.Attribute) and node.attr == fn.name:
+                parent = ctx.parents.get(node)
+                if not (isinstance(node.value, ast.Name) and node.value.id == "self"
+                        and isinstance(parent, ast.Call) and parent.func is node
+                        and ctx.class_of(node) is ctx.parents.get(fn)):
+                    raise CannotFix(f"`{fn.name}` is used otherwise than called on `self` in its class")
+                calls.append(parent)
+        elif isinstance(node, ast.Name) and node.id == fn.name:
+            parent = ctx.parents.get(node)
+            if not (isinstance(node.ctx, ast.Load) and isinstance(parent, ast.Call) and parent.func is node):
+                raise CannotFix(f"`{fn.name}` is used otherwise than called")
+            calls.append(parent)
+    if not calls:
+        raise CannotFix(f"`{fn.name}` is never called here")
+    return calls
+
+
+def _own_nodes(fn: ast.FunctionDef):
+    """The nodes of ``fn``'s own code (not those of functions or classes nested in it)."""
+    stack = list(fn.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))

@@ -1,0 +1,175 @@
+"""A write inside a helper (``fixes/callers.py``): fixed in the helper when that is safe for every caller, or
+through its calls (the helper returns the new tensor, each call rebinds the name it passed) when every call is
+in the file; never a rebinding that would leave the callers expecting the write.  torch runs the fixed programs."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from gradguard.api import analyze_source
+from gradguard.config import Config
+from gradguard.fixing import fix_text
+
+torch = pytest.importorskip("torch")
+
+
+def _diags(src: str):
+    return analyze_source(src, "t.py", Config(jedi=False)).diagnostics
+
+
+def _fixed(src: str, unsafe: bool = False) -> str:
+    return fix_text(src, "t.py", Config(jedi=False), unsafe=unsafe).fixed
+
+
+def _run(src: str):
+    scope: dict = {}
+    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
+    return scope["train"]()
+
+
+_HELPER = """
+import torch
+
+
+def {name}(h, k):
+    h.mul_(k)
+
+
+def train():
+    torch.manual_seed(3)
+    w = torch.randn(4, 3, requires_grad=True)
+    x = torch.randn(5, 4)
+    h = torch.sigmoid(x @ w)
+    {name}(h, 0.5)
+    g = torch.tanh(h)
+    {name}(g, 2.0)
+    (h.sum() + g.sum()).backward()
+    return [w.grad]
+"""
+_INTENDED = """
+import torch
+
+
+def train():
+    torch.manual_seed(3)
+    w = torch.randn(4, 3, requires_grad=True)
+    x = torch.randn(5, 4)
+    h = torch.sigmoid(x @ w) * 0.5
+    g = torch.tanh(h) * 2.0
+    (h.sum() + g.sum()).backward()
+    return [w.grad]
+"""
+
+
+def test_a_private_helpers_write_is_fixed_through_every_call():
+    src = textwrap.dedent(_HELPER).replace("{name}", "_scale_")
+    fixes = {d.fix for d in _diags(src) if d.code == "GG001"}
+    assert len(fixes) == 1 and next(iter(fixes)).safe
+    out = _fixed(src)
+    assert "    h = h.mul(k)\n    return h\n" in out
+    assert "    h = _scale_(h, 0.5)\n" in out and "    g = _scale_(g, 2.0)\n" in out
+    assert not _diags(out)
+    assert torch.allclose(_run(out)[0], _run(textwrap.dedent(_INTENDED))[0])
+
+
+def test_a_public_helper_is_fixed_through_its_calls_only_as_an_unsafe_fix():
+    src = textwrap.dedent(_HELPER).replace("{name}", "scale_")
+    (fix,) = {d.fix for d in _diags(src) if d.code == "GG001"}
+    assert not fix.safe and "calls to `scale_` from other files still expect the write" in fix.title
+    assert _fixed(src) == src
+    out = _fixed(src, unsafe=True)
+    assert "    h = scale_(h, 0.5)\n" in out and not _diags(out)
+    assert torch.allclose(_run(out)[0], _run(textwrap.dedent(_INTENDED))[0])
+
+
+@pytest.mark.parametrize("change", [
+    ("    {name}(h, 0.5)\n", "    hooks = [{name}]\n    {name}(h, 0.5)\n"),  # used otherwise than called
+    ("    {name}(h, 0.5)\n", "    out = {name}(h, 0.5)\n"),  # the call's result (None) is used
+    ("    {name}(h, 0.5)\n", "    keep = [h]\n    {name}(h, 0.5)\n    print(keep)\n"),  # a list holds the tensor
+])
+def test_no_fix_through_calls_that_would_not_all_rebind(change):
+    old, new = change
+    src = textwrap.dedent(_HELPER).replace(old, new).replace("{name}", "_scale_")
+    assert all(d.fix is None or "rebind" not in d.fix.title for d in _diags(src))
+
+
+def test_a_closure_writing_a_variable_of_its_function_is_not_rebound_there():
+    src = textwrap.dedent("""
+        import torch
+
+
+        def train():
+            w = torch.rand(5, requires_grad=True)
+            s = torch.sqrt(w + 1.0)
+
+            def limit():
+                s.clamp_(max=1.2)
+
+            limit()
+            (s * 2).sum().backward()
+            return [w.grad]
+    """)
+    assert [d.fix for d in _diags(src) if d.code == "GG001"] == [None]  # `s = s.clamp(...)` would make a new local
+
+
+def test_a_no_grad_method_goes_into_the_graph_with_its_decorator_removed():
+    src = textwrap.dedent("""
+        import torch
+
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(3, 3)
+                self.b = torch.nn.Linear(3, 2)
+
+            @torch.no_grad()
+            def _bound(self, z):
+                z.clamp_(-0.1, 0.1)
+
+            def forward(self, x):
+                z = self.a(x)
+                self._bound(z)
+                return self.b(z)
+
+
+        def train():
+            torch.manual_seed(4)
+            net = Net()
+            net(torch.randn(6, 3)).pow(2).sum().backward()
+            return [p.grad for p in net.parameters()]
+    """)
+    (fix,) = [d.fix for d in _diags(src) if d.code == "GG102"]
+    assert not fix.safe and "the gradient now goes through it" in fix.title
+    out = _fixed(src, unsafe=True)
+    assert "@torch.no_grad()" not in out and "        z = self._bound(z)\n" in out and not _diags(out)
+    intended = src.replace("        z.clamp_(-0.1, 0.1)", "        return z.clamp(-0.1, 0.1)").replace(
+        "        self._bound(z)", "        z = self._bound(z)").replace("    @torch.no_grad()\n", "")
+    assert intended.count("return z.clamp") == 1
+    for got, want in zip(_run(out), _run(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_a_helpers_element_loop_clones_what_backward_saved_and_leaves_the_calls_alone():
+    src = textwrap.dedent("""
+        import torch
+
+
+        def unit_rows(t):
+            for i in range(t.shape[0]):
+                t[i] = t[i] / t[i].norm()
+
+
+        def train():
+            torch.manual_seed(5)
+            lin = torch.nn.Linear(3, 4)
+            e = lin(torch.randn(6, 3))
+            unit_rows(e)
+            e.sum().backward()
+            return [lin.weight.grad]
+    """)
+    out = _fixed(src)
+    assert "unit_rows(e)\n" in out and ".clone()" in out and not _diags(out)
+    intended = src.replace("    unit_rows(e)\n", "    e = e / e.norm(dim=1, keepdim=True)\n")
+    assert torch.allclose(_run(out)[0], _run(intended)[0], atol=1e-6)
