@@ -91,9 +91,6 @@ NO_FIX = {
     "GG101/pos_actor_critic_shared_trunk": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),
-    "GG101/pos_ema_teacher_with_grad_updated_before_backward": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
     "GG101/pos_multitask_loop_over_task_losses": (
         "needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
     ),
@@ -105,18 +102,6 @@ NO_FIX = {
     ),
     "GG102/pos_trainer_standardize_features_alias": (
         "the hidden write (a chain `sub_(...).div_(...)`) is inside a helper method; putting it in the graph means the helper returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
-    ),
-    "GG102/pos_adversarial_input_data_project": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG102/pos_ema_teacher_data_update_before_backward": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG102/pos_weight_decay_data_mul_before_backward": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG102/pos_wgan_data_clamp_before_backward": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),
     "GG104/pos_module_causal_weight_mask_loop": (
         "the masked weight is read by the module itself: needs `F.linear` with a masked copy; not automatic"

@@ -18,6 +18,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..knowledge import load_knowledge
 from .context import FUNCTIONS, CannotFix, FindingId, FixContext
 from .edits import Rewrite, apply_edits
 from . import inplace as F
@@ -25,7 +26,7 @@ from .inplace import fix_leaf_write, fix_or_none
 from .loops import stack_steps
 from .aliases import analyse
 from .callers import param_escape, through_callers
-from .writes import Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
+from .writes import OUT_OF_PLACE_METHODS, Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
@@ -99,11 +100,54 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
     # stale when the cached fix is moved (``moved.py``) or name a program line in a notebook.
     title = f"{what}: move `{shown[:60]}` after `{ctx.source(down).splitlines()[0][:60]}`"
     between = block[i + 1:j]
-    if between:
+    if between and not (all(_clears_gradients(ctx, s) for s in between) and _reads_values_only(ctx, up)):
         # Not offered: the code in between (a fresh forward, a generator loss through D) may need the update
-        # first; the proof test showed GAN and helper cases where moving past it changes the gradients.
+        # first; the proof test showed GAN and helper cases where moving past it changes the gradients.  Only
+        # `opt.zero_grad()` may be passed over, by an update that neither reads nor writes a `.grad`: it touches
+        # nothing the other reads.
         raise CannotFix(f"lines {between[0].lineno}-{down.lineno - 1} would run before the update")
     return Fix(title, True, edits)
+
+
+# Calls an update may make and still be known to read and write tensor values only (never a `.grad`).
+_VALUE_CALLS = frozenset({"zip", "range", "enumerate", "len", "list", "tuple", "reversed"})
+_PARAMETER_LISTS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "values", "items"})
+
+
+def _clears_gradients(ctx: FixContext, stmt: ast.stmt) -> bool:
+    """``x.zero_grad()`` (``set_to_none`` as a constant at most): it sets ``.grad``s and reads nothing else."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad"
+            and not call.args and all(k.arg == "set_to_none" and isinstance(k.value, ast.Constant) for k in call.keywords)
+            and _names_only(call.func.value))
+
+
+def _reads_values_only(ctx: FixContext, stmt: ast.stmt) -> bool:
+    """Whether the update reads and writes tensor values only: no `.grad`, and no call that could (a helper, a
+    step): only tensor methods, parameter lists, torch functions and a few builtins."""
+    knowledge = load_knowledge()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Attribute) and node.attr in ("grad", "main_grad", "zero_grad"):
+            return False
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in _VALUE_CALLS and func.id not in ctx.imports:
+            continue
+        q = ctx.qual(func) or ""
+        if q.startswith("torch.") and not (q.startswith("torch.autograd") or "clip_grad" in q or "backward" in q):
+            continue
+        if isinstance(func, ast.Attribute) and (func.attr in _PARAMETER_LISTS or func.attr in OUT_OF_PLACE_METHODS
+                                                or knowledge.is_inplace(func.attr)):
+            continue
+        return False
+    return True
+
+
+def _names_only(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def fix_step_before_backward(ctx: FixContext, finding: Finding) -> Fix:
