@@ -109,9 +109,6 @@ NO_FIX = {
     "GG104/pos_threshold_double_loop_on_leaf": (
         "the leaf must keep its values: the vectorised form (`torch.where`) changes which tensor later code reads"
     ),
-    "GG105/pos_chunk_qk_scaled": (
-        "writing under no_grad too gives different gradients; making the views with grad on needs the chunk moved out of its block with other statements"
-    ),
     "GG105/pos_feature_snapshot_cache_lerp": (
         "the view is made in one loop iteration and written in a later one"
     ),
@@ -126,18 +123,6 @@ NO_FIX = {
     ),
     "GG105/pos_module_anchor_cache_from_init": (
         "the view is made in `__init__` and written in a training step: moving it changes the module's state"
-    ),
-    "GG105/pos_nograd_view_passed_to_inplace_helper": (
-        "the write is inside a helper; fixing the helper changes every caller"
-    ),
-    "GG105/pos_slice_assign_into_nograd_view": (
-        "the view's binding is not the first statement of its no_grad block: moving it is not proven safe"
-    ),
-    "GG105/pos_transpose_tied_weight_scaled": (
-        "the write stays on a view of a leaf, which would still raise"
-    ),
-    "GG105/pos_unbind_logvar_clamped": (
-        "writing under no_grad too gives different gradients; making the views with grad on needs a restructure"
     ),
     "GG106/pos_module_cat_into_registered_buffer": (
         "the `out=` tensor is a module's registered buffer read later as `self.joined`; binding the result means "
@@ -165,6 +150,7 @@ UNSAFE_ONLY = {
     "GG102/pos_nograd_method_clip_latent": _GG102_INTO_GRAPH + "; `z` is rebound to what the method returns",
     "GG102/pos_numpy_view_zero_negative_scores": _GG102_INTO_GRAPH + "; `scores` is rebound to what the helper returns",
     "GG107/pos_embedding_scale_after_retain_grad": "the caller's `keep` list holds `emb`, which now keeps its unscaled values",
+    "GG105/pos_transpose_tied_weight_scaled": "`emb.weight` is no longer scaled in place: only the tied projection is",
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",

@@ -538,9 +538,7 @@ def _no_grad_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
 def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
     """Move the view's binding out of its ``with torch.no_grad():`` (the view then has history), and write
     out of place when nothing else sees the memory."""
-    origin = mutation.target.origin
-    if origin is None:
-        raise CannotFix("cannot see where the view is made")
+    origin = _nograd_origin(mutation)
     binding = ctx.statement_of(origin)
     if not isinstance(binding, ast.Assign) or not all(isinstance(t, (ast.Name, ast.Tuple)) for t in binding.targets):
         raise CannotFix("the view is not bound to a local name")
@@ -570,22 +568,43 @@ def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
         edits.append(TextEdit(block.lineno, 1, block.lineno, 1, moved))
         edits.append(TextEdit(binding.lineno, 1, binding.end_lineno + 1, 1, ""))
     title = f"Make the view with grad mode on: `{ctx.source(binding)[:50]}` outside the no_grad block"
-    write = Write.of(ctx, mutation.entry())
-    rebind = F.fix_or_none(lambda: F.Rebind(ctx, write))
-    if rebind is not None and rebind.direct and rebind.report.clean:
+    rebind = F.fix_or_none(lambda: F.Rebind(ctx, Write.of(ctx, mutation.entry())))
+    safe, built = True, None
+    if rebind is not None and rebind.direct and rebind.report.only_holders:
         built = F.fix_or_none(rebind.rewrite)
         if built is not None:
             more = built[0].edits()
-            if any(e.line <= binding.end_lineno + 1 for e in more):
+            moved_end = max((e.end_line, e.end_column) for e in edits)
+            if any((e.line, e.column) <= moved_end for e in more):
                 raise CannotFix("the write is next to the view's binding")
             edits.extend(more)
             title += f", then write out of place: `{built[1][:50]}`"
-    else:
+            if not rebind.report.clean:  # `emb.weight` (tied) or a list holds the memory: it keeps the old values
+                safe = False
+                title += f" (unsafe: {rebind.report.reason()}, and no longer sees the write)"
+    if built is None:
         root = mutation.target.root()
         if root.leaf or root.param:
             raise CannotFix("an in-place write to a view of a leaf would still raise")
+        if isinstance(origin, ast.Call) and isinstance(origin.func, ast.Attribute) and origin.func.attr in _PIECES:
+            raise CannotFix("an in-place write to one of several views of one call would still raise")
     edits.sort(key=lambda e: (e.line, e.column))
-    return Fix(title, True, tuple(edits))
+    return Fix(title, safe, tuple(edits))
+
+
+# Calls that return several views of one tensor: torch refuses in-place writes to them with grad mode on.
+_PIECES = frozenset({"chunk", "unbind", "split", "tensor_split", "split_with_sizes", "unsafe_chunk", "unsafe_split"})
+
+
+def _nograd_origin(mutation: Mutation) -> ast.AST:
+    """Where the view made under no_grad is made: the written view itself, or the one it is a view of (``row``
+    for a write to ``row[:2]``, where ``row = h[0]`` was taken under no_grad)."""
+    for t in mutation.target.view_chain():
+        if t.nograd_view and not (t.base is not None and t.base.nograd_view):
+            if t.origin is None:
+                break
+            return t.origin
+    raise CannotFix("cannot see where the view is made")
 
 
 def fix_nograd_view(ctx: FixContext, finding: Finding) -> Fix | None:
