@@ -112,12 +112,6 @@ NO_FIX = {
     "GG105/pos_feature_snapshot_cache_lerp": (
         "the view is made in one loop iteration and written in a later one"
     ),
-    "GG105/pos_helper_decorated_returns_view": (
-        "the view comes from a `@torch.no_grad()` helper; changing the helper changes every caller"
-    ),
-    "GG105/pos_helper_with_block_returns_transpose": (
-        "the view comes from a helper's no_grad block; changing the helper changes every caller"
-    ),
     "GG105/pos_method_decorated_returns_chunk": (
         "the views come from a `@torch.no_grad()` method; changing it changes every caller"
     ),
@@ -151,6 +145,8 @@ UNSAFE_ONLY = {
     "GG102/pos_numpy_view_zero_negative_scores": _GG102_INTO_GRAPH + "; `scores` is rebound to what the helper returns",
     "GG107/pos_embedding_scale_after_retain_grad": "the caller's `keep` list holds `emb`, which now keeps its unscaled values",
     "GG105/pos_transpose_tied_weight_scaled": "`emb.weight` is no longer scaled in place: only the tied projection is",
+    "GG105/pos_helper_decorated_returns_view": "every call of the helper now gets views with history",
+    "GG105/pos_helper_with_block_returns_transpose": "every call of the helper now gets views with history",
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",

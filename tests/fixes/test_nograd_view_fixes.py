@@ -106,3 +106,40 @@ def test_a_tied_weights_view_written_out_of_place_is_unsafe():
     out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
     assert "    proj = emb.weight.t()\n    proj = proj.mul(0.5)\n" in out and not _gg105(out)
     _run(out)
+
+
+_HELPER = """
+import torch
+
+
+@torch.no_grad()
+def _tail(states):
+    {body}
+
+
+def train():
+    torch.manual_seed(9)
+    lin = torch.nn.Linear(3, 4)
+    states = lin(torch.randn(2, 5, 3))
+    last = _tail(states)
+    last.mul_(torch.tensor([[1.0], [0.0]]))
+    last.pow(2).sum().backward()
+    return [lin.weight.grad, lin.bias.grad]
+"""
+
+
+def test_a_helper_returning_a_view_under_no_grad_returns_it_with_grad_on_as_an_unsafe_fix():
+    src = textwrap.dedent(_HELPER).replace("{body}", "return states[:, -1]")
+    (diag,) = _gg105(src)
+    assert not diag.fix.safe and "every call of `_tail` now gets views with history" in diag.fix.title
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert "@torch.no_grad()" not in out and "    last = last.mul(torch.tensor([[1.0], [0.0]]))\n" in out
+    assert not _gg105(out)
+    intended = src.replace("@torch.no_grad()\n", "").replace("    last.mul_(", "    last = last.mul(")
+    for got, want in zip(_run(out), _run(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_a_helper_that_does_more_than_return_the_view_is_left_alone():
+    src = textwrap.dedent(_HELPER).replace("{body}", "n = states.shape[1]\n    return states[:, n - 1]")
+    assert [d.fix for d in _gg105(src)] == [None]

@@ -26,6 +26,7 @@ from .inplace import fix_leaf_write, fix_or_none
 from .loops import stack_steps
 from .aliases import analyse
 from .callers import param_escape, through_callers
+from .view_helpers import PIECES, helper_view_with_grad
 from .writes import OUT_OF_PLACE_METHODS, Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -586,14 +587,10 @@ def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
         root = mutation.target.root()
         if root.leaf or root.param:
             raise CannotFix("an in-place write to a view of a leaf would still raise")
-        if isinstance(origin, ast.Call) and isinstance(origin.func, ast.Attribute) and origin.func.attr in _PIECES:
+        if isinstance(origin, ast.Call) and isinstance(origin.func, ast.Attribute) and origin.func.attr in PIECES:
             raise CannotFix("an in-place write to one of several views of one call would still raise")
     edits.sort(key=lambda e: (e.line, e.column))
     return Fix(title, safe, tuple(edits))
-
-
-# Calls that return several views of one tensor: torch refuses in-place writes to them with grad mode on.
-_PIECES = frozenset({"chunk", "unbind", "split", "tensor_split", "split_with_sizes", "unsafe_chunk", "unsafe_split"})
 
 
 def _nograd_origin(mutation: Mutation) -> ast.AST:
@@ -616,6 +613,8 @@ def fix_nograd_view(ctx: FixContext, finding: Finding) -> Fix | None:
         rw, desc = F.no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Write the values under `{desc}`", safe=True)
     made = F.fix_or_none(lambda: view_with_grad(ctx, mutation))
+    if made is None:  # the view comes from a helper that makes it under no_grad
+        made = F.fix_or_none(lambda: helper_view_with_grad(ctx, mutation, _nograd_origin(mutation)))
     # Writing under no_grad too is not offered: it drops the gradient through the write (chunk/unbind/transpose
     # fixtures then raise or differ from their reference).
     return made
