@@ -82,9 +82,6 @@ NO_FIX = {
         "the write must reach `t` (read later) through a view of a chunk; `chunk`'s piece sizes depend on the "
         "shape, so it cannot be turned into a plain slice, and rebinding the piece would drop the write"
     ),
-    "GG004/pos_row_iteration_mul": (
-        "`for row in t: row.mul_(2)` must change `t` (read later); rebinding `row` would drop every write"
-    ),
     "GG101/pos_actor_critic_method_update_critic": (
         "the step is inside a method called between forward and backward; moving the step would re-run a freed graph or change which weights the generator sees; the structural fix (`D(fake.detach())` for the discriminator step, then recompute `D(fake)` for the generator) is not offered automatically yet"
     ),

@@ -24,6 +24,7 @@ from ..diagnostics import Fix
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from .callers import param_escape, through_callers
+from .rows import whole_tensor_instead_of_rows
 from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
@@ -639,6 +640,10 @@ def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:
     plain = fix_or_none(lambda: plain_view_write(ctx, write))
     if plain is not None:
         return plain
+    if mutation.target.base is not None:  # the rows of a tensor the loop iterates over
+        whole = fix_or_none(lambda: whole_tensor_instead_of_rows(ctx, write))
+        if whole is not None:
+            return whole
     element = fix_or_none(lambda: rebuild_pieces(ctx, write))
     if element is not None:
         return element
