@@ -173,3 +173,39 @@ def test_a_helpers_element_loop_clones_what_backward_saved_and_leaves_the_calls_
     assert "unit_rows(e)\n" in out and ".clone()" in out and not _diags(out)
     intended = src.replace("    unit_rows(e)\n", "    e = e / e.norm(dim=1, keepdim=True)\n")
     assert torch.allclose(_run(out)[0], _run(intended)[0], atol=1e-6)
+
+
+_FORWARDED = """
+import torch
+import torch.nn.functional as F
+
+
+def _act(t, **options):
+    return F.relu(t, **options)
+
+
+def train():
+    torch.manual_seed(11)
+    w = torch.randn(4, 3, requires_grad=True)
+    g = torch.sigmoid(torch.randn(2, 4) @ w)
+    {call}
+    g.sum().backward()
+    return [w.grad]
+"""
+
+
+def test_an_inplace_flag_forwarded_through_kwargs_is_dropped_where_it_is_spelled():
+    src = textwrap.dedent(_FORWARDED).replace("{call}", "g = _act(g, inplace=True)")
+    (fix,) = [d.fix for d in _diags(src) if d.code == "GG005"]
+    assert fix.safe and "Drop `inplace=True`" in fix.title
+    out = _fixed(src)
+    assert "    g = _act(g)\n" in out and not _diags(out)
+    assert torch.allclose(_run(out)[0], _run(src.replace("g = _act(g, inplace=True)", "g = torch.relu(g)"))[0])
+
+
+@pytest.mark.parametrize("call", [
+    "h = _act(g, inplace=True)\n    g = g + h",  # the caller reads the tensor the flag wrote
+])
+def test_a_forwarded_flag_whose_write_the_caller_reads_is_kept(call):
+    src = textwrap.dedent(_FORWARDED).replace("{call}", call)
+    assert all(d.fix is None or "Drop" not in d.fix.title for d in _diags(src))

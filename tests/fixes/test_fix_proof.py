@@ -50,10 +50,6 @@ NO_FIX = {
         "from autograd (a GG102 of its own), and the out-of-place clamp must also leave the no_grad block to get "
         "clamp's gradient; no fix does both yet"
     ),
-    "GG005/pos_inplace_flag_forwarded_through_kwargs": (
-        "the `inplace=True` reaches `F.relu` through a wrapper's `**kwargs`; the fix that turns `inplace` off "
-        "edits the call that spells the flag for the op, and no fix yet edits a caller's keyword instead"
-    ),
     "GG001/pos_call_object_rescales_saved": (
         "the write is inside `__call__` on the caller's tensor; rebinding there changes what the caller's name "
         "holds only through the return value, and the fix layer does not yet prove a rewrite against every caller"

@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
-from .aliases import analyse
+from .aliases import analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
-from .writes import Write, root_name
+from .edits import Rewrite
+from .writes import Write, root_name, without_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
-    from .edits import Rewrite
 
 
 def inside_helper(finding: Finding) -> Finding | None:
@@ -46,7 +46,7 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
     fn = ctx.function_of(node)
     try:
         name, _ = root_name(Write.of(ctx, node).target)
-    except CannotFix:
+    except (CannotFix, KeyError):  # KeyError: a call the engine wrote out (``**kwargs`` spread), not in the tree
         return None
     if fn is None or not _local(fn, name):
         return None  # a closure's free variable or a global: rebinding it in the helper would make a new local
@@ -222,3 +222,42 @@ def _own_nodes(fn: ast.FunctionDef):
         if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
             continue
         stack.extend(ast.iter_child_nodes(node))
+
+
+def forwarded_inplace_flag(ctx: FixContext, mutation) -> Fix:
+    """GG005 where ``inplace=True`` reaches the in-place op through a wrapper's ``**kwargs``: the call that spells
+    the flag drops it.  Safe when the call rebinds the name it passes (``x = act(x, inplace=True)``) or that name
+    is not read afterwards, and nothing else holds its memory."""
+    # The engine writes the op's call out with the caller's keywords (``F.relu(t, inplace=True)``): the flag's
+    # keyword is the caller's own node, and the op's function is the wrapper's.
+    inner = mutation.node
+    flag = next((k for k in getattr(inner, "keywords", ()) if k.arg == "inplace"), None)
+    if not isinstance(inner, ast.Call) or flag is None or not (isinstance(flag.value, ast.Constant)
+                                                              and flag.value.value is True):
+        raise CannotFix("the write's call does not get `inplace=True`")
+    call = ctx.parents.get(flag)
+    fn = ctx.function_of(inner.func)
+    if not isinstance(call, ast.Call) or fn is None or fn.args.kwarg is None or ctx.function_of(call) is fn:
+        raise CannotFix("the flag is not forwarded from a caller through `**kwargs`")
+    kwargs = fn.args.kwarg.arg
+    if [n for n in _own_nodes(fn) if isinstance(n, ast.Name) and n.id == kwargs and ctx.parents.get(n) is not None
+            and not (isinstance(ctx.parents.get(n), ast.keyword) and ctx.parents.get(n).arg is None)]:
+        raise CannotFix("the wrapper reads its `**kwargs` otherwise than forwarding them")
+    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+    if name != fn.name or any(a.arg == "inplace" for a in (*fn.args.args, *fn.args.kwonlyargs)):
+        raise CannotFix("the call is not to the wrapper that forwards the flag")
+    passed = call.args[0] if call.args else None
+    if not isinstance(passed, ast.Name):
+        raise CannotFix("the written tensor is not passed as a name")
+    stmt = ctx.statement_of(call)
+    rebinds = isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
+        and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == passed.id
+    report = analyse(ctx, stmt, passed.id)
+    problems = [*report.aliases_read_after, *report.holders_read_after,
+                *(e for e in report.escapes if e != f"it is passed to `{ctx.source(call.func)}`")]
+    if problems or (not rebinds and value_read_after(ctx, stmt, passed.id)):
+        raise CannotFix(f"`{passed.id}` is read later and would miss the write")
+    from_cst = ctx.cst(call)
+    rw = Rewrite(ctx).replace_node(from_cst, without_keyword(from_cst, "inplace"))
+    return rw.fix(f"Drop `inplace=True` from the call to `{fn.name}`: it forwards the flag to an op whose input "
+                  "backward needs", safe=True)

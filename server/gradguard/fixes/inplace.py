@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
-from .callers import param_escape, through_callers
+from .callers import forwarded_inplace_flag, param_escape, through_callers
 from .rows import whole_tensor_instead_of_rows
 from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixContext
@@ -657,6 +657,9 @@ def fix_inplace_activation(ctx: FixContext, finding: Finding) -> Fix | None:
     module = mutation.module
     if module is not None:
         return module_inplace_false(ctx, mutation)
+    forwarded = fix_or_none(lambda: forwarded_inplace_flag(ctx, mutation))
+    if forwarded is not None:
+        return forwarded
     write = Write.of(ctx, mutation.entry())
     if write.kind != "functional":
         raise CannotFix("not an in-place activation call")
