@@ -90,9 +90,6 @@ NO_FIX = {
     "GG101/pos_no_grad_weight_clip_in_forward": (
         "the clip runs inside forward, between the layer and the caller's backward: needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
     ),
-    "GG102/pos_data_copy_mix_teacher": (
-        "`pred.data.copy_(...)` replaces the values with ones computed from `pred.data`: the new values need their own graph (`pred = 0.5 * pred + 0.5 * soft`), which is a rewrite of the value, not of the write"
-    ),
     "GG102/pos_trainer_standardize_features_alias": (
         "the hidden write (a chain `sub_(...).div_(...)`) is inside a helper method; putting it in the graph means the helper returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
     ),
@@ -132,6 +129,7 @@ UNSAFE_ONLY = {
     "GG102/pos_rnn_reset_through_detach_alias": _GG102_INTO_GRAPH,
     "GG102/pos_set_grad_enabled_center_outputs": _GG102_INTO_GRAPH,
     "GG102/pos_numpy_view_clip_activation": _GG102_INTO_GRAPH,
+    "GG102/pos_data_copy_mix_teacher": _GG102_INTO_GRAPH,
     "GG102/pos_numpy_view_mask_padding_loop": _GG102_INTO_GRAPH,
     "GG102/pos_nograd_helper_normalize_embeddings": _GG102_INTO_GRAPH + "; `emb` is rebound to what the helper returns",
     "GG102/pos_nograd_method_clip_latent": _GG102_INTO_GRAPH + "; `z` is rebound to what the method returns",

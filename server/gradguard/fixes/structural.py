@@ -345,8 +345,7 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     write = Write.of(ctx, mutation.entry())
     if write.value_use or write.kind not in ("method", "augassign", "setitem"):
         raise CannotFix("not a plain write statement")
-    if write.kind == "method" and write.call.func.attr == "copy_":
-        raise CannotFix("a `copy_` replaces the values: the new ones need their own graph, not the old tensor's")
+    copied = write.kind == "method" and write.call.func.attr == "copy_"
     stmt = write.stmt
     block = _no_grad_with(ctx, stmt) or _inference_mode_with(ctx, stmt)
     if block is not None and len(block.body) != 1:
@@ -366,7 +365,9 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
         raise CannotFix(report.reason())
     if decorator is not None and not through:
         raise CannotFix("the no_grad decorator covers the whole function, not just the write")
-    if write.kind == "method":
+    if copied:
+        new = f"{name} = " + _copied_in_graph(ctx, write.call, name)
+    elif write.kind == "method":
         new = f"{name} = " + code(out_of_place(ctx, write.call, obj=cst.Name(name)))
     elif write.kind == "augassign":
         new = f"{name} = " + code(aug_to_binop(ctx.cst(stmt)).with_changes(left=cst.Name(name)))
@@ -383,6 +384,38 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     if through:
         return through_callers(ctx, (edit,), stmt, name, title, False, (decorator,) if decorator is not None else ())
     return Fix(title, False, (edit,))
+
+
+def _copied_in_graph(ctx: FixContext, call: ast.Call, name: str) -> str:
+    """``x.data.copy_(0.5 * x.data + 0.5 * y)`` -> ``0.5 * x + 0.5 * y``: the copied values with their graph.  Only
+    arithmetic that reads ``x`` itself elementwise, so the values have ``x``'s shape, as the copy gave them."""
+    if len(call.args) != 1 or call.keywords:
+        raise CannotFix("not a plain `copy_(values)`")
+    value = call.args[0]
+    if value.lineno != value.end_lineno:
+        raise CannotFix("the copied values span lines")
+    leaves, stack = [], [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            stack.extend([node.left, node.right])
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            stack.append(node.operand)
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            continue
+        elif isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
+            leaves.append(node)
+        else:
+            raise CannotFix("the copied values are not elementwise arithmetic")
+    own = [leaf for leaf in leaves if _unhidden_name(leaf) == name]
+    if not own or any(isinstance(n, ast.Name) and n.id == name for leaf in leaves if leaf not in own
+                      for n in ast.walk(leaf)):
+        raise CannotFix("the copied values do not read the written tensor elementwise")
+    text, start = ctx.source(value), ctx._chars(value.lineno, value.col_offset)
+    for leaf in sorted(own, key=lambda n: n.col_offset, reverse=True):
+        a, b = ctx._chars(leaf.lineno, leaf.col_offset) - start, ctx._chars(leaf.lineno, leaf.end_col_offset) - start
+        text = text[:a] + name + text[b:]
+    return text
 
 
 def _no_grad_decorator(ctx: FixContext, stmt: ast.stmt) -> ast.expr | None:
