@@ -94,23 +94,46 @@ def test_no_fix_through_calls_that_would_not_all_rebind(change):
     assert all(d.fix is None or "rebind" not in d.fix.title for d in _diags(src))
 
 
-def test_a_closure_writing_a_variable_of_its_function_is_not_rebound_there():
-    src = textwrap.dedent("""
-        import torch
+_CLOSURE = """
+import torch
 
 
-        def train():
-            w = torch.rand(5, requires_grad=True)
-            s = torch.sqrt(w + 1.0)
+def train():
+    w = torch.rand(5, requires_grad=True)
+    s = torch.sqrt(w + 1.0)
 
-            def limit():
-                s.clamp_(max=1.2)
+    def limit():
+        s.clamp_(max=1.2)
 
-            limit()
-            (s * 2).sum().backward()
-            return [w.grad]
-    """)
-    assert [d.fix for d in _diags(src) if d.code == "GG001"] == [None]  # `s = s.clamp(...)` would make a new local
+    {calls}
+    (s * 2).sum().backward()
+    return [w.grad]
+"""
+
+
+def test_a_closure_writing_a_variable_of_its_function_rebinds_it_nonlocal():
+    src = textwrap.dedent(_CLOSURE).replace("{calls}", "limit()")
+    (fix,) = [d.fix for d in _diags(src) if d.code == "GG001"]
+    assert fix.safe and "`nonlocal s` in `limit`" in fix.title
+    out = _fixed(src)
+    assert "        nonlocal s\n        s = s.clamp(max=1.2)\n" in out and not _diags(out)
+    torch.manual_seed(0)
+    got = _run(out)[0]
+    torch.manual_seed(0)
+    want = _run(src.replace("        s.clamp_(max=1.2)", "        pass").replace(
+        "    (s * 2)", "    s = s.clamp(max=1.2)\n    (s * 2)"))[0]
+    assert torch.allclose(got, want)
+
+
+@pytest.mark.parametrize("calls", [
+    "keep = s[:2]\n    limit()\n    print(keep)",  # a view of the old tensor is read after the call
+    "run_later = [limit]\n    limit()",  # the closure is used otherwise than called here
+])
+def test_a_closure_whose_rebinding_the_function_may_not_see_is_not_fixed(calls):
+    src = textwrap.dedent(_CLOSURE).replace("{calls}", calls)
+    diags = [d for d in _diags(src) if d.code == "GG001"]
+    assert diags and all(d.fix is None or "nonlocal" not in d.fix.title for d in diags)
+    assert "nonlocal" not in _fixed(src, unsafe=True)
 
 
 def test_a_no_grad_method_goes_into_the_graph_with_its_decorator_removed():

@@ -54,10 +54,6 @@ NO_FIX = {
         "the write is inside `__call__` on the caller's tensor; rebinding there changes what the caller's name "
         "holds only through the return value, and the fix layer does not yet prove a rewrite against every caller"
     ),
-    "GG001/pos_closure_mutates_captured": (
-        "the write is inside a closure on a variable of the enclosing function; rebinding it needs `nonlocal` and a "
-        "proof that every later read wants the new value, which the fix layer does not make yet"
-    ),
     "GG001/pos_dict_of_activations_mutated": (
         "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
         "dict's name would be wrong), so none is offered"

@@ -48,17 +48,68 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
         name, _ = root_name(Write.of(ctx, node).target)
     except (CannotFix, KeyError):  # KeyError: a call the engine wrote out (``**kwargs`` spread), not in the tree
         return None
-    if fn is None or not _local(fn, name):
-        return None  # a closure's free variable or a global: rebinding it in the helper would make a new local
+    if fn is None:
+        return None
+    outer = None
+    if not _local(fn, name):
+        # A closure's free variable: rebinding it there needs `nonlocal`, and every call of the closure in its
+        # function to be a plain call after which nothing else holds the old tensor.  A global: no fix.
+        outer = _enclosing_owner(ctx, fn, name)
+        if outer is None:
+            return None
     try:
         fix = build(ctx, inner)
     except CannotFix:
         return None
+    if fix is not None and outer is not None:
+        try:
+            return _with_nonlocal(ctx, fix, fn, outer, name)
+        except CannotFix:
+            return None
     if fix is None or fix.safe:
         return fix
     if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
         return None
     return fix
+
+
+def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> ast.FunctionDef | None:
+    """The function ``fn`` is nested in, when ``name`` is that function's local (and not global there)."""
+    outer = ctx.parents.get(fn)
+    if name is None or not isinstance(outer, ast.FunctionDef):
+        return None
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in _own_nodes(fn)):
+        return None
+    return outer if _local(outer, name) else None
+
+
+def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.FunctionDef, name: str) -> Fix:
+    """``fix`` made in the closure ``fn``, with ``nonlocal name`` declared: the rebinding reaches ``outer``.
+    Every use of ``fn`` in ``outer`` must be a plain call statement after which only ``name`` holds its tensor."""
+    uses = [n for n in _own_nodes(outer) if isinstance(n, ast.Name) and n.id == fn.name]
+    if not uses or any(isinstance(n, (*FUNCTIONS, ast.ClassDef, ast.Lambda)) and n is not fn and n is not outer
+                       and any(isinstance(m, ast.Name) and m.id in (fn.name, name) for m in ast.walk(n))
+                       for n in ast.walk(outer)):
+        raise CannotFix("the closure is not only called in its function")
+    for use in uses:
+        call = ctx.parents.get(use)
+        stmt = ctx.parents.get(call)
+        if not (isinstance(call, ast.Call) and call.func is use and isinstance(stmt, ast.Expr) and stmt.value is call):
+            raise CannotFix("the closure is used otherwise than called as a statement")
+        report = analyse(ctx, stmt, name)
+        if report.aliases_read_after or report.holders_read_after or any(
+                e != "a nested function or class uses it" for e in report.escapes):
+            raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
+    first = fn.body[1] if len(fn.body) > 1 and _is_docstring(fn.body[0]) else fn.body[0]
+    ctx.require_own_lines(first)
+    indent = ctx.indent_of(first)
+    declare = TextEdit(first.lineno, 1, first.lineno, 1, f"{indent}nonlocal {name}{ctx.newline}")
+    edits = tuple(sorted((declare, *fix.edits), key=lambda e: (e.line, e.column)))
+    return Fix(f"{fix.title}; `nonlocal {name}` in `{fn.name}`, so `{outer.name}` sees it", fix.safe, edits)
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 def _local(fn: ast.FunctionDef, name: str | None) -> bool:
