@@ -232,3 +232,18 @@ def test_an_inplace_flag_forwarded_through_kwargs_is_dropped_where_it_is_spelled
 def test_a_forwarded_flag_whose_write_the_caller_reads_is_kept(call):
     src = textwrap.dedent(_FORWARDED).replace("{call}", call)
     assert all(d.fix is None or "Drop" not in d.fix.title for d in _diags(src))
+
+
+@pytest.mark.parametrize("body", [
+    # the closure passes its function's variable to a helper: rebinding it there would make a new local
+    "def limit():\n        _clamp_(s)\n",
+    # the closure writes a local it bound from its function's variable: who else holds it is not visible there
+    "def limit():\n        cur = s\n        cur.clamp_(max=1.2)\n",
+])
+def test_a_closure_that_does_not_own_the_tensor_gets_no_rebinding(body):
+    src = textwrap.dedent(_CLOSURE).replace("def limit():\n        s.clamp_(max=1.2)\n", body).replace(
+        "{calls}", "limit()").replace("def train():", "def _clamp_(t):\n    t.clamp_(max=1.2)\n\n\ndef train():")
+    diags = [d for d in _diags(src) if d.code == "GG001"]
+    assert diags
+    out = _fixed(src, unsafe=True)
+    assert "s = _clamp_(s)" not in out and "cur = cur.clamp" not in out

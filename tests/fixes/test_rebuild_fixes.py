@@ -141,3 +141,10 @@ def test_a_number_made_a_leaf_again_becomes_the_tensor_as_an_unsafe_fix():
     out = _fixed(src, unsafe=True)
     assert "    loss = loss\n" in out and not _fixes(out)
     assert torch.allclose(_grads(out)[0], torch.full((3,), 4.0))
+
+
+def test_a_tensor_rebuilt_again_around_the_rebuild_is_not_kept_there():
+    src = textwrap.dedent(_LIST_PROGRAM).replace("{parts}", "parts").replace(
+        "loss = (torch.tensor(parts) * 2).sum()",
+        "loss = (w * 4).sum()\n    loss = torch.autograd.Variable(torch.tensor(float(loss)), requires_grad=True)")
+    assert _fixes(src) == [None]

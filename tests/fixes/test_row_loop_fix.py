@@ -71,3 +71,22 @@ def test_no_whole_tensor_rewrite_when_it_could_compute_something_else(write):
     src = textwrap.dedent(_PROGRAM).replace("{write}", write)
     diags = _gg004(src)
     assert diags and all(d.fix is None or "whole tensor" not in d.fix.title for d in diags)
+
+
+def test_the_rows_of_an_attribute_are_not_rebound():
+    src = textwrap.dedent("""
+        import torch
+
+
+        class Trainer:
+            def __init__(self):
+                self.x = torch.randn(3, 4, requires_grad=True)
+                self.t = self.x + 1
+
+            def train(self):
+                for row in self.t:
+                    row.mul_(2)
+                self.t.pow(2).sum().backward()
+    """)
+    diags = _gg004(src)
+    assert diags and [d.fix for d in diags] == [None]  # `row = row.mul(2)` would drop the write to `self.t`

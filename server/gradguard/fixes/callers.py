@@ -51,6 +51,10 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
     if fn is None:
         return None
     outer = None
+    if _local(fn, name) and not _param(fn, name) and not _only_numpy_views(ctx, fn, name):
+        # A local bound from something else (a free variable, a list): the analysis of the helper cannot see
+        # who else holds that tensor.  NumPy views are resolved to their tensor by the GG102 fix itself.
+        return None
     if not _local(fn, name):
         # A closure's free variable: rebinding it there needs `nonlocal`, and every call of the closure in its
         # function to be a plain call after which nothing else holds the old tensor.  A global: no fix.
@@ -110,6 +114,23 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
 
 def _is_docstring(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def _param(fn: ast.FunctionDef, name: str | None) -> bool:
+    return name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+
+
+def _only_numpy_views(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> bool:
+    """Every binding of ``name`` in ``fn`` is ``name = <tensor>...numpy()``."""
+    stores = [n for n in _own_nodes(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+    for store in stores:
+        parent = ctx.parents.get(store)
+        if isinstance(parent, ast.AugAssign):
+            continue  # a write to the array itself
+        value = parent.value if isinstance(parent, ast.Assign) and parent.targets == [store] else None
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "numpy"):
+            return False
+    return bool(stores)
 
 
 def _local(fn: ast.FunctionDef, name: str | None) -> bool:
@@ -226,6 +247,8 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool)
     caller = ctx.function_of(stmt)
     if caller is None:
         raise CannotFix("a call at module level")
+    if not _local(caller, arg.id):
+        raise CannotFix("a call passes a name its function does not own (rebinding it would make a new local)")
     report = analyse(ctx, stmt, arg.id)
     passed_here = f"it is passed to `{ctx.source(call.func)}`"
     problems = [*report.aliases_read_after, *report.holders_read_after,

@@ -647,6 +647,10 @@ def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:
     element = fix_or_none(lambda: rebuild_pieces(ctx, write))
     if element is not None:
         return element
+    if any(isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == root_name(write.target)[0]
+           and root_name(loop.iter)[0] is None for loop in ctx.loops_around(write.stmt)):
+        # the rows of `self.t`: whether the tensor is read later is beyond the alias analysis of local names
+        raise CannotFix("the written name is the row of a tensor that is not a local name")
     rebind = Rebind(ctx, write, pieces_disjoint=True)
     return _rebind_fix(rebind, "Write out of place")
 

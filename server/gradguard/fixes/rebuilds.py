@@ -53,11 +53,13 @@ def keep_tensor(ctx: FixContext, finding: Finding) -> Fix:
     if torch is None:
         raise CannotFix("the file does not import torch as a module")
     if (finding.data or {}).get("of_tensor") and isinstance(finding.node, ast.Call):
+        _require_not_rebuilt_again(ctx, finding.node)
         return _copy_of_tensor(ctx, finding.node)
     stmt = ctx.statement_of(finding.node)
     for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
         if ctx.qual(call.func) not in _FACTORIES or len(call.args) != 1:
             continue
+        _require_not_rebuilt_again(ctx, call)
         keywords = {k.arg: k.value for k in call.keywords}
         if None in keywords or set(keywords) - {*_LIKE, "requires_grad"}:
             continue
@@ -75,6 +77,18 @@ def keep_tensor(ctx: FixContext, finding: Finding) -> Fix:
         if text is not None and (translated.numpy or translated.bindings):
             return translated.fix(call, text, keywords)
     raise CannotFix("no tensor-keeping rewrite for this rebuild")
+
+
+def _require_not_rebuilt_again(ctx: FixContext, call: ast.Call) -> None:
+    """CannotFix when the rebuilt tensor goes straight into another rebuild (``Variable(torch.tensor(...),
+    requires_grad=True)``): keeping the tensor here would still lose its graph there."""
+    parent = ctx.parents.get(call)
+    if isinstance(parent, ast.keyword):
+        parent = ctx.parents.get(parent)
+    if isinstance(parent, ast.Call) and call is not parent.func and (
+            ctx.qual(parent.func) in (*_FACTORIES, "torch.autograd.Variable", "torch.nn.Parameter")
+            or isinstance(parent.func, ast.Attribute) and parent.func.attr in ("new_tensor", "Variable")):
+        raise CannotFix("the rebuilt tensor is rebuilt again by the call around it")
 
 
 def _copy_of_tensor(ctx: FixContext, call: ast.Call) -> Fix:
