@@ -62,10 +62,6 @@ NO_FIX = {
         "the leaf is a module global written inside a function; `torch.no_grad()` would hide the update from the "
         "gradient the reference computes, and rebinding a global needs a `global` statement the fix layer does not write"
     ),
-    "GG103/pos_numpy_round_trip_in_method": (
-        "the values leave torch in another object's method; keeping the tensor means rewriting that method's "
-        "NumPy code, which the fix layer does not do (NumPy rewrites are not offered anywhere yet)"
-    ),
     "GG003/pos_prune_input_column_in_forward": (
         "`self.fc(x)` reads `self.fc.weight` inside the module: a masked copy of the weight cannot reach it "
         "without rewriting the call as `F.linear`, and `torch.no_grad()` would change the gradients"
@@ -116,6 +112,7 @@ UNSAFE_ONLY = {
     "GG103/pos_tolist_rebuild_scores": "the result is `scores` itself, with its dtype and device, not a rebuilt CPU tensor",
     "GG103/pos_numpy_aux_term_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
     "GG103/pos_numpy_clip_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
+    "GG103/pos_numpy_round_trip_in_method": "torch ops replace NumPy's; the result is no longer a new leaf",
     "GG102/pos_inference_mode_clip_logits": _GG102_INTO_GRAPH,
     "GG102/pos_data_scale_forward_output": _GG102_INTO_GRAPH,
     "GG102/pos_data_temperature_scores": _GG102_INTO_GRAPH,

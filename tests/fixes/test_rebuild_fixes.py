@@ -148,3 +148,38 @@ def test_a_tensor_rebuilt_again_around_the_rebuild_is_not_kept_there():
         "loss = (torch.tensor(parts) * 2).sum()",
         "loss = (w * 4).sum()\n    loss = torch.autograd.Variable(torch.tensor(float(loss)), requires_grad=True)")
     assert _fixes(src) == [None]
+
+
+_CONVERTER = """
+import numpy
+import torch
+
+
+class Logger:
+    def as_array(self, t):
+        return t.detach().numpy()
+
+
+def train():
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    log = Logger()
+    total = torch.tensor(numpy.mean(log.as_array(w * w)), requires_grad=True)
+    total.backward()
+    return [w.grad]
+"""
+
+
+def test_a_method_that_only_converts_its_argument_to_numpy_is_seen_through():
+    src = textwrap.dedent(_CONVERTER)
+    (fix,) = _fixes(src)
+    assert not fix.safe and "not a new leaf" in fix.title
+    out = _fixed(src, unsafe=True)
+    assert "    total = torch.mean((w * w))\n" in out and not _fixes(out)
+    assert torch.allclose(_grads(out)[0], _grads(src.replace(
+        "torch.tensor(numpy.mean(log.as_array(w * w)), requires_grad=True)", "(w * w).mean()"))[0])
+
+
+def test_a_method_that_does_more_than_convert_is_not_seen_through():
+    src = textwrap.dedent(_CONVERTER).replace("return t.detach().numpy()", "return t.detach().numpy() * 2")
+    assert _fixes(src) == [None]

@@ -209,6 +209,10 @@ class NumpyTranslation:
             self.numpy = True
             return _atom(ctx, source)
         q = ctx.qual(func) or ""
+        converted = self._converter_argument(node)
+        if converted is not None:
+            self.numpy = True
+            return _atom(ctx, converted)
         if not q.startswith("numpy."):
             return None
         twin = _NUMPY_TWINS.get(q[len("numpy."):])
@@ -221,6 +225,20 @@ class NumpyTranslation:
             return None  # array bounds or counts: torch wants tensors or ints where NumPy broadcasts
         keywords = [f"{twin[1][k.arg]}={ctx.source(k.value)}" for k in node.keywords]
         return f"{self.torch}.{twin[0]}({', '.join([*args, *keywords])})"
+
+    def _converter_argument(self, call: ast.Call) -> ast.expr | None:
+        """``meter.to_numpy(t)`` where every function of the file with that name only returns its argument's
+        ``.numpy()`` (``return t.detach().cpu().numpy()``): the tensor ``t``."""
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+        if name is None or len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
+            return None
+        defs = [n for n in ast.walk(self.ctx.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                                       ast.Lambda)) and getattr(n, "name", None) == name]
+        method = isinstance(call.func, ast.Attribute)
+        if not defs or any(not _returns_numpy_of_argument(d, method) for d in defs) \
+                or (not method and name in self.ctx.imports):
+            return None
+        return call.args[0]
 
     def _bound(self, name: ast.Name) -> str | None:
         """The torch spelling of the one earlier binding of ``name`` in its function, when ``name`` is read only
@@ -259,8 +277,29 @@ class NumpyTranslation:
         rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
         for value, spelled in self.bindings:
             rw.replace_node(ctx.cst(value), parse_expr(spelled))
+        leaf = ", and the result is not a new leaf whose `.grad` torch fills" if "requires_grad" in keywords else ""
         return rw.fix(f"Keep the graph: compute `{_short(text)}` with torch instead of NumPy (unsafe: torch's dtype "
-                      "promotion and rounding may differ from NumPy's)", safe=False)
+                      f"promotion and rounding may differ from NumPy's{leaf})", safe=False)
+
+
+def _returns_numpy_of_argument(fn: ast.AST, method: bool) -> bool:
+    """``def f(self, t)`` (``method``) or ``def f(t)``, undecorated, whose body is ``return t[.detach()][.cpu()].numpy()``."""
+    if not isinstance(fn, ast.FunctionDef) or fn.decorator_list or len(fn.body) != 1 \
+            or not isinstance(fn.body[0], ast.Return):
+        return False
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.defaults \
+            or params[:1] != ["self"] * method or len(params) != 1 + method:
+        return False
+    value = fn.body[0].value
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "numpy"
+            and not value.args and not value.keywords):
+        return False
+    source = value.func.value
+    while isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) \
+            and source.func.attr in _TO_NUMPY and not source.args and not source.keywords:
+        source = source.func.value
+    return isinstance(source, ast.Name) and source.id == params[-1]
 
 
 def _number(node: ast.expr) -> bool:
