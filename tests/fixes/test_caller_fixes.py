@@ -247,3 +247,47 @@ def test_a_closure_that_does_not_own_the_tensor_gets_no_rebinding(body):
     assert diags
     out = _fixed(src, unsafe=True)
     assert "s = _clamp_(s)" not in out and "cur = cur.clamp" not in out
+
+
+def test_a_helper_called_under_no_grad_is_not_fixed_through_its_calls():
+    # what hides the write is the caller's no_grad block: a rebound value made there has no graph either
+    src = textwrap.dedent("""
+        import torch
+
+
+        def _zero_(h, pad):
+            h[pad] = 0.0
+
+
+        def train():
+            lin = torch.nn.Linear(3, 4)
+            mask = torch.arange(4)[None, :] >= torch.tensor([4, 2, 1, 3, 0])[:, None]
+            h = lin(torch.randn(5, 3))
+            with torch.no_grad():
+                _zero_(h, mask)
+            torch.tanh(h).sum().backward()
+            return [lin.weight.grad]
+    """)
+    diags = _diags(src)
+    assert diags and all(d.fix is None or "rebind" not in d.fix.title for d in diags)
+
+
+def test_the_pieces_of_a_split_are_not_copied_as_one_tensor():
+    # `parts` holds the pieces (a tuple): `parts = parts.clone()` would fail
+    src = textwrap.dedent("""
+        import torch
+
+
+        def train():
+            x = torch.randn(6, 3, requires_grad=True)
+            parts = torch.split(x * 3, 2)
+
+            def update():
+                parts[0].zero_()
+
+            update()
+            sum(p.sum() for p in parts).backward()
+            return [x.grad]
+    """)
+    diags = _diags(src)
+    assert diags and "parts.clone()" not in _fixed(src, unsafe=True)

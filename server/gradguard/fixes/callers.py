@@ -244,6 +244,8 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool)
     if not (isinstance(stmt, ast.Expr) and stmt.value is call):
         raise CannotFix("a call's result is used")
     ctx.require_own_lines(stmt)
+    if _under_no_grad(ctx, stmt):
+        raise CannotFix("a call runs with grad mode off: the rebound value would have no graph either")
     caller = ctx.function_of(stmt)
     if caller is None:
         raise CannotFix("a call at module level")
@@ -256,6 +258,20 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool)
     if problems:
         raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     return arg.id
+
+
+_GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.enable_grad")
+
+
+def _under_no_grad(ctx: FixContext, stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` sits in a ``with`` block of its function that may change grad mode."""
+    for anc in ctx.ancestors(stmt):
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            return False
+        if isinstance(anc, (ast.With, ast.AsyncWith)) and any(
+                isinstance(i.context_expr, ast.Call) and ctx.qual(i.context_expr.func) in _GRAD_OFF for i in anc.items):
+            return True
+    return False
 
 
 def _calls_of(ctx: FixContext, fn: ast.FunctionDef, method: bool) -> list[ast.Call]:

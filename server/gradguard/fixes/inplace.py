@@ -29,6 +29,7 @@ from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, anal
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
 from .writes import (
+    PIECES,
     Write,
     assign,
     attribute_base,
@@ -651,8 +652,32 @@ def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:
            and root_name(loop.iter)[0] is None for loop in ctx.loops_around(write.stmt)):
         # the rows of `self.t`: whether the tensor is read later is beyond the alias analysis of local names
         raise CannotFix("the written name is the row of a tensor that is not a local name")
+    if mutation.target.multi_view and _indexes_pieces(ctx, write.target):
+        raise CannotFix("`parts[0]` of a split: the name holds the pieces, not a tensor to copy")
     rebind = Rebind(ctx, write, pieces_disjoint=True)
     return _rebind_fix(rebind, "Write out of place")
+
+
+def _indexes_pieces(ctx: FixContext, target: ast.expr) -> bool:
+    """``parts[i]`` where the file binds ``parts`` to the pieces of a split (``parts = torch.split(t, 2)``): the
+    written tensor is an element of the sequence ``parts`` holds, which has no ``clone``."""
+    node = target
+    while isinstance(node, (ast.Subscript, ast.Call)):
+        node = node.value if isinstance(node, ast.Subscript) else node.func
+        if isinstance(node, ast.Attribute):
+            node = node.value
+        if isinstance(node, ast.Name):
+            break
+    if not isinstance(node, ast.Name):
+        return False
+    for assign in ast.walk(ctx.tree):
+        if isinstance(assign, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in assign.targets):
+            value = assign.value
+            func = value.func if isinstance(value, ast.Call) else None
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in PIECES:
+                return True
+    return False
 
 
 def fix_inplace_activation(ctx: FixContext, finding: Finding) -> Fix | None:

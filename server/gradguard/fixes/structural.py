@@ -26,8 +26,8 @@ from .inplace import fix_leaf_write, fix_or_none
 from .loops import stack_steps
 from .aliases import analyse
 from .callers import param_escape, through_callers
-from .view_helpers import PIECES, helper_view_with_grad
-from .writes import OUT_OF_PLACE_METHODS, Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
+from .view_helpers import helper_view_with_grad
+from .writes import OUT_OF_PLACE_METHODS, PIECES, Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
@@ -365,6 +365,8 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
         raise CannotFix(report.reason())
     if decorator is not None and not through:
         raise CannotFix("the no_grad decorator covers the whole function, not just the write")
+    if through and decorator is None and block is None and isinstance(target, ast.Name):
+        raise CannotFix("what hides the write is at the function's call, not in it")
     if copied:
         new = f"{name} = " + _copied_in_graph(ctx, write.call, name)
     elif write.kind == "method":

@@ -15,13 +15,11 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix, TextEdit
 from . import inplace as F
 from .context import CannotFix, FixContext
-from .writes import VIEW_METHODS, Write, short
+from .writes import PIECES, VIEW_METHODS, Write, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Mutation
 
-# Calls that return several views of one tensor: torch refuses in-place writes to them with grad mode on.
-PIECES = frozenset({"chunk", "unbind", "split", "tensor_split", "split_with_sizes", "unsafe_chunk", "unsafe_split"})
 
 
 def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) -> Fix:
