@@ -183,3 +183,10 @@ def test_a_method_that_only_converts_its_argument_to_numpy_is_seen_through():
 def test_a_method_that_does_more_than_convert_is_not_seen_through():
     src = textwrap.dedent(_CONVERTER).replace("return t.detach().numpy()", "return t.detach().numpy() * 2")
     assert _fixes(src) == [None]
+
+
+def test_numpy_keepdims_without_an_axis_is_not_translated():
+    # torch.sum(t, keepdim=True) needs a dim: the translation would not run
+    src = textwrap.dedent(_PROGRAM).replace(
+        "{line}", "out = torch.from_numpy(numpy.sum(out.detach().numpy(), keepdims=True)) * out")
+    assert _fixes(src) == [None]

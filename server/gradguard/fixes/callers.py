@@ -89,7 +89,10 @@ def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> 
 
 def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.FunctionDef, name: str) -> Fix:
     """``fix`` made in the closure ``fn``, with ``nonlocal name`` declared: the rebinding reaches ``outer``.
-    Every use of ``fn`` in ``outer`` must be a plain call statement after which only ``name`` holds its tensor."""
+    Every use of ``fn`` in ``outer`` must be a plain call statement after which only ``name`` holds its tensor.
+    A fix that changes nothing in ``fn`` (a clone where ``outer`` saved the tensor) is kept as it is."""
+    if not any(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
+        return fix
     uses = [n for n in _own_nodes(outer) if isinstance(n, ast.Name) and n.id == fn.name]
     if not uses or any(isinstance(n, (*FUNCTIONS, ast.ClassDef, ast.Lambda)) and n is not fn and n is not outer
                        and any(isinstance(m, ast.Name) and m.id in (fn.name, name) for m in ast.walk(n))

@@ -223,6 +223,12 @@ class NumpyTranslation:
             return None
         if any(not _number(a) for a in node.args[1:]):
             return None  # array bounds or counts: torch wants tensors or ints where NumPy broadcasts
+        given = {k.arg for k in node.keywords}
+        if "keepdims" in given and "axis" not in given:
+            return None  # NumPy keeps every dimension; torch's keepdim needs a dim
+        if any(k.arg == "axis" and not _number(k.value) and not (
+                isinstance(k.value, ast.Tuple) and all(_number(e) for e in k.value.elts)) for k in node.keywords):
+            return None  # `axis=None` or a computed axis
         keywords = [f"{twin[1][k.arg]}={ctx.source(k.value)}" for k in node.keywords]
         return f"{self.torch}.{twin[0]}({', '.join([*args, *keywords])})"
 
