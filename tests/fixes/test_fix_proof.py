@@ -71,17 +71,9 @@ NO_FIX = {
         "from autograd (a GG102 of its own), and the out-of-place clamp must also leave the no_grad block to get "
         "clamp's gradient; no fix does both yet"
     ),
-    "GG005/pos_inplace_flag_forwarded_through_kwargs": (
-        "the `inplace=True` reaches `F.relu` through a wrapper's `**kwargs`; the fix that turns `inplace` off "
-        "edits the call that spells the flag for the op, and no fix yet edits a caller's keyword instead"
-    ),
     "GG001/pos_call_object_rescales_saved": (
         "the write is inside `__call__` on the caller's tensor; rebinding there changes what the caller's name "
         "holds only through the return value, and the fix layer does not yet prove a rewrite against every caller"
-    ),
-    "GG001/pos_closure_mutates_captured": (
-        "the write is inside a closure on a variable of the enclosing function; rebinding it needs `nonlocal` and a "
-        "proof that every later read wants the new value, which the fix layer does not make yet"
     ),
     "GG001/pos_dict_of_activations_mutated": (
         "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
@@ -91,10 +83,6 @@ NO_FIX = {
         "the leaf is a module global written inside a function; `torch.no_grad()` would hide the update from the "
         "gradient the reference computes, and rebinding a global needs a `global` statement the fix layer does not write"
     ),
-    "GG103/pos_numpy_round_trip_in_method": (
-        "the values leave torch in another object's method; keeping the tensor means rewriting that method's "
-        "NumPy code, which the fix layer does not do (NumPy rewrites are not offered anywhere yet)"
-    ),
     "GG003/pos_prune_input_column_in_forward": (
         "`self.fc(x)` reads `self.fc.weight` inside the module: a masked copy of the weight cannot reach it "
         "without rewriting the call as `F.linear`, and `torch.no_grad()` would change the gradients"
@@ -103,16 +91,10 @@ NO_FIX = {
         "the write must reach `t` (read later) through a view of a chunk; `chunk`'s piece sizes depend on the "
         "shape, so it cannot be turned into a plain slice, and rebinding the piece would drop the write"
     ),
-    "GG004/pos_row_iteration_mul": (
-        "`for row in t: row.mul_(2)` must change `t` (read later); rebinding `row` would drop every write"
-    ),
     "GG101/pos_actor_critic_method_update_critic": (
         "the step is inside a method called between forward and backward; moving the step would re-run a freed graph or change which weights the generator sees; the structural fix (`D(fake.detach())` for the discriminator step, then recompute `D(fake)` for the generator) is not offered automatically yet"
     ),
     "GG101/pos_actor_critic_shared_trunk": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG101/pos_ema_teacher_with_grad_updated_before_backward": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),
     "GG101/pos_multitask_loop_over_task_losses": (
@@ -121,68 +103,8 @@ NO_FIX = {
     "GG101/pos_no_grad_weight_clip_in_forward": (
         "the clip runs inside forward, between the layer and the caller's backward: needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
     ),
-    "GG102/pos_data_copy_mix_teacher": (
-        "`pred.data.copy_(...)` replaces the values with ones computed from `pred.data`: the new values need their own graph (`pred = 0.5 * pred + 0.5 * soft`), which is a rewrite of the value, not of the write"
-    ),
-    "GG102/pos_nograd_helper_normalize_embeddings": (
-        "the hidden write is inside a no-grad helper; putting it in the graph means the helper returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
-    ),
-    "GG102/pos_nograd_method_clip_latent": (
-        "the hidden write is inside a `@torch.no_grad()` method; putting it in the graph means the method returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
-    ),
-    "GG102/pos_numpy_view_clip_activation": (
-        "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
-    ),
-    "GG102/pos_numpy_view_mask_padding_loop": (
-        "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
-    ),
-    "GG102/pos_numpy_view_zero_negative_scores": (
-        "the write goes through a NumPy view; the torch op to put in the graph must be translated from NumPy code, which no fix does"
-    ),
     "GG102/pos_trainer_standardize_features_alias": (
         "the hidden write (a chain `sub_(...).div_(...)`) is inside a helper method; putting it in the graph means the helper returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
-    ),
-    "GG102/pos_adversarial_input_data_project": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG102/pos_ema_teacher_data_update_before_backward": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG102/pos_weight_decay_data_mul_before_backward": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG102/pos_wgan_data_clamp_before_backward": (
-        "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG103/pos_float_loss_requires_grad": (
-        "`torch.tensor(float(loss), requires_grad=True)` must become `loss` itself, which changes what the caller holds"
-    ),
-    "GG103/pos_new_tensor_of_norm": (
-        "`z.new_tensor(norm)` copies on purpose in some code; replacing it with `norm` is not proven safe in general"
-    ),
-    "GG103/pos_numpy_aux_term_roundtrip": (
-        "the numpy computation must be rewritten with torch ops; no automatic translation"
-    ),
-    "GG103/pos_numpy_clip_roundtrip": (
-        "the numpy computation must be rewritten with torch ops (`torch.clamp`); no automatic translation"
-    ),
-    "GG103/pos_reinforce_torch_tensor_log_probs": (
-        "`torch.tensor(list_of_tensors)` inside a larger expression: the `torch.stack` rewrite only handles a literal list"
-    ),
-    "GG103/pos_tolist_rebuild_scores": (
-        "`.tolist()` round trip over several lines: rewriting the uses is not implemented"
-    ),
-    "GG103/pos_torch_tensor_copy_of_prediction": (
-        "`torch.tensor(pred)` may be a deliberate copy; the fix (use `pred`) changes aliasing"
-    ),
-    "GG104/pos_helper_fill_states_call": (
-        "the write is inside a helper called here; fixing the helper changes every caller"
-    ),
-    "GG104/pos_helper_normalize_rows_call": (
-        "the write is inside a helper called here; fixing the helper changes every caller"
-    ),
-    "GG104/pos_helper_prune_weights_call": (
-        "the write is inside a helper called here; fixing the helper changes every caller"
     ),
     "GG104/pos_module_causal_weight_mask_loop": (
         "the masked weight is read by the module itself: needs `F.linear` with a masked copy; not automatic"
@@ -190,35 +112,14 @@ NO_FIX = {
     "GG104/pos_threshold_double_loop_on_leaf": (
         "the leaf must keep its values: the vectorised form (`torch.where`) changes which tensor later code reads"
     ),
-    "GG105/pos_chunk_qk_scaled": (
-        "writing under no_grad too gives different gradients; making the views with grad on needs the chunk moved out of its block with other statements"
-    ),
     "GG105/pos_feature_snapshot_cache_lerp": (
         "the view is made in one loop iteration and written in a later one"
-    ),
-    "GG105/pos_helper_decorated_returns_view": (
-        "the view comes from a `@torch.no_grad()` helper; changing the helper changes every caller"
-    ),
-    "GG105/pos_helper_with_block_returns_transpose": (
-        "the view comes from a helper's no_grad block; changing the helper changes every caller"
     ),
     "GG105/pos_method_decorated_returns_chunk": (
         "the views come from a `@torch.no_grad()` method; changing it changes every caller"
     ),
     "GG105/pos_module_anchor_cache_from_init": (
         "the view is made in `__init__` and written in a training step: moving it changes the module's state"
-    ),
-    "GG105/pos_nograd_view_passed_to_inplace_helper": (
-        "the write is inside a helper; fixing the helper changes every caller"
-    ),
-    "GG105/pos_slice_assign_into_nograd_view": (
-        "the view's binding is not the first statement of its no_grad block: moving it is not proven safe"
-    ),
-    "GG105/pos_transpose_tied_weight_scaled": (
-        "the write stays on a view of a leaf, which would still raise"
-    ),
-    "GG105/pos_unbind_logvar_clamped": (
-        "writing under no_grad too gives different gradients; making the views with grad on needs a restructure"
     ),
     "GG106/pos_module_cat_into_registered_buffer": (
         "the `out=` tensor is a module's registered buffer read later as `self.joined`; binding the result means "
@@ -228,6 +129,11 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG103/pos_float_loss_requires_grad": "the result is `loss` itself, not a new leaf whose `.grad` torch fills",
+    "GG103/pos_tolist_rebuild_scores": "the result is `scores` itself, with its dtype and device, not a rebuilt CPU tensor",
+    "GG103/pos_numpy_aux_term_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
+    "GG103/pos_numpy_clip_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
+    "GG103/pos_numpy_round_trip_in_method": "torch ops replace NumPy's; the result is no longer a new leaf",
     "GG102/pos_inference_mode_clip_logits": _GG102_INTO_GRAPH,
     "GG102/pos_data_scale_forward_output": _GG102_INTO_GRAPH,
     "GG102/pos_data_temperature_scores": _GG102_INTO_GRAPH,
@@ -236,7 +142,16 @@ UNSAFE_ONLY = {
     "GG102/pos_nograd_zero_padding_hidden": _GG102_INTO_GRAPH,
     "GG102/pos_rnn_reset_through_detach_alias": _GG102_INTO_GRAPH,
     "GG102/pos_set_grad_enabled_center_outputs": _GG102_INTO_GRAPH,
+    "GG102/pos_numpy_view_clip_activation": _GG102_INTO_GRAPH,
+    "GG102/pos_data_copy_mix_teacher": _GG102_INTO_GRAPH,
+    "GG102/pos_numpy_view_mask_padding_loop": _GG102_INTO_GRAPH,
+    "GG102/pos_nograd_helper_normalize_embeddings": _GG102_INTO_GRAPH + "; `emb` is rebound to what the helper returns",
+    "GG102/pos_nograd_method_clip_latent": _GG102_INTO_GRAPH + "; `z` is rebound to what the method returns",
+    "GG102/pos_numpy_view_zero_negative_scores": _GG102_INTO_GRAPH + "; `scores` is rebound to what the helper returns",
     "GG107/pos_embedding_scale_after_retain_grad": "the caller's `keep` list holds `emb`, which now keeps its unscaled values",
+    "GG105/pos_transpose_tied_weight_scaled": "`emb.weight` is no longer scaled in place: only the tied projection is",
+    "GG105/pos_helper_decorated_returns_view": "every call of the helper now gets views with history",
+    "GG105/pos_helper_with_block_returns_transpose": "every call of the helper now gets views with history",
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",

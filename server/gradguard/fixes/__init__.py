@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from .callers import fix_in_helper
 from .context import CannotFix, FindingId, FixBuilder, FixContext, StillFound
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,12 +80,20 @@ class Fixer:
         if build is None:
             return None
         try:
-            return build(self.ctx, finding)
+            fix = build(self.ctx, finding)
         except CannotFix:
-            return None
+            fix = None
         except Exception:
             log.debug("fix for %s at %s:%s failed", finding.code, self.path, finding.node.lineno, exc_info=True)
-            return None
+            fix = None
+        if fix is None:  # a write inside a helper the finding's story calls: fixed there, or through its calls
+            try:
+                fix = fix_in_helper(build, self.ctx, finding)
+            except Exception:
+                log.debug("helper fix for %s at %s:%s failed", finding.code, self.path, finding.node.lineno,
+                          exc_info=True)
+                fix = None
+        return fix
 
 
 def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]],

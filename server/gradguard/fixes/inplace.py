@@ -24,10 +24,13 @@ from ..diagnostics import Fix
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from ..statements import block_of
+from .callers import forwarded_inplace_flag, param_escape, through_callers
+from .rows import whole_tensor_instead_of_rows
 from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
 from .writes import (
+    PIECES,
     Write,
     assign,
     attribute_base,
@@ -653,6 +656,10 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
         built = fix_or_none(lambda: clone_where_saved(ctx, mutation, write))
         if built is not None:
             return built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
+    if possible and _only_the_caller_holds(rebind):
+        callers = fix_or_none(lambda: _through_callers(ctx, rebind))
+        if callers is not None:
+            return callers
     if possible and rebind.report.only_holders:
         return _rebind_fix(rebind, "Write out of place")
     return None
@@ -685,6 +692,17 @@ def _attribute_put_in_container(ctx: FixContext, write: Write) -> bool:
                 and any(ctx.source(arg) == text for arg in node.value.args):
             return True
     return False
+
+
+def _through_callers(ctx: FixContext, rebind: Rebind) -> Fix:
+    rw, desc = rebind.rewrite()
+    return through_callers(ctx, rw, rebind.write.stmt, rebind.name, f"Write out of place: `{short(desc)}`", safe=True)
+
+
+def _only_the_caller_holds(rebind: Rebind) -> bool:
+    """The written name is the function's parameter, and nothing else keeps or views its memory."""
+    report = rebind.report
+    return not (report.aliases_read_after or report.holders_read_after) and report.escapes == [param_escape(rebind.name)]
 
 
 def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None) -> Fix | None:
@@ -723,9 +741,19 @@ def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:
     plain = fix_or_none(lambda: plain_view_write(ctx, write))
     if plain is not None:
         return plain
+    if mutation.target.base is not None:  # the rows of a tensor the loop iterates over
+        whole = fix_or_none(lambda: whole_tensor_instead_of_rows(ctx, write))
+        if whole is not None:
+            return whole
     element = fix_or_none(lambda: rebuild_pieces(ctx, write))
     if element is not None:
         return element
+    if any(isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == root_name(write.target)[0]
+           and root_name(loop.iter)[0] is None for loop in ctx.loops_around(write.stmt)):
+        # the rows of `self.t`: whether the tensor is read later is beyond the alias analysis of local names
+        raise CannotFix("the written name is the row of a tensor that is not a local name")
+    if mutation.target.multi_view and _indexes_pieces(ctx, write.target):
+        raise CannotFix("`parts[0]` of a split: the name holds the pieces, not a tensor to copy")
     rebind = Rebind(ctx, write, pieces_disjoint=True)
     target = mutation.target
     if not rebind.direct and target.multi_view and not (target.base is not None and target.base.multi_view):
@@ -735,12 +763,37 @@ def fix_multi_view_write(ctx: FixContext, finding: Finding) -> Fix | None:
     return _rebind_fix(rebind, "Write out of place")
 
 
+def _indexes_pieces(ctx: FixContext, target: ast.expr) -> bool:
+    """``parts[i]`` where the file binds ``parts`` to the pieces of a split (``parts = torch.split(t, 2)``): the
+    written tensor is an element of the sequence ``parts`` holds, which has no ``clone``."""
+    node = target
+    while isinstance(node, (ast.Subscript, ast.Call)):
+        node = node.value if isinstance(node, ast.Subscript) else node.func
+        if isinstance(node, ast.Attribute):
+            node = node.value
+        if isinstance(node, ast.Name):
+            break
+    if not isinstance(node, ast.Name):
+        return False
+    for assign in ast.walk(ctx.tree):
+        if isinstance(assign, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in assign.targets):
+            value = assign.value
+            func = value.func if isinstance(value, ast.Call) else None
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in PIECES:
+                return True
+    return False
+
+
 def fix_inplace_activation(ctx: FixContext, finding: Finding) -> Fix | None:
     """GG005: ``inplace=False`` at the module's constructor, or at the functional call."""
     mutation = mutation_of(finding)
     module = mutation.module
     if module is not None:
         return module_inplace_false(ctx, mutation)
+    forwarded = fix_or_none(lambda: forwarded_inplace_flag(ctx, mutation))
+    if forwarded is not None:
+        return forwarded
     write = Write.of(ctx, mutation.entry())
     if write.kind != "functional":
         raise CannotFix("not an in-place activation call")

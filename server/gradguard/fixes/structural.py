@@ -18,6 +18,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..knowledge import load_knowledge
 from ..statements import block_of
 from .context import FUNCTIONS, CannotFix, FindingId, FixContext
 from .edits import Rewrite, apply_edits
@@ -25,7 +26,9 @@ from . import inplace as F
 from .inplace import fix_leaf_write, fix_or_none
 from .loops import stack_steps
 from .aliases import analyse
-from .writes import Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
+from .callers import param_escape, through_callers
+from .view_helpers import helper_view_with_grad
+from .writes import OUT_OF_PLACE_METHODS, PIECES, Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
@@ -91,11 +94,54 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
     # stale when the cached fix is moved (``moved.py``) or name a program line in a notebook.
     title = f"{what}: move `{shown[:60]}` after `{ctx.source(down).splitlines()[0][:60]}`"
     between = block[i + 1:j]
-    if between:
+    if between and not (all(_clears_gradients(ctx, s) for s in between) and _reads_values_only(ctx, up)):
         # Not offered: the code in between (a fresh forward, a generator loss through D) may need the update
-        # first; the proof test showed GAN and helper cases where moving past it changes the gradients.
+        # first; the proof test showed GAN and helper cases where moving past it changes the gradients.  Only
+        # `opt.zero_grad()` may be passed over, by an update that neither reads nor writes a `.grad`: it touches
+        # nothing the other reads.
         raise CannotFix(f"lines {between[0].lineno}-{down.lineno - 1} would run before the update")
     return Fix(title, True, edits)
+
+
+# Calls an update may make and still be known to read and write tensor values only (never a `.grad`).
+_VALUE_CALLS = frozenset({"zip", "range", "enumerate", "len", "list", "tuple", "reversed"})
+_PARAMETER_LISTS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "values", "items"})
+
+
+def _clears_gradients(ctx: FixContext, stmt: ast.stmt) -> bool:
+    """``x.zero_grad()`` (``set_to_none`` as a constant at most): it sets ``.grad``s and reads nothing else."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad"
+            and not call.args and all(k.arg == "set_to_none" and isinstance(k.value, ast.Constant) for k in call.keywords)
+            and _names_only(call.func.value))
+
+
+def _reads_values_only(ctx: FixContext, stmt: ast.stmt) -> bool:
+    """Whether the update reads and writes tensor values only: no `.grad`, and no call that could (a helper, a
+    step): only tensor methods, parameter lists, torch functions and a few builtins."""
+    knowledge = load_knowledge()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Attribute) and node.attr in ("grad", "main_grad", "zero_grad"):
+            return False
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in _VALUE_CALLS and func.id not in ctx.imports:
+            continue
+        q = ctx.qual(func) or ""
+        if q.startswith("torch.") and not (q.startswith("torch.autograd") or "clip_grad" in q or "backward" in q):
+            continue
+        if isinstance(func, ast.Attribute) and (func.attr in _PARAMETER_LISTS or func.attr in OUT_OF_PLACE_METHODS
+                                                or knowledge.is_inplace(func.attr)):
+            continue
+        return False
+    return True
+
+
+def _names_only(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def fix_step_before_backward(ctx: FixContext, finding: Finding) -> Fix:
@@ -302,13 +348,12 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     write = Write.of(ctx, mutation.entry())
     if write.value_use or write.kind not in ("method", "augassign", "setitem"):
         raise CannotFix("not a plain write statement")
-    if write.kind == "method" and write.call.func.attr == "copy_":
-        raise CannotFix("a `copy_` replaces the values: the new ones need their own graph, not the old tensor's")
+    copied = write.kind == "method" and write.call.func.attr == "copy_"
     stmt = write.stmt
     block = _no_grad_with(ctx, stmt) or _inference_mode_with(ctx, stmt)
     if block is not None and len(block.body) != 1:
         raise CannotFix("the no_grad block holds more than the write")
-    if block is None and not mutation.grad_enabled:
+    if block is None and not mutation.grad_enabled and _no_grad_decorator(ctx, stmt) is None:
         # `with torch.no_grad(): if c: h[pad] = 0`: the rewrite would stay under no_grad, still off the graph
         raise CannotFix("grad mode is off around the write, in a block that is not the write's own")
     target = write.target.value if write.kind == "setitem" else write.target
@@ -317,12 +362,20 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
         raise CannotFix("the write is not on a local name, its `.data` or its `.detach()`")
     if mutation.target.storage is not owner.storage:
         raise CannotFix("the write does not reach the memory of the tensor with the grad_fn")
-    if block is None and target is write.target and isinstance(target, ast.Name):
+    decorator = _no_grad_decorator(ctx, stmt) if block is None else None
+    if block is None and decorator is None and target is write.target and isinstance(target, ast.Name):
         raise CannotFix("nothing hides the write from autograd here")
     report = analyse(ctx, stmt, name, write_call=write.call)
-    if not report.clean:
+    through = not (report.aliases_read_after or report.holders_read_after) and report.escapes == [param_escape(name)]
+    if not report.clean and not through:
         raise CannotFix(report.reason())
-    if write.kind == "method":
+    if decorator is not None and not through:
+        raise CannotFix("the no_grad decorator covers the whole function, not just the write")
+    if through and decorator is None and block is None and isinstance(target, ast.Name):
+        raise CannotFix("what hides the write is at the function's call, not in it")
+    if copied:
+        new = f"{name} = " + _copied_in_graph(ctx, write.call, name)
+    elif write.kind == "method":
         new = f"{name} = " + code(out_of_place(ctx, write.call, obj=cst.Name(name)))
     elif write.kind == "augassign":
         new = f"{name} = " + code(aug_to_binop(ctx.cst(stmt)).with_changes(left=cst.Name(name)))
@@ -335,8 +388,54 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     line, column, end_line, end_column = ctx.char_range(replaced)
     edit = TextEdit(line, column + 1, end_line, end_column + 1, new)
     first = new.split(ctx.newline)[0]
-    return Fix(f"Put the write in the graph: `{short(first)}` (unsafe: the gradient now goes through it, "
-               "where it skipped it before)", False, (edit,))
+    title = f"Put the write in the graph: `{short(first)}` (unsafe: the gradient now goes through it, where it skipped it before)"
+    if through:
+        return through_callers(ctx, (edit,), stmt, name, title, False, (decorator,) if decorator is not None else ())
+    return Fix(title, False, (edit,))
+
+
+def _copied_in_graph(ctx: FixContext, call: ast.Call, name: str) -> str:
+    """``x.data.copy_(0.5 * x.data + 0.5 * y)`` -> ``0.5 * x + 0.5 * y``: the copied values with their graph.  Only
+    arithmetic that reads ``x`` itself elementwise, so the values have ``x``'s shape, as the copy gave them."""
+    if len(call.args) != 1 or call.keywords:
+        raise CannotFix("not a plain `copy_(values)`")
+    value = call.args[0]
+    if value.lineno != value.end_lineno:
+        raise CannotFix("the copied values span lines")
+    leaves, stack = [], [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            stack.extend([node.left, node.right])
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            stack.append(node.operand)
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            continue
+        elif isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
+            leaves.append(node)
+        else:
+            raise CannotFix("the copied values are not elementwise arithmetic")
+    own = [leaf for leaf in leaves if _unhidden_name(leaf) == name]
+    if not own or any(isinstance(n, ast.Name) and n.id == name for leaf in leaves if leaf not in own
+                      for n in ast.walk(leaf)):
+        raise CannotFix("the copied values do not read the written tensor elementwise")
+    text, start = ctx.source(value), ctx._chars(value.lineno, value.col_offset)
+    for leaf in sorted(own, key=lambda n: n.col_offset, reverse=True):
+        a, b = ctx._chars(leaf.lineno, leaf.col_offset) - start, ctx._chars(leaf.lineno, leaf.end_col_offset) - start
+        text = text[:a] + name + text[b:]
+    return text
+
+
+def _no_grad_decorator(ctx: FixContext, stmt: ast.stmt) -> ast.expr | None:
+    """The ``@torch.no_grad()`` that is the only decorator of the function around ``stmt``, if it is."""
+    fn = ctx.function_of(stmt)
+    if fn is None or len(fn.decorator_list) != 1:
+        return None
+    decorator = fn.decorator_list[0]
+    if isinstance(decorator, ast.Call) and ctx.qual(decorator.func) == "torch.no_grad" and not decorator.args \
+            and not decorator.keywords:
+        return decorator
+    return None
 
 
 def _inference_mode_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
@@ -483,9 +582,7 @@ def _no_grad_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
 def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
     """Move the view's binding out of its ``with torch.no_grad():`` (the view then has history), and write
     out of place when nothing else sees the memory."""
-    origin = mutation.target.origin
-    if origin is None:
-        raise CannotFix("cannot see where the view is made")
+    origin = _nograd_origin(mutation)
     binding = ctx.statement_of(origin)
     if not isinstance(binding, ast.Assign) or not all(isinstance(t, (ast.Name, ast.Tuple)) for t in binding.targets):
         raise CannotFix("the view is not bound to a local name")
@@ -515,17 +612,21 @@ def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
         edits.append(TextEdit(block.lineno, 1, block.lineno, 1, moved))
         edits.append(TextEdit(binding.lineno, 1, binding.end_lineno + 1, 1, ""))
     title = f"Make the view with grad mode on: `{ctx.source(binding)[:50]}` outside the no_grad block"
-    write = Write.of(ctx, mutation.entry())
-    rebind = F.fix_or_none(lambda: F.Rebind(ctx, write))
-    if rebind is not None and rebind.direct and rebind.report.clean:
+    rebind = F.fix_or_none(lambda: F.Rebind(ctx, Write.of(ctx, mutation.entry())))
+    safe, built = True, None
+    if rebind is not None and rebind.direct and rebind.report.only_holders:
         built = F.fix_or_none(rebind.rewrite)
         if built is not None:
             more = built[0].edits()
-            if any(e.line <= binding.end_lineno + 1 for e in more):
+            moved_end = max((e.end_line, e.end_column) for e in edits)
+            if any((e.line, e.column) <= moved_end for e in more):
                 raise CannotFix("the write is next to the view's binding")
             edits.extend(more)
             title += f", then write out of place: `{built[1][:50]}`"
-    else:
+            if not rebind.report.clean:  # `emb.weight` (tied) or a list holds the memory: it keeps the old values
+                safe = False
+                title += f" (unsafe: {rebind.report.reason()}, and no longer sees the write)"
+    if built is None:
         root = mutation.target.root()
         if root.leaf or root.param:
             raise CannotFix("an in-place write to a view of a leaf would still raise")
@@ -534,7 +635,18 @@ def view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
             # grad on (GG004), so the view may leave no_grad only with the write out of place
             raise CannotFix("an in-place write to a piece of chunk/split/unbind would raise with grad on")
     edits.sort(key=lambda e: (e.line, e.column))
-    return Fix(title, True, tuple(edits))
+    return Fix(title, safe, tuple(edits))
+
+
+def _nograd_origin(mutation: Mutation) -> ast.AST:
+    """Where the view made under no_grad is made: the written view itself, or the one it is a view of (``row``
+    for a write to ``row[:2]``, where ``row = h[0]`` was taken under no_grad)."""
+    for t in mutation.target.view_chain():
+        if t.nograd_view and not (t.base is not None and t.base.nograd_view):
+            if t.origin is None:
+                break
+            return t.origin
+    raise CannotFix("cannot see where the view is made")
 
 
 def fix_nograd_view(ctx: FixContext, finding: Finding) -> Fix | None:
@@ -546,6 +658,8 @@ def fix_nograd_view(ctx: FixContext, finding: Finding) -> Fix | None:
         rw, desc = F.no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Write the values under `{desc}`", safe=True)
     made = F.fix_or_none(lambda: view_with_grad(ctx, mutation))
+    if made is None:  # the view comes from a helper that makes it under no_grad
+        made = F.fix_or_none(lambda: helper_view_with_grad(ctx, mutation, _nograd_origin(mutation)))
     # Writing under no_grad too is not offered: it drops the gradient through the write (chunk/unbind/transpose
     # fixtures then raise or differ from their reference).
     return made

@@ -31,6 +31,8 @@ VIEW_METHODS = frozenset({
     "swapaxes", "swapdims", "as_strided", "detach", "real", "imag", "view_as_real", "unbind", "split", "chunk",
     "tensor_split", "split_with_sizes", "contiguous", "adjoint",
 })
+# Calls that return several views of one tensor: torch refuses in-place writes to them with grad mode on.
+PIECES = frozenset({"chunk", "unbind", "split", "tensor_split", "split_with_sizes", "unsafe_chunk", "unsafe_split"})
 _AUG_OPS = {
     "AddAssign": "Add", "SubtractAssign": "Subtract", "MultiplyAssign": "Multiply", "DivideAssign": "Divide",
     "FloorDivideAssign": "FloorDivide", "ModuloAssign": "Modulo", "PowerAssign": "Power",

@@ -706,6 +706,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
 
     def _graph_break(self, node: ast.AST, how: str, sources_from: list[Value], requires_grad: Grad) -> Tensor:
         """A new tensor built from values read out of tensors that require grad: their gradient path ends here."""
+        of_tensor = len(sources_from) == 1 and isinstance(sources_from[0], Tensor)
         sources: frozenset[int] = frozenset()
         for value in sources_from:
             sources |= _grad_sources(value)
@@ -713,7 +714,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         if sources:
             marker = new_id()
             certain = all(_certainly_requires_grad(v) for v in sources_from)
-            self.breaks.append(GraphBreak(node, how, sources, marker, certain=certain))
+            self.breaks.append(GraphBreak(node, how, sources, marker, certain=certain, of_tensor=of_tensor))
             graph |= {marker}
         return new_tensor(node, requires_grad, leaf=True, graph=graph)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import CannotFix
 from ..fixes import structural as S
+from ..fixes.numpy_views import numpy_view_in_graph
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
 from ..messages import Message
@@ -83,9 +85,14 @@ def _name(owner: Tensor) -> str:
 
 def fix(ctx, finding):
     """Move the `.data` write after the backward that needs the old value.  A hidden write the forward reads
-    goes into the graph instead (moving it would change the forward): the same op out of place, with grad on."""
-    if not finding.data["mutation"].conflicts:
-        return S.write_in_graph(ctx, finding)
+    goes into the graph instead (moving it would change the forward): the same op out of place, with grad on;
+    through a NumPy view, the torch twin of the NumPy op on the tensor itself."""
+    mutation = finding.data["mutation"]
+    if not mutation.conflicts:
+        try:
+            return S.write_in_graph(ctx, finding)
+        except CannotFix:
+            return numpy_view_in_graph(ctx, mutation)
 
     return S.fix_silent_data_write(ctx, finding)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
+from ..fixes import CannotFix
 from ..fixes import structural as S
+from ..fixes.rebuilds import keep_tensor
 from ..inference.events import Finding, GraphBreak
 from ..messages import Message
 from .base import Example, Rule
@@ -31,6 +33,7 @@ def check(event):
             how=event.how, where=where, torch=MESSAGE),
         certain=event.certain,
         related=[(sink.node, "the backward that loses this gradient")],
+        data={"of_tensor": True} if event.of_tensor else {},
     )
 
 
@@ -58,10 +61,14 @@ def _check_cut(event):
 def fix(ctx, finding):
     """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
     in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses);
+    a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops (``rebuilds``);
     drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
     if finding.data.get("cut"):
         return S.fix_cut(ctx, finding)
-    return S.fix_graph_break(ctx, finding)
+    try:
+        return S.fix_graph_break(ctx, finding)
+    except CannotFix:
+        return keep_tensor(ctx, finding)
 
 
 RULE = Rule(

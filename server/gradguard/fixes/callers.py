@@ -1,0 +1,356 @@
+"""A write to a helper's parameter, fixed through its callers: the helper rebinds the parameter out of place and
+returns it, and every call rebinds the name it passed (``helper(x)`` -> ``x = helper(x)``).
+
+The write changed the caller's tensor; after the fix the caller's name holds the new one, so every later read in
+the caller sees what it saw before.  Offered only when every use of the helper in the file is such a call: a
+module-level function used by name only, or a method of a class called as ``self.helper(...)`` only, each call a
+statement of its own (or already rebinding the name it passes), passing a local name of the caller that nothing
+else holds.  A helper anyone may import (no leading underscore) makes the fix unsafe: calls from other files keep
+expecting the write.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ..diagnostics import Fix, TextEdit
+from .aliases import analyse, value_read_after
+from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
+from .edits import Rewrite
+from .writes import Write, root_name, without_keyword
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..inference.events import Finding
+
+
+def inside_helper(finding: Finding) -> Finding | None:
+    """The finding as the helper it happens in sees it: its write, with the calls leading there forgotten (so a
+    fix builder works on the helper's own statement); None when the finding's story does not call into it."""
+    mutation = (finding.data or {}).get("mutation")
+    if mutation is None or not mutation.frames or mutation.entry() is mutation.node:
+        return None
+    return replace(finding, data={**finding.data, "mutation": replace(mutation, frames=[])})
+
+
+def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix | None:
+    """``build``'s fix for the write inside the helper: kept when it is safe for every caller, or when it also
+    changes the calls (``through_callers``).  An unsafe fix of the helper alone would leave the callers expecting
+    a write that no longer happens."""
+    inner = inside_helper(finding)
+    if inner is None:
+        return None
+    node = inner.data["mutation"].node
+    fn = ctx.function_of(node)
+    try:
+        name, _ = root_name(Write.of(ctx, node).target)
+    except (CannotFix, KeyError):  # KeyError: a call the engine wrote out (``**kwargs`` spread), not in the tree
+        return None
+    if fn is None:
+        return None
+    outer = None
+    if _local(fn, name) and not _param(fn, name) and not _only_numpy_views(ctx, fn, name):
+        # A local bound from something else (a free variable, a list): the analysis of the helper cannot see
+        # who else holds that tensor.  NumPy views are resolved to their tensor by the GG102 fix itself.
+        return None
+    if not _local(fn, name):
+        # A closure's free variable: rebinding it there needs `nonlocal`, and every call of the closure in its
+        # function to be a plain call after which nothing else holds the old tensor.  A global: no fix.
+        outer = _enclosing_owner(ctx, fn, name)
+        if outer is None:
+            return None
+    try:
+        fix = build(ctx, inner)
+    except CannotFix:
+        return None
+    if fix is not None and outer is not None:
+        try:
+            return _with_nonlocal(ctx, fix, fn, outer, name)
+        except CannotFix:
+            return None
+    if fix is None or fix.safe:
+        return fix
+    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
+        return None
+    return fix
+
+
+def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> ast.FunctionDef | None:
+    """The function ``fn`` is nested in, when ``name`` is that function's local (and not global there)."""
+    outer = ctx.parents.get(fn)
+    if name is None or not isinstance(outer, ast.FunctionDef):
+        return None
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in _own_nodes(fn)):
+        return None
+    return outer if _local(outer, name) else None
+
+
+def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.FunctionDef, name: str) -> Fix:
+    """``fix`` made in the closure ``fn``, with ``nonlocal name`` declared: the rebinding reaches ``outer``.
+    Every use of ``fn`` in ``outer`` must be a plain call statement after which only ``name`` holds its tensor.
+    A fix that changes nothing in ``fn`` (a clone where ``outer`` saved the tensor) is kept as it is."""
+    if not any(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
+        return fix
+    uses = [n for n in _own_nodes(outer) if isinstance(n, ast.Name) and n.id == fn.name]
+    if not uses or any(isinstance(n, (*FUNCTIONS, ast.ClassDef, ast.Lambda)) and n is not fn and n is not outer
+                       and any(isinstance(m, ast.Name) and m.id in (fn.name, name) for m in ast.walk(n))
+                       for n in ast.walk(outer)):
+        raise CannotFix("the closure is not only called in its function")
+    for use in uses:
+        call = ctx.parents.get(use)
+        stmt = ctx.parents.get(call)
+        if not (isinstance(call, ast.Call) and call.func is use and isinstance(stmt, ast.Expr) and stmt.value is call):
+            raise CannotFix("the closure is used otherwise than called as a statement")
+        report = analyse(ctx, stmt, name)
+        if report.aliases_read_after or report.holders_read_after or any(
+                e != "a nested function or class uses it" for e in report.escapes):
+            raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
+    first = fn.body[1] if len(fn.body) > 1 and _is_docstring(fn.body[0]) else fn.body[0]
+    ctx.require_own_lines(first)
+    indent = ctx.indent_of(first)
+    declare = TextEdit(first.lineno, 1, first.lineno, 1, f"{indent}nonlocal {name}{ctx.newline}")
+    edits = tuple(sorted((declare, *fix.edits), key=lambda e: (e.line, e.column)))
+    return Fix(f"{fix.title}; `nonlocal {name}` in `{fn.name}`, so `{outer.name}` sees it", fix.safe, edits)
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def _param(fn: ast.FunctionDef, name: str | None) -> bool:
+    return name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+
+
+def _only_numpy_views(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> bool:
+    """Every binding of ``name`` in ``fn`` is ``name = <tensor>...numpy()``."""
+    stores = [n for n in _own_nodes(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+    for store in stores:
+        parent = ctx.parents.get(store)
+        if isinstance(parent, ast.AugAssign):
+            continue  # a write to the array itself
+        value = parent.value if isinstance(parent, ast.Assign) and parent.targets == [store] else None
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "numpy"):
+            return False
+    return bool(stores)
+
+
+def _local(fn: ast.FunctionDef, name: str | None) -> bool:
+    """Whether ``name`` is a parameter or a local variable of ``fn`` (not global, nonlocal or free)."""
+    if name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}:
+        return True
+    nodes = list(_own_nodes(fn))
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in nodes):
+        return False
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in nodes)
+
+
+def param_escape(name: str) -> str:
+    """The alias report's words for a parameter the caller holds (``aliases.Report.escapes``)."""
+    return f"`{name}` is a parameter: the caller holds the same tensor"
+
+
+@dataclass(frozen=True)
+class Helper:
+    """The function around a write to its parameter ``param``, and the calls that pass it."""
+
+    fn: ast.FunctionDef
+    param: str
+    index: int  # the parameter's position among the arguments a call passes (``self`` not counted)
+    calls: tuple[ast.Call, ...]
+    method: bool
+
+    @staticmethod
+    def of(ctx: FixContext, stmt: ast.stmt, param: str) -> Helper:
+        fn = ctx.function_of(stmt)
+        if not isinstance(fn, ast.FunctionDef):
+            raise CannotFix("the write is not in a plain function")
+        owner = ctx.parents.get(fn)
+        method = isinstance(owner, ast.ClassDef)
+        if not (method or isinstance(owner, ast.Module)):
+            raise CannotFix("the helper is nested in another function")
+        positional = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if method:
+            if not positional or positional[0] != "self":
+                raise CannotFix("a method without `self`")
+            positional = positional[1:]
+        if param not in positional:
+            raise CannotFix("the written tensor is not a positional parameter")
+        if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in _own_nodes(fn)):
+            raise CannotFix("the helper is a generator or a coroutine")
+        calls = _calls_of(ctx, fn, method)
+        return Helper(fn, param, positional.index(param), tuple(calls), method)
+
+    def returns_param(self) -> bool:
+        """Whether the helper ends with ``return <param>`` and returns nowhere else; CannotFix when it returns
+        something else."""
+        returns = [n for n in _own_nodes(self.fn) if isinstance(n, ast.Return)]
+        if not returns:
+            return False
+        last = self.fn.body[-1]
+        if returns == [last] and isinstance(last.value, ast.Name) and last.value.id == self.param:
+            return True
+        raise CannotFix("the helper returns something else than the written parameter")
+
+
+def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast.stmt, param: str, title: str,
+                    safe: bool, drop_decorators: tuple[ast.expr, ...] = ()) -> Fix:
+    """The fix ``rw`` (which rebinds ``param`` inside its function) made whole: the function returns ``param``
+    and each of its calls rebinds the name passed for it.  ``drop_decorators``: decorators to remove too."""
+    helper = Helper.of(ctx, stmt, param)
+    fn = helper.fn
+    if set(map(id, fn.decorator_list)) != set(map(id, drop_decorators)):
+        raise CannotFix("a decorator may change what the helper's calls return")
+    returns = helper.returns_param()
+    edits = list(rw) if isinstance(rw, Sequence) else list(rw.edits())
+    for decorator in drop_decorators:
+        line = decorator.lineno
+        if ctx.lines[line - 1].strip() != "@" + ctx.source(decorator) or decorator.end_lineno != line:
+            raise CannotFix("the decorator does not have its line to itself")
+        edits.append(TextEdit(line, 1, line + 1, 1, ""))  # the decorator's whole line
+    if not returns:
+        last = fn.body[-1]
+        indent = ctx.indent_of(fn.body[0])
+        end = len(ctx.lines[last.end_lineno - 1])
+        edits.append(TextEdit(last.end_lineno, end + 1, last.end_lineno, end + 1,
+                              f"{ctx.newline}{indent}return {param}"))
+    names = []
+    for call in helper.calls:
+        passed = _passed_name(ctx, helper, call, returns)
+        if passed is None:
+            continue  # already `x = helper(x, ...)`
+        names.append(passed)
+        line, column, _, _ = ctx.char_range(call)
+        edits.append(TextEdit(line, column + 1, line, column + 1, f"{passed} = "))
+    if not names and not returns:
+        raise CannotFix("no call to rebind")
+    public = not fn.name.startswith("_")
+    safe = safe and not public
+    where = f"`{fn.name}` returns `{param}` and its calls rebind " + ", ".join(f"`{n}`" for n in sorted(set(names)))
+    suffix = f" (unsafe: calls to `{fn.name}` from other files still expect the write)" if public else ""
+    return Fix(f"{title}; {where}{suffix}", safe, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+
+
+def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool) -> str | None:
+    """The caller's name passed for the parameter, which the call must now rebind (None: it already does)."""
+    if any(isinstance(a, ast.Starred) for a in call.args[: helper.index + 1]) or len(call.args) <= helper.index \
+            or any(k.arg is None or k.arg == helper.param for k in call.keywords):
+        raise CannotFix("a call does not pass the parameter by position")
+    arg = call.args[helper.index]
+    if not isinstance(arg, ast.Name):
+        raise CannotFix("a call passes an expression, not a name it could rebind")
+    stmt = ctx.statement_of(call)
+    if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
+            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == arg.id and returns:
+        return None
+    if not (isinstance(stmt, ast.Expr) and stmt.value is call):
+        raise CannotFix("a call's result is used")
+    ctx.require_own_lines(stmt)
+    if _under_no_grad(ctx, stmt):
+        raise CannotFix("a call runs with grad mode off: the rebound value would have no graph either")
+    caller = ctx.function_of(stmt)
+    if caller is None:
+        raise CannotFix("a call at module level")
+    if not _local(caller, arg.id):
+        raise CannotFix("a call passes a name its function does not own (rebinding it would make a new local)")
+    report = analyse(ctx, stmt, arg.id)
+    passed_here = f"it is passed to `{ctx.source(call.func)}`"
+    problems = [*report.aliases_read_after, *report.holders_read_after,
+                *(e for e in report.escapes if e != passed_here)]
+    if problems:
+        raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
+    return arg.id
+
+
+_GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.enable_grad")
+
+
+def _under_no_grad(ctx: FixContext, stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` sits in a ``with`` block of its function that may change grad mode."""
+    for anc in ctx.ancestors(stmt):
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            return False
+        if isinstance(anc, (ast.With, ast.AsyncWith)) and any(
+                isinstance(i.context_expr, ast.Call) and ctx.qual(i.context_expr.func) in _GRAD_OFF for i in anc.items):
+            return True
+    return False
+
+
+def _calls_of(ctx: FixContext, fn: ast.FunctionDef, method: bool) -> list[ast.Call]:
+    """Every call of the helper in the file; CannotFix when it is used any other way, or defined twice."""
+    calls = []
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, (*FUNCTIONS, ast.ClassDef)) and node.name == fn.name and node is not fn:
+            raise CannotFix(f"`{fn.name}` is defined more than once")
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name).split(".")[0] == fn.name for a in node.names):
+            raise CannotFix(f"`{fn.name}` is also imported")
+        if method:
+            if isinstance(node, ast.Name) and node.id == fn.name:
+                raise CannotFix(f"`{fn.name}` is also a name here")
+            if isinstance(node, ast.Attribute) and node.attr == fn.name:
+                parent = ctx.parents.get(node)
+                if not (isinstance(node.value, ast.Name) and node.value.id == "self"
+                        and isinstance(parent, ast.Call) and parent.func is node
+                        and ctx.class_of(node) is ctx.parents.get(fn)):
+                    raise CannotFix(f"`{fn.name}` is used otherwise than called on `self` in its class")
+                calls.append(parent)
+        elif isinstance(node, ast.Name) and node.id == fn.name:
+            parent = ctx.parents.get(node)
+            if not (isinstance(node.ctx, ast.Load) and isinstance(parent, ast.Call) and parent.func is node):
+                raise CannotFix(f"`{fn.name}` is used otherwise than called")
+            calls.append(parent)
+    if not calls:
+        raise CannotFix(f"`{fn.name}` is never called here")
+    return calls
+
+
+def _own_nodes(fn: ast.FunctionDef):
+    """The nodes of ``fn``'s own code (not those of functions or classes nested in it)."""
+    stack = list(fn.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def forwarded_inplace_flag(ctx: FixContext, mutation) -> Fix:
+    """GG005 where ``inplace=True`` reaches the in-place op through a wrapper's ``**kwargs``: the call that spells
+    the flag drops it.  Safe when the call rebinds the name it passes (``x = act(x, inplace=True)``) or that name
+    is not read afterwards, and nothing else holds its memory."""
+    # The engine writes the op's call out with the caller's keywords (``F.relu(t, inplace=True)``): the flag's
+    # keyword is the caller's own node, and the op's function is the wrapper's.
+    inner = mutation.node
+    flag = next((k for k in getattr(inner, "keywords", ()) if k.arg == "inplace"), None)
+    if not isinstance(inner, ast.Call) or flag is None or not (isinstance(flag.value, ast.Constant)
+                                                              and flag.value.value is True):
+        raise CannotFix("the write's call does not get `inplace=True`")
+    call = ctx.parents.get(flag)
+    fn = ctx.function_of(inner.func)
+    if not isinstance(call, ast.Call) or fn is None or fn.args.kwarg is None or ctx.function_of(call) is fn:
+        raise CannotFix("the flag is not forwarded from a caller through `**kwargs`")
+    kwargs = fn.args.kwarg.arg
+    if [n for n in _own_nodes(fn) if isinstance(n, ast.Name) and n.id == kwargs and ctx.parents.get(n) is not None
+            and not (isinstance(ctx.parents.get(n), ast.keyword) and ctx.parents.get(n).arg is None)]:
+        raise CannotFix("the wrapper reads its `**kwargs` otherwise than forwarding them")
+    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+    if name != fn.name or any(a.arg == "inplace" for a in (*fn.args.args, *fn.args.kwonlyargs)):
+        raise CannotFix("the call is not to the wrapper that forwards the flag")
+    passed = call.args[0] if call.args else None
+    if not isinstance(passed, ast.Name):
+        raise CannotFix("the written tensor is not passed as a name")
+    stmt = ctx.statement_of(call)
+    rebinds = isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
+        and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == passed.id
+    report = analyse(ctx, stmt, passed.id)
+    problems = [*report.aliases_read_after, *report.holders_read_after,
+                *(e for e in report.escapes if e != f"it is passed to `{ctx.source(call.func)}`")]
+    if problems or (not rebinds and value_read_after(ctx, stmt, passed.id)):
+        raise CannotFix(f"`{passed.id}` is read later and would miss the write")
+    from_cst = ctx.cst(call)
+    rw = Rewrite(ctx).replace_node(from_cst, without_keyword(from_cst, "inplace"))
+    return rw.fix(f"Drop `inplace=True` from the call to `{fn.name}`: it forwards the flag to an op whose input "
+                  "backward needs", safe=True)

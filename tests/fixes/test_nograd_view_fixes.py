@@ -1,0 +1,145 @@
+"""GG105: the view made under no_grad is made with grad mode on -- also when the write goes to a view of it, when
+the write is the next line, or in a helper the view is passed to; a tied weight's view written out of place is
+unsafe (the weight no longer sees the write).  torch runs each fixed program against the intended one."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from gradguard.api import analyze_source
+from gradguard.config import Config
+from gradguard.fixing import fix_text
+
+torch = pytest.importorskip("torch")
+
+_PROGRAM = """
+import torch
+
+
+def scale_(t):
+    t.mul_(3.0)
+
+
+def train():
+    torch.manual_seed(7)
+    lin = torch.nn.Linear(4, 6)
+    h = lin(torch.randn(5, 4))
+    with torch.no_grad():
+        {binding}
+    {write}
+    torch.sigmoid(h).sum().backward()
+    return [lin.weight.grad, lin.bias.grad]
+"""
+
+
+def _gg105(src: str):
+    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG105"]
+
+
+def _run(src: str):
+    scope: dict = {}
+    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
+    return scope["train"]()
+
+
+@pytest.mark.parametrize("binding, write, expected", [
+    ("part = h[1]", "part[:2] = 0.0", "    part = h[1]\n    part[:2] = 0.0\n"),  # a write to a view of the view
+    ("part = h[:, :2]", "scale_(part)", "    part = h[:, :2]\n    scale_(part)\n"),  # the write in a helper
+])
+def test_the_view_is_made_with_grad_mode_on(binding, write, expected):
+    src = textwrap.dedent(_PROGRAM).replace("{binding}", binding).replace("{write}", write)
+    (diag,) = _gg105(src)
+    assert diag.fix is not None and diag.fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert expected in out and "no_grad" not in out and not _gg105(out)
+    _run(out)  # runs clean (the original raises)
+
+
+def test_pieces_written_on_the_next_line_are_rebound_out_of_place():
+    src = textwrap.dedent("""
+        import torch
+
+
+        def train():
+            torch.manual_seed(7)
+            lin = torch.nn.Linear(4, 6)
+            h = lin(torch.randn(5, 4))
+            with torch.no_grad():
+                a, b = h.chunk(2, dim=1)
+            a.mul_(0.5)
+            torch.sigmoid(a @ b.t()).sum().backward()
+            return [lin.weight.grad, lin.bias.grad]
+    """)
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert "    a, b = h.chunk(2, dim=1)\n    a = a.mul(0.5)\n" in out and not _gg105(out)
+    intended = src.replace("    with torch.no_grad():\n        a, b = h.chunk(2, dim=1)\n    a.mul_(0.5)\n",
+                           "    a, b = h.chunk(2, dim=1)\n    a = a * 0.5\n")
+    for got, want in zip(_run(out), _run(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_a_piece_that_cannot_be_rebound_gets_no_fix():
+    # `a` also goes into a list: rebinding is not offered, and a chunk written in place with grad on still raises
+    src = textwrap.dedent(_PROGRAM).replace("{binding}", "a, b = h.chunk(2, dim=1)").replace(
+        "{write}", "a.mul_(0.5)\n    h = torch.cat([a, b], 1)")
+    assert [d.fix for d in _gg105(src)] == [None]
+
+
+def test_a_tied_weights_view_written_out_of_place_is_unsafe():
+    src = textwrap.dedent("""
+        import torch
+
+
+        def train():
+            torch.manual_seed(8)
+            emb = torch.nn.Embedding(6, 3)
+            with torch.no_grad():
+                proj = emb.weight.t()
+            proj.mul_(0.5)
+            (emb(torch.tensor([1, 2])) @ proj).pow(2).sum().backward()
+            return [emb.weight.grad]
+    """)
+    (diag,) = _gg105(src)
+    assert not diag.fix.safe and "`emb.weight` is the same tensor, and no longer sees the write" in diag.fix.title
+    assert fix_text(src, "t.py", Config(jedi=False)).fixed == src
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert "    proj = emb.weight.t()\n    proj = proj.mul(0.5)\n" in out and not _gg105(out)
+    _run(out)
+
+
+_HELPER = """
+import torch
+
+
+@torch.no_grad()
+def _tail(states):
+    {body}
+
+
+def train():
+    torch.manual_seed(9)
+    lin = torch.nn.Linear(3, 4)
+    states = lin(torch.randn(2, 5, 3))
+    last = _tail(states)
+    last.mul_(torch.tensor([[1.0], [0.0]]))
+    last.pow(2).sum().backward()
+    return [lin.weight.grad, lin.bias.grad]
+"""
+
+
+def test_a_helper_returning_a_view_under_no_grad_returns_it_with_grad_on_as_an_unsafe_fix():
+    src = textwrap.dedent(_HELPER).replace("{body}", "return states[:, -1]")
+    (diag,) = _gg105(src)
+    assert not diag.fix.safe and "every call of `_tail` now gets views with history" in diag.fix.title
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert "@torch.no_grad()" not in out and "    last = last.mul(torch.tensor([[1.0], [0.0]]))\n" in out
+    assert not _gg105(out)
+    intended = src.replace("@torch.no_grad()\n", "").replace("    last.mul_(", "    last = last.mul(")
+    for got, want in zip(_run(out), _run(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_a_helper_that_does_more_than_return_the_view_is_left_alone():
+    src = textwrap.dedent(_HELPER).replace("{body}", "n = states.shape[1]\n    return states[:, n - 1]")
+    assert [d.fix for d in _gg105(src)] == [None]

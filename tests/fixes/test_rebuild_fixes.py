@@ -1,0 +1,192 @@
+"""GG103 fixes that keep the tensor a rebuild copied out of its graph (``fixes/rebuilds.py``): what each writes,
+when it is unsafe, when none is offered; and torch runs each fixed program with the gradients of the intended one."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from gradguard.api import analyze_source
+from gradguard.config import Config
+from gradguard.fixing import fix_text
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+
+def _fixes(src: str):
+    return [d.fix for d in analyze_source(textwrap.dedent(src), "t.py", Config(jedi=False)).diagnostics
+            if d.code == "GG103"]
+
+
+def _fixed(src: str, unsafe: bool = False) -> str:
+    return fix_text(textwrap.dedent(src), "t.py", Config(jedi=False), unsafe=unsafe).fixed
+
+
+def _grads(src: str) -> list:
+    scope: dict = {}
+    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
+    return scope["train"]()
+
+
+_PROGRAM = """
+import numpy
+import torch
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 4)
+
+    def forward(self, x):
+        out = self.lin(x)
+        {line}
+        return out
+
+
+def train():
+    torch.manual_seed(1)
+    head = Head()
+    loss = head(torch.randn(5, 3)).pow(2).sum()
+    loss.backward()
+    return [p.grad for p in head.parameters()]
+"""
+
+
+@pytest.mark.parametrize("line, expected, intended, safe", [
+    ("out = torch.tensor(out)", "out = out.clone()", "out = out.clone()", True),
+    ("out = torch.tensor(out, dtype=torch.float64)", "out = out.to(dtype=torch.float64, copy=True)",
+     "out = out.double()", True),
+    ("out = out.new_tensor(out * 2)", "out = (out * 2).to(out, copy=True)", "out = out * 2", True),
+    ("out = torch.from_numpy(numpy.clip(out.detach().numpy(), -0.5, 1 - 0.5))",
+     "out = torch.clamp(out, -0.5, 1 - 0.5)", "out = out.clamp(-0.5, 0.5)", False),
+    ("out = torch.tensor(numpy.square(out.detach().cpu().numpy()) * 3.0)",
+     "out = (torch.square(out) * 3.0)", "out = out.square() * 3", False),
+    ("out = torch.tensor(out.tolist())", "out = out", None, False),
+])
+def test_a_rebuilt_tensor_keeps_its_graph(line, expected, intended, safe):
+    src = textwrap.dedent(_PROGRAM).replace("{line}", line)
+    (fix,) = _fixes(src)
+    assert fix is not None and fix.safe is safe
+    if not safe:
+        assert "unsafe:" in fix.title
+        assert _fixed(src) == src  # only with --unsafe-fixes
+    out = _fixed(src, unsafe=True)
+    assert f"        {expected}\n" in out
+    assert not _fixes(out)
+    reference = src.replace(line, intended or "pass")
+    for got, want in zip(_grads(out), _grads(reference), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_a_name_bound_to_an_array_for_this_use_only_is_translated_at_its_binding():
+    src = textwrap.dedent(_PROGRAM).replace(
+        "{line}", "steps = numpy.diff(out.detach().numpy(), axis=1)\n        out = torch.from_numpy(numpy.abs(steps))")
+    out = _fixed(src, unsafe=True)
+    assert "steps = torch.diff(out, dim=1)\n        out = torch.abs(steps)\n" in out
+    reference = src.replace("out = torch.from_numpy(numpy.abs(steps))", "out = out.diff(dim=1).abs()")
+    for got, want in zip(_grads(out), _grads(reference), strict=True):
+        assert torch.allclose(got, want)
+
+
+@pytest.mark.parametrize("lines", [
+    # the array is read again: it must stay an array
+    "steps = numpy.diff(out.detach().numpy(), axis=1)\n        print(steps.shape)\n"
+    "        out = torch.from_numpy(numpy.abs(steps))",
+    # a NumPy function without a torch twin of the same meaning
+    "out = torch.from_numpy(numpy.cumprod(out.detach().numpy(), axis=1))",
+    # array bounds broadcast in NumPy
+    "out = torch.from_numpy(numpy.clip(out.detach().numpy(), out.detach().numpy() * 0, 1.0))",
+])
+def test_no_numpy_translation_where_the_arrays_meaning_could_change(lines):
+    src = textwrap.dedent(_PROGRAM).replace("{line}", lines)
+    assert _fixes(src) == [None]
+
+
+_LIST_PROGRAM = """
+import torch
+
+
+def train():
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    {parts} = [(w * k).sum() for k in range(4)]
+    loss = (torch.tensor(parts) * 2).sum()
+    loss.backward()
+    return [w.grad]
+"""
+
+
+def test_a_list_of_tensors_is_stacked():
+    src = textwrap.dedent(_LIST_PROGRAM).replace("{parts}", "parts")
+    out = _fixed(src)
+    assert "loss = (torch.stack(parts) * 2).sum()" in out and not _fixes(out)
+    assert torch.allclose(_grads(out)[0], torch.full((3,), 12.0))
+
+
+def test_a_name_that_may_hold_a_tensor_is_not_stacked():
+    src = textwrap.dedent(_LIST_PROGRAM).replace("{parts} = [(w * k).sum() for k in range(4)]",
+                                                  "parts = [(w * k).sum() for k in range(4)]\n    parts = w * 2")
+    assert _fixes(src)  # found, but not stacked
+    assert all(f is None or "stack" not in f.title for f in _fixes(src))
+
+
+def test_a_number_made_a_leaf_again_becomes_the_tensor_as_an_unsafe_fix():
+    src = textwrap.dedent(_LIST_PROGRAM).replace("{parts}", "parts").replace(
+        "loss = (torch.tensor(parts) * 2).sum()",
+        "loss = (w * 4).sum()\n    loss = torch.tensor(loss.item(), requires_grad=True)")
+    (fix,) = _fixes(src)
+    assert not fix.safe and "not a new leaf" in fix.title
+    out = _fixed(src, unsafe=True)
+    assert "    loss = loss\n" in out and not _fixes(out)
+    assert torch.allclose(_grads(out)[0], torch.full((3,), 4.0))
+
+
+def test_a_tensor_rebuilt_again_around_the_rebuild_is_not_kept_there():
+    src = textwrap.dedent(_LIST_PROGRAM).replace("{parts}", "parts").replace(
+        "loss = (torch.tensor(parts) * 2).sum()",
+        "loss = (w * 4).sum()\n    loss = torch.autograd.Variable(torch.tensor(float(loss)), requires_grad=True)")
+    assert _fixes(src) == [None]
+
+
+_CONVERTER = """
+import numpy
+import torch
+
+
+class Logger:
+    def as_array(self, t):
+        return t.detach().numpy()
+
+
+def train():
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    log = Logger()
+    total = torch.tensor(numpy.mean(log.as_array(w * w)), requires_grad=True)
+    total.backward()
+    return [w.grad]
+"""
+
+
+def test_a_method_that_only_converts_its_argument_to_numpy_is_seen_through():
+    src = textwrap.dedent(_CONVERTER)
+    (fix,) = _fixes(src)
+    assert not fix.safe and "not a new leaf" in fix.title
+    out = _fixed(src, unsafe=True)
+    assert "    total = torch.mean((w * w))\n" in out and not _fixes(out)
+    assert torch.allclose(_grads(out)[0], _grads(src.replace(
+        "torch.tensor(numpy.mean(log.as_array(w * w)), requires_grad=True)", "(w * w).mean()"))[0])
+
+
+def test_a_method_that_does_more_than_convert_is_not_seen_through():
+    src = textwrap.dedent(_CONVERTER).replace("return t.detach().numpy()", "return t.detach().numpy() * 2")
+    assert _fixes(src) == [None]
+
+
+def test_numpy_keepdims_without_an_axis_is_not_translated():
+    # torch.sum(t, keepdim=True) needs a dim: the translation would not run
+    src = textwrap.dedent(_PROGRAM).replace(
+        "{line}", "out = torch.from_numpy(numpy.sum(out.detach().numpy(), keepdims=True)) * out")
+    assert _fixes(src) == [None]

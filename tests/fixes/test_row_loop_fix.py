@@ -1,0 +1,92 @@
+"""GG004 on a loop writing each row of a tensor in place (``fixes/rows.py``): the same elementwise op on the whole
+tensor, rebound; none when the loop does more, the op is not elementwise, or the row is read after the loop."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from gradguard.api import analyze_source
+from gradguard.config import Config
+from gradguard.fixing import fix_text
+
+torch = pytest.importorskip("torch")
+
+_PROGRAM = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 4)
+
+    def forward(self, x, scale):
+        h = self.lin(x) + 1
+        for r in h:
+            {write}
+        return torch.tanh(h)
+
+
+def train():
+    torch.manual_seed(10)
+    net = Net()
+    net(torch.randn(5, 3), torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
+    return [net.lin.weight.grad, net.lin.bias.grad]
+"""
+
+
+def _gg004(src: str):
+    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG004"]
+
+
+def _run(src: str):
+    scope: dict = {}
+    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
+    return scope["train"]()
+
+
+@pytest.mark.parametrize("write, expected", [
+    ("r.mul_(scale)", "h = h.mul(scale)"),
+    ("r.clamp_(min=1.5)", "h = h.clamp(min=1.5)"),
+])
+def test_a_loop_writing_each_row_becomes_the_op_on_the_whole_tensor(write, expected):
+    src = textwrap.dedent(_PROGRAM).replace("{write}", write)
+    (diag,) = _gg004(src)
+    assert diag.fix is not None and diag.fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert f"        {expected}\n        return" in out and not _gg004(out)
+    intended = src.replace(f"        for r in h:\n            {write}\n", f"        {expected}\n")
+    for got, want in zip(_run(out), _run(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+@pytest.mark.parametrize("write", [
+    "r.mul_(r.sum())",  # the argument reads the row
+    "r.cumsum_(0)",  # not elementwise
+    "r.mul_(scale)\n        print(r)",  # the row is read after the loop
+    "r.mul_(scale)\n            r.add_(1)",  # the loop does more
+])
+def test_no_whole_tensor_rewrite_when_it_could_compute_something_else(write):
+    src = textwrap.dedent(_PROGRAM).replace("{write}", write)
+    diags = _gg004(src)
+    assert diags and all(d.fix is None or "whole tensor" not in d.fix.title for d in diags)
+
+
+def test_the_rows_of_an_attribute_are_not_rebound():
+    src = textwrap.dedent("""
+        import torch
+
+
+        class Trainer:
+            def __init__(self):
+                self.x = torch.randn(3, 4, requires_grad=True)
+                self.t = self.x + 1
+
+            def train(self):
+                for row in self.t:
+                    row.mul_(2)
+                self.t.pow(2).sum().backward()
+    """)
+    diags = _gg004(src)
+    assert diags and [d.fix for d in diags] == [None]  # `row = row.mul(2)` would drop the write to `self.t`
