@@ -132,11 +132,14 @@ class Cuts:
         cut.fed, cut.judged = None, False
         self._mark(out, (cut,))
 
-    def on_no_grad_op(self, leaf, out, frame) -> None:
-        """``out``, made with grad mode off from ``leaf`` (a leaf that requires grad) by the user's ``frame``:
-        a copy that takes the leaf's place when it has the leaf's shape (``w = w - lr * w.grad``)."""
-        if not isinstance(out, _Tensor) or out.requires_grad or out.shape != leaf.shape:
-            return
+    @staticmethod
+    def is_copy(leaf, out) -> bool:
+        """``out``, made with grad mode off from ``leaf`` (a leaf that requires grad), can take the leaf's place
+        (``w = w - lr * w.grad``): it has the leaf's shape.  Features of a frozen encoder do not."""
+        return isinstance(out, _Tensor) and not out.requires_grad and out.shape == leaf.shape
+
+    def on_copy(self, leaf, out, frame) -> None:
+        """``out`` is a copy of ``leaf`` (``is_copy``) made by the user's ``frame``."""
         site = frame_site(frame)
         key = ("copy", site.path, site.line)  # one per line: `w / w.norm()` copies twice
         cut = self.cuts.get(key)

@@ -580,16 +580,16 @@ class Tracer(TorchDispatchMode):
 
     def _no_grad_op(self, args, out) -> None:
         """An op that writes nothing, run with grad mode off: on a leaf that requires grad, by the user's code
-        (not an optimizer's), its result may be a copy standing for that leaf (``Cuts.on_no_grad_op``)."""
-        for a in args:
-            if isinstance(a, _Tensor) and a.requires_grad and a.is_leaf:
-                try:
+        (not an optimizer's), its result may be a copy standing for that leaf (GG109, ``Cuts.is_copy``)."""
+        try:
+            for a in args:
+                if isinstance(a, _Tensor) and a.requires_grad and a.is_leaf and self.cuts.is_copy(a, out):
                     frame = self._user_frame_outside_optimizers(sys._getframe(2))
                     if frame is not None:
-                        self.cuts.on_no_grad_op(a, out, frame)
+                        self.cuts.on_copy(a, out, frame)
                     del frame
-                except Exception as exc:  # noqa: BLE001
-                    self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
+            self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
 
     def _write(self, func, spec, args, kwargs, fresh):
         hits = []
