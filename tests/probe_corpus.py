@@ -14,15 +14,7 @@ FIXTURES = all_fixtures()
 
 # Silent positives the probe does not confirm yet, by why (issue 14, probe side).  Both the probe's fixture test
 # and the agreement test read this; an entry the probe starts confirming fails them (delete it then).
-_REBIND = ("rebinding a name under no_grad is no write and no save: the probe would have to see that the leaf an "
-           "optimizer or a `.grad` read expects is no longer the tensor the next backward runs through (when that "
-           "backward raises, the probe reports the raise at the backward, not the rebinding)")
-PROBE_BLIND: dict[str, str] = {
-    **{f"GG109/{name}": _REBIND for name in (
-        "pos_manual_sgd_rebind_guarded_grad", "pos_periodic_renorm_rebind_in_if",
-        "pos_rebind_sole_param_next_backward_raises",
-        "pos_trainer_projection_rebinds_self_weight", "pos_unit_norm_rebind_after_adam_step")},
-}
+PROBE_BLIND: dict[str, str] = {}
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 # On a GPU machine: GRADGUARD_PROBE_DEVICE=cuda python -m pytest tests/probe (same expectations).
 DEVICE = os.environ.get("GRADGUARD_PROBE_DEVICE", "cpu")

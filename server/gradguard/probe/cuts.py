@@ -12,6 +12,13 @@ reported only when torch shows the harm:
    hand-written update loop) -- and its ``.grad`` is None there: no backward since the gradients were
    last cleared reached it (the forward used it only before the cut).
 
+A *copy* is the other way to leave the graph (rule GG109): an op run with grad mode off on a leaf that
+requires grad, whose result has the leaf's shape -- ``w = w - lr * w.grad``, ``self.w = self.w.clamp(...)``
+under ``torch.no_grad()`` -- is a new tensor that does not require grad, standing where the parameter
+stood.  It is marked as a cut is, and judged the same way; besides, a read of ``.grad`` on the copy itself
+that finds nothing (the update loop now reads the copy) is the harm, and a backward that raises because
+its roots, which went through the copy, do not require grad names the copy's line.
+
 Costs nothing before the first cut; the per-op propagation runs only while a cut's result lives.
 """
 
@@ -39,6 +46,8 @@ class Cut:
     upstream: dict[int, weakref.ref] = field(default_factory=dict)  # id -> the leaves upstream of the cut
     fed: Site | None = None  # the backward() whose roots the cut's result reached, since the last cut here
     judged: bool = True
+    copy: bool = False  # made under no_grad from a leaf (GG109), not by .detach()/.data (GG103)
+    shape: tuple = ()  # a copy's shape (the leaf's): the leaf may be gone when the copy is judged
 
 
 @dataclass
@@ -61,6 +70,7 @@ class Cuts:
         self.marked: dict[int, tuple[weakref.ref, tuple[Cut, ...]]] = {}
         self.reads: dict[tuple, GradRead] = {}
         self.found: dict[tuple, ProbeFinding] = {}
+        self.raising: tuple[Site | None, tuple[Cut, ...]] = (None, ())  # the latest backward and the copies it ran through
         self._undo: list = []
 
     # -- installation --
@@ -122,6 +132,26 @@ class Cuts:
         cut.fed, cut.judged = None, False
         self._mark(out, (cut,))
 
+    @staticmethod
+    def is_copy(leaf, out) -> bool:
+        """``out``, made with grad mode off from ``leaf`` (a leaf that requires grad), can take the leaf's place
+        (``w = w - lr * w.grad``): it has the leaf's shape.  Features of a frozen encoder do not."""
+        return isinstance(out, _Tensor) and not out.requires_grad and out.shape == leaf.shape
+
+    def on_copy(self, leaf, out, frame) -> None:
+        """``out`` is a copy of ``leaf`` (``is_copy``) made by the user's ``frame``."""
+        site = frame_site(frame)
+        key = ("copy", site.path, site.line)  # one per line: `w / w.norm()` copies twice
+        cut = self.cuts.get(key)
+        if cut is None:
+            if len(self.cuts) >= _CUTS:
+                return
+            cut = self.cuts[key] = Cut(site, copy=True, shape=tuple(leaf.shape))
+        if id(leaf) not in cut.upstream:
+            cut.upstream[id(leaf)] = weakref.ref(leaf)
+        cut.fed, cut.judged = None, False
+        self._mark(out, (cut,))
+
     def on_op(self, args, kwargs, out) -> None:
         """Pass cut marks from an op's inputs to its outputs."""
         found: tuple[Cut, ...] = ()
@@ -140,12 +170,24 @@ class Cuts:
             self._mark(out, tuple(dict.fromkeys(found)))
 
     def on_backward(self, roots, backward: Site | None) -> None:
+        copies: tuple[Cut, ...] = ()
         for root in roots if isinstance(roots, (tuple, list)) else (roots,):
             entry = self.marked.get(id(root))
             if entry is not None and entry[0]() is root:
                 for cut in entry[1]:
                     if cut.fed is None:
                         cut.fed = backward
+                    if cut.copy:
+                        copies += (cut,)
+        self.raising = (backward, copies)
+
+    def copy_behind_raise(self, backward: Site) -> Cut | None:
+        """The copy the roots of the backward() at ``backward`` went through, when that backward raised
+        because its roots do not require grad (the copy was all that stood for the parameter)."""
+        site, copies = self.raising
+        if site is None or copies == () or (site.path, site.line) != (backward.path, backward.line):
+            return None
+        return copies[0]
 
     def _on_step(self, optimizer, args, kwargs) -> None:
         try:
@@ -162,7 +204,8 @@ class Cuts:
                 cut.judged = True
                 starved = [held[i] for i in trained if held[i].grad is None]
                 if starved:
-                    self._report(cut, starved, Note(step, "the optimizer step that trains them") if step else None)
+                    self._report(cut, starved, Note(step, "the optimizer step that trains them") if step else None,
+                                 f"the optimizer step{_at(step)} finds no gradient on the parameter it trains")
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"cuts: {type(exc).__name__}: {exc}")
 
@@ -177,6 +220,8 @@ class Cuts:
             read.some_arrived = True
         else:
             read.missing[id(t)] = weakref.ref(t)
+            if not t.requires_grad:
+                self._copy_read(t, read)
         if read.some_arrived and read.missing:
             self._judge_read(read)
 
@@ -188,8 +233,19 @@ class Cuts:
             starved = [r() for i, r in read.missing.items() if i in cut.upstream]
             starved = [p for p in starved if p is not None]
             if starved:
-                self._report(cut, starved, Note(read.site, "the update that reads their missing gradient"))
+                self._report(cut, starved, Note(read.site, "the update that reads their missing gradient"),
+                             f"the update{_at(read.site)} finds no gradient on the parameter")
         read.missing.clear()
+
+    def _copy_read(self, t, read: GradRead) -> None:
+        """The user's code reads ``.grad`` of a copy a backward ran through: the copy never gets one."""
+        entry = self.marked.get(id(t))
+        if entry is None or entry[0]() is not t:
+            return
+        for cut in entry[1]:
+            if cut.copy and cut.fed is not None:
+                self._report(cut, [t], Note(read.site, "reads `.grad` of the copy, which never gets one"),
+                             f"the `.grad` read{_at(read.site)} finds none: the name no longer holds a trained tensor")
 
     # -- marks --
 
@@ -212,13 +268,16 @@ class Cuts:
 
     # -- results --
 
-    def _report(self, cut: Cut, starved: list, related: Note | None) -> None:
+    def _report(self, cut: Cut, starved: list, related: Note | None, harm: str) -> None:
         key = (cut.site.path, cut.site.line)
         if key in self.found:
             return
+        if cut.copy:
+            self.found[key] = copy_finding(cut, starved, related, harm)
+            return
         said = attribute_at(cut.site, "data") or expression_at(cut.site)
         what = f"`{said}`" if said else "this cut"
-        shapes = ", ".join(str(list(p.shape)) for p in starved[:4]) + (", …" if len(starved) > 4 else "")
+        shapes = _shapes(starved)
         backward = f" at line {cut.fed.line}" if cut.fed else ""
         message = (f"{what} cuts the graph: {len(starved)} trained parameter tensor(s) the forward used before it "
                    f"({shapes}) get no gradient from the backward(){backward} its result feeds, so they are never "
@@ -230,3 +289,36 @@ class Cuts:
     def findings(self) -> list[ProbeFinding]:
         """Cuts judged at an optimizer step or at a hand-written update's reads of ``.grad``."""
         return list(self.found.values())
+
+
+def _at(site: Site | None) -> str:
+    return f" at line {site.line}" if site else ""
+
+
+def _shapes(tensors: list) -> str:
+    return ", ".join(str(list(t.shape)) for t in tensors[:4]) + (", …" if len(tensors) > 4 else "")
+
+
+def _copy_said(cut: Cut) -> str:
+    """The statement that made the copy (``w = w - lr * w.grad``), not one op of it."""
+    said = expression_at(Site(cut.site.path, cut.site.line))
+    return f"`{said}`" if said else "this line"
+
+
+def copy_finding(cut: Cut, starved: list, related: Note | None, harm: str) -> ProbeFinding:
+    """GG109: a copy made under no_grad stood for a trained parameter in a backward, and ``harm`` followed."""
+    message = (f"{_copy_said(cut)} runs under no_grad on a parameter that requires grad ({_shapes(starved)}) and "
+               f"makes a new tensor that does not: the backward(){_at(cut.fed)} runs through that copy, and {harm}")
+    notes = [n for n in (related, Note(cut.fed, "the backward() that runs through the copy") if cut.fed else None)
+             if n is not None]
+    return ProbeFinding("GG109", "starved", cut.site, message, notes=tuple(notes), backward=cut.fed)
+
+
+def copy_raise_finding(cut: Cut, backward: Site, torch_message: str) -> ProbeFinding:
+    """GG109, loud: the backward's roots went through the copy, and nothing else required grad."""
+    first = torch_message.split("\n", 1)[0]
+    message = (f"{_copy_said(cut)} runs under no_grad on a leaf tensor that requires grad ({list(cut.shape)}) and makes a "
+               f"new tensor that does not: the backward() at line {backward.line} runs through that copy with "
+               f"nothing else requiring grad, and raises: {first}")
+    return ProbeFinding("GG109", "raised", cut.site, message, torch_message=torch_message,
+                        notes=(Note(backward, f"backward() raises here: {first}"),), backward=backward)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from .cuts import copy_raise_finding
 from .frames import UserCode, traceback_sites
 from .model import Note, ProbeFinding, Site
 from .tracer import Tracer
@@ -55,6 +56,9 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
             if not sites:
                 return None
             kind, origins, notes = "raised", (), ()
+            copy = tracer.cuts.copy_behind_raise(sites[0]) if code == "GG103" and tracer is not None else None
+            if copy is not None:  # the roots went through a copy made under no_grad (GG109)
+                return copy_raise_finding(copy, sites[0], text)
             if code == "GG103":
                 kind = "graph-break"
                 origins = _rebuilds_before(exc.__traceback__, user, tracer)

@@ -22,14 +22,17 @@ from ..diagnostics import Diagnostic, Related, Severity, Span
 from .model import FAILED, ProbeFinding, ProbeResult, Site
 
 # Codes about mutation confirm one another (the probe sees the write; which rule names it depends on
-# how it was written: an element loop GG104 is a GG001/GG003 to torch).  A graph break is its own thing.
-_GRAPH_BREAK = "GG103"
+# how it was written: an element loop GG104 is a GG001/GG003 to torch).  A graph break is its own thing,
+# and so is a leaf replaced by a copy made under no_grad (no write at all).
+_OWN_FAMILY = ("GG103", "GG109")
 
 
 def compatible(static_code: str, probe_code: str) -> bool:
     if static_code.startswith("GG9"):
         return False
-    return (static_code == _GRAPH_BREAK) == (probe_code == _GRAPH_BREAK)
+    if static_code in _OWN_FAMILY or probe_code in _OWN_FAMILY:
+        return static_code == probe_code
+    return True
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,9 @@ def _confirmation(finding: ProbeFinding) -> str:
         return "the hook wrote, in place, a gradient tensor torch passes on without a copy"
     if finding.kind == "silent":
         return "backward() used the changed values without an error (wrong gradients)"
+    if finding.kind == "starved" and finding.code == "GG109":
+        return ("backward() ran through the copy made under no_grad, and the trained parameter it stood for got no "
+                "gradient")
     if finding.kind == "starved":
         return "backward() ran, and trained parameters upstream of the cut got no gradient from it"
     if finding.kind == "pending":

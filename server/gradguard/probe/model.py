@@ -129,7 +129,8 @@ class ProbeFinding:
     was made, where a tensor was rebuilt from plain values).  ``kind``: ``raised`` (backward or the op raised), ``silent`` (a saved tensor
     was changed behind autograd's back and backward used it), ``pending`` (a saved tensor was changed
     and its graph was still alive when the run ended, but no backward used it), ``graph-break``, ``starved``
-    (a ``.detach()``/``.data`` whose result fed a backward that gave trained parameters upstream of it no gradient).
+    (a ``.detach()``/``.data`` -- GG103 -- or a copy of a parameter made under no_grad -- GG109 -- whose result fed a
+    backward that gave trained parameters upstream of it no gradient).
     ``saves``: the saved tensors the write hit, the one backward used first (the one torch's message is
     about); ``backward``: the ``backward()`` that raised or used it; ``view_node``: for a write to an output of
     a function that returns several views, the autograd node torch names (``Split``, ``Unbind``, or the

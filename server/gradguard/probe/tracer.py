@@ -53,6 +53,7 @@ _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _NO_DISPATCH = torch._C._DisableTorchDispatch
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
+_grad_enabled = torch.is_grad_enabled
 
 # Distinct saves remembered per conflict with the nodes that made them (the notes show at most 3 of them).
 _SAVES_KEPT = 16
@@ -559,6 +560,8 @@ class Tracer(TorchDispatchMode):
         if not spec:
             out = func(*args, **(kwargs or {}))
             self.last_func = func
+            if not _grad_enabled():
+                self._no_grad_op(args, out)
         elif spec.__class__ is str:
             out = self._special(func, spec, args, kwargs or {})
         else:
@@ -574,6 +577,19 @@ class Tracer(TorchDispatchMode):
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
         return out
+
+    def _no_grad_op(self, args, out) -> None:
+        """An op that writes nothing, run with grad mode off: on a leaf that requires grad, by the user's code
+        (not an optimizer's), its result may be a copy standing for that leaf (GG109, ``Cuts.is_copy``)."""
+        try:
+            for a in args:
+                if isinstance(a, _Tensor) and a.requires_grad and a.is_leaf and self.cuts.is_copy(a, out):
+                    frame = self._user_frame_outside_optimizers(sys._getframe(2))
+                    if frame is not None:
+                        self.cuts.on_copy(a, out, frame)
+                    del frame
+        except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
+            self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
 
     def _write(self, func, spec, args, kwargs, fresh):
         hits = []
