@@ -228,8 +228,10 @@ async def test_every_publish_matches_a_fresh_analysis_over_edits_that_parse(clie
         text = new_text
         published = await last_publish_for(client, version)
         assert sorted(key(d) for d in published.diagnostics) == expected_items(text)
-        fresh = sorted(json.dumps(d.to_json(), sort_keys=True) for d in analyze_source(text, "/virtual/soak.py").diagnostics)
+        # fixes are built on demand, not published (tests/lsp/test_fix_paths.py compares them, moved findings too)
+        fresh = sorted(json.dumps({k: v for k, v in d.to_json().items() if k != "fix"}, sort_keys=True)
+                       for d in analyze_source(text, "/virtual/soak.py").diagnostics)
         shown = sorted(json.dumps({k: v for k, v in d.data.items() if k != "version"}, sort_keys=True)
                        for d in published.diagnostics)
-        assert shown == fresh  # related lines and fixes too
+        assert shown == fresh  # related lines too
         checked += 1
