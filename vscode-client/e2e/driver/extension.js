@@ -104,6 +104,7 @@ async function scenario(dir, log) {
       uri,
       d.range,
       vscode.CodeActionKind.QuickFix.value,
+      50, // itemResolveCount: the server lists actions without edits and makes them on codeAction/resolve
     )) || [];
   for (const a of actions) log(`code action: ${a.title} kind=${a.kind && a.kind.value} preferred=${!!a.isPreferred}`);
   const quickfixes = actions.filter((a) => a.edit && a.kind && vscode.CodeActionKind.QuickFix.contains(a.kind));
