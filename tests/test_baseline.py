@@ -92,7 +92,7 @@ def test_a_new_identical_finding_is_reported(project, capsys):
     (project / "src" / "train.py").write_text(TWICE)
     code, found, err = check(capsys, "src", "--baseline", "gg-baseline.json")
     assert code == 1 and [(d["code"], d["line"]) for d in found] == [("GG001", 16)]
-    assert "Found 1 problem in 1 file; 1 finding hidden by the baseline." in err
+    assert "Found 1 problem in 1 file (1 fixable with --fix); 1 finding hidden by the baseline." in err
 
 
 def test_pyproject_setting_is_relative_to_the_pyproject(project, capsys, monkeypatch):

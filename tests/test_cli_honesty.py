@@ -410,3 +410,18 @@ def test_summary_without_findings(kwargs, expected):
 ])
 def test_summary_with_findings(kwargs, expected):
     assert summary([_finding("a.py"), _finding("a.py")], **kwargs) == expected
+
+
+def test_check_counts_what_fix_and_unsafe_fixes_would_repair(tmp_path, capsys):
+    """A plain `check` says how many findings `--fix` repairs and how many more `--unsafe-fixes` would (as ruff
+    does), and the counts are what `--fix` then does."""
+    safe = "import torch\n\n\ndef run():\n    x = torch.randn(3, requires_grad=True)\n    y = x.exp()\n    y += 1\n    y.sum().backward()\n"
+    unsafe = "import torch\n\n\ndef run():\n    x = torch.ones(3, requires_grad=True)\n    x += 1\n    return x\n"
+    (tmp_path / "a.py").write_text(safe)
+    (tmp_path / "b.py").write_text(unsafe)
+    assert main(["check", "--no-cache", str(tmp_path)]) == 1
+    assert last_line(capsys.readouterr().err) == (
+        "Found 2 problems in 2 files (1 fixable with --fix, 1 more with --fix --unsafe-fixes).")
+    assert main(["check", "--no-cache", "--fix", str(tmp_path)]) == 1
+    assert last_line(capsys.readouterr().err) == (
+        "Fixed 1 problem in 1 file; 1 problem in 1 file remains (1 fixable with --unsafe-fixes).")

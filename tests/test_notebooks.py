@@ -162,7 +162,7 @@ def test_check_text_output_names_the_cell(gg, tmp_path):
     assert lines[0].startswith("explore.ipynb:cell 5:3:1: GG001 `+=` modifies the output of `torch.exp`")
     assert lines[1] == "    explore.ipynb:cell 3:2:5: note: torch.exp saves its output for backward here"
     assert lines[2] == "    explore.ipynb:cell 6:2:1: note: backward raises here"
-    assert "Found 1 problem in 1 file." in err
+    assert "Found 1 problem in 1 file (1 fixable with --fix)." in err
 
 
 def test_check_json_sarif_github_carry_the_cell(gg, tmp_path):

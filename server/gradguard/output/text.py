@@ -64,6 +64,17 @@ def _found(diagnostics: Sequence[Diagnostic]) -> str:
     return f"{_plural(len(diagnostics), 'problem')} in {_plural(files, 'file')}"
 
 
+def _fixable(diagnostics: Sequence[Diagnostic]) -> str:
+    """How many a plain ``check`` could fix, as ruff says it: the findings whose fix ``--fix`` applies, and
+    those only ``--unsafe-fixes`` would."""
+    safe = sum(1 for d in diagnostics if d.fix is not None and d.fix.safe)
+    unsafe = sum(1 for d in diagnostics if d.fix is not None and not d.fix.safe)
+    parts = [f"{safe} fixable with --fix"] if safe else []
+    if unsafe:
+        parts.append(f"{unsafe} {'more ' if safe else ''}with --fix --unsafe-fixes")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def _fix_clauses(diagnostics: Sequence[Diagnostic], fixing: Fixing) -> list[str]:
     clauses = []
     if fixing.fixed:
@@ -89,7 +100,7 @@ def summary(diagnostics: Sequence[Diagnostic], checked: int = 1, fixing: Fixing 
     if fixing is not None:
         clauses = _fix_clauses(diagnostics, fixing)
     elif diagnostics:
-        clauses = [f"found {_found(diagnostics)}"]
+        clauses = [f"found {_found(diagnostics)}{_fixable(diagnostics)}"]
     else:
         clauses = ["no new problems found" if hidden else "no problems found"] if unprobed or hidden else []
     if hidden:
