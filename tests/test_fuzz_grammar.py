@@ -106,7 +106,7 @@ def test_long_sum_keeps_the_real_finding(tmp_path, capsys, terms):
     assert "internal error" not in err and "All checks passed" not in err, err
     assert f"{path}:4:1: GG001" in out, out
     assert f"{path}:6:" in out and "GG903 not analysed: " in out, out
-    assert "Found 2 problems in 1 file." in err
+    assert "Found 2 problems in 1 file" in err
 
 
 def test_not_analysed_is_in_json_and_sarif(tmp_path, capsys):
