@@ -29,6 +29,7 @@ from .rows import whole_tensor_instead_of_rows
 from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
+from .elements import rebind_element
 from .writes import (
     PIECES,
     Write,
@@ -631,7 +632,13 @@ def _loop_variable_unread(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
 def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
     """GG001 (and any rule about a write to memory saved for backward): rebind out of place when nothing
     else sees the memory; clone where it is saved when a view of it is read later (or rebinding cannot
-    work); an unsafe rebinding when only containers, attributes or the caller could see the write."""
+    work); an unsafe rebinding when only containers, attributes or the caller could see the write.  A write to
+    an element of a local list or dict rebinds that element."""
+    element = (finding.data or {}).get("mutation")
+    if element is not None and element.in_container:
+        if grad_would_be_lost(element):
+            return None
+        return fix_or_none(lambda: rebind_element(ctx, element))
     mutation = mutation_of(finding)
     write = Write.of(ctx, mutation.entry())
     rebind = fix_or_none(lambda: Rebind(ctx, write))

@@ -1,0 +1,105 @@
+"""GG001 on a write to an element of a local list or dict (``fixes/elements.py``): the element is rebound out of
+place (and the name the display put there, when it is read later); none when something else could see the old
+tensor."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from gradguard.api import analyze_source
+from gradguard.config import Config
+from gradguard.fixing import fix_text
+
+torch = pytest.importorskip("torch")
+
+_PROGRAM = """
+import torch
+
+
+def run():
+    torch.manual_seed(0)
+    w = torch.randn(5, requires_grad=True)
+    h = w * 2
+    s = h.sin()
+    {holder}
+    {write}
+    loss = s.sum() + (h * torch.arange(5.0)).sum(){tail}
+    loss.backward()
+    return [w.grad]
+
+
+def reference():
+    torch.manual_seed(0)
+    w = torch.randn(5, requires_grad=True)
+    h = w * 2
+    s = h.sin()
+    h = h * 3
+    loss = s.sum() + (h * torch.arange(5.0)).sum()
+    loss.backward()
+    return [w.grad]
+"""
+
+
+def _program(holder: str, write: str, tail: str = "") -> str:
+    return textwrap.dedent(_PROGRAM).replace("{holder}", holder).replace("{write}", write).replace("{tail}", tail)
+
+
+def _gg001(src: str):
+    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG001"]
+
+
+def _grads(src: str, fn: str):
+    scope: dict = {}
+    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
+    return scope[fn]()
+
+
+@pytest.mark.parametrize("holder, write, expected", [
+    ("hs = [h]", "hs[0].mul_(3)", 'h = hs[0] = hs[0].mul(3)'),
+    ("hs = [w, h]", "hs[1] *= 3", 'h = hs[1] = hs[1] * 3'),
+    ('d = {"h": h}', 'd["h"].mul_(3)', 'h = d["h"] = d["h"].mul(3)'),
+    ('d = {"h": h}', 'd["h"] *= 3', 'h = d["h"] = d["h"] * 3'),
+])
+def test_an_element_write_rebinds_the_element_and_its_name(holder, write, expected):
+    src = _program(holder, write)
+    (diag,) = _gg001(src)
+    assert diag.fix is not None and diag.fix.safe and "element out of place" in diag.fix.title
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert f"    {expected}\n" in out and not _gg001(out)
+    for got, want in zip(_grads(out, "run"), _grads(src, "reference"), strict=True):
+        assert torch.allclose(got, want)
+
+
+@pytest.mark.parametrize("holder, write, tail", [
+    ("hs = [h]\n    v = hs[0].view(-1)", "hs[0].mul_(3)", "\n    print(v)"),  # a view of the element kept before
+    ("hs = [h]\n    v = h[:2]", "hs[0].mul_(3)", "\n    print(v)"),  # a view of the name read later
+    ("hs = [h]", "hs[0].mul_(3)", "\n    keep(hs)"),  # the container handed on after the write
+    ("hs = [h]\n    hs.append(w)", "hs[0].mul_(3)", ""),  # the container used before the write
+    ("hs = [h.view(-1)]", "hs[0].mul_(3)", ""),  # the element is not a name
+])
+def test_no_element_rebinding_when_something_else_could_see_the_old_tensor(holder, write, tail):
+    src = _program(holder, write, tail)
+    diags = _gg001(src)
+    assert diags and all(d.fix is None or "element" not in d.fix.title for d in diags)
+
+
+def test_the_element_of_a_parameter_is_rebound_only_as_an_unsafe_fix():
+    src = textwrap.dedent("""
+        import torch
+
+
+        class Scale(torch.nn.Module):
+            def forward(self, h):
+                s = h.sin()
+                hs = [h]
+                hs[0].mul_(3)
+                return s + hs[0]
+
+
+        def run():
+            w = torch.randn(5, requires_grad=True)
+            Scale()(w * 2).sum().backward()
+    """)
+    (diag,) = _gg001(src)
+    assert diag.fix is not None and not diag.fix.safe and "parameter" in diag.fix.title
