@@ -103,3 +103,71 @@ def test_the_element_of_a_parameter_is_rebound_only_as_an_unsafe_fix():
     """)
     (diag,) = _gg001(src)
     assert diag.fix is not None and not diag.fix.safe and "parameter" in diag.fix.title
+
+
+@pytest.mark.parametrize("holder, write, expected, tail", [
+    ("hs = [h]", "hs[0][0] = 0", "h = hs[0] = hs[0].clone()\n    hs[0][0] = 0", ""),  # a view of the element
+    ("hs = [h]", "g = hs[0].mul_(3)", "g = h = hs[0] = hs[0].mul(3)", "\n    print(g.sum())"),  # the result used
+])
+def test_other_element_write_forms(holder, write, expected, tail):
+    src = _program(holder, write, tail)
+    (diag,) = _gg001(src)
+    assert diag.fix is not None and diag.fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert f"    {expected}\n" in out and not _gg001(out)
+    _grads(out, "run")  # runs clean
+
+
+def test_an_element_write_in_a_loop_that_rebuilds_the_container():
+    src = textwrap.dedent("""
+        import torch
+
+
+        def run(fixed=False):
+            w = torch.randn(3, requires_grad=True)
+            phase = w * 1.0
+            samples = []
+            for _ in range(4):
+                samples.append(torch.sin(phase))
+                phases = [phase]
+                phases[0] += 0.5
+                phase = phases[0]
+            torch.stack(samples).sum().backward()
+            return [w.grad]
+    """)
+    (diag,) = _gg001(src)
+    assert diag.fix is not None and diag.fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert "phase = phases[0] = phases[0] + 0.5" in out and not _gg001(out)
+    _grads(out, "run")
+
+
+@pytest.mark.parametrize("program", [
+    # another name bound to the element inside the loop keeps this pass's tensor, which the next pass wrote
+    """
+    def run():
+        w = torch.randn(3, requires_grad=True)
+        phase = w * 1.0
+        kept = phase
+        for _ in range(3):
+            s = torch.sin(phase)
+            phases = [phase]
+            phases[0] += 0.5
+            kept = phases[0]
+        (s.sum() + kept.sum()).backward()
+    """,
+    # the element is a dict, not a tensor to copy
+    """
+    def run():
+        w = torch.randn(3, requires_grad=True)
+        acts = {"h": w * 2}
+        s = acts["h"].sin()
+        holder = [acts]
+        holder[0]["h"].mul_(3)
+        s.sum().backward()
+    """,
+])
+def test_no_element_fix_where_the_element_is_not_the_one_tensor(program):
+    src = "import torch\n" + textwrap.dedent(program)
+    diags = _gg001(src)
+    assert diags and all(d.fix is None or "element" not in d.fix.title for d in diags)

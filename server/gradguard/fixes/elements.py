@@ -2,11 +2,12 @@
 
     hs = [h]; hs[0].mul_(2)        ->  hs = [h]; h = hs[0] = hs[0].mul(2)
     d = {"h": h}; d["h"] /= n      ->  d = {"h": h}; d["h"] = d["h"] / n
+    hs = [h]; hs[0][0] = 0         ->  hs = [h]; h = hs[0] = hs[0].clone(); hs[0][0] = 0
 
 The write changed the one tensor the element and the name put in the display hold; after the fix both hold the
 new tensor, so every later read through either sees the values it saw before.  Offered only where nothing else
-can hold that tensor: the container is a list or dict display bound once, just before the write in the same
-block, read nowhere before the write and written nowhere else; the element is a constant key of the display
+can hold that tensor: the container is a list or dict display bound once, before the write in the same block
+(so a loop around the write rebuilds it too), read nowhere before the write and only read by key after it; the element is a constant key of the display
 holding a plain local name, and that name has no view, holder (but the container) or escape read later.
 """
 
@@ -20,32 +21,46 @@ from .aliases import analyse, value_read_after
 from .callers import param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
-from .writes import Write, assign, aug_to_binop, code, cst_mod, out_of_place, short
+from .writes import Write, assign, aug_to_binop, clone_of, code, cst_mod, out_of_place, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Mutation
 
 
-def rebind_element(ctx: FixContext, mutation: Mutation) -> Fix:
-    """The element write of ``mutation`` made out of place (CannotFix when some other holder could tell)."""
+def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) -> Fix:
+    """The element write of ``mutation`` made out of place (CannotFix when some other holder could tell).  A write
+    through a view of the element (``hs[0][0] = 0``) writes a copy of it instead, when ``copy_ok`` (the write does
+    not itself evaluate the op whose save it breaks)."""
     write = Write.of(ctx, mutation.entry())
-    if write.kind not in ("augassign", "method") or write.value_use:
-        raise CannotFix("not a whole-element augmented assignment or in-place method statement")
-    target = write.target
-    if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
-            and isinstance(target.slice, ast.Constant)):
+    element = write.target
+    while isinstance(element, ast.Subscript) and not _is_element(element):
+        element = element.value  # `hs[0][mask] = 0` writes a view of `hs[0]`
+    if not _is_element(element):
         raise CannotFix("the written element is not `container[constant]`")
-    container, key = target.value.id, target.slice.value
+    direct = element is write.target
+    if direct and write.kind not in ("augassign", "method"):
+        raise CannotFix(f"no out-of-place form of a {write.kind} write to the element")
+    if not direct and not copy_ok:
+        raise CannotFix("the write evaluates the op whose save it breaks")
+    if not direct and not (write.target.value is element and mutation.target.base is not None
+                           and not (isinstance(write.target.slice, ast.Constant)
+                                    and isinstance(write.target.slice.value, str))):
+        # `acts[0]["h"].mul_(2)`: the element is a dict, not a tensor to copy; only one tensor index is known
+        # to make the view the engine saw written
+        raise CannotFix("the write is not to one index of the element's tensor")
+    container, key = element.value.id, element.slice.value
     stmt = write.stmt
     fn = ctx.function_of(stmt)
-    if not isinstance(fn, FUNCTIONS) or ctx.loops_around(stmt, fn):
-        raise CannotFix("the element write is not straight-line code of a function")
+    if not isinstance(fn, FUNCTIONS):
+        raise CannotFix("the element write is not in a function")
     display = _display(ctx, fn, stmt, container)
     held = _held_name(display, key)
     _require_only_use(ctx, fn, stmt, container, display)
-    report = analyse(ctx, stmt, held)
-    if report.aliases_read_after or set(report.holders_read_after) - {container} \
-            or set(report.escapes) - {param_escape(held)}:
+    report = analyse(ctx, stmt, held, write_call=write.call)
+    seen_through = set(report.aliases_read_after) | set(report.holders_read_after)
+    if seen_through - {container} or set(report.escapes) - {param_escape(held)}:
+        raise CannotFix(report.reason())
+    if container in report.aliases_read_after and not _only_rebinds_held(ctx, fn, stmt, container, held):
         raise CannotFix(report.reason())
     # a parameter: the caller no longer sees the write (as with a parameter's name rebound out of place)
     unsafe = f" (unsafe: {param_escape(held)})" if report.escapes else ""
@@ -53,21 +68,39 @@ def rebind_element(ctx: FixContext, mutation: Mutation) -> Fix:
            and display.lineno <= n.lineno <= stmt.end_lineno for n in ast.walk(fn)):
         raise CannotFix(f"`{held}` is bound again between the container and the write")
     cst = cst_mod()
-    node = ctx.cst(stmt)
-    element = ctx.cst(target)
-    if write.kind == "augassign":
-        value = aug_to_binop(node)
-    else:
-        value = out_of_place(ctx, write.call)
-    targets = [element.deep_clone()]
+    targets = [ctx.cst(element).deep_clone()]
     if value_read_after(ctx, stmt, held):
         targets.insert(0, cst.Name(held))
-    new = assign(targets[0], value, *targets[1:])
-    rw = Rewrite(ctx).replace_node(node, new)
-    fix = rw.fix(f"Write the element out of place: `{short(code(new))}`{unsafe}", safe=not unsafe)
+    rw = Rewrite(ctx)
+    if not direct:
+        copy = code(assign(targets[0], clone_of(ctx.cst(element).deep_clone()), *targets[1:]))
+        rw.insert_before(stmt, copy)
+        return _fix(rw, f"Write a copy of the element: `{short(copy)}`", unsafe)
+    node = ctx.cst(stmt)
+    if write.kind == "augassign":
+        new = assign(targets[0], aug_to_binop(node), *targets[1:])
+    elif not write.value_use:
+        new = assign(targets[0], out_of_place(ctx, write.call), *targets[1:])
+    elif isinstance(stmt, ast.Assign) and stmt.value is write.call:
+        # `s = hs[0].exp_()`: `s = h = hs[0] = hs[0].exp()`
+        new = node.with_changes(targets=[*node.targets, *(cst.AssignTarget(target=t) for t in targets)],
+                                value=out_of_place(ctx, write.call))
+    else:
+        raise CannotFix("the in-place call's result is used inside an expression")
+    rw.replace_node(node, new)
+    return _fix(rw, f"Write the element out of place: `{short(code(new))}`", unsafe)
+
+
+def _fix(rw: Rewrite, title: str, unsafe: str) -> Fix:
+    fix = rw.fix(title + unsafe, safe=not unsafe)
     if fix is None:
         raise CannotFix("no edit")
     return fix
+
+
+def _is_element(node: ast.expr) -> bool:
+    """``name[constant]``."""
+    return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant)
 
 
 def _display(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str) -> ast.Assign:
@@ -126,6 +159,20 @@ def _require_only_use(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: s
             raise CannotFix(f"`{container}` is used otherwise than read by key after the write")
         if _nested(ctx, node, fn):
             raise CannotFix(f"a nested function reads `{container}`")
+
+
+def _only_rebinds_held(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str, held: str) -> bool:
+    """Is every read of ``container`` after the write ``held = container[...]``?  Around a loop, another name
+    bound to the element would keep this pass's tensor, which the next pass used to write."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and node.id == container and isinstance(node.ctx, ast.Load) \
+                and node.lineno > stmt.end_lineno:
+            element = ctx.parents.get(node)
+            assign_ = ctx.parents.get(element)
+            if not (isinstance(assign_, ast.Assign) and assign_.value is element and len(assign_.targets) == 1
+                    and isinstance(assign_.targets[0], ast.Name) and assign_.targets[0].id == held):
+                return False
+    return True
 
 
 def _nested(ctx: FixContext, node: ast.AST, fn: ast.AST) -> bool:

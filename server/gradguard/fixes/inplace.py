@@ -638,7 +638,8 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
     if element is not None and element.in_container:
         if grad_would_be_lost(element):
             return None
-        return fix_or_none(lambda: rebind_element(ctx, element))
+        copy_ok = not saves_inside(element, ctx.statement_of(element.entry()))
+        return fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
     mutation = mutation_of(finding)
     write = Write.of(ctx, mutation.entry())
     rebind = fix_or_none(lambda: Rebind(ctx, write))
