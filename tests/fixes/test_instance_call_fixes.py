@@ -84,3 +84,74 @@ def test_forward_of_a_class_that_defines_its_own_call_is_not_fixed_through_the_c
         "    def forward(", "    def __call__(self, h):\n        return self.forward(h)\n\n    def forward(")
     diags = _gg001(src)
     assert diags and all(d.fix is None or "calls rebind" not in d.fix.title for d in diags)
+
+
+def test_a_helper_whose_calls_already_rebind_is_fixed_in_the_helper_alone():
+    src = textwrap.dedent("""
+        import torch
+
+
+        def rescale(d):
+            d /= d.detach().norm()
+            return d
+
+
+        def train(fixed=False):
+            torch.manual_seed(0)
+            w = torch.randn(5, requires_grad=True)
+            d = w * 2
+            l1 = d.abs().sum()
+            if fixed:
+                d = d / d.detach().norm()
+            else:
+                d = rescale(d)
+            (l1 + (d * torch.arange(5.0)).sum()).backward()
+            return [w.grad]
+    """)
+    (diag,) = _gg001(src)
+    assert diag.fix is not None and "which its calls rebind" in diag.fix.title
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert "    d = d / d.detach().norm()\n    return d\n" in out and not _gg001(out)
+    for got, want in zip(_train(out), _train(src, fixed=True), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_a_helper_with_a_call_that_does_not_rebind_is_not_fixed_in_the_helper_alone():
+    src = textwrap.dedent("""
+        import torch
+
+
+        def rescale(d):
+            d /= d.detach().norm()
+            return d
+
+
+        def train():
+            w = torch.randn(5, requires_grad=True)
+            d = w * 2
+            l1 = d.abs().sum()
+            e = rescale(d)
+            (l1 + (d * e).sum()).backward()
+    """)
+    diags = _gg001(src)
+    assert diags and all(d.fix is None for d in diags)
+
+
+def test_an_unsafe_fix_of_the_helper_for_another_reason_stays_refused_though_the_calls_rebind():
+    src = textwrap.dedent("""
+        import torch
+
+
+        def shift(x):
+            x += 1
+            return x
+
+
+        def train():
+            x = torch.randn(4, 3, requires_grad=True)
+            x = shift(x)
+            x.sum().backward()
+            return [x.grad]
+    """)
+    diags = [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG002"]
+    assert diags and all(d.fix is None for d in diags)  # a copy would leave the leaf's own gradient unset

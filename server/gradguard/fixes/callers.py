@@ -72,8 +72,8 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
             return None
     if fix is None or fix.safe:
         return fix
-    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
-        return None
+    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits) and _ALREADY_REBOUND not in fix.title:
+        return None  # (``through_callers`` found every call already rebinding: no caller expects the write)
     return fix
 
 
@@ -197,6 +197,9 @@ class Helper:
         raise CannotFix("the helper returns something else than the written parameter")
 
 
+_ALREADY_REBOUND = ", which its calls rebind"  # the title's words when every call already rebinds the name
+
+
 def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast.stmt, param: str, title: str,
                     safe: bool, drop_decorators: tuple[ast.expr, ...] = ()) -> Fix:
     """The fix ``rw`` (which rebinds ``param`` inside its function) made whole: the function returns ``param``
@@ -232,7 +235,8 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
     named = owner.name if helper.method and fn.name in _CALLED_ON_INSTANCES else fn.name  # whom other files call
     public = not named.startswith("_")
     safe = safe and not public
-    where = f"`{fn.name}` returns `{param}` and its calls rebind " + ", ".join(f"`{n}`" for n in sorted(set(names)))
+    where = (f"`{fn.name}` returns `{param}` and its calls rebind " + ", ".join(f"`{n}`" for n in sorted(set(names)))
+             if names else f"`{fn.name}` returns `{param}`{_ALREADY_REBOUND}")
     suffix = f" (unsafe: calls to `{named}` from other files still expect the write)" if public else ""
     return Fix(f"{title}; {where}{suffix}", safe, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
 
