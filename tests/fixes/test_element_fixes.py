@@ -171,3 +171,25 @@ def test_no_element_fix_where_the_element_is_not_the_one_tensor(program):
     src = "import torch\n" + textwrap.dedent(program)
     diags = _gg001(src)
     assert diags and all(d.fix is None or "element" not in d.fix.title for d in diags)
+
+
+def test_a_parameter_update_through_an_element_is_wrapped_in_no_grad():
+    src = textwrap.dedent("""
+        import torch
+
+
+        def train():
+            torch.manual_seed(0)
+            model = torch.nn.Linear(3, 2)
+            for _ in range(2):
+                model(torch.randn(4, 3)).sum().backward()
+                for p in model.parameters():
+                    ps = [p]
+                    ps[0] -= 0.1 * p.grad
+            return [p.detach().clone() for p in model.parameters()]
+    """)
+    diags = [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG002"]
+    assert diags and diags[0].fix is not None and diags[0].fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert "with torch.no_grad():\n                ps[0] -= 0.1 * p.grad\n" in out
+    _grads(out, "train")  # runs clean

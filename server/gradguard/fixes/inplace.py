@@ -715,12 +715,16 @@ def _only_the_caller_holds(rebind: Rebind) -> bool:
 
 def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None) -> Fix | None:
     """GG002/GG003: ``with torch.no_grad():`` for parameter updates and resets; a copy for computations.
-    ``update`` says which one it is when the caller knows better than ``is_parameter_update`` (GG104 does)."""
-    mutation = mutation_of(finding)
+    ``update`` says which one it is when the caller knows better than ``is_parameter_update`` (GG104 does).
+    An update through a list or dict element is wrapped too: the wrap keeps the write, whatever names it."""
+    mutation = (finding.data or {}).get("mutation")
+    if mutation is None or not mutation.in_container:
+        mutation = mutation_of(finding)
     write = Write.of(ctx, mutation.entry())
     if update if update is not None else is_parameter_update(ctx, mutation, write):
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)
+    mutation_of(finding)  # a copy names the tensor, not an element
     rw, desc, safe = compute_on_copy(ctx, write)
     title = f"Compute on a copy: `{short(desc, 90)}`"
     return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
