@@ -193,3 +193,38 @@ def test_a_parameter_update_through_an_element_is_wrapped_in_no_grad():
     out = fix_text(src, "t.py", Config(jedi=False)).fixed
     assert "with torch.no_grad():\n                ps[0] -= 0.1 * p.grad\n" in out
     _grads(out, "train")  # runs clean
+
+
+@pytest.mark.parametrize("program", [
+    # `h` belongs to the enclosing function: binding it in the closure would make a new, unbound local
+    """
+    def run():
+        w = torch.randn(3, requires_grad=True)
+        h = w * 2
+        s = h.sin()
+
+        def step():
+            hs = [h]
+            hs[0].mul_(3)
+        step()
+        (s.sum() + h.sum()).backward()
+    """,
+    # a parameter's element written and nothing reading the new value: the fix would drop the caller's write
+    """
+    class Scale(torch.nn.Module):
+        def forward(self, h):
+            s = h.sin()
+            hs = [h]
+            hs[0].mul_(3)
+            return s
+
+
+    def run():
+        w = torch.randn(3, requires_grad=True)
+        Scale()(w * 2).sum().backward()
+    """,
+])
+def test_no_element_fix_where_the_new_value_would_not_reach_the_readers(program):
+    src = "import torch\n" + textwrap.dedent(program)
+    diags = _gg001(src)
+    assert diags and all(d.fix is None or "element" not in d.fix.title for d in diags)

@@ -55,6 +55,10 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
         raise CannotFix("the element write is not in a function")
     display = _display(ctx, fn, stmt, container)
     held = _held_name(display, key)
+    if not _own_local(ctx, fn, held):
+        # a free variable: the enclosing function's later reads cannot be seen here, and binding it would make
+        # a new local (unbound where the display reads it)
+        raise CannotFix(f"`{held}` is not a local of the function")
     _require_only_use(ctx, fn, stmt, container, display)
     report = analyse(ctx, stmt, held, write_call=write.call)
     seen_through = set(report.aliases_read_after) | set(report.holders_read_after)
@@ -69,8 +73,13 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
         raise CannotFix(f"`{held}` is bound again between the container and the write")
     cst = cst_mod()
     targets = [ctx.cst(element).deep_clone()]
-    if value_read_after(ctx, stmt, held):
+    held_read = value_read_after(ctx, stmt, held)
+    if held_read:
         targets.insert(0, cst.Name(held))
+    elif unsafe and not any(isinstance(n, ast.Name) and n.id == container and n.lineno > stmt.end_lineno
+                            for n in ast.walk(fn)):
+        # nothing here reads the new value: the fix would drop the write the caller sees, not repair it
+        raise CannotFix(f"neither `{held}` nor `{container}` is read after the write")
     rw = Rewrite(ctx)
     if not direct:
         copy = code(assign(targets[0], clone_of(ctx.cst(element).deep_clone()), *targets[1:]))
@@ -96,6 +105,16 @@ def _fix(rw: Rewrite, title: str, unsafe: str) -> Fix:
     if fix is None:
         raise CannotFix("no edit")
     return fix
+
+
+def _own_local(ctx: FixContext, fn: ast.AST, name: str) -> bool:
+    """Is ``name`` a parameter of ``fn`` or bound in its own code (and not declared global or nonlocal)?"""
+    nodes = [n for n in ast.walk(fn) if ctx.scope_of(n) is fn]
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in nodes):
+        return False
+    if name in {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}:
+        return True
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in nodes)
 
 
 def _is_element(node: ast.expr) -> bool:
