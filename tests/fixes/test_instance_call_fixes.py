@@ -155,3 +155,54 @@ def test_an_unsafe_fix_of_the_helper_for_another_reason_stays_refused_though_the
     """)
     diags = [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG002"]
     assert diags and all(d.fix is None for d in diags)  # a copy would leave the leaf's own gradient unset
+
+
+_CLOSURE = """
+import torch
+
+
+def train(fixed=False):
+    torch.manual_seed(0)
+    w = torch.randn(5, requires_grad=True)
+    d = w * 2
+    l1 = d.abs().sum()
+
+    def rescale():
+        nonlocal d
+        d /= d.detach().norm()
+    rescale(){tail}
+    (l1 + (d * torch.arange(5.0)).sum()).backward()
+    return [w.grad]
+
+
+def reference():
+    torch.manual_seed(0)
+    w = torch.randn(5, requires_grad=True)
+    d = w * 2
+    l1 = d.abs().sum()
+    d = d / d.detach().norm()
+    (l1 + (d * torch.arange(5.0)).sum()).backward()
+    return [w.grad]
+"""
+
+
+def test_a_closure_that_declares_its_name_nonlocal_is_fixed_in_place():
+    src = textwrap.dedent(_CLOSURE).replace("{tail}", "")
+    (diag,) = _gg001(src)
+    assert diag.fix is not None and diag.fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert "        nonlocal d\n        d = d / d.detach().norm()\n" in out and not _gg001(out)
+    scope: dict = {}
+    exec(compile(src, "reference", "exec"), scope)  # noqa: S102 - our own test programs
+    for got, want in zip(_train(out), scope["reference"](), strict=True):
+        assert torch.allclose(got, want)
+
+
+@pytest.mark.parametrize("tail", [
+    "\n    keep = rescale",  # the closure is used otherwise than called
+    "\n    e = d[:2]\n    rescale()\n    print(e)",  # a view of the old tensor is read after a call
+])
+def test_no_closure_fix_when_the_enclosing_function_could_see_the_old_tensor(tail):
+    src = textwrap.dedent(_CLOSURE).replace("{tail}", tail)
+    diags = _gg001(src)
+    assert diags and all(d.fix is None for d in diags)

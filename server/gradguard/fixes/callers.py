@@ -82,7 +82,7 @@ def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> 
     outer = ctx.parents.get(fn)
     if name is None or not isinstance(outer, ast.FunctionDef):
         return None
-    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in _own_nodes(fn)):
+    if any(isinstance(n, ast.Global) and name in n.names for n in _own_nodes(fn)):
         return None
     return outer if _local(outer, name) else None
 
@@ -104,15 +104,35 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
         if not (isinstance(call, ast.Call) and call.func is use and isinstance(stmt, ast.Expr) and stmt.value is call):
             raise CannotFix("the closure is used otherwise than called as a statement")
         report = analyse(ctx, stmt, name)
-        if report.aliases_read_after or report.holders_read_after or any(
-                e != "a nested function or class uses it" for e in report.escapes):
+        if report.aliases_read_after or report.holders_read_after or any(  # (no other nested code uses it)
+                e not in ("a nested function or class uses it", NONLOCAL_ESCAPE) for e in report.escapes):
             raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
+    if _declares_nonlocal(fn, name):
+        return fix  # the closure already rebinds the enclosing name
     first = fn.body[1] if len(fn.body) > 1 and _is_docstring(fn.body[0]) else fn.body[0]
     ctx.require_own_lines(first)
     indent = ctx.indent_of(first)
     declare = TextEdit(first.lineno, 1, first.lineno, 1, f"{indent}nonlocal {name}{ctx.newline}")
     edits = tuple(sorted((declare, *fix.edits), key=lambda e: (e.line, e.column)))
     return Fix(f"{fix.title}; `nonlocal {name}` in `{fn.name}`, so `{outer.name}` sees it", fix.safe, edits)
+
+
+def _declares_nonlocal(fn: ast.FunctionDef, name: str) -> bool:
+    return any(isinstance(n, ast.Nonlocal) and name in n.names for n in _own_nodes(fn))
+
+
+NONLOCAL_ESCAPE = "it is declared global or nonlocal"  # the alias report's words (``aliases.Report.escapes``)
+
+
+def through_closure_calls(ctx: FixContext, fix: Fix, stmt: ast.stmt, name: str) -> Fix:
+    """``fix`` rebinds ``name``, which the closure around ``stmt`` declares ``nonlocal``: kept when every call of
+    the closure in its enclosing function is a statement after which nothing else there holds the old tensor."""
+    fn = ctx.function_of(stmt)
+    outer = ctx.parents.get(fn)
+    if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and _declares_nonlocal(fn, name)
+            and _local(outer, name)):
+        raise CannotFix(f"`{name}` is not a `nonlocal` of a closure")
+    return _with_nonlocal(ctx, fix, fn, outer, name)
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:

@@ -24,7 +24,7 @@ from ..diagnostics import Fix
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from ..statements import block_of
-from .callers import forwarded_inplace_flag, param_escape, through_callers
+from .callers import NONLOCAL_ESCAPE, forwarded_inplace_flag, param_escape, through_callers, through_closure_calls
 from .rows import whole_tensor_instead_of_rows
 from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixContext
@@ -668,6 +668,13 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
         callers = fix_or_none(lambda: _through_callers(ctx, rebind))
         if callers is not None:
             return callers
+    if possible and rebind.report.escapes == [NONLOCAL_ESCAPE] and not rebind.report.aliases_read_after \
+            and not rebind.report.holders_read_after:
+        built = fix_or_none(rebind.rewrite)
+        closure = built and fix_or_none(lambda: through_closure_calls(
+            ctx, built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True), write.stmt, rebind.name))
+        if closure is not None:
+            return closure
     if possible and rebind.report.only_holders:
         return _rebind_fix(rebind, "Write out of place")
     return None
