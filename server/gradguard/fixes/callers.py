@@ -72,8 +72,8 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
             return None
     if fix is None or fix.safe:
         return fix
-    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
-        return None
+    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits) and _ALREADY_REBOUND not in fix.title:
+        return None  # (``through_callers`` found every call already rebinding: no caller expects the write)
     return fix
 
 
@@ -82,7 +82,7 @@ def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> 
     outer = ctx.parents.get(fn)
     if name is None or not isinstance(outer, ast.FunctionDef):
         return None
-    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in _own_nodes(fn)):
+    if any(isinstance(n, ast.Global) and name in n.names for n in _own_nodes(fn)):
         return None
     return outer if _local(outer, name) else None
 
@@ -104,15 +104,35 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
         if not (isinstance(call, ast.Call) and call.func is use and isinstance(stmt, ast.Expr) and stmt.value is call):
             raise CannotFix("the closure is used otherwise than called as a statement")
         report = analyse(ctx, stmt, name)
-        if report.aliases_read_after or report.holders_read_after or any(
-                e != "a nested function or class uses it" for e in report.escapes):
+        if report.aliases_read_after or report.holders_read_after or any(  # (no other nested code uses it)
+                e not in ("a nested function or class uses it", NONLOCAL_ESCAPE) for e in report.escapes):
             raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
+    if _declares_nonlocal(fn, name):
+        return fix  # the closure already rebinds the enclosing name
     first = fn.body[1] if len(fn.body) > 1 and _is_docstring(fn.body[0]) else fn.body[0]
     ctx.require_own_lines(first)
     indent = ctx.indent_of(first)
     declare = TextEdit(first.lineno, 1, first.lineno, 1, f"{indent}nonlocal {name}{ctx.newline}")
     edits = tuple(sorted((declare, *fix.edits), key=lambda e: (e.line, e.column)))
     return Fix(f"{fix.title}; `nonlocal {name}` in `{fn.name}`, so `{outer.name}` sees it", fix.safe, edits)
+
+
+def _declares_nonlocal(fn: ast.FunctionDef, name: str) -> bool:
+    return any(isinstance(n, ast.Nonlocal) and name in n.names for n in _own_nodes(fn))
+
+
+NONLOCAL_ESCAPE = "it is declared global or nonlocal"  # the alias report's words (``aliases.Report.escapes``)
+
+
+def through_closure_calls(ctx: FixContext, fix: Fix, stmt: ast.stmt, name: str) -> Fix:
+    """``fix`` rebinds ``name``, which the closure around ``stmt`` declares ``nonlocal``: kept when every call of
+    the closure in its enclosing function is a statement after which nothing else there holds the old tensor."""
+    fn = ctx.function_of(stmt)
+    outer = ctx.parents.get(fn)
+    if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and _declares_nonlocal(fn, name)
+            and _local(outer, name)):
+        raise CannotFix(f"`{name}` is not a `nonlocal` of a closure")
+    return _with_nonlocal(ctx, fix, fn, outer, name)
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
@@ -172,7 +192,10 @@ class Helper:
             raise CannotFix("the helper is nested in another function")
         positional = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
         if method:
-            if not positional or positional[0] != "self":
+            # an instance-called method may name its receiver otherwise: its calls never spell it
+            if not positional or (positional[0] != "self" and fn.name not in _CALLED_ON_INSTANCES) \
+                    or any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+                           for d in fn.decorator_list):
                 raise CannotFix("a method without `self`")
             positional = positional[1:]
         if param not in positional:
@@ -192,6 +215,9 @@ class Helper:
         if returns == [last] and isinstance(last.value, ast.Name) and last.value.id == self.param:
             return True
         raise CannotFix("the helper returns something else than the written parameter")
+
+
+_ALREADY_REBOUND = ", which its calls rebind"  # the title's words when every call already rebinds the name
 
 
 def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast.stmt, param: str, title: str,
@@ -225,10 +251,13 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
         edits.append(TextEdit(line, column + 1, line, column + 1, f"{passed} = "))
     if not names and not returns:
         raise CannotFix("no call to rebind")
-    public = not fn.name.startswith("_")
+    owner = ctx.parents.get(fn)
+    named = owner.name if helper.method and fn.name in _CALLED_ON_INSTANCES else fn.name  # whom other files call
+    public = not named.startswith("_")
     safe = safe and not public
-    where = f"`{fn.name}` returns `{param}` and its calls rebind " + ", ".join(f"`{n}`" for n in sorted(set(names)))
-    suffix = f" (unsafe: calls to `{fn.name}` from other files still expect the write)" if public else ""
+    where = (f"`{fn.name}` returns `{param}` and its calls rebind " + ", ".join(f"`{n}`" for n in sorted(set(names)))
+             if names else f"`{fn.name}` returns `{param}`{_ALREADY_REBOUND}")
+    suffix = f" (unsafe: calls to `{named}` from other files still expect the write)" if public else ""
     return Fix(f"{title}; {where}{suffix}", safe, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
 
 
@@ -277,8 +306,14 @@ def _under_no_grad(ctx: FixContext, stmt: ast.stmt) -> bool:
     return False
 
 
+# Methods Python (or ``nn.Module.__call__``) runs when an instance is called: ``step(x)`` returns what they return.
+_CALLED_ON_INSTANCES = ("__call__", "forward")
+
+
 def _calls_of(ctx: FixContext, fn: ast.FunctionDef, method: bool) -> list[ast.Call]:
     """Every call of the helper in the file; CannotFix when it is used any other way, or defined twice."""
+    if method and fn.name in _CALLED_ON_INSTANCES:
+        return _instance_calls(ctx, fn, ctx.parents.get(fn))
     calls = []
     for node in ast.walk(ctx.tree):
         if isinstance(node, (*FUNCTIONS, ast.ClassDef)) and node.name == fn.name and node is not fn:
@@ -303,6 +338,59 @@ def _calls_of(ctx: FixContext, fn: ast.FunctionDef, method: bool) -> list[ast.Ca
             calls.append(parent)
     if not calls:
         raise CannotFix(f"`{fn.name}` is never called here")
+    return calls
+
+
+def _instance_calls(ctx: FixContext, fn: ast.FunctionDef, cls: ast.ClassDef) -> list[ast.Call]:
+    """The calls of the instances of ``cls`` that run ``fn``: every use of the class must be ``inst = Cls(...)`` in
+    a function, and every use of ``inst`` there a call.  (``forward`` only where the class has a base, the module
+    whose ``__call__`` runs it, and defines no ``__call__`` of its own.)"""
+    if fn.name == "forward" and (not cls.bases or any(
+            isinstance(n, FUNCTIONS) and n.name == "__call__" for n in cls.body)):
+        raise CannotFix("`forward` is not what calling an instance runs")
+    calls: dict[int, ast.Call] = {}
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, (*FUNCTIONS, ast.ClassDef)) and node.name == cls.name and node is not cls:
+            raise CannotFix(f"`{cls.name}` is defined more than once")
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name).split(".")[0] == cls.name for a in node.names):
+            raise CannotFix(f"`{cls.name}` is also imported")
+        if isinstance(node, ast.Attribute) and node.attr == fn.name:
+            raise CannotFix(f"`{fn.name}` is also used by name")
+        if isinstance(node, ast.Name) and node.id == cls.name:
+            for call in _calls_on_instance(ctx, node, cls):
+                calls[id(call)] = call
+    if not calls:
+        raise CannotFix(f"no instance of `{cls.name}` is called here")
+    return list(calls.values())
+
+
+def _calls_on_instance(ctx: FixContext, use: ast.Name, cls: ast.ClassDef) -> list[ast.Call]:
+    """``use`` must make an instance bound to a local name that its function only calls: those calls."""
+    ctor = ctx.parents.get(use)
+    bind = ctx.parents.get(ctor)
+    if not (isinstance(ctor, ast.Call) and ctor.func is use and isinstance(bind, ast.Assign) and bind.value is ctor
+            and len(bind.targets) == 1 and isinstance(bind.targets[0], ast.Name)):
+        raise CannotFix(f"`{cls.name}` is used otherwise than made into an instance bound to a name")
+    inst = bind.targets[0].id
+    scope = ctx.function_of(bind)
+    if scope is None or not _local(scope, inst):
+        raise CannotFix(f"an instance of `{cls.name}` is not a local of a function")
+    calls = []
+    for node in ast.walk(scope):
+        if not (isinstance(node, ast.Name) and node.id == inst):
+            continue
+        parent = ctx.parents.get(node)
+        if ctx.function_of(node) is not scope:
+            raise CannotFix(f"a nested function uses `{inst}`")
+        if isinstance(node.ctx, ast.Store):
+            value = parent.value if isinstance(parent, ast.Assign) and parent.targets == [node] else None
+            if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == cls.name):
+                raise CannotFix(f"`{inst}` is bound to something else too")
+        elif isinstance(parent, ast.Call) and parent.func is node:
+            calls.append(parent)
+        else:
+            raise CannotFix(f"`{inst}` is used otherwise than called")
     return calls
 
 

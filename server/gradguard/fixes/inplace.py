@@ -24,11 +24,12 @@ from ..diagnostics import Fix
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from ..statements import block_of
-from .callers import forwarded_inplace_flag, param_escape, through_callers
+from .callers import NONLOCAL_ESCAPE, forwarded_inplace_flag, param_escape, through_callers, through_closure_calls
 from .rows import whole_tensor_instead_of_rows
 from .aliases import NON_VALUE_ATTRS, AliasAnalysis, Report, _view_sources, analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
+from .elements import rebind_element
 from .writes import (
     PIECES,
     Write,
@@ -631,7 +632,14 @@ def _loop_variable_unread(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
 def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
     """GG001 (and any rule about a write to memory saved for backward): rebind out of place when nothing
     else sees the memory; clone where it is saved when a view of it is read later (or rebinding cannot
-    work); an unsafe rebinding when only containers, attributes or the caller could see the write."""
+    work); an unsafe rebinding when only containers, attributes or the caller could see the write.  A write to
+    an element of a local list or dict rebinds that element."""
+    element = (finding.data or {}).get("mutation")
+    if element is not None and element.in_container:
+        if grad_would_be_lost(element):
+            return None
+        copy_ok = not saves_inside(element, ctx.statement_of(element.entry()))
+        return fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
     mutation = mutation_of(finding)
     write = Write.of(ctx, mutation.entry())
     rebind = fix_or_none(lambda: Rebind(ctx, write))
@@ -660,6 +668,13 @@ def fix_saved_write(ctx: FixContext, finding: Finding) -> Fix | None:
         callers = fix_or_none(lambda: _through_callers(ctx, rebind))
         if callers is not None:
             return callers
+    if possible and rebind.report.escapes == [NONLOCAL_ESCAPE] and not rebind.report.aliases_read_after \
+            and not rebind.report.holders_read_after:
+        built = fix_or_none(rebind.rewrite)
+        closure = built and fix_or_none(lambda: through_closure_calls(
+            ctx, built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True), write.stmt, rebind.name))
+        if closure is not None:
+            return closure
     if possible and rebind.report.only_holders:
         return _rebind_fix(rebind, "Write out of place")
     return None
@@ -707,12 +722,16 @@ def _only_the_caller_holds(rebind: Rebind) -> bool:
 
 def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None) -> Fix | None:
     """GG002/GG003: ``with torch.no_grad():`` for parameter updates and resets; a copy for computations.
-    ``update`` says which one it is when the caller knows better than ``is_parameter_update`` (GG104 does)."""
-    mutation = mutation_of(finding)
+    ``update`` says which one it is when the caller knows better than ``is_parameter_update`` (GG104 does).
+    An update through a list or dict element is wrapped too: the wrap keeps the write, whatever names it."""
+    mutation = (finding.data or {}).get("mutation")
+    if mutation is None or not mutation.in_container:
+        mutation = mutation_of(finding)
     write = Write.of(ctx, mutation.entry())
     if update if update is not None else is_parameter_update(ctx, mutation, write):
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)
+    mutation_of(finding)  # a copy names the tensor, not an element
     rw, desc, safe = compute_on_copy(ctx, write)
     title = f"Compute on a copy: `{short(desc, 90)}`"
     return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
