@@ -17,6 +17,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix
+from ..statements import block_of
 from .aliases import analyse, value_read_after
 from .callers import param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
@@ -140,12 +141,10 @@ def _display(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str) -> as
 
 
 def _block_holding(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt]:
-    parent = ctx.parents.get(stmt)
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(parent, field, None)
-        if isinstance(block, list) and any(s is stmt for s in block):
-            return block
-    raise CannotFix("cannot tell the write's block")
+    block = block_of(ctx.parents.get(stmt), stmt)
+    if block is None:
+        raise CannotFix("cannot tell the write's block")
+    return block
 
 
 def _held_name(display: ast.Assign, key: object) -> str:
