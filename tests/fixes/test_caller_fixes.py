@@ -10,6 +10,7 @@ import pytest
 from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixing import fix_text
+from programs import run_program
 
 torch = pytest.importorskip("torch")
 
@@ -20,12 +21,6 @@ def _diags(src: str):
 
 def _fixed(src: str, unsafe: bool = False) -> str:
     return fix_text(src, "t.py", Config(jedi=False), unsafe=unsafe).fixed
-
-
-def _run(src: str):
-    scope: dict = {}
-    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
-    return scope["train"]()
 
 
 _HELPER = """
@@ -70,7 +65,7 @@ def test_a_private_helpers_write_is_fixed_through_every_call():
     assert "    h = h.mul(k)\n    return h\n" in out
     assert "    h = _scale_(h, 0.5)\n" in out and "    g = _scale_(g, 2.0)\n" in out
     assert not _diags(out)
-    assert torch.allclose(_run(out)[0], _run(textwrap.dedent(_INTENDED))[0])
+    assert torch.allclose(run_program(out)[0], run_program(textwrap.dedent(_INTENDED))[0])
 
 
 def test_a_public_helper_is_fixed_through_its_calls_only_as_an_unsafe_fix():
@@ -80,7 +75,7 @@ def test_a_public_helper_is_fixed_through_its_calls_only_as_an_unsafe_fix():
     assert _fixed(src) == src
     out = _fixed(src, unsafe=True)
     assert "    h = scale_(h, 0.5)\n" in out and not _diags(out)
-    assert torch.allclose(_run(out)[0], _run(textwrap.dedent(_INTENDED))[0])
+    assert torch.allclose(run_program(out)[0], run_program(textwrap.dedent(_INTENDED))[0])
 
 
 @pytest.mark.parametrize("change", [
@@ -120,9 +115,9 @@ def test_a_closure_writing_a_variable_of_its_function_is_fixed():
     if "nonlocal" in fix.title:  # rebound in the closure: declared nonlocal, so the function sees the new tensor
         assert "`nonlocal s` in `limit`" in fix.title and "        nonlocal s\n        s = s.clamp(max=1.2)\n" in out
     torch.manual_seed(0)
-    got = _run(out)[0]
+    got = run_program(out)[0]
     torch.manual_seed(0)
-    want = _run(src.replace("        s.clamp_(max=1.2)", "        pass").replace(
+    want = run_program(src.replace("        s.clamp_(max=1.2)", "        pass").replace(
         "    (s * 2)", "    s = s.clamp(max=1.2)\n    (s * 2)"))[0]
     assert torch.allclose(got, want)
 
@@ -172,7 +167,7 @@ def test_a_no_grad_method_goes_into_the_graph_with_its_decorator_removed():
     intended = src.replace("        z.clamp_(-0.1, 0.1)", "        return z.clamp(-0.1, 0.1)").replace(
         "        self._bound(z)", "        z = self._bound(z)").replace("    @torch.no_grad()\n", "")
     assert intended.count("return z.clamp") == 1
-    for got, want in zip(_run(out), _run(intended), strict=True):
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
         assert torch.allclose(got, want)
 
 
@@ -197,7 +192,7 @@ def test_a_helpers_element_loop_clones_what_backward_saved_and_leaves_the_calls_
     out = _fixed(src)
     assert "unit_rows(e)\n" in out and ".clone()" in out and not _diags(out)
     intended = src.replace("    unit_rows(e)\n", "    e = e / e.norm(dim=1, keepdim=True)\n")
-    assert torch.allclose(_run(out)[0], _run(intended)[0], atol=1e-6)
+    assert torch.allclose(run_program(out)[0], run_program(intended)[0], atol=1e-6)
 
 
 _FORWARDED = """
@@ -225,7 +220,7 @@ def test_an_inplace_flag_forwarded_through_kwargs_is_dropped_where_it_is_spelled
     assert fix.safe and "Drop `inplace=True`" in fix.title
     out = _fixed(src)
     assert "    g = _act(g)\n" in out and not _diags(out)
-    assert torch.allclose(_run(out)[0], _run(src.replace("g = _act(g, inplace=True)", "g = torch.relu(g)"))[0])
+    assert torch.allclose(run_program(out)[0], run_program(src.replace("g = _act(g, inplace=True)", "g = torch.relu(g)"))[0])
 
 
 @pytest.mark.parametrize("call", [

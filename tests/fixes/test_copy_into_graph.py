@@ -6,9 +6,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixing import fix_text
+from programs import found, run_program
 
 torch = pytest.importorskip("torch")
 
@@ -28,23 +28,13 @@ def train():
 """
 
 
-def _gg102(src: str):
-    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG102"]
-
-
-def _run(src: str):
-    scope: dict = {}
-    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
-    return scope["train"]()
-
-
 def test_copied_values_that_read_the_tensor_become_it_with_their_graph():
     src = textwrap.dedent(_PROGRAM).replace("{copy}", "y.data.copy_(0.25 * y.data - target / 2)")
-    (diag,) = _gg102(src)
+    (diag,) = found("GG102", src)
     assert not diag.fix.safe and "the gradient now goes through it" in diag.fix.title
     out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
-    assert "    y = 0.25 * y - target / 2\n" in out and not _gg102(out)
-    for got, want in zip(_run(out), _run(src.replace("y.data.copy_(0.25 * y.data - target / 2)",
+    assert "    y = 0.25 * y - target / 2\n" in out and not found("GG102", out)
+    for got, want in zip(run_program(out), run_program(src.replace("y.data.copy_(0.25 * y.data - target / 2)",
                                                      "y = 0.25 * y - 0.5 * target")), strict=True):
         assert torch.allclose(got, want)
 
@@ -55,4 +45,4 @@ def test_copied_values_that_read_the_tensor_become_it_with_their_graph():
 ])
 def test_other_copies_get_no_fix(copy):
     src = textwrap.dedent(_PROGRAM).replace("{copy}", copy)
-    assert [d.fix for d in _gg102(src)] == [None]
+    assert [d.fix for d in found("GG102", src)] == [None]

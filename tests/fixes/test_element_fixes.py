@@ -10,6 +10,7 @@ import pytest
 from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixing import fix_text
+from programs import found
 
 torch = pytest.importorskip("torch")
 
@@ -45,10 +46,6 @@ def _program(holder: str, write: str, tail: str = "") -> str:
     return textwrap.dedent(_PROGRAM).replace("{holder}", holder).replace("{write}", write).replace("{tail}", tail)
 
 
-def _gg001(src: str):
-    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG001"]
-
-
 def _grads(src: str, fn: str):
     scope: dict = {}
     exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
@@ -63,10 +60,10 @@ def _grads(src: str, fn: str):
 ])
 def test_an_element_write_rebinds_the_element_and_its_name(holder, write, expected):
     src = _program(holder, write)
-    (diag,) = _gg001(src)
+    (diag,) = found("GG001", src)
     assert diag.fix is not None and diag.fix.safe and "element out of place" in diag.fix.title
     out = fix_text(src, "t.py", Config(jedi=False)).fixed
-    assert f"    {expected}\n" in out and not _gg001(out)
+    assert f"    {expected}\n" in out and not found("GG001", out)
     for got, want in zip(_grads(out, "run"), _grads(src, "reference"), strict=True):
         assert torch.allclose(got, want)
 
@@ -80,7 +77,7 @@ def test_an_element_write_rebinds_the_element_and_its_name(holder, write, expect
 ])
 def test_no_element_rebinding_when_something_else_could_see_the_old_tensor(holder, write, tail):
     src = _program(holder, write, tail)
-    diags = _gg001(src)
+    diags = found("GG001", src)
     assert diags and all(d.fix is None or "element" not in d.fix.title for d in diags)
 
 
@@ -101,7 +98,7 @@ def test_the_element_of_a_parameter_is_rebound_only_as_an_unsafe_fix():
             w = torch.randn(5, requires_grad=True)
             Scale()(w * 2).sum().backward()
     """)
-    (diag,) = _gg001(src)
+    (diag,) = found("GG001", src)
     assert diag.fix is not None and not diag.fix.safe and "parameter" in diag.fix.title
 
 
@@ -111,10 +108,10 @@ def test_the_element_of_a_parameter_is_rebound_only_as_an_unsafe_fix():
 ])
 def test_other_element_write_forms(holder, write, expected, tail):
     src = _program(holder, write, tail)
-    (diag,) = _gg001(src)
+    (diag,) = found("GG001", src)
     assert diag.fix is not None and diag.fix.safe
     out = fix_text(src, "t.py", Config(jedi=False)).fixed
-    assert f"    {expected}\n" in out and not _gg001(out)
+    assert f"    {expected}\n" in out and not found("GG001", out)
     _grads(out, "run")  # runs clean
 
 
@@ -135,10 +132,10 @@ def test_an_element_write_in_a_loop_that_rebuilds_the_container():
             torch.stack(samples).sum().backward()
             return [w.grad]
     """)
-    (diag,) = _gg001(src)
+    (diag,) = found("GG001", src)
     assert diag.fix is not None and diag.fix.safe
     out = fix_text(src, "t.py", Config(jedi=False)).fixed
-    assert "phase = phases[0] = phases[0] + 0.5" in out and not _gg001(out)
+    assert "phase = phases[0] = phases[0] + 0.5" in out and not found("GG001", out)
     _grads(out, "run")
 
 
@@ -169,7 +166,7 @@ def test_an_element_write_in_a_loop_that_rebuilds_the_container():
 ])
 def test_no_element_fix_where_the_element_is_not_the_one_tensor(program):
     src = "import torch\n" + textwrap.dedent(program)
-    diags = _gg001(src)
+    diags = found("GG001", src)
     assert diags and all(d.fix is None or "element" not in d.fix.title for d in diags)
 
 
@@ -226,5 +223,5 @@ def test_a_parameter_update_through_an_element_is_wrapped_in_no_grad():
 ])
 def test_no_element_fix_where_the_new_value_would_not_reach_the_readers(program):
     src = "import torch\n" + textwrap.dedent(program)
-    diags = _gg001(src)
+    diags = found("GG001", src)
     assert diags and all(d.fix is None or "element" not in d.fix.title for d in diags)

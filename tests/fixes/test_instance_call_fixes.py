@@ -10,6 +10,7 @@ import pytest
 from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixing import fix_text
+from programs import found
 
 torch = pytest.importorskip("torch")
 
@@ -46,10 +47,6 @@ def _program(cls: str, method: str, me: str, tail: str = "") -> str:
     return textwrap.dedent(_PROGRAM).format(cls=cls, method=method, me=me, tail=tail)
 
 
-def _gg001(src: str):
-    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG001"]
-
-
 def _train(src: str, fixed: bool = False):
     scope: dict = {}
     exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
@@ -59,11 +56,11 @@ def _train(src: str, fixed: bool = False):
 @pytest.mark.parametrize("cls, method, me", _SHAPES)
 def test_a_write_in_an_instance_called_method_is_fixed_through_the_instance_calls(cls, method, me):
     src = _program(cls, method, me)
-    (diag,) = _gg001(src)
+    (diag,) = found("GG001", src)
     assert diag.fix is not None and not diag.fix.safe and "calls to `Step` from other files" in diag.fix.title
     out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
     assert "        h = h.mul(0.5)\n        return h\n" in out and "        h = step(h)\n" in out
-    assert not _gg001(out)
+    assert not found("GG001", out)
     for got, want in zip(_train(out), _train(src, fixed=True), strict=True):
         assert torch.allclose(got, want)
 
@@ -75,14 +72,14 @@ def test_a_write_in_an_instance_called_method_is_fixed_through_the_instance_call
 ])
 def test_no_instance_call_fix_when_the_instance_or_class_is_used_otherwise(tail):
     src = _program("class Step(torch.nn.Module)", "forward", "self", tail)
-    diags = _gg001(src)
+    diags = found("GG001", src)
     assert diags and all(d.fix is None or "calls rebind" not in d.fix.title for d in diags)
 
 
 def test_forward_of_a_class_that_defines_its_own_call_is_not_fixed_through_the_calls():
     src = _program("class Step(torch.nn.Module)", "forward", "self").replace(
         "    def forward(", "    def __call__(self, h):\n        return self.forward(h)\n\n    def forward(")
-    diags = _gg001(src)
+    diags = found("GG001", src)
     assert diags and all(d.fix is None or "calls rebind" not in d.fix.title for d in diags)
 
 
@@ -108,10 +105,10 @@ def test_a_helper_whose_calls_already_rebind_is_fixed_in_the_helper_alone():
             (l1 + (d * torch.arange(5.0)).sum()).backward()
             return [w.grad]
     """)
-    (diag,) = _gg001(src)
+    (diag,) = found("GG001", src)
     assert diag.fix is not None and "which its calls rebind" in diag.fix.title
     out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
-    assert "    d = d / d.detach().norm()\n    return d\n" in out and not _gg001(out)
+    assert "    d = d / d.detach().norm()\n    return d\n" in out and not found("GG001", out)
     for got, want in zip(_train(out), _train(src, fixed=True), strict=True):
         assert torch.allclose(got, want)
 
@@ -133,7 +130,7 @@ def test_a_helper_with_a_call_that_does_not_rebind_is_not_fixed_in_the_helper_al
             e = rescale(d)
             (l1 + (d * e).sum()).backward()
     """)
-    diags = _gg001(src)
+    diags = found("GG001", src)
     assert diags and all(d.fix is None for d in diags)
 
 
@@ -188,10 +185,10 @@ def reference():
 
 def test_a_closure_that_declares_its_name_nonlocal_is_fixed_in_place():
     src = textwrap.dedent(_CLOSURE).replace("{tail}", "")
-    (diag,) = _gg001(src)
+    (diag,) = found("GG001", src)
     assert diag.fix is not None and diag.fix.safe
     out = fix_text(src, "t.py", Config(jedi=False)).fixed
-    assert "        nonlocal d\n        d = d / d.detach().norm()\n" in out and not _gg001(out)
+    assert "        nonlocal d\n        d = d / d.detach().norm()\n" in out and not found("GG001", out)
     scope: dict = {}
     exec(compile(src, "reference", "exec"), scope)  # noqa: S102 - our own test programs
     for got, want in zip(_train(out), scope["reference"](), strict=True):
@@ -204,5 +201,5 @@ def test_a_closure_that_declares_its_name_nonlocal_is_fixed_in_place():
 ])
 def test_no_closure_fix_when_the_enclosing_function_could_see_the_old_tensor(tail):
     src = textwrap.dedent(_CLOSURE).replace("{tail}", tail)
-    diags = _gg001(src)
+    diags = found("GG001", src)
     assert diags and all(d.fix is None for d in diags)

@@ -10,6 +10,7 @@ import pytest
 from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixing import fix_text
+from programs import run_program
 
 torch = pytest.importorskip("torch")
 
@@ -35,12 +36,6 @@ def _diags(src: str):
     return analyze_source(src, "t.py", Config(jedi=False)).diagnostics
 
 
-def _run(src: str):
-    scope: dict = {}
-    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
-    return scope["train"]()
-
-
 @pytest.mark.parametrize("update", [
     "for p in net.parameters():\n        p.data.mul_(0.9)",
     "with torch.no_grad():\n        for p in net.parameters():\n            p.clamp_(-0.3, 0.3)",
@@ -54,7 +49,7 @@ def test_an_update_moves_past_zero_grad_to_after_the_backward(update):
     # the intended program: the update after the backward, before the step (where the fix puts it)
     intended = src.replace(textwrap.indent(update, "    ") + "\n", "").replace(
         "    loss.backward()\n", "    loss.backward()\n" + textwrap.indent(update, "    ") + "\n")
-    for got, want in zip(_run(out), _run(intended), strict=True):
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
         assert torch.allclose(got, want)
 
 

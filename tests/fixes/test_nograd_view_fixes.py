@@ -7,9 +7,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixing import fix_text
+from programs import found, run_program
 
 torch = pytest.importorskip("torch")
 
@@ -33,27 +33,17 @@ def train():
 """
 
 
-def _gg105(src: str):
-    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG105"]
-
-
-def _run(src: str):
-    scope: dict = {}
-    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
-    return scope["train"]()
-
-
 @pytest.mark.parametrize("binding, write, expected", [
     ("part = h[1]", "part[:2] = 0.0", "    part = h[1]\n    part[:2] = 0.0\n"),  # a write to a view of the view
     ("part = h[:, :2]", "scale_(part)", "    part = h[:, :2]\n    scale_(part)\n"),  # the write in a helper
 ])
 def test_the_view_is_made_with_grad_mode_on(binding, write, expected):
     src = textwrap.dedent(_PROGRAM).replace("{binding}", binding).replace("{write}", write)
-    (diag,) = _gg105(src)
+    (diag,) = found("GG105", src)
     assert diag.fix is not None and diag.fix.safe
     out = fix_text(src, "t.py", Config(jedi=False)).fixed
-    assert expected in out and "no_grad" not in out and not _gg105(out)
-    _run(out)  # runs clean (the original raises)
+    assert expected in out and "no_grad" not in out and not found("GG105", out)
+    run_program(out)  # runs clean (the original raises)
 
 
 def test_pieces_written_on_the_next_line_are_rebound_out_of_place():
@@ -72,10 +62,10 @@ def test_pieces_written_on_the_next_line_are_rebound_out_of_place():
             return [lin.weight.grad, lin.bias.grad]
     """)
     out = fix_text(src, "t.py", Config(jedi=False)).fixed
-    assert "    a, b = h.chunk(2, dim=1)\n    a = a.mul(0.5)\n" in out and not _gg105(out)
+    assert "    a, b = h.chunk(2, dim=1)\n    a = a.mul(0.5)\n" in out and not found("GG105", out)
     intended = src.replace("    with torch.no_grad():\n        a, b = h.chunk(2, dim=1)\n    a.mul_(0.5)\n",
                            "    a, b = h.chunk(2, dim=1)\n    a = a * 0.5\n")
-    for got, want in zip(_run(out), _run(intended), strict=True):
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
         assert torch.allclose(got, want)
 
 
@@ -83,7 +73,7 @@ def test_a_piece_that_cannot_be_rebound_gets_no_fix():
     # `a` also goes into a list: rebinding is not offered, and a chunk written in place with grad on still raises
     src = textwrap.dedent(_PROGRAM).replace("{binding}", "a, b = h.chunk(2, dim=1)").replace(
         "{write}", "a.mul_(0.5)\n    h = torch.cat([a, b], 1)")
-    assert [d.fix for d in _gg105(src)] == [None]
+    assert [d.fix for d in found("GG105", src)] == [None]
 
 
 def test_a_tied_weights_view_written_out_of_place_is_unsafe():
@@ -100,12 +90,12 @@ def test_a_tied_weights_view_written_out_of_place_is_unsafe():
             (emb(torch.tensor([1, 2])) @ proj).pow(2).sum().backward()
             return [emb.weight.grad]
     """)
-    (diag,) = _gg105(src)
+    (diag,) = found("GG105", src)
     assert not diag.fix.safe and "`emb.weight` is the same tensor, and no longer sees the write" in diag.fix.title
     assert fix_text(src, "t.py", Config(jedi=False)).fixed == src
     out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
-    assert "    proj = emb.weight.t()\n    proj = proj.mul(0.5)\n" in out and not _gg105(out)
-    _run(out)
+    assert "    proj = emb.weight.t()\n    proj = proj.mul(0.5)\n" in out and not found("GG105", out)
+    run_program(out)
 
 
 _HELPER = """
@@ -130,16 +120,16 @@ def train():
 
 def test_a_helper_returning_a_view_under_no_grad_returns_it_with_grad_on_as_an_unsafe_fix():
     src = textwrap.dedent(_HELPER).replace("{body}", "return states[:, -1]")
-    (diag,) = _gg105(src)
+    (diag,) = found("GG105", src)
     assert not diag.fix.safe and "every call of `_tail` now gets views with history" in diag.fix.title
     out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
     assert "@torch.no_grad()" not in out and "    last = last.mul(torch.tensor([[1.0], [0.0]]))\n" in out
-    assert not _gg105(out)
+    assert not found("GG105", out)
     intended = src.replace("@torch.no_grad()\n", "").replace("    last.mul_(", "    last = last.mul(")
-    for got, want in zip(_run(out), _run(intended), strict=True):
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
         assert torch.allclose(got, want)
 
 
 def test_a_helper_that_does_more_than_return_the_view_is_left_alone():
     src = textwrap.dedent(_HELPER).replace("{body}", "n = states.shape[1]\n    return states[:, n - 1]")
-    assert [d.fix for d in _gg105(src)] == [None]
+    assert [d.fix for d in found("GG105", src)] == [None]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixing import fix_text
+from programs import found
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
@@ -39,10 +39,6 @@ def train():
 """
 
 
-def _gg102(src: str):
-    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG102"]
-
-
 def _grads(src: str) -> list:
     scope: dict = {}
     exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
@@ -60,11 +56,11 @@ def _grads(src: str) -> list:
 ])
 def test_a_numpy_view_write_becomes_the_torch_op_on_the_tensor(write, expected, intended):
     src = textwrap.dedent(_PROGRAM).replace("{write}", write)
-    (diag,) = _gg102(src)
+    (diag,) = found("GG102", src)
     assert diag.fix is not None and not diag.fix.safe and "unsafe:" in diag.fix.title
     assert fix_text(src, "t.py", Config(jedi=False)).fixed == src  # only with --unsafe-fixes
     out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
-    assert f"        {expected}\n" in out and not _gg102(out)
+    assert f"        {expected}\n" in out and not found("GG102", out)
     reference = src.replace(write, intended)
     for got, want in zip(_grads(out), _grads(reference), strict=True):
         assert torch.allclose(got, want, atol=1e-6)
@@ -80,4 +76,4 @@ def test_a_numpy_view_write_becomes_the_torch_op_on_the_tensor(write, expected, 
 ])
 def test_no_torch_twin_is_offered_where_the_meaning_could_change(write):
     src = textwrap.dedent(_PROGRAM).replace("{write}", write)
-    assert [d.fix for d in _gg102(src)] == [None]
+    assert [d.fix for d in found("GG102", src)] == [None]

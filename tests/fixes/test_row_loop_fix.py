@@ -6,9 +6,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixing import fix_text
+from programs import found, run_program
 
 torch = pytest.importorskip("torch")
 
@@ -36,28 +36,18 @@ def train():
 """
 
 
-def _gg004(src: str):
-    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == "GG004"]
-
-
-def _run(src: str):
-    scope: dict = {}
-    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - our own test programs
-    return scope["train"]()
-
-
 @pytest.mark.parametrize("write, expected", [
     ("r.mul_(scale)", "h = h.mul(scale)"),
     ("r.clamp_(min=1.5)", "h = h.clamp(min=1.5)"),
 ])
 def test_a_loop_writing_each_row_becomes_the_op_on_the_whole_tensor(write, expected):
     src = textwrap.dedent(_PROGRAM).replace("{write}", write)
-    (diag,) = _gg004(src)
+    (diag,) = found("GG004", src)
     assert diag.fix is not None and diag.fix.safe
     out = fix_text(src, "t.py", Config(jedi=False)).fixed
-    assert f"        {expected}\n        return" in out and not _gg004(out)
+    assert f"        {expected}\n        return" in out and not found("GG004", out)
     intended = src.replace(f"        for r in h:\n            {write}\n", f"        {expected}\n")
-    for got, want in zip(_run(out), _run(intended), strict=True):
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
         assert torch.allclose(got, want)
 
 
@@ -69,7 +59,7 @@ def test_a_loop_writing_each_row_becomes_the_op_on_the_whole_tensor(write, expec
 ])
 def test_no_whole_tensor_rewrite_when_it_could_compute_something_else(write):
     src = textwrap.dedent(_PROGRAM).replace("{write}", write)
-    diags = _gg004(src)
+    diags = found("GG004", src)
     assert diags and all(d.fix is None or "whole tensor" not in d.fix.title for d in diags)
 
 
@@ -88,5 +78,5 @@ def test_the_rows_of_an_attribute_are_not_rebound():
                     row.mul_(2)
                 self.t.pow(2).sum().backward()
     """)
-    diags = _gg004(src)
+    diags = found("GG004", src)
     assert diags and [d.fix for d in diags] == [None]  # `row = row.mul(2)` would drop the write to `self.t`

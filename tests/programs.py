@@ -1,0 +1,18 @@
+"""Small torch programs the fix tests write inline: what the analyzer finds in one, and what it returns when run."""
+
+from __future__ import annotations
+
+from gradguard.api import analyze_source
+from gradguard.config import Config
+
+
+def found(code: str, src: str) -> list:
+    """The findings of rule ``code`` in ``src`` (without jedi: the tests' programs need none)."""
+    return [d for d in analyze_source(src, "t.py", Config(jedi=False)).diagnostics if d.code == code]
+
+
+def run_program(src: str, entry: str = "train"):
+    """Execute ``src`` and return what its ``entry`` function returns (a list of gradients)."""
+    scope: dict = {}
+    exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - the tests' own programs
+    return scope[entry]()
