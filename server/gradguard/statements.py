@@ -61,3 +61,17 @@ def walk_blocks(tree: ast.AST) -> Iterator[tuple[ast.AST, str, list[ast.stmt]]]:
 def block_of(parent: ast.AST | None, stmt: ast.AST) -> list[ast.stmt] | None:
     """The statement list of ``parent`` that holds ``stmt`` itself, if any."""
     return next((block for _, block in blocks(parent) if any(s is stmt for s in block)), None)
+
+
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``scope``'s own code, expressions included, but not the insides of the functions, lambdas
+    and classes defined in it (their code runs elsewhere); the definitions themselves are yielded."""
+    todo = list(scope.body) if isinstance(scope.body, list) else [scope.body]
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, SCOPES):
+            todo.extend(ast.iter_child_nodes(node))

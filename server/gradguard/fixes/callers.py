@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..statements import own_nodes
 from .aliases import analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
 from .edits import Rewrite
@@ -82,7 +83,7 @@ def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> 
     outer = ctx.parents.get(fn)
     if name is None or not isinstance(outer, ast.FunctionDef):
         return None
-    if any(isinstance(n, ast.Global) and name in n.names for n in _own_nodes(fn)):
+    if any(isinstance(n, ast.Global) and name in n.names for n in own_nodes(fn)):
         return None
     return outer if _local(outer, name) else None
 
@@ -93,7 +94,7 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
     A fix that changes nothing in ``fn`` (a clone where ``outer`` saved the tensor) is kept as it is."""
     if not any(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
         return fix
-    uses = [n for n in _own_nodes(outer) if isinstance(n, ast.Name) and n.id == fn.name]
+    uses = [n for n in own_nodes(outer) if isinstance(n, ast.Name) and n.id == fn.name]
     if not uses or any(isinstance(n, (*FUNCTIONS, ast.ClassDef, ast.Lambda)) and n is not fn and n is not outer
                        and any(isinstance(m, ast.Name) and m.id in (fn.name, name) for m in ast.walk(n))
                        for n in ast.walk(outer)):
@@ -118,7 +119,7 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
 
 
 def _declares_nonlocal(fn: ast.FunctionDef, name: str) -> bool:
-    return any(isinstance(n, ast.Nonlocal) and name in n.names for n in _own_nodes(fn))
+    return any(isinstance(n, ast.Nonlocal) and name in n.names for n in own_nodes(fn))
 
 
 NONLOCAL_ESCAPE = "it is declared global or nonlocal"  # the alias report's words (``aliases.Report.escapes``)
@@ -145,7 +146,7 @@ def _param(fn: ast.FunctionDef, name: str | None) -> bool:
 
 def _only_numpy_views(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> bool:
     """Every binding of ``name`` in ``fn`` is ``name = <tensor>...numpy()``."""
-    stores = [n for n in _own_nodes(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+    stores = [n for n in own_nodes(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
     for store in stores:
         parent = ctx.parents.get(store)
         if isinstance(parent, ast.AugAssign):
@@ -160,7 +161,7 @@ def _local(fn: ast.FunctionDef, name: str | None) -> bool:
     """Whether ``name`` is a parameter or a local variable of ``fn`` (not global, nonlocal or free)."""
     if name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}:
         return True
-    nodes = list(_own_nodes(fn))
+    nodes = list(own_nodes(fn))
     if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in nodes):
         return False
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in nodes)
@@ -200,7 +201,7 @@ class Helper:
             positional = positional[1:]
         if param not in positional:
             raise CannotFix("the written tensor is not a positional parameter")
-        if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in _own_nodes(fn)):
+        if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in own_nodes(fn)):
             raise CannotFix("the helper is a generator or a coroutine")
         calls = _calls_of(ctx, fn, method)
         return Helper(fn, param, positional.index(param), tuple(calls), method)
@@ -208,7 +209,7 @@ class Helper:
     def returns_param(self) -> bool:
         """Whether the helper ends with ``return <param>`` and returns nowhere else; CannotFix when it returns
         something else."""
-        returns = [n for n in _own_nodes(self.fn) if isinstance(n, ast.Return)]
+        returns = [n for n in own_nodes(self.fn) if isinstance(n, ast.Return)]
         if not returns:
             return False
         last = self.fn.body[-1]
@@ -394,17 +395,6 @@ def _calls_on_instance(ctx: FixContext, use: ast.Name, cls: ast.ClassDef) -> lis
     return calls
 
 
-def _own_nodes(fn: ast.FunctionDef):
-    """The nodes of ``fn``'s own code (not those of functions or classes nested in it)."""
-    stack = list(fn.body)
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-
-
 def forwarded_inplace_flag(ctx: FixContext, mutation) -> Fix:
     """GG005 where ``inplace=True`` reaches the in-place op through a wrapper's ``**kwargs``: the call that spells
     the flag drops it.  Safe when the call rebinds the name it passes (``x = act(x, inplace=True)``) or that name
@@ -421,7 +411,7 @@ def forwarded_inplace_flag(ctx: FixContext, mutation) -> Fix:
     if not isinstance(call, ast.Call) or fn is None or fn.args.kwarg is None or ctx.function_of(call) is fn:
         raise CannotFix("the flag is not forwarded from a caller through `**kwargs`")
     kwargs = fn.args.kwarg.arg
-    if [n for n in _own_nodes(fn) if isinstance(n, ast.Name) and n.id == kwargs and ctx.parents.get(n) is not None
+    if [n for n in own_nodes(fn) if isinstance(n, ast.Name) and n.id == kwargs and ctx.parents.get(n) is not None
             and not (isinstance(ctx.parents.get(n), ast.keyword) and ctx.parents.get(n).arg is None)]:
         raise CannotFix("the wrapper reads its `**kwargs` otherwise than forwarding them")
     name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)

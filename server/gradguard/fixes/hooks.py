@@ -17,6 +17,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..statements import own_nodes
 from .aliases import VIEW_ATTRS
 from .context import FUNCTIONS, CannotFix, FixContext
 from .writes import VIEW_METHODS, Write, aug_to_binop, code, out_of_place, short
@@ -46,7 +47,7 @@ def fix_hook_write(ctx: FixContext, finding: Finding) -> Fix:
         return _fix([TextEdit(line, column + 1, end_line, end_column + 1, new)], new)
     _require_only_hook_uses(ctx, scope)
     _require_no_other_reads(ctx, scope, write.stmt, param)
-    returns = [n for n in _own_nodes(scope) if isinstance(n, ast.Return)]
+    returns = [n for n in own_nodes(scope) if isinstance(n, ast.Return)]
     if any(not (isinstance(r.value, ast.Name) and r.value.id == param) for r in returns):
         raise CannotFix("the hook returns something other than its gradient")
     if write.value_use:
@@ -106,16 +107,6 @@ def _gradient_and_new_value(ctx: FixContext, write: Write, scope: ast.AST, as_tu
         return param, f"{param} = {value}"
     before = f"*{param}[:{index}], " if index else ""
     return param, f"{param} = ({before}{value}, *{param}[{index + 1}:])"
-
-
-def _own_nodes(scope: ast.AST):
-    """The nodes of ``scope``'s body, not of functions or classes nested in it."""
-    todo = list(scope.body) if isinstance(scope.body, list) else [scope.body]
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
 
 
 def _require_no_other_reads(ctx: FixContext, scope: ast.AST, write: ast.stmt, param: str) -> None:

@@ -19,7 +19,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
-from ..statements import block_of
+from ..statements import block_of, own_nodes
 from .context import FUNCTIONS, CannotFix, FixContext
 from .writes import OUT_OF_PLACE_METHODS, short
 
@@ -203,7 +203,7 @@ def _number_name(ctx: FixContext, name: ast.Name) -> bool:
             if default is None or not _number(default):
                 return False
             bound = True
-    for node in _own_nodes(scope):
+    for node in own_nodes(scope):
         if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
             return False
         targets = []
@@ -225,16 +225,6 @@ def _number_name(ctx: FixContext, name: ast.Name) -> bool:
             elif any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(target)):
                 return False
     return bound
-
-
-def _own_nodes(scope: ast.AST):
-    """The nodes of ``scope``'s body, not of functions or classes nested in it."""
-    todo = list(scope.body)
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
 
 
 def _reads_grad(value: ast.expr, name: str) -> bool:

@@ -28,7 +28,7 @@ from .loops import stack_steps
 from .aliases import analyse
 from .callers import param_escape, through_callers
 from .view_helpers import helper_view_with_grad
-from .writes import OUT_OF_PLACE_METHODS, PIECES, Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
+from .writes import OUT_OF_PLACE_METHODS, Write, aug_to_binop, code, cst_mod, out_of_place, parse_expr, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
