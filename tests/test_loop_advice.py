@@ -3,9 +3,9 @@
 - `torch.no_grad()`: every GG104 positive is run again with the flagged write under `with torch.no_grad():`.
   The message recommends it exactly where that gives the reference's gradients (an update between steps); where
   the message warns against it, torch must show why (the gradients differ, or are gone).
-- "collect each step in a list and `torch.stack` it": the positive is rewritten so (the loop rewrite of
-  gradguard/fixes/loops.py, applied whether or not it is the fix the finding carries), and must then run clean
-  with the reference's gradients.  Positives that give this advice where the rewrite cannot be made are listed in
+- "collect each step in a list and `torch.stack` it": the positive is rewritten so (the stacking fix in
+  gradguard/rules/gg104_element_loop_write.py, applied whether or not it is the fix the finding carries), and must
+  then run clean with the reference's gradients.  Positives that give this advice where the rewrite cannot be made are listed in
   ``STACK_BY_HAND`` with the reason.
 """
 
@@ -25,7 +25,7 @@ from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixes.context import FixContext
 from gradguard.fixes.edits import apply_edits
-from gradguard.fixes.loops import stack_steps
+from gradguard.rules.gg104_element_loop_write import stack_steps
 
 torch = pytest.importorskip("torch")
 

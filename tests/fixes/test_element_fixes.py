@@ -1,6 +1,6 @@
-"""GG001 on a write to an element of a local list or dict (``fixes/elements.py``): the element is rebound out of
-place (and the name the display put there, when it is read later); none when something else could see the old
-tensor."""
+"""GG001 on a write to an element of a local list or dict (the fix in ``rules/gg001_saved_tensor_mutated.py``): the
+element is rebound out of place (and the name the display put there, when it is read later); none when something
+else could see the old tensor."""
 
 from __future__ import annotations
 

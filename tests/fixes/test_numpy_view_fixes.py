@@ -1,5 +1,6 @@
-"""GG102 through a NumPy view (``fixes/numpy_views.py``): the write goes into the graph as the torch twin of the
-NumPy op on the tensor itself (unsafe), and torch gives the fixed program the gradients of the op done in torch."""
+"""GG102 through a NumPy view (the fix in ``rules/gg102_silent_data_write.py``): the write goes into the graph as the
+torch twin of the NumPy op on the tensor itself (unsafe), and torch gives the fixed program the gradients of the op
+done in torch."""
 
 from __future__ import annotations
 

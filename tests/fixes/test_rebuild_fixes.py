@@ -1,5 +1,6 @@
-"""GG103 fixes that keep the tensor a rebuild copied out of its graph (``fixes/rebuilds.py``): what each writes,
-when it is unsafe, when none is offered; and torch runs each fixed program with the gradients of the intended one."""
+"""GG103 fixes that keep the tensor a rebuild copied out of its graph (the fix in ``rules/gg103_graph_break.py``): what
+each writes, when it is unsafe, when none is offered; and torch runs each fixed program with the gradients of the
+intended one."""
 
 from __future__ import annotations
 

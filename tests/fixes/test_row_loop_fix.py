@@ -1,5 +1,6 @@
-"""GG004 on a loop writing each row of a tensor in place (``fixes/rows.py``): the same elementwise op on the whole
-tensor, rebound; none when the loop does more, the op is not elementwise, or the row is read after the loop."""
+"""GG004 on a loop writing each row of a tensor in place (the fix in ``rules/gg004_multi_view_mutated.py``): the same
+elementwise op on the whole tensor, rebound; none when the loop does more, the op is not elementwise, or the row is
+read after the loop."""
 
 from __future__ import annotations
 

@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
-from ..fixes import inplace as F
+import ast
+
+from ..diagnostics import Fix, Severity
+from ..fixes.aliases import AliasAnalysis, Report, _view_sources, analyse, value_read_after
+from ..fixes.callers import NONLOCAL_ESCAPE, param_escape, through_callers, through_closure_calls
+from ..fixes.context import CannotFix, FUNCTIONS, FixContext
+from ..fixes.edits import Rewrite
+from ..fixes.inplace import Rebind, fix_or_none, mutation_of, rebind_fix
+from ..fixes.writes import (
+    Write,
+    assign,
+    attribute_base,
+    aug_to_binop,
+    clone_of,
+    code,
+    cst_mod,
+    out_of_place,
+    root_name,
+    short,
+)
 from ..inference.events import Finding, Mutation
+from ..inference.values import Grad
+from ..knowledge import load_knowledge
 from ..messages import Message
+from ..statements import block_of
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
@@ -36,10 +57,360 @@ def check(mutation: Mutation):
     )
 
 
-def fix(ctx, finding):
-    """Rebind out of place when nothing else sees the memory; else clone where it is saved; else an unsafe
-    rebinding when only containers, attributes or the caller could see the write."""
-    return F.fix_saved_write(ctx, finding)
+# ---- The fix --------------------------------------------------------------------------------------
+def fix(ctx: FixContext, finding: Finding) -> Fix | None:
+    """GG001 (and any rule about a write to memory saved for backward): rebind out of place when nothing
+    else sees the memory; clone where it is saved when a view of it is read later (or rebinding cannot
+    work); an unsafe rebinding when only containers, attributes or the caller could see the write.  A write to
+    an element of a local list or dict rebinds that element."""
+    element = (finding.data or {}).get("mutation")
+    if element is not None and element.in_container:
+        if grad_would_be_lost(element):
+            return None
+        copy_ok = not saves_inside(element, ctx.statement_of(element.entry()))
+        return fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
+    mutation = mutation_of(finding)
+    write = Write.of(ctx, mutation.entry())
+    rebind = fix_or_none(lambda: Rebind(ctx, write))
+    possible = (
+        rebind is not None
+        and not grad_would_be_lost(mutation)
+        and (rebind.direct or not saves_inside(mutation, write.stmt))
+    )
+    if possible and rebind.report.clean:
+        built = fix_or_none(rebind.rewrite)
+        if built is not None:
+            return built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True)
+        possible = False
+    # Under no_grad a clone where saved still leaves the write hidden from autograd on a tensor of the graph
+    # (silent wrong gradients): that is no repair.
+    hidden = grad_would_be_lost(mutation)
+    # A container that holds the written tensor and is read later would see the write the clone keeps in place,
+    # where writing out of place keeps its old values: the two programs differ, and nothing tells which is meant.
+    held = (_filled_container_read_after(ctx, write, rebind.report) if rebind is not None
+            else _attribute_put_in_container(ctx, write))
+    if (not possible or rebind.report.aliases_read_after) and not hidden and not held:
+        built = fix_or_none(lambda: clone_where_saved(ctx, mutation, write))
+        if built is not None:
+            return built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
+    if possible and _only_the_caller_holds(rebind):
+        callers = fix_or_none(lambda: _through_callers(ctx, rebind))
+        if callers is not None:
+            return callers
+    if possible and rebind.report.escapes == [NONLOCAL_ESCAPE] and not rebind.report.aliases_read_after \
+            and not rebind.report.holders_read_after:
+        built = fix_or_none(rebind.rewrite)
+        closure = built and fix_or_none(lambda: through_closure_calls(
+            ctx, built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True), write.stmt, rebind.name))
+        if closure is not None:
+            return closure
+    if possible and rebind.report.only_holders:
+        return rebind_fix(rebind, "Write out of place")
+    return None
+
+
+def clone_where_saved(ctx: FixContext, mutation: Mutation, write: Write) -> tuple[Rewrite, str]:
+    """Clone at every op that saved the written memory for a backward that this write breaks."""
+    if not mutation.conflicts:
+        raise CannotFix("no conflicting save")
+    name, _ = root_name(write.target)
+    alias_names = set(AliasAnalysis(ctx, write.stmt, name).aliases) if name else set()
+    rw = Rewrite(ctx)
+    wrapped: dict[int, ast.AST] = {}
+    for conflict in mutation.conflicts:
+        save = conflict.save
+        node = save.node
+        if not isinstance(node, ast.expr) or _is_inplace_expr(ctx, node):
+            raise CannotFix(f"`{save.op}` saves in place")
+        if save.role == "output":
+            if save.version != 0:
+                raise CannotFix(f"`{save.op}` saved a tensor it wrote in place")  # cloning its result cannot help
+            if save.op.startswith("nn.") and getattr(load_knowledge().module(save.op[3:]), "returns", "tensor") != "tensor":
+                raise CannotFix(f"`{save.op}` returns a tuple")
+            targets = [node]
+        elif save.role == "input":
+            knowledge = load_knowledge()
+            targets = [arg for arg in _operands(node) if alias_names & set(_view_sources(arg, ctx, knowledge))]
+            if not targets:
+                raise CannotFix(f"cannot tell which argument of `{save.op}` is saved")
+        else:
+            raise CannotFix(f"`{save.op}` saves its {save.role}, which is not an expression here")
+        for target in targets:
+            if id(target) in wrapped:
+                continue
+            wrapped[id(target)] = target
+    # Inner expressions first would be replaced inside outer ones: refuse nesting rather than guess.
+    nodes = list(wrapped.values())
+    for a in nodes:
+        for b in nodes:
+            if a is not b and any(n is b for n in ast.walk(a)):
+                raise CannotFix("nested saves")
+    for node in nodes:
+        rw.replace_node(ctx.cst(node), clone_of(ctx.cst(node)))
+    shown = ", ".join(f"`{short(code(clone_of(ctx.cst(n))), 50)}`" for n in nodes)
+    return rw, shown
+
+
+def _operands(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp):
+        return [node.left, node.right]
+    if isinstance(node, ast.Call):
+        out = list(node.args) + [k.value for k in node.keywords if k.arg is not None]
+        if isinstance(node.func, ast.Attribute):
+            out.append(node.func.value)  # the receiver of a method (`h.clamp(...)` saves h)
+        return [o for o in out if not isinstance(o, ast.Starred)]
+    return []
+
+
+def _is_inplace_expr(ctx: FixContext, node: ast.expr) -> bool:
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr.endswith("_"):
+            return True
+        if any(k.arg in ("out", "inplace") for k in node.keywords):
+            return True
+    return False
+
+
+def grad_would_be_lost(mutation: Mutation) -> bool:
+    """Rebinding under no_grad drops the graph of a tensor that requires grad."""
+    return not mutation.grad_enabled and mutation.target.requires_grad != Grad.NO
+
+
+def saves_inside(mutation: Mutation, stmt: ast.stmt) -> bool:
+    """Does the write statement itself evaluate an op whose save it breaks (``y[t] = y[t] * y[t - 1]``)?"""
+    for conflict in mutation.conflicts:
+        node = conflict.save.node
+        if node is stmt or any(n is node for n in ast.walk(stmt)):
+            return True
+    return False
+
+
+def _filled_container_read_after(ctx: FixContext, write: Write, report: Report) -> bool:
+    """Is a holder read later a container the program filled with the tensor itself (``outs.append(h)``)?"""
+    if not report.holders_read_after:
+        return False
+    holders = AliasAnalysis(ctx, write.stmt, report.name).holders
+    for name in report.holders_read_after:
+        for event in holders.get(name, []):
+            if isinstance(event, ast.Call) and isinstance(event.func, ast.Attribute) \
+                    and isinstance(event.func.value, ast.Name) and event.func.value.id == name:
+                return True
+    return False
+
+
+def _attribute_put_in_container(ctx: FixContext, write: Write) -> bool:
+    """Is the written attribute (``self.h``) handed, in the writing function, to a method whose result is dropped
+    (``self.outputs.append(self.h)``): a container that may keep it?"""
+    attr = attribute_base(write.target)
+    if attr is None:
+        return False
+    text = ctx.source(attr)
+    scope = ctx.scope_of(write.stmt)
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Attribute) \
+                and any(ctx.source(arg) == text for arg in node.value.args):
+            return True
+    return False
+
+
+def _through_callers(ctx: FixContext, rebind: Rebind) -> Fix:
+    rw, desc = rebind.rewrite()
+    return through_callers(ctx, rw, rebind.write.stmt, rebind.name, f"Write out of place: `{short(desc)}`", safe=True)
+
+
+def _only_the_caller_holds(rebind: Rebind) -> bool:
+    """The written name is the function's parameter, and nothing else keeps or views its memory."""
+    report = rebind.report
+    return not (report.aliases_read_after or report.holders_read_after) and report.escapes == [param_escape(rebind.name)]
+
+
+# ---- The fix of an element of a list or dict -----------------------------------------------------
+# A write to an element of a local list or dict, fixed by rebinding the element out of place.
+#
+#     hs = [h]; hs[0].mul_(2)        ->  hs = [h]; h = hs[0] = hs[0].mul(2)
+#     d = {"h": h}; d["h"] /= n      ->  d = {"h": h}; d["h"] = d["h"] / n
+#     hs = [h]; hs[0][0] = 0         ->  hs = [h]; h = hs[0] = hs[0].clone(); hs[0][0] = 0
+#
+# The write changed the one tensor the element and the name put in the display hold; after the fix both hold the
+# new tensor, so every later read through either sees the values it saw before.  Offered only where nothing else
+# can hold that tensor: the container is a list or dict display bound once, before the write in the same block
+# (so a loop around the write rebuilds it too), read nowhere before the write and only read by key after it; the element is a constant key of the display
+# holding a plain local name, and that name has no view, holder (but the container) or escape read later.
+
+def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) -> Fix:
+    """The element write of ``mutation`` made out of place (CannotFix when some other holder could tell).  A write
+    through a view of the element (``hs[0][0] = 0``) writes a copy of it instead, when ``copy_ok`` (the write does
+    not itself evaluate the op whose save it breaks)."""
+    write = Write.of(ctx, mutation.entry())
+    element = write.target
+    while isinstance(element, ast.Subscript) and not _is_element(element):
+        element = element.value  # `hs[0][mask] = 0` writes a view of `hs[0]`
+    if not _is_element(element):
+        raise CannotFix("the written element is not `container[constant]`")
+    direct = element is write.target
+    if direct and write.kind not in ("augassign", "method"):
+        raise CannotFix(f"no out-of-place form of a {write.kind} write to the element")
+    if not direct and not copy_ok:
+        raise CannotFix("the write evaluates the op whose save it breaks")
+    if not direct and not (write.target.value is element and mutation.target.base is not None
+                           and not (isinstance(write.target.slice, ast.Constant)
+                                    and isinstance(write.target.slice.value, str))):
+        # `acts[0]["h"].mul_(2)`: the element is a dict, not a tensor to copy; only one tensor index is known
+        # to make the view the engine saw written
+        raise CannotFix("the write is not to one index of the element's tensor")
+    container, key = element.value.id, element.slice.value
+    stmt = write.stmt
+    fn = ctx.function_of(stmt)
+    if not isinstance(fn, FUNCTIONS):
+        raise CannotFix("the element write is not in a function")
+    display = _display(ctx, fn, stmt, container)
+    held = _held_name(display, key)
+    if not _own_local(ctx, fn, held):
+        # a free variable: the enclosing function's later reads cannot be seen here, and binding it would make
+        # a new local (unbound where the display reads it)
+        raise CannotFix(f"`{held}` is not a local of the function")
+    _require_only_use(ctx, fn, stmt, container, display)
+    report = analyse(ctx, stmt, held, write_call=write.call)
+    seen_through = set(report.aliases_read_after) | set(report.holders_read_after)
+    if seen_through - {container} or set(report.escapes) - {param_escape(held)}:
+        raise CannotFix(report.reason())
+    if container in report.aliases_read_after and not _only_rebinds_held(ctx, fn, stmt, container, held):
+        raise CannotFix(report.reason())
+    # a parameter: the caller no longer sees the write (as with a parameter's name rebound out of place)
+    unsafe = f" (unsafe: {param_escape(held)})" if report.escapes else ""
+    if any(isinstance(n, ast.Name) and n.id == held and isinstance(n.ctx, ast.Store)
+           and display.lineno <= n.lineno <= stmt.end_lineno for n in ast.walk(fn)):
+        raise CannotFix(f"`{held}` is bound again between the container and the write")
+    cst = cst_mod()
+    targets = [ctx.cst(element).deep_clone()]
+    held_read = value_read_after(ctx, stmt, held)
+    if held_read:
+        targets.insert(0, cst.Name(held))
+    elif unsafe and not any(isinstance(n, ast.Name) and n.id == container and n.lineno > stmt.end_lineno
+                            for n in ast.walk(fn)):
+        # nothing here reads the new value: the fix would drop the write the caller sees, not repair it
+        raise CannotFix(f"neither `{held}` nor `{container}` is read after the write")
+    rw = Rewrite(ctx)
+    if not direct:
+        copy = code(assign(targets[0], clone_of(ctx.cst(element).deep_clone()), *targets[1:]))
+        rw.insert_before(stmt, copy)
+        return _fix(rw, f"Write a copy of the element: `{short(copy)}`", unsafe)
+    node = ctx.cst(stmt)
+    if write.kind == "augassign":
+        new = assign(targets[0], aug_to_binop(node), *targets[1:])
+    elif not write.value_use:
+        new = assign(targets[0], out_of_place(ctx, write.call), *targets[1:])
+    elif isinstance(stmt, ast.Assign) and stmt.value is write.call:
+        # `s = hs[0].exp_()`: `s = h = hs[0] = hs[0].exp()`
+        new = node.with_changes(targets=[*node.targets, *(cst.AssignTarget(target=t) for t in targets)],
+                                value=out_of_place(ctx, write.call))
+    else:
+        raise CannotFix("the in-place call's result is used inside an expression")
+    rw.replace_node(node, new)
+    return _fix(rw, f"Write the element out of place: `{short(code(new))}`", unsafe)
+
+
+def _fix(rw: Rewrite, title: str, unsafe: str) -> Fix:
+    fix = rw.fix(title + unsafe, safe=not unsafe)
+    if fix is None:
+        raise CannotFix("no edit")
+    return fix
+
+
+def _own_local(ctx: FixContext, fn: ast.AST, name: str) -> bool:
+    """Is ``name`` a parameter of ``fn`` or bound in its own code (and not declared global or nonlocal)?"""
+    nodes = [n for n in ast.walk(fn) if ctx.scope_of(n) is fn]
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in nodes):
+        return False
+    if name in {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}:
+        return True
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in nodes)
+
+
+def _is_element(node: ast.expr) -> bool:
+    """``name[constant]``."""
+    return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant)
+
+
+def _display(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str) -> ast.Assign:
+    """The one binding of ``container`` in ``fn``: a list or dict display earlier in the block of ``stmt``."""
+    stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == container
+              and not isinstance(n.ctx, ast.Load)]
+    if len(stores) != 1 or any(isinstance(n, (ast.Global, ast.Nonlocal)) and container in n.names
+                               for n in ast.walk(fn)):
+        raise CannotFix(f"`{container}` is bound more than once")
+    binding = ctx.parents.get(stores[0])
+    if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]]
+            and isinstance(binding.value, (ast.List, ast.Dict))):
+        raise CannotFix(f"`{container}` is not bound to a list or dict display")
+    block = _block_holding(ctx, stmt)
+    if binding not in block or block.index(binding) > block.index(stmt):
+        raise CannotFix(f"`{container}` is not bound before the write in its block")
+    return binding
+
+
+def _block_holding(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt]:
+    block = block_of(ctx.parents.get(stmt), stmt)
+    if block is None:
+        raise CannotFix("cannot tell the write's block")
+    return block
+
+
+def _held_name(display: ast.Assign, key: object) -> str:
+    """The local name the display puts at ``key``."""
+    value = display.value
+    element = None
+    if isinstance(value, ast.List):
+        if type(key) is int and 0 <= key < len(value.elts) and not any(isinstance(e, ast.Starred) for e in value.elts):
+            element = value.elts[key]
+    else:
+        keys = [k.value if isinstance(k, ast.Constant) else None for k in value.keys]
+        if None not in keys and keys.count(key) == 1:
+            element = value.values[keys.index(key)]
+    if not isinstance(element, ast.Name):
+        raise CannotFix("the element is not a name the display puts there")
+    return element.id
+
+
+def _require_only_use(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str, display: ast.Assign) -> None:
+    """``container`` is read nowhere before the write (nothing can have kept a view of the element), and after it
+    only read by key (it is never handed on, where it could be changed out of sight)."""
+    inside = {id(n) for n in ast.walk(stmt)} | {id(n) for n in ast.walk(display)}
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Name) and node.id == container) or id(node) in inside:
+            continue
+        parent = ctx.parents.get(node)
+        if node.lineno <= stmt.end_lineno:
+            raise CannotFix(f"`{container}` is used before the write")
+        if not (isinstance(parent, ast.Subscript) and parent.value is node and isinstance(parent.ctx, ast.Load)):
+            raise CannotFix(f"`{container}` is used otherwise than read by key after the write")
+        if _nested(ctx, node, fn):
+            raise CannotFix(f"a nested function reads `{container}`")
+
+
+def _only_rebinds_held(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str, held: str) -> bool:
+    """Is every read of ``container`` after the write ``held = container[...]``?  Around a loop, another name
+    bound to the element would keep this pass's tensor, which the next pass used to write."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and node.id == container and isinstance(node.ctx, ast.Load) \
+                and node.lineno > stmt.end_lineno:
+            element = ctx.parents.get(node)
+            assign_ = ctx.parents.get(element)
+            if not (isinstance(assign_, ast.Assign) and assign_.value is element and len(assign_.targets) == 1
+                    and isinstance(assign_.targets[0], ast.Name) and assign_.targets[0].id == held):
+                return False
+    return True
+
+
+def _nested(ctx: FixContext, node: ast.AST, fn: ast.AST) -> bool:
+    for anc in ctx.ancestors(node):
+        if anc is fn:
+            return False
+        if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            return True
+    return False
 
 
 RULE = Rule(

@@ -4,8 +4,24 @@ from __future__ import annotations
 
 import ast
 
-from ..diagnostics import Severity
-from ..fixes import inplace as F
+from ..diagnostics import Fix, Severity, TextEdit
+from ..fixes.aliases import analyse
+from ..fixes.context import CannotFix, FixContext
+from ..fixes.edits import Rewrite
+from ..fixes.inplace import Rebind, fix_or_none, mutation_of, rebind_fix
+from ..fixes.writes import (
+    OUT_OF_PLACE_METHODS,
+    PIECES,
+    Write,
+    assign,
+    aug_to_binop,
+    code,
+    cst_mod,
+    out_of_place,
+    parse_expr,
+    root_name,
+    short,
+)
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -60,10 +76,229 @@ def _source(piece) -> tuple[str, str]:
     return "an output of a tensor's unbind", ""
 
 
-def fix(ctx, finding):
-    """Rebind the piece out of place (its sibling pieces are other memory); none when the whole tensor
-    is read later and must see the write."""
-    return F.fix_multi_view_write(ctx, finding)
+# ---- The fix --------------------------------------------------------------------------------------
+def fix(ctx: FixContext, finding: Finding) -> Fix | None:
+    """GG004: rebind the piece out of place, or write through a plain view of the whole tensor."""
+    mutation = mutation_of(finding)
+    write = Write.of(ctx, mutation.entry())
+    plain = fix_or_none(lambda: plain_view_write(ctx, write))
+    if plain is not None:
+        return plain
+    if mutation.target.base is not None:  # the rows of a tensor the loop iterates over
+        whole = fix_or_none(lambda: whole_tensor_instead_of_rows(ctx, write))
+        if whole is not None:
+            return whole
+    element = fix_or_none(lambda: rebuild_pieces(ctx, write))
+    if element is not None:
+        return element
+    if any(isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == root_name(write.target)[0]
+           and root_name(loop.iter)[0] is None for loop in ctx.loops_around(write.stmt)):
+        # the rows of `self.t`: whether the tensor is read later is beyond the alias analysis of local names
+        raise CannotFix("the written name is the row of a tensor that is not a local name")
+    if mutation.target.multi_view and _indexes_pieces(ctx, write.target):
+        raise CannotFix("`parts[0]` of a split: the name holds the pieces, not a tensor to copy")
+    rebind = Rebind(ctx, write, pieces_disjoint=True)
+    target = mutation.target
+    if not rebind.direct and target.multi_view and not (target.base is not None and target.base.multi_view):
+        # `parts[0].zero_()`: the subscript picks a piece out of the tuple `parts`, it is no view of a tensor
+        # named `parts` (`parts.clone()` would not even run)
+        raise CannotFix(f"`{rebind.name}` holds the pieces; the written piece is an element of it")
+    return rebind_fix(rebind, "Write out of place")
+
+
+def _indexes_pieces(ctx: FixContext, target: ast.expr) -> bool:
+    """``parts[i]`` where the file binds ``parts`` to the pieces of a split (``parts = torch.split(t, 2)``): the
+    written tensor is an element of the sequence ``parts`` holds, which has no ``clone``."""
+    node = target
+    while isinstance(node, (ast.Subscript, ast.Call)):
+        node = node.value if isinstance(node, ast.Subscript) else node.func
+        if isinstance(node, ast.Attribute):
+            node = node.value
+        if isinstance(node, ast.Name):
+            break
+    if not isinstance(node, ast.Name):
+        return False
+    for binding in ast.walk(ctx.tree):
+        if isinstance(binding, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in binding.targets):
+            value = binding.value
+            func = value.func if isinstance(value, ast.Call) else None
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in PIECES:
+                return True
+    return False
+
+
+def plain_view_write(ctx: FixContext, write: Write) -> Fix | None:
+    """``h.split(2)[0] += 1`` -> ``h[0:2] += 1``: the same memory through a plain view, which autograd lets
+    a write go through (and which ``h`` sees, as before)."""
+    target = write.target
+    node = target
+    while isinstance(node, ast.Subscript) and not _is_piece(ctx, node):
+        node = node.value
+    if not _is_piece(ctx, node):
+        raise CannotFix("not an indexed output of split/unbind")
+    call, index = node.value, node.slice
+    k = _int_literal(index)
+    if k is None or k < 0:
+        raise CannotFix("the piece's index is not a literal")
+    func = call.func
+    q = ctx.qual(func) or ""
+    if isinstance(func, ast.Attribute) and not q.startswith("torch."):
+        base, rest = func.value, list(call.args)
+        op = func.attr
+    elif q in ("torch.split", "torch.unbind") and call.args:
+        base, rest = call.args[0], list(call.args[1:])
+        op = q.rsplit(".", 1)[1]
+    else:
+        raise CannotFix("not split/unbind")
+    dim_node = rest[1] if len(rest) > 1 else next((kw.value for kw in call.keywords if kw.arg == "dim"), None)
+    if op == "unbind":
+        dim_node = rest[0] if rest else dim_node
+    dim = 0 if dim_node is None else _int_literal(dim_node)
+    if dim is None or dim < 0 or len(call.keywords) > (1 if any(kw.arg == "dim" for kw in call.keywords) else 0):
+        raise CannotFix("the dimension is not a literal")
+    lead = ":, " * dim
+    base_code = ctx.source(base)
+    if op == "split":
+        size = _int_literal(rest[0]) if rest else None
+        if size is None or size <= 0:
+            raise CannotFix("split size is not a literal")
+        view = f"{base_code}[{lead}{k * size}:{(k + 1) * size}]"
+    elif op == "unbind":
+        view = f"{base_code}[{lead}{k}]"
+    else:
+        raise CannotFix("chunk sizes depend on the tensor's shape")
+    if not isinstance(base, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+        raise CannotFix("the split tensor is not a simple expression")
+    rw = Rewrite(ctx).replace_node(ctx.cst(node), parse_expr(view))
+    return rw.fix(f"Write through a plain view: `{view}`", safe=True)
+
+
+def _is_piece(ctx: FixContext, node: ast.AST) -> bool:
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)):
+        return False
+    func = node.value.func
+    name = func.attr if isinstance(func, ast.Attribute) else ""
+    return name in ("split", "unbind", "chunk")
+
+
+def _returns_pieces(ctx: FixContext, call: ast.Call) -> bool:
+    q = ctx.qual(call.func) or ""
+    if q in ("torch.split", "torch.chunk", "torch.unbind", "torch.tensor_split"):
+        return True
+    return isinstance(call.func, ast.Attribute) and not q.startswith("torch.") and call.func.attr in (
+        "split", "chunk", "unbind", "tensor_split", "split_with_sizes"
+    )
+
+
+def _int_literal(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _int_literal(node.operand)
+        return -inner if inner is not None else None
+    return None
+
+
+def rebuild_pieces(ctx: FixContext, write: Write) -> Fix | None:
+    """``parts = torch.split(t, 2); parts[0].zero_()`` -> ``parts = (torch.zeros_like(parts[0]), *parts[1:])``:
+    the tuple of pieces is rebuilt with the new piece instead of writing the old one."""
+    cst = cst_mod()
+    target = write.target
+    if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+        raise CannotFix("not an element of a named tuple of pieces")
+    k = _int_literal(target.slice)
+    if k is None or k < 0:
+        raise CannotFix("the element's index is not a literal")
+    name = target.value.id
+    if write.value_use:
+        raise CannotFix("the in-place result is used")
+    scope = ctx.scope_of(write.stmt)
+    bindings = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+    binding = ctx.parents.get(bindings[0]) if len(bindings) == 1 else None
+    if not (isinstance(binding, ast.Assign) and isinstance(binding.value, ast.Call) and _returns_pieces(ctx, binding.value)):
+        raise CannotFix(f"`{name}` is not bound once to the tuple split/chunk/unbind return")
+    report = analyse(ctx, write.stmt, name, pieces_disjoint=True, write_call=write.call)
+    if not report.clean:
+        raise CannotFix(report.reason())
+    element = ctx.cst(target)
+    if write.kind == "method":
+        new_piece = out_of_place(ctx, write.call, element)
+    elif write.kind == "augassign":
+        new_piece = aug_to_binop(ctx.cst(write.stmt))
+    else:
+        raise CannotFix("not a method or augmented assignment on the element")
+    before = f"*{name}[:{k}], " if k else ""
+    new = assign(
+        cst.Name(name),
+        parse_expr(f"({before}__PIECE__, *{name}[{k + 1}:])").visit(_Placeholder("__PIECE__", new_piece)),
+    )
+    rw = Rewrite(ctx).replace_node(ctx.cst(write.stmt), new)
+    return rw.fix(f"Rebuild the pieces: `{short(code(new))}`", safe=True)
+
+
+class _Placeholder:
+    """A libcst transformer replacing the name ``placeholder`` with a node (built lazily: libcst import)."""
+
+    def __new__(cls, placeholder: str, node):
+        cst = cst_mod()
+
+        class Replace(cst.CSTTransformer):
+            def leave_Name(self, original, updated):
+                return node if original.value == placeholder else updated
+
+        return Replace()
+
+
+# ---- The fix of a loop over rows -----------------------------------------------------------------
+# GG004 on ``for row in t: row.mul_(c)``: the rows are pieces of ``t`` (its ``unbind``), which torch does not let a
+# write go through; the same elementwise op on the whole tensor is what the loop computes (``c`` broadcast against a
+# row's dimensions broadcasts the same way against ``t``'s trailing ones), so ``t = t.mul(c)``.
+#
+# Offered only when the loop is that one statement, the op is elementwise, its arguments do not read the row, the
+# row's name is not read after the loop, and nothing else holds ``t``'s memory (then rebinding ``t`` is the write).
+
+# In-place methods that act element by element (their arguments broadcast against the written tensor).
+ELEMENTWISE = frozenset({
+    "add", "sub", "mul", "div", "clamp", "clamp_min", "clamp_max", "clip", "pow", "neg", "abs", "exp", "log",
+    "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "sin", "cos", "floor", "ceil", "round", "trunc", "reciprocal",
+    "square", "lerp", "addcmul", "addcdiv", "masked_fill", "true_divide", "multiply", "subtract", "divide",
+    "fmod", "remainder", "sign", "exp2", "expm1", "log1p", "log2", "log10", "nan_to_num",
+})
+
+
+def whole_tensor_instead_of_rows(ctx: FixContext, write: Write) -> Fix:
+    stmt = write.stmt
+    loop = ctx.parents.get(stmt)
+    if not (isinstance(loop, ast.For) and loop.body == [stmt] and not loop.orelse
+            and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Name)):
+        raise CannotFix("not a one-statement loop over the rows of a named tensor")
+    row, tensor = loop.target.id, loop.iter.id
+    call = write.call
+    if write.kind != "method" or write.value_use or not (isinstance(write.target, ast.Name) and write.target.id == row):
+        raise CannotFix("not an in-place method on the loop's row")
+    op = call.func.attr.removesuffix("_")
+    if op not in ELEMENTWISE or op not in OUT_OF_PLACE_METHODS or not call.func.attr.endswith("_"):
+        raise CannotFix("not an elementwise in-place op")
+    if any(isinstance(n, ast.Name) and n.id in (row, tensor) for a in [*call.args, *call.keywords] for n in ast.walk(a)):
+        raise CannotFix("the op's arguments read the row or the tensor")
+    scope = ctx.scope_of(loop)
+    if any(isinstance(n, ast.Name) and n.id == row and n is not loop.target and not _inside(ctx, n, loop)
+           for n in ast.walk(scope)):
+        raise CannotFix("the row's name is used outside the loop")
+    report = analyse(ctx, loop, tensor)
+    if not report.clean:
+        raise CannotFix(report.reason())
+    ctx.require_own_lines(loop)
+    args = ctx.source(call)[len(ctx.source(call.func)):]
+    new = f"{tensor} = {tensor}.{op}{args}"
+    line, column, end_line, end_column = ctx.char_range(loop)
+    return Fix(f"Write the whole tensor at once: `{new}` instead of each row of it", True,
+               (TextEdit(line, column + 1, end_line, end_column + 1, new),))
+
+
+def _inside(ctx: FixContext, node: ast.AST, outer: ast.AST) -> bool:
+    return any(a is outer for a in ctx.ancestors(node))
 
 
 RULE = Rule(

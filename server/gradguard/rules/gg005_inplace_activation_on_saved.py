@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
-from ..fixes import inplace as F
+import ast
+
+from ..diagnostics import Fix, Severity
+from ..fixes.aliases import analyse, value_read_after
+from ..fixes.callers import forwarded_inplace_flag
+from ..fixes.context import CannotFix, FixContext
+from ..fixes.edits import Rewrite
+from ..fixes.inplace import Rebind, fix_or_none, inplace_false, is_temporary, mutation_of, rebind_fix, rebinds
+from ..fixes.writes import Write, root_name, short
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -48,9 +55,99 @@ def check(mutation: Mutation):
     )
 
 
-def fix(ctx, finding):
-    """``inplace=False`` (at the module's constructor for modules), ``F.relu_`` -> ``F.relu``."""
-    return F.fix_inplace_activation(ctx, finding)
+# ---- The fix --------------------------------------------------------------------------------------
+def fix(ctx: FixContext, finding: Finding) -> Fix | None:
+    """GG005: ``inplace=False`` at the module's constructor, or at the functional call."""
+    mutation = mutation_of(finding)
+    module = mutation.module
+    if module is not None:
+        return module_inplace_false(ctx, mutation)
+    forwarded = fix_or_none(lambda: forwarded_inplace_flag(ctx, mutation))
+    if forwarded is not None:
+        return forwarded
+    write = Write.of(ctx, mutation.entry())
+    if write.kind != "functional":
+        raise CannotFix("not an in-place activation call")
+    rebind = Rebind(ctx, write)
+    func = ctx.source(write.call.func)
+    what = f"Use `{func[:-1]}`" if func.endswith("_") else "Use `inplace=False`"
+    return rebind_fix(rebind, what)
+
+
+def module_inplace_false(ctx: FixContext, mutation: Mutation) -> Fix | None:
+    """``nn.ReLU(inplace=True)`` -> ``nn.ReLU(inplace=False)``: safe when at every place the module is applied
+    its input is a temporary or a name rebound to the result (nothing else reads the overwritten input)."""
+    ctor = mutation.module.ctor if mutation.module is not None else None
+    if not isinstance(ctor, ast.Call):
+        raise CannotFix("the module's constructor is not in this file")
+    rw = Rewrite(ctx).replace_node(ctx.cst(ctor), inplace_false(ctx.cst(ctor)))
+    sites, why = _module_call_sites(ctx, ctor)
+    unsafe = [why] if why else []
+    for site in sites:
+        problem = _site_problem(ctx, site)
+        if problem:
+            unsafe.append(problem)
+    title = f"Use `inplace=False` in `{short(ctx.source(ctor), 50)}`"
+    if unsafe:
+        return rw.fix(f"{title} (unsafe: {unsafe[0]})", safe=False)
+    return rw.fix(title, safe=True)
+
+
+def _module_call_sites(ctx: FixContext, ctor: ast.Call) -> tuple[list[ast.Call], str | None]:
+    parent = ctx.parents.get(ctor)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        target = parent.targets[0]
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+            cls = ctx.class_of(ctor)
+            if cls is None:
+                return [], "the module is stored on an object outside a class"
+            sites = [
+                n for n in ast.walk(cls)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == target.attr
+                and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"
+            ]
+            other_uses = [
+                n for n in ast.walk(cls)
+                if isinstance(n, ast.Attribute) and n.attr == target.attr and isinstance(n.value, ast.Name)
+                and n.value.id == "self" and isinstance(n.ctx, ast.Load) and not any(s.func is n for s in sites)
+            ]
+            if other_uses:
+                return sites, f"`self.{target.attr}` is also used other than by calling it"
+            return sites, None if sites else "the module is never called in its class"
+        if isinstance(target, ast.Name):
+            scope = ctx.scope_of(ctor)
+            sites = [
+                n for n in ast.walk(scope)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == target.id
+            ]
+            loads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)]
+            if len(loads) != len(sites):
+                return sites, f"`{target.id}` is also used other than by calling it"
+            return sites, None if sites else "the module is never called here"
+    if isinstance(parent, ast.Call) and (ctx.qual(parent.func) or "").endswith("Sequential") and ctor in parent.args:
+        if parent.args.index(ctor) == 0:
+            return [], "it is the first layer: it would overwrite the Sequential's input"
+        return [], None  # its input is the previous layer's output, which nothing else holds
+    return [], "cannot see where the module is applied"
+
+
+def _site_problem(ctx: FixContext, site: ast.Call) -> str | None:
+    """Why applying the module out of place at ``site`` may change the program (None: it does not)."""
+    if not site.args:
+        return "a call without an input"
+    stmt = ctx.statement_of(site)
+    if isinstance(stmt, ast.Expr) and stmt.value is site:
+        return f"the result of `{ctx.source(site)}` is dropped: the code relies on the in-place write"
+    arg = site.args[0]
+    name, _ = root_name(arg)
+    if name is None:
+        return None if is_temporary(arg) else f"`{ctx.source(arg)}` is not a local name"
+    report = analyse(ctx, stmt, name, write_call=site)
+    if not report.clean:
+        return report.reason()
+    if not rebinds(stmt, name) and value_read_after(ctx, stmt, name):
+        return f"`{name}` is read after `{ctx.source(site)}` and would miss the write"
+    return None
 
 
 RULE = Rule(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
-from ..fixes import structural as S
+import ast
+
+from ..diagnostics import Fix, Severity
+from ..fixes.context import FUNCTIONS, CannotFix, FindingId, FixContext
+from ..fixes.edits import Rewrite, apply_edits
+from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -46,11 +50,179 @@ def _updated(mutation: Mutation) -> str:
     return "its parameters" if mutation.kind == "step" else mutation.target.label
 
 
-def fix(ctx, finding):
-    """Move the step (or update) after the last backward that needs the old weights; else move an early forward
-    after the step (unsafe); in a truncated-BPTT loop kept alive with `retain_graph=True`, detach the carried
-    state instead (unsafe)."""
-    return S.fix_step_before_backward(ctx, finding)
+# ---- The fix --------------------------------------------------------------------------------------
+def fix(ctx: FixContext, finding: Finding) -> Fix:
+    """GG101, the first that applies: run the step (or the update) after the last backward that needs the old
+    weights; compute an early forward after the step instead; in a truncated-BPTT loop kept alive with
+    ``retain_graph=True``, cut the graph between chunks."""
+    mutation = mutation_in(finding)
+    for attempt in (lambda: move_after_backward(ctx, mutation, "Update after the backward"),
+                    lambda: _forward_after_step(ctx, mutation, finding.code)):
+        try:
+            return attempt()
+        except CannotFix:
+            pass
+    return _detach_between_chunks(ctx, mutation)
+
+
+def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
+    """The forward whose graph the step breaks was computed before the step (``g_logits = D(fake)`` before the
+    discriminator's step): compute it after the step, so the backward runs through a graph of the updated
+    weights.  Statements read only after the step move; one also read before it (``d_fake`` of both losses) may
+    be computed again after the step; a candidate is offered only when the finding (``code``) is gone with it.  Unsafe: that forward now sees the new
+    weights, which is what the usual GAN loop does, but not what the code said."""
+    step = ctx.statement_of(mutation.entry())
+    block = block_around(ctx, step)
+    if block is None or len({id(c.sink.node) for c in mutation.conflicts}) != 1:
+        raise CannotFix("not one backward in the step's block")
+    sink = mutation.conflicts[0].sink
+    if sink.kind != "backward":
+        raise CannotFix("the graph is not backpropagated here")
+    i = next(k for k, st in enumerate(block) if st is step)
+    down = next((st for st in enclosing_statements(ctx, sink.node) if any(st is b for b in block[i + 1:])), None)
+    if down is None:
+        raise CannotFix("the backward is not after the step in its block")
+    moved, kept = _forward_before(block, i, next(k for k, st in enumerate(block) if st is down))
+    for st in [*moved, *kept, step]:
+        if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.Expr)):
+            raise CannotFix("only plain statements are moved")
+        ctx.require_own_lines(st)
+    # At most one statement is computed again: with more (a shared trunk's features and a critic's values),
+    # what follows the step (an advantage target) changes meaning, not only its weights.  The one that made the
+    # saved graph (`d_fake = D(fake)`) is tried first; a statement made between (`ones = torch.ones(...)`)
+    # needs no recomputing, so it must not use up the one try.  One that another kept statement reads (`feat`,
+    # read by `value = critic(feat)`) is never recomputed alone: the two would disagree after the step.
+    saved = {id(c.save.node) for c in mutation.conflicts}
+    holds_graph = [st for st in kept if any(id(n) in saved for n in ast.walk(st))]
+    order = [*holds_graph, *(st for st in reversed(kept) if st not in holds_graph)]
+    alone = [st for st in order if not any(_writes(st) & _reads(other) for other in kept if other is not st)]
+    for recomputed in ([], *([st] for st in alone)):
+        after = sorted([*moved, *recomputed], key=lambda st: st.lineno)
+        if not any(isinstance(n, ast.Call) for st in after for n in ast.walk(st)):
+            continue
+        edits = move_statements_after(ctx, moved, after, step)
+        # Statements left before the step may hold part of the graph too: offer only what analyses clean.
+        # (A write inside a helper is found on the helper's line; its entry is the statement that was moved.)
+        entry = mutation.entry().lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)
+        if not ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, entry)):
+            shown = ctx.source(after[0]).splitlines()[0]
+            return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights "
+                       "(unsafe: the forward now uses them)", False, tuple(edits))
+    raise CannotFix("no forward computed before the step can be computed after it instead")
+
+
+def _forward_before(block: list[ast.stmt], step: int, down: int) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """The statements before the step that the backward (``block[down]``) depends on: those read only after
+    the step (they can move), and those also read before it (they stay, and may be computed again)."""
+    needed = _reads(block[down])
+    moved: list[ast.stmt] = []
+    kept: list[ast.stmt] = []
+    for k in range(down - 1, -1, -1):
+        st = block[k]
+        written = _writes(st)
+        if not written & needed:
+            continue
+        needed = (needed - written) | _reads(st)
+        if k >= step:
+            continue
+        between = block[k + 1:step]
+        if any(_writes(b) & _reads(st) for b in between):
+            break  # what it reads changes before the step: computing it later would differ
+        (kept if any(_reads(b) & written for b in between) else moved).insert(0, st)
+    return moved, kept
+
+
+def _writes(stmt: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+
+
+def _reads(stmt: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
+    """The step and a ``backward(retain_graph=True)`` in one loop body, where the next iteration's backward
+    runs through the previous one's graph (whose weights the step changed) by way of a state the loop carries
+    (``h = cell(x, h)``): detach that state at the top of the body and drop ``retain_graph=True``.  Unsafe: it
+    truncates backpropagation at the chunk boundary, which is what truncated BPTT means but changes gradients."""
+    import libcst as cst
+
+    step = ctx.statement_of(mutation.entry())
+    loop = next((a for a in ctx.ancestors(step) if isinstance(a, (ast.For, ast.While))), None)
+    if loop is None or not any(s is step for s in loop.body):
+        raise CannotFix("the step is not a statement of a loop's body")
+    backwards = [c.sink.node for c in mutation.conflicts if c.sink.kind == "backward"]
+    calls = [n for b in backwards for n in ast.walk(b) if isinstance(n, ast.Call) and _retains(n)]
+    if not backwards or len(calls) != len(backwards) or not all(_inside(ctx, c, loop) for c in calls):
+        raise CannotFix("the backward that breaks is not a `backward(retain_graph=True)` of the same loop")
+    carried = _carried_tensors(loop)
+    if not carried:
+        raise CannotFix("no state carried from one iteration to the next")
+    first = loop.body[0]
+    rw = Rewrite(ctx)
+    for name in carried:
+        rw.insert_before(first, f"{name} = {name}.detach()")
+    for call in calls:
+        node = ctx.cst(call)
+        args = [a for a in node.args if not (a.keyword is not None and a.keyword.value == "retain_graph")]
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        rw.replace_node(node, node.with_changes(args=args))
+    names = ", ".join(f"`{n}`" for n in carried)
+    return rw.fix(f"Cut the graph between iterations: detach {names} at the top of the loop and drop "
+                  "`retain_graph=True` (unsafe: gradients stop at the chunk boundary)", safe=False)
+
+
+def _retains(call: ast.Call) -> bool:
+    return any(k.arg == "retain_graph" and isinstance(k.value, ast.Constant) and k.value.value is True
+               for k in call.keywords)
+
+
+def _inside(ctx: FixContext, node: ast.AST, outer: ast.AST) -> bool:
+    return any(a is outer for a in ctx.ancestors(node))
+
+
+def _bound_names(target: ast.expr) -> list[ast.Name]:
+    """The names an assignment target binds: ``h``, ``out, h``; not the ``self`` of ``self.h`` (which it reads)."""
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for elt in target.elts for n in _bound_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
+
+
+def _carried_tensors(loop: ast.For | ast.While) -> list[str]:
+    """Names the body reads before it assigns them, assigned in the body from a call (``h = cell(x, h)``,
+    ``out, h = rnn(x, h)``): a state one iteration hands to the next."""
+    read_first: list[str] = []
+    assigned: set[str] = set()
+    from_call: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            return
+        if isinstance(node, ast.Assign):
+            visit(node.value)  # the right side is read before the targets are bound
+            for target in node.targets:
+                for t in _bound_names(target):
+                    assigned.add(t.id)
+                    if isinstance(node.value, ast.Call):
+                        from_call.add(t.id)
+            return
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load) and node.id not in assigned and node.id not in read_first:
+                read_first.append(node.id)
+            elif not isinstance(node.ctx, ast.Load):
+                assigned.add(node.id)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for stmt in loop.body:
+        visit(stmt)
+    return [n for n in read_first if n in from_call]
 
 
 RULE = Rule(

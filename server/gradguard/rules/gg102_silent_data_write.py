@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
-from ..fixes import CannotFix
-from ..fixes import structural as S
-from ..fixes.numpy_views import numpy_view_in_graph
+import ast
+
+from ..diagnostics import Fix, Severity, TextEdit
+from ..fixes.aliases import analyse
+from ..fixes.callers import param_escape, through_callers
+from ..fixes.context import FUNCTIONS, CannotFix, FixContext
+from ..fixes.moves import move_after_backward, mutation_in, no_grad_block
+from ..fixes.writes import Write, aug_to_binop, code, cst_mod, out_of_place, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
 from ..messages import Message
@@ -83,18 +87,321 @@ def _name(owner: Tensor) -> str:
     return label.strip("`") if label.startswith("`") and label.count("`") == 2 else "t"
 
 
-def fix(ctx, finding):
+# ---- The fix --------------------------------------------------------------------------------------
+def fix(ctx: FixContext, finding: Finding) -> Fix:
     """Move the `.data` write after the backward that needs the old value.  A hidden write the forward reads
     goes into the graph instead (moving it would change the forward): the same op out of place, with grad on;
     through a NumPy view, the torch twin of the NumPy op on the tensor itself."""
     mutation = finding.data["mutation"]
     if not mutation.conflicts:
         try:
-            return S.write_in_graph(ctx, finding)
+            return _write_in_graph(ctx, finding)
         except CannotFix:
-            return numpy_view_in_graph(ctx, mutation)
+            return _numpy_view_in_graph(ctx, mutation)
 
-    return S.fix_silent_data_write(ctx, finding)
+    return _write_after_backward(ctx, finding)
+
+
+def _write_after_backward(ctx: FixContext, finding: Finding) -> Fix:
+    """GG102: do the ``.data`` write after the backward that needs the old value.  (Writing under
+    ``torch.no_grad()`` to the tensor itself would make that backward raise: not a fix.)"""
+    return move_after_backward(ctx, mutation_in(finding), "Write after the backward")
+
+
+def _write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
+    """GG102 on a tensor the forward reads later: the hidden write (``.data``, ``.detach()``, ``no_grad``)
+    becomes the same op out of place with grad on, and the name is rebound to it (``out = out.mul(s)``,
+    ``x = x.clamp(a, b)``, ``h = h.clone(); h[pad] = 0``).  Always unsafe: the gradient then goes through
+    the op, where before it skipped it (a deliberate straight-through estimator loses that)."""
+    cst = cst_mod()
+    mutation = mutation_in(finding)
+    owner = mutation.hidden_from
+    if owner is None or owner.leaf:
+        raise CannotFix("the written tensor has no grad_fn: no graph op to put the write in")
+    write = Write.of(ctx, mutation.entry())
+    if write.value_use or write.kind not in ("method", "augassign", "setitem"):
+        raise CannotFix("not a plain write statement")
+    copied = write.kind == "method" and write.call.func.attr == "copy_"
+    stmt = write.stmt
+    block = no_grad_block(ctx, stmt) or _inference_mode_with(ctx, stmt)
+    if block is not None and len(block.body) != 1:
+        raise CannotFix("the no_grad block holds more than the write")
+    if block is None and not mutation.grad_enabled and _no_grad_decorator(ctx, stmt) is None:
+        # `with torch.no_grad(): if c: h[pad] = 0`: the rewrite would stay under no_grad, still off the graph
+        raise CannotFix("grad mode is off around the write, in a block that is not the write's own")
+    target = write.target.value if write.kind == "setitem" else write.target
+    name = _unhidden_name(target)
+    if name is None:
+        raise CannotFix("the write is not on a local name, its `.data` or its `.detach()`")
+    if mutation.target.storage is not owner.storage:
+        raise CannotFix("the write does not reach the memory of the tensor with the grad_fn")
+    decorator = _no_grad_decorator(ctx, stmt) if block is None else None
+    if block is None and decorator is None and target is write.target and isinstance(target, ast.Name):
+        raise CannotFix("nothing hides the write from autograd here")
+    report = analyse(ctx, stmt, name, write_call=write.call)
+    through = not (report.aliases_read_after or report.holders_read_after) and report.escapes == [param_escape(name)]
+    if not report.clean and not through:
+        raise CannotFix(report.reason())
+    if decorator is not None and not through:
+        raise CannotFix("the no_grad decorator covers the whole function, not just the write")
+    if through and decorator is None and block is None and isinstance(target, ast.Name):
+        raise CannotFix("what hides the write is at the function's call, not in it")
+    if copied:
+        new = f"{name} = " + _copied_in_graph(ctx, write.call, name)
+    elif write.kind == "method":
+        new = f"{name} = " + code(out_of_place(ctx, write.call, obj=cst.Name(name)))
+    elif write.kind == "augassign":
+        new = f"{name} = " + code(aug_to_binop(ctx.cst(stmt)).with_changes(left=cst.Name(name)))
+    else:
+        outer = block if block is not None else stmt
+        new = (f"{name} = {name}.clone(){ctx.newline}{ctx.indent_of(outer)}"
+               f"{name}[{ctx.source(write.target.slice)}] = {ctx.source(stmt.value)}")
+    replaced = block if block is not None else stmt
+    ctx.require_own_lines(replaced)
+    line, column, end_line, end_column = ctx.char_range(replaced)
+    edit = TextEdit(line, column + 1, end_line, end_column + 1, new)
+    first = new.split(ctx.newline)[0]
+    title = f"Put the write in the graph: `{short(first)}` (unsafe: the gradient now goes through it, where it skipped it before)"
+    if through:
+        return through_callers(ctx, (edit,), stmt, name, title, False, (decorator,) if decorator is not None else ())
+    return Fix(title, False, (edit,))
+
+
+def _copied_in_graph(ctx: FixContext, call: ast.Call, name: str) -> str:
+    """``x.data.copy_(0.5 * x.data + 0.5 * y)`` -> ``0.5 * x + 0.5 * y``: the copied values with their graph.  Only
+    arithmetic that reads ``x`` itself elementwise, so the values have ``x``'s shape, as the copy gave them."""
+    if len(call.args) != 1 or call.keywords:
+        raise CannotFix("not a plain `copy_(values)`")
+    value = call.args[0]
+    if value.lineno != value.end_lineno:
+        raise CannotFix("the copied values span lines")
+    leaves, stack = [], [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            stack.extend([node.left, node.right])
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            stack.append(node.operand)
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            continue
+        elif isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
+            leaves.append(node)
+        else:
+            raise CannotFix("the copied values are not elementwise arithmetic")
+    own = [leaf for leaf in leaves if _unhidden_name(leaf) == name]
+    if not own or any(isinstance(n, ast.Name) and n.id == name for leaf in leaves if leaf not in own
+                      for n in ast.walk(leaf)):
+        raise CannotFix("the copied values do not read the written tensor elementwise")
+    text, start = ctx.source(value), ctx._chars(value.lineno, value.col_offset)
+    for leaf in sorted(own, key=lambda n: n.col_offset, reverse=True):
+        a, b = ctx._chars(leaf.lineno, leaf.col_offset) - start, ctx._chars(leaf.lineno, leaf.end_col_offset) - start
+        text = text[:a] + name + text[b:]
+    return text
+
+
+def _no_grad_decorator(ctx: FixContext, stmt: ast.stmt) -> ast.expr | None:
+    """The ``@torch.no_grad()`` that is the only decorator of the function around ``stmt``, if it is."""
+    fn = ctx.function_of(stmt)
+    if fn is None or len(fn.decorator_list) != 1:
+        return None
+    decorator = fn.decorator_list[0]
+    if isinstance(decorator, ast.Call) and ctx.qual(decorator.func) == "torch.no_grad" and not decorator.args \
+            and not decorator.keywords:
+        return decorator
+    return None
+
+
+def _inference_mode_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
+    """The ``with torch.inference_mode():`` block ``stmt`` is alone in, if any (``inference_mode(True)`` too)."""
+    parent = ctx.parents.get(stmt)
+    if not isinstance(parent, ast.With) or len(parent.items) != 1 or parent.items[0].optional_vars is not None:
+        return None
+    item = parent.items[0].context_expr
+    if not (isinstance(item, ast.Call) and ctx.qual(item.func) == "torch.inference_mode" and not item.keywords):
+        return None
+    if item.args and not (len(item.args) == 1 and isinstance(item.args[0], ast.Constant) and item.args[0].value is True):
+        return None
+    return parent
+
+
+def _unhidden_name(target: ast.expr) -> str | None:
+    """``x``, ``x.data`` or ``x.detach()`` -> ``x``."""
+    if isinstance(target, ast.Attribute) and target.attr == "data":
+        target = target.value
+    elif (isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) and target.func.attr == "detach"
+          and not target.args and not target.keywords):
+        target = target.func.value
+    return target.id if isinstance(target, ast.Name) else None
+
+
+# ---- The fix through a NumPy view -----------------------------------------------------------------
+# GG102 on a NumPy view: a write to ``arr = t.detach().numpy()`` changes ``t`` behind autograd's back.  When the
+# forward reads ``t`` afterwards, the fix puts the write in the graph with the torch twin of the NumPy op, on ``t``
+# itself: ``np.clip(arr, a, b, out=arr)`` -> ``t = t.clamp(a, b)``, ``arr[i, n:] = 0.0`` -> ``t = t.clone()`` and
+# ``t[i, n:] = 0.0``, ``arr *= 2`` -> ``t = t * 2``.
+#
+# Offered only when ``arr`` is the view's one name, bound once from a local tensor name, and read nowhere but in
+# its binding and in this write (so nothing reads the array the write no longer changes).  Always unsafe, like
+# every hidden write put in the graph: the gradient now goes through the op, where it skipped it before.
+
+_TO_NUMPY = ("detach", "cpu")
+# np.f(arr, <numbers>, out=arr) -> the torch spelling, on the tensor's name ``{t}`` and the numbers ``{0}``, ``{1}``.
+_OUT_TWINS = {
+    "clip": "{t}.clamp({0}, {1})",
+    "maximum": "{t}.clamp(min={0})",
+    "minimum": "{t}.clamp(max={0})",
+    "multiply": "{t} * {0}",
+    "add": "{t} + {0}",
+    "subtract": "{t} - {0}",
+    "divide": "{t} / {0}",
+    "true_divide": "{t} / {0}",
+    "power": "{t} ** {0}",
+    "negative": "-{t}",
+    "abs": "{t}.abs()",
+    "absolute": "{t}.abs()",
+    "square": "{t}.square()",
+    "sqrt": "{t}.sqrt()",
+    "exp": "{t}.exp()",
+    "log": "{t}.log()",
+    "tanh": "{t}.tanh()",
+}
+_AUG = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+
+
+def _numpy_view_in_graph(ctx: FixContext, mutation: Mutation) -> Fix:
+    owner = mutation.hidden_from
+    if owner is None or owner.leaf or "NumPy" not in mutation.how:
+        raise CannotFix("not a write through a NumPy view of a tensor with a grad_fn")
+    if mutation.target.storage is not owner.storage:
+        raise CannotFix("the write does not reach the memory of the tensor with the grad_fn")
+    write = Write.of(ctx, mutation.entry())
+    if write.value_use:
+        raise CannotFix("the write's result is used")
+    stmt = write.stmt
+    array = write.target.value if write.kind == "setitem" else write.target
+    if not isinstance(array, ast.Name):
+        raise CannotFix("the array is not a local name")
+    tensor = _viewed_tensor(ctx, stmt, array.id)
+    new = _in_torch(ctx, write, array.id, tensor)
+    report = analyse(ctx, stmt, tensor, write_call=write.call)
+    through = report.escapes == [param_escape(tensor)]
+    if report.holders_read_after or (report.escapes and not through) or set(report.aliases_read_after) - {array.id}:
+        raise CannotFix(report.reason())
+    ctx.require_own_lines(stmt)
+    new = new.replace("\n", ctx.newline + ctx.indent_of(stmt))
+    line, column, end_line, end_column = ctx.char_range(stmt)
+    edit = TextEdit(line, column + 1, end_line, end_column + 1, new)
+    title = (f"Put the write in the graph: `{short(new.splitlines()[-1])}` on the tensor instead of its NumPy view "
+             "(unsafe: the gradient now goes through it, where it skipped it before)")
+    if through:  # the tensor is the function's parameter: it returns the new one, its calls rebind theirs
+        return through_callers(ctx, (edit,), stmt, tensor, title, False)
+    return Fix(title, False, (edit,))
+
+
+def _viewed_tensor(ctx: FixContext, stmt: ast.stmt, array: str) -> str:
+    """The local tensor name ``array`` is the one NumPy view of: ``array = t.detach().numpy()``, bound once in the
+    function before ``stmt``, in its block or one around it, and read only there and in ``stmt``."""
+    scope = ctx.scope_of(stmt)
+    if not isinstance(scope, FUNCTIONS):
+        raise CannotFix("the array is not a function's local")
+    stores, loads = [], []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and node.id == array:
+            if isinstance(stmt, ast.AugAssign) and node is stmt.target:
+                continue  # the write itself
+            (loads if isinstance(node.ctx, ast.Load) else stores).append(node)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and array in node.names:
+            raise CannotFix("the array's name is global or nonlocal")
+        elif isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)) and node is not scope \
+                and any(isinstance(n, ast.Name) and n.id == array for n in ast.walk(node)):
+            raise CannotFix("a nested scope uses the array")
+    if len(stores) != 1:
+        raise CannotFix("the array's name is bound more than once")
+    binding = ctx.parents.get(stores[0])
+    if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]] and binding.lineno < stmt.lineno):
+        raise CannotFix("the array is not bound by a plain assignment before the write")
+    if ctx.parents.get(binding) not in (ctx.parents.get(stmt), *ctx.ancestors(stmt)):
+        raise CannotFix("the array's binding does not always run before the write")
+    outer, inner = ctx.loops_around(binding, scope), ctx.loops_around(stmt, scope)
+    if outer and inner[len(inner) - len(outer):] != outer:
+        raise CannotFix("the array is bound in a loop the write is not in")
+    if any(not any(a is stmt for a in [n, *ctx.ancestors(n)]) for n in loads):
+        raise CannotFix("the array is read elsewhere than in the write")
+    value = binding.value
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "numpy"
+            and not value.args and not value.keywords):
+        raise CannotFix("the array is not a `.numpy()` view")
+    source = value.func.value
+    while isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) \
+            and source.func.attr in _TO_NUMPY and not source.args and not source.keywords:
+        source = source.func.value
+    if not isinstance(source, ast.Name):
+        raise CannotFix("the view is not of a local tensor name")
+    if any(isinstance(n, ast.Name) and n.id == source.id and isinstance(n.ctx, ast.Store)
+           and binding.lineno < n.lineno < stmt.lineno for n in ast.walk(scope)):
+        raise CannotFix("the tensor's name is bound again between the view and the write")
+    return source.id
+
+
+def _in_torch(ctx: FixContext, write: Write, array: str, tensor: str) -> str:
+    """The write's statement spelled as the torch op on ``tensor``, rebinding it."""
+    if write.kind == "out":
+        call = write.call
+        q = ctx.qual(call.func) or ""
+        twin = _OUT_TWINS.get(q.removeprefix("numpy.")) if q.startswith("numpy.") else None
+        first = call.args[0] if call.args else None
+        if twin is None or len(call.keywords) != 1 or not (isinstance(first, ast.Name) and first.id == array):
+            raise CannotFix("no torch twin for this NumPy call")
+        numbers = call.args[1:]
+        if not all(_number(n) for n in numbers) or twin.count("{") - 1 != len(numbers):
+            raise CannotFix("the NumPy call's other arguments are not numbers")
+        return f"{tensor} = " + twin.format(*(ctx.source(n) for n in numbers), t=tensor)
+    if write.kind == "augassign" and type(write.stmt.op) in _AUG and _number(write.stmt.value):
+        return f"{tensor} = {tensor} {_AUG[type(write.stmt.op)]} {ctx.source(write.stmt.value)}"
+    if write.kind == "setitem" and _number(write.stmt.value):
+        index = write.target.slice
+        if not _plain_index(index, array):
+            raise CannotFix("an index NumPy and torch may read differently")
+        spelled = _renamed(ctx, index, array, tensor)
+        return f"{tensor} = {tensor}.clone()\n{tensor}[{spelled}] = {ctx.source(write.stmt.value)}"
+    raise CannotFix("no torch twin for this NumPy write")
+
+
+def _number(node: ast.expr) -> bool:
+    return all(isinstance(n, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.operator, ast.unaryop)) for n in ast.walk(node)) \
+        and all(isinstance(n.value, (int, float)) and not isinstance(n.value, bool)
+                for n in ast.walk(node) if isinstance(n, ast.Constant))
+
+
+def _plain_index(index: ast.expr, array: str) -> bool:
+    """Integers, slices, names, and comparisons of the array with numbers: indexes that mean the same to NumPy
+    and to torch."""
+    for node in ast.walk(index):
+        if isinstance(node, ast.Compare):
+            if not (isinstance(node.left, ast.Name) and node.left.id == array and len(node.comparators) == 1
+                    and _number(node.comparators[0])):
+                return False
+        elif isinstance(node, ast.Name):
+            continue
+        elif not isinstance(node, (ast.Tuple, ast.Slice, ast.Constant, ast.UnaryOp, ast.BinOp, ast.Load,
+                                   ast.operator, ast.unaryop, ast.cmpop)):
+            return False
+        if isinstance(node, ast.Constant) and not (node.value is None or _number(node)):
+            return False
+    return True
+
+
+def _renamed(ctx: FixContext, expr: ast.expr, old: str, new: str) -> str:
+    text = ctx.source(expr)
+    base_line, base_col = expr.lineno, expr.col_offset
+    if expr.end_lineno != base_line:
+        raise CannotFix("the index spans lines")
+    names = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == old),
+                   key=lambda n: n.col_offset, reverse=True)
+    for n in names:
+        start = ctx._chars(base_line, n.col_offset) - ctx._chars(base_line, base_col)
+        text = text[:start] + new + text[start + len(old):]
+    return text
 
 
 RULE = Rule(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
-from ..fixes import CannotFix
-from ..fixes import structural as S
-from ..fixes.rebuilds import keep_tensor
+import ast
+
+from ..diagnostics import Fix, Severity
+from ..fixes.context import CannotFix, FixContext
+from ..fixes.edits import Rewrite
+from ..fixes.writes import parse_expr
 from ..inference.events import Finding, GraphBreak
 from ..messages import Message
 from .base import Example, Rule
@@ -58,17 +60,411 @@ def _check_cut(event):
     )
 
 
-def fix(ctx, finding):
+# ---- The fix --------------------------------------------------------------------------------------
+# Each fix keeps the tensor the cut or the rebuild dropped; the first that applies is offered.
+#
+# - **a cut** -- a `.detach()`/`.data` that starves parameters the optimizer updates is dropped.  Safe.
+# - **numbers in arithmetic** -- ``torch.tensor([a, b])`` is ``torch.stack([a, b])``; ``t.item()``/``float(t)``
+#   as an operand, summed by ``sum(...)`` of a generator, or bound to a name used only in arithmetic is ``t``
+#   (unsafe when the name has other uses: it then holds a tensor there too).
+# - **a copy of one tensor** -- ``torch.tensor(t)`` is ``t.clone().detach()`` (torch's own words), so
+#   ``t.clone()`` is the same copy with its graph; with ``dtype=``/``device=`` it is ``t.to(..., copy=True)``, and
+#   ``x.new_tensor(t)`` is ``t.to(x, copy=True)`` (``x``'s dtype and device).  Safe.
+# - **a list of tensors** -- ``torch.tensor(parts)``, where ``parts`` is only ever a list, is ``torch.stack(parts)``.
+# - **a number or list read out of a tensor** -- ``torch.tensor(float(loss), requires_grad=True)`` and
+#   ``torch.tensor(t.tolist())`` become the tensor itself.  Unsafe: the result keeps the tensor's dtype, shape and
+#   device where the rebuild made a fresh CPU leaf of the default dtype.
+# - **a NumPy round trip** -- ``torch.from_numpy(np.clip(t.detach().numpy(), a, b))`` is computed with the torch
+#   twins of the NumPy functions (``torch.clamp(t, a, b)``), a name bound to such an array only for this use
+#   included.  Unsafe: torch's dtype promotion and rounding may differ from NumPy's.
+
+def fix(ctx: FixContext, finding: Finding) -> Fix:
     """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
     in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses);
-    a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops (``rebuilds``);
+    a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops;
     drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
     if finding.data.get("cut"):
-        return S.fix_cut(ctx, finding)
+        return _let_gradient_through(ctx, finding)
     try:
-        return S.fix_graph_break(ctx, finding)
+        return _keep_tensors_in_arithmetic(ctx, finding)
     except CannotFix:
-        return keep_tensor(ctx, finding)
+        return _keep_rebuilt_tensor(ctx, finding)
+
+
+_FACTORIES = ("torch.tensor", "torch.as_tensor", "torch.asarray", "torch.from_numpy")
+_LIKE = ("dtype", "device")  # keywords a copy keeps as they are
+
+# NumPy functions with a torch twin of the same meaning: name -> (torch function, NumPy keyword -> torch keyword).
+_NUMPY_TWINS = {
+    "clip": ("clamp", {}),
+    "square": ("square", {}),
+    "sqrt": ("sqrt", {}),
+    "exp": ("exp", {}),
+    "log": ("log", {}),
+    "abs": ("abs", {}),
+    "absolute": ("abs", {}),
+    "tanh": ("tanh", {}),
+    "sin": ("sin", {}),
+    "cos": ("cos", {}),
+    "mean": ("mean", {"axis": "dim", "keepdims": "keepdim"}),
+    "sum": ("sum", {"axis": "dim", "keepdims": "keepdim"}),
+    "diff": ("diff", {"axis": "dim", "n": "n"}),
+}
+_TO_NUMPY = ("detach", "cpu")  # methods on the way to `.numpy()` that change neither values nor graph here
+
+
+def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
+    """The first rewrite above that applies to the finding's statement; CannotFix when none does."""
+    torch = ctx.torch_name()
+    if torch is None:
+        raise CannotFix("the file does not import torch as a module")
+    if (finding.data or {}).get("of_tensor") and isinstance(finding.node, ast.Call):
+        _require_not_rebuilt_again(ctx, finding.node)
+        return _copy_of_tensor(ctx, finding.node)
+    stmt = ctx.statement_of(finding.node)
+    for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+        if ctx.qual(call.func) not in _FACTORIES or len(call.args) != 1:
+            continue
+        _require_not_rebuilt_again(ctx, call)
+        keywords = {k.arg: k.value for k in call.keywords}
+        if None in keywords or set(keywords) - {*_LIKE, "requires_grad"}:
+            continue
+        arg = call.args[0]
+        if isinstance(arg, ast.Name) and ctx.qual(call.func) == "torch.tensor" and not keywords \
+                and _only_ever_a_list(ctx, arg):
+            new = parse_expr(f"{torch}.stack({arg.id})")
+            return Rewrite(ctx).replace_node(ctx.cst(call), new).fix(
+                f"Keep the graph: `{torch}.stack({arg.id})` instead of `{ctx.source(call)}`", safe=True)
+        number = _read_out_of(arg)
+        if number is not None and ctx.qual(call.func) == "torch.tensor":
+            return _the_tensor_itself(ctx, call, number, keywords)
+        translated = NumpyTranslation(ctx, torch)
+        text = translated.expr(arg)
+        if text is not None and (translated.numpy or translated.bindings):
+            return translated.fix(call, text, keywords)
+    raise CannotFix("no tensor-keeping rewrite for this rebuild")
+
+
+def _require_not_rebuilt_again(ctx: FixContext, call: ast.Call) -> None:
+    """CannotFix when the rebuilt tensor goes straight into another rebuild (``Variable(torch.tensor(...),
+    requires_grad=True)``): keeping the tensor here would still lose its graph there."""
+    parent = ctx.parents.get(call)
+    if isinstance(parent, ast.keyword):
+        parent = ctx.parents.get(parent)
+    if isinstance(parent, ast.Call) and call is not parent.func and (
+            ctx.qual(parent.func) in (*_FACTORIES, "torch.autograd.Variable", "torch.nn.Parameter")
+            or isinstance(parent.func, ast.Attribute) and parent.func.attr in ("new_tensor", "Variable")):
+        raise CannotFix("the rebuilt tensor is rebuilt again by the call around it")
+
+
+def _copy_of_tensor(ctx: FixContext, call: ast.Call) -> Fix:
+    """``torch.tensor(t, dtype=d)`` -> ``t.to(dtype=d, copy=True)``; ``x.new_tensor(t)`` -> ``t.to(x, copy=True)``."""
+    q = ctx.qual(call.func)
+    keywords = {k.arg: k.value for k in call.keywords}
+    if None in keywords or set(keywords) - set(_LIKE):
+        raise CannotFix("keywords a copy does not keep as they are")
+    kw = ", ".join(f"{k}={ctx.source(v)}" for k, v in keywords.items())
+    if q == "torch.tensor" and len(call.args) == 1:
+        source = call.args[0]
+        new = f"{_atom(ctx, source)}.to({kw}, copy=True)" if kw else f"{_atom(ctx, source)}.clone()"
+    elif isinstance(call.func, ast.Attribute) and call.func.attr == "new_tensor" and len(call.args) == 1 \
+            and _plain(call.func.value):
+        source, like = call.args[0], ctx.source(call.func.value)
+        if kw:
+            defaults = "".join(f", {k}={like}.{k}" for k in _LIKE if k not in keywords)
+            new = f"{_atom(ctx, source)}.to({kw}{defaults}, copy=True)"
+        else:
+            new = f"{_atom(ctx, source)}.to({like}, copy=True)"
+    else:
+        raise CannotFix("not a one-tensor copy")
+    rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(new))
+    return rw.fix(f"Keep the graph: `{new}` copies `{ctx.source(source)}` with its gradient", safe=True)
+
+
+def _the_tensor_itself(ctx: FixContext, call: ast.Call, tensor: ast.expr, keywords: dict) -> Fix:
+    if any(k != "requires_grad" for k in keywords):
+        raise CannotFix("a dtype or device the tensor may not have")
+    if "requires_grad" in keywords and not (isinstance(keywords["requires_grad"], ast.Constant)
+                                            and keywords["requires_grad"].value is True):
+        raise CannotFix("requires_grad is not plainly True")
+    text = _atom(ctx, tensor)
+    rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
+    return rw.fix(f"Keep the graph: use `{ctx.source(tensor)}` instead of `{ctx.source(call)}` (unsafe: the result "
+                  "is that tensor, with its dtype, shape and device, not a new leaf whose `.grad` torch fills)",
+                  safe=False)
+
+
+def _read_out_of(arg: ast.expr) -> ast.expr | None:
+    """``float(t)``, ``t.item()``, ``t.tolist()``: the tensor ``t`` the number or list is read out of."""
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "float" \
+            and len(arg.args) == 1 and not arg.keywords:
+        return arg.args[0]
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr in ("item", "tolist") \
+            and not arg.args and not arg.keywords:
+        return arg.func.value
+    return None
+
+
+def _only_ever_a_list(ctx: FixContext, name: ast.Name) -> bool:
+    """Whether every binding of ``name`` in its function is a list display or comprehension, and the name is
+    no parameter and not declared global or nonlocal (so it holds a list wherever it is read)."""
+    scope = ctx.scope_of(name)
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    args = scope.args
+    if any(a.arg == name.id for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a):
+        return False
+    bound = 0
+    for node in ast.walk(scope):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
+            return False
+        if isinstance(node, ast.Name) and node.id == name.id and isinstance(node.ctx, (ast.Store, ast.Del)):
+            parent = ctx.parents.get(node)
+            if not (isinstance(parent, ast.Assign) and parent.targets == [node]
+                    and isinstance(parent.value, (ast.List, ast.ListComp))):
+                return False
+            bound += 1
+    return bound > 0
+
+
+def _plain(node: ast.expr) -> bool:
+    """A name or attribute chain: reading it twice reads the same thing."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _atom(ctx: FixContext, node: ast.expr) -> str:
+    text = ctx.source(node)
+    return text if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) else f"({text})"
+
+
+class NumpyTranslation:
+    """An expression computed in NumPy from tensors, spelled with torch ops: ``t.detach().numpy()`` is ``t``,
+    ``np.clip`` is ``torch.clamp``, arithmetic with numbers stays.  A name bound (once, in the same function,
+    before) to such an array and read nowhere else is translated at its binding too."""
+
+    def __init__(self, ctx: FixContext, torch: str):
+        self.ctx, self.torch = ctx, torch
+        self.numpy = False  # a `.numpy()` was seen: the expression starts from a tensor
+        self.bindings: list[tuple[ast.expr, str]] = []  # (a binding's value, its torch spelling)
+
+    def expr(self, node: ast.expr) -> str | None:
+        ctx = self.ctx
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return ctx.source(node)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            inner = self.expr(node.operand)
+            return None if inner is None else f"{ctx.source(node)[:1]}({inner})"
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)):
+            left, right = self.expr(node.left), self.expr(node.right)
+            if left is None or right is None:
+                return None
+            op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}[type(node.op)]
+            return f"({left} {op} {right})"
+        if isinstance(node, ast.Name):
+            return self._bound(node)
+        if not isinstance(node, ast.Call):
+            return None
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "numpy" and not node.args and not node.keywords:
+            source = func.value
+            while isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) \
+                    and source.func.attr in _TO_NUMPY and not source.args and not source.keywords:
+                source = source.func.value
+            self.numpy = True
+            return _atom(ctx, source)
+        q = ctx.qual(func) or ""
+        converted = self._converter_argument(node)
+        if converted is not None:
+            self.numpy = True
+            return _atom(ctx, converted)
+        if not q.startswith("numpy."):
+            return None
+        twin = _NUMPY_TWINS.get(q[len("numpy."):])
+        if twin is None or any(k.arg is None or k.arg not in twin[1] for k in node.keywords):
+            return None
+        args = [self.expr(node.args[0]) if node.args else None, *(ctx.source(a) for a in node.args[1:])]
+        if not args or args[0] is None or any(a is None for a in args):
+            return None
+        if any(not _number(a) for a in node.args[1:]):
+            return None  # array bounds or counts: torch wants tensors or ints where NumPy broadcasts
+        given = {k.arg for k in node.keywords}
+        if "keepdims" in given and "axis" not in given:
+            return None  # NumPy keeps every dimension; torch's keepdim needs a dim
+        if any(k.arg == "axis" and not _number(k.value) and not (
+                isinstance(k.value, ast.Tuple) and all(_number(e) for e in k.value.elts)) for k in node.keywords):
+            return None  # `axis=None` or a computed axis
+        keywords = [f"{twin[1][k.arg]}={ctx.source(k.value)}" for k in node.keywords]
+        return f"{self.torch}.{twin[0]}({', '.join([*args, *keywords])})"
+
+    def _converter_argument(self, call: ast.Call) -> ast.expr | None:
+        """``meter.to_numpy(t)`` where every function of the file with that name only returns its argument's
+        ``.numpy()`` (``return t.detach().cpu().numpy()``): the tensor ``t``."""
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+        if name is None or len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
+            return None
+        defs = [n for n in ast.walk(self.ctx.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                                       ast.Lambda)) and getattr(n, "name", None) == name]
+        method = isinstance(call.func, ast.Attribute)
+        if not defs or any(not _returns_numpy_of_argument(d, method) for d in defs) \
+                or (not method and name in self.ctx.imports):
+            return None
+        return call.args[0]
+
+    def _bound(self, name: ast.Name) -> str | None:
+        """The torch spelling of the one earlier binding of ``name`` in its function, when ``name`` is read only
+        here (so the binding may hold a tensor instead of an array)."""
+        ctx = self.ctx
+        scope = ctx.scope_of(name)
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        stores, loads = [], []
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Name) and node.id == name.id:
+                (loads if isinstance(node.ctx, ast.Load) else stores).append(node)
+            elif isinstance(node, (ast.Global, ast.Nonlocal, *_NESTED)) and node is not scope:
+                if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
+                    return None
+                if not isinstance(node, (ast.Global, ast.Nonlocal)) and any(
+                        isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(node)):
+                    return None
+        if loads != [name] or len(stores) != 1:
+            return None
+        assign = ctx.parents.get(stores[0])
+        if not (isinstance(assign, ast.Assign) and assign.targets == [stores[0]]
+                and ctx.parents.get(assign) is ctx.parents.get(ctx.statement_of(name))
+                and assign.lineno < name.lineno and not ctx.loops_around(assign, scope)):
+            return None
+        text = self.expr(assign.value)
+        if text is None:
+            return None
+        self.bindings.append((assign.value, text))
+        return name.id
+
+    def fix(self, call: ast.Call, text: str, keywords: dict) -> Fix:
+        ctx = self.ctx
+        if set(keywords) - {"requires_grad"}:
+            raise CannotFix("a dtype or device on the rebuilt array")
+        rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
+        for value, spelled in self.bindings:
+            rw.replace_node(ctx.cst(value), parse_expr(spelled))
+        leaf = ", and the result is not a new leaf whose `.grad` torch fills" if "requires_grad" in keywords else ""
+        return rw.fix(f"Keep the graph: compute `{_short(text)}` with torch instead of NumPy (unsafe: torch's dtype "
+                      f"promotion and rounding may differ from NumPy's{leaf})", safe=False)
+
+
+def _returns_numpy_of_argument(fn: ast.AST, method: bool) -> bool:
+    """``def f(self, t)`` (``method``) or ``def f(t)``, undecorated, whose body is ``return t[.detach()][.cpu()].numpy()``."""
+    if not isinstance(fn, ast.FunctionDef) or fn.decorator_list or len(fn.body) != 1 \
+            or not isinstance(fn.body[0], ast.Return):
+        return False
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.defaults \
+            or params[:1] != ["self"] * method or len(params) != 1 + method:
+        return False
+    value = fn.body[0].value
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "numpy"
+            and not value.args and not value.keywords):
+        return False
+    source = value.func.value
+    while isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) \
+            and source.func.attr in _TO_NUMPY and not source.args and not source.keywords:
+        source = source.func.value
+    return isinstance(source, ast.Name) and source.id == params[-1]
+
+
+def _number(node: ast.expr) -> bool:
+    """A number written out (``1 - 1e-4``): the same value to NumPy and to torch."""
+    return all(isinstance(n, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.operator, ast.unaryop)) for n in ast.walk(node)) \
+        and all(isinstance(n.value, (int, float)) for n in ast.walk(node) if isinstance(n, ast.Constant))
+
+
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
+    node = finding.node
+    torch = ctx.torch_name()
+    stmt = ctx.statement_of(node)
+    candidates = [n for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+    # torch.tensor([a, b]) with no other arguments -> torch.stack([a, b])
+    for call in candidates:
+        if (ctx.qual(call.func) == "torch.tensor" and torch is not None and len(call.args) == 1 and not call.keywords
+                and isinstance(call.args[0], (ast.List, ast.ListComp)) and (not isinstance(call.args[0], ast.List) or call.args[0].elts)):
+            new = parse_expr(f"{torch}.stack({ctx.source(call.args[0])})")
+            rw = Rewrite(ctx).replace_node(ctx.cst(call), new)
+            return rw.fix(f"Keep the graph: `{torch}.stack(...)` instead of `{torch}.tensor(...)`", safe=True)
+    # t.item() / float(t) inside tensor arithmetic -> t
+    for call in candidates:
+        inner = None
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "item" and not call.args:
+            inner = call.func.value
+        elif isinstance(call.func, ast.Name) and call.func.id == "float" and len(call.args) == 1 and "float" not in ctx.imports:
+            inner = call.args[0]
+        if inner is None:
+            continue
+        parent = ctx.parents.get(call)
+        if isinstance(parent, ast.BinOp) or _summed(ctx, call):
+            safe = True
+        elif isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0], ast.Name):
+            safe = _only_arithmetic_uses(ctx, parent, parent.targets[0].id)
+        else:
+            continue
+        text = ctx.source(inner)
+        if not isinstance(inner, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+            text = f"({text})"
+        rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
+        title = f"Keep the graph: use `{ctx.source(inner)}` instead of `{ctx.source(call)}`"
+        return rw.fix(title if safe else f"{title} (unsafe: the name then holds a tensor in its other uses)", safe=safe)
+    raise CannotFix("no tensor-keeping rewrite for this graph break")
+
+
+def _let_gradient_through(ctx: FixContext, finding: Finding) -> Fix:
+    """``t.detach()`` / ``t.data`` that starves parameters the optimizer updates -> ``t``: the gradient flows again."""
+    node = finding.node
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach" \
+            and not node.args and not node.keywords:
+        inner = node.func.value
+    elif isinstance(node, ast.Attribute) and node.attr == "data":
+        inner = node.value
+    else:
+        raise CannotFix("not a plain `.detach()` or `.data`")
+    rw = Rewrite(ctx).replace_node(ctx.cst(node), parse_expr(ctx.source(inner)))
+    return rw.fix(f"Let the gradient through: `{ctx.source(inner)}` instead of `{ctx.source(node)}`", safe=True)
+
+
+def _summed(ctx: FixContext, call: ast.Call) -> bool:
+    """``sum(t.item() for t in ...)``: the sum of the tensors is the same number, with its graph."""
+    comprehension = ctx.parents.get(call)
+    if not isinstance(comprehension, (ast.GeneratorExp, ast.ListComp)) or comprehension.elt is not call:
+        return False
+    outer = ctx.parents.get(comprehension)
+    # The sum rebuilt into a new leaf (`torch.tensor(sum(...), requires_grad=True)`) would stay cut: not this fix.
+    rebuilt = isinstance(ctx.parents.get(outer), ast.Call) and ctx.parents.get(outer).func is not outer
+    return (isinstance(outer, ast.Call) and isinstance(outer.func, ast.Name) and outer.func.id == "sum"
+            and outer.args == [comprehension] and "sum" not in ctx.imports and not rebuilt)
+
+
+def _only_arithmetic_uses(ctx: FixContext, assign: ast.Assign, name: str) -> bool:
+    """Whether every later read of ``name`` in its function is an operand of arithmetic (a tensor serves there
+    as the number did), and nothing else assigns it."""
+    scope = ctx.scope_of(assign)
+    uses = 0
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Name) or node.id != name or node is assign.targets[0]:
+            continue
+        if not isinstance(node.ctx, ast.Load) or node.lineno < assign.lineno:
+            return False
+        if not isinstance(ctx.parents.get(node), (ast.BinOp, ast.UnaryOp)):
+            return False
+        uses += 1
+    return uses > 0
 
 
 RULE = Rule(

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
-from ..fixes import structural as S
+import ast
+
+from ..diagnostics import Fix, Severity, TextEdit
+from ..fixes import inplace as F
+from ..fixes.context import CannotFix, FixContext
+from ..fixes.moves import block_around, mutation_in, no_grad_block
+from ..fixes.writes import PIECES, VIEW_METHODS, Write, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -33,9 +38,179 @@ def check(mutation: Mutation):
     )
 
 
-def fix(ctx, finding):
+# ---- The fix --------------------------------------------------------------------------------------
+def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     """Make the view with grad mode on (and write out of place), else write under no_grad too."""
-    return S.fix_nograd_view(ctx, finding)
+    mutation = mutation_in(finding)
+    if not any(t.nograd_view for t in mutation.target.view_chain()):
+        # A view of a tensor that does not require grad (a buffer, a memory bank), written with a value that
+        # does: the tensor was never meant to carry a graph, and torch refuses to give it one.  Store the values.
+        write = F.Write.of(ctx, mutation.entry())
+        rw, desc = F.no_grad_wrap(ctx, write.stmt)
+        return rw.fix(f"Write the values under `{desc}`", safe=True)
+    made = F.fix_or_none(lambda: _view_with_grad(ctx, mutation))
+    if made is None:  # the view comes from a helper that makes it under no_grad
+        made = F.fix_or_none(lambda: helper_view_with_grad(ctx, mutation, _nograd_origin(mutation)))
+    # Writing under no_grad too is not offered: it drops the gradient through the write (chunk/unbind/transpose
+    # fixtures then raise or differ from their reference).
+    return made
+
+
+def _view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
+    """Move the view's binding out of its ``with torch.no_grad():`` (the view then has history), and write
+    out of place when nothing else sees the memory."""
+    origin = _nograd_origin(mutation)
+    binding = ctx.statement_of(origin)
+    if not isinstance(binding, ast.Assign) or not all(isinstance(t, (ast.Name, ast.Tuple)) for t in binding.targets):
+        raise CannotFix("the view is not bound to a local name")
+    block = no_grad_block(ctx, binding)
+    if block is None:
+        raise CannotFix("the view is not made directly in a no_grad block")
+    if ctx.function_of(block) is not ctx.function_of(mutation.entry()) or ctx.function_of(block) is None:
+        raise CannotFix("the view is made in another function")
+    if block.body[0] is not binding:
+        raise CannotFix("the view is not the first statement of its no_grad block")
+    write_stmt = ctx.statement_of(mutation.entry())
+    if ctx.loops_around(write_stmt) != ctx.loops_around(block):
+        raise CannotFix("the write and the view are in different loops")
+    if block_around(ctx, block) is None or not any(s is write_stmt for s in block_around(ctx, block)):
+        raise CannotFix("the write is not in the block of the view")
+    ctx.require_own_lines(block)
+    ctx.require_own_lines(binding)
+    nl, lines = ctx.newline, ctx.lines
+    indent = ctx.indent_of(block)
+    body_indent = ctx.indent_of(binding)
+    moved = "".join(indent + line[len(body_indent):].rstrip("\r\n") + nl if line.startswith(body_indent) else line
+                    for line in lines[binding.lineno - 1:binding.end_lineno])
+    edits = []
+    if len(block.body) == 1:
+        edits.append(TextEdit(block.lineno, 1, block.end_lineno + 1, 1, moved))
+    else:
+        edits.append(TextEdit(block.lineno, 1, block.lineno, 1, moved))
+        edits.append(TextEdit(binding.lineno, 1, binding.end_lineno + 1, 1, ""))
+    title = f"Make the view with grad mode on: `{ctx.source(binding)[:50]}` outside the no_grad block"
+    rebind = F.fix_or_none(lambda: F.Rebind(ctx, Write.of(ctx, mutation.entry())))
+    safe, built = True, None
+    if rebind is not None and rebind.direct and rebind.report.only_holders:
+        built = F.fix_or_none(rebind.rewrite)
+        if built is not None:
+            more = built[0].edits()
+            moved_end = max((e.end_line, e.end_column) for e in edits)
+            if any((e.line, e.column) <= moved_end for e in more):
+                raise CannotFix("the write is next to the view's binding")
+            edits.extend(more)
+            title += f", then write out of place: `{built[1][:50]}`"
+            if not rebind.report.clean:  # `emb.weight` (tied) or a list holds the memory: it keeps the old values
+                safe = False
+                title += f" (unsafe: {rebind.report.reason()}, and no longer sees the write)"
+    if built is None:
+        root = mutation.target.root()
+        if root.leaf or root.param:
+            raise CannotFix("an in-place write to a view of a leaf would still raise")
+        if mutation.target.multi_view or any(isinstance(t, ast.Tuple) for t in binding.targets):
+            # `q, k = qk.chunk(2)`: torch refuses an in-place write to a piece of chunk/split/unbind made with
+            # grad on (GG004), so the view may leave no_grad only with the write out of place
+            raise CannotFix("an in-place write to a piece of chunk/split/unbind would raise with grad on")
+    edits.sort(key=lambda e: (e.line, e.column))
+    return Fix(title, safe, tuple(edits))
+
+
+def _nograd_origin(mutation: Mutation) -> ast.AST:
+    """Where the view made under no_grad is made: the written view itself, or the one it is a view of (``row``
+    for a write to ``row[:2]``, where ``row = h[0]`` was taken under no_grad)."""
+    for t in mutation.target.view_chain():
+        if t.nograd_view and not (t.base is not None and t.base.nograd_view):
+            if t.origin is None:
+                break
+            return t.origin
+    raise CannotFix("cannot see where the view is made")
+
+
+# ---- The fix of a view a no_grad helper makes ----------------------------------------------------
+# GG105 when the view comes from a helper that makes it under no_grad (``@torch.no_grad()`` on it, or a
+# ``with torch.no_grad():`` around its ``return``): the helper makes it with grad mode on, and the caller's write
+# goes out of place when torch would refuse it in place (a view of a leaf, one of several pieces).
+#
+# Offered only when the helper does nothing but return views of its inputs (indexing, ``t()``, ``chunk``...), so
+# grad mode changes nothing in it but whether the views have history.  Always unsafe: every caller of the helper
+# then gets views with history wherever the input requires grad.
+
+def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) -> Fix:
+    ret = ctx.statement_of(origin)
+    fn = ctx.function_of(ret)
+    if not isinstance(ret, ast.Return) or ret.value is not origin or fn is None \
+            or fn is ctx.function_of(mutation.entry()):
+        raise CannotFix("the view is not what a helper returns")
+    if not _only_views(ctx, origin):
+        raise CannotFix("the helper computes more than views: grad mode would change more than their history")
+    body = fn.body[1:] if _docstring(fn.body[0]) else fn.body
+    edits = []
+    if body == [ret] and len(fn.decorator_list) == 1 and _is_no_grad(ctx, fn.decorator_list[0]):
+        decorator = fn.decorator_list[0]
+        if ctx.lines[decorator.lineno - 1].strip() != "@" + ctx.source(decorator):
+            raise CannotFix("the decorator does not have its line to itself")
+        edits.append(TextEdit(decorator.lineno, 1, decorator.lineno + 1, 1, ""))
+        how = "without `@torch.no_grad()`"
+    elif len(body) == 1 and isinstance(body[0], ast.With) and body[0].body == [ret] and not fn.decorator_list \
+            and len(body[0].items) == 1 and _is_no_grad(ctx, body[0].items[0].context_expr) \
+            and body[0].items[0].optional_vars is None and ret.lineno == ret.end_lineno:
+        block = body[0]
+        ctx.require_own_lines(block)
+        ctx.require_own_lines(ret)
+        line = ctx.lines[ret.lineno - 1].rstrip("\r\n")
+        edits.append(TextEdit(block.lineno, 1, block.end_lineno + 1, 1,
+                              ctx.indent_of(block) + line.lstrip() + ctx.newline))
+        how = "outside its no_grad block"
+    else:
+        raise CannotFix("the helper does more than return the view under no_grad")
+    title = f"Make the view with grad mode on: `{fn.name}` returns `{short(ctx.source(origin), 40)}` {how}"
+    rebind = F.fix_or_none(lambda: F.Rebind(ctx, Write.of(ctx, mutation.entry())))
+    built = F.fix_or_none(rebind.rewrite) if rebind is not None and rebind.direct and rebind.report.clean else None
+    if built is not None:
+        edits.extend(built[0].edits())
+        title += f", then write out of place: `{short(built[1], 50)}`"
+    else:
+        root = mutation.target.root()
+        if root.leaf or root.param:
+            raise CannotFix("an in-place write to a view of a leaf would still raise")
+        if _pieces(ctx, origin):
+            raise CannotFix("an in-place write to one of several views of one call would still raise")
+    title += f" (unsafe: every call of `{fn.name}` now gets views with history where its input requires grad)"
+    return Fix(title, False, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+
+
+def _only_views(ctx: FixContext, expr: ast.expr) -> bool:
+    """Names, attributes, basic indexing with numbers and slices, and view methods with number arguments."""
+    if isinstance(expr, ast.Name):
+        return True
+    if isinstance(expr, ast.Attribute):
+        return _only_views(ctx, expr.value)
+    if isinstance(expr, ast.Subscript):
+        return _only_views(ctx, expr.value) and all(_plain_number(n) for n in ast.walk(expr.slice))
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in VIEW_METHODS \
+            and expr.func.attr not in ("detach", "contiguous"):
+        numbers = [*expr.args, *(k.value for k in expr.keywords)]
+        return _only_views(ctx, expr.func.value) and all(_plain_number(n) for a in numbers for n in ast.walk(a))
+    return False
+
+
+def _plain_number(node: ast.AST) -> bool:
+    """A part of an integer, a slice, ``None`` or ``...`` written out: basic indexing, never a copy."""
+    if isinstance(node, ast.Constant):
+        return node.value is None or node.value is Ellipsis or type(node.value) is int
+    return isinstance(node, (ast.Tuple, ast.Slice, ast.UnaryOp, ast.USub, ast.Load))
+
+
+def _pieces(ctx: FixContext, origin: ast.AST) -> bool:
+    return isinstance(origin, ast.Call) and isinstance(origin.func, ast.Attribute) and origin.func.attr in PIECES
+
+
+def _is_no_grad(ctx: FixContext, node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and ctx.qual(node.func) == "torch.no_grad" and not node.args and not node.keywords
+
+
+def _docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 RULE = Rule(

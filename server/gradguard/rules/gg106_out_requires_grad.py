@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ast
 
-from ..diagnostics import Severity
-from ..fixes import inplace as F
+from ..diagnostics import Fix, Severity
+from ..fixes.context import CannotFix, FixContext
+from ..fixes.inplace import Rebind, is_parameter_update, mutation_of, no_grad_wrap, rebind_fix
+from ..fixes.writes import Write
+
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -50,9 +53,21 @@ def _out_source(node: ast.AST) -> str:
     return ast.unparse(out) if out is not None else "result"
 
 
-def fix(ctx, finding):
-    """A parameter update goes under ``torch.no_grad()``; a computation drops ``out=`` and binds the result."""
-    return F.fix_out_argument(ctx, finding)
+# ---- The fix --------------------------------------------------------------------------------------
+def fix(ctx: FixContext, finding: Finding) -> Fix | None:
+    """GG106: a parameter update or reset goes under ``torch.no_grad()``; a computation drops ``out=`` and binds
+    the result (``buf = torch.mul(h, s)``), which autograd records.  Never an ``out=`` into a copy: that call
+    would raise the same error."""
+    mutation = mutation_of(finding)
+    write = Write.of(ctx, mutation.node)  # torch refuses the call itself, wherever the tensors were made
+    if write.kind != "out":
+        raise CannotFix("the write is not an out= call")
+    leaf = mutation.target.requires_grad != Grad.NO and mutation.target.leaf and mutation.target.base is None
+    if leaf and (mutation.value_grad == Grad.NO or is_parameter_update(ctx, mutation, write)):
+        # plain values into a leaf (an initialisation), or an optimizer-style update
+        rw, desc = no_grad_wrap(ctx, write.stmt)
+        return rw.fix(f"Update under `{desc}`", safe=True)
+    return rebind_fix(Rebind(ctx, write), "Compute out of place")
 
 
 RULE = Rule(

@@ -3,8 +3,14 @@ hook, ``autograd.grad(inputs=...)``): torch answers for the value after the writ
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
-from ..fixes import inplace as F
+import ast
+
+from ..diagnostics import Fix, Severity
+from ..fixes.aliases import analyse
+from ..fixes.context import CannotFix, FixContext
+from ..fixes.edits import Rewrite
+from ..fixes.inplace import assigned_after, fresh_name, inside, later_reads_of_name, mutation_of, require_dominated
+from ..fixes.writes import Write, assign, aug_to_binop, code, cst_mod, out_of_place, root_name, short
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -41,9 +47,56 @@ def check(mutation: Mutation):
     )
 
 
-def fix(ctx, finding):
-    """Write out of place into a new name; the tensor whose gradient is asked for keeps its values."""
-    return F.fix_asked_write(ctx, finding)
+# ---- The fix --------------------------------------------------------------------------------------
+def fix(ctx: FixContext, finding: Finding) -> Fix:
+    """GG107: the tensor whose own gradient is asked for keeps its name and its value; the write becomes an
+    out-of-place op bound to a new name, which the later uses read (``h_new = h.mul(mask)``).  The asks
+    (``h.grad``, ``inputs=[h]``, a helper that registers a hook on ``h``) keep reading ``h``, so autograd
+    answers for the tensor they name, over every use.  Unsafe when something else holds the tensor: it then
+    keeps the old values."""
+    cst = cst_mod()
+    mutation = mutation_of(finding)
+    write = Write.of(ctx, mutation.entry())
+    name, direct = root_name(write.target)
+    if name is None or not direct or write.kind not in ("augassign", "method") or write.value_use:
+        raise CannotFix("not a whole-tensor write statement on a local name")
+    stmt = write.stmt
+    scope = ctx.scope_of(stmt)
+    if ctx.loops_around(stmt, scope):
+        raise CannotFix("the write is in a loop: earlier iterations would read the new name")
+    if assigned_after(ctx, scope, stmt, name, stmt):
+        raise CannotFix(f"`{name}` is assigned again later")
+    asking = [a.node for a in mutation.asks]
+    reads = [r for r in later_reads_of_name(ctx, scope, stmt, name)
+             if not inside(ctx, r, stmt) and not _asks_through(ctx, r, asking)]
+    if not reads:
+        raise CannotFix(f"`{name}` is not read after the write")
+    require_dominated(ctx, reads, stmt)
+    report = analyse(ctx, stmt, name, write_call=write.call)
+    if not report.only_holders:
+        raise CannotFix(report.reason())
+    local = fresh_name(ctx, scope, f"{name}_new")
+    value = aug_to_binop(ctx.cst(stmt)) if write.kind == "augassign" else out_of_place(ctx, write.call)
+    new = assign(cst.Name(local), value)
+    rw = Rewrite(ctx).replace_node(ctx.cst(stmt), new)
+    for node in reads:
+        rw.replace_node(ctx.cst(node), cst.Name(local))
+    title = f"Write out of place into a new name, and keep `{name}` for its gradient: `{short(code(new))}`"
+    if report.clean:
+        return rw.fix(title, safe=True)
+    return rw.fix(f"{title} (unsafe: {report.reason()}, and now sees the unwritten values)", safe=False)
+
+
+def _asks_through(ctx: FixContext, read: ast.Name, asking: list[ast.AST]) -> bool:
+    """Is ``read`` where the gradient is asked for: inside the ask (``inputs=[h]``), or handed to the function
+    that asks (``monitor.watch(h)`` where ``watch`` registers the hook)?"""
+    if any(inside(ctx, read, a) or read is a for a in asking):
+        return True
+    call = ctx.parents.get(read)
+    if not (isinstance(call, ast.Call) and read in call.args):
+        return False
+    callee = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+    return any((fn := ctx.function_of(a)) is not None and fn.name == callee for a in asking)
 
 
 RULE = Rule(

@@ -3,10 +3,15 @@ of the graph may share: their gradients change silently."""
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
-from ..fixes.hooks import fix_hook_write
+import ast
+
+from ..diagnostics import Fix, Severity, TextEdit
+from ..fixes.aliases import VIEW_ATTRS
+from ..fixes.context import FUNCTIONS, CannotFix, FixContext
+from ..fixes.writes import VIEW_METHODS, Write, aug_to_binop, code, out_of_place, short
 from ..inference.events import Finding, HookWrite
 from ..messages import Message
+from ..statements import own_nodes
 from .base import Example, Rule
 
 
@@ -27,9 +32,148 @@ def check(write: HookWrite):
     )
 
 
-def fix(ctx, finding):
+# ---- The fix --------------------------------------------------------------------------------------
+# GG108's rewrite: a gradient hook that writes its gradient in place returns a new one instead.
+#
+#     lambda g: g.clamp_(-c, c)          ->  lambda g: g.clamp(-c, c)
+#     def f(g): g *= -lam; return g      ->  def f(g): g = g * -lam; return g
+#     def f(g): g[pad] = 0               ->  def f(g): g = g.clone(); g[pad] = 0; return g
+#     def f(m, go): go[0].mul_(s)        ->  def f(m, go): go = (go[0].mul(s), *go[1:]); return go
+#
+# torch passes on whatever a hook returns (a tensor hook's tensor, a backward pre-hook's tuple), so the rewritten
+# hook gives the branch it is registered on the same gradient, and leaves the shared tensor other branches get
+# alone.  Only where nothing else can see the old gradient: the hook reads its parameter only through
+# non-view attributes, every ``return`` returns that parameter, and the function is used only as a hook.
+
+# What a hook's result replaces: the gradient itself, or a backward pre-hook's ``grad_output`` tuple.
+_TUPLE_HOOKS = frozenset({"register_full_backward_pre_hook"})
+_HOOK_REGISTERS = frozenset({"register_hook", "register_full_backward_pre_hook"})
+
+
+def fix(ctx: FixContext, finding: Finding) -> Fix:
     """Write out of place and return the new gradient (a tuple for a pre-hook)."""
-    return fix_hook_write(ctx, finding)
+    hook: HookWrite | None = (finding.data or {}).get("hook_write")
+    if hook is None:
+        raise CannotFix("the finding carries no hook write")
+    write = Write.of(ctx, finding.node)
+    scope = ctx.scope_of(write.stmt if not isinstance(finding.node, ast.Call) else finding.node)
+    if not isinstance(scope, (*FUNCTIONS, ast.Lambda)) or not _is_registered(hook.registered, scope):
+        # a function the hook calls: its return value goes back to the hook, which need not pass it on
+        raise CannotFix("the write is not in the hook's own body")
+    param, new = _gradient_and_new_value(ctx, write, scope, hook.register in _TUPLE_HOOKS)
+    if isinstance(scope, ast.Lambda):
+        if scope.body is not write.call or write.kind != "method":
+            raise CannotFix("a lambda that does more than the write")
+        line, column, end_line, end_column = ctx.char_range(write.call)
+        return _fix([TextEdit(line, column + 1, end_line, end_column + 1, new)], new)
+    _require_only_hook_uses(ctx, scope)
+    _require_no_other_reads(ctx, scope, write.stmt, param)
+    returns = [n for n in own_nodes(scope) if isinstance(n, ast.Return)]
+    if any(not (isinstance(r.value, ast.Name) and r.value.id == param) for r in returns):
+        raise CannotFix("the hook returns something other than its gradient")
+    if write.value_use:
+        raise CannotFix("the in-place call's result is used")
+    ctx.require_own_lines(write.stmt)
+    indent = ctx.newline + ctx.indent_of(write.stmt)
+    body = new if write.kind != "setitem" else f"{param} = {param}.clone(){indent}{ctx.source(write.stmt)}"
+    line, column, end_line, end_column = ctx.char_range(write.stmt)
+    edits = [TextEdit(line, column + 1, end_line, end_column + 1, body)]
+    if not returns:
+        last = scope.body[-1]
+        ctx.require_own_lines(last)
+        end = last.end_lineno
+        edits.append(TextEdit(end, len(ctx.lines[end - 1]) + 1, end, len(ctx.lines[end - 1]) + 1,
+                              f"{ctx.newline}{ctx.indent_of(scope.body[0])}return {param}"))
+    return _fix(edits, body.split(ctx.newline)[0] + ("" if returns else f"; return {param}"))
+
+
+def _fix(edits: list[TextEdit], desc: str) -> Fix:
+    return Fix(f"Return a new gradient from the hook instead of writing it: `{short(desc)}`", True,
+               tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+
+
+def _gradient_and_new_value(ctx: FixContext, write: Write, scope: ast.AST, as_tuple: bool) -> tuple[str, str]:
+    """The hook's gradient parameter, and the code that computes its new value (a statement for a ``def``,
+    an expression for a lambda)."""
+    params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args)}
+    target = write.target
+    index = None
+    if as_tuple:
+        if not (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant)
+                and type(target.slice.value) is int and target.slice.value >= 0):
+            raise CannotFix("a pre-hook write not on one item of its gradient tuple")
+        index, target = target.slice.value, target.value
+    if write.kind == "setitem" and not as_tuple:
+        target = target.value
+        while isinstance(target, ast.Subscript):
+            target = target.value
+    if not (isinstance(target, ast.Name) and target.id in params):
+        raise CannotFix("the write is not on the hook's gradient parameter")
+    param = target.id
+    if write.kind == "setitem":
+        if as_tuple:
+            raise CannotFix("an item write into a pre-hook's gradient")
+        return param, ""
+    if write.kind == "method":
+        value = code(out_of_place(ctx, write.call))
+    elif write.kind == "augassign":
+        value = code(aug_to_binop(ctx.cst(write.stmt)))
+    else:
+        raise CannotFix(f"a {write.kind} write")
+    if isinstance(scope, ast.Lambda):
+        if as_tuple:
+            raise CannotFix("a lambda pre-hook")
+        return param, value
+    if index is None:
+        return param, f"{param} = {value}"
+    before = f"*{param}[:{index}], " if index else ""
+    return param, f"{param} = ({before}{value}, *{param}[{index + 1}:])"
+
+
+def _require_no_other_reads(ctx: FixContext, scope: ast.AST, write: ast.stmt, param: str) -> None:
+    """Outside the write and the returns, the hook may read its gradient only through attributes that make no
+    view (``g.norm()``, ``g.shape``): anything else could keep the old tensor, which the write used to change."""
+    inside = {id(n) for n in ast.walk(write)}
+    for node in ast.walk(scope):
+        if not (isinstance(node, ast.Name) and node.id == param) or id(node) in inside:
+            continue
+        if node is getattr(scope.args, "vararg", None):
+            continue
+        parent = ctx.parents.get(node)
+        if isinstance(parent, ast.Return) or isinstance(node.ctx, ast.Param):
+            continue
+        if isinstance(node.ctx, ast.Store):
+            raise CannotFix(f"`{param}` is assigned in the hook")
+        if isinstance(parent, ast.Attribute) and parent.attr not in VIEW_METHODS | VIEW_ATTRS | {"data"}:
+            continue
+        raise CannotFix(f"`{param}` is read in the hook in a way that could keep it")
+
+
+def _is_registered(register: ast.AST, scope: ast.AST) -> bool:
+    """Is ``scope`` the function the register call hands to torch (by its name, a method's name, or the lambda
+    itself)?"""
+    if not (isinstance(register, ast.Call) and register.args):
+        return False
+    hook = register.args[0]
+    if isinstance(scope, ast.Lambda):
+        return hook is scope
+    if isinstance(hook, ast.Attribute):  # `self.register_full_backward_pre_hook(self.scale_grad)`
+        return hook.attr == scope.name
+    return isinstance(hook, ast.Name) and hook.id == scope.name
+
+
+def _require_only_hook_uses(ctx: FixContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    """The hook now returns the gradient where it may have returned None: every mention of the function must
+    hand it to a register call, where torch uses that result (a direct call would ignore it)."""
+    for node in ast.walk(ctx.tree):
+        named = (isinstance(node, ast.Name) and node.id == fn.name and isinstance(node.ctx, ast.Load)) or (
+            isinstance(node, ast.Attribute) and node.attr == fn.name)
+        if not named:
+            continue
+        call = ctx.parents.get(node)
+        if not (isinstance(call, ast.Call) and node in call.args and isinstance(call.func, ast.Attribute)
+                and call.func.attr in _HOOK_REGISTERS):
+            raise CannotFix(f"`{fn.name}` is used other than as a hook")
 
 
 RULE = Rule(

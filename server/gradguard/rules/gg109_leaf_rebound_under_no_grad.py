@@ -3,11 +3,16 @@ not require grad, while the optimizer (or the next ``w.grad``) still expects gra
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
-from ..fixes.leaf_update import fix_leaf_update
+import ast
+
+from ..diagnostics import Fix, Severity, TextEdit
+from ..fixes.context import FUNCTIONS, CannotFix, FixContext
+from ..fixes.writes import OUT_OF_PLACE_METHODS, short
 from ..inference.events import Finding, Rebind
 from ..messages import Message
+from ..statements import block_of, own_nodes
 from .base import Example, Rule
+
 
 MESSAGE = "element 0 of tensors does not require grad and does not have a grad_fn"
 
@@ -31,6 +36,237 @@ def check(rebind: Rebind):
                  (read.node, "reads the gradient that never arrives")],
         data={"rebind": rebind},
     )
+
+
+# ---- The fix --------------------------------------------------------------------------------------
+# GG109's rewrite: a leaf rebound under no_grad is updated in place instead, so it stays the leaf the optimizer
+# holds and the next backward fills.
+#
+#     w = w - lr * w.grad        ->  w -= lr * w.grad; w.grad = None
+#     emb = emb / emb.norm(...)  ->  emb /= emb.norm(...)
+#     self.w = self.w.clamp(a, b) -> self.w.clamp_(a, b)
+#     w = f(w)                   ->  w.copy_(f(w))
+#
+# The new tensor of a rebinding has no gradient, so an update that consumed ``w.grad`` also clears it (the next
+# step would otherwise add the old gradient again).  An in-place update keeps ``w``'s shape and dtype where the
+# new tensor could have taken others: a broadcast to a larger shape raises, but a wider float dtype is silently
+# cast back, and ``copy_`` silently broadcasts a smaller result.  The fix is safe only when the code shows that the
+# new value has ``w``'s dtype (and, for ``copy_``, its shape); otherwise it is offered as unsafe, saying so.
+
+_AUGMENTED = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.Pow: "**="}
+# Out-of-place twins whose result is bool (a comparison): their in-place form writes 0/1 in ``w``'s dtype.
+_BOOL_RESULTS = frozenset(
+    {"eq", "ne", "ge", "gt", "le", "lt", "greater", "greater_equal", "less", "less_equal", "not_equal",
+     "logical_and", "logical_not", "logical_or", "logical_xor"})
+# Each has its in-place form ``m_``; same shape (given same-shape operands) and same float dtype.
+_ELEMENTWISE = OUT_OF_PLACE_METHODS - _BOOL_RESULTS
+# Reductions of a float tensor: its dtype, a shape that broadcasts into it.
+_REDUCTIONS = frozenset({"norm", "sum", "mean", "std", "var", "amax", "amin", "prod", "logsumexp", "nansum",
+                         "nanmean"})
+_SAME_TENSOR = frozenset({"grad", "data"})  # ``w.grad`` and ``w.data`` have ``w``'s shape and dtype
+_UNSAFE = "unsafe: `{name}` keeps its {what}, which the new tensor may not have"
+
+
+def fix(ctx: FixContext, finding: Finding) -> Fix:
+    """The in-place form of the rebinding ``finding`` reports (one statement on its own lines)."""
+    stmt = finding.node
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], (ast.Name, ast.Attribute))):
+        raise CannotFix("not a plain rebinding of one name")
+    ctx.require_own_lines(stmt)
+    target, value = stmt.targets[0], stmt.value
+    name = ast.unparse(target)
+    update, unsafe_for = _in_place(ctx, name, value)
+    edits = [TextEdit(*_one_based(ctx.char_range(stmt)), update)]
+    title = f"Update `{name}` in place, so that it stays the leaf that gets gradients"
+    if _reads_grad(value, name) and not _clears_grad_next(ctx, stmt, name):
+        end = stmt.end_lineno
+        eol = len(ctx.lines[end - 1]) + 1  # after a trailing comment
+        edits.append(TextEdit(end, eol, end, eol, f"{ctx.newline}{ctx.indent_of(stmt)}{name}.grad = None"))
+        title += f", and clear the `{name}.grad` it used"
+    title += f": `{short(update)}`"
+    if unsafe_for:
+        title += f" ({_UNSAFE.format(name=name, what=unsafe_for)})"
+    elif isinstance(target, ast.Name) and not _callers_rebind(ctx, stmt, target.id):
+        title += f" (unsafe: the tensor a caller passes as `{name}` is now changed in place)"
+    else:
+        return Fix(title, True, tuple(edits))
+    return Fix(title, False, tuple(edits))
+
+
+def _callers_rebind(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
+    """Whether the in-place update reaches no caller's tensor that the rebinding left alone: ``name`` is not a
+    parameter of the function around ``stmt``, or every use of that (plain) function is ``x = f(..., x, ...)``,
+    which rebinds the caller's name to the returned tensor anyway."""
+    fn = ctx.function_of(stmt)
+    if fn is None:
+        return True
+    positional = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if name not in positional and name not in {a.arg for a in fn.args.kwonlyargs}:
+        return True
+    if ctx.class_of(fn) is not None or fn.decorator_list or ctx.scope_of(fn) is not ctx.tree:
+        return False
+    index = positional.index(name) if name in positional else None
+    for node in ast.walk(ctx.tree):
+        if not (isinstance(node, ast.Name) and node.id == fn.name and isinstance(node.ctx, ast.Load)):
+            continue
+        call = ctx.parents.get(node)
+        assign = ctx.parents.get(call)
+        if not (isinstance(call, ast.Call) and call.func is node and isinstance(assign, ast.Assign)
+                and assign.value is call and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+            return False
+        passed = [k.value for k in call.keywords if k.arg == name]
+        if index is not None and index < len(call.args):
+            passed.append(call.args[index])
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return False
+        if len(passed) != 1 or not (isinstance(passed[0], ast.Name) and passed[0].id == assign.targets[0].id):
+            return False
+    return True
+
+
+def _one_based(char_range: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    line, column, end_line, end_column = char_range
+    return line, column + 1, end_line, end_column + 1
+
+
+def _in_place(ctx: FixContext, name: str, value: ast.expr) -> tuple[str, str]:
+    """The in-place statement, and what of ``name`` it may keep that the rebinding would have changed ("" when
+    the code shows nothing changes)."""
+    same = _Same(ctx, name)
+    if isinstance(value, ast.BinOp) and type(value.op) in _AUGMENTED and same.target(value.left):
+        right = ctx.source(value.right)
+        if "\n" in right:  # its parentheses are not part of its source, and it spans lines
+            right = f"({right})"
+        return f"{name} {_AUGMENTED[type(value.op)]} {right}", "" if same.dtype(value.right) else "dtype"
+    func = value.func if isinstance(value, ast.Call) else None
+    if isinstance(func, ast.Attribute) and same.target(func.value) and func.attr in _ELEMENTWISE:
+        call = ctx.source(value)
+        args = call[len(ctx.source(func)):]
+        dtype = all(same.argument(a) for a in (*value.args, *(k.value for k in value.keywords)))
+        return f"{name}.{func.attr}_{args}", "" if dtype else "dtype"
+    if isinstance(value, (ast.Constant, ast.Name)) and not same.target(value):
+        raise CannotFix("the new value is not computed from the leaf")
+    missing = [what for what, kept in (("shape", same.shape(value)), ("dtype", same.dtype(value))) if not kept]
+    return f"{name}.copy_({ctx.source(value)})", " and ".join(missing)
+
+
+class _Same:
+    """What the code shows about an expression compared with the rebound leaf ``name``."""
+
+    def __init__(self, ctx: FixContext, name: str):
+        self.ctx = ctx
+        self.name = name
+
+    def target(self, node: ast.AST) -> bool:
+        return isinstance(node, (ast.Name, ast.Attribute)) and ast.unparse(node) == self.name
+
+    def _of_target(self, node: ast.AST) -> bool:
+        """``w``, ``w.grad``, ``w.data``: a tensor with ``w``'s shape and dtype."""
+        return self.target(node) or (isinstance(node, ast.Attribute) and node.attr in _SAME_TENSOR
+                                     and self.target(node.value))
+
+    def dtype(self, node: ast.AST) -> bool:
+        """``node`` has ``w``'s dtype, or is a Python number (which never widens a float tensor)."""
+        if self._of_target(node) or _number(node):
+            return True
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return self.dtype(node.operand)
+        if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.MatMult):
+            return self.dtype(node.left) and self.dtype(node.right)
+        if isinstance(node, ast.Name):
+            return _number_name(self.ctx, node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            receiver = node.func.value
+            if self.ctx.qual(receiver) == "torch":  # torch.clamp(w, ...)
+                return (method in _ELEMENTWISE | _REDUCTIONS and bool(node.args)
+                        and all(self.argument(a) for a in (*node.args, *(k.value for k in node.keywords))))
+            return (method in _ELEMENTWISE | _REDUCTIONS and self.dtype(receiver)
+                    and all(self.argument(a) for a in (*node.args, *(k.value for k in node.keywords))))
+        return False
+
+    def argument(self, node: ast.AST) -> bool:
+        """A call's argument: a value of ``w``'s dtype, or a constant (``dim=1``, ``keepdim=True``, ``(0, 1)``)."""
+        if isinstance(node, ast.Constant) and not isinstance(node.value, complex):
+            return True
+        if isinstance(node, ast.Tuple):
+            return all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts)
+        return self.dtype(node)
+
+    def shape(self, node: ast.AST) -> bool:
+        """``node`` has at least ``w``'s shape: ``copy_`` then either takes it as it is or raises (a larger
+        one does not broadcast into ``w``), never silently broadcasts a smaller one."""
+        if self._of_target(node):
+            return True
+        if isinstance(node, ast.UnaryOp):
+            return self.shape(node.operand)
+        if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.MatMult):
+            return self.shape(node.left) or self.shape(node.right)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENTWISE:
+            if self.ctx.qual(node.func.value) == "torch":
+                return bool(node.args) and self.shape(node.args[0])
+            return self.shape(node.func.value)
+        return False
+
+
+def _number(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+
+def _number_name(ctx: FixContext, name: ast.Name) -> bool:
+    """A name that only ever holds a Python number: a parameter whose default is a number, or a name assigned
+    only numbers, in the function (or module) that reads it, and nowhere assigned anything else."""
+    scope = ctx.scope_of(name)
+    bound = False
+    if isinstance(scope, FUNCTIONS):
+        args = scope.args
+        positional = [*args.posonlyargs, *args.args]
+        defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
+        defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        every = {a.arg for a in (*positional, *args.kwonlyargs)}
+        if name.id in every:
+            default = defaults.get(name.id)
+            if default is None or not _number(default):
+                return False
+            bound = True
+    for node in own_nodes(scope):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
+            return False
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = [(t, node.value) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [(node.target, node.value)]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
+            stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            if isinstance(node, ast.NamedExpr):
+                targets = [(node.target, node.value)]
+            elif name.id in stored:
+                return False
+        for target, value in targets:
+            if isinstance(target, ast.Name) and target.id == name.id:
+                if value is None or not _number(value):
+                    return False
+                bound = True
+            elif any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(target)):
+                return False
+    return bound
+
+
+def _reads_grad(value: ast.expr, name: str) -> bool:
+    """The new value consumes ``name.grad`` (a manual update): the rebound name then has no gradient."""
+    return any(isinstance(n, ast.Attribute) and n.attr == "grad" and ast.unparse(n.value) == name
+               for n in ast.walk(value))
+
+
+def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
+    """The statement after ``stmt`` already clears ``name.grad`` (``w.grad = None``, ``w.grad.zero_()``)."""
+    block = block_of(ctx.parents.get(stmt), stmt)
+    if block is None:
+        return False
+    index = next(i for i, s in enumerate(block) if s is stmt)
+    return index + 1 < len(block) and ast.unparse(block[index + 1]) in (f"{name}.grad = None", f"{name}.grad.zero_()")
 
 
 RULE = Rule(
@@ -60,7 +296,7 @@ and `copy_` broadcasts a smaller result over `w` where the rebinding would have 
 """,
     default_severity=Severity.ERROR,
     check=check,
-    fix=fix_leaf_update,
+    fix=fix,
     when_wrong="""
 A rebinding followed by `requires_grad_()` on the new tensor is not flagged, even when an optimizer still holds
 the old leaf (the optimizer then steps a tensor nothing uses). A method that rebinds `self.w` after its own
