@@ -514,19 +514,6 @@ def test_a_tensor_an_attribute_also_holds_is_not_rebound_safely():
     assert not report.clean and "self.buf" in report.reason()
 
 
-def test_a_copy_is_not_offered_when_a_later_read_may_run_without_it():
-    src = """
-    import torch
-    def f(flag):
-        x = torch.randn(3, requires_grad=True)
-        if flag:
-            x[0] = 1
-        return (x * 2).sum()
-    """
-    (diag,) = analyse(src)
-    assert diag.code == "GG003" and diag.fix is None
-
-
 def test_a_number_read_and_used_elsewhere_than_arithmetic_is_kept_only_by_an_unsafe_fix():
     src = """
     import torch

@@ -109,9 +109,6 @@ NO_FIX = {
     "GG104/pos_module_causal_weight_mask_loop": (
         "the masked weight is read by the module itself: needs `F.linear` with a masked copy; not automatic"
     ),
-    "GG104/pos_threshold_double_loop_on_leaf": (
-        "the leaf must keep its values: the vectorised form (`torch.where`) changes which tensor later code reads"
-    ),
     "GG105/pos_feature_snapshot_cache_lerp": (
         "the view is made in one loop iteration and written in a later one"
     ),
@@ -129,6 +126,7 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG104/pos_threshold_double_loop_on_leaf": "the loops write a copy of the leaf made before them; the leaf keeps its values",
     "GG103/pos_float_loss_requires_grad": "the result is `loss` itself, not a new leaf whose `.grad` torch fills",
     "GG103/pos_tolist_rebuild_scores": "the result is `scores` itself, with its dtype and device, not a rebuilt CPU tensor",
     "GG103/pos_numpy_aux_term_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",

@@ -17,7 +17,7 @@ raises ``CannotFix``:
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..diagnostics import Fix
 from ..statements import block_of
@@ -221,19 +221,18 @@ def compute_on_copy(ctx: FixContext, write: Write) -> tuple[Rewrite, str, bool]:
     cst = cst_mod()
     stmt = write.stmt
     scope = ctx.scope_of(stmt)
-    if ctx.loops_around(stmt, scope):
-        raise CannotFix("the write is in a loop: earlier iterations would read the copy")
     attr = attribute_base(write.target)
     name, direct = root_name(write.target)
     rw = Rewrite(ctx)
     if attr is not None:
+        if ctx.loops_around(stmt, scope):
+            raise CannotFix("the write is in a loop: earlier iterations would read the copy")
         base_text = ctx.source(attr)
         local = fresh_name(ctx, scope, attr.attr)
-        later = _later_reads_of_attribute(ctx, scope, stmt, attr)
-        if not later:
+        anchor, later = copy_anchor(ctx, scope, stmt, lambda start: _later_reads_of_attribute(ctx, scope, start, attr, stmt))
+        if not any(starts_after(r, stmt) for r in later):
             raise CannotFix(f"`{base_text}` is not read after the write in this function")
-        require_dominated(ctx, later, stmt)
-        first = _rewrite_write_on(ctx, rw, write, attr, local)
+        first = _rewrite_write_on(ctx, rw, write, attr, local, anchor)
         for node in later:
             rw.replace_node(ctx.cst(node), cst.Name(local))
         return rw, f"{first}, then read `{local}` instead of `{base_text}`", False
@@ -250,13 +249,13 @@ def compute_on_copy(ctx: FixContext, write: Write) -> tuple[Rewrite, str, bool]:
             new_value = out_of_place(ctx, write.call)
             rw.replace_node(ctx.cst(write.call), new_value)
             return rw, code(new_value), True
-    if assigned_after(ctx, scope, start, leaf, stmt):
+    anchor, reads = copy_anchor(ctx, scope, start, lambda at: later_reads_of_name(ctx, scope, at, leaf))
+    if assigned_after(ctx, scope, anchor, leaf, stmt):
         raise CannotFix(f"`{leaf}` is assigned again later")
     local = fresh_name(ctx, scope, f"{leaf}_new")
-    reads = later_reads_of_name(ctx, scope, start, leaf)
-    if not any(not inside(ctx, r, stmt) and starts_after(r, stmt) for r in reads):
+    repeated = bool(ctx.loops_around(stmt, scope))  # a read above the write runs after it in the next iteration
+    if not any(not inside(ctx, r, stmt) and (repeated or starts_after(r, stmt)) for r in reads):
         raise CannotFix(f"`{leaf}` is not read after the write")
-    require_dominated(ctx, reads, start)
     for read in reads:
         parent = ctx.parents.get(read)
         if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
@@ -264,37 +263,79 @@ def compute_on_copy(ctx: FixContext, write: Write) -> tuple[Rewrite, str, bool]:
             # (`x.grad`), and find a tensor that is not one
             raise CannotFix(f"`{leaf}` is bound to another name after the write")
     if start is stmt and direct and write.kind in ("augassign", "method") and not write.value_use:
-        if write.kind == "augassign":
-            aug = ctx.cst(stmt)
-            new = assign(cst.Name(local), aug_to_binop(aug), like=aug)
-        else:
-            new = assign(cst.Name(local), out_of_place(ctx, write.call))
-        rw.replace_node(ctx.cst(stmt), new)
+        first = update_on_copy(ctx, rw, write, leaf, local, anchor)
         reads = [r for r in reads if not inside(ctx, r, stmt)]
-        first = code(new)
     else:
-        rw.insert_before(start, f"{local} = {leaf}.clone()")
+        rw.insert_before(anchor, f"{local} = {leaf}.clone()")
         first = f"{local} = {leaf}.clone()"
     for node in reads:
         rw.replace_node(ctx.cst(node), cst.Name(local))
     return rw, f"{first}, then read `{local}` instead of `{leaf}`", False
 
 
-def _rewrite_write_on(ctx: FixContext, rw: Rewrite, write: Write, attr: ast.Attribute, local: str) -> str:
+def update_on_copy(ctx: FixContext, rw: Rewrite, write: Write, source: str, local: str, anchor: ast.stmt) -> str:
+    """The whole-tensor write statement (``x += v``, ``x.clamp_(...)``, ``self.w.clamp_(...)``) as its
+    out-of-place form bound to ``local``: ``x_new = x + v``.  When ``anchor`` is a statement around the write (an
+    ``if``, ``try``, ``with`` or loop), ``local = <source>`` is bound just before it and the write updates the
+    copy (``x_new = x_new + v``), so it holds the value whether or not, and however often, the write ran.
+    Returns the description."""
     cst = cst_mod()
     stmt = write.stmt
-    if write.target is attr and write.kind == "augassign":
+    receiver = write.call.func.value if write.kind == "method" and isinstance(write.call.func, ast.Attribute) else None
+    if anchor is not stmt:
+        if any(ctx.source(n) == source for n in ast.walk(stmt)
+               if isinstance(n, (ast.Name, ast.Attribute)) and n is not write.target and n is not receiver):
+            raise CannotFix(f"the written value reads `{source}` again")
+        rw.insert_before(anchor, f"{local} = {source}")
+    if write.kind == "augassign":
         aug = ctx.cst(stmt)
-        new = assign(cst.Name(local), aug_to_binop(aug), like=aug)
-        rw.replace_node(aug, new)
-        return code(new)
-    if write.target is attr and write.kind == "method" and not write.value_use:
-        new = assign(cst.Name(local), out_of_place(ctx, write.call))
-        rw.replace_node(ctx.cst(stmt), new)
-        return code(new)
+        value = aug_to_binop(aug)
+        if anchor is not stmt:
+            value = value.with_changes(left=cst.Name(local))
+        new = assign(cst.Name(local), value, like=aug)
+    else:
+        value = out_of_place(ctx, write.call)
+        if anchor is not stmt:
+            if not isinstance(value.func, cst.Attribute):
+                raise CannotFix("the in-place call is not a method of the written tensor")
+            value = value.with_changes(func=value.func.with_changes(value=cst.Name(local)))
+        new = assign(cst.Name(local), value)
+    rw.replace_node(ctx.cst(stmt), new)
+    return code(new) if anchor is stmt else f"{local} = {source}; {code(new)}"
+
+
+def copy_anchor(ctx: FixContext, scope: ast.AST, start: ast.stmt,
+                 reads_from: Callable[[ast.stmt], list[ast.expr]]) -> tuple[ast.stmt, list[ast.expr]]:
+    """Where the copy of the leaf begins, with the reads of the leaf from there on (``reads_from``): ``start``
+    itself when every later read runs after it in its block and no loop repeats it; else the innermost statement
+    around it for which that holds (the write sits in an ``if``, ``try``, ``with`` or loop, and the reads follow
+    it).  There the copy is bound before the write can run, so every later read -- the next iteration's
+    included -- reads it."""
+    for candidate in [start, *(a for a in ctx.ancestors(start) if isinstance(a, ast.stmt))]:
+        if candidate is scope or isinstance(candidate, (*FUNCTIONS, ast.ClassDef)):
+            break
+        if ctx.loops_around(candidate, scope):
+            continue
+        reads = reads_from(candidate)
+        try:
+            require_dominated(ctx, reads, candidate)
+        except CannotFix:
+            continue
+        return candidate, reads
+    raise CannotFix("no statement around the write runs before every later read of the leaf")
+
+
+
+def _rewrite_write_on(ctx: FixContext, rw: Rewrite, write: Write, attr: ast.Attribute, local: str,
+                      anchor: ast.stmt) -> str:
+    """The write done on the copy ``local`` of ``attr``, bound just before ``anchor`` (the write's own statement,
+    or an ``if``/``try``/``with`` around it: then ``local = self.weight`` first, and the write updates ``local``)."""
+    cst = cst_mod()
+    if write.target is attr and (write.kind == "augassign" or write.kind == "method" and not write.value_use):
+        return update_on_copy(ctx, rw, write, ctx.source(attr), local, anchor)
     if write.value_use:
         raise CannotFix("the in-place result is used")
-    rw.insert_before(stmt, f"{local} = {ctx.source(attr)}.clone()")
+    rw.insert_before(anchor, f"{local} = {ctx.source(attr)}.clone()")
     rw.replace_node(ctx.cst(attr), cst.Name(local))
     return f"{local} = {ctx.source(attr)}.clone()"
 
@@ -374,9 +415,11 @@ def assigned_after(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str, 
     )
 
 
-def _later_reads_of_attribute(ctx: FixContext, scope: ast.AST, stmt: ast.stmt, attr: ast.Attribute) -> list[ast.Attribute]:
-    """Reads of ``self.weight`` after the write; CannotFix when the object is used some other way later
-    (``self.fc(x)`` reads ``self.fc.weight`` without naming it) or the attribute is assigned."""
+def _later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, attr: ast.Attribute,
+                              stmt: ast.stmt) -> list[ast.Attribute]:
+    """Reads of ``self.weight`` from ``start`` on, but in the write ``stmt``; CannotFix when the object is used
+    some other way later (``self.fc(x)`` reads ``self.fc.weight`` without naming it) or the attribute is
+    assigned."""
     text = ctx.source(attr)
     prefixes = []
     node: ast.AST = attr.value
@@ -385,7 +428,7 @@ def _later_reads_of_attribute(ctx: FixContext, scope: ast.AST, stmt: ast.stmt, a
         node = node.value
     reads = []
     for node in ast.walk(scope):
-        if not isinstance(node, ast.Attribute) or not starts_after(node, stmt) or inside(ctx, node, stmt):
+        if not isinstance(node, ast.Attribute) or not starts_after(node, start) or node is attr or inside(ctx, node, stmt):
             continue
         source = ctx.source(node)
         if source == text:

@@ -9,8 +9,17 @@ from ..diagnostics import Fix, Severity
 from ..fixes.aliases import analyse
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.inplace import assigned_after, fresh_name, inside, later_reads_of_name, mutation_of, require_dominated
-from ..fixes.writes import Write, assign, aug_to_binop, code, cst_mod, out_of_place, root_name, short
+from ..fixes.inplace import (
+    assigned_after,
+    copy_anchor,
+    fresh_name,
+    inside,
+    later_reads_of_name,
+    mutation_of,
+    starts_after,
+    update_on_copy,
+)
+from ..fixes.writes import Write, cst_mod, root_name, short
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -64,24 +73,23 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     scope = ctx.scope_of(stmt)
     if ctx.loops_around(stmt, scope):
         raise CannotFix("the write is in a loop: earlier iterations would read the new name")
-    if assigned_after(ctx, scope, stmt, name, stmt):
-        raise CannotFix(f"`{name}` is assigned again later")
     asking = [a.node for a in mutation.asks]
-    reads = [r for r in later_reads_of_name(ctx, scope, stmt, name)
-             if not inside(ctx, r, stmt) and not _asks_through(ctx, r, asking)]
-    if not reads:
+    # The new name starts at the write, or before the `if`/`try`/`with` around it when reads follow that.
+    anchor, reads = copy_anchor(ctx, scope, stmt, lambda at: [
+        r for r in later_reads_of_name(ctx, scope, at, name) if not inside(ctx, r, stmt) and not _asks_through(ctx, r, asking)])
+    if assigned_after(ctx, scope, anchor, name, stmt):
+        raise CannotFix(f"`{name}` is assigned again later")
+    if not any(starts_after(r, stmt) for r in reads):
         raise CannotFix(f"`{name}` is not read after the write")
-    require_dominated(ctx, reads, stmt)
     report = analyse(ctx, stmt, name, write_call=write.call)
     if not report.only_holders:
         raise CannotFix(report.reason())
     local = fresh_name(ctx, scope, f"{name}_new")
-    value = aug_to_binop(ctx.cst(stmt)) if write.kind == "augassign" else out_of_place(ctx, write.call)
-    new = assign(cst.Name(local), value)
-    rw = Rewrite(ctx).replace_node(ctx.cst(stmt), new)
+    rw = Rewrite(ctx)
+    desc = update_on_copy(ctx, rw, write, name, local, anchor)
     for node in reads:
         rw.replace_node(ctx.cst(node), cst.Name(local))
-    title = f"Write out of place into a new name, and keep `{name}` for its gradient: `{short(code(new))}`"
+    title = f"Write out of place into a new name, and keep `{name}` for its gradient: `{short(desc)}`"
     if report.clean:
         return rw.fix(title, safe=True)
     return rw.fix(f"{title} (unsafe: {report.reason()}, and now sees the unwritten values)", safe=False)
