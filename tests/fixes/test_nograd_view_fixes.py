@@ -133,3 +133,48 @@ def test_a_helper_returning_a_view_under_no_grad_returns_it_with_grad_on_as_an_u
 def test_a_helper_that_does_more_than_return_the_view_is_left_alone():
     src = textwrap.dedent(_HELPER).replace("{body}", "n = states.shape[1]\n    return states[:, n - 1]")
     assert [d.fix for d in found("GG105", src)] == [None]
+
+
+_NESTED_WRITE = """
+import torch
+
+
+def train(steps=3, flag=True):
+    torch.manual_seed(7)
+    lin = torch.nn.Linear(4, 6)
+    h = lin(torch.randn(5, 4))
+    with torch.no_grad():
+        a, b = h.chunk(2, dim=1)
+    {around}
+        a.mul_(0.5)
+    torch.sigmoid(a * b).sum().backward()
+    return [lin.weight.grad, lin.bias.grad]
+"""
+
+
+def _intended(steps: int, flag: bool, around: str):
+    torch.manual_seed(7)
+    lin = torch.nn.Linear(4, 6)
+    h = lin(torch.randn(5, 4))
+    a, b = h.chunk(2, dim=1)
+    times = steps if around.startswith("for") else int(flag)
+    for _ in range(times):
+        a = a * 0.5
+    torch.sigmoid(a * b).sum().backward()
+    return [lin.weight.grad, lin.bias.grad]
+
+
+@pytest.mark.parametrize("around", ["if flag:", "for _ in range(steps):"])
+def test_a_write_inside_an_if_or_a_loop_after_the_view_is_rebound_there(around):
+    """The view leaves no_grad; the write, in an ``if`` (it may not run) or a loop (it runs again on the value
+    it wrote), becomes ``a = a.mul(0.5)`` where it was: torch gives the intended gradients on every path."""
+    src = textwrap.dedent(_NESTED_WRITE).replace("{around}", around)
+    with pytest.raises(RuntimeError, match="A view was created in no_grad mode"):
+        run_program(src)
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert f"    a, b = h.chunk(2, dim=1)\n    {around}\n        a = a.mul(0.5)\n" in out and not found("GG105", out)
+    scope: dict = {}
+    exec(compile(out, "fixed", "exec"), scope)  # noqa: S102 - the test's own program
+    for steps, flag in ((3, True), (1, False), (2, True)):
+        for got, want in zip(scope["train"](steps, flag), _intended(steps, flag, around)):
+            assert torch.allclose(got, want)

@@ -71,9 +71,13 @@ def _view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
     if block.body[0] is not binding:
         raise CannotFix("the view is not the first statement of its no_grad block")
     write_stmt = ctx.statement_of(mutation.entry())
-    if ctx.loops_around(write_stmt) != ctx.loops_around(block):
-        raise CannotFix("the write and the view are in different loops")
-    if block_around(ctx, block) is None or not any(s is write_stmt for s in block_around(ctx, block)):
+    view_loops, write_loops = ctx.loops_around(block), ctx.loops_around(write_stmt)
+    if write_loops[len(write_loops) - len(view_loops):] != view_loops:  # the write may repeat; the view may not
+        raise CannotFix("the view is made in a loop the write is not in")
+    # The write is a statement of the view's block, or inside one (an `if`, `try` or `with` there: the loops
+    # around both are the same); rebinding it out of place there keeps its condition.
+    around = {id(s) for s in (write_stmt, *ctx.ancestors(write_stmt))}
+    if block_around(ctx, block) is None or not any(id(s) in around for s in block_around(ctx, block)):
         raise CannotFix("the write is not in the block of the view")
     ctx.require_own_lines(block)
     ctx.require_own_lines(binding)
