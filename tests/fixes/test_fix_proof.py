@@ -66,15 +66,6 @@ NO_FIX = {
         "keeps tensors in arithmetic, and dropping the `torch.tensor(..., requires_grad=True)` wrapper around "
         "it is not offered yet"
     ),
-    "GG001/pos_no_grad_clamp_probs": (
-        "the clamp runs under `torch.no_grad()`: cloning where sigmoid saved its output leaves the write hidden "
-        "from autograd (a GG102 of its own), and the out-of-place clamp must also leave the no_grad block to get "
-        "clamp's gradient; no fix does both yet"
-    ),
-    "GG001/pos_call_object_rescales_saved": (
-        "the write is inside `__call__` on the caller's tensor; rebinding there changes what the caller's name "
-        "holds only through the return value, and the fix layer does not yet prove a rewrite against every caller"
-    ),
     "GG001/pos_dict_of_activations_mutated": (
         "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
         "dict's name would be wrong), so none is offered"
@@ -126,6 +117,7 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG001/pos_no_grad_clamp_probs": "the clamp leaves the no_grad block: its gradient now goes through it",
     "GG104/pos_threshold_double_loop_on_leaf": "the loops write a copy of the leaf made before them; the leaf keeps its values",
     "GG103/pos_float_loss_requires_grad": "the result is `loss` itself, not a new leaf whose `.grad` torch fills",
     "GG103/pos_tolist_rebuild_scores": "the result is `scores` itself, with its dtype and device, not a rebuilt CPU tensor",

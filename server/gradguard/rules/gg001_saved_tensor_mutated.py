@@ -6,10 +6,11 @@ import ast
 
 from ..diagnostics import Fix, Severity
 from ..fixes.aliases import AliasAnalysis, Report, _view_sources, analyse, value_read_after
-from ..fixes.callers import NONLOCAL_ESCAPE, param_escape, through_callers, through_closure_calls
+from ..fixes.callers import NONLOCAL_ESCAPE, fix_in_helper, param_escape, through_callers, through_closure_calls
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import Rebind, fix_or_none, mutation_of, rebind_fix
+from ..fixes.into_graph import write_in_graph
 from ..fixes.writes import (
     Write,
     assign,
@@ -70,6 +71,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         copy_ok = not saves_inside(element, ctx.statement_of(element.entry()))
         return fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
     mutation = mutation_of(finding)
+    if mutation.entry() is not mutation.node:  # the write is inside a call: a helper, a method, a callable object
+        return fix_or_none(lambda: fix_in_helper(fix, ctx, finding)) or _clone_where_made(ctx, mutation)
     write = Write.of(ctx, mutation.entry())
     rebind = fix_or_none(lambda: Rebind(ctx, write))
     possible = (
@@ -83,8 +86,12 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
             return built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True)
         possible = False
     # Under no_grad a clone where saved still leaves the write hidden from autograd on a tensor of the graph
-    # (silent wrong gradients): that is no repair.
+    # (silent wrong gradients): that is no repair.  The write goes into the graph instead, as for GG102.
     hidden = grad_would_be_lost(mutation)
+    if hidden:
+        into_graph = fix_or_none(lambda: write_in_graph(ctx, finding))
+        if into_graph is not None:
+            return into_graph
     # A container that holds the written tensor and is read later would see the write the clone keeps in place,
     # where writing out of place keeps its old values: the two programs differ, and nothing tells which is meant.
     held = (_filled_container_read_after(ctx, write, rebind.report) if rebind is not None
@@ -109,12 +116,32 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     return None
 
 
-def clone_where_saved(ctx: FixContext, mutation: Mutation, write: Write) -> tuple[Rewrite, str]:
-    """Clone at every op that saved the written memory for a backward that this write breaks."""
+def _clone_where_made(ctx: FixContext, mutation: Mutation) -> Fix | None:
+    """A write inside a call the fix cannot change there: clone the tensor where the op that saved it made it
+    (``rates = torch.exp(w).clone()``), so the call writes memory the backward no longer needs -- the same
+    program.  Only for ops that saved their output: which argument an op saved, the call does not tell."""
+    if grad_would_be_lost(mutation) or any(c.save.role != "output" for c in mutation.conflicts):
+        return None
+    for conflict in mutation.conflicts:
+        # `h = torch.tanh(...); outputs.append(h)`: the list would see the call's write on the clone, where the
+        # write was not meant to reach the stored output -- the two programs differ, and nothing tells which is meant.
+        binding = ctx.statement_of(conflict.save.node)
+        if not (isinstance(binding, ast.Assign) and binding.value is conflict.save.node
+                and len(binding.targets) == 1 and isinstance(binding.targets[0], ast.Name)):
+            return None
+        if analyse(ctx, binding, binding.targets[0].id).holders_read_after:
+            return None
+    built = fix_or_none(lambda: clone_where_saved(ctx, mutation, None))
+    return built and built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
+
+
+def clone_where_saved(ctx: FixContext, mutation: Mutation, write: Write | None) -> tuple[Rewrite, str]:
+    """Clone at every op that saved the written memory for a backward that this write breaks (``write``: the
+    statement, when it is in the tree, whose names tell which argument of an op was saved)."""
     if not mutation.conflicts:
         raise CannotFix("no conflicting save")
-    name, _ = root_name(write.target)
-    alias_names = set(AliasAnalysis(ctx, write.stmt, name).aliases) if name else set()
+    name = root_name(write.target)[0] if write is not None else None
+    alias_names = set(AliasAnalysis(ctx, write.stmt, name).aliases) if name and write is not None else set()
     rw = Rewrite(ctx)
     wrapped: dict[int, ast.AST] = {}
     for conflict in mutation.conflicts:
