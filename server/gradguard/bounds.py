@@ -51,10 +51,16 @@ def expression_depth(root: ast.expr) -> int:
     return deepest
 
 
-def bound(tree: ast.Module) -> None:
-    """Replace, in place, every expression of ``tree`` nested deeper than ``MAX_EXPRESSION_DEPTH``."""
+def bound(tree: ast.Module) -> list[Unanalysed]:
+    """Replace, in place, every expression of ``tree`` nested deeper than ``MAX_EXPRESSION_DEPTH``; return the
+    tree's placeholders in source order (those made here and those already there: what the analysis of this
+    file skips), so that nothing walks the tree again to find them (``parsing.Parsed.skipped``)."""
+    found = []
     for holder, field, index, root in list(_roots(tree)):
-        if isinstance(root, Unanalysed) or not _may_be_deeper(root, MAX_EXPRESSION_DEPTH):
+        if isinstance(root, Unanalysed):
+            found.append(root)
+            continue
+        if not _may_be_deeper(root, MAX_EXPRESSION_DEPTH):
             continue
         depth = expression_depth(root)
         if depth <= MAX_EXPRESSION_DEPTH:
@@ -68,11 +74,7 @@ def bound(tree: ast.Module) -> None:
             setattr(holder, field, placeholder)
         else:
             getattr(holder, field)[index] = placeholder
-
-
-def unanalysed(tree: ast.Module) -> list[Unanalysed]:
-    """The placeholders in ``tree``, in source order: what the analysis of this file skipped."""
-    found = [root for _, _, _, root in _roots(tree) if isinstance(root, Unanalysed)]
+        found.append(placeholder)
     return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
