@@ -51,6 +51,26 @@ def expression_depth(root: ast.expr) -> int:
     return deepest
 
 
+def _deeper_than(root: ast.expr, limit: int) -> bool:
+    """``expression_depth(root) > limit``, without entering the parts too narrow (``_may_be_deeper``) to reach
+    the limit from where they are: most wide expressions are a long line of shallow calls, and measuring
+    each one's full depth cost about a tenth of a line edit's analysis."""
+    stack = [(root, 1, True)]
+    while stack:
+        node, depth, narrowing = stack.pop()
+        if depth > limit:
+            return True
+        # Inside an f-string, positions are not trusted (Python 3.10 gives some parts the string's own).
+        narrowing = narrowing and not isinstance(node, ast.JoinedStr)
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, ast.expr):
+                stack.append((child, depth, narrowing))
+            elif not (narrowing and getattr(child, "end_col_offset", None) is not None
+                      and not _may_be_deeper(child, limit - depth)):
+                stack.append((child, depth + 1, narrowing))
+    return False
+
+
 def bound(tree: ast.Module) -> list[Unanalysed]:
     """Replace, in place, every expression of ``tree`` nested deeper than ``MAX_EXPRESSION_DEPTH``; return the
     tree's placeholders in source order (those made here and those already there: what the analysis of this
@@ -60,11 +80,9 @@ def bound(tree: ast.Module) -> list[Unanalysed]:
         if isinstance(root, Unanalysed):
             found.append(root)
             continue
-        if not _may_be_deeper(root, MAX_EXPRESSION_DEPTH):
+        if not _may_be_deeper(root, MAX_EXPRESSION_DEPTH) or not _deeper_than(root, MAX_EXPRESSION_DEPTH):
             continue
-        depth = expression_depth(root)
-        if depth <= MAX_EXPRESSION_DEPTH:
-            continue
+        depth = expression_depth(root)  # for the message: what is too deep is rare
         placeholder = Unanalysed(
             "the expression", f"is nested {depth:,} levels deep, and gradguard analyses expressions up to "
             f"{MAX_EXPRESSION_DEPTH} levels deep", depth,
@@ -92,7 +110,8 @@ def _roots(tree: ast.AST) -> Iterator[tuple[ast.AST, str, int | None, ast.expr]]
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
-        for field, value in ast.iter_fields(node):
+        for field in node._fields:  # (``ast.iter_fields`` without its generator: a third of this walk's time)
+            value = getattr(node, field, None)
             if isinstance(value, list):
                 for i, item in enumerate(value):
                     if isinstance(item, ast.expr):
