@@ -33,6 +33,12 @@ def nested(node: ast.AST) -> Iterator[ast.AST]:
             yield from value
 
 
+def holds_statements(node: ast.AST) -> bool:
+    """Whether ``node``'s kind has blocks or clauses (``nested`` may yield something): walkers need not visit
+    the others (assignments, expressions, returns: most statements)."""
+    return bool(_nesting_fields(type(node)))
+
+
 @cache
 def _nesting_fields(kind: type) -> tuple[str, ...]:
     """The nesting fields a kind of node has, in ``NESTING_FIELDS`` order.  Most statements (assignments,
@@ -55,7 +61,8 @@ def walk(tree: ast.AST) -> Iterator[ast.AST]:
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(nested(node))
+        if holds_statements(node):  # most statements hold none: no generator made for them
+            stack.extend(nested(node))
 
 
 def walk_blocks(tree: ast.AST) -> Iterator[tuple[ast.AST, str, list[ast.stmt]]]:
