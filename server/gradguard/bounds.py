@@ -76,7 +76,7 @@ def bound(tree: ast.Module) -> list[Unanalysed]:
     tree's placeholders in source order (those made here and those already there: what the analysis of this
     file skips), so that nothing walks the tree again to find them (``parsing.Parsed.skipped``)."""
     found = []
-    for holder, field, index, root in list(_roots(tree)):
+    for holder, field, index, root in list(_roots(tree, MAX_EXPRESSION_DEPTH)):
         if isinstance(root, Unanalysed):
             found.append(root)
             continue
@@ -96,17 +96,18 @@ def bound(tree: ast.Module) -> list[Unanalysed]:
     return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
-def _may_be_deeper(root: ast.expr, limit: int) -> bool:
+def _may_be_deeper(root: ast.expr | ast.stmt, limit: int) -> bool:
     """Each level of an expression adds at least one byte of text (an operator, a dot, a bracket), and a
     few kinds of node share their parent's text, never two in a row: narrow expressions are shallow."""
     return root.end_lineno != root.lineno or (root.end_col_offset - root.col_offset) * 2 >= limit
 
 
-def _roots(tree: ast.AST) -> Iterator[tuple[ast.AST, str, int | None, ast.expr]]:
+def _roots(tree: ast.AST, limit: int) -> Iterator[tuple[ast.AST, str, int | None, ast.expr]]:
     """Every outermost expression (one not inside another expression) with where it is held: (holder,
-    field, index in the field's list or None).  Statements, and the parts of statements that are not
-    expressions (arguments, ``with`` items, handlers, match cases and patterns), are walked without recursion;
-    expressions are not entered."""
+    field, index in the field's list or None), except those of statements on one line too narrow to hold an
+    expression deeper than ``limit`` (most statements; a placeholder of ``parsing`` stands for a statement
+    far wider).  Statements, and the parts of statements that are not expressions (arguments, ``with``
+    items, handlers, match cases and patterns), are walked without recursion; expressions are not entered."""
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
@@ -116,7 +117,8 @@ def _roots(tree: ast.AST) -> Iterator[tuple[ast.AST, str, int | None, ast.expr]]
                 for i, item in enumerate(value):
                     if isinstance(item, ast.expr):
                         yield node, field, i, item
-                    elif isinstance(item, ast.AST):
+                    elif isinstance(item, ast.AST) and not (isinstance(item, ast.stmt)
+                                                             and not _may_be_deeper(item, limit)):
                         stack.append(item)
             elif isinstance(value, ast.expr):
                 yield node, field, None, value
