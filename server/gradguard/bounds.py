@@ -96,18 +96,25 @@ def bound(tree: ast.Module) -> list[Unanalysed]:
     return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
-def _may_be_deeper(root: ast.expr | ast.stmt, limit: int) -> bool:
+def _may_be_deeper(root: ast.AST, limit: int) -> bool:
     """Each level of an expression adds at least one byte of text (an operator, a dot, a bracket), and a
     few kinds of node share their parent's text, never two in a row: narrow expressions are shallow."""
     return root.end_lineno != root.lineno or (root.end_col_offset - root.col_offset) * 2 >= limit
 
 
+def _narrow(node: ast.AST, limit: int) -> bool:
+    """A statement, argument, keyword or alias on one line too narrow to hold an expression deeper than
+    ``limit``: nothing in it need be looked at."""
+    return getattr(node, "end_col_offset", None) is not None and not _may_be_deeper(node, limit)
+
+
 def _roots(tree: ast.AST, limit: int) -> Iterator[tuple[ast.AST, str, int | None, ast.expr]]:
     """Every outermost expression (one not inside another expression) with where it is held: (holder,
-    field, index in the field's list or None), except those of statements on one line too narrow to hold an
-    expression deeper than ``limit`` (most statements; a placeholder of ``parsing`` stands for a statement
-    far wider).  Statements, and the parts of statements that are not expressions (arguments, ``with``
-    items, handlers, match cases and patterns), are walked without recursion; expressions are not entered."""
+    field, index in the field's list or None), except those of statements (arguments, keywords) on one line
+    too narrow to hold an expression deeper than ``limit`` (``_narrow``: most statements; a placeholder of
+    ``parsing`` stands for a statement far wider).  Statements, and the parts of statements that are not
+    expressions (arguments, ``with`` items, handlers, match cases and patterns), are walked without recursion;
+    expressions are not entered."""
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
@@ -117,10 +124,9 @@ def _roots(tree: ast.AST, limit: int) -> Iterator[tuple[ast.AST, str, int | None
                 for i, item in enumerate(value):
                     if isinstance(item, ast.expr):
                         yield node, field, i, item
-                    elif isinstance(item, ast.AST) and not (isinstance(item, ast.stmt)
-                                                             and not _may_be_deeper(item, limit)):
+                    elif isinstance(item, ast.AST) and not _narrow(item, limit):
                         stack.append(item)
             elif isinstance(value, ast.expr):
                 yield node, field, None, value
-            elif isinstance(value, ast.AST):
+            elif isinstance(value, ast.AST) and not _narrow(value, limit):
                 stack.append(value)
