@@ -34,7 +34,7 @@ def _input_problem(path: str, code: str, message: str, line: int = 1, column: in
     return FileResult(path, [diag], error=message)
 
 
-_PARSED = "parsed"  # the per-document cache's entry for the last tree (its other keys are hex digests)
+_PARSED = "parsed"  # the per-document cache's entry for the last parse, a parsing.Parsed (its other keys: hex digests)
 
 
 def analyze_source(source: str | bytes, path: str = "<string>", config: Config | None = None,

@@ -87,7 +87,7 @@ def parse(text: str) -> ast.Module | SyntaxProblem:
     return parsed if isinstance(parsed, SyntaxProblem) else parsed[0]
 
 
-def parse_document(text: str, lines: list[str] | None = None) -> "Parsed | SyntaxProblem":
+def parse_document(text: str, lines: list[str] | None = None) -> Parsed | SyntaxProblem:
     """``parse``, kept with the text's lines and the tree's placeholders, for ``reparse`` at the next edit."""
     parsed = _bounded(text)
     if isinstance(parsed, SyntaxProblem):
