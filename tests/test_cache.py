@@ -157,6 +157,54 @@ def test_random_line_inserts_and_deletes_match_a_fresh_analysis():
     assert checked >= 20
 
 
+def test_expressions_too_deep_to_analyse_are_reported_where_they_are_edit_after_edit():
+    """The placeholders of the statements a reparse reuses are kept with the parse (``Parsed.skipped``), not
+    found again by walking the tree: after every line insert or delete, above, inside or below statements
+    with expressions too deep to analyse, and after keystrokes, the GG903s (and everything else) are those
+    of a fresh analysis."""
+    import random
+
+    from gradguard import parsing
+    from gradguard.bounds import MAX_EXPRESSION_DEPTH
+
+    deep = " + ".join(["w"] * (MAX_EXPRESSION_DEPTH + 20))
+    blocks = [SOURCE, f"def deep_one(w):\n    a = 1\n    z = {deep}\n    return z\n",
+              f"TOTAL = {deep.replace('w', '1')}\n",
+              f"class Deep:\n    def m(self, w):\n        b = 2\n        return {deep}\n",
+              # A second copy with its own helper: a helper both copies called would get a fix that also edits the
+              # other copy's call, which a cached fix keeps at its old line (a separate, known problem).
+              SOURCE.replace("def ", "def again_").replace("scale_(y)", "again_scale_(y)").replace("import", "#")]
+    lines = parsing.source_lines("\n\n".join(blocks))
+    rng = random.Random(11)
+    for fixes in (True, False):
+        cache: dict = {}
+        current = list(lines)
+        analyze_source("\n".join(current), "f.py", cache=cache, fixes=fixes)
+        for _ in range(30):
+            i = rng.randrange(1, len(current) - 1)
+            candidate = list(current)
+            roll = rng.random()
+            if roll < 0.4:
+                indent = current[i][: len(current[i]) - len(current[i].lstrip())]
+                candidate.insert(i, indent + rng.choice(["pass", "# note", ""]))
+            elif roll < 0.7:  # a keystroke: no line moves, the statements below are reused as they are
+                candidate[i] += "  # e"
+            elif not current[i].strip() or current[i].strip() in ("pass", "# note", "a = 1", "b = 2"):
+                del candidate[i]
+            text = "\n".join(candidate)
+            try:
+                compile(text, "f.py", "exec")
+            except SyntaxError:
+                continue
+            current = candidate
+            cached = analyze_source(text, "f.py", cache=cache, fixes=fixes)
+            assert _everything(cached) == _everything(analyze_source(text, "f.py", fixes=fixes))
+            assert sum(d.code == "GG903" for d in cached.diagnostics) == 3
+            fresh = parsing.parse_document(text).skipped
+            kept = cache["parsed"].skipped
+            assert [(p.lineno, p.col_offset) for p in kept] == [(p.lineno, p.col_offset) for p in fresh]
+
+
 def test_reparse_equals_a_full_parse_or_declines():
     """Keystrokes (characters typed or deleted inside a line) on real code: the spliced tree is exactly the
     full parse, positions included, or reparse declines (and a full parse decides)."""
@@ -173,7 +221,7 @@ def test_reparse_equals_a_full_parse_or_declines():
     rng = random.Random(5)
     text = generate(800) + "a = 1; b = 2\n@staticmethod\ndef g(): pass\n"
     lines = parsing.source_lines(text)
-    previous = parsing.Parsed(lines, ast.parse(text))
+    previous = parsing.parse_document(text)
     spliced = declined = 0
     for _ in range(400):
         i = rng.randrange(len(lines))
@@ -183,16 +231,17 @@ def test_reparse_equals_a_full_parse_or_declines():
         edited = line[:at] + typed + line[at:] if rng.random() < 0.7 or not line else line[:at] + line[at + 1:]
         new_lines = lines[:i] + [edited] + lines[i + 1:]
         new_text = "\n".join(new_lines)
-        tree = parsing.reparse(new_lines, previous)
+        spliced_parse = parsing.reparse(new_lines, previous)
         full = parsing.parse(new_text)
-        if tree is None:
+        if spliced_parse is None:
             declined += 1
         else:
             spliced += 1
             assert not isinstance(full, parsing.SyntaxProblem), (i, edited)
-            assert ast.dump(tree, include_attributes=True) == ast.dump(full, include_attributes=True), (i, edited)
+            spliced_tree = ast.dump(spliced_parse.tree, include_attributes=True)
+            assert spliced_tree == ast.dump(full, include_attributes=True), (i, edited)
         if not isinstance(full, parsing.SyntaxProblem):
-            lines, previous = new_lines, parsing.Parsed(new_lines, tree or full)
+            lines, previous = new_lines, spliced_parse or parsing.parse_document(new_text)
     assert spliced > 100 and declined > 20
 
 
@@ -212,7 +261,7 @@ def test_reparse_of_inserted_and_deleted_lines_equals_a_full_parse_or_declines()
     rng = random.Random(7)
     text = generate(600) + "a = 1; b = 2\n@staticmethod\ndef g(): pass\n"
     lines = parsing.source_lines(text)
-    previous = parsing.Parsed(lines, ast.parse(text))
+    previous = parsing.parse_document(text)
     spliced = declined = 0
     for _ in range(150):
         i = rng.randrange(len(lines))
@@ -224,16 +273,16 @@ def test_reparse_of_inserted_and_deleted_lines_equals_a_full_parse_or_declines()
         else:
             new_lines = lines[:i] + lines[i + rng.choice([1, 1, 2]):]
         new_text = "\n".join(new_lines)
-        tree = parsing.reparse(new_lines, previous)
+        spliced_parse = parsing.reparse(new_lines, previous)
         full = parsing.parse(new_text)
-        if tree is None:
+        if spliced_parse is None:
             declined += 1
         else:
             spliced += 1
             assert not isinstance(full, parsing.SyntaxProblem), i
-            assert ast.dump(tree, include_attributes=True) == ast.dump(full, include_attributes=True), i
+            assert ast.dump(spliced_parse.tree, include_attributes=True) == ast.dump(full, include_attributes=True), i
         if not isinstance(full, parsing.SyntaxProblem):
-            lines, previous = new_lines, parsing.Parsed(new_lines, tree or full)
+            lines, previous = new_lines, spliced_parse or parsing.parse_document(new_text)
     assert spliced > 40 and declined > 10
 
 
@@ -246,20 +295,20 @@ def test_reparse_after_lines_were_added_or_removed_inside_one_statement():
     from gradguard import parsing
 
     old = "import torch\n\n\ndef f():\n    a = 1\n    b = 2\n    return a\n\n\ndef g():\n    return 3\n"
-    previous = parsing.Parsed(parsing.source_lines(old), ast.parse(old))
+    previous = parsing.parse_document(old)
     for new in (old.replace("    b = 2\n", "    b = 2\n    c = 3\n"), old.replace("    b = 2\n", "")):
         lines = parsing.source_lines(new)
-        moved = parsing.reparse(lines, previous)
+        moved = parsing.reparse(lines, previous).tree
         assert ast.dump(moved, include_attributes=True) == ast.dump(ast.parse(new), include_attributes=True)
         assert moved.body[0] is previous.tree.body[0]  # above the change: reused as it was
-        tree = parsing.reparse(lines, previous, positions_after=False)
+        tree = parsing.reparse(lines, previous, positions_after=False).tree
         assert ast.dump(tree.body[1], include_attributes=True) == ast.dump(ast.parse(new).body[1], include_attributes=True)
         assert tree.body[2] is previous.tree.body[2]  # reused as it was
     between = old.replace("\n\ndef g", "\nx = 1\n\ndef g")
     assert parsing.reparse(parsing.source_lines(between), previous, positions_after=False) is None
     # With positions after it, a change between statements parses from the statement before it to the end.
     for new in (between, old.replace("\n\ndef g", "\n\n\ndef g"), old.replace("\n\ndef g", "\n# x\ndef g")):
-        tree = parsing.reparse(parsing.source_lines(new), previous)
+        tree = parsing.reparse(parsing.source_lines(new), previous).tree
         assert ast.dump(tree, include_attributes=True) == ast.dump(ast.parse(new), include_attributes=True)
         assert tree.body[0] is previous.tree.body[0]
 

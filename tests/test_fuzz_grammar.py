@@ -23,11 +23,12 @@ import time
 import warnings
 
 import pytest
-from hypothesis import HealthCheck, event, given, seed, settings
+from hypothesis import HealthCheck, assume, event, given, seed, settings
+from hypothesis import strategies as st
 
-from grammar import PRELUDE, SENTINEL, SENTINEL_WRITE, nest, programs
+from grammar import PRELUDE, SENTINEL, SENTINEL_WRITE, deep_expressions, nest, programs
 from gradguard.api import analyze_source
-from gradguard.bounds import MAX_EXPRESSION_DEPTH, expression_depth
+from gradguard.bounds import MAX_EXPRESSION_DEPTH, _deeper_than, expression_depth
 from gradguard.cli import main
 from gradguard.diagnostics import NOT_ANALYSED, SYNTAX_ERROR
 from test_fuzz import check
@@ -80,6 +81,25 @@ def test_deep_and_long_programs(program):
     for diag in result.diagnostics:
         if diag.code == NOT_ANALYSED:
             assert diag.message.startswith("not analysed: ") and "was skipped" in diag.message, diag.message
+
+
+@seed(SEED)
+@settings(max_examples=4 * EXAMPLES, deadline=None, database=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(expression=deep_expressions(), limit=st.integers(1, 2 * MAX_EXPRESSION_DEPTH),
+       layout=st.sampled_from(["line", "lines", "f-string"]))
+def test_the_depth_bound_skips_only_parts_that_cannot_reach_it(expression, limit, layout):
+    """``bounds`` measures a wide expression's depth without entering its parts too narrow to reach the limit
+    from where they are: the answer is always that of the full measure, on one line, over lines, in an f-string."""
+    text = {"line": f"({expression[0]})", "lines": "(" + expression[0].replace(" + ", " +\n ") + ")",
+            "f-string": 'f"{' + expression[0] + '}"'}[layout]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            root = ast.parse(text, mode="eval").body
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        assume(False)
+    assert _deeper_than(root, limit) == (expression_depth(root) > limit)
 
 
 def test_sentinel_breaks_autograd_under_torch():

@@ -80,6 +80,21 @@ def test_the_walkers_find_what_ast_walk_finds(source: str) -> None:
             up = parents.get(id(up))
 
 
+@pytest.mark.parametrize("source", [s for s, _ in _sources()], ids=[n for _, n in _sources()])
+def test_the_engine_walk_finds_every_function_and_class(source: str) -> None:
+    """The engine walks the tree once for its units and the classes (``find_classes`` no longer walks it)."""
+    from gradguard import engine
+
+    tree = ast.parse(source)
+    class_nodes: list[ast.ClassDef] = []
+    units = list(engine._units(tree, class_nodes))
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assert sorted(id(fn) for fn, _ in units[1:]) == sorted(map(id, functions)) and units[0] == (None, None)
+    assert sorted(map(id, class_nodes)) == sorted(id(n) for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
+    owners = {id(m): c for c in class_nodes for m in c.body}
+    assert all(owner is owners.get(id(fn)) for fn, owner in units[1:])
+
+
 def test_every_kind_of_block_is_walked() -> None:
     tree = ast.parse(EVERY_BLOCK)
     names = {n.name for n in statements.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}

@@ -26,6 +26,9 @@ def test_writing_adds_to_the_bracket_or_appends_and_never_repeats() -> None:
 
 def test_text_positions() -> None:
     assert text.split_lines("a\r\nb\rc\n") == ["a", "b", "c", ""]
+    # Without a carriage return (str.split's shortcut): only newlines split, never form feeds or U+2028.
+    assert text.split_lines("a\x0cb\u2028c\n\nd") == ["a\x0cb\u2028c", "", "d"]
+    assert text.split_lines("") == [""] and text.split_lines("a\n") == ["a", ""]
     assert text.line_starts("a\r\nb\n") == [0, 3, 5]
     assert text.position(text.line_starts("a\r\nb\n"), 4) == (2, 2)
     assert [text.code_units("a😀", e) for e in (text.UTF8, text.UTF16, text.UTF32)] == [5, 3, 2]

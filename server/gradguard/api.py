@@ -34,7 +34,7 @@ def _input_problem(path: str, code: str, message: str, line: int = 1, column: in
     return FileResult(path, [diag], error=message)
 
 
-_PARSED = "parsed"  # the per-document cache's entry for the last tree (its other keys are hex digests)
+_PARSED = "parsed"  # the per-document cache's entry for the last parse, a parsing.Parsed (its other keys: hex digests)
 
 
 def analyze_source(source: str | bytes, path: str = "<string>", config: Config | None = None,
@@ -53,18 +53,20 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         return _input_problem(path, UNREADABLE, text.reason)
     lines = parsing.source_lines(text)
     previous = cache.get(_PARSED) if cache is not None else None
-    parsed = parsing.reparse(lines, previous) if previous is not None else None
-    if parsed is None:
-        parsed = parsing.parse(text)  # always: a syntax error is worth reporting even in a file with no candidates
-    if isinstance(parsed, parsing.SyntaxProblem):
-        return _input_problem(path, SYNTAX_ERROR, parsed.message, parsed.line, parsed.column)
+    before = parsing.reparse(lines, previous) if previous is not None else None
+    if before is None:
+        # always: a syntax error is worth reporting even in a file with no candidates
+        before = parsing.parse_document(text, lines)
+    if isinstance(before, parsing.SyntaxProblem):
+        return _input_problem(path, SYNTAX_ERROR, before.message, before.line, before.column)
     if not parsing.may_contain_findings(text):
         return FileResult(path)
+    parsed = before.tree
     kept = []
     findings = analyze_module(parsed, path, lines, use_jedi=config.jedi, cache=cache,
                               view_functions=config.view_functions, with_fixes=fixes)
     if cache is not None:
-        cache[_PARSED] = parsing.Parsed(lines, parsed)
+        cache[_PARSED] = before
     for finding in findings:
         if finding.code == NOT_ANALYSED:  # not a rule: shown whatever --select says, like GG900/GG901
             diag = finding.to_diagnostic(path, config.severity_for(NOT_ANALYSED, Severity.ERROR), lines, line_name)
@@ -79,14 +81,13 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
     kept = _fingerprinted(kept, lines)
     if config.baseline is not None:  # the editor's path; the CLI applies its baseline after its result cache
         kept = [(f, d) for f, d in kept if not config.baseline.hides(path, d)]
-    before = parsing.Parsed(lines, parsed)
     on_demand = None
     if fixes:  # libcst runs only here, for files with findings
         diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(before, path))
     else:
         diagnostics = [d for _, d in kept]
         on_demand = FixesOnDemand(text, before, path, config, kept, dict(cache) if cache is not None else {})
-    diagnostics += _skipped(parsed, path, lines, config, line_name)
+    diagnostics += _skipped(before.skipped, path, lines, config, line_name)
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return FileResult(path, diagnostics, fixes=on_demand)
 
@@ -159,10 +160,10 @@ def _still_found(before: parsing.Parsed, path: str) -> StillFound:
 
     def check(fixed: str, finding: FindingId) -> bool:
         lines = parsing.source_lines(fixed)
-        tree = parsing.reparse(lines, before, positions_after=False) or parsing.parse(fixed)
-        if isinstance(tree, parsing.SyntaxProblem):
+        again = parsing.reparse(lines, before, positions_after=False) or parsing.parse_document(fixed, lines)
+        if isinstance(again, parsing.SyntaxProblem):
             return True
-        found = analyze_module(tree, path, lines, use_jedi=False, only_line=finding.line)
+        found = analyze_module(again.tree, path, lines, use_jedi=False, only_line=finding.line)
         return any(f.code == finding.code and _entry_line(f) == finding.line for f in found)
 
     return check
@@ -174,10 +175,11 @@ def _entry_line(finding: Finding) -> int:
     return mutation.entry().lineno if mutation is not None else finding.node.lineno
 
 
-def _skipped(tree, path: str, lines: list[str], config: Config, line_name: LineName) -> list[Diagnostic]:
-    """One GG903 for each part of the tree that was too deep to analyse (``bounds``)."""
+def _skipped(placeholders: Sequence[bounds.Unanalysed], path: str, lines: list[str], config: Config,
+             line_name: LineName) -> list[Diagnostic]:
+    """One GG903 for each part of the tree that was too deep to analyse (``parsing.Parsed.skipped``)."""
     out = []
-    for node in bounds.unanalysed(tree):
+    for node in placeholders:
         if node.what == "the file":
             message = f"not analysed: the file {node.why}; nothing in it was checked"
         else:

@@ -51,14 +51,38 @@ def expression_depth(root: ast.expr) -> int:
     return deepest
 
 
-def bound(tree: ast.Module) -> None:
-    """Replace, in place, every expression of ``tree`` nested deeper than ``MAX_EXPRESSION_DEPTH``."""
-    for holder, field, index, root in list(_roots(tree)):
-        if isinstance(root, Unanalysed) or not _may_be_deeper(root, MAX_EXPRESSION_DEPTH):
+def _deeper_than(root: ast.expr, limit: int) -> bool:
+    """``expression_depth(root) > limit``, without entering the parts too narrow (``_may_be_deeper``) to reach
+    the limit from where they are: most wide expressions are a long line of shallow calls, and measuring
+    each one's full depth cost about a tenth of a line edit's analysis."""
+    stack = [(root, 1, True)]
+    while stack:
+        node, depth, narrowing = stack.pop()
+        if depth > limit:
+            return True
+        # Inside an f-string, positions are not trusted (Python 3.10 gives some parts the string's own).
+        narrowing = narrowing and not isinstance(node, ast.JoinedStr)
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, ast.expr):
+                stack.append((child, depth, narrowing))
+            elif not (narrowing and getattr(child, "end_col_offset", None) is not None
+                      and not _may_be_deeper(child, limit - depth)):
+                stack.append((child, depth + 1, narrowing))
+    return False
+
+
+def bound(tree: ast.Module) -> list[Unanalysed]:
+    """Replace, in place, every expression of ``tree`` nested deeper than ``MAX_EXPRESSION_DEPTH``; return the
+    tree's placeholders in source order (those made here and those already there: what the analysis of this
+    file skips), so that nothing walks the tree again to find them (``parsing.Parsed.skipped``)."""
+    found = []
+    for holder, field, index, root in list(_roots(tree, MAX_EXPRESSION_DEPTH)):
+        if isinstance(root, Unanalysed):
+            found.append(root)
             continue
-        depth = expression_depth(root)
-        if depth <= MAX_EXPRESSION_DEPTH:
+        if not _may_be_deeper(root, MAX_EXPRESSION_DEPTH) or not _deeper_than(root, MAX_EXPRESSION_DEPTH):
             continue
+        depth = expression_depth(root)  # for the message: what is too deep is rare
         placeholder = Unanalysed(
             "the expression", f"is nested {depth:,} levels deep, and gradguard analyses expressions up to "
             f"{MAX_EXPRESSION_DEPTH} levels deep", depth,
@@ -68,36 +92,41 @@ def bound(tree: ast.Module) -> None:
             setattr(holder, field, placeholder)
         else:
             getattr(holder, field)[index] = placeholder
-
-
-def unanalysed(tree: ast.Module) -> list[Unanalysed]:
-    """The placeholders in ``tree``, in source order: what the analysis of this file skipped."""
-    found = [root for _, _, _, root in _roots(tree) if isinstance(root, Unanalysed)]
+        found.append(placeholder)
     return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
-def _may_be_deeper(root: ast.expr, limit: int) -> bool:
+def _may_be_deeper(root: ast.AST, limit: int) -> bool:
     """Each level of an expression adds at least one byte of text (an operator, a dot, a bracket), and a
     few kinds of node share their parent's text, never two in a row: narrow expressions are shallow."""
     return root.end_lineno != root.lineno or (root.end_col_offset - root.col_offset) * 2 >= limit
 
 
-def _roots(tree: ast.AST) -> Iterator[tuple[ast.AST, str, int | None, ast.expr]]:
+def _narrow(node: ast.AST, limit: int) -> bool:
+    """A statement, argument, keyword or alias on one line too narrow to hold an expression deeper than
+    ``limit``: nothing in it need be looked at."""
+    return getattr(node, "end_col_offset", None) is not None and not _may_be_deeper(node, limit)
+
+
+def _roots(tree: ast.AST, limit: int) -> Iterator[tuple[ast.AST, str, int | None, ast.expr]]:
     """Every outermost expression (one not inside another expression) with where it is held: (holder,
-    field, index in the field's list or None).  Statements, and the parts of statements that are not
+    field, index in the field's list or None), except those of statements (arguments, keywords) on one line
+    too narrow to hold an expression deeper than ``limit`` (``_narrow``: most statements; a placeholder of
+    ``parsing`` stands for a statement far wider).  Statements, and the parts of statements that are not
     expressions (arguments, ``with`` items, handlers, match cases and patterns), are walked without recursion;
     expressions are not entered."""
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
-        for field, value in ast.iter_fields(node):
+        for field in node._fields:  # (``ast.iter_fields`` without its generator: a third of this walk's time)
+            value = getattr(node, field, None)
             if isinstance(value, list):
                 for i, item in enumerate(value):
                     if isinstance(item, ast.expr):
                         yield node, field, i, item
-                    elif isinstance(item, ast.AST):
+                    elif isinstance(item, ast.AST) and not _narrow(item, limit):
                         stack.append(item)
             elif isinstance(value, ast.expr):
                 yield node, field, None, value
-            elif isinstance(value, ast.AST):
+            elif isinstance(value, ast.AST) and not _narrow(value, limit):
                 stack.append(value)

@@ -45,9 +45,10 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     imports = collect_imports(tree.body)
     oracle = JediOracle("\n".join(lines), path) if use_jedi and lines is not None and _imports_project_code(imports) else None
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
-    classes = find_classes(tree, imports)
+    class_nodes: list[ast.ClassDef] = []
+    units = list(_units(tree, class_nodes))
+    classes = find_classes(class_nodes, imports)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions)
-    units = list(_units(tree))
     candidates = _candidate_units(units, lines) if lines is not None else None
     fingerprint = (_Fingerprints(tree, lines, functions, classes, view_functions)
                    if cache is not None and lines is not None else None)
@@ -180,6 +181,7 @@ class _Fingerprints:
     def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict,
                  view_functions: tuple[str, ...] = ()):
         self.lines = lines
+        self.texts: dict[ast.AST, str] = {}
         self.named: dict[str, list[ast.AST]] = {name: [node] for name, node in functions.items()}
         self.named.update({name: [info.node] for name, info in classes.items()})
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
@@ -188,12 +190,16 @@ class _Fingerprints:
         for stmt in top:
             for name in _bound_names([stmt]):
                 self.binders.setdefault(name, []).append(stmt)
+        self.readable = {**self.binders, **self.named}  # what a function can name (once, not per function)
         # Every key holds the imports and the settings that change what calls mean.
         self.imports = "|".join([*(self._text(s) for s in imports), *sorted(view_functions)])
         self.top_text = "\n".join(f"@{s.lineno}\n{self._text(s)}" for s in top)
 
     def _text(self, node: ast.AST) -> str:
-        return "\n".join(self.lines[parsing.first_line(node) - 1 : node.end_lineno])
+        text = self.texts.get(node)  # a helper's text is read for each function that names it
+        if text is None:
+            text = self.texts[node] = "\n".join(self.lines[parsing.first_line(node) - 1 : node.end_lineno])
+        return text
 
     def of(self, fn, owner) -> tuple[str, tuple[tuple[int, int], ...]]:
         """The key, and the (first, last) lines of each part it covers, in the key's order."""
@@ -206,7 +212,7 @@ class _Fingerprints:
         if owner is not None:
             parts.append(self._text(owner))
             spans.append((parsing.first_line(owner), owner.end_lineno))
-        for node, text in self._named(own, {**self.binders, **self.named}):
+        for node, text in self._named(own, self.readable):
             parts.append(text)
             spans.append((parsing.first_line(node), node.end_lineno))
         return self._key(parts), tuple(spans)
@@ -268,8 +274,10 @@ def _imports_project_code(imports: dict[str, str]) -> bool:
     return any(q.split(".")[0] not in stdlib and not q.startswith(("torch", "numpy", "typing")) for q in imports.values())
 
 
-def _units(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo | ast.ClassDef | None]]:
-    """The module's top level, then every function and method (nested ones too), with its class."""
+def _units(tree: ast.Module, class_nodes: list[ast.ClassDef] | None = None
+           ) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo | ast.ClassDef | None]]:
+    """The module's top level, then every function and method (nested ones too), with its class.  Every class
+    met on the way is added to ``class_nodes`` (``find_classes`` then need not walk the tree again)."""
     yield None, None
     stack: list[tuple[ast.AST, ast.ClassDef | None]] = [(tree, None)]
     while stack:
@@ -279,8 +287,10 @@ def _units(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo
                 yield child, owner
                 stack.append((child, None))
             elif isinstance(child, ast.ClassDef):
+                if class_nodes is not None:
+                    class_nodes.append(child)
                 stack.append((child, child))
-            else:
+            elif statements.holds_statements(child):
                 stack.append((child, owner))
 
 

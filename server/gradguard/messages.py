@@ -57,7 +57,10 @@ class Message:
         return (p.number for p in self.parts if isinstance(p, Line))
 
     def moved(self, move: Callable[[int], int]) -> "Message":
-        """The same message with every line reference passed through ``move``."""
+        """The same message with every line reference passed through ``move`` (itself when it has none: most
+        related notes, moved at every edit below them)."""
+        if not any(isinstance(p, Line) for p in self.parts):
+            return self
         return Message(tuple(Line(move(p.number)) if isinstance(p, Line) else p for p in self.parts))
 
     def removesuffix(self, suffix: str) -> "Message":

@@ -16,7 +16,6 @@ from a fresh analysis of its function); otherwise the caller analyses again.
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import replace
 
 from .diagnostics import Fix
@@ -54,10 +53,18 @@ def _line(line: int, moves: Moves) -> int:
 def _node(node: ast.AST | None, moves: Moves) -> ast.AST | None:
     if node is None or getattr(node, "lineno", None) is None:
         return node
-    moved = copy.copy(node)
+    moved = _shallow_copy(node)
     moved.lineno = _line(node.lineno, moves)
     if getattr(node, "end_lineno", None) is not None:
         moved.end_lineno = _line(node.end_lineno, moves)
+    return moved
+
+
+def _shallow_copy(node: ast.AST) -> ast.AST:
+    """``copy.copy(node)`` at a fifth of its cost (its ``__reduce_ex__`` round trip was a third of moving a
+    finding): an ``ast`` node is its class and its ``__dict__``."""
+    moved = type(node).__new__(type(node))
+    moved.__dict__.update(node.__dict__)
     return moved
 
 

@@ -83,6 +83,19 @@ def parse(text: str) -> ast.Module | SyntaxProblem:
     Python's own parser gives up on expressions some 3,000 levels deep (RecursionError, MemoryError: "too
     deep", not "invalid"); the file is then parsed one top-level statement at a time, and only the statements
     that are too deep become placeholders."""
+    parsed = _bounded(text)
+    return parsed if isinstance(parsed, SyntaxProblem) else parsed[0]
+
+
+def parse_document(text: str, lines: list[str] | None = None) -> Parsed | SyntaxProblem:
+    """``parse``, kept with the text's lines and the tree's placeholders, for ``reparse`` at the next edit."""
+    parsed = _bounded(text)
+    if isinstance(parsed, SyntaxProblem):
+        return parsed
+    return Parsed(source_lines(text) if lines is None else lines, *parsed)
+
+
+def _bounded(text: str) -> tuple[ast.Module, tuple[bounds.Unanalysed, ...]] | SyntaxProblem:
     try:
         tree = _parse(text)
     except SyntaxError as exc:
@@ -93,8 +106,7 @@ def parse(text: str) -> ast.Module | SyntaxProblem:
         tree = _parse_statements(text)
         if isinstance(tree, SyntaxProblem):
             return tree
-    bounds.bound(tree)
-    return tree
+    return tree, tuple(bounds.bound(tree))
 
 
 def _parse(text: str) -> ast.Module:
@@ -202,18 +214,25 @@ def _whole_file_unanalysed(lines: list[str]) -> ast.Module:
 
 def first_line(stmt: ast.stmt) -> int:
     """A statement's first line, counting a definition's decorators (``@torch.no_grad()`` is part of it)."""
-    return min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+    decorators = getattr(stmt, "decorator_list", None)  # (called thousands of times an edit: no list when none)
+    return min(stmt.lineno, *(d.lineno for d in decorators)) if decorators else stmt.lineno
 
 
 class Parsed(NamedTuple):
-    """A successful parse, kept per open document so that the next keystroke can reuse most of it."""
+    """A successful parse, kept per open document so that the next keystroke can reuse most of it.
+
+    ``skipped``: the tree's placeholders (``bounds.Unanalysed``) in source order, as ``bounds.bound`` made or
+    found them.  They are kept here rather than found again by walking the whole tree at every edit (that walk
+    cost about a tenth of a line edit in a 3,000-line file); ``reparse`` keeps those of the statements it
+    reuses."""
 
     lines: list[str]
     tree: ast.Module
+    skipped: tuple[bounds.Unanalysed, ...]
 
 
-def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) -> ast.Module | None:
-    """The tree of ``lines`` built from ``previous``: when every changed line lies inside top-level statements,
+def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) -> Parsed | None:
+    """The parse of ``lines`` built from ``previous``: when every changed line lies inside top-level statements,
     only those statements are parsed again (padded with blank lines, so positions come out right) and the
     others are reused.  None when that does not apply or the changed statements do not parse on their own;
     the caller then parses the whole text.  A change between top-level statements (a blank line typed between two
@@ -226,11 +245,11 @@ def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) ->
 
     Splicing is sound because a top-level statement starts at column 0 with nothing open (no bracket, no
     string, no indentation), so the text around the changed statements tokenizes as it did."""
-    old_lines, old = previous
+    old_lines, old, old_skipped = previous
     delta = len(lines) - len(old_lines)
     first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), min(len(lines), len(old_lines)))
     if first == len(lines) == len(old_lines):
-        return old
+        return Parsed(lines, old, old_skipped)
     # The last changed line of the old text, from the end; the common tail never overlaps the common head.
     shorter = min(len(lines), len(old_lines))
     tail = next((k for k in range(shorter - first)
@@ -256,7 +275,10 @@ def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) ->
     else:  # lines moved, or a change between statements: parse from the statement at the change to the end
         end, top, bottom = len(body) - 1, starts[start], len(lines)  # (copying those below moved costs as much)
     segment = "\n" * (top - 1) + "\n".join(lines[top - 1:bottom]) + "\n"
-    parsed = parse(segment)
+    parsed = _bounded(segment)
     if isinstance(parsed, SyntaxProblem):
         return None
-    return ast.Module(body=[*body[:start], *parsed.body, *body[end + 1:]], type_ignores=[])
+    tree, skipped = parsed
+    below = body[end].end_lineno  # old lines: the reused statements below start after it
+    skipped = (*(p for p in old_skipped if p.lineno < top), *skipped, *(p for p in old_skipped if p.lineno > below))
+    return Parsed(lines, ast.Module(body=[*body[:start], *tree.body, *body[end + 1:]], type_ignores=[]), skipped)

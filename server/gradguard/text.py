@@ -17,6 +17,8 @@ UTF8, UTF16, UTF32 = "utf-8", "utf-16", "utf-32"  # the values of LSP's Position
 
 def split_lines(text: str) -> list[str]:
     """The lines of ``text`` without their line breaks (a trailing newline gives a last empty line)."""
+    if "\r" not in text:  # the usual case, and ``str.split`` costs a tenth of the pattern's split
+        return text.split("\n")
     return LINE_BREAK.split(text)
 
 

@@ -12,7 +12,6 @@ import ast
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .. import statements
 from .imports import normalize, qualified_name
 
 @dataclass
@@ -48,10 +47,10 @@ def own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | None:
                 None)
 
 
-def find_classes(tree: ast.Module, imports: dict[str, str]) -> dict[str, ClassInfo]:
-    """Every class of the file by name (a later definition of a name wins, as at run time)."""
-    found = [node for node in statements.walk(tree) if isinstance(node, ast.ClassDef)]
-    found.sort(key=lambda n: n.lineno)
+def find_classes(nodes: list[ast.ClassDef], imports: dict[str, str]) -> dict[str, ClassInfo]:
+    """The classes ``nodes`` (every class of the file, found by the engine's one walk of it) by name (a later
+    definition of a name wins, as at run time)."""
+    found = sorted(nodes, key=lambda n: n.lineno)
     classes: dict[str, ClassInfo] = {}
     for node in found:
         info = ClassInfo(node)
