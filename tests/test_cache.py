@@ -387,3 +387,37 @@ def test_a_keystroke_in_a_method_reuses_the_instance_its_class_builds(monkeypatc
     built.clear()
     analyze_source(edited.replace("nn.Linear(4, 4)", "nn.Linear(4, 5)"), "m.py", cache=cache)
     assert "Net" in built  # the class's own text changed: built again
+
+
+def test_a_cached_fix_that_edits_another_caller_is_built_again_after_a_line_moves_it():
+    """A helper's fix that also rebinds its other callers (``y = scale_(y)`` in ``fourth``) edits lines outside
+    the cached function's key: after a line is inserted above ``fourth``, the cached fix must not keep the old
+    line of that edit (it gave line 18 where a fresh analysis gives 19)."""
+    src = textwrap.dedent('''\
+        import torch
+
+
+        def scale_(t):
+            t.mul_(2)
+
+
+        def third():
+            w = torch.randn(3, requires_grad=True)
+            y = torch.exp(w)
+            scale_(y)
+            y.sum().backward()
+
+
+        def fourth():
+            w = torch.randn(3, requires_grad=True)
+            y = torch.exp(w)
+            scale_(y)
+            y.sum().backward()
+        ''')
+    edited = src.replace("\n\ndef fourth", "\n\n# moved\ndef fourth")
+    cache: dict = {}
+    first = analyze_source(src, "f.py", cache=cache)
+    assert any(d.fix is not None and len({e.line for e in d.fix.edits}) > 2 for d in first.diagnostics)
+    cached = analyze_source(edited, "f.py", cache=cache)
+    fresh = analyze_source(edited, "f.py")
+    assert [d.fix for d in cached.diagnostics] == [d.fix for d in fresh.diagnostics]

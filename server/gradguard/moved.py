@@ -7,7 +7,8 @@ unchanged and its findings are moved, each line by the move of the part it lies 
 the function (and every function below the edit) again.
 
 A finding moves only if every line it mentions lies in one of those parts: its node, its related
-locations, the lines its messages refer to (``messages.Message``), and its fix's edits.  A rule's fix hook
+locations, the lines its messages refer to (``messages.Message``), and its fix's edits (a fix that edits lines
+outside the parts -- another caller of a helper -- is never reused: those lines are not in the key).  A rule's fix hook
 reads the finding's ``data``, whose nodes are not moved: so a finding whose fix is not built yet moves only
 when the caller builds fixes on demand (``with_fixes=False``), marked ``data_stale`` (its fix is then built
 from a fresh analysis of its function); otherwise the caller analyses again.
@@ -34,13 +35,21 @@ def move_findings(findings: list[Finding], before: Spans, after: Spans, with_fix
                   ) -> list[Finding] | None:
     """``findings`` moved from the parts' lines ``before`` to their lines ``after`` (the same parts, in the
     same order, with the same text), or None when one of them cannot be (see the module docstring)."""
-    if before == after:
+    if before == after and not any(_edits_elsewhere(f, before) for f in findings):
         return findings
     moves = tuple((first, last, new_first - first) for (first, last), (new_first, _) in zip(before, after))
     try:
         return [_move(f, moves, with_fixes) for f in findings]
     except _Outside:
         return None
+
+
+def _edits_elsewhere(finding: Finding, spans: Spans) -> bool:
+    """Does the finding's built fix edit lines outside the parts (a helper's other callers, ``through_callers``)?
+    Those lines are not in the cache key: they may have changed or moved, so the fix must be built again."""
+    fix = finding.fix_memo[0] if finding.fix_memo is not None else None
+    return fix is not None and any(not any(first <= line <= last for first, last in spans)
+                                   for e in fix.edits for line in (e.line, e.end_line))
 
 
 def _line(line: int, moves: Moves) -> int:
