@@ -10,6 +10,7 @@ and only then, a syntax error (GG900) is the right answer.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -28,6 +29,7 @@ WRAPPERS = [
 _BRACKETED = {w for w in WRAPPERS if w.startswith(("(", "[", "{", "f(", "torch.", "F.", "sum(", "x[", "g("))}
 _UNBRACKETED = [w for w in WRAPPERS if w not in _BRACKETED]
 _PREFIX = {"-$", "~$", "not $"}
+_ENDS_WITH_INT = re.compile(r"(?<![\w.])\d+$")
 LEAVES = ["y", "t", "w", "x", "y.add_(1)", "torch.exp(w)", "2.0", "1.5", "'s'", "None", "t.sum()"]
 
 PRELUDE = """\
@@ -73,6 +75,7 @@ def nest(wrappers: list[str], depth: int, leaf: str) -> tuple[str, int]:
     """``leaf`` wrapped ``depth`` times, cycling through ``wrappers``; also the deepest bracket nesting."""
     prefixes, suffixes = [], []
     head, brackets, open_now = leaf, 0, 0
+    tail = leaf  # the end of the text so far: a postfix after an integer literal needs a space
     for level in range(depth):
         wrapper = wrappers[level % len(wrappers)]
         if wrapper in _PREFIX and head.startswith(("lambda", "not")) or wrapper == "not $" and head.startswith("lambda"):
@@ -80,8 +83,11 @@ def nest(wrappers: list[str], depth: int, leaf: str) -> tuple[str, int]:
             suffixes.append(")")
             open_now += 1
         before, after = wrapper.split(HOLE)
+        if after.startswith(".") and _ENDS_WITH_INT.search(tail):
+            after = " " + after  # `2 .add_(1)`: `2.add_` is an invalid decimal literal
         prefixes.append(before)
         suffixes.append(after)
+        tail = (tail + after)[-24:]
         if before:
             head = before
         if wrapper in _BRACKETED:
