@@ -10,7 +10,7 @@ import pytest
 from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixing import fix_text
-from programs import run_program
+from programs import found, run_program
 
 torch = pytest.importorskip("torch")
 
@@ -288,3 +288,45 @@ def test_the_pieces_of_a_split_are_not_copied_as_one_tensor():
     """)
     diags = _diags(src)
     assert diags and "parts.clone()" not in _fixed(src, unsafe=True)
+
+
+_UNREAD = """
+import torch
+
+
+class {cls}:
+    def __call__(self, logits):
+        weights = logits.exp_()
+        return weights
+
+
+def train():
+    torch.manual_seed(0)
+    logits = torch.randn(5, requires_grad=True)
+    softmax = {cls}()
+    weights = softmax(logits)
+    (weights / weights.sum()).pow(2).sum().backward()
+    return [logits.grad]
+"""
+
+
+def test_a_helper_writing_a_parameter_nobody_reads_afterwards_writes_out_of_place():
+    """``weights = logits.exp_()`` in a helper: neither the helper nor its caller reads ``logits``'s value after
+    (``logits.grad`` is about the leaf), so ``logits.exp()`` gives every reader what it read.  Safe for a private
+    helper; unsafe, saying why, for a public one (calls from other files are not seen)."""
+    torch.manual_seed(0)
+    logits = torch.randn(5, requires_grad=True)
+    weights = logits.exp()
+    (weights / weights.sum()).pow(2).sum().backward()
+    for cls, safe in (("_Softmax", True), ("Softmax", False)):
+        src = _UNREAD.replace("{cls}", cls)
+        (diag,) = found("GG002", src)
+        assert diag.fix is not None and diag.fix.safe is safe, diag.fix
+        assert safe or "from other files may read `logits`" in diag.fix.title
+        out = fix_text(src, "t.py", unsafe=True).fixed
+        assert "weights = logits.exp()" in out and not found("GG002", out)
+        (got,) = run_program(out)
+        assert torch.allclose(got, logits.grad)
+    read_later = _UNREAD.replace("{cls}", "_Softmax").replace("return [logits.grad]", "return [logits.grad, logits * 1]")
+    (diag,) = found("GG002", read_later)
+    assert diag.fix is None or "logits.exp()" not in diag.fix.title

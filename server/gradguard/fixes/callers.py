@@ -73,8 +73,9 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
             return None
     if fix is None or fix.safe:
         return fix
-    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits) and _ALREADY_REBOUND not in fix.title:
-        return None  # (``through_callers`` found every call already rebinding: no caller expects the write)
+    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits) and _ALREADY_REBOUND not in fix.title \
+            and OTHER_FILES_ONLY not in fix.title:
+        return None  # (unless no call in this file expects the write: all rebind, or none reads after it)
     return fix
 
 
@@ -218,7 +219,9 @@ class Helper:
         raise CannotFix("the helper returns something else than the written parameter")
 
 
-_ALREADY_REBOUND = ", which its calls rebind"  # the title's words when every call already rebinds the name
+_ALREADY_REBOUND = ", which its calls rebind"
+# A helper-only fix's words when its one risk is unseen callers: no call in this file expects the write
+OTHER_FILES_ONLY = " from other files may read "  # the title's words when every call already rebinds the name
 
 
 def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast.stmt, param: str, title: str,
@@ -291,6 +294,37 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool)
     if problems:
         raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     return arg.id
+
+
+def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str) -> tuple[bool, str]:
+    """Whether no caller reads the value of what it passed for ``param`` after the call (``.grad`` and
+    the like do not count), nor keeps it elsewhere: then a write to ``param`` changes nothing any caller sees,
+    and may be done out of place.  With the words of the unsafe part when the helper is public (calls from other
+    files are not seen); CannotFix when some call cannot be checked."""
+    helper = Helper.of(ctx, stmt, param)
+    if not helper.calls:
+        raise CannotFix("the helper is not called in this file")
+    for call in helper.calls:
+        if any(isinstance(a, ast.Starred) for a in call.args[: helper.index + 1]) or len(call.args) <= helper.index:
+            raise CannotFix("a call does not pass the parameter by position")
+        arg = call.args[helper.index]
+        if not isinstance(arg, ast.Name):
+            continue  # a temporary: nothing else holds it
+        caller = ctx.function_of(call)
+        if caller is None or not _local(caller, arg.id):
+            raise CannotFix("a call passes a name its function does not own")
+        call_stmt = ctx.statement_of(call)
+        report = analyse(ctx, call_stmt, arg.id)
+        # `weights = step(logits)`: the call's own result holds what the helper returns -- the written value,
+        # which the fix still returns (the helper reads its parameter's value nowhere after the write)
+        result = {t.id for t in getattr(call_stmt, "targets", ()) if isinstance(t, ast.Name)} \
+            if isinstance(call_stmt, ast.Assign) and call_stmt.value is call else set()
+        if report.aliases_read_after or set(report.holders_read_after) - result \
+                or value_read_after(ctx, call_stmt, arg.id):
+            return False, ""
+    owner = ctx.parents.get(helper.fn)
+    named = owner.name if helper.method and helper.fn.name in _CALLED_ON_INSTANCES else helper.fn.name
+    return True, "" if named.startswith("_") else f"calls to `{named}`{OTHER_FILES_ONLY}`{param}` after it"
 
 
 _GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.enable_grad")

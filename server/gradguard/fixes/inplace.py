@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 from ..diagnostics import Fix
 from ..statements import block_of
 from .aliases import NON_VALUE_ATTRS, Report, analyse, value_read_after
+from .callers import callers_leave_unread, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
 from .writes import (
@@ -244,6 +245,7 @@ def compute_on_copy(ctx: FixContext, write: Write) -> tuple[Rewrite, str, bool]:
         # `wt = w.t(); wt.add_(1)`: copy w before the view is taken
         start, leaf = view_binding
     if write.kind == "method" and write.value_use and direct and start is stmt:
+        # `weights = logits.exp_()` where nothing reads `logits`'s value later: `logits.exp()` is the same
         report = analyse(ctx, stmt, name, write_call=write.call)
         if not value_read_after(ctx, stmt, name) and report.clean:
             new_value = out_of_place(ctx, write.call)
@@ -302,6 +304,26 @@ def update_on_copy(ctx: FixContext, rw: Rewrite, write: Write, source: str, loca
         new = assign(cst.Name(local), value)
     rw.replace_node(ctx.cst(stmt), new)
     return code(new) if anchor is stmt else f"{local} = {source}; {code(new)}"
+
+
+def _unread_by_callers(ctx: FixContext, write: Write) -> Fix:
+    """``weights = logits.exp_()`` in a helper whose parameter ``logits`` nobody reads afterwards -- neither the
+    helper nor, after the call, any caller in the file (``callers.callers_leave_unread``): ``logits.exp()`` gives
+    every reader what it read before.  Unsafe when the helper is public: calls from other files are not seen."""
+    name, direct = root_name(write.target)
+    if not (write.kind == "method" and write.value_use and direct and name is not None):
+        raise CannotFix("not an in-place call whose result is used, on a name")
+    report = analyse(ctx, write.stmt, name, write_call=write.call)
+    if value_read_after(ctx, write.stmt, name) or report.aliases_read_after or report.holders_read_after \
+            or report.escapes != [param_escape(name)]:
+        raise CannotFix(f"`{name}` is read after the write, or held by more than the caller")
+    unread, unsafe = callers_leave_unread(ctx, write.stmt, name)
+    if not unread:
+        raise CannotFix(f"a caller reads what it passed for `{name}` after the call")
+    new_value = out_of_place(ctx, write.call)
+    rw = Rewrite(ctx).replace_node(ctx.cst(write.call), new_value)
+    title = f"Write out of place: `{short(code(new_value))}`"
+    return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe)
 
 
 def copy_anchor(ctx: FixContext, scope: ast.AST, start: ast.stmt,
@@ -548,6 +570,9 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)
     mutation_of(finding)  # a copy names the tensor, not an element
+    unread = fix_or_none(lambda: _unread_by_callers(ctx, write))
+    if unread is not None:
+        return unread
     rw, desc, safe = compute_on_copy(ctx, write)
     title = f"Compute on a copy: `{short(desc, 90)}`"
     return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
