@@ -225,3 +225,59 @@ def test_no_element_fix_where_the_new_value_would_not_reach_the_readers(program)
     src = "import torch\n" + textwrap.dedent(program)
     diags = found("GG001", src)
     assert diags and all(d.fix is None or "element" not in d.fix.title for d in diags)
+
+
+_PIECE_IN_LIST = """
+import torch
+
+
+def train():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 8)
+    qk = lin(torch.randn(3, 4))
+    q, k = qk.chunk(2, dim=-1)
+    pieces = [q, k]
+    {write}
+    torch.softmax(q @ k.t(), dim=-1).pow(2).sum().backward()
+    return [lin.weight.grad, lin.bias.grad]
+"""
+
+
+def test_a_piece_of_chunk_held_in_a_list_is_rebound_out_of_place_there():
+    """GG004 on ``pieces[0].mul_(s)``, a piece of ``chunk`` held in a list: the element and the name the list was
+    made from are rebound to the out-of-place result, as GG001 does for any element; torch gives the intended
+    gradients."""
+    src = textwrap.dedent(_PIECE_IN_LIST).replace("{write}", "pieces[0].mul_(0.5)")
+    with pytest.raises(RuntimeError, match="is a view and is being modified inplace. This view is the output of a function that returns multiple views"):
+        scope: dict = {}
+        exec(compile(src, "t", "exec"), scope)  # noqa: S102 - the test's own program
+        scope["train"]()
+    (diag,) = found("GG004", src)
+    assert diag.fix is not None
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert "q = pieces[0] = pieces[0].mul(0.5)" in out and not found("GG004", out)
+    intended = textwrap.dedent(_PIECE_IN_LIST).replace("{write}", "q = q * 0.5")
+    got, want = {}, {}
+    exec(compile(out, "fixed", "exec"), got)  # noqa: S102
+    exec(compile(intended, "intended", "exec"), want)  # noqa: S102
+    for a, b in zip(got["train"](), want["train"]()):
+        assert torch.allclose(a, b)
+
+
+def test_no_element_fix_when_the_write_indexes_into_the_element():
+    """``parts_list[0][0].zero_()`` where the element is the tuple of pieces itself: cloning the element would
+    call ``clone`` on a tuple (the fixed program raises AttributeError), so no fix."""
+    src = textwrap.dedent("""
+        import torch
+
+
+        def train():
+            lin = torch.nn.Linear(4, 8)
+            h = lin(torch.randn(3, 4))
+            parts = torch.split(h, 4, dim=-1)
+            parts_list = [parts]
+            parts_list[0][0].zero_()
+            torch.cat(parts, dim=-1).pow(2).sum().backward()
+    """)
+    for diag in found("GG004", src):
+        assert diag.fix is None or "clone()" not in diag.fix.title

@@ -25,6 +25,7 @@ from ..fixes.writes import (
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
+from .gg001_saved_tensor_mutated import fix as saved_tensor_fix
 from .common import call_path_related, piece_of, view_call
 
 MESSAGE = "Output 0 of Unbind is a view and is being modified inplace."
@@ -78,7 +79,15 @@ def _source(piece) -> tuple[str, str]:
 
 # ---- The fix --------------------------------------------------------------------------------------
 def fix(ctx: FixContext, finding: Finding) -> Fix | None:
-    """GG004: rebind the piece out of place, or write through a plain view of the whole tensor."""
+    """GG004: rebind the piece out of place, or write through a plain view of the whole tensor.  A piece held as
+    an element of a local list or dict is rebound there, as GG001 rebinds one."""
+    held = (finding.data or {}).get("mutation")
+    if held is not None and held.in_container:
+        target = Write.of(ctx, held.entry()).target
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Subscript):
+            # `parts_list[0][0].zero_()`: the element may be the tuple of pieces itself, which has no `clone`
+            raise CannotFix("the write indexes into the element, which may hold the pieces")
+        return saved_tensor_fix(ctx, finding)
     mutation = mutation_of(finding)
     write = Write.of(ctx, mutation.entry())
     plain = fix_or_none(lambda: plain_view_write(ctx, write))
