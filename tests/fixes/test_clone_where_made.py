@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 import torch
 from gradguard.config import Config
 from gradguard.fixing import fix_text
@@ -81,3 +82,42 @@ def test_no_clone_when_the_output_is_also_stored_in_a_list_read_later():
     """)
     (diag,) = found("GG001", src)
     assert diag.fix is None or "clone()" not in diag.fix.title
+
+
+CLOSURE = """
+import torch
+
+
+def train():
+    torch.manual_seed(0)
+    theta = torch.randn(3, requires_grad=True)
+    logw = torch.randn(8, 3) @ theta
+    weights = torch.exp(logw - logw.max())
+    ess = weights.sum() ** 2 / (weights ** 2).sum()
+    if ess < 100.0:
+        def reset():
+            weights.fill_(1.0)
+        reset()
+    (weights.mean() + ess).backward()
+    return [theta.grad]
+"""
+
+
+def test_a_closure_writing_its_free_variable_clones_the_saved_argument_by_its_name():
+    """The closure writes ``weights``, a name it does not bind: the same name holds the tensor where ``**``
+    saved it, so the argument is cloned there too (``weights.clone() ** 2``), as is exp's output."""
+    src = textwrap.dedent(CLOSURE)
+    (diag,) = found("GG001", src)
+    assert diag.fix is not None and diag.fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert "torch.exp(logw - logw.max()).clone()" in out and "(weights.clone() ** 2)" in out
+    assert "weights.fill_(1.0)" in out and not found("GG001", out)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        run_program(src)
+    intended = src.replace("        def reset():\n            weights.fill_(1.0)\n        reset()\n",
+                           "        weights = torch.ones_like(weights)\n")
+    assert intended != src
+    scope: dict = {}
+    exec(compile(intended, "intended", "exec"), scope)  # noqa: S102 - the test's own program
+    for got, want in zip(run_program(out), scope["train"]()):
+        assert torch.allclose(got, want)

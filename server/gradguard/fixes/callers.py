@@ -52,11 +52,11 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
     if fn is None:
         return None
     outer = None
-    if _local(fn, name) and not _param(fn, name) and not _only_numpy_views(ctx, fn, name):
+    if is_local(fn, name) and not _param(fn, name) and not _only_numpy_views(ctx, fn, name):
         # A local bound from something else (a free variable, a list): the analysis of the helper cannot see
         # who else holds that tensor.  NumPy views are resolved to their tensor by the GG102 fix itself.
         return None
-    if not _local(fn, name):
+    if not is_local(fn, name):
         # A closure's free variable: rebinding it there needs `nonlocal`, and every call of the closure in its
         # function to be a plain call after which nothing else holds the old tensor.  A global: no fix.
         outer = _enclosing_owner(ctx, fn, name)
@@ -86,7 +86,7 @@ def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> 
         return None
     if any(isinstance(n, ast.Global) and name in n.names for n in own_nodes(fn)):
         return None
-    return outer if _local(outer, name) else None
+    return outer if is_local(outer, name) else None
 
 
 def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.FunctionDef, name: str) -> Fix:
@@ -132,7 +132,7 @@ def through_closure_calls(ctx: FixContext, fix: Fix, stmt: ast.stmt, name: str) 
     fn = ctx.function_of(stmt)
     outer = ctx.parents.get(fn)
     if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and _declares_nonlocal(fn, name)
-            and _local(outer, name)):
+            and is_local(outer, name)):
         raise CannotFix(f"`{name}` is not a `nonlocal` of a closure")
     return _with_nonlocal(ctx, fix, fn, outer, name)
 
@@ -158,7 +158,7 @@ def _only_numpy_views(ctx: FixContext, fn: ast.FunctionDef, name: str | None) ->
     return bool(stores)
 
 
-def _local(fn: ast.FunctionDef, name: str | None) -> bool:
+def is_local(fn: ast.FunctionDef, name: str | None) -> bool:
     """Whether ``name`` is a parameter or a local variable of ``fn`` (not global, nonlocal or free)."""
     if name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}:
         return True
@@ -285,7 +285,7 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool)
     caller = ctx.function_of(stmt)
     if caller is None:
         raise CannotFix("a call at module level")
-    if not _local(caller, arg.id):
+    if not is_local(caller, arg.id):
         raise CannotFix("a call passes a name its function does not own (rebinding it would make a new local)")
     report = analyse(ctx, stmt, arg.id)
     passed_here = f"it is passed to `{ctx.source(call.func)}`"
@@ -311,7 +311,7 @@ def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str) -> tuple[b
         if not isinstance(arg, ast.Name):
             continue  # a temporary: nothing else holds it
         caller = ctx.function_of(call)
-        if caller is None or not _local(caller, arg.id):
+        if caller is None or not is_local(caller, arg.id):
             raise CannotFix("a call passes a name its function does not own")
         call_stmt = ctx.statement_of(call)
         report = analyse(ctx, call_stmt, arg.id)
@@ -409,7 +409,7 @@ def _calls_on_instance(ctx: FixContext, use: ast.Name, cls: ast.ClassDef) -> lis
         raise CannotFix(f"`{cls.name}` is used otherwise than made into an instance bound to a name")
     inst = bind.targets[0].id
     scope = ctx.function_of(bind)
-    if scope is None or not _local(scope, inst):
+    if scope is None or not is_local(scope, inst):
         raise CannotFix(f"an instance of `{cls.name}` is not a local of a function")
     calls = []
     for node in ast.walk(scope):

@@ -6,7 +6,7 @@ import ast
 
 from ..diagnostics import Fix, Severity
 from ..fixes.aliases import AliasAnalysis, Report, _view_sources, analyse, value_read_after
-from ..fixes.callers import NONLOCAL_ESCAPE, fix_in_helper, param_escape, through_callers, through_closure_calls
+from ..fixes.callers import NONLOCAL_ESCAPE, fix_in_helper, inside_helper, is_local, param_escape, through_callers, through_closure_calls
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import Rebind, fix_or_none, mutation_of, rebind_fix
@@ -72,7 +72,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         return fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
     mutation = mutation_of(finding)
     if mutation.entry() is not mutation.node:  # the write is inside a call: a helper, a method, a callable object
-        return fix_or_none(lambda: fix_in_helper(fix, ctx, finding)) or _clone_where_made(ctx, mutation)
+        return fix_or_none(lambda: fix_in_helper(fix, ctx, finding)) or _clone_where_made(ctx, finding)
     write = Write.of(ctx, mutation.entry())
     rebind = fix_or_none(lambda: Rebind(ctx, write))
     possible = (
@@ -116,13 +116,17 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     return None
 
 
-def _clone_where_made(ctx: FixContext, mutation: Mutation) -> Fix | None:
+def _clone_where_made(ctx: FixContext, finding: Finding) -> Fix | None:
     """A write inside a call the fix cannot change there: clone the tensor where the op that saved it made it
-    (``rates = torch.exp(w).clone()``), so the call writes memory the backward no longer needs -- the same
-    program.  Only for ops that saved their output: which argument an op saved, the call does not tell."""
-    if grad_would_be_lost(mutation) or any(c.save.role != "output" for c in mutation.conflicts):
+    (``rates = torch.exp(w).clone()``), or the argument it saved (``weights.clone() ** 2``), so the call writes
+    memory the backward no longer needs -- the same program.  Which argument an op saved is told by name only
+    when the call writes a name of the caller's own scope (a closure's free variable); else only ops that saved
+    their output are cloned."""
+    mutation = mutation_of(finding)
+    named = _write_on_enclosing_name(ctx, finding)
+    if grad_would_be_lost(mutation) or named is None and any(c.save.role != "output" for c in mutation.conflicts):
         return None
-    for conflict in mutation.conflicts:
+    for conflict in (c for c in mutation.conflicts if c.save.role == "output"):
         # `h = torch.tanh(...); outputs.append(h)`: the list would see the call's write on the clone, where the
         # write was not meant to reach the stored output -- the two programs differ, and nothing tells which is meant.
         binding = ctx.statement_of(conflict.save.node)
@@ -131,8 +135,23 @@ def _clone_where_made(ctx: FixContext, mutation: Mutation) -> Fix | None:
             return None
         if analyse(ctx, binding, binding.targets[0].id).holders_read_after:
             return None
-    built = fix_or_none(lambda: clone_where_saved(ctx, mutation, None))
+    built = fix_or_none(lambda: clone_where_saved(ctx, mutation, named))
     return built and built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
+
+
+def _write_on_enclosing_name(ctx: FixContext, finding: Finding) -> Write | None:
+    """The write inside the call, when it writes a name the called function does not bind (a closure's free
+    variable): that name holds the same tensor where the op saved it."""
+    inner = inside_helper(finding)
+    if inner is None:
+        return None
+    try:
+        write = Write.of(ctx, inner.data["mutation"].node)
+    except (CannotFix, KeyError):
+        return None
+    name, _ = root_name(write.target)
+    fn = ctx.function_of(write.stmt)
+    return write if name is not None and isinstance(fn, ast.FunctionDef) and not is_local(fn, name) else None
 
 
 def clone_where_saved(ctx: FixContext, mutation: Mutation, write: Write | None) -> tuple[Rewrite, str]:
