@@ -39,6 +39,8 @@ def _diags(src: str):
 @pytest.mark.parametrize("update", [
     "for p in net.parameters():\n        p.data.mul_(0.9)",
     "with torch.no_grad():\n        for p in net.parameters():\n            p.clamp_(-0.3, 0.3)",
+    # a function defined inside the update and called there: its body is read like the rest of the update
+    "for p in net.parameters():\n        def decay():\n            p.data.mul_(0.9)\n        decay()",
 ])
 def test_an_update_moves_past_zero_grad_to_after_the_backward(update):
     src = textwrap.dedent(_PROGRAM).replace("    {update}\n", textwrap.indent(update, "    ") + "\n")

@@ -109,13 +109,15 @@ def _reads_values_only(ctx: FixContext, stmt: ast.stmt) -> bool:
     """Whether the update reads and writes tensor values only: no `.grad`, and no call that could (a helper, a
     step): only tensor methods, parameter lists, torch functions and a few builtins."""
     knowledge = load_knowledge()
+    # A function defined inside the update (a closure it then calls) is checked by this same walk of its body.
+    inline = {n.name for n in ast.walk(stmt) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for node in ast.walk(stmt):
         if isinstance(node, ast.Attribute) and node.attr in ("grad", "main_grad", "zero_grad"):
             return False
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        if isinstance(func, ast.Name) and func.id in _VALUE_CALLS and func.id not in ctx.imports:
+        if isinstance(func, ast.Name) and (func.id in _VALUE_CALLS or func.id in inline) and func.id not in ctx.imports:
             continue
         q = ctx.qual(func) or ""
         if q.startswith("torch.") and not (q.startswith("torch.autograd") or "clip_grad" in q or "backward" in q):
