@@ -392,28 +392,10 @@ def test_a_keystroke_in_a_method_reuses_the_instance_its_class_builds(monkeypatc
 def test_a_cached_fix_that_edits_another_caller_is_built_again_after_a_line_moves_it():
     """A helper's fix that also rebinds its other callers (``y = scale_(y)`` in ``fourth``) edits lines outside
     the cached function's key: after a line is inserted above ``fourth``, the cached fix must not keep the old
-    line of that edit (it gave line 18 where a fresh analysis gives 19)."""
-    src = textwrap.dedent('''\
-        import torch
-
-
-        def scale_(t):
-            t.mul_(2)
-
-
-        def third():
-            w = torch.randn(3, requires_grad=True)
-            y = torch.exp(w)
-            scale_(y)
-            y.sum().backward()
-
-
-        def fourth():
-            w = torch.randn(3, requires_grad=True)
-            y = torch.exp(w)
-            scale_(y)
-            y.sum().backward()
-        ''')
+    line of that edit (it kept the old line where a fresh analysis gives the next)."""
+    fourth = "\n\ndef fourth():\n    w = torch.randn(3, requires_grad=True)\n    y = torch.exp(w)\n    scale_(y)\n" \
+             "    y.sum().backward()\n"
+    src = SOURCE + fourth  # `scale_` is called by `third` and `fourth`
     edited = src.replace("\n\ndef fourth", "\n\n# moved\ndef fourth")
     cache: dict = {}
     first = analyze_source(src, "f.py", cache=cache)

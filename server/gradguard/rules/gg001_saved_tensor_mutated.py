@@ -6,11 +6,20 @@ import ast
 
 from ..diagnostics import Fix, Severity
 from ..fixes.aliases import AliasAnalysis, Report, _view_sources, analyse, value_read_after
-from ..fixes.callers import NONLOCAL_ESCAPE, fix_in_helper, inside_helper, is_local, param_escape, through_callers, through_closure_calls
+from ..fixes.callers import (
+    NONLOCAL_ESCAPE,
+    fix_in_helper,
+    inside_helper,
+    is_local,
+    param_escape,
+    through_callers,
+    through_closure_calls,
+)
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import Rebind, fix_or_none, mutation_of, rebind_fix
 from ..fixes.into_graph import write_in_graph
+from ..fixes.moves import block_around
 from ..fixes.writes import (
     Write,
     assign,
@@ -27,7 +36,6 @@ from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from ..messages import Message
-from ..statements import block_of
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
@@ -391,17 +399,12 @@ def _display(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str) -> as
     if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]]
             and isinstance(binding.value, (ast.List, ast.Dict))):
         raise CannotFix(f"`{container}` is not bound to a list or dict display")
-    block = _block_holding(ctx, stmt)
+    block = block_around(ctx, stmt)
+    if block is None:
+        raise CannotFix("cannot tell the write's block")
     if binding not in block or block.index(binding) > block.index(stmt):
         raise CannotFix(f"`{container}` is not bound before the write in its block")
     return binding
-
-
-def _block_holding(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt]:
-    block = block_of(ctx.parents.get(stmt), stmt)
-    if block is None:
-        raise CannotFix("cannot tell the write's block")
-    return block
 
 
 def _held_name(display: ast.Assign, key: object) -> str:

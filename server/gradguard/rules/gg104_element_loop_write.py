@@ -20,11 +20,10 @@ import ast
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.inplace import fix_leaf_write, fix_or_none
-from ..fixes.moves import mutation_in
+from ..fixes.moves import block_around, mutation_in
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from ..messages import Message
-from ..statements import block_of
 from . import gg001_saved_tensor_mutated, gg002_leaf_mutated, gg003_leaf_view_mutated, gg004_multi_view_mutated
 from .base import Example, Rule
 
@@ -167,7 +166,9 @@ def stack_steps(ctx: FixContext, write: ast.stmt) -> Fix:
     if not (isinstance(loop.target, ast.Name) and loop.target.id == t) or loop.orelse:
         raise CannotFix("the loop does not run over the written index")
     start, stop = _range(loop.iter)
-    block = _block_of(ctx, loop)
+    block = block_around(ctx, loop)
+    if block is None:
+        raise CannotFix("the loop is not in a plain block")
     scope = ctx.scope_of(loop)
     if not isinstance(scope, FUNCTIONS) or _declared_outside(scope, buf):
         raise CannotFix("the buffer is not a local of a function")
@@ -224,13 +225,6 @@ def _range(it: ast.expr) -> tuple[int, ast.expr]:
     if len(it.args) == 2 and isinstance(it.args[0], ast.Constant) and type(it.args[0].value) is int:
         return it.args[0].value, it.args[1]
     raise CannotFix("the range has a step or a start that is not a literal")
-
-
-def _block_of(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt]:
-    block = block_of(ctx.parents.get(stmt), stmt)
-    if block is None:
-        raise CannotFix("the loop is not in a plain block")
-    return block
 
 
 def _declared_outside(scope: ast.AST, name: str) -> bool:
