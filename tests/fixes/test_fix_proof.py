@@ -53,19 +53,6 @@ NO_FIX = {
         "the `.data` write is in a helper `forward` calls after the op that saved the prototypes; the backward "
         "runs in the caller, so no move inside the module puts the write after it"
     ),
-    "GG103/pos_np_mean_of_item_losses_requires_grad": (
-        "`torch.tensor(np.mean([l.item() ...]), requires_grad=True)`: keeping the tensors means rewriting a NumPy "
-        "reduction over a comprehension into `torch.stack(losses).mean()`; no fix rewrites NumPy calls yet"
-    ),
-    "GG103/pos_np_sum_of_numpy_losses_requires_grad": (
-        "`torch.from_numpy(np.sum(t.detach().numpy())).requires_grad_()`: the tensor round trip goes through a "
-        "NumPy reduction; no fix rewrites NumPy calls into torch ones yet"
-    ),
-    "GG103/pos_trainer_sum_of_items_generator": (
-        "`torch.tensor(sum(l.item() for l in losses), requires_grad=True)`: the `sum(...)`-of-a-generator fix "
-        "keeps tensors in arithmetic, and dropping the `torch.tensor(..., requires_grad=True)` wrapper around "
-        "it is not offered yet"
-    ),
     "GG001/pos_no_grad_clamp_probs": (
         "the clamp runs under `torch.no_grad()`: cloning where sigmoid saved its output leaves the write hidden "
         "from autograd (a GG102 of its own), and the out-of-place clamp must also leave the no_grad block to get "
@@ -132,6 +119,13 @@ UNSAFE_ONLY = {
     "GG103/pos_numpy_aux_term_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
     "GG103/pos_numpy_clip_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
     "GG103/pos_numpy_round_trip_in_method": "torch ops replace NumPy's; the result is no longer a new leaf",
+    "GG103/pos_np_mean_of_item_losses_requires_grad": (
+        "the losses are stacked and averaged in torch: float32 where NumPy averaged in float64, and the result is "
+        "no longer a new leaf"),
+    "GG103/pos_np_sum_of_numpy_losses_requires_grad": (
+        "torch sums where NumPy did (its dtype promotion and rounding may differ); the result is no longer a new leaf"),
+    "GG103/pos_trainer_sum_of_items_generator": (
+        "the sum of the loss tensors replaces a new leaf made of their numbers: it keeps their dtype and device"),
     "GG102/pos_inference_mode_clip_logits": _GG102_INTO_GRAPH,
     "GG102/pos_data_scale_forward_output": _GG102_INTO_GRAPH,
     "GG102/pos_data_temperature_scores": _GG102_INTO_GRAPH,
