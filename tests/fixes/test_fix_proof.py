@@ -84,9 +84,6 @@ NO_FIX = {
     "GG101/pos_actor_critic_shared_trunk": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
     ),
-    "GG101/pos_multitask_loop_over_task_losses": (
-        "needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
-    ),
     "GG101/pos_no_grad_weight_clip_in_forward": (
         "the clip runs inside forward, between the layer and the caller's backward: needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
     ),
@@ -154,6 +151,7 @@ UNSAFE_ONLY = {
     "GG101/pos_gan_helper_train_discriminator": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_wgan_clip_helper_after_generator_forward": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_tbptt_retain_graph_without_detach": "detaching the carried state truncates backpropagation between chunks",
+    "GG101/pos_multitask_loop_over_task_losses": "each task's loss, computed in the loop, sees the weights the steps before it updated",
     "GG001/pos_categorical_logits_mask": "`Categorical(logits=logits)` may keep `logits`; the distribution is used later",
     "GG001/pos_conv_input_clamp": "`x` is forward's argument: the caller's tensor is no longer clamped",
     "GG001/pos_layernorm_input_cls_zero": "`x` is forward's argument: the caller's tensor is no longer written",
