@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.context import FUNCTIONS, CannotFix, FindingId, FixContext
+from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FindingId, FixContext
 from ..fixes.edits import Rewrite, apply_edits
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..inference.events import Finding, Mutation
@@ -72,22 +72,36 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
     weights.  Statements read only after the step move; one also read before it (``d_fake`` of both losses) may
     be computed again after the step; a candidate is offered only when the finding (``code``) is gone with it.  Unsafe: that forward now sees the new
     weights, which is what the usual GAN loop does, but not what the code said."""
-    step = ctx.statement_of(mutation.entry())
-    block = block_around(ctx, step)
-    if block is None or len({id(c.sink.node) for c in mutation.conflicts}) != 1:
+    if len({id(c.sink.node) for c in mutation.conflicts}) != 1:
         raise CannotFix("not one backward in the step's block")
     sink = mutation.conflicts[0].sink
     if sink.kind != "backward":
         raise CannotFix("the graph is not backpropagated here")
-    i = next(k for k, st in enumerate(block) if st is step)
-    down = next((st for st in enclosing_statements(ctx, sink.node) if any(st is b for b in block[i + 1:])), None)
+    # The step, or the statement around it (`if`, `try`, `with`, a loop) that shares a block with the backward:
+    # the forward moves below all of it.
+    downs = enclosing_statements(ctx, sink.node)
+    block = i = down = step = None
+    for up in enclosing_statements(ctx, ctx.statement_of(mutation.entry())):
+        around = block_around(ctx, up) or []
+        k = next((k for k, st in enumerate(around) if st is up), None)
+        down = next((st for st in downs if k is not None and any(st is b for b in around[k + 1:])), None)
+        if down is not None:
+            block, i, step = around, k, up
+            break
     if down is None:
         raise CannotFix("the backward is not after the step in its block")
     moved, kept = _forward_before(block, i, next(k for k, st in enumerate(block) if st is down))
-    for st in [*moved, *kept, step]:
+    for st in [*moved, *kept]:
         if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.Expr)):
             raise CannotFix("only plain statements are moved")
         ctx.require_own_lines(st)
+    ctx.require_own_lines(step)
+    if not isinstance(step, (ast.Assign, ast.AnnAssign, ast.Expr, ast.If, ast.Try, ast.With, *LOOPS)) or any(
+            isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield, ast.YieldFrom))
+            for n in ast.walk(step)):
+        raise CannotFix("control may leave the statement of the step")
+    if any((_writes(st) & _reads(step)) or (_reads(st) | _writes(st)) & _writes(step) for st in moved):
+        raise CannotFix("the statement of the step uses what the forward computes")
     # At most one statement is computed again: with more (a shared trunk's features and a critic's values),
     # what follows the step (an advantage target) changes meaning, not only its weights.  The one that made the
     # saved graph (`d_fake = D(fake)`) is tried first; a statement made between (`ones = torch.ones(...)`)
