@@ -250,13 +250,16 @@ def _detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
     import libcst as cst
 
     step = ctx.statement_of(mutation.entry())
-    loop = next((a for a in ctx.ancestors(step) if isinstance(a, (ast.For, ast.While))), None)
-    if loop is None or not any(s is step for s in loop.body):
-        raise CannotFix("the step is not a statement of a loop's body")
     backwards = [c.sink.node for c in mutation.conflicts if c.sink.kind == "backward"]
     calls = [n for b in backwards for n in ast.walk(b) if isinstance(n, ast.Call) and _retains(n)]
-    if not backwards or len(calls) != len(backwards) or not all(_inside(ctx, c, loop) for c in calls):
-        raise CannotFix("the backward that breaks is not a `backward(retain_graph=True)` of the same loop")
+    if not backwards or len(calls) != len(backwards):
+        raise CannotFix("the backward that breaks is not a `backward(retain_graph=True)`")
+    # The innermost loop around the step that runs its backwards too (a loop inside the body, around the step
+    # alone, does not carry the state from one chunk to the next).
+    loop = next((a for a in enclosing_statements(ctx, step)
+                 if isinstance(a, (ast.For, ast.While)) and all(_inside(ctx, c, a) for c in calls)), None)
+    if loop is None:
+        raise CannotFix("the step and the backward it breaks are not in one loop")
     carried = _carried_tensors(loop)
     if not carried:
         raise CannotFix("no state carried from one iteration to the next")
