@@ -91,7 +91,27 @@ def test_a_name_bound_to_an_array_for_this_use_only_is_translated_at_its_binding
         assert torch.allclose(got, want)
 
 
+@pytest.mark.parametrize("use", [
+    "if out.shape[0] > 0:\n            out = torch.from_numpy(numpy.abs(steps))",
+    "with torch.enable_grad():\n            out = torch.from_numpy(numpy.abs(steps))",
+    "for _ in range(1):\n            out = torch.from_numpy(numpy.abs(steps))",
+])
+def test_a_binding_before_the_block_that_uses_it_is_translated_too(use):
+    lines = f"steps = numpy.diff(out.detach().numpy(), axis=1)\n        {use}"
+    src = textwrap.dedent(_PROGRAM).replace("{line}", lines)
+    out = _fixed(src, unsafe=True)
+    assert "steps = torch.diff(out, dim=1)\n" in out and "out = torch.abs(steps)\n" in out and not _fixes(out)
+    reference = src.replace("out = torch.from_numpy(numpy.abs(steps))", "out = out.diff(dim=1).abs()")
+    for got, want in zip(_grads(out), _grads(reference), strict=True):
+        assert torch.allclose(got, want)
+
+
 @pytest.mark.parametrize("lines", [
+    # the binding may not run before the use: it must stay an array where it does
+    "if out.shape[0] > 9:\n            steps = numpy.diff(out.detach().numpy(), axis=1)\n"
+    "        out = torch.from_numpy(numpy.abs(steps))",
+    "try:\n            steps = numpy.diff(out.detach().numpy(), axis=1)\n        except ValueError:\n"
+    "            out = torch.from_numpy(numpy.abs(steps))",
     # the array is read again: it must stay an array
     "steps = numpy.diff(out.detach().numpy(), axis=1)\n        print(steps.shape)\n"
     "        out = torch.from_numpy(numpy.abs(steps))",

@@ -11,6 +11,7 @@ from ..fixes.edits import Rewrite
 from ..fixes.writes import parse_expr
 from ..inference.events import Finding, GraphBreak
 from ..messages import Message
+from ..statements import block_of
 from .base import Example, Rule
 
 MESSAGE = "element 0 of tensors does not require grad and does not have a grad_fn"
@@ -399,8 +400,7 @@ class NumpyTranslation:
             return None
         assign = ctx.parents.get(stores[0])
         if not (isinstance(assign, ast.Assign) and assign.targets == [stores[0]]
-                and ctx.parents.get(assign) is ctx.parents.get(ctx.statement_of(name))
-                and assign.lineno < name.lineno and not ctx.loops_around(assign, scope)):
+                and _runs_before(ctx, assign, ctx.statement_of(name)) and not ctx.loops_around(assign, scope)):
             return None
         text = self.expr(assign.value)
         if text is None:
@@ -421,6 +421,17 @@ class NumpyTranslation:
         leaf = ", and the result is not a new leaf whose `.grad` torch fills" if made_leaf else ""
         return rw.fix(f"Keep the graph: compute `{_short(text)}` with torch instead of NumPy (unsafe: torch's dtype "
                       f"promotion and rounding may differ from NumPy's{leaf})", safe=False)
+
+
+def _runs_before(ctx: FixContext, first: ast.stmt, then: ast.stmt) -> bool:
+    """Whether ``first`` always runs before ``then``: it is a statement of a block that holds ``then`` (or a
+    statement around it, an ``if``, ``with``, ``try`` body or loop), earlier in that block."""
+    block = block_of(ctx.parents.get(first), first) or []
+    k = next((k for k, st in enumerate(block) if st is first), None)
+    if k is None:
+        return False
+    later = {id(st) for st in block[k + 1:]}
+    return any(id(st) in later for st in (then, *ctx.ancestors(then)))
 
 
 def _returns_numpy_of_argument(fn: ast.AST, method: bool) -> bool:
