@@ -100,7 +100,8 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
             isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield, ast.YieldFrom))
             for n in ast.walk(step)):
         raise CannotFix("control may leave the statement of the step")
-    if any((_writes(st) & _reads(step)) or (_reads(st) | _writes(st)) & _writes(step) for st in moved):
+    if any(_writes(st) & _reads(step) for st in moved) \
+            or any((_reads(st) | _writes(st)) & _writes(step) for st in [*moved, *kept]):
         raise CannotFix("the statement of the step uses what the forward computes")
     # At most one statement is computed again: with more (a shared trunk's features and a critic's values),
     # what follows the step (an advantage target) changes meaning, not only its weights.  The one that made the
