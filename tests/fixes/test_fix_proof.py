@@ -53,19 +53,6 @@ NO_FIX = {
         "the `.data` write is in a helper `forward` calls after the op that saved the prototypes; the backward "
         "runs in the caller, so no move inside the module puts the write after it"
     ),
-    "GG103/pos_np_mean_of_item_losses_requires_grad": (
-        "`torch.tensor(np.mean([l.item() ...]), requires_grad=True)`: keeping the tensors means rewriting a NumPy "
-        "reduction over a comprehension into `torch.stack(losses).mean()`; no fix rewrites NumPy calls yet"
-    ),
-    "GG103/pos_np_sum_of_numpy_losses_requires_grad": (
-        "`torch.from_numpy(np.sum(t.detach().numpy())).requires_grad_()`: the tensor round trip goes through a "
-        "NumPy reduction; no fix rewrites NumPy calls into torch ones yet"
-    ),
-    "GG103/pos_trainer_sum_of_items_generator": (
-        "`torch.tensor(sum(l.item() for l in losses), requires_grad=True)`: the `sum(...)`-of-a-generator fix "
-        "keeps tensors in arithmetic, and dropping the `torch.tensor(..., requires_grad=True)` wrapper around "
-        "it is not offered yet"
-    ),
     "GG001/pos_dict_of_activations_mutated": (
         "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
         "dict's name would be wrong), so none is offered"
@@ -87,9 +74,6 @@ NO_FIX = {
     ),
     "GG101/pos_actor_critic_shared_trunk": (
         "the update can only move after the backward across other statements, which was proven wrong on the GAN/helper fixtures; no safe condition to tell them apart yet"
-    ),
-    "GG101/pos_multitask_loop_over_task_losses": (
-        "needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
     ),
     "GG101/pos_no_grad_weight_clip_in_forward": (
         "the clip runs inside forward, between the layer and the caller's backward: needs a restructure (a fresh forward after the update, or a detach at the chunk boundary) that is not implemented"
@@ -124,6 +108,13 @@ UNSAFE_ONLY = {
     "GG103/pos_numpy_aux_term_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
     "GG103/pos_numpy_clip_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
     "GG103/pos_numpy_round_trip_in_method": "torch ops replace NumPy's; the result is no longer a new leaf",
+    "GG103/pos_np_mean_of_item_losses_requires_grad": (
+        "the losses are stacked and averaged in torch: float32 where NumPy averaged in float64, and the result is "
+        "no longer a new leaf"),
+    "GG103/pos_np_sum_of_numpy_losses_requires_grad": (
+        "torch sums where NumPy did (its dtype promotion and rounding may differ); the result is no longer a new leaf"),
+    "GG103/pos_trainer_sum_of_items_generator": (
+        "the sum of the loss tensors replaces a new leaf made of their numbers: it keeps their dtype and device"),
     "GG102/pos_inference_mode_clip_logits": _GG102_INTO_GRAPH,
     "GG102/pos_data_scale_forward_output": _GG102_INTO_GRAPH,
     "GG102/pos_data_temperature_scores": _GG102_INTO_GRAPH,
@@ -152,6 +143,7 @@ UNSAFE_ONLY = {
     "GG101/pos_gan_helper_train_discriminator": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_wgan_clip_helper_after_generator_forward": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_tbptt_retain_graph_without_detach": "detaching the carried state truncates backpropagation between chunks",
+    "GG101/pos_multitask_loop_over_task_losses": "each task's loss, computed in the loop, sees the weights the steps before it updated",
     "GG001/pos_categorical_logits_mask": "`Categorical(logits=logits)` may keep `logits`; the distribution is used later",
     "GG001/pos_conv_input_clamp": "`x` is forward's argument: the caller's tensor is no longer clamped",
     "GG001/pos_layernorm_input_cls_zero": "`x` is forward's argument: the caller's tensor is no longer written",

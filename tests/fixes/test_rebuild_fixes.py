@@ -91,7 +91,27 @@ def test_a_name_bound_to_an_array_for_this_use_only_is_translated_at_its_binding
         assert torch.allclose(got, want)
 
 
+@pytest.mark.parametrize("use", [
+    "if out.shape[0] > 0:\n            out = torch.from_numpy(numpy.abs(steps))",
+    "with torch.enable_grad():\n            out = torch.from_numpy(numpy.abs(steps))",
+    "for _ in range(1):\n            out = torch.from_numpy(numpy.abs(steps))",
+])
+def test_a_binding_before_the_block_that_uses_it_is_translated_too(use):
+    lines = f"steps = numpy.diff(out.detach().numpy(), axis=1)\n        {use}"
+    src = textwrap.dedent(_PROGRAM).replace("{line}", lines)
+    out = _fixed(src, unsafe=True)
+    assert "steps = torch.diff(out, dim=1)\n" in out and "out = torch.abs(steps)\n" in out and not _fixes(out)
+    reference = src.replace("out = torch.from_numpy(numpy.abs(steps))", "out = out.diff(dim=1).abs()")
+    for got, want in zip(_grads(out), _grads(reference), strict=True):
+        assert torch.allclose(got, want)
+
+
 @pytest.mark.parametrize("lines", [
+    # the binding may not run before the use: it must stay an array where it does
+    "if out.shape[0] > 9:\n            steps = numpy.diff(out.detach().numpy(), axis=1)\n"
+    "        out = torch.from_numpy(numpy.abs(steps))",
+    "try:\n            steps = numpy.diff(out.detach().numpy(), axis=1)\n        except ValueError:\n"
+    "            out = torch.from_numpy(numpy.abs(steps))",
     # the array is read again: it must stay an array
     "steps = numpy.diff(out.detach().numpy(), axis=1)\n        print(steps.shape)\n"
     "        out = torch.from_numpy(numpy.abs(steps))",
@@ -186,8 +206,66 @@ def test_a_method_that_does_more_than_convert_is_not_seen_through():
     assert _fixes(src) == [None]
 
 
-def test_numpy_keepdims_without_an_axis_is_not_translated():
-    # torch.sum(t, keepdim=True) needs a dim: the translation would not run
+def test_numpy_keepdims_without_an_axis_names_every_dim_of_the_tensor():
+    line = "out = torch.from_numpy(numpy.sum(out.detach().numpy(), keepdims=True)) * out"
+    src = textwrap.dedent(_PROGRAM).replace("{line}", line)
+    (fix,) = _fixes(src)
+    assert not fix.safe
+    out = _fixed(src, unsafe=True)
+    assert "out = torch.sum(out, dim=tuple(range(out.dim())), keepdim=True) * out\n" in out and not _fixes(out)
+    reference = src.replace(line, "out = out.sum(dim=(0, 1), keepdim=True) * out")
+    for got, want in zip(_grads(out), _grads(reference), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_numpy_keepdims_of_a_computed_array_is_not_translated():
+    # its dims would be named by computing the tensor a second time
     src = textwrap.dedent(_PROGRAM).replace(
-        "{line}", "out = torch.from_numpy(numpy.sum(out.detach().numpy(), keepdims=True)) * out")
+        "{line}", "out = torch.from_numpy(numpy.sum((out * 2).detach().numpy(), keepdims=True)) * out")
+    assert _fixes(src) == [None]
+
+
+_ITEMS_PROGRAM = """
+import numpy as np
+import torch
+
+
+def train():
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    losses = [(w * k).pow(2).sum() for k in range(1, 4)]
+    {line}
+    total.backward()
+    return [w.grad]
+"""
+
+
+@pytest.mark.parametrize("line, expected, intended", [
+    ("total = torch.tensor(sum(l.item() for l in losses), requires_grad=True)",
+     "total = sum(l for l in losses)", "total = torch.stack(losses).sum()"),
+    ("total = torch.tensor(np.mean([l.item() for l in losses]), requires_grad=True)",
+     "total = torch.stack([l for l in losses]).mean()", "total = torch.stack(losses).mean()"),
+    ("total = torch.tensor(np.sum([float(losses[0]), losses[2].item()]) * 2, requires_grad=True)",
+     "total = (torch.stack([losses[0], losses[2]]).sum() * 2)", "total = (losses[0] + losses[2]) * 2"),
+])
+def test_numbers_read_out_of_tensors_and_reduced_are_reduced_as_tensors(line, expected, intended):
+    src = textwrap.dedent(_ITEMS_PROGRAM).replace("{line}", line)
+    assert _grads(src) == [None]  # the rebuilt leaf cut every gradient
+    (fix,) = _fixes(src)
+    assert not fix.safe and "not a new leaf" in fix.title
+    out = _fixed(src, unsafe=True)
+    assert f"    {expected}\n" in out and not _fixes(out)
+    assert torch.allclose(_grads(out)[0], _grads(src.replace(line, intended))[0])
+
+
+@pytest.mark.parametrize("line", [
+    # a start value: the sum is no longer only the tensors'
+    "total = torch.tensor(sum((l.item() for l in losses), 0.5), requires_grad=True)",
+    # lists read out of tensors: stacking them is not the same reduction
+    "total = torch.tensor(np.mean([l.tolist() for l in losses]), requires_grad=True)",
+    # a reduction over an axis of the numbers' list
+    "total = torch.tensor(np.mean([l.item() for l in losses], axis=0), requires_grad=True)",
+])
+def test_numbers_not_only_read_out_and_reduced_are_not_rewritten(line):
+    src = textwrap.dedent(_ITEMS_PROGRAM).replace("{line}", line)
     assert _fixes(src) == [None]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ast
 
-from ..diagnostics import Fix, Severity
-from ..fixes.context import FUNCTIONS, CannotFix, FindingId, FixContext
+from ..diagnostics import Fix, Severity, TextEdit
+from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FindingId, FixContext
 from ..fixes.edits import Rewrite, apply_edits
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..inference.events import Finding, Mutation
@@ -53,11 +53,12 @@ def _updated(mutation: Mutation) -> str:
 # ---- The fix --------------------------------------------------------------------------------------
 def fix(ctx: FixContext, finding: Finding) -> Fix:
     """GG101, the first that applies: run the step (or the update) after the last backward that needs the old
-    weights; compute an early forward after the step instead; in a truncated-BPTT loop kept alive with
-    ``retain_graph=True``, cut the graph between chunks."""
+    weights; compute an early forward after the step instead, or in the loop of per-loss steps; in a
+    truncated-BPTT loop kept alive with ``retain_graph=True``, cut the graph between chunks."""
     mutation = mutation_in(finding)
     for attempt in (lambda: move_after_backward(ctx, mutation, "Update after the backward"),
-                    lambda: _forward_after_step(ctx, mutation, finding.code)):
+                    lambda: _forward_after_step(ctx, mutation, finding.code),
+                    lambda: _forward_into_loop(ctx, mutation, finding.code)):
         try:
             return attempt()
         except CannotFix:
@@ -71,22 +72,37 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
     weights.  Statements read only after the step move; one also read before it (``d_fake`` of both losses) may
     be computed again after the step; a candidate is offered only when the finding (``code``) is gone with it.  Unsafe: that forward now sees the new
     weights, which is what the usual GAN loop does, but not what the code said."""
-    step = ctx.statement_of(mutation.entry())
-    block = block_around(ctx, step)
-    if block is None or len({id(c.sink.node) for c in mutation.conflicts}) != 1:
+    if len({id(c.sink.node) for c in mutation.conflicts}) != 1:
         raise CannotFix("not one backward in the step's block")
     sink = mutation.conflicts[0].sink
     if sink.kind != "backward":
         raise CannotFix("the graph is not backpropagated here")
-    i = next(k for k, st in enumerate(block) if st is step)
-    down = next((st for st in enclosing_statements(ctx, sink.node) if any(st is b for b in block[i + 1:])), None)
+    # The step, or the statement around it (`if`, `try`, `with`, a loop) that shares a block with the backward:
+    # the forward moves below all of it.
+    downs = enclosing_statements(ctx, sink.node)
+    block = i = down = step = None
+    for up in enclosing_statements(ctx, ctx.statement_of(mutation.entry())):
+        around = block_around(ctx, up) or []
+        k = next((k for k, st in enumerate(around) if st is up), None)
+        down = next((st for st in downs if k is not None and any(st is b for b in around[k + 1:])), None)
+        if down is not None:
+            block, i, step = around, k, up
+            break
     if down is None:
         raise CannotFix("the backward is not after the step in its block")
     moved, kept = _forward_before(block, i, next(k for k, st in enumerate(block) if st is down))
-    for st in [*moved, *kept, step]:
+    for st in [*moved, *kept]:
         if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.Expr)):
             raise CannotFix("only plain statements are moved")
         ctx.require_own_lines(st)
+    ctx.require_own_lines(step)
+    if not isinstance(step, (ast.Assign, ast.AnnAssign, ast.Expr, ast.If, ast.Try, ast.With, *LOOPS)) or any(
+            isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield, ast.YieldFrom))
+            for n in ast.walk(step)):
+        raise CannotFix("control may leave the statement of the step")
+    if any(_writes(st) & _reads(step) for st in moved) \
+            or any((_reads(st) | _writes(st)) & _writes(step) for st in [*moved, *kept]):
+        raise CannotFix("the statement of the step uses what the forward computes")
     # At most one statement is computed again: with more (a shared trunk's features and a critic's values),
     # what follows the step (an advantage target) changes meaning, not only its weights.  The one that made the
     # saved graph (`d_fake = D(fake)`) is tried first; a statement made between (`ones = torch.ones(...)`)
@@ -136,8 +152,95 @@ def _writes(stmt: ast.stmt) -> set[str]:
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
 
 
-def _reads(stmt: ast.stmt) -> set[str]:
+def _reads(stmt: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _forward_into_loop(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
+    """A loop steps once per loss of a list made before it from one forward::
+
+        h = trunk(x)                                          for head, y in zip(heads, ys):
+        losses = [mse(head(h), y) for head, y in zip(...)]  ->      h = trunk(x)
+        for loss in losses:                                           loss = mse(head(h), y)
+            loss.backward(retain_graph=True); opt.step()             loss.backward(retain_graph=True); opt.step()
+
+    the second backward runs through the weights the first step changed.  Each loss (and the forward only it reads)
+    is computed in the loop instead, after the previous step.  Unsafe: each loss now sees the weights the steps
+    before it made, which is what a step per loss means, but not what the code computed."""
+    entry = ctx.statement_of(mutation.entry())
+    sinks = [c.sink.node for c in mutation.conflicts]
+    if not sinks or any(c.sink.kind != "backward" for c in mutation.conflicts):
+        raise CannotFix("the graph is not backpropagated here")
+    loop = next((a for a in enclosing_statements(ctx, entry)
+                 if isinstance(a, ast.For) and all(_inside(ctx, s, a) for s in sinks)), None)
+    if loop is None or not isinstance(loop.iter, ast.Name) or not isinstance(loop.target, ast.Name) or loop.orelse:
+        raise CannotFix("the step and its backward are not in a loop over a list")
+    block = block_around(ctx, loop)
+    i = next((k for k, st in enumerate(block or ()) if st is loop), 0)
+    made = block[i - 1] if i else None
+    comp = made.value if isinstance(made, ast.Assign) else None
+    if not (isinstance(comp, ast.ListComp) and len(made.targets) == 1 and isinstance(made.targets[0], ast.Name)
+            and made.targets[0].id == loop.iter.id and len(comp.generators) == 1 and not comp.generators[0].ifs
+            and not comp.generators[0].is_async):
+        raise CannotFix("the list the loop runs over is not made by a comprehension just before it")
+    gen = comp.generators[0]
+    scope = ctx.scope_of(loop)
+    inside_comp = {id(n) for n in ast.walk(comp)}
+    bound = {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+    if not all(isinstance(n, (ast.Name, ast.Tuple, ast.Load, ast.Store)) for n in ast.walk(gen.target)):
+        raise CannotFix("the comprehension binds more than names")
+    uses = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and id(n) not in inside_comp]
+    if any(n.id in bound or n.id == loop.target.id and n is not loop.target and isinstance(n.ctx, ast.Store)
+           for n in uses):
+        raise CannotFix("a name the comprehension binds is used outside it")
+    if any(isinstance(n, ast.Name) and n.id == loop.target.id for n in ast.walk(comp)):
+        raise CannotFix("the comprehension reads the loop's name")
+    if [n for n in uses if n.id == loop.iter.id] != [made.targets[0], loop.iter]:
+        raise CannotFix("the list is used besides the loop")
+    # The forward: the statements just before the list that only its losses read.
+    moved: list[ast.stmt] = []
+    needed = _reads(comp.elt)
+    for st in reversed(block[:i - 1]):
+        written = _writes(st)
+        if not isinstance(st, (ast.Assign, ast.Expr)) or not written or not written & needed \
+                or written & _reads(gen.iter):
+            break
+        readers = [n for n in uses if n.id in written and isinstance(n.ctx, ast.Load)
+                   and not any(_inside(ctx, n, m) for m in moved)]
+        if readers:
+            break  # read again outside the losses: it must stay computed once
+        moved.insert(0, st)
+        needed = (needed - written) | _reads(st)
+    rebound = bound | {loop.target.id} | set().union(*(_writes(st) for st in moved))
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) or isinstance(n, (*FUNCTIONS, ast.Lambda, ast.ClassDef))
+           and n is not scope and any(isinstance(m, ast.Name) and m.id in rebound for m in ast.walk(n))
+           for n in ast.walk(scope)):
+        raise CannotFix("a nested scope may see the names the rewrite rebinds")
+    body_writes = set().union(*(_writes(st) for st in loop.body))
+    if body_writes & (needed | _reads(comp.elt) | _reads(gen.iter)):
+        raise CannotFix("the loop changes what the losses are computed from")
+    for st in [*moved, made, loop.body[0]]:
+        ctx.require_own_lines(st)
+    nl, outer, inner = ctx.newline, ctx.indent_of(loop), ctx.indent_of(loop.body[0])
+    moved_text = "".join(inner + line[len(outer):].rstrip("\r\n") + nl if line.strip() else nl
+                         for st in moved for line in ctx.lines[st.lineno - 1:st.end_lineno])
+    elt = ctx.source(comp.elt)
+    elt = f"({elt})" if "\n" in elt else elt
+    inserted = f"{moved_text}{inner}{loop.target.id} = {elt}{nl}"
+    header = f"{ctx.source(gen.target)} in {ctx.source(gen.iter)}"
+    line, col, _, _ = ctx.char_range(loop.target)
+    _, _, end_line, end_col = ctx.char_range(loop.iter)
+    first = loop.body[0].lineno
+    edits = [TextEdit(st.lineno, 1, st.end_lineno + 1, 1, "") for st in [*moved, made]]
+    edits.append(TextEdit(line, col + 1, end_line, end_col + 1, header))
+    edits.append(TextEdit(first, 1, first, 1, inserted))
+    edits.sort(key=lambda e: (e.line, e.column))
+    removed = sum(st.end_lineno - st.lineno + 1 for st in [*moved, made])
+    entry_line = entry.lineno - removed + header.count("\n") - (end_line - line) + inserted.count("\n")
+    if ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, entry_line)):
+        raise CannotFix("computing the losses in the loop leaves the step breaking a graph")
+    return Fix(f"Compute each `{loop.target.id}` in the loop, after the previous step: `for {header[:60]}:` "
+               "(unsafe: each loss now sees the weights the steps before it updated)", False, tuple(edits))
 
 
 def _detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
@@ -148,13 +251,16 @@ def _detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
     import libcst as cst
 
     step = ctx.statement_of(mutation.entry())
-    loop = next((a for a in ctx.ancestors(step) if isinstance(a, (ast.For, ast.While))), None)
-    if loop is None or not any(s is step for s in loop.body):
-        raise CannotFix("the step is not a statement of a loop's body")
     backwards = [c.sink.node for c in mutation.conflicts if c.sink.kind == "backward"]
     calls = [n for b in backwards for n in ast.walk(b) if isinstance(n, ast.Call) and _retains(n)]
-    if not backwards or len(calls) != len(backwards) or not all(_inside(ctx, c, loop) for c in calls):
-        raise CannotFix("the backward that breaks is not a `backward(retain_graph=True)` of the same loop")
+    if not backwards or len(calls) != len(backwards):
+        raise CannotFix("the backward that breaks is not a `backward(retain_graph=True)`")
+    # The innermost loop around the step that runs its backwards too (a loop inside the body, around the step
+    # alone, does not carry the state from one chunk to the next).
+    loop = next((a for a in enclosing_statements(ctx, step)
+                 if isinstance(a, (ast.For, ast.While)) and all(_inside(ctx, c, a) for c in calls)), None)
+    if loop is None:
+        raise CannotFix("the step and the backward it breaks are not in one loop")
     carried = _carried_tensors(loop)
     if not carried:
         raise CannotFix("no state carried from one iteration to the next")

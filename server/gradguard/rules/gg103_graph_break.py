@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from ..diagnostics import Fix, Severity
 from ..fixes.context import CannotFix, FixContext
@@ -10,6 +11,7 @@ from ..fixes.edits import Rewrite
 from ..fixes.writes import parse_expr
 from ..inference.events import Finding, GraphBreak
 from ..messages import Message
+from ..statements import block_of
 from .base import Example, Rule
 
 MESSAGE = "element 0 of tensors does not require grad and does not have a grad_fn"
@@ -72,11 +74,14 @@ def _check_cut(event):
 #   ``x.new_tensor(t)`` is ``t.to(x, copy=True)`` (``x``'s dtype and device).  Safe.
 # - **a list of tensors** -- ``torch.tensor(parts)``, where ``parts`` is only ever a list, is ``torch.stack(parts)``.
 # - **a number or list read out of a tensor** -- ``torch.tensor(float(loss), requires_grad=True)`` and
-#   ``torch.tensor(t.tolist())`` become the tensor itself.  Unsafe: the result keeps the tensor's dtype, shape and
-#   device where the rebuild made a fresh CPU leaf of the default dtype.
+#   ``torch.tensor(t.tolist())`` become the tensor itself, and ``torch.tensor(sum(l.item() for l in losses))``
+#   the sum of the tensors.  Unsafe: the result keeps the tensor's dtype, shape and device where the rebuild made
+#   a fresh CPU leaf of the default dtype.
 # - **a NumPy round trip** -- ``torch.from_numpy(np.clip(t.detach().numpy(), a, b))`` is computed with the torch
 #   twins of the NumPy functions (``torch.clamp(t, a, b)``), a name bound to such an array only for this use
-#   included.  Unsafe: torch's dtype promotion and rounding may differ from NumPy's.
+#   included; ``np.mean([l.item() for l in losses])`` is ``torch.stack([l for l in losses]).mean()``, and
+#   ``np.sum(t, keepdims=True)`` names every dim of ``t``.  Unsafe: torch's dtype promotion and rounding may
+#   differ from NumPy's.
 
 def fix(ctx: FixContext, finding: Finding) -> Fix:
     """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
@@ -110,6 +115,8 @@ _NUMPY_TWINS = {
     "sum": ("sum", {"axis": "dim", "keepdims": "keepdim"}),
     "diff": ("diff", {"axis": "dim", "n": "n"}),
 }
+_REDUCTIONS = ("mean", "sum")  # NumPy functions that reduce every element when given no axis
+_NAME_CHAIN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # read twice, it is the same tensor
 _TO_NUMPY = ("detach", "cpu")  # methods on the way to `.numpy()` that change neither values nor graph here
 
 
@@ -138,6 +145,9 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
         number = _read_out_of(arg)
         if number is not None and ctx.qual(call.func) == "torch.tensor":
             return _the_tensor_itself(ctx, call, number, keywords)
+        summed = _sum_of_tensors(ctx, arg)
+        if summed is not None and ctx.qual(call.func) == "torch.tensor":
+            return _the_tensor_itself(ctx, call, arg, keywords, summed)
         translated = NumpyTranslation(ctx, torch)
         text = translated.expr(arg)
         if text is not None and (translated.numpy or translated.bindings):
@@ -181,17 +191,60 @@ def _copy_of_tensor(ctx: FixContext, call: ast.Call) -> Fix:
     return rw.fix(f"Keep the graph: `{new}` copies `{ctx.source(source)}` with its gradient", safe=True)
 
 
-def _the_tensor_itself(ctx: FixContext, call: ast.Call, tensor: ast.expr, keywords: dict) -> Fix:
+def _the_tensor_itself(ctx: FixContext, call: ast.Call, tensor: ast.expr, keywords: dict,
+                       text: str | None = None) -> Fix:
+    """``call`` replaced by the tensor its number was read out of (``tensor``, or ``text`` when that tensor is
+    spelled differently from any node: the sum of the tensors a ``sum(...)`` of their numbers added)."""
     if any(k != "requires_grad" for k in keywords):
         raise CannotFix("a dtype or device the tensor may not have")
     if "requires_grad" in keywords and not (isinstance(keywords["requires_grad"], ast.Constant)
                                             and keywords["requires_grad"].value is True):
         raise CannotFix("requires_grad is not plainly True")
-    text = _atom(ctx, tensor)
+    text = text or _atom(ctx, tensor)
     rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
-    return rw.fix(f"Keep the graph: use `{ctx.source(tensor)}` instead of `{ctx.source(call)}` (unsafe: the result "
-                  "is that tensor, with its dtype, shape and device, not a new leaf whose `.grad` torch fills)",
+    return rw.fix(f"Keep the graph: use `{_short(text)}` instead of `{_short(ctx.source(call))}` (unsafe: the "
+                  "result is that tensor, with its dtype, shape and device, not a new leaf whose `.grad` torch fills)",
                   safe=False)
+
+
+def _sum_of_tensors(ctx: FixContext, node: ast.expr) -> str | None:
+    """``sum(l.item() for l in losses)`` (no start value): ``sum(l for l in losses)``, the same number kept as a
+    tensor with its graph; None for anything else."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sum"
+            and "sum" not in ctx.imports and len(node.args) == 1 and not node.keywords):
+        return None
+    return _tensors_read_out(ctx, node.args[0], node)
+
+
+def _tensors_read_out(ctx: FixContext, node: ast.expr, around: ast.expr | None = None) -> str | None:
+    """A list or generator of numbers each read out of a tensor (``[l.item() for l in losses]``,
+    ``(float(t) for t in parts)``, ``[a.item(), b.item()]``), spelled with the tensors themselves
+    (``[l for l in losses]``); None when an element is not such a number.  ``around`` (an expression holding
+    ``node``) is spelled instead, with the same change."""
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        reads = [node.elt]
+    elif isinstance(node, ast.List) and node.elts:
+        reads = list(node.elts)
+    else:
+        return None
+    spans = []
+    for read in reads:
+        tensor = _read_out_of(read)
+        if tensor is None or (isinstance(read.func, ast.Attribute) and read.func.attr == "tolist") \
+                or isinstance(read.func, ast.Name) and read.func.id in ctx.imports:
+            return None
+        spans.append((_span(ctx, read), _atom(ctx, tensor)))
+    start, end = _span(ctx, around or node)
+    text = ctx.text[start:end]
+    for (a, b), tensor in reversed(spans):
+        text = text[:a - start] + tensor + text[b - start:]
+    return text
+
+
+def _span(ctx: FixContext, node: ast.AST) -> tuple[int, int]:
+    """Where ``node`` is in the file's text, as offsets."""
+    line, col, end_line, end_col = ctx.char_range(node)
+    return ctx.line_starts[line - 1] + col, ctx.line_starts[end_line - 1] + end_col
 
 
 def _read_out_of(arg: ast.expr) -> ast.expr | None:
@@ -281,9 +334,16 @@ class NumpyTranslation:
             return _atom(ctx, converted)
         if not q.startswith("numpy."):
             return None
-        twin = _NUMPY_TWINS.get(q[len("numpy."):])
+        name = q[len("numpy."):]
+        twin = _NUMPY_TWINS.get(name)
         if twin is None or any(k.arg is None or k.arg not in twin[1] for k in node.keywords):
             return None
+        if name in _REDUCTIONS and len(node.args) == 1 and not node.keywords:
+            # `np.mean([l.item() for l in losses])`: the numbers of tensors, stacked, reduce to the same value.
+            tensors = _tensors_read_out(ctx, node.args[0])
+            if tensors is not None:
+                self.numpy = True
+                return f"{self.torch}.stack({tensors}).{twin[0]}()"
         args = [self.expr(node.args[0]) if node.args else None, *(ctx.source(a) for a in node.args[1:])]
         if not args or args[0] is None or any(a is None for a in args):
             return None
@@ -291,7 +351,14 @@ class NumpyTranslation:
             return None  # array bounds or counts: torch wants tensors or ints where NumPy broadcasts
         given = {k.arg for k in node.keywords}
         if "keepdims" in given and "axis" not in given:
-            return None  # NumPy keeps every dimension; torch's keepdim needs a dim
+            # NumPy keeps every dimension; torch's keepdim needs the dims, named here from the tensor itself.
+            keep = next(k.value for k in node.keywords if k.arg == "keepdims")
+            if name not in _REDUCTIONS or len(node.keywords) != 1 or len(node.args) != 1 \
+                    or not (isinstance(keep, ast.Constant) and isinstance(keep.value, bool)) \
+                    or not _NAME_CHAIN.fullmatch(args[0]):
+                return None
+            dims = f", dim=tuple(range({args[0]}.dim())), keepdim=True" if keep.value else ""
+            return f"{self.torch}.{twin[0]}({args[0]}{dims})"
         if any(k.arg == "axis" and not _number(k.value) and not (
                 isinstance(k.value, ast.Tuple) and all(_number(e) for e in k.value.elts)) for k in node.keywords):
             return None  # `axis=None` or a computed axis
@@ -333,8 +400,7 @@ class NumpyTranslation:
             return None
         assign = ctx.parents.get(stores[0])
         if not (isinstance(assign, ast.Assign) and assign.targets == [stores[0]]
-                and ctx.parents.get(assign) is ctx.parents.get(ctx.statement_of(name))
-                and assign.lineno < name.lineno and not ctx.loops_around(assign, scope)):
+                and _runs_before(ctx, assign, ctx.statement_of(name)) and not ctx.loops_around(assign, scope)):
             return None
         text = self.expr(assign.value)
         if text is None:
@@ -349,9 +415,23 @@ class NumpyTranslation:
         rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
         for value, spelled in self.bindings:
             rw.replace_node(ctx.cst(value), parse_expr(spelled))
-        leaf = ", and the result is not a new leaf whose `.grad` torch fills" if "requires_grad" in keywords else ""
+        around = ctx.parents.get(call)
+        made_leaf = "requires_grad" in keywords or (
+            isinstance(around, ast.Attribute) and around.value is call and around.attr == "requires_grad_")
+        leaf = ", and the result is not a new leaf whose `.grad` torch fills" if made_leaf else ""
         return rw.fix(f"Keep the graph: compute `{_short(text)}` with torch instead of NumPy (unsafe: torch's dtype "
                       f"promotion and rounding may differ from NumPy's{leaf})", safe=False)
+
+
+def _runs_before(ctx: FixContext, first: ast.stmt, then: ast.stmt) -> bool:
+    """Whether ``first`` always runs before ``then``: it is a statement of a block that holds ``then`` (or a
+    statement around it, an ``if``, ``with``, ``try`` body or loop), earlier in that block."""
+    block = block_of(ctx.parents.get(first), first) or []
+    k = next((k for k, st in enumerate(block) if st is first), None)
+    if k is None:
+        return False
+    later = {id(st) for st in block[k + 1:]}
+    return any(id(st) in later for st in (then, *ctx.ancestors(then)))
 
 
 def _returns_numpy_of_argument(fn: ast.AST, method: bool) -> bool:

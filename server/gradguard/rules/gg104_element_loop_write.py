@@ -160,8 +160,9 @@ def stack_steps(ctx: FixContext, write: ast.stmt) -> Fix:
     if not isinstance(target.value, ast.Name) or not isinstance(target.slice, ast.Name):
         raise CannotFix("not `name[t] = ...`")
     buf, t = target.value.id, target.slice.id
-    loop = ctx.parents.get(write)
-    if not (isinstance(loop, ast.For) and any(s is write for s in loop.body)):
+    helper = _called_once_in_loop(ctx, write)
+    loop = ctx.parents.get(helper or write)
+    if not (isinstance(loop, ast.For) and any(s is (helper or write) for s in loop.body)):
         raise CannotFix("the write is not a statement of the loop's body")
     if not (isinstance(loop.target, ast.Name) and loop.target.id == t) or loop.orelse:
         raise CannotFix("the loop does not run over the written index")
@@ -190,8 +191,8 @@ def stack_steps(ctx: FixContext, write: ast.stmt) -> Fix:
     _require_reads_of_earlier_rows(loop, write, buf, t, len(firsts))
     if _mentions(loop.iter, buf) or any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(loop)):
         raise CannotFix("the loop can stop early or reads the buffer in its header")
-    if any(isinstance(n, (*FUNCTIONS, ast.Lambda, ast.ClassDef)) and n is not scope and _mentions(n, buf)
-           for n in ast.walk(scope)):
+    if any(isinstance(n, (*FUNCTIONS, ast.Lambda, ast.ClassDef)) and n is not scope and n is not helper
+           and _mentions(n, buf) for n in ast.walk(scope)):
         raise CannotFix("a nested function uses the buffer")
 
     torch = ctx.torch_name()
@@ -214,6 +215,24 @@ def stack_steps(ctx: FixContext, write: ast.stmt) -> Fix:
         why += f"; {unsafe}"
     return Fix(f"Collect the steps in a list `{steps}` and `{torch}.stack` them after the loop (unsafe: {why})",
                False, tuple(edits))
+
+
+def _called_once_in_loop(ctx: FixContext, write: ast.stmt) -> ast.FunctionDef | None:
+    """The function ``write`` is the whole body of, when it is defined in a loop's body and called there, right
+    after, once and with no arguments (``def update(): buf[t] = ...`` then ``update()``): the write then runs
+    where that call is, and appending to the list in its place changes the list the loop sees (never a name)."""
+    fn = ctx.parents.get(write)
+    if not (isinstance(fn, ast.FunctionDef) and fn.body == [write] and not fn.decorator_list
+            and not any([*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs, fn.args.vararg, fn.args.kwarg])):
+        return None
+    block = block_of(ctx.parents.get(fn), fn) or []
+    k = next((k for k, st in enumerate(block) if st is fn), None)
+    call = block[k + 1].value if k is not None and k + 1 < len(block) and isinstance(block[k + 1], ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == fn.name
+            and not call.args and not call.keywords):
+        return None
+    uses = [n for n in ast.walk(ctx.scope_of(fn)) if isinstance(n, ast.Name) and n.id == fn.name]
+    return fn if uses == [call.func] else None
 
 
 def _range(it: ast.expr) -> tuple[int, ast.expr]:
