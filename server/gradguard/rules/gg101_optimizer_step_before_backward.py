@@ -5,9 +5,10 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FindingId, FixContext
+from ..fixes.context import CannotFix, FUNCTIONS, FindingId, FixContext, LOOPS
 from ..fixes.edits import Rewrite, apply_edits
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
+from ..fixes.writes import cst_mod
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -248,8 +249,7 @@ def _detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
     runs through the previous one's graph (whose weights the step changed) by way of a state the loop carries
     (``h = cell(x, h)``): detach that state at the top of the body and drop ``retain_graph=True``.  Unsafe: it
     truncates backpropagation at the chunk boundary, which is what truncated BPTT means but changes gradients."""
-    import libcst as cst
-
+    cst = cst_mod()
     step = ctx.statement_of(mutation.entry())
     backwards = [c.sink.node for c in mutation.conflicts if c.sink.kind == "backward"]
     calls = [n for b in backwards for n in ast.walk(b) if isinstance(n, ast.Call) and _retains(n)]

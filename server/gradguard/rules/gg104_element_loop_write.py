@@ -225,7 +225,7 @@ def _called_once_in_loop(ctx: FixContext, write: ast.stmt) -> ast.FunctionDef | 
     if not (isinstance(fn, ast.FunctionDef) and fn.body == [write] and not fn.decorator_list
             and not any([*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs, fn.args.vararg, fn.args.kwarg])):
         return None
-    block = block_of(ctx.parents.get(fn), fn) or []
+    block = block_around(ctx, fn) or []
     k = next((k for k, st in enumerate(block) if st is fn), None)
     call = block[k + 1].value if k is not None and k + 1 < len(block) and isinstance(block[k + 1], ast.Expr) else None
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == fn.name
