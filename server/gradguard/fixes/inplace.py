@@ -9,8 +9,11 @@ raises ``CannotFix``:
   memory is read later (the rebinding would drop a write the program relies on).
 - **no_grad** -- a parameter update or reset: ``with torch.no_grad():`` around it.
 - **copy** -- a leaf written as part of a computation: compute on ``w = self.weight.clamp(...)`` /
-  ``x_new = x.clone()`` and read the copy from then on (unsafe: the leaf keeps its old value).
-- **leaf writes** (GG002, GG003, and GG104 through them) -- ``fix_leaf_write`` chooses between the last two.
+  ``x_new = x.clone()`` and read the copy from then on (unsafe: the leaf keeps its old value).  A write inside
+  an ``if``/``try``/``with`` or loop binds the copy before that statement (``copy_anchor``, ``update_on_copy``).
+- **unread** -- a helper's parameter that neither the helper nor any caller reads after the write is written
+  out of place (``callers.callers_leave_unread``).
+- **leaf writes** (GG002, GG003, and GG104 through them) -- ``fix_leaf_write`` chooses among the last three.
 - **inplace=False** / ``F.relu_`` -> ``F.relu`` at a call (``inplace_false``).
 """
 
