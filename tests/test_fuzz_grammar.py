@@ -18,8 +18,10 @@ import ast
 import gc
 import inspect
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 import warnings
 
 import pytest
@@ -296,3 +298,19 @@ def test_every_pair_of_wrappers_nests_into_valid_python():
                 except SyntaxError:
                     bad.append(text)
     assert not bad, bad[:5]
+
+
+def test_a_long_and_chain_in_a_fixed_statement_does_not_crash_the_process(tmp_path):
+    """libcst's native parser segfaults on an ``and`` chain of some 5,000+ terms (found by the 10,000-program fuzz,
+    seed 20261124: the process died building a GG001 fix).  Python parses such a chain flat, so it is analysed;
+    a fix that would hand it to libcst is not built, another one is, and the CLI answers normally."""
+    chain = " and ".join(["c"] * 20_000)
+    src = ("import torch\n\n\ndef f(c=True):\n    w = torch.randn(3, requires_grad=True)\n    y = torch.exp(w)\n"
+           f"    y.mul_(2 if ({chain}) else 3)\n    y.sum().backward()\n")
+    path = tmp_path / "chain.py"
+    path.write_text(src, encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "gradguard", "check", "--fix", str(path)], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "server")})
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])  # not a crash (-11)
+    fixed = path.read_text(encoding="utf-8")  # fixed where libcst may parse: the clone where exp saved its output
+    assert "y = torch.exp(w).clone()" in fixed and f"    y.mul_(2 if ({chain}) else 3)\n" in fixed

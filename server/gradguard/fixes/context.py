@@ -315,6 +315,17 @@ class Parents:
 _NO_LINE = ast.AST()
 
 
+# libcst's native parser nests ``a and b and c ...`` (a flat ``ast.BoolOp``, whatever its length, so never bounded
+# by ``bounds``) one level per term, and past some 5,000 terms it crashes the whole process -- a segfault, not an
+# exception (found by the 10,000-program fuzz).  Such a chain is never handed to libcst.
+LIBCST_MAX_CHAIN = 1_000
+
+
+def too_long_for_libcst(node: ast.AST) -> bool:
+    """Whether ``node`` holds an ``and``/``or`` chain libcst may not survive parsing."""
+    return any(isinstance(n, ast.BoolOp) and len(n.values) > LIBCST_MAX_CHAIN for n in ast.walk(node))
+
+
 class Segment:
     """One statement of the file parsed by libcst.  A simple statement is parsed as it stands; for a node in
     the header of a compound statement (``for x in t.unbind(0):``) the header is parsed with a ``pass`` body.
@@ -345,6 +356,8 @@ class Segment:
         if any(isinstance(n, Unanalysed) for part in parsed for n in ast.walk(part)):
             # Too deep to analyse is too deep for libcst, whose native parser can even crash on it.
             raise CannotFix(f"line {stmt.lineno} is nested too deeply to rewrite")
+        if any(too_long_for_libcst(part) for part in parsed):
+            raise CannotFix(f"line {stmt.lineno} holds a chain of `and`/`or` too long to rewrite")
         try:
             self.module = cst.parse_module(
                 text, config=cst.PartialParserConfig(default_indent=ctx.indent, default_newline=ctx.newline)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..knowledge import load_knowledge
 from .aliases import VIEW_ATTRS
-from .context import CannotFix, FixContext
+from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -135,6 +135,15 @@ def cst_mod():
 
 
 def parse_expr(code: str) -> cst.BaseExpression:
+    """``code`` (an expression, often the source of a node of the file) as a libcst expression; CannotFix for an
+    ``and``/``or`` chain libcst's parser would crash on (``context.too_long_for_libcst``)."""
+    if code.count(" and ") + code.count(" or ") > LIBCST_MAX_CHAIN:
+        try:
+            tree = ast.parse(code.strip(), mode="eval")
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            raise CannotFix("an expression too long to rewrite") from None
+        if too_long_for_libcst(tree):
+            raise CannotFix("an `and`/`or` chain too long to rewrite")
     return cst_mod().parse_expression(code)
 
 
