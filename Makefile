@@ -56,7 +56,7 @@ clean:
 
 # Nightly-style: many more fuzz examples than CI's defaults (GRADGUARD_FUZZ_EXAMPLES=150 damaged fixtures,
 # GRADGUARD_GRAMMAR_EXAMPLES=40 deep and long programs from tests/grammar.py).  The 10,000 grammar programs
-# run as two seeded shards of 5,000, one per core (about an hour), then 5,000 damaged fixtures.
+# run as two seeded shards of 5,000, one per core (about 80 minutes here), then 5,000 damaged fixtures.
 FUZZ_GRAMMAR = $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz_grammar.py -k deep_and_long --hypothesis-show-statistics
 fuzz: setup-test
 	GRADGUARD_GRAMMAR_SEED=20260516 GRADGUARD_GRAMMAR_EXAMPLES=5000 $(FUZZ_GRAMMAR) & first=$$!; \
