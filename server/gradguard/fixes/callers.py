@@ -207,6 +207,18 @@ class Helper:
         calls = _calls_of(ctx, fn, method)
         return Helper(fn, param, positional.index(param), tuple(calls), method)
 
+    def public_name(self, ctx: FixContext) -> str:
+        """The name other files would call the helper by: its class's for an instance-called method."""
+        owner = ctx.parents.get(self.fn)
+        return owner.name if self.method and self.fn.name in _CALLED_ON_INSTANCES else self.fn.name
+
+    def passed(self, call: ast.Call) -> ast.expr:
+        """What ``call`` passes for the parameter; CannotFix when it does not pass it by position."""
+        if any(isinstance(a, ast.Starred) for a in call.args[: self.index + 1]) or len(call.args) <= self.index \
+                or any(k.arg is None or k.arg == self.param for k in call.keywords):
+            raise CannotFix("a call does not pass the parameter by position")
+        return call.args[self.index]
+
     def returns_param(self) -> bool:
         """Whether the helper ends with ``return <param>`` and returns nowhere else; CannotFix when it returns
         something else."""
@@ -255,8 +267,7 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
         edits.append(TextEdit(line, column + 1, line, column + 1, f"{passed} = "))
     if not names and not returns:
         raise CannotFix("no call to rebind")
-    owner = ctx.parents.get(fn)
-    named = owner.name if helper.method and fn.name in _CALLED_ON_INSTANCES else fn.name  # whom other files call
+    named = helper.public_name(ctx)
     public = not named.startswith("_")
     safe = safe and not public
     where = (f"`{fn.name}` returns `{param}` and its calls rebind " + ", ".join(f"`{n}`" for n in sorted(set(names)))
@@ -267,10 +278,7 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
 
 def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool) -> str | None:
     """The caller's name passed for the parameter, which the call must now rebind (None: it already does)."""
-    if any(isinstance(a, ast.Starred) for a in call.args[: helper.index + 1]) or len(call.args) <= helper.index \
-            or any(k.arg is None or k.arg == helper.param for k in call.keywords):
-        raise CannotFix("a call does not pass the parameter by position")
-    arg = call.args[helper.index]
+    arg = helper.passed(call)
     if not isinstance(arg, ast.Name):
         raise CannotFix("a call passes an expression, not a name it could rebind")
     stmt = ctx.statement_of(call)
@@ -305,9 +313,7 @@ def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str) -> tuple[b
     if not helper.calls:
         raise CannotFix("the helper is not called in this file")
     for call in helper.calls:
-        if any(isinstance(a, ast.Starred) for a in call.args[: helper.index + 1]) or len(call.args) <= helper.index:
-            raise CannotFix("a call does not pass the parameter by position")
-        arg = call.args[helper.index]
+        arg = helper.passed(call)
         if not isinstance(arg, ast.Name):
             continue  # a temporary: nothing else holds it
         caller = ctx.function_of(call)
@@ -322,8 +328,7 @@ def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str) -> tuple[b
         if report.aliases_read_after or set(report.holders_read_after) - result \
                 or value_read_after(ctx, call_stmt, arg.id):
             return False, ""
-    owner = ctx.parents.get(helper.fn)
-    named = owner.name if helper.method and helper.fn.name in _CALLED_ON_INSTANCES else helper.fn.name
+    named = helper.public_name(ctx)
     return True, "" if named.startswith("_") else f"calls to `{named}`{OTHER_FILES_ONLY}`{param}` after it"
 
 
