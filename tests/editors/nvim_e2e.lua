@@ -64,6 +64,20 @@ local function main()
 
   -- the README's snippet for this Neovim (0.11: vim.lsp.config + vim.lsp.enable; 0.7: vim.lsp.start_client from
   -- a FileType autocommand), with the test's server command in place of { "gradguard", "lsp" }
+  -- how the findings arrive: pushed (publishDiagnostics) or pulled (textDocument/diagnostic, 0.10+), counted
+  -- by wrapping the default handlers, which the client looks up when each message arrives
+  report.pushes, report.pulls = 0, {}
+  local push, pull = vim.lsp.handlers["textDocument/publishDiagnostics"], vim.lsp.handlers["textDocument/diagnostic"]
+  vim.lsp.handlers["textDocument/publishDiagnostics"] = function(err, result, ctx, config)
+    report.pushes = report.pushes + 1
+    return push(err, result, ctx, config)
+  end
+  if pull then
+    vim.lsp.handlers["textDocument/diagnostic"] = function(err, result, ctx, config)
+      table.insert(report.pulls, result and result.kind or "error")
+      return pull(err, result, ctx, config)
+    end
+  end
   dofile(assert(vim.env.GG_CONFIG, "GG_CONFIG unset"))
   vim.cmd("filetype on")
   vim.cmd("edit " .. vim.fn.fnameescape(vim.fn.argv(0)))
@@ -89,6 +103,21 @@ local function main()
   local d = target_diags()[1]
   report.target = { lnum = d.lnum, col = d.col, end_col = d.end_col, code = d.code }
   table.insert(report.steps, "diagnostics")
+
+  -- every request the client sends from here on (a code action's edit may come from codeAction/resolve)
+  report.requests = {}
+  local request = client.request
+  if modern then
+    client.request = function(self, method, ...)
+      table.insert(report.requests, method)
+      return request(self, method, ...)
+    end
+  else
+    client.request = function(method, ...)
+      table.insert(report.requests, method)
+      return request(method, ...)
+    end
+  end
 
   -- 2. the code-action menu at the finding, as `:lua vim.lsp.buf.code_action()` shows it
   vim.api.nvim_win_set_cursor(0, { d.lnum + 1, d.col })

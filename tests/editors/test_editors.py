@@ -199,8 +199,14 @@ def test_neovim(which: str, scenario: str, tmp_path: Path):
     assert target["end_col"] == len(line_text[: diag.span.end_column - 1].encode("utf-8"))
     if client.version.startswith("0.11"):
         assert report["offset_encoding"] == "utf-8"  # 0.11 offers utf-8 first; the server takes it
+        # 0.11 pulls (textDocument/diagnostic), so the server never pushes
+        assert report["pushes"] == 0 and report["pulls"] and set(report["pulls"]) <= {"full", "unchanged"}, report
     else:
         assert report["offset_encoding"] == "utf-16"
+        assert report["pushes"] > 0 and report["pulls"] == [], report  # 0.7 cannot pull: the server pushes
+    # both announce codeAction.resolveSupport for "edit": the chosen quick fix's edit is made by
+    # codeAction/resolve, not for every action listed
+    assert report["requests"].count("codeAction/resolve") == 1, report["requests"]
 
     code, on_disk = check_common(report, text, path, line)
     after = sorted((d["lnum"] + 1, d["code"]) for d in report["diagnostics_after"] if d["source"] == "gradguard")

@@ -7,7 +7,7 @@ Listing is cheap: each action carries only a small ``data`` (the uri, the docume
 its edit is made by ``codeAction/resolve`` (the planner runs only for the fix-all actually chosen).  The fixes of
 a text file's findings are not built by its analysis: listing builds those of the diagnostics asked about (their
 titles, safe or not), once per published version (``GradguardServer.fixes_of``), and resolve reads them.  A client
-that does not announce ``codeAction.resolveSupport`` for ``edit`` (eglot, Neovim 0.7) gets the edits at once.
+that does not announce ``codeAction.resolveSupport`` for ``edit`` gets the edits at once.
 A ``data`` of an older version than the document's resolves to no edit, never to a wrong one; every edit also
 names the version of the part it was computed on.  Without libcst no fix is offered; "suppress" still is.
 """
@@ -74,7 +74,7 @@ def fix_edit(ls: GradguardServer, fix: dict[str, Any], uri: str, version: int | 
 
 
 def resolves_edits(caps: types.ClientCapabilities | None) -> bool:
-    """Whether the client asks for an action's ``edit`` by ``codeAction/resolve`` (VS Code, Neovim 0.8+)."""
+    """Whether the client asks for an action's ``edit`` by ``codeAction/resolve`` (VS Code, Neovim 0.7+)."""
     action = caps.text_document.code_action if caps is not None and caps.text_document is not None else None
     support = action.resolve_support if action is not None else None
     return support is not None and "edit" in (support.properties or ())
