@@ -158,6 +158,7 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
             before = None  # still moving: an id that would claim these items are current is not given
         snap, diags = outcome
         items = [lsp for _, lsp in ls.record(document, snap, diags)[uri]]
+        ls.release_after_reply(document)
         return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=before)
 
     # ---- hover and code actions -------------------------------------------------------------

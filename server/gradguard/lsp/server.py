@@ -223,6 +223,7 @@ class GradguardServer(LanguageServer):
             if current is None or current.version != snap.version:
                 return  # edited meanwhile: a newer run will publish
             self.publish(document, snap, diags)
+            document.release()  # the findings are sent
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -243,6 +244,12 @@ class GradguardServer(LanguageServer):
         if current:
             document.keep_fixes(snap.version, result)
         return snap, document.accept(result, cache, current)
+
+    def release_after_reply(self, document: Document) -> None:
+        """For a request handler: ``document.release()`` once the reply it is returning has been sent.  pygls
+        sends it from the handler task's done callback, queued when the task finishes, so after this first hop."""
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, document.release)
 
     def record(self, document: Document, snap: Snapshot, diags: list[Diagnostic]) -> dict[str, list]:
         """What the client is to be shown for each part (hover, code actions and fix-all read it)."""

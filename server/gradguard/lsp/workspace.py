@@ -235,6 +235,7 @@ async def _open_report(ls: GradguardServer, uri: str, document: TextDocument) ->
         return types.WorkspaceFullDocumentDiagnosticReport(uri=uri, items=[], version=version)
     snap, diags = outcome
     items = [lsp for _, lsp in ls.record(document, snap, diags)[uri]]
+    ls.release_after_reply(document)
     return types.WorkspaceFullDocumentDiagnosticReport(uri=uri, items=items, version=snap.version,
                                                        result_id=_open_result_id(ls, uri, snap.version))
 
