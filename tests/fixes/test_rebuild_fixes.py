@@ -64,7 +64,7 @@ def train():
      "out = torch.clamp(out, -0.5, 1 - 0.5)", "out = out.clamp(-0.5, 0.5)", False),
     ("out = torch.tensor(numpy.square(out.detach().cpu().numpy()) * 3.0)",
      "out = (torch.square(out) * 3.0)", "out = out.square() * 3", False),
-    ("out = torch.tensor(out.tolist())", "out = out", None, False),
+    ("out = torch.tensor(out.tolist())", None, None, False),  # the line goes (`out = out` would be left)
 ])
 def test_a_rebuilt_tensor_keeps_its_graph(line, expected, intended, safe):
     src = textwrap.dedent(_PROGRAM).replace("{line}", line)
@@ -74,7 +74,7 @@ def test_a_rebuilt_tensor_keeps_its_graph(line, expected, intended, safe):
         assert "unsafe:" in fix.title
         assert _fixed(src) == src  # only with --unsafe-fixes
     out = _fixed(src, unsafe=True)
-    assert f"        {expected}\n" in out
+    assert f"        {expected}\n" in out if expected else out == src.replace(f"        {line}\n", "")
     assert not _fixes(out)
     reference = src.replace(line, intended or "pass")
     for got, want in zip(_grads(out), _grads(reference), strict=True):
@@ -153,14 +153,21 @@ def test_a_name_that_may_hold_a_tensor_is_not_stacked():
     assert all(f is None or "stack" not in f.title for f in _fixes(src))
 
 
-def test_a_number_made_a_leaf_again_becomes_the_tensor_as_an_unsafe_fix():
+@pytest.mark.parametrize("rebuild, left", [
+    ("loss = torch.tensor(loss.item(), requires_grad=True)", ""),  # the line goes: `loss = loss` would be left
+    ("if True:\n        loss = torch.tensor(float(loss), requires_grad=True)", "    if True:\n        pass\n"),
+    ("scale = torch.tensor(loss.item(), requires_grad=True)", "    scale = loss\n"),
+])
+def test_a_number_made_a_leaf_again_becomes_the_tensor_as_an_unsafe_fix(rebuild, left):
     src = textwrap.dedent(_LIST_PROGRAM).replace("{parts}", "parts").replace(
-        "loss = (torch.tensor(parts) * 2).sum()",
-        "loss = (w * 4).sum()\n    loss = torch.tensor(loss.item(), requires_grad=True)")
+        "loss = (torch.tensor(parts) * 2).sum()", f"loss = (w * 4).sum()\n    {rebuild}")
+    if rebuild.startswith("scale"):
+        src = src.replace("loss.backward()", "scale.backward()")
     (fix,) = _fixes(src)
     assert not fix.safe and "not a new leaf" in fix.title
     out = _fixed(src, unsafe=True)
-    assert "    loss = loss\n" in out and not _fixes(out)
+    assert out == src.replace(f"    {rebuild}\n", left) and not _fixes(out)
+    assert "loss = loss" not in out
     assert torch.allclose(_grads(out)[0], torch.full((3,), 4.0))
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..statements import block_of
 from ..text import line_ends, line_starts, position
 from .context import CannotFix
 
@@ -36,9 +37,16 @@ class Rewrite:
     replace: dict[int, tuple[cst.CSTNode, cst.CSTNode]] = field(default_factory=dict)
     before: dict[int, tuple[ast.stmt, list[str]]] = field(default_factory=dict)
     wrap: dict[int, tuple[ast.stmt, str]] = field(default_factory=dict)
+    removed: dict[int, ast.stmt] = field(default_factory=dict)
 
     def replace_node(self, old: cst.CSTNode, new: cst.CSTNode) -> Rewrite:
         self.replace[id(old)] = (old, new)
+        return self
+
+    def remove_statement(self, stmt: ast.stmt) -> Rewrite:
+        """Delete ``stmt`` and its lines (``pass`` in its place when its block would be left empty)."""
+        self.ctx.require_own_lines(stmt)
+        self.removed[id(stmt)] = stmt
         return self
 
     def insert_before(self, stmt: ast.stmt, code: str) -> Rewrite:
@@ -84,6 +92,15 @@ class Rewrite:
             if key in self.wrap:
                 text += f"with {self.wrap[key][1]}:{nl}{indent}{ctx.indent}"
             edits.append(TextEdit(stmt.lineno, len(indent) + 1, stmt.lineno, len(indent) + 1, text))
+        for stmt in self.removed.values():
+            if block_of(ctx.parents.get(stmt), stmt) == [stmt]:
+                indent = ctx.indent_of(stmt)
+                end = len(ctx.lines[stmt.end_lineno - 1].rstrip("\r\n")) + 1
+                edits.append(TextEdit(stmt.lineno, len(indent) + 1, stmt.end_lineno, end, "pass"))
+            elif stmt.end_lineno < len(ctx.lines):
+                edits.append(TextEdit(stmt.lineno, 1, stmt.end_lineno + 1, 1, ""))
+            else:  # the file's last line
+                edits.append(TextEdit(stmt.lineno, 1, stmt.end_lineno, len(ctx.lines[-1].rstrip("\r\n")) + 1, ""))
         edits.sort(key=lambda e: (e.line, e.column, (e.end_line, e.end_column) != (e.line, e.column)))
         merged: list[TextEdit] = []
         for e in edits:  # an insertion where a replacement starts becomes part of that replacement

@@ -201,6 +201,14 @@ def _the_tensor_itself(ctx: FixContext, call: ast.Call, tensor: ast.expr, keywor
                                             and keywords["requires_grad"].value is True):
         raise CannotFix("requires_grad is not plainly True")
     text = text or _atom(ctx, tensor)
+    stmt = ctx.statement_of(call)
+    if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
+            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == text:
+        # ``loss = torch.tensor(float(loss), requires_grad=True)``: ``loss = loss`` would be left; drop the line
+        return Rewrite(ctx).remove_statement(stmt).fix(
+            f"Keep the graph: delete `{_short(ctx.source(stmt))}`, so `{text}` stays the tensor with its graph "
+            "(unsafe: it keeps that tensor's dtype, shape and device, and is not a new leaf whose `.grad` torch "
+            "fills)", safe=False)
     rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
     return rw.fix(f"Keep the graph: use `{_short(text)}` instead of `{_short(ctx.source(call))}` (unsafe: the "
                   "result is that tensor, with its dtype, shape and device, not a new leaf whose `.grad` torch fills)",
