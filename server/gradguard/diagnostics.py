@@ -60,6 +60,10 @@ class Fix:
     title: str
     safe: bool
     edits: tuple[TextEdit, ...]
+    # Set by a fix of a helper's write that took care of every call of the helper in the file (rebound them, or
+    # found that none reads what it passed afterwards): unsafe, if at all, only for calls from other files.
+    # Used while fixes are built (``fixes.callers.fix_in_helper``); not part of the JSON.
+    callers_checked: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,7 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
             return None
     if fix is None or fix.safe:
         return fix
-    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits) and _ALREADY_REBOUND not in fix.title \
-            and OTHER_FILES_ONLY not in fix.title:
+    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits) and not fix.callers_checked:
         return None  # (unless no call in this file expects the write: all rebind, or none reads after it)
     return fix
 
@@ -116,7 +115,7 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
     indent = ctx.indent_of(first)
     declare = TextEdit(first.lineno, 1, first.lineno, 1, f"{indent}nonlocal {name}{ctx.newline}")
     edits = tuple(sorted((declare, *fix.edits), key=lambda e: (e.line, e.column)))
-    return Fix(f"{fix.title}; `nonlocal {name}` in `{fn.name}`, so `{outer.name}` sees it", fix.safe, edits)
+    return replace(fix, title=f"{fix.title}; `nonlocal {name}` in `{fn.name}`, so `{outer.name}` sees it", edits=edits)
 
 
 def _declares_nonlocal(fn: ast.FunctionDef, name: str) -> bool:
@@ -231,9 +230,6 @@ class Helper:
         raise CannotFix("the helper returns something else than the written parameter")
 
 
-_ALREADY_REBOUND = ", which its calls rebind"
-# A helper-only fix's words when its one risk is unseen callers: no call in this file expects the write
-OTHER_FILES_ONLY = " from other files may read "  # the title's words when every call already rebinds the name
 
 
 def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast.stmt, param: str, title: str,
@@ -271,9 +267,10 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
     public = not named.startswith("_")
     safe = safe and not public
     where = (f"`{fn.name}` returns `{param}` and its calls rebind " + ", ".join(f"`{n}`" for n in sorted(set(names)))
-             if names else f"`{fn.name}` returns `{param}`{_ALREADY_REBOUND}")
+             if names else f"`{fn.name}` returns `{param}`, which its calls rebind")
     suffix = f" (unsafe: calls to `{named}` from other files still expect the write)" if public else ""
-    return Fix(f"{title}; {where}{suffix}", safe, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+    return Fix(f"{title}; {where}{suffix}", safe, tuple(sorted(edits, key=lambda e: (e.line, e.column))),
+               callers_checked=True)
 
 
 def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool) -> str | None:
@@ -329,7 +326,7 @@ def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str) -> tuple[b
                 or value_read_after(ctx, call_stmt, arg.id):
             return False, ""
     named = helper.public_name(ctx)
-    return True, "" if named.startswith("_") else f"calls to `{named}`{OTHER_FILES_ONLY}`{param}` after it"
+    return True, "" if named.startswith("_") else f"calls to `{named}` from other files may read `{param}` after it"
 
 
 _GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.enable_grad")

@@ -115,9 +115,9 @@ class Rewrite:
                 raise CannotFix("the fix's own edits overlap")
         return tuple(edits)
 
-    def fix(self, title: str, safe: bool) -> Fix | None:
+    def fix(self, title: str, safe: bool, callers_checked: bool = False) -> Fix | None:
         edits = self.edits()
-        return Fix(title, safe, edits) if edits else None
+        return Fix(title, safe, edits, callers_checked) if edits else None
 
 
 def _split_keep(text: str) -> list[str]:

@@ -326,7 +326,7 @@ def _unread_by_callers(ctx: FixContext, write: Write) -> Fix:
     new_value = out_of_place(ctx, write.call)
     rw = Rewrite(ctx).replace_node(ctx.cst(write.call), new_value)
     title = f"Write out of place: `{short(code(new_value))}`"
-    return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe)
+    return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe, callers_checked=True)
 
 
 def copy_anchor(ctx: FixContext, scope: ast.AST, start: ast.stmt,
