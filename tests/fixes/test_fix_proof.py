@@ -87,9 +87,6 @@ NO_FIX = {
     "GG105/pos_feature_snapshot_cache_lerp": (
         "the view is made in one loop iteration and written in a later one"
     ),
-    "GG105/pos_method_decorated_returns_chunk": (
-        "the views come from a `@torch.no_grad()` method; changing it changes every caller"
-    ),
     "GG105/pos_module_anchor_cache_from_init": (
         "the view is made in `__init__` and written in a training step: moving it changes the module's state"
     ),
@@ -102,6 +99,7 @@ NO_FIX = {
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
     "GG001/pos_no_grad_clamp_probs": "the clamp leaves the no_grad block: its gradient now goes through it",
+    "GG105/pos_method_decorated_returns_chunk": "the method loses `@torch.no_grad()`: every caller's views get history",
     "GG104/pos_threshold_double_loop_on_leaf": "the loops write a copy of the leaf made before them; the leaf keeps its values",
     "GG103/pos_float_loss_requires_grad": "the result is `loss` itself, not a new leaf whose `.grad` torch fills",
     "GG103/pos_tolist_rebuild_scores": "the result is `scores` itself, with its dtype and device, not a rebuilt CPU tensor",

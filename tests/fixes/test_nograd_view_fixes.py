@@ -178,3 +178,49 @@ def test_a_write_inside_an_if_or_a_loop_after_the_view_is_rebound_there(around):
     for steps, flag in ((3, True), (1, False), (2, True)):
         for got, want in zip(scope["train"](steps, flag), _intended(steps, flag, around)):
             assert torch.allclose(got, want)
+
+
+_METHOD = """
+import torch
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    @torch.no_grad()
+    def split(self, out):
+        {body}
+
+
+def train():
+    torch.manual_seed(3)
+    model = Head()
+    out = model(torch.randn(5, 3))
+    mean, scale = model.split(out)
+    scale.exp_()
+    (mean / scale).pow(2).sum().backward()
+    return [model.fc.weight.grad, model.fc.bias.grad]
+"""
+
+
+def test_pieces_a_method_of_the_files_class_returns_are_seen_as_views_of_its_argument():
+    """`model.split(out)` only returns pieces of `out`: `model` keeps nothing and `mean` is another piece, so the
+    write to `scale` can go out of place once the method makes the pieces with grad on."""
+    src = textwrap.dedent(_METHOD).replace("{body}", "return out.chunk(2, dim=-1)")
+    (diag,) = found("GG105", src)
+    assert not diag.fix.safe and "`split` returns `out.chunk(2, dim=-1)` without `@torch.no_grad()`" in diag.fix.title
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert "@torch.no_grad()" not in out and "    scale = scale.exp()\n" in out and not found("GG105", out)
+    intended = src.replace("    @torch.no_grad()\n", "").replace("    scale.exp_()", "    scale = scale.exp()")
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_a_method_that_also_keeps_its_argument_is_not_seen_through():
+    src = textwrap.dedent(_METHOD).replace("{body}", "self.last = out\n        return out.chunk(2, dim=-1)")
+    assert [d.fix for d in found("GG105", src)] == [None]

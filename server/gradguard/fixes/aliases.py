@@ -367,6 +367,10 @@ class AliasAnalysis:
                 return None
             if func.id in CONTAINER_BUILTINS:
                 return CONTAINER
+        if isinstance(func, ast.Attribute) and _only_returns_views(self.ctx, self.knowledge, call):
+            # a method of the file's own class that just returns views of its arguments (`model.split(out)`)
+            return kind if any(a is arg for a in _returned_arguments(self.ctx, self.knowledge,
+                                                                      _method_of_file_class(self.ctx, call), call)) else None
         if isinstance(func, ast.Attribute):
             method = func.attr
             op = self.knowledge.op(method)
@@ -531,6 +535,11 @@ def _view_sources(expr: ast.AST, ctx: FixContext, knowledge, held: list | None =
             module_function = isinstance(func, ast.Attribute) and _root_name(func.value) in ctx.imports
             if isinstance(func, ast.Attribute) and not module_function:
                 method = func.attr
+                own = _method_of_file_class(ctx, node)
+                passed = _returned_arguments(ctx, knowledge, own, node) if own is not None else None
+                if passed is not None:  # `model.split(out)`, `GaussianHead.split` returning views of `out`
+                    stack.extend(passed)
+                    continue
                 op = knowledge.op(method)
                 if method in MAY_ALIAS_METHODS or method.endswith("_") or (op is not None and (op.view or op.multi_view)):
                     stack.append(func.value)
@@ -544,6 +553,71 @@ def _view_sources(expr: ast.AST, ctx: FixContext, knowledge, held: list | None =
                 elif any(k.arg == "out" for k in node.keywords):
                     stack.extend(k.value for k in node.keywords if k.arg == "out")
     return out
+
+
+def _method_of_file_class(ctx: FixContext, call: ast.Call) -> ast.FunctionDef | None:
+    """The method ``call`` runs when its receiver is plainly an instance of a class this file defines: ``self``
+    in that class, or a name its function binds once, to ``Cls(...)``.  None otherwise (a tensor method, say)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return None
+    receiver, scope = func.value.id, ctx.scope_of(call)
+    classes = {c.name: c for c in ctx.tree.body if isinstance(c, ast.ClassDef)}
+    owner = ctx.class_of(call) if receiver == "self" else None
+    if owner is None:
+        bindings = [n for n in _scope_nodes(scope) if isinstance(n, ast.Name) and n.id == receiver
+                    and not isinstance(n.ctx, ast.Load)]
+        if len(bindings) != 1:
+            return None
+        stmt = ctx.parents.get(bindings[0])
+        made = stmt.value if isinstance(stmt, ast.Assign) and stmt.targets == [bindings[0]] else None
+        owner = classes.get(made.func.id) if isinstance(made, ast.Call) and isinstance(made.func, ast.Name) else None
+    if owner is None or classes.get(owner.name) is not owner:
+        return None
+    methods = [m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == func.attr]
+    return methods[0] if len(methods) == 1 and not owner.bases[1:] else None
+
+
+def _returned_arguments(ctx: FixContext, knowledge, method: ast.FunctionDef, call: ast.Call) -> list[ast.expr] | None:
+    """The arguments of ``call`` whose memory ``method`` may return (each ``return`` a view of parameters only);
+    None when a return may hold anything else (an attribute of ``self``, a global, a fresh tensor's view...)."""
+    params = [a.arg for a in method.args.args][1:]  # after self
+    if method.args.vararg or method.args.kwarg or any(isinstance(a, ast.Starred) for a in call.args) \
+            or any(k.arg is None for k in call.keywords) or method.decorator_list and not all(
+                isinstance(d, ast.Call) and ctx.qual(d.func) in ("torch.no_grad", "torch.inference_mode")
+                for d in method.decorator_list):
+        return None
+    returns = [n for n in _scope_nodes(method) if isinstance(n, ast.Return)]
+    if not returns or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _scope_nodes(method)):
+        return None
+    named: set[str] = set()
+    for ret in returns:
+        if ret.value is None:
+            continue
+        held: list[ast.Attribute] = []
+        sources = _view_sources(ret.value, ctx, knowledge, held)
+        if held or not set(sources) <= set(params) or any(_binds(method, name) for name in sources):
+            return None
+        named.update(sources)
+    by_name = dict(zip(params, call.args))
+    by_name.update({k.arg: k.value for k in call.keywords if k.arg in params})
+    return [by_name[name] for name in sorted(named) if name in by_name]
+
+
+def _only_returns_views(ctx: FixContext, knowledge, call: ast.Call) -> bool:
+    """Whether ``call`` runs a method of the file's own class whose body (docstring aside) is one ``return`` of
+    views of its parameters: it keeps nothing, and its result is only (views of) what it was passed."""
+    method = _method_of_file_class(ctx, call)
+    if method is None:
+        return False
+    body = method.body[1:] if isinstance(method.body[0], ast.Expr) and isinstance(method.body[0].value, ast.Constant) \
+        else method.body
+    return len(body) == 1 and isinstance(body[0], ast.Return) and _returned_arguments(ctx, knowledge, method, call) is not None
+
+
+def _binds(fn: ast.FunctionDef, name: str) -> bool:
+    """Whether ``fn`` assigns ``name`` (a parameter rebound inside may hold anything)."""
+    return any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in _scope_nodes(fn))
 
 
 def _scope_nodes(scope: ast.AST):
