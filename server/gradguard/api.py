@@ -8,6 +8,7 @@ syntax errors come back as a single diagnostic with ``FileResult.error`` set.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from .baseline import fingerprinted
 from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module, without_findings
-from .fixes import FindingId, FixBuilder, Fixer, StillFound, attach_fixes, unavailable, with_fix
+from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
 from .inference.events import Finding, span_of
 from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE
@@ -83,7 +84,8 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         kept = [(f, d) for f, d in kept if not config.baseline.hides(path, d)]
     on_demand = None
     if fixes:  # libcst runs only here, for files with findings
-        diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(before, path))
+        diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(before, path),
+                                   _variant(before, path))
     else:
         diagnostics = [d for _, d in kept]
         on_demand = FixesOnDemand(text, before, path, config, kept, dict(cache) if cache is not None else {})
@@ -105,7 +107,7 @@ class FixesOnDemand:
                  kept: list[tuple[Finding, Diagnostic]], cache: dict):
         self.before, self.path, self.config, self.cache = before, path, config, cache
         self.findings = {_place(d): f for f, d in kept}
-        self.fixer = Fixer(text, before.tree, path, FIX_BUILDERS, _still_found(before, path))
+        self.fixer = Fixer(text, before.tree, path, FIX_BUILDERS, _still_found(before, path), _variant(before, path))
 
     def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
         """``diagnostics`` (of this analysis; others are returned as they are) with their fixes."""
@@ -167,6 +169,22 @@ def _still_found(before: parsing.Parsed, path: str) -> StillFound:
         return any(f.code == finding.code and _entry_line(f) == finding.line for f in found)
 
     return check
+
+
+def _variant(before: parsing.Parsed, path: str) -> Variant:
+    """How a fix sees a variant of the text with as many lines (``fixes.wrappers``): its tree and findings (of the
+    changed statements' functions, parsed again alone) and its own ``_still_found``."""
+
+    def analyse(changed: str) -> tuple[ast.Module, list[Finding], StillFound] | None:
+        lines = parsing.source_lines(changed)
+        again = parsing.reparse(lines, before) or parsing.parse_document(changed, lines)
+        if isinstance(again, parsing.SyntaxProblem):
+            return None
+        first = next((i for i, (a, b) in enumerate(zip(lines, before.lines), start=1) if a != b), 1)
+        found = analyze_module(again.tree, path, lines, use_jedi=False, only_line=first)
+        return again.tree, found, _still_found(again, path)
+
+    return analyse
 
 
 def _entry_line(finding: Finding) -> int:

@@ -23,14 +23,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .callers import fix_in_helper
-from .context import CannotFix, FindingId, FixBuilder, FixContext, StillFound
+from .context import CannotFix, FindingId, FixBuilder, FixContext, StillFound, Variant
+from .wrappers import through_wrapper
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import Diagnostic, Fix
     from ..inference.events import Finding
 
-__all__ = ["CannotFix", "FindingId", "FixBuilder", "FixContext", "Fixer", "StillFound", "attach_fixes", "unavailable",
-           "with_fix"]
+__all__ = ["CannotFix", "FindingId", "FixBuilder", "FixContext", "Fixer", "StillFound", "Variant", "attach_fixes",
+           "unavailable", "with_fix"]
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +54,13 @@ class Fixer:
     """Builds the fixes of one analysed text's findings, each once: the fix is kept on the finding and its twins
     (``fix_memo``), so the engine's per-document cache keeps it.  ``builders``: each rule's fix by code (the
     rules sit above this layer, so the caller hands them down); ``still_found``: the caller's re-analysis, for
-    fixes that check a candidate against it (see ``FixContext``).  Safe to share between threads: the language
+    fixes that check a candidate against it (see ``FixContext``); ``variant``: its analysis of a changed text,
+    for a write through a wrapper of a name (``wrappers``).  Safe to share between threads: the language
     server builds fixes on demand in its pool."""
 
     def __init__(self, text: str, tree: ast.Module, path: str, builders: Mapping[str, FixBuilder],
-                 still_found: StillFound | None = None):
-        self.path, self.builders = path, builders
+                 still_found: StillFound | None = None, variant: Variant | None = None):
+        self.path, self.builders, self.variant = path, builders, variant
         self.ctx = FixContext(text, tree, path, still_found, builders)
         self._lock = threading.Lock()  # FixContext parses libcst and keeps segments lazily
 
@@ -76,11 +78,22 @@ class Fixer:
         return finding.fix_memo[0]
 
     def _build(self, finding: Finding) -> Fix | None:
+        fix = self._build_in(self.ctx, finding)
+        if fix is None and self.variant is not None:  # a write through an alias chain or a one-off container
+            try:
+                fix = through_wrapper(self.ctx, finding, self.variant, self._build_in)
+            except Exception:
+                log.debug("wrapper fix for %s at %s:%s failed", finding.code, self.path, finding.node.lineno,
+                          exc_info=True)
+                fix = None
+        return fix
+
+    def _build_in(self, ctx: FixContext, finding: Finding) -> Fix | None:
         build = self.builders.get(finding.code)
         if build is None:
             return None
         try:
-            fix = build(self.ctx, finding)
+            fix = build(ctx, finding)
         except CannotFix:
             fix = None
         except Exception:
@@ -88,7 +101,7 @@ class Fixer:
             fix = None
         if fix is None:  # a write inside a helper the finding's story calls: fixed there, or through its calls
             try:
-                fix = fix_in_helper(build, self.ctx, finding)
+                fix = fix_in_helper(build, ctx, finding)
             except Exception:
                 log.debug("helper fix for %s at %s:%s failed", finding.code, self.path, finding.node.lineno,
                           exc_info=True)
@@ -97,14 +110,15 @@ class Fixer:
 
 
 def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]],
-                 builders: Mapping[str, FixBuilder], still_found: StillFound | None = None) -> list[Diagnostic]:
+                 builders: Mapping[str, FixBuilder], still_found: StillFound | None = None,
+                 variant: Variant | None = None) -> list[Diagnostic]:
     """The diagnostics of ``pairs``, each carrying its rule's fix when there is one (see ``Fixer``)."""
     pairs = list(pairs)
     if not pairs:
         return []
     if unavailable() is not None:  # every fix, not just the libcst ones: a partial set would mislead
         return [diag for _, diag in pairs]
-    fixer = Fixer(text, tree, path, builders, still_found)
+    fixer = Fixer(text, tree, path, builders, still_found, variant)
     return [with_fix(diag, fixer.fix(finding)) for finding, diag in pairs]
 
 

@@ -68,6 +68,9 @@ class FindingId:
 # Is the finding still there once the text is ``fixed``?  The caller of the fixes (``api``) answers by analysing
 # the changed text again: the fixes never run the engine themselves.
 StillFound = Callable[[str, FindingId], bool]
+# The caller's analysis of a variant of the text (the same line count: ``wrappers`` replaces a wrapper by the name it
+# holds): its tree, its findings and how fixes check candidates against it; None when it does not parse.
+Variant = Callable[[str], "tuple[ast.Module, list[Finding], StillFound] | None"]
 # A rule's fix: a ``Fix`` for one of its findings, or None / ``CannotFix`` when it has none.
 FixBuilder = Callable[["FixContext", "Finding"], "Fix | None"]
 

@@ -1,0 +1,151 @@
+"""Fixes of writes made through a wrapper of a tensor's name: an alias chain (``out_ref = out; out_cur = out_ref;
+out_cur.data.mul_(s)``) or a one-off container (``tensors = {"out": out}; tensors["out"].data.mul_(s)``).
+
+At the write the wrapper is the very object its name holds, so the write is fixed as the same write to the name
+(``out.data.mul_(s)``): the text is changed there only, the caller's re-analysis (``Variant``, from ``api``)
+finds the finding again in it, the rule's own fix is built on that text, and the fix offered is the difference
+between the original and the result.  Only when the wrapper is plainly the name: every alias or container is
+bound once, to the name (or its alias), before the write in the same block, the name is not rebound in between,
+and nothing reads the wrapper after the write (it would still hold the old tensor once the fix rebinds the name).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..diagnostics import Fix, TextEdit
+from ..statements import block_of
+from .context import FixContext, Variant
+from .edits import apply_edits, diff_edits
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..inference.events import Finding
+
+# Builds a fix in another context (the variant's): the Fixer's own build, without wrappers (none are left there).
+Build = Callable[[FixContext, "Finding"], Fix | None]
+
+
+def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: Build) -> Fix | None:
+    """The finding's fix, made as the fix of the same write to the name the written wrapper holds; None when the
+    write goes through no plain wrapper, or the rule has no fix for the write to the name either."""
+    mutation = (finding.data or {}).get("mutation")
+    entry = mutation.entry() if mutation is not None else None
+    stmt = ctx.statement_of(entry) if entry is not None else None
+    if stmt is None or ctx.function_of(stmt) is None:
+        return None
+    found = _wrapper_in(ctx, stmt)
+    if found is None:
+        return None
+    wrapper, name = found
+    line, column, end_line, end_column = ctx.char_range(wrapper)
+    plain = apply_edits(ctx.text, [TextEdit(line, column + 1, end_line, end_column + 1, name)])
+    seen = variant(plain)
+    if seen is None:
+        return None
+    tree, findings, still_found = seen
+    again = next((f for f in findings if f.code == finding.code and _entry_line(f) == stmt.lineno), None)
+    if again is None:
+        return None
+    fix = build(FixContext(plain, tree, ctx.path, still_found, ctx.builders), again)
+    if fix is None:
+        return None
+    edits = diff_edits(ctx.text, apply_edits(plain, fix.edits))
+    if not edits:
+        return None
+    return Fix(f"{fix.title} (`{ctx.source(wrapper)}` is `{name}`)", fix.safe, edits, fix.callers_checked)
+
+
+def _entry_line(finding: Finding) -> int:
+    mutation = (finding.data or {}).get("mutation")
+    return mutation.entry().lineno if mutation is not None else finding.node.lineno
+
+
+def _wrapper_in(ctx: FixContext, stmt: ast.stmt) -> tuple[ast.expr, str] | None:
+    """The wrapper the write statement ``stmt`` writes through, and the name it holds."""
+    fn = ctx.function_of(stmt)
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
+                and isinstance(node.slice, ast.Constant):
+            name = _container_element(ctx, fn, stmt, node)
+            if name is not None:
+                return node, name
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            name = _alias_of(ctx, fn, stmt, node.id)
+            if name is not None:
+                return node, name
+    return None
+
+
+def _container_element(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, element: ast.Subscript) -> str | None:
+    """``C[k]`` where ``C = {k: name}`` (or ``[name, ...]``, index ``k``) and ``C`` is read nowhere but in ``stmt``."""
+    container = element.value.id
+    binding = _only_binding(ctx, fn, stmt, container)
+    if binding is None or any(isinstance(n, ast.Name) and n.id == container and isinstance(n.ctx, ast.Load)
+                              and ctx.statement_of(n) is not stmt for n in ast.walk(fn)):
+        return None
+    value, key = binding.value, element.slice.value
+    held = None
+    if isinstance(value, ast.Dict) and None not in value.keys:
+        held = next((v for k, v in zip(value.keys, value.values) if isinstance(k, ast.Constant) and k.value == key
+                     and type(k.value) is type(key)), None)
+    elif isinstance(value, (ast.List, ast.Tuple)) and type(key) is int and 0 <= key < len(value.elts) \
+            and not any(isinstance(e, ast.Starred) for e in value.elts):
+        held = value.elts[key]
+    if not isinstance(held, ast.Name) or _rebound_between(ctx, fn, binding, stmt, held.id):
+        return None
+    return held.id
+
+
+def _alias_of(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, alias: str) -> str | None:
+    """The name at the end of the chain ``alias = b``, ``b = c``, ... when ``alias`` is read nowhere after
+    ``stmt`` and each link is a plain alias bound once before it; None when ``alias`` is no such alias."""
+    name, links = alias, 0
+    while True:
+        binding = _only_binding(ctx, fn, stmt, name)
+        if binding is None or not isinstance(binding.value, ast.Name):
+            break
+        if _read_after(ctx, fn, stmt, name) or _rebound_between(ctx, fn, binding, stmt, binding.value.id):
+            return None
+        name, links = binding.value.id, links + 1
+    return name if links else None
+
+
+def _only_binding(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, name: str) -> ast.Assign | None:
+    """The one statement of ``fn`` binding ``name`` when it is ``name = <value>``, before ``stmt`` in a block
+    that holds ``stmt`` (or a statement around it); None otherwise."""
+    stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+    if len(stores) != 1 or name in {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} \
+            or any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(fn)):
+        return None
+    binding = ctx.parents.get(stores[0])
+    if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]]):
+        return None
+    block = block_of(ctx.parents.get(binding), binding)
+    around = [stmt, *(a for a in ctx.ancestors(stmt) if isinstance(a, ast.stmt))]
+    if block is None or not any(s in block and block.index(s) > block.index(binding) for s in around):
+        return None
+    return binding
+
+
+def _read_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, name: str) -> bool:
+    """Whether ``name`` is read after ``stmt`` (or anywhere in a loop around it, which runs again)."""
+    loops = [a for a in ctx.ancestors(stmt) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and ctx.statement_of(n) is not stmt:
+            if (n.lineno, n.col_offset) > (stmt.end_lineno, stmt.end_col_offset) or any(
+                    any(m is n for m in ast.walk(loop)) for loop in loops):
+                return True
+    return False
+
+
+def _rebound_between(ctx: FixContext, fn: ast.AST, binding: ast.stmt, stmt: ast.stmt, name: str) -> bool:
+    """Whether ``name`` may be bound again between ``binding`` and ``stmt`` (or in a loop around ``stmt``)."""
+    loops = [a for a in ctx.ancestors(stmt) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
+            if binding.end_lineno <= n.lineno <= stmt.lineno or any(any(m is n for m in ast.walk(l)) for l in loops):
+                return True
+    return False
+

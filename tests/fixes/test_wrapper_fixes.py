@@ -1,0 +1,75 @@
+"""Writes through a wrapper of a name (``fixes/wrappers.py``): an alias chain or a one-off container is the very
+tensor its name holds, so the write is fixed as the same write to the name.  torch runs each fixed program
+against the intended one; where the wrapper is read after the write, is rebound, or the name changes in between,
+no wrapper fix is made."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from gradguard.config import Config
+from gradguard.fixing import fix_text
+from programs import found, run_program
+
+torch = pytest.importorskip("torch")
+
+_PROGRAM = """
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.branch = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.branch(torch.relu(x))
+        {wrap}
+        {write}  # GG102: a write autograd does not see
+        {after}
+
+
+def train():
+    torch.manual_seed(5)
+    block = Block()
+    x = torch.randn(3, 4)
+    block(block(x)).pow(2).sum().backward()
+    return [p.grad for p in block.parameters()]
+"""
+
+_INTENDED = textwrap.dedent(_PROGRAM).format(wrap="", write="h = h.mul(0.5)", after="return x + h")
+
+WRAPS = [
+    ("h_ref = h\n        h_cur = h_ref", "h_cur.data.mul_(0.5)", "`h_cur` is `h`"),
+    ("tensors = {'h': h}", "tensors['h'].data.mul_(0.5)", "`tensors['h']` is `h`"),
+    ("group = [h]", "group[0].data.mul_(0.5)", "`group[0]` is `h`"),
+]
+
+
+def _src(wrap: str, write: str, after: str = "return x + h") -> str:
+    return textwrap.dedent(_PROGRAM).format(wrap=wrap, write=write, after=after)
+
+
+@pytest.mark.parametrize("wrap, write, says", WRAPS)
+def test_a_write_through_a_wrapper_is_fixed_as_the_write_to_the_name(wrap, write, says):
+    src = _src(wrap, write)
+    (diag,) = found("GG102", src)
+    assert diag.fix is not None and says in diag.fix.title, diag.fix
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert not found("GG102", out)
+    assert f"        {write}" not in out  # the write itself was rewritten, on the name
+    for got, want in zip(run_program(out), run_program(_INTENDED), strict=True):
+        assert torch.allclose(got, want)
+
+
+@pytest.mark.parametrize("wrap, write, after", [
+    ("h_cur = h", "h_cur.data.mul_(0.5)", "return x + h_cur"),  # the alias is read after the write
+    ("tensors = {'h': h}", "tensors['h'].data.mul_(0.5)", "return x + tensors['h']"),  # the container too
+    ("h_cur = h\n        h = h * h", "h_cur.data.mul_(0.5)", "return x + h"),  # `h` is another tensor by then
+    ("group = [h]\n        group.append(x)", "group[0].data.mul_(0.5)", "return x + h"),  # the container changes
+])
+def test_no_wrapper_fix_where_the_wrapper_is_not_plainly_the_name(wrap, write, after):
+    src = _src(wrap, write, after)
+    diags = found("GG102", src)
+    assert diags and all(d.fix is None or " is `h`)" not in d.fix.title for d in diags)
