@@ -44,6 +44,8 @@ WRAPS = [
     ("h_ref = h\n        h_cur = h_ref", "h_cur.data.mul_(0.5)", "`h_cur` is `h`"),
     ("tensors = {'h': h}", "tensors['h'].data.mul_(0.5)", "`tensors['h']` is `h`"),
     ("group = [h]", "group[0].data.mul_(0.5)", "`group[0]` is `h`"),
+    ("group = [h]\n        for t in group:", "    t.data.mul_(0.5)", "`t` is `h`"),  # a loop that runs once
+    ("for t in [h]:", "    t.data.mul_(0.5)", "`t` is `h`"),
 ]
 
 
@@ -58,7 +60,7 @@ def test_a_write_through_a_wrapper_is_fixed_as_the_write_to_the_name(wrap, write
     assert diag.fix is not None and says in diag.fix.title, diag.fix
     out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
     assert not found("GG102", out)
-    assert f"        {write}" not in out  # the write itself was rewritten, on the name
+    assert f"        {write}\n" not in out  # the write itself was rewritten, on the name
     for got, want in zip(run_program(out), run_program(_INTENDED), strict=True):
         assert torch.allclose(got, want)
 
@@ -68,6 +70,7 @@ def test_a_write_through_a_wrapper_is_fixed_as_the_write_to_the_name(wrap, write
     ("tensors = {'h': h}", "tensors['h'].data.mul_(0.5)", "return x + tensors['h']"),  # the container too
     ("h_cur = h\n        h = h * h", "h_cur.data.mul_(0.5)", "return x + h"),  # `h` is another tensor by then
     ("group = [h]\n        group.append(x)", "group[0].data.mul_(0.5)", "return x + h"),  # the container changes
+    ("for t in [h]:", "    t.data.mul_(0.5)\n            t = t * 1", "return x + h"),  # `t` is bound again
 ])
 def test_no_wrapper_fix_where_the_wrapper_is_not_plainly_the_name(wrap, write, after):
     src = _src(wrap, write, after)

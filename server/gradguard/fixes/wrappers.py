@@ -1,5 +1,6 @@
 """Fixes of writes made through a wrapper of a tensor's name: an alias chain (``out_ref = out; out_cur = out_ref;
-out_cur.data.mul_(s)``) or a one-off container (``tensors = {"out": out}; tensors["out"].data.mul_(s)``).
+out_cur.data.mul_(s)``), a one-off container (``tensors = {"out": out}; tensors["out"].data.mul_(s)``) or the
+variable of a loop over a one-element list (``for t in [out]: t.data.mul_(s)``).
 
 At the write the wrapper is the very object its name holds, so the write is fixed as the same write to the name
 (``out.data.mul_(s)``): the text is changed there only, the caller's re-analysis (``Variant``, from ``api``)
@@ -7,6 +8,8 @@ finds the finding again in it, the rule's own fix is built on that text, and the
 between the original and the result.  Only when the wrapper is plainly the name: every alias or container is
 bound once, to the name (or its alias), before the write in the same block, the name is not rebound in between,
 and nothing reads the wrapper after the write (it would still hold the old tensor once the fix rebinds the name).
+A loop over one element runs its body once: the rule's fix is built with the loop read as ``if True:`` (as the
+fixes know blocks that run once), and the loop's own line is put back in the result.
 """
 
 from __future__ import annotations
@@ -38,9 +41,14 @@ def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: 
     found = _wrapper_in(ctx, stmt)
     if found is None:
         return None
-    wrapper, name = found
+    wrapper, name, loop = found
     line, column, end_line, end_column = ctx.char_range(wrapper)
-    plain = apply_edits(ctx.text, [TextEdit(line, column + 1, end_line, end_column + 1, name)])
+    changes = [TextEdit(line, column + 1, end_line, end_column + 1, name)]
+    if loop is not None:  # `for t in [out]:` -> `if True:` (the same lines, run once)
+        header = ctx.lines[loop.lineno - 1]
+        indent = header[: len(header) - len(header.lstrip())]
+        changes.append(TextEdit(loop.lineno, 1, loop.lineno, len(header.rstrip("\r\n")) + 1, f"{indent}if True:"))
+    plain = apply_edits(ctx.text, changes)
     seen = variant(plain)
     if seen is None:
         return None
@@ -51,7 +59,12 @@ def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: 
     fix = build(FixContext(plain, tree, ctx.path, still_found, ctx.builders), again)
     if fix is None:
         return None
-    edits = diff_edits(ctx.text, apply_edits(plain, fix.edits))
+    fixed = apply_edits(plain, fix.edits)
+    if loop is not None:
+        fixed = _loop_header_back(ctx, loop, plain, fixed)
+        if fixed is None:
+            return None
+    edits = diff_edits(ctx.text, fixed)
     if not edits:
         return None
     return Fix(f"{fix.title} (`{ctx.source(wrapper)}` is `{name}`)", fix.safe, edits, fix.callers_checked)
@@ -62,20 +75,66 @@ def _entry_line(finding: Finding) -> int:
     return mutation.entry().lineno if mutation is not None else finding.node.lineno
 
 
-def _wrapper_in(ctx: FixContext, stmt: ast.stmt) -> tuple[ast.expr, str] | None:
-    """The wrapper the write statement ``stmt`` writes through, and the name it holds."""
+def _loop_header_back(ctx: FixContext, loop: ast.For, plain: str, fixed: str) -> str | None:
+    """``fixed`` (made from ``plain``, where the loop's line read ``if True:``) with the loop's own line again;
+    None when the fix changed that line or the lines around it moved."""
+    plain_lines, fixed_lines = plain.splitlines(keepends=True), fixed.splitlines(keepends=True)
+    marker = plain_lines[loop.lineno - 1]
+    where = [i for i, text in enumerate(fixed_lines) if text == marker]
+    if len(where) != 1:
+        return None
+    fixed_lines[where[0]] = ctx.text.splitlines(keepends=True)[loop.lineno - 1]
+    return "".join(fixed_lines)
+
+
+def _wrapper_in(ctx: FixContext, stmt: ast.stmt) -> tuple[ast.expr, str, ast.For | None] | None:
+    """The wrapper the write statement ``stmt`` writes through, the name it holds, and the one-element loop whose
+    variable it is (None for an alias or a container element)."""
     fn = ctx.function_of(stmt)
     for node in ast.walk(stmt):
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
                 and isinstance(node.slice, ast.Constant):
             name = _container_element(ctx, fn, stmt, node)
             if name is not None:
-                return node, name
+                return node, name, None
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             name = _alias_of(ctx, fn, stmt, node.id)
             if name is not None:
-                return node, name
+                return node, name, None
+            loop = _one_element_loop(ctx, fn, stmt, node.id)
+            if loop is not None:
+                return node, loop[1], loop[0]
     return None
+
+
+def _one_element_loop(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, variable: str) -> tuple[ast.For, str] | None:
+    """``for variable in [name]:`` (or over a list bound once to ``[name]`` and read nowhere else) around ``stmt``,
+    with ``variable`` read nowhere but in ``stmt``: the loop and ``name``."""
+    loop = next((a for a in ctx.ancestors(stmt) if isinstance(a, ast.For)), None)
+    if loop is None or ctx.function_of(loop) is not fn or loop.orelse or not isinstance(loop.target, ast.Name) \
+            or loop.target.id != variable:
+        return None
+    if any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(loop)) \
+            or any(isinstance(n, ast.Name) and n.id == variable and n is not loop.target
+                   and ctx.statement_of(n) is not stmt for n in ast.walk(fn)):
+        return None
+    items = loop.iter
+    if isinstance(items, ast.Name):
+        binding = _only_binding(ctx, fn, loop, items.id)
+        if binding is None or any(isinstance(n, ast.Name) and n.id == items.id and isinstance(n.ctx, ast.Load)
+                                  and n is not loop.iter for n in ast.walk(fn)):
+            return None
+        items = binding.value
+    else:
+        binding = None
+    if not (isinstance(items, (ast.List, ast.Tuple)) and len(items.elts) == 1 and isinstance(items.elts[0], ast.Name)):
+        return None
+    name = items.elts[0].id
+    if binding is not None and _rebound_between(ctx, fn, binding, stmt, name) \
+            or any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
+                   and any(m is n for m in ast.walk(loop)) for n in ast.walk(fn)):
+        return None
+    return loop, name
 
 
 def _container_element(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, element: ast.Subscript) -> str | None:
