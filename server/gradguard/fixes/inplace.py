@@ -22,10 +22,10 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, Callable
 
-from ..diagnostics import Fix
-from ..statements import block_of
+from ..diagnostics import Fix, TextEdit
+from ..statements import block_of, own_nodes
 from .aliases import NON_VALUE_ATTRS, Report, analyse, value_read_after
-from .callers import callers_leave_unread, param_escape
+from .callers import Helper, callers_leave_unread, is_local, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
 from .writes import (
@@ -576,8 +576,68 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
     unread = fix_or_none(lambda: _unread_by_callers(ctx, write))
     if unread is not None:
         return unread
-    rw, desc, safe = compute_on_copy(ctx, write)
+    try:
+        rw, desc, safe = compute_on_copy(ctx, write)
+    except CannotFix:
+        copied = fix_or_none(lambda: _copy_for_callers(ctx, write))
+        if copied is None:
+            raise
+        return copied
     title = f"Compute on a copy: `{short(desc, 90)}`"
     return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
+
+
+def _copy_for_callers(ctx: FixContext, write: Write) -> Fix:
+    """A helper writes its parameter, a leaf, and reads it no more; its callers read the leaf after the call:
+    the helper writes a copy (``proj = proj.clone()`` before the write) and returns it, and each call binds it to
+    a new name that the caller reads from then on (``proj_new = scale(proj)``; ``proj.grad`` and the optimizer
+    still see the leaf).  Unsafe, as any copy: the leaf keeps its old value."""
+    cst = cst_mod()
+    name, _ = root_name(write.target)
+    stmt = write.stmt
+    helper = Helper.of(ctx, stmt, name)
+    fn = helper.fn
+    if ctx.loops_around(stmt, fn) or any(isinstance(n, ast.Return) for n in own_nodes(fn)):
+        raise CannotFix("the helper writes in a loop, or returns something already")
+    if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in own_nodes(fn)) \
+            or any(not inside(ctx, r, stmt) for r in later_reads_of_name(ctx, fn, stmt, name)):
+        raise CannotFix(f"the helper binds `{name}` or reads it after the write")
+    if not helper.calls:
+        raise CannotFix("the helper is not called in this file")
+    rw = Rewrite(ctx)
+    rw.insert_before(stmt, f"{name} = {name}.clone()")
+    last = fn.body[-1]
+    end = len(ctx.lines[last.end_lineno - 1].rstrip("\r\n"))
+    extra = [TextEdit(last.end_lineno, end + 1, last.end_lineno, end + 1,
+                      f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {name}")]
+    callers, locals_ = set(), []
+    for call in helper.calls:
+        arg = helper.passed(call)
+        call_stmt = ctx.statement_of(call)
+        caller = ctx.function_of(call_stmt)
+        if not (isinstance(arg, ast.Name) and isinstance(call_stmt, ast.Expr) and call_stmt.value is call):
+            raise CannotFix("a call passes an expression, or uses what the helper returns")
+        if caller is None or caller in callers or not is_local(caller, arg.id) or ctx.loops_around(call_stmt, caller):
+            raise CannotFix("a call at module level, in a loop, or a second call in one function")
+        callers.add(caller)
+        ctx.require_own_lines(call_stmt)
+        if assigned_after(ctx, caller, call_stmt, arg.id, call_stmt):
+            raise CannotFix(f"`{arg.id}` is assigned again after the call")
+        reads = later_reads_of_name(ctx, caller, call_stmt, arg.id)
+        if not reads:
+            raise CannotFix(f"the caller does not read `{arg.id}` after the call")
+        for read in reads:
+            parent = ctx.parents.get(read)
+            if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
+                raise CannotFix(f"`{arg.id}` is bound to another name after the call")
+        local = fresh_name(ctx, caller, f"{arg.id}_new")
+        locals_.append(local)
+        rw.replace_node(ctx.cst(call_stmt), assign(cst.Name(local), ctx.cst(call)))
+        for read in reads:
+            rw.replace_node(ctx.cst(read), cst.Name(local))
+    edits = sorted([*rw.edits(), *extra], key=lambda e: (e.line, e.column))
+    title = (f"Compute on a copy: `{fn.name}` writes `{name}.clone()` and returns it, read as "
+             + ", ".join(f"`{n}`" for n in sorted(set(locals_))) + " after each call (unsafe: the leaf keeps its old value)")
+    return Fix(title, False, tuple(edits), callers_checked=True)
 
 
