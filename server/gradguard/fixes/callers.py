@@ -66,7 +66,7 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
         fix = build(ctx, inner)
     except CannotFix:
         return None
-    if fix is not None and outer is not None:
+    if fix is not None and outer is not None and not fix.callers_checked:  # (else it saw to the call itself)
         try:
             return _with_nonlocal(ctx, fix, fn, outer, name)
         except CannotFix:

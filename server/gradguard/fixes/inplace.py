@@ -329,6 +329,61 @@ def _unread_by_callers(ctx: FixContext, write: Write) -> Fix:
     return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe, callers_checked=True)
 
 
+def copy_for_closure(ctx: FixContext, write: Write, keep: Callable[[ast.Name], bool] = lambda read: False,
+                     kept: str = "the leaf keeps its old value") -> Fix:
+    """A closure writes a variable of the function around it, a leaf, which that function reads after calling
+    it: the function binds a copy before the call (``x_new = x.clone()``), the closure writes the copy, and the
+    reads after the call read it (``x.grad``, the optimizer and the reads ``keep`` names still see the leaf).
+    The closure must be called once, as a statement, and read the variable nowhere but in the write."""
+    cst = cst_mod()
+    name, _ = root_name(write.target)
+    stmt = write.stmt
+    fn = ctx.function_of(stmt)
+    outer = ctx.parents.get(fn)
+    if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and name is not None and is_local(outer, name)):
+        raise CannotFix("not a closure writing a variable of the function around it")
+    own = list(own_nodes(fn))
+    declared = [n for n in own if isinstance(n, ast.Nonlocal) and name in n.names]
+    if any(isinstance(n, ast.Global) and name in n.names for n in own) or (is_local(fn, name) and not declared) \
+            or any(isinstance(n, ast.Name) and n.id == name and not inside(ctx, n, stmt) for n in own):
+        raise CannotFix(f"the closure binds `{name}` or reads it outside the write")
+    if len(declared) > 1 or declared and (declared[0].names != [name] or ctx.lines[declared[0].lineno - 1].strip()
+                                          != f"nonlocal {name}"):
+        raise CannotFix("the `nonlocal` statement does not have its line to itself")
+    uses = [n for n in own_nodes(outer) if isinstance(n, ast.Name) and n.id == fn.name]
+    call = ctx.parents.get(uses[0]) if len(uses) == 1 else None
+    call_stmt = ctx.statement_of(call) if isinstance(call, ast.Call) and call.func is uses[0] else None
+    if not (isinstance(call_stmt, ast.Expr) and call_stmt.value is call) or ctx.loops_around(call_stmt, outer) \
+            or not starts_after(call_stmt, fn) or ctx.loops_around(stmt, fn):
+        raise CannotFix("the closure is not called once, as a statement, after it is defined")
+    ctx.require_own_lines(call_stmt)
+    if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) and starts_after(n, fn)
+           for n in own_nodes(outer)):
+        raise CannotFix(f"`{name}` is assigned again after the closure is defined")
+    reads = [r for r in later_reads_of_name(ctx, outer, call_stmt, name) if not keep(r)]
+    if not reads:
+        raise CannotFix(f"`{name}` is not read after the call")
+    for read in reads:
+        parent = ctx.parents.get(read)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
+            raise CannotFix(f"`{name}` is bound to another name after the call")
+    local = fresh_name(ctx, outer, f"{name}_new")
+    rw = Rewrite(ctx)
+    rw.insert_before(call_stmt, f"{local} = {name}.clone()")
+    for node in [*(n for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id == name), *reads]:
+        rw.replace_node(ctx.cst(node), cst.Name(local))
+    extra = []
+    if declared:
+        line = declared[0].lineno
+        text = ctx.lines[line - 1].rstrip("\r\n")
+        extra.append(TextEdit(line, len(text) - len(text.lstrip()) + 1, line, len(text) + 1, f"nonlocal {local}"))
+    edits = sorted([*rw.edits(), *extra], key=lambda e: (e.line, e.column))
+    title = (f"Compute on a copy: `{local} = {name}.clone()` before `{fn.name}()`, which writes it, then read "
+             f"`{local}` instead of `{name}` (unsafe: {kept})")
+    return Fix(title, False, tuple(edits), callers_checked=True)
+
+
 def copy_anchor(ctx: FixContext, scope: ast.AST, start: ast.stmt,
                  reads_from: Callable[[ast.stmt], list[ast.expr]]) -> tuple[ast.stmt, list[ast.expr]]:
     """Where the copy of the leaf begins, with the reads of the leaf from there on (``reads_from``): ``start``
@@ -579,7 +634,7 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
     try:
         rw, desc, safe = compute_on_copy(ctx, write)
     except CannotFix:
-        copied = fix_or_none(lambda: _copy_for_callers(ctx, write))
+        copied = fix_or_none(lambda: copy_for_callers(ctx, write)) or fix_or_none(lambda: copy_for_closure(ctx, write))
         if copied is None:
             raise
         return copied
@@ -587,11 +642,13 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
     return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
 
 
-def _copy_for_callers(ctx: FixContext, write: Write) -> Fix:
+def copy_for_callers(ctx: FixContext, write: Write, keep: Callable[[ast.Name], bool] = lambda read: False,
+                     kept: str = "the leaf keeps its old value") -> Fix:
     """A helper writes its parameter, a leaf, and reads it no more; its callers read the leaf after the call:
     the helper writes a copy (``proj = proj.clone()`` before the write) and returns it, and each call binds it to
     a new name that the caller reads from then on (``proj_new = scale(proj)``; ``proj.grad`` and the optimizer
-    still see the leaf).  Unsafe, as any copy: the leaf keeps its old value."""
+    still see the leaf, and so do the reads ``keep`` names).  Unsafe (``kept`` says why): the tensor the caller
+    passed keeps its old value."""
     cst = cst_mod()
     name, _ = root_name(write.target)
     stmt = write.stmt
@@ -623,7 +680,7 @@ def _copy_for_callers(ctx: FixContext, write: Write) -> Fix:
         ctx.require_own_lines(call_stmt)
         if assigned_after(ctx, caller, call_stmt, arg.id, call_stmt):
             raise CannotFix(f"`{arg.id}` is assigned again after the call")
-        reads = later_reads_of_name(ctx, caller, call_stmt, arg.id)
+        reads = [r for r in later_reads_of_name(ctx, caller, call_stmt, arg.id) if not keep(r)]
         if not reads:
             raise CannotFix(f"the caller does not read `{arg.id}` after the call")
         for read in reads:
@@ -637,7 +694,7 @@ def _copy_for_callers(ctx: FixContext, write: Write) -> Fix:
             rw.replace_node(ctx.cst(read), cst.Name(local))
     edits = sorted([*rw.edits(), *extra], key=lambda e: (e.line, e.column))
     title = (f"Compute on a copy: `{fn.name}` writes `{name}.clone()` and returns it, read as "
-             + ", ".join(f"`{n}`" for n in sorted(set(locals_))) + " after each call (unsafe: the leaf keeps its old value)")
+             + ", ".join(f"`{n}`" for n in sorted(set(locals_))) + f" after each call (unsafe: {kept})")
     return Fix(title, False, tuple(edits), callers_checked=True)
 
 

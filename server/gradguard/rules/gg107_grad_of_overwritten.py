@@ -11,6 +11,9 @@ from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import (
     assigned_after,
+    copy_for_callers,
+    copy_for_closure,
+    fix_or_none,
     copy_anchor,
     fresh_name,
     inside,
@@ -80,7 +83,14 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     if assigned_after(ctx, scope, anchor, name, stmt):
         raise CannotFix(f"`{name}` is assigned again later")
     if not any(starts_after(r, stmt) for r in reads):
-        raise CannotFix(f"`{name}` is not read after the write")
+        if not isinstance(ctx.function_of(stmt), ast.FunctionDef):
+            raise CannotFix(f"`{name}` is not read after the write")
+        # a helper's parameter, read by its callers: the helper returns a written copy they read instead; or a
+        # closure's variable, read after its call: the closure writes a copy bound before the call
+        keep, kept = (lambda read: _asks_through(ctx, read, asking),
+                      f"the tensor keeps its old values, which the asks for `{name}` see")
+        copied = fix_or_none(lambda: copy_for_callers(ctx, write, keep, kept))
+        return copied or copy_for_closure(ctx, write, keep, kept)
     report = analyse(ctx, stmt, name, write_call=write.call)
     if not report.only_holders:
         raise CannotFix(report.reason())
