@@ -329,6 +329,21 @@ def _unread_by_callers(ctx: FixContext, write: Write) -> Fix:
     return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe, callers_checked=True)
 
 
+def _reads_of_copy(ctx: FixContext, scope: ast.AST, call: ast.stmt, name: str,
+                   keep: Callable[[ast.Name], bool]) -> list[ast.Name]:
+    """The reads of ``name`` after the statement ``call`` that are to read the copy (not ``.grad`` and the like,
+    nor those ``keep`` names); CannotFix when there is none, or one binds the leaf to another name (the copy
+    would go on under it, and be read as the leaf)."""
+    reads = [r for r in later_reads_of_name(ctx, scope, call, name) if not keep(r)]
+    if not reads:
+        raise CannotFix(f"`{name}` is not read after the call")
+    for read in reads:
+        parent = ctx.parents.get(read)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
+            raise CannotFix(f"`{name}` is bound to another name after the call")
+    return reads
+
+
 def copy_for_closure(ctx: FixContext, write: Write, keep: Callable[[ast.Name], bool] = lambda read: False,
                      kept: str = "the leaf keeps its old value") -> Fix:
     """A closure writes a variable of the function around it, a leaf, which that function reads after calling
@@ -361,13 +376,7 @@ def copy_for_closure(ctx: FixContext, write: Write, keep: Callable[[ast.Name], b
     if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) and starts_after(n, fn)
            for n in own_nodes(outer)):
         raise CannotFix(f"`{name}` is assigned again after the closure is defined")
-    reads = [r for r in later_reads_of_name(ctx, outer, call_stmt, name) if not keep(r)]
-    if not reads:
-        raise CannotFix(f"`{name}` is not read after the call")
-    for read in reads:
-        parent = ctx.parents.get(read)
-        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
-            raise CannotFix(f"`{name}` is bound to another name after the call")
+    reads = _reads_of_copy(ctx, outer, call_stmt, name, keep)
     local = fresh_name(ctx, outer, f"{name}_new")
     rw = Rewrite(ctx)
     rw.insert_before(call_stmt, f"{local} = {name}.clone()")
@@ -680,13 +689,7 @@ def copy_for_callers(ctx: FixContext, write: Write, keep: Callable[[ast.Name], b
         ctx.require_own_lines(call_stmt)
         if assigned_after(ctx, caller, call_stmt, arg.id, call_stmt):
             raise CannotFix(f"`{arg.id}` is assigned again after the call")
-        reads = [r for r in later_reads_of_name(ctx, caller, call_stmt, arg.id) if not keep(r)]
-        if not reads:
-            raise CannotFix(f"the caller does not read `{arg.id}` after the call")
-        for read in reads:
-            parent = ctx.parents.get(read)
-            if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
-                raise CannotFix(f"`{arg.id}` is bound to another name after the call")
+        reads = _reads_of_copy(ctx, caller, call_stmt, arg.id, keep)
         local = fresh_name(ctx, caller, f"{arg.id}_new")
         locals_.append(local)
         rw.replace_node(ctx.cst(call_stmt), assign(cst.Name(local), ctx.cst(call)))
