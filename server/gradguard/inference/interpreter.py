@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field, replace
 
+from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo
@@ -54,6 +55,43 @@ from .values import (
 # as not analysed (GG903).  Of the 2,584 files of the fixtures, examples and torch's own sources, the most a
 # unit takes is 154,000 (the top level of a 1.3 MB generated table); functions take at most 71,000.
 MAX_STEPS = 500_000
+
+
+# Loops run their body twice (iteration i-1's saves meet iteration i's writes), so a nest of n loops runs its
+# innermost body 2**n times: only the innermost DOUBLED_LOOP_LEVELS of a nest run twice, those around them once.
+DOUBLED_LOOP_LEVELS = 4
+
+
+def _loops_inside(loop: ast.stmt) -> int:
+    """How many loops nest inside ``loop``'s body at most (0: none), not counting the functions and classes it
+    defines."""
+    deepest, todo = 0, [(child, 0) for child in statements.nested(loop)]
+    while todo:
+        node, around = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            around += 1
+            deepest = max(deepest, around)
+        todo.extend((child, around) for child in statements.nested(node))
+    return deepest
+
+
+SAVES_KEPT_PER_OP = 4  # pending saves one write keeps of each op (and role): the first and the last two
+
+
+def _few_of_each(saves) -> list[Save]:
+    """The saves a write invalidates, at most ``SAVES_KEPT_PER_OP`` of each op and role (the first two and the
+    last two made).  Loops run twice, so nested loops make an op save again and again: without the bound, each
+    write of 14 nested loops kept every earlier save (memory quadratic in the steps: gigabytes before
+    ``MAX_STEPS``); code with two levels of loops or fewer keeps every save it made."""
+    groups: dict[tuple[int, str], list[Save]] = {}
+    for save in saves:
+        group = groups.setdefault((id(save.node), save.role), [])
+        if len(group) == SAVES_KEPT_PER_OP:
+            del group[2]  # keep the first two; the last ones follow
+        group.append(save)
+    return sorted((s for group in groups.values() for s in group), key=lambda s: s.id)
 
 
 class TooManySteps(Exception):
@@ -332,7 +370,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         # Twice: values saved in iteration i-1 meet the writes of iteration i (once when it runs once).
         once = _runs_once(stmt.iter) or (
             isinstance(iterable, TensorSeq) and iterable.literal and len(iterable.items) == 1)
-        for _ in range(1 if once else 2):
+        for _ in range(1 if once or _loops_inside(stmt) >= DOUBLED_LOOP_LEVELS else 2):
             self.bind(stmt.target, element, stmt)
             self.run_block(stmt.body)
         if index_loop:
@@ -345,7 +383,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
     def _stmt_While(self, stmt: ast.While) -> None:
         live = self.state.env
         before = self.state.copy()
-        for _ in range(2):
+        for _ in range(1 if _loops_inside(stmt) >= DOUBLED_LOOP_LEVELS else 2):
             self.eval(stmt.test)
             self.run_block(stmt.body)
         self._settle(live, merge_states(before, self.state))
@@ -578,8 +616,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         are computed from them, but (out= being non-differentiable) no graph joins the target."""
         written = target.group or (target,)
         storages = {t.storage.id for t in written}
-        pending = [s for s in self.saves if s.storage.id in storages and not s.consumed
-                   and s.version <= s.storage.version]
+        pending = _few_of_each(s for s in self.saves if s.storage.id in storages and not s.consumed
+                               and s.version <= s.storage.version)
         if self.inline_record:
             mutation = Mutation(node, snapshot(target), how, self.state.grad_enabled, self._next(), advanced,
                                 module, functional_inplace, pending, kind=kind,
