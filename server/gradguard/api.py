@@ -18,6 +18,7 @@ from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module, without_findings
 from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
+from .fixes.context import entry_line
 from .inference.events import Finding, span_of
 from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE
@@ -166,7 +167,7 @@ def _still_found(before: parsing.Parsed, path: str) -> StillFound:
         if isinstance(again, parsing.SyntaxProblem):
             return True
         found = analyze_module(again.tree, path, lines, use_jedi=False, only_line=finding.line)
-        return any(f.code == finding.code and _entry_line(f) == finding.line for f in found)
+        return any(f.code == finding.code and entry_line(f) == finding.line for f in found)
 
     return check
 
@@ -185,12 +186,6 @@ def _variant(before: parsing.Parsed, path: str) -> Variant:
         return again.tree, found, _still_found(again, path)
 
     return analyse
-
-
-def _entry_line(finding: Finding) -> int:
-    """The line of the statement a finding's write (or the call leading to it) is made on."""
-    mutation = (finding.data or {}).get("mutation")
-    return mutation.entry().lineno if mutation is not None else finding.node.lineno
 
 
 def _skipped(placeholders: Sequence[bounds.Unanalysed], path: str, lines: list[str], config: Config,

@@ -56,6 +56,13 @@ class CannotFix(Exception):
     """Raised inside fix builders for "this code has no fix we can stand behind"."""
 
 
+def entry_line(finding: Finding) -> int:
+    """The line of the statement a finding's write (or the call leading to it) is made on: how a finding is
+    found again in a changed text (``FindingId.line``)."""
+    mutation = (finding.data or {}).get("mutation")
+    return mutation.entry().lineno if mutation is not None else finding.node.lineno
+
+
 @dataclass(frozen=True)
 class FindingId:
     """Which finding a candidate fix must remove: its code, and the line of the statement its write (or the

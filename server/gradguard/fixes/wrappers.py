@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
 from ..statements import block_of
-from .context import FixContext, Variant
+from .context import FixContext, Variant, entry_line
 from .edits import apply_edits, diff_edits
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,7 +53,7 @@ def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: 
     if seen is None:
         return None
     tree, findings, still_found = seen
-    again = next((f for f in findings if f.code == finding.code and _entry_line(f) == stmt.lineno), None)
+    again = next((f for f in findings if f.code == finding.code and entry_line(f) == stmt.lineno), None)
     if again is None:
         return None
     fix = build(FixContext(plain, tree, ctx.path, still_found, ctx.builders), again)
@@ -68,11 +68,6 @@ def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: 
     if not edits:
         return None
     return Fix(f"{fix.title} (`{ctx.source(wrapper)}` is `{name}`)", fix.safe, edits, fix.callers_checked)
-
-
-def _entry_line(finding: Finding) -> int:
-    mutation = (finding.data or {}).get("mutation")
-    return mutation.entry().lineno if mutation is not None else finding.node.lineno
 
 
 def _loop_header_back(ctx: FixContext, loop: ast.For, plain: str, fixed: str) -> str | None:
