@@ -124,8 +124,11 @@ def test_a_new_decorator_is_an_edit_of_its_function(runs):
     assert _everything(result) == _everything(analyze_source(edited, "f.py"))
 
 
-def test_random_line_inserts_and_deletes_match_a_fresh_analysis():
-    """Moved findings (messages, related lines, fixes) equal what a fresh analysis says, edit after edit."""
+@pytest.mark.parametrize("fixes", [True, False], ids=["fixes", "editor"])
+def test_random_line_inserts_and_deletes_match_a_fresh_analysis(fixes):
+    """Moved findings (messages, related lines, fixes) equal what a fresh analysis says, edit after edit.
+    Without fixes (the editor's path), statements below a moved line keep their line numbers in the tree
+    (``parsing.Layout``): the findings, and the fixes built on demand, are still those of a fresh analysis."""
     import random
     import sys
     from pathlib import Path
@@ -152,9 +155,16 @@ def test_random_line_inserts_and_deletes_match_a_fresh_analysis():
         except SyntaxError:
             continue
         lines = candidate
-        assert _everything(analyze_source(text, "f.py", cache=cache)) == _everything(analyze_source(text, "f.py"))
+        cached = analyze_source(text, "f.py", cache=cache, fixes=fixes)
+        assert _everything(cached) == _everything(analyze_source(text, "f.py", fixes=fixes))
+        if not fixes and checked % 5 == 0:  # the fixes built when asked for are those of `gradguard check`
+            on_demand = cached.fixes.fixed(cached.diagnostics)
+            assert [(d.span, d.code, d.fix) for d in on_demand] == \
+                [(d.span, d.code, d.fix) for d in analyze_source(text, "f.py").diagnostics]
         checked += 1
     assert checked >= 20
+    if not fixes:
+        assert cache["parsed"].layout is not None  # the edits were made on a layout, not a full parse each time
 
 
 def test_expressions_too_deep_to_analyse_are_reported_where_they_are_edit_after_edit():
@@ -201,8 +211,9 @@ def test_expressions_too_deep_to_analyse_are_reported_where_they_are_edit_after_
             assert _everything(cached) == _everything(analyze_source(text, "f.py", fixes=fixes))
             assert sum(d.code == "GG903" for d in cached.diagnostics) == 3
             fresh = parsing.parse_document(text).skipped
-            kept = cache["parsed"].skipped
-            assert [(p.lineno, p.col_offset) for p in kept] == [(p.lineno, p.col_offset) for p in fresh]
+            kept = cache["parsed"]  # without fixes, the statements below a moved line keep their line numbers
+            assert sorted((kept.text_line(p.lineno), p.col_offset) for p in kept.skipped) == \
+                [(p.lineno, p.col_offset) for p in fresh]
 
 
 def test_reparse_equals_a_full_parse_or_declines():
@@ -403,3 +414,104 @@ def test_a_cached_fix_that_edits_another_caller_is_built_again_after_a_line_move
     cached = analyze_source(edited, "f.py", cache=cache)
     fresh = analyze_source(edited, "f.py")
     assert [d.fix for d in cached.diagnostics] == [d.fix for d in fresh.diagnostics]
+
+
+def test_reparse_changed_only_keeps_every_statement_text_and_position_or_declines():
+    """Lines inserted and deleted and keystrokes, on real code: only the changed statements are parsed again,
+    the others keep their line numbers (``parsing.Layout``); each statement, moved to the text's lines its
+    layout says, is exactly the full parse's, and the tree's lines hold its text; or the reparse declines."""
+    import ast
+    import copy
+    import random
+    import sys
+    from pathlib import Path
+
+    from gradguard import parsing
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_lsp import generate
+
+    def at_text_lines(parsed: parsing.Parsed) -> str:
+        body = []
+        for i, stmt in enumerate(parsed.tree.body):
+            moved = copy.deepcopy(stmt)
+            if parsed.layout is not None:
+                first, _, text_first = parsed.layout.blocks[i]
+                ast.increment_lineno(moved, text_first - first)
+            body.append(moved)
+        return ast.dump(ast.Module(body=body, type_ignores=[]), include_attributes=True)
+
+    rng = random.Random(13)
+    text = generate(500) + "a = 1; b = 2\n@staticmethod\ndef g(): pass\n"
+    lines = parsing.source_lines(text)
+    previous = parsing.parse_document(text)
+    spliced = declined = with_layout = 0
+    for _ in range(250):
+        i = rng.randrange(len(lines))
+        roll = rng.random()
+        if roll < 0.35:
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            added = [indent + rng.choice(["# edit", "x = 1", "", "pass", "y = (", "    z = 2", "@deco"])
+                     for _ in range(rng.choice([1, 1, 2, 3]))]
+            new_lines = lines[:i] + added + lines[i:]
+        elif roll < 0.6:
+            new_lines = lines[:i] + lines[i + rng.choice([1, 1, 2]):]
+        else:
+            at = rng.randrange(len(lines[i]) + 1)
+            new_lines = lines[:i] + [lines[i][:at] + rng.choice(["x", " ", "(", ":", "#", "'", "."]) + lines[i][at:]] \
+                + lines[i + 1:]
+        new_text = "\n".join(new_lines)
+        spliced_parse = parsing.reparse_changed_only(new_lines, previous)
+        full = parsing.parse(new_text)
+        if spliced_parse is None:
+            declined += 1
+        else:
+            spliced += 1
+            with_layout += spliced_parse.layout is not None
+            assert not isinstance(full, parsing.SyntaxProblem), i
+            assert at_text_lines(spliced_parse) == ast.dump(full, include_attributes=True), i
+            for stmt in spliced_parse.tree.body:
+                first = parsing.first_line(stmt)
+                text_first, text_last = spliced_parse.text_line(first), spliced_parse.text_line(stmt.end_lineno)
+                assert spliced_parse.tree_lines[first - 1:stmt.end_lineno] == new_lines[text_first - 1:text_last]
+        if not isinstance(full, parsing.SyntaxProblem):
+            lines, previous = new_lines, spliced_parse or parsing.parse_document(new_text)
+    assert spliced > 80 and declined > 20 and with_layout > 60
+
+
+def test_a_later_class_of_the_same_name_still_wins_after_the_earlier_one_was_parsed_again():
+    """A class whose lines were parsed again gets fresh line numbers past the others' (``parsing.Layout``), so
+    which definition of a name comes later is told by the top-level statements' order, not their lines."""
+    source = textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.ReLU()
+
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.ReLU(inplace=True)
+
+
+        def train():
+            x = torch.randn(3, requires_grad=True)
+            h = torch.sigmoid(x)
+            Block().act(h)
+            h.sum().backward()
+    ''')
+    cache: dict = {}
+    first = analyze_source(source, "f.py", cache=cache, fixes=False)
+    assert [d.code for d in first.diagnostics] == ["GG005"]  # the later Block: ReLU(inplace=True)
+    edited = source.replace("        super().__init__()\n        self.act = nn.ReLU()\n",
+                            "        super().__init__()\n        self.extra = 1\n        self.act = nn.ReLU()\n")
+    again = analyze_source(edited, "f.py", cache=cache, fixes=False)
+    blocks = cache["parsed"].layout.blocks
+    assert blocks[2][0] > blocks[3][0]  # the earlier Block's lines are now past the later one's
+    assert _everything(again) == _everything(analyze_source(edited, "f.py", fixes=False))
+    assert [d.code for d in again.diagnostics] == ["GG005"]

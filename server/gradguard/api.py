@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from . import bounds, notebooks, parsing
@@ -55,7 +56,9 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         return _input_problem(path, UNREADABLE, text.reason)
     lines = parsing.source_lines(text)
     previous = cache.get(_PARSED) if cache is not None else None
-    before = parsing.reparse(lines, previous) if previous is not None else None
+    before = None
+    if previous is not None:  # without fixes, the findings alone are mapped to the text (``parsing.Layout``)
+        before = parsing.reparse(lines, previous) if fixes else parsing.reparse_changed_only(lines, previous)
     if before is None:
         # always: a syntax error is worth reporting even in a file with no candidates
         before = parsing.parse_document(text, lines)
@@ -65,19 +68,20 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         return FileResult(path)
     parsed = before.tree
     kept = []
-    findings = analyze_module(parsed, path, lines, use_jedi=config.jedi, cache=cache,
+    findings = analyze_module(parsed, path, before.tree_lines, use_jedi=config.jedi, cache=cache,
                               view_functions=config.view_functions, with_fixes=fixes)
     if cache is not None:
         cache[_PARSED] = before
+    to_text = _TextPositions(before, line_name)
     for finding in findings:
         if finding.code == NOT_ANALYSED:  # not a rule: shown whatever --select says, like GG900/GG901
-            diag = finding.to_diagnostic(path, config.severity_for(NOT_ANALYSED, Severity.ERROR), lines, line_name)
+            diag = to_text.diagnostic(finding, path, config.severity_for(NOT_ANALYSED, Severity.ERROR))
         else:
             rule = RULES_BY_CODE[finding.code]
             if not config.enabled(rule.code):
                 continue
             default = rule.default_severity if finding.certain else Severity.WARNING
-            diag = finding.to_diagnostic(path, config.severity_for(rule.code, default), lines, line_name)
+            diag = to_text.diagnostic(finding, path, config.severity_for(rule.code, default))
         if not _is_suppressed(diag, lines):
             kept.append((finding, diag))
     kept = _fingerprinted(kept, lines)
@@ -90,7 +94,7 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
     else:
         diagnostics = [d for _, d in kept]
         on_demand = FixesOnDemand(text, before, path, config, kept, dict(cache) if cache is not None else {})
-    diagnostics += _skipped(before.skipped, path, lines, config, line_name)
+    diagnostics += _skipped(before.skipped, path, lines, config, to_text)
     diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
     return FileResult(path, diagnostics, fixes=on_demand)
 
@@ -101,41 +105,74 @@ class FixesOnDemand:
 
     A finding the engine's cache moved before its fix was built (``Finding.data_stale``) is found again by
     analysing its function afresh, with the rest of that analysis's cache, and its fix is built from that.
-    Built fixes stay on the findings (``fix_memo``), also in the caller's cache, for the next edits.
+    Built fixes stay on the findings (``fix_memo``), also in the caller's cache, for the next edits.  A parse
+    whose statements kept their old line numbers (``parsing.Layout``) is no base for edits of the text: the
+    text is parsed whole when the first fix is asked for, and each asked finding found again in it.
     """
 
     def __init__(self, text: str, before: parsing.Parsed, path: str, config: Config,
                  kept: list[tuple[Finding, Diagnostic]], cache: dict):
-        self.before, self.path, self.config, self.cache = before, path, config, cache
+        self.text, self.before, self.path, self.config, self.cache = text, before, path, config, cache
         self.findings = {_place(d): f for f, d in kept}
-        self.fixer = Fixer(text, before.tree, path, FIX_BUILDERS, _still_found(before, path), _variant(before, path))
+        self._fixer: Fixer | None = None
+        self._parsed = before if before.layout is None else None
+
+    def _text_parse(self) -> parsing.Parsed:
+        """The parse whose positions are the text's (parsed whole for a ``Layout``: it parsed when analysed)."""
+        if self._parsed is None:
+            parsed = parsing.parse_document(self.text, self.before.lines)
+            assert not isinstance(parsed, parsing.SyntaxProblem), "the text parsed when it was analysed"
+            self._parsed = parsed
+        return self._parsed
+
+    @property
+    def fixer(self) -> Fixer:
+        if self._fixer is None:
+            parsed = self._text_parse()
+            self._fixer = Fixer(self.text, parsed.tree, self.path, FIX_BUILDERS, _still_found(parsed, self.path),
+                                _variant(parsed, self.path))
+        return self._fixer
 
     def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
         """``diagnostics`` (of this analysis; others are returned as they are) with their fixes."""
         if unavailable() is not None:  # as ``attach_fixes``: no fix at all rather than some
             return list(diagnostics)
+        moved = self.before.layout is not None  # no finding's nodes are where the text's lines are
+
+        def found_again(f: Finding) -> bool:
+            return moved or (f.fix_memo is None and f.data_stale)
+
         asked = [self.findings.get(_place(d)) for d in diagnostics]
-        stale = [f for f in asked if f is not None and f.fix_memo is None and f.data_stale]
-        fresh = self._analysed_again(stale) if stale else {}
+        again_of = [f for f in asked if f is not None and found_again(f)]
+        fresh = self._analysed_again(again_of) if again_of else {}
         out = []
         for diag, finding in zip(diagnostics, asked):
             if finding is None:
                 out.append(diag)
                 continue
-            if finding.fix_memo is None and finding.data_stale:
-                again = fresh.get(_finding_place(finding))
+            if found_again(finding):
+                again = fresh.get(self._text_place(finding))
                 if again is None:  # not found again: no fix rather than one made for other lines
                     out.append(diag)
                     continue
-                finding.fix_memo = (self.fixer.fix(again),)  # kept for the edits to come, as a built fix is
+                fix = self.fixer.fix(again)
+                if not moved:
+                    finding.fix_memo = (fix,)  # kept for the edits to come, as a built fix is
+                out.append(with_fix(diag, fix))
+                continue
             out.append(with_fix(diag, self.fixer.fix(finding)))
         return out
+
+    def _text_place(self, finding: Finding) -> tuple[str, int, int]:
+        code, line, column = _finding_place(finding)
+        return code, self.before.text_line(line), column
 
     def _analysed_again(self, stale: list[Finding]) -> dict[tuple[str, int, int], Finding]:
         """The findings of this text with the functions of ``stale`` analysed afresh, by place."""
         involved = [g for f in stale for g in (f, *f.twins)]
         cache = without_findings(self.cache, involved)
-        found = analyze_module(self.before.tree, self.path, self.before.lines, use_jedi=self.config.jedi, cache=cache,
+        parsed = self._text_parse()
+        found = analyze_module(parsed.tree, self.path, parsed.lines, use_jedi=self.config.jedi, cache=cache,
                                view_functions=self.config.view_functions, with_fixes=False)
         return {_finding_place(f): f for f in found if not f.data_stale or f.fix_memo is not None}
 
@@ -189,7 +226,7 @@ def _variant(before: parsing.Parsed, path: str) -> Variant:
 
 
 def _skipped(placeholders: Sequence[bounds.Unanalysed], path: str, lines: list[str], config: Config,
-             line_name: LineName) -> list[Diagnostic]:
+             to_text: "_TextPositions") -> list[Diagnostic]:
     """One GG903 for each part of the tree that was too deep to analyse (``parsing.Parsed.skipped``)."""
     out = []
     for node in placeholders:
@@ -197,13 +234,38 @@ def _skipped(placeholders: Sequence[bounds.Unanalysed], path: str, lines: list[s
             message = f"not analysed: the file {node.why}; nothing in it was checked"
         else:
             effect = "its value" if node.what == "the expression" else "what it assigns"
-            message = (f"not analysed: {node.what} on {line_name(node.lineno)} {node.why}; it was skipped ({effect} "
-                       "is unknown to the code after it) and the rest of the file was analysed")
-        diag = Diagnostic(path, span_of(node, lines), NOT_ANALYSED, config.severity_for(NOT_ANALYSED, Severity.ERROR),
+            message = (f"not analysed: {node.what} on {to_text.line_name(node.lineno)} {node.why}; it was skipped "
+                       f"({effect} is unknown to the code after it) and the rest of the file was analysed")
+        diag = Diagnostic(path, to_text.span(node), NOT_ANALYSED, config.severity_for(NOT_ANALYSED, Severity.ERROR),
                           message)
         if not _is_suppressed(diag, lines):
             out.append(diag)
     return out
+
+
+class _TextPositions:
+    """Findings made on a parse as diagnostics of its text: the tree's lines are the text's, or (a parse whose
+    unchanged statements kept their line numbers, ``parsing.Layout``) are mapped to it, messages included."""
+
+    def __init__(self, before: parsing.Parsed, line_name: LineName):
+        self.before, self.tree_lines = before, before.tree_lines
+        self.line_name = line_name if before.layout is None else (lambda line: line_name(before.text_line(line)))
+
+    def span(self, node: ast.AST) -> Span:
+        span = span_of(node, self.tree_lines)
+        if self.before.layout is None:
+            return span
+        return Span(self.before.text_line(span.line), span.column, self.before.text_line(span.end_line),
+                    span.end_column)
+
+    def diagnostic(self, finding: Finding, path: str, severity: Severity) -> Diagnostic:
+        diag = finding.to_diagnostic(path, severity, self.tree_lines, self.line_name)
+        if self.before.layout is None:
+            return diag
+        text_line = self.before.text_line
+        span = Span(text_line(diag.span.line), diag.span.column, text_line(diag.span.end_line), diag.span.end_column)
+        related = tuple(replace(r, line=text_line(r.line)) for r in diag.related)
+        return replace(diag, span=span, related=related)
 
 
 def analyze_path(path: Path, config: Config | None = None, display_path: str | None = None) -> FileResult:

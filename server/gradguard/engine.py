@@ -277,21 +277,28 @@ def _imports_project_code(imports: dict[str, str]) -> bool:
 def _units(tree: ast.Module, class_nodes: list[ast.ClassDef] | None = None
            ) -> Iterator[tuple[ast.FunctionDef | None, ClassInfo | ast.ClassDef | None]]:
     """The module's top level, then every function and method (nested ones too), with its class.  Every class
-    met on the way is added to ``class_nodes`` (``find_classes`` then need not walk the tree again)."""
+    met on the way is added to ``class_nodes``, in source order (``find_classes`` then need not walk the tree
+    again).  Source order is told by the top-level statement a class is in, then its line: line numbers
+    compare only inside one top-level statement (``parsing.Layout``)."""
     yield None, None
-    stack: list[tuple[ast.AST, ast.ClassDef | None]] = [(tree, None)]
+    where: dict[int, tuple[int, int]] = {}  # class -> (its top-level statement, its line)
+    stack: list[tuple[ast.AST, ast.ClassDef | None, int]] = [(tree, None, 0)]
     while stack:
-        node, owner = stack.pop()
-        for child in statements.nested(node):
+        node, owner, top = stack.pop()
+        for index, child in enumerate(statements.nested(node)):
+            inside = index if node is tree else top
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 yield child, owner
-                stack.append((child, None))
+                stack.append((child, None, inside))
             elif isinstance(child, ast.ClassDef):
                 if class_nodes is not None:
                     class_nodes.append(child)
-                stack.append((child, child))
+                    where[id(child)] = (inside, child.lineno)
+                stack.append((child, child, inside))
             elif statements.holds_statements(child):
-                stack.append((child, owner))
+                stack.append((child, owner, inside))
+    if class_nodes is not None:
+        class_nodes.sort(key=lambda c: where[id(c)])
 
 
 def _candidate_units(units, lines: list[str]) -> set:

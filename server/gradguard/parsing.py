@@ -14,7 +14,7 @@ import keyword as keyword_module
 import re
 import tokenize
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from . import bounds
@@ -218,17 +218,58 @@ def first_line(stmt: ast.stmt) -> int:
     return min(stmt.lineno, *(d.lineno for d in decorators)) if decorators else stmt.lineno
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where a tree's lines are when they are not the text's own (``reparse_in_place``).
+
+    A line inserted in the middle of a file would move every statement below it; parsing them again for their
+    new positions was half of a line edit's cost (and most of its garbage).  Instead the changed statements are
+    parsed at fresh line numbers past the end of ``lines``, and every other statement keeps the line numbers it
+    had.  So the tree's positions index ``lines`` (the tree's own lines: each statement's text where its
+    positions say, and blanks where a replaced statement was), and ``blocks`` says where each top-level
+    statement (in ``tree.body`` order) is in the text: (its first line, its last line, the text's first line).
+    Positions compare as before inside one top-level statement, not across two."""
+
+    lines: list[str]
+    blocks: tuple[tuple[int, int, int], ...]
+    _ordered: list[tuple[int, int, int]] = field(init=False, repr=False, compare=False)
+    _starts: list[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ordered = sorted(self.blocks)
+        object.__setattr__(self, "_ordered", ordered)
+        object.__setattr__(self, "_starts", [first for first, _, _ in ordered])
+
+    def text_line(self, line: int) -> int:
+        """The text's line of the tree's ``line`` (a line between statements moves with the one before it)."""
+        i = bisect.bisect_right(self._starts, line) - 1
+        if i < 0:
+            return line
+        first, _, text_first = self._ordered[i]
+        return text_first + line - first
+
+
 class Parsed(NamedTuple):
     """A successful parse, kept per open document so that the next keystroke can reuse most of it.
 
     ``skipped``: the tree's placeholders (``bounds.Unanalysed``) in source order, as ``bounds.bound`` made or
     found them.  They are kept here rather than found again by walking the whole tree at every edit (that walk
     cost about a tenth of a line edit in a 3,000-line file); ``reparse`` keeps those of the statements it
-    reuses."""
+    reuses.  ``layout``: None when the tree's positions are the text's; else where its lines are (``Layout``)."""
 
     lines: list[str]
     tree: ast.Module
     skipped: tuple[bounds.Unanalysed, ...]
+    layout: Layout | None = None
+
+    @property
+    def tree_lines(self) -> list[str]:
+        """The lines the tree's positions index."""
+        return self.lines if self.layout is None else self.layout.lines
+
+    def text_line(self, line: int) -> int:
+        """The text's line of the tree's ``line``."""
+        return line if self.layout is None else self.layout.text_line(line)
 
 
 def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) -> Parsed | None:
@@ -244,8 +285,11 @@ def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) ->
     positions, which is enough for a look at the changed statements alone (a fix checking its own result).
 
     Splicing is sound because a top-level statement starts at column 0 with nothing open (no bracket, no
-    string, no indentation), so the text around the changed statements tokenizes as it did."""
-    old_lines, old, old_skipped = previous
+    string, no indentation), so the text around the changed statements tokenizes as it did.  A ``previous``
+    with a ``Layout`` (``reparse_changed_only``) is declined: its positions are not the text's."""
+    old_lines, old, old_skipped, layout = previous
+    if layout is not None:
+        return None  # its positions are not the text's: a full parse gives them
     delta = len(lines) - len(old_lines)
     first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), min(len(lines), len(old_lines)))
     if first == len(lines) == len(old_lines):
@@ -282,3 +326,83 @@ def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) ->
     below = body[end].end_lineno  # old lines: the reused statements below start after it
     skipped = (*(p for p in old_skipped if p.lineno < top), *skipped, *(p for p in old_skipped if p.lineno > below))
     return Parsed(lines, ast.Module(body=[*body[:start], *tree.body, *body[end + 1:]], type_ignores=[]), skipped)
+
+
+SPARE_TREE_LINES = 10_000  # fresh line numbers a layout may use beyond twice the text's before a full parse
+
+
+def reparse_changed_only(lines: list[str], previous: Parsed) -> Parsed | None:
+    """The parse of ``lines`` built from ``previous`` by parsing only the top-level statements the change is in
+    (with the statement before a change between statements, and the one after it); every other statement is
+    reused with the line numbers it had, so a line inserted in the middle of a file costs what a keystroke
+    does.  When lines were added or removed the changed statements get fresh line numbers past the tree's
+    lines, and the result has a ``Layout``; keystrokes keep them where they were.  None when the changed
+    statements do not parse on their own, the change is above the first statement, or the layout has used
+    its spare lines: the caller then parses the whole text (which starts the layout afresh).
+
+    Sound for the reason ``reparse`` is: a top-level statement starts at column 0 with nothing open."""
+    old_lines, old, old_skipped, layout = previous
+    body = old.body
+    if layout is None:
+        tree_lines = old_lines
+        blocks = tuple((first_line(s), s.end_lineno, first_line(s)) for s in body)
+    else:
+        tree_lines, blocks = layout.lines, layout.blocks
+    delta = len(lines) - len(old_lines)
+    first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), min(len(lines), len(old_lines)))
+    if first == len(lines) == len(old_lines):
+        return Parsed(lines, old, old_skipped, layout)
+    shorter = min(len(lines), len(old_lines))
+    tail = next((k for k in range(shorter - first)
+                 if lines[len(lines) - 1 - k] != old_lines[len(old_lines) - 1 - k]), shorter - first)
+    last = len(old_lines) - 1 - tail  # 0-based, old text
+    if last < first:  # lines only inserted: the old lines on both sides must belong to the changed statements
+        if first == 0:
+            return None
+        first, last = first - 1, first
+    starts = [text_first for _, _, text_first in blocks]  # old text, 1-based
+    ends = [text_first + end - begin for begin, end, text_first in blocks]
+    start = bisect.bisect_right(starts, first + 1) - 1
+    end = bisect.bisect_right(starts, last + 1) - 1
+    if start < 0:
+        return None
+    while start > 0 and ends[start - 1] >= starts[start]:
+        start -= 1  # `a = 1; b = 2`: statements that share a line are parsed together
+    inside = ends[start] >= first + 1 and ends[end] >= last + 1
+    to_the_end = False
+    if not inside:  # a change between statements: the one after it too (a decorator typed above a def)
+        to_the_end = end + 1 == len(body)
+        end = min(end + 1, len(body) - 1)
+    while end + 1 < len(body) and starts[end + 1] <= ends[end]:
+        end += 1
+    top = starts[start]
+    bottom = len(lines) if to_the_end else ends[end] + delta  # new text, 1-based
+    region = lines[top - 1:bottom]
+    offsets = {text_first - begin for begin, _, text_first in blocks[start:end + 1]}
+    if inside and delta == 0 and len(offsets) == 1:  # a keystroke: the statements stay on their tree lines
+        base = top - offsets.pop()
+        new_tree_lines = tree_lines if layout is None else list(tree_lines)
+        if layout is not None:
+            new_tree_lines[base - 1:base - 1 + len(region)] = region
+    else:
+        base = len(tree_lines) + 1
+        if base + len(region) > 2 * len(lines) + SPARE_TREE_LINES:
+            return None
+        new_tree_lines = list(tree_lines)
+        for begin, finish, _ in blocks[start:end + 1]:
+            new_tree_lines[begin - 1:finish] = [""] * (finish - begin + 1)  # no stale text for jedi to read
+        new_tree_lines.extend(region)
+    parsed = _bounded("\n" * (base - 1) + "\n".join(region) + "\n")
+    if isinstance(parsed, SyntaxProblem):
+        return None
+    tree, skipped = parsed
+    replaced = blocks[start:end + 1]
+    skipped = (*(p for p in old_skipped if not any(begin <= p.lineno <= finish for begin, finish, _ in replaced)),
+               *skipped)
+    new_body = [*body[:start], *tree.body, *body[end + 1:]]
+    if layout is None and base == top:
+        return Parsed(lines, ast.Module(body=new_body, type_ignores=[]), skipped)
+    new_blocks = (*blocks[:start],
+                  *((first_line(s), s.end_lineno, first_line(s) - base + top) for s in tree.body),
+                  *((begin, finish, text_first + delta) for begin, finish, text_first in blocks[end + 1:]))
+    return Parsed(lines, ast.Module(body=new_body, type_ignores=[]), skipped, Layout(new_tree_lines, new_blocks))

@@ -48,11 +48,10 @@ def own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | None:
 
 
 def find_classes(nodes: list[ast.ClassDef], imports: dict[str, str]) -> dict[str, ClassInfo]:
-    """The classes ``nodes`` (every class of the file, found by the engine's one walk of it) by name (a later
-    definition of a name wins, as at run time)."""
-    found = sorted(nodes, key=lambda n: n.lineno)
+    """The classes ``nodes`` (every class of the file in source order, found by the engine's one walk of it) by
+    name (a later definition of a name wins, as at run time)."""
     classes: dict[str, ClassInfo] = {}
-    for node in found:
+    for node in nodes:
         info = ClassInfo(node)
         for base in node.bases:
             q = qualified_name(base, imports)
