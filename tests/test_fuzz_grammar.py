@@ -210,11 +210,12 @@ def _families():
 
 
 def _seconds(text: str) -> float:
-    """The best of two runs, with Python's cyclic garbage collector off: its collections cost more as the
+    """The best of five runs, with Python's cyclic garbage collector off: its collections cost more as the
     heap grows, in any program (``ast.parse`` alone goes from 0.9 to 1.4 ms/KB over 16x the size with it on,
-    flat at 0.7 without), and that is not the analysis' own cost."""
+    flat at 0.7 without), and that is not the analysis' own cost.  (The best of two was not enough on a
+    machine running other work: one family's small size came out 5.8 times its cost per KB of the others.)"""
     best = float("inf")
-    for _ in range(2):
+    for _ in range(5):
         gc.collect()
         gc.disable()
         try:
