@@ -210,18 +210,19 @@ def _families():
 
 
 def _seconds(text: str) -> float:
-    """The best of five runs, with Python's cyclic garbage collector off: its collections cost more as the
-    heap grows, in any program (``ast.parse`` alone goes from 0.9 to 1.4 ms/KB over 16x the size with it on,
-    flat at 0.7 without), and that is not the analysis' own cost.  (The best of two was not enough on a
-    machine running other work: one family's small size came out 5.8 times its cost per KB of the others.)"""
+    """The analysis' own CPU time (``time.process_time``: another program's work on the same CPUs is not counted,
+    where wall-clock time came out 3-6 times apart between sizes on a busy machine), the best of three runs,
+    with Python's cyclic garbage collector off: its collections cost more as the heap grows, in any program
+    (``ast.parse`` alone goes from 0.9 to 1.4 ms/KB over 16x the size with it on, flat at 0.7 without), and
+    that is not the analysis' own cost."""
     best = float("inf")
-    for _ in range(5):
+    for _ in range(3):
         gc.collect()
         gc.disable()
         try:
-            started = time.perf_counter()
+            started = time.process_time()
             analyze_source(text, "fuzz.py")
-            best = min(best, time.perf_counter() - started)
+            best = min(best, time.process_time() - started)
         finally:
             gc.enable()
     return best
