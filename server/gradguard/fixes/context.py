@@ -14,7 +14,7 @@ import bisect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..bounds import Unanalysed
 from ..inference.imports import collect_imports, normalize, qualified_name
@@ -82,6 +82,17 @@ Variant = Callable[[str], "tuple[ast.Module, list[Finding], StillFound] | None"]
 FixBuilder = Callable[["FixContext", "Finding"], "Fix | None"]
 
 
+class FunctionNames(NamedTuple):
+    """The names of one function (``FixContext.names_in``)."""
+
+    uses: dict[str, list[ast.Name]]  # identifier -> its Name nodes, loads and stores
+    declared: frozenset[str]  # global or nonlocal
+    arguments: frozenset[str]
+
+    def of(self, name: str) -> list[ast.Name]:
+        return self.uses.get(name, [])
+
+
 class FixContext:
     """One file, as the fixes of its findings see it.  ``still_found`` checks a candidate fix against the
     analysis; without it, a fix that needs that check is not offered."""
@@ -96,6 +107,7 @@ class FixContext:
         # Each rule's fix builder by code, as the caller (``api``) hands them down: a fix that defers to another
         # rule's (GG104 to the in-place rule behind its loop) asks here instead of importing the rules.
         self.builders: Mapping[str, FixBuilder] = builders or {}
+        self._names_by_function: dict[int, FunctionNames] = {}  # ``names_in``, by the function's id
 
     def still_found(self, fixed: str, finding: FindingId) -> bool:
         """Whether ``finding`` is still found in ``fixed`` (this file's text with a candidate fix made)."""
@@ -111,6 +123,27 @@ class FixContext:
     @cached_property
     def imports(self) -> dict[str, str]:
         return collect_imports(self.tree.body)
+
+    def names_in(self, fn: ast.AST) -> FunctionNames:
+        """Every ``Name`` of ``fn`` (nested scopes too) by identifier, in ``ast.walk`` order, and the names it
+        declares ``global``/``nonlocal``: made once per function, so that a fix asking about each name of a
+        long statement does not walk the whole function for each (quadratic: minutes on fuzzed programs)."""
+        known = self._names_by_function.get(id(fn))
+        if known is None:
+            uses: dict[str, list[ast.Name]] = {}
+            declared: set[str] = set()
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Name):
+                    uses.setdefault(node.id, []).append(node)
+                elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                    declared.update(node.names)
+            arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
+            known = self._names_by_function[id(fn)] = FunctionNames(uses, frozenset(declared), frozenset(arguments))
+        return known
+
+    def inside(self, node: ast.AST, outer: ast.AST) -> bool:
+        """Whether ``node`` is ``outer`` or part of it (through the parents map, not a walk of ``outer``)."""
+        return node is outer or any(a is outer for a in self.ancestors(node))
 
     def qual(self, node: ast.expr) -> str | None:
         q = qualified_name(node, self.imports)

@@ -86,7 +86,12 @@ def _wrapper_in(ctx: FixContext, stmt: ast.stmt) -> tuple[ast.expr, str, ast.For
     """The wrapper the write statement ``stmt`` writes through, the name it holds, and the one-element loop whose
     variable it is (None for an alias or a container element)."""
     fn = ctx.function_of(stmt)
+    tried: set[str] = set()  # a name read many times in the statement is one question
     for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if node.id in tried:
+                continue
+            tried.add(node.id)
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
                 and isinstance(node.slice, ast.Constant):
             name = _container_element(ctx, fn, stmt, node)
@@ -109,15 +114,14 @@ def _one_element_loop(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, variable: st
     if loop is None or ctx.function_of(loop) is not fn or loop.orelse or not isinstance(loop.target, ast.Name) \
             or loop.target.id != variable:
         return None
+    names = ctx.names_in(fn)
     if any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(loop)) \
-            or any(isinstance(n, ast.Name) and n.id == variable and n is not loop.target
-                   and ctx.statement_of(n) is not stmt for n in ast.walk(fn)):
+            or any(n is not loop.target and ctx.statement_of(n) is not stmt for n in names.of(variable)):
         return None
     items = loop.iter
     if isinstance(items, ast.Name):
         binding = _only_binding(ctx, fn, loop, items.id)
-        if binding is None or any(isinstance(n, ast.Name) and n.id == items.id and isinstance(n.ctx, ast.Load)
-                                  and n is not loop.iter for n in ast.walk(fn)):
+        if binding is None or any(isinstance(n.ctx, ast.Load) and n is not loop.iter for n in names.of(items.id)):
             return None
         items = binding.value
     else:
@@ -126,8 +130,7 @@ def _one_element_loop(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, variable: st
         return None
     name = items.elts[0].id
     if binding is not None and _rebound_between(ctx, fn, binding, stmt, name) \
-            or any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
-                   and any(m is n for m in ast.walk(loop)) for n in ast.walk(fn)):
+            or any(not isinstance(n.ctx, ast.Load) and ctx.inside(n, loop) for n in names.of(name)):
         return None
     return loop, name
 
@@ -136,8 +139,8 @@ def _container_element(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, element: as
     """``C[k]`` where ``C = {k: name}`` (or ``[name, ...]``, index ``k``) and ``C`` is read nowhere but in ``stmt``."""
     container = element.value.id
     binding = _only_binding(ctx, fn, stmt, container)
-    if binding is None or any(isinstance(n, ast.Name) and n.id == container and isinstance(n.ctx, ast.Load)
-                              and ctx.statement_of(n) is not stmt for n in ast.walk(fn)):
+    if binding is None or any(isinstance(n.ctx, ast.Load) and ctx.statement_of(n) is not stmt
+                              for n in ctx.names_in(fn).of(container)):
         return None
     value, key = binding.value, element.slice.value
     held = None
@@ -169,9 +172,9 @@ def _alias_of(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, alias: str) -> str |
 def _only_binding(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, name: str) -> ast.Assign | None:
     """The one statement of ``fn`` binding ``name`` when it is ``name = <value>``, before ``stmt`` in a block
     that holds ``stmt`` (or a statement around it); None otherwise."""
-    stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
-    if len(stores) != 1 or name in {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} \
-            or any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(fn)):
+    names = ctx.names_in(fn)
+    stores = [n for n in names.of(name) if not isinstance(n.ctx, ast.Load)]
+    if len(stores) != 1 or name in names.arguments or name in names.declared:
         return None
     binding = ctx.parents.get(stores[0])
     if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]]):
@@ -186,10 +189,10 @@ def _only_binding(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, name: str) -> as
 def _read_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, name: str) -> bool:
     """Whether ``name`` is read after ``stmt`` (or anywhere in a loop around it, which runs again)."""
     loops = [a for a in ctx.ancestors(stmt) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and ctx.statement_of(n) is not stmt:
+    for n in ctx.names_in(fn).of(name):
+        if isinstance(n.ctx, ast.Load) and ctx.statement_of(n) is not stmt:
             if (n.lineno, n.col_offset) > (stmt.end_lineno, stmt.end_col_offset) or any(
-                    any(m is n for m in ast.walk(loop)) for loop in loops):
+                    ctx.inside(n, loop) for loop in loops):
                 return True
     return False
 
@@ -197,9 +200,9 @@ def _read_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, name: str) -> bool
 def _rebound_between(ctx: FixContext, fn: ast.AST, binding: ast.stmt, stmt: ast.stmt, name: str) -> bool:
     """Whether ``name`` may be bound again between ``binding`` and ``stmt`` (or in a loop around ``stmt``)."""
     loops = [a for a in ctx.ancestors(stmt) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
-            if binding.end_lineno <= n.lineno <= stmt.lineno or any(any(m is n for m in ast.walk(l)) for l in loops):
+    for n in ctx.names_in(fn).of(name):
+        if not isinstance(n.ctx, ast.Load):
+            if binding.end_lineno <= n.lineno <= stmt.lineno or any(ctx.inside(n, loop) for loop in loops):
                 return True
     return False
 
