@@ -241,18 +241,11 @@ def test_reparse_equals_a_full_parse_or_declines():
         typed = rng.choice(["x", " ", "(", ")", ":", "#", "'", "1", ".", ","])
         edited = line[:at] + typed + line[at:] if rng.random() < 0.7 or not line else line[:at] + line[at + 1:]
         new_lines = lines[:i] + [edited] + lines[i + 1:]
-        new_text = "\n".join(new_lines)
         spliced_parse = parsing.reparse(new_lines, previous)
-        full = parsing.parse(new_text)
-        if spliced_parse is None:
-            declined += 1
-        else:
-            spliced += 1
-            assert not isinstance(full, parsing.SyntaxProblem), (i, edited)
-            spliced_tree = ast.dump(spliced_parse.tree, include_attributes=True)
-            assert spliced_tree == ast.dump(full, include_attributes=True), (i, edited)
-        if not isinstance(full, parsing.SyntaxProblem):
-            lines, previous = new_lines, spliced_parse or parsing.parse_document(new_text)
+        going_on, refused = _checked_against_a_full_parse(spliced_parse, new_lines)
+        spliced, declined = spliced + (not refused), declined + refused
+        if going_on is not None:
+            lines, previous = new_lines, going_on
     assert spliced > 100 and declined > 20
 
 
@@ -283,17 +276,11 @@ def test_reparse_of_inserted_and_deleted_lines_equals_a_full_parse_or_declines()
             new_lines = lines[:i] + added + lines[i:]
         else:
             new_lines = lines[:i] + lines[i + rng.choice([1, 1, 2]):]
-        new_text = "\n".join(new_lines)
         spliced_parse = parsing.reparse(new_lines, previous)
-        full = parsing.parse(new_text)
-        if spliced_parse is None:
-            declined += 1
-        else:
-            spliced += 1
-            assert not isinstance(full, parsing.SyntaxProblem), i
-            assert ast.dump(spliced_parse.tree, include_attributes=True) == ast.dump(full, include_attributes=True), i
-        if not isinstance(full, parsing.SyntaxProblem):
-            lines, previous = new_lines, spliced_parse or parsing.parse_document(new_text)
+        going_on, refused = _checked_against_a_full_parse(spliced_parse, new_lines)
+        spliced, declined = spliced + (not refused), declined + refused
+        if going_on is not None:
+            lines, previous = new_lines, going_on
     assert spliced > 40 and declined > 10
 
 
@@ -460,22 +447,17 @@ def test_reparse_changed_only_keeps_every_statement_text_and_position_or_decline
             at = rng.randrange(len(lines[i]) + 1)
             new_lines = lines[:i] + [lines[i][:at] + rng.choice(["x", " ", "(", ":", "#", "'", "."]) + lines[i][at:]] \
                 + lines[i + 1:]
-        new_text = "\n".join(new_lines)
         spliced_parse = parsing.reparse_changed_only(new_lines, previous)
-        full = parsing.parse(new_text)
-        if spliced_parse is None:
-            declined += 1
-        else:
-            spliced += 1
+        going_on, refused = _checked_against_a_full_parse(spliced_parse, new_lines, at_text_lines)
+        spliced, declined = spliced + (not refused), declined + refused
+        if spliced_parse is not None:
             with_layout += spliced_parse.layout is not None
-            assert not isinstance(full, parsing.SyntaxProblem), i
-            assert at_text_lines(spliced_parse) == ast.dump(full, include_attributes=True), i
             for stmt in spliced_parse.tree.body:
                 first = parsing.first_line(stmt)
                 text_first, text_last = spliced_parse.text_line(first), spliced_parse.text_line(stmt.end_lineno)
                 assert spliced_parse.tree_lines[first - 1:stmt.end_lineno] == new_lines[text_first - 1:text_last]
-        if not isinstance(full, parsing.SyntaxProblem):
-            lines, previous = new_lines, spliced_parse or parsing.parse_document(new_text)
+        if going_on is not None:
+            lines, previous = new_lines, going_on
     assert spliced > 80 and declined > 20 and with_layout > 60
 
 
@@ -515,3 +497,22 @@ def test_a_later_class_of_the_same_name_still_wins_after_the_earlier_one_was_par
     assert blocks[2][0] > blocks[3][0]  # the earlier Block's lines are now past the later one's
     assert _everything(again) == _everything(analyze_source(edited, "f.py", fixes=False))
     assert [d.code for d in again.diagnostics] == ["GG005"]
+
+
+def _checked_against_a_full_parse(spliced, new_lines: list[str], shown=None):
+    """``spliced`` (a reparse of ``new_lines``, or None when it declined) checked against the full parse of the
+    text, compared as ``shown`` gives it (the tree itself by default): the parse to go on editing from (None when
+    the text does not parse), and whether the reparse declined."""
+    import ast
+
+    from gradguard import parsing
+
+    new_text = "\n".join(new_lines)
+    full = parsing.parse(new_text)
+    if spliced is not None:
+        assert not isinstance(full, parsing.SyntaxProblem)
+        seen = shown(spliced) if shown is not None else ast.dump(spliced.tree, include_attributes=True)
+        assert seen == ast.dump(full, include_attributes=True)
+    if isinstance(full, parsing.SyntaxProblem):
+        return None, spliced is None
+    return spliced or parsing.parse_document(new_text), spliced is None

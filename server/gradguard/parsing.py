@@ -291,18 +291,12 @@ def reparse(lines: list[str], previous: Parsed, positions_after: bool = True) ->
     if layout is not None:
         return None  # its positions are not the text's: a full parse gives them
     delta = len(lines) - len(old_lines)
-    first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), min(len(lines), len(old_lines)))
-    if first == len(lines) == len(old_lines):
+    changed = _changed_lines(lines, old_lines)
+    if changed is None:
         return Parsed(lines, old, old_skipped)
-    # The last changed line of the old text, from the end; the common tail never overlaps the common head.
-    shorter = min(len(lines), len(old_lines))
-    tail = next((k for k in range(shorter - first)
-                 if lines[len(lines) - 1 - k] != old_lines[len(old_lines) - 1 - k]), shorter - first)
-    last = len(old_lines) - 1 - tail  # 0-based, old text
-    if last < first:  # lines only inserted: the old lines on both sides must belong to the changed statements
-        if first == 0:
-            return None
-        first, last = first - 1, first
+    first, last = changed
+    if first < 0:
+        return None
     body = old.body
     starts = [first_line(s) for s in body]
     start = bisect.bisect_right(starts, first + 1) - 1  # 1-based lines from here
@@ -349,17 +343,12 @@ def reparse_changed_only(lines: list[str], previous: Parsed) -> Parsed | None:
     else:
         tree_lines, blocks = layout.lines, layout.blocks
     delta = len(lines) - len(old_lines)
-    first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), min(len(lines), len(old_lines)))
-    if first == len(lines) == len(old_lines):
+    changed = _changed_lines(lines, old_lines)
+    if changed is None:
         return Parsed(lines, old, old_skipped, layout)
-    shorter = min(len(lines), len(old_lines))
-    tail = next((k for k in range(shorter - first)
-                 if lines[len(lines) - 1 - k] != old_lines[len(old_lines) - 1 - k]), shorter - first)
-    last = len(old_lines) - 1 - tail  # 0-based, old text
-    if last < first:  # lines only inserted: the old lines on both sides must belong to the changed statements
-        if first == 0:
-            return None
-        first, last = first - 1, first
+    first, last = changed
+    if first < 0:
+        return None
     starts = [text_first for _, _, text_first in blocks]  # old text, 1-based
     ends = [text_first + end - begin for begin, end, text_first in blocks]
     start = bisect.bisect_right(starts, first + 1) - 1
@@ -406,3 +395,20 @@ def reparse_changed_only(lines: list[str], previous: Parsed) -> Parsed | None:
                   *((first_line(s), s.end_lineno, first_line(s) - base + top) for s in tree.body),
                   *((begin, finish, text_first + delta) for begin, finish, text_first in blocks[end + 1:]))
     return Parsed(lines, ast.Module(body=new_body, type_ignores=[]), skipped, Layout(new_tree_lines, new_blocks))
+
+
+def _changed_lines(lines: list[str], old_lines: list[str]) -> tuple[int, int] | None:
+    """The first and last changed lines of the old text (0-based); None when nothing changed.  Lines only
+    inserted give the old lines on both sides (they must belong to the changed statements), or (-1, 0) when
+    inserted before the first line."""
+    first = next((i for i, (a, b) in enumerate(zip(lines, old_lines)) if a != b), min(len(lines), len(old_lines)))
+    if first == len(lines) == len(old_lines):
+        return None
+    # The last changed line of the old text, from the end; the common tail never overlaps the common head.
+    shorter = min(len(lines), len(old_lines))
+    tail = next((k for k in range(shorter - first)
+                 if lines[len(lines) - 1 - k] != old_lines[len(old_lines) - 1 - k]), shorter - first)
+    last = len(old_lines) - 1 - tail
+    if last < first:
+        return (-1, 0) if first == 0 else (first - 1, first)
+    return first, last
