@@ -252,20 +252,19 @@ class _TextPositions:
         self.line_name = line_name if before.layout is None else (lambda line: line_name(before.text_line(line)))
 
     def span(self, node: ast.AST) -> Span:
-        span = span_of(node, self.tree_lines)
-        if self.before.layout is None:
-            return span
-        return Span(self.before.text_line(span.line), span.column, self.before.text_line(span.end_line),
-                    span.end_column)
+        return self._in_text(span_of(node, self.tree_lines))
 
     def diagnostic(self, finding: Finding, path: str, severity: Severity) -> Diagnostic:
         diag = finding.to_diagnostic(path, severity, self.tree_lines, self.line_name)
         if self.before.layout is None:
             return diag
-        text_line = self.before.text_line
-        span = Span(text_line(diag.span.line), diag.span.column, text_line(diag.span.end_line), diag.span.end_column)
-        related = tuple(replace(r, line=text_line(r.line)) for r in diag.related)
-        return replace(diag, span=span, related=related)
+        related = tuple(replace(r, line=self.before.text_line(r.line)) for r in diag.related)
+        return replace(diag, span=self._in_text(diag.span), related=related)
+
+    def _in_text(self, span: Span) -> Span:
+        if self.before.layout is None:
+            return span
+        return replace(span, line=self.before.text_line(span.line), end_line=self.before.text_line(span.end_line))
 
 
 def analyze_path(path: Path, config: Config | None = None, display_path: str | None = None) -> FileResult:
