@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from ..knowledge import load_knowledge
 from ..statements import block_of
-from .context import FUNCTIONS, FixContext
+from .context import FUNCTIONS, FixContext, own_code
 
 # Attribute reads that do not read a tensor's values (or read other objects).
 NON_VALUE_ATTRS = frozenset({
@@ -120,15 +120,8 @@ class AliasAnalysis:
         self.scope = ctx.scope_of(write)
         self.knowledge = load_knowledge()
         self.pieces_disjoint = pieces_disjoint
-        self.nodes = list(_scope_nodes(self.scope))
-        self.loads: dict[str, list[ast.Name]] = {}
-        self.bindings: dict[str, list[ast.AST]] = {}
-        for node in self.nodes:
-            if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Load):
-                    self.loads.setdefault(node.id, []).append(node)
-                else:
-                    self.bindings.setdefault(node.id, []).append(node)
+        names = ctx.scope_names(self.scope)
+        self.loads, self.bindings = names.loads, names.bindings  # shared: read, never changed
         self.aliases: dict[str, list[ast.AST]] = {name: []}  # name -> binding events that made it an alias
         self.holders: dict[str, list[ast.AST]] = {}
         self.escapes: list[tuple[str, ast.AST]] = []
@@ -435,14 +428,10 @@ class AliasAnalysis:
             for name in sorted(names):
                 if self._used_in_functions(name):
                     rep.escapes.append(f"`{name}` is a global that functions of this module read")
-        for node in ast.walk(scope):
-            if isinstance(node, (ast.Global, ast.Nonlocal)) and names & set(node.names):
-                rep.escapes.append("it is declared global or nonlocal")
-        for inner in _nested_scopes(scope):
-            free = {n.id for n in ast.walk(inner) if isinstance(n, ast.Name)}
-            if free & names:
-                rep.escapes.append("a nested function or class uses it")
-                break
+        own = self.ctx.scope_names(scope)
+        rep.escapes.extend("it is declared global or nonlocal" for declared in own.declarations if names & declared)
+        if own.nested & names:
+            rep.escapes.append("a nested function or class uses it")
         return rep
 
     def _read_after(self, name: str) -> bool:
@@ -470,12 +459,7 @@ class AliasAnalysis:
         return False
 
     def _used_in_functions(self, name: str) -> bool:
-        for node in ast.walk(self.scope):
-            if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)) and any(
-                isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)
-            ):
-                return True
-        return False
+        return name in self.ctx.scope_names(self.scope).nested
 
 
 def _start(node: ast.AST) -> tuple[int, int]:
@@ -565,7 +549,7 @@ def _method_of_file_class(ctx: FixContext, call: ast.Call) -> ast.FunctionDef | 
     classes = {c.name: c for c in ctx.tree.body if isinstance(c, ast.ClassDef)}
     owner = ctx.class_of(call) if receiver == "self" else None
     if owner is None:
-        bindings = [n for n in _scope_nodes(scope) if isinstance(n, ast.Name) and n.id == receiver
+        bindings = [n for n in own_code(scope) if isinstance(n, ast.Name) and n.id == receiver
                     and not isinstance(n.ctx, ast.Load)]
         if len(bindings) != 1:
             return None
@@ -587,8 +571,8 @@ def _returned_arguments(ctx: FixContext, knowledge, method: ast.FunctionDef, cal
                 isinstance(d, ast.Call) and ctx.qual(d.func) in ("torch.no_grad", "torch.inference_mode")
                 for d in method.decorator_list):
         return None
-    returns = [n for n in _scope_nodes(method) if isinstance(n, ast.Return)]
-    if not returns or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _scope_nodes(method)):
+    returns = [n for n in own_code(method) if isinstance(n, ast.Return)]
+    if not returns or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own_code(method)):
         return None
     named: set[str] = set()
     for ret in returns:
@@ -617,36 +601,7 @@ def _only_returns_views(ctx: FixContext, knowledge, call: ast.Call) -> bool:
 
 def _binds(fn: ast.FunctionDef, name: str) -> bool:
     """Whether ``fn`` assigns ``name`` (a parameter rebound inside may hold anything)."""
-    return any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in _scope_nodes(fn))
-
-
-def _scope_nodes(scope: ast.AST):
-    """Every node of ``scope``'s own code: nested functions, lambdas and classes excluded."""
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            # decorators, defaults and bases run in this scope
-            if isinstance(node, (*FUNCTIONS, ast.Lambda)):
-                stack.extend(node.args.defaults)
-                stack.extend(d for d in node.args.kw_defaults if d is not None)
-            if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
-                stack.extend(node.decorator_list)
-            if isinstance(node, ast.ClassDef):
-                stack.extend(node.bases)
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def _nested_scopes(scope: ast.AST):
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            yield node
-            continue
-        stack.extend(ast.iter_child_nodes(node))
+    return any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in own_code(fn))
 
 
 def analyse(ctx: FixContext, write: ast.stmt, name: str, pieces_disjoint: bool = True,

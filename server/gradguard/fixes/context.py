@@ -14,7 +14,7 @@ import bisect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from ..bounds import Unanalysed
 from ..inference.imports import collect_imports, normalize, qualified_name
@@ -27,8 +27,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import Fix
     from ..inference.events import Finding
 
+T = TypeVar("T")
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
+COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)  # a segment parses their headers
 
 # ast statement/expression types and the libcst types that render them.
 _CST_TYPES = {
@@ -93,6 +95,47 @@ class FunctionNames(NamedTuple):
         return self.uses.get(name, [])
 
 
+class ScopeNames(NamedTuple):
+    """The names of one scope's own code (``FixContext.scope_names``): what the alias analysis of each write
+    in the scope asks about, indexed once rather than walked again for every finding of a long statement."""
+
+    nodes: tuple[ast.AST, ...]  # every node of the scope's own code (nested functions, lambdas, classes excluded)
+    loads: dict[str, list[ast.Name]]  # identifier -> its loads in the scope's own code
+    bindings: dict[str, list[ast.Name]]  # identifier -> its stores and deletes there
+    nested: frozenset[str]  # identifiers used anywhere inside a nested function, lambda or class
+    declarations: tuple[frozenset[str], ...]  # the names of each `global`/`nonlocal` statement, nested ones too
+
+
+def own_code(scope: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``scope``'s own code: nested functions, lambdas and classes excluded (their decorators,
+    defaults and bases run in this scope, so they are included)."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            if isinstance(node, (*FUNCTIONS, ast.Lambda)):
+                stack.extend(node.args.defaults)
+                stack.extend(d for d in node.args.kw_defaults if d is not None)
+            if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+                stack.extend(node.decorator_list)
+            if isinstance(node, ast.ClassDef):
+                stack.extend(node.bases)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _nested_scopes(scope: ast.AST) -> Iterator[ast.AST]:
+    """The functions, lambdas and classes directly inside ``scope``'s own code."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            yield node
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
 class FixContext:
     """One file, as the fixes of its findings see it.  ``still_found`` checks a candidate fix against the
     analysis; without it, a fix that needs that check is not offered."""
@@ -108,6 +151,9 @@ class FixContext:
         # rule's (GG104 to the in-place rule behind its loop) asks here instead of importing the rules.
         self.builders: Mapping[str, FixBuilder] = builders or {}
         self._names_by_function: dict[int, FunctionNames] = {}  # ``names_in``, by the function's id
+        self._names_by_scope: dict[int, ScopeNames] = {}  # ``scope_names``, by the scope's id
+        self._segments: dict[int, Segment | CannotFix] = {}  # ``segment``, by the statement's id
+        self._answers: dict[tuple[str, int], object] = {}  # ``once``, by question and node id
 
     def still_found(self, fixed: str, finding: FindingId) -> bool:
         """Whether ``finding`` is still found in ``fixed`` (this file's text with a candidate fix made)."""
@@ -139,6 +185,30 @@ class FixContext:
                     declared.update(node.names)
             arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
             known = self._names_by_function[id(fn)] = FunctionNames(uses, frozenset(declared), frozenset(arguments))
+        return known
+
+    def once(self, question: str, node: ast.AST, answer: Callable[[], T]) -> T:
+        """``answer()`` to ``question`` about ``node``, worked out once per file: a statement may have hundreds
+        of findings, and a fact about the statement must not cost its size again for each of them."""
+        key = (question, id(node))
+        if key not in self._answers:
+            self._answers[key] = answer()
+        return self._answers[key]  # type: ignore[return-value]
+
+    def scope_names(self, scope: ast.AST) -> ScopeNames:
+        """The names of ``scope``'s own code and of the scopes nested in it, indexed once per scope."""
+        known = self._names_by_scope.get(id(scope))
+        if known is None:
+            nodes = tuple(own_code(scope))
+            loads: dict[str, list[ast.Name]] = {}
+            bindings: dict[str, list[ast.Name]] = {}
+            for node in nodes:
+                if isinstance(node, ast.Name):
+                    (loads if isinstance(node.ctx, ast.Load) else bindings).setdefault(node.id, []).append(node)
+            nested = frozenset(n.id for inner in _nested_scopes(scope) for n in ast.walk(inner)
+                               if isinstance(n, ast.Name))
+            declarations = tuple(frozenset(n.names) for n in ast.walk(scope) if isinstance(n, (ast.Global, ast.Nonlocal)))
+            known = self._names_by_scope[id(scope)] = ScopeNames(nodes, loads, bindings, nested, declarations)
         return known
 
     def inside(self, node: ast.AST, outer: ast.AST) -> bool:
@@ -233,15 +303,20 @@ class FixContext:
     # follows the size of the fix, not of the file (libcst parses ~15x slower than ast, and its position
     # metadata costs twice that again).
     def segment(self, node: ast.AST) -> Segment:
+        """The parsed statement of ``node``; a statement libcst cannot take is refused once, not parsed again
+        for each of its findings."""
         stmt = self.statement_of(node)
-        key = id(stmt)
-        if key not in self._segments:
-            self._segments[key] = Segment(self, stmt, node)
-        return self._segments[key]
-
-    @cached_property
-    def _segments(self) -> dict[int, Segment]:
-        return {}
+        Segment.check_node(self, stmt, node)
+        known = self._segments.get(id(stmt))
+        if known is None:
+            try:
+                known = Segment(self, stmt)
+            except CannotFix as refused:
+                known = refused
+            self._segments[id(stmt)] = known
+        if isinstance(known, CannotFix):
+            raise CannotFix(*known.args)
+        return known
 
     @cached_property
     def line_starts(self) -> list[int]:
@@ -307,7 +382,7 @@ class FixContext:
 
     def segment_of(self, node: cst.CSTNode) -> Segment:
         for seg in self._segments.values():
-            if id(node) in seg.ids:
+            if isinstance(seg, Segment) and id(node) in seg.ids:
                 return seg
         raise CannotFix("the node is not part of a parsed statement")
 
@@ -374,17 +449,21 @@ class Segment:
     the header of a compound statement (``for x in t.unbind(0):``) the header is parsed with a ``pass`` body.
     ``index`` maps file ranges to libcst nodes; ``offset`` turns the segment's positions into the file's."""
 
-    def __init__(self, ctx: FixContext, stmt: ast.stmt, node: ast.AST):
+    @staticmethod
+    def check_node(ctx: FixContext, stmt: ast.stmt, node: ast.AST) -> None:
+        """CannotFix when ``node`` is in a part of ``stmt`` that a segment does not parse (a compound's body)."""
+        if isinstance(stmt, COMPOUND) and any(a is stmt for a in ctx.ancestors(node)) and not _in_header(stmt, node, ctx):
+            raise CannotFix("the node is in a body, not in the header")
+
+    def __init__(self, ctx: FixContext, stmt: ast.stmt):
         import libcst as cst
         from libcst.metadata import MetadataWrapper, PositionProvider
 
         self.stmt = stmt
         self.line = stmt.lineno
         self.column = ctx._chars(stmt.lineno, stmt.col_offset)  # 0-based, code points
-        compound = isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith))
+        compound = isinstance(stmt, COMPOUND)
         if compound:
-            if any(a is stmt for a in ctx.ancestors(node)) and not _in_header(stmt, node, ctx):
-                raise CannotFix("the node is in a body, not in the header")
             last = max(getattr(n, "end_lineno", stmt.lineno) for n in _header_parts(stmt))
             body_line = stmt.body[0].lineno
             text = _slice(ctx, stmt.lineno, self.column, last, None)

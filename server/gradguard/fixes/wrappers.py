@@ -38,7 +38,7 @@ def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: 
     stmt = ctx.statement_of(entry) if entry is not None else None
     if stmt is None or ctx.function_of(stmt) is None:
         return None
-    found = _wrapper_in(ctx, stmt)
+    found = ctx.once("wrapper", stmt, lambda: _wrapper_in(ctx, stmt))
     if found is None:
         return None
     wrapper, name, loop = found
