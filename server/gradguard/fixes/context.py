@@ -283,6 +283,10 @@ class FixContext:
         return self.text[starts[line - 1] + self._chars(line, node.col_offset):
                          starts[end - 1] + self._chars(end, node.end_col_offset)]
 
+    def text_in(self, rng: tuple[int, int, int, int]) -> str:
+        """The file's text in (line, column, end_line, end_column), columns 0-based in code points."""
+        return _slice(self, *rng)
+
     def char_range(self, node: ast.AST) -> tuple[int, int, int, int]:
         """(line, column, end_line, end_column) of an ``ast`` node, columns 0-based in code points."""
         return (
@@ -382,7 +386,7 @@ class FixContext:
 
     def segment_of(self, node: cst.CSTNode) -> Segment:
         for seg in self._segments.values():
-            if isinstance(seg, Segment) and id(node) in seg.ids:
+            if isinstance(seg, Segment) and id(node) in seg.ranges:
                 return seg
         raise CannotFix("the node is not part of a parsed statement")
 
@@ -447,7 +451,8 @@ def too_long_for_libcst(node: ast.AST) -> bool:
 class Segment:
     """One statement of the file parsed by libcst.  A simple statement is parsed as it stands; for a node in
     the header of a compound statement (``for x in t.unbind(0):``) the header is parsed with a ``pass`` body.
-    ``index`` maps file ranges to libcst nodes; ``offset`` turns the segment's positions into the file's."""
+    ``index`` maps file ranges to libcst nodes and ``ranges`` the nodes back to them; ``to_file`` turns the
+    segment's positions into the file's."""
 
     @staticmethod
     def check_node(ctx: FixContext, stmt: ast.stmt, node: ast.AST) -> None:
@@ -488,11 +493,12 @@ class Segment:
         except Exception as exc:  # noqa: BLE001 - libcst may reject what ast accepts, or recurse too deep
             raise CannotFix(f"libcst cannot parse line {stmt.lineno}: {exc}") from None
         self.index: dict[tuple[int, int, int, int], list] = {}
-        self.ids: set[int] = {id(self.module)}
+        self.ranges: dict[int, tuple[int, int, int, int]] = {}  # a node's id -> its file range
         for cnode, rng in positions.items():
             key = (*self.to_file(rng.start.line, rng.start.column), *self.to_file(rng.end.line, rng.end.column))
             self.index.setdefault(key, []).append(cnode)
-            self.ids.add(id(cnode))
+            self.ranges[id(cnode)] = key
+        self.ranges.setdefault(id(self.module), (self.line, self.column, self.line, self.column))
 
     def to_file(self, line: int, column: int) -> tuple[int, int]:
         """A segment position (1-based line, 0-based column) as a file position."""
