@@ -22,6 +22,7 @@ from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
 from .followed import FollowedCallsMixin
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
+from .saves import SaveLog
 from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
     NOT_TENSOR,
@@ -128,7 +129,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         self.ctx = ctx
         self.k = ctx.knowledge
         self.state = State()
-        self.saves: list[Save] = []
+        self.saves = SaveLog()
         self.mutations: list[Mutation] = []
         self.sinks: list[Sink] = []
         self.seq = 0
@@ -171,7 +172,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
 
     def _save(self, tensor: Tensor, op: str, role: str, node: ast.AST, certain: bool) -> Save:
         save = Save(tensor.storage, tensor.storage.version, op, role, node, certain)
-        self.saves.append(save)
+        self.saves.add(save)
         return save
 
     def _sink(self, kind: str, node: ast.AST, value: Value) -> None:
@@ -331,15 +332,14 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         self.eval(stmt.test)
         live = self.state.env
         before = self.state.copy()
-        saves_before = len(self.saves)
+        saves_before = self.saves.last_id
         self.run_block(stmt.body)
         after_body = self.state
         # The else branch does not run after the body: it must not see the body's saves.
-        body_saves = self.saves[saves_before:]
-        del self.saves[saves_before:]
+        body_saves = self.saves.take_after(saves_before)
         self.state = before
         self.run_block(stmt.orelse)
-        self.saves[saves_before:saves_before] = body_saves
+        self.saves.put_back(body_saves)
         self._settle(live, merge_states(after_body, self.state))
 
     def _stmt_For(self, stmt: ast.For) -> None:
@@ -616,8 +616,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         are computed from them, but (out= being non-differentiable) no graph joins the target."""
         written = target.group or (target,)
         storages = {t.storage.id for t in written}
-        pending = _few_of_each(s for s in self.saves if s.storage.id in storages and not s.consumed
-                               and s.version <= s.storage.version)
+        pending = _few_of_each(s for s in self.saves.on(storages) if not s.consumed and s.version <= s.storage.version)
         if self.inline_record:
             mutation = Mutation(node, snapshot(target), how, self.state.grad_enabled, self._next(), advanced,
                                 module, functional_inplace, pending, kind=kind,
