@@ -19,6 +19,7 @@ Anything not understood counts against the fix; the worst outcome of a wrong "un
 from __future__ import annotations
 
 import ast
+import bisect
 from dataclasses import dataclass, field
 
 from ..knowledge import load_knowledge
@@ -150,7 +151,7 @@ class AliasAnalysis:
             changed = False
             for alias in list(self.aliases) + list(self.holders):
                 kind = ALIAS if alias in self.aliases else CONTAINER
-                for load in self.loads.get(alias, []):
+                for load in self._reads_that_lead_somewhere(alias, kind):
                     key = (id(load) << 1) | (kind == ALIAS)
                     if key in seen_loads:
                         continue
@@ -165,6 +166,15 @@ class AliasAnalysis:
                         if source not in self.aliases:
                             self.aliases[source] = [target]
                             changed = True
+
+    def _reads_that_lead_somewhere(self, name: str, kind: str) -> tuple[ast.Name, ...]:
+        """The reads of ``name`` worth following: those whose value, followed with nothing known, ends up
+        somewhere (``_follow`` binds, holds or lets it escape).  The rest lead nowhere whatever the write is
+        (`w - y.exp_()[1:]`), so they are sorted out once per file: a statement with hundreds of writes to
+        one name would otherwise follow each of its reads again for each write."""
+        def lead_somewhere() -> tuple[ast.Name, ...]:
+            return tuple(load for load in self.loads.get(name, []) if not _ReadProbe(self.ctx).leads_nowhere(load, kind))
+        return self.ctx.once(f"reads of {name} that lead somewhere as {kind}", self.scope, lead_somewhere)
 
     def _add(self, table: dict[str, list[ast.AST]], name: str, event: ast.AST) -> bool:
         if name in self.aliases or (table is self.holders and name in self.holders):
@@ -435,7 +445,7 @@ class AliasAnalysis:
         return rep
 
     def _read_after(self, name: str) -> bool:
-        for load in self.loads.get(name, []):
+        for load in self._reads_not_before(name):
             if self._when(load) == "before":
                 continue
             parent = self.ctx.parents.get(load)
@@ -443,6 +453,18 @@ class AliasAnalysis:
                 continue
             return True
         return False
+
+    def _reads_not_before(self, name: str) -> list[ast.Name] | tuple[ast.Name, ...]:
+        """The reads of ``name`` that may come after the write: with no loop around the write, those that start
+        after it ends (found by position, not by asking ``_when`` of every read of a long statement)."""
+        loads = self.loads.get(name, [])
+        if self.ctx.loops_around(self.write, self.scope):
+            return loads
+        ordered = self.ctx.once(f"reads of {name} in order", self.scope,
+                                lambda: sorted(loads, key=lambda n: (n.lineno, n.col_offset)))
+        first = bisect.bisect_left(ordered, (self.write.end_lineno, self.write.end_col_offset),
+                                   key=lambda n: (n.lineno, n.col_offset))
+        return ordered[first:]
 
     def _rebound_before(self, name: str) -> bool:
         """Is ``name`` certainly assigned on every path from the function's start to the write?"""
@@ -460,6 +482,29 @@ class AliasAnalysis:
 
     def _used_in_functions(self, name: str) -> bool:
         return name in self.ctx.scope_names(self.scope).nested
+
+
+class _ReadProbe(AliasAnalysis):
+    """Follows one read with nothing known and no write call, to tell whether its value ends up anywhere: any
+    binding, holding or escape on the way is noted, not made (``AliasAnalysis._reads_that_lead_somewhere``).
+    A read that leads nowhere so leads nowhere for any write: a write call only stops a walk earlier."""
+
+    def __init__(self, ctx: FixContext):  # noqa: D107 - no fixpoint: one walk at a time
+        self.ctx, self.knowledge, self.write_call = ctx, load_knowledge(), None
+        self.holders: dict[str, list[ast.AST]] = {}
+        self.escapes: list[tuple[str, ast.AST]] = []
+        self.touched = False
+
+    def leads_nowhere(self, load: ast.Name, kind: str) -> bool:
+        return not self._follow(load, kind) and not self.touched and not self.escapes
+
+    def _add(self, table: dict[str, list[ast.AST]], name: str, event: ast.AST) -> bool:
+        self.touched = True
+        return False
+
+    def _bind_target(self, target: ast.AST, kind: str, event: ast.AST, unpacking_of_name: bool = False) -> bool:
+        self.touched = True
+        return False
 
 
 def _start(node: ast.AST) -> tuple[int, int]:
