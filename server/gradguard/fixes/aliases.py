@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import bisect
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..knowledge import load_knowledge
 from ..statements import block_of
@@ -129,11 +130,15 @@ class AliasAnalysis:
         self._run()
 
     # ------------------------------------------------------------ positions
+    @cached_property
+    def _write_loops(self) -> frozenset[int]:
+        """The ids of the loops around the write (in its scope): asked of every event, made once."""
+        return frozenset(id(loop) for loop in self.ctx.loops_around(self.write, self.scope))
+
     def _when(self, node: ast.AST) -> str:
         """"before", "after" or "both" (a loop around node and the write) relative to the write."""
         write = self.write
-        node_loops = set(map(id, self.ctx.loops_around(node, self.scope)))
-        if any(id(loop) in node_loops for loop in self.ctx.loops_around(write, self.scope)):
+        if self._write_loops and self._write_loops & {id(loop) for loop in self.ctx.loops_around(node, self.scope)}:
             return "both"
         start = _start(node)
         if start < (write.lineno, write.col_offset):
@@ -458,7 +463,7 @@ class AliasAnalysis:
         """The reads of ``name`` that may come after the write: with no loop around the write, those that start
         after it ends (found by position, not by asking ``_when`` of every read of a long statement)."""
         loads = self.loads.get(name, [])
-        if self.ctx.loops_around(self.write, self.scope):
+        if self._write_loops:
             return loads
         ordered = self.ctx.once(f"reads of {name} in order", self.scope,
                                 lambda: sorted(loads, key=lambda n: (n.lineno, n.col_offset)))
@@ -508,6 +513,8 @@ class _ReadProbe(AliasAnalysis):
 
 
 def _start(node: ast.AST) -> tuple[int, int]:
+    if hasattr(node, "lineno"):
+        return node.lineno, node.col_offset
     for sub in ast.walk(node):
         if hasattr(sub, "lineno"):
             return sub.lineno, sub.col_offset
