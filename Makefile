@@ -52,14 +52,16 @@ fix-variants: setup-test
 	PYTHONPATH=server:tests $(BIN)/python -m variants --fixes
 
 clean:
-	rm -rf $(VENV) build *.egg-info server/*.egg-info .variants_out .variants_cache
+	rm -rf $(VENV) build *.egg-info server/*.egg-info .variants_out .variants_cache .fuzz
 
 # Nightly-style: many more fuzz examples than CI's defaults (GRADGUARD_FUZZ_EXAMPLES=150 damaged fixtures,
 # GRADGUARD_GRAMMAR_EXAMPLES=40 deep and long programs from tests/grammar.py).  The 10,000 grammar programs
-# run as two seeded shards of 5,000, one per core (about 80 minutes here), then 5,000 damaged fixtures.
+# run as two seeded shards of 5,000, one per core, each logging every program's cost to .fuzz/SEED.log
+# (`tail -f` it to see how far a run is), then 5,000 damaged fixtures.
 FUZZ_GRAMMAR = $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz_grammar.py -k deep_and_long --hypothesis-show-statistics
 fuzz: setup-test
-	GRADGUARD_GRAMMAR_SEED=20260516 GRADGUARD_GRAMMAR_EXAMPLES=5000 $(FUZZ_GRAMMAR) & first=$$!; \
-	GRADGUARD_GRAMMAR_SEED=20261124 GRADGUARD_GRAMMAR_EXAMPLES=5000 $(FUZZ_GRAMMAR); second=$$?; \
+	mkdir -p .fuzz && rm -f .fuzz/*.log
+	GRADGUARD_FUZZ_LOG=.fuzz/20260516.log GRADGUARD_GRAMMAR_SEED=20260516 GRADGUARD_GRAMMAR_EXAMPLES=5000 $(FUZZ_GRAMMAR) & first=$$!; \
+	GRADGUARD_FUZZ_LOG=.fuzz/20261124.log GRADGUARD_GRAMMAR_SEED=20261124 GRADGUARD_GRAMMAR_EXAMPLES=5000 $(FUZZ_GRAMMAR); second=$$?; \
 	wait $$first && test $$second -eq 0
 	GRADGUARD_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py

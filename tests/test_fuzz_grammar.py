@@ -9,7 +9,8 @@ Properties, for every program:
   - time grows linearly with the size of the file (``test_time_is_linear_in_size``).
 
 The number of programs comes from ``GRADGUARD_GRAMMAR_EXAMPLES`` (default 40: about 25 s here), the seed from
-``GRADGUARD_GRAMMAR_SEED``; ``make fuzz`` runs 10,000 (two seeded shards of 5,000).
+``GRADGUARD_GRAMMAR_SEED``; ``make fuzz`` runs 10,000 (two seeded shards of 5,000) and logs each program's
+cost to ``.fuzz/*.log`` (``GRADGUARD_FUZZ_LOG``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,19 @@ EXAMPLES = int(os.environ.get("GRADGUARD_GRAMMAR_EXAMPLES", "40"))
 SEED = int(os.environ.get("GRADGUARD_GRAMMAR_SEED", "20260516"))
 
 
+PROGRESS = os.environ.get("GRADGUARD_FUZZ_LOG")  # a file: one line per program (``make fuzz`` runs for long)
+_ran = [0]
+
+
+def _log(text: str, seconds: float) -> None:
+    """With ``GRADGUARD_FUZZ_LOG``: each program's number, CPU seconds and size, so that a long run shows how far
+    it is and which programs cost most."""
+    _ran[0] += 1
+    if PROGRESS:
+        with open(PROGRESS, "a", encoding="utf-8") as log:
+            log.write(f"{_ran[0]} {seconds:.2f}s {len(text)} chars {text.count(chr(10)) + 1} lines\n")
+
+
 def python_says(text: str) -> tuple[str, int]:
     """What CPython's parser makes of ``text``: "ok" (and the deepest expression), "syntax" or "too deep"."""
     try:
@@ -63,7 +77,11 @@ def python_says(text: str) -> tuple[str, int]:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
 @given(program=programs())
 def test_deep_and_long_programs(program):
+    if PROGRESS:  # the program being analysed, should a run hang
+        Path(PROGRESS + ".current.py").write_text(program.text, encoding="utf-8")
+    started = time.process_time()
     result = check(program.text)
+    _log(program.text, time.process_time() - started)
     codes = [d.code for d in result.diagnostics]
     verdict, deepest = python_says(program.text)
     event(f"Python's parser: {verdict}")  # shown by --hypothesis-show-statistics
