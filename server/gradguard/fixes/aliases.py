@@ -137,6 +137,7 @@ class AliasAnalysis:
 
     def _when(self, node: ast.AST) -> str:
         """"before", "after" or "both" (a loop around node and the write) relative to the write."""
+        self.ctx.spend()
         write = self.write
         if self._write_loops and self._write_loops & {id(loop) for loop in self.ctx.loops_around(node, self.scope)}:
             return "both"
@@ -220,6 +221,7 @@ class AliasAnalysis:
 
     def _follow(self, load: ast.Name, kind: str) -> bool:
         """Walk up from a read of an alias/holder to where its value (or a view of it) ends up."""
+        self.ctx.spend()
         parents = self.ctx.parents
         cur: ast.AST = load
         while True:

@@ -58,6 +58,13 @@ class CannotFix(Exception):
     """Raised inside fix builders for "this code has no fix we can stand behind"."""
 
 
+# The work fixes may do in one file, in steps per character of its text: a step is one read followed or one event
+# placed by the alias analysis, whose work per finding grows with the reads of the written name.  Hand-written
+# code needs a small part of this; a machine-made statement of 3,000 writes to one name would need 18 million
+# steps (minutes).  Past the budget a finding is still reported, without a fix (``FixContext.spend``).
+FIX_STEPS_PER_CHARACTER = 5
+
+
 def entry_line(finding: Finding) -> int:
     """The line of the statement a finding's write (or the call leading to it) is made on: how a finding is
     found again in a changed text (``FindingId.line``)."""
@@ -154,6 +161,7 @@ class FixContext:
         self._names_by_scope: dict[int, ScopeNames] = {}  # ``scope_names``, by the scope's id
         self._segments: dict[int, Segment | CannotFix] = {}  # ``segment``, by the statement's id
         self._answers: dict[tuple[str, int], object] = {}  # ``once``, by question and node id
+        self.steps_left = FIX_STEPS_PER_CHARACTER * max(len(text), 2_000)  # ``spend``
 
     def still_found(self, fixed: str, finding: FindingId) -> bool:
         """Whether ``finding`` is still found in ``fixed`` (this file's text with a candidate fix made)."""
@@ -186,6 +194,13 @@ class FixContext:
             arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
             known = self._names_by_function[id(fn)] = FunctionNames(uses, frozenset(declared), frozenset(arguments))
         return known
+
+    def spend(self) -> None:
+        """Count one step of fix work against the file's budget (``FIX_STEPS_PER_CHARACTER``): CannotFix once
+        it is spent, so the total work of a file's fixes stays linear in its size."""
+        self.steps_left -= 1
+        if self.steps_left < 0:
+            raise CannotFix("building fixes for this file took all the work allowed for its size")
 
     def once(self, question: str, node: ast.AST, answer: Callable[[], T]) -> T:
         """``answer()`` to ``question`` about ``node``, worked out once per file: a statement may have hundreds
