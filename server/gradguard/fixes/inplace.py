@@ -432,10 +432,7 @@ def _rewrite_write_on(ctx: FixContext, rw: Rewrite, write: Write, attr: ast.Attr
 def _is_view_name(ctx: FixContext, scope: ast.AST, stmt: ast.stmt, name: str):
     """(binding statement, leaf name) when ``name`` was bound, once and before ``stmt`` in the same block,
     to a view of another local name; None otherwise."""
-    bindings = [
-        n for n in ast.walk(scope)
-        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
-    ]
+    bindings = [n for n in ctx.names_in(scope).of(name) if isinstance(n.ctx, ast.Store)]
     if len(bindings) != 1:
         return None
     binding = ctx.statement_of(bindings[0])
@@ -547,17 +544,18 @@ def fix_or_none(build) -> Fix | None:
 def is_parameter_update(ctx: FixContext, mutation: Mutation, write: Write) -> bool:
     """Is this leaf write an optimizer-style update or a reset, rather than part of a computation?"""
     stmt = write.stmt
-    if any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(stmt)):
+    if ctx.once("reads .grad", stmt, lambda: any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(stmt))):
         return True
     fn = ctx.function_of(stmt)
     scope = ctx.scope_of(stmt)
     origin = mutation.target.root().origin
     for loop in ctx.loops_around(stmt, scope):
-        if origin is not None and any(n is origin for n in ast.walk(loop)):
+        if origin is not None and ctx.inside(origin, loop):
             continue  # a leaf made afresh in each iteration is not a parameter being trained
-        for node in ast.walk(loop):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("backward", "step"):
-                return True  # a leaf that outlives the training loop: a parameter, updated or reset
+        if ctx.once("calls backward or step", loop, lambda loop=loop: any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "step")
+                for n in ast.walk(loop))):
+            return True  # a leaf that outlives the training loop: a parameter, updated or reset
     if any(_inside_forward(ctx, node) for node in (stmt, *(site for site, _ in mutation.frames))):
         return False  # written while a module computes its output (in forward, or a function forward calls)
     root = mutation.target.root()

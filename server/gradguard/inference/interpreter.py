@@ -692,6 +692,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
 
     def _through_container(self, node: ast.AST) -> bool:
         """Is the expression a write goes through an element of a Python list or dict?"""
+        if not self.container_reads:
+            return False  # no element read yet: no need to walk the written expression (a long chain, each write)
         if isinstance(node, ast.AugAssign):
             written = node.target
         elif isinstance(node, ast.Assign):
