@@ -106,8 +106,7 @@ class ScopeNames(NamedTuple):
     """The names of one scope's own code (``FixContext.scope_names``): what the alias analysis of each write
     in the scope asks about, indexed once rather than walked again for every finding of a long statement."""
 
-    nodes: tuple[ast.AST, ...]  # every node of the scope's own code (nested functions, lambdas, classes excluded)
-    loads: dict[str, list[ast.Name]]  # identifier -> its loads in the scope's own code
+    loads: dict[str, list[ast.Name]]  # identifier -> its loads in the scope's own code (nested scopes excluded)
     bindings: dict[str, list[ast.Name]]  # identifier -> its stores and deletes there
     nested: frozenset[str]  # identifiers used anywhere inside a nested function, lambda or class
     declarations: tuple[frozenset[str], ...]  # the names of each `global`/`nonlocal` statement, nested ones too
@@ -214,16 +213,15 @@ class FixContext:
         """The names of ``scope``'s own code and of the scopes nested in it, indexed once per scope."""
         known = self._names_by_scope.get(id(scope))
         if known is None:
-            nodes = tuple(own_code(scope))
             loads: dict[str, list[ast.Name]] = {}
             bindings: dict[str, list[ast.Name]] = {}
-            for node in nodes:
+            for node in own_code(scope):
                 if isinstance(node, ast.Name):
                     (loads if isinstance(node.ctx, ast.Load) else bindings).setdefault(node.id, []).append(node)
             nested = frozenset(n.id for inner in _nested_scopes(scope) for n in ast.walk(inner)
                                if isinstance(n, ast.Name))
             declarations = tuple(frozenset(n.names) for n in ast.walk(scope) if isinstance(n, (ast.Global, ast.Nonlocal)))
-            known = self._names_by_scope[id(scope)] = ScopeNames(nodes, loads, bindings, nested, declarations)
+            known = self._names_by_scope[id(scope)] = ScopeNames(loads, bindings, nested, declarations)
         return known
 
     def inside(self, node: ast.AST, outer: ast.AST) -> bool:
