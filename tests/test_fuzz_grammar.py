@@ -176,6 +176,19 @@ def test_deep_function_names_what_was_skipped():
     assert ("GG001", sentinel) in [(d.code, d.line) for d in result.diagnostics]
 
 
+@pytest.mark.parametrize("start", ["2.0", "(w)", "'s'", "-w", "w"])
+def test_statement_too_deep_for_python_that_begins_with_no_name(start):
+    """`2.0 @ w @ w @ ...` (found by the fuzz): the statement's first name-or-operator word is `@`, but it is no
+    decorator.  It is skipped as "the statement" (it used to raise ValueError looking for its `def`)."""
+    text = PRELUDE + start + " @ w" * 8000 + "\n\n" + SENTINEL
+    result = check(text)
+    skipped = [d for d in result.diagnostics if d.code == NOT_ANALYSED]
+    assert [d.line for d in skipped] == [PRELUDE.count("\n") + 1], result.diagnostics
+    assert "the statement on line" in skipped[0].message
+    sentinel = PRELUDE.count("\n") + 2 + SENTINEL_WRITE
+    assert ("GG001", sentinel) in [(d.code, d.line) for d in result.diagnostics]
+
+
 def test_too_many_steps_is_reported_not_run_for_minutes():
     """Loops run their body twice (the innermost four of a nest), so four nested loops around 12,000 statements
     are some 600,000 steps: the function is skipped by name."""

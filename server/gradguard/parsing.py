@@ -180,15 +180,22 @@ def _statement_starts(text: str) -> list[tuple[int, list[tokenize.TokenInfo]]] |
     return starts
 
 
+_LAYOUT_TOKENS = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                            tokenize.ENCODING})
+
+
 def _skipped_statement(tokens: list[tokenize.TokenInfo], first: int, last: int, end_column: int) -> ast.stmt:
     """A placeholder for a top-level statement Python's parser gave up on: ``names = <unanalysed>``, so that
     what it assigns is unknown to the statements after it rather than left at an older value."""
     words = [t.string for t in tokens if t.type in (tokenize.NAME, tokenize.OP)]
+    # The statement's own first token: `2.0 @ w @ ...` is a product, not a decorator, though `@` is its first word.
+    lead = next((t for t in tokens if t.type not in _LAYOUT_TOKENS), None)
     names: list[str] = []
     what = "the statement"
-    if words[:1] == ["@"] or words[:1] in (["def"], ["class"]) or words[:2] == ["async", "def"]:
+    decorated = lead is not None and lead.type == tokenize.OP and lead.string == "@"
+    if decorated or words[:1] in (["def"], ["class"]) or words[:2] == ["async", "def"]:
         keyword = "class" if "class" in words else "def"
-        index = words.index(keyword) + 1
+        index = words.index(keyword) + 1 if keyword in words else len(words)
         if index < len(words):
             names = [words[index]]
             what = f"the {'class' if keyword == 'class' else 'function'} `{words[index]}`"
