@@ -603,8 +603,7 @@ def _method_of_file_class(ctx: FixContext, call: ast.Call) -> ast.FunctionDef | 
     classes = {c.name: c for c in ctx.tree.body if isinstance(c, ast.ClassDef)}
     owner = ctx.class_of(call) if receiver == "self" else None
     if owner is None:
-        bindings = [n for n in own_code(scope) if isinstance(n, ast.Name) and n.id == receiver
-                    and not isinstance(n.ctx, ast.Load)]
+        bindings = ctx.scope_names(scope).bindings.get(receiver, [])
         if len(bindings) != 1:
             return None
         stmt = ctx.parents.get(bindings[0])
