@@ -624,8 +624,10 @@ def _returned_arguments(ctx: FixContext, knowledge, method: ast.FunctionDef, cal
                 isinstance(d, ast.Call) and ctx.qual(d.func) in ("torch.no_grad", "torch.inference_mode")
                 for d in method.decorator_list):
         return None
-    returns = [n for n in own_code(method) if isinstance(n, ast.Return)]
-    if not returns or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own_code(method)):
+    returns, generator = ctx.once("returns, and whether it yields", method, lambda: (
+        [n for n in own_code(method) if isinstance(n, ast.Return)],
+        any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own_code(method))))
+    if not returns or generator:
         return None
     named: set[str] = set()
     for ret in returns:
@@ -633,7 +635,7 @@ def _returned_arguments(ctx: FixContext, knowledge, method: ast.FunctionDef, cal
             continue
         held: list[ast.Attribute] = []
         sources = _view_sources(ret.value, ctx, knowledge, held)
-        if held or not set(sources) <= set(params) or any(_binds(method, name) for name in sources):
+        if held or not set(sources) <= set(params) or any(name in ctx.scope_names(method).bindings for name in sources):
             return None
         named.update(sources)
     by_name = dict(zip(params, call.args))
@@ -650,11 +652,6 @@ def _only_returns_views(ctx: FixContext, knowledge, call: ast.Call) -> bool:
     body = method.body[1:] if isinstance(method.body[0], ast.Expr) and isinstance(method.body[0].value, ast.Constant) \
         else method.body
     return len(body) == 1 and isinstance(body[0], ast.Return) and _returned_arguments(ctx, knowledge, method, call) is not None
-
-
-def _binds(fn: ast.FunctionDef, name: str) -> bool:
-    """Whether ``fn`` assigns ``name`` (a parameter rebound inside may hold anything)."""
-    return any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in own_code(fn))
 
 
 def analyse(ctx: FixContext, write: ast.stmt, name: str, pieces_disjoint: bool = True,
