@@ -41,9 +41,12 @@ class BaselineError(ValueError):
 def fingerprinted(diagnostics: Sequence[Diagnostic], lines: Sequence[str]) -> list[Diagnostic]:
     """``diagnostics`` (in line order) with their fingerprints, from ``lines``: the text they were found in."""
     seen: Counter[tuple[str, str]] = Counter()
+    normalized: dict[int, str] = {}  # a line is read once, however many findings it holds
     out = []
     for d in diagnostics:
-        text = " ".join(lines[d.line - 1].split()) if 1 <= d.line <= len(lines) else ""
+        if d.line not in normalized:
+            normalized[d.line] = " ".join(lines[d.line - 1].split()) if 1 <= d.line <= len(lines) else ""
+        text = normalized[d.line]
         occurrence = seen[d.code, text]
         seen[d.code, text] += 1
         digest = hashlib.blake2b(f"{d.code}\0{text}\0{occurrence}".encode("utf-8", "surrogatepass"), digest_size=6)
