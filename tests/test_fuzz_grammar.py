@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import gc
 import inspect
+import itertools
 import os
 import subprocess
 import sys
@@ -41,19 +42,19 @@ SEED = int(os.environ.get("GRADGUARD_GRAMMAR_SEED", "20260516"))
 
 
 PROGRESS = os.environ.get("GRADGUARD_FUZZ_LOG")  # a file: one line per program (``make fuzz`` runs for long)
-_ran = [0]
+_numbers = itertools.count(1)  # the programs in the order this process ran them
 SLOW_SECONDS = 10
 
 
 def _log(text: str, seconds: float) -> None:
     """With ``GRADGUARD_FUZZ_LOG``: each program's number, CPU seconds and size, so that a long run shows how far
     it is and which programs cost most; a program slower than ``SLOW_SECONDS`` is kept beside the log."""
-    _ran[0] += 1
+    number = next(_numbers)
     if PROGRESS:
         with open(PROGRESS, "a", encoding="utf-8") as log:
-            log.write(f"{_ran[0]} {seconds:.2f}s {len(text)} chars {text.count(chr(10)) + 1} lines\n")
+            log.write(f"{number} {seconds:.2f}s {len(text)} chars {text.count(chr(10)) + 1} lines\n")
         if seconds > SLOW_SECONDS:  # kept to be profiled: the run's order of programs is not reproducible alone
-            Path(f"{PROGRESS}.slow-{_ran[0]}.py").write_text(text, encoding="utf-8")
+            Path(f"{PROGRESS}.slow-{number}.py").write_text(text, encoding="utf-8")
 
 
 def python_says(text: str) -> tuple[str, int]:

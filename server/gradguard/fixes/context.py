@@ -142,6 +142,29 @@ def _nested_scopes(scope: ast.AST) -> Iterator[ast.AST]:
         stack.extend(ast.iter_child_nodes(node))
 
 
+def _function_names(fn: ast.AST) -> FunctionNames:
+    uses: dict[str, list[ast.Name]] = {}
+    declared: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name):
+            uses.setdefault(node.id, []).append(node)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+    arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
+    return FunctionNames(uses, frozenset(declared), frozenset(arguments))
+
+
+def _scope_names(scope: ast.AST) -> ScopeNames:
+    loads: dict[str, list[ast.Name]] = {}
+    bindings: dict[str, list[ast.Name]] = {}
+    for node in own_code(scope):
+        if isinstance(node, ast.Name):
+            (loads if isinstance(node.ctx, ast.Load) else bindings).setdefault(node.id, []).append(node)
+    nested = frozenset(n.id for inner in _nested_scopes(scope) for n in ast.walk(inner) if isinstance(n, ast.Name))
+    declarations = tuple(frozenset(n.names) for n in ast.walk(scope) if isinstance(n, (ast.Global, ast.Nonlocal)))
+    return ScopeNames(loads, bindings, nested, declarations)
+
+
 class FixContext:
     """One file, as the fixes of its findings see it.  ``still_found`` checks a candidate fix against the
     analysis; without it, a fix that needs that check is not offered."""
@@ -156,8 +179,6 @@ class FixContext:
         # Each rule's fix builder by code, as the caller (``api``) hands them down: a fix that defers to another
         # rule's (GG104 to the in-place rule behind its loop) asks here instead of importing the rules.
         self.builders: Mapping[str, FixBuilder] = builders or {}
-        self._names_by_function: dict[int, FunctionNames] = {}  # ``names_in``, by the function's id
-        self._names_by_scope: dict[int, ScopeNames] = {}  # ``scope_names``, by the scope's id
         self._segments: dict[int, Segment | CannotFix] = {}  # ``segment``, by the statement's id
         self._answers: dict[tuple[str, int], object] = {}  # ``once``, by question and node id
         self.steps_left = FIX_STEPS_PER_CHARACTER * max(len(text), 2_000)  # ``spend``
@@ -181,18 +202,7 @@ class FixContext:
         """Every ``Name`` of ``fn`` (nested scopes too) by identifier, in ``ast.walk`` order, and the names it
         declares ``global``/``nonlocal``: made once per function, so that a fix asking about each name of a
         long statement does not walk the whole function for each (quadratic: minutes on fuzzed programs)."""
-        known = self._names_by_function.get(id(fn))
-        if known is None:
-            uses: dict[str, list[ast.Name]] = {}
-            declared: set[str] = set()
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Name):
-                    uses.setdefault(node.id, []).append(node)
-                elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                    declared.update(node.names)
-            arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
-            known = self._names_by_function[id(fn)] = FunctionNames(uses, frozenset(declared), frozenset(arguments))
-        return known
+        return self.once("names", fn, lambda: _function_names(fn))
 
     def spend(self) -> None:
         """Count one step of fix work against the file's budget (``FIX_STEPS_PER_CHARACTER``): CannotFix once
@@ -211,18 +221,7 @@ class FixContext:
 
     def scope_names(self, scope: ast.AST) -> ScopeNames:
         """The names of ``scope``'s own code and of the scopes nested in it, indexed once per scope."""
-        known = self._names_by_scope.get(id(scope))
-        if known is None:
-            loads: dict[str, list[ast.Name]] = {}
-            bindings: dict[str, list[ast.Name]] = {}
-            for node in own_code(scope):
-                if isinstance(node, ast.Name):
-                    (loads if isinstance(node.ctx, ast.Load) else bindings).setdefault(node.id, []).append(node)
-            nested = frozenset(n.id for inner in _nested_scopes(scope) for n in ast.walk(inner)
-                               if isinstance(n, ast.Name))
-            declarations = tuple(frozenset(n.names) for n in ast.walk(scope) if isinstance(n, (ast.Global, ast.Nonlocal)))
-            known = self._names_by_scope[id(scope)] = ScopeNames(loads, bindings, nested, declarations)
-        return known
+        return self.once("own names", scope, lambda: _scope_names(scope))
 
     def inside(self, node: ast.AST, outer: ast.AST) -> bool:
         """Whether ``node`` is ``outer`` or part of it (through the parents map, not a walk of ``outer``)."""
