@@ -1,4 +1,4 @@
-"""Build the pinned real-code corpus of issue 8 from PyPI wheels into bench/corpus/ (gitignored).
+"""Build the pinned real-code corpus of issues 8 and 30 from PyPI wheels into bench/corpus/ (gitignored).
 
     python bench/build_corpus.py [--dest bench/corpus]
 
@@ -31,6 +31,27 @@ PACKAGES = [
     ("torchvision", "0.29.1", PLATFORM),
     ("pytorch-lightning", "2.6.6", []),
     ("accelerate", "1.15.0", []),
+    # issue 30: widened to 24 packages, over 1M lines, for precision (none of the issue's reserved packages)
+    ("fastai", "2.8.12", []),
+    ("skorch", "1.4.0", []),
+    ("torchrl", "0.14.1", PLATFORM),
+    ("tianshou", "2.0.1", []),
+    ("pfrl", "0.1.0", []),  # 0.4.0 ships only an sdist
+    ("mmengine", "0.10.7", []),
+    ("mmdet", "3.3.0", []),
+    ("lightly", "1.6.0", []),
+    ("flair", "0.15.1", []),
+    ("sentence-transformers", "6.2.0", []),
+    ("captum", "0.9.0", []),
+    ("opacus", "1.6.0", []),
+    ("torchattacks", "3.5.1", []),
+    ("e3nn", "0.6.0", []),
+    ("torchgeo", "0.8.1", []),
+    ("pytorch-forecasting", "1.8.0", []),
+    ("vit-pytorch", "1.26.11", []),
+    ("dalle2-pytorch", "1.15.6", []),
+    ("imagen-pytorch", "2.1.0", []),
+    ("audiolm-pytorch", "2.4.0", []),
 ]
 
 
