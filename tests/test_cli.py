@@ -185,14 +185,14 @@ def test_no_process_pool_falls_back_to_in_process(gg, tmp_path, monkeypatch):
 def test_internal_error_in_one_file_reports_and_goes_on(gg, tmp_path, monkeypatch):
     import gradguard.api
 
-    real = gradguard.api.analyze_path
+    real = gradguard.api.analyze_bytes
 
-    def flaky(path, config=None, display_path=None):
-        if path.name == "boom.py":
+    def flaky(data, path, config=None):
+        if path.rsplit("/", 1)[-1] == "boom.py":
             raise RecursionError("maximum recursion depth exceeded")
-        return real(path, config, display_path)
+        return real(data, path, config)
 
-    monkeypatch.setattr(gradguard.api, "analyze_path", flaky)
+    monkeypatch.setattr(gradguard.api, "analyze_bytes", flaky)
     write(tmp_path, "boom.py", LEAF_BUG)
     write(tmp_path, "train.py", LEAF_BUG)
     run = gg("check", "--jobs", "1")

@@ -338,14 +338,14 @@ def boom(monkeypatch):
     """The analysis of any file named boom.py crashes."""
     import gradguard.api
 
-    real = gradguard.api.analyze_path
+    real = gradguard.api.analyze_bytes
 
-    def flaky(path, config=None, display_path=None):
-        if path.name == "boom.py":
+    def flaky(data, path, config=None):
+        if path.rsplit("/", 1)[-1] == "boom.py":
             raise RecursionError("maximum recursion depth exceeded")
-        return real(path, config, display_path)
+        return real(data, path, config)
 
-    monkeypatch.setattr(gradguard.api, "analyze_path", flaky)
+    monkeypatch.setattr(gradguard.api, "analyze_bytes", flaky)
 
 
 def test_a_crash_with_nothing_else_found_is_not_an_all_clear(gg, tmp_path, boom):

@@ -25,13 +25,13 @@ def gg(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".git").mkdir()  # the project root: the cache goes in tmp_path/.gradguard_cache
     analysed: list[str] = []
-    real = gradguard.api.analyze_path
+    real = gradguard.api.analyze_bytes
 
-    def counting(path, config=None, display_path=None):
-        analysed.append(display_path)
-        return real(path, config, display_path)
+    def counting(data, path, config=None):
+        analysed.append(path)
+        return real(data, path, config)
 
-    monkeypatch.setattr(gradguard.api, "analyze_path", counting)
+    monkeypatch.setattr(gradguard.api, "analyze_bytes", counting)
 
     def run(*argv: str):
         analysed.clear()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from . import api
 from .config import Config
-from .diagnostics import FileResult
+from .diagnostics import UNREADABLE, FileResult
 from .files import Target
-from .result_cache import ResultCache
+from .result_cache import ResultCache, digest_of
 
 PARALLEL_MIN_FILES = 8
 MAX_CHUNK = 32
@@ -25,15 +25,31 @@ Pair = tuple[str, str]  # (path, display)
 Progress = Callable[[int], None]  # called with the number of files just done
 
 
-def analyze_chunk(chunk: Sequence[Pair], config: Config) -> tuple[list[FileResult], list[str]]:
-    """Analyse (path, display) pairs; runs in worker processes.  Crashes are bugs: report, go on."""
-    results, crashes = [], []
+def analyze_one(path: Path, display: str, config: Config) -> tuple[FileResult, str | None]:
+    """One file read once and its bytes analysed: the result and the digest of exactly those bytes (None when
+    the file could not be read), so the result cache stores it under the key of what was analysed, and
+    ``--fix`` knows whether the text it reads later is the one the findings are about."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return api._input_problem(display, UNREADABLE, f"cannot read file: {exc.strerror or exc}"), None
+    return api.analyze_bytes(data, display, config), digest_of(data)
+
+
+def analyze_chunk(chunk: Sequence[Pair], config: Config) -> tuple[list[FileResult], list[str], dict[str, str]]:
+    """Analyse (path, display) pairs; runs in worker processes.  Crashes are bugs: report, go on.  The third
+    item maps each display name to the digest of the bytes its result is the analysis of."""
+    results, crashes, digests = [], [], {}
     for path, display in chunk:
         try:
-            results.append(api.analyze_path(Path(path), config, display))
+            result, digest = analyze_one(Path(path), display, config)
         except Exception as exc:  # noqa: BLE001 - one file's crash must not lose the others
             crashes.append(f"internal error while analysing {display}: {type(exc).__name__}: {exc}")
-    return results, crashes
+            continue
+        results.append(result)
+        if digest is not None:
+            digests[display] = digest
+    return results, crashes, digests
 
 
 def chunks(pairs: Sequence[Pair], jobs: int) -> list[list[Pair]]:
@@ -46,7 +62,7 @@ def chunks(pairs: Sequence[Pair], jobs: int) -> list[list[Pair]]:
 
 
 def in_pool(pairs: list[Pair], config: Config, jobs: int, progress: Progress, results: list, crashes: list,
-            pool: Executor | None = None) -> list[Pair]:
+            pool: Executor | None = None, digests: dict | None = None) -> list[Pair]:
     """Analyse in worker processes (``pool``, else a new one); return the pairs left undone if processes
     cannot run here."""
     pending = chunks(pairs, jobs)
@@ -56,9 +72,11 @@ def in_pool(pairs: list[Pair], config: Config, jobs: int, progress: Progress, re
         try:
             futures = {pool.submit(analyze_chunk, chunk, config): chunk for chunk in pending}
             for future in as_completed(futures):
-                chunk_results, chunk_crashes = future.result()
+                chunk_results, chunk_crashes, chunk_digests = future.result()
                 results += chunk_results
                 crashes += chunk_crashes
+                if digests is not None:
+                    digests.update(chunk_digests)
                 pending.remove(futures[future])
                 progress(len(futures[future]))
         finally:
@@ -69,17 +87,21 @@ def in_pool(pairs: list[Pair], config: Config, jobs: int, progress: Progress, re
     return [pair for chunk in pending for pair in chunk]
 
 
-def analyze_files(targets: list[Target], config: Config, jobs: int, progress: Progress = lambda n: None):
-    """Results (in no particular order) and internal-error messages for every target."""
+def analyze_files(targets: list[Target], config: Config, jobs: int, progress: Progress = lambda n: None,
+                  digests: dict[str, str] | None = None):
+    """Results (in no particular order) and internal-error messages for every target; ``digests`` (if given)
+    gets the digest of the bytes each result is the analysis of, by display name."""
     pairs = [(str(t.path), t.display) for t in targets]
     results: list[FileResult] = []
     crashes: list[str] = []
+    digests = digests if digests is not None else {}
     if jobs > 1 and len(pairs) >= PARALLEL_MIN_FILES:
-        pairs = in_pool(pairs, config, jobs, progress, results, crashes)
+        pairs = in_pool(pairs, config, jobs, progress, results, crashes, digests=digests)
     for pair in pairs:
-        chunk_results, chunk_crashes = analyze_chunk([pair], config)
+        chunk_results, chunk_crashes, chunk_digests = analyze_chunk([pair], config)
         results += chunk_results
         crashes += chunk_crashes
+        digests.update(chunk_digests)
         progress(1)
     return results, crashes
 
@@ -97,14 +119,19 @@ def split_cached(targets: list[Target], cache: ResultCache) -> tuple[list[FileRe
 
 
 def analyze_cached(targets: list[Target], config: Config, jobs: int, cache: ResultCache | None,
-                   progress: Progress = lambda n: None):
+                   progress: Progress = lambda n: None, digests: dict[str, str] | None = None):
     """``analyze_files`` behind the content-hash result cache (``gradguard.result_cache``), if any; the
-    files found in the cache count as done at once."""
+    files found in the cache count as done at once.  A result is stored only under the key of the bytes it
+    is the analysis of (a file edited between the cache's read and the analysis's is not stored).
+    ``digests``, if given, gets the digest of the bytes behind each result (a hit's: the bytes keyed)."""
+    digests = digests if digests is not None else {}
     if cache is None:
-        return analyze_files(targets, config, jobs, progress)
+        return analyze_files(targets, config, jobs, progress, digests)
     cached, misses = split_cached(targets, cache)
+    for result in cached:
+        digests[result.path] = cache.digest(result.path)
     progress(len(cached))
-    results, crashes = analyze_files(misses, config, jobs, progress)
+    results, crashes = analyze_files(misses, config, jobs, progress, digests)
     for result in results:
-        cache.put(result)
+        cache.put(result, digests.get(result.path, ""))  # "": unread, so never stored
     return cached + results, crashes

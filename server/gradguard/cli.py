@@ -202,7 +202,7 @@ def _analyze_stdin(display: str, config: Config) -> FileResult:
     return analyze_bytes(data.encode() if isinstance(data, str) else data, display, config)
 
 
-def _analyze_cached(targets: list[Target], config: Config, args: argparse.Namespace):
+def _analyze_cached(targets: list[Target], config: Config, args: argparse.Namespace, digests: dict[str, str]):
     """Every target analysed in worker processes (``gradguard.batch``), behind the content-hash result cache
     (``gradguard.result_cache``) unless --no-cache: results in no particular order, and internal errors."""
     from .batch import analyze_cached
@@ -212,7 +212,8 @@ def _analyze_cached(targets: list[Target], config: Config, args: argparse.Namesp
     cache = None if args.no_cache else open_cache(config)
     bar = _progress(len(targets), progress and len(targets) >= PROGRESS_MIN_FILES and sys.stderr.isatty())
     try:
-        return analyze_cached(targets, config, args.jobs, cache, bar.update if bar is not None else lambda n: None)
+        return analyze_cached(targets, config, args.jobs, cache, bar.update if bar is not None else lambda n: None,
+                              digests)
     finally:
         if bar is not None:
             bar.close()
@@ -277,7 +278,8 @@ def _check(args: argparse.Namespace) -> int:
     if paths and not targets:
         raise UsageError(_nothing_found(paths, config))
 
-    results, crashes = _analyze_cached(targets, config, args)
+    digests: dict[str, str] = {}  # display -> digest of the bytes its result is the analysis of
+    results, crashes = _analyze_cached(targets, config, args, digests)
     unprobed: list[str] = []  # files the probe did not run to their end (--probe)
     if "-" in args.paths:
         display = args.stdin_filename or "-"
@@ -307,7 +309,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.fix or args.diff:
         from .fixing import run_fixes  # .py files have their text fixed; notebooks their cells
 
-        fixing = run_fixes(results, files, config, args.unsafe_fixes, not args.diff)
+        fixing = run_fixes(results, files, config, args.unsafe_fixes, not args.diff, digests)
         results = fixing.results
 
     diagnostics: list[Diagnostic] = sorted(

@@ -10,6 +10,7 @@ their code cells make is planned on, and each pass's edits are mapped back into 
 from __future__ import annotations
 
 import io
+import os
 import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,48 @@ from .config import Config
 from .diagnostics import Diagnostic, FileResult, Fix
 from .fixes import plan
 from .fixes.edits import unified_diff
+from .result_cache import atomic_write, digest_of
+
+CHANGED = "changed while fixing; not written (run gradguard again)"
+
+
+class Changed(Exception):
+    """The file on disk is no longer the bytes the fixes were computed from."""
+
+
+def write_if_unchanged(path: Path, expected: bytes, new: bytes) -> None:
+    """Replace ``path``'s content by ``new`` only if it still is ``expected``, byte for byte; else ``Changed``.
+
+    The compare and the write are one step for every gradguard run: the file is locked (``flock`` on its
+    inode) while it is compared, and the new content goes to a temporary file in the same folder (fsync'd,
+    the original's mode kept) renamed over it.  A second ``--fix`` run waiting on the lock then finds the new
+    inode, or the new bytes, and refuses.  An editor does not take the lock; its write between the compare and
+    the rename (microseconds) is the one window left.  A symlink is followed: its target is replaced."""
+    target = Path(os.path.realpath(path))
+    try:
+        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise Changed() from None
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            pass  # no locks here: the compare below still catches all but a write racing it
+        st = os.fstat(fd)
+        try:
+            now = os.stat(target)
+        except FileNotFoundError:
+            raise Changed() from None
+        if (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
+            raise Changed()  # replaced (by another run's rename, or an editor's) since it was opened
+        with os.fdopen(os.dup(fd), "rb") as f:
+            if f.read() != expected:
+                raise Changed()
+        atomic_write(target, new, mode=st.st_mode & 0o7777)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -77,8 +120,13 @@ def _encoding(data: bytes) -> str:
 
 
 def fix_path(path: Path, display: str, config: Config | None = None, unsafe: bool = False, write: bool = True,
-             result: FileResult | None = None) -> FixOutcome:
+             result: FileResult | None = None, digest: str | None = None) -> FixOutcome:
     """Fix one file; write it back (same encoding, same line endings) when ``write`` and it changed.
+
+    ``result`` is used as the analysis of the file only when ``digest`` says it is the analysis of the bytes
+    read here; otherwise they are analysed again (the file changed since).  The fixed text is written only
+    if the file is still, byte for byte, what was read (``write_if_unchanged``): one edited meanwhile is left
+    as it is, with a "changed while fixing" problem.
 
     A file that cannot be read or written again keeps its findings (``result``, the analysis of the file as
     it is) and is marked ``write_failed``: reporting the fixed text's findings would claim fixes that
@@ -88,13 +136,18 @@ def fix_path(path: Path, display: str, config: Config | None = None, unsafe: boo
     except OSError as exc:
         return FixOutcome(display, "", "", result or FileResult(display), 0,
                           [f"{display}: cannot read the file to fix it: {exc.strerror or exc}"], write_failed=True)
+    if result is not None and (digest is None or digest != digest_of(data)):
+        result = None  # the findings are of other bytes: their fixes would be applied to the wrong text
     text = parsing.decode(data)
     if isinstance(text, parsing.Unreadable):
         return FixOutcome(display, "", "", analyze_source(data, display, config))
     outcome = fix_text(text, display, config, unsafe, result)
     if write and outcome.changed:
         try:
-            path.write_bytes(outcome.fixed.encode(_encoding(data)))
+            write_if_unchanged(path, data, outcome.fixed.encode(_encoding(data)))
+        except Changed:
+            return FixOutcome(display, text, text, result or analyze_source(text, display, config),
+                              0, [*outcome.problems, f"{display}: {CHANGED}"], outcome.before, write_failed=True)
         except (OSError, UnicodeEncodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             return FixOutcome(display, text, text, result or analyze_source(text, display, config), 0,
@@ -158,15 +211,17 @@ class CellsPlan:
 
 
 def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe: bool = False,
-                 write: bool = True, result: FileResult | None = None):
-    """Fix one notebook's cells until no allowed fix is left (like ``fixing.fix_path``, whose rule for a
-    file that cannot be read or written back holds here too)."""
+                 write: bool = True, result: FileResult | None = None, digest: str | None = None):
+    """Fix one notebook's cells until no allowed fix is left (like ``fixing.fix_path``, whose rules for a
+    file that cannot be read or written back, or that changed while it was fixed, hold here too)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         return NotebookFixOutcome(display, "", "", result or FileResult(display), 0,
                                   [f"{display}: cannot read the notebook to fix it: {exc.strerror or exc}"],
                                   write_failed=True)
+    if result is not None and (digest is None or digest != digest_of(data)):
+        result = None
     try:
         notebook = nb.Notebook.loads(data)
     except nb.NotebookError:
@@ -190,9 +245,10 @@ def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe:
     outcome.cells_before, outcome.cells_after = original, fixed
     if write and outcome.changed:
         try:
-            path.write_text(notebook.dumps(), encoding="utf-8", newline="")
-        except OSError as exc:
-            problems.append(f"{display}: cannot write the fixed notebook: {exc.strerror or exc}")
+            write_if_unchanged(path, data, notebook.dumps().encode("utf-8"))
+        except (Changed, OSError) as exc:
+            why = CHANGED if isinstance(exc, Changed) else f"cannot write the fixed notebook: {exc.strerror or exc}"
+            problems.append(f"{display}: {why}")
             return NotebookFixOutcome(display, before, before, result or first, 0, problems,
                                       len(first.diagnostics), write_failed=True)
     return outcome
@@ -258,9 +314,11 @@ class FixRun:
 
 
 def run_fixes(results: list[FileResult], paths: dict[str, Path], config: Config | None, unsafe: bool,
-              write: bool) -> FixRun:
+              write: bool, digests: dict[str, str] | None = None) -> FixRun:
     """Fix the files among ``results`` (keyed by display path in ``paths``) that have an allowed fix: a
-    notebook's cells, a Python file's text."""
+    notebook's cells, a Python file's text.  ``digests``: the digest of the bytes each result is the analysis
+    of (``batch.analyze_cached``); a result of other bytes than the file's now is not used to fix it."""
+    digests = digests or {}
     run = FixRun([], unsafe=unsafe, write=write)
     for result in results:
         path = paths.get(result.path)
@@ -268,7 +326,7 @@ def run_fixes(results: list[FileResult], paths: dict[str, Path], config: Config 
             run.results.append(result)
             continue
         fix = fix_notebook if nb.is_notebook(result.path) else fix_path
-        outcome = fix(path, result.path, config, unsafe, write, result)
+        outcome = fix(path, result.path, config, unsafe, write, result, digests.get(result.path))
         run.outcomes.append(outcome)
         run.results.append(outcome.result)
     return run

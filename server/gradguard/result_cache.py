@@ -12,10 +12,14 @@ One entry per file, named by a key that hashes everything the file's result depe
   typing: a stamp of every ``.py`` file under the file's project root (jedi may read any of them to learn
   what an imported helper returns), so editing a helper re-analyses the files that may use it.
 
-An entry holds the diagnostics as JSON (``Diagnostic.to_json``, fixes included, so ``--fix`` can use a
-hit, and each one's baseline fingerprint); a clean file's entry is an empty file.  Entries are written
-atomically (a temporary file, then ``os.replace``), so parallel runs -- pre-commit starts several -- can share
-one cache.  Nothing is ever pruned: delete the folder to reclaim space.
+An entry holds its own key, the error and the diagnostics as JSON (``Diagnostic.to_json``, fixes included,
+so ``--fix`` can use a hit, and each one's baseline fingerprint); a clean file's entry says so explicitly.  An
+entry is only ever stored under the key of the very bytes its result is the analysis of (``put`` is given
+their digest; a file edited between the cache's read and the analysis's is not stored).  Entries are written
+atomically (a temporary file in the same folder, fsync'd, then ``os.replace``), so parallel runs -- pre-commit
+starts several -- can share one cache, and a crash leaves the old entry or the new one.  An entry that does not
+parse or validate (empty, torn, the wrong shape, another key's) is a miss, never a clean result.  Nothing is
+ever pruned: delete the folder to reclaim space.
 
 ``--no-cache`` or ``GRADGUARD_NO_CACHE=1`` turns it off.  Where: ``$GRADGUARD_CACHE_DIR`` when set; else
 ``.gradguard_cache/`` in the project root (the folder of the ``pyproject.toml`` the configuration came
@@ -40,7 +44,7 @@ from .config import Config
 from .diagnostics import Diagnostic, FileResult
 from .fixes import unavailable as fixes_unavailable
 
-FORMAT = 1
+FORMAT = 2  # 1: a clean file's entry was empty, which a torn write could fake
 DIR_NAME = ".gradguard_cache"
 ENV_DIR = "GRADGUARD_CACHE_DIR"
 ENV_OFF = "GRADGUARD_NO_CACHE"
@@ -60,6 +64,11 @@ def _hash(*parts: bytes | str) -> str:
         h.update(part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part)
         h.update(b"\0")
     return h.hexdigest()
+
+
+def digest_of(data: bytes) -> str:
+    """The digest of a file's bytes the cache keys on (``batch`` returns it with each result)."""
+    return hashlib.blake2b(data, digest_size=20).hexdigest()
 
 
 def _tree_stamp(root: Path, suffix: str = ".py") -> str:
@@ -135,6 +144,7 @@ class ResultCache:
     hits: int = 0
     misses: int = 0
     _keys: dict[str, str] = field(default_factory=dict)  # display path -> key of the bytes read for it
+    _digests: dict[str, str] = field(default_factory=dict)  # display path -> digest of the bytes read for it
     _stamps: dict[Path, str] = field(default_factory=dict)
     _salt: str = ""
 
@@ -174,6 +184,10 @@ class ResultCache:
     def _file(self, key: str) -> Path:
         return self.entries / key[:2] / key
 
+    def digest(self, display: str) -> str | None:
+        """The digest of the bytes ``get`` read for ``display`` (what a hit is the result of)."""
+        return self._digests.get(display)
+
     def get(self, path: Path, display: str) -> FileResult | None:
         """The cached result for the file as it is now, or None (then ``put`` stores the fresh one)."""
         try:
@@ -181,37 +195,41 @@ class ResultCache:
         except OSError:
             return None  # the analysis reports it; an unreadable file is never cached
         key = self._keys[display] = self.key(path, display, data)
-        try:
-            text = self._file(key).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+        self._digests[display] = digest_of(data)
+        result = self._load(key, display)
+        if result is None:
             self.misses += 1
-            return None
-        if not text:
+        else:
             self.hits += 1
-            return FileResult(display)
-        try:
-            stored = json.loads(text)
-            result = FileResult(display, [Diagnostic.from_json(d) for d in stored["diagnostics"]], stored["error"])
-        except (ValueError, KeyError, TypeError):
-            self.misses += 1
-            return None
-        self.hits += 1
         return result
 
-    def put(self, result: FileResult) -> None:
+    def _load(self, key: str, display: str) -> FileResult | None:
+        """The entry ``key`` if it is whole and of the right shape; anything else is a miss."""
+        try:
+            stored = json.loads(self._file(key).read_bytes().decode("utf-8"))
+        except (OSError, ValueError):  # missing, unreadable, empty, torn, not UTF-8, not JSON
+            return None
+        if not (isinstance(stored, dict) and stored.get("key") == key and isinstance(stored.get("diagnostics"), list)
+                and (stored.get("error") is None or isinstance(stored.get("error"), str))
+                and all(isinstance(d, dict) for d in stored["diagnostics"])):
+            return None
+        try:
+            return FileResult(display, [Diagnostic.from_json(d) for d in stored["diagnostics"]], stored["error"])
+        except Exception:  # noqa: BLE001 - a diagnostic of the wrong shape: analyse again
+            return None
+
+    def put(self, result: FileResult, digest: str) -> None:
+        """Store ``result``: the analysis of the bytes whose digest is ``digest`` (``digest_of``).  When those
+        are not the bytes ``get`` keyed (the file changed in between), nothing is stored."""
         key = self._keys.get(result.path)
-        if key is None:
+        if key is None or digest != self._digests.get(result.path):
             return
         target = self._file(key)
-        body = "" if not result.diagnostics and result.error is None else json.dumps(
-            {"error": result.error, "diagnostics": [_stored(d) for d in result.diagnostics]})
+        body = json.dumps({"key": key, "error": result.error, "diagnostics": [_stored(d) for d in result.diagnostics]})
         try:
             self._prepare()
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(body)
-            os.replace(tmp, target)
+            atomic_write(target, body.encode("utf-8"))
         except OSError:
             pass  # a cache that cannot be written only costs time
 
@@ -221,6 +239,36 @@ class ResultCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / ".gitignore").write_text("# Created by gradguard: never commit the cache.\n*\n")
         (self.directory / "CACHEDIR.TAG").write_text(CACHEDIR_TAG)
+
+
+def atomic_write(target: Path, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``target`` so that a reader, or a crash, sees the old file or the new one, never a part:
+    a temporary file in the same folder, written and fsync'd, renamed over ``target``, the folder fsync'd."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        folder = os.open(target.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
 
 
 def _stored(d: Diagnostic) -> dict:

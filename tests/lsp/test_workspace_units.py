@@ -44,14 +44,14 @@ def test_closed_files_are_analysed_in_threads_when_no_process_can_start(tmp_path
 def test_a_file_whose_analysis_crashed_is_reported_as_an_error_not_as_clean(tmp_path, monkeypatch):
     import gradguard.api
 
-    real = gradguard.api.analyze_path
+    real = gradguard.api.analyze_bytes
 
-    def flaky(path, config=None, display_path=None):
-        if path.name == "boom.py":
+    def flaky(data, path, config=None):
+        if path.rsplit("/", 1)[-1] == "boom.py":
             raise RecursionError("maximum recursion depth exceeded")
-        return real(path, config, display_path)
+        return real(data, path, config)
 
-    monkeypatch.setattr(gradguard.api, "analyze_path", flaky)
+    monkeypatch.setattr(gradguard.api, "analyze_bytes", flaky)
     monkeypatch.setattr(closed_files, "ProcessPoolExecutor", lambda *a, **k: (_ for _ in ()).throw(OSError(38, "no")))
     (tmp_path / "boom.py").write_text(LEAF)
     (tmp_path / "fine.py").write_text(LEAF)

@@ -85,7 +85,7 @@ class Pool:
                 self.broken = True
         return self.processes
 
-    async def run(self, chunk: list[batch.Pair], config: Config) -> tuple[list[FileResult], list[str]]:
+    async def run(self, chunk: list[batch.Pair], config: Config) -> tuple[list[FileResult], list[str], dict[str, str]]:
         loop = asyncio.get_running_loop()
         processes = self._processes()
         if processes is not None:
@@ -126,9 +126,9 @@ async def analyse(pool: Pool, found: list[Found], config: Config, progress: Call
                 running.add(asyncio.ensure_future(pool.run(chunk, analysis)))
             finished, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in finished:
-                results, failed = task.result()
-                if cache is not None:
-                    await loop.run_in_executor(None, _put, cache, results)
+                results, failed, digests = task.result()
+                if cache is not None:  # each under the key of the bytes it is the analysis of
+                    await loop.run_in_executor(None, _put, cache, results, digests)
                 done += results
                 for message in failed:
                     display = message.removeprefix("internal error while analysing ").split(": ", 1)[0]
@@ -143,9 +143,9 @@ async def analyse(pool: Pool, found: list[Found], config: Config, progress: Call
     return out, crashes
 
 
-def _put(cache: ResultCache, results: Iterable[FileResult]) -> None:
+def _put(cache: ResultCache, results: Iterable[FileResult], digests: dict[str, str]) -> None:
     for result in results:
-        cache.put(result)
+        cache.put(result, digests.get(result.path, ""))  # "": unread, so never stored
 
 
 def to_lsp(path: Path, uri: str, diagnostics: list[Diagnostic], encoding: str, docs_url: str | None
