@@ -587,7 +587,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     v = sub.add_parser("verify", help="run every case and check its recorded outcome")
     v.add_argument("--only", help="only cases whose name contains this")
-    v.add_argument("--timeout", type=float, default=60, help="seconds per case (default 60)")
+    v.add_argument("--timeout", type=float, default=120, help="seconds per case (default 120; the machine may be loaded)")
     s = sub.add_parser("score", help="score gradguard on our cases and realworld-dev")
     s.add_argument("--probe", action="store_true", help="also score `gradguard check --probe`")
     s.add_argument("--out", help="folder for results.json and misses.json (default .realworld_out/)")
