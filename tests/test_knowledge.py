@@ -246,7 +246,10 @@ def test_table_shape():
     assert list(data) == sorted(data)
     for name, op in data["ops"].items():
         assert set(op) == {"saves_args", "saves_result", "view", "multi_view", "differentiable", "sources",
-                           "returns", "tuple_saves_args", "params"}, name
+                           "returns", "tuple_saves_args", "params", "overloads"}, name
+        for form in op["overloads"]:
+            assert set(form) == {"kinds", "required", "names", "saves_args", "saves_result"}, name
+            assert set(form["kinds"]) <= {"T", "S"} and form["required"] <= len(form["kinds"]), name
         assert op["returns"] in ("tensor", "sequence", "tuple"), name
         assert all(k.isdigit() for k in op["saves_args"]) and op["sources"], name
     for name, mod in data["modules"].items():
@@ -298,3 +301,71 @@ def test_third_party_view_functions_return_views(qualname):
 
 def test_every_third_party_view_function_has_a_check():
     assert set(load_knowledge().third_party_views) == set(_VIEW_CALLS)
+
+
+# Call shapes whose overloads save different things: (call, input shapes, kinds the analysis sees).  Each is run
+# with one input requiring grad at a time, writing an input or the result in place, and torch's answer must be
+# what ``OpInfo.saves_for`` says for that shape.
+OVERLOAD_CALLS = {
+    "pow(x, 2.0)": ("pow", lambda t: lambda x: t.pow(x, 2.0), [S], ("T", "S")),
+    "pow(x, y)": ("pow", lambda t: lambda x, y: t.pow(x, y), [S, S], ("T", "T")),
+    "pow(2.0, y)": ("pow", lambda t: lambda y: t.pow(2.0, y), [S], ("S", "T")),
+    "max(x)": ("max", lambda t: lambda x: t.max(x), [S], ("T",)),
+    "max(x, y)": ("max", lambda t: lambda x, y: t.max(x, y), [S, S], ("T", "T")),
+    "min(x, y)": ("min", lambda t: lambda x, y: t.min(x, y), [S, S], ("T", "T")),
+    "mul(x, 3.0)": ("mul", lambda t: lambda x: t.mul(x, 3.0), [S], ("T", "S")),
+    "mul(x, y)": ("mul", lambda t: lambda x, y: t.mul(x, y), [S, S], ("T", "T")),
+    "sum(x)": ("sum", lambda t: lambda x: t.sum(x), [S], ("T",)),
+    "clamp(x, 0.2, 0.8)": ("clamp", lambda t: lambda x: t.clamp(x, 0.2, 0.8), [S], ("T", "S", "S")),
+}
+
+
+@pytest.mark.parametrize("call", sorted(OVERLOAD_CALLS))
+def test_overload_saves_agree_with_torch(torch, kb, call):
+    name, make, shapes, kinds = OVERLOAD_CALLS[call]
+    saves_args, saves_result = kb.op(name).saves_for(kinds)
+    tensor_positions = [k for k, kind in enumerate(kinds) if kind == "T"]
+    fn = make(torch)
+    for g, pos_g in enumerate(tensor_positions):
+        assert _saved_by_torch(torch, fn, shapes, g, None) == (pos_g in saves_result), ("result", g)
+        for k, pos_k in enumerate(tensor_positions):
+            expected = pos_g in saves_args.get(pos_k, ())
+            assert _saved_by_torch(torch, fn, shapes, g, k) == expected, (pos_k, pos_g)
+
+
+def test_integral_results_are_integral_for_float_inputs(torch, kb):
+    """Every op the table says returns an integer or bool tensor does so for a float input that requires grad,
+    and the result does not require grad."""
+    assert {"argmax", "eq", "gt", "long", "nonzero"} <= kb.integral_results
+    checked = 0
+    for name in sorted(kb.integral_results):
+        for fn in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
+            for extra in ((), (1,), (torch.rand(4, 4),)):
+                x = torch.rand(4, 4, requires_grad=True)
+                try:
+                    out = fn(x, *extra)
+                except Exception:
+                    continue
+                if isinstance(out, torch.Tensor):
+                    assert not out.is_floating_point() and not out.requires_grad, name
+                    checked += 1
+    assert checked >= len(kb.integral_results)
+
+
+def test_integral_dtypes_cannot_require_grad(torch, kb):
+    assert {"long", "int64", "bool", "uint8"} <= kb.integral_dtypes
+    for name in ("long", "int32", "bool", "uint8"):
+        with pytest.raises(RuntimeError, match="floating point"):
+            torch.zeros(2, dtype=getattr(torch, name)).requires_grad_()
+
+
+def test_module_wrappers_return_the_module_given(torch, kb):
+    import importlib
+    import warnings
+    assert "torch.nn.utils.weight_norm" in kb.module_wrappers
+    for qualname in kb.module_wrappers:
+        owner, _, name = qualname.rpartition(".")
+        layer = torch.nn.Linear(3, 3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert getattr(importlib.import_module(owner), name)(layer) is layer, qualname

@@ -53,6 +53,10 @@ NO_FIX = {
         "the `.data` write is in a helper `forward` calls after the op that saved the prototypes; the backward "
         "runs in the caller, so no move inside the module puts the write after it"
     ),
+    "GG001/pos_lateral_outputs_enumerated_then_iadd": (
+        "the written tensor is an element of a list (`laterals[i - 1] += up`); the rewrites name tensors, not "
+        "container elements, so none is offered"
+    ),
     "GG001/pos_dict_of_activations_mutated": (
         "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
         "dict's name would be wrong), so none is offered"
@@ -98,6 +102,8 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG005/pos_weight_norm_layer_in_sequential": "the dropout is built inside a list spread into a Sequential: the fix "
+                                                 "cannot see every place the module is applied",
     "GG001/pos_no_grad_clamp_probs": "the clamp leaves the no_grad block: its gradient now goes through it",
     "GG105/pos_method_decorated_returns_chunk": "the method loses `@torch.no_grad()`: every caller's views get history",
     "GG104/pos_threshold_double_loop_on_leaf": "the loops write a copy of the leaf made before them; the leaf keeps its values",

@@ -59,7 +59,7 @@ TENSOR_METHOD_FACTORIES = {"new_zeros", "new_ones", "new_empty", "new_full", "ne
 NOT_TENSOR_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "stride", "data_ptr", "is_contiguous",
                       "element_size", "nelement", "ndimension", "get_device", "__len__", "type"}
 
-SAME_TENSOR_METHODS = {"to", "type_as", "float", "double", "half", "bfloat16", "cpu", "cuda", "long", "int", "bool"}
+SAME_TENSOR_METHODS = {"to", "type_as", "float", "double", "half", "bfloat16", "cpu", "cuda", "type"}
 
 MODULE_RETURNING_METHODS = {"train", "eval", "to", "cuda", "cpu", "float", "double", "half", "requires_grad_",
                             "zero_grad", "apply", "share_memory"}
@@ -327,8 +327,8 @@ class CallsMixin:
         if name == "float":
             return NOT_TENSOR
         if name == "enumerate" and args:  # yields (index, element) pairs
-            return TensorSeq([TensorSeq([INT, self._iter_element(args[0], node.args[0])])]) if isinstance(
-                args[0], (Tensor, TensorSeq, ParamIterable)) else UNKNOWN
+            element = self._iter_element(args[0], node.args[0])
+            return UNKNOWN if element is UNKNOWN else TensorSeq([TensorSeq([INT, element])])
         if name == "reversed" and args:
             return args[0] if isinstance(args[0], TensorSeq) else UNKNOWN
         if name in ("list", "tuple") and args and isinstance(args[0], (TensorSeq, ParamIterable)):
@@ -351,6 +351,8 @@ class CallsMixin:
         kwargs = kwargs or {}
         args = self._keywords_in_place(name, args, kwargs, offset=0)
         functional = q.startswith("torch.nn.functional.")
+        if q in self.k.module_wrappers and args and isinstance(args[0], ModuleValue):
+            return args[0]  # `weight_norm(nn.Linear(...))` is that same Linear
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             rg = _keyword_bool(node, "requires_grad", True)
             return new_tensor(node, Grad.YES if rg else Grad.NO, leaf=True, param=True, label="a parameter")
@@ -396,7 +398,7 @@ class CallsMixin:
                         self.asks.append(GradAsk("autograd.grad", node, t.storage.id, self._next()))
             return UNKNOWN
         if name in FACTORIES and len(parts) == 2:
-            rg = _keyword_bool(node, "requires_grad", False)
+            rg = False if self._integral_dtype(node) else _keyword_bool(node, "requires_grad", False)
             return new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True)
         out = kwargs.get("out")
         if isinstance(out, Tensor):  # out= ops are not differentiable: a plain write, nothing saved
@@ -433,6 +435,14 @@ class CallsMixin:
             args = [*args, *(v for v in kwargs.values() if isinstance(v, (Tensor, Derived, TensorSeq)))]
         return self.apply_op(name, args, node, label)
 
+    def _integral_dtype(self, node: ast.Call) -> bool:
+        """Does the call name an integer or bool dtype (``torch.long``, ``dtype=torch.bool``)?"""
+        for arg in [*node.args, *(k.value for k in node.keywords if k.arg == "dtype")]:
+            q = self.qual(arg) if isinstance(arg, (ast.Attribute, ast.Name)) else None
+            if q and q.startswith("torch.") and q[len("torch."):] in self.k.integral_dtypes:
+                return True
+        return False
+
     def _backward(self, target: Value, node: ast.AST, retain: bool) -> None:
         graph = graph_of(target)
         self.sinks.append(Sink("backward", node, graph, self._next()))
@@ -461,8 +471,11 @@ class CallsMixin:
             if isinstance(p, ast.Constant) and p.value == 0:
                 inplace = False
         module = ModuleValue(cls, torch_module=True, inplace=inplace, ctor=node)
-        if cls in ("Sequential",):
-            module.children = [a for a in args if isinstance(a, ModuleValue)]
+        if cls in ("Sequential",) and any(isinstance(a, ModuleValue) for a in args):
+            # A layer we cannot see (a wrapper we do not know) still runs in its place: what follows it gets an
+            # input we know nothing about, never the previous layer's output.
+            module.children = [a if isinstance(a, ModuleValue) else ModuleValue("<unknown>", torch_module=False)
+                               for a in args]
         if cls in ("ModuleList",) and args and isinstance(args[0], TensorSeq):
             module.children = [a for a in args[0].items if isinstance(a, ModuleValue)]
         if cls in ("ModuleDict",) and args and isinstance(args[0], TensorMap):
@@ -504,7 +517,10 @@ class CallsMixin:
         if name == "clone":
             return Tensor(Storage(), self._grad(tensor), leaf=not self._grad(tensor), graph=tensor.graph, origin=node,
                           lost_sources=tensor.lost_sources)
-        if name in NOT_TENSOR_METHODS:
+        if name in self.k.integral_results or (name in ("to", "type") and self._integral_dtype(node)):
+            # `.long()`, `.argmax()`, `.to(torch.long)`: an integer or bool tensor, which never requires grad
+            return Tensor(Storage(), Grad.NO, leaf=True, origin=node, label=tensor.label)
+        if name in NOT_TENSOR_METHODS and not (name == "type" and node.args):
             return NOT_TENSOR
         if name in TENSOR_METHOD_FACTORIES:
             return new_tensor(node, Grad.YES if _keyword_bool(node, "requires_grad", False) else Grad.NO)
@@ -582,6 +598,8 @@ class CallsMixin:
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
         self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
+        if name in self.k.integral_results:  # `argmax`, `x > 0`: an integer or bool tensor never requires grad
+            return Tensor(Storage(), Grad.NO, leaf=True, origin=node, label=f"the output of `{label}`")
         info: OpInfo | None = self.k.op(name)
         if info is None:  # not an op torch knows by this name: we cannot even tell it returns one tensor
             return Derived(frozenset().union(*(graph_of(a) for a in args)), self._grad(*args))
@@ -591,7 +609,10 @@ class CallsMixin:
         # max(x, dim)/sort/topk return (values, indices) and save other things than max(x) does.
         tuple_form = info is not None and info.tuple_saves_args is not None and (
             (len(args) > 1 and args[1] is INT) or any(kw.arg == "dim" for kw in getattr(node, "keywords", [])))
-        saves_args = info.tuple_saves_args if tuple_form else info.saves_args if info is not None else {}
+        saves_args, saves_result = info.saves_for(tuple(_kind(a) for a in args),
+                                                  frozenset(k.arg for k in getattr(node, "keywords", []) if k.arg))
+        if tuple_form:
+            saves_args = info.tuple_saves_args
         if info is not None and rg:
             for pos, conds in saves_args.items():
                 if pos < len(args) and isinstance(args[pos], Tensor):
@@ -619,8 +640,8 @@ class CallsMixin:
         else:
             result = Tensor(Storage(), rg, leaf=not rg, graph=graph | frozenset(saves), origin=node,
                             label=f"the output of `{label}`")
-        if info is not None and rg and info.saves_result:
-            cond = self._cond_grad(args, info.saves_result)
+        if info is not None and rg and saves_result:
+            cond = self._cond_grad(args, saves_result)
             if cond:
                 result.graph = result.graph | {self._save(result, label, "output", node, cond == Grad.YES).id}
         return result
@@ -705,6 +726,16 @@ class CallsMixin:
         return result
 
 
+
+
+def _kind(value: Value) -> str | None:
+    """How an argument binds to a torch overload: "T" a tensor (or a list of them), "S" a number or other
+    non-tensor, None when we cannot tell."""
+    if isinstance(value, (Tensor, Derived, TensorSeq)):
+        return "T"
+    if value in (INT, NOT_TENSOR) or isinstance(value, NumberFrom):
+        return "S"
+    return None
 
 
 def _keyword_bool(node: ast.Call, name: str, default: bool) -> bool | None:

@@ -13,11 +13,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-__all__ = ["OpInfo", "ModuleInfo", "TorchKnowledge", "load_knowledge", "TABLE_PATH"]
+__all__ = ["OpInfo", "Overload", "ModuleInfo", "TorchKnowledge", "load_knowledge", "TABLE_PATH"]
 
 TABLE_PATH = Path(__file__).with_name("torch_ops.json")
 THIRD_PARTY_VIEWS_PATH = Path(__file__).with_name("third_party_views.json")
 FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Overload:
+    """One schema of an op: ``kinds`` of its positional arguments ("T" tensor or tensor list, "S" anything
+    else), how many are required, its argument names (None: a Python function, any keyword), what it saves."""
+
+    kinds: str
+    required: int
+    names: frozenset[str] | None
+    saves_args: Mapping[int, frozenset[int]] = field(hash=False)
+    saves_result: frozenset[int]
+
+    def accepts(self, kinds: tuple[str | None, ...], keywords: frozenset[str], strict: bool) -> bool:
+        """Could a call with these argument kinds (None: unknown) and keyword names bind here?  Not strict:
+        a number may stand for a tensor (torch wraps it)."""
+        if not self.required <= len(kinds) <= len(self.kinds):
+            return False
+        if self.names is not None and not keywords <= self.names:
+            return False
+        return all(k is None or k == f or (not strict and k == "S") for k, f in zip(kinds, self.kinds))
 
 
 @dataclass(frozen=True)
@@ -39,6 +60,21 @@ class OpInfo:
     tuple_saves_args: Mapping[int, frozenset[int]] | None = field(default=None, hash=False)
     # The position of each tensor argument by its schema name (``self``, ``other``): a tensor passed by keyword.
     params: Mapping[str, int] = field(default_factory=dict, hash=False)
+    overloads: tuple[Overload, ...] = ()
+
+    def saves_for(self, kinds: tuple[str | None, ...], keywords: frozenset[str] = frozenset()
+                  ) -> tuple[Mapping[int, frozenset[int]], frozenset[int]]:
+        """What a call of this shape saves: the overloads it can bind to (those whose kinds match exactly,
+        else those a wrapped number fits), their saves united; every overload's when none fits."""
+        fits = [o for o in self.overloads if o.accepts(kinds, keywords, strict=True)] or [
+            o for o in self.overloads if o.accepts(kinds, keywords, strict=False)]
+        if not fits:
+            return self.saves_args, self.saves_result
+        saves: dict[int, frozenset[int]] = {}
+        for o in fits:
+            for pos, conds in o.saves_args.items():
+                saves[pos] = saves.get(pos, frozenset()) | conds
+        return saves, frozenset().union(*(o.saves_result for o in fits))
 
 
 @dataclass(frozen=True)
@@ -68,6 +104,9 @@ class TorchKnowledge:
         self.inplace_kwarg_functions: frozenset[str] = frozenset(data["inplace_kwarg"]["functions"])
         self.inplace_kwarg_modules: frozenset[str] = frozenset(data["inplace_kwarg"]["modules"])
         self._third_party_views = dict(third_party_views)
+        self.integral_results: frozenset[str] = frozenset(data.get("integral_results", ()))
+        self.integral_dtypes: frozenset[str] = frozenset(data.get("integral_dtypes", ()))
+        self.module_wrappers: frozenset[str] = frozenset(data.get("module_wrappers", ()))
 
     def with_views(self, qualnames: tuple[str, ...]) -> "TorchKnowledge":
         """This table with the user's own view functions added (``view-functions`` in ``[tool.gradguard]``)."""
@@ -121,6 +160,9 @@ def _op(name: str, d: Mapping) -> OpInfo:
         tuple_saves_args=None if d.get("tuple_saves_args") is None else MappingProxyType(
             {int(k): frozenset(v) for k, v in d["tuple_saves_args"].items()}),
         params=MappingProxyType(dict(d.get("params", {}))),
+        overloads=tuple(Overload(o["kinds"], o["required"], None if o["names"] is None else frozenset(o["names"]),
+                                 MappingProxyType({int(k): frozenset(v) for k, v in o["saves_args"].items()}),
+                                 frozenset(o["saves_result"])) for o in d.get("overloads", ())),
     )
 
 

@@ -27,6 +27,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gradguard.knowledge import Overload
+
 OUT = Path(__file__).with_name("torch_ops.json")
 FORMAT = 1
 FIELDS = ("saves_args", "saves_result", "view", "multi_view", "differentiable")
@@ -142,18 +144,31 @@ def merge(a: dict | None, b: dict) -> dict:
     return a
 
 
-def static_ops(by_schema, funcs) -> dict:
-    """Functional, public, Python-visible ops that have a derivative formula or alias ``self``."""
-    ops = {}
+def static_ops(by_schema, funcs) -> tuple[dict, dict]:
+    """Functional, public, Python-visible ops that have a derivative formula or alias ``self``; and every
+    overload of those names with what it saves (``pow(x, 2.0)`` saves ``x``, ``pow(x, y)`` also its result)."""
+    ops, overloads = {}, {}
     for f in funcs:
         name = f.func.name.name
         if (f.func.kind().name != "functional" or name.dunder_method or name.base.startswith("_")
                 or not visible(name.base)):
             continue
         info = by_schema.get(str(f.func))
+        entry = static_entry(f.func, info)
+        overloads.setdefault(name.base, []).append({**signature(f.func), "saves_args": entry["saves_args"],
+                                                    "saves_result": entry["saves_result"]})
         if info is not None or alias_kind(f.func) is not None:   # else only a probe can tell
-            ops[name.base] = merge(ops.get(name.base), static_entry(f.func, info))
-    return ops
+            ops[name.base] = merge(ops.get(name.base), entry)
+    return ops, overloads
+
+
+def signature(schema) -> dict:
+    """How a call is matched to an overload: the kind of each positional argument ("T" a tensor or a list of
+    them, "S" anything else: a number, a dim, a size), how many are required, and every argument's name."""
+    positional = schema.arguments.flat_positional
+    return {"kinds": "".join("T" if str(a.type).startswith("Tensor") else "S" for a in positional),
+            "required": sum(a.default is None for a in positional),
+            "names": [a.name for a in schema.arguments.flat_non_out]}
 
 
 def tensor_params(funcs) -> dict:
@@ -412,14 +427,100 @@ def auto_probes(funcs, static, explicit: set) -> list:
     return probes
 
 
-def empirical_ops(probes) -> dict:
-    """Run every probe; several probes of one name (overloads) merge by union."""
-    ops = {}
+def empirical_ops(probes) -> tuple[dict, list]:
+    """Run every probe; several probes of one name (overloads) merge by union.  Also each probe's own answer
+    with the shape of its call, to be matched to the overload it ran."""
+    ops, calls = {}, []
     for name, fn, args, kw in probes:
         entry = probe_call(fn, args, kw)
         if entry is not None:
             ops[name] = merge(ops.get(name), entry)
-    return ops
+            calls.append((name, "".join("T" if isinstance(a, T) else "S" for a in args), sorted(kw), entry))
+    return ops, calls
+
+
+def _overload(form: dict) -> Overload:
+    """A form of the table as the analysis matches it (the facts are left out)."""
+    names = None if form["names"] is None else frozenset(form["names"])
+    return Overload(form["kinds"], form["required"], names, {}, frozenset())
+
+
+def overloads_table(static_forms: dict, calls: list) -> dict:
+    """Per name, each overload's saves: the schema's formula, replaced by what a probe of that call shape
+    saw (the probe wins, as for whole names).  A probe that matches no schema (a function written in Python)
+    is an overload of its own, of its call's shape."""
+    forms = {name: [dict(f, saves_args={k: set(v) for k, v in f["saves_args"].items()},
+                         saves_result=set(f["saves_result"]), probed=False) for f in fs]
+             for name, fs in static_forms.items()}
+    for name, kinds, keywords, entry in calls:
+        hits = [f for f in forms.get(name, []) if _overload(f).accepts(tuple(kinds), frozenset(keywords), strict=True)]
+        if not hits:
+            hits = [{"kinds": kinds, "required": len(kinds), "names": None, "saves_args": {},
+                     "saves_result": set(), "probed": False}]
+            forms.setdefault(name, []).extend(hits)
+        for f in hits:
+            if not f["probed"]:
+                f.update(saves_args={}, saves_result=set(), probed=True)
+            for k, v in entry["saves_args"].items():
+                f["saves_args"].setdefault(k, set()).update(v)
+            f["saves_result"] |= entry["saves_result"]
+    return {name: sorted(({"kinds": f["kinds"], "required": f["required"], "names": f["names"],
+                           "saves_args": {str(k): sorted(v) for k, v in sorted(f["saves_args"].items())},
+                           "saves_result": sorted(f["saves_result"])} for f in fs),
+                         key=lambda f: (f["kinds"], f["required"], json.dumps(f["names"])))
+            for name, fs in forms.items()}
+
+
+def integral_results(funcs) -> list:
+    """Ops whose result is an integer or bool tensor when given float tensors (``argmax``, ``eq``,
+    ``nonzero``, ``.long()``): such a tensor never requires grad, whatever its inputs do.  A name counts only
+    when every call shape tried that returns one tensor gives an integral one."""
+    names = {f.func.name.name.base for f in funcs if f.func.kind().name == "functional"
+             and not f.func.name.name.dunder_method and not f.func.name.name.base.startswith("_")}
+    names |= {k for k in dir(torch.Tensor) if not k.startswith("_") and not k.endswith("_")}
+    found = []
+    for name in sorted(n for n in names if visible(n) or hasattr(torch.Tensor, n)):
+        results = []
+        for fn in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
+            if not callable(fn) or isinstance(fn, type):
+                continue
+            for args in ((), (1,), (T(4, 4),)):
+                try:
+                    _, out = _run(fn, (T(4, 4), *args), {}, {0})
+                except Exception:
+                    continue
+                if isinstance(out, torch.Tensor):
+                    results.append(not (out.is_floating_point() or out.is_complex()))
+        if results and all(results):
+            found.append(name)
+    return found
+
+
+def integral_dtypes() -> list:
+    """``torch.long``, ``torch.int32``, ``torch.bool``...: the dtype names whose tensors never require grad."""
+    return sorted(k for k, v in vars(torch).items() if isinstance(v, torch.dtype) and not k.startswith("_")
+                  and not (v.is_floating_point or v.is_complex))
+
+
+def module_wrappers() -> list:
+    """Functions of ``torch.nn.utils`` that return the very module they are given (``weight_norm(layer)``,
+    ``spectral_norm(layer)``): the layer keeps its class, so a Sequential built from it still runs it."""
+    import importlib
+    found = []
+    for owner in ("torch.nn.utils", "torch.nn.utils.parametrizations"):
+        module = importlib.import_module(owner)
+        for name in sorted(k for k in dir(module) if not k.startswith("_")):
+            fn = getattr(module, name)
+            if not callable(fn) or isinstance(fn, type) or inspect.ismodule(fn):
+                continue
+            for layer in (nn.Linear(3, 3), nn.Conv2d(2, 2, 1)):
+                try:
+                    if quiet(fn, layer) is layer:
+                        found.append(f"{owner}.{name}")
+                        break
+                except Exception:
+                    continue
+    return sorted(set(found))
 
 
 # ----------------------------------------------------------------------------------- modules
@@ -515,10 +616,11 @@ def inplace_kwarg() -> dict:
 def build(verbose: bool = False) -> dict:
     """The whole table as a json-ready dict (probe wins over static where both exist)."""
     by_schema, funcs = load_static()
-    static = static_ops(by_schema, funcs)
+    static, static_forms = static_ops(by_schema, funcs)
     hand = hand_probes()
     probes = hand + auto_probes(funcs, static, {p[0] for p in hand})
-    probed = empirical_ops(probes)
+    probed, calls = empirical_ops(probes)
+    forms = overloads_table(static_forms, calls)
     params = tensor_params(funcs)
     ops, disagree = {}, []
     for name in sorted(set(static) | set(probed)):
@@ -533,11 +635,14 @@ def build(verbose: bool = False) -> dict:
                      "tuple_saves_args": {str(k): sorted(v) for k, v in (s or {}).get("tuple_saves_args", {}).items()}
                      if (s or {}).get("tuple_overload") else None,
                      "sources": sorted((s or {}).get("sources", set()) | (e or {}).get("sources", set())),
-                     "params": dict(sorted((params.get(name) or python_params(name)).items()))}
+                     "params": dict(sorted((params.get(name) or python_params(name)).items())),
+                     "overloads": forms.get(name, [])}
     inplace, dropped = inplace_names(funcs)
     kwarg = inplace_kwarg()
     table = {"format": FORMAT, "torch_version": torch.__version__, "ops": ops, "inplace": inplace,
-             "inplace_kwarg": kwarg, "modules": modules_table(set(kwarg["modules"]))}
+             "inplace_kwarg": kwarg, "modules": modules_table(set(kwarg["modules"])),
+             "integral_results": integral_results(funcs), "integral_dtypes": integral_dtypes(),
+             "module_wrappers": module_wrappers()}
     if verbose:
         report(table, disagree, dropped, len(probes))
     return json.loads(json.dumps(table, sort_keys=True))
