@@ -52,7 +52,12 @@ def _add_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
     parser.add_argument("--entry", metavar="FUNC",
                         help="import the file and call FUNC() instead of running it as __main__")
     parser.add_argument("--no-isolation", action="store_true",
-                        help="do not use network/mount namespaces even where available (the audit guard stays)")
+                        help="NO PROTECTION: run the code with your user's rights, without namespaces, seccomp or "
+                             "read-only files (only a Python audit hook, which any C code gets past). Only for "
+                             "code you trust; docs/security.md")
+    parser.add_argument("--allow-missing-layers", action="store_true",
+                        help="run even where the kernel refuses a layer of the sandbox (the probe names the missing "
+                             "layers; without this flag it refuses to run)")
 
 
 def add_probe_command(commands) -> None:
@@ -84,22 +89,24 @@ def options_from(args: argparse.Namespace, lines: Sequence[int] = ()) -> ProbeOp
         entry=args.entry,
         lines=tuple(sorted(set(lines))),
         isolate=not args.no_isolation,
+        allow_missing_layers=bool(getattr(args, "allow_missing_layers", False)),
     )
 
 
 def _protections(result: ProbeResult) -> str:
     box = result.sandbox
-    parts = []
-    if box.get("network_namespace"):
-        parts.append("no network (namespace)")
+    layers = box.get("layers")
+    if not layers:
+        return "NONE (--no-isolation: Python audit hook only)" + (
+            ", files checked afterwards" if "changed_files" in box else "")
+    missing = [name for name, on in layers.items() if not on]
+    if not missing:
+        parts = ["all layers (user, network, PID and mount namespaces, read-only files, private /tmp, "
+                 "no capabilities, seccomp, allow-listed environment, tree-wide limits)"]
     else:
-        parts.append("no network (audit guard only)")
-    if box.get("read_only_files"):
-        parts.append("read-only files")
-    elif "changed_files" in box:
-        parts.append("files checked afterwards")
+        parts = ["MISSING " + ", ".join(missing)]
     if box.get("memory_mb"):
-        parts.append(f"{box['memory_mb']} MB address space")
+        parts.append(f"{box['memory_mb']} MB")
     return ", ".join(parts)
 
 
@@ -195,7 +202,8 @@ def check_probe_usage(args: argparse.Namespace) -> str | None:
     if args.probe:
         return None
     given = [name for name in ("device", "timeout", "memory_mb", "entry") if getattr(args, name) is not None]
-    if given or args.no_isolation:
-        shown = ", ".join("--" + g.replace("_", "-") for g in given) or "--no-isolation"
+    flags = [name for name in ("no_isolation", "allow_missing_layers") if getattr(args, name, False)]
+    if given or flags:
+        shown = ", ".join("--" + g.replace("_", "-") for g in given + flags)
         return f"{shown} only apply with --probe"
     return None

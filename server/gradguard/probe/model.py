@@ -51,6 +51,7 @@ class ProbeOptions:
     roots: tuple[str, ...] = ()
     isolate: bool = True  # network namespace + read-only files when the kernel allows them
     trace: bool = True  # False runs the target untraced in the same sandbox (the benchmark's baseline)
+    allow_missing_layers: bool = False  # run even where the kernel refuses a sandbox layer (reported)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -63,7 +64,8 @@ class ProbeOptions:
         data = dict(data)
         data["lines"] = tuple(data.get("lines", ()))
         data["roots"] = tuple(data.get("roots", ()))
-        return cls(**data)
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True)

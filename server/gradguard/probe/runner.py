@@ -7,6 +7,7 @@ a worker is started for the call and stopped after it (``import torch`` is paid 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import selectors
@@ -21,11 +22,46 @@ from pathlib import Path
 
 from . import model
 from .model import ProbeOptions, ProbeResult
-from .sandbox import namespace_prefix
+from .sandbox import allowed_environment, namespace_prefix
 
 STARTUP_TIMEOUT_S = 180.0  # importing torch on a cold disk can be slow
 SLACK_S = 15.0  # beyond the probe's own timeout before the worker itself is declared hung
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+_PREFIX = "gradguard-probe-"
+_LIVE: set[str] = set()  # this process's worker folders, removed at exit even if nobody closed the worker
+
+
+@atexit.register
+def _remove_live_folders() -> None:
+    for folder in list(_LIVE):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_stale_folders() -> None:
+    """``gradguard-probe-<pid>-*`` folders whose process is gone (it was killed before it could clean up)."""
+    try:
+        names = os.listdir(tempfile.gettempdir())
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_PREFIX):].split("-", 1)[0]
+        if not name.startswith(_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or someone else's process: leave it)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        folder = os.path.join(tempfile.gettempdir(), name)
+        try:
+            if os.stat(folder).st_uid == os.getuid():
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            pass
 
 
 class WorkerError(Exception):
@@ -65,16 +101,22 @@ class ProbeWorker:
         if self.alive:
             return self.info
         self._cleanup()
-        self.base = tempfile.mkdtemp(prefix="gradguard-probe-")
+        _remove_stale_folders()
+        self.base = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+        _LIVE.add(self.base)
         prefix = namespace_prefix() if self.isolate else None
         command = [*(prefix or ()), self.python, "-m", "gradguard.probe.worker", "--base", self.base]
-        try:
-            command += ["--parent-netns", str(os.stat("/proc/self/ns/net").st_ino)]
-        except OSError:
-            pass
+        for kind in ("net", "user"):
+            try:
+                command += [f"--parent-{kind}ns", str(os.stat(f"/proc/self/ns/{kind}").st_ino)]
+            except OSError:
+                pass
         if prefix:
-            command.append("--read-only")
-        env = dict(os.environ)
+            command.append("--isolated")
+        # Only the allow-list crosses: no token or key in the caller's environment reaches the worker,
+        # whose /proc/1/environ the user's code might otherwise read.
+        env = allowed_environment(os.environ)
+        env["HOME"] = env["TMPDIR"] = self.base
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.setdefault("MALLOC_ARENA_MAX", "2")  # keeps the address space (RLIMIT_AS) small on many cores
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
@@ -132,6 +174,7 @@ class ProbeWorker:
             self._log = None
         if self.base:
             shutil.rmtree(self.base, ignore_errors=True)
+            _LIVE.discard(self.base)
             self.base = None
 
     def _log_tail(self) -> str:

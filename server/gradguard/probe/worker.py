@@ -8,9 +8,18 @@ the worker.
 The worker itself never runs a torch op: OpenMP and autograd thread pools do not survive ``fork``,
 so they must first start in the child.  It does import everything a first training step would
 import lazily (``torch._dynamo`` alone is ~1.4 s, pulled in by the first optimizer), so the child
-starts warm.  Each child gets its own process group (the timeout kills the whole group), its own
-temporary working folder, the address-space limit and the audit guard, and writes its result to
-a pipe; its stdout/stderr go to files whose tails come back in the result.
+starts warm.  Each child is locked down before the user's code runs (``sandbox``: a private /tmp and
+/dev/shm, an allow-listed environment, no inherited descriptor but its result pipe, limits, no
+capabilities, no_new_privs, seccomp), and writes two lines to its result pipe: ``{"armed": ...}`` just
+before the user's code runs (the worker then checks the child's capabilities, no_new_privs and
+seccomp mode in ``/proc``), and the result.  Its stdout/stderr go to files whose tails come back in
+the result.  In a PID namespace the worker is its init: after each probe it kills every process left
+(``kill(-1)``), and while the probe runs it adds up the memory of the whole tree.
+
+What the worker reports about the sandbox (``ProbeResult.sandbox``) is what the worker itself saw;
+the child's own claims are not trusted.  The findings, the status and ``blocked`` do come from the
+child, that is from the process the user's code runs in: a hostile script can forge its own result
+(docs/security.md), never another file's.
 """
 
 from __future__ import annotations
@@ -101,12 +110,12 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
     else:
         memory_problem = guard_mod.limit_memory(options.memory_mb)
     result.sandbox = dict(sandbox, memory_mb=options.memory_mb if not memory_problem else None,
-                          timeout_s=options.timeout, audit_guard=True,
-                          read_only_files=sandbox.get("read_only_files", False)
-                          and guard_mod.is_read_only(os.path.dirname(path)))
+                          timeout_s=options.timeout, audit_guard=True)
     if memory_problem:
         result.sandbox["memory_note"] = memory_problem
-    guard = guard_mod.install_guard([workdir])
+    writable = [workdir, "/tmp"] if sandbox.get("private_tmp") else [workdir]  # a private /tmp is the script's
+    guard = guard_mod.install_guard(writable, strict=not sandbox.get("isolated"),
+                                    read_only=[os.path.dirname(path), *options.roots])
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     start, cpu = time.perf_counter(), time.process_time()
@@ -168,36 +177,105 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
     return result
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """If the worker dies (killed by its client), the child must not outlive it: nobody would time it out."""
     try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:
+        if os.getppid() != parent:  # it died before the line above
             os._exit(1)
     except (OSError, AttributeError):
         pass
 
 
-def _child(request: dict, workdir: str, out_fd: int, sandbox: dict) -> None:
+REQUIRED = ("user_namespace", "network_namespace", "pid_namespace", "read_only_files", "private_proc", "minimal_dev",
+            "private_tmp", "environment_allowlist", "process_limit", "capabilities_dropped", "no_new_privs",
+            "seccomp", "memory_tree")
+
+
+def missing_layers(layers: dict) -> list[str]:
+    return [name for name in REQUIRED if not layers.get(name)]
+
+
+def refusal(missing: list[str], layers: dict) -> str:
+    named = ", ".join(name + (f" ({layers[name + '_note']})" if layers.get(name + "_note") else "") for name in missing)
+    return (f"refused to run: this kernel does not allow every layer of the sandbox; missing: {named}. "
+            "`--allow-missing-layers` runs the file with the layers that work; `--no-isolation` with none")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _lock_down(request: dict, options: ProbeOptions, sandbox: dict, base: str, serial: int) -> tuple[str, dict]:
+    """In the child, before the user's code: the per-probe layers.  Returns the working folder and the
+    layers it got (``name_note`` says why one failed)."""
+    from . import sandbox as box
+
+    layers: dict = {}
+    workdir = None
+    if sandbox.get("isolated"):
+        size = max(64, (options.memory_mb or 4096) // 2)
+        try:
+            workdir = box.private_tmp([os.path.dirname(request["path"]), *options.roots], size)
+            layers["private_tmp"] = True
+        except OSError as exc:
+            layers["private_tmp_note"] = str(exc)
+    if workdir is None:
+        workdir = os.path.join(base, f"run-{serial}")
+        os.mkdir(workdir, 0o700)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+        f = os.open(os.path.join(workdir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(f, fd)
+        os.close(f)
+    os.chdir(workdir)
+    box.reduce_environment(workdir)
+    layers["environment_allowlist"] = True
+    if not sandbox.get("isolated"):
+        return workdir, layers
+    layers["read_only_files"] = sandbox.get("read_only_files", False) and box.is_read_only(
+        os.path.dirname(request["path"]))
+    layers["process_limit"] = box.limit_processes() and bool(sandbox.get("user_namespace"))
+    if not sandbox.get("user_namespace"):
+        layers["process_limit_note"] = "RLIMIT_NPROC does not bind root outside a user namespace"
+    for name, step in (("capabilities_dropped", box.drop_capabilities), ("no_new_privs", box.no_new_privs),
+                       ("seccomp", box.install_seccomp)):
+        try:
+            step()
+        except OSError as exc:
+            layers[name + "_note"] = str(exc)
+    layers.update(box.locked_down(box.kernel_view()))
+    return workdir, layers
+
+
+def _child(request: dict, out_fd: int, sandbox: dict, base: str, serial: int, parent: int) -> None:
     """Runs in the forked child; never returns."""
     status = 0
+    workdir = None
+    armed = False
     try:
         os.setsid()
-        _die_with_parent()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
-            f = os.open(os.path.join(workdir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.dup2(f, fd)
-            os.close(f)
-        os.chdir(workdir)
-        from .sandbox import private_environment
+        _die_with_parent(parent)
+        from .sandbox import close_other_fds
 
-        private_environment(workdir)
+        close_other_fds({out_fd})  # the worker's protocol pipes, and anything else it had open
         options = ProbeOptions.from_json(request["options"])
-        result = _probe(request["path"], options, workdir, sandbox)
+        workdir, layers = _lock_down(request, options, sandbox, base, serial)
+        layers = dict(sandbox, **layers)
+        # Written before the user's code runs, so the worker can trust it (and checks it against /proc).
+        _write_all(out_fd, (json.dumps({"armed": layers}) + "\n").encode())
+        armed = True
+        missing = missing_layers(layers) if options.isolate else []
+        if missing and not options.allow_missing_layers:
+            result = ProbeResult(request["path"], model.FAILED, refusal(missing, layers), device=options.device)
+        else:
+            result = _probe(request["path"], options, workdir, layers)
     except BaseException as exc:  # noqa: BLE001 - report, never a traceback from gradguard
         result = ProbeResult(request.get("path", "?"), model.FAILED, f"internal error in the probe: {exc!r}")
         status = 1
@@ -207,12 +285,12 @@ def _child(request: dict, workdir: str, out_fd: int, sandbox: dict) -> None:
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
-        result.stdout = _tail(os.path.join(workdir, "stdout.txt"))
-        result.stderr = _tail(os.path.join(workdir, "stderr.txt"))
-        data = (json.dumps(result.to_json()) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(out_fd, view):]
+        if not armed:
+            _write_all(out_fd, b'{"armed": {}}\n')
+        if workdir is not None:
+            result.stdout = _tail(os.path.join(workdir, "stdout.txt"))
+            result.stderr = _tail(os.path.join(workdir, "stderr.txt"))
+        _write_all(out_fd, (json.dumps(result.to_json()) + "\n").encode())
     finally:
         os._exit(status)
 
@@ -234,75 +312,195 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def _tree_memory(child: int) -> int:
+    """Bytes the probe's tree holds: the PSS of every process in the PID namespace but the worker (pid 1),
+    and what its private /tmp and /dev/shm hold."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        try:
+            with open(f"/proc/{name}/smaps_rollup", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError):
+            pass
+    for folder in ("/tmp", "/dev/shm"):
+        try:
+            st = os.statvfs(f"/proc/{child}/root{folder}")
+        except OSError:
+            continue
+        if st.f_flag & os.ST_RDONLY == 0:
+            total += (st.f_blocks - st.f_bfree) * st.f_frsize
+    return total
+
+
+def _kill_tree(pid: int, sandbox: dict) -> None:
+    """Every process the probe left: in a PID namespace whose init we are, all of them; else the child's group."""
+    if sandbox.get("pid_namespace"):
+        try:
+            os.kill(-1, signal.SIGKILL)  # from a namespace's init: every process in it but ourselves
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                done, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done == 0:
+                time.sleep(0.01)
+    else:
+        _kill_group(pid, signal.SIGKILL)
+
+
+_CHECKED = ("capabilities_dropped", "no_new_privs", "seccomp")
+
+
 def handle(request: dict, base: str, serial: int, sandbox: dict) -> dict:
+    from .sandbox import kernel_view, locked_down
+
     options = ProbeOptions.from_json(request["options"])
-    workdir = os.path.join(base, f"run-{serial}")
-    os.mkdir(workdir, 0o700)
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     started = time.monotonic()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(request, workdir, write_fd, sandbox)
+        _child(request, write_fd, sandbox, base, serial, parent)
     os.close(write_fd)
-    chunks: list[bytes] = []
+    buffer = b""
+    lines: list[bytes] = []
     deadline = started + options.timeout
     timed_out = False
     killed_at = None
-    while True:
+    exit_status = None
+    over_memory = None
+    layers = None
+    watch = bool(sandbox.get("memory_tree") and options.memory_mb)
+    limit = (options.memory_mb or 0) * 1024 * 1024
+    eof = False
+    while len(lines) < 2:
         now = time.monotonic()
         if not timed_out and now >= deadline:
             timed_out = True
             _kill_group(pid, signal.SIGTERM)
             killed_at = now
         if timed_out and now >= killed_at + GRACE_S:
-            _kill_group(pid, signal.SIGKILL)
+            _kill_tree(pid, sandbox)
             break
+        if exit_status is None:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                exit_status = status
+        if watch and exit_status is None:
+            used = _tree_memory(pid)
+            if used > limit:
+                over_memory = used
+                _kill_tree(pid, sandbox)
+                break
         wait = (deadline if not timed_out else killed_at + GRACE_S) - now
-        ready, _, _ = select.select([read_fd], [], [], max(0.0, min(wait, 1.0)))
+        ready, _, _ = select.select([read_fd], [], [], 0.0 if exit_status is not None else max(0.0, min(wait, 0.2)))
         if ready:
             chunk = os.read(read_fd, 1 << 16)
             if not chunk:
+                eof = True
                 break
-            chunks.append(chunk)
+            buffer += chunk
+            while b"\n" in buffer and len(lines) < 2:
+                line, _, buffer = buffer.partition(b"\n")
+                lines.append(line)
+            if lines and layers is None:
+                layers = _armed(lines[0], pid, kernel_view, locked_down)
+        elif exit_status is not None:
+            break  # the child is gone; a descendant holding the pipe open does not make this a timeout
     os.close(read_fd)
-    _, wait_status = os.waitpid(pid, 0)
-    _kill_group(pid, signal.SIGKILL)  # whatever the script started in its group
-    shutil.rmtree(workdir, ignore_errors=True)
+    if exit_status is None and not eof and len(lines) == 2:
+        end = time.monotonic() + GRACE_S  # the child writes its result, then exits
+        while exit_status is None and time.monotonic() < end:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                exit_status = status
+            else:
+                time.sleep(0.01)
+    if exit_status is None:
+        _kill_group(pid, signal.SIGKILL)
+        try:
+            _, exit_status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            exit_status = 0
+    _kill_tree(pid, sandbox)  # whatever the script started, daemons included
+    shutil.rmtree(os.path.join(base, f"run-{serial}"), ignore_errors=True)
     elapsed = time.monotonic() - started
-    data = b"".join(chunks)
+    box = dict(sandbox, **(layers or {}))
     try:
-        result = json.loads(data) if data else None
-    except ValueError:
-        result = None
-    if result is None:
+        result = json.loads(lines[1]) if len(lines) == 2 else None
+        if result is not None:
+            if result.get("path") != request["path"]:
+                raise ValueError("a result for another file")
+            ProbeResult.from_json(result)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        result = ProbeResult(request["path"], model.CRASHED, "the probed process wrote a malformed result",
+                             device=options.device).to_json()
+    if over_memory is not None:
+        result = ProbeResult(request["path"], model.MEMORY,
+                             f"the probe's processes used {over_memory // 2**20} MB (their memory, /tmp and /dev/shm "
+                             f"together) over the {options.memory_mb} MB limit, and were killed",
+                             device=options.device).to_json()
+    elif result is None:
         if timed_out:
             result = ProbeResult(request["path"], model.TIMEOUT,
                                  f"killed after the {options.timeout:g} s timeout (it did not stop on SIGTERM)",
-                                 device=options.device, sandbox=sandbox).to_json()
+                                 device=options.device).to_json()
         else:
-            how = (f"was killed by {_signal_name(os.WTERMSIG(wait_status))}" if os.WIFSIGNALED(wait_status)
-                   else f"exited with status {os.WEXITSTATUS(wait_status)} without a result")
+            how = (f"was killed by {_signal_name(os.WTERMSIG(exit_status))}" if os.WIFSIGNALED(exit_status)
+                   else f"exited with status {os.WEXITSTATUS(exit_status)} without a result")
             hint = ""
-            if os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) in (signal.SIGKILL, signal.SIGABRT,
+            if os.WIFSIGNALED(exit_status) and os.WTERMSIG(exit_status) in (signal.SIGKILL, signal.SIGABRT,
                                                                               signal.SIGSEGV):
                 hint = f" (possibly out of memory under the {options.memory_mb} MB limit)" if options.memory_mb else ""
             result = ProbeResult(request["path"], model.CRASHED, f"the probed process {how}{hint}",
-                                 device=options.device, sandbox=sandbox).to_json()
+                                 device=options.device).to_json()
     elif timed_out and result.get("status") not in (model.TIMEOUT,):
         result["status"] = model.TIMEOUT
         result["detail"] = f"stopped after the {options.timeout:g} s timeout; findings up to that point are reported"
+    # What the sandbox was is the worker's word: the layers it set up, the child's report from before the
+    # user's code ran, checked against the kernel.  Not what the result says.
+    claimed = result.get("sandbox") if isinstance(result.get("sandbox"), dict) else {}
+    kept = {k: claimed[k] for k in ("memory_mb", "memory_note", "timeout_s", "tracer_errors") if k in claimed}
+    result["sandbox"] = dict(box, **kept, audit_guard=True)
+    if options.memory_mb and "memory_mb" not in kept and over_memory is not None:
+        result["sandbox"]["memory_mb"] = options.memory_mb
+    result["sandbox"]["layers"] = {name: bool(box.get(name)) for name in REQUIRED} if options.isolate else {}
     result["total_seconds"] = elapsed
     return result
 
 
-def _netns_differs(parent_inode: str | None) -> bool:
+def _armed(line: bytes, pid: int, kernel_view, locked_down) -> dict:
+    """The child's report from before the user's code ran, with the kernel's word on what it can check."""
+    try:
+        layers = json.loads(line)["armed"]
+        if not isinstance(layers, dict):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        return {}
+    seen = locked_down(kernel_view(pid))
+    for name in _CHECKED:
+        if layers.get(name) and not seen.get(name):
+            layers[name] = False
+            layers[name + "_note"] = "not confirmed by /proc"
+    return layers
+
+
+def _ns_differs(kind: str, parent_inode: str | None) -> bool:
     if not parent_inode:
         return False
     try:
-        return str(os.stat("/proc/self/ns/net").st_ino) != parent_inode
+        return str(os.stat(f"/proc/self/ns/{kind}").st_ino) != parent_inode
     except OSError:
         return False
 
@@ -327,22 +525,30 @@ def warm_imports() -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gradguard.probe.worker")
     parser.add_argument("--base", required=True)
-    parser.add_argument("--read-only", action="store_true", help="remount all but --base read-only (needs a mount ns)")
+    parser.add_argument("--isolated", "--read-only", action="store_true", dest="isolated",
+                        help="set up the sandbox's mounts (needs a mount namespace; see sandbox.py)")
     parser.add_argument("--parent-netns", default=None)
+    parser.add_argument("--parent-userns", default=None)
     args = parser.parse_args(argv)
 
+    # The PID namespace's /proc replaces the host's below: read the namespaces first.
+    sandbox: dict = {"isolated": args.isolated, "network_namespace": _ns_differs("net", args.parent_netns),
+                     "user_namespace": _ns_differs("user", args.parent_userns), "pid_namespace": os.getpid() == 1,
+                     "read_only_files": False}
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # stray prints (ours or a library's) must not corrupt the protocol
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    sandbox: dict = {"network_namespace": _netns_differs(args.parent_netns), "read_only_files": False}
-    if args.read_only:
-        from .sandbox import make_read_only
+    if args.isolated:
+        from .sandbox import setup_worker_mounts
 
         try:
-            sandbox.update(make_read_only(os.path.realpath(args.base)))
+            sandbox.update(setup_worker_mounts(os.path.realpath(args.base)))
         except OSError as exc:
-            sandbox["read_only_note"] = str(exc)
+            sandbox["read_only_files_note"] = str(exc)
+    sandbox["memory_tree"] = bool(sandbox["pid_namespace"] and sandbox.get("private_proc"))
+    if not sandbox["pid_namespace"]:
+        sandbox["pid_namespace_note"] = "no PID namespace: a daemon that leaves the process group survives"
     try:
         info = warm_imports()
     except Exception as exc:  # noqa: BLE001 - torch missing or broken: say so
