@@ -1,0 +1,4 @@
+from .lstm import LSTM, LSTMCell
+from .rnn import RNN
+
+__all__ = ["LSTM", "LSTMCell", "RNN"]
