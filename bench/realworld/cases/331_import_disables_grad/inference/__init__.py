@@ -1,0 +1,3 @@
+from .trainer import UnsupervisedTrainer
+
+__all__ = ["UnsupervisedTrainer"]
