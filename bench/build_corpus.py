@@ -31,7 +31,7 @@ PACKAGES = [
     ("torchvision", "0.29.1", PLATFORM),
     ("pytorch-lightning", "2.6.6", []),
     ("accelerate", "1.15.0", []),
-    # issue 30: widened to 24 packages, over 1M lines, for precision (none of the issue's reserved packages)
+    # issue 30: widened to 37 packages, 1.76M lines, for precision (none of the issue's reserved packages)
     ("fastai", "2.8.12", []),
     ("skorch", "1.4.0", []),
     ("torchrl", "0.14.1", PLATFORM),
@@ -52,6 +52,19 @@ PACKAGES = [
     ("dalle2-pytorch", "1.15.6", []),
     ("imagen-pytorch", "2.1.0", []),
     ("audiolm-pytorch", "2.4.0", []),
+    ("torch-optimizer", "0.3.0", []),
+    ("mosaicml", "0.32.1", []),
+    ("pytorch-ignite", "0.5.5", []),
+    ("allennlp", "2.10.1", []),
+    ("pytorch-widedeep", "1.7.0", []),
+    ("tsai", "1.0.1", []),
+    ("neuralforecast", "3.3.0", []),
+    ("espnet", "202511", []),
+    ("asteroid", "0.7.0", []),
+    ("lightweight-gan", "1.2.1", []),
+    ("stylegan2-pytorch", "1.9.0", []),
+    ("palm-rlhf-pytorch", "0.8.0", []),
+    ("byol-pytorch", "0.9.1", []),
 ]
 
 
