@@ -18,6 +18,7 @@ from ..fixes import unavailable as fixes_unavailable
 from . import actions, fixes
 from . import hover as hover_text
 from .documents import TextDocument, key_of
+from .settings import BESIDE, CONFIG_KEYS
 from .server import GradguardServer
 
 logger = logging.getLogger("gradguard.lsp")
@@ -57,6 +58,21 @@ def safe(default: Any = None) -> Callable:
     return wrap
 
 
+def _can_pull_configuration(ls: GradguardServer) -> bool:
+    caps = ls.client_capabilities
+    return bool(caps is not None and caps.workspace is not None and caps.workspace.configuration)
+
+
+def _stale(ls: GradguardServer, edit: types.WorkspaceEdit) -> bool:
+    """Whether a part ``edit`` is versioned for has another version now (the client would refuse it too)."""
+    for change in edit.document_changes or ():
+        named = getattr(change, "text_document", None)
+        if named is not None and named.version is not None \
+                and ls.workspace.get_text_document(named.uri).version != named.version:
+            return True
+    return False
+
+
 def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler per LSP method
     # ---- lifecycle and configuration ---------------------------------------------------------
     @server.feature(types.INITIALIZE)
@@ -86,12 +102,29 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     @safe()
-    def did_change_configuration(ls: GradguardServer, params: types.DidChangeConfigurationParams) -> None:
+    async def did_change_configuration(ls: GradguardServer, params: types.DidChangeConfigurationParams) -> None:
+        """Settings pushed as ``{"gradguard": {...}, "probe": ..., ...}``; pushed flat (the inner table, with
+        the options beside it mixed in); or not pushed at all (``null``, ``{}``: the LSP way of saying "ask
+        me"), then pulled with ``workspace/configuration`` (section ``gradguard``: the inner table) when the
+        client can answer it, else the pyproject.toml is read again under the settings already given."""
         settings = params.settings
         if isinstance(settings, dict) and "gradguard" in settings:
             ls.set_run(settings)
             ls.load_settings(settings["gradguard"])
-            ls.reanalyse_all()
+        elif isinstance(settings, dict) and set(settings) & (CONFIG_KEYS | BESIDE):
+            ls.set_run(settings)
+            ls.load_settings({k: v for k, v in settings.items() if k not in BESIDE})
+        elif _can_pull_configuration(ls):
+            answer = await ls.workspace_configuration_async(types.ConfigurationParams(
+                items=[types.ConfigurationItem(section="gradguard")]))
+            pulled = answer[0] if isinstance(answer, (list, tuple)) and answer else None
+            if isinstance(pulled, dict):
+                ls.load_settings({k: v for k, v in pulled.items() if k not in BESIDE})
+            else:
+                ls.load_settings(ls.settings.overrides)
+        else:
+            ls.load_settings(ls.settings.overrides)
+        ls.reanalyse_all()
 
     @server.feature(types.SHUTDOWN)
     @safe()
@@ -210,6 +243,9 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
         skipped = fixes.left_over(done) if done is not None else 0
         if edit is None:
             return {"applied": False, "fixes": 0, "skipped": skipped}
+        if _stale(ls, edit):  # edited while the fixes were planned: the edit is of an older text
+            ls.warn(f"{FIX_ALL_COMMAND}: the document changed while fixing; nothing applied (run it again)")
+            return {"applied": False, "fixes": 0, "skipped": skipped, "changed": True}
         response = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=actions.FIX_ALL_TITLE))
         applied = bool(getattr(response, "applied", False))
         return {"applied": applied, "fixes": len(done.applied) if applied else 0, "skipped": skipped}

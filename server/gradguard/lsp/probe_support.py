@@ -8,8 +8,8 @@ the VS Code client sends them)::
                                    "entry": "run", "onSave": bool}, "trusted": bool}
 
 - The probe runs the user's code, so it runs only when ``probe.enable`` is true AND the client does not
-  say the workspace is untrusted (``"trusted": false`` always refuses; a client that sends no
-  ``trusted`` must set ``probe.enable`` explicitly).  These settings come only from the client, never
+  say the workspace is untrusted (``"trusted": false`` always refuses, and sticks until a push says
+  ``"trusted": true``; a client that sends no ``trusted`` must set ``probe.enable`` explicitly).  These settings come only from the client, never
   from the workspace's ``pyproject.toml``.  Off by default.
 - ``enable`` also probes a ``.py`` document each time it is saved (``"onSave": false`` keeps only the
   command and the code lens).
@@ -137,9 +137,15 @@ class ProbeSupport:
 
     # ---- configuration ----------------------------------------------------------------
     def configure(self, ls: GradguardServer, options: Any) -> None:
+        """New settings.  ``"trusted": false`` sticks: a later push that does not say ``trusted`` (a client
+        that sends only what changed, or a settings object without it) keeps the workspace untrusted; only an
+        explicit ``"trusted": true`` lifts it."""
         settings, warnings = parse_settings(options)
         for w in warnings:
             ls.warn(w)
+        said = isinstance(options, dict) and options.get("trusted") is not None
+        if self.settings.trusted is False and not said:
+            settings = replace(settings, trusted=False)
         changed = (settings.refusal() is None) != (self.settings.refusal() is None)
         self.settings = settings
         if settings.refusal() is not None:

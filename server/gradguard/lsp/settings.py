@@ -12,6 +12,8 @@ from ..config import Config, ConfigError, config_from_table, find_pyproject, loa
 
 Stamp = tuple[int, int, int]
 BESIDE = frozenset({"run", "probe", "trusted", "diagnosticMode"})  # options beside "gradguard", not in it
+CONFIG_KEYS = frozenset({"select", "ignore", "exclude", "severity", "jedi", "view-functions", "docs-url",
+                         "baseline"})  # the keys of "gradguard" (config.config_from_table)
 
 
 def stamp_of(path: Path | None) -> Stamp | None:
