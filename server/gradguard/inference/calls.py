@@ -541,11 +541,13 @@ class CallsMixin:
         return self.apply_op(name, args, node, f".{name}()")
 
     def _data_method(self, alias: DataAlias, name: str, node: ast.Call) -> Value:
-        for a in node.args:
-            self.eval(a)
         if name.endswith("_") and self.k.is_inplace(name):
+            for a in node.args:
+                self.eval(a)
             self._data_write(node, alias, f"`.data.{name}()`")
-        return UNKNOWN
+            return UNKNOWN
+        # `t.data.pow(2)`, `t.data.clone()`: a read of the values without their graph, as `t.detach()` gives
+        return self._tensor_method(self.read_data(alias, node.func), name, node)
 
     def _module_method(self, module: ModuleValue, name: str, node: ast.Call) -> Value:
         args = [self.eval(a) for a in node.args]
@@ -595,6 +597,7 @@ class CallsMixin:
     # --------------------------------------------------------- op semantics
     def apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
         """An out-of-place op: propagate requires_grad and graph, and record what its backward saves."""
+        args = [self.read_data(a, node) if isinstance(a, DataAlias) else a for a in args]
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
         self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
@@ -654,6 +657,7 @@ class CallsMixin:
             for child in module.children:
                 value = self.call_module(child, [value], node)
             return value
+        args = [self.read_data(a, node) if isinstance(a, DataAlias) else a for a in args]
         x = args[0] if args else UNKNOWN
         info = self.ctx.class_of(module)
         found = find_method(self.ctx.classes, info, "forward") if info is not None and not torch_forward else None

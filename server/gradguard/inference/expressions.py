@@ -224,7 +224,8 @@ class ExpressionsMixin:
         return operand if operand in (INT, NOT_TENSOR) else UNKNOWN
 
     def _expr_BinOp(self, node: ast.BinOp) -> Value:
-        left, right = self.eval(node.left), self.eval(node.right)
+        left, right = (self.read_data(v, side) if isinstance(v, DataAlias) else v
+                       for v, side in ((self.eval(node.left), node.left), (self.eval(node.right), node.right)))
         name = BINARY_OPS.get(type(node.op))
         if isinstance(left, Tensor) or isinstance(right, Tensor):
             if name is None:
@@ -275,7 +276,7 @@ class ExpressionsMixin:
             if node.attr in VIEW_ATTRS:
                 return self._view(owner, node)
             if node.attr == "data":
-                return DataAlias(owner)
+                return DataAlias(owner, node)
             if node.attr == "grad":
                 if not self.state.grad_enabled and owner.leaf:  # a manual update reads it
                     sources = frozenset().union(*(t.graph for t in owner.group or (owner,)))

@@ -757,6 +757,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             graph |= {marker}
         return new_tensor(node, requires_grad, leaf=True, graph=graph)
 
+    def read_data(self, alias: DataAlias, node: ast.AST) -> Tensor:
+        """``t.data`` read as a value (an op's input, a layer's input): ``t``'s memory as a new leaf, cut from
+        ``t``'s graph exactly as ``t.detach()`` is."""
+        return self._cut(alias.node or node, alias.tensor, "`.data`")
+
     def _cut(self, node: ast.AST, tensor: Tensor, how: str) -> Tensor:
         """``t.detach()`` (or a returned ``t.data``): the same memory as a new leaf.  Whatever ``t`` was computed
         from gets no gradient through it; a marker in its graph shows whether it reaches a backward (the engine

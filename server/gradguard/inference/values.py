@@ -91,6 +91,7 @@ class DataAlias:
     """``t.data``: the same storage without autograd's version counter (writes are invisible)."""
 
     tensor: Tensor
+    node: ast.AST | None = None  # the `t.data` expression: where a read of it leaves the graph
 
 
 @dataclass(eq=False)
