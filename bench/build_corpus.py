@@ -160,10 +160,14 @@ def measure_cached(folder: Path) -> dict:
         return result
 
 
-def build(dest: Path = CORPUS, quiet: bool = False) -> list[Path]:
+# The four packages of issue 8 (bench/run_all.py's precision rows and peer timings were recorded on them).
+ISSUE8_PACKAGES = PACKAGES[:4]
+
+
+def build(dest: Path = CORPUS, quiet: bool = False, packages: list | None = None) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     folders = []
-    for name, version, extra in PACKAGES:
+    for name, version, extra in (PACKAGES if packages is None else packages):
         present = folder_for(name, version, dest).is_dir()
         if not quiet:
             print(f"{name}=={version}: {'present, skipped' if present else 'downloading'}", file=sys.stderr, flush=True)
