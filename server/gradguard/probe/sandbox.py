@@ -217,11 +217,12 @@ def is_read_only(path: str) -> bool:
 RUN_DIR = "/tmp/gradguard-run"  # the child's working folder, inside its private /tmp
 
 
-def private_tmp(keep: list[str], size_mb: int) -> str:
+def private_tmp(keep: list[str], size_mb: int, hide: str | None = None) -> str:
     """In a new mount namespace: a fresh tmpfs on /tmp and on /dev/shm (gone when the child's tree is gone).
 
-    ``keep``: folders under /tmp the script needs (its own folder); bound back read-only.  Returns the
-    working folder (in the new /tmp)."""
+    ``keep``: folders under /tmp the script needs (its own folder); bound back read-only.  ``hide``: the
+    worker's own writable folder, made read-only here when it is not under /tmp (TMPDIR elsewhere).
+    Returns the working folder (in the new /tmp)."""
     if _libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
         number = ctypes.get_errno()
         raise OSError(number, f"unshare(CLONE_NEWNS): {os.strerror(number)}")
@@ -239,6 +240,8 @@ def private_tmp(keep: list[str], size_mb: int) -> str:
     finally:
         for fd in handles.values():
             os.close(fd)
+    if hide and os.path.isdir(hide) and not os.path.realpath(hide).startswith("/tmp/"):
+        _mount(None, hide, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
     os.makedirs(RUN_DIR, 0o700, exist_ok=True)
     return RUN_DIR
 
@@ -275,7 +278,9 @@ private_environment = reduce_environment  # the old name
 
 # --- child side: limits ----------------------------------------------------------------------------------
 
-MAX_PROCESSES = 512  # tasks (threads count) of the sandbox's user; a fork bomb stops there
+# Tasks (threads count) of the sandbox's user in its user namespace, the worker's included; a fork bomb
+# stops there.  torch starts a thread per core in each process that computes, so it grows with the cores.
+MAX_PROCESSES = max(1024, 32 * (os.cpu_count() or 1))
 
 
 def limit_memory(megabytes: int | None) -> str | None:

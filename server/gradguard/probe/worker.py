@@ -220,7 +220,7 @@ def _lock_down(request: dict, options: ProbeOptions, sandbox: dict, base: str, s
     if sandbox.get("isolated"):
         size = max(64, (options.memory_mb or 4096) // 2)
         try:
-            workdir = box.private_tmp([os.path.dirname(request["path"]), *options.roots], size)
+            workdir = box.private_tmp([os.path.dirname(request["path"]), *options.roots], size, hide=base)
             layers["private_tmp"] = True
         except OSError as exc:
             layers["private_tmp_note"] = str(exc)
