@@ -39,6 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .fixing import FixRun
 
 PROGRESS_MIN_FILES = 20
+MAX_JOBS = 32  # --jobs above this is capped: more processes only cost memory (each holds an analysis)
+MAX_PROBE_TIMEOUT_S = 86_400.0  # a day: past it a timeout is a typo (1e12 overflowed the event loop's poll)
+INTERRUPTED = 130  # the shell's code for a run stopped by SIGINT
 
 
 # --- arguments ---------------------------------------------------------------
@@ -66,6 +69,10 @@ def _positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}")
     return n
+
+
+def _jobs(value: str) -> int:
+    return min(_positive_int(value), MAX_JOBS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--statistics", action="store_true", help="print counts per rule instead of findings")
     check.add_argument("--config", metavar="PATH", help="use this pyproject.toml instead of discovering one")
     check.add_argument("--stdin-filename", metavar="NAME", help="the name to report for source read from -")
-    check.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
-                       help="processes to analyse with (default: all cores)")
+    check.add_argument("--jobs", type=_jobs, default=min(os.cpu_count() or 1, MAX_JOBS), metavar="N",
+                       help=f"processes to analyse with (default: all cores; at most {MAX_JOBS})")
     check.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     check.add_argument("--jedi", action=argparse.BooleanOptionalAction, default=None,
                        help="ask jedi what helpers imported from other modules return (slower; default: the "
@@ -442,8 +449,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    timeout = getattr(args, "timeout", None)
+    if isinstance(timeout, float) and not timeout <= MAX_PROBE_TIMEOUT_S:
+        print(f"gradguard: --timeout must be at most {MAX_PROBE_TIMEOUT_S:.0f} seconds (a day), not {timeout:g}",
+              file=sys.stderr)
+        return 2
     try:
         return args.handler(args)
     except (UsageError, ConfigError) as exc:
         print(f"gradguard: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the worker processes are stopped on the way out (batch.in_pool)
+        print("gradguard: interrupted; nothing more was checked or written", file=sys.stderr)
+        return INTERRUPTED

@@ -127,6 +127,11 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
         exclude = [exclude]
     if not isinstance(exclude, list) or not all(isinstance(v, str) for v in exclude):
         raise ConfigError("[tool.gradguard] exclude must be a list of patterns")
+    from .files import invalid_pattern  # files imports this module
+
+    bad = next((v for v in exclude if invalid_pattern(v)), None)
+    if bad is not None:
+        raise ConfigError(f"[tool.gradguard] exclude: {bad!r} is not a gitignore pattern that matches anything")
     jedi = table.get("jedi", False)
     if not isinstance(jedi, bool):
         raise ConfigError("[tool.gradguard] jedi must be true or false")
@@ -182,7 +187,10 @@ def load_config_file(pyproject: Path) -> Config:
         raise ConfigError(f"config file not found: {pyproject}") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{pyproject}: {exc}") from None
-    table = data.get("tool", {}).get("gradguard", {})
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{pyproject}: `tool` must be a table ([tool.gradguard]), not {type(tool).__name__}")
+    table = tool.get("gradguard", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{pyproject}: [tool.gradguard] must be a table")
     try:

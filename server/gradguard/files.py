@@ -43,6 +43,20 @@ def _missing(given: str, path: Path) -> MissingPath:
     return MissingPath(f"path is a broken symlink: {given} -> {os.readlink(path)}")
 
 
+def _kind(path: Path) -> str:
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "unreadable"
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
 @dataclass(frozen=True)
 class Target:
     """A file to analyse and the name it is shown under."""
@@ -62,7 +76,7 @@ class _Rules:
             lines = ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return self
-        return _Rules(self.anchored + ((folder, pathspec.GitIgnoreSpec.from_lines(lines)),))
+        return _Rules(self.anchored + ((folder, gitignore_spec(lines)),))
 
     def ignored(self, path: Path, is_dir: bool) -> bool:
         verdict = False
@@ -75,6 +89,24 @@ class _Rules:
             if include is not None:
                 verdict = include
         return verdict
+
+
+def invalid_pattern(line: str) -> bool:
+    """Whether pathspec refuses the gitignore line (``!``, ``build\\``: git takes them, and they match nothing)."""
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except ValueError:
+        return True
+    return False
+
+
+def gitignore_spec(lines: list[str]) -> pathspec.GitIgnoreSpec:
+    """The patterns of a ``.gitignore`` file, as git reads them: a line git accepts but that matches nothing
+    (a lone ``!``, a pattern ending in an unescaped ``\\``) is skipped, never an error."""
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    except ValueError:
+        return pathspec.GitIgnoreSpec.from_lines([line for line in lines if not invalid_pattern(line)])
 
 
 def _git_root(folder: Path) -> Path | None:
@@ -137,7 +169,8 @@ def _walk(folder: Path, rules: _Rules, exclude: _Rules) -> Iterable[Path]:
 def discover(paths: Sequence[str], config: Config, cwd: Path | None = None) -> list[Target]:
     """Every source file under ``paths``, once each, sorted by display name.
 
-    Raises ``MissingPath`` for a path that does not exist.
+    Raises ``MissingPath`` for a path that does not exist, or that is named explicitly and is not a regular
+    file (a FIFO would block the read forever).
     """
     cwd = (cwd or Path.cwd()).resolve()
     exclude = _exclude_rules(config, cwd)
@@ -154,6 +187,8 @@ def discover(paths: Sequence[str], config: Config, cwd: Path | None = None) -> l
                 inherited = _Rules()
             for file in _walk(absolute, inherited, exclude):
                 found.setdefault(file, Target(file, _display(file, cwd)))
+        elif not absolute.is_file():  # a FIFO, socket or device: reading it may never end
+            raise MissingPath(f"not a regular file ({_kind(absolute)}), so not analysed: {given}")
         else:  # named explicitly: analysed whatever its name or ignore status
             found.setdefault(absolute, Target(absolute, _display(absolute, cwd)))
     return sorted(found.values(), key=lambda t: t.display)

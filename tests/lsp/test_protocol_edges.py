@@ -90,3 +90,21 @@ async def test_settings_pushed_as_null_are_pulled_with_workspace_configuration(c
     waiting = _published(client, uri, lambda d: "GG002" not in _codes(d))
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
     assert await waiting == []
+
+
+# ---- item 12: a bad pyproject.toml or .gitignore in workspace mode -------------------------------
+@pytest.mark.pull
+@pytest.mark.init_options({"gradguard": {}, "diagnosticMode": "workspace"})
+async def test_workspace_mode_reports_a_bad_config_and_still_analyses(client: LanguageClient, tmp_path: Path):
+    """Before: `tool = "x"` raised inside the handler and a .gitignore line `!` inside the survey: the pull
+    was answered with no report at all and nothing said why."""
+    (tmp_path / "pyproject.toml").write_text('tool = "x"\n')
+    (tmp_path / ".gitignore").write_text("!\nbuild\\\nskipped.py\n")
+    (tmp_path / "bug.py").write_text(LEAF)
+    (tmp_path / "skipped.py").write_text(LEAF)
+    result = await client.workspace_diagnostic_async(types.WorkspaceDiagnosticParams(previous_result_ids=[]))
+    reports = {r.uri: r for r in result.items}
+    assert sorted(reports) == [(tmp_path / "bug.py").as_uri()]
+    assert _codes(reports[(tmp_path / "bug.py").as_uri()].items) == ["GG002"]
+    messages = [m.message for m in client.messages]
+    assert any("pyproject.toml" in m and "`tool` must be a table" in m for m in messages), messages

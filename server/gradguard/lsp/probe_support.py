@@ -54,6 +54,7 @@ PROBE_COMMAND = "gradguard.probe"
 LENS_TITLE = "Confirm with probe"
 PROBE_SOURCE = "gradguard-probe"
 DEFAULT_TIMEOUT_S = 10.0  # the VS Code client's default (gradguard.probe.timeout)
+MAX_TIMEOUT_S = 86_400.0  # as the CLI's --timeout (1e12 overflowed the event loop's poll)
 
 UNTRUSTED = ("the workspace is not trusted: the runtime probe runs this file's code, so it only runs in a "
              "trusted workspace")
@@ -98,8 +99,8 @@ def parse_settings(options: Any) -> tuple[ProbeSettings, list[str]]:
         warnings.append(f'"probe.device" must be one of {", ".join(probe_model.DEVICES)}, not {device!r}; using cpu')
         device = "cpu"
     timeout = probe.get("timeout", DEFAULT_TIMEOUT_S)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        warnings.append(f'"probe.timeout" must be a positive number of seconds, not {timeout!r}; '
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_S:
+        warnings.append(f'"probe.timeout" must be a number of seconds above 0 and at most a day, not {timeout!r}; '
                         f'using {DEFAULT_TIMEOUT_S:g}')
         timeout = DEFAULT_TIMEOUT_S
     entry = probe.get("entry")

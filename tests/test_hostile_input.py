@@ -1,0 +1,111 @@
+"""Bad input and careless use of the command line get a one-line error or a bounded refusal, never a
+traceback or a hang (issue 28, items 12, 13, 16).  The real CLI in a subprocess; each test failed before."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BUG = "import torch\nx = torch.zeros(3, requires_grad=True)\nx += 1\n"  # GG002
+
+
+def gg(*argv: str, cwd: Path, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GRADGUARD_NO_CACHE": "1", **kwargs.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", "gradguard", *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env, **kwargs)
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gradguard: "), proc.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+# ---- item 12: configuration and ignore files ---------------------------------------------------
+@pytest.mark.parametrize("line", ["!", "build\\"])
+def test_gitignore_lines_git_accepts_are_read_as_git_reads_them(tmp_path, line):
+    """git takes a lone ``!`` and a trailing ``\\`` (they match nothing); before: a traceback from pathspec."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text(f"{line}\nskipped.py\n")
+    (tmp_path / "bug.py").write_text(BUG)
+    (tmp_path / "skipped.py").write_text(BUG)
+    proc = gg("check", ".", cwd=tmp_path)
+    assert "Traceback" not in proc.stderr and proc.returncode == 1
+    assert [line.split(":")[0] for line in proc.stdout.splitlines() if "GG002" in line] == ["bug.py"]
+
+
+@pytest.mark.parametrize("pattern", ["!", "build\\\\"])
+def test_an_exclude_pattern_that_matches_nothing_is_a_one_line_config_error(tmp_path, pattern):
+    (tmp_path / "pyproject.toml").write_text(f'[tool.gradguard]\nexclude = ["{pattern}"]\n')
+    (tmp_path / "bug.py").write_text(BUG)
+    one_line_error(gg("check", ".", cwd=tmp_path), "pyproject.toml", "exclude")
+
+
+def test_tool_that_is_not_a_table_is_a_one_line_config_error(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('tool = "x"\n')
+    (tmp_path / "bug.py").write_text(BUG)
+    one_line_error(gg("check", ".", cwd=tmp_path), "pyproject.toml", "`tool` must be a table")
+
+
+# ---- item 12: probe --timeout, Ctrl-C ---------------------------------------------------------
+@pytest.mark.parametrize("argv", [["probe", "--timeout", "1e12"], ["check", "--probe", "--timeout", "1e12"]])
+def test_an_absurd_probe_timeout_is_a_usage_error(tmp_path, argv):
+    (tmp_path / "bug.py").write_text(BUG)
+    one_line_error(gg(*argv, "bug.py", cwd=tmp_path, timeout=60), "--timeout", "86400")
+
+
+def test_ctrl_c_stops_a_parallel_run_at_once_with_one_line_and_exit_130(tmp_path):
+    """SIGINT to the process group, as a terminal sends it; before: tracebacks from every worker, and 16-48 s
+    until the pool had analysed every file anyway."""
+    body = "".join(f"def f{i}(w):\n    y = torch.exp(w)\n    y += {i}\n    return y\n" for i in range(400))
+    for i in range(48):
+        (tmp_path / f"m{i}.py").write_text("import torch\n" + body)
+    proc = subprocess.Popen([sys.executable, "-m", "gradguard", "check", "--jobs", "2", "--no-cache", "."],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    time.sleep(3.0)  # imported, workers started, analysing
+    assert proc.poll() is None, "the run ended before it could be interrupted: make the files bigger"
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert "Traceback" not in err, err
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err.strip().splitlines()[-1] == "gradguard: interrupted; nothing more was checked or written"
+    assert took < 2.0, f"{took:.1f} s to exit after Ctrl-C"
+
+
+# ---- item 13: a FIFO, --jobs ------------------------------------------------------------------
+def test_a_fifo_named_on_the_command_line_is_refused_not_read(tmp_path):
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "bug.py").write_text(BUG)
+    one_line_error(gg("check", "pipe.py", "bug.py", cwd=tmp_path, timeout=30), "not a regular file", "FIFO",
+                   "pipe.py")
+
+
+def test_a_fifo_in_a_folder_is_skipped(tmp_path):
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "bug.py").write_text(BUG)
+    proc = gg("check", ".", cwd=tmp_path, timeout=30)
+    assert proc.returncode == 1 and "bug.py:3:1: GG002" in proc.stdout
+
+
+def test_jobs_is_capped(tmp_path):
+    """Before: --jobs 100000 started one process per file."""
+    from gradguard.cli import MAX_JOBS, build_parser
+
+    args = build_parser().parse_args(["check", "--jobs", "100000"])
+    assert args.jobs == MAX_JOBS == 32
+    for i in range(40):
+        (tmp_path / f"m{i}.py").write_text(BUG)
+    proc = gg("check", "--jobs", "100000", ".", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stdout.count("GG002") == 40
