@@ -5,9 +5,9 @@
 # expected version 1": that is the critics' final Linear weight (transposed). train.py gets one losses dict from
 # Trainer.forward() (critic losses on detached fakes, generator losses through the same localD/globalD), then
 # updates D (backward, optimizer_d.step()) before building and backpropagating losses['g']; the D step rewrote the
-# critic weights the generator's WGAN loss saved. The thread has no maintainer fix; the order D-step-then-G-backward
-# is the one torch >= 1.5 rejects (as in pytorch/pytorch#39141): backpropagate G's loss before the D step, or
-# recompute the critics' scores of the fakes after it.
+# critic weights the generator's WGAN loss saved. The maintainer points later reports of the same error to a comment
+# in this thread with the fix, and the follow-up thread (#62) spells it out: move optimizer_d.step() down to just
+# before optimizer_g.step(), i.e. after losses['g'].backward().
 # Kept from the thread's code: the package split (networks / trainer / train loop), Trainer.forward() returning the
 # losses dict with wgan_d, wgan_gp, l1, ae, wgan_g, dis_forward() on concatenated real/fake batches, the WGAN-GP
 # penalty, the n_critic schedule and the D-then-G update blocks in the loop. Added: tiny nets, 16x16 random images,
