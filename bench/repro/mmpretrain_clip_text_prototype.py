@@ -24,15 +24,17 @@ token_embedding = torch.nn.Embedding(50, 16)
 text_projection = torch.nn.Parameter(torch.randn(16, 8))
 
 
-def prototype(tokens, in_place=True):
+def prototype(tokens, in_place=True, second_in_place=None):
+    second_in_place = in_place if second_in_place is None else second_in_place
     class_features = token_embedding(tokens).mean(dim=1) @ text_projection  # extract_text_feat(...)
-    if in_place:  # mmpretrain's lines
+    if in_place:  # mmpretrain's first line (clip.py:359, chinese_clip.py:406)
         class_features /= class_features.norm(dim=-1, keepdim=True)
-        class_feature = class_features.mean(dim=0)
-        class_feature /= class_feature.norm()
-    else:  # out of place
+    else:
         class_features = class_features / class_features.norm(dim=-1, keepdim=True)
-        class_feature = class_features.mean(dim=0)
+    class_feature = class_features.mean(dim=0)
+    if second_in_place:  # mmpretrain's second line (clip.py:361, chinese_clip.py:408)
+        class_feature /= class_feature.norm()
+    else:
         class_feature = class_feature / class_feature.norm()
     return class_feature
 
@@ -45,6 +47,14 @@ with torch.no_grad():  # how mmengine's test loop reaches predict()
 print("under no_grad (mmpretrain's zero-shot predict): ok")
 (image_features @ prototype(prompts, in_place=False)).sum().backward()
 print("out of place, with grad: backward ok (the fix)")
+for first, second in [(True, False), (False, True)]:  # each line alone
+    try:
+        (image_features @ prototype(prompts, first, second)).sum().backward()
+    except RuntimeError as e:
+        assert "modified by an inplace operation" in str(e), e
+        print(f"only the {'first' if first else 'second'} line in place: backward raises")
+    else:
+        raise SystemExit("did not reproduce")
 try:
     (image_features @ prototype(prompts)).sum().backward()
 except RuntimeError as e:
