@@ -109,3 +109,61 @@ def test_jobs_is_capped(tmp_path):
         (tmp_path / f"m{i}.py").write_text(BUG)
     proc = gg("check", "--jobs", "100000", ".", cwd=tmp_path)
     assert proc.returncode == 1 and proc.stdout.count("GG002") == 40
+
+
+# ---- item 16: notebooks and newer Python ----------------------------------------------------------
+def _notebook(**fields) -> str:
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": BUG}
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {"language_info": {"name": "python"}},
+                       "cells": [cell], **fields})
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"nbformat": "4"}, "nbformat must be a number"),
+    ({"metadata": []}, "metadata must be an object"),
+    ({"metadata": {"language_info": "python"}}, "metadata.language_info must be an object"),
+    ({"metadata": {"kernelspec": "python3"}}, "metadata.kernelspec must be an object"),
+    ({"metadata": {"language_info": {"name": 3}}}, "metadata.language_info.name must be a string"),
+    ({"cells": [{"cell_type": 3, "source": "x = 1\n"}]}, "cell 1: cell_type must be a string"),
+    ({"cells": [{"cell_type": "code", "source": 5}]}, "cell 1: source must be a string or a list of strings"),
+    ({"cells": [{"cell_type": "code", "source": ["x = 1\n", 2]}]}, "cell 1: source must be a string or a list"),
+])
+def test_a_notebook_field_of_the_wrong_type_is_gg901_not_an_internal_error(tmp_path, fields, words):
+    """Before: "internal error while analysing" (AttributeError, TypeError), or a silent "All checks passed."."""
+    (tmp_path / "nb.ipynb").write_text(_notebook(**fields))
+    proc = gg("check", "nb.ipynb", cwd=tmp_path)
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("nb.ipynb:1:1: GG901 not a valid notebook: ") and words in proc.stdout, proc.stdout
+
+
+def test_a_non_python_notebook_named_explicitly_is_refused(tmp_path):
+    """Before: "All checks passed." about a notebook that was never read."""
+    (tmp_path / "r.ipynb").write_text(_notebook(metadata={"kernelspec": {"language": "R", "name": "ir"},
+                                                          "language_info": {"name": "R"}}))
+    one_line_error(gg("check", "r.ipynb", cwd=tmp_path), "not a Python notebook", "r.ipynb")
+    (tmp_path / "bug.py").write_text(BUG)
+    proc = gg("check", ".", cwd=tmp_path)  # in a folder it is skipped, as before
+    assert proc.returncode == 1 and "r.ipynb" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="this Python parses 3.12 syntax")
+@pytest.mark.parametrize("source, what", [
+    ("type Vector = list[float]\n", "`type` alias statement"),
+    ("def first[T](xs: list[T]) -> T:\n    return xs[0]\n", "generic function"),
+    ("class Box[T]:\n    pass\n", "generic class"),
+])
+def test_python_newer_than_gradguards_is_named_as_such(tmp_path, source, what):
+    """Before: a plain "invalid syntax", with no word that gradguard's Python is older than the code's."""
+    (tmp_path / "new.py").write_text(source)
+    proc = gg("check", "new.py", cwd=tmp_path)
+    assert proc.returncode == 1 and "GG900" in proc.stdout
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert what in proc.stdout and "needs Python 3.12" in proc.stdout, proc.stdout
+    assert f"gradguard runs on Python {running}, which is older than the code" in proc.stdout
+
+
+def test_a_plain_syntax_error_says_nothing_about_versions(tmp_path):
+    (tmp_path / "bad.py").write_text("def f(:\n    pass\n")
+    proc = gg("check", "bad.py", cwd=tmp_path)
+    assert proc.returncode == 1 and "GG900" in proc.stdout and "Python 3" not in proc.stdout

@@ -57,6 +57,22 @@ def _kind(path: Path) -> str:
     return "not a file"
 
 
+def _refuse_other_language(path: Path, given: str) -> None:
+    """A notebook named explicitly whose kernel is not Python: refused (it would be skipped, and the run
+    would say "All checks passed." about a file it never read).  One in a folder is skipped quietly."""
+    from .notebooks import is_notebook, read_language
+
+    if not is_notebook(path):
+        return
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return  # the analysis reports it
+    language = read_language(data)
+    if language is not None and language != "python":
+        raise MissingPath(f"not a Python notebook (its kernel language is {language}), so not analysed: {given}")
+
+
 @dataclass(frozen=True)
 class Target:
     """A file to analyse and the name it is shown under."""
@@ -190,5 +206,6 @@ def discover(paths: Sequence[str], config: Config, cwd: Path | None = None) -> l
         elif not absolute.is_file():  # a FIFO, socket or device: reading it may never end
             raise MissingPath(f"not a regular file ({_kind(absolute)}), so not analysed: {given}")
         else:  # named explicitly: analysed whatever its name or ignore status
+            _refuse_other_language(absolute, given)
             found.setdefault(absolute, Target(absolute, _display(absolute, cwd)))
     return sorted(found.values(), key=lambda t: t.display)

@@ -265,11 +265,14 @@ class Notebook:
             raise NotebookError(f"not a valid notebook: invalid JSON on line {exc.lineno}: {exc.msg}") from None
         if not isinstance(data, dict):
             raise NotebookError("not a valid notebook: the JSON is not an object")
-        if data.get("nbformat", 4) < 4 or "worksheets" in data:
-            return cls(_upgrade(raw), raw, upgraded=True)
-        cells = data.get("cells")
-        if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
-            raise NotebookError("not a valid notebook: no list of cells")
+        version = data.get("nbformat", 4)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise NotebookError(f"not a valid notebook: nbformat must be a number, not {_shown(version)}")
+        if version < 4 or "worksheets" in data:
+            data = _upgrade(raw)
+            _check_fields(data)
+            return cls(data, raw, upgraded=True)
+        _check_fields(data)
         return cls(data, raw)
 
     @property
@@ -306,6 +309,45 @@ class Notebook:
         separators = (",", ": ") if indent is not None else ((",", ":") if ", " not in self.raw else None)
         text = json.dumps(self.data, indent=indent, ensure_ascii=ascii_only, separators=separators)
         return text + "\n" if self.raw.endswith("\n") else text
+
+
+def _shown(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}.get(
+        type(value), "a number")
+
+
+def _check_fields(data: dict[str, Any]) -> None:
+    """The fields gradguard reads have the types nbformat 4 gives them; else ``NotebookError`` (GG901) naming
+    the first that does not (before: an "internal error" from deep inside the analysis)."""
+    cells = data.get("cells")
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+        raise NotebookError("not a valid notebook: no list of cells")
+    meta = data.get("metadata", {})
+    if not isinstance(meta, dict):
+        raise NotebookError(f"not a valid notebook: metadata must be an object, not {_shown(meta)}")
+    for key, name_key in (("language_info", "name"), ("kernelspec", "language")):
+        table = meta.get(key)
+        if table is not None and not isinstance(table, dict):
+            raise NotebookError(f"not a valid notebook: metadata.{key} must be an object, not {_shown(table)}")
+        name = (table or {}).get(name_key)
+        if name is not None and not isinstance(name, str):
+            raise NotebookError(f"not a valid notebook: metadata.{key}.{name_key} must be a string, not {_shown(name)}")
+    for number, cell in enumerate(cells, start=1):
+        kind = cell.get("cell_type", "")
+        if not isinstance(kind, str):
+            raise NotebookError(f"not a valid notebook: cell {number}: cell_type must be a string, not {_shown(kind)}")
+        source = cell.get("source", "")
+        if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(s, str) for s in source)):
+            raise NotebookError(f"not a valid notebook: cell {number}: source must be a string or a list of "
+                                f"strings, not {_shown(source) if not isinstance(source, list) else 'a list of other things'}")
+
+
+def read_language(data: bytes) -> str | None:
+    """The kernel language of the notebook ``data`` is, or None when it is not a notebook that can be read."""
+    try:
+        return Notebook.loads(data).language()
+    except NotebookError:
+        return None
 
 
 def _upgrade(raw: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import bisect
 import io
 import keyword as keyword_module
 import re
+import sys
 import tokenize
 import warnings
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ CANDIDATE = re.compile(
     r"|\binplace\s*="
     r"|\bout\s*="
     r"|\.step\s*\("
+    r"|\.grad\b"  # a gradient read after a backward: a cut upstream may starve it (GG103)
     r"|\b(?:tensor|as_tensor|asarray|from_numpy|new_tensor)\s*\("
     r"|\.(?:item|tolist|numpy)\s*\(|\bfloat\s*\("
     r"|\.register_(?:full_backward_pre_)?hook\s*\("  # a gradient hook may write its gradient (GG108)
@@ -115,9 +117,39 @@ def _parse(text: str) -> ast.Module:
         return ast.parse(text, type_comments=False)
 
 
+# Syntax newer than the running interpreter parses, recognised on the line Python's parser stopped at:
+# (the Python version that brought it, a regex on the line or on the error message, what it is).
+NEWER_SYNTAX: tuple[tuple[tuple[int, int], str, str, str], ...] = (
+    ((3, 12), "line", r"^\s*type\s+[A-Za-z_]\w*\s*(\[.*\])?\s*=", "a `type` alias statement (PEP 695)"),
+    ((3, 12), "line", r"^\s*(async\s+)?def\s+[A-Za-z_]\w*\s*\[", "a generic function `def f[T](...)` (PEP 695)"),
+    ((3, 12), "line", r"^\s*class\s+[A-Za-z_]\w*\s*\[", "a generic class `class C[T]` (PEP 695)"),
+    ((3, 12), "message", r"^f-string", "an f-string that only Python 3.12 parses (PEP 701)"),
+    ((3, 14), "message", r"multiple exception types must be parenthesized",
+     "`except A, B:` without parentheses (PEP 758)"),
+)
+
+
+def newer_syntax(exc: SyntaxError) -> str | None:
+    """Why a syntax error may be code newer than this Python, when it looks like it: a clause for the message."""
+    for version, where, pattern, what in NEWER_SYNTAX:
+        if sys.version_info >= version:
+            continue
+        subject = (exc.text or "") if where == "line" else (exc.msg or "")
+        if re.search(pattern, subject):
+            running = f"{sys.version_info.major}.{sys.version_info.minor}"
+            return (f"this looks like {what}, which needs Python {version[0]}.{version[1]}, and gradguard runs on "
+                    f"Python {running}, which is older than the code: run gradguard with Python "
+                    f"{version[0]}.{version[1]} or newer")
+    return None
+
+
 def _syntax_problem(exc: SyntaxError, line_offset: int = 0) -> SyntaxProblem:
     line = (exc.lineno or 1) + line_offset
     column = exc.offset or 1
+    newer = newer_syntax(exc)
+    if newer is not None:
+        return SyntaxProblem(f"syntax error: {exc.msg} (line {line}); {newer}; gradguard cannot analyse this file",
+                             line, column)
     return SyntaxProblem(f"syntax error: {exc.msg} (line {line}); gradguard cannot analyse this file", line, column)
 
 
