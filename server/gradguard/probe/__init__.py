@@ -7,7 +7,8 @@ Only runs when asked (``gradguard probe``, ``gradguard check --probe``, or a cal
 - ``model``: options and results (plain data, JSON round trip);
 - ``runner``: the parent side (``ProbeWorker``, ``probe_file``); no torch;
 - ``worker``: the warm worker process, one forked child per probe;
-- ``sandbox``: namespaces, read-only files, the audit guard, memory limit;
+- ``sandbox``: the layers against hostile code (namespaces, read-only files, seccomp, no capabilities, a
+  private /tmp, the environment allow-list, limits; docs/security.md) and the audit guard;
 - ``tracer`` and ``target``: the child side (the tracer imports torch);
 - ``merge``: probe results and static findings into one list of diagnostics;
 - ``cli``: ``gradguard probe`` and ``check --probe``.
