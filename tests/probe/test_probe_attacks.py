@@ -393,3 +393,36 @@ def test_a_missing_layer_is_named_and_refused_unless_allowed(script):
     assert "--allow-missing-layers" in refused.detail
     assert allowed.status == "completed" and allowed.stdout == "ran\n"
     assert allowed.sandbox["layers"]["seccomp"] is False
+
+
+# --- 10. the kernel's other doors ------------------------------------------------------------------------
+
+
+@needs_namespaces
+def test_namespaces_ptrace_raw_sockets_devices_and_sysctls_stay_shut(script, probe):
+    """What root in a user namespace could otherwise do with ctypes alone."""
+    path = script("""
+        import ctypes, os, socket
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+
+        def report(what, done):
+            print(what, "ok" if done == 0 else os.strerror(ctypes.get_errno()))
+
+        report("unshare(CLONE_NEWUSER|CLONE_NEWNS)", libc.unshare(0x10000000 | 0x20000))
+        report("ptrace(PTRACE_ATTACH, 1)", libc.ptrace(16, 1, None, None))
+        report("io_uring_setup", 0 if libc.syscall(425, 8, ctypes.create_string_buffer(120)) >= 0 else -1)
+        report("keyctl", 0 if libc.syscall(250, 0, -3, 0) >= 0 else -1)
+        report("socket(AF_NETLINK)", 0 if libc.socket(16, 3, 0) >= 0 else -1)
+        report("socket(AF_PACKET)", 0 if libc.socket(17, 3, 0) >= 0 else -1)
+        for name in ("/proc/1/mem", "/proc/sysrq-trigger", "/proc/sys/kernel/hostname", "/sys/kernel/uevent_helper",
+                     "/dev/vda", "/dev/sda", "/dev/mem"):
+            fd = libc.open(name.encode(), os.O_WRONLY)
+            report(f"open {name} for writing", 0 if fd >= 0 else -1)
+    """)
+    result = probe(path)
+    layers = _layers(result, "kernel doors")
+    lines = result.stdout.splitlines()
+    assert len(lines) == 13, (result.detail, result.stderr)
+    assert [line for line in lines if line.endswith(" ok")] == [], result.stdout
+    assert layers["seccomp"] and layers["capabilities_dropped"] and layers["minimal_dev"] and layers["private_proc"]
