@@ -145,8 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _lsp(args: argparse.Namespace) -> int:
     from .lsp.main import main as serve  # imported here: pygls is only needed by the server
 
-    serve()
-    return 0
+    return serve()  # 0 after shutdown then exit, 1 on exit without shutdown
 
 
 # --- configuration -----------------------------------------------------------

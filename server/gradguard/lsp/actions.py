@@ -25,7 +25,7 @@ from ..suppressions import add_code
 from ..text import code_units, split_lines
 from . import convert, fixes
 from .documents import Document, data_key
-from .server import GradguardServer
+from .server import GradguardServer, too_large
 
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.gradguard"  # source.fixAll.gradguard
 NOTEBOOK_FIX_ALL_KIND = f"notebook.{FIX_ALL_KIND}"  # notebook.source.fixAll.gradguard
@@ -172,7 +172,7 @@ async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEd
     document = ls.document_of(uri)
     snap = document.snapshot(ls.workspace) if document is not None else None
     index = snap.index(uri) if snap is not None else None
-    if index is None:
+    if index is None or too_large(snap) is not None:
         return None, None
     job = document.fix_job(snap, uri, ls.path(document.uri), ls.config_for(document.uri))
     if job is None:
@@ -190,7 +190,8 @@ async def notebook_fix_all_edit(ls: GradguardServer, uri: str) -> types.Workspac
     document = ls.document_of(uri)
     snap = document.snapshot(ls.workspace) if document is not None and document.notebook else None
     config = ls.config_for(document.uri) if document is not None else None
-    job = document.notebook_fix_job(snap, ls.path(document.uri), config) if snap is not None else None
+    job = document.notebook_fix_job(snap, ls.path(document.uri), config) \
+        if snap is not None and too_large(snap) is None else None
     if job is None:
         return None
     after, _ = await asyncio.get_running_loop().run_in_executor(ls.executor, job)

@@ -6,7 +6,7 @@ import gc
 import logging
 import os
 
-from . import handlers, notebooks, probe_support, workspace
+from . import handlers, notebooks, probe_support, stream, workspace
 from .server import GradguardServer
 
 
@@ -30,8 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             logging.getLogger("gradguard.lsp").warning("ignoring GRADGUARD_LSP_DEBOUNCE_MS=%r", debounce_ms)
     tune_garbage_collector()
-    server.start_io()
-    return 0
+    return stream.start_io(server)  # pygls's loop, made robust (stream.py); exit's code (0 after shutdown, else 1)
 
 
 def tune_garbage_collector() -> None:

@@ -29,12 +29,13 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from ..config import Config
-from ..diagnostics import Diagnostic
+from ..diagnostics import UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .closed_files import Pool
 from .documents import Document, FixData, FixKey, NotebookDocument, Snapshot, TextDocument, to_lsp
 from .folders import FolderConfigs
 from .probe_support import ProbeSupport, mark_sources
 from .settings import Settings
+from .stream import GradguardProtocol
 from .workspace import WorkspaceDiagnostics
 
 try:  # pragma: no cover - metadata is there when installed
@@ -47,6 +48,22 @@ except Exception:  # pragma: no cover
 logger = logging.getLogger("gradguard.lsp")
 
 DEFAULT_DEBOUNCE_SECONDS = 0.075
+# A document larger than this (characters, all cells of a notebook together) is not analysed: it gets one
+# GG901 saying so.  An 8 MB document cost 1.1 GB and 11 s per keystroke; the largest real files are far below.
+MAX_DOCUMENT_CHARS = int(os.environ.get("GRADGUARD_LSP_MAX_DOCUMENT_CHARS") or 2_000_000)
+
+
+def too_large(snap: Snapshot) -> int | None:
+    """The size of ``snap`` when it is over ``MAX_DOCUMENT_CHARS``, else None."""
+    size = sum(len(p.text) for p in snap.parts)
+    return size if size > MAX_DOCUMENT_CHARS else None
+
+
+def too_large_result(path: str, size: int) -> FileResult:
+    return FileResult(path, [Diagnostic(path, Span(1, 1, 1, 1), UNREADABLE, Severity.WARNING,
+                                        f"this document is too large to analyse ({size / 1e6:.1f} MB; gradguard's "
+                                        f"editor limit is {MAX_DOCUMENT_CHARS / 1e6:g} MB): `gradguard check` "
+                                        "analyses it from the command line")], error="too large")
 NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
     notebook_selector=[types.NotebookDocumentFilterWithCells(
         notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])],
@@ -57,7 +74,7 @@ NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
 class GradguardServer(LanguageServer):
     def __init__(self, debounce: float = DEFAULT_DEBOUNCE_SECONDS) -> None:
         super().__init__("gradguard", VERSION, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
-                         notebook_document_sync=NOTEBOOK_SYNC)
+                         notebook_document_sync=NOTEBOOK_SYNC, protocol_cls=GradguardProtocol)
         self.debounce = debounce
         self.documents: dict[str, Document] = {}  # by the uri of the text document or of the notebook
         self.settings = Settings()
@@ -235,8 +252,13 @@ class GradguardServer(LanguageServer):
         if snap is None:
             return None
         config, cache = self.config_for(document.uri), dict(document.cache)
-        result = await asyncio.get_running_loop().run_in_executor(
-            self.executor, document.analyse, snap, self.path(document.uri), config, cache)
+        size = too_large(snap)
+        if size is not None:  # not analysed; nothing of an earlier analysis kept either
+            document.forget()
+            cache, result = {}, too_large_result(self.path(document.uri), size)
+        else:
+            result = await asyncio.get_running_loop().run_in_executor(
+                self.executor, document.analyse, snap, self.path(document.uri), config, cache)
         if self.documents.get(document.uri) is not document:
             return None
         now = document.snapshot(self.workspace)
