@@ -169,3 +169,42 @@ def test_two_concurrent_fix_runs_leave_a_whole_fixed_file(tmp_path):
     for name in names:
         assert (tmp_path / name).read_text() == FIXED, name
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+def test_workspace_mode_does_not_cache_a_result_under_other_bytes(tmp_path, monkeypatch):
+    """The language server's closed files (workspace mode) share the CLI's cache: the same race, the same
+    rule.  Before: the second survey served the clean result of a moment for the buggy file."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gradguard.config import Config
+    from gradguard.lsp import closed_files
+
+    monkeypatch.delenv(ENV_OFF, raising=False)
+    monkeypatch.setenv(ENV_DIR, str(tmp_path / "cache"))
+    monkeypatch.setattr(closed_files, "ProcessPoolExecutor",
+                        lambda *a, **k: (_ for _ in ()).throw(OSError(38, "no processes here")))
+    project = tmp_path / "project"
+    project.mkdir()
+    target = project / "t.py"
+    target.write_text(BUG)
+    real_read = Path.read_bytes
+    reads = []
+
+    def file_is_clean_for_a_moment(self):
+        if self.name == "t.py":
+            reads.append(1)
+            if len(reads) == 2:
+                return CLEAN.encode()
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", file_is_clean_for_a_moment)
+
+    def survey():
+        found = closed_files.survey({project: Config()})
+        with ThreadPoolExecutor(2) as threads:
+            results, _ = asyncio.run(closed_files.analyse(closed_files.Pool(threads, 2), found, Config(), lambda n: None))
+        return [d.code for r in results.values() for d in r.diagnostics]
+
+    survey()
+    assert survey() == ["GG001"]
