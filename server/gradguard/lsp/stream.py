@@ -61,6 +61,7 @@ class Framer:
         self.buffer = bytearray()
         self.limit = limit
         self.skipping = 0  # bytes of an oversized body still to skip
+        self.scanned = 0  # bytes of the body being received already searched for a header (linear, not quadratic)
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
@@ -89,17 +90,21 @@ class Framer:
                 logger.warning("skipping a message of %d bytes (the limit is %d)", length, self.limit)
                 return ("too large", length, _request_id(head))
             start = header.end()
-            following = HEADER.search(self.buffer, start, start + length)
+            end = min(len(self.buffer), start + length)
+            following = HEADER.search(self.buffer, start + max(0, self.scanned - 256), end)
             if following is not None:  # the length runs into the next message: it lied, cut here
                 logger.warning("a Content-Length of %d ran into the next message; cut at %d bytes", length,
                                following.start() - start)
                 body = bytes(self.buffer[start:following.start()])
                 del self.buffer[:following.start()]
+                self.scanned = 0
                 return body
             if len(self.buffer) - start < length:
+                self.scanned = end - start
                 return None  # not all here yet
             body = bytes(self.buffer[start:start + length])
             del self.buffer[:start + length]
+            self.scanned = 0
             return body
 
 
