@@ -57,6 +57,18 @@ NO_FIX = {
         "the written tensor is an element of a list (`laterals[i - 1] += up`); the rewrites name tensors, not "
         "container elements, so none is offered"
     ),
+    "GG005/pos_inplace_flag_through_constructor": (
+        "`inplace=inplace` takes the flag from the constructor's caller: setting it to False here would change every "
+        "block built with it, and the caller's `inplace=True` is in another class"
+    ),
+    "GG102/pos_legacy_tensor_product_zeroed_through_detach": (
+        "the write goes through a `.detach()` alias bound to its own name; the in-graph rewrite covers writes "
+        "through `.data` and NumPy views, not aliases that other lines may read"
+    ),
+    "GG103/pos_legacy_tensor_of_losses": (
+        "the rebuild is the legacy `torch.Tensor([...])` constructor, which the rebuild rewrites (`torch.stack`, "
+        "`.to(copy=True)`) do not cover yet"
+    ),
     "GG001/pos_dict_of_activations_mutated": (
         "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
         "dict's name would be wrong), so none is offered"

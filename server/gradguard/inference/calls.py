@@ -27,7 +27,8 @@ from .values import (
     Grad,
     KeywordArgs,
     NumberFrom,
-    Opaque,
+    PLAIN,
+    Const,
     OptimizerValue,
     ModuleValue,
     ModuleIterable,
@@ -41,6 +42,8 @@ from .values import (
     Value,
     graph_of,
     graph_tensor_behind,
+    is_plain_data,
+    truth,
     new_id,
     new_tensor,
 )
@@ -92,7 +95,7 @@ class CallsMixin:
             if isinstance(owner, Derived):
                 args = self._eval_args(node)
                 if func.attr == "backward":
-                    self._backward(owner, node, bool(_keyword_bool(node, "retain_graph", False)))
+                    self._backward(owner, node, bool(self._keyword_bool(node, "retain_graph", False)))
                     return UNKNOWN
                 return self._unknown_call(node, [owner, *args])
             if isinstance(owner, ModuleValue):
@@ -354,11 +357,11 @@ class CallsMixin:
         if q in self.k.module_wrappers and args and isinstance(args[0], ModuleValue):
             return args[0]  # `weight_norm(nn.Linear(...))` is that same Linear
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
-            rg = _keyword_bool(node, "requires_grad", True)
+            rg = self._keyword_bool(node, "requires_grad", True)
             return new_tensor(node, Grad.YES if rg else Grad.NO, leaf=True, param=True, label="a parameter")
         if q in ("torch.autograd.Variable", "torch.autograd.variable.Variable") and args:
             # The legacy wrapper: a new leaf over the same memory (a detach), requiring grad when asked to.
-            rg = _keyword_bool(node, "requires_grad", False)
+            rg = self._keyword_bool(node, "requires_grad", False)
             source = args[0]
             storage = source.storage if isinstance(source, Tensor) else Storage()
             result = new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True)
@@ -371,8 +374,9 @@ class CallsMixin:
         if q.startswith("torch.optim.") and name[:1].isupper() and "lr_scheduler" not in q:
             params = args[0] if args else kwargs.get("params", UNKNOWN)
             return OptimizerValue(_param_owners(params), ctor=node)
-        if name in GRAPH_REBUILDING_FACTORIES and len(parts) == 2 and (args or "data" in kwargs):
-            rg = _keyword_bool(node, "requires_grad", False)
+        if ((name in GRAPH_REBUILDING_FACTORIES or name in self.k.tensor_constructors) and len(parts) == 2
+                and (args or "data" in kwargs)):
+            rg = self._keyword_bool(node, "requires_grad", False)
             source = args[0] if args else kwargs["data"]
             result = self._graph_break(node, f"`torch.{name}(...)`", [source],
                                        Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO)
@@ -389,8 +393,8 @@ class CallsMixin:
             return self._unknown_call(node, inputs)
         if q in ("torch.autograd.backward", "torch.autograd.grad"):
             target = args[0] if args else kwargs.get("outputs", kwargs.get("tensors", UNKNOWN))
-            self._backward(target, node, _keyword_bool(node, "retain_graph", False)
-                           or _keyword_bool(node, "create_graph", False))
+            self._backward(target, node, self._keyword_bool(node, "retain_graph", False)
+                           or self._keyword_bool(node, "create_graph", False))
             if q == "torch.autograd.grad":
                 inputs = args[1] if len(args) > 1 else kwargs.get("inputs", UNKNOWN)
                 for t in (inputs.items if isinstance(inputs, TensorSeq) else [inputs]):
@@ -398,7 +402,7 @@ class CallsMixin:
                         self.asks.append(GradAsk("autograd.grad", node, t.storage.id, self._next()))
             return UNKNOWN
         if name in FACTORIES and len(parts) == 2:
-            rg = False if self._integral_dtype(node) else _keyword_bool(node, "requires_grad", False)
+            rg = False if self._integral_dtype(node) else self._keyword_bool(node, "requires_grad", False)
             return new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True)
         out = kwargs.get("out")
         if isinstance(out, Tensor):  # out= ops are not differentiable: a plain write, nothing saved
@@ -411,9 +415,9 @@ class CallsMixin:
                 self._inplace(node, args[0], f"`nn.init.{name}()`", None, [])
                 self.state.grad_enabled = grad_mode
             return UNKNOWN
-        if functional and "dropout" in name and _keyword_bool(node, "training", True) is False:
+        if functional and "dropout" in name and self._keyword_bool(node, "training", True) is False:
             return args[0] if args else UNKNOWN  # dropout with training=False is the identity (no write)
-        if functional and _keyword_bool(node, "inplace", False):
+        if functional and self._keyword_bool(node, "inplace", False):
             if args and isinstance(args[0], Tensor):
                 return self._inplace(node, args[0], f"`F.{name}(..., inplace=True)`", name, args[1:],
                                      functional_inplace=True)
@@ -434,6 +438,29 @@ class CallsMixin:
         if self.k.op(name) is None:  # `F.cross_entropy(input=logits, target=y)`: its result carries their graphs
             args = [*args, *(v for v in kwargs.values() if isinstance(v, (Tensor, Derived, TensorSeq)))]
         return self.apply_op(name, args, node, label)
+
+    def _flag(self, expr: ast.expr) -> bool | None:
+        """A flag's value: a literal, or a name or attribute holding a known constant (``inplace=inplace`` with
+        the argument known, ``self.detach``); None when computed at run time."""
+        if isinstance(expr, ast.Constant):
+            return bool(expr.value)
+        if isinstance(expr, (ast.Name, ast.Attribute)):  # reading these records nothing
+            return truth(self.eval(expr))
+        return None
+
+    def _keyword_bool(self, node: ast.Call, name: str, default: bool) -> bool | None:
+        """The flag passed as keyword ``name``; ``default`` when absent, None when not known (callers choose
+        the cautious reading)."""
+        for kw in node.keywords:
+            if kw.arg == name:
+                return self._flag(kw.value)
+        return default
+
+    def _positional_or_keyword_bool(self, node: ast.Call, index: int, name: str, default: bool) -> bool | None:
+        if len(node.args) > index:
+            value = self._flag(node.args[index])
+            return default if value is None else value
+        return self._keyword_bool(node, name, default)
 
     def _integral_dtype(self, node: ast.Call) -> bool:
         """Does the call name an integer or bool dtype (``torch.long``, ``dtype=torch.bool``)?"""
@@ -460,11 +487,12 @@ class CallsMixin:
             instance.ctor = node if instance.ctor is None else instance.ctor
 
     def _construct_module(self, cls: str, node: ast.Call, args: list[Value]) -> Value:
-        inplace = bool(_keyword_bool(node, "inplace", False))
+        inplace = bool(self._keyword_bool(node, "inplace", False))
         if not inplace and cls in self.k.inplace_kwarg_modules:
             # nn.ReLU(True), nn.LeakyReLU(0.1, True): inplace may be positional.
-            for arg in node.args:
-                if isinstance(arg, ast.Constant) and arg.value is True:
+            for arg in node.args:  # only `True` itself: `0.1` is a slope, not a flag
+                if (arg.value is True if isinstance(arg, ast.Constant) else
+                        isinstance(arg, (ast.Name, ast.Attribute)) and self.eval(arg) == Const(True)):
                     inplace = True
         if inplace and "Dropout" in cls:  # nn.Dropout(0.0, inplace=True) never writes
             p = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "p"), None)
@@ -489,8 +517,8 @@ class CallsMixin:
         args = self._keywords_in_place(name.rstrip("_") if name.endswith("_") and not name.endswith("__") else name,
                                        [tensor, *positional], kwargs, offset=0)
         if name == "backward":
-            self._backward(tensor, node, _keyword_bool(node, "retain_graph", False)
-                           or _keyword_bool(node, "create_graph", False))
+            self._backward(tensor, node, self._keyword_bool(node, "retain_graph", False)
+                           or self._keyword_bool(node, "create_graph", False))
             return UNKNOWN
         if name in ("retain_grad", "register_hook"):
             self.asks.append(GradAsk(name, node, tensor.storage.id, self._next()))
@@ -506,10 +534,10 @@ class CallsMixin:
         if name in ("item", "tolist"):
             return self._number_from(tensor, node, f"`.{name}()`")
         if name == "new_tensor" and len(args) > 1:
-            rg = _keyword_bool(node, "requires_grad", False)
+            rg = self._keyword_bool(node, "requires_grad", False)
             return self._graph_break(node, "`.new_tensor(...)`", [args[1]], Grad.YES if rg else Grad.NO)
         if name == "requires_grad_":
-            flag = _positional_or_keyword_bool(node, 0, "requires_grad", True)
+            flag = self._positional_or_keyword_bool(node, 0, "requires_grad", True)
             if flag and tensor.requires_grad == Grad.NO:  # a rebound name is a leaf that gets gradients again
                 tensor.graph = tensor.graph - self.rebind_markers | {new_id()}
             tensor.requires_grad = Grad.YES if flag else Grad.NO
@@ -523,7 +551,7 @@ class CallsMixin:
         if name in NOT_TENSOR_METHODS and not (name == "type" and node.args):
             return NOT_TENSOR
         if name in TENSOR_METHOD_FACTORIES:
-            return new_tensor(node, Grad.YES if _keyword_bool(node, "requires_grad", False) else Grad.NO)
+            return new_tensor(node, Grad.YES if self._keyword_bool(node, "requires_grad", False) else Grad.NO)
         if name in SAME_TENSOR_METHODS:
             return Tensor(Storage(), self._grad(tensor), leaf=not self._grad(tensor), graph=tensor.graph,
                           origin=node, label=tensor.label, lost_sources=tensor.lost_sources)
@@ -570,7 +598,7 @@ class CallsMixin:
             self._gradient_hook(args[0] if args else UNKNOWN, name, node)
             return UNKNOWN
         if name == "requires_grad_":
-            flag = _positional_or_keyword_bool(node, 0, "requires_grad", True)
+            flag = self._positional_or_keyword_bool(node, 0, "requires_grad", True)
             module.freeze(flag is False)
         if name in MODULE_RETURNING_METHODS:
             return module
@@ -663,7 +691,7 @@ class CallsMixin:
         found = find_method(self.ctx.classes, info, "forward") if info is not None and not torch_forward else None
         if found is not None:
             result = self.inline(found[0], args, {}, node, self_value=module, owner=found[1])
-            if result is not None and not isinstance(result, Opaque):
+            if result is not None and not isinstance(result, PLAIN):
                 return result
             # A forward we could not follow: its output is computed from its inputs and parameters, but we
             # cannot tell its shape (one tensor, a tuple...), so it is never a write target.
@@ -737,24 +765,9 @@ def _kind(value: Value) -> str | None:
     non-tensor, None when we cannot tell."""
     if isinstance(value, (Tensor, Derived, TensorSeq)):
         return "T"
-    if value in (INT, NOT_TENSOR) or isinstance(value, NumberFrom):
+    if is_plain_data(value) or isinstance(value, NumberFrom):
         return "S"
     return None
-
-
-def _keyword_bool(node: ast.Call, name: str, default: bool) -> bool | None:
-    for kw in node.keywords:
-        if kw.arg == name:
-            if isinstance(kw.value, ast.Constant):
-                return bool(kw.value.value)
-            return None  # a flag computed at run time: callers choose the cautious reading
-    return default
-
-
-def _positional_or_keyword_bool(node: ast.Call, index: int, name: str, default: bool) -> bool:
-    if len(node.args) > index and isinstance(node.args[index], ast.Constant):
-        return bool(node.args[index].value)
-    return _keyword_bool(node, name, default)
 
 
 # NumPy array methods that write the array in place (API knowledge, not autograd knowledge).

@@ -119,6 +119,9 @@ class GradRead:
     sources: frozenset[int]
     what: str  # "`opt.step()`", "`w.grad`"
     seq: int = 0
+    # An update of parameters (an optimizer's step, a `.grad` read under no_grad), not a plain look at a gradient
+    # (`return x.grad` after a backward): a missing gradient then means those parameters never learn.
+    updates: bool = True
 
 
 @dataclass

@@ -13,24 +13,27 @@ from .events import GradRead
 from .values import (
     INT,
     NOT_TENSOR,
+    PLAIN,
     UNKNOWN,
     CallableRef,
     ClassRef,
+    Const,
     DataAlias,
     Derived,
     FunctionValue,
     Grad,
     ModuleValue,
     NumberFrom,
-    Opaque,
     ParamIterable,
     Tensor,
     TensorMap,
     TensorSeq,
     Value,
     graph_of,
+    is_plain_data,
     join,
     new_tensor,
+    truth,
 )
 
 BINARY_OPS = {  # operator -> the torch op it runs (x += y runs add_)
@@ -91,7 +94,9 @@ class ExpressionsMixin:
         return UNKNOWN  # too deep to analyse (bounds.py): reported as GG903, unknown here
 
     def _expr_Constant(self, node: ast.Constant) -> Value:
-        if isinstance(node.value, int) and not isinstance(node.value, bool):
+        if isinstance(node.value, (bool, str)) or node.value is None:
+            return Const(node.value)
+        if isinstance(node.value, int):
             return INT
         return NOT_TENSOR
 
@@ -120,6 +125,8 @@ class ExpressionsMixin:
         """``xs[i]``: the element at a constant index or key; any element (a stand-in for each) otherwise."""
         if isinstance(container, TensorMap) or container.base is None:  # not the pieces `split` returns
             self.container_reads.add(id(index))
+        if isinstance(index, ast.Slice) and isinstance(container, TensorSeq) and container.base is None:
+            return self._sliced(container, index)
         self.eval(index)
         key = _const_key(index)
         if isinstance(container, TensorMap):
@@ -129,6 +136,20 @@ class ExpressionsMixin:
         if isinstance(key, int) or container.base is not None:
             return container.element(key if isinstance(key, int) else None)
         return self._iter_element(container, index)
+
+    def _sliced(self, container: TensorSeq, index: ast.Slice) -> Value:
+        """``xs[1:]``, ``layers[:-1]``: a list of some of the items, never one of them.  Known exactly for a list
+        written out as a display; for a list grown by ``append`` only a prefix-relative slice (non-negative
+        bounds) keeps the order its items were added in; otherwise we cannot tell which items remain."""
+        parts = [index.lower, index.upper, index.step]
+        for part in parts:
+            self.eval(part)
+        bounds = [None if part is None else _const_int(part) for part in parts]
+        if any(part is not None and bound is None for part, bound in zip(parts, bounds)) or bounds[2] == 0:
+            return UNKNOWN
+        if not container.literal and (bounds[2] is not None or any(b is not None and b < 0 for b in bounds[:2])):
+            return UNKNOWN
+        return TensorSeq(container.items[slice(*bounds)], literal=container.literal)
 
     def _expr_Tuple(self, node: ast.Tuple | ast.List) -> Value:
         if node.elts and all(isinstance(e, ast.Starred) for e in node.elts):
@@ -149,8 +170,8 @@ class ExpressionsMixin:
             return TensorSeq([])  # `steps = []`: a list that .append() may fill with tensors
         if any(isinstance(i, NumberFrom) for i in items) and not any(isinstance(i, (Tensor, Derived)) for i in items):
             return _numbers(items, node)
-        if all(isinstance(i, Opaque) for i in items):
-            return NOT_TENSOR if items and all(i in (INT, NOT_TENSOR) for i in items) else UNKNOWN
+        if all(isinstance(i, PLAIN) for i in items):
+            return NOT_TENSOR if items and all(is_plain_data(i) for i in items) else UNKNOWN
         literal = not any(isinstance(e, ast.Starred) for e in node.elts)
         return TensorSeq(items, literal=literal)  # a tuple of models, optimizers, tensors, param groups...
 
@@ -172,7 +193,7 @@ class ExpressionsMixin:
                 continue
             const = _const_key(key)
             items[const if const is not None else object()] = value
-        if any(not isinstance(v, Opaque) for v in items.values()):
+        if any(not isinstance(v, PLAIN) for v in items.values()):
             return TensorMap(items)
         return UNKNOWN
 
@@ -190,7 +211,7 @@ class ExpressionsMixin:
             # `[p for p in model.parameters() if p.requires_grad]`: still the model's parameters (read when an
             # optimizer steps, not now: a module's weights are known once it has run)
             return ParamIterable(iterable.owner)
-        if isinstance(element, Opaque):
+        if isinstance(element, PLAIN):
             return UNKNOWN
         if isinstance(element, NumberFrom):
             return element  # `[l.item() for l in losses]`: numbers read out of tensors, as a list literal of them
@@ -204,24 +225,42 @@ class ExpressionsMixin:
         return value
 
     def _expr_IfExp(self, node: ast.IfExp) -> Value:
-        self.eval(node.test)
+        known = truth(self.eval(node.test))
+        if known is not None:  # `nn.ReLU() if act == "relu" else nn.GELU()` with `act` known: that branch only
+            return self.eval(node.body if known else node.orelse)
         return join(self.eval(node.body), self.eval(node.orelse))
 
     def _expr_Compare(self, node: ast.Compare) -> Value:
         values = [self.eval(node.left), *(self.eval(c) for c in node.comparators)]
         if any(isinstance(v, Tensor) for v in values):
             return new_tensor(node, Grad.NO, label="a boolean mask")
+        if all(isinstance(v, Const) for v in values):
+            results = [_compare(op, a.value, b.value) for op, a, b in zip(node.ops, values, values[1:])]
+            if None not in results:
+                return Const(all(results))
         return NOT_TENSOR
+
+    def _expr_BoolOp(self, node: ast.BoolOp) -> Value:
+        """``a or b``, ``a and b``: what Python returns when every operand's truth is known, else unknown."""
+        values = [self.eval(operand) for operand in node.values]
+        if any(truth(v) is None for v in values):
+            return UNKNOWN
+        stop = isinstance(node.op, ast.Or)  # `or` returns the first true operand, `and` the first false one
+        return next((v for v in values if truth(v) == stop), values[-1])
 
     def _expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
         operand = self.eval(node.operand)
+        if isinstance(node.op, ast.Not):
+            known = truth(operand)
+            return Const(not known) if known is not None else (
+                new_tensor(node, Grad.NO) if isinstance(operand, Tensor) else NOT_TENSOR)
         if isinstance(operand, Tensor):
             if isinstance(node.op, ast.USub):
                 return self.apply_op("neg", [operand], node, "-")
             return new_tensor(node, Grad.NO)
         if isinstance(operand, NumberFrom):
             return operand
-        return operand if operand in (INT, NOT_TENSOR) else UNKNOWN
+        return operand if operand in (INT, NOT_TENSOR) else NOT_TENSOR if isinstance(operand, Const) else UNKNOWN
 
     def _expr_BinOp(self, node: ast.BinOp) -> Value:
         left, right = (self.read_data(v, side) if isinstance(v, DataAlias) else v
@@ -235,7 +274,7 @@ class ExpressionsMixin:
             return _numbers([left, right], node)
         if isinstance(left, ParamIterable) and isinstance(right, ParamIterable):
             return ParamIterable([left, right])
-        if left in (INT, NOT_TENSOR) and right in (INT, NOT_TENSOR):
+        if is_plain_data(left) and is_plain_data(right):
             return INT if left is INT and right is INT else NOT_TENSOR
         if isinstance(left, Derived) or isinstance(right, Derived):
             return Derived(graph_of(left) | graph_of(right), self._grad(left, right))
@@ -278,9 +317,16 @@ class ExpressionsMixin:
             if node.attr == "data":
                 return DataAlias(owner, node)
             if node.attr == "grad":
-                if not self.state.grad_enabled and owner.leaf:  # a manual update reads it
+                # A manual update reads it under no_grad.  After a backward, a read of the gradient of a tensor the
+                # code itself asked gradients for (`x = torch.randn(..., requires_grad=True)`: a saliency, an
+                # input gradient) relies on that backward having delivered it; parameters' gradients are read for
+                # clipping and logging too, where None is expected of a frozen part, so only a step counts there.
+                if owner.leaf and (not self.state.grad_enabled or (
+                        owner.requires_grad and not owner.param and not owner.group
+                        and any(s.kind == "backward" for s in self.sinks))):
                     sources = frozenset().union(*(t.graph for t in owner.group or (owner,)))
-                    self.grad_reads.append(GradRead(node, sources, f"`{ast.unparse(node)}`", self._next()))
+                    self.grad_reads.append(GradRead(node, sources, f"`{ast.unparse(node)}`", self._next(),
+                                                    updates=not self.state.grad_enabled))
                 return new_tensor(node, Grad.NO, label=f"{owner.label}.grad")
             return NOT_TENSOR if node.attr in SHAPE_ATTRS else UNKNOWN
         if isinstance(owner, DataAlias):
@@ -323,3 +369,14 @@ def _yields_the_parameter(node: ast.ListComp | ast.GeneratorExp, named: bool) ->
             return False
         target = target.elts[1]
     return isinstance(target, ast.Name) and isinstance(node.elt, ast.Name) and node.elt.id == target.id
+
+
+def _compare(op: ast.cmpop, a: object, b: object) -> bool | None:
+    """A comparison of two constants as Python makes it; None for the ones not modelled (``<`` of strings)."""
+    if isinstance(op, (ast.Eq, ast.Is)):
+        return a == b
+    if isinstance(op, (ast.NotEq, ast.IsNot)):
+        return a != b
+    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(a, str) and isinstance(b, str):
+        return (a in b) == isinstance(op, ast.In)
+    return None

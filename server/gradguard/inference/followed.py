@@ -9,7 +9,8 @@ import ast
 from .calls import CALL_STATS
 from .classes import ClassInfo, find_method
 from .state import GRAD_OFF_CONTEXTS, State
-from .values import NOT_TENSOR, UNKNOWN, FunctionValue, KeywordArgs, ModuleValue, TensorSeq, Value, join, new_id
+from .values import (NOT_TENSOR, UNKNOWN, Const, FunctionValue, KeywordArgs, ModuleValue, Tensor, TensorSeq, Value,
+                     join, new_id)
 
 
 class FollowedCallsMixin:
@@ -123,9 +124,19 @@ class FollowedCallsMixin:
             if param.arg in kwargs:
                 env[param.arg] = kwargs[param.arg]
             elif param.arg in defaults:
-                env[param.arg] = self.eval(defaults[param.arg])
+                value = self.eval(defaults[param.arg])
+                if (site is None or site is fn) and isinstance(value, Const):
+                    # No call site (the instance every method's `self` starts from): the default is one value
+                    # among those callers may pass, so no branch is decided by it.
+                    value = NOT_TENSOR
+                env[param.arg] = value
             else:
                 env[param.arg] = self._param_value(param, is_forward=False)
+        if not isinstance(fn, ast.Lambda):
+            for name in used_as_sequences(fn) & env.keys():
+                value = env[name]
+                if isinstance(value, Tensor) and value.root().assumed:
+                    env[name] = UNKNOWN  # a caller's argument taken for one tensor, iterated here as a list
         if fn.args.vararg is not None:
             extra = args[len(params):]
             env[fn.args.vararg.arg] = TensorSeq(list(extra)) if extra else UNKNOWN
@@ -152,3 +163,21 @@ class FollowedCallsMixin:
             self.inline(init, args, kwargs, node or init, self_value=instance, record=record, owner=owner,
                         max_depth=8)
         return instance
+
+
+def used_as_sequences(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """Names the function treats as lists of tensors: iterated (``for t in xs``, ``enumerate(xs)``, ``zip(xs,
+    ...)``), concatenated or stacked (``torch.cat(xs)``), or appended to.  An unannotated ``forward`` argument used
+    so is not taken for one tensor."""
+    names = set()
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.iter, ast.Name):
+            names.add(node.iter.id)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if called in ("enumerate", "zip", "cat", "concat", "concatenate", "stack", "hstack", "vstack"):
+                names.update(a.id for a in node.args if isinstance(a, ast.Name))
+            elif called in ("append", "extend") and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                names.add(func.value.id)
+    return frozenset(names)

@@ -19,13 +19,14 @@ from .calls import CallsMixin
 from .classes import ClassInfo
 from .events import GradAsk, GradRead, GraphBreak, HookWrite, Mutation, Rebind, Sink
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
-from .followed import FollowedCallsMixin
+from .followed import FollowedCallsMixin, used_as_sequences
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
 from .saves import SaveLog
 from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
     NOT_TENSOR,
+    PLAIN,
     UNKNOWN,
     DataAlias,
     Derived,
@@ -33,8 +34,8 @@ from .values import (
     NumberFrom,
     OptimizerValue,
     ModuleValue,
-    Opaque,
     ModuleIterable,
+    Opaque,
     ParamIterable,
     Save,
     Storage,
@@ -47,6 +48,7 @@ from .values import (
     new_id,
     new_tensor,
     snapshot,
+    truth,
     view_of,
 )
 
@@ -211,11 +213,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                 self.state.grad_enabled = False
         args = fn.args
         params = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        sequences = used_as_sequences(fn) if is_forward else frozenset()
         for i, arg in enumerate(params):
             if i == 0 and self.self_value is not None and arg.arg in ("self", "cls"):
                 self.state.env[arg.arg] = self.self_value
                 continue
-            self.state.env[arg.arg] = self._param_value(arg, is_forward)
+            value = self._param_value(arg, is_forward)
+            if isinstance(value, Tensor) and value.assumed and arg.arg in sequences:
+                value = UNKNOWN  # `for i, el in enumerate(x)`, `torch.cat(x)`: x is a list, not one tensor
+            self.state.env[arg.arg] = value
         for extra in (args.vararg, args.kwarg):
             if extra is not None:
                 self.state.env[extra.arg] = UNKNOWN
@@ -253,6 +259,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         if self.ctx.oracle is not None and not self.written_names:
             self.written_names = _names_written_in_place(body)
         for stmt in body:
+            if self.state.returned:
+                break
             self.run_stmt(stmt)
 
     def count_step(self) -> None:
@@ -305,7 +313,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         elif isinstance(current, NumberFrom) and current.array_of is not None:
             self._array_write(stmt, current, f"`{symbol}` on the NumPy array")
         else:
-            if op is not None and isinstance(rhs, Tensor) and isinstance(current, Opaque):
+            if op is not None and isinstance(rhs, Tensor) and isinstance(current, PLAIN):
                 # `total += loss`: an int/float accumulator becomes a tensor holding rhs's graph.
                 self.bind(stmt.target, Tensor(Storage(), rhs.requires_grad, leaf=False, graph=rhs.graph,
                                               origin=stmt, label=rhs.label), stmt)
@@ -315,32 +323,58 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         if isinstance(value, DataAlias) and not value.tensor.leaf:
             # `return out.data` of an activation: the caller gets a tensor without the graph (a parameter's
             # `.data` stays an alias, which callers write through).
-            value = self._cut(stmt.value, value.tensor, "`.data`")
+            value = self.read_data(value, stmt.value)
         if self.returns is not None:  # inlined call: the value goes back to the caller
             self.returns.append(value)
         elif stmt.value is not None:
             self._sink("return", stmt, value)
+        self.state.returned = True
 
     def _settle(self, live: dict[str, Value], merged: State) -> None:
         """Continue with ``merged`` in the frame's own variables dict, which closures defined earlier hold."""
         if merged.env is not live:
             live.clear()
             live.update(merged.env)
-        self.state = State(live, merged.grad_enabled)
+        self.state = State(live, merged.grad_enabled, merged.returned)
 
     def _stmt_If(self, stmt: ast.If) -> None:
-        self.eval(stmt.test)
+        known = truth(self.eval(stmt.test))
+        if known is not None:  # `if self.detach:` with the flag known (a default, an attribute, a constant)
+            self.run_block(stmt.body if known else stmt.orelse)
+            return
         live = self.state.env
         before = self.state.copy()
         saves_before = self.saves.last_id
+        narrowed = self._tensor_check(stmt.test)
+        if narrowed is not None and not narrowed[1]:
+            self.state.env[narrowed[0]] = NOT_TENSOR
         self.run_block(stmt.body)
         after_body = self.state
         # The else branch does not run after the body: it must not see the body's saves.
         body_saves = self.saves.take_after(saves_before)
         self.state = before
+        if narrowed is not None and narrowed[1]:
+            self.state.env[narrowed[0]] = NOT_TENSOR
         self.run_block(stmt.orelse)
         self.saves.put_back(body_saves)
         self._settle(live, merge_states(after_body, self.state))
+
+    def _tensor_check(self, test: ast.expr) -> tuple[str, bool] | None:
+        """``isinstance(b, torch.Tensor)`` (or its ``not``) on a local name: (the name, whether the body runs with
+        it a tensor).  The other branch runs with it not a tensor: ``if not isinstance(b, torch.Tensor): b =
+        torch.tensor(b)`` rebuilds a number, not a tensor's values."""
+        negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        call = test.operand if negated else test
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "isinstance"
+                and len(call.args) == 2 and isinstance(call.args[0], ast.Name)):
+            return None
+        kinds = call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]]
+        if len(kinds) != 1 or self.qual(kinds[0]) not in ("torch.Tensor", "torch.nn.Parameter"):
+            return None
+        name = call.args[0].id
+        if not isinstance(self.state.env.get(name), (Tensor, Opaque)):
+            return None
+        return name, not negated
 
     def _stmt_For(self, stmt: ast.For) -> None:
         iterable = self.eval(stmt.iter)
@@ -417,11 +451,20 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
     _stmt_AsyncWith = _stmt_With
 
     def _stmt_Try(self, stmt: ast.Try) -> None:
+        """Body, handlers, else and finally in turn (a handler runs when the body raised before its end, so a
+        return in the body does not stop the handlers); the path has returned when every way through did."""
         self.run_block(stmt.body)
+        returned = self.state.returned
+        if not returned:
+            self.run_block(stmt.orelse)
+            returned = self.state.returned
         for handler in stmt.handlers:
+            self.state.returned = False
             self.run_block(handler.body)
-        self.run_block(stmt.orelse)
+            returned = returned and self.state.returned
+        self.state.returned = False
         self.run_block(stmt.finalbody)
+        self.state.returned = returned or self.state.returned
 
     _stmt_TryStar = _stmt_Try
 
@@ -471,11 +514,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                 # `p.data = new`: rebinds storage; the old storage (and any saved copy) is kept.
                 owner.tensor.storage = Storage()
                 return
-            if isinstance(owner, Tensor) and target.attr == "requires_grad" and isinstance(value, Opaque):
-                flag = getattr(stmt, "value", None)
-                if isinstance(flag, ast.Constant) and isinstance(flag.value, bool):
+            if isinstance(owner, Tensor) and target.attr == "requires_grad" and isinstance(value, PLAIN):
+                flag = truth(value)
+                if flag is not None:
                     for t in owner.group or (owner,):  # `for p in model.parameters(): p.requires_grad = False`
-                        t.requires_grad = Grad.YES if flag.value else Grad.NO
+                        t.requires_grad = Grad.YES if flag else Grad.NO
                 return
             self._sink("escape", stmt, value)
         elif isinstance(target, ast.Subscript):
@@ -846,3 +889,4 @@ def _runs_once(iterable: ast.expr) -> bool:
         if len(bounds) == 2 and None not in bounds:
             return bounds[1] - bounds[0] == 1
     return False
+

@@ -15,16 +15,21 @@ SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
 class State:
     env: dict[str, Value] = field(default_factory=dict)
     grad_enabled: bool = True
+    # This path has returned: the statements after it do not run on it, and a join takes the other path's values.
+    returned: bool = False
 
     def copy(self) -> "State":
-        return State(dict(self.env), self.grad_enabled)
+        return State(dict(self.env), self.grad_enabled, self.returned)
 
 
 def merge_states(a: State, b: State) -> State:
+    """The state after two paths meet: each name's values joined; a path that returned adds nothing."""
+    if a.returned != b.returned:
+        return (b if a.returned else a).copy()
     env = {}
     for name in a.env.keys() | b.env.keys():
         if name in a.env and name in b.env:
             env[name] = join(a.env[name], b.env[name])
         else:
             env[name] = a.env.get(name, b.env.get(name, UNKNOWN))
-    return State(env, a.grad_enabled or b.grad_enabled)
+    return State(env, a.grad_enabled or b.grad_enabled, a.returned)

@@ -246,6 +246,20 @@ class SuperRef:
     owner: object  # ClassInfo
 
 
+@dataclass(frozen=True)
+class Const:
+    """A Python constant the analysis can see through names, defaults, attributes and comparisons: ``True``,
+    ``"relu"``, ``None``.  It decides which branch of an ``if`` runs and which flag a layer is built with; for
+    everything else it is a non-tensor like ``NOT_TENSOR``."""
+
+    value: bool | str | None
+
+
+def truth(value: "Value") -> bool | None:
+    """The truth of a value if the analysis knows it (a constant), else None."""
+    return bool(value.value) if isinstance(value, Const) else None
+
+
 class Opaque(enum.Enum):
     UNKNOWN = "unknown"  # we cannot tell; never flagged
     NOT_TENSOR = "not-tensor"  # int, float, str, list of numbers, numpy array...
@@ -267,7 +281,15 @@ INT = Opaque.INT
 
 Value = (Tensor | DataAlias | TensorSeq | TensorMap | ModuleValue | ParamIterable | ModuleIterable | Derived
          | NumberFrom | OptimizerValue | FunctionValue | CallableRef | PartialValue | ClassRef | SuperRef | KeywordArgs
-         | Opaque)
+         | Const | Opaque)
+
+# Values that are plain Python data, never a tensor: what `x = 0`, `flag = True` or `name = "relu"` hold.
+PLAIN = (Const, Opaque)
+
+
+def is_plain_data(value: "Value") -> bool:
+    """An int, a float, a string, a bool, None...: known not to be a tensor (UNKNOWN is not)."""
+    return isinstance(value, Const) or value in (INT, NOT_TENSOR)
 
 
 def new_id() -> int:
@@ -347,6 +369,10 @@ def join(a: Value, b: Value) -> Value:
             label=keep.label,
         )
         return merged
+    if isinstance(a, Const) or isinstance(b, Const):  # two different constants, or a constant and other data
+        if is_plain_data(a) and is_plain_data(b):
+            return a if a == b else NOT_TENSOR
+        a, b = (NOT_TENSOR if isinstance(v, Const) else v for v in (a, b))
     if isinstance(a, Opaque) and isinstance(b, Opaque):
         return a if a == b else UNKNOWN
     # `loss = 0.0` before a loop that makes it a tensor: after the loop it is the tensor.

@@ -107,6 +107,7 @@ class TorchKnowledge:
         self.integral_results: frozenset[str] = frozenset(data.get("integral_results", ()))
         self.integral_dtypes: frozenset[str] = frozenset(data.get("integral_dtypes", ()))
         self.module_wrappers: frozenset[str] = frozenset(data.get("module_wrappers", ()))
+        self.tensor_constructors: frozenset[str] = frozenset(data.get("tensor_constructors", ()))
 
     def with_views(self, qualnames: tuple[str, ...]) -> "TorchKnowledge":
         """This table with the user's own view functions added (``view-functions`` in ``[tool.gradguard]``)."""

@@ -502,6 +502,20 @@ def integral_dtypes() -> list:
                   and not (v.is_floating_point or v.is_complex))
 
 
+def tensor_constructors() -> list:
+    """``torch.Tensor(data)``, ``torch.FloatTensor(data)``, ``torch.LongTensor(data)``...: the legacy classes that
+    build a new tensor from data, copying values out of any tensors in it (no graph), as ``torch.tensor`` does."""
+    found = []
+    for name in sorted(k for k in dir(torch) if k.endswith("Tensor") and isinstance(getattr(torch, k), type)):
+        try:
+            made = getattr(torch, name)([1.0, 2.0])
+        except Exception:
+            continue
+        if isinstance(made, torch.Tensor) and made.grad_fn is None and not made.requires_grad:
+            found.append(name)
+    return found
+
+
 def module_wrappers() -> list:
     """Functions of ``torch.nn.utils`` that return the very module they are given (``weight_norm(layer)``,
     ``spectral_norm(layer)``): the layer keeps its class, so a Sequential built from it still runs it."""
@@ -642,7 +656,7 @@ def build(verbose: bool = False) -> dict:
     table = {"format": FORMAT, "torch_version": torch.__version__, "ops": ops, "inplace": inplace,
              "inplace_kwarg": kwarg, "modules": modules_table(set(kwarg["modules"])),
              "integral_results": integral_results(funcs), "integral_dtypes": integral_dtypes(),
-             "module_wrappers": module_wrappers()}
+             "module_wrappers": module_wrappers(), "tensor_constructors": tensor_constructors()}
     if verbose:
         report(table, disagree, dropped, len(probes))
     return json.loads(json.dumps(table, sort_keys=True))

@@ -46,14 +46,16 @@ def _check_cut(event):
     if event.starved is None:
         return
     read = event.starved
+    consequence = (
+        "so {what} on {read} finds those gradients None (those parameters never learn). Drop {how} if the gradient "
+        "should flow; if the cut is meant, leave those parameters out of the optimizer." if read.updates else
+        "so {what} on {read} is None. Drop {how} if that gradient should flow.")
     yield Finding(
         "GG103",
         event.node,
         Message.format(
             "{how} cuts the graph here: the backward on {sink} gets no gradient to what this value was computed "
-            "from, and no other backward reaches it, so {what} on {read} finds those gradients None (those "
-            "parameters never learn). Drop {how} if the gradient should flow; if the cut is meant, leave those "
-            "parameters out of the optimizer.",
+            "from, and no other backward reaches it, " + consequence,
             how=event.how, sink=event.reached.node, what=read.what, read=read.node),
         certain=event.certain,
         related=[(event.reached.node, "the backward that gets no gradient through the cut"),
