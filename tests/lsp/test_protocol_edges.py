@@ -286,3 +286,54 @@ async def test_requests_with_invalid_positions_are_answered(raw, tmp_path):
     assert raw.reply(31).get("result") is None and "error" not in raw.reply(31)
     assert "error" not in raw.reply(32)
     assert raw.reply(33)["error"]["code"] == -32602
+
+
+# ---- the framer alone ---------------------------------------------------------------------------
+def _frame(body: bytes, lie: int = 0) -> bytes:
+    return b"Content-Length: %d\r\n\r\n" % (len(body) + lie) + body
+
+
+def _messages(data: bytes, chunk: int, limit: int | None = None) -> list:
+    from gradguard.lsp.stream import Framer
+
+    framer, out = Framer(limit) if limit else Framer(), []
+    for i in range(0, len(data), chunk):
+        framer.feed(data[i:i + chunk])
+        while (item := framer.pop()) is not None:
+            out.append(item)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 65536])
+async def test_the_framer_recovers_from_lies_garbage_and_oversized_messages(chunk):
+    one, two, three = (json.dumps({"jsonrpc": "2.0", "id": i, "method": "m"}).encode() for i in (1, 2, 3))
+    assert _messages(_frame(one) + _frame(two), chunk) == [one, two]
+    assert _messages(_frame(one, 25) + _frame(two) + _frame(three), chunk)[-2:] == [two, three]  # too long
+    assert _messages(_frame(one, -5) + _frame(two), chunk)[-1] == two  # too short
+    assert _messages(b"garbage\r\n\r\nmore" + _frame(two), chunk) == [two]
+    out = _messages(_frame(one + b" " * 200) + _frame(two), chunk, limit=100)
+    assert out == [("too large", len(one) + 200, 1), two]
+
+
+async def test_the_framer_is_linear_in_the_message_size():
+    body = json.dumps({"jsonrpc": "2.0", "method": "m", "params": {"text": "y = x * 2\n" * 800_000}}).encode()
+    started = time.monotonic()
+    assert _messages(_frame(body), 65536) == [body]
+    assert time.monotonic() - started < 2.0  # 12.6 s when every chunk searched the whole body again
+
+
+async def test_fix_all_is_not_sent_for_a_document_that_moved_on():
+    from types import SimpleNamespace
+
+    from gradguard.lsp.handlers import _stale
+
+    versions = {"file:///a.py": 3}
+    ls = SimpleNamespace(workspace=SimpleNamespace(
+        get_text_document=lambda uri: SimpleNamespace(version=versions[uri])))
+
+    def edit(version):
+        return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+            text_document=types.OptionalVersionedTextDocumentIdentifier(uri="file:///a.py", version=version),
+            edits=[])])
+
+    assert not _stale(ls, edit(3)) and _stale(ls, edit(2)) and not _stale(ls, edit(None))

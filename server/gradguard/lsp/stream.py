@@ -84,6 +84,8 @@ class Framer:
                 logger.warning("skipped %d bytes that were not a message", header.start())
             length = int(header.group(1))
             if length > self.limit:
+                if len(self.buffer) - header.end() < 4096 and HEADER.search(self.buffer, header.end()) is None:
+                    return None  # the start of the body, where its id is, has not all come yet
                 head = bytes(self.buffer[header.end():header.end() + 4096])
                 del self.buffer[:header.end()]
                 self.skipping = length
