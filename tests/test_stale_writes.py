@@ -208,3 +208,21 @@ def test_workspace_mode_does_not_cache_a_result_under_other_bytes(tmp_path, monk
 
     survey()
     assert survey() == ["GG001"]
+
+
+def test_a_hard_linked_file_stays_linked_and_a_users_file_keeps_its_owner(gg, tmp_path):
+    import os
+
+    target = tmp_path / "t.py"
+    target.write_text(BUG)
+    os.link(target, tmp_path / "other_name.py")
+    owned = tmp_path / "u.py"
+    owned.write_text(BUG)
+    if os.geteuid() == 0:
+        os.chown(owned, 1234, 5678)
+    code, out, err = gg("--fix", "t.py", "u.py")
+    assert code == 0, err
+    assert (tmp_path / "other_name.py").read_text() == FIXED == target.read_text()
+    assert owned.read_text() == FIXED
+    if os.geteuid() == 0:
+        assert (owned.stat().st_uid, owned.stat().st_gid) == (1234, 5678)

@@ -37,8 +37,9 @@ def write_if_unchanged(path: Path, expected: bytes, new: bytes) -> None:
 
     The compare and the write are one step for every gradguard run: the file is locked (``flock`` on its
     inode) while it is compared, and the new content goes to a temporary file in the same folder (fsync'd,
-    the original's mode kept) renamed over it.  A second ``--fix`` run waiting on the lock then finds the new
-    inode, or the new bytes, and refuses.  An editor does not take the lock; its write between the compare and
+    the original's mode and owner kept) renamed over it; a file with other hard links is rewritten in place
+    instead, under the lock.  A second ``--fix`` run waiting on the lock then finds the new inode, or the new
+    bytes, and refuses.  An editor does not take the lock; its write between the compare and
     the rename (microseconds) is the one window left.  A symlink is followed: its target is replaced."""
     target = Path(os.path.realpath(path))
     try:
@@ -62,7 +63,14 @@ def write_if_unchanged(path: Path, expected: bytes, new: bytes) -> None:
         with os.fdopen(os.dup(fd), "rb") as f:
             if f.read() != expected:
                 raise Changed()
-        atomic_write(target, new, mode=st.st_mode & 0o7777)
+        if st.st_nlink > 1:  # a rename would cut the other names off: rewrite this inode, still under the lock
+            with open(target, "r+b") as f:
+                f.write(new)
+                f.truncate()
+                f.flush()
+                os.fsync(f.fileno())
+            return
+        atomic_write(target, new, like=st)
     finally:
         os.close(fd)
 

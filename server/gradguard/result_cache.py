@@ -241,16 +241,22 @@ class ResultCache:
         (self.directory / "CACHEDIR.TAG").write_text(CACHEDIR_TAG)
 
 
-def atomic_write(target: Path, data: bytes, mode: int | None = None) -> None:
+def atomic_write(target: Path, data: bytes, like: os.stat_result | None = None) -> None:
     """Write ``data`` to ``target`` so that a reader, or a crash, sees the old file or the new one, never a part:
-    a temporary file in the same folder, written and fsync'd, renamed over ``target``, the folder fsync'd."""
+    a temporary file in the same folder, written and fsync'd, renamed over ``target``, the folder fsync'd.
+    ``like``: the stat of the file replaced, whose mode (and owner, where allowed) the new one keeps."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
+            if like is not None:
+                os.fchmod(f.fileno(), like.st_mode & 0o7777)
+                if (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+                    try:
+                        os.fchown(f.fileno(), like.st_uid, like.st_gid)  # root fixing a user's file
+                    except OSError:
+                        pass
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
