@@ -69,6 +69,10 @@ NO_FIX = {
         "the rebuild is the legacy `torch.Tensor([...])` constructor, which the rebuild rewrites (`torch.stack`, "
         "`.to(copy=True)`) do not cover yet"
     ),
+    "GG005/pos_inplace_relu_from_config_after_sigmoid": (
+        "the flag is read from a config (`inplace=cfg[\"inplace\"]`) that other builders may share: the fix does not "
+        "edit configs"
+    ),
     "GG001/pos_dict_of_activations_mutated": (
         "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
         "dict's name would be wrong), so none is offered"

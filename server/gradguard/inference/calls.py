@@ -146,7 +146,7 @@ class CallsMixin:
         if args is None:
             args, kwargs = self._eval_call_args(node)
         if q.startswith("builtins."):
-            return self._builtin_call(q[9:], node, args)
+            return self._builtin_call(q[9:], node, args, kwargs or {})
         if q.split(".")[0] == "numpy":
             written = kwargs.get("out", args[0] if q == "numpy.copyto" and args else None)
             if isinstance(written, NumberFrom) and written.array_of is not None:
@@ -311,7 +311,17 @@ class CallsMixin:
             placed[position - offset] = value
         return placed
 
-    def _builtin_call(self, name: str, node: ast.Call, args: list[Value]) -> Value:
+    def _builtin_call(self, name: str, node: ast.Call, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        if name == "getattr" and len(args) >= 2 and isinstance(args[1], Const) and isinstance(args[1].value, str):
+            # `getattr(nn, cfg["type"])` with the name known: that attribute, as if written out
+            owner, attr = args[0], args[1].value
+            if isinstance(owner, CallableRef):
+                return CallableRef(f"{owner.qualname}.{attr}")
+            if isinstance(owner, ModuleValue):
+                return self._module_attr(owner, attr, node)
+            return UNKNOWN
+        if name == "dict" and not args and kwargs:  # `dict(type="ReLU", inplace=True)`: a config by keyword
+            return TensorMap(dict(kwargs))
         if name == "super":
             return SuperRef(self.self_value, self.owner) if isinstance(self.self_value, ModuleValue) else UNKNOWN
         if name == "sum" and args and isinstance(args[0], TensorSeq):
@@ -444,7 +454,9 @@ class CallsMixin:
         the argument known, ``self.detach``); None when computed at run time."""
         if isinstance(expr, ast.Constant):
             return bool(expr.value)
-        if isinstance(expr, (ast.Name, ast.Attribute)):  # reading these records nothing
+        if isinstance(expr, (ast.Name, ast.Attribute)) or (  # reading these records nothing
+                isinstance(expr, ast.Subscript) and isinstance(expr.value, (ast.Name, ast.Attribute))
+                and isinstance(expr.slice, ast.Constant)):  # `cfg["inplace"]`
             return truth(self.eval(expr))
         return None
 

@@ -24,6 +24,7 @@ from .values import (
     Grad,
     ModuleValue,
     NumberFrom,
+    Opaque,
     ParamIterable,
     Tensor,
     TensorMap,
@@ -193,7 +194,7 @@ class ExpressionsMixin:
                 continue
             const = _const_key(key)
             items[const if const is not None else object()] = value
-        if any(not isinstance(v, PLAIN) for v in items.values()):
+        if any(not isinstance(v, Opaque) for v in items.values()):  # a config of constants is kept too
             return TensorMap(items)
         return UNKNOWN
 
@@ -238,6 +239,12 @@ class ExpressionsMixin:
             results = [_compare(op, a.value, b.value) for op, a, b in zip(node.ops, values, values[1:])]
             if None not in results:
                 return Const(all(results))
+        if len(values) == 2 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and Const(None) in values:
+            # `self.act is not None` with `self.act` a module or config we built: never None (a tensor may be
+            # the join of a path where it was None, so it says nothing)
+            other = values[0] if values[1] == Const(None) else values[1]
+            if isinstance(other, (ModuleValue, TensorMap, FunctionValue, CallableRef, ClassRef)):
+                return Const(isinstance(node.ops[0], ast.IsNot))
         return NOT_TENSOR
 
     def _expr_BoolOp(self, node: ast.BoolOp) -> Value:
