@@ -133,7 +133,7 @@ class FollowedCallsMixin:
             else:
                 env[param.arg] = self._param_value(param, is_forward=False)
         if not isinstance(fn, ast.Lambda):
-            for name in used_as_sequences(fn) & env.keys():
+            for name in self.sequences_of(fn) & env.keys():
                 value = env[name]
                 if isinstance(value, Tensor) and value.root().assumed:
                     env[name] = UNKNOWN  # a caller's argument taken for one tensor, iterated here as a list

@@ -116,6 +116,8 @@ class Context:
     depth: int = 0
     oracle: "JediOracle | None" = None  # asked about calls into other modules of the project
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)  # the file's module-level functions
+    # each function's names used as lists (``used_as_sequences``), read once per file however often it is called
+    sequence_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
 
     def class_of(self, value: Value) -> ClassInfo | None:
         """The file's class an instance was made from."""
@@ -213,7 +215,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                 self.state.grad_enabled = False
         args = fn.args
         params = [*args.posonlyargs, *args.args, *args.kwonlyargs]
-        sequences = used_as_sequences(fn) if is_forward else frozenset()
+        sequences = self.sequences_of(fn) if is_forward else frozenset()
         for i, arg in enumerate(params):
             if i == 0 and self.self_value is not None and arg.arg in ("self", "cls"):
                 self.state.env[arg.arg] = self.self_value
@@ -254,6 +256,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             return ann.value in ("Tensor", "torch.Tensor")
         q = self.qual(ann)
         return q in ("torch.Tensor", "torch.nn.Parameter") or (isinstance(ann, ast.Name) and ann.id == "Tensor")
+
+    def sequences_of(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+        found = self.ctx.sequence_names.get(fn)
+        if found is None:
+            found = self.ctx.sequence_names[fn] = used_as_sequences(fn)
+        return found
 
     def run_block(self, body: list[ast.stmt]) -> None:
         if self.ctx.oracle is not None and not self.written_names:
