@@ -254,7 +254,7 @@ def test_table_shape():
         assert all(k.isdigit() for k in op["saves_args"]) and op["sources"], name
     for name, mod in data["modules"].items():
         assert set(mod) == {"saves_input", "saves_output", "saves_params", "has_params", "functional",
-                            "inplace_kwarg", "returns"}, name
+                            "inplace_kwarg", "returns", "bases"}, name
         assert set(mod["saves_input"]) | set(mod["saves_output"]) | set(mod["saves_params"]) <= {"input", "params"}
     kb = load_knowledge()
     assert hash(kb.op("mul")) == hash(kb.op("mul")) and kb.op("mul").saves_args[0] == frozenset({1})

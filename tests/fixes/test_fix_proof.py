@@ -73,6 +73,14 @@ NO_FIX = {
         "the flag is read from a config (`inplace=cfg[\"inplace\"]`) that other builders may share: the fix does not "
         "edit configs"
     ),
+    "GG005/pos_modules_loop_switches_inplace": (
+        "the layer is switched to in-place by an assignment in a loop over modules, which may switch others: "
+        "the fix does not rewrite that loop"
+    ),
+    "GG005/pos_named_children_hardtanh_switch_after_tanh": (
+        "the layer is switched to in-place by an assignment in a loop over modules, which may switch others: "
+        "the fix does not rewrite that loop"
+    ),
     "GG001/pos_dict_of_activations_mutated": (
         "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
         "dict's name would be wrong), so none is offered"

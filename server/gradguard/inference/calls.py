@@ -320,6 +320,8 @@ class CallsMixin:
             if isinstance(owner, ModuleValue):
                 return self._module_attr(owner, attr, node)
             return UNKNOWN
+        if name == "isinstance" and len(args) == 2:
+            return self._isinstance(args[0], args[1])
         if name == "dict" and not args and kwargs:  # `dict(type="ReLU", inplace=True)`: a config by keyword
             return TensorMap(dict(kwargs))
         if name == "super":
@@ -474,6 +476,20 @@ class CallsMixin:
             return default if value is None else value
         return self._keyword_bool(node, name, default)
 
+    def _isinstance(self, value: Value, classes: Value) -> Value:
+        """``isinstance(m, nn.ReLU)`` (or a tuple of torch layer classes) for a torch layer we built: known from
+        the layer's torch classes (an ``nn.ReLU6`` is an ``nn.Hardtanh``); unknown for anything else."""
+        refs = classes.items if isinstance(classes, TensorSeq) else [classes]
+        names = [r.qualname.rsplit(".", 1)[1] for r in refs
+                 if isinstance(r, CallableRef) and r.qualname.startswith("torch.nn.") and r.qualname.count(".") == 2]
+        if not isinstance(value, ModuleValue) or not value.torch_module or value.user_class is not None or (
+                len(names) != len(refs)):
+            return NOT_TENSOR
+        info = self.k.module(value.cls)
+        if info is None or not info.bases:
+            return NOT_TENSOR
+        return Const(any(name in info.bases for name in names))
+
     def _integral_dtype(self, node: ast.Call) -> bool:
         """Does the call name an integer or bool dtype (``torch.long``, ``dtype=torch.bool``)?"""
         for arg in [*node.args, *(k.value for k in node.keywords if k.arg == "dtype")]:
@@ -598,7 +614,7 @@ class CallsMixin:
         if name == "named_parameters":
             return ParamIterable(module, named=True)
         if name in ("modules", "children", "named_modules", "named_children"):
-            return ModuleIterable(module, named=name.startswith("named_"))
+            return ModuleIterable(module, named=name.startswith("named_"), recursive=name.endswith("modules"))
         if name in ("register_buffer", "register_parameter") and len(args) > 1:
             key = node.args[0]
             if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(args[1], Tensor):

@@ -394,6 +394,14 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             if isinstance(layers, ModuleValue) and 0 < len(layers.children) <= _UNROLLED_LAYERS:
                 iterable, target = layers, target.elts[1]
                 self.bind(stmt.target.elts[0], NOT_TENSOR, stmt)
+        submodules = _submodules(iterable) if isinstance(iterable, ModuleIterable) else None
+        if submodules is not None and 0 < len(submodules) <= _UNROLLED_LAYERS:
+            # `for m in self.modules(): if isinstance(m, nn.ReLU): m.inplace = True`: each module we built, in turn
+            for module in submodules:
+                self.bind(target, TensorSeq([NOT_TENSOR, module]) if iterable.named else module, stmt)
+                self.run_block(stmt.body)
+            self.run_block(stmt.orelse)
+            return
         if isinstance(iterable, ModuleValue) and 0 < len(iterable.children) <= _UNROLLED_LAYERS:
             # `for layer in self.layers: x = layer(x)`: each layer in turn, as a Sequential runs them.
             for child in iterable.children:
@@ -518,6 +526,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             owner = self.eval(target.value)
             if isinstance(owner, ModuleValue):
                 owner.attrs[target.attr] = value
+                if target.attr == "inplace" and owner.torch_module and owner.cls in self.k.inplace_kwarg_modules:
+                    flag = truth(value)  # `m.inplace = True` on a layer already built
+                    if flag is not None:
+                        owner.inplace, owner.made_inplace = flag, stmt if flag else None
             if isinstance(owner, DataAlias):
                 # `p.data = new`: rebinds storage; the old storage (and any saved copy) is kept.
                 owner.tensor.storage = Storage()
@@ -897,4 +909,27 @@ def _runs_once(iterable: ast.expr) -> bool:
         if len(bounds) == 2 and None not in bounds:
             return bounds[1] - bounds[0] == 1
     return False
+
+
+def _submodules(iterable: ModuleIterable) -> list[ModuleValue] | None:
+    """What ``owner.modules()`` (the owner, then every descendant, each once) or ``owner.children()`` yields, when
+    every one of them is a module we built; None when one is not known (a layer we cannot see)."""
+    owner = iterable.owner
+    if not isinstance(owner, ModuleValue):
+        return None
+    found: list[ModuleValue] = []
+
+    def visit(module: ModuleValue, depth: int) -> bool:
+        if any(m is module for m in found):
+            return True
+        if module.cls == "<unknown>" or len(found) > _UNROLLED_LAYERS:
+            return False
+        if depth > 0 or iterable.recursive:
+            found.append(module)
+        if depth > 0 and not iterable.recursive:
+            return True
+        subs = [*module.children, *(v for k, v in module.attrs.items() if isinstance(v, ModuleValue) and k != "<owner>")]
+        return all(visit(sub, depth + 1) for sub in subs)
+
+    return found if visit(owner, 0) else None
 

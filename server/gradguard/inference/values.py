@@ -142,6 +142,7 @@ class ModuleValue:
     children: list["ModuleValue"] = field(default_factory=list)  # nn.Sequential
     user_class: ast.ClassDef | None = None
     frozen: bool = False  # `.requires_grad_(False)`: its parameters do not require grad
+    made_inplace: ast.AST | None = None  # `m.inplace = True` after it was built: the line that made it write in place
 
     def freeze(self, frozen: bool = True) -> None:
         self.frozen = frozen
@@ -273,6 +274,7 @@ class ModuleIterable:
 
     owner: "Value"
     named: bool = False
+    recursive: bool = True  # modules() (the owner and every descendant), not children()
 
 
 UNKNOWN = Opaque.UNKNOWN

@@ -89,6 +89,7 @@ class ModuleInfo:
     functional: str | None
     inplace_kwarg: bool
     returns: str = "tensor"  # "tuple" for LSTM/GRU/RNN/MultiheadAttention: (output, state)
+    bases: tuple[str, ...] = ()  # its torch classes, itself first: what isinstance(m, nn.X) is true for
 
 
 class TorchKnowledge:
@@ -177,6 +178,7 @@ def _module(name: str, d: Mapping) -> ModuleInfo:
         functional=d["functional"],
         inplace_kwarg=bool(d["inplace_kwarg"]),
         returns=d.get("returns", "tensor"),
+        bases=tuple(d.get("bases", ())),
     )
 
 

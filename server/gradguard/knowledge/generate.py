@@ -609,7 +609,9 @@ def modules_table(kwarg_mods: set) -> dict:
             res = probe_module(make, inp)
         except Exception:   # needs constructor arguments or a second input (losses...)
             continue
-        res.update(functional=functional_name(k), inplace_kwarg=k in kwarg_mods)
+        res.update(functional=functional_name(k), inplace_kwarg=k in kwarg_mods,
+                   # isinstance(m, nn.Hardtanh) holds for an nn.ReLU6: its torch classes, itself first
+                   bases=[b.__name__ for b in classes[k].__mro__ if b.__name__ in classes and b is not nn.Module])
         table[k] = {f: sorted(v) if isinstance(v, set) else v for f, v in res.items()}
     return table
 

@@ -42,13 +42,17 @@ def check(mutation: Mutation):
             data={"mutation": mutation},
         )
         return
-    # A module is reported once, where it is built: that is the line `inplace=False` changes.
+    # A module is reported once, where it is made in-place: where it is built (the line `inplace=False` changes),
+    # or the later `m.inplace = True` that switched it.
+    made = mutation.module.made_inplace
     yield Finding(
         "GG005",
-        ctor,
+        made or ctor,
         Message.format(
-            "{how}, built here, is applied on {applied} to {label}, which `{op}` on {saved} saved (as its {what}) for "
-            'backward; {raises} "{torch}". Use inplace=False.', applied=mutation.node, **facts),
+            "{how}, {made}, is applied on {applied} to {label}, which `{op}` on {saved} saved (as its {what}) for "
+            'backward; {raises} "{torch}". {advice}', applied=mutation.node,
+            made="switched to in-place here" if made else "built here",
+            advice="Leave this module out of place." if made else "Use inplace=False.", **facts),
         certain=save.certain,
         related=[(mutation.node, "the module is applied here"), *conflict_related(conflict, mutation)],
         data={"mutation": mutation},
@@ -80,6 +84,8 @@ def module_inplace_false(ctx: FixContext, mutation: Mutation) -> Fix | None:
     ctor = mutation.module.ctor if mutation.module is not None else None
     if not isinstance(ctor, ast.Call):
         raise CannotFix("the module's constructor is not in this file")
+    if mutation.module.made_inplace is not None:
+        raise CannotFix("the module is switched to in-place after it is built, by an assignment that may set others")
     rw = Rewrite(ctx).replace_node(ctx.cst(ctor), inplace_false(ctx.cst(ctor)))
     sites, why = _module_call_sites(ctx, ctor)
     unsafe = [why] if why else []
