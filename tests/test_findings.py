@@ -29,10 +29,11 @@ def test_no_write_gets_two_findings_of_one_code(fx: Fixture):
     findings = _findings(fx.path.read_text(encoding="utf-8"))
     counts = Counter((f.code, _write(f)) for f in findings if _write(f) is not None)
     assert not [key for key, n in counts.items() if n > 1]
-    for f in findings:  # an inplace=True module: at its constructor only, never also where it is applied
+    for f in findings:  # an inplace=True module: where it was made in-place only (its constructor, or the later
+        # `m.inplace = True`), never also where it is applied
         module = f.data["mutation"].module if "mutation" in f.data else None
         if module is not None and module.ctor is not None:
-            assert f.node is module.ctor
+            assert f.node is (module.made_inplace or module.ctor)
 
 
 def analyse(src: str):
