@@ -155,7 +155,7 @@ def main() -> None:
     log(f"{info['nproc']} CPUs ({info['cpu']}), load {info['load'][0]:.2f}, quick={args.quick}")
 
     # ---- corpus
-    folders = build_corpus.build(quiet=True)
+    folders = build_corpus.build(quiet=True, packages=build_corpus.ISSUE8_PACKAGES)  # the pinned corpus of issue 8
     corpus = {f.name: build_corpus.measure_cached(f) for f in folders}
     files = sorted(p for f in folders for p in f.rglob("*.py"))
     lines = sum(m["lines"] for m in corpus.values())
