@@ -196,7 +196,7 @@ class CallsMixin:
         return self.call_module(instance, args, node)
 
     def _call_method(self, found, instance: ModuleValue, args: list[Value], kwargs: dict[str, Value],
-                     node: ast.AST, max_depth: int = 3) -> Value:
+                     node: ast.AST, max_depth: int = 5) -> Value:
         """A method found on the file's classes (``(method, class)`` or None), followed with ``self`` bound;
         unknown when there is none or it cannot be followed."""
         if found is not None:

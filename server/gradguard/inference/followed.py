@@ -42,7 +42,7 @@ class FollowedCallsMixin:
 
     def inline(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
                self_value: Value | None = None, record: bool = True, scope: list[dict[str, Value]] | None = None,
-               owner: ClassInfo | None = None, max_depth: int = 3) -> Value | None:
+               owner: ClassInfo | None = None, max_depth: int = 5) -> Value | None:
         """Analyse a call of one of the file's own functions in place, with the caller's values.
 
         ``scope``: the variables a closure or lambda sees from the functions around its definition, innermost
@@ -132,11 +132,10 @@ class FollowedCallsMixin:
                 env[param.arg] = value
             else:
                 env[param.arg] = self._param_value(param, is_forward=False)
-        if not isinstance(fn, ast.Lambda):
-            for name in self.sequences_of(fn) & env.keys():
-                value = env[name]
-                if isinstance(value, Tensor) and value.root().assumed:
-                    env[name] = UNKNOWN  # a caller's argument taken for one tensor, iterated here as a list
+        assumed = [name for name, value in env.items() if isinstance(value, Tensor) and value.root().assumed]
+        if assumed and not isinstance(fn, ast.Lambda):
+            for name in self.sequences_of(fn).intersection(assumed):
+                env[name] = UNKNOWN  # a caller's argument taken for one tensor, iterated here as a list
         if fn.args.vararg is not None:
             extra = args[len(params):]
             env[fn.args.vararg.arg] = TensorSeq(list(extra)) if extra else UNKNOWN

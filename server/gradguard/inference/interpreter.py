@@ -215,13 +215,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                 self.state.grad_enabled = False
         args = fn.args
         params = [*args.posonlyargs, *args.args, *args.kwonlyargs]
-        sequences = self.sequences_of(fn) if is_forward else frozenset()
         for i, arg in enumerate(params):
             if i == 0 and self.self_value is not None and arg.arg in ("self", "cls"):
                 self.state.env[arg.arg] = self.self_value
                 continue
             value = self._param_value(arg, is_forward)
-            if isinstance(value, Tensor) and value.assumed and arg.arg in sequences:
+            if isinstance(value, Tensor) and value.assumed and arg.arg in self.sequences_of(fn):
                 value = UNKNOWN  # `for i, el in enumerate(x)`, `torch.cat(x)`: x is a list, not one tensor
             self.state.env[arg.arg] = value
         for extra in (args.vararg, args.kwarg):
