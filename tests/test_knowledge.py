@@ -369,3 +369,14 @@ def test_module_wrappers_return_the_module_given(torch, kb):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             assert getattr(importlib.import_module(owner), name)(layer) is layer, qualname
+
+
+def test_keyword_arguments_pick_the_overload_of_their_position(kb):
+    """`torch.pow(input=h, exponent=0.5)` binds like `torch.pow(h, 0.5)` (Tensor_Scalar: no result saved), and
+    `pow(h, exponent=e)` with a tensor of unknown kind may be either overload."""
+    pow_ = kb.op("pow")
+    scalar = pow_.saves_for(("T", "S"))
+    assert not scalar[1]
+    assert pow_.saves_for(("T",), {"exponent": "S"}) == scalar
+    assert pow_.saves_for(("T",), {"self": None, "exponent": "S"}) == scalar
+    assert pow_.saves_for(("T", "T"))[1]

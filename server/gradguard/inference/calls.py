@@ -482,13 +482,15 @@ class CallsMixin:
         refs = classes.items if isinstance(classes, TensorSeq) else [classes]
         names = [r.qualname.rsplit(".", 1)[1] for r in refs
                  if isinstance(r, CallableRef) and r.qualname.startswith("torch.nn.") and r.qualname.count(".") == 2]
-        if not isinstance(value, ModuleValue) or not value.torch_module or value.user_class is not None or (
-                len(names) != len(refs)):
+        if not isinstance(value, ModuleValue) or not refs or len(names) != len(refs) or "Module" in names:
             return NOT_TENSOR
-        info = self.k.module(value.cls)
-        if info is None or not info.bases:
+        if not value.torch_module:  # one of the file's classes on nn.Module alone: no torch layer class
+            info = self.ctx.class_of(value)
+            return Const(False) if info is not None and info.torch_base == "Module" else NOT_TENSOR
+        layer = self.k.module(value.cls)  # a torch layer, or a class of the file deriving from one
+        if layer is None or not layer.bases:
             return NOT_TENSOR
-        return Const(any(name in info.bases for name in names))
+        return Const(any(name in layer.bases for name in names))
 
     def _integral_dtype(self, node: ast.Call) -> bool:
         """Does the call name an integer or bool dtype (``torch.long``, ``dtype=torch.bool``)?"""
@@ -668,8 +670,10 @@ class CallsMixin:
         # max(x, dim)/sort/topk return (values, indices) and save other things than max(x) does.
         tuple_form = info is not None and info.tuple_saves_args is not None and (
             (len(args) > 1 and args[1] is INT) or any(kw.arg == "dim" for kw in getattr(node, "keywords", [])))
-        saves_args, saves_result = info.saves_for(tuple(_kind(a) for a in args),
-                                                  frozenset(k.arg for k in getattr(node, "keywords", []) if k.arg))
+        # `exponent=2.0`: a number by name (torch's Python functions call the schema's `self` `input`)
+        keywords = {"self" if k.arg == "input" else k.arg: "S" if isinstance(k.value, ast.Constant) else None
+                    for k in getattr(node, "keywords", []) if k.arg}
+        saves_args, saves_result = info.saves_for(tuple(_kind(a) for a in args), keywords)
         if tuple_form:
             saves_args = info.tuple_saves_args
         if info is not None and rg:

@@ -133,6 +133,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         self.ctx = ctx
         self.k = ctx.knowledge
         self.state = State()
+        # `if`s with an unknown test around the running statement: a change to an object there (`m.inplace = True`)
+        # is not known to happen, so it changes nothing the analysis claims
+        self.unsure_branches = 0
         self.saves = SaveLog()
         self.mutations: list[Mutation] = []
         self.sinks: list[Sink] = []
@@ -355,14 +358,18 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         narrowed = self._tensor_check(stmt.test)
         if narrowed is not None and not narrowed[1]:
             self.state.env[narrowed[0]] = NOT_TENSOR
+        self.unsure_branches += 1
         self.run_block(stmt.body)
+        self.unsure_branches -= 1
         after_body = self.state
         # The else branch does not run after the body: it must not see the body's saves.
         body_saves = self.saves.take_after(saves_before)
         self.state = before
         if narrowed is not None and narrowed[1]:
             self.state.env[narrowed[0]] = NOT_TENSOR
+        self.unsure_branches += 1
         self.run_block(stmt.orelse)
+        self.unsure_branches -= 1
         self.saves.put_back(body_saves)
         self._settle(live, merge_states(after_body, self.state))
 
@@ -525,8 +532,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             owner = self.eval(target.value)
             if isinstance(owner, ModuleValue):
                 owner.attrs[target.attr] = value
-                if target.attr == "inplace" and owner.torch_module and owner.cls in self.k.inplace_kwarg_modules:
-                    flag = truth(value)  # `m.inplace = True` on a layer already built
+                if (target.attr == "inplace" and owner.torch_module and owner.cls in self.k.inplace_kwarg_modules
+                        and not self.unsure_branches):
+                    flag = truth(value)  # `m.inplace = True` on a layer already built, on a path known to run
                     if flag is not None:
                         owner.inplace, owner.made_inplace = flag, stmt if flag else None
             if isinstance(owner, DataAlias):

@@ -30,15 +30,23 @@ class Overload:
     names: frozenset[str] | None
     saves_args: Mapping[int, frozenset[int]] = field(hash=False)
     saves_result: frozenset[int]
+    positional: tuple[str, ...] | None = None  # the positional arguments' names, in order
 
-    def accepts(self, kinds: tuple[str | None, ...], keywords: frozenset[str], strict: bool) -> bool:
-        """Could a call with these argument kinds (None: unknown) and keyword names bind here?  Not strict:
-        a number may stand for a tensor (torch wraps it)."""
-        if not self.required <= len(kinds) <= len(self.kinds):
+    def accepts(self, kinds: tuple[str | None, ...], keywords: Mapping[str, str | None], strict: bool) -> bool:
+        """Could a call with these positional argument kinds (None: unknown) and keyword arguments (name -> kind)
+        bind here?  A keyword fills the position of the argument of its name.  Not strict: a number may stand for
+        a tensor (torch wraps it)."""
+        if self.names is not None and not keywords.keys() <= self.names:
             return False
-        if self.names is not None and not keywords <= self.names:
+        given = list(kinds)
+        if keywords and self.positional is not None:
+            for position, name in enumerate(self.positional):
+                if name in keywords and position >= len(kinds):  # `pow(x, exponent=2.0)`: a positional by name
+                    given.extend([None] * (position + 1 - len(given)))  # skipped ones keep their defaults
+                    given[position] = keywords[name]
+        if not self.required <= len(given) <= len(self.kinds):
             return False
-        return all(k is None or k == f or (not strict and k == "S") for k, f in zip(kinds, self.kinds))
+        return all(k is None or k == f or (not strict and k == "S") for k, f in zip(given, self.kinds))
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class OpInfo:
     params: Mapping[str, int] = field(default_factory=dict, hash=False)
     overloads: tuple[Overload, ...] = ()
 
-    def saves_for(self, kinds: tuple[str | None, ...], keywords: frozenset[str] = frozenset()
+    def saves_for(self, kinds: tuple[str | None, ...], keywords: Mapping[str, str | None] = MappingProxyType({})
                   ) -> tuple[Mapping[int, frozenset[int]], frozenset[int]]:
         """What a call of this shape saves: the overloads it can bind to (those whose kinds match exactly,
         else those a wrapped number fits), their saves united; every overload's when none fits."""
@@ -164,7 +172,9 @@ def _op(name: str, d: Mapping) -> OpInfo:
         params=MappingProxyType(dict(d.get("params", {}))),
         overloads=tuple(Overload(o["kinds"], o["required"], None if o["names"] is None else frozenset(o["names"]),
                                  MappingProxyType({int(k): frozenset(v) for k, v in o["saves_args"].items()}),
-                                 frozenset(o["saves_result"])) for o in d.get("overloads", ())),
+                                 frozenset(o["saves_result"]),
+                                 None if o["names"] is None else tuple(o["names"][:len(o["kinds"])]))
+                        for o in d.get("overloads", ())),
     )
 
 

@@ -442,7 +442,8 @@ def empirical_ops(probes) -> tuple[dict, list]:
 def _overload(form: dict) -> Overload:
     """A form of the table as the analysis matches it (the facts are left out)."""
     names = None if form["names"] is None else frozenset(form["names"])
-    return Overload(form["kinds"], form["required"], names, {}, frozenset())
+    positional = None if form["names"] is None else tuple(form["names"][:len(form["kinds"])])
+    return Overload(form["kinds"], form["required"], names, {}, frozenset(), positional)
 
 
 def overloads_table(static_forms: dict, calls: list) -> dict:
@@ -453,7 +454,7 @@ def overloads_table(static_forms: dict, calls: list) -> dict:
                          saves_result=set(f["saves_result"]), probed=False) for f in fs]
              for name, fs in static_forms.items()}
     for name, kinds, keywords, entry in calls:
-        hits = [f for f in forms.get(name, []) if _overload(f).accepts(tuple(kinds), frozenset(keywords), strict=True)]
+        hits = [f for f in forms.get(name, []) if _overload(f).accepts(tuple(kinds), dict.fromkeys(keywords), strict=True)]
         if not hits:
             hits = [{"kinds": kinds, "required": len(kinds), "names": None, "saves_args": {},
                      "saves_result": set(), "probed": False}]
