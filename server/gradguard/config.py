@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+import pathspec
+
 from .baseline import Baseline, BaselineError
 from .baseline import load as load_baseline
 from .diagnostics import SYNTAX_ERROR, UNREADABLE, Severity
@@ -127,8 +129,6 @@ def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config
         exclude = [exclude]
     if not isinstance(exclude, list) or not all(isinstance(v, str) for v in exclude):
         raise ConfigError("[tool.gradguard] exclude must be a list of patterns")
-    from .files import invalid_pattern  # files imports this module
-
     bad = next((v for v in exclude if invalid_pattern(v)), None)
     if bad is not None:
         raise ConfigError(f"[tool.gradguard] exclude: {bad!r} is not a gitignore pattern that matches anything")
@@ -203,3 +203,12 @@ def load_config(start: Path) -> Config:
     """The ``[tool.gradguard]`` table of the nearest pyproject.toml at or above ``start``."""
     pyproject = find_pyproject(start)
     return Config() if pyproject is None else load_config_file(pyproject)
+
+
+def invalid_pattern(line: str) -> bool:
+    """Whether pathspec refuses the gitignore line (``!``, ``build\\``: git takes them, and they match nothing)."""
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except ValueError:
+        return True
+    return False

@@ -18,7 +18,8 @@ from typing import Iterable, Sequence
 
 import pathspec
 
-from .config import Config
+from .config import Config, invalid_pattern
+from .notebooks import is_notebook, read_language
 
 SKIP_DIRS = frozenset(
     {".git", ".venv", "venv", "__pycache__", "node_modules", "site-packages", "build", "dist", ".tox", ".eggs",
@@ -60,8 +61,6 @@ def _kind(path: Path) -> str:
 def _refuse_other_language(path: Path, given: str) -> None:
     """A notebook named explicitly whose kernel is not Python: refused (it would be skipped, and the run
     would say "All checks passed." about a file it never read).  One in a folder is skipped quietly."""
-    from .notebooks import is_notebook, read_language
-
     if not is_notebook(path):
         return
     try:
@@ -105,15 +104,6 @@ class _Rules:
             if include is not None:
                 verdict = include
         return verdict
-
-
-def invalid_pattern(line: str) -> bool:
-    """Whether pathspec refuses the gitignore line (``!``, ``build\\``: git takes them, and they match nothing)."""
-    try:
-        pathspec.GitIgnoreSpec.from_lines([line])
-    except ValueError:
-        return True
-    return False
 
 
 def gitignore_spec(lines: list[str]) -> pathspec.GitIgnoreSpec:

@@ -64,8 +64,9 @@ def namespace_prefix() -> tuple[str, ...] | None:
 
 
 # The environment the worker and the user's code see: nothing else from the caller's shell passes.
-_ENV_NAMES = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "MALLOC_ARENA_MAX", "PYTHONHASHSEED",
-              "PYTHONIOENCODING", "PYTHONUTF8", "NO_COLOR"}
+# PYTHONPATH is how the user's code finds its own packages (what runs must be what the user runs), not a secret.
+_ENV_NAMES = {"PATH", "PYTHONPATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "MALLOC_ARENA_MAX",
+              "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "NO_COLOR"}
 _ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "CUBLAS_", "CUDNN_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_",
                  "BLIS_", "NUMEXPR_", "PYTORCH_", "TORCH_")
 _ENV_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
