@@ -9,8 +9,19 @@ import ast
 from .calls import CALL_STATS
 from .classes import ClassInfo, find_method
 from .state import GRAD_OFF_CONTEXTS, State
-from .values import (NOT_TENSOR, UNKNOWN, Const, FunctionValue, KeywordArgs, ModuleValue, Tensor, TensorSeq, Value,
-                     join, new_id)
+from .values import (
+    NOT_TENSOR,
+    UNKNOWN,
+    Const,
+    FunctionValue,
+    KeywordArgs,
+    ModuleValue,
+    Tensor,
+    TensorSeq,
+    Value,
+    join,
+    new_id,
+)
 
 
 class FollowedCallsMixin:
