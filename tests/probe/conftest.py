@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import textwrap
 from pathlib import Path
 
@@ -44,3 +45,15 @@ def probe(worker):
 def corpus():
     """Every fixture probed once per session (test_probe_fixtures.py, test_agreement.py)."""
     return probe_corpus()
+
+
+@pytest.fixture
+def listener():
+    """A TCP server on loopback the probed code must not reach (nothing but the test ever connects to it)."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.5)
+    yield server
+    server.close()

@@ -50,17 +50,6 @@ def outside():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture
-def tcp_listener():
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", 0))
-    server.listen(5)
-    server.settimeout(0.5)
-    yield server
-    server.close()
-
-
 def _accepted(server: socket.socket) -> list[bytes]:
     got = []
     while True:
@@ -105,8 +94,8 @@ def test_remount_read_write_fails_and_the_project_stays_unchanged(script, probe)
 
 
 @needs_namespaces
-def test_setns_into_an_ancestors_network_namespace_fails(script, probe, tcp_listener):
-    port = tcp_listener.getsockname()[1]
+def test_setns_into_an_ancestors_network_namespace_fails(script, probe, listener):
+    port = listener.getsockname()[1]
     me = os.getpid()  # an ancestor of the probe, in the host's network namespace
     path = script(f"""
         import ctypes, os, subprocess, sys
@@ -128,7 +117,7 @@ def test_setns_into_an_ancestors_network_namespace_fails(script, probe, tcp_list
     result = probe(path)
     layers = _layers(result, "setns/nsenter")
     assert " ok" not in result.stdout, result.stdout
-    assert _accepted(tcp_listener) == []
+    assert _accepted(listener) == []
     assert layers["network_namespace"] and layers["seccomp"] and layers["pid_namespace"]
 
 

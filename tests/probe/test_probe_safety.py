@@ -183,17 +183,6 @@ def test_missing_entry_and_syntax_error_fail_clearly(script, probe):
 # --- no network -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def listener():
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", 0))
-    server.listen(5)
-    server.settimeout(0.5)
-    yield server
-    server.close()
-
-
 def _connections(server: socket.socket) -> int:
     count = 0
     while True:
