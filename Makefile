@@ -20,13 +20,22 @@ setup-test: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[test]"
 
 # Set up, then check the bundled examples (they are meant to have findings): each finding with its location and
-# notes, then the counts per rule (the second run reads the result cache the first one wrote).
+# notes, then the counts per rule (the second run reads the result cache the first one wrote), then the next step:
+# how to run it on your own code, see the fixes and apply them (tests/test_demo.py checks all three parts).
 demo: setup
 	@echo "== gradguard check examples"
 	@$(BIN)/gradguard check examples --exit-zero --no-progress
 	@echo
 	@echo "== findings per rule"
 	@$(BIN)/gradguard check examples --exit-zero --no-progress --statistics --quiet
+	@echo
+	@echo "== next: run it on your own code (the command is in $(VENV)/bin/, not on PATH)"
+	@echo "  $(VENV)/bin/gradguard check PATH          # files and folders: .py files and notebooks"
+	@echo "  $(VENV)/bin/gradguard check --diff PATH   # the fixes as a unified diff; changes nothing (try it on examples)"
+	@echo "  $(VENV)/bin/gradguard check --fix PATH    # apply the safe fixes; --fix --unsafe-fixes applies the rest"
+	@echo "  examples/resnet_block.py has no finding on purpose: its in-place code is safe (out += identity"
+	@echo "  after BatchNorm, ReLU(inplace=True) on that sum, p -= lr * p.grad under torch.no_grad())."
+	@echo "  Editors, CI and the runtime probe: README.md."
 
 # Set up, then run the whole test suite.
 test: setup-test

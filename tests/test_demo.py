@@ -52,3 +52,23 @@ def test_demo_prints_every_finding_with_its_notes_then_the_counts(demo_output):
 def test_demo_is_fast(demo_output):
     _, elapsed = demo_output
     assert elapsed < 30, f"make demo took {elapsed:.1f} s"
+
+
+def test_demo_ends_with_the_next_step(demo_output):
+    """A newcomer's next move: gradguard on their own code (it is in .venv/bin/, not on PATH), the fixes as a diff,
+    the fixes applied, and which example is clean on purpose."""
+    import shlex
+
+    from gradguard.cli import build_parser
+
+    out, _ = demo_output
+    tail = out[out.index("== next"):]
+    assert out.index("== next") > out.index("== findings per rule"), out  # last, after the counts
+    commands = [line.split("#")[0].strip() for line in tail.splitlines() if line.strip().startswith(".venv/bin/gradguard")]
+    assert [c.split()[2:] for c in commands] == [["PATH"], ["--diff", "PATH"], ["--fix", "PATH"]], tail
+    for command in commands:  # each one is a command the CLI takes
+        assert build_parser().parse_args(shlex.split(command)[1:]).command == "check"
+    assert "--unsafe-fixes" in tail
+    assert "examples/resnet_block.py has no finding on purpose" in tail
+    assert "examples/resnet_block.py:" not in out  # and indeed it has none
+    assert (ROOT / "examples" / "resnet_block.py").exists()
