@@ -318,3 +318,40 @@ def test_python_m_gradguard_subprocess(tmp_path):
         cwd=tmp_path, env=_env(), input=LEAF_BUG, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 1 and proc.stdout.startswith("x.py:3:1: GG002 ")
+
+
+# --- every code `gradguard rules` lists is a valid --select / --ignore (issue 29) -------------------------
+
+
+def test_every_code_gradguard_rules_lists_is_accepted_by_select_and_ignore(gg, tmp_path):
+    write(tmp_path, "clean.py", CLEAN)
+    listed = [line.split()[0] for line in gg("rules").out.splitlines() if line.strip()]
+    assert {"GG001", "GG101", "GG900", "GG901", "GG903"} <= set(listed), listed
+    for code in listed:
+        for option in ("--select", "--ignore", "--extend-ignore"):
+            run = gg("check", option, code, "clean.py")
+            assert run.code == 0 and "unknown rule code" not in run.err, (option, code, run.err)
+    assert gg("check", "--select", "GG777", "clean.py").code == 2  # still refused: it names no code
+
+
+DEEP = ("import torch\nw = torch.randn(3, requires_grad=True)\ny = torch.exp(w)\ny.add_(1)\n"
+        "y.sum().backward()\nz = " + " + ".join(["y"] * 2000) + "\n")  # line 6 is too deep to analyse: GG903
+
+
+def test_select_gg903(gg, tmp_path):
+    """GG903 (a part of the file not analysed) is selected like any rule."""
+    write(tmp_path, "deep.py", DEEP)
+    both = gg("check", "--no-cache", "deep.py")
+    assert both.code == 1 and {code for _, _, code in both.findings()} == {"GG001", "GG903"}, both.out
+    only = gg("check", "--no-cache", "--select", "GG903", "deep.py")
+    assert only.code == 1 and {code for _, _, code in only.findings()} == {"GG903"}, only.out
+    rules = gg("check", "--no-cache", "--ignore", "GG903", "deep.py")
+    assert rules.code == 1 and "GG001" in {code for _, _, code in rules.findings()}, rules.out
+
+
+@pytest.mark.xfail(strict=True, reason="accepted, but api._skipped makes GG903 without consulting config.enabled "
+                   "(outside the files of this change): --ignore GG903 still reports it")
+def test_ignore_gg903_hides_it(gg, tmp_path):
+    write(tmp_path, "deep.py", DEEP)
+    rules = gg("check", "--no-cache", "--ignore", "GG903", "deep.py")
+    assert {code for _, _, code in rules.findings()} == {"GG001"}, rules.out

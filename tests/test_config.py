@@ -222,3 +222,56 @@ def test_suppression_on_another_line_does_nothing(project, capsys):
     (project / "train.py").write_text("# gradguard: ignore\n" + LEAF_BUG)
     code, diags, _ = check(capsys)
     assert code == 1 and [(d["code"], d["line"]) for d in diags] == [("GG002", 4)]
+
+
+# --- where a bad setting came from (issue 29) ----------------------------------
+
+
+def test_a_bad_editor_setting_names_the_editor_settings_not_the_pyproject():
+    """The language server's settings (initializationOptions / workspace settings) are parsed by the same code
+    as ``[tool.gradguard]``; a bad value there must not be blamed on a pyproject.toml it is not in."""
+    from gradguard.lsp.settings import Settings
+
+    settings = Settings()
+    for bad, key in [({"select": ["GG777"]}, "gradguard.select"), ({"ignore": "GG8"}, "gradguard.ignore"),
+                     ({"severity": {"GG001": "loud"}}, "gradguard.severity"), ({"jedi": "yes"}, "gradguard.jedi"),
+                     ({"severity": {"GG999": "info"}}, "gradguard.severity"),
+                     ({"baseline": "b.json"}, "gradguard.baseline")]:
+        (warning,) = settings.set_overrides({"gradguard": bad})
+        assert "editor settings" in warning and key in warning, warning
+        assert "[tool.gradguard] " not in warning and "[tool.gradguard.severity]" not in warning, warning
+        assert settings.config.select == ()  # the bad settings are dropped, the file's (none here) kept
+    (warning,) = settings.set_overrides({"gradguard": 3})
+    assert warning.startswith('editor settings: "gradguard" must be an object'), warning
+    assert settings.set_overrides({"gradguard": {"select": ["GG1"]}}) == [] and settings.config.select == ("GG1",)
+
+
+def test_a_bad_pyproject_setting_names_the_pyproject(project, capsys):
+    from gradguard.config import ConfigError, config_from_table
+
+    pyproject(project, '[tool.gradguard]\nselect = ["GG777"]\n')
+    code, _, err = check(capsys)
+    assert code == 2 and "pyproject.toml: [tool.gradguard] select: unknown rule code" in err, err
+    pyproject(project, '[tool.gradguard.severity]\nGG001 = "loud"\n')
+    code, _, err = check(capsys)
+    assert code == 2 and "[tool.gradguard.severity]: unknown severity 'loud'" in err, err
+    with pytest.raises(ConfigError, match=r"^\[tool\.gradguard\] jedi must be true or false"):
+        config_from_table({"jedi": "yes"})
+
+
+def test_every_listed_code_is_accepted_in_the_config(project, capsys):
+    """Each code `gradguard rules` prints (input problems GG900/GG901/GG903 too) is a valid select/ignore entry in
+    ``[tool.gradguard]`` and in the editor's settings."""
+    from gradguard.config import config_from_table, EDITOR
+    from gradguard.output import catalog
+
+    listed = [info.code for info in catalog()]
+    assert "GG903" in listed
+    for code in listed:
+        for source in ("pyproject", EDITOR):
+            config = config_from_table({"select": [code], "ignore": [code], "severity": {code: "info"}},
+                                       source=source)
+            assert config.select == (code,) and config.ignore == (code,)
+        pyproject(project, f'[tool.gradguard]\nselect = ["{code}"]\nignore = ["{code}"]\n')
+        result, _, err = check(capsys)
+        assert result == 0 and "unknown rule code" not in err, (code, err)

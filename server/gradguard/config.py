@@ -27,8 +27,9 @@ import pathspec
 
 from .baseline import Baseline, BaselineError
 from .baseline import load as load_baseline
-from .diagnostics import SYNTAX_ERROR, UNREADABLE, Severity
+from .diagnostics import Severity
 from .doc_links import is_docs_base
+from .output import INPUT_PROBLEMS
 from .rules import ALL_RULES
 
 if sys.version_info >= (3, 11):
@@ -41,9 +42,26 @@ class ConfigError(ValueError):
     """The configuration is malformed; the message says where and how."""
 
 
-# Every code a finding can carry: the rules, then the input problems.  A selector naming none of them would
-# silently turn rules off (``select = ["GG777"]`` checks nothing), so it is an error, as in ruff.
-KNOWN_CODES: tuple[str, ...] = tuple(r.code for r in ALL_RULES) + (SYNTAX_ERROR, UNREADABLE)
+# Every code a finding can carry: the rules, then the input problems (GG900, GG901, GG903), the same list
+# `gradguard rules` prints (``output.catalog``).  A selector naming none of them would silently turn rules off
+# (``select = ["GG777"]`` checks nothing), so it is an error, as in ruff.
+KNOWN_CODES: tuple[str, ...] = tuple(r.code for r in ALL_RULES) + tuple(
+    p.code for p in INPUT_PROBLEMS if p.code not in {r.code for r in ALL_RULES})
+
+# Where a table of settings comes from, as its error messages name it: ``[tool.gradguard]`` of a pyproject.toml,
+# or the editor's settings (the language server's initializationOptions / workspace settings ``gradguard``).
+PYPROJECT = "pyproject"
+EDITOR = "editor"
+
+
+def setting_name(source: str, key: str | None = None) -> str:
+    """How an error names a setting: ``[tool.gradguard] select`` in a pyproject.toml, ``gradguard.select`` of
+    the editor's settings."""
+    if source == EDITOR:
+        return "editor settings (gradguard)" if key is None else f"editor settings gradguard.{key}"
+    if key == "severity":
+        return "[tool.gradguard.severity]"
+    return "[tool.gradguard]" if key is None else f"[tool.gradguard] {key}"
 
 
 def check_codes(codes: Iterable[str], where: str, prefixes: bool = True) -> None:
@@ -98,13 +116,13 @@ class Config:
         )
 
 
-def _codes(value: Any, key: str) -> tuple[str, ...]:
+def _codes(value: Any, key: str, source: str = PYPROJECT) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"[tool.gradguard] {key} must be a list of rule codes")
+        raise ConfigError(f"{setting_name(source, key)} must be a list of rule codes")
     codes = tuple(v.strip().upper() for v in value if v.strip())
-    check_codes(codes, f"[tool.gradguard] {key}")
+    check_codes(codes, setting_name(source, key))
     return codes
 
 
@@ -115,55 +133,63 @@ def parse_severity(value: str) -> Severity:
         raise ConfigError(f"unknown severity {value!r} (use error, warning or info)") from None
 
 
-def config_from_table(table: dict[str, Any], root: Path | None = None) -> Config:
-    """Build a Config from the ``[tool.gradguard]`` table (or the LSP's settings object)."""
+def config_from_table(table: dict[str, Any], root: Path | None = None, source: str = PYPROJECT) -> Config:
+    """Build a Config from the ``[tool.gradguard]`` table (or the LSP's settings object: ``source=EDITOR``, so
+    that an error names the editor's settings, not the pyproject.toml the value is not in)."""
+    def name(key: str | None = None) -> str:
+        return setting_name(source, key)
+
     known = {"select", "ignore", "exclude", "severity", "jedi", "view-functions", "docs-url", "baseline"}
     unknown = set(table) - known
     if unknown:
-        raise ConfigError(f"[tool.gradguard] has unknown keys: {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{name()} has unknown keys: {', '.join(sorted(unknown))}")
     severity = table.get("severity", {})
     if not isinstance(severity, dict):
-        raise ConfigError("[tool.gradguard.severity] must map rule codes to error|warning|info")
+        raise ConfigError(f"{name('severity')} must map rule codes to error|warning|info")
     exclude = table.get("exclude", [])
     if isinstance(exclude, str):
         exclude = [exclude]
     if not isinstance(exclude, list) or not all(isinstance(v, str) for v in exclude):
-        raise ConfigError("[tool.gradguard] exclude must be a list of patterns")
+        raise ConfigError(f"{name('exclude')} must be a list of patterns")
     bad = next((v for v in exclude if invalid_pattern(v)), None)
     if bad is not None:
-        raise ConfigError(f"[tool.gradguard] exclude: {bad!r} is not a gitignore pattern that matches anything")
+        raise ConfigError(f"{name('exclude')}: {bad!r} is not a gitignore pattern that matches anything")
     jedi = table.get("jedi", False)
     if not isinstance(jedi, bool):
-        raise ConfigError("[tool.gradguard] jedi must be true or false")
+        raise ConfigError(f"{name('jedi')} must be true or false")
     views = table.get("view-functions", [])
     if not isinstance(views, list) or not all(isinstance(v, str) and re.fullmatch(r"[A-Za-z_][\w.]*", v) for v in views):
-        raise ConfigError("[tool.gradguard] view-functions must be a list of qualified names (\"pkg.module.function\")")
-    severities = {str(k).strip().upper(): parse_severity(str(v)) for k, v in severity.items()}
-    check_codes(severities, "[tool.gradguard.severity]", prefixes=False)
+        raise ConfigError(f"{name('view-functions')} must be a list of qualified names (\"pkg.module.function\")")
+    try:
+        severities = {str(k).strip().upper(): parse_severity(str(v)) for k, v in severity.items()}
+    except ConfigError as exc:
+        raise ConfigError(f"{name('severity')}: {exc}") from None
+    check_codes(severities, name("severity"), prefixes=False)
     docs_url = table.get("docs-url")
     if docs_url is not None and not (isinstance(docs_url, str) and is_docs_base(docs_url)):
-        raise ConfigError('[tool.gradguard] docs-url must be a URL such as "https://example.org/gradguard/rules"')
+        raise ConfigError(f'{name("docs-url")} must be a URL such as "https://example.org/gradguard/rules"')
     return Config(
-        baseline=_baseline(table.get("baseline"), root),
+        baseline=_baseline(table.get("baseline"), root, source),
         docs_url=docs_url,
         jedi=jedi,
         view_functions=tuple(views),
-        select=_codes(table.get("select", []), "select"),
-        ignore=_codes(table.get("ignore", []), "ignore"),
+        select=_codes(table.get("select", []), "select", source),
+        ignore=_codes(table.get("ignore", []), "ignore", source),
         severity=severities,
         exclude=tuple(exclude),
         root=root,
     )
 
 
-def _baseline(value: Any, root: Path | None) -> Baseline | None:
+def _baseline(value: Any, root: Path | None, source: str = PYPROJECT) -> Baseline | None:
     """``baseline = "FILE"``: read now, so a bad file is reported where the configuration is."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError('[tool.gradguard] baseline must be a file name such as "gradguard-baseline.json"')
+        raise ConfigError(f'{setting_name(source, "baseline")} must be a file name such as "gradguard-baseline.json"')
     if root is None:
-        raise ConfigError("[tool.gradguard] baseline is read from pyproject.toml only (its path is relative to it)")
+        raise ConfigError(f"{setting_name(source, 'baseline')}: the baseline is read from pyproject.toml only "
+                          "(its path is relative to it)")
     try:
         return load_baseline(root / value, root)
     except BaselineError as exc:

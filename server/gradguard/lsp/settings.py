@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError, config_from_table, find_pyproject, load_config_file
+from ..config import EDITOR, Config, ConfigError, config_from_table, find_pyproject, load_config_file
 
 Stamp = tuple[int, int, int]
 BESIDE = frozenset({"run", "probe", "trusted", "diagnosticMode"})  # options beside "gradguard", not in it
@@ -67,19 +67,21 @@ class Settings:
     def set_overrides(self, table: Any) -> list[str]:
         """The editor's settings (``{"gradguard": {...}}`` or the inner table) over the file's; the warnings."""
         warnings = []
-        if isinstance(table, dict) and isinstance(table.get("gradguard"), dict):
-            table = table["gradguard"]
+        if isinstance(table, dict) and "gradguard" in table:
+            table = table["gradguard"]  # not an object: the warning below
         elif isinstance(table, dict) and table and set(table) <= BESIDE:
             table = {}  # only options beside "gradguard": no rule settings
         if table is None:
             table = {}
         if not isinstance(table, dict):
-            warnings.append("settings must be an object like {\"select\": [...], \"ignore\": [...]}; using defaults")
+            warnings.append("editor settings: \"gradguard\" must be an object like {\"select\": [...], \"ignore\": [...]}; "
+                            "pyproject.toml's [tool.gradguard], if any, still applies")
             table = {}
         try:
-            parsed = config_from_table(table)
-        except ConfigError as exc:
-            warnings.append(f"ignoring editor settings: {exc}")
+            parsed = config_from_table(table, source=EDITOR)
+        except ConfigError as exc:  # named as the editor's (not the pyproject.toml's, which is still used)
+            warnings.append(f"ignoring the editor settings (initializationOptions / workspace settings "
+                            f"\"gradguard\"; pyproject.toml's [tool.gradguard], if any, still applies): {exc}")
             table, parsed = {}, Config()
         self.overrides, self.parsed = table, parsed
         self.config = self.merged(self.file_config)
