@@ -12,3 +12,22 @@ Layers, each depending only on the ones above it:
 """
 
 __version__ = "0.1.0"
+
+# `gradguard.watch()` (and its exception and warning) import torch: loaded on first use (PEP 562), so that
+# `import gradguard` and all static analysis never need torch.
+_LAZY = {"watch": "watching", "HiddenWriteError": "watching", "GradGuardWarning": "watching"}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gradguard' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
