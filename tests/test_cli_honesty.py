@@ -325,7 +325,9 @@ def test_check_probe_that_does_not_finish_a_file_is_not_a_pass(tmp_path):
     (tmp_path / "slow.py").write_text("import time\nimport torch\nx = torch.ones(2)\ntime.sleep(60)\n")
     proc = subprocess.run([sys.executable, "-m", "gradguard", "check", "--probe", "--timeout", "2", "slow.py"],
                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ("probe: slow.py: timed out after 2 s; findings up to that point are reported "
+                           "(python slow.py)\n"), proc.stdout  # the report states the file's outcome
     assert "probe: slow.py: timeout: " in proc.stderr and ALL_CLEAR not in proc.stderr
     assert last_line(proc.stderr) == "No problems found; the probe did not finish 1 file."
 

@@ -9,8 +9,9 @@ The exit code is the contract CI relies on, and it never claims more than was ch
 - 2: gradguard could not do what was asked: bad usage, bad config, an unknown rule code in
   ``--select``/``--ignore``/``--severity`` or ``[tool.gradguard]``, a path that does not exist (or is a
   symlink loop), folders with no Python file or notebook in them, ``--fix`` unable to write a file back
-  (its findings are still reported), ``--probe`` without torch or (when nothing was found, as in
-  ``gradguard probe``) a file the probe did not run to its end, or an internal error in a file.  Whatever
+  (its findings are still reported), ``--probe`` without torch or (when no finding makes it 1) a file asked for that the
+  probe did not run to its end (stopped by an error that is not an autograd one, timed out, could not run, a
+  notebook: each file's outcome is in the report), or an internal error in a file.  Whatever
   was found is still reported, and the closing line never says "All checks passed." then.
 
 Bad *input* files never stop the run: each becomes one finding.
@@ -286,7 +287,8 @@ def _check(args: argparse.Namespace) -> int:
 
     digests: dict[str, str] = {}  # display -> digest of the bytes its result is the analysis of
     results, crashes = _analyze_cached(targets, config, args, digests)
-    unprobed: list[str] = []  # files the probe did not run to their end (--probe)
+    runs = None  # --probe: each file's outcome (ran to the end, stopped at a line, timed out, not run)
+    unprobed: list = []  # files the probe did not run to their end and that have an entry point
     if "-" in args.paths:
         display = args.stdin_filename or "-"
         try:
@@ -301,14 +303,12 @@ def _check(args: argparse.Namespace) -> int:
         results, hidden, unmatched = _apply_baseline(baseline, results, files)
         config = replace(config, baseline=baseline)  # --fix leaves the findings it hides alone, as the editor does
     if args.probe:
-        from .notebooks import is_notebook  # the probe runs Python files; notebooks keep their static findings
         from .probe.cli import probe_results
         from .probe.runner import WorkerError
 
-        notebooks = [r for r in results if is_notebook(r.path)]
         try:
-            results, unprobed = probe_results([r for r in results if not is_notebook(r.path)], targets, paths, args)
-            results += notebooks
+            results, runs = probe_results(results, targets, paths, args)
+            unprobed = [run for run in runs if not run.passes]
         except WorkerError as exc:  # no torch, or no process can start: the probe the user asked for cannot run
             raise UsageError(f"cannot run the probe: {exc}") from None
     fixing = None
@@ -328,7 +328,7 @@ def _check(args: argparse.Namespace) -> int:
     elif args.statistics:
         report = text_output.statistics(diagnostics, rules)
     else:
-        report = render(args.format, diagnostics, rules)
+        report = render(args.format, diagnostics, rules, runs)
     _write(report, args.output_file)
 
     for crash in crashes:
@@ -347,9 +347,10 @@ def _check(args: argparse.Namespace) -> int:
         return 2
     fail_rank = Severity(args.fail_level).rank
     failed = any(d.severity.rank >= fail_rank for d in diagnostics) or bool(args.diff and fixing.diff)
-    if failed:
-        return 0 if args.exit_zero else 1
-    return 2 if unprobed else 0  # as `gradguard probe`: a run that did not finish and found nothing is no pass
+    if failed and not args.exit_zero:
+        return 1
+    # --probe: a file asked for that did not run to its end is no pass (--exit-zero is about findings only)
+    return 2 if unprobed else 0
 
 
 def _apply_baseline(baseline: baselines.Baseline, results: list[FileResult], files: dict[str, Path]):

@@ -15,11 +15,14 @@ tests validate our SARIF against it; nothing at run time reads it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..bounds import MAX_EXPRESSION_DEPTH
 from ..diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, Severity
 from ..doc_links import rule_doc_url
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..probe.model import FileOutcome
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -92,9 +95,17 @@ def catalog(docs_url: str | None = None) -> list[RuleInfo]:
     return infos
 
 
-def render(fmt: str, diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] | None = None) -> str:
-    """The whole output of one run in format ``fmt`` (one of ``FORMATS``)."""
+def render(fmt: str, diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] | None = None,
+           runs: Sequence[FileOutcome] | None = None) -> str:
+    """The whole output of one run in format ``fmt`` (one of ``FORMATS``).  ``runs``: with ``check --probe``,
+    how each file's run ended (``probe.model.FileOutcome``); every format states them."""
     from . import github, json_format, sarif, text
+
+    if runs is not None:
+        probe_renderers = {"text": text.render_runs, "json": json_format.render_runs, "sarif": sarif.render_runs,
+                           "github": github.render_runs}
+        if fmt in probe_renderers:
+            return probe_renderers[fmt](diagnostics, catalog() if rules is None else rules, runs)
 
     renderers: dict[str, Callable[[Sequence[Diagnostic], Sequence[RuleInfo]], str]] = {
         "text": text.render,

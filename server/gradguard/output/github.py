@@ -44,3 +44,17 @@ def command(d: Diagnostic) -> str:
 
 def render(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] = ()) -> str:
     return "".join(command(d) + "\n" for d in diagnostics)
+
+
+def render_runs(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo], runs) -> str:
+    """The findings, then a warning annotation for each file the probe did not run to its end (a notice for
+    the others)."""
+    lines = [command(d) for d in diagnostics]
+    for run in runs:
+        props = {"file": run.path, "title": f"gradguard probe: {run.outcome}"}
+        if run.line:
+            props["line"] = run.line
+        rendered = ",".join(f"{k}={escape_property(str(v))}" for k, v in props.items())
+        kind = "notice" if run.passes else "warning"
+        lines.append(f"::{kind} {rendered}::{escape_data('probe: ' + run.detail)}")
+    return "".join(line + "\n" for line in lines)

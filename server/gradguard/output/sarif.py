@@ -6,6 +6,11 @@ scanning), so ``helpUri`` is given only for a web address (``docs-url``), never 
 the pages of this install.  URIs are relative to the working
 directory, declared as ``%SRCROOT%``; columns are Unicode code points, as ours are.
 
+With ``check --probe``, the run's ``invocations[0]`` says how the probe's run of each file ended: one
+``toolExecutionNotifications`` entry per file (descriptor id ``probe/<outcome>``, the file and, when it
+stopped at one, the line; ``properties`` holds ``probe.model.FileOutcome.to_json``), and
+``executionSuccessful`` is false when a file asked for did not run to its end.
+
 Notebook findings: the region's lines and columns are in the cell, ``properties.cell`` (1-based, counting
 every cell) and a logical location ``cell N`` say which cell, and the message starts with ``cell N:``.
 """
@@ -115,3 +120,25 @@ def sarif_log(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo]) -> d
 
 def render(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo]) -> str:
     return json.dumps(sarif_log(diagnostics, rules), indent=2) + "\n"
+
+
+def _notification(run) -> dict[str, Any]:
+    location: dict[str, Any] = {"artifactLocation": _artifact(run.path)}
+    if run.line:
+        location["region"] = {"startLine": run.line}
+    return {
+        "descriptor": {"id": f"probe/{run.outcome}"},
+        "level": "note" if run.passes else "warning",
+        "message": {"text": f"probe: {run.detail}"},
+        "locations": [{"physicalLocation": location}],
+        "properties": run.to_json(),
+    }
+
+
+def render_runs(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo], runs) -> str:
+    log = sarif_log(diagnostics, rules)
+    log["runs"][0]["invocations"] = [{
+        "executionSuccessful": all(run.passes for run in runs),
+        "toolExecutionNotifications": [_notification(run) for run in runs],
+    }]
+    return json.dumps(log, indent=2) + "\n"

@@ -35,6 +35,16 @@ def render(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] = ()) ->
     return "".join(line + "\n" for line in lines)
 
 
+def run_lines(runs) -> list[str]:
+    """``check --probe``: one ``probe: PATH: OUTCOME`` line per file asked for (``probe.model.FileOutcome``)."""
+    return [f"probe: {run.path}: {_one_line(run.detail)}" for run in runs]
+
+
+def render_runs(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo], runs) -> str:
+    """The findings, then how the probe's run of each file ended."""
+    return render(diagnostics, rules) + "".join(line + "\n" for line in run_lines(runs))
+
+
 def statistics(diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] = ()) -> str:
     """Counts per code, most frequent first (``--statistics``)."""
     names = {r.code: r.name for r in rules}

@@ -40,7 +40,9 @@ class ProbeOptions:
     ``lines``: lines of the target whose execution should be reported back in
     ``ProbeResult.reached`` (``check --probe`` passes its static findings' lines).
     ``roots``: folders whose files count as the user's code (the stack is walked to the first frame
-    in one of them); default: the target's folder.
+    in one of them); default: the target's folder (a module's package root).
+    ``module``: run the file as ``python -m module`` from ``module_root`` (a file inside a package, so that
+    its relative imports work); None runs it as a script.  ``argv``: the script's ``sys.argv[1:]``.
     """
 
     device: str = "cpu"
@@ -52,11 +54,15 @@ class ProbeOptions:
     isolate: bool = True  # network namespace + read-only files when the kernel allows them
     trace: bool = True  # False runs the target untraced in the same sandbox (the benchmark's baseline)
     allow_missing_layers: bool = False  # run even where the kernel refuses a sandbox layer (reported)
+    module: str | None = None
+    module_root: str | None = None
+    argv: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["lines"] = list(self.lines)
         data["roots"] = list(self.roots)
+        data["argv"] = list(self.argv)
         return data
 
     @classmethod
@@ -64,6 +70,7 @@ class ProbeOptions:
         data = dict(data)
         data["lines"] = tuple(data.get("lines", ()))
         data["roots"] = tuple(data.get("roots", ()))
+        data["argv"] = tuple(str(a) for a in data.get("argv", ()))
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -218,6 +225,47 @@ class ProbeResult:
         data["findings"] = [ProbeFinding.from_json(f) for f in data.get("findings", ())]
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# What ``check --probe`` says about each file it was asked to check (``FileOutcome.outcome``).
+RAN = "ran"  # ran to its end (or called sys.exit(0))
+STOPPED_BY_FINDING = "stopped-by-finding"  # stopped at line N by the autograd error its findings explain
+STOPPED = "stopped"  # stopped at line N by an error that is not an autograd one: the probe could not confirm
+TIMED_OUT = "timed-out"
+DID_NOT_RUN = "did-not-run"  # the probe could not run it (crashed, out of memory, failed to start)
+NO_ENTRY = "no-entry"  # not run: a module with only definitions
+NOT_RUN = "not-run"  # not run: a notebook, source from stdin, a file that is not valid Python
+OUTCOMES = (RAN, STOPPED_BY_FINDING, STOPPED, TIMED_OUT, DID_NOT_RUN, NO_ENTRY, NOT_RUN)
+# Outcomes after which "All checks passed." may still be said (with the findings deciding).
+PASSING = (RAN, STOPPED_BY_FINDING, NO_ENTRY)
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    """One file's line in ``check --probe``'s report: how it was run (``how``: ``python a.py``,
+    ``python -m pkg.mod``), how that ended, at which ``line`` when it stopped, and why (``detail``)."""
+
+    path: str
+    outcome: str
+    detail: str
+    how: str | None = None
+    line: int | None = None
+    status: str | None = None  # the ProbeResult's status, when it ran
+    seconds: float = 0.0
+
+    @property
+    def passes(self) -> bool:
+        return self.outcome in PASSING
+
+    @property
+    def text(self) -> str:
+        """One phrase: ``ran to the end``, ``stopped at line 7 by ValueError: ...``, ``not run: no entry point``."""
+        return self.detail
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "outcome": self.outcome, "detail": self.detail, "how": self.how,
+                "line": self.line, "status": self.status, "seconds": round(self.seconds, 3),
+                "complete": self.passes}
 
 
 def resolve_device(requested: str, cuda_available: bool) -> str:

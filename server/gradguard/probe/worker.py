@@ -95,11 +95,12 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
     if device == "cuda":
         torch.set_default_device("cuda")
 
-    user = tracer.UserCode(list(options.roots) or [os.path.dirname(path)])
+    user = tracer.UserCode(list(options.roots) or [options.module_root or os.path.dirname(path)])
     tracer.watch_inplace_modules(user)
     reached: set[int] = set()
     try:
-        body = target.prepare(path, options.entry, set(options.lines), reached.add)
+        body = target.prepare(path, options.entry, set(options.lines), reached.add, options.module,
+                              options.module_root, options.argv)
     except target.TargetError as exc:
         result.detail = str(exc)
         return result
@@ -162,7 +163,7 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
         first = str(error).split("\n", 1)[0][:500]
         result.status = model.RAISED
         result.exception = {"type": type(error).__name__, "message": first, "line": line,
-                            "finding": finding is not None or emulated}
+                            "path": _exception_path(error, user), "finding": finding is not None or emulated}
         where = f" at line {line}" if line else ""
         if finding is not None or emulated:
             result.detail = f"the script stopped{where} with the error the findings explain, after {seconds}"
@@ -175,6 +176,17 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
     findings.sort(key=lambda f: (f.site.path, f.site.line, f.site.column, f.code))
     result.findings = findings
     return result
+
+
+def _exception_path(error: BaseException, user) -> str | None:
+    """The file of the innermost user frame of ``error``'s traceback (the file of ``exception["line"]``)."""
+    from .frames import traceback_sites
+
+    try:
+        sites = traceback_sites(error.__traceback__, user)
+    except Exception:  # noqa: BLE001 - only a detail of the report
+        return None
+    return sites[0].path if sites else None
 
 
 def _die_with_parent(parent: int) -> None:
@@ -220,7 +232,10 @@ def _lock_down(request: dict, options: ProbeOptions, sandbox: dict, base: str, s
     if sandbox.get("isolated"):
         size = max(64, (options.memory_mb or 4096) // 2)
         try:
-            workdir = box.private_tmp([os.path.dirname(request["path"]), *options.roots], size, hide=base)
+            keep = [os.path.dirname(request["path"]), *options.roots]
+            if options.module and options.module_root:
+                keep.append(options.module_root)  # ``python -m`` imports the parent packages from there
+            workdir = box.private_tmp(keep, size, hide=base)
             layers["private_tmp"] = True
         except OSError as exc:
             layers["private_tmp_note"] = str(exc)
