@@ -78,3 +78,191 @@ for _ in range(3):
     (d,) = analyze_source(source, "trainer.py", Config(jedi=False)).diagnostics
     assert d.code == "GG109"
     assert "`self.opt.step()` on line 12" in d.message and "optimizer.step()" not in d.message
+
+
+# --- the advice fits the situation (issue 29) ------------------------------------------------------------------
+# Each program raises under torch; the rewrite the message advises runs clean, and gradguard finds nothing in it.
+
+_HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\ndef train():\n    torch.manual_seed(0)\n"
+
+_GAN = _HEAD + """\
+    G = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 6))
+    D = nn.Sequential(nn.Linear(6, 8), nn.LeakyReLU(0.2), nn.Linear(8, 1))
+    opt_G = torch.optim.SGD(G.parameters(), lr=0.1)
+    opt_D = torch.optim.SGD(D.parameters(), lr=0.1)
+    real, z = torch.randn(5, 6), torch.randn(5, 4)
+    fake = G(z)
+    d_fake = D(fake)
+    loss_D = F.softplus(-D(real)).mean() + F.softplus(d_fake).mean()
+    opt_D.zero_grad()
+    loss_D.backward(retain_graph=True)
+    opt_D.step()
+    loss_G = F.softplus(-d_fake).mean()
+    opt_G.zero_grad()
+    loss_G.backward()
+    opt_G.step()
+"""
+_TRUNK = _HEAD + """\
+    trunk = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh())
+    actor, critic = nn.Linear(16, 3), nn.Linear(16, 1)
+    actor_opt = torch.optim.SGD(list(trunk.parameters()) + list(actor.parameters()), lr=0.1)
+    critic_opt = torch.optim.SGD(list(trunk.parameters()) + list(critic.parameters()), lr=0.1)
+    obs, returns = torch.randn(8, 6), torch.randn(8)
+    feat = trunk(obs)
+    value = critic(feat).squeeze(-1)
+    log_probs = F.log_softmax(actor(feat), dim=-1)[:, 0]
+    critic_loss = F.mse_loss(value, returns)
+    actor_loss = -(log_probs * (returns - value).detach()).mean()
+    critic_opt.zero_grad()
+    critic_loss.backward(retain_graph=True)
+    critic_opt.step()
+    actor_opt.zero_grad()
+    actor_loss.backward()
+    actor_opt.step()
+"""
+_RECURRENT = _HEAD + """\
+    cell, head = nn.GRUCell(3, 8), nn.Linear(8, 1)
+    opt = torch.optim.SGD(list(cell.parameters()) + list(head.parameters()), lr=0.1)
+    xs, ys = torch.randn(8, 4, 3), torch.randn(8, 4, 1)
+    h = torch.zeros(4, 8)
+    for start in range(0, 8, 4):
+        loss = 0.0
+        for t in range(start, start + 4):
+            h = cell(xs[t], h)
+            loss = loss + F.mse_loss(head(h), ys[t])
+        opt.zero_grad()
+        loss.backward(retain_graph=True)
+        opt.step()
+"""
+_SECOND = _HEAD + """\
+    net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    out = net(torch.randn(5, 4))
+    opt.zero_grad()
+    out[:, 0].sum().backward(retain_graph=True)
+    opt.step()
+    out[:, 1].sum().backward()
+    opt.step()
+"""
+_GENERIC = _HEAD + """\
+    net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    x = torch.randn(5, 4, requires_grad=True)
+    y = net(x)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(0.99)
+    y.sum().backward()
+"""
+
+
+def _rewritten(source: str, *replacements: tuple[str, str]) -> str:
+    for old, new in replacements:
+        assert old in source, old
+        source = source.replace(old, new)
+    return source
+
+
+SITUATIONS = {  # name: (program, what its advice says, the program rewritten as advised)
+    "gan": (_GAN, ["a GAN's generated sample", "Compute `D(fake)` again after the step", "`D(fake.detach())`"],
+            _rewritten(_GAN, ("d_fake = D(fake)", "d_fake = D(fake.detach())"),
+                       ("loss_D.backward(retain_graph=True)", "loss_D.backward()"),
+                       ("loss_G = F.softplus(-d_fake).mean()", "loss_G = F.softplus(-D(fake)).mean()"))),
+    "actor-critic": (_TRUNK, ["The losses share a trunk", "saved on line 13", "head saved on line 14",
+                              "Run every backward (or one backward of the losses' sum) before the step"],
+                     _rewritten(_TRUNK, ("    critic_opt.step()\n    actor_opt.zero_grad()\n", ""),
+                                ("    actor_opt.step()\n", "    critic_opt.step()\n    actor_opt.step()\n"),
+                                ("    critic_opt.zero_grad()\n", "    critic_opt.zero_grad()\n    actor_opt.zero_grad()\n"))),
+    "truncated-bptt": (_RECURRENT, ["a state the loop carries from chunk to chunk", "`nn.GRUCell` on line 15",
+                                    "truncated BPTT", "detach that state where a chunk begins"],
+                       _rewritten(_RECURRENT, ("        loss = 0.0\n", "        h = h.detach()\n        loss = 0.0\n"),
+                                  ("loss.backward(retain_graph=True)", "loss.backward()"))),
+    "second-loss": (_SECOND, ["A second loss is backpropagated after the step",
+                              "run every backward (or one backward of their sum) before the step"],
+                    _rewritten(_SECOND, ("    out[:, 0].sum().backward(retain_graph=True)\n    opt.step()\n"
+                                         "    out[:, 1].sum().backward()\n",
+                                         "    (out[:, 0].sum() + out[:, 1].sum()).backward()\n"))),
+    "unknown": (_GENERIC, ["Move the update after every backward that needs this graph, or compute the forward "
+                           "again after the update."],
+                _rewritten(_GENERIC, ("    y = net(x)\n", "    y = net(x)\n    y.sum().backward()\n"),
+                           ("    y.sum().backward()\n", ""))),
+}
+_MARKERS = {"gan": "GAN", "actor-critic": "trunk", "truncated-bptt": "BPTT", "second-loss": "second loss"}
+
+
+def _run(source: str) -> None:
+    scope: dict = {}
+    exec(compile(source, "<program>", "exec"), scope)
+    scope["train"]()
+
+
+@pytest.mark.parametrize("situation", SITUATIONS)
+def test_gg101_advice_is_chosen_by_what_the_analysis_saw(situation):
+    """A GAN's fake fed to D, an actor-critic's shared trunk, a recurrent state carried across steps, a second loss
+    after a step; and, when the event tells none of these, the generic advice, never a guessed situation."""
+    source, says, rewritten = SITUATIONS[situation]
+    (diag,) = [d for d in analyze_source(source, "train.py").diagnostics if d.code == "GG101"]
+    for phrase in says:
+        assert phrase in diag.message, (phrase, diag.message)
+    for other, marker in _MARKERS.items():
+        assert (marker in diag.message) == (other == situation), (other, diag.message)
+    assert "D(fake.detach())" not in diag.message or situation == "gan", diag.message
+    assert analyze_source(rewritten, "train.py").diagnostics == []
+
+
+@pytest.mark.parametrize("situation", SITUATIONS)
+def test_gg101_advice_holds_under_torch(situation):
+    torch = pytest.importorskip("torch")
+    source, _, rewritten = SITUATIONS[situation]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _run(source)
+    _run(rewritten)  # the rewrite the message advises runs clean
+    assert torch.is_grad_enabled()
+
+
+# --- GG005 suggests only an argument the function takes (issue 29) -----------------------------------------------
+
+_GG005 = """import torch
+import torch.nn.functional as F
+
+
+def f():
+    w = torch.randn(3, requires_grad=True)
+    y = torch.sigmoid(w)
+    {call}
+    y.sum().backward()
+"""
+
+
+@pytest.mark.parametrize("call, advice", [
+    ("F.leaky_relu_(y, 0.1)", "Call the out-of-place `F.leaky_relu` instead (`leaky_relu_` takes no `inplace` argument)."),
+    ("F.relu_(y)", "Call the out-of-place `F.relu` instead (`relu_` takes no `inplace` argument)."),
+    ("torch.nn.functional.elu_(y)", "Call the out-of-place `torch.nn.functional.elu` instead"),
+    ("F.relu(y, inplace=True)", "Pass `inplace=False` to `F.relu` (or drop the keyword)."),
+    ("F.leaky_relu(y, 0.1, inplace=True)", "Pass `inplace=False` to `F.leaky_relu`"),
+])
+def test_gg005_suggests_only_an_argument_the_function_takes(call, advice):
+    (diag,) = [d for d in analyze_source(_GG005.format(call=call), "f.py").diagnostics if d.code == "GG005"]
+    assert advice in diag.message, diag.message
+    if "inplace=True" not in call:
+        assert "inplace=False" not in diag.message, diag.message
+
+
+def test_gg005_advice_agrees_with_torch():
+    """Which functions take ``inplace`` comes from the generated table (knowledge/torch_ops.json); torch agrees:
+    each of them takes ``inplace=False``, and each trailing-underscore twin refuses it."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    from gradguard.knowledge import load_knowledge
+
+    knowledge = load_knowledge()
+    assert {"relu", "leaky_relu", "elu"} <= knowledge.inplace_kwarg_functions
+    for name in sorted(knowledge.inplace_kwarg_functions):
+        args = (0.5, 0.0) if name == "threshold" else ()  # its threshold and value are required
+        shape = {"dropout1d": (2, 3, 4), "dropout2d": (2, 3, 4, 4), "dropout3d": (2, 3, 4, 4, 4)}.get(name, (2, 3))
+        getattr(F, name)(torch.rand(shape), *args, inplace=False)
+        twin = getattr(F, name + "_", None)
+        if twin is not None and knowledge.inplace_twin(name + "_") == name:
+            with pytest.raises(TypeError, match="inplace"):
+                twin(torch.rand(shape), *args, inplace=False)
+    with pytest.raises(TypeError):
+        torch.rand(3).relu_(inplace=False)

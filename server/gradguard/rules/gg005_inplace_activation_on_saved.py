@@ -12,6 +12,7 @@ from ..fixes.edits import Rewrite
 from ..fixes.inplace import Rebind, fix_or_none, inplace_false, is_temporary, mutation_of, rebind_fix, rebinds
 from ..fixes.writes import Write, root_name, short
 from ..inference.events import Finding, Mutation
+from ..knowledge import load_knowledge
 from ..messages import Message
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
@@ -36,7 +37,7 @@ def check(mutation: Mutation):
             mutation.node,
             Message.format(
                 '{how} overwrites {label}, which `{op}` on {saved} saved (as its {what}) for backward; {raises} "{torch}". '
-                "Use inplace=False here.", **facts),
+                "{advice}", advice=functional_advice(mutation.node), **facts),
             certain=save.certain,
             related=conflict_related(conflict, mutation),
             data={"mutation": mutation},
@@ -57,6 +58,23 @@ def check(mutation: Mutation):
         related=[(mutation.node, "the module is applied here"), *conflict_related(conflict, mutation)],
         data={"mutation": mutation},
     )
+
+
+def functional_advice(call: object) -> str:
+    """What to call instead of an in-place functional: ``inplace=False`` only for a function that takes that
+    argument (the generated table's ``inplace_kwarg``: ``F.relu(x, inplace=True)``); an ``F.leaky_relu_`` takes
+    none, so its out-of-place twin (the table's ``inplace``), spelled as the code spells the function."""
+    func = call.func if isinstance(call, ast.Call) else None
+    spelled = ast.unparse(func) if func is not None else ""
+    name = spelled.rsplit(".", 1)[-1]
+    knowledge = load_knowledge()
+    inplace_keyword = isinstance(call, ast.Call) and any(k.arg == "inplace" for k in call.keywords)
+    if name in knowledge.inplace_kwarg_functions and inplace_keyword:
+        return f"Pass `inplace=False` to `{spelled}` (or drop the keyword)."
+    twin = knowledge.inplace_twin(name) if name.endswith("_") else None
+    if twin:
+        return f"Call the out-of-place `{spelled[:-len(name)]}{twin}` instead (`{name}` takes no `inplace` argument)."
+    return "Use an out-of-place op here."
 
 
 # ---- The fix --------------------------------------------------------------------------------------
@@ -168,7 +186,9 @@ BatchNorm, Linear, add), and wrong after ops that do (`sigmoid`, `tanh`, `exp`, 
 gradient computation has been modified by an inplace operation`.  gradguard reports a module where it
 is constructed (the line to change), with the call that applies it as a related location.
 """,
-    fix_advice="Pass `inplace=False` (or drop the keyword); use `F.relu` instead of `F.relu_`.",
+    fix_advice="Pass `inplace=False` (or drop the keyword) to a module or function that takes it; call the "
+    "out-of-place twin of one whose name ends in `_` (`F.relu` for `F.relu_`, `F.leaky_relu` for `F.leaky_relu_`: "
+    "these take no `inplace` argument).",
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
