@@ -6,11 +6,15 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from fixture_corpus import all_fixtures
 from gradguard.probe import ProbeOptions, ProbeWorker
 
 FIXTURES = all_fixtures()
+# Bugs only the probe can see (tests/fixtures/probe_only/README.md): out of the analyzer's corpus, checked by
+# tests/probe/test_probe_lines.py.
+PROBE_ONLY = all_fixtures(Path(__file__).parent / "fixtures" / "probe_only")
 
 # Positives the probe does not confirm at their marked line yet, by why (issue 14, probe side).  Both the probe's fixture test
 # and the agreement test read this; an entry the probe starts confirming fails them (delete it then).

@@ -63,6 +63,9 @@ _FRESH = "fresh"  # a tensor made from Python data: torch.tensor(...), from_nump
 _DETACH = "detach"  # torch.tensor(t) and t.new_tensor(t) start with one (the probe's own detach skips the mode)
 # OpOverload -> what _classify says about it.
 _WRITES: dict[Any, Any] = {}
+# The frame that runs a custom autograd.Function (``Function.apply``): it saves the tensors of
+# ``ctx.save_for_backward`` after the Function's forward returned, and its forward runs under it.
+_FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__.__code__
 
 
 def _classify(func):
@@ -286,7 +289,8 @@ class Tracer(TorchDispatchMode):
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
         self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
-        self.hooks = GradientHooks(user, self.internal_errors)  # user hooks that write their gradient
+        # user hooks and custom Functions' backward: writes to their gradient, and to saved tensors
+        self.hooks = GradientHooks(user, self.internal_errors, self.backward_write)
         self.asked = AskedGradients(user, self.internal_errors)  # gradients asked for of tensors written in place
         self.numpy = NumpyViews(user, self._numpy_write, self.pending.__contains__,  # writes through NumPy views
                                 self.internal_errors)
@@ -402,6 +406,11 @@ class Tracer(TorchDispatchMode):
                 made_by = grad_fn.name() if grad_fn is not None else None
             self.serial += 1
             frame = sys._getframe(1)
+            function = None
+            if frame.f_code is _FUNCTION_APPLY:
+                # ctx.save_for_backward of a custom Function: packed after its forward returned, so the
+                # next aten op is the user's following line, not the op that saved it (see `unnamed`).
+                function = getattr(frame.f_locals.get("cls"), "__name__", None) or "Function"
             site = None
             user = self.user
             while frame is not None:
@@ -410,9 +419,9 @@ class Tracer(TorchDispatchMode):
                     break
                 frame = frame.f_back
             rec = Saved(self.serial, key, value, t._version, is_output, node, output_nr, site,
-                        _op_name(last) if is_output and last is not None else None, role, made_by,
+                        function or (_op_name(last) if is_output and last is not None else None), role, made_by,
                         _next_sequence_nr() - 1)
-            if not is_output:
+            if not is_output and function is None:
                 self.unnamed.append(rec)
             if key is not None and self.numpy.watched:
                 rec.fingerprint = self.numpy.on_saved(key, sys._getframe(1))
@@ -650,7 +659,7 @@ class Tracer(TorchDispatchMode):
         if untracked and _op_name(func).endswith("_"):  # an in-place op (not BatchNorm's running stats)
             try:
                 frame = self._user_frame_outside_optimizers(sys._getframe(2))
-                if frame is not None:
+                if frame is not None and not _in_function_forward(frame):
                     for storage in untracked:
                         self.untracked.on_write(storage, frame, _op_name(func), torch.is_grad_enabled())
                     del frame
@@ -692,8 +701,32 @@ class Tracer(TorchDispatchMode):
         conflict.count += 1
         self._link(conflict, [(None, None, recs)])
 
-    def _conflict(self, func, hits) -> None:
-        sites, inner = frame_sites(sys._getframe(3), self.user)
+    def backward_write(self, func, args, kwargs, frame) -> None:
+        """An op run by the user's code during a backward (a custom Function's backward, a hook), where the
+        tracer's mode is off: a write to a tensor a live graph saved is a conflict like any other (``frame``:
+        where the op was called).  Called by ``GradientHooks``' watch."""
+        spec = _WRITES.get(func)
+        if spec is None:
+            spec = _classify(func)
+        if not spec or spec.__class__ is str:
+            return
+        hits = []
+        for index, name, kwarg_only in spec:
+            value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
+            for t in (value,) if isinstance(value, _Tensor) else (value or ()):
+                if not isinstance(t, _Tensor):
+                    continue
+                try:
+                    bucket = self.pending.get(t.untyped_storage()._cdata)
+                except Exception:  # noqa: BLE001 - no storage
+                    continue
+                if bucket:
+                    hits.append((t, geometry_of(t), list(bucket.values())))
+        if hits:
+            self._conflict(func, hits, frame)
+
+    def _conflict(self, func, hits, frame=None) -> None:
+        sites, inner = frame_sites(frame if frame is not None else sys._getframe(3), self.user)
         if not sites:
             return  # torch writing its own saved tensors, away from any user code
         op = _op_name(func)
@@ -884,6 +917,16 @@ class Tracer(TorchDispatchMode):
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
                             count=c.count, saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+
+
+def _in_function_forward(frame) -> bool:
+    """Whether ``frame`` runs inside a custom autograd.Function's forward: grad mode is off there by design and
+    what it writes is the Function's own business (its outputs get the Function's backward)."""
+    while frame is not None:
+        if frame.f_code is _FUNCTION_APPLY:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _by(site: Site | None, op: str | None) -> str:

@@ -1,0 +1,77 @@
+"""Issue 31 (part 2): the probe's finding sits at the line the user must change, for the bugs only the probe
+can see: writes inside a custom autograd.Function's backward (to a tensor another node saved, or to the
+gradient it is handed), a module full backward hook's view overwritten by a later in-place module, a forward
+hook that keeps an output a later in-place module overwrites, or that rebinds its output and drops it.
+
+The programs are the probe-only fixtures (tests/fixtures/probe_only/): each is first run with torch (the
+header's claim), then probed with ``--entry run``: every ``# expect:`` line is a finding's own line, and a
+negative gets no finding at all."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import warnings
+
+import pytest
+
+from fixture_corpus import Fixture
+from gradients import grads_equal
+from probe_corpus import DEVICE, PROBE_ONLY
+
+torch = pytest.importorskip("torch")
+
+from gradguard.probe import ProbeOptions  # noqa: E402
+
+
+def _load(fx: Fixture):
+    spec = importlib.util.spec_from_file_location(f"probe_only_{fx.path.parent.name}_{fx.path.stem}", fx.path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_there_are_probe_only_fixtures_of_each_kind():
+    assert sum(f.positive for f in PROBE_ONLY) >= 4 and sum(not f.positive for f in PROBE_ONLY) >= 1
+
+
+@pytest.mark.parametrize("fx", PROBE_ONLY, ids=lambda f: f.id)
+def test_torch_agrees(fx: Fixture):
+    if fx.positive:
+        assert fx.expected and (fx.expected_raise is None) != (not fx.silent)
+    else:
+        assert not fx.expected and fx.expected_raise is None and not fx.silent
+    module = _load(fx)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = module.reference()
+        if fx.expected_raise is not None:
+            with pytest.raises(RuntimeError) as info:
+                module.run()
+            assert str(info.value).splitlines()[0].startswith(fx.expected_raise)
+            return
+        result = module.run()
+    assert grads_equal(result, reference) != fx.silent
+
+
+@pytest.mark.parametrize("fx", PROBE_ONLY, ids=lambda f: f.id)
+def test_probe_reports_the_marked_lines(fx: Fixture, worker):
+    result = worker.probe(fx.path, ProbeOptions(entry="run", timeout=60, device=DEVICE))
+    here = os.path.realpath(fx.path)
+    shown = [(f.code, f.kind, f.site.line, f.message[:120]) for f in result.findings]
+    assert not result.sandbox.get("tracer_errors"), result.sandbox.get("tracer_errors")
+    if not fx.positive:
+        assert result.status == "completed", (result.status, result.detail)
+        assert result.findings == [], shown
+        return
+    assert result.status in ("completed", "raised"), (result.status, result.detail)
+    found = {(f.site.line, f.code) for f in result.findings if os.path.realpath(f.site.path) == here}
+    assert set(fx.expected) <= found, (sorted(fx.expected), shown)
+    if fx.expected_raise is not None:
+        # torch's own message, word for word, although the probe's saved-tensor hooks switch its check off
+        assert result.exception is not None and result.exception["finding"], result.exception
+        module = _load(fx)
+        with warnings.catch_warnings(), pytest.raises(RuntimeError) as info:
+            warnings.simplefilter("ignore")
+            module.run()
+        assert str(info.value) in [f.torch_message for f in result.findings if f.torch_message]
