@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # Pin the CPU build that is on this machine kind; a bare `torch` pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test setup setup-test bench bench-quick clean fuzz variants fix-variants realworld corpus corpus-triage
+.PHONY: demo test test-fast setup setup-test bench bench-quick clean fuzz variants fix-variants realworld corpus corpus-triage
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,29 @@ demo: setup
 # Set up, then run the whole test suite.
 test: setup-test
 	$(BIN)/python -m pytest -q
+
+# A subset of `make test` for development, under 2 minutes on a 2-core machine: every layer once (parsing,
+# inference, rules on every fixture and their torch-run examples, fixes with torch proofs, a real probe run and the
+# merge, the language server through pytest-lsp, the CLI, notebooks, output formats, the demo). It sets up only
+# when .venv has no pytest yet; `make test` is unchanged and still the gate.
+TEST_FAST = \
+	tests/test_statements.py tests/test_bad_input.py \
+	tests/test_inference.py \
+	tests/test_fixtures_analyzer.py tests/test_messages.py tests/test_config.py tests/test_suppressions.py \
+	tests/test_rule_examples.py \
+	tests/fixes/test_plan.py tests/fixes/test_fix_edits.py \
+	"tests/fixes/test_fix_proof.py::test_fixed_positive_runs_clean_with_reference_gradients[GG001/pos_abs_input_l1_rescale]" \
+	"tests/fixes/test_fix_proof.py::test_fixed_positive_runs_clean_with_reference_gradients[GG005/pos_module_dropout_after_relu]" \
+	"tests/fixes/test_fix_proof.py::test_fixed_positive_runs_clean_with_reference_gradients[GG101/pos_actor_critic_shared_trunk]" \
+	tests/probe/test_probe_merge.py tests/probe/test_probe_cli.py::test_check_probe_merges \
+	tests/lsp/test_fixes.py tests/lsp/test_lsp.py::test_capabilities tests/lsp/test_lsp.py::test_open_publishes_finding \
+	tests/lsp/test_lsp.py::test_suppress_code_action tests/lsp/test_lsp.py::test_hover \
+	tests/lsp/test_lsp.py::test_pull_diagnostics tests/lsp/test_lsp.py::test_fix_all_applies_every_safe_fix \
+	tests/test_cli.py tests/test_cli_workflows.py tests/test_notebooks.py tests/test_output_formats.py \
+	tests/test_demo.py
+test-fast:
+	@test -x $(BIN)/pytest || $(MAKE) --no-print-directory setup-test
+	$(BIN)/python -m pytest -q $(TEST_FAST)
 
 # Every benchmark of docs/benchmarks.md in one table (builds the pinned corpus into bench/corpus/ first).
 bench: setup-test
