@@ -163,20 +163,22 @@ def _rewritten(source: str, *replacements: tuple[str, str]) -> str:
 
 
 SITUATIONS = {  # name: (program, what its advice says, the program rewritten as advised)
-    "gan": (_GAN, ["a GAN's generated sample", "Compute `D(fake)` again after the step", "`D(fake.detach())`"],
+    "gan": (_GAN, ["so that network's input requires grad", "a GAN's generated sample",
+                   "compute `D(fake)` again after the step", "`D(fake.detach())`"],
             _rewritten(_GAN, ("d_fake = D(fake)", "d_fake = D(fake.detach())"),
                        ("loss_D.backward(retain_graph=True)", "loss_D.backward()"),
                        ("loss_G = F.softplus(-d_fake).mean()", "loss_G = F.softplus(-D(fake)).mean()"))),
-    "actor-critic": (_TRUNK, ["The losses share a trunk", "saved on line 13", "head saved on line 14",
-                              "Run every backward (or one backward of the losses' sum) before the step"],
+    "actor-critic": (_TRUNK, ["this backward reads (saved on line 13)", "it does not (saved on line 14)",
+                              "If the losses share a trunk",
+                              "run every backward (or one backward of the losses' sum) before the step"],
                      _rewritten(_TRUNK, ("    critic_opt.step()\n    actor_opt.zero_grad()\n", ""),
                                 ("    actor_opt.step()\n", "    critic_opt.step()\n    actor_opt.step()\n"),
                                 ("    critic_opt.zero_grad()\n", "    critic_opt.zero_grad()\n    actor_opt.zero_grad()\n"))),
-    "truncated-bptt": (_RECURRENT, ["a state the loop carries from chunk to chunk", "`nn.GRUCell` on line 15",
-                                    "truncated BPTT", "detach that state where a chunk begins"],
+    "truncated-bptt": (_RECURRENT, ["`nn.GRUCell` built on line 15 in an earlier iteration", "truncated BPTT",
+                                    "detach that state where each chunk begins"],
                        _rewritten(_RECURRENT, ("        loss = 0.0\n", "        h = h.detach()\n        loss = 0.0\n"),
                                   ("loss.backward(retain_graph=True)", "loss.backward()"))),
-    "second-loss": (_SECOND, ["A second loss is backpropagated after the step",
+    "second-loss": (_SECOND, ["A backward ran before the step", "If this is a second loss",
                               "run every backward (or one backward of their sum) before the step"],
                     _rewritten(_SECOND, ("    out[:, 0].sum().backward(retain_graph=True)\n    opt.step()\n"
                                          "    out[:, 1].sum().backward()\n",
@@ -266,3 +268,32 @@ def test_gg005_advice_agrees_with_torch():
                 twin(torch.rand(shape), *args, inplace=False)
     with pytest.raises(TypeError):
         torch.rand(3).relu_(inplace=False)
+
+
+_LEAF_INPUT = _HEAD + """\
+    net = nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x = torch.randn(5, 4, requires_grad=True)
+    out = net(x)
+    out.sum().backward(retain_graph=True)
+    opt.step()
+    (out ** 2).sum().backward()
+"""
+
+
+def test_gg101_names_no_gan_it_cannot_see():
+    """Every weight saved means only that the network's input requires grad; here it is a leaf, not a generator's
+    output. The event does not record which, so the GAN advice is a condition, with the other branch beside it,
+    and that branch's rewrite runs clean under torch."""
+    (diag,) = [d for d in analyze_source(_LEAF_INPUT, "train.py").diagnostics if d.code == "GG101"]
+    assert "If that input is another network's output (a GAN's generated sample" in diag.message, diag.message
+    assert "if not, run every backward that needs this graph before the step" in diag.message, diag.message
+    assert "carries the graph of" not in diag.message
+    rewritten = _rewritten(_LEAF_INPUT, ("    out.sum().backward(retain_graph=True)\n    opt.step()\n"
+                                         "    (out ** 2).sum().backward()\n",
+                                         "    (out.sum() + (out ** 2).sum()).backward()\n    opt.step()\n"))
+    assert analyze_source(rewritten, "train.py").diagnostics == []
+    pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _run(_LEAF_INPUT)
+    _run(rewritten)

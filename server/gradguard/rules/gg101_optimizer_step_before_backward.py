@@ -47,30 +47,34 @@ RECURRENT = frozenset({"nn.RNN", "nn.LSTM", "nn.GRU", "nn.RNNCell", "nn.LSTMCell
 
 
 def advice(mutation: Mutation, conflict) -> Message:
-    """What to do, chosen by what the event shows (never a guessed situation; the generic advice otherwise):
+    """What to do, chosen by what the event shows; the situation is named only as far as the event shows it, and
+    a fact it does not record is a condition in the advice, never a guess:
 
-    - a recurrent state carried across steps: a recurrent layer's save, and the backward that breaks comes
-      before the step in the code (a loop runs it again, on the next chunk's loss);
-    - a GAN's generated sample fed to the discriminator: a backward ran before the step, and every weight the step
-      updates was saved by the forward, the first layer's too, so that network's input carries another graph;
-    - two losses on a shared trunk: the step updates weights the breaking backward reads and a head whose saved
-      weight it does not read (the earlier loss's own head, computed in the same forward);
-    - a second loss backwarded after a step: a backward ran before the step, and this one after it."""
+    - a recurrent state carried across steps: a recurrent layer's save, reached by a backward that comes before
+      the step in the code and runs after it (the loop's next iteration);
+    - a GAN's generated sample fed to the discriminator: every weight the step updates was saved by one forward,
+      its first layer's too, so that network's input requires grad (whether it is another network's output, the
+      event does not record: the advice says "if");
+    - two losses on a shared trunk: the step updates weights this backward reads and weights, saved in a forward
+      still pending, that it does not (another head);
+    - a second loss backwarded after a step: a backward ran before the step (whether through this graph, the
+      event does not record: the advice says "if");
+    - otherwise (no backward before the update, or the graph leaves the function): the generic advice."""
     sink, save = conflict.sink, conflict.save
     update = "the step" if mutation.kind == "step" else "the update"
     if sink.kind != "backward" or not mutation.after_backward:
         return Message.text(f"Move {update} after every backward that needs this graph, or compute the forward "
                             f"again after {update}.")
     same_sink = [c for c in mutation.conflicts if c.sink is sink]
-    entry = mutation.entry()
-    again = sink.node.lineno <= getattr(entry, "lineno", 0) and sink.seq > mutation.seq
+    again = sink.node.lineno <= getattr(mutation.entry(), "lineno", 0) and sink.seq > mutation.seq
     recurrent = next((c.save for c in same_sink if c.save.op in RECURRENT), None)
     if again and recurrent is not None:
         return Message.format(
-            "The next chunk's backward reaches this graph through a state the loop carries from chunk to chunk "
-            "(`{op}` on {cell}; truncated BPTT): detach that state where a chunk begins (`h = h.detach()` for a "
-            "state `h`), so that each backward stops at the chunk boundary; `retain_graph=True` is then not "
-            "needed.", op=recurrent.op, cell=recurrent.node)
+            "This backward, run again by the loop after {update}, reaches the graph `{op}` built on {cell} in an "
+            "earlier iteration, through a value the loop carries across {update} (a recurrent state, as in "
+            "truncated BPTT): detach that state where each chunk begins (`h = h.detach()` for a state `h`), so that "
+            "each backward stops at the chunk boundary; `retain_graph=True` is then not needed.",
+            update=update, op=recurrent.op, cell=recurrent.node)
     params = [t for t in (mutation.target.group or (mutation.target,)) if t.param]
     saved = {c.save.storage.id for c in same_sink if c.save.role == "weight"}
     if params and {t.storage.id for t in params} <= saved:
@@ -80,23 +84,23 @@ def advice(mutation: Mutation, conflict) -> Message:
         forward = f"`{ast.unparse(call)}`" if call is not None else "its forward"
         return Message.format(
             "Every weight {update} changes was saved for backward on {saved}, so that network's input requires "
-            "grad: it carries the graph of a network {update} does not change (a GAN's generated sample fed to its "
-            "discriminator). Compute {forward} again after {update} for the loss that trains the other network, "
-            "and give the updated network's own loss a detached input ({detached}).", update=update,
-            saved=save.node, detached=detached, forward=forward)
-    reached = [c.save for c in same_sink]
+            "grad. If that input is another network's output (a GAN's generated sample fed to its discriminator), "
+            "compute {forward} again after {update} for the loss that trains the other network, and give the "
+            "updated network's own loss a detached input ({detached}); if not, run every backward that needs this "
+            "graph before {update}.", update=update, saved=save.node, detached=detached, forward=forward)
+    reached = {c.save.storage.id for c in same_sink}
     head = next((p for p in mutation.pending if p.role == "weight" and p.id not in sink.graph
-                 and p.storage.id not in {s.storage.id for s in reached}), None)
+                 and p.storage.id not in reached), None)
     if head is not None:
         return Message.format(
-            "The losses share a trunk: {update} changes the weights saved on {saved}, which this backward reads, "
-            "and those of a head saved on {head}, which it does not read (another loss's). Run every backward (or "
-            "one backward of the losses' sum) before {update}, or compute the trunk's forward again after it.",
-            update=update, saved=save.node, head=head.node)
+            "{Update} changes weights this backward reads (saved on {saved}) and weights it does not (saved on "
+            "{head}). If the losses share a trunk and part ways at their heads (actor-critic, multi-task), run "
+            "every backward (or one backward of the losses' sum) before {update}, or compute the trunk's forward "
+            "again after it.", Update=update.capitalize(), update=update, saved=save.node, head=head.node)
     return Message.format(
-        "A second loss is backpropagated after {update} through the graph of the backward before it: compute the "
-        "losses and run every backward (or one backward of their sum) before {update}, or compute the forward "
-        "again after it for the second loss.", update=update)
+        "A backward ran before {update}, and this one, after it, goes through a graph built before it. If this is "
+        "a second loss of the graph that backward used, compute both losses and run every backward (or one "
+        "backward of their sum) before {update}; if not, compute the forward again after {update}.", update=update)
 
 
 def _one_argument_call(node: ast.AST) -> ast.Call | None:
@@ -412,19 +416,22 @@ forward and backward.  gradguard follows optimizers built from `model.parameters
 `itertools.chain`, param groups) and helper functions of the same file that step them.
 """,
     fix_advice="""
-The message says which of these fits what gradguard saw; with nothing to tell them apart, move `step()` (or
-the update) after every backward that needs the graph, or compute the forward again after it.
+The message picks the advice from what gradguard saw, and says "if" where it could not see enough; with
+nothing to go on, move `step()` (or the update) after every backward that needs the graph, or compute the
+forward again after it.
 
-- A GAN's generated sample fed to the discriminator (every weight the step updates was saved, so the
-  discriminator's input carries the generator's graph): `D(fake.detach())` for the discriminator's loss, and
-  `D(fake)` computed again after `opt_D.step()` for the generator's loss.
+- A GAN's generated sample fed to the discriminator (seen as: every weight the step updates was saved, so the
+  stepped network's input requires grad): `D(fake.detach())` for the discriminator's loss, and `D(fake)`
+  computed again after `opt_D.step()` for the generator's loss.
 - Two losses on a shared trunk (actor-critic, multi-task heads) with one optimizer stepped between their
-  backwards: run both backwards (or one backward of their sum) before stepping, or compute the trunk's forward
-  again after the step.
-- A recurrent state carried across steps (truncated BPTT kept alive with `retain_graph=True`): detach the state
-  at the chunk boundary (`h = h.detach()`) and drop `retain_graph=True`.
-- A second loss backwarded after a step: compute both losses and step after the last backward, or compute the
-  forward again after the step.
+  backwards (seen as: the step updates weights this backward reads and weights of another head it does not):
+  run both backwards (or one backward of their sum) before stepping, or compute the trunk's forward again after
+  the step.
+- A recurrent state carried across steps (seen as: a recurrent layer's graph reached by the loop's next
+  backward; truncated BPTT kept alive with `retain_graph=True`): detach the state at the chunk boundary
+  (`h = h.detach()`) and drop `retain_graph=True`.
+- A second loss backwarded after a step (seen as: a backward ran before the step): compute both losses and step
+  after the last backward, or compute the forward again after the step.
 """,
     default_severity=Severity.ERROR,
     check=check,
