@@ -64,10 +64,44 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
                 origins = _rebuilds_before(exc.__traceback__, user, tracer)
                 notes = tuple(Note(o, "a tensor rebuilt from values (no graph) is made here") for o in origins)
             view = _VIEW_NODE.search(first) if code == "GG004" else None
+            if view and view.group(1) == "BackwardHookFunction" and tracer is not None:
+                hooked = _backward_hook_finding(exc, user, tracer, sites, text, first)
+                if hooked is not None:
+                    return hooked
             return ProbeFinding(code, kind, sites[0], f"{what}; torch raises: {first}", torch_message=text,
                                 callers=tuple(sites[1:]), origins=origins, notes=notes,
                                 view_node=view.group(1) if view else None)
     return None
+
+
+def _backward_hook_finding(exc, user: UserCode, tracer: Tracer, sites: list[Site], text: str,
+                           first: str) -> ProbeFinding | None:
+    """A module full backward hook makes torch wrap the module's output in a ``BackwardHookFunction`` view, which
+    a later in-place module (``ReLU(inplace=True)``) may not write.  The line to change is where the hook is
+    registered (a tensor hook on the output, from a forward hook, does the same job) or where the in-place
+    module is made; the failing call is only where the forward happened to run."""
+    registered = list(dict.fromkeys(tracer.hooks.full_registered))
+    if not registered:
+        return None
+    inplace = []
+    tb = exc.__traceback__
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    from .tracer import _inplace_origins  # noqa: PLC0415 - a private helper of the tracer
+
+    inplace = _inplace_origins(frames)
+    del frames
+    notes = [Note(s, "the module whose output is hooked is registered here") for s in registered[1:3]]
+    notes += [Note(o, "the module that writes in place (inplace=True) is made here") for o in inplace]
+    notes.append(Note(sites[0], f"torch raises here: {first}"))
+    message = ("a full backward hook registered here makes torch wrap the module's output in a view "
+               "(BackwardHookFunction) that the next module, which writes in place, may not modify; torch raises "
+               f"\"{first.split('. ')[0]}\". Register a tensor hook on the output from a forward hook instead "
+               "(`output.register_hook(...)`), or make the following module out of place")
+    return ProbeFinding("GG004", "raised", registered[0], message, torch_message=text, callers=tuple(sites),
+                        origins=tuple(inplace), notes=tuple(notes), view_node="BackwardHookFunction")
 
 
 def _rebuilds_before(tb, user: UserCode, tracer: Tracer | None) -> tuple[Site, ...]:

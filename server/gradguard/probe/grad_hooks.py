@@ -13,15 +13,18 @@ there silently changes them too.  Only hooks and Functions whose code is the use
 
 from __future__ import annotations
 
+import ast
 import sys
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .frames import UserCode, frame_site, frame_sites, user_frame
 from .model import Note, ProbeFinding, Site
-from .source import expression_at
+from .source import expression_at, function_node
 
 _Tensor = torch.Tensor
 _WRITTEN: dict = {}  # OpOverload -> the arguments its schema marks as written
@@ -48,6 +51,28 @@ class HookWrite:
     backward: Site | None = None
     count: int = 1
     function: str | None = None  # the custom autograd.Function whose backward wrote (None: a hook)
+
+
+@dataclass
+class KeptOutput:
+    """A module output a user forward hook kept a reference to (``self.outputs.append(output)``)."""
+
+    tensor: Any  # a weak reference to it
+    version: int
+    site: Site  # the hook's line that keeps it
+    registered: Site | None
+
+
+@dataclass
+class HookFinding:
+    """What a forward hook did that a later line undoes, or that never reaches the network."""
+
+    code: str
+    site: Site
+    message: str
+    notes: list = field(default_factory=list)
+    op: str | None = None
+    count: int = 1
 
 
 class _WatchGradients(TorchDispatchMode):
@@ -93,9 +118,19 @@ class GradientHooks:
         self.found: dict[tuple, HookWrite] = {}
         self.backward: Site | None = None  # the user's backward() running now (the tracer sets it)
         self._patched: list[tuple[object, str, object]] = []
+        # Where full backward (pre-)hooks were registered, in order: torch wraps the module's output in a
+        # BackwardHookFunction view that a later in-place module may not write (exceptions.py).
+        self.full_registered: list[Site] = []
+        self.kept: dict[int, KeptOutput] = {}  # storage key -> an output a forward hook kept
+        self.hook_outputs: dict[int, Site | None] = {}  # storage key -> registration, while a forward hook runs
+        self.forward_found: dict[tuple, HookFinding] = {}
+        self._rebinding_checked: set = set()
 
     def install(self) -> None:
         nn = torch.nn.Module
+        original = nn.register_forward_hook
+        self._patched.append((nn, "register_forward_hook", original))
+        nn.register_forward_hook = self._forward_registrar(original)
         for owner, name, grads in ((_Tensor, "register_hook", lambda args: args[:1]),
                                    # grad_input is the hook's own result to change (torch passes the change on
                                    # as if it were returned); grad_output is shared with the rest of the graph.
@@ -141,11 +176,169 @@ class GradientHooks:
             owner, name, original = self._patched.pop()
             setattr(owner, name, original)
 
+    def _forward_registrar(self, original):
+        hooks = self
+
+        def register_forward_hook(self, hook, *args, **kwargs):
+            try:
+                wrapped = hooks._wrap_forward(hook, sys._getframe(1))
+            except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
+                hooks.errors.append(f"hooks: {type(exc).__name__}: {exc}")
+                wrapped = hook
+            return original(self, wrapped, *args, **kwargs)
+
+        register_forward_hook.__wrapped__ = original
+        return register_forward_hook
+
+    def _wrap_forward(self, hook, caller):
+        """A user forward hook, watched: does it keep the output (a later in-place module then overwrites what
+        it kept), write into an output that is a view of a parameter, or rebind its output and drop it?"""
+        function = getattr(hook, "__func__", hook)
+        code = getattr(function, "__code__", None)
+        if code is None or not self.user.is_user(code):
+            return hook
+        frame = user_frame(caller, self.user)
+        registered = frame_site(frame) if frame is not None else None
+        del frame
+        hooks = self
+
+        def watched(*args, **kwargs):
+            output = args[-1] if args else None
+            try:
+                if isinstance(output, _Tensor):
+                    tensors = [output]
+                elif isinstance(output, (tuple, list)):
+                    tensors = [t for t in output if isinstance(t, _Tensor)]
+                else:
+                    tensors = []
+                # References to each output, counted again when the hook returns (no name here may hold one).
+                before = [sys.getrefcount(t) for t in tensors]
+                outer = hooks.hook_outputs
+                hooks.hook_outputs = dict(outer)
+                hooks.hook_outputs.update((k, registered) for k in [t.untyped_storage()._cdata for t in tensors])
+            except Exception as exc:  # noqa: BLE001
+                hooks.errors.append(f"hooks: {type(exc).__name__}: {exc}")
+                return hook(*args, **kwargs)
+            try:
+                result = hook(*args, **kwargs)
+            finally:
+                hooks.hook_outputs = outer
+            if result is None:
+                try:
+                    after = [sys.getrefcount(t) for t in tensors]
+                    for t, b, a in zip(tensors, before, after):
+                        if a > b:  # the hook stored a reference to the output itself
+                            hooks._keep(t, code, registered)
+                    hooks._check_rebinding(code, registered)
+                except Exception as exc:  # noqa: BLE001
+                    hooks.errors.append(f"hooks: {type(exc).__name__}: {exc}")
+            return result
+
+        return watched
+
+    def _keep(self, t, code, registered: Site | None) -> None:
+        key = t.untyped_storage()._cdata
+        known = self.kept.get(key)
+        if known is not None and known.tensor() is t:
+            return
+        self.kept[key] = KeptOutput(weakref.ref(t), t._version, _keeping_line(code), registered)
+
+    def on_kept_write(self, key: int, written, sites: list[Site], op: str, origins: list[Site]) -> None:
+        """The tracer saw an in-place write to the storage of an output a forward hook kept."""
+        kept = self.kept.get(key)
+        if kept is None:
+            return
+        t = kept.tensor()
+        if t is None or t._version != kept.version or not sites:
+            self.kept.pop(key, None)  # freed, or already changed since it was kept (reported then)
+            return
+        del self.kept[key]
+        finding_key = ("kept", kept.site.path, kept.site.line)
+        known = self.forward_found.get(finding_key)
+        if known is not None:
+            known.count += 1
+            return
+        writer = expression_at(sites[0])
+        writer = f"`{writer}`" if writer else f"in-place `{op}`"
+        message = (f"the forward hook keeps the module's output itself here; {writer} on line {sites[0].line} then "
+                   "overwrites it in place (an in-place module runs after the hooked one), so what the hook kept, and "
+                   "any gradient taken with respect to it, is the later module's output, not this module's: keep "
+                   "`output.clone()`, or return a clone from the hook so the in-place module writes that")
+        notes = [Note(sites[0], "the kept output is overwritten in place here")]
+        notes += [Note(o, "the module that writes in place (inplace=True) is made here") for o in origins]
+        if kept.registered:
+            notes.append(Note(kept.registered, "the hook is registered here"))
+        code = "GG005" if origins else "GG001"
+        self.forward_found[finding_key] = HookFinding(code, kept.site, message, notes, op)
+
+    def on_output_write(self, written, sites: list[Site], op: str) -> None:
+        """A forward hook wrote in place into its module's output: bad when that output is a view of a parameter
+        (an ``expand``/``repeat`` of a positional embedding), whose values the write then changes."""
+        base = written._base
+        if not sites or not isinstance(base, torch.nn.Parameter):
+            return
+        registered = self.hook_outputs.get(written.untyped_storage()._cdata)
+        key = ("param", sites[0].path, sites[0].line)
+        known = self.forward_found.get(key)
+        if known is not None:
+            known.count += 1
+            return
+        said = expression_at(sites[0])
+        what = f"`{said}`" if said else f"in-place `{op}`"
+        shape = "x".join(str(n) for n in base.shape)
+        message = (f"{what} writes in place into the output the forward hook is handed, and that output is a view of "
+                   f"a parameter ({shape}): the write changes the parameter itself, so every later forward and "
+                   "gradient uses the changed weights; return a modified copy from the hook (or make the module "
+                   "return a clone)")
+        notes = [Note(s, "reached from this call") for s in sites[1:3]]
+        if registered:
+            notes.append(Note(registered, "the hook is registered here"))
+        self.forward_found[key] = HookFinding("GG102", sites[0], message, notes, op)
+
+    def _check_rebinding(self, code, registered: Site | None) -> None:
+        """A hook that returns nothing and assigns a new value to its output parameter, never read again: the new
+        value is dropped (torch uses a forward hook's *returned* value as the module's output)."""
+        if code in self._rebinding_checked:
+            return
+        self._rebinding_checked.add(code)
+        node = function_node(code.co_filename, code.co_firstlineno, code.co_name)
+        if node is None:
+            return
+        params = [a.arg for a in node.args.posonlyargs + node.args.args]
+        if not params:
+            return
+        name = params[-1]
+        stores = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+        if not stores:
+            return
+        last = max(stores, key=lambda n: (n.lineno, n.col_offset))
+        statement = next((st for st in ast.walk(node) if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                          and any(t is last for t in ast.walk(st))), None)
+        if statement is None or isinstance(statement, ast.AugAssign):
+            return  # `out += 1` writes in place: it is no rebinding
+        end = (statement.end_lineno, statement.end_col_offset)
+        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+               and (n.lineno, n.col_offset) >= end for n in ast.walk(node)):
+            return
+        site = Site(code.co_filename, last.lineno, last.col_offset + 1)
+        said = expression_at(Site(code.co_filename, last.lineno))
+        what = f"`{said}`" if said else f"the assignment to `{name}`"
+        message = (f"{what} rebinds the hook's local `{name}` and the hook returns nothing: the module's output is "
+                   f"unchanged and the new value is dropped (torch uses the value a forward hook returns); return "
+                   f"the new output, computed from `{name}` itself (not its `.data`) so gradients follow it")
+        notes = [Note(registered, "the hook is registered here")] if registered else []
+        self.forward_found[("rebind", site.path, site.line)] = HookFinding("GG103", site, message, notes)
+
     def _registrar(self, original, grads):
         hooks = self
 
         def register(self, hook, *args, **kwargs):
             try:
+                if isinstance(self, torch.nn.Module):
+                    frame = user_frame(sys._getframe(1), hooks.user)
+                    if frame is not None:
+                        hooks.full_registered.append(frame_site(frame))
+                    del frame
                 wrapped = hooks._wrap(hook, grads, sys._getframe(1))
             except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
                 hooks.errors.append(f"hooks: {type(exc).__name__}: {exc}")
@@ -191,6 +384,10 @@ class GradientHooks:
 
     def findings(self) -> list[ProbeFinding]:
         found = []
+        for f in self.forward_found.values():
+            message = f.message + (f" [seen {f.count} times]" if f.count > 1 else "")
+            found.append(ProbeFinding(f.code, "silent", f.site, message, notes=tuple(f.notes), op=f.op,
+                                      count=f.count))
         for w in self.found.values():
             said = expression_at(w.site)
             what = f"`{said}`" if said else f"in-place `{w.op}`"
@@ -216,3 +413,23 @@ class GradientHooks:
             found.append(ProbeFinding("GG108", "silent", w.site, message, notes=tuple(notes), op=w.op, count=w.count,
                                       backward=w.backward))
         return found
+
+
+def _keeping_line(code) -> Site:
+    """The hook's line that keeps its output: the first statement that uses the output parameter as a whole
+    value (``self.outputs.append(out)``, ``self.feat = out``), not as the receiver of a method (``out.clone()``)."""
+    fallback = Site(code.co_filename, code.co_firstlineno)
+    node = function_node(code.co_filename, code.co_firstlineno, code.co_name)
+    if node is None:
+        return fallback
+    params = [a.arg for a in node.args.posonlyargs + node.args.args]
+    if not params:
+        return fallback
+    name = params[-1]
+    receivers = {id(n.value) for n in ast.walk(node) if isinstance(n, (ast.Attribute, ast.Subscript))}
+    uses = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+            and id(n) not in receivers]
+    if not uses:
+        return fallback
+    first = min(uses, key=lambda n: (n.lineno, n.col_offset))
+    return Site(code.co_filename, first.lineno, first.col_offset + 1)

@@ -129,3 +129,19 @@ def _span(node: ast.AST) -> tuple[int, int]:
     if end_line == node.lineno:
         return (0, (node.end_col_offset or 0) - node.col_offset)
     return (end_line - node.lineno, 0)
+
+
+def function_node(path: str, first_line: int, name: str) -> "ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | None":
+    """The ``def`` (or ``lambda``) whose code object starts at ``first_line`` (``co_firstlineno``: a decorated
+    function's first decorator), or None when the source is not available."""
+    tree = _tree(path)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if start == first_line:
+                return node
+        elif isinstance(node, ast.Lambda) and name == "<lambda>" and node.lineno == first_line:
+            return node
+    return None

@@ -592,7 +592,11 @@ class Tracer(TorchDispatchMode):
         (not an optimizer's), its result may be a copy standing for that leaf (GG109, ``Cuts.is_copy``)."""
         try:
             for a in args:
-                if isinstance(a, _Tensor) and a.requires_grad and a.is_leaf and self.cuts.is_copy(a, out):
+                try:
+                    leaf = isinstance(a, _Tensor) and a.requires_grad and a.is_leaf
+                except RuntimeError:  # a view made under no_grad whose base was written in grad mode: torch refuses
+                    continue
+                if leaf and self.cuts.is_copy(a, out):
                     frame = self._user_frame_outside_optimizers(sys._getframe(2))
                     if frame is not None:
                         self.cuts.on_copy(a, out, frame)
@@ -616,6 +620,11 @@ class Tracer(TorchDispatchMode):
                         key = t.untyped_storage()._cdata
                     except Exception:  # noqa: BLE001 - no storage
                         continue
+                    if self.hooks.kept and key in self.hooks.kept:
+                        self._kept_write(key, t, func)
+                    if self.hooks.hook_outputs and key in self.hooks.hook_outputs:
+                        sites, _ = frame_sites(sys._getframe(2), self.user, limit=3)
+                        self.hooks.on_output_write(t, sites, _op_name(func))
                     bucket = self.pending.get(key)
                     recs = None
                     if bucket:
@@ -666,6 +675,13 @@ class Tracer(TorchDispatchMode):
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
         return out
+
+    def _kept_write(self, key, t, func) -> None:
+        """An in-place write to an output a user forward hook kept (``GradientHooks.kept``)."""
+        sites, inner = frame_sites(sys._getframe(3), self.user, limit=1)
+        origins = _inplace_origins(inner)
+        del inner
+        self.hooks.on_kept_write(key, t, sites, _op_name(func), origins)
 
     def _user_frame_outside_optimizers(self, frame):
         """The user's frame, or None when the write is an optimizer's (its state and parameters are leaves)."""
@@ -769,12 +785,7 @@ class Tracer(TorchDispatchMode):
         files = [f.f_code.co_filename.replace(os.sep, "/") for f in inner]
         if any("/torch/optim/" in f or f.endswith("/torch/nn/utils/clip_grad.py") for f in files):
             return "GG101", []
-        origins = []
-        for frame, name in zip(inner, files):
-            if name.endswith(("/torch/nn/modules/activation.py", "/torch/nn/modules/dropout.py")):
-                made = _MODULE_SITES.get(frame.f_locals.get("self"))
-                if made is not None:
-                    origins.append(made)
+        origins = _inplace_origins(inner)
         if origins or any(f.endswith("/torch/nn/functional.py") for f in files):
             return "GG005", origins
         if op in _INPLACE_ACTIVATIONS:
@@ -917,6 +928,18 @@ class Tracer(TorchDispatchMode):
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
                             count=c.count, saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+
+
+def _inplace_origins(inner: list) -> list[Site]:
+    """Where the ``inplace=True`` modules running in the library frames ``inner`` were made."""
+    origins = []
+    for frame in inner:
+        name = frame.f_code.co_filename.replace(os.sep, "/")
+        if name.endswith(("/torch/nn/modules/activation.py", "/torch/nn/modules/dropout.py")):
+            made = _MODULE_SITES.get(frame.f_locals.get("self"))
+            if made is not None and made not in origins:
+                origins.append(made)
+    return origins
 
 
 def _in_function_forward(frame) -> bool:
