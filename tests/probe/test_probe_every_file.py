@@ -279,3 +279,10 @@ def test_probe_args_that_a_shell_could_not_split_are_a_usage_error(tmp_path, cap
     assert code == 2 and "--probe-args" in err and "No closing quotation" in err
     code, out, err = _run(tmp_path, ["--probe-args", "--x 1", "clean.py"], capsys, monkeypatch)
     assert code == 2 and "--probe-args only apply with --probe" in err
+
+
+def test_gradguard_probe_runs_a_package_module_with_dash_m(project, capsys, monkeypatch):
+    monkeypatch.chdir(project)
+    assert main(["probe", "pkg/main.py", "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [(d["path"], d["line"], d["code"]) for d in data["diagnostics"]] == [("pkg/layers.py", 6, "GG001")]

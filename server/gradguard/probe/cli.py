@@ -70,7 +70,8 @@ def add_probe_command(commands) -> None:
         "probe", help="run a file under a tracer and report the autograd-breaking mutations it performs",
         description="Run PATH in a sandboxed subprocess under a tracer (torch required) and report each "
                     "mutation that breaks autograd, with the line that saved the tensor and the backward "
-                    "that fails. PATH::FUNC is short for --entry FUNC.")
+                    "that fails. PATH::FUNC is short for --entry FUNC. A file inside a package (its folder has "
+                    "__init__.py) runs as `python -m pkg.mod` from the folder above the top package.")
     probe.add_argument("path", metavar="PATH")
     probe.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     _add_options(probe, defaults=True)
