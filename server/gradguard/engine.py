@@ -47,7 +47,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
     class_nodes: list[ast.ClassDef] = []
     units = list(_units(tree, class_nodes))
-    classes = find_classes(class_nodes, imports)
+    classes = find_classes(class_nodes, imports, knowledge.autograd_function_bases)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions)
     candidates = _candidate_units(units, lines) if lines is not None else None
     fingerprint = (_Fingerprints(tree, lines, functions, classes, view_functions)

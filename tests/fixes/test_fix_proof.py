@@ -45,6 +45,14 @@ from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys
 _GG102_INTO_GRAPH = "the write, put into the graph, now passes its gradient through the op, where it skipped it before"
 
 NO_FIX = {
+    "GG004/pos_full_backward_hook_before_inplace_relu": (
+        "the write is an in-place layer's own, refused because of the hook; the fix (a tensor hook from a forward "
+        "hook, or the layer out of place) changes the hook's registration or the model, which no fix rewrites"
+    ),
+    "GG004/pos_full_backward_hook_on_inplace_layer": (
+        "the hooked layer itself writes in place; making it out of place or moving the hook are model changes no "
+        "fix makes"
+    ),
     "GG102/pos_forward_data_clamp_gain_after_use": (
         "the `.data` clamp of a parameter inside `forward`, after the op that saved it: the backward that needs the "
         "old value runs in the caller, so the write cannot move after it from inside `forward`"
@@ -126,6 +134,8 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG001/pos_custom_function_saved_input_written": "the fix layer's own alias walk cannot see that `Gate.apply` "
+                                                     "returns a new tensor, so `gated` may hold the written one",
     "GG005/pos_weight_norm_layer_in_sequential": "the dropout is built inside a list spread into a Sequential: the fix "
                                                  "cannot see every place the module is applied",
     "GG001/pos_no_grad_clamp_probs": "the clamp leaves the no_grad block: its gradient now goes through it",

@@ -23,8 +23,11 @@ from .values import (
     ClassRef,
     DataAlias,
     Derived,
+    FunctionApply,
+    FunctionContext,
     FunctionValue,
     Grad,
+    HookHandle,
     KeywordArgs,
     NumberFrom,
     PLAIN,
@@ -100,6 +103,13 @@ class CallsMixin:
                 return self._unknown_call(node, [owner, *args])
             if isinstance(owner, ModuleValue):
                 return self._instance_method(owner, func.attr, node)
+            if isinstance(owner, FunctionContext):
+                return self.ctx_method(owner, func.attr, node)
+            if isinstance(owner, HookHandle):
+                self._eval_args(node)
+                if func.attr == "remove" and not self.unsure_branches:
+                    owner.module.backward_hooked = None
+                return UNKNOWN
             if isinstance(owner, SuperRef):
                 return self._super_method(owner, func.attr, node)
             if isinstance(owner, (TensorSeq, TensorMap)):
@@ -111,13 +121,15 @@ class CallsMixin:
                 return UNKNOWN
             if isinstance(owner, CallableRef):
                 callee = CallableRef(f"{owner.qualname}.{func.attr}")
+            elif isinstance(owner, ClassRef) and owner.info.autograd_function and func.attr == "apply":
+                callee = FunctionApply(owner.info)
             elif isinstance(owner, ClassRef):
                 found = find_method(self.ctx.classes, owner.info, func.attr)
                 callee = FunctionValue(found[0], owner=found[1]) if found else UNKNOWN
         else:
             callee = self.eval(func)
         q = self.qual(func) or (callee.qualname if isinstance(callee, CallableRef) else None)
-        if q is not None and not isinstance(callee, (FunctionValue, ClassRef, ModuleValue, PartialValue)):
+        if q is not None and not isinstance(callee, (FunctionValue, ClassRef, ModuleValue, PartialValue, FunctionApply)):
             return self._named_call(q, node)
         args, kwargs = self._eval_call_args(node)
         return self.call_value(callee, args, kwargs, node)
@@ -183,6 +195,8 @@ class CallsMixin:
             return self.call_instance(callee, args, kwargs, node)
         elif isinstance(callee, PartialValue):
             return self.call_value(callee.func, [*callee.args, *args], {**callee.kwargs, **kwargs}, node)
+        elif isinstance(callee, FunctionApply):
+            return self.apply_function(callee.info, args, kwargs, node)
         elif isinstance(callee, CallableRef):
             return self._named_call(callee.qualname, node, args, kwargs)
         return self._unknown_call(node, [*args, *kwargs.values()])
@@ -626,6 +640,9 @@ class CallsMixin:
             return self.call_module(module, args, node)
         if name in GRADIENT_ARGUMENT:
             self._gradient_hook(args[0] if args else UNKNOWN, name, node)
+        if name in self.k.backward_hook_registrations:
+            return self.register_backward_hook(module, node)
+        if name in GRADIENT_ARGUMENT:
             return UNKNOWN
         if name == "requires_grad_":
             flag = self._positional_or_keyword_bool(node, 0, "requires_grad", True)
@@ -711,7 +728,14 @@ class CallsMixin:
 
     def call_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool = False) -> Value:
         """Apply an nn.Module: a ``forward`` of the file's own runs in place (``torch_forward``: skip it, for
-        ``super().forward``); torch layers use the generated table."""
+        ``super().forward``); torch layers use the generated table.  A full backward hook on it wraps what goes
+        in and what comes out."""
+        if module.backward_hooked is None:
+            return self._run_module(module, args, node, torch_forward)
+        args = [self.hooked_tensors(module, a) for a in args]
+        return self.hooked_tensors(module, self._run_module(module, args, node, torch_forward))
+
+    def _run_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool) -> Value:
         if module.children and module.cls == "Sequential" and module.user_class is None:
             value = args[0] if args else UNKNOWN
             for child in module.children:

@@ -27,6 +27,7 @@ class ClassInfo:
     node: ast.ClassDef
     bases: list[str] = field(default_factory=list)
     torch_base: str | None = None
+    autograd_function: bool = False  # derives from ``torch.autograd.Function``: ``Foo.apply`` runs its forward
     shared_by_copies: ClassVar[bool] = True  # see ``values.copy_values``
 
     @property
@@ -47,15 +48,19 @@ def own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | None:
                 None)
 
 
-def find_classes(nodes: list[ast.ClassDef], imports: dict[str, str]) -> dict[str, ClassInfo]:
+def find_classes(nodes: list[ast.ClassDef], imports: dict[str, str],
+                 function_bases: frozenset[str] = frozenset()) -> dict[str, ClassInfo]:
     """The classes ``nodes`` (every class of the file in source order, found by the engine's one walk of it) by
-    name (a later definition of a name wins, as at run time)."""
+    name (a later definition of a name wins, as at run time).  ``function_bases``: the qualified names of
+    ``torch.autograd.Function`` and its public subclasses."""
     classes: dict[str, ClassInfo] = {}
     for node in nodes:
         info = ClassInfo(node)
         for base in node.bases:
             q = qualified_name(base, imports)
-            if q is not None and q.startswith("torch.nn."):
+            if q is not None and q in function_bases:
+                info.autograd_function = True
+            elif q is not None and q.startswith("torch.nn."):
                 info.torch_base = info.torch_base or normalize(q).rsplit(".", 1)[1]
             elif isinstance(base, ast.Name) and base.id in classes:
                 info.bases.append(base.id)
@@ -65,6 +70,7 @@ def find_classes(nodes: list[ast.ClassDef], imports: dict[str, str]) -> dict[str
     for info in classes.values():  # inherit the torch base through the file's own bases
         if info.torch_base is None:
             info.torch_base = next((b.torch_base for b in mro(classes, info)[1:] if b.torch_base), None)
+        info.autograd_function = any(b.autograd_function for b in mro(classes, info))
     return classes
 
 

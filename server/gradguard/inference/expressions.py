@@ -17,6 +17,8 @@ from .values import (
     UNKNOWN,
     CallableRef,
     ClassRef,
+    FunctionApply,
+    FunctionContext,
     Const,
     DataAlias,
     Derived,
@@ -75,6 +77,9 @@ def _numbers(values: list[Value], node: ast.AST) -> NumberFrom:
                       frozenset().union(*(n.markers for n in numbers)))
 
 
+MAIN_MODULE_NAME = Const("__main__")
+
+
 class ExpressionsMixin:
     # ----------------------------------------------------------- expressions
     def eval(self, node: ast.expr | None) -> Value:
@@ -114,6 +119,8 @@ class ExpressionsMixin:
             return ClassRef(self.ctx.classes[node.id])
         if node.id in self.ctx.imports:
             return CallableRef(self.ctx.imports[node.id])
+        if node.id == "__name__":
+            return MAIN_MODULE_NAME  # the file is analysed as the program that runs: its `__main__` block runs
         return UNKNOWN
 
     def _expr_Lambda(self, node: ast.Lambda) -> Value:
@@ -344,6 +351,10 @@ class ExpressionsMixin:
             return owner
         if isinstance(owner, CallableRef):
             return CallableRef(f"{owner.qualname}.{node.attr}")
+        if isinstance(owner, ClassRef) and owner.info.autograd_function and node.attr == "apply":
+            return FunctionApply(owner.info)  # `double = DoubleOp.apply`
+        if isinstance(owner, FunctionContext):
+            return owner.attrs.get(node.attr, UNKNOWN)
         return UNKNOWN
 
     def _module_attr(self, module: ModuleValue, name: str, node: ast.AST) -> Value:

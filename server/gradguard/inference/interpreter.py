@@ -19,6 +19,7 @@ from .calls import CallsMixin
 from .classes import ClassInfo
 from .events import GradAsk, GradRead, GraphBreak, HookWrite, Mutation, Rebind, Sink
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
+from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
@@ -30,6 +31,7 @@ from .values import (
     UNKNOWN,
     DataAlias,
     Derived,
+    FunctionContext,
     Grad,
     NumberFrom,
     OptimizerValue,
@@ -126,7 +128,7 @@ class Context:
         return info if info is not None and info.node is cls else None
 
 
-class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
+class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPointsMixin):
     """Runs one function (or the module's top level) and collects mutations and sinks."""
 
     def __init__(self, ctx: Context, self_value: ModuleValue | None = None):
@@ -146,6 +148,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
         self.grad_reads: list[GradRead] = []  # optimizer steps and manual updates: gradients the code relies on
         self.asks: list[GradAsk] = []  # where a tensor's own gradient is asked for
         self.hook_writes: list[HookWrite] = []
+        # `ctx` of each custom Function's forward running now, with whether its inputs require grad
+        self.function_contexts: list[tuple[FunctionContext, Grad]] = []
         self.rebinds: list[Rebind] = []  # leaves requiring grad rebound under no_grad to new tensors
         self.rebind_markers: set[int] = set()  # their markers, dropped when `requires_grad_()` makes a new leaf
         self.read_storages: set[int] = set()  # storages an op has read (their values are in some graph)
@@ -537,6 +541,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
                     flag = truth(value)  # `m.inplace = True` on a layer already built, on a path known to run
                     if flag is not None:
                         owner.inplace, owner.made_inplace = flag, stmt if flag else None
+            if isinstance(owner, FunctionContext):
+                owner.attrs[target.attr] = value  # `ctx.scale = s`: read back in the Function's backward
+                return
             if isinstance(owner, DataAlias):
                 # `p.data = new`: rebinds storage; the old storage (and any saved copy) is kept.
                 owner.tensor.storage = Storage()
@@ -739,7 +746,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin):
             return
         owner = graph_tensor_behind(target)
         through_alias = owner is not None and any(t.detached_from is owner for t in target.view_chain())
-        hidden = kind == "data" or through_alias or (not self.state.grad_enabled and self.grad_mode_known)
+        # Grad mode is off inside a custom Function's forward by design: its own backward gives the gradient.
+        grad_off = not self.state.grad_enabled and self.grad_mode_known and not self.function_contexts
+        hidden = kind == "data" or through_alias or grad_off
         if owner is None or not hidden:
             return
         marker = new_id()

@@ -72,6 +72,10 @@ class Tensor:
     # Bound under no_grad to a name that held a leaf requiring grad (``w = w - lr * w.grad``): that leaf's grad
     # sources.  Merged with the leaf (a rebinding on one path), the name is taken to be this tensor.
     rebound_from: frozenset[int] = frozenset()
+    # Made inside a custom autograd Function as a view of its input (``Foo.apply`` returning an input it did not
+    # mark dirty, or the ``BackwardHookFunction`` a full backward hook wraps a module's inputs and outputs in):
+    # where that happened.  torch refuses an in-place write to it (or to a view of it) while it requires grad.
+    custom_view: ast.AST | None = None
 
     def root(self) -> "Tensor":
         t = self
@@ -143,6 +147,9 @@ class ModuleValue:
     user_class: ast.ClassDef | None = None
     frozen: bool = False  # `.requires_grad_(False)`: its parameters do not require grad
     made_inplace: ast.AST | None = None  # `m.inplace = True` after it was built: the line that made it write in place
+    # `m.register_full_backward_hook(f)` (or its pre-hook): torch then runs the module's inputs and outputs through
+    # a `BackwardHookFunction`, whose outputs are views that may not be written in place.  Where it was registered.
+    backward_hooked: ast.AST | None = None
 
     def freeze(self, frozen: bool = True) -> None:
         self.frozen = frozen
@@ -240,6 +247,33 @@ class ClassRef:
 
 
 @dataclass(eq=False)
+class FunctionApply:
+    """``Foo.apply`` of a custom ``torch.autograd.Function`` of the file (``info``: its ClassInfo)."""
+
+    info: object
+
+
+@dataclass(eq=False)
+class FunctionContext:
+    """``ctx`` in a custom Function's ``forward``: the saves ``ctx.save_for_backward`` made, the storages
+    ``ctx.mark_dirty`` and ``ctx.mark_non_differentiable`` named, and whatever else the code stores on it."""
+
+    function: str
+    inputs: frozenset[int] = frozenset()  # the storages of the tensors ``apply`` was given
+    saves: list[Save] = field(default_factory=list)
+    dirty: set[int] = field(default_factory=set)
+    non_differentiable: set[int] = field(default_factory=set)
+    attrs: dict[str, "Value"] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class HookHandle:
+    """What ``m.register_full_backward_hook(f)`` returns: ``.remove()`` takes the hook off ``module``."""
+
+    module: "ModuleValue"
+
+
+@dataclass(eq=False)
 class SuperRef:
     """``super()`` in a method of class ``owner``: attribute look-ups start after it in the MRO."""
 
@@ -283,7 +317,7 @@ INT = Opaque.INT
 
 Value = (Tensor | DataAlias | TensorSeq | TensorMap | ModuleValue | ParamIterable | ModuleIterable | Derived
          | NumberFrom | OptimizerValue | FunctionValue | CallableRef | PartialValue | ClassRef | SuperRef | KeywordArgs
-         | Const | Opaque)
+         | FunctionApply | FunctionContext | HookHandle | Const | Opaque)
 
 # Values that are plain Python data, never a tensor: what `x = 0`, `flag = True` or `name = "relu"` hold.
 PLAIN = (Const, Opaque)
@@ -341,6 +375,7 @@ def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = 
         label=base.label,
         nograd_view=nograd or base.nograd_view,
         nograd_plain_view=plain or base.nograd_plain_view,
+        custom_view=base.custom_view,
     )
 
 
@@ -365,6 +400,7 @@ def join(a: Value, b: Value) -> Value:
             leaf=keep.leaf and other.leaf,
             base=keep.base,
             multi_view=keep.multi_view if keep.multi_view == other.multi_view else None,
+            custom_view=keep.custom_view if keep.custom_view is other.custom_view else None,
             param=keep.param and other.param,
             graph=keep.graph | other.graph,
             origin=keep.origin,

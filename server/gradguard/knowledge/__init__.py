@@ -117,6 +117,8 @@ class TorchKnowledge:
         self.integral_dtypes: frozenset[str] = frozenset(data.get("integral_dtypes", ()))
         self.module_wrappers: frozenset[str] = frozenset(data.get("module_wrappers", ()))
         self.tensor_constructors: frozenset[str] = frozenset(data.get("tensor_constructors", ()))
+        self.autograd_function_bases: frozenset[str] = frozenset(data.get("autograd_function_bases", ()))
+        self.backward_hook_registrations: frozenset[str] = frozenset(data.get("backward_hook_registrations", ()))
 
     def with_views(self, qualnames: tuple[str, ...]) -> "TorchKnowledge":
         """This table with the user's own view functions added (``view-functions`` in ``[tool.gradguard]``)."""

@@ -538,6 +538,40 @@ def module_wrappers() -> list:
     return sorted(set(found))
 
 
+def autograd_function_bases() -> list:
+    """``torch.autograd.Function`` and the other public classes deriving from it, by every public path: a class
+    of the user's deriving from one is a custom Function (``Foo.apply`` runs its ``forward`` under no_grad)."""
+    import importlib
+    found = []
+    for owner in ("torch.autograd", "torch.autograd.function"):
+        module = importlib.import_module(owner)
+        for name in sorted(k for k in dir(module) if not k.startswith("_")):
+            cls = getattr(module, name)
+            if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
+                found.append(f"{owner}.{name}")
+    return sorted(set(found))
+
+
+def backward_hook_registrations() -> list:
+    """``nn.Module`` methods whose hook makes torch run the module's output through a ``BackwardHookFunction``:
+    that output is then a view made inside a custom Function, which torch refuses to let anyone write in
+    place (``register_full_backward_hook``; the legacy ``register_backward_hook`` does not)."""
+    found = []
+    for name in sorted(k for k in dir(nn.Module) if k.startswith("register_") and "hook" in k):
+        layer = nn.Linear(3, 3)
+        try:
+            quiet(getattr(layer, name), lambda *args, **kwargs: None)
+            out = quiet(layer, torch.randn(2, 3))
+        except Exception:
+            continue
+        try:
+            out.add_(1)
+        except RuntimeError as error:
+            if "BackwardHookFunction" in str(error):
+                found.append(name)
+    return found
+
+
 # ----------------------------------------------------------------------------------- modules
 MODULE_SPECS = {   # class name: (constructor args, input)
     "Linear": ((4, 3), T(2, 4)), "Conv1d": ((3, 4, 3), T(2, 3, 8)), "Conv2d": ((3, 4, 3), T(2, 3, 6, 6)),
@@ -659,7 +693,9 @@ def build(verbose: bool = False) -> dict:
     table = {"format": FORMAT, "torch_version": torch.__version__, "ops": ops, "inplace": inplace,
              "inplace_kwarg": kwarg, "modules": modules_table(set(kwarg["modules"])),
              "integral_results": integral_results(funcs), "integral_dtypes": integral_dtypes(),
-             "module_wrappers": module_wrappers(), "tensor_constructors": tensor_constructors()}
+             "module_wrappers": module_wrappers(), "tensor_constructors": tensor_constructors(),
+             "autograd_function_bases": autograd_function_bases(),
+             "backward_hook_registrations": backward_hook_registrations()}
     if verbose:
         report(table, disagree, dropped, len(probes))
     return json.loads(json.dumps(table, sort_keys=True))

@@ -24,6 +24,7 @@ from ..fixes.writes import (
 )
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
+from ..messages import Message
 from .base import Example, Rule
 from .gg001_saved_tensor_mutated import fix as saved_tensor_fix
 from .common import call_path_related, piece_of, view_call
@@ -40,6 +41,9 @@ def check(mutation: Mutation):
     piece = piece_of(target)
     if piece is None or target.requires_grad == Grad.NO:
         return
+    if piece.custom_view is not None:
+        yield _custom_view_finding(mutation, piece)
+        return
     op = piece.multi_view  # torch's node: chunk's pieces are outputs of Split
     what, condition = _source(piece)
     if piece is target:
@@ -54,6 +58,38 @@ def check(mutation: Mutation):
         f"here: {raises}. Rebind out of place or `clone()` the piece first.",
         certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=[*([(piece.origin, "the piece is made here")] if piece.origin is not None else []),
+                 *call_path_related(mutation)],
+        data={"mutation": mutation},
+    )
+
+
+def _custom_view_finding(mutation: Mutation, piece) -> Finding:
+    """A write to a view made inside a custom Function: an input a Function's forward returned without
+    ``ctx.mark_dirty``, or what a full backward hook wraps a module's inputs and outputs in.  The hook's
+    registration is what the user changes (a tensor hook on the output instead), so a hook's view is reported
+    there; a Function's output at the write."""
+    node = piece.custom_view
+    by_hook = piece.multi_view == "BackwardHookFunction"
+    if by_hook:
+        registration = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else \
+            "register_full_backward_hook"
+        what = Message.format("a tensor that `{registration}` on {node} wraps (with that hook, torch runs the "
+                              "module's inputs and outputs through a `BackwardHookFunction`)",
+                              registration=registration, node=node)
+        advice = ("Register a tensor hook on the output inside a forward hook instead (`output.register_hook`), or "
+                  "make the write out of place.")
+    else:
+        what = Message.format("the output of `{op}.apply` on {node}, which is an input its forward returned "
+                              "without `ctx.mark_dirty`", op=piece.multi_view, node=node)
+        advice = "Call `ctx.mark_dirty` on that input in the forward, return a clone, or make this write out of place."
+    return Finding(
+        "GG004",
+        node if by_hook else mutation.node,
+        Message.format("{how} modifies {what}; torch raises at this write: \"Output 0 of {op} is a view and is "
+                       "being modified inplace. This view was created inside a custom Function\". {advice}",
+                       how=mutation.how, what=what, op=piece.multi_view, advice=advice),
+        certain=mutation.target.requires_grad == Grad.YES and mutation.grad_mode_known,
+        related=[(mutation.node, "the in-place write") if by_hook else (node, "the Function returns the view here"),
                  *call_path_related(mutation)],
         data={"mutation": mutation},
     )
