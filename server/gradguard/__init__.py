@@ -24,9 +24,7 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'gradguard' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
 def __dir__() -> list[str]:

@@ -25,7 +25,7 @@ import pytest
 from .probe import tracer as probe_tracer
 from .probe.frames import UserCode
 from .probe.model import ProbeFinding
-from .watching import Watcher, add_note, collect, hide_own_frames, report, warn
+from .watching import Watcher, add_note, collect, hide_own_frames, report, user_code, warn
 
 FINDINGS = pytest.StashKey[list]()
 
@@ -53,7 +53,7 @@ class GradGuardPlugin:
         where = config.invocation_params.dir
         roots = [str((where / r).resolve()) for r in config.getoption("gradguard_root") or ()] or [self.root]
         self.roots = roots
-        self.user = UserCode(roots)
+        self.user = user_code(roots)
         self.traced = 0
         self.flagged: list[tuple[str, list[ProbeFinding]]] = []
         self.internal_errors: list[str] = []

@@ -106,6 +106,15 @@ class Watcher(Tracer):
             _tracer_module.gc = gc
 
 
+def user_code(roots: Sequence[str]) -> UserCode:
+    """The probe's ``UserCode`` for ``roots``, also leaving out the running Python's own folders: a project's
+    ``.venv`` (its ``bin/pytest``, its ``lib``) sits under the project's root but is never the user's code."""
+    user = UserCode(list(roots))
+    prefixes = {os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.exec_prefix, sys.base_prefix)}
+    user.excluded += tuple(p for p in prefixes if p not in user.roots)
+    return user
+
+
 def collect(tracer: Tracer, user: UserCode, error: BaseException | None) -> list[ProbeFinding]:
     """The tracer's findings after a run, with the one ``error`` (what the run raised) proves, if any: the
     worker's ``_probe`` does the same for a script."""
@@ -259,7 +268,7 @@ class watch:
                                                                     os.getcwd()]
         self.roots = [os.fspath(r) for r in roots]
         self.root = self.roots[0]
-        self.user = UserCode(self.roots)
+        self.user = user_code(self.roots)
         self._runs: list[Watcher | None] = []
         self._told: set[tuple] = set()
 
