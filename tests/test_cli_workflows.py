@@ -79,10 +79,12 @@ def test_statistics_exit_zero_output_file_with_notebooks(gg, tree):
 
 
 def _documented_commands() -> list[str]:
-    """Every `gradguard ...` command in README.md's code blocks (workflow `run:` steps and shell lines)."""
+    """Every `gradguard ...` command in the code blocks of README.md and docs/*.md (workflow `run:` steps and shell
+    lines)."""
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    root = Path(__file__).resolve().parents[1]
+    readme = "\n".join(p.read_text(encoding="utf-8") for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
     blocks = re.findall(r"```(?:yaml|sh)\n(.*?)```", readme, re.S)
     commands = []
     for block in blocks:

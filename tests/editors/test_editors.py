@@ -35,6 +35,7 @@ from editors.clients import Client, emacs, nvim_011, nvim_07, require
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "fixtures"
 README = HERE.parents[1] / "README.md"
+SNIPPET_PAGES = (README, HERE.parents[1] / "docs" / "editors.md")  # README: Neovim 0.11, eglot; docs: Neovim 0.7
 README_SETTINGS = Config(ignore=("GG005",))  # what every README snippet's settings say
 TIMEOUT = 120  # seconds for a whole editor run; each step inside waits at most 20 s
 
@@ -84,10 +85,11 @@ SCENARIOS = {
 
 
 def readme_snippet(name: str) -> str:
-    """The fenced block after ``<!-- tests/editors: NAME -->`` in README.md."""
-    m = re.search(rf"<!-- tests/editors: {re.escape(name)} -->\n```\w+\n(.*?)\n```", README.read_text(encoding="utf-8"), re.S)
-    assert m is not None, f"README.md has no snippet marked tests/editors: {name}"
-    return m.group(1) + "\n"
+    """The fenced block after ``<!-- tests/editors: NAME -->`` in README.md or docs/editors.md (exactly one)."""
+    pattern = rf"<!-- tests/editors: {re.escape(name)} -->\n```\w+\n(.*?)\n```"
+    found = [m.group(1) for page in SNIPPET_PAGES for m in re.finditer(pattern, page.read_text(encoding="utf-8"), re.S)]
+    assert len(found) == 1, f"{len(found)} snippets marked tests/editors: {name} in README.md and docs/editors.md"
+    return found[0] + "\n"
 
 
 def configured(name: str, readme_cmd: str, cmd: str, folder: Path) -> Path:
