@@ -99,7 +99,7 @@ def _backward_hook_finding(exc, user: UserCode, tracer: Tracer, sites: list[Site
     message = ("a full backward hook registered here makes torch wrap the module's output in a view "
                "(BackwardHookFunction) that the next module, which writes in place, may not modify; torch raises "
                f"\"{first.split('. ')[0]}\". Register a tensor hook on the output from a forward hook instead "
-               "(`output.register_hook(...)`), or make the following module out of place")
+               "(output.register_hook), or make the following module out of place")
     return ProbeFinding("GG004", "raised", registered[0], message, torch_message=text, callers=tuple(sites),
                         origins=tuple(inplace), notes=tuple(notes), view_node="BackwardHookFunction")
 

@@ -263,7 +263,7 @@ class GradientHooks:
         message = (f"the forward hook keeps the module's output itself here; {writer} on line {sites[0].line} then "
                    "overwrites it in place (an in-place module runs after the hooked one), so what the hook kept, and "
                    "any gradient taken with respect to it, is the later module's output, not this module's: keep "
-                   "`output.clone()`, or return a clone from the hook so the in-place module writes that")
+                   "a clone of it, or return a clone from the hook so the in-place module writes that")
         notes = [Note(sites[0], "the kept output is overwritten in place here")]
         notes += [Note(o, "the module that writes in place (inplace=True) is made here") for o in origins]
         if kept.registered:
@@ -395,7 +395,7 @@ class GradientHooks:
             if w.function is not None:
                 message = (f"{what} writes in place the gradient that backward() hands to the backward of the custom "
                            f"Function `{w.function}`; torch does not copy it, and the same tensor can be the caller's "
-                           "own `grad_outputs` or the gradient of other parts of the graph, which then silently "
+                           "own grad_outputs or the gradient of other parts of the graph, which then silently "
                            "change too: compute a new tensor in backward instead")
             else:
                 message = (f"{what} writes in place the gradient that backward() hands to the hook registered{at}; "

@@ -121,6 +121,15 @@ def _confirmation(finding: ProbeFinding) -> str:
     return f"torch raises: {first}" if first else "torch raises"
 
 
+# The note of a GG101 finding the tracer placed in the function that calls both the step and the backward
+# (the step runs inside a helper): the step's own line is then a related location, not the finding's.
+STEP_NOTE = "the optimizer step that updates the parameters in place"
+
+
+def _placed_at_order(f: ProbeFinding) -> bool:
+    return f.code == "GG101" and any(n.message == STEP_NOTE for n in f.notes)
+
+
 def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> list[Diagnostic]:
     """The static findings of one file, merged with the probe's result for that file."""
     show = _Paths(result.path, display)
@@ -129,18 +138,22 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
     findings = list(result.findings)
     used: set[int] = set()
     merged: list[Diagnostic] = []
+    static_lines = {(os.path.realpath(d.path), d.line) for d in static}
     for d in static:
         match = next((i for i, f in enumerate(findings)
                       if (target, d.line) in {(os.path.realpath(p), line) for p, line in f.lines}
                       and compatible(d.code, f.code)), None)
         if match is not None:
-            used.add(match)
             f = findings[match]
+            moved = _placed_at_order(f) and (os.path.realpath(f.site.path), f.site.line) not in static_lines
+            if not moved:
+                used.add(match)  # a step placed at the caller's order is also reported there, at its own line
             known = {(r.path, r.line) for r in d.related}
             extra = [r for r in _related(f, show) if (r.path, r.line) not in known and r.line != d.line]
             if f.site.line != d.line or show(f.site.path) != d.path:
                 extra.insert(0, Related(show(f.site.path), f.site.line, f.site.column or 1,
-                                        "the probe saw the write here"))
+                                        "the call whose backward the step makes stale (the order to change)"
+                                        if moved else "the probe saw the write here"))
             merged.append(_probed(
                 d, severity=Severity.ERROR,
                 message=f"{d.message} [confirmed by the runtime probe on {result.device}: {_confirmation(f)}]",

@@ -145,3 +145,20 @@ def function_node(path: str, first_line: int, name: str) -> "ast.FunctionDef | a
         elif isinstance(node, ast.Lambda) and name == "<lambda>" and node.lineno == first_line:
             return node
     return None
+
+
+def enclosing_function(site: Site) -> tuple[str, int] | None:
+    """(name, first line) of the innermost ``def`` around ``site``; ("<module>", 0) at module level; None when
+    the source is not available."""
+    tree = _tree(site.path)
+    if tree is None:
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and \
+                node.lineno <= site.line <= (node.end_lineno or node.lineno):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    if best is None:
+        return ("<module>", 0)
+    return (getattr(best, "name", "<lambda>"), best.lineno)

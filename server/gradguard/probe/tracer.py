@@ -43,10 +43,11 @@ from .cuts import Cuts
 from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
+from .merge import STEP_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
-from .source import expression_at
+from .source import enclosing_function, expression_at
 from .untracked import UntrackedWrites
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
@@ -186,7 +187,7 @@ class Saved:
     """One tensor autograd saved for backward."""
 
     __slots__ = ("serial", "key", "value", "version", "is_output", "node", "output_nr", "site", "op",
-                 "conflicts", "role", "made_by", "sequence_nr", "fingerprint")
+                 "conflicts", "role", "made_by", "sequence_nr", "fingerprint", "chain")
 
     def __init__(self, serial, key, value, version, is_output, node, output_nr, site, op, role="input",
                  made_by=None, sequence_nr=None):
@@ -206,6 +207,9 @@ class Saved:
         # anything, so it is the newest number when the pack hook runs.  Tells which graph holds the save.
         self.sequence_nr = sequence_nr
         self.fingerprint: int | None = None  # a checksum of its bytes, for storages NumPy arrays share
+        # For a weight: the user's frames that saved it, outer ones too ((code, line, lasti), innermost first),
+        # to find where the forward ran in the function that also steps the optimizer (``_order_to_change``).
+        self.chain: tuple = ()
 
     def saving(self) -> "tuple":
         """What a finding says about this save (a tuple: a record would keep the tensor alive)."""
@@ -248,6 +252,7 @@ class Conflict:
     backward: list[Site] = field(default_factory=list)
     torch_message: str | None = None
     realized_save: tuple | None = None  # Saved.saving() of the one a backward used first
+    realized_chain: tuple = ()  # Saved.chain of that one
     through: str = "a write through `.data`"  # how a write that moves no version got past autograd
 
 
@@ -423,6 +428,15 @@ class Tracer(TorchDispatchMode):
                         _next_sequence_nr() - 1)
             if not is_output and function is None:
                 self.unnamed.append(rec)
+            if role == "weight" and frame is not None:
+                chain = [site]
+                outer = frame.f_back
+                while outer is not None and len(chain) < 8:
+                    if user.is_user(outer.f_code):
+                        chain.append((outer.f_code, outer.f_lineno, outer.f_lasti))
+                    outer = outer.f_back
+                rec.chain = tuple(chain)
+                del outer
             if key is not None and self.numpy.watched:
                 rec.fingerprint = self.numpy.on_saved(key, sys._getframe(1))
             if key is not None:
@@ -546,6 +560,7 @@ class Tracer(TorchDispatchMode):
             c.backward = backward
             c.torch_message = message
             c.realized_save = rec.saving()
+            c.realized_chain = rec.chain
             self.realized_now.append(c)
 
     # -- every aten op --
@@ -925,9 +940,59 @@ class Tracer(TorchDispatchMode):
                            "before the run ended (one would raise \"modified by an inplace operation\")")
         if c.count > 1:
             message += f" [seen {c.count} times]"
+        order = _order_to_change(c) if code == "GG101" and c.realized is not None else None
+        if order is not None:
+            # The step or the backward runs inside a helper: the order to change is in the function that calls
+            # both, at the call that runs the backward through the graph the step made stale.
+            place, calls_step, behind = order
+            said = expression_at(place)
+            step_said = expression_at(calls_step) if calls_step != c.sites[0] else None
+            step = ((f" (reached from `{step_said}` on line {calls_step.line})" if step_said else
+                     f" on line {c.sites[0].line}"))
+            if c.backward and place in c.backward:
+                message = (f"`{said or 'this call'}` runs a backward() through a graph built before {writer}{step} "
+                           f"updated the parameters it saved{saved_by}{at}: " + message)
+            else:
+                message = (f"`{said or 'this call'}` builds a graph whose saved weights {writer}{step} then updates "
+                           f"in place, before its backward runs: compute it after the step. " + message)
+            notes.insert(0, Note(c.sites[0], STEP_NOTE))
+            if step_said:
+                notes.insert(1, Note(calls_step, "the step runs inside this call"))
+            return ProbeFinding(code, kind, place, message, severity=severity,
+                                torch_message=c.torch_message, notes=tuple(notes), callers=tuple(behind),
+                                origins=tuple(c.sites) + tuple(c.origins), op=c.op, count=c.count,
+                                saves=tuple(saves), backward=c.backward[0] if c.backward else None)
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
                             count=c.count, saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+
+
+def _order_to_change(c: Conflict) -> tuple[Site, Site, list[Site]] | None:
+    """For an optimizer step (``c.sites``, innermost first) and the backward that then used what it changed
+    (``c.backward``): when either runs inside a helper, the function that calls both, as (its line that leads to
+    the backward, its line that leads to the step, the calls outside it).  None when both are in one function
+    (the step's own line is the one to move) or the chains share no function."""
+    steps, backwards = list(reversed(c.sites)), list(reversed(c.backward))
+    if not steps or not backwards:
+        return None
+    i = 0
+    while i < len(steps) and i < len(backwards) and steps[i] == backwards[i]:
+        i += 1  # the same call, outside the function that holds both
+    if i >= len(steps) or i >= len(backwards):
+        return None
+    if i == len(steps) - 1 and i == len(backwards) - 1:
+        return None  # step and backward in one function: nothing in between to name
+    if steps[i].path != backwards[i].path or enclosing_function(steps[i]) != enclosing_function(backwards[i]):
+        return None
+    if steps[i].line == backwards[i].line:
+        return None  # one call runs both (a helper that steps, then runs the backward): the helper is the place
+    saves = list(reversed([code_site(*f) for f in c.realized_chain]))
+    if (len(saves) > i and saves[:i] == backwards[:i] and saves[i].path == steps[i].path
+            and saves[i].line < steps[i].line and enclosing_function(saves[i]) == enclosing_function(steps[i])):
+        # The forward that saved the weights ran in that same function, before the step: computing it after the
+        # step is the change (the backward's call then uses fresh weights).
+        return saves[i], steps[i], list(reversed(backwards[:i]))
+    return backwards[i], steps[i], list(reversed(backwards[:i]))
 
 
 def _inplace_origins(inner: list) -> list[Site]:
