@@ -72,3 +72,16 @@ def test_demo_ends_with_the_next_step(demo_output):
     assert "examples/resnet_block.py has no finding on purpose" in tail
     assert "examples/resnet_block.py:" not in out  # and indeed it has none
     assert (ROOT / "examples" / "resnet_block.py").exists()
+
+
+def test_the_readme_is_a_newcomers_page_and_links_every_docs_page():
+    """README.md is what a newcomer reads first (issue 29): at most 250 lines, its two commands are `make demo` and
+    `make test`, and every page of docs/ is linked from it (the reference lives there)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    two = readme[readme.index("## Two commands"):]
+    block = two[two.index("```sh\n") + 6:two.index("```", two.index("```sh\n") + 6)]
+    assert [line.split("#")[0].strip() for line in block.splitlines()] == ["make demo", "make test"]
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"](docs/{page.name}" in readme, f"README.md does not link docs/{page.name}"
+    assert "](docs/rules/" in readme
