@@ -31,8 +31,21 @@ def _lines_read_by_failing_backward(fx: Fixture) -> set[int]:
     """Fixture lines of the changed saved tensors the first backward reads (empty if none does)."""
     folder = os.path.realpath(fx.path.parent)
 
+    function_apply = torch.autograd.function.Function.apply.__func__.__code__
+    function_saves: dict = {}  # custom Function class -> the fixture line of its ctx.save_for_backward call
+    save_for_backward = torch.autograd.function.FunctionCtx.save_for_backward
+
+    def saving(ctx, *tensors):
+        caller = sys._getframe(1)
+        if os.path.dirname(os.path.realpath(caller.f_code.co_filename)) == folder:
+            function_saves[getattr(ctx, "_forward_cls", None)] = caller.f_lineno
+        return save_for_backward(ctx, *tensors)
+
     def user_line() -> int | None:
         frame = sys._getframe(2)
+        if frame.f_code is function_apply and frame.f_locals.get("cls") in function_saves:
+            # A custom Function's saves are packed after its forward returned: its save_for_backward line.
+            return function_saves[frame.f_locals["cls"]]
         while frame is not None:
             if os.path.dirname(os.path.realpath(frame.f_code.co_filename)) == folder:
                 return frame.f_lineno
@@ -67,6 +80,7 @@ def _lines_read_by_failing_backward(fx: Fixture) -> set[int]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     torch.autograd._engine_run_backward = backward
+    torch.autograd.function.FunctionCtx.save_for_backward = saving
     try:
         with warnings.catch_warnings(), torch.autograd.graph.saved_tensors_hooks(pack, unpack):
             warnings.simplefilter("ignore")
@@ -76,6 +90,7 @@ def _lines_read_by_failing_backward(fx: Fixture) -> set[int]:
                 pass
     finally:
         torch.autograd._engine_run_backward = engine
+        torch.autograd.function.FunctionCtx.save_for_backward = save_for_backward
     return first
 
 

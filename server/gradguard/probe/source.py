@@ -162,3 +162,60 @@ def enclosing_function(site: Site) -> tuple[str, int] | None:
     if best is None:
         return ("<module>", 0)
     return (getattr(best, "name", "<lambda>"), best.lineno)
+
+
+def rebinding_before(site: Site) -> Site | None:
+    """For a write at ``site`` to a plain name (``x -= m``, ``x.sub_(m)``, ``x[i] = v``): the latest assignment
+    ``x = <call>`` before it in the same function, when that call is made on ``x``'s own value (``x = x.float()``,
+    ``x = x.to(dtype)``, ``x = x.contiguous()``).  None when the name is not rebound that way."""
+    tree = _tree(site.path)
+    if tree is None:
+        return None
+    function = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                node.lineno <= site.line <= (node.end_lineno or node.lineno):
+            if function is None or node.lineno >= function.lineno:
+                function = node
+    if function is None:
+        return None
+    statement = None
+    for node in ast.walk(function):
+        if isinstance(node, ast.stmt) and node.lineno <= site.line <= (node.end_lineno or node.lineno):
+            if statement is None or _span(node) <= _span(statement):
+                statement = node
+    name = _written_name(statement)
+    if name is None:
+        return None
+    best = None
+    for node in ast.walk(function):
+        if (isinstance(node, ast.Assign) and node.end_lineno < site.line and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == name):
+            if best is None or node.lineno > best.lineno:
+                best = node
+    if best is None:
+        return None
+    # Only when nothing rebinds the name in between (another assignment, a loop target...).
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store) \
+                and best.end_lineno < node.lineno < site.line:
+            return None
+    call = best.value
+    return Site(site.path, call.lineno, call.col_offset + 1, call.end_lineno, call.end_col_offset + 1)
+
+
+def _written_name(statement) -> str | None:
+    """The plain name a statement writes in place: ``x -= m``, ``x[i] = v``, ``x.sub_(m)``."""
+    if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name):
+        return statement.target.id
+    targets = statement.targets if isinstance(statement, ast.Assign) else []
+    for target in targets:
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            return target.value.id
+    if isinstance(statement, (ast.Expr, ast.Assign)) and isinstance(statement.value, ast.Call):
+        func = statement.value.func
+        if isinstance(func, ast.Attribute) and func.attr.endswith("_") and isinstance(func.value, ast.Name):
+            return func.value.id
+    return None

@@ -47,7 +47,7 @@ from .merge import STEP_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
-from .source import enclosing_function, expression_at
+from .source import enclosing_function, expression_at, rebinding_before
 from .untracked import UntrackedWrites
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
@@ -253,6 +253,9 @@ class Conflict:
     torch_message: str | None = None
     realized_save: tuple | None = None  # Saved.saving() of the one a backward used first
     realized_chain: tuple = ()  # Saved.chain of that one
+    # In a custom Function's forward, a write to one of its inputs through a name rebound by a call that returned
+    # the input itself (``x = x.float()`` on a float32 input): (the rebinding line, the Function's name).
+    input_alias: tuple | None = None
     through: str = "a write through `.data`"  # how a write that moves no version got past autograd
 
 
@@ -301,6 +304,7 @@ class Tracer(TorchDispatchMode):
                                 self.internal_errors)
         self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
         self.ops = 0  # aten ops seen: none means the target only defined things
+        self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
 
     # -- installation --
 
@@ -313,6 +317,8 @@ class Tracer(TorchDispatchMode):
             raise
         self._engine = torch.autograd._engine_run_backward
         torch.autograd._engine_run_backward = self._backward
+        self._save_for_backward = torch.autograd.function.FunctionCtx.save_for_backward
+        torch.autograd.function.FunctionCtx.save_for_backward = self._function_save(self._save_for_backward)
         self.provenance.install()
         self.numpy.install()
         self.hooks.install()
@@ -326,6 +332,7 @@ class Tracer(TorchDispatchMode):
         self.hooks.uninstall()
         self.numpy.uninstall()
         self.provenance.uninstall()
+        torch.autograd.function.FunctionCtx.save_for_backward = self._save_for_backward
         torch.autograd._engine_run_backward = self._engine
         try:
             return super().__exit__(*exc)
@@ -376,6 +383,25 @@ class Tracer(TorchDispatchMode):
                 except Exception as exc:  # noqa: BLE001
                     self.internal_errors.append(f"graph: {type(exc).__name__}: {exc}")
 
+    def _function_save(self, original):
+        """``ctx.save_for_backward`` of a custom Function, watched: torch packs the tensors only after the forward
+        returned, so the pack hook cannot see the user's line that saved them; remember it per Function class."""
+        tracer = self
+
+        def save_for_backward(ctx, *tensors):
+            try:
+                frame = user_frame(sys._getframe(1), tracer.user)
+                if frame is not None:
+                    tracer.function_saves[getattr(ctx, "_forward_cls", None)] = (
+                        frame.f_code, frame.f_lineno, frame.f_lasti)
+                del frame
+            except Exception as exc:  # noqa: BLE001
+                tracer.internal_errors.append(f"save: {type(exc).__name__}: {exc}")
+            return original(ctx, *tensors)
+
+        save_for_backward.__wrapped__ = original
+        return save_for_backward
+
     def _keep_saves_of_graph(self, conflicts: list["Conflict"], roots) -> None:
         """A write can hit saves of several graphs (a GAN's `D(real)` and `D(fake)` both save D's weights);
         the backward that used one reads only the graph under its roots.  Keep the saves of that graph, so
@@ -412,10 +438,13 @@ class Tracer(TorchDispatchMode):
             self.serial += 1
             frame = sys._getframe(1)
             function = None
+            saved_at = None
             if frame.f_code is _FUNCTION_APPLY:
                 # ctx.save_for_backward of a custom Function: packed after its forward returned, so the
                 # next aten op is the user's following line, not the op that saved it (see `unnamed`).
-                function = getattr(frame.f_locals.get("cls"), "__name__", None) or "Function"
+                cls = frame.f_locals.get("cls")
+                function = getattr(cls, "__name__", None) or "Function"
+                saved_at = self.function_saves.get(cls)
             site = None
             user = self.user
             while frame is not None:
@@ -423,6 +452,8 @@ class Tracer(TorchDispatchMode):
                     site = (frame.f_code, frame.f_lineno, frame.f_lasti)  # made a Site only if needed
                     break
                 frame = frame.f_back
+            if saved_at is not None:
+                site = saved_at  # the forward's `ctx.save_for_backward(...)` line
             rec = Saved(self.serial, key, value, t._version, is_output, node, output_nr, site,
                         function or (_op_name(last) if is_output and last is not None else None), role, made_by,
                         _next_sequence_nr() - 1)
@@ -522,6 +553,14 @@ class Tracer(TorchDispatchMode):
                         "gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False).")
         return message
 
+    def _from_backward_call(self, sites: list[Site]) -> list[Site]:
+        """The user's frames of an unpack, from the user's ``backward()`` call outwards: a custom Function's
+        backward (the user's code, run by the engine) is where torch read the tensor, not the backward to name."""
+        called = self.hooks.backward
+        if called is not None and called in sites:
+            return sites[sites.index(called):]
+        return sites
+
     def _realize(self, rec: Saved, how: str, message: str | None) -> None:
         if not rec.conflicts:  # the version moved, but not through an op the probe saw
             backward, _ = frame_sites(sys._getframe(2), self.user)
@@ -555,6 +594,7 @@ class Tracer(TorchDispatchMode):
         if not chosen:
             return
         backward, _ = frame_sites(sys._getframe(2), self.user)
+        backward = self._from_backward_call(backward)
         for c in chosen:
             c.realized = how
             c.backward = backward
@@ -757,7 +797,8 @@ class Tracer(TorchDispatchMode):
             self._conflict(func, hits, frame)
 
     def _conflict(self, func, hits, frame=None) -> None:
-        sites, inner = frame_sites(frame if frame is not None else sys._getframe(3), self.user)
+        frame = frame if frame is not None else sys._getframe(3)
+        sites, inner = frame_sites(frame, self.user)
         if not sites:
             return  # torch writing its own saved tensors, away from any user code
         op = _op_name(func)
@@ -769,7 +810,11 @@ class Tracer(TorchDispatchMode):
             conflict = self.conflicts[key] = Conflict(
                 op=op, sites=sites, code_hint=code, origins=origins, first=recs[0],
                 first_overlaps=overlaps(geometry, geometry_of(recs[0].value)))
-        del inner
+            try:
+                conflict.input_alias = _function_input_alias(frame, written, sites[0], self.user)
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"conflict: {type(exc).__name__}: {exc}")
+        del inner, frame
         conflict.count += 1
         self._link(conflict, hits)
 
@@ -940,6 +985,17 @@ class Tracer(TorchDispatchMode):
                            "before the run ended (one would raise \"modified by an inplace operation\")")
         if c.count > 1:
             message += f" [seen {c.count} times]"
+        if c.input_alias is not None:
+            rebound, function = c.input_alias
+            said = expression_at(rebound)
+            message = (f"`{said or 'this line'}` gives back the input of `{function}` itself (a conversion that has "
+                       f"nothing to do returns its argument, not a copy), so {writer} on line {c.sites[0].line} "
+                       f"writes the caller's tensor, and `{function}` never marks it dirty: clone it here. " + message)
+            notes.insert(0, Note(c.sites[0], "the in-place write to the Function's input"))
+            return ProbeFinding(code, kind, rebound, message, severity=severity, torch_message=c.torch_message,
+                                notes=tuple(notes), callers=tuple(c.sites[1:]),
+                                origins=(c.sites[0],) + tuple(c.origins), op=c.op, count=c.count,
+                                saves=tuple(saves), backward=c.backward[0] if c.backward else None)
         order = _order_to_change(c) if code == "GG101" and c.realized is not None else None
         if order is not None:
             # The step or the backward runs inside a helper: the order to change is in the function that calls
@@ -965,6 +1021,29 @@ class Tracer(TorchDispatchMode):
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
                             count=c.count, saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+
+
+def _function_input_alias(frame, written, site: Site, user: UserCode) -> tuple | None:
+    """When ``frame`` (the user's line that wrote ``written``) runs a custom Function's forward and ``written`` is
+    that Function's input itself (same storage), reached through a name the forward rebound from a call
+    (``x = x.float()``, ``x = x.contiguous()``): (the rebinding's site, the Function's name).  None otherwise,
+    and for a write to the forward's parameter as it came in (the write's own line is the one to change)."""
+    user_code = user_frame(frame, user)
+    apply = user_code
+    depth = 0
+    while apply is not None and apply.f_code is not _FUNCTION_APPLY and depth < 8:
+        apply, depth = apply.f_back, depth + 1
+    if apply is None or apply.f_code is not _FUNCTION_APPLY or user_code.f_back is not apply:
+        return None  # not written by the forward itself (a helper it calls: its own line is the place)
+    inputs = apply.f_locals.get("args") or ()
+    storage = written.untyped_storage()._cdata
+    if not any(isinstance(a, _Tensor) and a.untyped_storage()._cdata == storage for a in inputs):
+        return None
+    rebound = rebinding_before(site)
+    if rebound is None:
+        return None
+    name = getattr(apply.f_locals.get("cls"), "__name__", None) or "Function"
+    return rebound, name
 
 
 def _order_to_change(c: Conflict) -> tuple[Site, Site, list[Site]] | None:
