@@ -67,6 +67,7 @@ CANDIDATE = re.compile(
     r"|\.(?:item|tolist|numpy)\s*\(|\bfloat\s*\("
     r"|\.register_(?:full_backward_pre_)?hook\s*\("  # a gradient hook may write its gradient (GG108)
     r"|\b(?:no_grad|inference_mode)\s*\("  # a leaf requiring grad may be rebound under it (GG109)
+    r"|\.backward\s*\("  # a loss may have terms a cut left without gradient (GG103)
 )
 
 

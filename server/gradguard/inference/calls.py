@@ -346,7 +346,8 @@ class CallsMixin:
                 return NumberFrom(frozenset().union(*(i.sources for i in items)), node,
                                   frozenset().union(*(i.markers for i in items)))
             if any(isinstance(i, (Tensor, Derived)) for i in items):
-                return self.apply_op("add", [i for i in items if isinstance(i, (Tensor, Derived))], node, "sum()")
+                terms = [i for i in items if isinstance(i, (Tensor, Derived))]
+                return self.summed(self.apply_op("add", terms, node, "sum()"), terms)
         if name in ("sum", "min", "max", "abs", "round") and args and isinstance(args[0], NumberFrom):
             return args[0]
         if name in ("float", "int") and args and isinstance(args[0], (Tensor, NumberFrom)):
@@ -514,9 +515,19 @@ class CallsMixin:
                 return True
         return False
 
+    def summed(self, result: Value, terms: list[Value]) -> Value:
+        """A sum's result, knowing which of its terms carry no gradient (see ``Interpreter.dead_terms``)."""
+        if isinstance(result, Tensor) and result.requires_grad != Grad.NO:
+            result.dead_terms = self.dead_terms(terms)
+        return result
+
     def _backward(self, target: Value, node: ast.AST, retain: bool) -> None:
         graph = graph_of(target)
         self.sinks.append(Sink("backward", node, graph, self._next()))
+        if isinstance(target, Tensor) and target.dead_terms and target.requires_grad != Grad.NO:
+            for cut in self.breaks:
+                if cut.cut and cut.marker in target.dead_terms and cut.dead_in is None:
+                    cut.dead_in = node
         if not retain:
             for save in self.saves:
                 if save.id in graph:

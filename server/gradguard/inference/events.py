@@ -106,6 +106,9 @@ class GraphBreak:
     # gradient the code reads (an optimizer step, a manual update) is starved by it; filled by the engine.
     cut: bool = False
     starved: "GradRead | None" = None
+    # A cut value that is a whole term of a loss a backward runs from (``loss = ce + aux.detach()``): that term
+    # adds nothing to any gradient.  The backward's node.
+    dead_in: ast.AST | None = None
     # The values come from one tensor (``torch.tensor(t)``, ``x.new_tensor(t)``), not a list or a number: a fix
     # may keep that tensor as it is, where it could not keep a list's.
     of_tensor: bool = False

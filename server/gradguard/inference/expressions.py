@@ -201,7 +201,8 @@ class ExpressionsMixin:
                 continue
             const = _const_key(key)
             items[const if const is not None else object()] = value
-        if any(not isinstance(v, Opaque) for v in items.values()):  # a config of constants is kept too
+        # A config of constants is kept too, and `{}`, which the code then fills (`losses["ce"] = ...`).
+        if not node.keys or any(not isinstance(v, Opaque) for v in items.values()):
             return TensorMap(items)
         return UNKNOWN
 
@@ -283,7 +284,14 @@ class ExpressionsMixin:
         if isinstance(left, Tensor) or isinstance(right, Tensor):
             if name is None:
                 return new_tensor(node, Grad.NO)
-            return self.apply_op(name, [left, right], node, _op_symbol(node.op))
+            result = self.apply_op(name, [left, right], node, _op_symbol(node.op))
+            if isinstance(node.op, (ast.Add, ast.Sub)):
+                return self.summed(result, [left, right])
+            if isinstance(node.op, (ast.Mult, ast.Div)) and not (isinstance(left, Tensor) and isinstance(right, Tensor)):
+                scaled = left if isinstance(left, Tensor) else right  # `weight * loss`: the same terms, scaled
+                if isinstance(result, Tensor) and scaled.dead_terms:
+                    result.dead_terms = scaled.dead_terms
+            return result
         if isinstance(left, NumberFrom) or isinstance(right, NumberFrom):
             return _numbers([left, right], node)
         if isinstance(left, ParamIterable) and isinstance(right, ParamIterable):

@@ -151,6 +151,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # `ctx` of each custom Function's forward running now, with whether its inputs require grad
         self.function_contexts: list[tuple[FunctionContext, Grad]] = []
         self.rebinds: list[Rebind] = []  # leaves requiring grad rebound under no_grad to new tensors
+        self.cut_markers: set[int] = set()  # the markers `.detach()`/`.data` cuts put into the graphs they start
         self.rebind_markers: set[int] = set()  # their markers, dropped when `requires_grad_()` makes a new leaf
         self.read_storages: set[int] = set()  # storages an op has read (their values are in some graph)
         self.is_forward = False  # an nn.Module's forward: its return value is what backward runs through
@@ -330,7 +331,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             if op is not None and isinstance(rhs, Tensor) and isinstance(current, PLAIN):
                 # `total += loss`: an int/float accumulator becomes a tensor holding rhs's graph.
                 self.bind(stmt.target, Tensor(Storage(), rhs.requires_grad, leaf=False, graph=rhs.graph,
-                                              origin=stmt, label=rhs.label), stmt)
+                                              origin=stmt, label=rhs.label, dead_terms=self.dead_terms([rhs])), stmt)
 
     def _stmt_Return(self, stmt: ast.Return) -> None:
         value = self.eval(stmt.value) if stmt.value is not None else NOT_TENSOR
@@ -851,9 +852,21 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             marker = new_id()
             self.breaks.append(GraphBreak(node, how, tensor.graph, marker, origin=tensor.origin,
                                           certain=tensor.requires_grad == Grad.YES, cut=True))
+            self.cut_markers.add(marker)
             graph = frozenset({marker})
         return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}{how.strip('`')}",
                       lost_sources=lost, graph=graph)
+
+    def dead_terms(self, operands: list[Value]) -> frozenset[int]:
+        """The cut markers of a sum's terms that carry no gradient (computed only from values a ``.detach()`` or
+        ``.data`` cut from their graph), and of the sums among its terms."""
+        dead: frozenset[int] = frozenset()
+        for value in operands:
+            if isinstance(value, Tensor):
+                dead |= value.dead_terms
+                if value.requires_grad == Grad.NO and value.graph and value.graph <= self.cut_markers:
+                    dead |= value.graph
+        return dead
 
     def _number_from(self, value: Value, node: ast.AST, how: str) -> Value:
         """``loss.item()``, ``float(t)``, ``t.numpy()``: a plain value; if it flows back into a loss, the

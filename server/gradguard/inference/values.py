@@ -76,6 +76,9 @@ class Tensor:
     # mark dirty, or the ``BackwardHookFunction`` a full backward hook wraps a module's inputs and outputs in):
     # where that happened.  torch refuses an in-place write to it (or to a view of it) while it requires grad.
     custom_view: ast.AST | None = None
+    # A sum (a loss) with terms that carry no gradient: the markers of the `.detach()`/`.data` cuts that every
+    # tensor such a term was computed from went through.  A backward of the sum gets nothing from those terms.
+    dead_terms: frozenset[int] = frozenset()
 
     def root(self) -> "Tensor":
         t = self
@@ -401,6 +404,7 @@ def join(a: Value, b: Value) -> Value:
             base=keep.base,
             multi_view=keep.multi_view if keep.multi_view == other.multi_view else None,
             custom_view=keep.custom_view if keep.custom_view is other.custom_view else None,
+            dead_terms=keep.dead_terms & other.dead_terms,
             param=keep.param and other.param,
             graph=keep.graph | other.graph,
             origin=keep.origin,

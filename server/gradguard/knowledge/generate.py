@@ -405,14 +405,17 @@ def hand_probes() -> list:
 
 def auto_probes(funcs, static, explicit: set) -> list:
     """Probes built from schemas, checking the static table well beyond the hand-written list: every
-    ``torch.X`` builtin whose required args are all Tensors, and every multi-output view."""
+    ``torch.X`` builtin (or Python function of ``torch.functional``, such as ``cdist``) whose required args are
+    all Tensors, and every multi-output view."""
     probes, done = [], set()
     for f in funcs:
         name, args = f.func.name.name.base, f.func.arguments
         fn = getattr(torch, name, None)
         req = [a for a in args.flat_all if a.default is None]
-        if (f.func.kind().name == "functional" and name in static and name not in explicit
-                and type(fn).__name__ == "builtin_function_or_method" and (name, len(req)) not in done
+        if (f.func.kind().name == "functional" and name not in explicit
+                and (name in static and type(fn).__name__ == "builtin_function_or_method"
+                     or inspect.isfunction(fn) and fn.__module__ == "torch.functional")  # torch.cdist
+                and (name, len(req)) not in done
                 and all(str(a.type) == "Tensor" for a in req)):
             done.add((name, len(req)))
             probes.append((name, fn, tuple(T(4, 4) for _ in req), {}))
@@ -651,6 +654,52 @@ def modules_table(kwarg_mods: set) -> dict:
     return table
 
 
+# Argument lists a loss may take, tried in order: (prediction, target), class indices as the target, a third
+# argument of labels or of variances.  The first argument is the one that requires grad.
+LOSS_INPUTS = (
+    (T(2, 3), T(2, 3, kind="n")),
+    (T(2, 3), T(2, kind="i")),
+    (T(2, 3), T(2, 3, kind="n"), T(2, kind="n")),
+    (T(2, 3), T(2, 3, kind="n"), T(2, 3, kind="n")),
+)
+
+
+def probe_loss(cls) -> dict | None:
+    """A loss module (two or three inputs, no parameters): which of its inputs its backward saves, found by
+    calling it on the first argument list it accepts."""
+    for inputs in LOSS_INPUTS:
+        torch.manual_seed(0)
+        values = [t.make(k == 0) for k, t in enumerate(inputs)]
+        values[0] = values[0] * 1  # a non-leaf, as a network's output is
+        try:
+            out = quiet(quiet(cls), *values)
+        except Exception:
+            continue
+        outs = _tensors(out)
+        if not outs or not outs[0].requires_grad:
+            continue
+        ptrs = saved_ptrs(outs)
+        return {"saves_input": ["input"] if any(_ptr(v) in ptrs for v in values) else [], "saves_params": [],
+                "saves_output": ["input"] if any(_ptr(o) in ptrs for o in outs) else [], "has_params": False,
+                "returns": "tensor"}
+    return None
+
+
+def loss_modules_table() -> dict:
+    """Every loss module torch has (``nn.BCELoss``, ``nn.CrossEntropyLoss``...) that a probe can call: none has
+    parameters, so its output requires grad exactly when its prediction does."""
+    table = {}
+    for name, cls in sorted(module_classes().items()):
+        if not issubclass(cls, nn.modules.loss._Loss) or name.startswith("_"):
+            continue
+        entry = probe_loss(cls)
+        if entry is not None:
+            table[name] = {**entry, "functional": None, "inplace_kwarg": False,
+                           "bases": [b.__name__ for b in cls.__mro__ if b.__name__ in module_classes()
+                                     and b is not nn.Module and not b.__name__.startswith("_")]}
+    return table
+
+
 def inplace_kwarg() -> dict:
     """``F`` functions and ``nn`` module classes whose signature has an ``inplace`` parameter."""
     def has(obj):
@@ -691,7 +740,7 @@ def build(verbose: bool = False) -> dict:
     inplace, dropped = inplace_names(funcs)
     kwarg = inplace_kwarg()
     table = {"format": FORMAT, "torch_version": torch.__version__, "ops": ops, "inplace": inplace,
-             "inplace_kwarg": kwarg, "modules": modules_table(set(kwarg["modules"])),
+             "inplace_kwarg": kwarg, "modules": {**loss_modules_table(), **modules_table(set(kwarg["modules"]))},
              "integral_results": integral_results(funcs), "integral_dtypes": integral_dtypes(),
              "module_wrappers": module_wrappers(), "tensor_constructors": tensor_constructors(),
              "autograd_function_bases": autograd_function_bases(),

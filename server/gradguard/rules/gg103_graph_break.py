@@ -42,7 +42,22 @@ def check(event):
 
 
 def _check_cut(event):
-    """A `.detach()`/`.data` is a finding only when gradients the code uses never arrive through any backward."""
+    """A `.detach()`/`.data` is a finding only when gradients the code uses never arrive through any backward, or
+    when what it cut is a whole term of a loss that a backward runs from (the term then adds nothing)."""
+    if event.starved is None and event.dead_in is not None:
+        yield Finding(
+            "GG103",
+            event.node,
+            Message.format(
+                "{how} cuts this value from its graph, and the loss the backward on {sink} runs from adds it as a "
+                "term computed only from cut values: that term has no gradient, so it changes no gradient at all "
+                "(whatever it was computed from learns nothing from it). Drop {how} if the term should train.",
+                how=event.how, sink=event.dead_in),
+            certain=event.certain,
+            related=[(event.dead_in, "the backward that gets nothing from this term")],
+            data={"cut": True},
+        )
+        return
     if event.starved is None:
         return
     read = event.starved
