@@ -139,6 +139,12 @@ def key(finding: ProbeFinding) -> tuple:
 # --- the report -------------------------------------------------------------------------------------------
 
 _RULE_DOC: dict[str, tuple[str, str]] = {}
+# Where the page's first "How to fix it" paragraph speaks about the static message rather than the fix.
+_FIX = {
+    "GG101": "Move `step()` (or the update) after every backward that needs the graph, or compute the forward again "
+             "after it (`gradguard rule GG101` lists the usual cases: a GAN, two losses on a shared trunk, a "
+             "recurrent state).",
+}
 
 
 def rule_doc(code: str) -> tuple[str, str]:
@@ -156,8 +162,9 @@ def rule_doc(code: str) -> tuple[str, str]:
         section = re.search(r"^## How to fix it\s*\n(.*?)(?=^## |\Z)", text, re.S | re.M)
         if section:
             paragraph = section.group(1).strip().split("\n\n")[0]
-            if not paragraph.startswith("```"):
+            if not paragraph.startswith("```") and not paragraph.rstrip().endswith(":"):
                 fix = " ".join(paragraph.split())
+        fix = _FIX.get(code, fix)
         known = _RULE_DOC[code] = (name, fix)
     return known
 
@@ -185,7 +192,9 @@ def describe(finding: ProbeFinding, root: str | None = None) -> str:
     rows: list[tuple[Site, str]] = [(finding.site, "writes here" if finding.kind in ("raised", "silent", "pending")
                                      else "here")]
     rows += [(site, "called from here") for site in finding.callers]
-    rows += [(note.site, note.message) for note in finding.notes]
+    # torch's message is the test's own error already: "backward() raises here" is enough.
+    rows += [(note.site, note.message.split(": ", 1)[0] if note.message.startswith("backward() raises here:")
+              else note.message) for note in finding.notes]
     width = max(len(_where(site, root)) for site, _ in rows)
     lines = [f"gradguard {title} ({finding.kind}) at {_where(finding.site, root)}: {finding.message}"]
     for site, what in rows:

@@ -126,3 +126,13 @@ def test_a_clean_training_step_is_silent() -> None:
 def test_bad_mode() -> None:
     with pytest.raises(ValueError, match="mode"):
         gradguard.watch(mode="loud")
+
+
+def test_every_rule_the_probe_reports_has_a_fix_line() -> None:
+    from gradguard.watching import rule_doc
+
+    for code in ("GG001", "GG002", "GG003", "GG004", "GG005", "GG101", "GG102", "GG103", "GG105", "GG106", "GG107",
+                 "GG108", "GG109"):
+        name, fix = rule_doc(code)
+        assert name and fix and not fix.endswith(":"), code
+        assert "The message" not in fix, code  # the fix itself, not how the static message words it
