@@ -13,7 +13,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from gradguard.cli import main
 
 ALL_CLEAR = "All checks passed."
@@ -174,7 +173,7 @@ def test_json_states_every_files_outcome(runs):
     assert files["pkg/main.py"]["how"] == "python -m pkg.main --epochs 1 'a b'"
     assert files["pkg/layers.py"]["detail"].startswith("not run: no entry point: only definitions")
     assert files["broken.py"]["line"] == 5 and files["broken.py"]["detail"].startswith(
-        "stopped at line 5 by ValueError: the config has no key 'lr' -- not an autograd error")
+        "stopped at line 5 by ValueError: the config has no key 'lr' -- not an autograd error the probe recognises")
     assert files["slow.py"]["detail"].startswith("timed out after 3 s")
     assert [f["path"] for f in data["probe"]["files"] if not f["complete"]] == ["broken.py", "slow.py"]
     assert data["probe"]["complete"] is False
@@ -198,7 +197,7 @@ def test_text_states_every_files_outcome(runs):
     code, out, err = runs["text"]
     lines = [line for line in out.splitlines() if line.startswith("probe: ")]
     assert lines[0].startswith("probe: broken.py: stopped at line 5 by ValueError: the config has no key 'lr' -- "
-                               "not an autograd error, so the probe could not confirm the code after it")
+                               "not an autograd error the probe recognises, so it could not confirm the code after it")
     shown = {line.split(": ", 2)[1]: line.split(": ", 2)[2] for line in lines}
     assert shown["clean.py"].startswith("ran to the end")
     assert shown["pkg/layers.py"].startswith("not run: no entry point")

@@ -224,8 +224,8 @@ def outcome_of(result: ProbeResult, display: str, how: str) -> model.FileOutcome
         message = " ".join(str(exc.get("message", "")).split())[:200]
         return model.FileOutcome(
             display, model.STOPPED,
-            f"stopped {where} by {exc.get('type', 'an exception')}: {message} -- not an autograd error, so the "
-            f"probe could not confirm the code after it ({how})", how, line, status, took)
+            f"stopped {where} by {exc.get('type', 'an exception')}: {message} -- not an autograd error the probe "
+            f"recognises, so it could not confirm the code after it ({how})", how, line, status, took)
     if status == model.TIMEOUT:
         return model.FileOutcome(display, model.TIMED_OUT,
                                  f"timed out after {result.sandbox.get('timeout_s') or took:g} s; findings up to that "
@@ -272,10 +272,10 @@ def probe_results(results: list[FileResult], targets, paths: Sequence[str],
     import queue
     import threading
 
+    from ..notebooks import is_notebook
     from . import merge
     from .runner import ProbeWorker, probe_file
     from .target import MODULE, NO_ENTRY, runnable
-    from ..notebooks import is_notebook
 
     explicit = _explicit_files(paths)
     real = {t.display: t.path for t in targets}
