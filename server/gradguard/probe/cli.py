@@ -342,9 +342,12 @@ def probe_results(results: list[FileResult], targets, paths: Sequence[str],
                     print(f"probe: {r.path}: {tally['confirmed']} confirmed, {tally['added']} added, "
                           f"{tally['unconfirmed']} not confirmed", file=sys.stderr)
 
-            with concurrent.futures.ThreadPoolExecutor(jobs) as executor:
+            executor = concurrent.futures.ThreadPoolExecutor(jobs)
+            try:
                 for future in [executor.submit(run, plan) for plan in plans]:
                     future.result()
+            finally:  # on Ctrl-C too: queued files are dropped, and the workers (with their runs) killed below
+                executor.shutdown(wait=False, cancel_futures=True)
         finally:
             for worker in workers:
                 worker.close()
