@@ -21,12 +21,12 @@ class LocScaleHead(nn.Module):
         self.net = nn.Sequential(nn.Linear(d_in, 16), nn.Tanh(), nn.Linear(16, 2))
         self.softplus = nn.Softplus()
 
-    def forward(self, a):
-        a = self.net(a)
-        b = torch.zeros_like(a)
-        b[:, 0] = a[:, 0]
-        b[:, 1] = self.softplus(b[:, 0])
-        return b
+    def forward(self, features):
+        raw = self.net(features)
+        out = torch.zeros_like(raw)
+        out[:, 0] = raw[:, 0]
+        out[:, 1] = self.softplus(out[:, 0])
+        return out
 
 
 if __name__ == "__main__":

@@ -17,24 +17,24 @@ import torch.nn.functional as F
 torch.manual_seed(0)
 
 
-class L(nn.Module):
+class RowUpdate(nn.Module):
     def __init__(self, d):
         super().__init__()
-        self.a = nn.Linear(d, d, bias=False)
-        self.b = nn.Linear(d, d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.row_proj = nn.Linear(d, d, bias=False)
 
-    def forward(self, x, i):
-        x = self.a(x)
-        self.std = x.std()
-        x[i] = self.b(x[i])
-        return x
+    def forward(self, h, rows):
+        h = self.proj(h)
+        self.std = h.std()
+        h[rows] = self.row_proj(h[rows])
+        return h
 
 
 class Block(nn.Module):
     def __init__(self, d):
         super().__init__()
         self.norm = nn.LayerNorm(d)
-        self.layer = L(d)
+        self.layer = RowUpdate(d)
 
     def forward(self, x, i):
         return x + self.layer(self.norm(x), i)
