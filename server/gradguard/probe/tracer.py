@@ -305,6 +305,7 @@ class Tracer(TorchDispatchMode):
         self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
         self.ops = 0  # aten ops seen: none means the target only defined things
         self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
+        self.detached_in_place: dict[int, list[Site]] = {}  # storage key -> where `.detach_()` cut a tensor's history
 
     # -- installation --
 
@@ -317,6 +318,9 @@ class Tracer(TorchDispatchMode):
             raise
         self._engine = torch.autograd._engine_run_backward
         torch.autograd._engine_run_backward = self._backward
+        self._detach_ = _Tensor.detach_
+        self._detach_own = "detach_" in vars(_Tensor)
+        _Tensor.detach_ = self._detach_in_place(self._detach_)
         self._save_for_backward = torch.autograd.function.FunctionCtx.save_for_backward
         torch.autograd.function.FunctionCtx.save_for_backward = self._function_save(self._save_for_backward)
         self.provenance.install()
@@ -333,6 +337,10 @@ class Tracer(TorchDispatchMode):
         self.numpy.uninstall()
         self.provenance.uninstall()
         torch.autograd.function.FunctionCtx.save_for_backward = self._save_for_backward
+        if self._detach_own:
+            _Tensor.detach_ = self._detach_
+        else:
+            del _Tensor.detach_
         torch.autograd._engine_run_backward = self._engine
         try:
             return super().__exit__(*exc)
@@ -499,6 +507,18 @@ class Tracer(TorchDispatchMode):
         value = rec.value
         if rec.serial == 0:
             return value
+        if not rec.is_output and rec.made_by is not None and value.grad_fn is None:
+            # torch's SavedVariable::unpack, without hooks, refuses an input saved with a history that was
+            # `.detach_()`-ed since (hooks keep the node, so torch does not check): say it in torch's words.
+            message = ("Trying to use a saved tensor that has been detached in-place, i.e. with .detach_()."
+                       "This is not supported, please use out-of-place `.detach()` instead")
+            detached = self.detached_in_place.get(rec.key)
+            if detached is not None:
+                self._detached_saved(rec, detached, message)
+            else:
+                self._realize(rec, "raised", message)
+            self.emulated.add(message)
+            raise RuntimeError(message)
         if value._version != rec.version:
             message = self._torch_message(rec)
             self._realize(rec, "raised", message)
@@ -552,6 +572,45 @@ class Tracer(TorchDispatchMode):
             message += (" Hint: enable anomaly detection to find the operation that failed to compute its "
                         "gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False).")
         return message
+
+    def _detach_in_place(self, original):
+        """``Tensor.detach_`` (no aten op the mode sees), watched: where a tensor with a history was detached in
+        place, by storage, for the saved tensors a backward later finds detached."""
+        tracer = self
+
+        def detach_(t):
+            try:
+                if t.grad_fn is not None:
+                    sites, _ = frame_sites(sys._getframe(1), tracer.user, limit=4)
+                    if sites:
+                        tracer.detached_in_place[t.untyped_storage()._cdata] = sites
+            except Exception as exc:  # noqa: BLE001
+                tracer.internal_errors.append(f"detach_: {type(exc).__name__}: {exc}")
+            return original(t)
+
+        detach_.__wrapped__ = original
+        return detach_
+
+    def _detached_saved(self, rec: Saved, sites: list[Site], message: str) -> None:
+        backward, _ = frame_sites(sys._getframe(2), self.user)
+        backward = self._from_backward_call(backward)
+        key = (rec.site, sites[0], "detach_")
+        if key in self.unexplained:
+            return
+        saved_at = code_site(*rec.site) if rec.site else None
+        notes = []
+        if saved_at:
+            notes.append(Note(saved_at, f"saved for backward here{_by(saved_at, rec.op)}"))
+        if backward:
+            notes.append(Note(backward[0], f"backward() raises here: {message}"))
+        said = expression_at(sites[0])
+        self.unexplained[key] = ProbeFinding(
+            "GG103", "raised", sites[0],
+            f"`{said or 'detach_()'}` detaches in place a tensor a graph still saved for backward: it does not cut "
+            "the history of what was already computed from it, and the backward that reads it raises; detach out "
+            "of place (h = h.detach()) so the next steps start from a new tensor",
+            torch_message=message, notes=tuple(notes), callers=tuple(sites[1:]),
+            saves=(Saving(saved_at, rec.op, rec.role, rec.made_by),), backward=backward[0] if backward else None)
 
     def _from_backward_call(self, sites: list[Site]) -> list[Site]:
         """The user's frames of an unpack, from the user's ``backward()`` call outwards: a custom Function's
