@@ -75,3 +75,60 @@ def test_probe_reports_the_marked_lines(fx: Fixture, worker):
             warnings.simplefilter("ignore")
             module.run()
         assert str(info.value) in [f.torch_message for f in result.findings if f.torch_message]
+
+
+INPLACE_MODULE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(
+    nn.Linear(4, 6),
+    nn.Sigmoid(),
+    nn.Dropout(p=0.5, inplace=True),
+    nn.Linear(6, 1),
+)
+model(torch.randn(3, 4)).sum().backward()
+"""
+
+
+def test_an_inplace_module_is_reported_where_it_is_made(script, probe):
+    """The write runs inside torch's Dropout, called from `model(...)`: the line to change is the constructor."""
+    result = probe(script(INPLACE_MODULE))
+    found = [f for f in result.findings if f.code == "GG005"]
+    assert found, [(f.code, f.site.line) for f in result.findings]
+    assert found[0].site.line == 8
+    assert 11 in [c.line for c in found[0].callers]
+
+
+HELPER_STEP = """\
+import torch
+import torch.nn as nn
+
+
+def update(optimizer, loss):
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+x = torch.randn(5, 3)
+first = net(x).pow(2).mean()
+second = net(x).abs().mean()
+update(opt, first)
+update(opt, second)
+"""
+
+
+def test_a_step_inside_a_helper_is_reported_where_the_order_is(script, probe):
+    """Both the step and the backward run in `update`; the graph of `second` was built before the first update:
+    the line to change is that forward (line 16), in the function that calls both updates."""
+    result = probe(script(HELPER_STEP))
+    found = [f for f in result.findings if f.code == "GG101" and f.kind == "raised"]
+    assert found, [(f.code, f.kind, f.site.line) for f in result.findings]
+    assert found[0].site.line == 16
+    assert {8, 17} <= {o.line for o in found[0].origins}  # the step, and the call that runs it
+    assert found[0].backward is not None and found[0].backward.line == 7

@@ -1055,6 +1055,19 @@ class Tracer(TorchDispatchMode):
                                 notes=tuple(notes), callers=tuple(c.sites[1:]),
                                 origins=(c.sites[0],) + tuple(c.origins), op=c.op, count=c.count,
                                 saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+        if c.code_hint == "GG005" and c.origins and c.origins[0] not in c.sites:
+            # The write happens inside torch's module, called from the user's line: the line to change is where
+            # the module was made with inplace=True (as the static rule says), the call is how it got there.
+            notes.insert(0, Note(c.sites[0], "the module that writes in place runs in this call"))
+            notes = [n for n in notes if n.site != c.origins[0]]
+            made = expression_at(c.origins[0])
+            message = (f"`{made}` is a module that writes in place (inplace=True); run by {writer} on line "
+                       f"{c.sites[0].line}, it " + message[len(writer) + 1:] if made and message.startswith(writer)
+                       else message)
+            return ProbeFinding(code, kind, c.origins[0], message, severity=severity, torch_message=c.torch_message,
+                                notes=tuple(notes), callers=tuple(c.sites), origins=tuple(c.origins[1:]),
+                                op=c.op, count=c.count, saves=tuple(saves),
+                                backward=c.backward[0] if c.backward else None)
         order = _order_to_change(c) if code == "GG101" and c.realized is not None else None
         if order is not None:
             # The step or the backward runs inside a helper: the order to change is in the function that calls
