@@ -75,7 +75,11 @@ class GradGuardPlugin:
         if item.get_closest_marker("no_gradguard") is not None:
             return (yield)
         tracer = Watcher(self.user)
-        tracer.__enter__()
+        try:
+            tracer.__enter__()
+        except Exception as exc:  # noqa: BLE001 - the test runs as it would without the plugin
+            self.internal_errors.append(f"{item.nodeid}: not traced: {type(exc).__name__}: {exc}")
+            return (yield)
         self.traced += 1
         try:
             result = yield
@@ -88,6 +92,14 @@ class GradGuardPlugin:
         return result
 
     def _after(self, item: pytest.Item, tracer: Watcher, error: BaseException | None) -> None:
+        try:
+            self._report(item, tracer, error)
+        except Warning:  # -W error::gradguard.GradGuardWarning: the warning is the test's failure
+            raise
+        except Exception as exc:  # noqa: BLE001 - a tracer bug must never change the test's own outcome
+            self.internal_errors.append(f"{item.nodeid}: report: {type(exc).__name__}: {exc}")
+
+    def _report(self, item: pytest.Item, tracer: Watcher, error: BaseException | None) -> None:
         if isinstance(error, (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception,
                               KeyboardInterrupt)):
             return

@@ -26,6 +26,7 @@ import linecache
 import os
 import re
 import sys
+import sysconfig
 import warnings
 from importlib import resources
 from typing import Any, Callable, Iterable, Sequence
@@ -97,7 +98,7 @@ class Watcher(Tracer):
         return found
 
     def findings(self) -> list[ProbeFinding]:
-        if self.conflicts or _tracer_module.gc is not gc:
+        if self.conflicts or getattr(_tracer_module, "gc", None) is not gc:
             return super().findings()
         _tracer_module.gc = _NoCollect
         try:
@@ -110,8 +111,14 @@ def user_code(roots: Sequence[str]) -> UserCode:
     """The probe's ``UserCode`` for ``roots``, also leaving out the running Python's own folders: a project's
     ``.venv`` (its ``bin/pytest``, its ``lib``) sits under the project's root but is never the user's code."""
     user = UserCode(list(roots))
-    prefixes = {os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.exec_prefix, sys.base_prefix)}
-    user.excluded += tuple(p for p in prefixes if p not in user.roots)
+    folders = set()
+    for scheme_vars in ({}, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
+        paths = sysconfig.get_paths(vars=scheme_vars or None)
+        for name in ("stdlib", "platstdlib", "purelib", "platlib", "scripts"):
+            if paths.get(name):
+                folders.add(os.path.join(os.path.realpath(paths[name]), ""))
+    # Never a folder that holds a root (a project inside /usr/src with Python's prefix /usr is still the user's).
+    user.excluded += tuple(f for f in folders if not any(r.startswith(f) for r in user.roots))
     return user
 
 
@@ -297,7 +304,12 @@ class watch:
         tracer.__exit__(exc_type, error, tb)
         if isinstance(error, HiddenWriteError):
             return False
-        found = [f for f in collect(tracer, self.user, error) if key(f) not in self._told]
+        try:
+            found = [f for f in collect(tracer, self.user, error) if key(f) not in self._told]
+        except Exception:  # noqa: BLE001 - a tracer bug must never replace the block's own outcome
+            if error is not None:
+                return False
+            raise
         if error is not None:
             if found and not isinstance(error, (KeyboardInterrupt, GeneratorExit)):
                 add_note(error, report(found, self.root), found)
