@@ -189,6 +189,43 @@ def test_the_marker_turns_it_off_for_one_test(pytester: pytest.Pytester) -> None
     run(pytester, "--gradguard", "--strict-markers").assert_outcomes(passed=2)
 
 
+def test_skips_and_xfails_keep_their_outcome(pytester: pytest.Pytester) -> None:
+    silent_project(pytester)
+    pytester.makepyfile(test_outcomes="""
+        import pytest
+        import torch
+
+        from model import squash
+
+
+        def test_skipped_after_the_write():
+            x = torch.randn(8, requires_grad=True)
+            squash(x).sum().backward()
+            pytest.skip("no GPU")
+
+
+        @pytest.mark.xfail(reason="known", strict=True)
+        def test_expected_to_fail():
+            assert False
+    """)
+    run(pytester, "--gradguard", "test_outcomes.py").assert_outcomes(skipped=1, xfailed=1)
+
+
+def test_roots_name_the_users_code(pytester: pytest.Pytester) -> None:
+    """With `--gradguard-root tests`, the model's file is not the user's: the finding is reported at the test's line
+    that called into it."""
+    pytester.mkdir("lib")
+    pytester.mkdir("tests")
+    (pytester.path / "lib" / "model.py").write_text(MODEL, encoding="utf-8")
+    (pytester.path / "tests" / "test_squash.py").write_text(SILENT_TESTS, encoding="utf-8")
+    pytester.syspathinsert(pytester.path / "lib")
+    result = run(pytester, "--gradguard", "--gradguard-root", "tests")
+    result.assert_outcomes(failed=1, passed=1)
+    out = result.stdout.str()
+    assert re.search(r"tests/test_squash\.py:8\s+writes here:\s+y = squash\(x\)", out), out
+    assert "model.py:" not in out
+
+
 def test_a_raising_test_keeps_torchs_error_and_gets_the_writing_line(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_raising=RAISING_TESTS)
     plain = run(pytester)
