@@ -285,3 +285,23 @@ def test_gradguard_probe_runs_a_package_module_with_dash_m(project, capsys, monk
     assert main(["probe", "pkg/main.py", "--format", "json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert [(d["path"], d["line"], d["code"]) for d in data["diagnostics"]] == [("pkg/layers.py", 6, "GG001")]
+
+
+def test_a_notebook_and_a_file_the_probe_could_not_run_are_no_pass(tmp_path, capsys, monkeypatch):
+    """The probe runs no notebook (it says so), and an --entry the file does not define is a run that failed:
+    neither is taken for a clean run."""
+    _write(tmp_path, {"clean.py": FILES["clean.py"]})
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+            "source": ["import torch\n", "x = torch.ones(2)\n"]}
+    notebook = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "explore.ipynb").write_text(json.dumps(notebook), encoding="utf-8")
+    code, out, err = _run(tmp_path, ["--probe", "--entry", "nothere", "--format", "json", "clean.py", "explore.ipynb"],
+                          capsys, monkeypatch)
+    data = json.loads(out)
+    runs = {f["path"]: f for f in data["probe"]["files"]}
+    assert runs["explore.ipynb"]["outcome"] == "not-run"
+    assert runs["explore.ipynb"]["detail"] == "not run: the probe does not run notebooks"
+    assert runs["clean.py"]["outcome"] == "did-not-run"
+    assert "clean.py defines no 'nothere' to call (--entry)" in runs["clean.py"]["detail"]
+    assert data["diagnostics"] == [] and code == 2 and ALL_CLEAR not in err
+    assert err.rstrip().splitlines()[-1] == "No problems found; the probe did not finish 2 files."
