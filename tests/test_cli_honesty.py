@@ -329,7 +329,8 @@ def test_check_probe_that_does_not_finish_a_file_is_not_a_pass(tmp_path):
     assert proc.stdout == ("probe: slow.py: timed out after 2 s; findings up to that point are reported "
                            "(python slow.py)\n"), proc.stdout  # the report states the file's outcome
     assert "probe: slow.py: timeout: " in proc.stderr and ALL_CLEAR not in proc.stderr
-    assert last_line(proc.stderr) == "No problems found; the probe did not finish 1 file."
+    assert last_line(proc.stderr) == ("No problems found; the probe did not run 1 file to its end "
+                                      "(see each file's outcome).")
 
 
 # --- 6. an internal error in one file ------------------------------------------
@@ -395,7 +396,7 @@ def _finding(path: str) -> Diagnostic:
     ({"fixing": Fixing(True, 0, 0)}, ALL_CLEAR),
     ({"fixing": Fixing(True, 3, 2)}, "Fixed 3 problems in 2 files; no problems remain."),
     ({"fixing": Fixing(True, 0, 0, write_failures=1)}, "1 file could not be written."),
-    ({"unprobed": 1}, "No problems found; the probe did not finish 1 file."),
+    ({"unprobed": 1}, "No problems found; the probe did not run 1 file to its end (see each file's outcome)."),
 ])
 def test_summary_without_findings(kwargs, expected):
     assert summary([], **kwargs) == expected
@@ -408,7 +409,8 @@ def test_summary_without_findings(kwargs, expected):
      "Would fix 1 problem in 1 file; 2 problems in 1 file would remain (2 fixable with --unsafe-fixes)."),
     ({"fixing": Fixing(True, 0, 0), "crashed": 1},
      "2 problems in 1 file remain; 1 file could not be analysed (internal error)."),
-    ({"unprobed": 2}, "Found 2 problems in 1 file; the probe did not finish 2 files."),
+    ({"unprobed": 2}, "Found 2 problems in 1 file; the probe did not run 2 files to their end "
+                      "(see each file's outcome)."),
 ])
 def test_summary_with_findings(kwargs, expected):
     assert summary([_finding("a.py"), _finding("a.py")], **kwargs) == expected

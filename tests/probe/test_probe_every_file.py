@@ -190,7 +190,8 @@ def test_json_states_every_files_outcome(runs):
     assert ("cli_args.py", 9, "GG001") in found
     # a finding exists, so 1 (the unfinished files are said in the report and the closing line)
     assert code == 1
-    assert err.rstrip().splitlines()[-1].endswith("the probe did not finish 2 files.")
+    assert err.rstrip().splitlines()[-1].endswith(
+        "the probe did not run 2 files to their end (see each file's outcome).")
 
 
 def test_text_states_every_files_outcome(runs):
@@ -249,7 +250,8 @@ def test_all_checks_passed_only_when_every_file_ran_or_has_no_entry_point(tmp_pa
     code, out, err = _run(tmp_path, ["--probe", "."], capsys, monkeypatch)
     assert "probe: broken.py: stopped at line 5 by ValueError" in out
     assert code == 2 and ALL_CLEAR not in err
-    assert err.rstrip().splitlines()[-1] == "No problems found; the probe did not finish 1 file."
+    assert err.rstrip().splitlines()[-1] == (
+        "No problems found; the probe did not run 1 file to its end (see each file's outcome).")
 
 
 def test_a_script_without_the_arguments_it_needs_did_not_run(tmp_path, capsys, monkeypatch):
@@ -304,4 +306,5 @@ def test_a_notebook_and_a_file_the_probe_could_not_run_are_no_pass(tmp_path, cap
     assert runs["clean.py"]["outcome"] == "did-not-run"
     assert "clean.py defines no 'nothere' to call (--entry)" in runs["clean.py"]["detail"]
     assert data["diagnostics"] == [] and code == 2 and ALL_CLEAR not in err
-    assert err.rstrip().splitlines()[-1] == "No problems found; the probe did not finish 2 files."
+    assert err.rstrip().splitlines()[-1] == (
+        "No problems found; the probe did not run 2 files to their end (see each file's outcome).")

@@ -105,8 +105,9 @@ def summary(diagnostics: Sequence[Diagnostic], checked: int = 1, fixing: Fixing 
             crashed: int = 0, unprobed: int = 0, hidden: int = 0) -> str:
     """The closing line printed on stderr: the only place that says "All checks passed.", and it says so only
     when ``checked`` files were all analysed (``crashed``: files whose analysis failed; ``unprobed``: files
-    the ``--probe`` run did not finish) and nothing is left; ``hidden``: findings a baseline left out, which
-    are always counted, never passed over as an all-clear."""
+    asked for that the ``--probe`` run did not run to their end: stopped by an error it does not explain,
+    timed out, could not run, or a notebook) and nothing is left; ``hidden``: findings a baseline left out,
+    which are always counted, never passed over as an all-clear."""
     if fixing is not None:
         clauses = _fix_clauses(diagnostics, fixing)
     elif diagnostics:
@@ -118,7 +119,8 @@ def summary(diagnostics: Sequence[Diagnostic], checked: int = 1, fixing: Fixing 
     if crashed:
         clauses.append(f"{_plural(crashed, 'file')} could not be analysed (internal error)")
     if unprobed:
-        clauses.append(f"the probe did not finish {_plural(unprobed, 'file')}")
+        clauses.append(f"the probe did not run {_plural(unprobed, 'file')} to {'its' if unprobed == 1 else 'their'} "
+                       "end (see each file's outcome)")
     if not clauses:
         return "All checks passed." if checked else "No files were checked."
     text = "; ".join(clauses)
