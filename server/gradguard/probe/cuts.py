@@ -38,6 +38,7 @@ from .source import attribute_at, expression_at
 
 _Tensor = torch.Tensor
 _CUTS = 64  # cut sites remembered
+_SUMS = (torch.ops.aten.add, torch.ops.aten.sub, torch.ops.aten.rsub)  # how a loss term joins the loss
 
 
 @dataclass(eq=False)  # compared and hashed by identity (marks collect them in dicts)
@@ -48,6 +49,9 @@ class Cut:
     judged: bool = True
     copy: bool = False  # made under no_grad from a leaf (GG109), not by .detach()/.data (GG103)
     shape: tuple = ()  # a copy's shape (the leaf's): the leaf may be gone when the copy is judged
+    # Where a scalar computed only from the cut's result was added to a scalar that requires grad (a loss
+    # term summed into the loss): that term is dead, whatever else the backward trains.
+    dead: Site | None = None
 
 
 @dataclass
@@ -152,7 +156,7 @@ class Cuts:
         cut.fed, cut.judged = None, False
         self._mark(out, (cut,))
 
-    def on_op(self, args, kwargs, out) -> None:
+    def on_op(self, args, kwargs, out, func=None) -> None:
         """Pass cut marks from an op's inputs to its outputs."""
         found: tuple[Cut, ...] = ()
         marked = self.marked
@@ -168,6 +172,31 @@ class Cuts:
                         found += entry[1]
         if found:
             self._mark(out, tuple(dict.fromkeys(found)))
+            if func is not None and getattr(func, "overloadpacket", None) in _SUMS:
+                self._dead_term(args, out)
+
+    def _dead_term(self, args, out) -> None:
+        """``loss + term`` (both scalars; ``loss`` requires grad) where ``term`` is marked and does not require grad:
+        the term was computed only from cut results, so it adds nothing to any gradient (a dead loss term).  An
+        element-wise sum of tensors (a straight-through estimator ``x + (q - x).detach()``) is no loss term."""
+        # (Below autograd, the op's output has no autograd metadata yet: ask its operands.)
+        if not (isinstance(out, _Tensor) and out.dim() == 0
+                and any(isinstance(b, _Tensor) and b.requires_grad and b.dim() == 0 for b in args[:2])):
+            return
+        for a in args[:2]:
+            if not isinstance(a, _Tensor) or a.requires_grad or a.dim() != 0:
+                continue
+            entry = self.marked.get(id(a))
+            if entry is None or entry[0]() is not a:
+                continue
+            frame = user_frame(sys._getframe(3), self.user)
+            if frame is None:
+                return
+            site = frame_site(frame)
+            del frame
+            for cut in entry[1]:
+                if not cut.copy and cut.dead is None:
+                    cut.dead = site
 
     def on_backward(self, roots, backward: Site | None) -> None:
         copies: tuple[Cut, ...] = ()
@@ -179,7 +208,26 @@ class Cuts:
                         cut.fed = backward
                     if cut.copy:
                         copies += (cut,)
+                    elif cut.dead is not None:
+                        self._report_dead(cut, backward)
         self.raising = (backward, copies)
+
+    def _report_dead(self, cut: Cut, backward: Site | None) -> None:
+        key = (cut.site.path, cut.site.line)
+        if key in self.found:
+            return
+        said = attribute_at(cut.site, "data") or attribute_at(cut.site, "detach") or expression_at(cut.site)
+        what = f"`{said}`" if said else "this cut"
+        summed = expression_at(cut.dead)
+        where = f"`{summed}` on line {cut.dead.line}" if summed else f"line {cut.dead.line}"
+        at = f" at line {backward.line}" if backward else ""
+        message = (f"{what} cuts the graph, and the loss term computed only from its result is added to the loss at "
+                   f"{where}: that term has no gradient, so the backward(){at} trains nothing through it (it only "
+                   "shifts the loss value)")
+        notes = [Note(cut.dead, "the dead term is added to the loss here")]
+        if backward:
+            notes.append(Note(backward, "the backward() that gets no gradient from that term"))
+        self.found[key] = ProbeFinding("GG103", "starved", cut.site, message, notes=tuple(notes), backward=backward)
 
     def copy_behind_raise(self, backward: Site) -> Cut | None:
         """The copy the roots of the backward() at ``backward`` went through, when that backward raised

@@ -696,7 +696,7 @@ class Tracer(TorchDispatchMode):
                 self.internal_errors.append(f"provenance: {type(exc).__name__}: {exc}")
         if self.cuts.marked:
             try:
-                self.cuts.on_op(args, kwargs, out)
+                self.cuts.on_op(args, kwargs, out, func)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
         return out
