@@ -140,7 +140,8 @@ def test_unrelated_exception_is_a_result_with_its_line(script, probe):
     """)
     result = probe(path)
     assert result.status == "raised"
-    assert result.exception == {"type": "ValueError", "message": "no such dataset", "line": 5, "finding": False}
+    assert result.exception == {"type": "ValueError", "message": "no such dataset", "line": 5, "finding": False,
+                                "path": str(path)}  # the file of that line (the innermost user frame)
     assert "unrelated to autograd" in result.detail
     assert result.findings == []
     assert "Traceback" in result.stderr  # the script's own traceback is in its stderr tail...
