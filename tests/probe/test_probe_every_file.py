@@ -308,3 +308,28 @@ def test_a_notebook_and_a_file_the_probe_could_not_run_are_no_pass(tmp_path, cap
     assert data["diagnostics"] == [] and code == 2 and ALL_CLEAR not in err
     assert err.rstrip().splitlines()[-1] == (
         "No problems found; the probe did not run 2 files to their end (see each file's outcome).")
+
+
+@pytest.mark.parametrize(("source", "kind"), [
+    ("import torch\nx = torch.ones(2)\n", "script"),  # a module-level value computed by torch: code runs
+    ("def f():\n    pass\n\nif __name__ == '__main__':\n    f()\n", "script"),
+    ("'''doc'''\nimport logging\nfrom typing import TypeVar\nlog = logging.getLogger(__name__)\nT = TypeVar('T')\n"
+     "try:\n    import numpy\nexcept ImportError:\n    numpy = None\n\n\nclass A:\n    pass\n", "no-entry"),
+    ("def train():\n    pass\n\ntrain()\n", "script"),
+    ("import sys\nif sys.version_info >= (3, 11):\n    def f():\n        pass\n", "no-entry"),
+])
+def test_what_counts_as_an_entry_point(tmp_path, source, kind):
+    from gradguard.probe.target import runnable
+
+    path = tmp_path / "m.py"
+    path.write_text(source, encoding="utf-8")
+    assert runnable(str(path)).kind == kind
+    # the same file inside a package is a module run with -m when it runs at all
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "m.py").write_text(source, encoding="utf-8")
+    inside = runnable(str(tmp_path / "pkg" / "m.py"))
+    assert (inside.kind, inside.module, inside.root) == (
+        "module" if kind == "script" else kind, "pkg.m", str(tmp_path.resolve()))
+    # --entry NAME makes a file that defines NAME runnable
+    assert runnable(str(path), entry="A").kind == ("script" if "class A" in source else kind)
