@@ -13,6 +13,7 @@ import hashlib
 import re
 from dataclasses import replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from .diagnostics import NOT_ANALYSED
@@ -21,10 +22,11 @@ from .inference.events import Conflict, Finding, GradRead, Mutation, Sink
 from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
+from .inference.project import Project
 from . import parsing, statements
 from .inference.values import ModuleValue, copy_values
 from .knowledge import load_knowledge
-from .messages import Message
+from .messages import Message, other_file
 from .moved import move_findings
 from .rules import RULES_IN_PRECEDENCE
 
@@ -48,7 +50,12 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     class_nodes: list[ast.ClassDef] = []
     units = list(_units(tree, class_nodes))
     classes = find_classes(class_nodes, imports, knowledge.autograd_function_bases)
-    ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions)
+    source = Path(path)
+    project = Project(source, knowledge.autograd_function_bases) if source.is_file() else None
+    ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions,
+                  path=str(source.resolve()) if project is not None else None, project=project)
+    if cache and project is not None and not project.unchanged(cache.get(_PROJECT_MODULES, ())):
+        cache.clear()  # a module of the project that a call was followed into has changed on disk
     candidates = _candidate_units(units, lines) if lines is not None else None
     fingerprint = (_Fingerprints(tree, lines, functions, classes, view_functions)
                    if cache is not None and lines is not None else None)
@@ -83,10 +90,13 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
         cache.clear()
         cache.update(used)
         cache[_PROTOTYPES] = module_env.made
+        if project is not None:
+            cache[_PROJECT_MODULES] = project.stamps()
     return findings
 
 
 _PROTOTYPES = "prototypes"  # the per-document cache's entry for _ModuleEnvironment.made (other keys: hex digests)
+_PROJECT_MODULES = "project modules"  # the entry for the stamps of the project's modules the analysis read
 
 
 def without_findings(cache: dict, findings: list[Finding]) -> dict:
@@ -412,8 +422,7 @@ def _bound_names(body: list[ast.stmt]) -> set[str]:
 def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | None, tree: ast.Module,
               module_env: _ModuleEnvironment) -> Interpreter:
     if fn is not None and any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in fn.body):
-        ctx = Context(ctx.knowledge, collect_imports(fn.body, dict(ctx.imports)), ctx.classes, ctx.depth, ctx.oracle,
-                      ctx.functions)
+        ctx = replace(ctx, imports=collect_imports(fn.body, dict(ctx.imports)))
     info = ctx.classes.get(owner.name) if owner is not None else None
     if info is not None and info.node is not owner:
         info = None  # a class redefined later under the same name
@@ -448,8 +457,23 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:
-                yield from produced
+                yield from filter(None, (_in_this_file(f, event) for f in produced))
                 break
+
+
+def _in_this_file(finding: Finding, event) -> Finding | None:
+    """A finding whose line is in another module of the project (a write inside a followed call into it) is
+    reported at the call in this file that leads there, with the write as a related location and no fix (a fix
+    edits this file only); None when no such call is known."""
+    if other_file(finding.node) is None:
+        return finding
+    site = next((s for s, _ in reversed(getattr(event, "frames", ())) if other_file(s) is None), None)
+    if site is None:
+        return None
+    moved = replace(finding, node=site, related=[(finding.node, Message.text("the write, inside this call")),
+                                                 *finding.related])
+    moved.fix_memo = (None,)
+    return moved
 
 
 def _read_after(interp: Interpreter, mutation) -> Sink | None:

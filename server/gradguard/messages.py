@@ -11,14 +11,17 @@ from __future__ import annotations
 import ast
 import string
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Callable, Iterator, Union
 
 
 @dataclass(frozen=True)
 class Line:
-    """A reference to a 1-based line of the analysed file (or notebook program)."""
+    """A reference to a 1-based line of the analysed file (or notebook program), or of another module of the
+    project (``path``) that the analysis followed a call into."""
 
     number: int
+    path: str | None = None
 
 
 LineName = Callable[[int], str]  # how a line is named in text
@@ -54,14 +57,16 @@ class Message:
         return cls(_merged(parts))
 
     def lines(self) -> Iterator[int]:
-        return (p.number for p in self.parts if isinstance(p, Line))
+        """The lines of the analysed file it names."""
+        return (p.number for p in self.parts if isinstance(p, Line) and p.path is None)
 
     def moved(self, move: Callable[[int], int]) -> "Message":
         """The same message with every line reference passed through ``move`` (itself when it has none: most
         related notes, moved at every edit below them)."""
-        if not any(isinstance(p, Line) for p in self.parts):
+        if not any(isinstance(p, Line) and p.path is None for p in self.parts):
             return self
-        return Message(tuple(Line(move(p.number)) if isinstance(p, Line) else p for p in self.parts))
+        return Message(tuple(Line(move(p.number)) if isinstance(p, Line) and p.path is None else p
+                             for p in self.parts))
 
     def removesuffix(self, suffix: str) -> "Message":
         """The message without ``suffix`` at its end (a rule that words the advice itself drops another's)."""
@@ -71,10 +76,33 @@ class Message:
         return Message(_merged([*self.parts[:-1], last[: -len(suffix)]]))
 
     def render(self, name: LineName = plain_line) -> str:
-        return "".join(name(p.number) if isinstance(p, Line) else p for p in self.parts)
+        return "".join(p if isinstance(p, str) else name(p.number) if p.path is None else
+                       f"{plain_line(p.number)} of {PurePath(p.path).name}" for p in self.parts)
 
     def __str__(self) -> str:
         return self.render()
+
+
+# The nodes of the project's other modules that the analysis followed calls into, by id, with the node itself
+# (held, so that its id cannot be reused while it is here) and its file.
+_OTHER_FILE_NODES: dict[int, tuple[ast.AST, str]] = {}
+
+
+def mark_other_file(tree: ast.AST, path: str | None) -> None:
+    """Record that the nodes of ``tree`` are in the file ``path``, not in the file being analysed (``None``: forget
+    them again, when the module is read anew)."""
+    for node in ast.walk(tree):
+        if hasattr(node, "lineno"):
+            if path is None:
+                _OTHER_FILE_NODES.pop(id(node), None)
+            else:
+                _OTHER_FILE_NODES[id(node)] = (node, path)
+
+
+def other_file(node: ast.AST) -> str | None:
+    """The file a node of another module of the project is in; None for the analysed file's own nodes."""
+    entry = _OTHER_FILE_NODES.get(id(node))
+    return entry[1] if entry is not None and entry[0] is node else None
 
 
 def _parts(value: object) -> tuple[Part, ...]:
@@ -83,7 +111,7 @@ def _parts(value: object) -> tuple[Part, ...]:
     if isinstance(value, Line):
         return (value,)
     if isinstance(value, ast.AST):
-        return (Line(value.lineno),)
+        return (Line(value.lineno, other_file(value)),)
     return (str(value),)
 
 

@@ -8,9 +8,9 @@ One entry per file, named by a key that hashes everything the file's result depe
 - the settings that change results (select, ignore, severities, jedi, view functions), and whether fixes
   can be built here (libcst);
 - the file: its display name, absolute path and the hash of its bytes;
-- with jedi on (``--jedi``) and a file that imports anything but the standard library, torch, numpy and
-  typing: a stamp of every ``.py`` file under the file's project root (jedi may read any of them to learn
-  what an imported helper returns), so editing a helper re-analyses the files that may use it.
+- for a file that imports anything but the standard library, torch, numpy and typing: a stamp of every ``.py``
+  file under the file's project root (calls are followed into the project's modules, and jedi may read any of
+  them to learn what an imported helper returns), so editing a helper re-analyses the files that may use it.
 
 An entry holds its own key, the error and the diagnostics as JSON (``Diagnostic.to_json``, fixes included,
 so ``--fix`` can use a hit, and each one's baseline fingerprint); a clean file's entry says so explicitly.  An
@@ -175,7 +175,7 @@ class ResultCache:
     def key(self, path: Path, display: str, data: bytes) -> str:
         notebook = display.lower().endswith(".ipynb")
         depends = ""
-        if self.config.jedi and imports_other_code(data, notebook):
+        if imports_other_code(data, notebook):  # calls are followed into the project's modules (and jedi reads them)
             depends = self._project_stamp(path)
         return _hash(self._salt, display, str(path.resolve()), hashlib.blake2b(data).digest(), depends)
 

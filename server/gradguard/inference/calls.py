@@ -120,11 +120,11 @@ class CallsMixin:
                     self._optimizer_step(owner, node, ast.unparse(func.value))  # as the code names it
                 return UNKNOWN
             if isinstance(owner, CallableRef):
-                callee = CallableRef(f"{owner.qualname}.{func.attr}")
+                callee = self.imported(f"{owner.qualname}.{func.attr}")
             elif isinstance(owner, ClassRef) and owner.info.autograd_function and func.attr == "apply":
                 callee = FunctionApply(owner.info)
             elif isinstance(owner, ClassRef):
-                found = find_method(self.ctx.classes, owner.info, func.attr)
+                found = find_method(self.ctx.classes_for(owner.info), owner.info, func.attr)
                 callee = FunctionValue(found[0], owner=found[1]) if found else UNKNOWN
         else:
             callee = self.eval(func)
@@ -186,7 +186,7 @@ class CallsMixin:
         """Call a value: a function, lambda or method of the file, a class, an instance, a partial, an import."""
         if isinstance(callee, FunctionValue):
             result = self.inline(callee.node, args, kwargs, node, self_value=callee.self_value, scope=callee.scope,
-                                 owner=callee.owner)
+                                 owner=callee.owner, module_path=callee.module_path)
             if result is not None:
                 return result
         elif isinstance(callee, ClassRef):
@@ -205,7 +205,7 @@ class CallsMixin:
         """``obj(x)``: a module runs its ``forward``; any other object of the file its ``__call__``."""
         info = self.ctx.class_of(instance)
         if info is not None and not info.is_module:
-            found = find_method(self.ctx.classes, info, "__call__")
+            found = find_method(self.ctx.classes_for(info), info, "__call__")
             return self._call_method(found, instance, args, kwargs, node)
         return self.call_module(instance, args, node)
 
@@ -227,7 +227,7 @@ class CallsMixin:
             args, kwargs = self._eval_call_args(node)
             return self.call_value(attr, args, kwargs, node)
         info = self.ctx.class_of(instance)
-        found = find_method(self.ctx.classes, info, name) if info is not None else None
+        found = find_method(self.ctx.classes_for(info), info, name) if info is not None else None
         if found is not None:
             args, kwargs = self._eval_call_args(node)
             if name == "forward":
@@ -239,7 +239,7 @@ class CallsMixin:
         """``super().name(...)``: the next class's method; past the file's classes, the torch layer's own."""
         args, kwargs = self._eval_call_args(node)
         info = self.ctx.class_of(ref.self_value)
-        found = find_method(self.ctx.classes, info, name, after=ref.owner) if info is not None else None
+        found = find_method(self.ctx.classes_for(info), info, name, after=ref.owner) if info is not None else None
         if found is not None:
             return self._call_method(found, ref.self_value, args, kwargs, node, 8 if name == "__init__" else 3)
         if name == "forward" and ref.self_value.torch_module:
@@ -755,7 +755,7 @@ class CallsMixin:
         args = [self.read_data(a, node) if isinstance(a, DataAlias) else a for a in args]
         x = args[0] if args else UNKNOWN
         info = self.ctx.class_of(module)
-        found = find_method(self.ctx.classes, info, "forward") if info is not None and not torch_forward else None
+        found = find_method(self.ctx.classes_for(info), info, "forward") if info is not None and not torch_forward else None
         if found is not None:
             result = self.inline(found[0], args, {}, node, self_value=module, owner=found[1])
             if result is not None and not isinstance(result, PLAIN):

@@ -28,6 +28,7 @@ class ClassInfo:
     bases: list[str] = field(default_factory=list)
     torch_base: str | None = None
     autograd_function: bool = False  # derives from ``torch.autograd.Function``: ``Foo.apply`` runs its forward
+    module_path: str | None = None  # the project module it is defined in, when not the analysed file
     shared_by_copies: ClassVar[bool] = True  # see ``values.copy_values``
 
     @property
@@ -49,13 +50,13 @@ def own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | None:
 
 
 def find_classes(nodes: list[ast.ClassDef], imports: dict[str, str],
-                 function_bases: frozenset[str] = frozenset()) -> dict[str, ClassInfo]:
+                 function_bases: frozenset[str] = frozenset(), module_path: str | None = None) -> dict[str, ClassInfo]:
     """The classes ``nodes`` (every class of the file in source order, found by the engine's one walk of it) by
     name (a later definition of a name wins, as at run time).  ``function_bases``: the qualified names of
     ``torch.autograd.Function`` and its public subclasses."""
     classes: dict[str, ClassInfo] = {}
     for node in nodes:
-        info = ClassInfo(node)
+        info = ClassInfo(node, module_path=module_path)
         for base in node.bases:
             q = qualified_name(base, imports)
             if q is not None and q in function_bases:

@@ -9,10 +9,11 @@ fills ``Mutation.conflicts`` before the rules see the event.
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, field
 
 from ..diagnostics import Diagnostic, Related, Severity, Span
-from ..messages import LineName, Message, plain_line
+from ..messages import LineName, Message, other_file, plain_line
 from .values import Grad, ModuleValue, Save, Tensor
 
 
@@ -199,10 +200,21 @@ class Finding:
         for node, note in self.related:
             if node is None:
                 continue
-            span = span_of(node, lines)
-            related.append(Related(path, span.line, span.column, note.render(line_name)))
+            elsewhere = other_file(node)  # a line of another module of the project the analysis followed
+            span = span_of(node, lines if elsewhere is None else [])
+            related.append(Related(path if elsewhere is None else display_path(elsewhere, path), span.line,
+                                   span.column, note.render(line_name)))
         return Diagnostic(path, span_of(self.node, lines), self.code, severity, self.message.render(line_name),
                           tuple(related))
+
+
+def display_path(other: str, analysed: str) -> str:
+    """Another module's file as output names it: beside the analysed file's display path, as the CLI shows it."""
+    try:
+        relative = os.path.relpath(other, os.path.dirname(os.path.abspath(analysed)))
+    except ValueError:  # another drive
+        return other
+    return os.path.normpath(os.path.join(os.path.dirname(analysed), relative))
 
 
 def _message(text: Message | str) -> Message:

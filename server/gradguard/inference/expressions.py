@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from ..bounds import Unanalysed
-from .classes import find_method
+from .classes import ClassInfo, find_method
 from .events import GradRead
 from .values import (
     INT,
@@ -106,6 +106,17 @@ class ExpressionsMixin:
             return INT
         return NOT_TENSOR
 
+    def imported(self, qualname: str) -> Value:
+        """An imported name: a function or class of one of the project's modules (followed like the file's own),
+        else a reference to the import."""
+        project = self.ctx.project
+        found = project.definition(qualname, self.ctx.path) if project is not None and self.ctx.path else None
+        if isinstance(found, ClassInfo):
+            return ClassRef(found)
+        if found is not None:
+            return FunctionValue(found[0], module_path=found[1])
+        return CallableRef(qualname)
+
     def _expr_Name(self, node: ast.Name) -> Value:
         """Local, then enclosing and module variables, then the file's functions and classes, then imports."""
         value = self.state.env.get(node.id)
@@ -114,17 +125,17 @@ class ExpressionsMixin:
         if value is not None:
             return value
         if node.id in self.ctx.functions:
-            return FunctionValue(self.ctx.functions[node.id])
+            return FunctionValue(self.ctx.functions[node.id], module_path=self.ctx.path)
         if node.id in self.ctx.classes:
             return ClassRef(self.ctx.classes[node.id])
         if node.id in self.ctx.imports:
-            return CallableRef(self.ctx.imports[node.id])
+            return self.imported(self.ctx.imports[node.id])
         if node.id == "__name__":
             return MAIN_MODULE_NAME  # the file is analysed as the program that runs: its `__main__` block runs
         return UNKNOWN
 
     def _expr_Lambda(self, node: ast.Lambda) -> Value:
-        return FunctionValue(node, scope=[self.state.env, *self.scopes])
+        return FunctionValue(node, scope=[self.state.env, *self.scopes], module_path=self.ctx.path)
 
     def _expr_Starred(self, node: ast.Starred) -> Value:
         return self.eval(node.value)
@@ -314,7 +325,7 @@ class ExpressionsMixin:
             self.eval(node.slice)
             return container
         info = self.ctx.class_of(container) if isinstance(container, ModuleValue) else None
-        found = find_method(self.ctx.classes, info, "__getitem__") if info is not None else None
+        found = find_method(self.ctx.classes_for(info), info, "__getitem__") if info is not None else None
         if found is not None:  # `model[2]` of a class of the file that defines __getitem__
             result = self.inline(found[0], [self.eval(node.slice)], {}, node, self_value=container, owner=found[1])
             return result if result is not None else UNKNOWN
@@ -358,7 +369,7 @@ class ExpressionsMixin:
         if isinstance(owner, Derived):
             return owner
         if isinstance(owner, CallableRef):
-            return CallableRef(f"{owner.qualname}.{node.attr}")
+            return self.imported(f"{owner.qualname}.{node.attr}")
         if isinstance(owner, ClassRef) and owner.info.autograd_function and node.attr == "apply":
             return FunctionApply(owner.info)  # `double = DoubleOp.apply`
         if isinstance(owner, FunctionContext):
@@ -369,7 +380,7 @@ class ExpressionsMixin:
         if name in module.attrs:
             return module.attrs[name]
         info = self.ctx.class_of(module)
-        found = find_method(self.ctx.classes, info, name) if info is not None else None
+        found = find_method(self.ctx.classes_for(info), info, name) if info is not None else None
         if found is not None:  # `step = self.train_step`: a bound method
             return FunctionValue(found[0], self_value=module, owner=found[1])
         if module.torch_module:

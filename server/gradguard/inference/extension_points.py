@@ -40,7 +40,7 @@ class ExtensionPointsMixin:
     def apply_function(self, info: ClassInfo, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
         """``Foo.apply(*args)``: the forward followed under no_grad with a ``ctx`` of its own, then its outputs
         made as autograd makes them."""
-        found = find_method(self.ctx.classes, info, "forward")
+        found = find_method(self.ctx.classes_for(info), info, "forward")
         if found is None:
             return self._unknown_call(node, [*args, *kwargs.values()])
         inputs = [a for a in [*args, *kwargs.values()] if isinstance(a, Tensor)]

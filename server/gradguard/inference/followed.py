@@ -29,7 +29,8 @@ class FollowedCallsMixin:
         """A nested ``def`` is a closure over the running function's variables (module-level functions are
         looked up by name instead, see ``_expr_Name``)."""
         if not (self.module_unit and not self.inline_stack):
-            self.state.env[stmt.name] = FunctionValue(stmt, scope=[self.state.env, *self.scopes])
+            self.state.env[stmt.name] = FunctionValue(stmt, scope=[self.state.env, *self.scopes],
+                                                      module_path=self.ctx.path)
 
     _stmt_AsyncFunctionDef = _stmt_FunctionDef
 
@@ -53,7 +54,7 @@ class FollowedCallsMixin:
 
     def inline(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
                self_value: Value | None = None, record: bool = True, scope: list[dict[str, Value]] | None = None,
-               owner: ClassInfo | None = None, max_depth: int = 5) -> Value | None:
+               owner: ClassInfo | None = None, max_depth: int = 5, module_path: str | None = None) -> Value | None:
         """Analyse a call of one of the file's own functions in place, with the caller's values.
 
         ``scope``: the variables a closure or lambda sees from the functions around its definition, innermost
@@ -65,8 +66,11 @@ class FollowedCallsMixin:
             return None
         self.count_step()
         saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-                 self.owner, self.self_value)
-        module_env = self._module_env()
+                 self.owner, self.self_value, self.ctx)
+        context = self.ctx.for_module(module_path or getattr(owner, "module_path", None))
+        # Code of another module of the project sees that module's imports and classes; its globals are unknown.
+        module_env = self._module_env() if context is self.ctx else {}
+        self.ctx = context
         env = self._bind_parameters(fn, args, kwargs, self_value, node)
         grad = self.state.grad_enabled
         for deco in getattr(fn, "decorator_list", ()):
@@ -97,7 +101,7 @@ class FollowedCallsMixin:
             self.inline_stack.pop()
             self.inline_frames.pop()
             (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-             self.owner, self.self_value) = saved
+             self.owner, self.self_value, self.ctx) = saved
         if not returns:
             return NOT_TENSOR
         result = returns[0]
@@ -167,7 +171,7 @@ class FollowedCallsMixin:
                                user_class=info.node)
         if torch_layer and isinstance(node, ast.Call):
             self.construct_torch_base(instance, node, args)  # `MyReLU(inplace=True)`: torch's constructor runs
-        found = find_method(self.ctx.classes, info, "__init__") if run_init else None
+        found = find_method(self.ctx.classes_for(info), info, "__init__") if run_init else None
         if found is not None:
             init, owner = found
             self.inline(init, args, kwargs, node or init, self_value=instance, record=record, owner=owner,

@@ -27,6 +27,10 @@ def collect_imports(body: list[ast.stmt], into: dict[str, str] | None = None) ->
         elif isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level == 0:
             for alias in stmt.names:
                 names[alias.asname or alias.name] = f"{stmt.module}.{alias.name}"
+        elif isinstance(stmt, ast.ImportFrom) and stmt.level:  # `from .trainer import Trainer`: ".trainer.Trainer"
+            prefix = "." * stmt.level + (f"{stmt.module}." if stmt.module else "")
+            for alias in stmt.names:
+                names[alias.asname or alias.name] = f"{prefix}{alias.name}"
         elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
             stack.extend(children(stmt))
     return names

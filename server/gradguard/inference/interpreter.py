@@ -23,6 +23,7 @@ from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
+from .project import Project
 from .saves import SaveLog
 from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
@@ -120,12 +121,40 @@ class Context:
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)  # the file's module-level functions
     # each function's names used as lists (``used_as_sequences``), read once per file however often it is called
     sequence_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
+    path: str | None = None  # the module's file: the analysed file, or a project module a call was followed into
+    project: Project | None = None  # the project's other modules, which calls are followed into
+    # the contexts of the project modules calls were followed into, by path (shared by every copy of this one)
+    module_contexts: dict[str, "Context"] = field(default_factory=dict)
 
     def class_of(self, value: Value) -> ClassInfo | None:
-        """The file's class an instance was made from."""
+        """The class of the file, or of a project module, that an instance was made from."""
         cls = getattr(value, "user_class", None)
-        info = self.classes.get(cls.name) if cls is not None else None
-        return info if info is not None and info.node is cls else None
+        if cls is None:
+            return None
+        info = self.classes.get(cls.name)
+        if info is not None and info.node is cls:
+            return info
+        return self.project.class_info(cls) if self.project is not None else None
+
+    def classes_for(self, info: ClassInfo | None) -> dict[str, ClassInfo]:
+        """The classes of the module ``info`` is defined in (its bases are looked up by name there)."""
+        if info is None or info.module_path is None or info.module_path == self.path or self.project is None:
+            return self.classes
+        module = self.project.module(info.module_path)
+        return module.classes if module is not None else self.classes
+
+    def for_module(self, path: str | None) -> "Context":
+        """The context to run code of the module at ``path`` in (this one for the analysed file)."""
+        if path is None or path == self.path or self.project is None:
+            return self
+        if path not in self.module_contexts:
+            module = self.project.module(path)
+            if module is None:
+                return self
+            self.module_contexts[path] = Context(
+                self.knowledge, module.imports, module.classes, self.depth, None, module.functions,
+                path=module.path, project=self.project, module_contexts=self.module_contexts)
+        return self.module_contexts[path]
 
 
 class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPointsMixin):

@@ -213,6 +213,7 @@ class FunctionValue:
     scope: list[dict[str, "Value"]] | None = None
     self_value: "Value | None" = None
     owner: object = None  # the ClassInfo the method was found on (``super()`` starts after it)
+    module_path: str | None = None  # the project module it is defined in, when not the analysed file
 
 
 @dataclass(eq=False)

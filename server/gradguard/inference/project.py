@@ -1,0 +1,182 @@
+"""The project's own modules, followed like the file's own code.
+
+A training script imports its model and its trainer from the modules next to it (``from .trainer import
+Trainer``, ``from models.networks import Generator``).  A call of such a function or class is followed into that
+module with that module's imports and classes, as a call of the file's own function is: the bug often sits in
+one file and shows in another.
+
+A name is followed into a module only when the import resolves, as Python would resolve it when the file runs,
+to a ``.py`` file (or a package's ``__init__.py``) of the project: relative imports from the file's package;
+absolute imports from the folder of the file (a script's own folder comes first on ``sys.path``) or from the
+folder above its outermost package.  Anything else (installed packages, the standard library) stays an import.
+Each module is read and parsed once per ``Project`` (one analysis run); the result cache stamps the project's
+files for any file that imports one of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..messages import mark_other_file
+from .classes import ClassInfo, find_classes
+from .imports import collect_imports
+
+# Top-level names that are never the project's own code (the libraries every file imports).
+NEVER_PROJECT = frozenset({"torch", "numpy", "typing", "torchvision", "einops", "scipy", "pandas", "sklearn"})
+
+# Re-exports followed from one name to its definition (`pkg/__init__.py` importing from `pkg/impl.py`...).
+MAX_REEXPORTS = 4
+
+# A module larger than this is not followed (a vendored library, generated code): its calls stay unknown.
+MAX_MODULE_BYTES = 400_000
+
+
+@dataclass
+class ProjectModule:
+    """One module of the project as the interpreter needs it: its imports, classes and functions."""
+
+    path: str
+    imports: dict[str, str]
+    classes: dict[str, ClassInfo]
+    functions: dict[str, ast.FunctionDef]
+    tree: ast.Module
+
+
+@dataclass
+class Project:
+    """The modules of the project around ``path``, loaded on first use."""
+
+    path: Path
+    function_bases: frozenset[str] = frozenset()
+    _modules: dict[Path, ProjectModule | None] = field(default_factory=dict)
+    # every class of every loaded module, by its node: an instance knows its class node, not its module
+    _classes: dict[int, ClassInfo] = field(default_factory=dict)
+    _resolved: dict[tuple[str, str], tuple[ProjectModule, str] | None] = field(default_factory=dict)
+
+    def module_of(self, qualname: str, importer: str) -> tuple[ProjectModule, str] | None:
+        """The project module a qualified import name (``.trainer.Trainer``, ``pkg.nets.Generator``, as
+        ``collect_imports`` writes them) defines, and the name inside it; None when it is not the project's."""
+        key = (qualname, importer)
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(qualname, importer)
+        return self._resolved[key]
+
+    def _resolve(self, qualname: str, importer: str) -> tuple[ProjectModule, str] | None:
+        level = len(qualname) - len(qualname.lstrip("."))
+        parts = qualname[level:].split(".")
+        if len(parts) < 2 or not level and (parts[0] in sys.stdlib_module_names or parts[0] in NEVER_PROJECT):
+            return None
+        for base in self._bases(Path(importer), level):
+            for cut in range(len(parts) - 1, 0, -1):  # the longest module path first
+                module = self._load(base, parts[:cut])
+                if module is not None:
+                    return module, ".".join(parts[cut:])
+        return None
+
+    def definition(self, qualname: str, importer: str) -> ClassInfo | tuple[ast.FunctionDef, str] | None:
+        """The class, or the function and its module's path, that an imported name of the project is; through
+        the re-exports of a package's ``__init__.py`` (``from .lstm import LSTM``) too."""
+        for _ in range(MAX_REEXPORTS):
+            found = self.module_of(qualname, importer)
+            if found is None:
+                return None
+            module, name = found
+            if name in module.classes:
+                return module.classes[name]
+            if name in module.functions:
+                return module.functions[name], module.path
+            if name not in module.imports:
+                return None
+            qualname, importer = module.imports[name], module.path
+        return None
+
+    def stamps(self) -> tuple[tuple[str, tuple | None], ...]:
+        """The modules this project has read, with the (mtime, size) they were read at."""
+        return tuple((str(path), _PARSED[path][0][:2] if path in _PARSED else None) for path in self._modules)
+
+    @staticmethod
+    def unchanged(stamps: tuple[tuple[str, tuple | None], ...]) -> bool:
+        """Whether every module in ``stamps`` (from ``stamps()`` of an earlier run) is still as it was read."""
+        for path, stamp in stamps:
+            try:
+                stat = Path(path).stat()
+            except OSError:
+                return stamp is None
+            if stamp != (stat.st_mtime_ns, stat.st_size):
+                return False
+        return True
+
+    def class_info(self, node: ast.ClassDef) -> ClassInfo | None:
+        return self._classes.get(id(node))
+
+    def module(self, path: str) -> ProjectModule | None:
+        return self._modules.get(Path(path))
+
+    # ------------------------------------------------------------------ resolution
+    @staticmethod
+    def _bases(importer: Path, level: int) -> list[Path]:
+        folder = importer.resolve().parent
+        if level:
+            for _ in range(level - 1):
+                folder = folder.parent
+            return [folder]
+        top = folder
+        while (top / "__init__.py").exists() and top.parent != top:
+            top = top.parent
+        return [folder] if top == folder else [folder, top]
+
+    def _load(self, base: Path, parts: list[str]) -> ProjectModule | None:
+        if not parts or not all(p.isidentifier() for p in parts):
+            return None
+        stem = base.joinpath(*parts)
+        for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
+            if candidate in self._modules:
+                return self._modules[candidate]
+            if candidate.is_file():
+                self._modules[candidate] = None  # a module importing itself back finds nothing while it loads
+                self._modules[candidate] = module = self._parse(candidate)
+                return module
+        return None
+
+    def _parse(self, path: Path) -> ProjectModule | None:
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        stamp = (stat.st_mtime_ns, stat.st_size, self.function_bases)
+        cached = _PARSED.get(path)
+        if cached is not None and cached[0] == stamp:
+            module = cached[1]
+        else:
+            if cached is not None and cached[1] is not None:
+                mark_other_file(cached[1].tree, None)  # read anew: the old nodes are no longer the module's
+            module = _parse_module(path, stat.st_size, self.function_bases)
+        _PARSED[path] = (stamp, module)
+        if module is not None:
+            for info in module.classes.values():
+                self._classes[id(info.node)] = info
+        return module
+
+
+# Modules parsed in this process, by path, with the (mtime, size) they were read at: a CLI run over a package
+# reads each module once however many files import it; an edit on disk is read again.
+_PARSED: dict[Path, tuple[tuple, ProjectModule | None]] = {}
+
+
+def _parse_module(path: Path, size: int, function_bases: frozenset[str]) -> ProjectModule | None:
+    if size > MAX_MODULE_BYTES:
+        return None
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    mark_other_file(tree, str(path))
+    imports = collect_imports(tree.body)
+    class_nodes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    class_nodes.sort(key=lambda n: (n.lineno, n.col_offset))
+    classes = find_classes(class_nodes, imports, function_bases, module_path=str(path))
+    functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    return ProjectModule(str(path), imports, classes, functions, tree)

@@ -1,0 +1,192 @@
+"""Calls followed into the project's other modules: relative imports in a package, a script's sibling modules,
+and names a package's ``__init__.py`` re-exports.  Each program is a small package or script folder written
+to a temporary directory and run under torch first, so every positive is known to break autograd and every
+negative to run clean; then gradguard checks the entry file alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SAVED = "one of the variables needed for gradient computation has been modified by an inplace operation"
+
+MODEL = """
+    import torch
+    import torch.nn as nn
+
+
+    class Critic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(4, 8)
+            self.out = nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.out(torch.tanh(self.body(x)))
+"""
+
+# A trainer in the entry module steps the critic's optimizer between the critic's forward and the second
+# backward through it: the Linear layers of the imported model saved the weights the step changes.
+TRAIN = """
+    import torch
+
+    from {import_from} import Critic
+
+
+    def train():
+        torch.manual_seed(0)
+        critic = Critic()
+        optimizer = torch.optim.SGD(critic.parameters(), lr=0.1)
+        x = torch.randn(5, 4, requires_grad=True)
+        value = critic(x).mean()
+        optimizer.zero_grad()
+        value.backward(retain_graph=True)
+        optimizer.step()
+        (value * 2).backward()
+
+
+    if __name__ == "__main__":
+        train()
+"""
+
+# The model's forward writes a tensor that its own tanh saved, in a module of its own; the entry file only
+# builds and calls it: the finding is reported at that call, with the write in the other file.
+INPLACE_MODEL = """
+    import torch
+    import torch.nn as nn
+
+
+    class Gate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = torch.tanh(self.proj(x))
+            h.mul_(0.5)
+            return h
+"""
+
+CALLER = """
+    import torch
+
+    from {import_from} import Gate
+
+
+    def step():
+        torch.manual_seed(0)
+        gate = Gate()
+        gate(torch.randn(3, 4)).sum().backward()
+
+
+    if __name__ == "__main__":
+        step()
+"""
+
+CLEAN_TRAIN = """
+    import torch
+
+    from {import_from} import Critic
+
+
+    def train():
+        torch.manual_seed(0)
+        critic = Critic()
+        optimizer = torch.optim.SGD(critic.parameters(), lr=0.1)
+        x = torch.randn(5, 4, requires_grad=True)
+        value = critic(x).mean()
+        optimizer.zero_grad()
+        (value * 3).backward()
+        optimizer.step()
+
+
+    if __name__ == "__main__":
+        train()
+"""
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+
+
+def _run(root: Path, entry: str) -> subprocess.CompletedProcess:
+    """Run the program as Python would: a package module with ``-m`` from its root, a script by its path."""
+    module = entry[:-3].replace("/", ".")
+    args = [sys.executable, "-m", module] if "/" in entry else [sys.executable, entry]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=120, env=env)
+
+
+def _check(root: Path, entry: str) -> list[dict]:
+    done = subprocess.run([sys.executable, "-m", "gradguard", "check", "--no-cache", "--format", "json", entry],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)["diagnostics"]
+
+
+LAYOUTS = {
+    # name: (files, entry, what the entry imports from)
+    "relative import in a package": ({"pkg/__init__.py": "", "pkg/model.py": MODEL}, "pkg/main.py", ".model"),
+    "script beside its module": ({"model.py": MODEL}, "main.py", "model"),
+    "re-exported by a subpackage": ({"pkg/__init__.py": "", "pkg/nets/__init__.py": "from .critic import Critic\n",
+                                     "pkg/nets/critic.py": MODEL}, "pkg/main.py", ".nets"),
+    "absolute import of the package": ({"pkg/__init__.py": "", "pkg/model.py": MODEL}, "pkg/main.py", "pkg.model"),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=str)
+def test_a_step_between_a_forward_and_its_backward_through_an_imported_model(tmp_path: Path, layout: str):
+    files, entry, import_from = LAYOUTS[layout]
+    _write(tmp_path, {**files, entry: TRAIN.format(import_from=import_from)})
+    ran = _run(tmp_path, entry)
+    assert ran.returncode != 0 and SAVED in ran.stderr, ran.stderr[-2000:]
+
+    found = _check(tmp_path, entry)
+    assert [(d["code"], d["line"]) for d in found] == [("GG101", 14)], found
+    saved = found[0]["related"][0]
+    assert Path(saved["path"]).name in ("model.py", "critic.py") and saved["line"] == 12, found
+    assert " of model.py" in found[0]["message"] or " of critic.py" in found[0]["message"]
+
+
+@pytest.mark.parametrize("layout", ["relative import in a package", "script beside its module"], ids=str)
+def test_the_same_code_with_the_step_after_every_backward_is_clean(tmp_path: Path, layout: str):
+    files, entry, import_from = LAYOUTS[layout]
+    _write(tmp_path, {**files, entry: CLEAN_TRAIN.format(import_from=import_from)})
+    ran = _run(tmp_path, entry)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _check(tmp_path, entry) == []
+
+
+def test_a_write_inside_an_imported_forward_is_reported_at_the_call_with_the_write_related(tmp_path: Path):
+    files = {"pkg/__init__.py": "", "pkg/gate.py": INPLACE_MODEL, "pkg/main.py": CALLER.format(import_from=".gate")}
+    _write(tmp_path, files)
+    ran = _run(tmp_path, "pkg/main.py")
+    assert ran.returncode != 0 and SAVED in ran.stderr, ran.stderr[-2000:]
+
+    found = _check(tmp_path, "pkg/main.py")
+    assert [(d["code"], d["line"]) for d in found] == [("GG001", 9)], found
+    write = found[0]["related"][0]
+    assert (Path(write["path"]).as_posix(), write["line"]) == ("pkg/gate.py", 12)
+    assert found[0]["fix"] is None  # a fix edits the analysed file only; the write is in another one
+
+
+def test_a_folder_named_like_torch_is_not_taken_for_torch(tmp_path: Path):
+    """``torch.optim.SGD`` stays torch's optimizer even beside a folder ``torch/`` whose ``optim.py`` defines a
+    class ``SGD`` that steps nothing: the libraries every file imports are never looked up in the project."""
+    fake = "class SGD:\n    def __init__(self, params, lr):\n        pass\n\n    def step(self):\n        pass\n"
+    _write(tmp_path, {"torch/__init__.py": "", "torch/optim.py": fake, "main.py": TRAIN.format(import_from="model"),
+                      "model.py": MODEL})
+    found = _check(tmp_path, "main.py")
+    assert [(d["code"], d["line"]) for d in found] == [("GG101", 14)]
+    assert all("torch" not in Path(r["path"]).parts for d in found for r in d["related"])
