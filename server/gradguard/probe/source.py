@@ -168,6 +168,42 @@ def rebinding_before(site: Site) -> Site | None:
     """For a write at ``site`` to a plain name (``x -= m``, ``x.sub_(m)``, ``x[i] = v``): the latest assignment
     ``x = <call>`` before it in the same function, when that call is made on ``x``'s own value (``x = x.float()``,
     ``x = x.to(dtype)``, ``x = x.contiguous()``).  None when the name is not rebound that way."""
+    found = _function_and_name(site)
+    if found is None:
+        return None
+    function, name = found
+    best = None
+    for node in ast.walk(function):
+        if (isinstance(node, ast.Assign) and node.end_lineno < site.line and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == name):
+            if best is None or node.lineno > best.lineno:
+                best = node
+    return _unless_rebound(function, name, best, site)
+
+
+def alias_before(site: Site) -> Site | None:
+    """For a write at ``site`` to a plain name (``out[:, :h] = v``, ``out += v``): the latest assignment
+    ``out = x`` before it in the same function when it merely gives another name to a tensor (a plain name on
+    the right), so that the write changes ``x`` too.  None otherwise."""
+    found = _function_and_name(site)
+    if found is None:
+        return None
+    function, name = found
+    best = None
+    for node in ast.walk(function):
+        if (isinstance(node, ast.Assign) and node.end_lineno < site.line and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
+                and isinstance(node.value, ast.Name) and node.value.id != name):
+            if best is None or node.lineno > best.lineno:
+                best = node
+    if best is None:
+        return None
+    return _unless_rebound(function, name, best, site, whole=True)
+
+
+def _function_and_name(site: Site):
     tree = _tree(site.path)
     if tree is None:
         return None
@@ -185,16 +221,11 @@ def rebinding_before(site: Site) -> Site | None:
             if statement is None or _span(node) <= _span(statement):
                 statement = node
     name = _written_name(statement)
-    if name is None:
-        return None
-    best = None
-    for node in ast.walk(function):
-        if (isinstance(node, ast.Assign) and node.end_lineno < site.line and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
-                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
-                and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == name):
-            if best is None or node.lineno > best.lineno:
-                best = node
+    return (function, name) if name is not None else None
+
+
+def _unless_rebound(function, name: str, best, site: Site, whole: bool = False) -> Site | None:
+    """``best``'s site (the whole statement, or its call), unless ``name`` is bound again before ``site``."""
     if best is None:
         return None
     # Only when nothing rebinds the name in between (another assignment, a loop target...).
@@ -202,8 +233,8 @@ def rebinding_before(site: Site) -> Site | None:
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store) \
                 and best.end_lineno < node.lineno < site.line:
             return None
-    call = best.value
-    return Site(site.path, call.lineno, call.col_offset + 1, call.end_lineno, call.end_col_offset + 1)
+    part = best if whole else best.value
+    return Site(site.path, part.lineno, part.col_offset + 1, part.end_lineno, part.end_col_offset + 1)
 
 
 def _written_name(statement) -> str | None:

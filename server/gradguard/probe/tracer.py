@@ -24,6 +24,7 @@ backward) are exceptions: ``classify_exception`` maps them to a rule code and th
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import re
@@ -47,7 +48,7 @@ from .merge import STEP_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
-from .source import enclosing_function, expression_at, rebinding_before
+from .source import alias_before, enclosing_function, expression_at, rebinding_before
 from .untracked import UntrackedWrites
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
@@ -985,10 +986,20 @@ class Tracer(TorchDispatchMode):
         self.asked.waiting.clear()  # the graph nodes they hold must not keep a graph "alive" below
         gc.collect()  # graphs kept alive only by reference cycles are dropped, like a long run would
         found = list(self.unexplained.values()) + list(self.graph_breaks.values())
+        placed: dict[tuple, int] = {}  # several writes placed at one line (an alias, a module): one finding there
         for c in self.conflicts.values():
             finding = self._finding(c)
-            if finding is not None:
-                found.append(finding)
+            if finding is None:
+                continue
+            key = (finding.site.path, finding.site.line, finding.code)
+            if finding.site != c.sites[0] and key in placed:
+                first = found[placed[key]]
+                found[placed[key]] = dataclasses.replace(
+                    first, origins=first.origins + tuple(o for o in finding.origins if o not in first.origins),
+                    count=first.count + finding.count)
+                continue
+            placed.setdefault(key, len(found))
+            found.append(finding)
         found += self.hooks.findings() + self.asked.findings()
         taken = {(f.site.path, f.site.line) for f in found}
         found += [f for f in self.cuts.findings() if (f.site.path, f.site.line) not in taken]
@@ -1044,6 +1055,20 @@ class Tracer(TorchDispatchMode):
                            "before the run ended (one would raise \"modified by an inplace operation\")")
         if c.count > 1:
             message += f" [seen {c.count} times]"
+        alias = None
+        if c.input_alias is None and code in ("GG001", "GG102") and c.code_hint == "GG001":
+            alias = alias_before(c.sites[0])
+        if alias is not None:
+            # `out = x; out[:, :h] = v`: the write goes through another name of a tensor a graph saved; the line
+            # to change is the one that made the name (take a copy there), the writes are how.
+            said = expression_at(alias)
+            message = (f"`{said or 'this line'}` gives a second name to a tensor a graph saved, not a copy, so "
+                       f"{writer} on line {c.sites[0].line} changes it: take a copy here. " + message)
+            notes.insert(0, Note(c.sites[0], "the write through the second name"))
+            return ProbeFinding(code, kind, alias, message, severity=severity, torch_message=c.torch_message,
+                                notes=tuple(notes), callers=tuple(c.sites[1:]),
+                                origins=(c.sites[0],) + tuple(c.origins), op=c.op, count=c.count,
+                                saves=tuple(saves), backward=c.backward[0] if c.backward else None)
         if c.input_alias is not None:
             rebound, function = c.input_alias
             said = expression_at(rebound)
