@@ -132,3 +132,33 @@ def test_a_step_inside_a_helper_is_reported_where_the_order_is(script, probe):
     assert found[0].site.line == 16
     assert {8, 17} <= {o.line for o in found[0].origins}  # the step, and the call that runs it
     assert found[0].backward is not None and found[0].backward.line == 7
+
+
+NUMBER_LOSS = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+policy = nn.Linear(4, 3)
+
+
+def reinforce(states, actions, rewards):
+    loss = 0.0
+    for s, a, r in zip(states, actions, rewards):
+        log_probs = torch.log_softmax(policy(s), dim=-1)
+        loss -= log_probs[a].item() * r
+    loss.backward()
+
+
+reinforce(torch.randn(3, 4), [0, 2, 1], [1.0, 0.5, 2.0])
+"""
+
+
+def test_backward_on_a_number_names_the_read(script, probe):
+    """`loss.backward()` on a float raises AttributeError; the line to change is the `.item()` read."""
+    result = probe(script(NUMBER_LOSS))
+    assert result.exception is not None and result.exception["type"] == "AttributeError"
+    assert result.exception["finding"], result.exception
+    found = [f for f in result.findings if f.code == "GG103"]
+    assert [f.site.line for f in found] == [12], [(f.code, f.site.line) for f in result.findings]
+    assert 13 in [o.line for o in found[0].origins]

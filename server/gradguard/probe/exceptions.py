@@ -44,8 +44,13 @@ def is_memory_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and bool(_MEMORY.search(str(exc).split("\n", 1)[0]))
 
 
+_NUMBER_BACKWARD = re.compile(r"^'(float|int)' object has no attribute 'backward'")
+
+
 def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None) -> ProbeFinding | None:
     """The finding an exception proves, or None when it is unrelated to autograd and mutation."""
+    if isinstance(exc, AttributeError) and tracer is not None and _NUMBER_BACKWARD.search(str(exc)):
+        return _number_backward(exc, user, tracer)
     if not isinstance(exc, RuntimeError):
         return None
     text = str(exc)
@@ -104,6 +109,29 @@ def _backward_hook_finding(exc, user: UserCode, tracer: Tracer, sites: list[Site
                "(output.register_hook), or make the following module out of place")
     return ProbeFinding("GG004", "raised", registered[0], message, torch_message=text, callers=tuple(sites),
                         origins=tuple(inplace), notes=tuple(notes), view_node="BackwardHookFunction")
+
+
+def _number_backward(exc: BaseException, user: UserCode, tracer: Tracer) -> ProbeFinding | None:
+    """``loss.backward()`` on a Python number: the loss was accumulated from values read out of the graph
+    (``.item()``, ``float(t)``), the graph break is the read, in the function that called backward()."""
+    code = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if user.is_user(tb.tb_frame.f_code):
+            code = tb.tb_frame.f_code
+        tb = tb.tb_next
+    sites = traceback_sites(exc.__traceback__, user)
+    if code is None or not sites:
+        return None
+    read = next((site for code_id, site in reversed(tracer.scalar_reads) if code_id == id(code)), None)
+    if read is None:
+        return None
+    first = str(exc).split("\n", 1)[0]
+    message = ("the value read out of a tensor that requires grad here (`.item()`, `float()`) is a plain number: "
+               f"the loss accumulated from it has no graph, and backward() on line {sites[0].line} fails ({first}); "
+               "keep the tensor in the loss")
+    return ProbeFinding("GG103", "graph-break", read, message, torch_message=None, callers=(),
+                        origins=(sites[0],), notes=(Note(sites[0], f"backward() is called on a number here: {first}"),))
 
 
 def _rebuilds_before(tb, user: UserCode, tracer: Tracer | None) -> tuple[Site, ...]:

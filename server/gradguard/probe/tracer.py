@@ -295,6 +295,7 @@ class Tracer(TorchDispatchMode):
         self.graph_breaks: dict[tuple, ProbeFinding] = {}
         self.realized_now: list[Conflict] = []  # conflicts a backward used during the current backward call
         self.rebuilds: list[tuple[int, Site]] = []  # (code id, site) of tensors made from data or cut values
+        self.scalar_reads: list[tuple[int, Site]] = []  # (code id, site) of `.item()`/`float(t)` reads, latest last
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
         self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
@@ -932,6 +933,8 @@ class Tracer(TorchDispatchMode):
                     if frame is not None:
                         self.cut = Cut(frame_site(frame))
                         self.provenance.read_scalar(out, frame)
+                        self.scalar_reads.append((id(frame.f_code), self.cut.site))
+                        del self.scalar_reads[:-20]
             elif kind is _FRESH or (kind is _DETACH and args[0].requires_grad and torch.is_grad_enabled()):
                 frame = self._user_frame(sys._getframe(1))
                 if frame is not None:
