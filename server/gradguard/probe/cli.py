@@ -252,7 +252,7 @@ def _dedupe(results: list[FileResult]) -> list[FileResult]:
             if key not in best or rank > best[key][0]:
                 best[key] = (rank, d)
     kept = {id(d) for _, d in best.values()}
-    return [FileResult(r.path, [d for d in r.diagnostics if id(d) in kept], r.error, r.fixes) for r in results]
+    return [replace(r, diagnostics=[d for d in r.diagnostics if id(d) in kept]) for r in results]
 
 
 PROBE_MAX_JOBS = 4  # each worker holds torch (~0.7 GB of address space); more rarely helps
@@ -335,7 +335,7 @@ def probe_results(results: list[FileResult], targets, paths: Sequence[str],
                 tally = merge.counts(diagnostics, len(r.diagnostics))
                 outcome = outcome_of(result, r.path, shown)
                 with lock:
-                    merged[id(r)] = FileResult(r.path, diagnostics, r.error, r.fixes)
+                    merged[id(r)] = replace(r, diagnostics=diagnostics)
                     outcomes[id(r)] = outcome
                     for line in describe(result, r.path):
                         print(line, file=sys.stderr)
