@@ -162,3 +162,24 @@ def test_backward_on_a_number_names_the_read(script, probe):
     found = [f for f in result.findings if f.code == "GG103"]
     assert [f.site.line for f in found] == [12], [(f.code, f.site.line) for f in result.findings]
     assert 13 in [o.line for o in found[0].origins]
+
+
+DATA_NUMPY = """\
+import numpy as np
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+lin = nn.Linear(4, 3)
+h = lin(torch.randn(5, 4))
+scale = torch.from_numpy(np.abs(h.data.numpy()).mean(0, keepdims=True))
+(h / (scale + 1.0)).sum().backward()
+"""
+
+
+def test_values_read_through_data_numpy_and_rebuilt(script, probe):
+    """`.data.numpy()` reads values out of the graph as `.detach().numpy()` does: rebuilt into a tensor that
+    reaches the backward, the gradient through them is dropped (a graph break at the rebuild)."""
+    result = probe(script(DATA_NUMPY))
+    found = [f for f in result.findings if f.code == "GG103"]
+    assert [f.site.line for f in found] == [8], [(f.code, f.site.line) for f in result.findings]

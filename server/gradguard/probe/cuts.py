@@ -76,6 +76,7 @@ class Cuts:
         self.found: dict[tuple, ProbeFinding] = {}
         self.raising: tuple[Site | None, tuple[Cut, ...]] = (None, ())  # the latest backward and the copies it ran through
         self._undo: list = []
+        self.on_data = None  # told of each `.data` of a tensor that requires grad (out, the user's frame)
 
     # -- installation --
 
@@ -92,6 +93,11 @@ class Cuts:
             if self.requires_grad:
                 try:
                     cuts._cut_by(out, self, sys._getframe(1))
+                    if cuts.on_data is not None and torch.is_grad_enabled():
+                        frame = sys._getframe(1)
+                        if cuts.user.is_user(frame.f_code):  # the user's own `.data`, not a library's
+                            cuts.on_data(out, frame)  # `h.data.numpy()` reads values out of the graph
+                        del frame
                 except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
                     cuts.errors.append(f"cuts: {type(exc).__name__}: {exc}")
             return out

@@ -305,6 +305,7 @@ class Tracer(TorchDispatchMode):
         self.numpy = NumpyViews(user, self._numpy_write, self.pending.__contains__,  # writes through NumPy views
                                 self.internal_errors)
         self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
+        self.cuts.on_data = self.provenance.read_detached  # `.data.numpy()` is a read, as `.detach().numpy()` is
         self.ops = 0  # aten ops seen: none means the target only defined things
         self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
         self.detached_in_place: dict[int, list[Site]] = {}  # storage key -> where `.detach_()` cut a tensor's history
