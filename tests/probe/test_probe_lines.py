@@ -183,3 +183,21 @@ def test_values_read_through_data_numpy_and_rebuilt(script, probe):
     result = probe(script(DATA_NUMPY))
     found = [f for f in result.findings if f.code == "GG103"]
     assert [f.site.line for f in found] == [8], [(f.code, f.site.line) for f in result.findings]
+
+
+def test_a_finding_placed_at_the_line_to_change_is_kept_beside_the_static_one():
+    """The static rule flags the write (line 45); the probe places its finding at `out = x` (line 44), with the
+    write among its origins: the static finding is confirmed, and the probe's line is reported too."""
+    from gradguard.diagnostics import Diagnostic, Severity, Span
+    from gradguard.probe import ProbeResult
+    from gradguard.probe.merge import ALIAS_NOTE, merge
+    from gradguard.probe.model import Note, ProbeFinding, Site
+
+    path = "/project/train.py"
+    static = Diagnostic("train.py", Span(45, 5, 45, 20), "GG001", Severity.WARNING, "static GG001 on 45", ())
+    placed = ProbeFinding("GG001", "raised", Site(path, 44, 9), "probe GG001 on 44",
+                          notes=(Note(Site(path, 45, 9), ALIAS_NOTE),), origins=(Site(path, 45, 9),))
+    merged = merge([static], ProbeResult(path, "raised", findings=[placed], device="cpu"), "train.py")
+    assert sorted((d.span.line, d.confirmed) for d in merged) == [(44, True), (45, True)]
+    at_write = next(d for d in merged if d.span.line == 45)
+    assert any(r.line == 44 and "the line to change" in r.message for r in at_write.related)

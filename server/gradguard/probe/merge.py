@@ -121,13 +121,19 @@ def _confirmation(finding: ProbeFinding) -> str:
     return f"torch raises: {first}" if first else "torch raises"
 
 
-# The note of a GG101 finding the tracer placed in the function that calls both the step and the backward
-# (the step runs inside a helper): the step's own line is then a related location, not the finding's.
+# The first note of a finding the tracer placed at the line to change rather than at the write (the write is then
+# a related location): a GG101 placed in the function that calls both the step and the backward (the step runs
+# inside a helper), a write through a second name placed at the name (`out = x`), a custom Function's write to
+# its input placed at the conversion that returned it, a write inside torch's module placed where it was made.
 STEP_NOTE = "the optimizer step that updates the parameters in place"
+ALIAS_NOTE = "the write through the second name"
+INPUT_NOTE = "the in-place write to the Function's input"
+MODULE_NOTE = "the module that writes in place runs in this call"
+_PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE)
 
 
 def _placed_at_order(f: ProbeFinding) -> bool:
-    return f.code == "GG101" and any(n.message == STEP_NOTE for n in f.notes)
+    return bool(f.notes) and f.notes[0].message in _PLACED
 
 
 def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> list[Diagnostic]:
@@ -147,13 +153,13 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
             f = findings[match]
             moved = _placed_at_order(f) and (os.path.realpath(f.site.path), f.site.line) not in static_lines
             if not moved:
-                used.add(match)  # a step placed at the caller's order is also reported there, at its own line
+                used.add(match)  # a finding placed at the line to change is also reported there, at its own line
             known = {(r.path, r.line) for r in d.related}
             extra = [r for r in _related(f, show) if (r.path, r.line) not in known and r.line != d.line]
             if f.site.line != d.line or show(f.site.path) != d.path:
                 extra.insert(0, Related(show(f.site.path), f.site.line, f.site.column or 1,
-                                        "the call whose backward the step makes stale (the order to change)"
-                                        if moved else "the probe saw the write here"))
+                                        "the line to change, as the probe saw it" if moved
+                                        else "the probe saw the write here"))
             merged.append(_probed(
                 d, severity=Severity.ERROR,
                 message=f"{d.message} [confirmed by the runtime probe on {result.device}: {_confirmation(f)}]",

@@ -44,7 +44,7 @@ from .cuts import Cuts
 from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
-from .merge import STEP_NOTE
+from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, STEP_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
@@ -1068,7 +1068,7 @@ class Tracer(TorchDispatchMode):
             said = expression_at(alias)
             message = (f"`{said or 'this line'}` gives a second name to a tensor a graph saved, not a copy, so "
                        f"{writer} on line {c.sites[0].line} changes it: take a copy here. " + message)
-            notes.insert(0, Note(c.sites[0], "the write through the second name"))
+            notes.insert(0, Note(c.sites[0], ALIAS_NOTE))
             return ProbeFinding(code, kind, alias, message, severity=severity, torch_message=c.torch_message,
                                 notes=tuple(notes), callers=tuple(c.sites[1:]),
                                 origins=(c.sites[0],) + tuple(c.origins), op=c.op, count=c.count,
@@ -1079,7 +1079,7 @@ class Tracer(TorchDispatchMode):
             message = (f"`{said or 'this line'}` gives back the input of `{function}` itself (a conversion that has "
                        f"nothing to do returns its argument, not a copy), so {writer} on line {c.sites[0].line} "
                        f"writes the caller's tensor, and `{function}` never marks it dirty: clone it here. " + message)
-            notes.insert(0, Note(c.sites[0], "the in-place write to the Function's input"))
+            notes.insert(0, Note(c.sites[0], INPUT_NOTE))
             return ProbeFinding(code, kind, rebound, message, severity=severity, torch_message=c.torch_message,
                                 notes=tuple(notes), callers=tuple(c.sites[1:]),
                                 origins=(c.sites[0],) + tuple(c.origins), op=c.op, count=c.count,
@@ -1087,7 +1087,7 @@ class Tracer(TorchDispatchMode):
         if c.code_hint == "GG005" and c.origins and c.origins[0] not in c.sites:
             # The write happens inside torch's module, called from the user's line: the line to change is where
             # the module was made with inplace=True (as the static rule says), the call is how it got there.
-            notes.insert(0, Note(c.sites[0], "the module that writes in place runs in this call"))
+            notes.insert(0, Note(c.sites[0], MODULE_NOTE))
             notes = [n for n in notes if n.site != c.origins[0]]
             made = expression_at(c.origins[0])
             message = (f"`{made}` is a module that writes in place (inplace=True); run by {writer} on line "
