@@ -60,6 +60,7 @@ def test_torch_agrees(tmp_path):
     assert "a leaf Variable that requires grad is being used in an in-place operation." in proc.stderr
 
 
-def test_without_jedi_the_module_is_followed_as_the_projects_own_code(tmp_path):
-    """jedi is opt-in; the analysis follows the import into the project's module by itself."""
-    assert [(d.line, d.code) for d in analyze_path(_project(tmp_path)).diagnostics] == [(6, "GG002")]
+def test_jedi_is_opt_in(tmp_path):
+    """Without jedi, code that runs no backward does not follow calls into the project's other modules (only
+    training code does, see ``inference/project.py``), so the helper's leaf is not known here."""
+    assert analyze_path(_project(tmp_path)).diagnostics == []

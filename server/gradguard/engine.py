@@ -427,6 +427,7 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
     if info is not None and info.node is not owner:
         info = None  # a class redefined later under the same name
     interp = Interpreter(ctx)
+    interp.follows_modules = ctx.project is not None and _trains(fn if fn is not None else tree)
     if fn is None:
         interp.run_module(module_env.top_level())
         return interp
@@ -459,6 +460,16 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             if produced:
                 yield from filter(None, (_in_this_file(f, event) for f in produced))
                 break
+
+
+def _trains(node: ast.AST) -> bool:
+    """Whether a function (or the module's top level, outside its functions and classes) runs a backward
+    (``.backward()``, ``torch.autograd.grad``): training code, whose calls into the project's other modules are
+    followed."""
+    roots = [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))] \
+        if isinstance(node, ast.Module) else [node]
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "grad")
+               for root in roots for n in ast.walk(root))
 
 
 def _in_this_file(finding: Finding, event) -> Finding | None:

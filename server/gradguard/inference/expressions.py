@@ -110,7 +110,9 @@ class ExpressionsMixin:
         """An imported name: a function or class of one of the project's modules (followed like the file's own),
         else a reference to the import."""
         project = self.ctx.project
-        found = project.definition(qualname, self.ctx.path) if project is not None and self.ctx.path else None
+        if project is None or not self.ctx.path or not self.follows_modules:
+            return CallableRef(qualname)
+        found = project.definition(qualname, self.ctx.path)
         if isinstance(found, ClassInfo):
             return ClassRef(found)
         if found is not None:

@@ -201,6 +201,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.container_reads: set[int] = set()  # ids of the index nodes of list/dict element reads
         self.followed: set[tuple[str, str]] = set()  # (class, name) of the file's functions whose calls were followed
         self.steps = 0  # statements run, expressions evaluated and calls followed, against MAX_STEPS
+        # Calls into the project's other modules are followed (see ``project.py``): set for units that train (a
+        # backward or an optimizer step), where a bug spread over modules shows; elsewhere they stay unknown,
+        # which keeps a library's analysis linear in its own size.
+        self.follows_modules = False
 
     # ----------------------------------------------------------------- helpers
     def _next(self) -> int:

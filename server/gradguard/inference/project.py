@@ -9,8 +9,14 @@ A name is followed into a module only when the import resolves, as Python would 
 to a ``.py`` file (or a package's ``__init__.py``) of the project: relative imports from the file's package;
 absolute imports from the folder of the file (a script's own folder comes first on ``sys.path``) or from the
 folder above its outermost package.  Anything else (installed packages, the standard library) stays an import.
-Each module is read and parsed once per ``Project`` (one analysis run); the result cache stamps the project's
-files for any file that imports one of them.
+Each module is read and parsed once per process (again when it changes on disk); the result cache stamps the
+project's files for any file that imports one of them.
+
+Calls are followed into other modules only from training code (a unit that runs a backward), where a bug spread
+over modules shows (a model in one module, the step between its forward and backward in another), and only into
+functions and classes of moderate size.  Following every model's calls into its library's layers costs four times
+the analysis of the files themselves (timm, torchvision, Lightning, accelerate: 11 s became 55 s); this way it
+costs a tenth more.  Summaries of functions (each analysed once) would lift the restriction.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ NEVER_PROJECT = frozenset({"torch", "numpy", "typing", "torchvision", "einops", 
 
 # Re-exports followed from one name to its definition (`pkg/__init__.py` importing from `pkg/impl.py`...).
 MAX_REEXPORTS = 4
+
+# Larger functions and classes of other modules stay unknown: following a framework's API (an `Accelerator`,
+# a `Trainer` of thousands of lines) from every training loop would cost more than the file's own analysis.
+MAX_FOLLOWED_FUNCTION_LINES = 150
+MAX_FOLLOWED_CLASS_LINES = 800
 
 # A module larger than this is not followed (a vendored library, generated code): its calls stay unknown.
 MAX_MODULE_BYTES = 400_000
@@ -85,9 +96,11 @@ class Project:
                 return None
             module, name = found
             if name in module.classes:
-                return module.classes[name]
+                info = module.classes[name]
+                return info if _lines(info.node) <= MAX_FOLLOWED_CLASS_LINES else None
             if name in module.functions:
-                return module.functions[name], module.path
+                function = module.functions[name]
+                return (function, module.path) if _lines(function) <= MAX_FOLLOWED_FUNCTION_LINES else None
             if name not in module.imports:
                 return None
             qualname, importer = module.imports[name], module.path
@@ -159,6 +172,10 @@ class Project:
             for info in module.classes.values():
                 self._classes[id(info.node)] = info
         return module
+
+
+def _lines(node: ast.AST) -> int:
+    return (node.end_lineno or node.lineno) - node.lineno + 1
 
 
 # Modules parsed in this process, by path, with the (mtime, size) they were read at: a CLI run over a package
