@@ -114,6 +114,12 @@ def _compare_save(e: Explanation, f: ProbeFinding, differ) -> None:
     if not here:
         differ("save line", e.save_line, sorted({s.site.line for s in f.saves if s.site}))
         return
+    if e.saving_op and e.saving_op.endswith(".apply"):
+        # A custom Function's `ctx.save_for_backward` (the static label is `Foo.apply`): no torch op to run; the
+        # save line and role say which save it is.
+        if all(s.role != e.save_role for s in here) and e.save_role != "output":
+            differ("role", e.save_role, sorted({s.role for s in here}))
+        return
     ops = saving_ops(e.saving_op) if e.saving_op else None
     if ops is None:
         differ("saving op", e.saving_op, "torch cannot run this label")
@@ -135,6 +141,8 @@ def _compare_multi_view(e: Explanation, f: ProbeFinding, differ) -> None:
             differ("multi-view", f"a view of a {e.multi_view} output", f.view_node)
     elif e.multi_view != f.view_node:
         differ("multi-view", e.multi_view, f.view_node)
+    if e.custom_view:
+        return  # a view made inside a custom Function (or a full backward hook's): no view function to call
     called = multi_view_node(e.view_call) if e.view_call else iteration_node()
     if called != e.multi_view:
         differ("multi-view function", f"{e.view_call or 'unpacking'} -> {called}", e.multi_view)

@@ -349,8 +349,6 @@ def test_select_gg903(gg, tmp_path):
     assert rules.code == 1 and "GG001" in {code for _, _, code in rules.findings()}, rules.out
 
 
-@pytest.mark.xfail(strict=True, reason="accepted, but api._skipped makes GG903 without consulting config.enabled "
-                   "(outside the files of this change): --ignore GG903 still reports it")
 def test_ignore_gg903_hides_it(gg, tmp_path):
     write(tmp_path, "deep.py", DEEP)
     rules = gg("check", "--no-cache", "--ignore", "GG903", "deep.py")

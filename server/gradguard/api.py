@@ -227,8 +227,11 @@ def _variant(before: parsing.Parsed, path: str) -> Variant:
 
 def _skipped(placeholders: Sequence[bounds.Unanalysed], path: str, lines: list[str], config: Config,
              to_text: "_TextPositions") -> list[Diagnostic]:
-    """One GG903 for each part of the tree that was too deep to analyse (``parsing.Parsed.skipped``)."""
+    """One GG903 for each part of the tree that was too deep to analyse (``parsing.Parsed.skipped``), unless the
+    configuration turns GG903 off (then, as for any rule, the user has said they do not want to hear it)."""
     out = []
+    if not config.enabled(NOT_ANALYSED):
+        return out
     for node in placeholders:
         if node.what == "the file":
             message = f"not analysed: the file {node.why}; nothing in it was checked"

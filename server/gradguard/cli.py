@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--files-from", metavar="FILE",
                        help="also analyse the paths listed in FILE, one a line (or NUL-separated); - reads stdin")
     check.add_argument("--no-cache", action="store_true",
-                       help="neither read nor write the result cache (.gradguard_cache/, see README)")
+                       help="neither read nor write the result cache (.gradguard_cache/, see docs/cli.md)")
     check.add_argument("--baseline", metavar="FILE",
                        help="report only findings not recorded in FILE (default: the `baseline` setting of "
                             "[tool.gradguard])")

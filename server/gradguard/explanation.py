@@ -49,6 +49,7 @@ class Explanation:
     multi_view: str | None = None
     view_call: str | None = None
     through_view: bool = False
+    custom_view: bool = False  # the view was made inside a custom Function (or by a full backward hook)
 
 
 def explain(finding: Finding) -> Explanation | None:
@@ -84,6 +85,8 @@ def _multi_view(mutation: Mutation) -> dict:
     if piece is None:
         return {}
     # `piece[0] = v` and `piece.view(-1).add_(1)` write through a view of the piece: torch names that view.
+    if piece.custom_view is not None:
+        return dict(multi_view=piece.multi_view, through_view=piece is not mutation.target, custom_view=True)
     return dict(multi_view=piece.multi_view, view_call=view_call(piece), through_view=piece is not mutation.target)
 
 

@@ -131,7 +131,7 @@ def test_probe_cuda_without_a_gpu_fails_clearly(project, capsys):
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("a GPU is here: see README for the GPU run")
+        pytest.skip("a GPU is here: see docs/probe.md for the GPU run")
     path = project("gate.py", SAVED)
     assert main(["probe", path, "--device", "cuda"]) == 2
     assert "torch.cuda.is_available() is False" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import re
 from .cuts import copy_raise_finding
 from .frames import UserCode, traceback_sites
 from .model import Note, ProbeFinding, Site
-from .tracer import Tracer
+from .tracer import Tracer, _inplace_origins
 
 # First match wins: the more specific messages come first.
 _IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
@@ -96,8 +96,6 @@ def _backward_hook_finding(exc, user: UserCode, tracer: Tracer, sites: list[Site
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
-    from .tracer import _inplace_origins  # noqa: PLC0415 - a private helper of the tracer
-
     inplace = _inplace_origins(frames)
     del frames
     notes = [Note(s, "the module whose output is hooked is registered here") for s in registered[1:3]]
