@@ -32,7 +32,7 @@ import types
 from dataclasses import dataclass
 from typing import Callable
 
-from ..statements import walk_blocks
+from ..statements import children, walk_blocks
 
 HIT = "__gradguard_hit__"
 
@@ -241,8 +241,7 @@ def _runs_code(stmts: list[ast.stmt], entry: str | None) -> bool:
                 return True
             continue
         if isinstance(stmt, ast.Try):  # ``try: import x`` / ``except ImportError: x = None``
-            blocks = [stmt.body, stmt.orelse, stmt.finalbody, *(h.body for h in stmt.handlers)]
-            if any(_runs_code(b, entry) for b in blocks):
+            if _runs_code(list(children(stmt)), entry):  # body, handlers, else and finally
                 return True
             continue
         return True  # a call, a loop, a ``with``, an ``assert``, ``raise``...: code that runs
