@@ -101,3 +101,34 @@ def test_columns_count_code_points_not_bytes():
     source = 'import torch\nx = torch.zeros(3, requires_grad=True); s = "é"; x += 1\n'
     (diag,) = analyze_source(source).diagnostics
     assert diag.span.column == source.splitlines()[1].index("x += 1") + 1
+
+
+# The file is analysed as the program that runs: its `__main__` block runs, so what it does to objects (a hook
+# registered on a layer, `m.inplace = True`) is known to the calls it makes, and its `else` does not run.
+MAIN_BLOCK = """
+    import torch
+    import torch.nn as nn
+
+
+    def forward_of(model):
+        return model(torch.randn(2, 3)).sum()
+
+
+    if __name__ == "__main__":
+        model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True))
+        model[0].register_full_backward_hook(lambda *grads: None)
+        forward_of(model).backward()
+    else:
+        model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True))
+        model[1].inplace = False
+"""
+
+
+def test_the_main_block_runs_and_its_else_does_not():
+    found = analyze_source(textwrap.dedent(MAIN_BLOCK)).diagnostics
+    assert [(d.line, d.code) for d in found] == [(12, "GG004")]  # the registration
+
+
+def test_a_block_for_imports_only_does_not_run():
+    source = textwrap.dedent(MAIN_BLOCK).replace('__name__ == "__main__"', '__name__ != "__main__"')
+    assert analyze_source(source).diagnostics == []
