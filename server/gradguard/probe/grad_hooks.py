@@ -193,13 +193,10 @@ class GradientHooks:
     def _wrap_forward(self, hook, caller):
         """A user forward hook, watched: does it keep the output (a later in-place module then overwrites what
         it kept), write into an output that is a view of a parameter, or rebind its output and drop it?"""
-        function = getattr(hook, "__func__", hook)
-        code = getattr(function, "__code__", None)
-        if code is None or not self.user.is_user(code):
+        code = self._users_code(hook)
+        if code is None:
             return hook
-        frame = user_frame(caller, self.user)
-        registered = frame_site(frame) if frame is not None else None
-        del frame
+        registered = self._registration(caller)
         hooks = self
 
         def watched(*args, **kwargs):
@@ -348,14 +345,23 @@ class GradientHooks:
         register.__wrapped__ = original
         return register
 
-    def _wrap(self, hook, grads, caller):
-        function = getattr(hook, "__func__", hook)
-        code = getattr(function, "__code__", None)
-        if code is None or not self.user.is_user(code):
-            return hook
+    def _users_code(self, hook):
+        """The code of ``hook`` (a function or bound method) when it is the user's, which is worth watching."""
+        code = getattr(getattr(hook, "__func__", hook), "__code__", None)
+        return code if code is not None and self.user.is_user(code) else None
+
+    def _registration(self, caller):
+        """The user's line that registered a hook (``caller``: the frame of the registering call)."""
         frame = user_frame(caller, self.user)
         registered = frame_site(frame) if frame is not None else None
         del frame
+        return registered
+
+    def _wrap(self, hook, grads, caller):
+        code = self._users_code(hook)
+        if code is None:
+            return hook
+        registered = self._registration(caller)
         hooks = self
 
         def watched(*args):

@@ -172,14 +172,9 @@ def rebinding_before(site: Site) -> Site | None:
     if found is None:
         return None
     function, name = found
-    best = None
-    for node in ast.walk(function):
-        if (isinstance(node, ast.Assign) and node.end_lineno < site.line and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
-                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
-                and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == name):
-            if best is None or node.lineno > best.lineno:
-                best = node
+    best = _latest_assignment(function, name, site, lambda value: (
+        isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+        and isinstance(value.func.value, ast.Name) and value.func.value.id == name))
     return _unless_rebound(function, name, best, site)
 
 
@@ -191,16 +186,21 @@ def alias_before(site: Site) -> Site | None:
     if found is None:
         return None
     function, name = found
+    best = _latest_assignment(function, name, site, lambda value: isinstance(value, ast.Name) and value.id != name)
+    if best is None:
+        return None
+    return _unless_rebound(function, name, best, site, whole=True)
+
+
+def _latest_assignment(function: ast.AST, name: str, site: Site, value_matches) -> ast.Assign | None:
+    """The latest ``name = <value>`` that ends before ``site`` in ``function`` and whose value ``value_matches``."""
     best = None
     for node in ast.walk(function):
         if (isinstance(node, ast.Assign) and node.end_lineno < site.line and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
-                and isinstance(node.value, ast.Name) and node.value.id != name):
-            if best is None or node.lineno > best.lineno:
-                best = node
-    if best is None:
-        return None
-    return _unless_rebound(function, name, best, site, whole=True)
+                and value_matches(node.value) and (best is None or node.lineno > best.lineno)):
+            best = node
+    return best
 
 
 def _function_and_name(site: Site):
