@@ -53,7 +53,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     source = Path(path)
     project = Project(source, knowledge.autograd_function_bases) if source.is_file() else None
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions,
-                  path=str(source.resolve()) if project is not None else None, project=project)
+                  path=str(source.resolve()) if project is not None else None, project=project,
+                  training_units=frozenset(_training_units(units, tree)) if project is not None else frozenset())
     if cache and project is not None and not project.unchanged(cache.get(_PROJECT_MODULES, ())):
         cache.clear()  # a module of the project that a call was followed into has changed on disk
     candidates = _candidate_units(units, lines) if lines is not None else None
@@ -427,7 +428,7 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
     if info is not None and info.node is not owner:
         info = None  # a class redefined later under the same name
     interp = Interpreter(ctx)
-    interp.follows_modules = ctx.project is not None and _trains(fn if fn is not None else tree)
+    interp.follows_modules = ctx.project is not None and fn in ctx.training_units
     if fn is None:
         interp.run_module(module_env.top_level())
         return interp
@@ -462,14 +463,31 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                 break
 
 
-def _trains(node: ast.AST) -> bool:
-    """Whether a function (or the module's top level, outside its functions and classes) runs a backward
-    (``.backward()``, ``torch.autograd.grad``): training code, whose calls into the project's other modules are
-    followed."""
-    roots = [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))] \
-        if isinstance(node, ast.Module) else [node]
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "grad")
-               for root in roots for n in ast.walk(root))
+def _training_units(units, tree: ast.Module) -> set:
+    """The units (functions, and the module's top level as ``None``) that run a backward (``.backward()``,
+    ``torch.autograd.grad``), or call by name a function of the file that does: training code, whose calls
+    into the project's other modules are followed (``main()`` builds the model that ``train(model)`` trains)."""
+    calls: dict = {}
+    training = set()
+    for fn, _owner in units:
+        roots = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))] \
+            if fn is None else [fn]
+        names = set()
+        for node in (n for root in roots for n in ast.walk(root)):
+            if isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute) and func.attr in ("backward", "grad"):
+                    training.add(fn)
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+                if name is not None:
+                    names.add(name)
+        calls[fn] = names
+    while True:
+        trainers = {fn.name for fn in training if fn is not None}
+        added = {fn for fn, names in calls.items() if fn not in training and names & trainers}
+        if not added:
+            return training
+        training |= added
 
 
 def _in_this_file(finding: Finding, event) -> Finding | None:

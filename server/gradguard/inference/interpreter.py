@@ -125,6 +125,8 @@ class Context:
     project: Project | None = None  # the project's other modules, which calls are followed into
     # the contexts of the project modules calls were followed into, by path (shared by every copy of this one)
     module_contexts: dict[str, "Context"] = field(default_factory=dict)
+    # The file's units (functions; None for the top level) that train: they follow calls into the project's modules.
+    training_units: frozenset = frozenset()
 
     def class_of(self, value: Value) -> ClassInfo | None:
         """The class of the file, or of a project module, that an instance was made from."""

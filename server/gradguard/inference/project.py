@@ -12,7 +12,8 @@ folder above its outermost package.  Anything else (installed packages, the stan
 Each module is read and parsed once per process (again when it changes on disk); the result cache stamps the
 project's files for any file that imports one of them.
 
-Calls are followed into other modules only from training code (a unit that runs a backward), where a bug spread
+Calls are followed into other modules only from training code (a unit that runs a backward, or calls by name
+one of the file's functions that does: ``main()`` building the model ``train(model)`` trains), where a bug spread
 over modules shows (a model in one module, the step between its forward and backward in another), and only into
 functions and classes of moderate size.  Following every model's calls into its library's layers costs four times
 the analysis of the files themselves (timm, torchvision, Lightning, accelerate: 11 s became 55 s); this way it
