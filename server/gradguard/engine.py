@@ -45,13 +45,16 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     """
     knowledge = load_knowledge().with_views(view_functions)
     imports = collect_imports(tree.body)
-    oracle = JediOracle("\n".join(lines), path) if use_jedi and lines is not None and _imports_project_code(imports) else None
+    project_code = _imports_project_code(imports)
+    oracle = JediOracle("\n".join(lines), path) if use_jedi and lines is not None and project_code else None
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
     class_nodes: list[ast.ClassDef] = []
     units = list(_units(tree, class_nodes))
     classes = find_classes(class_nodes, imports, knowledge.autograd_function_bases)
     source = Path(path)
-    project = Project(source, knowledge.autograd_function_bases) if source.is_file() else None
+    # Only a file that imports something besides torch and the standard library can call into the project.
+    project = (Project(source, knowledge.autograd_function_bases)
+               if project_code and source.is_file() else None)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions,
                   path=str(source.resolve()) if project is not None else None, project=project,
                   training_units=frozenset(_training_units(units, tree)) if project is not None else frozenset())
@@ -428,7 +431,7 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
     if info is not None and info.node is not owner:
         info = None  # a class redefined later under the same name
     interp = Interpreter(ctx)
-    interp.follows_modules = ctx.project is not None and fn in ctx.training_units
+    interp.follows_modules = fn in ctx.training_units
     if fn is None:
         interp.run_module(module_env.top_level())
         return interp

@@ -515,12 +515,6 @@ class CallsMixin:
                 return True
         return False
 
-    def summed(self, result: Value, terms: list[Value]) -> Value:
-        """A sum's result, knowing which of its terms carry no gradient (see ``Interpreter.dead_terms``)."""
-        if isinstance(result, Tensor) and result.requires_grad != Grad.NO:
-            result.dead_terms = self.dead_terms(terms)
-        return result
-
     def _backward(self, target: Value, node: ast.AST, retain: bool) -> None:
         graph = graph_of(target)
         self.sinks.append(Sink("backward", node, graph, self._next()))

@@ -110,7 +110,7 @@ class ExpressionsMixin:
         """An imported name: a function or class of one of the project's modules (followed like the file's own),
         else a reference to the import."""
         project = self.ctx.project
-        if project is None or not self.ctx.path or not self.follows_modules:
+        if project is None or not self.follows_modules:
             return CallableRef(qualname)
         found = project.definition(qualname, self.ctx.path)
         if isinstance(found, ClassInfo):

@@ -203,9 +203,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.container_reads: set[int] = set()  # ids of the index nodes of list/dict element reads
         self.followed: set[tuple[str, str]] = set()  # (class, name) of the file's functions whose calls were followed
         self.steps = 0  # statements run, expressions evaluated and calls followed, against MAX_STEPS
-        # Calls into the project's other modules are followed (see ``project.py``): set for units that train (a
-        # backward or an optimizer step), where a bug spread over modules shows; elsewhere they stay unknown,
-        # which keeps a library's analysis linear in its own size.
+        # Calls into the project's other modules are followed (see ``project.py``): set by the engine for the units
+        # that train (``Context.training_units``); elsewhere they stay unknown, which keeps a library's analysis
+        # close to linear in its own size.
         self.follows_modules = False
 
     # ----------------------------------------------------------------- helpers
@@ -891,6 +891,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             graph = frozenset({marker})
         return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}{how.strip('`')}",
                       lost_sources=lost, graph=graph)
+
+    def summed(self, result: Value, terms: list[Value]) -> Value:
+        """A sum's result (``a + b``, ``sum(...)``), knowing which of its terms carry no gradient."""
+        if isinstance(result, Tensor) and result.requires_grad != Grad.NO:
+            result.dead_terms = self.dead_terms(terms)
+        return result
 
     def dead_terms(self, operands: list[Value]) -> frozenset[int]:
         """The cut markers of a sum's terms that carry no gradient (computed only from values a ``.detach()`` or
