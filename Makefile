@@ -113,3 +113,14 @@ fuzz: setup-test
 	GRADGUARD_FUZZ_LOG=.fuzz/20261124.log GRADGUARD_GRAMMAR_SEED=20261124 GRADGUARD_GRAMMAR_EXAMPLES=5000 $(FUZZ_GRAMMAR); second=$$?; \
 	wait $$first && test $$second -eq 0
 	GRADGUARD_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+
+# The VS Code extension (needs node 20 + npm): `make vsix` builds gradguard-linux-x64.vsix (libcst for CPython
+# 3.10-3.14 inside, wheels from PyPI checked against vscode-client/scripts/libcst-wheels.json) and the universal
+# gradguard.vsix (no libcst); `make vsix-all` adds linux-arm64, darwin-arm64, darwin-x64 and win32-x64.
+.PHONY: vsix vsix-all
+vsix: $(BIN)/python
+	npm ci --no-audit --no-fund
+	PYTHON=$(BIN)/python npm run -s package -- universal linux-x64
+vsix-all: $(BIN)/python
+	npm ci --no-audit --no-fund
+	PYTHON=$(BIN)/python npm run -s package:all
