@@ -12,8 +12,10 @@ import {
   ErrorAction,
   LanguageClient,
   LanguageClientOptions,
+  MessageType,
   RevealOutputChannelOn,
   ServerOptions,
+  ShowMessageNotification,
   State,
   TransportKind,
 } from "vscode-languageclient/node";
@@ -37,6 +39,8 @@ export interface GradguardApi {
   readonly state: ServerState;
   readonly server: ServerInfo | undefined;
   readonly lastError: string | undefined;
+  /** The warning shown when the quick fixes are off (no libcst loads in the interpreter), else undefined. */
+  readonly notice: string | undefined;
   /** Resolves once the start or restart under way (if any) has finished. */
   whenIdle(): Promise<ServerState>;
 }
@@ -93,6 +97,8 @@ class Controller implements GradguardApi {
   private stopping = false;
   private readonly diagnostics = new SharedDiagnostics();
   private serverOutput: string[] = []; // the server's last stderr lines, for error messages
+  private libcstNotice: string | undefined; // why the quick fixes are off (no libcst for the interpreter)
+  private readonly noticesShown = new Set<string>(); // each such message once per window
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -108,6 +114,10 @@ class Controller implements GradguardApi {
 
   whenIdle(): Promise<ServerState> {
     return this.queue.then(() => this.state);
+  }
+
+  get notice(): string | undefined {
+    return this.libcstNotice;
   }
 
   private get trusted(): boolean {
@@ -183,6 +193,9 @@ class Controller implements GradguardApi {
     const interpreter = S.resolveInterpreter(s, fromPython, process.platform);
     const bundled = this.context.asAbsolutePath(path.join("vscode-client", "bundled"));
     const bundledLibs = path.join(bundled, "libs");
+    // libcst for the quick fixes: one folder per CPython tag in a platform-specific .vsix, none in the universal one
+    const bundledLibcst = path.join(bundled, "libcst");
+    const libcstBundle = readLibcstBundle(bundledLibcst, this.log);
     if (s.importStrategy === "useBundled" && !fs.existsSync(path.join(bundledLibs, "gradguard"))) {
       return this.fail(
         `The extension's bundled gradguard is missing (${bundledLibs}). ` +
@@ -191,6 +204,7 @@ class Controller implements GradguardApi {
     }
     const ctx: S.LaunchContext = {
       bundledLibs,
+      bundledLibcst: libcstBundle ? bundledLibcst : undefined,
       cwd: fs.existsSync(bundled) ? bundled : os.tmpdir(),
       env: process.env,
       pathDelimiter: path.delimiter,
@@ -213,8 +227,18 @@ class Controller implements GradguardApi {
       `gradguard ${preflight.info.gradguard} from ${preflight.info.location}, ` +
         `Python ${preflight.info.version} (${preflight.info.executable}, ${interpreter.source})`,
     );
+    const cst = preflight.info.libcst;
+    this.libcstNotice = s.importStrategy === "useBundled" ? S.libcstNotice(preflight.info, libcstBundle, interpreter) : undefined;
+    if (cst.source !== null) {
+      this.log.info(`quick fixes: libcst ${cst.version} (${cst.source === "bundled" ? `bundled, ${cst.path}` : `from the environment, ${cst.location}`})`);
+    } else if (this.libcstNotice) {
+      this.log.warn(this.libcstNotice);
+      if (cst.bundledError) this.log.warn(`bundled libcst: ${cst.bundledError}`);
+      if (cst.error) this.log.warn(`environment libcst: ${cst.error}`);
+      this.showNotice(this.libcstNotice);
+    }
 
-    const launch = S.serverLaunch(s, interpreter, ctx);
+    const launch = S.serverLaunch(s, interpreter, ctx, preflight.info);
     this.log.info(
       `server command: ${[launch.command, ...launch.args].join(" ")}` +
         (s.importStrategy === "useBundled" ? ` (PYTHONPATH=${launch.env.PYTHONPATH})` : ""),
@@ -229,6 +253,16 @@ class Controller implements GradguardApi {
     const holder: { client?: LanguageClient } = {};
     const client = new LanguageClient(ID, NAME, serverOptions, this.clientOptions(s, trusted, holder));
     holder.client = client;
+    // The server's own "fixes are unavailable" warning only repeats, less precisely, the notice above.
+    client.onNotification(ShowMessageNotification.type, (m) => {
+      if (this.libcstNotice && /fixes are unavailable/.test(m.message)) {
+        this.log.warn(m.message);
+        return;
+      }
+      if (m.type === MessageType.Error) void vscode.window.showErrorMessage(m.message);
+      else if (m.type === MessageType.Warning) void vscode.window.showWarningMessage(m.message);
+      else void vscode.window.showInformationMessage(m.message);
+    });
     client.onDidChangeState((e) => {
       if (client !== this.client) return;
       if (e.newState === State.Running) this.state = "running";
@@ -333,6 +367,18 @@ class Controller implements GradguardApi {
     };
   }
 
+  private showNotice(message: string): void {
+    if (this.noticesShown.has(message)) return;
+    this.noticesShown.add(message);
+    const actions = ["Show Log", "Open Settings"];
+    if (this.trusted && pythonExtensionInstalled()) actions.push("Select Interpreter");
+    void vscode.window.showWarningMessage(message, ...actions).then((choice) => {
+      if (choice === "Show Log") this.log.show(true);
+      else if (choice === "Open Settings") void vscode.commands.executeCommand("workbench.action.openSettings", "gradguard.interpreter");
+      else if (choice === "Select Interpreter") void vscode.commands.executeCommand("python.setInterpreter");
+    });
+  }
+
   private fail(message: string): void {
     this.state = "error";
     this.lastError = message;
@@ -366,6 +412,12 @@ class Controller implements GradguardApi {
             `\n\n${i.importStrategy === "useBundled" ? "bundled with the extension" : "from the environment"}, ` +
               `on Python ${i.version}: \`${i.executable}\``,
           );
+          tip.appendMarkdown(
+            i.libcst.source !== null
+              ? `\n\nQuick fixes: on (libcst ${i.libcst.version}, ${i.libcst.source === "bundled" ? "bundled" : "from the environment"})`
+              : "\n\nQuick fixes: **off**",
+          );
+          if (this.libcstNotice) tip.appendText(`\n\n${this.libcstNotice}`);
         }
         break;
       }
@@ -386,6 +438,19 @@ class Controller implements GradguardApi {
     }
     tip.appendMarkdown("\n\nClick to show the log.");
     item.tooltip = tip;
+  }
+}
+
+/** bundled/libcst/TARGET.json, or undefined (the universal .vsix, or a broken file: logged). */
+function readLibcstBundle(dir: string, log: vscode.LogOutputChannel): S.LibcstBundle | undefined {
+  const file = path.join(dir, "TARGET.json");
+  if (!fs.existsSync(file)) return undefined;
+  try {
+    const b = JSON.parse(fs.readFileSync(file, "utf8")) as S.LibcstBundle;
+    return b && typeof b.target === "string" && Array.isArray(b.tags) ? b : undefined;
+  } catch (e) {
+    log.warn(`cannot read ${file}: ${e}`);
+    return undefined;
   }
 }
 
@@ -432,6 +497,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<Gradgu
     },
     get lastError() {
       return ctl.lastError;
+    },
+    get notice() {
+      return ctl.notice;
     },
     whenIdle: () => ctl.whenIdle(),
   };

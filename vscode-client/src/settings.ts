@@ -192,6 +192,7 @@ export function resolveInterpreter(
 
 export interface LaunchContext {
   bundledLibs: string; // <extension>/vscode-client/bundled/libs
+  bundledLibcst?: string; // <extension>/vscode-client/bundled/libcst (platform-specific .vsix only)
   cwd: string; // a directory with no Python packages in it: `python -m` puts the cwd first on sys.path
   env: Record<string, string | undefined>; // the extension host's environment
   pathDelimiter: string; // ":" or ";"
@@ -206,13 +207,20 @@ export interface Launch {
 
 const LOG_LEVELS: Record<LogLevel, string> = { error: "ERROR", warning: "WARNING", info: "INFO", debug: "DEBUG" };
 
-/** The environment the server (and the preflight check) runs with. */
-export function serverEnv(s: ExtensionSettings, ctx: LaunchContext): Record<string, string> {
+/**
+ * The environment the server (and the preflight check) runs with.  `libcstPath`: the bundled libcst
+ * folder the preflight chose for this interpreter (useBundled only), put right after the bundled libs.
+ */
+export function serverEnv(s: ExtensionSettings, ctx: LaunchContext, libcstPath?: string): Record<string, string> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(ctx.env)) if (v !== undefined) env[k] = v;
+  delete env.GRADGUARD_BUNDLED_LIBCST;
   if (s.importStrategy === "useBundled") {
     // first on sys.path after the cwd, so the bundled gradguard and its dependencies win
-    env.PYTHONPATH = ctx.env.PYTHONPATH ? ctx.bundledLibs + ctx.pathDelimiter + ctx.env.PYTHONPATH : ctx.bundledLibs;
+    const first = libcstPath ? [ctx.bundledLibs, libcstPath] : [ctx.bundledLibs];
+    if (ctx.env.PYTHONPATH) first.push(ctx.env.PYTHONPATH);
+    env.PYTHONPATH = first.join(ctx.pathDelimiter);
+    if (ctx.bundledLibcst) env.GRADGUARD_BUNDLED_LIBCST = ctx.bundledLibcst; // read by the preflight script
   }
   env.GRADGUARD_LOG_LEVEL = LOG_LEVELS[s.logLevel];
   env.GRADGUARD_IMPORT_STRATEGY = s.importStrategy;
@@ -220,13 +228,19 @@ export function serverEnv(s: ExtensionSettings, ctx: LaunchContext): Record<stri
 }
 
 /** `python -m gradguard.lsp ARGS`, stdio. */
-export function serverLaunch(s: ExtensionSettings, interpreter: Interpreter, ctx: LaunchContext): Launch {
+export function serverLaunch(
+  s: ExtensionSettings,
+  interpreter: Interpreter,
+  ctx: LaunchContext,
+  info?: PreflightInfo,
+): Launch {
   const [command, ...interpreterArgs] = interpreter.command;
+  const libcstPath = info?.libcst.source === "bundled" ? info.libcst.path : undefined;
   return {
     command,
     args: [...interpreterArgs, "-m", "gradguard.lsp", ...s.args],
     cwd: ctx.cwd,
-    env: serverEnv(s, ctx),
+    env: serverEnv(s, ctx, libcstPath),
   };
 }
 
@@ -237,8 +251,21 @@ export function serverLaunch(s: ExtensionSettings, interpreter: Interpreter, ctx
  * message instead of a syntax error.
  */
 export const PREFLIGHT_SCRIPT = [
-  "import json, os, sys",
+  "import json, os, platform, sys, sysconfig",
   "r = {'executable': sys.executable, 'version': '%d.%d.%d' % tuple(sys.version_info[:3])}",
+  "impl = sys.implementation.name",
+  "ft = 't' if sysconfig.get_config_var('Py_GIL_DISABLED') else ''",
+  "r['implementation'] = impl",
+  "r['tag'] = 'cp%d%d%s' % (sys.version_info[0], sys.version_info[1], ft) if impl == 'cpython' else impl",
+  "r['platform'] = '%s %s' % (sys.platform, platform.machine())",
+  "def cst():",
+  "    import libcst",
+  "    libcst.parse_module('x = 1\\n')  # the compiled parser loads",
+  "    from libcst._version import __version__",
+  "    return {'version': __version__, 'location': os.path.dirname(os.path.abspath(libcst.__file__))}",
+  "def forget():",
+  "    for m in [m for m in sys.modules if m == 'libcst' or m.startswith('libcst.')]:",
+  "        del sys.modules[m]",
   "if sys.version_info < (3, 10):",
   "    r['error'] = 'python-version'",
   "else:",
@@ -249,6 +276,24 @@ export const PREFLIGHT_SCRIPT = [
   "    except BaseException as e:",
   "        r['error'] = 'import'",
   "        r['detail'] = '%s: %s' % (type(e).__name__, e)",
+  // libcst (the fixes): the extension's build for this interpreter's tag first, else the environment's
+  "    c = {'source': None}",
+  "    root = os.environ.get('GRADGUARD_BUNDLED_LIBCST')",
+  "    d = os.path.join(root, r['tag']) if root else None",
+  "    if d and os.path.isdir(d):",
+  "        sys.path.insert(0, d)",
+  "        try:",
+  "            c = dict(cst(), source='bundled', path=d)",
+  "        except BaseException as e:",
+  "            c['bundledError'] = '%s: %s' % (type(e).__name__, e)",
+  "            sys.path.remove(d)",
+  "            forget()",
+  "    if c['source'] is None:",
+  "        try:",
+  "            c.update(cst(), source='environment')",
+  "        except BaseException as e:",
+  "            c['error'] = '%s: %s' % (type(e).__name__, e)",
+  "    r['libcst'] = c",
   "print('GRADGUARD-PREFLIGHT ' + json.dumps(r))",
 ].join("\n");
 
@@ -257,11 +302,65 @@ export function preflightLaunch(s: ExtensionSettings, interpreter: Interpreter, 
   return { command, args: [...interpreterArgs, "-c", PREFLIGHT_SCRIPT], cwd: ctx.cwd, env: serverEnv(s, ctx) };
 }
 
+/** Where the server's libcst (which the quick fixes need) comes from; source null: nowhere. */
+export interface LibcstInfo {
+  source: "bundled" | "environment" | null;
+  version?: string;
+  location?: string; // the libcst package folder
+  path?: string; // bundled: the folder put on PYTHONPATH (bundled/libcst/<tag>)
+  bundledError?: string; // the bundled build for this tag exists but did not load
+  error?: string; // why the environment's libcst did not import
+}
+
 export interface PreflightInfo {
   executable: string;
   version: string;
   gradguard: string;
   location: string;
+  implementation: string; // sys.implementation.name
+  tag: string; // cp311, cp314t, pypy, ...
+  platform: string; // "linux x86_64"
+  libcst: LibcstInfo;
+}
+
+/** bundled/libcst/TARGET.json, written by scripts/bundle_libcst.py into a platform-specific .vsix. */
+export interface LibcstBundle {
+  target: string; // linux-x64, darwin-arm64, ...
+  libcst: string;
+  tags: string[]; // cp310, cp311, ...
+}
+
+function describeTag(tag: string): string {
+  const m = /^cp(\d)(\d+)(t?)$/.exec(tag);
+  return m ? `CPython ${m[1]}.${m[2]}${m[3]}` : tag;
+}
+
+/**
+ * One message when the quick fixes are off because no libcst loads in the interpreter, naming the
+ * interpreter and how to fix it (undefined when libcst is there).  `bundle`: what the .vsix carries
+ * (undefined: the universal .vsix, which has no libcst).
+ */
+export function libcstNotice(info: PreflightInfo, bundle: LibcstBundle | undefined, interpreter: Interpreter): string | undefined {
+  if (info.libcst.source !== null) return undefined;
+  const who = describeInterpreter(interpreter);
+  const what = `${info.implementation === "cpython" ? "CPython" : info.implementation} ${info.version}` +
+    `${info.tag.endsWith("t") && info.implementation === "cpython" ? " (free-threaded)" : ""}, ${info.platform}`;
+  const install = `\`${info.executable} -m pip install libcst\``;
+  const start = "gradguard's quick fixes are off: libcst (which builds them) does not load in";
+  let why: string;
+  if (!bundle) {
+    why = "and this gradguard extension is the universal build, which bundles no libcst. " +
+      "Install the build for your platform (e.g. gradguard-linux-x64.vsix)";
+  } else if (info.libcst.bundledError) {
+    why = `and the libcst ${bundle.libcst} bundled for ${describeTag(info.tag)} on ${bundle.target} failed to load ` +
+      `(${info.libcst.bundledError}); is the interpreter built for another platform? ` +
+      `Select a ${bundle.target} CPython ${bundle.tags.map(describeTag).map((t) => t.replace("CPython ", "")).join(", ")}`;
+  } else {
+    why = `and this extension bundles libcst ${bundle.libcst} only for ` +
+      `${bundle.tags.map(describeTag).join(", ").replace(/, CPython /g, ", ")} on ${bundle.target}. ` +
+      "Select one of those interpreters (the Python extension or gradguard.interpreter)";
+  }
+  return `${start} ${who} (${what}), ${why}, or install libcst into it: ${install}. Findings and "Suppress" still work.`;
 }
 
 export type Preflight = { ok: true; info: PreflightInfo } | { ok: false; message: string; detail?: string };
@@ -339,9 +438,19 @@ export function parsePreflight(run: PreflightRun, s: ExtensionSettings, interpre
       detail: r.detail,
     };
   }
+  const libcst = (r.libcst as unknown as LibcstInfo | undefined) ?? { source: null, error: "not reported" };
   return {
     ok: true,
-    info: { executable: r.executable, version: r.version, gradguard: r.gradguard, location: r.location },
+    info: {
+      executable: r.executable,
+      version: r.version,
+      gradguard: r.gradguard,
+      location: r.location,
+      implementation: r.implementation ?? "cpython",
+      tag: r.tag ?? "?",
+      platform: r.platform ?? "?",
+      libcst,
+    },
   };
 }
 

@@ -240,8 +240,30 @@ describe("parsePreflight", () => {
     );
     assert.deepEqual(r, {
       ok: true,
-      info: { executable: "/usr/bin/python3", version: "3.11.7", gradguard: "0.1.0", location: "/x/gradguard" },
+      info: {
+        executable: "/usr/bin/python3",
+        version: "3.11.7",
+        gradguard: "0.1.0",
+        location: "/x/gradguard",
+        implementation: "cpython",
+        tag: "?",
+        platform: "?",
+        libcst: { source: null, error: "not reported" },
+      },
     });
+  });
+
+  it("returns where libcst comes from", () => {
+    const libcst = { source: "bundled", version: "1.9.0", path: "/ext/bundled/libcst/cp311", location: "/l" };
+    const r = S.parsePreflight(
+      ok({ executable: "/p", version: "3.11.7", gradguard: "0.1.0", location: "/x", implementation: "cpython",
+        tag: "cp311", platform: "linux x86_64", libcst }),
+      read(),
+      py,
+    );
+    assert.equal(r.ok, true);
+    assert.deepEqual((r as { info: S.PreflightInfo }).info.libcst, libcst);
+    assert.equal((r as { info: S.PreflightInfo }).info.tag, "cp311");
   });
 
   it("explains a missing interpreter", () => {
@@ -295,6 +317,60 @@ describe("parsePreflight", () => {
   });
 });
 
+describe("libcst: the bundled build for the interpreter, else one clear message", () => {
+  const bundle: S.LibcstBundle = { target: "linux-x64", libcst: "1.9.0", tags: ["cp310", "cp311", "cp312", "cp313", "cp314"] };
+  const py: S.Interpreter = { command: ["/venv/bin/python"], source: "setting" };
+  const info = (over: Partial<S.PreflightInfo> = {}): S.PreflightInfo => ({
+    executable: "/venv/bin/python",
+    version: "3.11.7",
+    gradguard: "0.1.0",
+    location: "/ext/libs/gradguard",
+    implementation: "cpython",
+    tag: "cp311",
+    platform: "linux x86_64",
+    libcst: { source: "bundled", version: "1.9.0", path: "/ext/vscode-client/bundled/libcst/cp311" },
+    ...over,
+  });
+  const libcstCtx = { ...ctx, bundledLibcst: "/ext/vscode-client/bundled/libcst", env: { ...ctx.env, PYTHONPATH: "/mine" } };
+
+  it("puts the chosen bundled libcst right after the bundled libs, before the user's PYTHONPATH", () => {
+    const l = S.serverLaunch(read(), py, libcstCtx, info());
+    assert.equal(l.env.PYTHONPATH, "/ext/vscode-client/bundled/libs:/ext/vscode-client/bundled/libcst/cp311:/mine");
+    assert.equal(l.env.GRADGUARD_BUNDLED_LIBCST, "/ext/vscode-client/bundled/libcst");
+  });
+
+  it("adds nothing when libcst comes from the environment, or with fromEnvironment", () => {
+    const env = info({ libcst: { source: "environment", version: "1.8.0" } });
+    assert.equal(S.serverLaunch(read(), py, libcstCtx, env).env.PYTHONPATH, "/ext/vscode-client/bundled/libs:/mine");
+    const fromEnv = S.serverLaunch(read({ importStrategy: { globalValue: "fromEnvironment" } }), py, libcstCtx, info());
+    assert.equal(fromEnv.env.PYTHONPATH, "/mine");
+    assert.equal(fromEnv.env.GRADGUARD_BUNDLED_LIBCST, undefined);
+  });
+
+  it("says nothing when libcst loads", () => {
+    assert.equal(S.libcstNotice(info(), bundle, py), undefined);
+    assert.equal(S.libcstNotice(info({ libcst: { source: "environment" } }), undefined, py), undefined);
+  });
+
+  it("names the interpreter, the bundled versions and both ways out when none matches", () => {
+    const m = S.libcstNotice(info({ version: "3.14.0", tag: "cp314t", libcst: { source: null, error: "ModuleNotFoundError" } }), bundle, py);
+    assert.ok(m);
+    assert.match(m, /quick fixes are off/);
+    assert.match(m, /`\/venv\/bin\/python` \(from the gradguard\.interpreter setting\) \(CPython 3\.14\.0 \(free-threaded\), linux x86_64\)/);
+    assert.match(m, /bundles libcst 1\.9\.0 only for CPython 3\.10, 3\.11, 3\.12, 3\.13, 3\.14 on linux-x64/);
+    assert.match(m, /`\/venv\/bin\/python -m pip install libcst`/);
+    const pypy = S.libcstNotice(info({ implementation: "pypy", tag: "pypy", libcst: { source: null } }), bundle, py);
+    assert.match(pypy ?? "", /\(pypy 3\.11\.7, linux x86_64\)/);
+  });
+
+  it("reports a bundled build that does not load, and the universal .vsix", () => {
+    const broken = info({ libcst: { source: null, bundledError: "ImportError: wrong ELF class" } });
+    assert.match(S.libcstNotice(broken, bundle, py) ?? "", /bundled for CPython 3\.11 on linux-x64 failed to load \(ImportError: wrong ELF class\)/);
+    const universal = S.libcstNotice(info({ libcst: { source: null } }), undefined, py) ?? "";
+    assert.match(universal, /universal build, which bundles no libcst.*pip install libcst/);
+  });
+});
+
 describe("changeEffect", () => {
   const only = (...keys: string[]) => (k: string) => keys.includes(k);
   it("restarts for process-level settings and only reconfigures for rule settings", () => {
@@ -342,6 +418,29 @@ describe("PREFLIGHT_SCRIPT on a real interpreter", () => {
     const r = S.parsePreflight(await run(""), read({ importStrategy: { globalValue: "fromEnvironment" } }), interp);
     assert.equal(r.ok, false);
     assert.match((r as { message: string }).message, /No module named 'gradguard'/);
+  });
+
+  it("picks the bundled libcst folder of the interpreter's tag, and reports one that does not load", async () => {
+    const { mkdtempSync, mkdirSync, writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const { execFile } = await import("node:child_process");
+    const root = mkdtempSync(join(tmpdir(), "gg-libcst-"));
+    const tagOf = await new Promise<string>((resolve) =>
+      execFile(python, ["-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], (_e, out) => resolve(out.trim())),
+    );
+    mkdirSync(join(root, tagOf, "libcst"), { recursive: true });
+    writeFileSync(join(root, tagOf, "libcst", "__init__.py"), "raise ImportError('simulated: wrong platform')\n");
+    const r = await new Promise<S.PreflightRun>((resolve) =>
+      execFile(python, ["-S", "-c", S.PREFLIGHT_SCRIPT], { cwd: tmpdir(), env: { GRADGUARD_BUNDLED_LIBCST: root } }, (err, stdout, stderr) =>
+        resolve({ exitCode: err ? 1 : 0, stdout, stderr }),
+      ),
+    );
+    const line = r.stdout.split("\n").find((l) => l.startsWith("GRADGUARD-PREFLIGHT "));
+    const parsed = JSON.parse(line!.slice("GRADGUARD-PREFLIGHT ".length));
+    assert.equal(parsed.tag.replace(/t$/, ""), tagOf);
+    assert.equal(parsed.libcst.source, null); // -S: no environment libcst either
+    assert.match(parsed.libcst.bundledError, /simulated: wrong platform/);
   });
 
   it("reports what the server lacks when gradguard is there without its dependencies", async () => {
