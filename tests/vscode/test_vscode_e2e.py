@@ -7,7 +7,11 @@
   every Python >= 3.10 found here with nothing else on sys.path;
 - ``vscode-client/e2e/run-e2e.mjs`` installs the .vsix into code-server 4.100.3 (VS Code 1.100.3) and,
   driven by headless Chromium, sees GG002 on the right line, the squiggle, the lightbulb and the status
-  bar item, applies the quick fix from the quick-fix menu, saves, and checks the file on disk.
+  bar item, applies the quick fix from the quick-fix menu, saves, and checks the file on disk;
+- the platform-specific ``gradguard-linux-x64.vsix`` (``npm run package -- linux-x64``: libcst for CPython
+  3.10-3.14 inside) gives the quick fixes to a Python that has neither gradguard nor libcst: in code-server,
+  with a bare venv as the interpreter, the lightbulb offers the real fix of a GG001 fixture and applying it
+  from the quick-fix menu turns the file into what ``gradguard check --fix`` writes.
 
 Needs node 20 + npm; the end-to-end test also code-server and chromium (``scripts/setup-vscode-e2e.sh``).
 What is missing skips its tests on a developer machine and FAILS them when ``CI=true``.
@@ -22,6 +26,7 @@ import fcntl
 import glob
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -38,6 +43,9 @@ REPO = Path(__file__).resolve().parents[2]
 IN_CI = os.environ.get("CI", "").lower() == "true"
 CODE_SERVER_VERSION = "4.100.3"
 FIXTURE = REPO / "vscode-client" / "e2e" / "fixture" / "leaf.py"
+# A fixture with one finding and a safe fix that libcst builds (`h += x` after tanh -> `h = h + x`)
+QUICKFIX_FIXTURE = REPO / "tests" / "fixtures" / "GG001" / "pos_iadd_after_tanh_residual.py"
+QUICKFIX_CODE, QUICKFIX_LINE = "GG001", 15
 
 def need(ok: object, why: str) -> None:
     if not ok:
@@ -222,23 +230,13 @@ def short_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.parametrize("trust", ["trusted", "untrusted"])
-def test_code_server_end_to_end(vsix: Path, short_tmp: Path, trust: str) -> None:
-    """trusted: the full scenario (and the README screenshots when asked for); untrusted: the same in
-    restricted mode, with workspace values of the interpreter and probe settings that must be ignored."""
+def run_e2e(work: Path, extra: dict[str, str], screenshots: bool = False) -> tuple[dict, str]:
+    """Run vscode-client/e2e/run-e2e.mjs in code-server + headless Chromium; its JSON verdict and output."""
     cs = code_server()
     need(cs, f"code-server {CODE_SERVER_VERSION} not found (scripts/setup-vscode-e2e.sh installs it)")
     need(os.environ.get("CHROMIUM") or shutil.which("chromium"), "chromium not found (apt-get install chromium)")
-    work = short_tmp
-    env = {
-        **os.environ,
-        "CODE_SERVER": cs,
-        "GRADGUARD_VSIX": str(vsix),
-        "GRADGUARD_E2E_PYTHON": sys.executable,
-        "GRADGUARD_E2E_WORKDIR": str(work),
-        "GRADGUARD_E2E_UNTRUSTED": "1" if trust == "untrusted" else "0",
-    }
-    if trust == "untrusted":
+    env = {**os.environ, "CODE_SERVER": cs, "GRADGUARD_E2E_WORKDIR": str(work), **extra}
+    if not screenshots:
         env.pop("GRADGUARD_E2E_SCREENSHOTS", None)
     cmd = ["node", str(REPO / "vscode-client" / "e2e" / "run-e2e.mjs")]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -257,8 +255,115 @@ def test_code_server_end_to_end(vsix: Path, short_tmp: Path, trust: str) -> None
     assert lines, f"no result line:\n{out[-8000:]}"
     result = json.loads(lines[-1][len("GRADGUARD-E2E-RESULT "):])
     assert proc.returncode == 0 and result["ok"], f"end-to-end test failed:\n{out[-12000:]}"
+    return result, out
+
+
+@pytest.mark.parametrize("trust", ["trusted", "untrusted"])
+def test_code_server_end_to_end(vsix: Path, short_tmp: Path, trust: str) -> None:
+    """trusted: the full scenario (and the README screenshots when asked for); untrusted: the same in
+    restricted mode, with workspace values of the interpreter and probe settings that must be ignored."""
+    work = short_tmp
+    result, _ = run_e2e(work, {
+        "GRADGUARD_VSIX": str(vsix),
+        "GRADGUARD_E2E_PYTHON": sys.executable,
+        "GRADGUARD_E2E_UNTRUSTED": "1" if trust == "untrusted" else "0",
+    }, screenshots=trust == "trusted")
     assert result["code"] == "GG002" and result["line"] == 4
     assert result["server"]["importStrategy"] == "useBundled"
     assert result["trusted"] is (trust == "trusted") and result["server"]["trusted"] is (trust == "trusted")
     assert (FIXTURE.read_text() != (work / "ws" / "leaf.py").read_text()), "the fixture copy was not changed"
     print(f"code-server e2e ({trust}): applied {result['applied']!r} ({result['kind']}); timings {result['timings_s']}")
+
+
+# ---- the platform-specific .vsix: quick fixes with a Python that has neither gradguard nor libcst -------------
+
+@pytest.fixture(scope="module")
+def platform_vsix(npm_deps: None) -> Path:
+    """gradguard-linux-x64.vsix (`npm run package -- linux-x64`; GRADGUARD_VSIX_LINUX_X64=path tests that one)."""
+    given = os.environ.get("GRADGUARD_VSIX_LINUX_X64")
+    if given:
+        return Path(given).resolve()
+    if not (sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")):
+        pytest.skip(f"the linux-x64 .vsix runs only on linux x86_64, not {sys.platform} {platform.machine()}")
+    with build_lock():
+        t0 = time.monotonic()
+        check(run(["npm", "run", "-s", "package", "--", "linux-x64"], timeout=900), "npm run package -- linux-x64")
+        seconds = time.monotonic() - t0
+    path = REPO / "gradguard-linux-x64.vsix"
+    print(f"packaged {path.name}: {path.stat().st_size / 1e6:.2f} MB in {seconds:.0f} s")
+    return path
+
+
+def test_platform_vsix_bundles_libcst_per_cpython(platform_vsix: Path) -> None:
+    pinned = json.loads((REPO / "vscode-client" / "scripts" / "libcst-wheels.json").read_text())["targets"]
+    with zipfile.ZipFile(platform_vsix) as z:
+        names = z.namelist()
+        vsixmanifest = z.read("extension.vsixmanifest").decode()
+        target = json.loads(z.read("extension/vscode-client/bundled/libcst/TARGET.json"))
+    assert 'TargetPlatform="linux-x64"' in vsixmanifest
+    assert target == {"target": "linux-x64", "libcst": pinned["linux-x64"]["libcst"],
+                      "tags": ["cp310", "cp311", "cp312", "cp313", "cp314"]}
+    root = "extension/vscode-client/bundled/libcst/"
+    for tag in target["tags"]:
+        native = [n for n in names if n.startswith(f"{root}{tag}/libcst/native.")]
+        # the compiled parser of exactly that CPython (its file name carries the interpreter's ABI tag)
+        assert native == [f"{root}{tag}/libcst/native.cpython-{tag[2:]}-x86_64-linux-gnu.so"], native
+        assert f"{root}{tag}/libcst/__init__.py" in names
+    assert not [n for n in names if n.startswith(root) and "/tests/" in n], "libcst's own tests are bundled"
+    assert "extension/vscode-client/bundled/libs/gradguard/lsp/server.py" in names
+    size = platform_vsix.stat().st_size
+    assert size < 20_000_000, f"the .vsix is {size / 1e6:.1f} MB"
+    print(f"{platform_vsix.name}: {size / 1e6:.2f} MB, libcst {target['libcst']} for {', '.join(target['tags'])}")
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A new venv with nothing installed (no pip either): neither gradguard nor libcst imports in it."""
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    for module in ("libcst", "gradguard", "pygls"):
+        probe = subprocess.run([python, "-c", f"import {module}"], cwd=venv, capture_output=True, text=True,
+                               env={"PATH": os.environ.get("PATH", "")}, timeout=60)
+        assert probe.returncode != 0, f"{module} imports in the bare venv {python}"
+    return python
+
+
+def test_code_server_quick_fix_with_bare_python(platform_vsix: Path, bare_python: str, short_tmp: Path) -> None:
+    """A user whose Python has neither gradguard nor libcst installs gradguard-linux-x64.vsix: the server runs
+    the bundled gradguard with the bundled libcst of that CPython, the lightbulb offers the real fix (not only
+    "Suppress"), and applying it from the quick-fix menu and saving writes what `gradguard check --fix` writes."""
+    original = QUICKFIX_FIXTURE.read_text()
+    # The expected text, from the CLI (this venv has libcst), independently of the editor
+    expected_file = short_tmp / "expected" / QUICKFIX_FIXTURE.name
+    expected_file.parent.mkdir()
+    expected_file.write_text(original)
+    fixed = subprocess.run([sys.executable, "-m", "gradguard", "check", "--fix", "--no-cache", "--exit-zero",
+                            str(expected_file)], cwd=short_tmp, capture_output=True, text=True, timeout=300)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    expected = expected_file.read_text()
+    assert expected != original and expected.splitlines()[QUICKFIX_LINE - 1].strip().startswith("h = h + x")
+
+    work = short_tmp / "e2e"
+    t0 = time.monotonic()
+    result, out = run_e2e(work, {
+        "GRADGUARD_VSIX": str(platform_vsix),
+        "GRADGUARD_E2E_PYTHON": bare_python,
+        "GRADGUARD_E2E_FIXTURE": str(QUICKFIX_FIXTURE),
+        "GRADGUARD_E2E_CODE": QUICKFIX_CODE,
+        "GRADGUARD_E2E_LINE": str(QUICKFIX_LINE),
+        "GRADGUARD_E2E_REQUIRE_FIX": "1",
+        "GRADGUARD_E2E_LIBCST": "bundled",
+        "GRADGUARD_E2E_UNTRUSTED": "0",
+    })
+    seconds = time.monotonic() - t0
+    assert result["code"] == QUICKFIX_CODE and result["line"] == QUICKFIX_LINE
+    assert result["kind"] == "fix" and not result["applied"].startswith("Suppress"), result
+    server = result["server"]
+    assert server["command"] == [bare_python] and server["importStrategy"] == "useBundled"
+    assert server["libcst"]["source"] == "bundled" and server["libcst"]["path"].endswith(
+        "/vscode-client/bundled/libcst/cp%d%d" % sys.version_info[:2]), server["libcst"]
+    on_disk = (work / "ws" / QUICKFIX_FIXTURE.name).read_text()
+    assert on_disk == expected, f"the file after the quick fix:\n{on_disk}\n--- expected:\n{expected}"
+    print(f"code-server e2e (bare Python {server['version']}, libcst {server['libcst']['version']} bundled): "
+          f"applied {result['applied']!r} in {seconds:.0f} s; timings {result['timings_s']}")

@@ -19,6 +19,9 @@
 // GRADGUARD_E2E_WORKDIR (else a new temp dir), GRADGUARD_E2E_KEEP=1 (keep the work dir),
 // GRADGUARD_E2E_TIMEOUT (seconds, default 120), GRADGUARD_E2E_APPLY=api (driver applies the fix itself),
 // GRADGUARD_E2E_UNTRUSTED=1 (workspace trust on, folder untrusted, with workspace settings to be ignored).
+// GRADGUARD_E2E_FIXTURE + GRADGUARD_E2E_CODE + GRADGUARD_E2E_LINE (another file with one finding),
+// GRADGUARD_E2E_REQUIRE_FIX=1 (a real fix must be offered and applied, not the suppression),
+// GRADGUARD_E2E_LIBCST=bundled|environment|none (where the server's libcst must come from).
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
@@ -30,8 +33,12 @@ import { chromium } from "playwright-core";
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
 const CS_VERSION = "4.100.3";
-const FIXTURE = { name: "leaf.py", code: "GG002", line: 4 };
 const env = process.env;
+// GRADGUARD_E2E_FIXTURE (a .py file), GRADGUARD_E2E_CODE and GRADGUARD_E2E_LINE: another file and its one finding
+const FIXTURE = env.GRADGUARD_E2E_FIXTURE
+  ? { path: path.resolve(env.GRADGUARD_E2E_FIXTURE), code: env.GRADGUARD_E2E_CODE, line: Number(env.GRADGUARD_E2E_LINE) }
+  : { path: path.join(HERE, "fixture", "leaf.py"), code: "GG002", line: 4 };
+FIXTURE.name = path.basename(FIXTURE.path);
 const TIMEOUT_S = Number(env.GRADGUARD_E2E_TIMEOUT || 120);
 const t0 = Date.now();
 const timings = {};
@@ -143,7 +150,7 @@ const dirs = {
 for (const d of Object.values(dirs)) fs.mkdirSync(d, { recursive: true });
 for (const f of ["ready.json", "result.json"]) fs.rmSync(path.join(dirs.e2e, f), { force: true });
 const file = path.join(dirs.ws, FIXTURE.name);
-fs.copyFileSync(path.join(HERE, "fixture", FIXTURE.name), file);
+fs.copyFileSync(FIXTURE.path, file);
 if (untrusted) {
   // Workspace values of restricted settings that must be ignored while the folder is not trusted.
   fs.mkdirSync(path.join(dirs.ws, ".vscode"), { recursive: true });

@@ -11,6 +11,8 @@
 //     which takes screenshots and applies the fix through the workbench UI (quick-fix menu, Ctrl+S);
 //     with GRADGUARD_E2E_APPLY=api the driver applies it itself (workspace.applyEdit + save);
 //  5. waits until the document holds that text, is saved, and the finding is gone, then writes result.json.
+// GRADGUARD_E2E_REQUIRE_FIX=1: a real fix must be offered (the suppression alone fails the run);
+// GRADGUARD_E2E_LIBCST=bundled|environment|none: where the server's libcst must come from.
 const vscode = require("vscode");
 const fs = require("fs");
 const path = require("path");
@@ -67,6 +69,13 @@ async function scenario(dir, log) {
   const state = await api.whenIdle();
   if (state !== "running") throw new Error(`gradguard server is ${state}: ${api.lastError}`);
   log(`server: ${JSON.stringify(api.server)}`);
+  const wantLibcst = process.env.GRADGUARD_E2E_LIBCST;
+  if (wantLibcst) {
+    const got = api.server.libcst ? api.server.libcst.source || "none" : "not reported";
+    if (got !== wantLibcst) {
+      throw new Error(`the server's libcst is ${got} (${JSON.stringify(api.server.libcst)}), expected ${wantLibcst}; notice: ${api.notice}`);
+    }
+  }
   const trusted = process.env.GRADGUARD_E2E_TRUSTED !== "0";
   if (vscode.workspace.isTrusted !== trusted || api.server.trusted !== trusted) {
     throw new Error(`workspace trusted=${vscode.workspace.isTrusted}, server trusted=${api.server.trusted}; expected ${trusted}`);
@@ -110,6 +119,12 @@ async function scenario(dir, log) {
   const quickfixes = actions.filter((a) => a.edit && a.kind && vscode.CodeActionKind.QuickFix.contains(a.kind));
   const suppress = quickfixes.find((a) => a.title === `Suppress ${code} on this line`);
   const fix = quickfixes.find((a) => a !== suppress && a.isPreferred) || quickfixes.find((a) => a !== suppress);
+  if (!fix && process.env.GRADGUARD_E2E_REQUIRE_FIX === "1") {
+    throw new Error(
+      `no fix offered for ${code}, only: ${actions.map((a) => a.title).join(" | ") || "nothing"}; ` +
+        `server libcst ${JSON.stringify(api.server.libcst)}; notice: ${api.notice}`,
+    );
+  }
   const chosen = fix || suppress;
   if (!chosen) throw new Error("no quick fix with an edit");
   const edits = chosen.edit.get(uri);
