@@ -1,6 +1,11 @@
 """The gradguard package's imports, read from the AST: the module-level import graph has no cycle; a function
 imports a gradguard module only where listed below with its reason; and counting those function-level imports
-too, there is no cycle either (``HIDDEN_CYCLES`` stays empty)."""
+too, there is no cycle either (``HIDDEN_CYCLES`` stays empty).  Counting the imports for type checkers too
+(``if TYPE_CHECKING:``), the only cycles are ``TYPE_CHECKING_CYCLES``, none of them in the language server.
+
+The language server loads a few of its modules on first use, by name (``gradguard.lsp.on_demand``): each of
+those is counted as an import of ``on_demand`` in every graph here, and no other module of the server imports
+anything by name."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import ast
 from pathlib import Path
 
 import gradguard
+from gradguard.lsp.on_demand import MODULES as ON_DEMAND
 
 PACKAGE = Path(gradguard.__file__).resolve().parent
 
@@ -24,6 +30,18 @@ DEFERRED = {
 
 # Cycles that function-level imports hide: none (api <-> notebooks and cli <-> probe.cli were the last; keep it so).
 HIDDEN_CYCLES: list[list[str]] = []
+
+# Cycles counting every import, ``TYPE_CHECKING`` ones included.  The language server's (server <-> probe_support,
+# server <-> workspace) are gone: those modules take the server as a ``Protocol``.  Left, outside the server:
+# config imports output, whose ``TYPE_CHECKING`` import of ``probe.model`` runs ``probe/__init__``, which imports
+# the runner, whose function-level import of ``files`` imports config (directly, and through notebooks).
+TYPE_CHECKING_CYCLES: list[list[str]] = [
+    ["gradguard.config", "gradguard.output", "gradguard.probe", "gradguard.probe.runner", "gradguard.files",
+     "gradguard.config"],
+    ["gradguard.config", "gradguard.output", "gradguard.probe", "gradguard.probe.runner", "gradguard.files",
+     "gradguard.notebooks", "gradguard.config"],
+]
+LOADER = "gradguard.lsp.on_demand"
 
 
 def module_name(path: Path) -> str:
@@ -52,8 +70,9 @@ def _type_checking(node: ast.If) -> bool:
         isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"
 
 
-def imports(path: Path) -> tuple[set[str], set[str]]:
-    """(modules imported at module level, modules imported inside functions) of one file."""
+def imports(path: Path, type_checking: bool = False) -> tuple[set[str], set[str]]:
+    """(modules imported at module level, modules imported inside functions) of one file; ``type_checking``: with
+    those imported for type checkers only (``if TYPE_CHECKING:``) among the first."""
     module, is_package = module_name(path), path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top: set[str] = set()
@@ -61,13 +80,15 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
+            if isinstance(child, ast.If) and _type_checking(child) and not type_checking:
                 continue  # for type checkers only: never run
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 (deferred if in_function else top).update(resolve(module, is_package, child))
             visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
     visit(tree, False)
+    if module == LOADER:  # what it loads by name on first use
+        top.update(name for names in ON_DEMAND.values() for name in names)
     return top, deferred
 
 
@@ -75,17 +96,27 @@ FILES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 MODULES = set(FILES)
 
 
-def module_graph() -> dict[str, set[str]]:
-    graph = {}
-    for module, path in FILES.items():
-        top, _ = imports(path)
-        # importing a.b.c runs a and a.b first
-        edges = set()
-        for target in top:
-            parts = target.split(".")
-            edges.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
-        graph[module] = {t for t in edges if t in MODULES and t != module and not module.startswith(t + ".")}
-    return graph
+def _edges(module: str, targets: set[str]) -> set[str]:
+    """The modules importing ``targets`` from ``module`` runs: importing a.b.c runs a and a.b first."""
+    edges = set()
+    for target in targets:
+        parts = target.split(".")
+        edges.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+    return {t for t in edges if t in MODULES and t != module and not module.startswith(t + ".")}
+
+
+def module_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    return {module: _edges(module, imports(path, type_checking)[0]) for module, path in FILES.items()}
+
+
+def all_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles ``find_cycle`` finds one after another, each broken at its last edge before the next search."""
+    graph = {m: set(e) for m, e in graph.items()}
+    cycles = []
+    while (cycle := find_cycle(graph)) is not None:
+        cycles.append(cycle)
+        graph[cycle[-2]].discard(cycle[-1])
+    return cycles
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -131,15 +162,36 @@ def test_no_function_imports_a_gradguard_module_unless_listed() -> None:
 def test_function_level_imports_hide_no_cycle_but_the_listed_ones() -> None:
     graph = module_graph()
     for module, target in _deferred():
-        parts = target.split(".")
-        graph[module].update(name for name in (".".join(parts[:i]) for i in range(2, len(parts) + 1))
-                             if name in MODULES and name != module and not module.startswith(name + "."))
-    cycles = []
-    while (cycle := find_cycle(graph)) is not None:
-        cycles.append(cycle)
-        graph[cycle[-2]].discard(cycle[-1])
-    assert sorted(cycles) == sorted(HIDDEN_CYCLES)
+        graph[module] |= _edges(module, {target})
+    assert sorted(all_cycles(graph)) == sorted(HIDDEN_CYCLES)
+
+
+def test_counting_type_checking_imports_the_only_cycles_are_the_listed_ones() -> None:
+    graph = module_graph(type_checking=True)
+    for module, target in _deferred():
+        graph[module] |= _edges(module, {target})
+    cycles = all_cycles(graph)
+    assert [c for c in cycles if any(m.startswith("gradguard.lsp") for m in c)] == []
+    assert sorted(cycles) == sorted(TYPE_CHECKING_CYCLES)
 
 
 def test_the_language_server_has_no_deferred_import() -> None:
     assert sorted((m, t) for m, t in _deferred() if m.startswith("gradguard.lsp")) == []
+
+
+def test_the_language_server_imports_by_name_only_in_its_loader() -> None:
+    """Only ``on_demand`` imports a module by name (so every edge of the server is in the graphs above), and each
+    module it names is one of the package's, not importing ``server.py`` (whose imports would close a cycle)."""
+    def imports_by_name(path: Path) -> bool:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "importlib" for a in node.names) \
+                    or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "importlib" \
+                    or isinstance(node, ast.Name) and node.id == "__import__":
+                return True
+        return False
+
+    by_name = sorted(m for m, path in FILES.items() if m.startswith("gradguard.lsp") and imports_by_name(path))
+    assert by_name == [LOADER]
+    loaded = {name for names in ON_DEMAND.values() for name in names}
+    assert loaded <= MODULES
+    assert sorted(m for m in loaded if "gradguard.lsp.server" in imports(FILES[m], type_checking=True)[0]) == []

@@ -10,28 +10,55 @@ titles, safe or not), once per published version (``GradguardServer.fixes_of``),
 that does not announce ``codeAction.resolveSupport`` for ``edit`` gets the edits at once.
 A ``data`` of an older version than the document's resolves to no edit, never to a wrong one; every edit also
 names the version of the part it was computed on.  Without libcst no fix is offered; "suppress" still is.
+
+Part of the fix layer, loaded on first use (``on_demand.py``); what it needs of the server is ``ActionServer``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Iterable
+from concurrent.futures import Executor
+from typing import Any, Protocol
 
 from lsprotocol import types
+from pygls.workspace import Workspace
 
+from ..config import Config
 from ..diagnostics import SYNTAX_ERROR
-from ..fixes import plan
+from ..fixes import plan, unavailable
 from ..suppressions import add_code
 from ..text import code_units, split_lines
 from . import convert, fixes
-from .documents import Document, data_key
-from .server import GradguardServer, too_large
+from .convert import FIX_ALL_KIND, NOTEBOOK_FIX_ALL_KIND
+from .documents import Document, FixData, FixKey, data_key, too_large
 
-FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.gradguard"  # source.fixAll.gradguard
-NOTEBOOK_FIX_ALL_KIND = f"notebook.{FIX_ALL_KIND}"  # notebook.source.fixAll.gradguard
 FIX_ALL_TITLE = "Fix all gradguard issues"
 NOTEBOOK_FIX_ALL_TITLE = "Fix all gradguard issues in the notebook"
 FIX, SUPPRESS, FIX_ALL, NOTEBOOK_FIX_ALL = "fix", "suppress", "fixAll", "notebookFixAll"  # data["action"]
+
+
+class ActionServer(Protocol):
+    """What code actions need of the language server (``server.GradguardServer`` is one)."""
+
+    executor: Executor
+
+    @property
+    def workspace(self) -> Workspace: ...
+
+    @property
+    def client_capabilities(self) -> types.ClientCapabilities | None: ...
+
+    @property
+    def encoding(self) -> str: ...
+
+    def path(self, uri: str) -> str: ...
+
+    def config_for(self, uri: str) -> Config: ...
+
+    def document_of(self, uri: str) -> Document | None: ...
+
+    async def fixes_of(self, document: Document, uri: str, keys: Iterable[FixKey]) -> dict[FixKey, FixData]: ...
 
 
 def _document_edit(uri: str, version: int | None, edits: list[types.TextEdit]) -> types.TextDocumentEdit:
@@ -51,7 +78,7 @@ def suppress_edit(line_text: str, line0: int, code: str, encoding: str) -> types
     return types.TextEdit(range=rng, new_text=new_text)
 
 
-def fix_edit(ls: GradguardServer, fix: dict[str, Any], uri: str, version: int | None) -> types.WorkspaceEdit | None:
+def fix_edit(ls: ActionServer, fix: dict[str, Any], uri: str, version: int | None) -> types.WorkspaceEdit | None:
     """A fix of a diagnostic's data as one edit: each edit is in the part its ``uri`` and ``version`` name (a
     notebook cell's), else in the diagnostic's own document ``uri`` at ``version``."""
     by_part: dict[str, list[dict[str, Any]]] = {}
@@ -80,7 +107,7 @@ def resolves_edits(caps: types.ClientCapabilities | None) -> bool:
     return support is not None and "edit" in (support.properties or ())
 
 
-def _version(ls: GradguardServer, document: Document) -> int | None:
+def _version(ls: ActionServer, document: Document) -> int | None:
     """The document's version (a notebook's own): what every action's ``data`` names."""
     snap = document.snapshot(ls.workspace)
     return snap.version if snap is not None else None
@@ -90,7 +117,7 @@ def _data(uri: str, version: int | None, action: str, **where: Any) -> dict[str,
     return {"uri": uri, "version": version, "action": action, **where}
 
 
-async def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[types.CodeAction]:
+async def quick_fixes(ls: ActionServer, uri: str, diagnostics: Any) -> list[types.CodeAction]:
     """The diagnostic's own fix, then "suppress on this line", for each gradguard diagnostic given (no edits).
     Only these diagnostics' fixes are built (once per published version): the titles and safe or not.
 
@@ -122,7 +149,7 @@ async def quick_fixes(ls: GradguardServer, uri: str, diagnostics: Any) -> list[t
     return actions
 
 
-async def _published_fix(ls: GradguardServer, document: Document, uri: str, data: dict[str, Any]
+async def _published_fix(ls: ActionServer, document: Document, uri: str, data: dict[str, Any]
                          ) -> dict[str, Any] | None:
     """The fix of the finding ``data`` names, published for the version it names.  By gradguard's own
     position of the finding, not the client's range: Neovim 0.7 sends back a range rebuilt from byte columns."""
@@ -132,7 +159,7 @@ async def _published_fix(ls: GradguardServer, document: Document, uri: str, data
     return fix if isinstance(fix, dict) and fix.get("edits") else None
 
 
-def _suppression(ls: GradguardServer, uri: str, data: dict[str, Any]) -> types.WorkspaceEdit | None:
+def _suppression(ls: ActionServer, uri: str, data: dict[str, Any]) -> types.WorkspaceEdit | None:
     doc = ls.workspace.get_text_document(uri)
     lines, line0, code = split_lines(doc.source), data.get("line"), data.get("code")
     if not isinstance(line0, int) or not isinstance(code, str) or not 0 <= line0 < len(lines):
@@ -141,7 +168,7 @@ def _suppression(ls: GradguardServer, uri: str, data: dict[str, Any]) -> types.W
     return types.WorkspaceEdit(document_changes=[_document_edit(uri, doc.version, [edit])]) if edit else None
 
 
-async def resolve(ls: GradguardServer, action: types.CodeAction) -> types.CodeAction:
+async def resolve(ls: ActionServer, action: types.CodeAction) -> types.CodeAction:
     """``codeAction/resolve``: the action with its edit, made now for the text ``data`` names; no edit when the
     document moved on (or closed) since the action was listed."""
     data = action.data if isinstance(action.data, dict) else {}
@@ -162,7 +189,7 @@ async def resolve(ls: GradguardServer, action: types.CodeAction) -> types.CodeAc
     return action
 
 
-async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEdit | None, plan.Plan | None]:
+async def fix_all_edit(ls: ActionServer, uri: str) -> tuple[types.WorkspaceEdit | None, plan.Plan | None]:
     """One versioned edit of part ``uri`` making every safe fix the planner chooses (None if none), and the plan.
 
     The planner re-analyses in the pool until no fix is left (``lsp/fixes.py`` turns its fixed text into
@@ -174,7 +201,7 @@ async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEd
     index = snap.index(uri) if snap is not None else None
     if index is None or too_large(snap) is not None:
         return None, None
-    job = document.fix_job(snap, uri, ls.path(document.uri), ls.config_for(document.uri))
+    job = fixes.fix_job(document, snap, uri, ls.path(document.uri), ls.config_for(document.uri))
     if job is None:
         return None, None
     before, after, done = await asyncio.get_running_loop().run_in_executor(ls.executor, job)
@@ -185,12 +212,12 @@ async def fix_all_edit(ls: GradguardServer, uri: str) -> tuple[types.WorkspaceEd
     return edit, done
 
 
-async def notebook_fix_all_edit(ls: GradguardServer, uri: str) -> types.WorkspaceEdit | None:
+async def notebook_fix_all_edit(ls: ActionServer, uri: str) -> types.WorkspaceEdit | None:
     """One edit of every cell the planner changes, run over the notebook ``uri`` is (a cell of)."""
     document = ls.document_of(uri)
     snap = document.snapshot(ls.workspace) if document is not None and document.notebook else None
     config = ls.config_for(document.uri) if document is not None else None
-    job = document.notebook_fix_job(snap, ls.path(document.uri), config) \
+    job = fixes.notebook_fix_job(document, snap, ls.path(document.uri), config) \
         if snap is not None and too_large(snap) is None else None
     if job is None:
         return None
@@ -217,10 +244,10 @@ def _may_fix_all(document: Document, version: int | None, uris: list[str]) -> bo
         return True
     if any(lsp.code == SYNTAX_ERROR for uri in uris for _, lsp in document.published.get(uri, [])):
         return False
-    return document.may_fix(uris)
+    return document.may_fix(uris, unavailable() is None)
 
 
-def _fix_alls(ls: GradguardServer, document: Document, uri: str, only: Any) -> list[types.CodeAction]:
+def _fix_alls(ls: ActionServer, document: Document, uri: str, only: Any) -> list[types.CodeAction]:
     version, out = _version(ls, document), []
     if kind_matches(FIX_ALL_KIND, only) and _may_fix_all(document, version, [uri]):
         out.append(types.CodeAction(title=FIX_ALL_TITLE, kind=FIX_ALL_KIND, data=_data(uri, version, FIX_ALL)))
@@ -231,7 +258,7 @@ def _fix_alls(ls: GradguardServer, document: Document, uri: str, only: Any) -> l
     return out
 
 
-async def code_actions(ls: GradguardServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+async def code_actions(ls: ActionServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     """The actions at the request's diagnostics and kinds; with their edits for a client that cannot resolve."""
     uri, only = params.text_document.uri, params.context.only
     document = ls.document_of(uri)

@@ -19,6 +19,9 @@ from ..text import code_points, code_units
 
 
 SOURCE = "gradguard"
+# The code action kinds of the fix-alls (``actions.py``), declared in the server's capabilities at start.
+FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.gradguard"  # source.fixAll.gradguard
+NOTEBOOK_FIX_ALL_KIND = f"notebook.{FIX_ALL_KIND}"  # notebook.source.fixAll.gradguard
 
 _SEVERITY = {
     Severity.ERROR: types.DiagnosticSeverity.Error,

@@ -13,25 +13,31 @@ the diagnostic's own document).
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from .. import api, fixing
+from .. import api
 from .. import notebooks as nb
 from ..config import Config
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult, FixSource
-from ..fixes import plan, unavailable
 from ..text import split_lines
-from . import convert, fixes
+from . import convert
 from .follow import follow_changes
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..probe.model import ProbeResult
+
 Pair = tuple[Diagnostic, types.Diagnostic]  # a finding and what the client was shown for it
-FixJob = Callable[[], tuple[str, str, plan.Plan]]  # run in the pool: (text before, text after, the plan)
 FixKey = tuple[str, int, int]  # a published finding of a part: its code, line and column (as in its ``data``)
 FixData = dict[str, Any] | None  # a fix as in a diagnostic's ``data["fix"]``; None: the finding has none
+
+# A document larger than this (characters, all cells of a notebook together) is not analysed: it gets one
+# GG901 saying so.  An 8 MB document cost 1.1 GB and 11 s per keystroke; the largest real files are far below.
+MAX_DOCUMENT_CHARS = int(os.environ.get("GRADGUARD_LSP_MAX_DOCUMENT_CHARS") or 2_000_000)
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,20 @@ class Snapshot:
 
     def index(self, uri: str) -> int | None:
         return next((i for i, p in enumerate(self.parts) if p.uri == uri), None)
+
+
+def too_large(snap: Snapshot) -> int | None:
+    """The size of ``snap`` when it is over ``MAX_DOCUMENT_CHARS``, else None."""
+    size = sum(len(p.text) for p in snap.parts)
+    return size if size > MAX_DOCUMENT_CHARS else None
+
+
+@dataclass(frozen=True)
+class Probed:
+    """The runtime probe's result for one text of a document."""
+
+    text: str
+    result: ProbeResult
 
 
 @dataclass(eq=False)
@@ -111,7 +131,8 @@ class Document:
         self.published, self.published_version, self.published_snapshot = pairs, snap.version, snap
         self.built_fixes = {}
 
-    def _source(self) -> FixSource | None:
+    def fix_source_now(self) -> FixSource | None:
+        """The fix source of the findings published now (None when they came from another run)."""
         version, source = self.fix_source
         return source if version == self.published_version else None
 
@@ -124,7 +145,7 @@ class Document:
         name and that are not built yet; None when there is none.  Hand its result to ``remember_fixes``.
         The findings of a run with a syntax error (kept from the last good text) get none: they were found
         in another text than the one shown."""
-        known, source, snap = self.known_fixes(uri), self._source(), self.published_snapshot
+        known, source, snap = self.known_fixes(uri), self.fix_source_now(), self.published_snapshot
         wanted = set(keys) - known.keys()
         diags = [d for d, _ in self.published.get(uri, []) if key_of(d) in wanted]
         if not diags or snap is None or source is None:
@@ -135,14 +156,19 @@ class Document:
 
         return run
 
+    def shown_at(self, uri: str, position: types.Position) -> list[Pair]:
+        """What part ``uri`` shows (pairs of a finding and its LSP diagnostic) whose range holds ``position``."""
+        return [(d, lsp) for d, lsp in self.published.get(uri, []) if _contains(lsp.range, position)]
+
     def remember_fixes(self, version: int | None, uri: str, built: dict[FixKey, FixData]) -> None:
         if version == self.published_version:
             self.built_fixes.setdefault(uri, {}).update(built)
 
-    def may_fix(self, uris: list[str]) -> bool:
+    def may_fix(self, uris: list[str], fixes_work: bool) -> bool:
         """Whether the findings shown in ``uris`` may have a safe fix: one is known to, or one whose rule has
-        fixes has none built yet (cheap: for listing a fix-all, whose planner decides when it runs)."""
-        can_build = self._source() is not None and unavailable() is None
+        fixes has none built yet (cheap: for listing a fix-all, whose planner decides when it runs).
+        ``fixes_work``: fixes can be built in this interpreter (``fixes.unavailable``)."""
+        can_build = self.fix_source_now() is not None and fixes_work
         for uri in uris:
             known = self.known_fixes(uri)
             for d, _ in self.published.get(uri, []):
@@ -153,10 +179,6 @@ class Document:
                 elif can_build and d.code in api.FIX_BUILDERS:
                     return True
         return False
-
-    def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
-        """The fix planner's run for part ``uri``, to be run in the pool; None when it has nothing to fix."""
-        raise NotImplementedError
 
     def forget(self) -> None:
         """The configuration changed: nothing computed before may be reused."""
@@ -170,6 +192,11 @@ class TextDocument(Document):
 
     text: str = ""  # the text the server last saw (to follow edits with ``last_good``)
     last_good: list[Diagnostic] = field(default_factory=list)  # of the last run without a syntax error
+    # The runtime probe (``probe_support``): its result for the text it ran on, merged into the findings while
+    # the document has that text; a probe running now; a save during that run (it probes once more after it).
+    probed: Probed | None = None
+    probing: bool = False
+    probe_again: bool = False
 
     def snapshot(self, workspace: Any) -> Snapshot:
         doc = workspace.get_text_document(self.uri)
@@ -197,21 +224,6 @@ class TextDocument(Document):
     def forget(self) -> None:
         self.cache, self.last_good = {}, []
 
-    def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
-        text, cache, source = snap.parts[0].text, dict(self.cache), self._source()
-        shown = None
-        if self.published_version == snap.version and snap.version is not None:
-            shown = [d for d, _ in self.published.get(uri, [])]  # the planner's first pass: what is shown
-            if any(d.code == SYNTAX_ERROR for d in shown):
-                return None  # the kept findings' fixes are for regions the parser could not check
-
-        def run() -> tuple[str, str, plan.Plan]:
-            known = source.fixed(shown) if shown is not None and source is not None else None
-            done = fixes.fix_all(text, lambda t: api.analyze_source(t, path, config, cache=cache), known)
-            return text, done.text, done
-
-        return run
-
 
 @dataclass(eq=False)
 class NotebookDocument(Document):
@@ -233,39 +245,6 @@ class NotebookDocument(Document):
     def analyse(self, snap: Snapshot, path: str, config: Config, cache: dict) -> FileResult:
         program = nb.Program.from_cells([("code" if p.code else "markdown", p.text) for p in snap.parts])
         return api.analyze_program(program, path, config, cache, fixes=False)[0]
-
-    def fix_job(self, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
-        """The safe fixes of cell ``uri``: the planner ``--fix`` uses on the notebook's program
-        (``fixing.CellsPlan``), offered only the fixes whose edits all lie in that cell."""
-        index = snap.index(uri)
-        if index is None or any(d.code == SYNTAX_ERROR for d, _ in self.published.get(uri, [])):
-            return None
-        number = index + 1
-        cells = fixing.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
-                                     only_cell=number, cache=dict(self.cache))
-        before = snap.parts[index].text
-
-        def run() -> tuple[str, str, plan.Plan]:
-            done = cells.run(False)
-            after = next((c.source for c in cells.program(done.text).cells if c.number == number), before)
-            return before, after, done
-
-        return run
-
-    def notebook_fix_job(self, snap: Snapshot, path: str, config: Config) -> Callable[[], tuple[list[str], plan.Plan]] | None:
-        """The safe fixes of every cell at once (``notebook.source.fixAll``): the planner ``--fix`` uses on the
-        notebook's program; the job gives each part's text after it (in ``snap.parts`` order) and the plan."""
-        if any(d.code == SYNTAX_ERROR for pairs in self.published.values() for d, _ in pairs):
-            return None
-        cells = fixing.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
-                             cache=dict(self.cache))
-
-        def run() -> tuple[list[str], plan.Plan]:
-            done = cells.run(False)
-            after = {c.number: c.source for c in cells.program(done.text).cells}
-            return [after.get(n, p.text) for n, p in enumerate(snap.parts, start=1)], done
-
-        return run
 
 
 def to_lsp(snap: Snapshot, diags: list[Diagnostic], encoding: str, docs_url: str | None) -> dict[str, list[Pair]]:
@@ -321,3 +300,7 @@ def fix_data(snap: Snapshot, d: Diagnostic) -> FixData:
             return None
         edit["uri"], edit["version"] = snap.parts[j].uri, snap.parts[j].version
     return fix
+
+
+def _contains(rng: types.Range, pos: types.Position) -> bool:
+    return (rng.start.line, rng.start.character) <= (pos.line, pos.character) <= (rng.end.line, rng.end.character)

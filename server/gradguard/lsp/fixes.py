@@ -1,10 +1,12 @@
 """Fix-all in the editor ("Fix all", ``source.fixAll.gradguard``, ``gradguard.applyAllFixes``): the fix
-planner's result as edits of one document.
+planner's run for a document, and its result as edits of one document.
 
 The planner (``fixes.plan.run``) chooses, orders and applies the safe fixes and re-analyses until none is left,
-exactly as ``gradguard check --fix`` does; this module only turns its fixed text into the few edits that make
-it (``edits.diff_edits``, 1-based code points), which ``convert`` maps to the client's positions.  So an
-editor's "Fix all" and ``--fix`` give the same text.
+exactly as ``gradguard check --fix`` does (for a notebook: ``fixing.CellsPlan`` over its program); this module
+makes the job that runs it in the pool (``fix_job``, ``notebook_fix_job``) and turns its fixed text into the few
+edits that make it (``edits.diff_edits``, 1-based code points), which ``convert`` maps to the client's
+positions.  So an editor's "Fix all" and ``--fix`` give the same text.  Part of the fix layer the server loads
+on first use (``on_demand.py``).
 """
 
 from __future__ import annotations
@@ -12,10 +14,77 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..diagnostics import Diagnostic, FileResult
+from .. import api, fixing
+from ..config import Config
+from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
 from ..fixes import plan
 from ..fixes.edits import diff_edits
 from ..text import line_ends, line_starts
+from .documents import Document, NotebookDocument, Snapshot, TextDocument
+
+FixJob = Callable[[], tuple[str, str, plan.Plan]]  # run in the pool: (text before, text after, the plan)
+
+
+def fix_job(document: Document, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
+    """The fix planner's run for part ``uri`` of ``document`` (at ``snap``), to be run in the pool; None when it
+    has nothing to fix."""
+    if isinstance(document, NotebookDocument):
+        return _cell_fix_job(document, snap, uri, path, config)
+    if isinstance(document, TextDocument):
+        return _text_fix_job(document, snap, uri, path, config)
+    return None
+
+
+def _text_fix_job(document: TextDocument, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
+    text, cache, source = snap.parts[0].text, dict(document.cache), document.fix_source_now()
+    shown = None
+    if document.published_version == snap.version and snap.version is not None:
+        shown = [d for d, _ in document.published.get(uri, [])]  # the planner's first pass: what is shown
+        if any(d.code == SYNTAX_ERROR for d in shown):
+            return None  # the kept findings' fixes are for regions the parser could not check
+
+    def run() -> tuple[str, str, plan.Plan]:
+        known = source.fixed(shown) if shown is not None and source is not None else None
+        done = fix_all(text, lambda t: api.analyze_source(t, path, config, cache=cache), known)
+        return text, done.text, done
+
+    return run
+
+
+def _cell_fix_job(document: NotebookDocument, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
+    """The safe fixes of cell ``uri``: the planner ``--fix`` uses on the notebook's program
+    (``fixing.CellsPlan``), offered only the fixes whose edits all lie in that cell."""
+    index = snap.index(uri)
+    if index is None or any(d.code == SYNTAX_ERROR for d, _ in document.published.get(uri, [])):
+        return None
+    number = index + 1
+    cells = fixing.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
+                             only_cell=number, cache=dict(document.cache))
+    before = snap.parts[index].text
+
+    def run() -> tuple[str, str, plan.Plan]:
+        done = cells.run(False)
+        after = next((c.source for c in cells.program(done.text).cells if c.number == number), before)
+        return before, after, done
+
+    return run
+
+
+def notebook_fix_job(document: NotebookDocument, snap: Snapshot, path: str, config: Config
+                     ) -> Callable[[], tuple[list[str], plan.Plan]] | None:
+    """The safe fixes of every cell at once (``notebook.source.fixAll``): the planner ``--fix`` uses on the
+    notebook's program; the job gives each part's text after it (in ``snap.parts`` order) and the plan."""
+    if any(d.code == SYNTAX_ERROR for pairs in document.published.values() for d, _ in pairs):
+        return None
+    cells = fixing.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
+                             cache=dict(document.cache))
+
+    def run() -> tuple[list[str], plan.Plan]:
+        done = cells.run(False)
+        after = {c.number: c.source for c in cells.program(done.text).cells}
+        return [after.get(n, p.text) for n, p in enumerate(snap.parts, start=1)], done
+
+    return run
 
 
 def fix_all(text: str, analyse: Callable[[str], FileResult], first: Sequence[Diagnostic] | None = None) -> plan.Plan:

@@ -2,7 +2,9 @@
 a few over ``GradguardServer``'s one analysis path (notebooks: ``notebooks.py``; the probe: ``probe_support``).
 
 Every handler is wrapped by ``safe()``: an exception is logged and a default answered, never the server killed.
-Fixes need libcst: without it the server says so once (a warning on ``initialized``) and offers no fix actions.
+Code actions, fix-all and hover are the fix layer's (``actions.py``, ``hover.py``), loaded on first use
+(``on_demand.py``).  Fixes need libcst: without it the server says so once (a warning when the fix layer is
+loaded, just after the first findings are out) and offers no fix actions.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from typing import Any, Callable
 
 from lsprotocol import types
 
-from ..fixes import unavailable as fixes_unavailable
-from . import actions, fixes
-from . import hover as hover_text
+from .convert import FIX_ALL_KIND, NOTEBOOK_FIX_ALL_KIND
 from .documents import TextDocument, key_of
+from .on_demand import FIX_LAYER
 from .settings import BESIDE, CONFIG_KEYS
 from .server import GradguardServer
 
@@ -85,8 +86,6 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
     @server.feature(types.INITIALIZED)
     @safe()
     async def initialized(ls: GradguardServer, params: types.InitializedParams) -> None:
-        if fixes_unavailable() is not None:  # findings still come; their fixes (and fix-all) cannot
-            ls.warn(f"fixes are unavailable: {fixes_unavailable()}")
         ls.workspace_diagnostics.changed(ls)  # workspace mode, client that cannot pull: push the closed files
         if ls.can_watch_files():
             watchers = [types.FileSystemWatcher(glob_pattern=PYPROJECT_GLOB)]
@@ -202,23 +201,28 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
         if document is None:
             return None
         uri = params.text_document.uri
-        hits = hover_text.hits_at(document.published.get(uri, []), params.position)
-        built = await ls.fixes_of(document, uri, [key_of(d) for d, _ in hits]) if hits else {}
+        hits = document.shown_at(uri, params.position)
+        if not hits:
+            return None
+        _, hover_text = await ls.on_demand.load(FIX_LAYER)
+        built = await ls.fixes_of(document, uri, [key_of(d) for d, _ in hits])
         doc = ls.workspace.get_text_document(uri)  # after the fixes were built: the text is the newest
         return hover_text.hover([(d, lsp, built.get(key_of(d), hover_text.UNKNOWN)) for d, lsp in hits], ls.client_capabilities,
                                 ls.config.docs_url, uri, doc.source, doc.version)
 
-    kinds = [types.CodeActionKind.QuickFix, actions.FIX_ALL_KIND, actions.NOTEBOOK_FIX_ALL_KIND]
+    kinds = [types.CodeActionKind.QuickFix, FIX_ALL_KIND, NOTEBOOK_FIX_ALL_KIND]
     action_options = types.CodeActionOptions(code_action_kinds=kinds, resolve_provider=True)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, action_options)
     @safe(default=[])
     async def code_action(ls: GradguardServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        actions, _ = await ls.on_demand.load(FIX_LAYER)
         return await actions.code_actions(ls, params)
 
     @server.feature(types.CODE_ACTION_RESOLVE)
     async def code_action_resolve(ls: GradguardServer, params: types.CodeAction) -> types.CodeAction:
         try:
+            actions, _ = await ls.on_demand.load(FIX_LAYER)
             return await actions.resolve(ls, params)
         except asyncio.CancelledError:
             raise
@@ -239,8 +243,9 @@ def register(server: GradguardServer) -> None:  # noqa: C901 - one short handler
         if not isinstance(target, str) or ls.document_of(target) is None:
             ls.warn(f"{FIX_ALL_COMMAND}: pass the URI of an open document")
             return {"applied": False, "fixes": 0, "skipped": 0}
+        actions, _ = await ls.on_demand.load(FIX_LAYER)
         edit, done = await actions.fix_all_edit(ls, target)
-        skipped = fixes.left_over(done) if done is not None else 0
+        skipped = actions.fixes.left_over(done) if done is not None else 0
         if edit is None:
             return {"applied": False, "fixes": 0, "skipped": skipped}
         if _stale(ls, edit):  # edited while the fixes were planned: the edit is of an older text

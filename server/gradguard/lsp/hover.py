@@ -113,19 +113,10 @@ def contents(hits: Iterable[tuple[Diagnostic, types.Diagnostic, Any]], uri: str,
         for d, lsp, fix in hits))
 
 
-def hits_at(shown: list[tuple[Diagnostic, Any]], position: types.Position) -> list[tuple[Diagnostic, Any]]:
-    """The findings ``shown`` (pairs of a finding and its LSP diagnostic) whose range holds ``position``."""
-    return [(d, lsp) for d, lsp in shown if _contains(lsp.range, position)]
-
-
 def hover(hits: list[tuple[Diagnostic, Any, Any]], caps: Any, docs_url: str | None, uri: str, text: str,
           version: int | None) -> types.Hover | None:
-    """The hover over ``hits`` (``hits_at``, each with its fix as in its ``data``, built for the hover, or
+    """The hover over ``hits`` (``Document.shown_at``, each with its fix as in its ``data``, built for the hover, or
     ``UNKNOWN``) in part ``uri``, whose text is now ``text`` at ``version``."""
     if not hits:
         return None
     return types.Hover(contents=contents(hits, uri, text, version, docs_url, wants_markdown(caps)), range=hits[0][1].range)
-
-
-def _contains(rng: types.Range, pos: types.Position) -> bool:
-    return (rng.start.line, rng.start.character) <= (pos.line, pos.character) <= (rng.end.line, rng.end.character)

@@ -22,6 +22,10 @@ the VS Code client sends them)::
 - Merged as ``gradguard check --probe`` merges (``probe.merge``): confirmed findings are raised to error,
   their message says so and ``data.confirmed`` is true; findings only the probe saw are added with
   source ``gradguard-probe``; a result applies only while the document's text is the one probed.
+
+What belongs to one document (its result, a run in flight, a save during it) is the ``TextDocument``'s
+(``documents.py``); ``ProbeSupport`` keeps what is the server's: the settings, the warm worker and its thread.
+It needs of the server only what ``ProbeServer`` says.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lsprotocol import types
+from pygls.workspace import Workspace
 
 from ..diagnostics import Diagnostic
 from ..probe import merge as probe_merge
@@ -43,10 +48,7 @@ from ..probe import model as probe_model
 from ..probe.merge import ProbedDiagnostic
 from ..probe.model import ProbeOptions, ProbeResult
 from ..probe.runner import ProbeWorker, probe_file
-from .documents import TextDocument
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .server import GradguardServer
+from .documents import Document, Probed, TextDocument
 
 logger = logging.getLogger("gradguard.lsp.probe")
 
@@ -116,28 +118,43 @@ class ProbeOnlyDiagnostic(ProbedDiagnostic):
     """A finding only the probe saw (published with source ``gradguard-probe``)."""
 
 
-@dataclass
-class _Probed:
-    text: str  # the document text the probe result is for
-    result: ProbeResult
+class ProbeServer(Protocol):
+    """What the probe needs of the language server (``server.GradguardServer`` is one)."""
+
+    documents: dict[str, Document]
+    pull_mode: bool
+    refresh_support: bool
+
+    @property
+    def workspace(self) -> Workspace: ...
+
+    @property
+    def client_capabilities(self) -> types.ClientCapabilities | None: ...
+
+    def warn(self, message: str) -> None: ...
+
+    def path(self, uri: str) -> str: ...
+
+    def schedule(self, document: Document, delay: float | None = None) -> None: ...
+
+    def workspace_diagnostic_refresh(self, params: None) -> Any: ...
+
+    def workspace_code_lens_refresh(self, params: None) -> Any: ...
 
 
 class ProbeSupport:
-    """The probe state of one server: settings, the warm worker, runs in flight, results."""
+    """The probe state of one server: settings, the warm worker and the thread it is driven from."""
 
     def __init__(self) -> None:
         self.settings = ProbeSettings()
         self.worker: ProbeWorker | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradguard-probe")
-        self.running: set[str] = set()
-        self.save_pending: set[str] = set()
-        self.results: dict[str, _Probed] = {}
         self.tasks: set[asyncio.Task] = set()
         self.configured = False
         self.runs = 0  # probes actually started (the tests check that a refused one never starts)
 
     # ---- configuration ----------------------------------------------------------------
-    def configure(self, ls: GradguardServer, options: Any) -> None:
+    def configure(self, ls: ProbeServer, options: Any) -> None:
         """New settings.  ``"trusted": false`` sticks: a later push that does not say ``trusted`` (a client
         that sends only what changed, or a settings object without it) keeps the workspace untrusted; only an
         explicit ``"trusted": true`` lifts it."""
@@ -149,8 +166,10 @@ class ProbeSupport:
             settings = replace(settings, trusted=False)
         changed = (settings.refusal() is None) != (self.settings.refusal() is None)
         self.settings = settings
-        if settings.refusal() is not None:
-            self.results.clear()  # no longer allowed: stop showing what it said
+        if settings.refusal() is not None:  # no longer allowed: stop showing what it said
+            for document in ls.documents.values():
+                if isinstance(document, TextDocument):
+                    document.probed = None
         if changed and self.configured:  # not during initialize: no request may precede its answer
             _refresh_code_lenses(ls)
         self.configured = True
@@ -162,7 +181,7 @@ class ProbeSupport:
             self.worker = ProbeWorker(isolate=options.isolate)
         return probe_file(path, options, worker=self.worker)
 
-    async def probe(self, ls: GradguardServer, uri: str, entry: str | None = None, quiet: bool = False) -> dict[str, Any]:
+    async def probe(self, ls: ProbeServer, uri: str, entry: str | None = None, quiet: bool = False) -> dict[str, Any]:
         """Probe the document ``uri`` and update its diagnostics; a summary for the command's caller."""
 
         def refuse(status: str, message: str) -> dict[str, Any]:
@@ -179,11 +198,11 @@ class ProbeSupport:
         path = ls.path(uri)
         if not path.endswith(".py") or not os.path.isfile(path):
             return refuse("refused", f"only a Python file saved on disk can be probed, not {uri}")
-        if uri in self.running:
+        if state.probing:
             return refuse("busy", "a probe of this document is already running")
         doc = ls.workspace.get_text_document(uri)
         text, version = doc.source, doc.version
-        self.running.add(uri)
+        state.probing = True
         try:
             try:
                 on_disk = (await asyncio.to_thread(Path(path).read_bytes)).decode("utf-8")
@@ -197,17 +216,17 @@ class ProbeSupport:
             self.runs += 1
             result = await asyncio.get_running_loop().run_in_executor(self.executor, self._run, path, options)
         finally:
-            self.running.discard(uri)
-            if uri in self.save_pending:
-                self.save_pending.discard(uri)
+            state.probing = False
+            if state.probe_again:
+                state.probe_again = False
                 self.on_save(ls, uri)
         current = ls.documents.get(uri)
         if not isinstance(current, TextDocument) or ls.workspace.get_text_document(uri).version != version \
                 or ls.workspace.get_text_document(uri).source != text or self.settings.refusal() is not None:
             return {"status": "stale", "ran": True,
                     "message": "the document changed while the probe ran: its result was dropped"}
-        self.results[uri] = _Probed(text, result)
-        merged = self.merge(ls, uri, text, list(current.last_good))
+        current.probed = Probed(text, result)
+        merged = self.merge(ls, current, text, list(current.last_good))
         tally = probe_merge.counts(merged, len(current.last_good))
         if (result.status in probe_model.INCOMPLETE or (result.status == probe_model.COMPLETED and not result.ops)) \
                 and not quiet:
@@ -216,31 +235,33 @@ class ProbeSupport:
         return {"status": result.status, "ran": True, "message": result.detail, "device": result.device,
                 "seconds": round(result.total_seconds, 3), **tally}
 
-    def on_save(self, ls: GradguardServer, uri: str) -> None:
+    def on_save(self, ls: ProbeServer, uri: str) -> None:
         if self.settings.refusal() is not None or not self.settings.on_save or not uri.endswith(".py"):
             return
-        if uri in self.running:
-            self.save_pending.add(uri)
+        document = ls.documents.get(uri)
+        if isinstance(document, TextDocument) and document.probing:
+            document.probe_again = True
             return
         task = asyncio.get_running_loop().create_task(self._probe_logged(ls, uri))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _probe_logged(self, ls: GradguardServer, uri: str) -> None:
+    async def _probe_logged(self, ls: ProbeServer, uri: str) -> None:
         try:
             await self.probe(ls, uri, quiet=True)
         except Exception:
             logger.exception("probe of %s failed", uri)
 
-    def merge(self, ls: GradguardServer, uri: str, text: str, diags: list[Diagnostic]) -> list[Diagnostic]:
-        """``diags`` (the static findings of ``text``) merged with the probe's result for that exact text."""
-        done = self.results.get(uri)
+    def merge(self, ls: ProbeServer, document: TextDocument, text: str, diags: list[Diagnostic]) -> list[Diagnostic]:
+        """``diags`` (the static findings of ``text``, the text of ``document``) merged with the probe's result
+        for that exact text."""
+        done = document.probed
         if done is None:
             return diags
         if done.text != text:
-            del self.results[uri]  # the document moved on: that result no longer applies
+            document.probed = None  # the document moved on: that result no longer applies
             return diags
-        display = ls.path(uri)
+        display = ls.path(document.uri)
         static = {(d.span, d.code) for d in diags}
         out: list[Diagnostic] = []
         for d in probe_merge.merge(diags, done.result, display):
@@ -266,7 +287,7 @@ def mark_sources(pairs: list[tuple[Diagnostic, types.Diagnostic]]) -> None:
             lsp.source = PROBE_SOURCE
 
 
-def _republish(ls: GradguardServer, document: TextDocument) -> None:
+def _republish(ls: ProbeServer, document: TextDocument) -> None:
     document.revision += 1  # a pulling client's previous result id no longer matches
     if not ls.pull_mode:
         ls.schedule(document, delay=0)

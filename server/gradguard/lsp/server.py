@@ -28,35 +28,22 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
+from .. import __version__ as VERSION  # what `gradguard --version` says (reading the installed metadata: ~8 ms)
 from ..config import Config
 from ..diagnostics import UNREADABLE, Diagnostic, FileResult, Severity, Span
-from .closed_files import Pool
-from .documents import Document, FixData, FixKey, NotebookDocument, Snapshot, TextDocument, to_lsp
+from ..fixes import unavailable as fixes_unavailable
+from .documents import (MAX_DOCUMENT_CHARS, Document, FixData, FixKey, NotebookDocument, Snapshot, TextDocument,
+                        to_lsp, too_large)
 from .folders import FolderConfigs
+from .on_demand import FIX_LAYER, OnDemand
 from .probe_support import ProbeSupport, mark_sources
 from .settings import Settings
 from .stream import GradguardProtocol
 from .workspace import WorkspaceDiagnostics
 
-try:  # pragma: no cover - metadata is there when installed
-    from importlib.metadata import version as _pkg_version
-
-    VERSION = _pkg_version("gradguard")
-except Exception:  # pragma: no cover
-    VERSION = "0.0.0"
-
 logger = logging.getLogger("gradguard.lsp")
 
 DEFAULT_DEBOUNCE_SECONDS = 0.075
-# A document larger than this (characters, all cells of a notebook together) is not analysed: it gets one
-# GG901 saying so.  An 8 MB document cost 1.1 GB and 11 s per keystroke; the largest real files are far below.
-MAX_DOCUMENT_CHARS = int(os.environ.get("GRADGUARD_LSP_MAX_DOCUMENT_CHARS") or 2_000_000)
-
-
-def too_large(snap: Snapshot) -> int | None:
-    """The size of ``snap`` when it is over ``MAX_DOCUMENT_CHARS``, else None."""
-    size = sum(len(p.text) for p in snap.parts)
-    return size if size > MAX_DOCUMENT_CHARS else None
 
 
 def too_large_result(path: str, size: int) -> FileResult:
@@ -86,7 +73,14 @@ class GradguardServer(LanguageServer):
         self.instance = os.urandom(8).hex()  # so a result id of an earlier server never matches one of this one
         self.run_on_type = True  # push mode: analyse on every change, or (``"run": "onSave"``) on open/save only
         self.folder_configs = FolderConfigs(self.settings)  # multi-root: each folder's [tool.gradguard]
-        self.workspace_diagnostics = WorkspaceDiagnostics(Pool(self.executor))  # "diagnosticMode"
+        self.on_demand = OnDemand(self._loaded)  # the fix layer and workspace mode's closed files, on first use
+        self.workspace_diagnostics = WorkspaceDiagnostics(self.executor, self.on_demand)  # "diagnosticMode"
+
+    def _loaded(self, name: str) -> None:
+        """``on_demand`` loaded entry ``name``: the fix layer says once when fixes cannot be built here (findings
+        still come; their fixes and fix-all cannot)."""
+        if name == FIX_LAYER and fixes_unavailable() is not None:
+            self.warn(f"fixes are unavailable: {fixes_unavailable()}")
 
     # ---- client and configuration ----------------------------------------------------------
     @property
@@ -275,13 +269,21 @@ class GradguardServer(LanguageServer):
 
     def record(self, document: Document, snap: Snapshot, diags: list[Diagnostic]) -> dict[str, list]:
         """What the client is to be shown for each part (hover, code actions and fix-all read it)."""
-        if not snap.notebook:  # the runtime probe's result for this text, if any
-            diags = self.probe.merge(self, document.uri, snap.parts[0].text, diags)
+        if isinstance(document, TextDocument):  # the runtime probe's result for this text, if any
+            diags = self.probe.merge(self, document, snap.parts[0].text, diags)
         pairs = to_lsp(snap, diags, self.encoding, self.config.docs_url)
         for shown in pairs.values():
             mark_sources(shown)
         document.show(snap, pairs)
+        self._warm_up()
         return pairs
+
+    def _warm_up(self) -> None:
+        """Once the first findings are out (after the notification or reply that carries them is sent): load the
+        fix layer in the background, so that the first code action or hover does not wait for it."""
+        if not self.on_demand.loaded(FIX_LAYER):
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self.on_demand.start, FIX_LAYER)
 
     async def fixes_of(self, document: Document, uri: str, keys: Iterable[FixKey]) -> dict[FixKey, FixData]:
         """The fixes of the published findings of part ``uri`` that ``keys`` name, built in the pool the first

@@ -15,6 +15,9 @@ workspace folders, not only the open ones; and ``workspace/didChangeWorkspaceFol
   token the server creates (``window/workDoneProgress/create``) when the client supports that; only when
   there is something to analyse.  Cancelling (``$/cancelRequest``, or the progress's cancel button) stops
   scheduling work: no further chunk starts, and the request is answered with the RequestCancelled error.
+
+The closed files' analysis (``closed_files.py``: worker processes, the result cache) is loaded the first time
+workspace mode has work (``on_demand.py``).  What this needs of the server is ``WorkspaceServer``.
 """
 
 from __future__ import annotations
@@ -23,18 +26,24 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types
+from pygls.progress import Progress as WorkDoneProgress
 from pygls.uris import from_fs_path
+from pygls.workspace import Workspace
 
 from ..config import Config, find_pyproject
-from . import closed_files
-from .documents import NotebookDocument, TextDocument
+from ..diagnostics import Diagnostic
+from .documents import Document, NotebookDocument, Pair, Snapshot, TextDocument
+from .folders import FolderConfigs
+from .on_demand import CLOSED_FILES, OnDemand
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .server import GradguardServer
+    from . import closed_files
 
 logger = logging.getLogger("gradguard.lsp")
 
@@ -42,10 +51,53 @@ MODES = ("openFiles", "workspace")
 Report = types.WorkspaceFullDocumentDiagnosticReport | types.WorkspaceUnchangedDocumentDiagnosticReport
 
 
+class WorkspaceServer(Protocol):
+    """What workspace mode needs of the language server (``server.GradguardServer`` is one): its open documents
+    and their one analysis path, the configuration of each folder, and the client."""
+
+    documents: dict[str, Document]
+    pull_mode: bool
+    config_generation: int
+    folder_configs: FolderConfigs
+    workspace_diagnostics: WorkspaceDiagnostics
+
+    @property
+    def workspace(self) -> Workspace: ...
+
+    @property
+    def client_capabilities(self) -> types.ClientCapabilities | None: ...
+
+    @property
+    def work_done_progress(self) -> WorkDoneProgress: ...
+
+    @property
+    def encoding(self) -> str: ...
+
+    def warn(self, message: str) -> None: ...
+
+    def path(self, uri: str) -> str: ...
+
+    def folder_paths(self) -> list[Path]: ...
+
+    def config_for(self, uri: str) -> Config: ...
+
+    def reload_if_pyproject_changed(self) -> None: ...
+
+    def reanalyse_all(self) -> None: ...
+
+    async def analyse(self, document: Document) -> tuple[Snapshot, list[Diagnostic]] | None: ...
+
+    def record(self, document: Document, snap: Snapshot, diags: list[Diagnostic]) -> dict[str, list[Pair]]: ...
+
+    def release_after_reply(self, document: Document) -> None: ...
+
+    def text_document_publish_diagnostics(self, params: types.PublishDiagnosticsParams) -> None: ...
+
+
 class Progress:
     """Work-done progress of one pass, begun only when there is work, on the client's token or one created."""
 
-    def __init__(self, ls: GradguardServer, token: types.ProgressToken | None, task: asyncio.Task | None) -> None:
+    def __init__(self, ls: WorkspaceServer, token: types.ProgressToken | None, task: asyncio.Task | None) -> None:
         self.ls, self.token, self.task = ls, token, task
         self.total = self.done = 0
         self.begun = False
@@ -85,11 +137,13 @@ class Progress:
 
 
 class WorkspaceDiagnostics:
-    """The mode, the worker pool and what the client was given for files with findings."""
+    """The mode, the worker pool (started when there is work) and what the client was given for files with
+    findings.  ``threads``: where closed files are analysed when no worker process can start."""
 
-    def __init__(self, pool: closed_files.Pool) -> None:
+    def __init__(self, threads: Executor, on_demand: OnDemand) -> None:
         self.mode = "openFiles"
-        self.pool = pool
+        self.threads, self.on_demand = threads, on_demand
+        self.pool: closed_files.Pool | None = None
         self.reported: dict[str, str] = {}  # uri -> result id, for the files last reported with findings
         self.push_task: asyncio.Task | None = None
 
@@ -97,7 +151,7 @@ class WorkspaceDiagnostics:
     def on(self) -> bool:
         return self.mode == "workspace"
 
-    def configure(self, ls: GradguardServer, options: Any) -> None:
+    def configure(self, ls: WorkspaceServer, options: Any) -> None:
         """``"diagnosticMode"`` beside ``"gradguard"``; the caller re-analyses on a change of settings."""
         mode = options.get("diagnosticMode") if isinstance(options, dict) else None
         if mode in MODES:
@@ -105,7 +159,7 @@ class WorkspaceDiagnostics:
         elif mode is not None:
             ls.warn(f'"diagnosticMode" must be "openFiles" or "workspace", not {mode!r}')
 
-    def changed(self, ls: GradguardServer) -> None:
+    def changed(self, ls: WorkspaceServer) -> None:
         """Settings, folders or files changed: a pushing server publishes the closed files again (a pulling
         client is asked to pull by ``workspace/diagnostic/refresh``)."""
         if ls.pull_mode or not (self.on or self.reported):
@@ -114,16 +168,16 @@ class WorkspaceDiagnostics:
             self.push_task.cancel()
         self.push_task = asyncio.get_running_loop().create_task(self._push(ls))
 
-    def closed(self, ls: GradguardServer, uri: str) -> None:
+    def closed(self, ls: WorkspaceServer, uri: str) -> None:
         """``uri`` was closed: what the client has for it is the editor's text, so its disk text is reported."""
         self.reported.pop(uri, None)
         self.changed(ls)
 
-    async def pull(self, ls: GradguardServer, params: types.WorkspaceDiagnosticParams) -> types.WorkspaceDiagnosticReport:
+    async def pull(self, ls: WorkspaceServer, params: types.WorkspaceDiagnosticParams) -> types.WorkspaceDiagnosticReport:
         previous = {p.uri: p.value for p in params.previous_result_ids}
         return types.WorkspaceDiagnosticReport(items=await self.collect(ls, previous, params.work_done_token, True))
 
-    async def _push(self, ls: GradguardServer) -> None:
+    async def _push(self, ls: WorkspaceServer) -> None:
         try:
             for report in await self.collect(ls, dict(self.reported), None, False):
                 if isinstance(report, types.WorkspaceFullDocumentDiagnosticReport) and report.uri not in ls.documents:
@@ -134,16 +188,19 @@ class WorkspaceDiagnostics:
         except Exception:
             logger.exception("workspace diagnostics failed")
 
-    async def collect(self, ls: GradguardServer, previous: dict[str, str], token: types.ProgressToken | None,
+    async def collect(self, ls: WorkspaceServer, previous: dict[str, str], token: types.ProgressToken | None,
                       with_open: bool) -> list[Report]:
         """A report for every file of the workspace folders (``with_open``: open documents too) and an empty one
         for each file reported with findings before that is no longer there."""
         reports: dict[str, Report] = {}
         if self.on:
-            found = await _survey(ls)
+            closed, = await self.on_demand.load(CLOSED_FILES)
+            if self.pool is None:
+                self.pool = closed.Pool(self.threads)
+            found = await _survey(ls, closed)
             progress = Progress(ls, token, asyncio.current_task())
             try:
-                await self._reports(ls, found, previous, with_open, progress, reports)
+                await self._reports(ls, closed, found, previous, with_open, progress, reports)
             except BaseException as exc:
                 progress.end("cancelled" if isinstance(exc, asyncio.CancelledError) else "stopped by an internal error")
                 raise
@@ -156,8 +213,9 @@ class WorkspaceDiagnostics:
                          or isinstance(r, types.WorkspaceFullDocumentDiagnosticReport) and r.items}
         return list(reports.values())
 
-    async def _reports(self, ls: GradguardServer, found: list[closed_files.Found], previous: dict[str, str],
-                       with_open: bool, progress: Progress, reports: dict[str, Report]) -> None:
+    async def _reports(self, ls: WorkspaceServer, closed: ModuleType, found: list[closed_files.Found],
+                       previous: dict[str, str], with_open: bool, progress: Progress, reports: dict[str, Report]
+                       ) -> None:
         configs: dict[Path | None, Config] = {}
         groups: dict[int, tuple[Config, list[closed_files.Found]]] = {}
         opened: list[tuple[str, TextDocument]] = []
@@ -189,36 +247,38 @@ class WorkspaceDiagnostics:
             progress.advance(1)
         loop = asyncio.get_running_loop()
         for config, group in groups.values():
-            results, crashes = await closed_files.analyse(self.pool, group, config, progress.advance)
+            assert self.pool is not None  # started by ``collect``
+            results, crashes = await closed.analyse(self.pool, group, config, progress.advance)
             for f in group:
                 uri = from_fs_path(str(f.target.path)) or str(f.target.path)
                 report = reports[uri]
                 if f.target.path in results:
                     report.items = await loop.run_in_executor(
-                        None, closed_files.to_lsp, f.target.path, uri, list(results[f.target.path].diagnostics),
+                        None, closed.to_lsp, f.target.path, uri, list(results[f.target.path].diagnostics),
                         ls.encoding, config.docs_url)
                 else:  # never an empty report for a file that was not analysed
                     why = crashes.get(f.target.path, f"{f.target.display} was not analysed")
-                    report.items, report.result_id = [closed_files.crash_diagnostic(why)], None
+                    report.items, report.result_id = [closed.crash_diagnostic(why)], None
 
     def shutdown(self) -> None:
         if self.push_task is not None:
             self.push_task.cancel()
-        self.pool.shutdown()
+        if self.pool is not None:
+            self.pool.shutdown()
 
 
-async def _survey(ls: GradguardServer) -> list[closed_files.Found]:
+async def _survey(ls: WorkspaceServer, closed: ModuleType) -> list[closed_files.Found]:
     """The files of every workspace folder (the root when the client named no folder), off the event loop."""
     folders = ls.folder_paths() or ([Path(ls.path(ls.workspace.root_uri))] if ls.workspace.root_uri else [])
     excludes = {f: ls.folder_configs.of_pyproject(find_pyproject(f), ls.warn) for f in folders if f.is_dir()}
-    return await asyncio.get_running_loop().run_in_executor(None, closed_files.survey, excludes)
+    return await asyncio.get_running_loop().run_in_executor(None, closed.survey, excludes)
 
 
-def _open_result_id(ls: GradguardServer, uri: str, version: int | None) -> str:
+def _open_result_id(ls: WorkspaceServer, uri: str, version: int | None) -> str:
     return f"open:{version}:{ls.config_generation}:{ls.folder_configs.serial(ls.config_for(uri))}"
 
 
-def _unchanged_open(ls: GradguardServer, uri: str, document: TextDocument, previous: str | None) -> Report | None:
+def _unchanged_open(ls: WorkspaceServer, uri: str, document: TextDocument, previous: str | None) -> Report | None:
     """The unchanged report of an open document whose findings the client has for its current version, if so."""
     version = ls.workspace.get_text_document(uri).version
     result_id = _open_result_id(ls, uri, version)
@@ -227,7 +287,7 @@ def _unchanged_open(ls: GradguardServer, uri: str, document: TextDocument, previ
     return types.WorkspaceUnchangedDocumentDiagnosticReport(uri=uri, result_id=result_id, version=version)
 
 
-async def _open_report(ls: GradguardServer, uri: str, document: TextDocument) -> Report:
+async def _open_report(ls: WorkspaceServer, uri: str, document: TextDocument) -> Report:
     """An open document's report: its in-editor text, down the server's one analysis path."""
     version = ls.workspace.get_text_document(uri).version
     outcome = await ls.analyse(document)
@@ -240,17 +300,17 @@ async def _open_report(ls: GradguardServer, uri: str, document: TextDocument) ->
                                                        result_id=_open_result_id(ls, uri, snap.version))
 
 
-def register(server: GradguardServer, safe: Callable[..., Any]) -> None:
+def register(server: WorkspaceServer, safe: Callable[..., Any]) -> None:
     """Add ``workspace/diagnostic`` and ``workspace/didChangeWorkspaceFolders`` to ``server``."""
 
     @server.feature(types.WORKSPACE_DIAGNOSTIC)
     @safe(default=types.WorkspaceDiagnosticReport(items=[]))
-    async def workspace_diagnostic(ls: GradguardServer, params: types.WorkspaceDiagnosticParams
+    async def workspace_diagnostic(ls: WorkspaceServer, params: types.WorkspaceDiagnosticParams
                                    ) -> types.WorkspaceDiagnosticReport:
         ls.reload_if_pyproject_changed()
         return await ls.workspace_diagnostics.pull(ls, params)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
     @safe()
-    def did_change_folders(ls: GradguardServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+    def did_change_folders(ls: WorkspaceServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
         ls.reanalyse_all()  # pygls has updated ls.workspace: each open file's folder, so configuration, may differ
