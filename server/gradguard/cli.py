@@ -31,12 +31,12 @@ from . import baseline as baselines
 from .config import Config, ConfigError, check_codes, load_config, load_config_file, parse_severity
 from .diagnostics import Diagnostic, FileResult, Severity
 from .errors import UsageError
-from .files import MissingPath, Target, discover
 from .fixes import unavailable as fixes_unavailable
 from .output import FORMATS, catalog, render
 from .output import text as text_output
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .files import Target
     from .fixing import FixRun
 
 PROGRESS_MIN_FILES = 20
@@ -272,6 +272,7 @@ def _check(args: argparse.Namespace) -> int:
     # Analysed without the baseline, so the result cache holds every finding; the baseline applies below.
     baseline, config = config.baseline, replace(config, baseline=None)
     from . import api  # noqa: F401 - imported before forking, so workers inherit it instead of importing it
+    from .files import MissingPath, discover  # the file walker (and pathspec): not for `gradguard lsp`
 
     paths = [p for p in args.paths if p != "-"]
     if (args.fix or args.diff) and "-" in args.paths:
@@ -415,6 +416,8 @@ def _fixing(run: FixRun | None) -> text_output.Fixing | None:
 
 def _nothing_found(paths: list[str], config: Config) -> str:
     """The error for folders without a source file: nothing was checked, so nothing may pass."""
+    from .files import discover
+
     message = f"no Python files or notebooks found under {', '.join(paths)}; nothing was checked"
     excluded = len(discover(paths, replace(config, exclude=()))) if config.exclude else 0
     if excluded:

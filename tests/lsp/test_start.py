@@ -15,7 +15,7 @@ from gradguard.lsp.workspace import WorkspaceServer
 
 NOT_AT_START = ("libcst", "jedi", "torch", "gradguard.lsp.actions", "gradguard.lsp.hover", "gradguard.lsp.fixes",
                 "gradguard.fixing", "gradguard.fixes.plan", "gradguard.lsp.closed_files", "gradguard.batch",
-                "gradguard.result_cache", "multiprocessing", "importlib.metadata")
+                "gradguard.result_cache", "gradguard.files", "pathspec", "multiprocessing", "importlib.metadata")
 
 
 def test_the_server_starts_without_the_fix_layer_or_closed_files():

@@ -38,7 +38,7 @@ def tune_garbage_collector() -> None:
     then run a full collection every few edits: 80-120 ms pauses that made the keystroke p95 ~140 ms in
     process (p50 ~25 ms).  Objects alive at start-up (the imported modules) are frozen out of collections and
     collections run less often: p95 ~60 ms (``bench/bench_lsp.py``).  Nothing relies on cycles being freed
-    promptly; memory is bounded by the documents open."""
-    gc.collect()
+    promptly; memory is bounded by the documents open.  No collection before the freeze: at this point it found
+    13 unreachable objects and took 15-40 ms of the start (``bench/bench_coldstart.py``)."""
     gc.freeze()
     gc.set_threshold(10_000, 50, 100)
