@@ -7,7 +7,9 @@ and collects their figures: bench_engine.py (precision: every finding with its l
 CPU vs ``ast.parse`` of the same files in the same run), bench_cache.py (``gradguard check --jobs N
 --no-cache`` wall time on all cores, the cached re-run), TorchFix and Fixit on the same files (each in
 its own virtualenv, bench/corpus/.tools-venv, so their libcst never meets the project's), bench_lsp.py
-(editor latency and server memory after opening the corpus's 20 largest files) and bench_probe.py.
+(editor latency and server memory after opening the corpus's 20 largest files), bench_coldstart.py (spawning
+``gradguard lsp`` to the first diagnostics of a small file, with ``import pygls.lsp.server`` as the floor) and
+bench_probe.py.
 ``--quick`` (under two minutes): peers on every 40th corpus file, fewer editor iterations, one probe workload.
 """
 
@@ -147,7 +149,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="under two minutes: samples and fewer iterations")
     parser.add_argument("--json", type=Path, help="also write every figure to FILE")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: peers,lsp,probe")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: peers,lsp,coldstart,probe")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     started = time.perf_counter()
@@ -258,6 +260,20 @@ def main() -> None:
                     f"{big['rss_after_kib'] / 1024:.0f} MiB (peak {big['rss_peak_kib'] / 1024:.0f}; "
                     f"{big['rss_before_kib'] / 1024:.0f} after start)",
                     f"open → diagnostics median {big['first_median'] * 1000:.0f} ms, max {big['first_max'] * 1000:.0f} ms")
+
+    # ---- cold start
+    if "coldstart" not in skip:
+        log("bench_coldstart: spawn to first diagnostics")
+        cold, note = run_json("bench_coldstart.py", "--runs", "5", timeout=600)
+        if cold is None:
+            row("language server: spawn to first diagnostics (bench_coldstart)", note)
+        else:
+            s, floor = cold["spawn_to_diagnostics"], cold["floor"]
+            pygls, bare = floor["python -c 'import pygls.lsp.server'"], floor["python -c pass"]
+            row("language server: spawn `gradguard lsp` to first diagnostics of a small file, median of 5",
+                f"{s['median'] * 1000:.0f} ms ({s['min'] * 1000:.0f}-{s['max'] * 1000:.0f}); floor: import pygls "
+                f"{pygls['median'] * 1000:.0f} ms, python -c pass {bare['median'] * 1000:.0f} ms",
+                "≤ 450 ms", s["median"] <= 0.450)
 
     # ---- probe
     if "probe" not in skip:
