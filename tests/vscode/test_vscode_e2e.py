@@ -367,3 +367,30 @@ def test_code_server_quick_fix_with_bare_python(platform_vsix: Path, bare_python
     assert on_disk == expected, f"the file after the quick fix:\n{on_disk}\n--- expected:\n{expected}"
     print(f"code-server e2e (bare Python {server['version']}, libcst {server['libcst']['version']} bundled): "
           f"applied {result['applied']!r} in {seconds:.0f} s; timings {result['timings_s']}")
+
+
+def test_code_server_universal_vsix_says_why_there_is_no_fix(vsix: Path, bare_python: str, short_tmp: Path) -> None:
+    """The universal .vsix (no libcst) with the same bare Python: no silent absence.  The findings and
+    "Suppress" work, and one warning names the interpreter and both ways out; the server's vaguer "fixes are
+    unavailable" is not shown beside it."""
+    work = short_tmp / "e2e"
+    result, _ = run_e2e(work, {
+        "GRADGUARD_VSIX": str(vsix),
+        "GRADGUARD_E2E_PYTHON": bare_python,
+        "GRADGUARD_E2E_FIXTURE": str(QUICKFIX_FIXTURE),
+        "GRADGUARD_E2E_CODE": QUICKFIX_CODE,
+        "GRADGUARD_E2E_LINE": str(QUICKFIX_LINE),
+        "GRADGUARD_E2E_LIBCST": "none",
+        "GRADGUARD_E2E_NOTIFICATIONS": "1",
+        "GRADGUARD_E2E_UNTRUSTED": "0",
+    })
+    assert result["kind"] == "suppress" and result["applied"] == f"Suppress {QUICKFIX_CODE} on this line", result
+    notice = result["notice"] or ""
+    assert f"`{bare_python}`" in notice and f"{bare_python} -m pip install libcst" in notice, notice
+    assert "universal build" in notice and "gradguard-linux-x64.vsix" in notice, notice
+    shown = result["notifications"]
+    about_fixes = [n for n in shown if "libcst" in n or "fixes are" in n]
+    assert len(about_fixes) == 1 and about_fixes[0].startswith("gradguard's quick fixes are off"), shown
+    on_disk = (work / "ws" / QUICKFIX_FIXTURE.name).read_text().splitlines()[QUICKFIX_LINE - 1]
+    assert on_disk.endswith(f"# gradguard: ignore[{QUICKFIX_CODE}]"), on_disk
+    print(f"code-server e2e (universal .vsix, bare Python): notice {notice[:80]!r}...; notifications {shown}")

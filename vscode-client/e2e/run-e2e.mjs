@@ -21,7 +21,8 @@
 // GRADGUARD_E2E_UNTRUSTED=1 (workspace trust on, folder untrusted, with workspace settings to be ignored).
 // GRADGUARD_E2E_FIXTURE + GRADGUARD_E2E_CODE + GRADGUARD_E2E_LINE (another file with one finding),
 // GRADGUARD_E2E_REQUIRE_FIX=1 (a real fix must be offered and applied, not the suppression),
-// GRADGUARD_E2E_LIBCST=bundled|environment|none (where the server's libcst must come from).
+// GRADGUARD_E2E_LIBCST=bundled|environment|none (where the server's libcst must come from),
+// GRADGUARD_E2E_NOTIFICATIONS=1 (list the workbench's notifications in the result, from the notification center).
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
@@ -407,6 +408,17 @@ try {
   await editor.locator(".squiggly-error").first().waitFor({ state: "detached", timeout: 10_000 });
   log(`fixed on disk (${result.kind}): line ${ready.line} is now ${JSON.stringify(onDisk.split("\n")[ready.line - 1])}`);
 
+  let notifications;
+  if (env.GRADGUARD_E2E_NOTIFICATIONS === "1") {
+    // every notification of the session, toast or not: open the notification center (the status-bar bell)
+    await page.locator('[id="status.notifications"]').first().click();
+    const center = page.locator(".notifications-center");
+    await center.waitFor({ state: "visible", timeout: 10_000 });
+    await sleep(500);
+    notifications = (await center.locator(".notification-list-item-message").allInnerTexts()).map((t) => t.trim());
+    log(`notifications: ${JSON.stringify(notifications)}`);
+  }
+
   if (env.GRADGUARD_E2E_SCREENSHOTS) {
     const out = path.resolve(env.GRADGUARD_E2E_SCREENSHOTS);
     fs.mkdirSync(out, { recursive: true });
@@ -423,6 +435,8 @@ try {
     status: statusLabel.trim(),
     server: ready.server,
     driver_ms: result.ms,
+    notifications,
+    notice: ready.notice,
     screenshots: shots,
   };
 } catch (e) {

@@ -143,6 +143,7 @@ async function scenario(dir, log) {
     expected,
     actions: actions.map((a) => a.title),
     server: api.server,
+    notice: api.notice,
   });
 
   if (process.env.GRADGUARD_E2E_APPLY === "api") {
