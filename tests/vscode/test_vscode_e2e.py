@@ -346,7 +346,7 @@ def test_code_server_quick_fix_with_bare_python(platform_vsix: Path, bare_python
 
     work = short_tmp / "e2e"
     t0 = time.monotonic()
-    result, out = run_e2e(work, {
+    result, _ = run_e2e(work, {
         "GRADGUARD_VSIX": str(platform_vsix),
         "GRADGUARD_E2E_PYTHON": bare_python,
         "GRADGUARD_E2E_FIXTURE": str(QUICKFIX_FIXTURE),
@@ -362,7 +362,7 @@ def test_code_server_quick_fix_with_bare_python(platform_vsix: Path, bare_python
     server = result["server"]
     assert server["command"] == [bare_python] and server["importStrategy"] == "useBundled"
     assert server["libcst"]["source"] == "bundled" and server["libcst"]["path"].endswith(
-        "/vscode-client/bundled/libcst/cp%d%d" % sys.version_info[:2]), server["libcst"]
+        f"/vscode-client/bundled/libcst/cp{sys.version_info[0]}{sys.version_info[1]}"), server["libcst"]
     on_disk = (work / "ws" / QUICKFIX_FIXTURE.name).read_text()
     assert on_disk == expected, f"the file after the quick fix:\n{on_disk}\n--- expected:\n{expected}"
     print(f"code-server e2e (bare Python {server['version']}, libcst {server['libcst']['version']} bundled): "
