@@ -426,11 +426,14 @@ describe("PREFLIGHT_SCRIPT on a real interpreter", () => {
     const { tmpdir } = await import("node:os");
     const { execFile } = await import("node:child_process");
     const root = mkdtempSync(join(tmpdir(), "gg-libcst-"));
-    const tagOf = await new Promise<string>((resolve) =>
-      execFile(python, ["-c", "import sys; print('cp%d%d' % sys.version_info[:2])"], (_e, out) => resolve(out.trim())),
+    const [tagOf, suffix] = await new Promise<string[]>((resolve) =>
+      execFile(python, ["-c", "import sys, sysconfig; print('cp%d%d' % sys.version_info[:2], sysconfig.get_config_var('EXT_SUFFIX'))"],
+        (_e, out) => resolve(out.trim().split(" "))),
     );
+    // a libcst whose compiled parser is not a library this interpreter can load (as one built for another platform)
     mkdirSync(join(root, tagOf, "libcst"), { recursive: true });
-    writeFileSync(join(root, tagOf, "libcst", "__init__.py"), "raise ImportError('simulated: wrong platform')\n");
+    writeFileSync(join(root, tagOf, "libcst", "__init__.py"), "");
+    writeFileSync(join(root, tagOf, "libcst", `native${suffix}`), "simulated: not a shared library of this platform\n");
     const r = await new Promise<S.PreflightRun>((resolve) =>
       execFile(python, ["-S", "-c", S.PREFLIGHT_SCRIPT], { cwd: tmpdir(), env: { GRADGUARD_BUNDLED_LIBCST: root } }, (err, stdout, stderr) =>
         resolve({ exitCode: err ? 1 : 0, stdout, stderr }),
@@ -440,7 +443,7 @@ describe("PREFLIGHT_SCRIPT on a real interpreter", () => {
     const parsed = JSON.parse(line!.slice("GRADGUARD-PREFLIGHT ".length));
     assert.equal(parsed.tag.replace(/t$/, ""), tagOf);
     assert.equal(parsed.libcst.source, null); // -S: no environment libcst either
-    assert.match(parsed.libcst.bundledError, /simulated: wrong platform/);
+    assert.match(parsed.libcst.bundledError, /^ImportError: .*native/);
   });
 
   it("reports what the server lacks when gradguard is there without its dependencies", async () => {
