@@ -9,6 +9,7 @@ import re
 from .cuts import copy_raise_finding
 from .frames import UserCode, traceback_sites
 from .model import Note, ProbeFinding, Site
+from .source import expression_at
 from .tracer import Tracer, _inplace_origins
 
 # First match wins: the more specific messages come first.
@@ -66,6 +67,11 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
             copy = tracer.cuts.copy_behind_raise(sites[0]) if code == "GG103" and tracer is not None else None
             if copy is not None:  # the roots went through a copy made under no_grad (GG109)
                 return copy_raise_finding(copy, sites[0], text)
+            if code == "GG103" and tracer is not None and first.startswith("element ") and \
+                    tracer.grad_mode.at_backward is not None:
+                switched = _grad_mode_finding(tracer.grad_mode.at_backward, sites, text, first)
+                if switched is not None:
+                    return switched
             if code == "GG103":
                 kind = "graph-break"
                 origins = _rebuilds_before(exc.__traceback__, user, tracer)
@@ -79,6 +85,29 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
                                 callers=tuple(sites[1:]), origins=origins, notes=notes,
                                 view_node=view.group(1) if view else None)
     return None
+
+
+def _grad_mode_finding(at: tuple, sites: list[Site], text: str, first: str) -> ProbeFinding | None:
+    """backward() raised on a tensor without a graph, and it started with grad mode off: the line to change is
+    where the user's code switched it off (``GradMode``), or the call inside an ``@torch.no_grad()`` function that
+    leads to the backward."""
+    place, _how, switch, backward = at
+    if backward is None or backward.line != sites[0].line or backward.path != sites[0].path:
+        return None
+    said = expression_at(place)
+    if place == switch:
+        message = (f"`{said or 'this line'}` switches grad mode off, and it is still off when backward() on line "
+                   f"{backward.line} runs: nothing computed since recorded a graph, and torch raises: {first}")
+        notes = (Note(backward, f"backward() raises here: {first}"),)
+    else:
+        message = (f"`{said or 'this call'}` runs inside a function decorated to switch grad mode off (the call on "
+                   f"line {switch.line}), and leads to the backward() on line {backward.line}: the loss it computes "
+                   f"has no graph, and torch raises: {first}; switch grad mode on around this call "
+                   "(torch.enable_grad())")
+        notes = (Note(switch, "the decorated function is called here, with grad mode switched off"),
+                 Note(backward, f"backward() raises here: {first}"))
+    return ProbeFinding("GG103", "raised", place, message, torch_message=text, callers=(),
+                        origins=(sites[0],), notes=notes)
 
 
 def _backward_hook_finding(exc, user: UserCode, tracer: Tracer, sites: list[Site], text: str,

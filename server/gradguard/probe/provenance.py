@@ -67,9 +67,30 @@ if np is not None:
         # Set while a probe runs: told of each scalar a reduction makes of read values (``np.sum(a)``), so
         # that the scalar is still known by its value when it is rebuilt into a tensor.
         on_scalar: Any = None
+        # Set while a probe runs: told of each array of read values NumPy makes (its memory may become a tensor's
+        # without a factory the probe wraps: the legacy `torch.FloatTensor(array)` shares it).
+        on_array: Any = None
 
         def __array_finalize__(self, obj):
-            self.gradguard_read = getattr(obj, "gradguard_read", None)
+            read = self.gradguard_read = getattr(obj, "gradguard_read", None)
+            if read is not None and ReadArray.on_array is not None:
+                ReadArray.on_array(self, read)
+
+        def __array_function__(self, func, types, args, kwargs):
+            # NumPy functions that build a new base-class array (`np.einsum`, `np.concatenate`...) would drop the
+            # mark: their result is made of read values too.
+            out = super().__array_function__(func, types, args, kwargs)
+            read = self.gradguard_read
+            if read is None or isinstance(out, ReadArray):
+                return out
+            if isinstance(out, np.ndarray):
+                out = out.view(ReadArray)
+                out.gradguard_read = read
+                if ReadArray.on_array is not None:
+                    ReadArray.on_array(out, read)
+            elif isinstance(out, np.floating) and ReadArray.on_scalar is not None:
+                ReadArray.on_scalar(out, read)
+            return out
 
         def __array_wrap__(self, arr, context=None, return_scalar=False):
             if return_scalar:
@@ -78,6 +99,23 @@ if np is not None:
                     ReadArray.on_scalar(value, self.gradguard_read)
                 return value
             return super().__array_wrap__(arr, context, return_scalar)
+
+    def _reduction(name):
+        method = getattr(np.ndarray, name)
+
+        def reduce(self, *args, **kwargs):
+            # `a.mean()` divides the scalar its sum made after the sum returned: the final scalar is told here.
+            out = method(self, *args, **kwargs)
+            read = getattr(self, "gradguard_read", None)
+            if read is not None and ReadArray.on_scalar is not None and isinstance(out, (np.floating, float)):
+                ReadArray.on_scalar(out, read)
+            return out
+
+        reduce.__name__ = name
+        return reduce
+
+    for _name in ("mean", "std", "var", "sum", "prod", "max", "min", "item", "dot", "trace"):
+        setattr(ReadArray, _name, _reduction(_name))
 
 else:  # pragma: no cover - NumPy is installed wherever torch's wheels are
     ReadArray = None
@@ -101,6 +139,8 @@ class Provenance:
         self.detached: dict[int, tuple[weakref.ref, Site]] = {}
         self.errors = errors  # the tracer's internal errors
         self._patched: list[tuple[Any, str, Any, bool]] = []
+        # The memory of the live arrays of read values: address -> (a weak reference to the array, where read).
+        self.arrays: dict[int, tuple[weakref.ref, Site]] = {}
 
     # -- installation (the child process only) --
 
@@ -111,12 +151,15 @@ class Provenance:
             (torch, "asarray", 0, False),
             (torch, "from_numpy", 0, False),
             (_Tensor, "new_tensor", 1, True),
+            # The legacy constructor `torch.Tensor(data)` (its class is the tensor type itself: its `__new__`).
+            (_Tensor, "__new__", 1, True),
         ):
             self._patch(owner, name, self._factory(getattr(owner, name), name, data_index, tensors_rebuild))
         self._patch(_Tensor, "tolist", self._tolist(_Tensor.tolist))
         if np is not None:
             self._patch(_Tensor, "numpy", self._numpy(_Tensor.numpy))
             ReadArray.on_scalar = self._read_numpy_scalar
+            ReadArray.on_array = self._read_array
 
     def _read_numpy_scalar(self, value, site: Site) -> None:
         if isinstance(value, np.floating) and _is_number(float(value)):
@@ -125,6 +168,7 @@ class Provenance:
     def uninstall(self) -> None:
         if ReadArray is not None:
             ReadArray.on_scalar = None
+            ReadArray.on_array = None
         while self._patched:
             owner, name, original, own = self._patched.pop()
             if own:
@@ -188,12 +232,29 @@ class Provenance:
                     del frame
                     marked = out.view(ReadArray)
                     marked.gradguard_read = read
+                    provenance._read_array(marked, read)
                     return marked
                 except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
                     provenance.errors.append(f"numpy: {type(exc).__name__}: {exc}")
             return out
 
         return numpy
+
+    def _read_array(self, array, read: Site) -> None:
+        try:
+            address = array.__array_interface__["data"][0]
+            self.arrays[address] = (weakref.ref(array, self._forgetter(self.arrays, address)), read)
+        except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
+            self.errors.append(f"array: {type(exc).__name__}: {exc}")
+
+    def on_fresh(self, t, out, frame) -> None:
+        """A tensor made from Python data (``lift_fresh``): when its memory is that of a live array of read
+        values (a legacy ``torch.FloatTensor(array)`` shares it), it is a rebuild at the user's line ``frame``."""
+        entry = self.arrays.get(t.data_ptr())
+        if entry is None or entry[0]() is None or self.marked.get(id(out)) is not None:
+            return
+        site = frame_site(frame)
+        self._mark(out, (_rebuild_at(site, f"`{expression_at(site) or 'the tensor'}`", entry[1]),))
 
     # -- what the tracer reports --
 

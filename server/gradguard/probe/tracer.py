@@ -44,6 +44,8 @@ from .cuts import Cuts
 from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
+from .grad_mode import GradMode
+from .module_flags import ModuleFlags
 from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, STEP_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
@@ -59,6 +61,10 @@ _grad_enabled = torch.is_grad_enabled
 
 # Distinct saves remembered per conflict with the nodes that made them (the notes show at most 3 of them).
 _SAVES_KEPT = 16
+# Nodes whose saving frames are kept once an optimizer step hit a live graph (``Tracer.node_chains``), newest kept.
+_CHAINS_KEPT = 200_000
+# Nodes looked at when a backward through a graph made stale by an optimizer step is searched for the stale value.
+_STALE_WALK = 50_000
 # Ops that take the slow path without writing anything (markers compared by identity).
 _SCALAR = "scalar"  # _local_scalar_dense: item(), float(t), int(t), bool(t)
 _FRESH = "fresh"  # a tensor made from Python data: torch.tensor(...), from_numpy, new_tensor
@@ -258,6 +264,12 @@ class Conflict:
     # the input itself (``x = x.float()`` on a float32 input): (the rebinding line, the Function's name).
     input_alias: tuple | None = None
     through: str = "a write through `.data`"  # how a write that moves no version got past autograd
+    # For an optimizer step: the autograd sequence number when it last wrote (nodes numbered below it were built
+    # before the step), and, once a backward built after the step ran into the stale graph, (the line of the
+    # backward's function that joined a value computed before the step to the new graph, where that value was
+    # computed when known): see ``Tracer._stale_use``.
+    step_nr: int = 0
+    stale: tuple | None = None
 
 
 @dataclass
@@ -305,10 +317,17 @@ class Tracer(TorchDispatchMode):
         self.numpy = NumpyViews(user, self._numpy_write, self.pending.__contains__,  # writes through NumPy views
                                 self.internal_errors)
         self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
+        self.flags = ModuleFlags(user, self.internal_errors)  # `module.requires_grad = False`: a plain attribute
+        self.grad_mode = GradMode(user, self.internal_errors)  # where grad mode was switched off, for a backward then
         self.cuts.on_data = self.provenance.read_detached  # `.data.numpy()` is a read, as `.detach().numpy()` is
         self.ops = 0  # aten ops seen: none means the target only defined things
         self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
         self.detached_in_place: dict[int, list[Site]] = {}  # storage key -> where `.detach_()` cut a tensor's history
+        # Once an optimizer step wrote a tensor a live graph saved, the pack hook keeps the user's frames of every
+        # save by the sequence number of its node (innermost first), so that a backward that then fails can name
+        # the line that used a value from before the step (``_stale_use``).  Off until then: no cost.
+        self.chains = False
+        self.node_chains: dict[int, tuple] = {}
 
     # -- installation --
 
@@ -331,9 +350,13 @@ class Tracer(TorchDispatchMode):
         self.hooks.install()
         self.asked.install()
         self.cuts.install()
+        self.flags.install()
+        self.grad_mode.install()
         return entered
 
     def __exit__(self, *exc):
+        self.grad_mode.uninstall()
+        self.flags.uninstall()
         self.cuts.uninstall()
         self.asked.uninstall()
         self.hooks.uninstall()
@@ -370,13 +393,20 @@ class Tracer(TorchDispatchMode):
                 self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
         outer, self.realized_now = self.realized_now, []
         outer_backward = self.hooks.backward
+        codes = ()
         try:
             frame = self._user_frame(sys._getframe(1))
             self.hooks.backward = frame_site(frame) if frame is not None else None
+            if self.chains:
+                codes = _user_codes(frame, self.user)
             del frame
             self.asked.on_backward(roots, args[3] if len(args) > 3 else kwargs.get("inputs"), self.hooks.backward)
             if self.cuts.cuts:
                 self.cuts.on_backward(roots, self.hooks.backward)
+            if self.flags.pending or self.flags.replaced:
+                self.flags.on_backward(roots, self.hooks.backward)
+            if not _grad_enabled():
+                self.grad_mode.on_backward(sys._getframe(1), self.hooks.backward)
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"hooks: {type(exc).__name__}: {exc}")
         traced_lines = self.numpy.pause()
@@ -391,6 +421,9 @@ class Tracer(TorchDispatchMode):
             if realized:
                 try:
                     self._keep_saves_of_graph(realized, roots)
+                    for c in realized:
+                        if c.code_hint == "GG101" and c.stale is None and codes:
+                            c.stale = self._stale_use(c, roots, codes)
                 except Exception as exc:  # noqa: BLE001
                     self.internal_errors.append(f"graph: {type(exc).__name__}: {exc}")
 
@@ -423,6 +456,98 @@ class Tracer(TorchDispatchMode):
                 continue  # the node that saved it is not known (a custom Function...): keep every save
             in_graph = [s for s, nrs in c.nodes.items() if nrs & reached]
             c.saves = ([c.realized_save] + [s for s in in_graph if s != c.realized_save])[:3]
+
+    def _note_node(self) -> None:
+        """Keep the user's frames that run the op being dispatched, by the number of the autograd node built for
+        it (autograd numbers the node before it calls the kernel; a node that already has frames keeps them)."""
+        nr = _next_sequence_nr() - 1
+        chains = self.node_chains
+        if nr in chains:
+            return
+        try:
+            chain = []
+            frame = sys._getframe(2)
+            user = self.user
+            while frame is not None and len(chain) < 8:
+                if user.is_user(frame.f_code):
+                    chain.append((frame.f_code, frame.f_lineno, frame.f_lasti))
+                frame = frame.f_back
+            del frame
+            chains[nr] = tuple(chain)
+            if len(chains) > _CHAINS_KEPT:
+                del chains[next(iter(chains))]
+        except Exception as exc:  # noqa: BLE001
+            self.internal_errors.append(f"node: {type(exc).__name__}: {exc}")
+
+    def _stale_use(self, c: Conflict, roots, codes: tuple) -> tuple | None:
+        """A backward whose roots were built after the optimizer step ``c`` ran into a graph built before it: the
+        step did not come between a forward and its backward; a value computed before the step was used again
+        after it.  The edge that proves it leads from a node numbered after the step to one numbered before it,
+        above the node that saved what the step changed.  Returns (the line of the backward's function, ``codes``
+        innermost first, that built the newer node, the line there that built the older one or None), or None."""
+        step = c.step_nr
+        wanted = c.nodes.get(c.realized_save) if c.realized_save is not None else None
+        if not wanted:
+            wanted = set().union(*c.nodes.values()) if c.nodes else set()
+        if not wanted:
+            return None
+        start = []
+        for root in roots:
+            node = root.grad_fn if isinstance(root, _Tensor) else getattr(root, "node", None)
+            if node is not None and step <= node._sequence_nr() < _NO_SEQUENCE:
+                start.append(node)
+        if not start:
+            return None  # the graph was built before the step: the step's own line is the one to move
+        parent: dict[int, Any] = {}
+        seen = {n._sequence_nr() for n in start}
+        queue, crossings = list(start), []
+        while queue and len(seen) < _STALE_WALK:
+            node = queue.pop(0)
+            for child, _ in node.next_functions:
+                if child is None:
+                    continue
+                nr = child._sequence_nr()
+                if nr >= _NO_SEQUENCE or nr in seen:
+                    continue
+                seen.add(nr)
+                parent[nr] = node
+                if nr < step:
+                    crossings.append((node, child))
+                else:
+                    queue.append(child)
+        for newer, older in crossings:
+            if not _reaches(older, wanted):
+                continue
+            use = self._line_in(newer, parent, codes)
+            if use is None:
+                continue
+            made = self._line_in(older, {}, codes, below=True)
+            return use, made
+        return None
+
+    def _line_in(self, node, parent: dict, codes: tuple, below: bool = False):
+        """The line of one of ``codes`` (the backward's function first) that built ``node``, from the frames of the
+        nearest node that saved something: ``node`` itself, then its parents towards the roots (or, ``below``, the
+        nodes under it)."""
+        chains = self.node_chains
+        steps = 0
+        todo = [node]
+        while todo and steps < 64:
+            current = todo.pop(0)
+            steps += 1
+            chain = chains.get(current._sequence_nr())
+            if chain:
+                for code in codes:
+                    for entry in chain:
+                        if entry[0] is code:
+                            return code_site(*entry)
+            if below:
+                todo.extend(n for n, _ in current.next_functions if n is not None)
+            else:
+                up = parent.get(current._sequence_nr())
+                if up is not None:
+                    todo.append(up)
+        return None
 
     # -- saved tensors --
 
@@ -470,7 +595,7 @@ class Tracer(TorchDispatchMode):
                         _next_sequence_nr() - 1)
             if not is_output and function is None:
                 self.unnamed.append(rec)
-            if role == "weight" and frame is not None:
+            if (role == "weight" or self.chains) and frame is not None:
                 chain = [site]
                 outer = frame.f_back
                 while outer is not None and len(chain) < 8:
@@ -479,6 +604,12 @@ class Tracer(TorchDispatchMode):
                     outer = outer.f_back
                 rec.chain = tuple(chain)
                 del outer
+                if self.chains:
+                    chains = self.node_chains
+                    if rec.sequence_nr not in chains:
+                        chains[rec.sequence_nr] = rec.chain
+                        if len(chains) > _CHAINS_KEPT:
+                            del chains[next(iter(chains))]
             if key is not None and self.numpy.watched:
                 rec.fingerprint = self.numpy.on_saved(key, sys._getframe(1))
             if key is not None:
@@ -669,6 +800,8 @@ class Tracer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops += 1
+        if self.chains and _grad_enabled():
+            self._note_node()
         spec = _WRITES.get(func)
         if spec is None:
             spec = _classify(func)
@@ -878,6 +1011,9 @@ class Tracer(TorchDispatchMode):
                 self.internal_errors.append(f"conflict: {type(exc).__name__}: {exc}")
         del inner, frame
         conflict.count += 1
+        if conflict.code_hint == "GG101":
+            conflict.step_nr = _next_sequence_nr()
+            self.chains = True
         self._link(conflict, hits)
 
     @staticmethod
@@ -941,6 +1077,8 @@ class Tracer(TorchDispatchMode):
                 if frame is not None:
                     self.rebuilds.append((id(frame.f_code), frame_site(frame)))
                     del self.rebuilds[:-20]
+                    if kind is _FRESH and self.provenance.arrays and isinstance(args[0], _Tensor):
+                        self.provenance.on_fresh(args[0], out, frame)
                     if kind is _DETACH:
                         self.provenance.read_detached(out, frame)
                         if args[0].grad_fn is not None:
@@ -1004,7 +1142,7 @@ class Tracer(TorchDispatchMode):
                 continue
             placed.setdefault(key, len(found))
             found.append(finding)
-        found += self.hooks.findings() + self.asked.findings()
+        found += self.hooks.findings() + self.asked.findings() + self.flags.findings()
         taken = {(f.site.path, f.site.line) for f in found}
         found += [f for f in self.cuts.findings() if (f.site.path, f.site.line) not in taken]
         taken = {(f.site.path, f.site.line) for f in found}
@@ -1098,6 +1236,23 @@ class Tracer(TorchDispatchMode):
                                 op=c.op, count=c.count, saves=tuple(saves),
                                 backward=c.backward[0] if c.backward else None)
         order = _order_to_change(c) if code == "GG101" and c.realized is not None else None
+        if order is None and code == "GG101" and c.stale is not None and c.stale[0] not in c.sites:
+            # The backward's graph was built after the step, around a value computed before it: the line to change
+            # is where that stale value joined the new graph (compute it again after the step, or detach it).
+            use, made = c.stale
+            said = expression_at(use)
+            made_at = f" (computed on line {made.line})" if made is not None and made != use else ""
+            message = (f"`{said or 'this line'}` uses a value computed before {writer} on line {c.sites[0].line}"
+                       f"{made_at}, whose graph saved tensors the step then updated in place{saved_by}{at}: the "
+                       "backward of the graph built here runs into that older graph. Compute the value again after the "
+                       "step (or detach it). " + message)
+            notes.insert(0, Note(c.sites[0], STEP_NOTE))
+            if made is not None and made != use:
+                notes.insert(1, Note(made, "the value used after the step is computed here, before it"))
+            return ProbeFinding(code, kind, use, message, severity=severity, torch_message=c.torch_message,
+                                notes=tuple(notes), callers=(), origins=tuple(c.sites) + tuple(c.origins),
+                                op=c.op, count=c.count, saves=tuple(saves),
+                                backward=c.backward[0] if c.backward else None)
         if order is not None:
             # The step or the backward runs inside a helper: the order to change is in the function that calls
             # both, at the call that runs the backward through the graph the step made stale.
@@ -1173,6 +1328,34 @@ def _order_to_change(c: Conflict) -> tuple[Site, Site, list[Site]] | None:
         # step is the change (the backward's call then uses fresh weights).
         return saves[i], steps[i], list(reversed(backwards[:i]))
     return backwards[i], steps[i], list(reversed(backwards[:i]))
+
+
+_NO_SEQUENCE = 2 ** 63  # AccumulateGrad and graph roots made by hand carry no real sequence number (UINT64_MAX)
+
+
+def _user_codes(frame, user: UserCode) -> tuple:
+    """The code objects of the user's frames from ``frame`` outwards (at most 8)."""
+    codes = []
+    while frame is not None and len(codes) < 8:
+        if user.is_user(frame.f_code):
+            codes.append(frame.f_code)
+        frame = frame.f_back
+    return tuple(codes)
+
+
+def _reaches(node, wanted: set) -> bool:
+    """Whether the graph under ``node`` holds a node numbered in ``wanted``."""
+    stack, seen = [node], set()
+    while stack and len(seen) < _STALE_WALK:
+        current = stack.pop()
+        nr = current._sequence_nr()
+        if nr in wanted:
+            return True
+        if nr in seen:
+            continue
+        seen.add(nr)
+        stack.extend(n for n, _ in current.next_functions if n is not None)
+    return False
 
 
 def _inplace_origins(inner: list) -> list[Site]:

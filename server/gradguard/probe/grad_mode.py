@@ -1,0 +1,125 @@
+"""Where grad mode was switched off, for a ``backward()`` that runs while it is still off (rule GG103).  Imports
+torch.
+
+With grad mode off no op records a graph, so a loss computed then has no ``grad_fn`` and its ``backward()`` raises
+"element 0 of tensors does not require grad and does not have a grad_fn".  torch's message names the backward; the
+line to change is the switch: ``torch.set_grad_enabled(False)`` called as a function (at import time of another
+module, say) and never undone, a ``with torch.no_grad():`` block around the training code, or a function decorated
+with ``@torch.no_grad()`` (an optimizer's ``step``) that calls the code that computes the loss and runs its
+backward (a closure): then the line to change is that call, inside the decorated function.
+
+Every Python-level switch of grad mode goes through ``torch._C._set_grad_enabled`` (``no_grad``, ``enable_grad``,
+``set_grad_enabled``, their decorator forms), which is wrapped while the user's code runs: a switch to off by the
+user's code (not one of torch's own, an optimizer's ``differentiable`` switch) is remembered with its line, a
+context manager's exit restores what was remembered before it.  ``on_backward`` is told of each backward that
+starts with grad mode off; ``place`` is then where the switch that is still in effect was made.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from .frames import UserCode, code_site, frame_site
+from .model import Site
+
+_KEPT = 256  # context managers whose entry is remembered (to restore at their exit)
+# The files of torch's grad-mode context managers and of their decorator wrapper.
+_GRAD_MODE_FILES = (os.path.join("torch", "autograd", "grad_mode.py"), os.path.join("torch", "utils", "_contextlib.py"))
+
+
+class GradMode:
+    """One per tracer.  ``off``: (the switch's site, the decorated function's code or None) while the user's switch
+    to off is in effect; ``at_backward``: (the line to change, how it was switched off, the backward's site) for
+    the latest backward that started with grad mode off."""
+
+    def __init__(self, user: UserCode, errors: list[str]):
+        self.user = user
+        self.errors = errors
+        self.off: tuple | None = None
+        self.entered: dict[int, tuple | None] = {}
+        self.at_backward: tuple | None = None
+        self._original = None
+
+    def install(self) -> None:
+        original = self._original = torch._C._set_grad_enabled
+        mode = self
+
+        def _set_grad_enabled(enabled):
+            try:
+                mode._switch(bool(enabled), sys._getframe(1))
+            except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
+                mode.errors.append(f"grad mode: {type(exc).__name__}: {exc}")
+            return original(enabled)
+
+        _set_grad_enabled.__wrapped__ = original
+        torch._C._set_grad_enabled = _set_grad_enabled
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            torch._C._set_grad_enabled = self._original
+            self._original = None
+
+    def _switch(self, enabled: bool, frame) -> None:
+        # torch's frames between the call and the user's code: set_grad_enabled's own __init__, a context
+        # manager's __enter__/__exit__ (no_grad, enable_grad...), the decorator's wrapper (`decorate_context`).
+        owner = None
+        exiting = decorated = False
+        caller = None
+        while frame is not None and frame.f_code.co_filename.endswith(_GRAD_MODE_FILES):
+            name = frame.f_code.co_name
+            if name in ("__enter__", "__exit__"):
+                owner, exiting = frame.f_locals.get("self"), name == "__exit__"
+            elif name == "__init__" and owner is None:
+                owner = frame.f_locals.get("self")
+            elif name == "decorate_context":
+                decorated = True
+                caller = id(frame.f_back) if frame.f_back is not None else None
+            frame = frame.f_back
+        if frame is None or (not decorated and not self.user.is_user(frame.f_code)):
+            return  # torch's own switch (an optimizer's `differentiable` default), another library's
+        while frame is not None and not self.user.is_user(frame.f_code):
+            frame = frame.f_back
+        if frame is None:
+            return
+        if caller is None:
+            caller = id(frame)
+        key = id(owner) if owner is not None else None
+        if exiting:
+            if key in self.entered:
+                self.off = self.entered.pop(key)
+            elif enabled:
+                self.off = None
+            return
+        if key is not None and key not in self.entered:  # set_grad_enabled switches in __init__ and __enter__
+            self.entered[key] = self.off
+            if len(self.entered) > _KEPT:
+                del self.entered[next(iter(self.entered))]
+        if enabled:
+            self.off = None
+        elif self.off is None or torch.is_grad_enabled():
+            self.off = (frame_site(frame), decorated, caller)
+
+    def on_backward(self, frame, backward: Site | None) -> None:
+        """A backward starts with grad mode off, called from the user's ``frame``: remember the line to change."""
+        self.at_backward = None
+        if self.off is None:
+            return
+        site, decorated, caller = self.off
+        place, how = site, "switched off here"
+        if decorated:
+            # The decorated function is the frame the decorator's wrapper called from the switching line's frame:
+            # its line that leads to this backward is the one to change.
+            f = frame
+            while f is not None:
+                back = f.f_back
+                if (back is not None and back.f_code.co_name == "decorate_context" and back.f_back is not None
+                        and id(back.f_back) == caller and self.user.is_user(f.f_code)):
+                    place = code_site(f.f_code, f.f_lineno, f.f_lasti)
+                    how = "runs with grad mode off (a decorated function)"
+                    break
+                f = back
+            del f
+        self.at_backward = (place, how, site, backward)
