@@ -15,6 +15,8 @@ Bytecode is cached (in a folder of the run) as for an installed server that has 
 In the same run, interleaved with the server's runs (so a busy machine weighs on all of them alike), the
 floor: ``python -c pass`` and ``python -c "import pygls.lsp.server"`` (spawn to exit), and for the breakdown
 ``python -c "import gradguard.lsp.main"``.  Medians and spread (min-max) of ``--runs`` runs of each.
+With other jobs on the machine the wall times vary a lot, so each is also given as CPU time (user + system, all
+threads; Linux ``/proc``, 10 ms ticks): the server's until its first diagnostics arrived, each floor's to its exit.
 Printed numbers only: nothing here is a test.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import select
 import shutil
 import statistics
@@ -76,8 +79,21 @@ class Reader:
             self.buffer += data
 
 
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_of(pid: int) -> float | None:
+    """CPU seconds (user + system, every thread) process ``pid`` has used so far; None where /proc is not."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15 of stat)
+
+
 def one_run(command: list[str], path: Path, code: str) -> dict[str, float]:
-    """Seconds from spawn to: the initialize answer, and the first diagnostics of ``path`` with ``code``."""
+    """Seconds from spawn to: the initialize answer, and the first diagnostics of ``path`` with ``code``; and the
+    server's CPU seconds by then (``cpu``, when /proc can say)."""
     uri = path.as_uri()
     text = path.read_text(encoding="utf-8")
     start = time.perf_counter()
@@ -106,6 +122,9 @@ def one_run(command: list[str], path: Path, code: str) -> dict[str, float]:
             if message.get("method") == "textDocument/publishDiagnostics" and message["params"]["uri"] == uri \
                     and any(d.get("code") == code for d in message["params"]["diagnostics"]):
                 out["diagnostics"] = time.perf_counter() - start
+                cpu = cpu_of(proc.pid)
+                if cpu is not None:
+                    out["cpu"] = cpu
             elif "id" in message and "method" in message:  # a request of the server's: answer it empty
                 proc.stdin.write(frame({"jsonrpc": "2.0", "id": message["id"], "result": None}))
         proc.stdin.write(frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown"}))
@@ -121,10 +140,16 @@ def one_run(command: list[str], path: Path, code: str) -> dict[str, float]:
     return out
 
 
-def spawn_to_exit(args: list[str]) -> float:
-    start = time.perf_counter()
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def spawn_to_exit(args: list[str]) -> tuple[float, float]:
+    """Wall seconds from spawn to exit, and the CPU seconds the process used."""
+    start, cpu = time.perf_counter(), children_cpu()
     subprocess.run(args, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=ENV)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, children_cpu() - cpu
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -144,8 +169,10 @@ def measure(runs: int = 5, file: Path = DEFAULT_FILE, code: str = "GG002") -> di
         "python -c 'import gradguard.lsp.main'": [sys.executable, "-c", "import gradguard.lsp.main"],
     }
     times: dict[str, list[float]] = {name: [] for name in floors}
+    cpus: dict[str, list[float]] = {name: [] for name in floors}
     initialize: list[float] = []
     diagnostics: list[float] = []
+    server_cpu: list[float] = []
     with tempfile.TemporaryDirectory(prefix="gradguard-coldstart-") as tmp:
         ENV["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         for args in floors.values():  # warm the OS caches and write the bytecode once, not counted
@@ -157,12 +184,18 @@ def measure(runs: int = 5, file: Path = DEFAULT_FILE, code: str = "GG002") -> di
             got = one_run(command, target, code)
             initialize.append(got["initialize"])
             diagnostics.append(got["diagnostics"])
+            if "cpu" in got:
+                server_cpu.append(got["cpu"])
             for name, args in floors.items():
-                times[name].append(spawn_to_exit(args))
+                wall, cpu = spawn_to_exit(args)
+                times[name].append(wall)
+                cpus[name].append(cpu)
     return {
         "command": " ".join(command), "file": str(file), "code": code, "load": os.getloadavg(),
         "spawn_to_diagnostics": summary(diagnostics), "spawn_to_initialize": summary(initialize),
         "floor": {name: summary(v) for name, v in times.items()},
+        "server_cpu": summary(server_cpu) if server_cpu else None,
+        "floor_cpu": {name: summary(v) for name, v in cpus.items()},
     }
 
 
@@ -180,6 +213,10 @@ def main() -> None:
     print(show("spawn -> initialize answered", result["spawn_to_initialize"]))
     for name, s in result["floor"].items():
         print(show(f"floor: {name}", s))
+    if result["server_cpu"] is not None:
+        print(show("CPU: server until first diagnostics", result["server_cpu"]))
+    for name, s in result["floor_cpu"].items():
+        print(show(f"CPU: {name}", s))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
