@@ -11,6 +11,9 @@
 - Configuration: ``settings.py``.  The pyproject.toml is stat'ed on every document event and reloaded when it
   changed (every open document is re-analysed).  ``"run": "onSave"`` beside ``"gradguard"`` makes a pushing
   server analyse on open and save only.
+- Start-up imports what the first diagnostics need and no more: the fix layer (code actions, fix-all, hover and
+  libcst behind them) and workspace mode's closed files load on first use, in a thread (``on_demand.py``); the
+  fix layer also right after the first findings are out, so that the first code action need not wait for it.
 """
 
 from __future__ import annotations
