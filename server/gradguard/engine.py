@@ -18,7 +18,7 @@ from typing import Iterator, NamedTuple
 
 from .diagnostics import NOT_ANALYSED
 from .inference.classes import ClassInfo, find_classes
-from .inference.events import Conflict, Finding, GradRead, Mutation, Sink
+from .inference.events import Conflict, Finding, GradRead, Mutation, Sink, StaleUse
 from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
@@ -449,6 +449,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
     for mutation in interp.mutations:
         mutation.conflicts = _conflicts(interp, mutation)
         mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)
+        if mutation.conflicts and mutation.after_backward and interp.stale:
+            mutation.backwarded_saves, mutation.stale_use = _stale_facts(interp, mutation)
         mutation.read_after = _read_after(interp, mutation)
         mutation.asks = _asks_answered_by_new_value(interp, mutation)
     for graph_break in interp.breaks:
@@ -458,12 +460,22 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             graph_break.reached = _lost_at(interp, graph_break)
     for rebind in interp.rebinds:
         rebind.reached, rebind.starved = _rebind_starves(interp, rebind)
+    found: list[tuple[Finding, object]] = []
     for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:
-                yield from filter(None, (_in_this_file(f, event) for f in produced))
+                found.extend((f, event) for f in produced)
                 break
+    # A loop runs an update more than once: when one run's finding is placed at the stale value's use, the
+    # others' findings at the update itself are the same bug.
+    placed = {id(event.node) for f, event in found if isinstance(event, Mutation) and f.node is not event.node
+              and f.code == "GG101"}
+    for f, event in found:
+        if not (f.code == "GG101" and f.node is event.node and id(event.node) in placed):
+            finding = _in_this_file(f, event)
+            if finding is not None:
+                yield finding
 
 
 def _training_units(units, tree: ast.Module) -> set:
@@ -571,6 +583,19 @@ def _rebind_starves(interp: Interpreter, rebind) -> tuple[Sink | None, GradRead 
         if rebind.marker in read.sources or (read.sources & rebind.sources) - delivered:
             return sink, read
     return sink, None
+
+
+def _stale_facts(interp: Interpreter, mutation: Mutation) -> tuple[frozenset[int], StaleUse | None]:
+    """For an update of parameters between backwards: which of its conflicting saves a backward before it already
+    ran through, and the first op after it on a value one of those saves made stale (a value both losses share)
+    whose result the backward that raises runs through."""
+    saves = {c.save.id for c in mutation.conflicts}
+    before = [s for s in interp.sinks if s.kind == "backward" and s.seq < mutation.seq]
+    backwarded = frozenset(i for i in saves if any(i in s.graph for s in before))
+    use = next((u for u in interp.stale_uses if u.seq >= mutation.seq and any(
+        c.sink.kind == "backward" and u.seq < c.sink.seq and u.marker in c.sink.graph and c.save.id in u.inputs
+        and c.save.id in backwarded for c in mutation.conflicts)), None)
+    return backwarded, use
 
 
 def _conflicts(interp: Interpreter, mutation: Mutation) -> list[Conflict]:

@@ -45,6 +45,14 @@ from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys
 _GG102_INTO_GRAPH = "the write, put into the graph, now passes its gradient through the op, where it skipped it before"
 
 NO_FIX = {
+    "GG101/pos_module_state_carried_across_steps": (
+        "the state lives on the module (`self.hidden`), written in its forward: cutting it between steps needs a "
+        "method of the class or an attribute write from the loop, which no fix adds"
+    ),
+    "GG101/pos_stale_fakes_reused_by_helper_after_step": (
+        "the fakes are made by another method (`forward()`) the caller runs; making them again before the second "
+        "helper means calling it there with the images it kept, a change to the class no fix rewrites"
+    ),
     "GG004/pos_full_backward_hook_before_inplace_relu": (
         "the write is an in-place layer's own, refused because of the hook; the fix (a tensor hook from a forward "
         "hook, or the layer out of place) changes the hook's registration or the model, which no fix rewrites"
@@ -134,6 +142,8 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG101/pos_lstm_cell_state_from_zeros_carried": "each backward now stops at its step's start (truncated BPTT): "
+                                                    "no gradient flows into earlier steps, as the loop meant",
     "GG001/pos_custom_function_saved_input_written": "the fix layer's own alias walk cannot see that `Gate.apply` "
                                                      "returns a new tensor, so `gated` may hold the written one",
     "GG005/pos_weight_norm_layer_in_sequential": "the dropout is built inside a list spread into a Sequential: the fix "

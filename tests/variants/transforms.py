@@ -548,12 +548,27 @@ def _interface(prog: Program, stmt: cst.SimpleStatementLine, site: Site) -> tupl
     return reads, writes
 
 
-def _call_text(callee: str, reads: list[str], writes: list[str]) -> str:
+# A marker that says `caller-bound` (`# expect: GG101 caller-bound`) names a line whose fix is to compute again a
+# value the line reads (a stale value after an optimizer step): moved into a helper, that value is computed where
+# the helper is called, so the expectation goes with the call, not into the helper's body.
+CALLER_BOUND = "caller-bound"
+
+
+def _caller_bound(stmt: cst.SimpleStatementLine) -> str | None:
+    comment = stmt.trailing_whitespace.comment
+    return comment.value if has_marker(stmt) and CALLER_BOUND in comment.value else None
+
+
+def _call_text(callee: str, reads: list[str], writes: list[str], stmt: cst.SimpleStatementLine | None = None) -> str:
     lhs = ", ".join(writes) + " = " if writes else ""
-    return f"{lhs}{callee}({', '.join(reads)})\n"
+    marker = _caller_bound(stmt) if stmt is not None else None
+    return f"{lhs}{callee}({', '.join(reads)})" + (f"  {marker}" if marker else "") + "\n"
 
 
 def _body_text(stmt: cst.SimpleStatementLine, writes: list[str]) -> str:
+    if _caller_bound(stmt):
+        stmt = stmt.with_changes(trailing_whitespace=stmt.trailing_whitespace.with_changes(
+            whitespace=cst.SimpleWhitespace(""), comment=None))
     text = code_of(bare(stmt))
     if writes:
         text += f"return {', '.join(writes)}\n"
@@ -589,7 +604,7 @@ class HelperFunction(Transform):
             fname = prog.fresh("apply_update")
             helper = f"def {fname}({', '.join(reads)}):\n" + indent(_body_text(stmt, writes))
             prog.rewriter.module_items.append(cst.parse_statement(helper))
-            return _lead(stmt, [cst.parse_statement(_call_text(fname, reads, writes))])
+            return _lead(stmt, [cst.parse_statement(_call_text(fname, reads, writes, stmt))])
 
         return rewrite_statements(source, rewrite)
 
@@ -613,7 +628,7 @@ class ModuleMethod(Transform):
                    + indent(_body_text(stmt, writes), "        "))
             prog.rewriter.module_items.append(cst.parse_statement(cls))
             return _lead(stmt, [cst.parse_statement(f"{inst} = {cname}()\n"),
-                                cst.parse_statement(_call_text(inst, reads, writes))])
+                                cst.parse_statement(_call_text(inst, reads, writes, stmt))])
 
         return rewrite_statements(source, rewrite)
 
@@ -637,7 +652,7 @@ class CallableClass(Transform):
             prog.rewriter.module_items.append(cst.parse_statement(cls))
             inst = prog.fresh("step")
             return _lead(stmt, [cst.parse_statement(f"{inst} = {cname}()\n"),
-                                cst.parse_statement(_call_text(inst, reads, writes))])
+                                cst.parse_statement(_call_text(inst, reads, writes, stmt))])
 
         return rewrite_statements(source, rewrite)
 
@@ -662,7 +677,7 @@ class Closure(Transform):
             if nonlocal_names:
                 text += f"    nonlocal {', '.join(nonlocal_names)}\n"
             text += indent(_body_text(stmt, returned))
-            return _lead(stmt, [cst.parse_statement(text), cst.parse_statement(_call_text(fname, [], returned))])
+            return _lead(stmt, [cst.parse_statement(text), cst.parse_statement(_call_text(fname, [], returned, stmt))])
 
         return rewrite_statements(source, rewrite)
 

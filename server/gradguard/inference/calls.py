@@ -12,7 +12,7 @@ import collections
 
 from ..knowledge import OpInfo
 from .classes import find_method
-from .events import GradAsk, HookWrite, Sink
+from .events import GradAsk, HookWrite, Sink, StaleUse
 from .expressions import _const_key
 from .hooks import GRADIENT_ARGUMENT
 from .values import (
@@ -50,6 +50,9 @@ from .values import (
     new_id,
     new_tensor,
 )
+
+# Ops on stale values recorded per analysed function: the first ones are the ones a finding names.
+MAX_STALE_USES = 64
 
 # How often calls are followed or assumed harmless (the benchmark prints it).
 CALL_STATS: collections.Counter[str] = collections.Counter()
@@ -282,7 +285,8 @@ class CallsMixin:
         if not graph and not any(isinstance(v, (Tensor, Derived)) for v in inputs):
             return UNKNOWN
         CALL_STATS["unknown callee given tensors"] += 1  # assumed harmless: it writes nothing we can see
-        return Derived(graph, self._grad(*inputs))
+        result = Derived(graph, self._grad(*inputs))
+        return self.note_stale_use(node, inputs, result) if self.stale else result
 
     def _eval_call_args(self, node: ast.Call) -> tuple[list[Value], dict[str, Value]]:
         """Positional values (``*xs`` of a list we know spreads into its items) and keyword values."""
@@ -677,6 +681,33 @@ class CallsMixin:
     # --------------------------------------------------------- op semantics
     def apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
         """An out-of-place op: propagate requires_grad and graph, and record what its backward saves."""
+        result = self._apply_op(name, args, node, label)
+        return self.note_stale_use(node, args, result) if self.stale else result
+
+    def note_stale_use(self, node: ast.AST, inputs: list[Value], result: Value) -> Value:
+        """After an update of parameters, an op on a value whose graph holds a save the update made stale: record
+        it (the first few), with a marker in its result's graph that tells which backward runs through it."""
+        graph = frozenset().union(*(graph_of(v) for v in inputs)) if inputs else frozenset()
+        if self.stale.isdisjoint(graph) or len(self.stale_uses) >= MAX_STALE_USES:
+            return result
+        marker = new_id()
+        if isinstance(result, Tensor) and result.graph:
+            result.graph = result.graph | {marker}
+        elif isinstance(result, Derived) and result.graph:
+            result = Derived(result.graph | {marker}, result.requires_grad)
+        elif isinstance(result, TensorSeq) and result.base is None and any(graph_of(i) for i in result.items):
+            # `h, c = cell(x, (h, c))`: each output of the op carries the marker
+            result = TensorSeq([Derived(i.graph | {marker}, i.requires_grad) if isinstance(i, Derived) else i
+                                for i in result.items], literal=result.literal)
+            for item in result.items:
+                if isinstance(item, Tensor):
+                    item.graph = item.graph | {marker}
+        else:
+            return result
+        self.stale_uses.append(StaleUse(node, self.frame_sites, self.seq, graph, marker))
+        return result
+
+    def _apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
         args = [self.read_data(a, node) if isinstance(a, DataAlias) else a for a in args]
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
@@ -736,7 +767,8 @@ class CallsMixin:
         ``super().forward``); torch layers use the generated table.  A full backward hook on it wraps what goes
         in and what comes out."""
         if module.backward_hooked is None:
-            return self._run_module(module, args, node, torch_forward)
+            result = self._run_module(module, args, node, torch_forward)
+            return self.note_stale_use(node, args, result) if self.stale else result
         args = [self.hooked_tensors(module, a) for a in args]
         return self.hooked_tensors(module, self._run_module(module, args, node, torch_forward))
 
@@ -776,7 +808,10 @@ class CallsMixin:
         params = (Grad.YES if info.has_params else Grad.NO) if info is not None else Grad.MAYBE
         if not self.state.grad_enabled or module.frozen:
             params = Grad.NO
-        rg = max(self._grad(*[a for a in args if isinstance(a, Tensor)]), params)
+        # A recurrent layer's state may come as a tuple (`lstm(x, (h, c))`): its tensors are inputs too.
+        inputs = [v for a in args for v in (a.items if isinstance(a, TensorSeq) else (a,))
+                  if isinstance(v, (Tensor, Derived))]
+        rg = max(self._grad(*inputs), params)
         if not self.state.grad_enabled:
             rg = Grad.NO
         if module.inplace and module.cls in self.k.inplace_kwarg_modules:
@@ -791,7 +826,7 @@ class CallsMixin:
         def holds(conds: frozenset[str]) -> Grad:
             g = Grad.NO
             if "input" in conds:  # any tensor argument (a cell's hidden state counts like its input)
-                g = max(g, self._grad(*[a for a in args if isinstance(a, Tensor)]))
+                g = max(g, self._grad(*inputs))
             if "params" in conds:
                 g = max(g, params)
             return g
@@ -799,7 +834,7 @@ class CallsMixin:
         if info is not None and rg:
             cond = holds(info.saves_input)
             if cond:
-                for arg in args:
+                for arg in inputs:
                     if isinstance(arg, Tensor):
                         saves.add(self._save(arg, f"nn.{module.cls}", "input", node, cond == Grad.YES).id)
             cond = holds(info.saves_params)

@@ -33,6 +33,19 @@ class Conflict:
     sink: Sink
 
 
+@dataclass(frozen=True)
+class StaleUse:
+    """An op run after an update of parameters (a step) on a value whose graph holds a save of those parameters
+    made before it: the value is stale.  ``marker`` is put into the op's result graph, so a backward whose graph
+    holds it runs through this use."""
+
+    node: ast.AST
+    path: tuple[ast.AST, ...]  # the followed calls' sites, outermost first, that the op ran inside
+    seq: int  # the op ran after the event with this sequence number and before the next
+    inputs: frozenset[int]  # the graph ids of its inputs
+    marker: int
+
+
 @dataclass
 class Mutation:
     node: ast.AST  # the statement/expression that writes
@@ -70,6 +83,11 @@ class Mutation:
     hidden_from: Tensor | None = None
     hidden_marker: int | None = None
     read_after: Sink | None = None
+    # Filled by the engine for an update of parameters: the saves a backward before it already ran through (a
+    # forward its own loss shares), and the first op after it that takes a value one of those saves made stale
+    # and whose result the failing backward runs through.
+    backwarded_saves: frozenset[int] = frozenset()
+    stale_use: StaleUse | None = None
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

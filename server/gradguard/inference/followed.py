@@ -91,6 +91,7 @@ class FollowedCallsMixin:
         self.followed.add((owner.name if owner is not None else "", getattr(fn, "name", "")))
         self.inline_stack.append(fn)
         self.inline_frames.append((node, new_id()))
+        self.frame_sites = (*self.frame_sites, node)
         try:
             if isinstance(fn, ast.Lambda):
                 self.returns.append(self.eval(fn.body))
@@ -100,6 +101,7 @@ class FollowedCallsMixin:
         finally:
             self.inline_stack.pop()
             self.inline_frames.pop()
+            self.frame_sites = self.frame_sites[:-1]
             (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
              self.owner, self.self_value, self.ctx) = saved
         if not returns:

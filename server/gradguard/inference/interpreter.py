@@ -17,7 +17,7 @@ from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo
-from .events import GradAsk, GradRead, GraphBreak, HookWrite, Mutation, Rebind, Sink
+from .events import GradAsk, GradRead, GraphBreak, HookWrite, Mutation, Rebind, Sink, StaleUse
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
@@ -70,14 +70,14 @@ DOUBLED_LOOP_LEVELS = 4
 
 def _loops_inside(loop: ast.stmt) -> int:
     """How many loops nest inside ``loop``'s body at most (0: none), not counting the functions and classes it
-    defines."""
+    defines, nor loops that run once."""
     deepest, todo = 0, [(child, 0) for child in statements.nested(loop)]
     while todo:
         node, around = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-            around += 1
+        if isinstance(node, ast.While) or (isinstance(node, (ast.For, ast.AsyncFor)) and not _runs_once(node.iter)):
+            around += 1  # a loop whose body runs once (`for _ in range(1)`) multiplies no work
             deepest = max(deepest, around)
         todo.extend((child, around) for child in statements.nested(node))
     return deepest
@@ -192,6 +192,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.inline_stack: list[ast.AST] = []
         self.inline_record = True  # False while inlining a module's forward (its own analysis reports its writes)
         self.inline_frames: list[tuple[ast.AST, int]] = []  # (call site, id mark) of each followed call
+        self.frame_sites: tuple[ast.AST, ...] = ()  # their call sites, outermost first
+        # Saves an update of parameters (a step) made stale, and the ops that then took a value built on them.
+        self.stale: frozenset[int] = frozenset()
+        self.stale_uses: list[StaleUse] = []
         self.returns: list[Value] | None = None
         # Names not bound locally are looked up here, innermost first: a closure's defining scope, then the
         # module's variables (the live top-level environment when the call was made from the top level).
@@ -218,7 +222,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         return normalize(q) if q else None
 
     def _save(self, tensor: Tensor, op: str, role: str, node: ast.AST, certain: bool) -> Save:
-        save = Save(tensor.storage, tensor.storage.version, op, role, node, certain)
+        save = Save(tensor.storage, tensor.storage.version, op, role, node, certain, path=self.frame_sites)
         self.saves.add(save)
         return save
 
@@ -466,9 +470,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # Twice: values saved in iteration i-1 meet the writes of iteration i (once when it runs once).
         once = _runs_once(stmt.iter) or (
             isinstance(iterable, TensorSeq) and iterable.literal and len(iterable.items) == 1)
-        for _ in range(1 if once or _loops_inside(stmt) >= DOUBLED_LOOP_LEVELS else 2):
+        nested = _loops_inside(stmt)
+
+        def iteration() -> None:
             self.bind(stmt.target, element, stmt)
             self.run_block(stmt.body)
+
+        self._iterate(iteration, 1 if once or nested >= DOUBLED_LOOP_LEVELS else 2, nested)
         if index_loop:
             self.loop_vars.pop()
         self._settle(live, merge_states(before, self.state))
@@ -476,12 +484,27 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
 
     _stmt_AsyncFor = _stmt_For
 
+    def _iterate(self, iteration, runs: int, nested: int) -> None:
+        """Run a loop's body ``runs`` times; an innermost loop whose second iteration made an op save what it did
+        not in the first runs a third: a value it carries began to require grad (a recurrent state that starts as
+        zeros), and only from the third iteration on does each one meet the saves its predecessor made with it."""
+        kinds = []
+        for _ in range(runs):
+            iteration()
+            kinds.append(self.saves.kinds)
+        if runs == 2 and nested == 0 and kinds[1] > kinds[0]:
+            iteration()
+
     def _stmt_While(self, stmt: ast.While) -> None:
         live = self.state.env
         before = self.state.copy()
-        for _ in range(1 if _loops_inside(stmt) >= DOUBLED_LOOP_LEVELS else 2):
+        nested = _loops_inside(stmt)
+
+        def iteration() -> None:
             self.eval(stmt.test)
             self.run_block(stmt.body)
+
+        self._iterate(iteration, 1 if nested >= DOUBLED_LOOP_LEVELS else 2, nested)
         self._settle(live, merge_states(before, self.state))
         self.run_block(stmt.orelse)
 
@@ -743,6 +766,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             mutation.in_container = self._through_container(node)
             self._mark_hidden_write(mutation, target, kind)
             self.mutations.append(mutation)
+            if pending and (kind == "step" or (not self.state.grad_enabled and any(
+                    t.param or (t.leaf and t.requires_grad) for t in written))):
+                self.stale = self.stale | {s.id for s in pending}
         if kind == "data":
             return target  # .data writes bypass the version counter and the graph
         for t in written:

@@ -25,9 +25,16 @@ class SaveLog:
     def __init__(self) -> None:
         self._by_storage: dict[int, list[Save]] = {}
         self.last_id = 0  # the id of the latest save added
+        self._kinds: set[tuple[int, str]] = set()  # (op node, role) of every save ever added
+
+    @property
+    def kinds(self) -> int:
+        """How many different (op, role) saves were ever added: grows when an op saves something it did not."""
+        return len(self._kinds)
 
     def add(self, save: Save) -> None:
         self.last_id = max(self.last_id, save.id)
+        self._kinds.add((id(save.node), save.role))
         kept = self._by_storage.setdefault(save.storage.id, [])
         if len(kept) >= SAVES_KEPT_PER_STORAGE:
             del kept[SAVES_KEPT_PER_STORAGE // 2]  # the oldest of the latest half

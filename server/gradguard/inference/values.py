@@ -44,6 +44,7 @@ class Save:
     certain: bool  # False when saving depends on a MAYBE requires_grad
     consumed: bool = False  # a backward without retain_graph freed it
     id: int = field(default_factory=lambda: next(_ids))
+    path: tuple[ast.AST, ...] = ()  # the followed calls' sites, outermost first, that the op ran inside
 
 
 @dataclass(eq=False)

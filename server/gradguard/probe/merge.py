@@ -149,6 +149,12 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
         match = next((i for i, f in enumerate(findings)
                       if (target, d.line) in {(os.path.realpath(p), line) for p, line in f.lines}
                       and compatible(d.code, f.code)), None)
+        if match is None and d.related:
+            # A static finding placed at the line to change (a stale value used after a step), with the write the
+            # probe saw as its first related location.
+            first = d.related[0]
+            match = next((i for i, f in enumerate(findings) if compatible(d.code, f.code)
+                          and (first.path, first.line) in {(show(p), line) for p, line in f.lines}), None)
         if match is not None:
             f = findings[match]
             moved = _placed_at_order(f) and (os.path.realpath(f.site.path), f.site.line) not in static_lines

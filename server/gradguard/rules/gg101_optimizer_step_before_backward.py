@@ -10,7 +10,7 @@ from ..fixes.edits import Rewrite, apply_edits
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..fixes.writes import cst_mod
 from ..inference.events import Finding, Mutation
-from ..messages import Message
+from ..messages import Message, other_file
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
@@ -27,6 +27,10 @@ def check(mutation: Mutation):
     if conflict is None:
         return
     save = conflict.save
+    place = line_to_change(mutation)
+    if place is not None:
+        yield place
+        return
     yield Finding(
         "GG101",
         mutation.node,
@@ -39,6 +43,50 @@ def check(mutation: Mutation):
         related=conflict_related(conflict, mutation),
         data={"mutation": mutation},
     )
+
+
+def line_to_change(mutation: Mutation) -> Finding | None:
+    """Where an update between two backwards is to be mended, when that is not the update itself: the first op
+    after it that builds on a value computed before it and shared with the backward before it (``fake_out``
+    of the discriminator's loss, reused in the generator's after ``opt_D.step()``; a recurrent state carried to
+    the next step).  That value is to be computed again there; it is named in the function that runs the
+    update (a helper's call site).  A value made for the failing backward alone leaves the update as the line:
+    run that backward before it."""
+    use = mutation.stale_use
+    if use is None:
+        return None
+    conflict = next((c for c in mutation.conflicts if c.sink.kind == "backward" and c.save.id in use.inputs
+                     and c.save.id in mutation.backwarded_saves and use.marker in c.sink.graph), None)
+    if conflict is None or (use.node.lineno == conflict.sink.node.lineno and other_file(use.node) is None):
+        return None  # `out.pow(2).mean().backward()`: the use is the backward's own loss; the update is the line
+    save = conflict.save
+    node = _in_function_of(use.path, use.node, mutation.call_path())
+    return Finding(
+        "GG101", node,
+        Message.format(
+            "{this} builds on a value computed, and already used by a backward, before {how} on {step} updates "
+            "{label} in place (its graph holds the weights `{op}` saved on {saved}); {raises} \"{torch}\". {advice}",
+            this=_said(node, "this line"), how=mutation.how, step=mutation.node, label=_updated(mutation),
+            op=save.op, saved=save.node, raises=where_it_raises(conflict), torch=SAVED_MESSAGE,
+            advice=advice(mutation, conflict)),
+        certain=save.certain,
+        related=[(mutation.node, f"{mutation.how} updates the weights in place here"),
+                 *conflict_related(conflict, mutation)],
+        data={"mutation": mutation})
+
+
+def _in_function_of(path: tuple[ast.AST, ...], node: ast.AST, update_path: list[ast.AST]) -> ast.AST:
+    """``node``, reached through the followed calls ``path``, as a line of the function that runs the update (whose
+    calls are ``update_path``): the call site there that leads to it, or the node itself when it is there."""
+    common = 0
+    while common < len(path) and common < len(update_path) and path[common] is update_path[common]:
+        common += 1
+    return path[common] if common < len(path) else node
+
+
+def _said(node: ast.AST, fallback: str) -> str:
+    text = ast.unparse(node)
+    return f"`{text}`" if len(text) <= 60 else fallback
 
 
 # torch's recurrent layers: a save of theirs that a backward reached again after the step, at a backward that comes
