@@ -91,11 +91,16 @@ def _grad_mode_finding(at: tuple, sites: list[Site], text: str, first: str) -> P
     """backward() raised on a tensor without a graph, and it started with grad mode off: the line to change is
     where the user's code switched it off (``GradMode``), or the call inside an ``@torch.no_grad()`` function that
     leads to the backward."""
-    place, _how, switch, backward = at
+    place, how, switch, backward = at
     if backward is None or backward.line != sites[0].line or backward.path != sites[0].path:
         return None
     said = expression_at(place)
-    if place == switch:
+    if how == "computed":
+        message = (f"`{said or 'this block'}` switches grad mode off around a computation on tensors that require "
+                   f"grad, and the tensor backward() on line {backward.line} starts from was computed from its "
+                   f"result: it has no graph, and torch raises: {first}; compute the loss outside the block")
+        notes = (Note(backward, f"backward() raises here: {first}"),)
+    elif place == switch:
         message = (f"`{said or 'this line'}` switches grad mode off, and it is still off when backward() on line "
                    f"{backward.line} runs: nothing computed since recorded a graph, and torch raises: {first}")
         notes = (Note(backward, f"backward() raises here: {first}"),)

@@ -13,6 +13,12 @@ Every Python-level switch of grad mode goes through ``torch._C._set_grad_enabled
 user's code (not one of torch's own, an optimizer's ``differentiable`` switch) is remembered with its line, a
 context manager's exit restores what was remembered before it.  ``on_backward`` is told of each backward that
 starts with grad mode off; ``place`` is then where the switch that is still in effect was made.
+
+A loss can also be computed under a block that has ended (``with torch.no_grad(): loss_q = f(x, fast_weights)``)
+and its backward run later with grad mode on.  While a user's switch is in effect, an op that reads a tensor that
+requires grad marks its output with the switch's line, and every later op that makes a tensor that does not
+require grad from a marked one passes the mark on; a backward whose root is marked and has no graph names that
+line.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ import torch
 from .frames import UserCode, code_site, frame_site
 from .model import Site
 
-_KEPT = 256  # context managers whose entry is remembered (to restore at their exit)
+_Tensor = torch.Tensor
+_KEPT = 256
+_MARKS = 4096  # context managers whose entry is remembered (to restore at their exit)
 # The files of torch's grad-mode context managers and of their decorator wrapper.
 _GRAD_MODE_FILES = (os.path.join("torch", "autograd", "grad_mode.py"), os.path.join("torch", "utils", "_contextlib.py"))
 
@@ -41,6 +49,10 @@ class GradMode:
         self.off: tuple | None = None
         self.entered: dict[int, tuple | None] = {}
         self.at_backward: tuple | None = None
+        # A tensor computed, without a graph, from tensors that require grad under the user's switch (or from such
+        # a tensor), by the address of its TensorImpl (an intermediate of a composite op gets a new Python object
+        # each time the mode sees it) -> the switch's site; the newest _MARKS kept (an address may be reused).
+        self.marks: dict[int, Site] = {}
         self._original = None
 
     def install(self) -> None:
@@ -101,6 +113,46 @@ class GradMode:
             self.off = None
         elif self.off is None or torch.is_grad_enabled():
             self.off = (frame_site(frame), decorated, caller)
+
+    def on_op(self, args, out, grad_enabled: bool) -> None:
+        """Pass the marks on (see the module's docstring); ``out`` is the op's result."""
+        if not isinstance(out, _Tensor) or out.requires_grad:
+            return
+        off = self.off if not grad_enabled else None
+        marks = self.marks
+        site = None
+        for a in args:
+            for t in (a,) if isinstance(a, _Tensor) else a if isinstance(a, (list, tuple)) else ():
+                if not isinstance(t, _Tensor):
+                    continue
+                if t is out:
+                    return  # an in-place write (a parameter updated by hand under no_grad): nothing new is made
+                if t.requires_grad:
+                    if grad_enabled:
+                        return  # autograd gives the result a graph
+                    if off is not None and site is None:
+                        site = off[0]
+                elif site is None:
+                    site = marks.get(t._cdata)
+        if site is None:
+            return
+        marks.pop(out._cdata, None)
+        marks[out._cdata] = site
+        if len(marks) > _MARKS:
+            del marks[next(iter(marks))]
+
+    def on_graded_backward(self, roots, backward: Site | None) -> None:
+        """A backward starts with grad mode on: a root without a graph that is marked names the switch under which
+        what it was computed from was computed."""
+        self.at_backward = None
+        for root in roots if isinstance(roots, (tuple, list)) else (roots,):
+            if not isinstance(root, _Tensor) or root.requires_grad:
+                continue
+            site = self.marks.get(root._cdata)
+            if site is not None:
+                self.at_backward = (site, "computed", None, backward)
+                return
+        self.marks.clear()  # a backward that runs: what was computed before it is not the next one's concern
 
     def on_backward(self, frame, backward: Site | None) -> None:
         """A backward starts with grad mode off, called from the user's ``frame``: remember the line to change."""

@@ -407,6 +407,8 @@ class Tracer(TorchDispatchMode):
                 self.flags.on_backward(roots, self.hooks.backward)
             if not _grad_enabled():
                 self.grad_mode.on_backward(sys._getframe(1), self.hooks.backward)
+            elif self.grad_mode.marks:
+                self.grad_mode.on_graded_backward(roots, self.hooks.backward)
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"hooks: {type(exc).__name__}: {exc}")
         traced_lines = self.numpy.pause()
@@ -825,6 +827,11 @@ class Tracer(TorchDispatchMode):
             out = self._special(func, spec, args, kwargs or {})
         else:
             out = self._write(func, spec, args, kwargs or {}, fresh)
+        if self.grad_mode.marks or self.grad_mode.off is not None:
+            try:
+                self.grad_mode.on_op(args, out, _grad_enabled())
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"grad mode: {type(exc).__name__}: {exc}")
         if self.provenance.busy:
             try:
                 self.provenance.on_op(func, args, kwargs, out)
