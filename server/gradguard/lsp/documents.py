@@ -7,7 +7,8 @@ Each diagnostic's ``data`` is its JSON (``Diagnostic.to_json``) plus the ``versi
 diagnostics are published before their fixes are built (``api.analyze_source(..., fixes=False)``), and code
 actions and hover ask ``fixes_job`` for the fixes of the findings they show, built once per published version.
 Every edit of a notebook's fix names the ``uri`` and ``version`` of the cell it edits (a text file's edits are in
-the diagnostic's own document).
+the diagnostic's own document).  Fix-all's planner jobs are the fix layer's (``lsp/fixes.py``, loaded on first use):
+nothing here imports the planner or libcst.
 """
 
 from __future__ import annotations
