@@ -456,6 +456,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
     for graph_break in interp.breaks:
         if graph_break.cut:
             graph_break.reached, graph_break.starved = _starved_by(interp, graph_break)
+            if graph_break.starved is None and graph_break.dead_in is None:
+                graph_break.term_starved = _term_starved(interp, graph_break)
         else:
             graph_break.reached = _lost_at(interp, graph_break)
     for rebind in interp.rebinds:
@@ -564,6 +566,29 @@ def _starved_by(interp: Interpreter, cut) -> tuple[Sink | None, GradRead | None]
         if (read.sources & cut.sources) - delivered:
             return sink, read
     return sink, None
+
+
+def _term_starved(interp: Interpreter, cut) -> tuple[Sink, GradRead] | None:
+    """A backward of a sum whose term built on the cut value reaches none of the parameters that the updates of
+    its gradients (the steps before the next backward) change, while another term reaches those of the cut
+    value's sources (the generator's loss scoring ``D(fake.detach())`` beside an L1 term, stepped by the
+    generator's optimizer alone): that term was meant to train them and gives them no gradient."""
+    for sink in interp.sinks:
+        if sink.kind != "backward" or cut.marker not in sink.graph or len(sink.terms) < 2:
+            continue
+        term = next((t for t in sink.terms if cut.marker in t), None)
+        if term is None:
+            continue
+        following = min((s.seq for s in interp.sinks if s.kind == "backward" and s.seq > sink.seq), default=None)
+        updates = [r for r in interp.grad_reads if r.updates and r.seq > sink.seq
+                   and (following is None or r.seq < following)]
+        if any(r.sources & term for r in updates):
+            continue  # the term trains what another update of these gradients steps
+        read = next((r for r in updates if r.sources & cut.sources
+                     and any(r.sources & t for t in sink.terms if t is not term)), None)
+        if read is not None:
+            return sink, read
+    return None
 
 
 def _rebind_starves(interp: Interpreter, rebind) -> tuple[Sink | None, GradRead | None]:

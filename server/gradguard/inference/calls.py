@@ -521,7 +521,8 @@ class CallsMixin:
 
     def _backward(self, target: Value, node: ast.AST, retain: bool) -> None:
         graph = graph_of(target)
-        self.sinks.append(Sink("backward", node, graph, self._next()))
+        self.sinks.append(Sink("backward", node, graph, self._next(),
+                               target.terms if isinstance(target, Tensor) else ()))
         if isinstance(target, Tensor) and target.dead_terms and target.requires_grad != Grad.NO:
             for cut in self.breaks:
                 if cut.cut and cut.marker in target.dead_terms and cut.dead_in is None:

@@ -25,6 +25,7 @@ class Sink:
     node: ast.AST
     graph: frozenset[int]
     seq: int
+    terms: tuple[frozenset[int], ...] = ()  # a backward of a sum: the graphs of its terms
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,10 @@ class GraphBreak:
     # A cut value that is a whole term of a loss a backward runs from (``loss = ce + aux.detach()``): that term
     # adds nothing to any gradient.  The backward's node.
     dead_in: ast.AST | None = None
+    # A cut value a term of a loss is built on, when that term reaches none of the parameters the optimizer
+    # stepped after the backward steps while other terms do (``D(fake.detach())`` in the generator's loss): the
+    # backward and the step, filled by the engine.
+    term_starved: "tuple[Sink, GradRead] | None" = None
     # The values come from one tensor (``torch.tensor(t)``, ``x.new_tensor(t)``), not a list or a number: a fix
     # may keep that tensor as it is, where it could not keep a list's.
     of_tensor: bool = False

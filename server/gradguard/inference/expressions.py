@@ -302,8 +302,8 @@ class ExpressionsMixin:
                 return self.summed(result, [left, right])
             if isinstance(node.op, (ast.Mult, ast.Div)) and not (isinstance(left, Tensor) and isinstance(right, Tensor)):
                 scaled = left if isinstance(left, Tensor) else right  # `weight * loss`: the same terms, scaled
-                if isinstance(result, Tensor) and scaled.dead_terms:
-                    result.dead_terms = scaled.dead_terms
+                if isinstance(result, Tensor):
+                    result.dead_terms, result.terms = scaled.dead_terms, scaled.terms
             return result
         if isinstance(left, NumberFrom) or isinstance(right, NumberFrom):
             return _numbers([left, right], node)

@@ -27,6 +27,7 @@ from .project import Project
 from .saves import SaveLog
 from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
+    MAX_TERMS,
     NOT_TENSOR,
     PLAIN,
     UNKNOWN,
@@ -922,6 +923,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         """A sum's result (``a + b``, ``sum(...)``), knowing which of its terms carry no gradient."""
         if isinstance(result, Tensor) and result.requires_grad != Grad.NO:
             result.dead_terms = self.dead_terms(terms)
+            result.terms = tuple(graph for value in terms if isinstance(value, (Tensor, Derived))
+                                 and value.requires_grad != Grad.NO
+                                 for graph in (getattr(value, "terms", ()) or (value.graph,)))[:MAX_TERMS]
         return result
 
     def dead_terms(self, operands: list[Value]) -> frozenset[int]:

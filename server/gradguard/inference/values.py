@@ -47,6 +47,9 @@ class Save:
     path: tuple[ast.AST, ...] = ()  # the followed calls' sites, outermost first, that the op ran inside
 
 
+MAX_TERMS = 16  # terms of a sum a loss keeps apart (a longer sum's later terms are not told apart)
+
+
 @dataclass(eq=False)
 class Tensor:
     storage: Storage
@@ -80,6 +83,9 @@ class Tensor:
     # A sum (a loss) with terms that carry no gradient: the markers of the `.detach()`/`.data` cuts that every
     # tensor such a term was computed from went through.  A backward of the sum gets nothing from those terms.
     dead_terms: frozenset[int] = frozenset()
+    # A sum (a loss): the graphs of its terms (a nested sum's own terms), at most ``MAX_TERMS``, to tell which
+    # of them reaches the parameters an optimizer then steps.
+    terms: tuple[frozenset[int], ...] = ()
 
     def root(self) -> "Tensor":
         t = self

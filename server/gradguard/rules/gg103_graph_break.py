@@ -58,6 +58,22 @@ def _check_cut(event):
             data={"cut": True},
         )
         return
+    if event.starved is None and event.term_starved is not None:
+        sink, read = event.term_starved
+        yield Finding(
+            "GG103",
+            event.node,
+            Message.format(
+                "{how} cuts this value from its graph, and the loss the backward on {sink} runs from adds a term "
+                "built on it that reaches none of the parameters {what} on {read} then updates (its other terms "
+                "reach them): that term gives them no gradient, silently. Drop {how} if the term should train them.",
+                how=event.how, sink=sink.node, what=read.what, read=read.node),
+            certain=event.certain,
+            related=[(sink.node, "the backward whose term gets no gradient through the cut"),
+                     (read.node, "updates the parameters that term never reaches")],
+            data={"cut": True},
+        )
+        return
     if event.starved is None:
         return
     read = event.starved
