@@ -3,6 +3,7 @@ as usual, no fix actions (only "suppress"), and no crash."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -51,3 +52,18 @@ async def test_server_without_libcst_warns_once_and_offers_no_fix(client: Langua
     warnings = [m.message for m in client.messages if "fixes are unavailable" in m.message]
     assert warnings == ["gradguard: fixes are unavailable: libcst is not installed (pip install libcst)"]
     assert all(m.type == types.MessageType.Warning for m in client.messages if m.message in warnings)
+
+
+async def test_the_warning_comes_once_the_first_findings_are_out_without_asking_for_a_fix(client: LanguageClient):
+    """libcst is looked for when the fix layer loads (``on_demand.py``), not at start: just after the first
+    findings are sent, so the warning comes without a code action or hover."""
+    text = FIXTURE.read_text(encoding="utf-8")
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=URI, language_id="python", version=1, text=text)))
+    await wait_publish(client, URI, version=1)
+    for _ in range(200):
+        warnings = [m.message for m in client.messages if "fixes are unavailable" in m.message]
+        if warnings:
+            break
+        await asyncio.sleep(0.05)
+    assert warnings == ["gradguard: fixes are unavailable: libcst is not installed (pip install libcst)"]
