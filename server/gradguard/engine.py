@@ -462,8 +462,15 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             graph_break.reached = _lost_at(interp, graph_break)
     for rebind in interp.rebinds:
         rebind.reached, rebind.starved = _rebind_starves(interp, rebind)
+    for flag in interp.flags:
+        sources = interp.parameter_sources(flag.module)
+        flag.reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > flag.seq
+                             and s.graph & sources), None)
+        if flag.reached is not None:
+            flag.updated = next((r for r in interp.grad_reads if r.updates and r.seq > flag.reached.seq
+                                 and r.sources & sources), None)
     found: list[tuple[Finding, object]] = []
-    for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds]:
+    for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds, *interp.flags]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:

@@ -138,6 +138,19 @@ class GraphBreak:
     of_tensor: bool = False
 
 
+@dataclass
+class InertFlag:
+    """``module.requires_grad = False`` on an ``nn.Module``: a plain attribute that nothing in torch reads (the
+    method ``requires_grad_()`` is what reaches its parameters), so the parameters keep requiring grad."""
+
+    node: ast.AST
+    module: ModuleValue
+    name: str  # the module as the code names it
+    seq: int
+    reached: Sink | None = None  # filled by the engine: the first later backward whose graph reaches them
+    updated: "GradRead | None" = None  # filled by the engine: the first later update of them after that backward
+
+
 @dataclass(frozen=True)
 class GradRead:
     """A place that uses the gradients of some grad sources: an optimizer's step, a `.grad` read under no_grad."""

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
-from .classes import ClassInfo
-from .events import GradAsk, GradRead, GraphBreak, HookWrite, Mutation, Rebind, Sink, StaleUse
+from .classes import ClassInfo, mro
+from .events import GradAsk, GradRead, GraphBreak, HookWrite, InertFlag, Mutation, Rebind, Sink, StaleUse
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
@@ -183,6 +183,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # `ctx` of each custom Function's forward running now, with whether its inputs require grad
         self.function_contexts: list[tuple[FunctionContext, Grad]] = []
         self.rebinds: list[Rebind] = []  # leaves requiring grad rebound under no_grad to new tensors
+        self.flags: list[InertFlag] = []  # `module.requires_grad = False`: attributes torch never reads
         self.cut_markers: set[int] = set()  # the markers `.detach()`/`.data` cuts put into the graphs they start
         self.rebind_markers: set[int] = set()  # their markers, dropped when `requires_grad_()` makes a new leaf
         self.read_storages: set[int] = set()  # storages an op has read (their values are in some graph)
@@ -595,6 +596,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         elif isinstance(target, ast.Attribute):
             owner = self.eval(target.value)
             if isinstance(owner, ModuleValue):
+                if target.attr == "requires_grad" and truth(value) is False:
+                    self._module_flag(owner, target, stmt)
                 owner.attrs[target.attr] = value
                 if (target.attr == "inplace" and owner.torch_module and owner.cls in self.k.inplace_kwarg_modules
                         and not self.unsure_branches):
@@ -639,6 +642,21 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 self._sink("escape", stmt, value)
         elif isinstance(target, ast.Starred):
             self.bind(target.value, UNKNOWN, stmt)
+
+    def _module_flag(self, module: ModuleValue, target: ast.Attribute, stmt: ast.stmt) -> None:
+        """``module.requires_grad = False`` on an ``nn.Module`` whose classes (torch's and the file's) have no
+        ``requires_grad`` of their own: its parameters that require grad keep requiring it."""
+        info = self.ctx.class_of(module)
+        if not (module.torch_module or (info is not None and info.is_module)):
+            return
+        if info is not None and any(_names_requires_grad(c.node) for c in mro(self.ctx.classes_for(info), info)):
+            return  # the class keeps a flag of that name itself
+        self.flags.append(InertFlag(stmt, module, ast.unparse(target.value), self._next()))
+
+    def parameter_sources(self, module: ModuleValue) -> frozenset[int]:
+        """The grad sources of a module's parameters that require grad, as far as the run has seen them (a torch
+        layer's weights appear once something reads them, as its forward does)."""
+        return frozenset().union(*(p.graph for p in self._param_tensors(module) if p.requires_grad != Grad.NO))
 
     def _rebound(self, target: ast.Name | ast.Attribute, value: Tensor, stmt: ast.stmt) -> Tensor:
         """``w = w - lr * w.grad`` under no_grad: the name leaves the leaf that requires grad (which an optimizer
@@ -978,6 +996,20 @@ def _grad_sources(value: Value) -> frozenset[int]:
     if isinstance(value, TensorSeq):
         return frozenset().union(*(_grad_sources(i) for i in value.items)) if value.items else frozenset()
     return frozenset()
+
+
+def _names_requires_grad(cls: ast.ClassDef) -> bool:
+    """Does the class define or use an attribute ``requires_grad`` of its own (a method, a class attribute,
+    ``self.requires_grad``)?"""
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "requires_grad":
+            return True
+        if isinstance(node, ast.Name) and node.id == "requires_grad":
+            return True
+        if (isinstance(node, ast.Attribute) and node.attr == "requires_grad" and isinstance(node.value, ast.Name)
+                and node.value.id == "self"):
+            return True
+    return False
 
 
 def _names_written_in_place(body: list[ast.stmt]) -> set[str]:

@@ -8,8 +8,8 @@ import re
 from ..diagnostics import Fix, Severity
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.writes import parse_expr
-from ..inference.events import Finding, GraphBreak
+from ..fixes.writes import cst_mod, parse_expr
+from ..inference.events import Finding, GraphBreak, InertFlag
 from ..messages import Message
 from ..statements import block_of
 from .base import Example, Rule
@@ -18,6 +18,9 @@ MESSAGE = "element 0 of tensors does not require grad and does not have a grad_f
 
 
 def check(event):
+    if isinstance(event, InertFlag):
+        yield from _check_flag(event)
+        return
     if not isinstance(event, GraphBreak) or event.reached is None:
         return
     if event.cut:
@@ -38,6 +41,27 @@ def check(event):
         certain=event.certain,
         related=[(sink.node, "the backward that loses this gradient")],
         data={"of_tensor": True} if event.of_tensor else {},
+    )
+
+
+def _check_flag(flag: InertFlag):
+    """``module.requires_grad = False``, proven to do nothing by a later backward that gives the module's
+    parameters gradients (and, when one follows, the update that then changes them)."""
+    if flag.reached is None:
+        return
+    then = (Message.format(", and {what} on {read} updates them", what=flag.updated.what, read=flag.updated.node)
+            if flag.updated is not None else "")
+    yield Finding(
+        "GG103",
+        flag.node,
+        Message.format(
+            "`requires_grad` on an nn.Module is a plain attribute that nothing in torch reads: `{module}`'s "
+            "parameters still require grad, the backward on {sink} gives them gradients{then}, silently. "
+            "Call `{module}.requires_grad_(False)`, which sets it on every parameter.",
+            module=flag.name, sink=flag.reached.node, then=then),
+        related=[(flag.reached.node, "the backward that still reaches the module's parameters"),
+                 *([(flag.updated.node, "updates the parameters meant to be frozen")] if flag.updated else [])],
+        data={"flag": True},
     )
 
 
@@ -123,6 +147,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
     if finding.data.get("cut"):
         return _let_gradient_through(ctx, finding)
+    if finding.data.get("flag"):
+        return _set_on_parameters(ctx, finding)
     try:
         return _keep_tensors_in_arithmetic(ctx, finding)
     except CannotFix:
@@ -544,6 +570,18 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
         title = f"Keep the graph: use `{ctx.source(inner)}` instead of `{ctx.source(call)}`"
         return rw.fix(title if safe else f"{title} (unsafe: the name then holds a tensor in its other uses)", safe=safe)
     raise CannotFix("no tensor-keeping rewrite for this graph break")
+
+
+def _set_on_parameters(ctx: FixContext, finding: Finding) -> Fix:
+    """``module.requires_grad = False`` -> ``module.requires_grad_(False)``: the method sets every parameter."""
+    stmt = finding.node
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)):
+        raise CannotFix("not a single attribute assignment")
+    ctx.require_own_lines(stmt)
+    module = ctx.source(stmt.targets[0].value)
+    call = f"{module}.requires_grad_({ctx.source(stmt.value)})"
+    rw = Rewrite(ctx).replace_node(ctx.cst(stmt), cst_mod().Expr(parse_expr(call)))
+    return rw.fix(f"Freeze the parameters: `{call}`", safe=True)
 
 
 def _let_gradient_through(ctx: FixContext, finding: Finding) -> Fix:
