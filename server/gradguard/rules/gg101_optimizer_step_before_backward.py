@@ -462,6 +462,12 @@ and then backpropagates the generator loss through the same `D(fake)`; actor-cri
 that step one optimizer between two backwards of a shared graph; weight clipping or EMA updates between
 forward and backward.  gradguard follows optimizers built from `model.parameters()` (also `list(...)`,
 `itertools.chain`, param groups) and helper functions of the same file that step them.
+
+It is reported at the line to change.  When a value computed before the step, and already used by the
+backward before it, is used again after the step to build the loss that fails (`fake_out` of the
+discriminator's loss reused in the generator's, a trunk's features reused by the actor's loss, a recurrent
+state carried into the next step), the finding is at that first use, named in the function that runs the
+step: that value is to be computed again (or detached) there.  Otherwise it is at the step (or the update).
 """,
     fix_advice="""
 The message picks the advice from what gradguard saw, and says "if" where it could not see enough; with

@@ -642,10 +642,20 @@ require grad and does not have a grad_fn`.  `torch.tensor(float(loss), requires_
 is flagged only when parameters that `t` was computed from are updated by an optimizer's `step()` (or a
 manual update reading their `.grad` under no_grad) and no backward of the function reaches them: a forward
 returning `h.detach()`, a head fed `features.detach()` while the backbone is in the optimizer.  Their grads
-stay None and they never learn.
+stay None and they never learn.  It is also flagged when one term of such a loss is built on the cut value
+and reaches none of the parameters the steps after that backward update, while the loss's other terms reach
+them: the generator's loss scoring `D(fake.detach())` beside an L1 term, stepped by the generator's optimizer,
+trains the generator on the L1 term alone.
+
+`module.requires_grad = False` on an `nn.Module` is the same silence from the other side: a module has no
+`requires_grad` of its own (the method `requires_grad_()` is what reaches its parameters), so the assignment
+stores a plain attribute, the parameters keep requiring grad, and the next backward and step train the module
+that was meant to be frozen.  It is flagged when a later backward reaches the module's parameters, unless the
+module's class keeps a `requires_grad` of its own.
 """,
     fix_advice="Keep the tensors: `torch.stack([t1, t2])` instead of `torch.tensor([t1, t2])`, `loss` instead of "
-               "`torch.tensor(loss.item())`, tensor ops instead of numpy.",
+               "`torch.tensor(loss.item())`, tensor ops instead of numpy.  Drop a `.detach()` whose term should "
+               "train what it cut off.  Freeze a module with `module.requires_grad_(False)`.",
     default_severity=Severity.ERROR,
     check=check,
     fix=fix,
