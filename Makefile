@@ -31,11 +31,11 @@ demo: setup
 	@echo
 	@echo "== next: run it on your own code (the command is in $(VENV)/bin/, not on PATH)"
 	@echo "  $(VENV)/bin/gradguard check PATH          # files and folders: .py files and notebooks"
-	@echo "  $(VENV)/bin/gradguard check --diff PATH   # the fixes as a unified diff; changes nothing (try it on examples)"
+	@echo "  $(VENV)/bin/gradguard check --diff PATH   # the safe fixes as a diff; changes nothing (try it on examples; add --unsafe-fixes for all)"
 	@echo "  $(VENV)/bin/gradguard check --fix PATH    # apply the safe fixes; --fix --unsafe-fixes applies the rest"
 	@echo "  examples/resnet_block.py has no finding on purpose: its in-place code is safe (out += identity"
 	@echo "  after BatchNorm, ReLU(inplace=True) on that sum, p -= lr * p.grad under torch.no_grad())."
-	@echo "  Editors, CI and the runtime probe: README.md."
+	@echo "  Editors, CI and the runtime probe (--probe, which needs torch in $(VENV)): README.md."
 
 # Set up, then run the whole test suite.
 test: setup-test
