@@ -8,8 +8,8 @@ module, say) and never undone, a ``with torch.no_grad():`` block around the trai
 with ``@torch.no_grad()`` (an optimizer's ``step``) that calls the code that computes the loss and runs its
 backward (a closure): then the line to change is that call, inside the decorated function.
 
-Every Python-level switch of grad mode goes through ``torch._C._set_grad_enabled`` (``no_grad``, ``enable_grad``,
-``set_grad_enabled``, their decorator forms), which is wrapped while the user's code runs: a switch to off by the
+Every Python-level switch of grad mode goes through a ``set_grad_enabled`` (``no_grad``, ``enable_grad`` and the
+decorator forms make one), whose methods are wrapped while the user's code runs: a switch to off by the
 user's code (not one of torch's own, an optimizer's ``differentiable`` switch) is remembered with its line, a
 context manager's exit restores what was remembered before it.  ``on_backward`` is told of each backward that
 starts with grad mode off; ``place`` is then where the switch that is still in effect was made.
@@ -32,6 +32,8 @@ from .frames import UserCode, code_site, frame_site
 from .model import Site
 
 _Tensor = torch.Tensor
+_SetGradEnabled = torch.autograd.grad_mode.set_grad_enabled
+_compiling = torch.compiler.is_compiling
 _KEPT = 256
 _MARKS = 4096  # context managers whose entry is remembered (to restore at their exit)
 # The files of torch's grad-mode context managers and of their decorator wrapper.
@@ -53,39 +55,51 @@ class GradMode:
         # a tensor), by the address of its TensorImpl (an intermediate of a composite op gets a new Python object
         # each time the mode sees it) -> the switch's site; the newest _MARKS kept (an address may be reused).
         self.marks: dict[int, Site] = {}
-        self._original = None
+        self._originals: dict = {}
 
     def install(self) -> None:
-        original = self._original = torch._C._set_grad_enabled
+        # The methods of `set_grad_enabled`, not `torch._C._set_grad_enabled` itself: TorchDynamo puts that function
+        # into the graphs it compiles and recognises it there, so it must stay torch's own.
+        cls = _SetGradEnabled
+        originals = self._originals = {name: vars(cls)[name] for name in ("__init__", "__enter__", "__exit__",
+                                                                          "__call__") if name in vars(cls)}
         mode = self
 
-        def _set_grad_enabled(enabled):
-            try:
-                mode._switch(bool(enabled), sys._getframe(1))
-            except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
-                mode.errors.append(f"grad mode: {type(exc).__name__}: {exc}")
-            return original(enabled)
+        def watched(name, original):
+            def method(sge, *args, **kwargs):
+                if _compiling():
+                    return original(sge, *args, **kwargs)  # TorchDynamo tracing: torch's own method, untouched
+                try:
+                    if name == "__init__":
+                        enabled = bool(args[0] if args else kwargs.get("mode"))
+                    else:
+                        enabled = bool(sge.mode if name == "__enter__" else sge.prev)
+                    mode._switch(enabled, sys._getframe(1), sge, name in ("__exit__", "__call__"))
+                except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
+                    mode.errors.append(f"grad mode: {type(exc).__name__}: {exc}")
+                return original(sge, *args, **kwargs)
 
-        _set_grad_enabled.__wrapped__ = original
-        torch._C._set_grad_enabled = _set_grad_enabled
+            method.__wrapped__ = original
+            method.__name__ = name
+            return method
+
+        for name, original in originals.items():
+            setattr(cls, name, watched(name, original))
 
     def uninstall(self) -> None:
-        if self._original is not None:
-            torch._C._set_grad_enabled = self._original
-            self._original = None
+        for name, original in getattr(self, "_originals", {}).items():
+            setattr(_SetGradEnabled, name, original)
+        self._originals = {}
 
-    def _switch(self, enabled: bool, frame) -> None:
-        # torch's frames between the call and the user's code: set_grad_enabled's own __init__, a context
-        # manager's __enter__/__exit__ (no_grad, enable_grad...), the decorator's wrapper (`decorate_context`).
-        owner = None
-        exiting = decorated = False
+    def _switch(self, enabled: bool, frame, owner, exiting: bool) -> None:
+        # torch's frames between the call and the user's code: a context manager's __enter__/__exit__ (no_grad,
+        # enable_grad... make a set_grad_enabled of their own), the decorator's wrapper (`decorate_context`).
+        decorated = False
         caller = None
         while frame is not None and frame.f_code.co_filename.endswith(_GRAD_MODE_FILES):
             name = frame.f_code.co_name
             if name in ("__enter__", "__exit__"):
                 owner, exiting = frame.f_locals.get("self"), name == "__exit__"
-            elif name == "__init__" and owner is None:
-                owner = frame.f_locals.get("self")
             elif name == "decorate_context":
                 decorated = True
                 caller = id(frame.f_back) if frame.f_back is not None else None

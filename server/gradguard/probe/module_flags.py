@@ -5,8 +5,8 @@
 ``nn.Module`` has no ``requires_grad`` of its own (``requires_grad_()`` is the method that reaches its
 parameters), so assigning it stores a Python attribute that nothing in torch reads: the module's parameters keep
 requiring grad and go on receiving gradients.  The probe wraps ``Module.__setattr__`` while the user's code runs
-and remembers where such a flag was set (by the user's code, to a bool, on a module whose class defines no
-``requires_grad`` of its own).  The proof is a later ``backward()`` whose graph reaches one of that module's
+and remembers where such a flag was set (by the user's code, to ``False``, on a module that has no ``requires_grad``
+of its own: none in its class, none set on it before).  The proof is a later ``backward()`` whose graph reaches one of that module's
 parameters, still requiring grad, although the flag said ``False``: a finding at the assignment.
 
 **A parameter (or a submodule) replaced after an optimizer took the old one**: ``q.scale = nn.Parameter(v)``,
@@ -32,6 +32,7 @@ from .source import expression_at
 _Module = torch.nn.Module
 _Parameter = torch.nn.Parameter
 _Optimizer = torch.optim.Optimizer
+_compiling = torch.compiler.is_compiling
 _WALK = 50_000  # graph nodes looked at per backward while a flag is pending
 _KEPT = 64  # flags remembered
 
@@ -76,6 +77,8 @@ class ModuleFlags:
         flags = self
 
         def __setattr__(module, name, value):
+            if _compiling():
+                return original(module, name, value)  # TorchDynamo tracing a forward: torch's own method, untouched
             if name == "requires_grad" and value is False:
                 try:
                     flags._on_flag(module)
@@ -144,8 +147,8 @@ class ModuleFlags:
         del self.replaced[:-_KEPT]
 
     def _on_flag(self, module) -> None:
-        if any("requires_grad" in vars(cls) for cls in type(module).__mro__):
-            return  # the class has a requires_grad of its own (a property, a class attribute it reads)
+        if "requires_grad" in vars(module) or any("requires_grad" in vars(cls) for cls in type(module).__mro__):
+            return  # the module keeps a requires_grad of its own (a property, an attribute its class sets and reads)
         if not any(True for _ in module.parameters()):
             return
         frame = user_frame(sys._getframe(2), self.user)
@@ -188,7 +191,7 @@ class ModuleFlags:
                 f"`{said or 'requires_grad = False'}` sets a plain attribute on a module (`{flag.name}`): nn.Module has "
                 f"no requires_grad of its own, so its parameters still require grad, and the backward(){where} gives "
                 f"{len(trained)} of its {total} parameter tensor(s) gradients; freeze them with "
-                "`.requires_grad_(False)` (or set requires_grad on each parameter)",
+                "requires_grad_(False) on the module (or set requires_grad on each parameter)",
                 notes=notes, backward=backward))
 
     def _replaced_reached(self, reached: set, backward: Site | None) -> None:
