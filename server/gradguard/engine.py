@@ -462,6 +462,12 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             graph_break.reached = _lost_at(interp, graph_break)
     for rebind in interp.rebinds:
         rebind.reached, rebind.starved = _rebind_starves(interp, rebind)
+    for replaced in interp.replaced:
+        new = (interp.parameter_sources(replaced.new) if isinstance(replaced.new, ModuleValue)
+               else replaced.new.graph)
+        if new and not any(o.held & new for o in interp.optimizers):
+            replaced.reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > replaced.seq
+                                     and s.graph & new), None)
     for flag in interp.flags:
         sources = interp.parameter_sources(flag.module)
         flag.reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > flag.seq
@@ -470,7 +476,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             flag.updated = next((r for r in interp.grad_reads if r.updates and r.seq > flag.reached.seq
                                  and r.sources & sources), None)
     found: list[tuple[Finding, object]] = []
-    for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds, *interp.flags]:
+    for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds, *interp.flags,
+                  *interp.replaced]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:
@@ -624,10 +631,16 @@ def _stale_facts(interp: Interpreter, mutation: Mutation) -> tuple[frozenset[int
     saves = {c.save.id for c in mutation.conflicts}
     before = [s for s in interp.sinks if s.kind == "backward" and s.seq < mutation.seq]
     backwarded = frozenset(i for i in saves if any(i in s.graph for s in before))
-    use = next((u for u in interp.stale_uses if u.seq >= mutation.seq and any(
-        c.sink.kind == "backward" and u.seq < c.sink.seq and u.marker in c.sink.graph and c.save.id in u.inputs
-        and c.save.id in backwarded for c in mutation.conflicts)), None)
-    return backwarded, use
+    # The latest saves first: a value made since an earlier update of the same weights is the one this update
+    # makes stale (an older one was already stale, and an earlier update's finding names its use).
+    for c in sorted(mutation.conflicts, key=lambda c: -c.save.id):
+        if c.sink.kind != "backward" or c.save.id not in backwarded:
+            continue
+        use = next((u for u in interp.stale_uses if mutation.seq <= u.seq < c.sink.seq
+                    and u.marker in c.sink.graph and c.save.id in u.inputs), None)
+        if use is not None:
+            return backwarded, use
+    return backwarded, None
 
 
 def _conflicts(interp: Interpreter, mutation: Mutation) -> list[Conflict]:

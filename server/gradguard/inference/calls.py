@@ -404,7 +404,7 @@ class CallsMixin:
             return self._construct_module(name, node, args)
         if q.startswith("torch.optim.") and name[:1].isupper() and "lr_scheduler" not in q:
             params = args[0] if args else kwargs.get("params", UNKNOWN)
-            return OptimizerValue(_param_owners(params), ctor=node)
+            return self.optimizer_built(OptimizerValue(_param_owners(params), ctor=node), node)
         if ((name in GRAPH_REBUILDING_FACTORIES or name in self.k.tensor_constructors) and len(parts) == 2
                 and (args or "data" in kwargs)):
             rg = self._keyword_bool(node, "requires_grad", False)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..diagnostics import Diagnostic, Related, Severity, Span
 from ..messages import LineName, Message, other_file, plain_line
-from .values import Grad, ModuleValue, Save, Tensor
+from .values import Grad, ModuleValue, OptimizerValue, Save, Tensor
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,10 @@ class Mutation:
         that call.  Fixes that move statements around a backward move this one."""
         if not self.frames:
             return self.node
-        key = min([c.save.id for c in self.conflicts] + [t.storage.id for t in (self.target.group or (self.target,))])
+        # A step writes parameters, which always predate the calls: where its conflicting graph was saved counts.
+        written = [] if self.kind == "step" and self.conflicts else [
+            t.storage.id for t in (self.target.group or (self.target,))]
+        key = min([c.save.id for c in self.conflicts] + written)
         node = self.node
         for site, mark in reversed(self.frames):
             if key >= mark:
@@ -149,6 +152,20 @@ class InertFlag:
     seq: int
     reached: Sink | None = None  # filled by the engine: the first later backward whose graph reaches them
     updated: "GradRead | None" = None  # filled by the engine: the first later update of them after that backward
+
+
+@dataclass
+class ReplacedParameter:
+    """A module's parameter or submodule replaced (``q.scale = nn.Parameter(v)``, ``model.fc = nn.Linear(...)``)
+    after an optimizer took the one it replaces: the optimizer keeps updating the old tensors, which the model
+    no longer uses, and the new ones get gradients no optimizer applies."""
+
+    node: ast.AST
+    name: str  # the attribute as the code names it
+    new: Tensor | ModuleValue
+    optimizer: OptimizerValue  # one that holds what was replaced
+    seq: int
+    reached: Sink | None = None  # filled by the engine: a later backward that reaches the new parameters
 
 
 @dataclass(frozen=True)

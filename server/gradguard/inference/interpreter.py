@@ -17,7 +17,8 @@ from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo, mro
-from .events import GradAsk, GradRead, GraphBreak, HookWrite, InertFlag, Mutation, Rebind, Sink, StaleUse
+from .events import (GradAsk, GradRead, GraphBreak, HookWrite, InertFlag, Mutation, Rebind, ReplacedParameter, Sink,
+                     StaleUse)
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
@@ -184,6 +185,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.function_contexts: list[tuple[FunctionContext, Grad]] = []
         self.rebinds: list[Rebind] = []  # leaves requiring grad rebound under no_grad to new tensors
         self.flags: list[InertFlag] = []  # `module.requires_grad = False`: attributes torch never reads
+        self.optimizers: list[OptimizerValue] = []  # built in this run
+        self.replaced: list[ReplacedParameter] = []  # parameters replaced after an optimizer took them
         self.cut_markers: set[int] = set()  # the markers `.detach()`/`.data` cuts put into the graphs they start
         self.rebind_markers: set[int] = set()  # their markers, dropped when `requires_grad_()` makes a new leaf
         self.read_storages: set[int] = set()  # storages an op has read (their values are in some graph)
@@ -598,6 +601,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             if isinstance(owner, ModuleValue):
                 if target.attr == "requires_grad" and truth(value) is False:
                     self._module_flag(owner, target, stmt)
+                self._replacing(owner, target, value, stmt)
                 owner.attrs[target.attr] = value
                 if (target.attr == "inplace" and owner.torch_module and owner.cls in self.k.inplace_kwarg_modules
                         and not self.unsure_branches):
@@ -652,6 +656,42 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if info is not None and any(_names_requires_grad(c.node) for c in mro(self.ctx.classes_for(info), info)):
             return  # the class keeps a flag of that name itself
         self.flags.append(InertFlag(stmt, module, ast.unparse(target.value), self._next()))
+
+    def _replacing(self, module: ModuleValue, target: ast.Attribute, value: Value, stmt: ast.stmt) -> None:
+        """A parameter or a module with parameters assigned over one that an optimizer already holds."""
+        old = module.attrs.get(target.attr)
+        if old is None or old is value or not self.optimizers:
+            return
+        if isinstance(value, Tensor) and isinstance(old, Tensor) and value.param and old.param:
+            old_sources = old.graph
+        elif isinstance(value, ModuleValue) and isinstance(old, ModuleValue):
+            old_sources = self.parameter_sources(old)
+        else:
+            return
+        holder = next((o for o in self.optimizers if o.held & old_sources), None)
+        if holder is not None:
+            self.replaced.append(ReplacedParameter(stmt, ast.unparse(target), value, holder, self._next()))
+
+    def optimizer_built(self, optimizer: OptimizerValue, node: ast.AST) -> OptimizerValue:
+        """A new optimizer takes the parameters its owners have now (a torch layer's weight is made here if
+        nothing has read it yet)."""
+        stack, seen = list(optimizer.owners), set()
+        while stack:
+            value = stack.pop()
+            if isinstance(value, ParamIterable):  # `[*model.parameters()]`, `chain(a.parameters(), ...)`
+                stack.extend(value.owner if isinstance(value.owner, list) else [value.owner])
+                continue
+            if id(value) in seen or not isinstance(value, ModuleValue):
+                continue
+            seen.add(id(value))
+            layer = self.k.module(value.cls) if value.torch_module and not value.children else None
+            if layer is not None and layer.has_params:
+                self._module_attr(value, "weight", node)
+            stack.extend(value.children)
+            stack.extend(v for v in value.attrs.values() if isinstance(v, ModuleValue))
+        optimizer.held = frozenset().union(*(p.graph for p in self._param_tensors(optimizer.owners)))
+        self.optimizers.append(optimizer)
+        return optimizer
 
     def parameter_sources(self, module: ModuleValue) -> frozenset[int]:
         """The grad sources of a module's parameters that require grad, as far as the run has seen them (a torch

@@ -188,6 +188,9 @@ class OptimizerValue:
 
     owners: list["Value"]
     ctor: ast.AST | None = None
+    # The grad sources of the parameters it took when it was built: replacing one of them on the module later
+    # leaves the optimizer updating the old tensor.
+    held: frozenset[int] = frozenset()
 
 
 @dataclass(eq=False)

@@ -55,8 +55,9 @@ def line_to_change(mutation: Mutation) -> Finding | None:
     use = mutation.stale_use
     if use is None:
         return None
-    conflict = next((c for c in mutation.conflicts if c.sink.kind == "backward" and c.save.id in use.inputs
-                     and c.save.id in mutation.backwarded_saves and use.marker in c.sink.graph), None)
+    conflict = next((c for c in sorted(mutation.conflicts, key=lambda c: -c.save.id) if c.sink.kind == "backward"
+                     and c.save.id in use.inputs and c.save.id in mutation.backwarded_saves
+                     and use.marker in c.sink.graph), None)
     if conflict is None or (use.node.lineno == conflict.sink.node.lineno and other_file(use.node) is None):
         return None  # `out.pow(2).mean().backward()`: the use is the backward's own loss; the update is the line
     save = conflict.save

@@ -9,7 +9,8 @@ from ..diagnostics import Fix, Severity
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.writes import cst_mod, parse_expr
-from ..inference.events import Finding, GraphBreak, InertFlag
+from ..inference.events import Finding, GraphBreak, InertFlag, ReplacedParameter
+from ..inference.values import Tensor
 from ..messages import Message
 from ..statements import block_of
 from .base import Example, Rule
@@ -20,6 +21,9 @@ MESSAGE = "element 0 of tensors does not require grad and does not have a grad_f
 def check(event):
     if isinstance(event, InertFlag):
         yield from _check_flag(event)
+        return
+    if isinstance(event, ReplacedParameter):
+        yield from _check_replaced(event)
         return
     if not isinstance(event, GraphBreak) or event.reached is None:
         return
@@ -62,6 +66,27 @@ def _check_flag(flag: InertFlag):
         related=[(flag.reached.node, "the backward that still reaches the module's parameters"),
                  *([(flag.updated.node, "updates the parameters meant to be frozen")] if flag.updated else [])],
         data={"flag": True},
+    )
+
+
+def _check_replaced(event: ReplacedParameter):
+    """A parameter or submodule replaced after an optimizer took the old one, proven by a later backward that
+    gives the new parameters gradients no optimizer applies."""
+    if event.reached is None:
+        return
+    what = "parameter" if isinstance(event.new, Tensor) else "module"
+    built = event.optimizer.ctor
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "`{name}` gets a new {what} after the optimizer built on {built} took the parameters of the old one: "
+            "the optimizer goes on updating the old tensors, which the model no longer uses, and the gradients "
+            "the backward on {sink} gives the new ones are applied by no optimizer, silently. Build the optimizer "
+            "after this assignment, or write the new values into the existing parameters (`.copy_()` under "
+            "`torch.no_grad()`).", name=event.name, what=what, built=built, sink=event.reached.node),
+        related=[*([(built, "the optimizer takes the old parameters here")] if built is not None else []),
+                 (event.reached.node, "the backward that reaches the new parameters")],
     )
 
 
