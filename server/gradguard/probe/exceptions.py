@@ -31,7 +31,12 @@ _IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
      "in-place `.detach_()` of a view (torch cannot cut a view's history in place; `x = x.detach()` does it)"),
     (re.compile(r"modified by an inplace operation"), "GG001",
      "backward() raised because a tensor saved for backward was modified in place"),
+    (re.compile(r"Can't call numpy\(\) on Tensor that requires grad"), "GG103",
+     ("a tensor that requires grad is handed to NumPy (np.sum or np.array of tensors, .numpy()): its values would "
+      "leave the graph, and torch refuses")),
 ]
+
+_NEGATIVE_SLOPE = re.compile(r"^In-place leakyReLu backward calculation is triggered with a negative slope")
 
 # torch names the autograd node of the view written to: "Output 0 of Split is a view and is being modified inplace".
 _VIEW_NODE = re.compile(r"^Output \d+ of (\w+) is a view")
@@ -58,6 +63,8 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
     if tracer is not None and text in tracer.emulated:
         return None  # already a realized conflict, with its mutation line
     first = text.split("\n", 1)[0]
+    if tracer is not None and tracer.negative_slope is not None and _NEGATIVE_SLOPE.search(first):
+        return _negative_slope_finding(tracer.negative_slope, exc, user, text, first)
     for pattern, code, what in _IMMEDIATE:
         if pattern.search(first):
             sites = traceback_sites(exc.__traceback__, user)
@@ -85,6 +92,26 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
                                 callers=tuple(sites[1:]), origins=origins, notes=notes,
                                 view_node=view.group(1) if view else None)
     return None
+
+
+def _negative_slope_finding(recorded: tuple, exc: BaseException, user: UserCode, text: str,
+                            first: str) -> ProbeFinding:
+    """torch refuses, at backward, the backward of an in-place leaky_relu with a slope <= 0 (the output cannot tell
+    the input's sign): the line to change is the in-place call (or where its inplace=True module was made)."""
+    sites, origins = recorded
+    backward = traceback_sites(exc.__traceback__, user)
+    place = origins[0] if origins else sites[0]
+    said = expression_at(place)
+    notes = [Note(sites[0], "the in-place leaky_relu runs here")] if place != sites[0] else []
+    if backward:
+        notes.append(Note(backward[0], f"backward() raises here: {first}"))
+    what = "makes a module that runs" if origins else "runs"
+    message = (f"`{said or 'this line'}` {what} leaky_relu in place with a slope <= 0: its backward cannot tell the "
+               f"input's sign from the output it kept, and torch raises at backward(): {first.split('. ')[0]}; use "
+               "the out-of-place leaky_relu")
+    return ProbeFinding("GG005", "raised", place, message, torch_message=text,
+                        callers=tuple(sites[1:]) if place == sites[0] else tuple(sites), origins=tuple(origins[1:]),
+                        notes=tuple(notes))
 
 
 def _grad_mode_finding(at: tuple, sites: list[Site], text: str, first: str) -> ProbeFinding | None:

@@ -76,6 +76,9 @@ _WRITES: dict[Any, Any] = {}
 _FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__.__code__
 
 
+_LEAKY_RELU_ = frozenset({torch.ops.aten.leaky_relu_.default})
+
+
 def _classify(func):
     """The written arguments of an op as (index, name, kwarg_only); a marker string for the ops the
     graph-break check watches; () for everything else (the fast path)."""
@@ -323,6 +326,9 @@ class Tracer(TorchDispatchMode):
         self.ops = 0  # aten ops seen: none means the target only defined things
         self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
         self.detached_in_place: dict[int, list[Site]] = {}  # storage key -> where `.detach_()` cut a tensor's history
+        # The latest in-place leaky_relu with a slope <= 0 (its backward cannot tell the input's sign from the output;
+        # torch raises only when the backward runs): (the user's sites, the inplace=True modules' lines).
+        self.negative_slope: tuple | None = None
         # Once an optimizer step wrote a tensor a live graph saved, the pack hook keeps the user's frames of every
         # save by the sequence number of its node (innermost first), so that a backward that then fails can name
         # the line that used a value from before the step (``_stale_use``).  Off until then: no cost.
@@ -862,6 +868,14 @@ class Tracer(TorchDispatchMode):
             self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
 
     def _write(self, func, spec, args, kwargs, fresh):
+        if func in _LEAKY_RELU_ and len(args) > 1 and isinstance(args[1], (int, float)) and args[1] <= 0:
+            try:
+                sites, inner = frame_sites(sys._getframe(2), self.user, limit=3)
+                if sites:
+                    self.negative_slope = (sites, _inplace_origins(inner))
+                del inner
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"leaky_relu_: {type(exc).__name__}: {exc}")
         hits = []
         untracked = []
         recorded = []  # tensors with a history, written with grad mode on: autograd records the write
