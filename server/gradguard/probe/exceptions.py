@@ -36,6 +36,7 @@ _IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
       "leave the graph, and torch refuses")),
 ]
 
+_INFERENCE_WRITE = re.compile(r"^Inplace update to inference tensor outside InferenceMode is not allowed")
 _NEGATIVE_SLOPE = re.compile(r"^In-place leakyReLu backward calculation is triggered with a negative slope")
 
 # torch names the autograd node of the view written to: "Output 0 of Split is a view and is being modified inplace".
@@ -65,6 +66,8 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
     first = text.split("\n", 1)[0]
     if tracer is not None and tracer.negative_slope is not None and _NEGATIVE_SLOPE.search(first):
         return _negative_slope_finding(tracer.negative_slope, exc, user, text, first)
+    if tracer is not None and tracer.grad_mode.inference_write is not None and _INFERENCE_WRITE.search(first):
+        return _inference_finding(tracer.grad_mode.inference_write, exc, user, text, first)
     for pattern, code, what in _IMMEDIATE:
         if pattern.search(first):
             sites = traceback_sites(exc.__traceback__, user)
@@ -92,6 +95,22 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
                                 callers=tuple(sites[1:]), origins=origins, notes=notes,
                                 view_node=view.group(1) if view else None)
     return None
+
+
+def _inference_finding(recorded: tuple, exc: BaseException, user: UserCode, text: str, first: str) -> ProbeFinding:
+    """torch refuses an in-place update, outside inference mode, of a tensor made under it: the line to change is
+    the one in the user's ``torch.inference_mode()`` block that led to making it."""
+    place, write = recorded
+    sites = traceback_sites(exc.__traceback__, user)
+    write = write or (sites[0] if sites else None)
+    said = expression_at(place)
+    where = f" (line {write.line})" if write is not None else ""
+    notes = (Note(write, f"the in-place update torch refuses: {first.split('.')[0]}"),) if write is not None else ()
+    message = (f"`{said or 'this line'}` runs inside a torch.inference_mode() block and makes a tensor that is "
+               f"updated in place outside it{where}: torch refuses in-place updates of inference tensors "
+               f"({first.split('.')[0]}); make it outside the block, or clone it before updating it")
+    return ProbeFinding("GG105", "raised", place, message, torch_message=text,
+                        callers=(), origins=(write,) if write is not None else (), notes=notes)
 
 
 def _negative_slope_finding(recorded: tuple, exc: BaseException, user: UserCode, text: str,

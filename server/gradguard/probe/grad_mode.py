@@ -33,6 +33,7 @@ from .model import Site
 
 _Tensor = torch.Tensor
 _SetGradEnabled = torch.autograd.grad_mode.set_grad_enabled
+_InferenceMode = torch.autograd.grad_mode.inference_mode
 _compiling = torch.compiler.is_compiling
 _KEPT = 256
 _MARKS = 4096  # context managers whose entry is remembered (to restore at their exit)
@@ -55,6 +56,9 @@ class GradMode:
         # a tensor), by the address of its TensorImpl (an intermediate of a composite op gets a new Python object
         # each time the mode sees it) -> the switch's site; the newest _MARKS kept (an address may be reused).
         self.marks: dict[int, Site] = {}
+        self.inference: list = []  # the user's torch.inference_mode() blocks entered: (id of the frame, its site)
+        self.inference_made: dict[int, Site] = {}  # storage key -> the block's line that led to making it
+        self.inference_write: tuple | None = None  # (where the inference tensor was made, where it is written)
         self._originals: dict = {}
 
     def install(self) -> None:
@@ -85,11 +89,85 @@ class GradMode:
 
         for name, original in originals.items():
             setattr(cls, name, watched(name, original))
+        enter, leave = self._inference = (_InferenceMode.__enter__, _InferenceMode.__exit__)
+
+        def __enter__(im):
+            if not _compiling() and im.mode:
+                try:
+                    mode._enter_inference(sys._getframe(1))
+                except Exception as exc:  # noqa: BLE001
+                    mode.errors.append(f"inference mode: {type(exc).__name__}: {exc}")
+            return enter(im)
+
+        def __exit__(im, *exc_info):
+            if not _compiling() and im.mode and mode.inference:
+                mode.inference.pop()
+            return leave(im, *exc_info)
+
+        __enter__.__wrapped__, __exit__.__wrapped__ = enter, leave
+        _InferenceMode.__enter__, _InferenceMode.__exit__ = __enter__, __exit__
 
     def uninstall(self) -> None:
         for name, original in getattr(self, "_originals", {}).items():
             setattr(_SetGradEnabled, name, original)
         self._originals = {}
+        if getattr(self, "_inference", None):
+            _InferenceMode.__enter__, _InferenceMode.__exit__ = self._inference
+            self._inference = None
+
+    # -- inference mode: tensors made under it may not be updated in place outside it --
+
+    def _enter_inference(self, frame) -> None:
+        while frame is not None and frame.f_code.co_filename.endswith(_GRAD_MODE_FILES):
+            frame = frame.f_back
+        while frame is not None and not self.user.is_user(frame.f_code):
+            frame = frame.f_back
+        if frame is None:
+            self.inference.append(None)
+            return
+        self.inference.append((id(frame), frame_site(frame)))
+
+    def on_inference_op(self, out, frame) -> None:
+        """An op ran under the user's ``torch.inference_mode()`` block: remember, by storage, the line of the block's
+        function that led to each tensor it made."""
+        entry = self.inference[-1] if self.inference else None
+        if entry is None:
+            return
+        outs = (out,) if isinstance(out, _Tensor) else out if isinstance(out, (tuple, list)) else ()
+        keys = []
+        for t in outs:
+            if isinstance(t, _Tensor):
+                try:
+                    key = t.untyped_storage()._cdata
+                except Exception:  # noqa: BLE001 - no storage
+                    continue
+                if key not in self.inference_made:
+                    keys.append(key)
+        if not keys:
+            return
+        place = None
+        while frame is not None:
+            if id(frame) == entry[0]:
+                place = frame_site(frame)
+                break
+            frame = frame.f_back
+        place = place or entry[1]
+        for key in keys:
+            self.inference_made[key] = place
+        while len(self.inference_made) > _MARKS:
+            del self.inference_made[next(iter(self.inference_made))]
+
+    def on_write(self, written, frame) -> None:
+        """An in-place op outside inference mode is about to write ``written``: an inference tensor the user's block
+        made is refused by torch; remember where it was made and where it is written."""
+        for t in written:
+            if isinstance(t, _Tensor) and t.is_inference():
+                place = self.inference_made.get(t.untyped_storage()._cdata)
+                if place is not None:
+                    while frame is not None and not self.user.is_user(frame.f_code):
+                        frame = frame.f_back
+                    self.inference_write = (place, frame_site(frame) if frame is not None else None)
+                    return
 
     def _switch(self, enabled: bool, frame, owner, exiting: bool) -> None:
         # torch's frames between the call and the user's code: a context manager's __enter__/__exit__ (no_grad,

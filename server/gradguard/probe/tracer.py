@@ -833,6 +833,11 @@ class Tracer(TorchDispatchMode):
             out = self._special(func, spec, args, kwargs or {})
         else:
             out = self._write(func, spec, args, kwargs or {}, fresh)
+        if self.grad_mode.inference:
+            try:
+                self.grad_mode.on_inference_op(out, sys._getframe(1))
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"inference mode: {type(exc).__name__}: {exc}")
         if self.grad_mode.marks or self.grad_mode.off is not None:
             try:
                 self.grad_mode.on_op(args, out, _grad_enabled())
@@ -868,6 +873,12 @@ class Tracer(TorchDispatchMode):
             self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
 
     def _write(self, func, spec, args, kwargs, fresh):
+        if self.grad_mode.inference_made and not self.grad_mode.inference:
+            try:
+                written = [kwargs.get(n) if k or i >= len(args) else args[i] for i, n, k in spec]
+                self.grad_mode.on_write(written, sys._getframe(2))
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"inference mode: {type(exc).__name__}: {exc}")
         if func in _LEAKY_RELU_ and len(args) > 1 and isinstance(args[1], (int, float)) and args[1] <= 0:
             try:
                 sites, inner = frame_sites(sys._getframe(2), self.user, limit=3)
