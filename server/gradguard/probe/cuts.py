@@ -77,6 +77,9 @@ class Cuts:
         self.raising: tuple[Site | None, tuple[Cut, ...]] = (None, ())  # the latest backward and the copies it ran through
         self._undo: list = []
         self.on_data = None  # told of each `.data` of a tensor that requires grad (out, the user's frame)
+        # Where the optimizer that holds a parameter was made (None when no optimizer the user made holds it): a
+        # parameter an optimizer holds is one the user means to train, even before any step runs.
+        self.optimizer_of = None
 
     # -- installation --
 
@@ -276,8 +279,23 @@ class Cuts:
             read.missing[id(t)] = weakref.ref(t)
             if not t.requires_grad:
                 self._copy_read(t, read)
+            elif not read.some_arrived and self.optimizer_of is not None:
+                self._judge_held(t, read)
         if read.some_arrived and read.missing:
             self._judge_read(read)
+
+    def _judge_held(self, t, read: GradRead) -> None:
+        """The user's code reads ``.grad`` of a parameter an optimizer holds and finds none: a cut whose result fed
+        a backward starved it (no step needs to run: the optimizer says it is meant to be trained)."""
+        made = self.optimizer_of(t)
+        if made is False:
+            return
+        for cut in self.cuts.values():
+            if cut.fed is not None and id(t) in cut.upstream:
+                note = Note(read.site, "reads the missing gradient of a parameter an optimizer holds" +
+                            (f" (the optimizer made on line {made.line})" if made is not None else ""))
+                self._report(cut, [t], note, f"the `.grad` read{_at(read.site)} finds none")
+                return
 
     def _judge_read(self, read: GradRead) -> None:
         """A hand-written update reads gradients here; some arrived, and these did not."""

@@ -117,6 +117,13 @@ class ModuleFlags:
             _Optimizer.add_param_group = self._add_group
             self._add_group = None
 
+    def optimizer_of(self, p):
+        """Where the optimizer that holds ``p`` was made (None when unknown), or False when no optimizer holds it."""
+        for o in list(self.optimizers.keys()):
+            if any(q is p for group in o.param_groups for q in group["params"]):
+                return self.optimizers.get(o)
+        return False
+
     def _holders(self, params: list) -> list:
         ids = {id(p) for p in params}
         return [o for o in list(self.optimizers.keys())

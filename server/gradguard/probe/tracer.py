@@ -321,6 +321,7 @@ class Tracer(TorchDispatchMode):
                                 self.internal_errors)
         self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
         self.flags = ModuleFlags(user, self.internal_errors)  # `module.requires_grad = False`: a plain attribute
+        self.cuts.optimizer_of = self.flags.optimizer_of
         self.grad_mode = GradMode(user, self.internal_errors)  # where grad mode was switched off, for a backward then
         self.cuts.on_data = self.provenance.read_detached  # `.data.numpy()` is a read, as `.detach().numpy()` is
         self.ops = 0  # aten ops seen: none means the target only defined things
