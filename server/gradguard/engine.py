@@ -9,6 +9,7 @@ units (functions, module top level) -> cheap candidate check -> ``Interpreter``
 from __future__ import annotations
 
 import ast
+import collections
 import hashlib
 import re
 from dataclasses import replace
@@ -446,6 +447,13 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
 
 
 def _check(interp: Interpreter) -> Iterator[Finding]:
+    # Writes through a second name (`out = x`) are the binding's finding when they assemble a tensor in it (two
+    # indexed writes or more): one write is mended where it is.
+    through = collections.Counter(binding for binding, _ in {(id(m.alias_site[0]), id(m.node))
+                                                             for m in interp.mutations if m.alias_site is not None})
+    for mutation in interp.mutations:
+        if mutation.alias_site is not None and through[id(mutation.alias_site[0])] < 2:
+            mutation.alias_site = None
     for mutation in interp.mutations:
         mutation.conflicts = _conflicts(interp, mutation)
         mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)

@@ -150,6 +150,8 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG001/pos_quadrants_written_into_input_alias": "the input keeps its values: a caller that relied on the writes "
+                                                    "changing it sees the old ones",
     "GG101/pos_lstm_cell_state_from_zeros_carried": "each backward now stops at its step's start (truncated BPTT): "
                                                     "no gradient flows into earlier steps, as the loop meant",
     "GG001/pos_custom_function_saved_input_written": "the fix layer's own alias walk cannot see that `Gate.apply` "

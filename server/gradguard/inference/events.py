@@ -84,6 +84,9 @@ class Mutation:
     hidden_from: Tensor | None = None
     hidden_marker: int | None = None
     read_after: Sink | None = None
+    # The write goes through a name bound as a second name of another's tensor (`out = x` ... `out[i] = v`):
+    # (that binding, the name written through, the other name).  The binding is where a copy was meant.
+    alias_site: tuple[ast.stmt, str, str] | None = None
     # Filled by the engine for an update of parameters: the saves a backward before it already ran through (a
     # forward its own loss shares), and the first op after it that takes a value one of those saves made stale
     # and whose result the failing backward runs through.

@@ -394,7 +394,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if merged.env is not live:
             live.clear()
             live.update(merged.env)
-        self.state = State(live, merged.grad_enabled, merged.returned)
+        self.state = State(live, merged.grad_enabled, merged.returned, merged.aliases)
 
     def _stmt_If(self, stmt: ast.If) -> None:
         known = truth(self.eval(stmt.test))
@@ -588,6 +588,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 if scope is not None:
                     scope[target.id] = value
                     return
+            other = self._held_by_another(target.id, value, stmt)
+            if other is not None:
+                self.state.aliases[target.id] = (stmt, other)  # `out = x`: a second name, not a copy
+            else:
+                self.state.aliases.pop(target.id, None)
             self.state.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             elements = self._unpack(value, len(target.elts), stmt)
@@ -822,6 +827,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                 read_before=bool(storages & self.read_storages))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
+            mutation.alias_site = self._second_name(node, target)
             mutation.in_container = self._through_container(node)
             self._mark_hidden_write(mutation, target, kind)
             self.mutations.append(mutation)
@@ -857,6 +863,34 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 for t in target.view_chain():
                     t.graph = t.graph | {saved.id}
         return target
+
+    def _held_by_another(self, name: str, value: Value, stmt: ast.stmt) -> str | None:
+        """For `name = x` or `name = f(x)` that gives back the very tensor another variable holds (a function
+        returning its argument): that other variable."""
+        if not (isinstance(value, Tensor) and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)):
+            return None
+        if isinstance(stmt.value, ast.Name):
+            return stmt.value.id if stmt.value.id != name and self.state.env.get(stmt.value.id) is value else None
+        if isinstance(stmt.value, ast.Call):
+            return next((other for other, held in self.state.env.items() if held is value and other != name), None)
+        return None
+
+    def _second_name(self, node: ast.AST, target: Tensor) -> tuple[ast.stmt, str, str] | None:
+        """An indexed write through a name bound as a second name of another name's tensor (`out = x` ...
+        `out[i] = v`), while both still hold it: (that binding, the name written through, the other name).  A
+        partial write cannot be made out of place where it is; a copy at the binding was meant.  (A whole-tensor
+        op through the second name, `x += b`, is rewritten out of place where it is.)"""
+        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)):
+            return None
+        name = _written_name(node)
+        site = self.state.aliases.get(name) if name is not None else None
+        if site is None:
+            return None
+        held = self.state.env.get(name)
+        if held is None or self.state.env.get(site[1]) is not held or not any(t is held for t in target.view_chain()):
+            return None
+        return site[0], name, site[1]
 
     def _mark_hidden_write(self, mutation: Mutation, target: Tensor, kind: str) -> None:
         """A write autograd does not record (through ``.data``, a ``.detach()`` alias or a NumPy array, or with
@@ -1036,6 +1070,21 @@ def _grad_sources(value: Value) -> frozenset[int]:
     if isinstance(value, TensorSeq):
         return frozenset().union(*(_grad_sources(i) for i in value.items)) if value.items else frozenset()
     return frozenset()
+
+
+def _written_name(node: ast.AST) -> str | None:
+    """The variable a write goes through: `out` of `out[i] = v`, `out += v`, `out.add_(v)`, `out[i].mul_(2)`."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        expr = node.targets[0]
+    elif isinstance(node, ast.AugAssign):
+        expr = node.target
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        expr = node.func.value
+    else:
+        return None
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
 
 
 def _names_requires_grad(cls: ast.ClassDef) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 from .values import UNKNOWN, Value, join
@@ -17,9 +18,11 @@ class State:
     grad_enabled: bool = True
     # This path has returned: the statements after it do not run on it, and a join takes the other path's values.
     returned: bool = False
+    # Names bound as a second name of another name's tensor (`out = x`): name -> (that statement, the other name).
+    aliases: dict[str, tuple[ast.stmt, str]] = field(default_factory=dict)
 
     def copy(self) -> "State":
-        return State(dict(self.env), self.grad_enabled, self.returned)
+        return State(dict(self.env), self.grad_enabled, self.returned, dict(self.aliases))
 
 
 def merge_states(a: State, b: State) -> State:
@@ -32,4 +35,7 @@ def merge_states(a: State, b: State) -> State:
             env[name] = join(a.env[name], b.env[name])
         else:
             env[name] = a.env.get(name, b.env.get(name, UNKNOWN))
-    return State(env, a.grad_enabled or b.grad_enabled, a.returned)
+    # A second name made on one path only (the other never bound it: a loop or a branch that made it) stays one.
+    aliases = {name: site for x, y in ((a, b), (b, a)) for name, site in x.aliases.items()
+               if y.aliases.get(name) == site or name not in y.env}
+    return State(env, a.grad_enabled or b.grad_enabled, a.returned, aliases)

@@ -52,6 +52,9 @@ def check(mutation: Mutation):
         return
     save = conflict.save
     what = {"output": "output", "weight": "weight"}.get(save.role, "input")
+    if mutation.alias_site is not None:
+        yield _through_second_name(mutation, conflict, what)
+        return
     yield Finding(
         "GG001",
         mutation.node,
@@ -67,6 +70,36 @@ def check(mutation: Mutation):
 
 
 # ---- The fix --------------------------------------------------------------------------------------
+def _through_second_name(mutation: Mutation, conflict, what: str) -> Finding:
+    """The write goes through a second name of the saved tensor (`out = x` ... `out[i] = v`): the binding is the
+    line to change (a copy was meant), and every write through that name is the same finding."""
+    binding, name, other = mutation.alias_site
+    save = conflict.save
+    return Finding(
+        "GG001",
+        binding,
+        Message.format(
+            "`{bound}` gives `{name}` the tensor `{other}` holds, not a copy: {how} through `{name}` on {write} "
+            "(and the other writes through it) modify `{other}` in place, but `{op}` on {saved} saved it (as its "
+            '{what}) for backward; {raises} "{torch}". Take a copy here (`.clone()`).',
+            bound=ast.unparse(binding), name=name, other=other, how=mutation.how, write=mutation.node, op=save.op,
+            saved=save.node, what=what, raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+        certain=save.certain,
+        related=[(mutation.node, f"the in-place write through `{name}`"), *conflict_related(conflict, mutation)],
+        data={"mutation": mutation},
+    )
+
+
+def _copy_at_binding(ctx: FixContext, mutation: Mutation) -> Fix:
+    """`out = x` -> `out = x.clone()`.  Unsafe: `x` keeps its values, where the writes used to change it too."""
+    binding, name, other = mutation.alias_site
+    ctx.require_own_lines(binding)
+    value = ctx.source(binding.value)
+    copy = f"{value}.clone()" if isinstance(binding.value, (ast.Name, ast.Call, ast.Attribute)) else f"({value}).clone()"
+    rw = Rewrite(ctx).replace_node(ctx.cst(binding.value), cst_mod().parse_expression(copy))
+    return rw.fix(f"Take a copy: `{name} = {copy}` (unsafe: `{other}` keeps its values)", safe=False)
+
+
 def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     """GG001 (and any rule about a write to memory saved for backward): rebind out of place when nothing
     else sees the memory; clone where it is saved when a view of it is read later (or rebinding cannot
@@ -79,6 +112,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         copy_ok = not saves_inside(element, ctx.statement_of(element.entry()))
         return fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
     mutation = mutation_of(finding)
+    if mutation.alias_site is not None and finding.node is mutation.alias_site[0]:
+        return fix_or_none(lambda: _copy_at_binding(ctx, mutation))
     if mutation.entry() is not mutation.node:  # the write is inside a call: a helper, a method, a callable object
         return fix_or_none(lambda: fix_in_helper(fix, ctx, finding)) or _clone_where_made(ctx, finding)
     write = Write.of(ctx, mutation.entry())
