@@ -292,8 +292,10 @@ def test_check_probe_without_torch_is_a_one_line_error(tmp_path):
                           env=_env(fake=str(fake)), capture_output=True, text=True, timeout=300)
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip() == (
-        "gradguard: cannot run the probe: cannot import torch: torch is not installed here"), proc.stderr
+    assert proc.stderr.strip().startswith(
+        "gradguard: cannot run the probe: cannot import torch: torch is not installed here (the probe runs your "
+        "code with "), proc.stderr
+    assert "-m pip install torch==2.13.0" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_a_symlink_loop_named_on_the_command_line(gg, tmp_path):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
 import os
 import re
 import sys
@@ -73,7 +74,15 @@ _DETACH = "detach"  # torch.tensor(t) and t.new_tensor(t) start with one (the pr
 _WRITES: dict[Any, Any] = {}
 # The frame that runs a custom autograd.Function (``Function.apply``): it saves the tensors of
 # ``ctx.save_for_backward`` after the Function's forward returned, and its forward runs under it.
-_FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__.__code__
+def _function_apply_code():
+    """The code of ``Function.apply`` when torch implements it in Python (a classmethod up to 2.13); None when
+    it is a builtin (later releases): no frame is then told apart as a custom Function's ``apply``, and the
+    notes that need it (a write inside a Function's forward, its saved inputs) are left out."""
+    apply = inspect.getattr_static(torch.autograd.function.Function, "apply", None)
+    return getattr(getattr(apply, "__func__", apply), "__code__", None)
+
+
+_FUNCTION_APPLY = _function_apply_code()
 
 
 _LEAKY_RELU_ = frozenset({torch.ops.aten.leaky_relu_.default})

@@ -567,7 +567,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = warm_imports()
     except Exception as exc:  # noqa: BLE001 - torch missing or broken: say so
-        protocol.write(json.dumps({"ready": False, "error": f"cannot import torch: {exc}"}) + "\n")
+        error = (f"cannot import torch: {exc} (the probe runs your code with {sys.executable}: install torch "
+                 f"there, e.g. `{sys.executable} -m pip install torch==2.13.0`, the version gradguard is tested with)")
+        protocol.write(json.dumps({"ready": False, "error": error}) + "\n")
         protocol.flush()
         return 1
     # Everything imported so far lives as long as the worker: keep it out of the collector, so the
