@@ -79,8 +79,19 @@ def _forms(label: str) -> list[Callable]:
             fn = eval(label, _NAMESPACE)
         except (AttributeError, NameError):
             return []
-        return [lambda t, u, m, a=a: fn(t, *_bind(a, u, m)) for a in _ARGS]
+        # and a function that takes an equation first (`torch.einsum("ab,ab->ab", t, u)`)
+        return [*(lambda t, u, m, a=a: fn(t, *_bind(a, u, m)) for a in _ARGS),
+                *(lambda t, u, m, c=c: fn(_equation(t, c), t, u) for c in (False, True))]
     return [lambda t, u, m: eval(f"t {label} u", {}, {"t": t, "u": u})]  # an operator: *, @, **, /
+
+
+def _equation(t, contract: bool) -> str:
+    """An einsum equation for two tensors of ``t``'s shape: elementwise, or a product over the last dim."""
+    a = "abcdefgh"[:t.dim()]
+    if not contract or t.dim() < 2:
+        return f"{a},{a}->{a}"
+    b = a[:-2] + a[-1] + "z"
+    return f"{a},{b}->{a[:-1]}z"
 
 
 def _bind(args: tuple, u, m) -> tuple:

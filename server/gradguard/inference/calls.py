@@ -710,6 +710,7 @@ class CallsMixin:
 
     def _apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
         args = [self.read_data(a, node) if isinstance(a, DataAlias) else a for a in args]
+        args = _spread_operand_list(self.k.op(name), args)
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
         self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
@@ -855,6 +856,18 @@ class CallsMixin:
         return result
 
 
+
+
+def _spread_operand_list(info: OpInfo | None, args: list[Value]) -> list[Value]:
+    """``torch.einsum(eq, [a, b])``: a list of tensors as the last argument of an op that has an overload taking
+    them one by one (torch's Python wrapper spreads such a list) is those tensors; an op whose only form takes a
+    list (``cat``, ``stack``) keeps it."""
+    last = args[-1] if args else None
+    if info is None or not (isinstance(last, TensorSeq) and last.base is None and last.literal and last.items):
+        return args
+    spread = [*args[:-1], *last.items]
+    kinds = tuple(_kind(a) for a in spread)
+    return spread if any(o.accepts(kinds, {}, strict=True) for o in info.overloads) else args
 
 
 def _kind(value: Value) -> str | None:

@@ -37,7 +37,7 @@ from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from ..messages import Message
 from .base import Example, Rule
-from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
+from .common import SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises
 
 ADVICE = "Use an out-of-place op or clone first."
 
@@ -55,6 +55,10 @@ def check(mutation: Mutation):
     if mutation.alias_site is not None:
         yield _through_second_name(mutation, conflict, what)
         return
+    state = _updated_state(mutation)
+    if state is not None:
+        yield _state_read_by_reference(mutation, conflict, what, state)
+        return
     yield Finding(
         "GG001",
         mutation.node,
@@ -69,7 +73,59 @@ def check(mutation: Mutation):
     )
 
 
+def _updated_state(mutation: Mutation) -> str | None:
+    """A write under no_grad, through an attribute, to state that does not require grad (a queue, a running
+    statistic, a cache): the attribute (`self.queue`).  The update is meant; the op that read the state by
+    reference is what to change."""
+    root = mutation.target.root()
+    # Grad mode off in the analysed code is a `no_grad` it wrote (a caller's mode only ever leaves it on).
+    if mutation.grad_enabled or root.requires_grad == Grad.YES or root.param:
+        return None
+    node = mutation.node
+    expr = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else
+            node.target if isinstance(node, ast.AugAssign) else
+            node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None)
+    while True:  # `self.queue[:, i]`, `self.scale.mul_(m).add_(v)`: down to the attribute written
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            expr = expr.func.value
+        else:
+            break
+    return ast.unparse(expr) if isinstance(expr, ast.Attribute) else None
+
+
+def _state_read_by_reference(mutation: Mutation, conflict, what: str, state: str) -> Finding:
+    """The finding at the op that saved the state: it is to read a copy, so that the update stays in place."""
+    save = conflict.save
+    return Finding(
+        "GG001",
+        save.node,
+        Message.format(
+            "`{op}` saves `{state}` (as its {what}) for backward, and {how} on {write} then updates that state in "
+            'place under no_grad, before the backward: {raises} "{torch}". Give `{op}` a copy of the state '
+            "(`{state}.clone()`), so that the update can stay in place.",
+            op=save.op, state=state, what=what, how=mutation.how, write=mutation.node,
+            raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+        certain=save.certain,
+        related=[(mutation.node, "the in-place update of the state"), *call_path_related(mutation),
+                 *([(conflict.sink.node, "backward raises here")] if conflict.sink.kind == "backward" else [])],
+        data={"mutation": mutation, "state": state},
+    )
+
+
 # ---- The fix --------------------------------------------------------------------------------------
+def _copy_state_at_read(ctx: FixContext, finding: Finding) -> Fix:
+    """``q @ self.queue`` -> ``q @ self.queue.clone()``: the op reads the values it read before, and the state's
+    update stays in place.  Safe: nothing but the saved copy differs."""
+    state = finding.data["state"]
+    read = next((n for n in ast.walk(finding.node) if isinstance(n, ast.Attribute) and ast.unparse(n) == state), None)
+    if read is None:
+        raise CannotFix("the op does not name the state it read")
+    rw = Rewrite(ctx).replace_node(ctx.cst(read), cst_mod().parse_expression(f"{ctx.source(read)}.clone()"))
+    return rw.fix(f"Read a copy of the state: `{state}.clone()`", safe=True)
+
+
 def _through_second_name(mutation: Mutation, conflict, what: str) -> Finding:
     """The write goes through a second name of the saved tensor (`out = x` ... `out[i] = v`): the binding is the
     line to change (a copy was meant), and every write through that name is the same finding."""
@@ -112,6 +168,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         copy_ok = not saves_inside(element, ctx.statement_of(element.entry()))
         return fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
     mutation = mutation_of(finding)
+    if finding.data.get("state"):
+        return fix_or_none(lambda: _copy_state_at_read(ctx, finding))
     if mutation.alias_site is not None and finding.node is mutation.alias_site[0]:
         return fix_or_none(lambda: _copy_at_binding(ctx, mutation))
     if mutation.entry() is not mutation.node:  # the write is inside a call: a helper, a method, a callable object
