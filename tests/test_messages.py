@@ -163,7 +163,7 @@ def _rewritten(source: str, *replacements: tuple[str, str]) -> str:
 
 
 SITUATIONS = {  # name: (program, what its advice says, the program rewritten as advised)
-    "gan": (_GAN, ["so that network's input requires grad", "a GAN's generated sample",
+    "gan": (_GAN, ["which a layer does only when its input requires grad", "a GAN's generated sample",
                    "compute `D(fake)` again after the step", "`D(fake.detach())`"],
             _rewritten(_GAN, ("d_fake = D(fake)", "d_fake = D(fake.detach())"),
                        ("loss_D.backward(retain_graph=True)", "loss_D.backward()"),

@@ -132,8 +132,8 @@ def advice(mutation: Mutation, conflict) -> Message:
                     else "`D(fake.detach())` in the usual GAN loop")
         forward = f"`{ast.unparse(call)}`" if call is not None else "its forward"
         return Message.format(
-            "Every weight {update} changes was saved for backward on {saved}, so that network's input requires "
-            "grad. If that input is another network's output (a GAN's generated sample fed to its discriminator), "
+            "Every weight {update} changes was saved for backward on {saved}, which a layer does only when its "
+            "input requires grad: that network's input does. If that input is another network's output (a GAN's generated sample fed to its discriminator), "
             "compute {forward} again after {update} for the loss that trains the other network, and give the "
             "updated network's own loss a detached input ({detached}); if not, run every backward that needs this "
             "graph before {update}.", update=update, saved=save.node, detached=detached, forward=forward)
