@@ -69,9 +69,11 @@ def test_ctrl_c_stops_a_parallel_run_at_once_with_one_line_and_exit_130(tmp_path
     body = "".join(f"def f{i}(w):\n    y = torch.exp(w)\n    y += {i}\n    return y\n" for i in range(400))
     for i in range(1500):  # some 14 s of work at 2 jobs on a quiet machine: the interrupt comes well before the end
         (tmp_path / f"m{i}.py").write_text("import torch\n" + body)
+    # As a terminal's foreground job: SIGINT at its default (a shell starting pytest in the background, as a CI
+    # script may, leaves it ignored, and the child would inherit that).
     proc = subprocess.Popen([sys.executable, "-m", "gradguard", "check", "--jobs", "2", "--no-cache", "."],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(2.5)  # imported, workers started, analysing
     assert proc.poll() is None, "the run ended before it could be interrupted: make the files bigger"
     sent = time.monotonic()
