@@ -458,7 +458,7 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
         mutation.conflicts = _conflicts(interp, mutation)
         mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)
         if mutation.conflicts and mutation.after_backward and interp.stale:
-            mutation.backwarded_saves, mutation.stale_use = _stale_facts(interp, mutation)
+            mutation.stale_use, mutation.stale_conflict = _stale_use(interp, mutation)
         mutation.read_after = _read_after(interp, mutation)
         mutation.asks = _asks_answered_by_new_value(interp, mutation)
     for graph_break in interp.breaks:
@@ -632,10 +632,10 @@ def _rebind_starves(interp: Interpreter, rebind) -> tuple[Sink | None, GradRead 
     return sink, None
 
 
-def _stale_facts(interp: Interpreter, mutation: Mutation) -> tuple[frozenset[int], StaleUse | None]:
-    """For an update of parameters between backwards: which of its conflicting saves a backward before it already
-    ran through, and the first op after it on a value one of those saves made stale (a value both losses share)
-    whose result the backward that raises runs through."""
+def _stale_use(interp: Interpreter, mutation: Mutation) -> tuple[StaleUse | None, Conflict | None]:
+    """For an update of parameters between backwards: the first op after it on a value made stale by one of its
+    conflicting saves that a backward before it already ran through (a value both losses share), whose result
+    the backward that raises runs through; and that save's conflict."""
     saves = {c.save.id for c in mutation.conflicts}
     before = [s for s in interp.sinks if s.kind == "backward" and s.seq < mutation.seq]
     backwarded = frozenset(i for i in saves if any(i in s.graph for s in before))
@@ -647,8 +647,8 @@ def _stale_facts(interp: Interpreter, mutation: Mutation) -> tuple[frozenset[int
         use = next((u for u in interp.stale_uses if mutation.seq <= u.seq < c.sink.seq
                     and u.marker in c.sink.graph and c.save.id in u.inputs), None)
         if use is not None:
-            return backwarded, use
-    return backwarded, None
+            return use, c
+    return None, None
 
 
 def _conflicts(interp: Interpreter, mutation: Mutation) -> list[Conflict]:

@@ -87,11 +87,13 @@ class Mutation:
     # The write goes through a name bound as a second name of another's tensor (`out = x` ... `out[i] = v`):
     # (that binding, the name written through, the other name).  The binding is where a copy was meant.
     alias_site: tuple[ast.stmt, str, str] | None = None
-    # Filled by the engine for an update of parameters: the saves a backward before it already ran through (a
-    # forward its own loss shares), and the first op after it that takes a value one of those saves made stale
-    # and whose result the failing backward runs through.
-    backwarded_saves: frozenset[int] = frozenset()
+    # The variable or attribute the write goes through (`out` of `out[i] = v`, `self.scale` of `self.scale.mul_(m)`).
+    written_through: ast.expr | None = None
+    # Filled by the engine for an update of parameters: the first op after it that takes a value made stale by
+    # a save a backward before the update already ran through (a value both losses share), whose result the
+    # failing backward runs through; and the conflict of that save.
     stale_use: StaleUse | None = None
+    stale_conflict: Conflict | None = None
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

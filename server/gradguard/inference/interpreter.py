@@ -827,7 +827,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                 read_before=bool(storages & self.read_storages))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
-            mutation.alias_site = self._second_name(node, target)
+            mutation.written_through = _written_through(node)
+            mutation.alias_site = self._second_name(node, target, mutation.written_through)
             mutation.in_container = self._through_container(node)
             self._mark_hidden_write(mutation, target, kind)
             self.mutations.append(mutation)
@@ -876,15 +877,17 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             return next((other for other, held in self.state.env.items() if held is value and other != name), None)
         return None
 
-    def _second_name(self, node: ast.AST, target: Tensor) -> tuple[ast.stmt, str, str] | None:
+    def _second_name(self, node: ast.AST, target: Tensor, through: ast.expr | None
+                     ) -> tuple[ast.stmt, str, str] | None:
         """An indexed write through a name bound as a second name of another name's tensor (`out = x` ...
         `out[i] = v`), while both still hold it: (that binding, the name written through, the other name).  A
         partial write cannot be made out of place where it is; a copy at the binding was meant.  (A whole-tensor
         op through the second name, `x += b`, is rewritten out of place where it is.)"""
-        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)):
+        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
+                and isinstance(through, ast.Name)):
             return None
-        name = _written_name(node)
-        site = self.state.aliases.get(name) if name is not None else None
+        name = through.id
+        site = self.state.aliases.get(name)
         if site is None:
             return None
         held = self.state.env.get(name)
@@ -1072,8 +1075,9 @@ def _grad_sources(value: Value) -> frozenset[int]:
     return frozenset()
 
 
-def _written_name(node: ast.AST) -> str | None:
-    """The variable a write goes through: `out` of `out[i] = v`, `out += v`, `out.add_(v)`, `out[i].mul_(2)`."""
+def _written_through(node: ast.AST) -> ast.expr | None:
+    """The variable or attribute a write goes through: `out` of `out[i] = v`, `out += v`, `out[i].mul_(2)`;
+    `self.scale` of `self.scale.mul_(m).add_(v)`; None for other forms."""
     if isinstance(node, ast.Assign) and len(node.targets) == 1:
         expr = node.targets[0]
     elif isinstance(node, ast.AugAssign):
@@ -1082,9 +1086,13 @@ def _written_name(node: ast.AST) -> str | None:
         expr = node.func.value
     else:
         return None
-    while isinstance(expr, ast.Subscript):
-        expr = expr.value
-    return expr.id if isinstance(expr, ast.Name) else None
+    while True:
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            expr = expr.func.value
+        else:
+            return expr if isinstance(expr, (ast.Name, ast.Attribute)) else None
 
 
 def _names_requires_grad(cls: ast.ClassDef) -> bool:

@@ -81,17 +81,7 @@ def _updated_state(mutation: Mutation) -> str | None:
     # Grad mode off in the analysed code is a `no_grad` it wrote (a caller's mode only ever leaves it on).
     if mutation.grad_enabled or root.requires_grad == Grad.YES or root.param:
         return None
-    node = mutation.node
-    expr = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else
-            node.target if isinstance(node, ast.AugAssign) else
-            node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None)
-    while True:  # `self.queue[:, i]`, `self.scale.mul_(m).add_(v)`: down to the attribute written
-        if isinstance(expr, ast.Subscript):
-            expr = expr.value
-        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
-            expr = expr.func.value
-        else:
-            break
+    expr = mutation.written_through
     return ast.unparse(expr) if isinstance(expr, ast.Attribute) else None
 
 

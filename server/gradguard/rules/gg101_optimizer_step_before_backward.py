@@ -52,13 +52,9 @@ def line_to_change(mutation: Mutation) -> Finding | None:
     the next step).  That value is to be computed again there; it is named in the function that runs the
     update (a helper's call site).  A value made for the failing backward alone leaves the update as the line:
     run that backward before it."""
-    use = mutation.stale_use
-    if use is None:
-        return None
-    conflict = next((c for c in sorted(mutation.conflicts, key=lambda c: -c.save.id) if c.sink.kind == "backward"
-                     and c.save.id in use.inputs and c.save.id in mutation.backwarded_saves
-                     and use.marker in c.sink.graph), None)
-    if conflict is None or (use.node.lineno == conflict.sink.node.lineno and other_file(use.node) is None):
+    use, conflict = mutation.stale_use, mutation.stale_conflict
+    if use is None or conflict is None or (use.node.lineno == conflict.sink.node.lineno
+                                           and other_file(use.node) is None):
         return None  # `out.pow(2).mean().backward()`: the use is the backward's own loss; the update is the line
     save = conflict.save
     node = _in_function_of(use.path, use.node, mutation.call_path())
