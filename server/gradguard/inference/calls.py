@@ -11,6 +11,16 @@ import ast
 import collections
 
 from ..knowledge import OpInfo
+from ..knowledge.names import (
+    DISTRIBUTIONS_SAVING_LOGITS,
+    FACTORIES,
+    GRAPH_REBUILDING_FACTORIES,
+    JOINING,
+    MODULE_RETURNING_METHODS,
+    NOT_TENSOR_METHODS,
+    SAME_TENSOR_METHODS,
+    TENSOR_METHOD_FACTORIES,
+)
 from .classes import find_method
 from .events import GradAsk, HookWrite, Sink, StaleUse
 from .expressions import _const_key
@@ -56,25 +66,6 @@ MAX_STALE_USES = 64
 
 # How often calls are followed or assumed harmless (the benchmark prints it).
 CALL_STATS: collections.Counter[str] = collections.Counter()
-
-# API knowledge (not autograd knowledge): which torch callables build new tensors from data.
-FACTORIES = {
-    "tensor", "as_tensor", "asarray", "from_numpy", "randn", "rand", "randint", "randperm", "zeros", "ones",
-    "empty", "full", "arange", "linspace", "logspace", "eye", "normal", "bernoulli", "multinomial",
-    "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like", "tril_indices",
-}
-TENSOR_METHOD_FACTORIES = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
-
-NOT_TENSOR_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "stride", "data_ptr", "is_contiguous",
-                      "element_size", "nelement", "ndimension", "get_device", "__len__", "type"}
-
-SAME_TENSOR_METHODS = {"to", "type_as", "float", "double", "half", "bfloat16", "cpu", "cuda", "type"}
-
-MODULE_RETURNING_METHODS = {"train", "eval", "to", "cuda", "cpu", "float", "double", "half", "requires_grad_",
-                            "zero_grad", "apply", "share_memory"}
-
-DISTRIBUTIONS_SAVING_LOGITS = {"Categorical", "OneHotCategorical", "Bernoulli", "Binomial", "Multinomial",
-                               "RelaxedOneHotCategorical", "Geometric"}
 
 
 class CallsMixin:
@@ -462,7 +453,7 @@ class CallsMixin:
         if not any(isinstance(a, (Tensor, TensorSeq, Derived)) for a in args) and not any(
                 isinstance(v, Tensor) for v in kwargs.values()):
             return UNKNOWN
-        if name in ("stack", "cat", "concat", "concatenate", "hstack", "vstack") and args and isinstance(args[0], TensorSeq):
+        if name in JOINING and args and isinstance(args[0], TensorSeq):
             items = [i for i in args[0].items if isinstance(i, Tensor)]
             return self.apply_op(name, items, node, f"torch.{name}")
         label = f"F.{name}" if functional else f"torch.{name}"
@@ -882,9 +873,6 @@ def _kind(value: Value) -> str | None:
 
 # NumPy array methods that write the array in place (API knowledge, not autograd knowledge).
 ARRAY_WRITING_METHODS = {"fill", "sort", "put", "itemset", "partition"}
-
-# Factories that copy their data argument into a new leaf: given a tensor that requires grad, the graph ends there.
-GRAPH_REBUILDING_FACTORIES = {"tensor", "as_tensor", "asarray", "from_numpy"}
 
 
 def _param_owners(params: Value) -> list[Value]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from ..bounds import Unanalysed
+from ..knowledge.names import SHAPE_ATTRS, VIEW_ATTRS
 from .classes import ClassInfo, find_method
 from .events import GradRead
 from .values import (
@@ -49,9 +50,6 @@ BINARY_OPS = {  # operator -> the torch op it runs (x += y runs add_)
     ast.Pow: "pow",
     ast.MatMult: "matmul",
 }
-VIEW_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
-
-SHAPE_ATTRS = {"shape", "dtype", "device", "ndim", "is_leaf", "requires_grad", "grad_fn", "is_cuda", "layout"}
 
 
 def _const_int(node: ast.expr) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 
+from ..knowledge.names import JOINING
 from .calls import CALL_STATS
 from .classes import ClassInfo, find_method
 from .state import GRAD_OFF_CONTEXTS, State
@@ -192,7 +193,7 @@ def used_as_sequences(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[s
         elif isinstance(node, ast.Call):
             func = node.func
             called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if called in ("enumerate", "zip", "cat", "concat", "concatenate", "stack", "hstack", "vstack"):
+            if called in ("enumerate", "zip") or called in JOINING:
                 names.update(a.id for a in node.args if isinstance(a, ast.Name))
             elif called in ("append", "extend") and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
                 names.add(func.value.id)

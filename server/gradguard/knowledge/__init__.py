@@ -119,6 +119,11 @@ class TorchKnowledge:
         self.tensor_constructors: frozenset[str] = frozenset(data.get("tensor_constructors", ()))
         self.autograd_function_bases: frozenset[str] = frozenset(data.get("autograd_function_bases", ()))
         self.backward_hook_registrations: frozenset[str] = frozenset(data.get("backward_hook_registrations", ()))
+        # "Tensor", "torch", "torch.nn.functional", "torch.nn.Module" -> their public names
+        self.python_names: Mapping[str, frozenset[str]] = MappingProxyType(
+            {owner: frozenset(names) for owner, names in data.get("python_names", {}).items()})
+        # Tensor attributes that share its memory: "view" (autograd's view: ``T``, ``mH``) or "detached" (``data``)
+        self.attribute_views: Mapping[str, str] = MappingProxyType(dict(data.get("attribute_views", {})))
 
     def with_views(self, qualnames: tuple[str, ...]) -> "TorchKnowledge":
         """This table with the user's own view functions added (``view-functions`` in ``[tool.gradguard]``)."""

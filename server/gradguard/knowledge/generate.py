@@ -541,6 +541,33 @@ def module_wrappers() -> list:
     return sorted(set(found))
 
 
+def python_names() -> dict:
+    """The public names of ``torch.Tensor`` (methods and attributes: ``add``, ``shape``, ``T``), of ``torch``, of
+    ``torch.nn.functional`` and of ``torch.nn.Module``: what a name in gradguard's tables can be checked against
+    without importing torch."""
+    return {owner: sorted(k for k in dir(obj) if not k.startswith("_"))
+            for owner, obj in (("Tensor", torch.Tensor), ("torch", torch), ("torch.nn.functional", F),
+                               ("torch.nn.Module", nn.Module))}
+
+
+def attribute_views() -> dict:
+    """The ``Tensor`` attributes (not methods) whose value shares the tensor's memory: "view" when autograd tracks
+    it as a view of the tensor (``x.T``, ``x.mH``, ``x.real`` of a complex ``x``), "detached" when it does not
+    (``x.data``).  Read off a float and a complex tensor that require grad."""
+    found: dict[str, str] = {}
+    for dtype in (torch.float32, torch.complex64):
+        x = torch.rand(3, 3, dtype=dtype).requires_grad_() * 1
+        for name in sorted(k for k in dir(torch.Tensor) if not k.startswith("_")):
+            try:
+                value = quiet(getattr, x, name)
+            except Exception:
+                continue
+            if (isinstance(value, torch.Tensor) and value is not x
+                    and value.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
+                found[name] = "view" if value._is_view() or found.get(name) == "view" else "detached"
+    return dict(sorted(found.items()))
+
+
 def autograd_function_bases() -> list:
     """``torch.autograd.Function`` and the other public classes deriving from it, by every public path: a class
     of the user's deriving from one is a custom Function (``Foo.apply`` runs its ``forward`` under no_grad)."""
@@ -744,7 +771,8 @@ def build(verbose: bool = False) -> dict:
              "integral_results": integral_results(funcs), "integral_dtypes": integral_dtypes(),
              "module_wrappers": module_wrappers(), "tensor_constructors": tensor_constructors(),
              "autograd_function_bases": autograd_function_bases(),
-             "backward_hook_registrations": backward_hook_registrations()}
+             "backward_hook_registrations": backward_hook_registrations(), "python_names": python_names(),
+             "attribute_views": attribute_views()}
     if verbose:
         report(table, disagree, dropped, len(probes))
     return json.loads(json.dumps(table, sort_keys=True))
