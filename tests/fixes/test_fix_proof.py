@@ -85,6 +85,10 @@ NO_FIX = {
         "`inplace=inplace` takes the flag from the constructor's caller: setting it to False here would change every "
         "block built with it, and the caller's `inplace=True` is in another class"
     ),
+    "GG005/pos_layers_list_grown_dropout_after_sigmoid": (
+        "`inplace=inplace` takes the flag from the helper's caller: setting it to False there would change every "
+        "stack built with it, and the caller's `inplace=True` is in another function"
+    ),
     "GG102/pos_legacy_tensor_product_zeroed_through_detach": (
         "the write goes through a `.detach()` alias bound to its own name; the in-graph rewrite covers writes "
         "through `.data` and NumPy views, not aliases that other lines may read"
@@ -195,6 +199,8 @@ UNSAFE_ONLY = {
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
     "GG101/pos_gan_no_detach_shared_d_output": "`D(fake)` computed again after the step sees the updated discriminator",
+    "GG101/pos_built_mlp_critic_step_before_policy_backward": "the policy's loss computed again after the step sees "
+                                                              "the updated critic",
     "GG101/pos_gan_labels_made_after_forwards": "`D(fake)` computed again after the step sees the updated discriminator",
     "GG101/pos_ema_helper_called_before_backward": "the teacher's forward, moved after the EMA update, sees the updated teacher",
     "GG101/pos_gan_g_logits_before_d_step": "the generator's forward, moved after the step, now sees the updated discriminator",

@@ -400,6 +400,12 @@ class CallsMixin:
                 and (args or "data" in kwargs)):
             rg = self._keyword_bool(node, "requires_grad", False)
             source = args[0] if args else kwargs["data"]
+            if name in ("as_tensor", "asarray") and isinstance(source, Tensor) and "copy" not in kwargs:
+                # Given a tensor they return it (or its `.to(dtype, device)`), graph and all; torch.tensor copies.
+                if len(args) == 1 and not kwargs:
+                    return source
+                return Tensor(Storage(), self._grad(source), leaf=not self._grad(source), graph=source.graph,
+                              origin=node, label=source.label, lost_sources=source.lost_sources)
             result = self._graph_break(node, f"`torch.{name}(...)`", [source],
                                        Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO)
             if name == "from_numpy" and node.args and isinstance(node.args[0], ast.Name):

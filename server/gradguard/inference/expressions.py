@@ -307,6 +307,10 @@ class ExpressionsMixin:
             return _numbers([left, right], node)
         if isinstance(left, ParamIterable) and isinstance(right, ParamIterable):
             return ParamIterable([left, right])
+        if (isinstance(node.op, ast.Add) and isinstance(left, TensorSeq) and isinstance(right, TensorSeq)
+                and left.base is None and right.base is None):
+            # `layers + [nn.Linear(...)]`: a new sequence of both sides' items.
+            return TensorSeq([*left.items, *right.items], literal=left.literal and right.literal)
         if is_plain_data(left) and is_plain_data(right):
             return INT if left is INT and right is INT else NOT_TENSOR
         if isinstance(left, Derived) or isinstance(right, Derived):

@@ -365,7 +365,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 self._array_write(stmt, container, f"`{symbol}` on an element of the NumPy array")
             return
         current = self.eval(stmt.target)
-        if isinstance(current, Tensor):
+        if (isinstance(current, TensorSeq) and isinstance(stmt.op, ast.Add) and isinstance(rhs, TensorSeq)
+                and current.base is None and rhs.base is None):
+            current.items.extend(rhs.items)  # `layers += [...]` extends the list in place (its aliases see it)
+            current.literal = False
+        elif isinstance(current, Tensor):
             self._inplace(stmt, current, f"`{symbol}`", op, [rhs])
         elif isinstance(current, DataAlias):
             self._data_write(stmt, current, f"`.data {symbol}`")
@@ -484,7 +488,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self._iterate(iteration, 1 if once or nested >= DOUBLED_LOOP_LEVELS else 2, nested)
         if index_loop:
             self.loop_vars.pop()
-        self._settle(live, merge_states(before, self.state))
+        self._settle(live, merge_states(before, self.state, after_loop=True))
         self.run_block(stmt.orelse)
 
     _stmt_AsyncFor = _stmt_For
@@ -510,7 +514,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.run_block(stmt.body)
 
         self._iterate(iteration, 1 if nested >= DOUBLED_LOOP_LEVELS else 2, nested)
-        self._settle(live, merge_states(before, self.state))
+        self._settle(live, merge_states(before, self.state, after_loop=True))
         self.run_block(stmt.orelse)
 
     def _stmt_With(self, stmt: ast.With) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from .values import UNKNOWN, Value, join
+from .values import UNKNOWN, Value, grown, join
 
 GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
 GRAD_ON_CONTEXTS = {"torch.enable_grad", "torch.autograd.enable_grad"}
@@ -25,14 +25,15 @@ class State:
         return State(dict(self.env), self.grad_enabled, self.returned, dict(self.aliases))
 
 
-def merge_states(a: State, b: State) -> State:
-    """The state after two paths meet: each name's values joined; a path that returned adds nothing."""
+def merge_states(a: State, b: State, after_loop: bool = False) -> State:
+    """The state after two paths meet: each name's values joined; a path that returned adds nothing. After a
+    loop (``a`` the state before it, ``b`` after its iterations) a list it grew is the grown list."""
     if a.returned != b.returned:
         return (b if a.returned else a).copy()
     env = {}
     for name in a.env.keys() | b.env.keys():
         if name in a.env and name in b.env:
-            env[name] = join(a.env[name], b.env[name])
+            env[name] = (after_loop and grown(a.env[name], b.env[name])) or join(a.env[name], b.env[name])
         else:
             env[name] = a.env.get(name, b.env.get(name, UNKNOWN))
     # A second name made on one path only (the other never bound it: a loop or a branch that made it) stays one.

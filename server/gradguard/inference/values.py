@@ -393,6 +393,39 @@ def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = 
     )
 
 
+def _join_sequences(a: TensorSeq, b: TensorSeq) -> Value:
+    """Two lists a name holds on two paths: alike item by item, or unknown."""
+    if len(a.items) != len(b.items):
+        return UNKNOWN
+    return TensorSeq([join(x, y) for x, y in zip(a.items, b.items)], literal=a.literal and b.literal,
+                     nograd=a.nograd and b.nograd)
+
+
+def grown(before: Value, after: Value) -> TensorSeq | None:
+    """A list a loop grew (`layers = layers + [...]` in each iteration, the list before it a prefix of the one
+    after it): after the loop the name holds the grown list, as a loop that made a tensor of `loss = 0.0` holds
+    that tensor."""
+    if not (isinstance(before, TensorSeq) and isinstance(after, TensorSeq)) or before.base is not None \
+            or after.base is not None:
+        return None
+    if len(before.items) < len(after.items) and all(x is y for x, y in zip(before.items, after.items)):
+        return TensorSeq(list(after.items), nograd=after.nograd)
+    return None
+
+
+def _join_layer_classes(a: CallableRef, b: CallableRef) -> Value:
+    """`act = activation if last else output_activation` with two torch layer classes: calling it builds a
+    torch layer of one of them, which the knowledge knows nothing specific of (no save, no in-place write, maybe
+    parameters), but whose output is a tensor like any layer's."""
+    names = []
+    for ref in (a, b):
+        parts = ref.qualname.split(".")
+        if len(parts) != 3 or parts[:2] != ["torch", "nn"] or not parts[2][:1].isupper():
+            return UNKNOWN
+        names.extend(parts[2].split("|"))
+    return CallableRef("torch.nn." + "|".join(sorted(set(names))))
+
+
 def join(a: Value, b: Value) -> Value:
     """Merge the values a name has on two control-flow paths (precision first: unknown unless alike)."""
     if a is b:
@@ -428,6 +461,10 @@ def join(a: Value, b: Value) -> Value:
         a, b = (NOT_TENSOR if isinstance(v, Const) else v for v in (a, b))
     if isinstance(a, Opaque) and isinstance(b, Opaque):
         return a if a == b else UNKNOWN
+    if isinstance(a, TensorSeq) and isinstance(b, TensorSeq) and a.base is None and b.base is None:
+        return _join_sequences(a, b)
+    if isinstance(a, CallableRef) and isinstance(b, CallableRef):
+        return _join_layer_classes(a, b)
     # `loss = 0.0` before a loop that makes it a tensor: after the loop it is the tensor.
     if a in (INT, NOT_TENSOR) and isinstance(b, (Tensor, Derived, TensorSeq)):
         return b
