@@ -226,7 +226,10 @@ class ExpressionsMixin:
             for cond in gen.ifs:
                 self.eval(cond)
         element = self.eval(node.elt)
+        spread = self._parameters_of_each(node) if isinstance(iterable, ParamIterable) else None
         self.state = saved
+        if spread is not None:
+            return spread
         if isinstance(iterable, ParamIterable) and _yields_the_parameter(node, iterable.named):
             # `[p for p in model.parameters() if p.requires_grad]`: still the model's parameters (read when an
             # optimizer steps, not now: a module's weights are known once it has run)
@@ -238,6 +241,24 @@ class ExpressionsMixin:
         return TensorSeq([element])  # every element is like this one
 
     _expr_GeneratorExp = _expr_ListComp
+
+    def _parameters_of_each(self, node: ast.ListComp | ast.GeneratorExp) -> ParamIterable | None:
+        """``[p for m in modules for p in m.parameters()]`` over a list of modules we know: the parameters of
+        every one of them (not only of the first, which stands for the list's elements elsewhere)."""
+        if len(node.generators) != 2 or node.generators[0].ifs:
+            return None
+        outer, inner = node.generators
+        modules = self.eval(outer.iter)
+        if not isinstance(modules, TensorSeq) or modules.base is not None or not modules.items:
+            return None
+        owners: list[Value] = []
+        for item in modules.items:
+            self.bind(outer.target, item, node)
+            params = self.eval(inner.iter)
+            if not isinstance(params, ParamIterable) or not _yields_the_parameter(node, params.named):
+                return None
+            owners.extend(params.owner if isinstance(params.owner, list) else [params.owner])
+        return ParamIterable(owners)
 
     def _expr_NamedExpr(self, node: ast.NamedExpr) -> Value:
         value = self.eval(node.value)
