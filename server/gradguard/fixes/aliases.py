@@ -24,39 +24,17 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..knowledge import load_knowledge
+from ..knowledge.names import (
+    FRESH_METHODS,
+    JOINING,
+    MAY_ALIAS_METHODS,
+    NON_VALUE_ATTRS,
+    SHARING_ATTRS,
+    TORCH_MAY_ALIAS,
+)
 from ..statements import block_of
 from .context import FUNCTIONS, FixContext, own_code
 
-# Attribute reads that do not read a tensor's values (or read other objects).
-NON_VALUE_ATTRS = frozenset({
-    "grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "ndim", "grad_fn", "is_cuda", "layout",
-    "names", "is_sparse", "is_quantized", "is_meta", "itemsize", "nbytes", "is_contiguous", "size", "dim",
-    "numel", "element_size", "stride", "retain_grad", "register_hook", "is_floating_point", "is_complex",
-    "type", "get_device", "data_ptr", "storage_offset", "untyped_storage", "_version",
-})
-# Attributes that are views of the tensor.
-VIEW_ATTRS = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
-# Methods whose result may share memory with the receiver (beyond the knowledge table's view ops).
-MAY_ALIAS_METHODS = frozenset({
-    "detach", "contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long",
-    "bool", "cpu", "cuda", "requires_grad_", "numpy", "view_as", "reshape_as", "expand_as", "share_memory_",
-    "pin_memory", "as_subclass", "flatten", "reshape", "squeeze", "unsqueeze", "unflatten", "positive",
-    "resolve_conj", "resolve_neg", "coalesce", "values", "indices", "__getitem__", "split_with_sizes",
-})
-# Methods that certainly return new memory and keep no reference to the receiver.
-FRESH_METHODS = frozenset({
-    "clone", "item", "tolist", "sum", "mean", "std", "var", "norm", "max", "min", "amax", "amin", "argmax",
-    "argmin", "abs", "exp", "log", "pow", "sqrt", "sigmoid", "tanh", "relu", "softmax", "log_softmax", "clamp",
-    "clip", "masked_fill", "gather", "scatter", "index_put", "index_select", "masked_select", "add", "sub",
-    "mul", "div", "matmul", "mm", "bmm", "dot", "neg", "sign", "round", "floor", "ceil", "logsumexp",
-    "cumsum", "cumprod", "prod", "all", "any", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf",
-    "nonzero", "where", "sort", "topk", "unique", "count_nonzero", "square", "reciprocal", "rsqrt",
-    "lerp", "addcmul", "addcdiv", "outer", "cross", "kthvalue", "median", "mode", "flip", "roll", "repeat",
-    "repeat_interleave", "tile", "tril", "triu", "new_zeros", "new_ones", "new_empty", "new_full",
-    "new_tensor", "zeros_like", "ones_like", "expm1", "log1p", "sin", "cos", "erf", "logit", "softplus",
-    "nan_to_num", "fmod", "remainder", "floor_divide", "true_divide", "bernoulli", "multinomial",
-    "backward", "register_hook", "copy_", "fill_", "zero_", "normal_", "uniform_", "numel", "size", "dim",
-})
 # Builtins that neither keep nor return the tensor.
 NO_ALIAS_BUILTINS = frozenset({
     "print", "len", "isinstance", "issubclass", "repr", "str", "float", "int", "bool", "type", "id", "hash",
@@ -66,12 +44,6 @@ NO_ALIAS_BUILTINS = frozenset({
 CONTAINER_BUILTINS = frozenset({
     "list", "tuple", "iter", "reversed", "enumerate", "zip", "sorted", "dict", "set", "frozenset", "map",
     "filter", "next",
-})
-# torch functions whose result may be (a view of) an argument, beyond the knowledge table's view ops.
-TORCH_MAY_ALIAS = frozenset({
-    "dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d", "identity",
-    "broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d", "meshgrid", "as_tensor", "asarray",
-    "from_numpy", "detach", "flatten", "reshape", "squeeze", "unsqueeze",
 })
 
 ALIAS, CONTAINER = "alias", "container"
@@ -244,7 +216,7 @@ class AliasAnalysis:
                     continue
                 if p.attr in NON_VALUE_ATTRS:
                     return False
-                if kind == ALIAS and p.attr not in VIEW_ATTRS:
+                if kind == ALIAS and p.attr not in SHARING_ATTRS:
                     return False  # some other attribute of a tensor
                 cur = p
                 continue
@@ -363,7 +335,7 @@ class AliasAnalysis:
                 return kind
             if op is not None and (op.view or op.multi_view):
                 return kind
-            if name in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack", "where"):
+            if name in JOINING or name in ("dstack", "where"):
                 return None
             if q.startswith("torch.nn.init."):
                 return None
@@ -554,7 +526,7 @@ def _view_sources(expr: ast.AST, ctx: FixContext, knowledge, held: list | None =
         elif isinstance(node, ast.Subscript):
             stack.append(node.value)
         elif isinstance(node, ast.Attribute):
-            if node.attr in VIEW_ATTRS:
+            if node.attr in SHARING_ATTRS:
                 stack.append(node.value)
             elif held is not None and _root_name(node) not in ctx.imports:
                 held.append(node)

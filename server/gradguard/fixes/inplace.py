@@ -23,8 +23,9 @@ import ast
 from typing import TYPE_CHECKING, Callable
 
 from ..diagnostics import Fix, TextEdit
+from ..knowledge.names import LEAF_IDENTITY_ATTRS, NON_VALUE_ATTRS
 from ..statements import block_of, own_nodes
-from .aliases import NON_VALUE_ATTRS, Report, analyse, value_read_after
+from .aliases import Report, analyse, value_read_after
 from .callers import Helper, callers_leave_unread, is_local, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
@@ -46,10 +47,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..inference.events import Finding, Mutation
 
-# Attribute reads that are about the leaf itself, not its value: they keep naming the leaf after a copy.
-LEAF_IDENTITY_ATTRS = frozenset({
-    "grad", "requires_grad", "is_leaf", "grad_fn", "retain_grad", "register_hook", "requires_grad_", "retains_grad",
-})
 
 
 def mutation_of(finding: Finding) -> Mutation:

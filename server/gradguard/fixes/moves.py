@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
 from ..knowledge import load_knowledge
+from ..knowledge.names import OUT_OF_PLACE_METHODS, PARAMETER_ITERATORS
 from ..statements import block_of
 from .context import FUNCTIONS, CannotFix, FixContext
-from .writes import OUT_OF_PLACE_METHODS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
@@ -94,7 +94,7 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
 
 # Calls an update may make and still be known to read and write tensor values only (never a `.grad`).
 _VALUE_CALLS = frozenset({"zip", "range", "enumerate", "len", "list", "tuple", "reversed"})
-_PARAMETER_LISTS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "values", "items"})
+_PARAMETER_LISTS = PARAMETER_ITERATORS | {"values", "items"}
 
 
 def _clears_gradients(ctx: FixContext, stmt: ast.stmt) -> bool:

@@ -14,25 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..knowledge import load_knowledge
-from .aliases import VIEW_ATTRS
+from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
 
-# In-place methods whose out-of-place twin is a Tensor method of the same name without the underscore
-# (from torch 2.13: ``hasattr(torch.Tensor, twin)`` and the twin is not a view).  Others are written on a clone.
-OUT_OF_PLACE_METHODS = frozenset(
-    ["abs", "absolute", "acos", "acosh", "add", "addbmm", "addcdiv", "addcmul", "addmm", "addmv", "addr", "arccos", "arccosh", "arcsin", "arcsinh", "arctan2", "arctan", "arctanh", "asin", "asinh", "atan2", "atan", "atanh", "baddbmm", "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or", "bitwise_right_shift", "bitwise_xor", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "conj_physical", "copysign", "cos", "cosh", "cumprod", "cumsum", "deg2rad", "digamma", "div", "divide", "eq", "erf", "erfc", "erfinv", "exp2", "exp", "expm1", "fix", "float_power", "floor", "floor_divide", "fmod", "frac", "gcd", "ge", "greater", "greater_equal", "gt", "heaviside", "hypot", "i0", "igamma", "igammac", "index_add", "index_copy", "index_fill", "index_put", "index_reduce", "lcm", "ldexp", "le", "lerp", "less", "less_equal", "lgamma", "log10", "log1p", "log2", "log", "logical_and", "logical_not", "logical_or", "logical_xor", "logit", "lt", "masked_fill", "masked_scatter", "mul", "multiply", "mvlgamma", "nan_to_num", "ne", "neg", "negative", "nextafter", "not_equal", "polygamma", "pow", "put", "rad2deg", "reciprocal", "relu", "remainder", "renorm", "round", "rsqrt", "scatter", "scatter_add", "scatter_reduce", "sgn", "sigmoid", "sign", "sin", "sinc", "sinh", "sqrt", "square", "sub", "subtract", "tan", "tanh", "tril", "triu", "true_divide", "trunc", "xlogy"]
-)
-VIEW_METHODS = frozenset({
-    "view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute", "squeeze", "unsqueeze", "expand",
-    "expand_as", "narrow", "select", "diagonal", "unfold", "flatten", "unflatten", "movedim", "moveaxis",
-    "swapaxes", "swapdims", "as_strided", "detach", "real", "imag", "view_as_real", "unbind", "split", "chunk",
-    "tensor_split", "split_with_sizes", "contiguous", "adjoint",
-})
-# Calls that return several views of one tensor: torch refuses in-place writes to them with grad mode on.
-PIECES = frozenset({"chunk", "unbind", "split", "tensor_split", "split_with_sizes", "unsafe_chunk", "unsafe_split"})
 _AUG_OPS = {
     "AddAssign": "Add", "SubtractAssign": "Subtract", "MultiplyAssign": "Multiply", "DivideAssign": "Divide",
     "FloorDivideAssign": "FloorDivide", "ModuloAssign": "Modulo", "PowerAssign": "Power",
@@ -97,7 +84,7 @@ def root_name(expr: ast.expr) -> tuple[str | None, bool]:
         return expr.id, True
     node = expr
     while True:
-        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in VIEW_ATTRS:
+        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in SHARING_ATTRS:
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
             node = node.func.value
@@ -111,9 +98,9 @@ def attribute_base(expr: ast.expr) -> ast.Attribute | None:
     """The attribute chain (``self.weight``, ``model.fc.weight``) the written expression is, or is a view of."""
     node = expr
     while True:
-        if isinstance(node, ast.Attribute) and node.attr not in VIEW_ATTRS and _is_dotted(node):
+        if isinstance(node, ast.Attribute) and node.attr not in SHARING_ATTRS and _is_dotted(node):
             return node
-        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in VIEW_ATTRS:
+        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in SHARING_ATTRS:
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
             node = node.func.value

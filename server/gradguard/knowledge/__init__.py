@@ -161,6 +161,10 @@ class TorchKnowledge:
         return frozenset(self._ops)
 
     @property
+    def module_names(self) -> frozenset[str]:
+        return frozenset(self._modules)
+
+    @property
     def inplace_names(self) -> frozenset[str]:
         return frozenset(self._inplace)
 

@@ -544,8 +544,9 @@ def module_wrappers() -> list:
 def python_names() -> dict:
     """The public names of ``torch.Tensor`` (methods and attributes: ``add``, ``shape``, ``T``), of ``torch``, of
     ``torch.nn.functional`` and of ``torch.nn.Module``: what a name in gradguard's tables can be checked against
-    without importing torch."""
-    return {owner: sorted(k for k in dir(obj) if not k.startswith("_"))
+    without importing torch.  Modules are left out: which submodules ``dir(torch)`` lists depends on what has been
+    imported."""
+    return {owner: sorted(k for k in dir(obj) if not k.startswith("_") and not inspect.ismodule(getattr(obj, k)))
             for owner, obj in (("Tensor", torch.Tensor), ("torch", torch), ("torch.nn.functional", F),
                                ("torch.nn.Module", nn.Module))}
 

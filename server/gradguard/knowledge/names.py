@@ -29,6 +29,10 @@ PIECES = frozenset(name for name, op in _OPS.items() if op.multi_view)
 # Calls that return a sequence of views of one tensor, written or not: the pieces, ``tensor_split``, ``hsplit``...
 SEQUENCE_VIEWS = PIECES | frozenset(name for name, op in _OPS.items() if op.view and op.returns == "sequence")
 
+# torch's recurrent layers (``nn.LSTM``, ``nn.GRUCell``...): the classes built on ``RNNBase`` or ``RNNCellBase``.
+RECURRENT_LAYERS = frozenset(f"nn.{name}" for name in _K.module_names
+                             if {"RNNBase", "RNNCellBase"} & set(_K.module(name).bases[1:]))
+
 # ------------------------------------------------------------------------------ in-place twins, from torch
 # In-place methods whose twin computes something else: ``bernoulli_(p)`` fills with draws of probability ``p``,
 # ``x.bernoulli()`` draws with ``x`` as the probabilities; ``resize``/``resize_as`` are deprecated autograd functions.

@@ -10,8 +10,6 @@ from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import Rebind, fix_or_none, mutation_of, rebind_fix
 from ..fixes.writes import (
-    OUT_OF_PLACE_METHODS,
-    PIECES,
     Write,
     assign,
     aug_to_binop,
@@ -24,6 +22,7 @@ from ..fixes.writes import (
 )
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
+from ..knowledge.names import ELEMENTWISE_INPLACE, OUT_OF_PLACE_METHODS, PIECES, SEQUENCE_VIEWS
 from ..messages import Message
 from .base import Example, Rule
 from .gg001_saved_tensor_mutated import fix as saved_tensor_fix
@@ -224,16 +223,14 @@ def _is_piece(ctx: FixContext, node: ast.AST) -> bool:
         return False
     func = node.value.func
     name = func.attr if isinstance(func, ast.Attribute) else ""
-    return name in ("split", "unbind", "chunk")
+    return name in PIECES
 
 
 def _returns_pieces(ctx: FixContext, call: ast.Call) -> bool:
     q = ctx.qual(call.func) or ""
-    if q in ("torch.split", "torch.chunk", "torch.unbind", "torch.tensor_split"):
+    if q.startswith("torch.") and q.removeprefix("torch.") in SEQUENCE_VIEWS:
         return True
-    return isinstance(call.func, ast.Attribute) and not q.startswith("torch.") and call.func.attr in (
-        "split", "chunk", "unbind", "tensor_split", "split_with_sizes"
-    )
+    return isinstance(call.func, ast.Attribute) and not q.startswith("torch.") and call.func.attr in SEQUENCE_VIEWS
 
 
 def _int_literal(node: ast.AST | None) -> int | None:
@@ -303,13 +300,6 @@ class _Placeholder:
 # Offered only when the loop is that one statement, the op is elementwise, its arguments do not read the row, the
 # row's name is not read after the loop, and nothing else holds ``t``'s memory (then rebinding ``t`` is the write).
 
-# In-place methods that act element by element (their arguments broadcast against the written tensor).
-ELEMENTWISE = frozenset({
-    "add", "sub", "mul", "div", "clamp", "clamp_min", "clamp_max", "clip", "pow", "neg", "abs", "exp", "log",
-    "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "sin", "cos", "floor", "ceil", "round", "trunc", "reciprocal",
-    "square", "lerp", "addcmul", "addcdiv", "masked_fill", "true_divide", "multiply", "subtract", "divide",
-    "fmod", "remainder", "sign", "exp2", "expm1", "log1p", "log2", "log10", "nan_to_num",
-})
 
 
 def whole_tensor_instead_of_rows(ctx: FixContext, write: Write) -> Fix:
@@ -323,7 +313,7 @@ def whole_tensor_instead_of_rows(ctx: FixContext, write: Write) -> Fix:
     if write.kind != "method" or write.value_use or not (isinstance(write.target, ast.Name) and write.target.id == row):
         raise CannotFix("not an in-place method on the loop's row")
     op = call.func.attr.removesuffix("_")
-    if op not in ELEMENTWISE or op not in OUT_OF_PLACE_METHODS or not call.func.attr.endswith("_"):
+    if op not in ELEMENTWISE_INPLACE or op not in OUT_OF_PLACE_METHODS or not call.func.attr.endswith("_"):
         raise CannotFix("not an elementwise in-place op")
     if any(isinstance(n, ast.Name) and n.id in (row, tensor) for a in [*call.args, *call.keywords] for n in ast.walk(a)):
         raise CannotFix("the op's arguments read the row or the tensor")

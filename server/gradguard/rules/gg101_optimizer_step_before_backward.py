@@ -10,6 +10,7 @@ from ..fixes.edits import Rewrite, apply_edits
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..fixes.writes import cst_mod
 from ..inference.events import Finding, Mutation
+from ..knowledge.names import RECURRENT_LAYERS
 from ..messages import Message, other_file
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
@@ -86,11 +87,6 @@ def _said(node: ast.AST, fallback: str) -> str:
     return f"`{text}`" if len(text) <= 60 else fallback
 
 
-# torch's recurrent layers: a save of theirs that a backward reached again after the step, at a backward that comes
-# before the step in the code, is a state carried from one chunk of a sequence to the next.
-RECURRENT = frozenset({"nn.RNN", "nn.LSTM", "nn.GRU", "nn.RNNCell", "nn.LSTMCell", "nn.GRUCell"})
-
-
 def advice(mutation: Mutation, conflict) -> Message:
     """What to do, chosen by what the event shows; the situation is named only as far as the event shows it, and
     a fact it does not record is a condition in the advice, never a guess:
@@ -112,7 +108,9 @@ def advice(mutation: Mutation, conflict) -> Message:
                             f"again after {update}.")
     same_sink = [c for c in mutation.conflicts if c.sink is sink]
     again = sink.node.lineno <= getattr(mutation.entry(), "lineno", 0) and sink.seq > mutation.seq
-    recurrent = next((c.save for c in same_sink if c.save.op in RECURRENT), None)
+    # A recurrent layer's save that a backward reached again after the step, at a backward that comes before the
+    # step in the code, is a state carried from one chunk of a sequence to the next.
+    recurrent = next((c.save for c in same_sink if c.save.op in RECURRENT_LAYERS), None)
     if again and recurrent is not None:
         return Message.format(
             "This backward, run again by the loop after {update}, reaches the graph `{op}` built on {cell} in an "

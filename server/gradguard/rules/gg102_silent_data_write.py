@@ -13,6 +13,7 @@ from ..fixes.moves import move_after_backward, mutation_in
 from ..fixes.writes import Write, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
+from ..knowledge.names import NUMPY_OUT_TWINS
 from ..messages import Message
 from .base import Example, Rule
 from .common import call_path_related, conflict_related, first_conflict, where_it_reads
@@ -120,26 +121,6 @@ def _write_after_backward(ctx: FixContext, finding: Finding) -> Fix:
 # every hidden write put in the graph: the gradient now goes through the op, where it skipped it before.
 
 _TO_NUMPY = ("detach", "cpu")
-# np.f(arr, <numbers>, out=arr) -> the torch spelling, on the tensor's name ``{t}`` and the numbers ``{0}``, ``{1}``.
-_OUT_TWINS = {
-    "clip": "{t}.clamp({0}, {1})",
-    "maximum": "{t}.clamp(min={0})",
-    "minimum": "{t}.clamp(max={0})",
-    "multiply": "{t} * {0}",
-    "add": "{t} + {0}",
-    "subtract": "{t} - {0}",
-    "divide": "{t} / {0}",
-    "true_divide": "{t} / {0}",
-    "power": "{t} ** {0}",
-    "negative": "-{t}",
-    "abs": "{t}.abs()",
-    "absolute": "{t}.abs()",
-    "square": "{t}.square()",
-    "sqrt": "{t}.sqrt()",
-    "exp": "{t}.exp()",
-    "log": "{t}.log()",
-    "tanh": "{t}.tanh()",
-}
 _AUG = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
 
 
@@ -223,7 +204,7 @@ def _in_torch(ctx: FixContext, write: Write, array: str, tensor: str) -> str:
     if write.kind == "out":
         call = write.call
         q = ctx.qual(call.func) or ""
-        twin = _OUT_TWINS.get(q.removeprefix("numpy.")) if q.startswith("numpy.") else None
+        twin = NUMPY_OUT_TWINS.get(q.removeprefix("numpy.")) if q.startswith("numpy.") else None
         first = call.args[0] if call.args else None
         if twin is None or len(call.keywords) != 1 or not (isinstance(first, ast.Name) and first.id == array):
             raise CannotFix("no torch twin for this NumPy call")

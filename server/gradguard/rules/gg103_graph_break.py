@@ -11,6 +11,7 @@ from ..fixes.edits import Rewrite
 from ..fixes.writes import cst_mod, parse_expr
 from ..inference.events import Finding, GraphBreak, InertFlag, ReplacedParameter
 from ..inference.values import Tensor
+from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_TWINS
 from ..messages import Message
 from ..statements import block_of
 from .base import Example, Rule
@@ -180,25 +181,9 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return _keep_rebuilt_tensor(ctx, finding)
 
 
-_FACTORIES = ("torch.tensor", "torch.as_tensor", "torch.asarray", "torch.from_numpy")
+_FACTORIES = tuple(f"torch.{name}" for name in sorted(GRAPH_REBUILDING_FACTORIES))
 _LIKE = ("dtype", "device")  # keywords a copy keeps as they are
 
-# NumPy functions with a torch twin of the same meaning: name -> (torch function, NumPy keyword -> torch keyword).
-_NUMPY_TWINS = {
-    "clip": ("clamp", {}),
-    "square": ("square", {}),
-    "sqrt": ("sqrt", {}),
-    "exp": ("exp", {}),
-    "log": ("log", {}),
-    "abs": ("abs", {}),
-    "absolute": ("abs", {}),
-    "tanh": ("tanh", {}),
-    "sin": ("sin", {}),
-    "cos": ("cos", {}),
-    "mean": ("mean", {"axis": "dim", "keepdims": "keepdim"}),
-    "sum": ("sum", {"axis": "dim", "keepdims": "keepdim"}),
-    "diff": ("diff", {"axis": "dim", "n": "n"}),
-}
 _REDUCTIONS = ("mean", "sum")  # NumPy functions that reduce every element when given no axis
 _NAME_CHAIN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # read twice, it is the same tensor
 _TO_NUMPY = ("detach", "cpu")  # methods on the way to `.numpy()` that change neither values nor graph here
@@ -427,7 +412,7 @@ class NumpyTranslation:
         if not q.startswith("numpy."):
             return None
         name = q[len("numpy."):]
-        twin = _NUMPY_TWINS.get(name)
+        twin = NUMPY_TWINS.get(name)
         if twin is None or any(k.arg is None or k.arg not in twin[1] for k in node.keywords):
             return None
         if name in _REDUCTIONS and len(node.args) == 1 and not node.keywords:

@@ -8,9 +8,10 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes import inplace as F
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.moves import block_around, mutation_in, no_grad_block
-from ..fixes.writes import PIECES, VIEW_METHODS, Write, short
+from ..fixes.writes import Write, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
+from ..knowledge.names import PIECES, VIEW_METHODS
 from .base import Example, Rule
 from .common import call_path_related
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.aliases import VIEW_ATTRS
 from ..fixes.context import FUNCTIONS, CannotFix, FixContext
-from ..fixes.writes import VIEW_METHODS, Write, aug_to_binop, code, out_of_place, short
+from ..fixes.writes import Write, aug_to_binop, code, out_of_place, short
 from ..inference.events import Finding, HookWrite
+from ..knowledge.names import SHARING_ATTRS, VIEW_METHODS
 from ..messages import Message
 from ..statements import own_nodes
 from .base import Example, Rule
@@ -144,7 +144,7 @@ def _require_no_other_reads(ctx: FixContext, scope: ast.AST, write: ast.stmt, pa
             continue
         if isinstance(node.ctx, ast.Store):
             raise CannotFix(f"`{param}` is assigned in the hook")
-        if isinstance(parent, ast.Attribute) and parent.attr not in VIEW_METHODS | VIEW_ATTRS | {"data"}:
+        if isinstance(parent, ast.Attribute) and parent.attr not in VIEW_METHODS | SHARING_ATTRS:
             continue
         raise CannotFix(f"`{param}` is read in the hook in a way that could keep it")
 

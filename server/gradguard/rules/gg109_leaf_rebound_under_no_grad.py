@@ -7,8 +7,9 @@ import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, CannotFix, FixContext
-from ..fixes.writes import OUT_OF_PLACE_METHODS, short
+from ..fixes.writes import short
 from ..inference.events import Finding, Rebind
+from ..knowledge.names import BOOL_RESULTS, FLOAT_REDUCTIONS, OUT_OF_PLACE_METHODS
 from ..messages import Message
 from ..statements import block_of, own_nodes
 from .base import Example, Rule
@@ -54,15 +55,8 @@ def check(rebind: Rebind):
 # new value has ``w``'s dtype (and, for ``copy_``, its shape); otherwise it is offered as unsafe, saying so.
 
 _AUGMENTED = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.Pow: "**="}
-# Out-of-place twins whose result is bool (a comparison): their in-place form writes 0/1 in ``w``'s dtype.
-_BOOL_RESULTS = frozenset(
-    {"eq", "ne", "ge", "gt", "le", "lt", "greater", "greater_equal", "less", "less_equal", "not_equal",
-     "logical_and", "logical_not", "logical_or", "logical_xor"})
 # Each has its in-place form ``m_``; same shape (given same-shape operands) and same float dtype.
-_ELEMENTWISE = OUT_OF_PLACE_METHODS - _BOOL_RESULTS
-# Reductions of a float tensor: its dtype, a shape that broadcasts into it.
-_REDUCTIONS = frozenset({"norm", "sum", "mean", "std", "var", "amax", "amin", "prod", "logsumexp", "nansum",
-                         "nanmean"})
+_ELEMENTWISE = OUT_OF_PLACE_METHODS - BOOL_RESULTS
 _SAME_TENSOR = frozenset({"grad", "data"})  # ``w.grad`` and ``w.data`` have ``w``'s shape and dtype
 _UNSAFE = "unsafe: `{name}` keeps its {what}, which the new tensor may not have"
 
@@ -180,9 +174,9 @@ class _Same:
             method = node.func.attr
             receiver = node.func.value
             if self.ctx.qual(receiver) == "torch":  # torch.clamp(w, ...)
-                return (method in _ELEMENTWISE | _REDUCTIONS and bool(node.args)
+                return (method in _ELEMENTWISE | FLOAT_REDUCTIONS and bool(node.args)
                         and all(self.argument(a) for a in (*node.args, *(k.value for k in node.keywords))))
-            return (method in _ELEMENTWISE | _REDUCTIONS and self.dtype(receiver)
+            return (method in _ELEMENTWISE | FLOAT_REDUCTIONS and self.dtype(receiver)
                     and all(self.argument(a) for a in (*node.args, *(k.value for k in node.keywords))))
         return False
 
