@@ -95,7 +95,7 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
         diagnostics = [d for _, d in kept]
         on_demand = FixesOnDemand(text, before, path, config, kept, dict(cache) if cache is not None else {})
     diagnostics += _skipped(before.skipped, path, lines, config, to_text)
-    diagnostics.sort(key=lambda d: (d.span.line, d.span.column, d.code))
+    diagnostics.sort(key=lambda d: d.order)
     return FileResult(path, diagnostics, fixes=on_demand)
 
 
@@ -113,7 +113,7 @@ class FixesOnDemand:
     def __init__(self, text: str, before: parsing.Parsed, path: str, config: Config,
                  kept: list[tuple[Finding, Diagnostic]], cache: dict):
         self.text, self.before, self.path, self.config, self.cache = text, before, path, config, cache
-        self.findings = {_place(d): f for f, d in kept}
+        self.findings = {d.place: f for f, d in kept}
         self._fixer: Fixer | None = None
         self._parsed = before if before.layout is None else None
 
@@ -142,7 +142,7 @@ class FixesOnDemand:
         def found_again(f: Finding) -> bool:
             return moved or (f.fix_memo is None and f.data_stale)
 
-        asked = [self.findings.get(_place(d)) for d in diagnostics]
+        asked = [self.findings.get(d.place) for d in diagnostics]
         again_of = [f for f in asked if f is not None and found_again(f)]
         fresh = self._analysed_again(again_of) if again_of else {}
         out = []
@@ -164,7 +164,7 @@ class FixesOnDemand:
         return out
 
     def _text_place(self, finding: Finding) -> tuple[str, int, int]:
-        code, line, column = _finding_place(finding)
+        code, line, column = finding.place
         return code, self.before.text_line(line), column
 
     def _analysed_again(self, stale: list[Finding]) -> dict[tuple[str, int, int], Finding]:
@@ -174,20 +174,12 @@ class FixesOnDemand:
         parsed = self._text_parse()
         found = analyze_module(parsed.tree, self.path, parsed.lines, use_jedi=self.config.jedi, cache=cache,
                                view_functions=self.config.view_functions, with_fixes=False)
-        return {_finding_place(f): f for f in found if not f.data_stale or f.fix_memo is not None}
-
-
-def _place(diag: Diagnostic) -> tuple[str, int, int]:
-    return diag.code, diag.span.line, diag.span.column
-
-
-def _finding_place(finding: Finding) -> tuple[str, int, int]:
-    return finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0)
+        return {f.place: f for f in found if not f.data_stale or f.fix_memo is not None}
 
 
 def _fingerprinted(kept: list[tuple[Finding, Diagnostic]], lines: list[str]) -> list[tuple[Finding, Diagnostic]]:
     """The pairs, in their order, with fingerprints counted in line order (the order a baseline reads them in)."""
-    order = sorted(range(len(kept)), key=lambda i: (kept[i][1].span.line, kept[i][1].span.column, kept[i][1].code))
+    order = sorted(range(len(kept)), key=lambda i: kept[i][1].order)
     out = list(kept)
     for i, diag in zip(order, fingerprinted([kept[i][1] for i in order], lines)):
         out[i] = (kept[i][0], diag)

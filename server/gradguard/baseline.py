@@ -146,7 +146,7 @@ def dumps(results: Iterable[tuple[str, FileResult]]) -> tuple[str, int]:
     count = 0
     rows = []
     for name in sorted(files):
-        diags = sorted(files[name], key=lambda d: (d.cell or 0, d.span.line, d.span.column, d.code, d.fingerprint))
+        diags = sorted(files[name], key=lambda d: (*d.order, d.fingerprint))
         count += len(diags)
         entries = ",\n".join(
             "      " + json.dumps(_entry(d)) for d in diags)

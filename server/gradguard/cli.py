@@ -321,7 +321,7 @@ def _check(args: argparse.Namespace) -> int:
 
     diagnostics: list[Diagnostic] = sorted(
         (d for r in results for d in r.diagnostics),
-        key=lambda d: (d.path, d.cell or 0, d.span.line, d.span.column, d.code),
+        key=lambda d: d.order,
     )
     rules = catalog(config.docs_url)
     if args.diff:
@@ -392,7 +392,7 @@ def _write_baseline(args: argparse.Namespace, results: list[FileResult], files: 
     except OSError as exc:
         raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
     unrecorded = sorted((d for r in results if r.error is not None for d in r.diagnostics),
-                        key=lambda d: (d.path, d.cell or 0, d.span.line, d.span.column, d.code))
+                        key=lambda d: d.order)
     _write(render(args.format, unrecorded, catalog(config.docs_url)), args.output_file)
     for crash in crashes:
         print(f"gradguard: {crash}", file=sys.stderr)

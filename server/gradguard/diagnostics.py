@@ -86,6 +86,16 @@ class Diagnostic:
     def line(self) -> int:
         return self.span.line
 
+    @property
+    def place(self) -> tuple[str, int, int]:
+        """What the diagnostic is known by in its file (or cell): its code and where it starts."""
+        return self.code, self.span.line, self.span.column
+
+    @property
+    def order(self) -> tuple[str, int, int, int, str]:
+        """The order diagnostics are reported in: by file, cell, line, column, code."""
+        return self.path, self.cell or 0, self.span.line, self.span.column, self.code
+
     def to_json(self) -> dict[str, Any]:
         """The stable JSON shape of ``gradguard check --format json`` (schema version 1).
 

@@ -148,8 +148,7 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
     by_place: dict[tuple[str, int, int], list[tuple[tuple[str, str], Finding]]] = {}
     for unit, produced in results:
         for finding in produced:
-            where = (finding.code, getattr(finding.node, "lineno", 0), getattr(finding.node, "col_offset", 0))
-            by_place.setdefault(where, []).append((unit, finding))
+            by_place.setdefault(finding.place, []).append((unit, finding))
     kept_findings = []
     for group in by_place.values():
         if all(not f.certain and unit in followed for unit, f in group):

@@ -384,7 +384,7 @@ def map_result(program: Program, result: FileResult, config: Config) -> FileResu
                 mapped.append(Diagnostic(path, Span(line, column, line, column), SYNTAX_ERROR, Severity.ERROR,
                                          f"cell {cell.number} does not parse: {p.message}; the cell was not analysed",
                                          cell=cell.number))
-    mapped.sort(key=sort_key)
+    mapped.sort(key=lambda d: d.order)
     on_demand = CellFixes(program, pairs, result.fixes) if result.fixes is not None else None
     return FileResult(path, mapped, error=result.error, fixes=on_demand)
 
@@ -407,12 +407,8 @@ class CellFixes:
         return out
 
 
-def _cell_place(d: Diagnostic) -> tuple[str, int | None, int, int]:
-    return d.code, d.cell, d.span.line, d.span.column
-
-
-def sort_key(d: Diagnostic) -> tuple:
-    return (d.path, d.cell or 0, d.span.line, d.span.column, d.code)
+def _cell_place(d: Diagnostic) -> tuple[int | None, str, int, int]:
+    return d.cell, *d.place
 
 
 def apply_to_cells(program: Program, fixes: list[Fix]) -> dict[int, str] | None:

@@ -50,6 +50,14 @@ def position(starts: list[int], offset: int) -> tuple[int, int]:
     return lo + 1, offset - starts[lo] + 1
 
 
+def code_point_column(line: str, byte_offset: int) -> int:
+    """The 0-based code-point column of ``byte_offset`` UTF-8 bytes into ``line`` (``ast`` counts columns in bytes);
+    a cut through a character counts only the characters before it."""
+    if line.isascii():
+        return byte_offset
+    return len(line.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
+
+
 def code_units(text: str, encoding: str | None) -> int:
     """Length of ``text`` in the code units of a position encoding (UTF-16 unless another is named)."""
     if encoding == UTF32:

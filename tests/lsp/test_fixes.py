@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gradguard.diagnostics import Diagnostic, Fix, Related, Severity, Span, TextEdit
 from gradguard.fixing import fix_text
-from gradguard.lsp.fixes import apply_edits, edits_between, fix_all
+from gradguard.fixes.edits import apply_edits
+from gradguard.lsp.fixes import edits_between, fix_all
 from gradguard.lsp.follow import follow_edit
 
 

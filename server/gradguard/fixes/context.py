@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 from ..bounds import Unanalysed
 from ..inference.imports import collect_imports, normalize, qualified_name
 from ..parsing import first_line, source_lines
-from ..text import line_starts, newline
+from ..text import code_point_column, line_starts, newline
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -309,10 +309,7 @@ class FixContext:
         )
 
     def _chars(self, line: int, byte_offset: int) -> int:
-        text = self.lines[line - 1] if 1 <= line <= len(self.lines) else ""
-        if text.isascii():
-            return byte_offset
-        return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
+        return code_point_column(self.lines[line - 1] if 1 <= line <= len(self.lines) else "", byte_offset)
 
     # ---------------------------------------------------------------- libcst side
     # libcst parses one statement at a time -- the statements whose nodes a fix changes -- so the cost

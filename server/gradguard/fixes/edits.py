@@ -12,9 +12,9 @@ from __future__ import annotations
 import ast
 import difflib
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..diagnostics import Fix, TextEdit
 from ..statements import block_of
@@ -183,16 +183,25 @@ def diff_edits(old: str, new: str) -> tuple[TextEdit, ...]:
     return tuple(edits)
 
 
-def apply_edits(text: str, edits: Iterable[TextEdit]) -> str:
-    """Apply non-overlapping edits (1-based code-point positions) to ``text``."""
+def apply_edits(text: str, edits: Iterable[TextEdit | Mapping[str, Any]]) -> str:
+    """Apply edits (1-based code-point positions, clamped to the text) to ``text``: ``TextEdit``s, or their json
+    shape (``Diagnostic.to_json``'s, a code action's ``data``).  The one rule for overlaps: edits may touch, never
+    overlap (``ValueError``); insertions at one place go in the order given, as an editor makes them.
+
+    Lines are split like the server splits them (``\\r\\n``, ``\\r``, ``\\n``)."""
     starts = line_starts(text)
     ends = line_ends(text)
 
     def offset(line: int, column: int) -> int:
         index = max(0, min(line - 1, len(starts) - 1))
-        return min(starts[index] + max(0, column - 1), ends[index] if line <= len(starts) else len(text))
+        return min(starts[index] + max(0, column - 1), ends[index])
 
-    spans = sorted((offset(e.line, e.column), offset(e.end_line, e.end_column), e.new_text) for e in edits)
+    def span(e: TextEdit | Mapping[str, Any]) -> tuple[int, int, str]:
+        if isinstance(e, Mapping):
+            return offset(e["line"], e["column"]), offset(e["end_line"], e["end_column"]), e["new_text"]
+        return offset(e.line, e.column), offset(e.end_line, e.end_column), e.new_text
+
+    spans = sorted((span(e) for e in edits), key=lambda s: (s[0], s[1]))
     out, cursor = [], 0
     for start, end, new_text in spans:
         if start < cursor:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..diagnostics import Diagnostic, Related, Severity, Span
 from ..messages import LineName, Message, other_file, plain_line
+from ..text import code_point_column
 from .values import Grad, ModuleValue, OptimizerValue, Save, Tensor
 
 
@@ -251,6 +252,12 @@ class Finding:
         self.message = _message(self.message)
         self.related = [(node, _message(note)) for node, note in self.related]
 
+    @property
+    def place(self) -> tuple[str, int, int]:
+        """What the finding is known by: its code and where its node starts (line, byte column).  Two analyses
+        reporting the same place report the same finding."""
+        return self.code, getattr(self.node, "lineno", 0), getattr(self.node, "col_offset", 0)
+
     def to_diagnostic(self, path: str, severity: Severity, lines: list[str], line_name: LineName = plain_line
                       ) -> Diagnostic:
         """The finding as output: positions in code points, texts rendered with ``line_name`` naming lines."""
@@ -281,11 +288,7 @@ def _message(text: Message | str) -> Message:
 
 def _column(lines: list[str], line: int, byte_offset: int) -> int:
     """``ast`` counts UTF-8 bytes; diagnostics count code points (1-based)."""
-    if 1 <= line <= len(lines):
-        text = lines[line - 1]
-        if not text.isascii():
-            return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore")) + 1
-    return byte_offset + 1
+    return code_point_column(lines[line - 1] if 1 <= line <= len(lines) else "", byte_offset) + 1
 
 
 def span_of(node: ast.AST, lines: list[str]) -> Span:

@@ -281,7 +281,7 @@ def to_lsp(snap: Snapshot, diags: list[Diagnostic], encoding: str, docs_url: str
 
 
 def key_of(d: Diagnostic) -> FixKey:
-    return d.code, d.span.line, d.span.column
+    return d.place
 
 
 def data_key(data: dict[str, Any]) -> FixKey:

@@ -19,7 +19,6 @@ from ..config import Config
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
 from ..fixes import plan
 from ..fixes.edits import diff_edits
-from ..text import line_ends, line_starts
 from .documents import Document, NotebookDocument, Snapshot, TextDocument
 
 FixJob = Callable[[], tuple[str, str, plan.Plan]]  # run in the pool: (text before, text after, the plan)
@@ -106,29 +105,3 @@ def edits_between(old: str, new: str) -> list[dict[str, Any]]:
         {"line": e.line, "column": e.column, "end_line": e.end_line, "end_column": e.end_column, "new_text": e.new_text}
         for e in diff_edits(old, new)
     ]
-
-
-def apply_edits(text: str, edits: Any) -> str:
-    """Apply non-overlapping edits (1-based code-point positions) to ``text``; positions are clamped.
-
-    Lines are split like the server splits them (``\\r\\n``, ``\\r``, ``\\n``).  Used by tests and by
-    anything that wants the fixed text without an editor.
-    """
-    starts, ends = line_starts(text), line_ends(text)
-
-    def offset(line: int, column: int) -> int:
-        index = max(0, min(line - 1, len(starts) - 1))
-        return min(starts[index] + max(0, column - 1), ends[index])
-
-    spans = sorted(
-        ((offset(e["line"], e["column"]), offset(e["end_line"], e["end_column"]), e["new_text"]) for e in edits),
-        key=lambda s: (s[0], s[1]),
-    )
-    out, cursor = [], 0
-    for start, end, new_text in spans:
-        start = max(start, cursor)
-        out.append(text[cursor:start])
-        out.append(new_text)
-        cursor = max(cursor, end)
-    out.append(text[cursor:])
-    return "".join(out)

@@ -98,7 +98,7 @@ def to_diagnostic(finding: ProbeFinding, result: ProbeResult, show: _Paths) -> P
 def diagnostics(result: ProbeResult, display: str) -> list[ProbedDiagnostic]:
     show = _Paths(result.path, display)
     found = [to_diagnostic(f, result, show) for f in result.findings]
-    return sorted(found, key=lambda d: (d.path, d.span.line, d.span.column, d.code))
+    return sorted(found, key=lambda d: d.order)
 
 
 def _confirmation(finding: ProbeFinding) -> str:
@@ -180,7 +180,7 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
     for i, f in enumerate(findings):
         if i not in used:
             merged.append(to_diagnostic(f, result, show))
-    merged.sort(key=lambda d: (d.path, d.span.line, d.span.column, d.code))
+    merged.sort(key=lambda d: d.order)
     return merged
 
 
