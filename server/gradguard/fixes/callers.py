@@ -21,7 +21,7 @@ from ..statements import own_nodes
 from .aliases import analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
 from .edits import Rewrite
-from .writes import Write, root_name, without_keyword
+from .writes import InPlaceWrite, root_name, without_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -46,7 +46,7 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
     node = inner.data["mutation"].node
     fn = ctx.function_of(node)
     try:
-        name, _ = root_name(Write.of(ctx, node).target)
+        name, _ = root_name(InPlaceWrite.of(ctx, node).target)
     except (CannotFix, KeyError):  # KeyError: a call the engine wrote out (``**kwargs`` spread), not in the tree
         return None
     if fn is None:

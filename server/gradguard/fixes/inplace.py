@@ -2,7 +2,7 @@
 carries.  Each rule's own file picks among them (and adds what only it needs); each returns a ``Fix`` or
 raises ``CannotFix``:
 
-- **rebind** (``Rebind``) -- write out of place and rebind the name: ``x = x + y``, ``x = x.add(y)``,
+- **rebind** (``RebindRewrite``) -- write out of place and rebind the name: ``x = x + y``, ``x = x.add(y)``,
   ``b = torch.mul(a, s)`` for ``out=b``, or ``x = x.clone()`` before a write through a view of ``x``.
   Safe when no other name, container, attribute or caller can see the written memory afterwards
   (``aliases.analyse``); unsafe when only containers/attributes/the caller could; none when a view of the
@@ -30,7 +30,7 @@ from .callers import Helper, callers_leave_unread, is_local, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
 from .writes import (
-    Write,
+    InPlaceWrite,
     assign,
     attribute_base,
     aug_to_binop,
@@ -59,10 +59,10 @@ def mutation_of(finding: Finding) -> Mutation:
 
 
 # ============================================================================ rebinding
-class Rebind:
+class RebindRewrite:
     """Rewrite the write out of place and rebind the name it writes through."""
 
-    def __init__(self, ctx: FixContext, write: Write, *, pieces_disjoint: bool = True):
+    def __init__(self, ctx: FixContext, write: InPlaceWrite, *, pieces_disjoint: bool = True):
         self.ctx = ctx
         self.write = write
         name, direct = root_name(write.target)
@@ -216,7 +216,7 @@ def no_grad_wrap(ctx: FixContext, stmt: ast.stmt) -> tuple[Rewrite, str]:
 
 
 # ============================================================================ copy of a leaf
-def compute_on_copy(ctx: FixContext, write: Write) -> tuple[Rewrite, str, bool]:
+def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str, bool]:
     """Compute on a copy of the leaf (``self.weight`` -> ``weight``, ``x`` -> ``x_new``) and read the copy
     from then on.  Returns (rewrite, description, safe)."""
     cst = cst_mod()
@@ -275,7 +275,7 @@ def compute_on_copy(ctx: FixContext, write: Write) -> tuple[Rewrite, str, bool]:
     return rw, f"{first}, then read `{local}` instead of `{leaf}`", False
 
 
-def update_on_copy(ctx: FixContext, rw: Rewrite, write: Write, source: str, local: str, anchor: ast.stmt) -> str:
+def update_on_copy(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, source: str, local: str, anchor: ast.stmt) -> str:
     """The whole-tensor write statement (``x += v``, ``x.clamp_(...)``, ``self.w.clamp_(...)``) as its
     out-of-place form bound to ``local``: ``x_new = x + v``.  When ``anchor`` is a statement around the write (an
     ``if``, ``try``, ``with`` or loop), ``local = <source>`` is bound just before it and the write updates the
@@ -306,7 +306,7 @@ def update_on_copy(ctx: FixContext, rw: Rewrite, write: Write, source: str, loca
     return code(new) if anchor is stmt else f"{local} = {source}; {code(new)}"
 
 
-def _unread_by_callers(ctx: FixContext, write: Write) -> Fix:
+def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
     """``weights = logits.exp_()`` in a helper whose parameter ``logits`` nobody reads afterwards -- neither the
     helper nor, after the call, any caller in the file (``callers.callers_leave_unread``): ``logits.exp()`` gives
     every reader what it read before.  Unsafe when the helper is public: calls from other files are not seen."""
@@ -341,7 +341,7 @@ def _reads_of_copy(ctx: FixContext, scope: ast.AST, call: ast.stmt, name: str,
     return reads
 
 
-def copy_for_closure(ctx: FixContext, write: Write, keep: Callable[[ast.Name], bool] = lambda read: False,
+def copy_for_closure(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.Name], bool] = lambda read: False,
                      kept: str = "the leaf keeps its old value") -> Fix:
     """A closure writes a variable of the function around it, a leaf, which that function reads after calling
     it: the function binds a copy before the call (``x_new = x.clone()``), the closure writes the copy, and the
@@ -412,7 +412,7 @@ def copy_anchor(ctx: FixContext, scope: ast.AST, start: ast.stmt,
 
 
 
-def _rewrite_write_on(ctx: FixContext, rw: Rewrite, write: Write, attr: ast.Attribute, local: str,
+def _rewrite_write_on(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, attr: ast.Attribute, local: str,
                       anchor: ast.stmt) -> str:
     """The write done on the copy ``local`` of ``attr``, bound just before ``anchor`` (the write's own statement,
     or an ``if``/``try``/``with`` around it: then ``local = self.weight`` first, and the write updates ``local``)."""
@@ -538,7 +538,7 @@ def fix_or_none(build) -> Fix | None:
         return None
 
 
-def is_parameter_update(ctx: FixContext, mutation: Mutation, write: Write) -> bool:
+def is_parameter_update(ctx: FixContext, mutation: Mutation, write: InPlaceWrite) -> bool:
     """Is this leaf write an optimizer-style update or a reset, rather than part of a computation?"""
     stmt = write.stmt
     if ctx.once("reads .grad", stmt, lambda: any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(stmt))):
@@ -585,7 +585,7 @@ def _backward_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt) -> bool:
 
 
 # ============================================================================ leaf writes
-def rebind_fix(rebind: Rebind, what: str) -> Fix | None:
+def rebind_fix(rebind: RebindRewrite, what: str) -> Fix | None:
     """Safe when nothing else sees the memory, unsafe when only containers/attributes/the caller do."""
     report = rebind.report
     if not (report.clean or report.only_holders):
@@ -627,7 +627,7 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
     mutation = (finding.data or {}).get("mutation")
     if mutation is None or not mutation.in_container:
         mutation = mutation_of(finding)
-    write = Write.of(ctx, mutation.entry())
+    write = InPlaceWrite.of(ctx, mutation.entry())
     if update if update is not None else is_parameter_update(ctx, mutation, write):
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)
@@ -646,7 +646,7 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
     return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
 
 
-def copy_for_callers(ctx: FixContext, write: Write, keep: Callable[[ast.Name], bool] = lambda read: False,
+def copy_for_callers(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.Name], bool] = lambda read: False,
                      kept: str = "the leaf keeps its old value") -> Fix:
     """A helper writes its parameter, a leaf, and reads it no more; its callers read the leaf after the call:
     the helper writes a copy (``proj = proj.clone()`` before the write) and returns it, and each call binds it to

@@ -15,7 +15,7 @@ from .aliases import analyse
 from .callers import param_escape, through_callers
 from .context import CannotFix, FixContext
 from .moves import mutation_in, no_grad_block
-from .writes import Write, aug_to_binop, code, cst_mod, out_of_place, short
+from .writes import InPlaceWrite, aug_to_binop, code, cst_mod, out_of_place, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -31,7 +31,7 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     owner = mutation.hidden_from
     if owner is None or owner.leaf:
         raise CannotFix("the written tensor has no grad_fn: no graph op to put the write in")
-    write = Write.of(ctx, mutation.entry())
+    write = InPlaceWrite.of(ctx, mutation.entry())
     if write.value_use or write.kind not in ("method", "augassign", "setitem"):
         raise CannotFix("not a plain write statement")
     copied = write.kind == "method" and write.call.func.attr == "copy_"

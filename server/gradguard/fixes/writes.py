@@ -1,6 +1,6 @@
 """What an in-place write looks like in the code, and the libcst pieces the fixes rewrite it with.
 
-``Write.of(ctx, node)`` reads the statement the engine reported (``x += y``, ``x.add_(y)``,
+``InPlaceWrite.of(ctx, node)`` reads the statement the engine reported (``x += y``, ``x.add_(y)``,
 ``x[i] = v``, ``torch.f(..., out=x)``, ``F.relu_(x)``, ``F.relu(x, inplace=True)``) into one shape:
 the written expression, the name at its root (when the write goes through views of a local name), and
 whether the in-place call's result is used.  The builders below produce the out-of-place forms.
@@ -34,7 +34,7 @@ _NUMBER = re.compile(r"^[-+]?\s*(\d[\d_]*\.?[\d_]*([eE][-+]?\d+)?|\.\d[\d_]*([eE
 
 
 @dataclass
-class Write:
+class InPlaceWrite:
     """One in-place write, normalised."""
 
     stmt: ast.stmt
@@ -44,28 +44,28 @@ class Write:
     value_use: bool = False  # the in-place call's result is used (not a bare expression statement)
 
     @staticmethod
-    def of(ctx: FixContext, node: ast.AST) -> Write:
+    def of(ctx: FixContext, node: ast.AST) -> InPlaceWrite:
         if isinstance(node, ast.AugAssign):
-            return Write(node, "augassign", node.target)
+            return InPlaceWrite(node, "augassign", node.target)
         if isinstance(node, ast.Assign):
             subscripts = [t for t in node.targets if isinstance(t, ast.Subscript)]
             if len(node.targets) != 1 or len(subscripts) != 1:
                 raise CannotFix("an assignment with several targets")
-            return Write(node, "setitem", subscripts[0])
+            return InPlaceWrite(node, "setitem", subscripts[0])
         if isinstance(node, ast.Call):
             stmt = ctx.statement_of(node)
             value_use = not (isinstance(stmt, ast.Expr) and stmt.value is node)
             out = next((k.value for k in node.keywords if k.arg == "out"), None)
             if out is not None:
-                return Write(stmt, "out", out, node, value_use)
+                return InPlaceWrite(stmt, "out", out, node, value_use)
             func = node.func
             functional = _functional_inplace(ctx, node)
             if functional:
                 if not node.args:
                     raise CannotFix("no input argument")
-                return Write(stmt, "functional", node.args[0], node, value_use)
+                return InPlaceWrite(stmt, "functional", node.args[0], node, value_use)
             if isinstance(func, ast.Attribute) and load_knowledge().is_inplace(func.attr):
-                return Write(stmt, "method", func.value, node, value_use)
+                return InPlaceWrite(stmt, "method", func.value, node, value_use)
         raise CannotFix(f"unrecognised write {type(node).__name__}")
 
 

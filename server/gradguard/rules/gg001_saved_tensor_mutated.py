@@ -17,11 +17,11 @@ from ..fixes.callers import (
 )
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.inplace import Rebind, fix_or_none, mutation_of, rebind_fix
+from ..fixes.inplace import RebindRewrite, fix_or_none, mutation_of, rebind_fix
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import block_around
 from ..fixes.writes import (
-    Write,
+    InPlaceWrite,
     assign,
     attribute_base,
     aug_to_binop,
@@ -164,8 +164,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         return fix_or_none(lambda: _copy_at_binding(ctx, mutation))
     if mutation.entry() is not mutation.node:  # the write is inside a call: a helper, a method, a callable object
         return fix_or_none(lambda: fix_in_helper(fix, ctx, finding)) or _clone_where_made(ctx, finding)
-    write = Write.of(ctx, mutation.entry())
-    rebind = fix_or_none(lambda: Rebind(ctx, write))
+    write = InPlaceWrite.of(ctx, mutation.entry())
+    rebind = fix_or_none(lambda: RebindRewrite(ctx, write))
     possible = (
         rebind is not None
         and not grad_would_be_lost(mutation)
@@ -230,14 +230,14 @@ def _clone_where_made(ctx: FixContext, finding: Finding) -> Fix | None:
     return built and built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
 
 
-def _write_on_enclosing_name(ctx: FixContext, finding: Finding) -> Write | None:
+def _write_on_enclosing_name(ctx: FixContext, finding: Finding) -> InPlaceWrite | None:
     """The write inside the call, when it writes a name the called function does not bind (a closure's free
     variable): that name holds the same tensor where the op saved it."""
     inner = inside_helper(finding)
     if inner is None:
         return None
     try:
-        write = Write.of(ctx, inner.data["mutation"].node)
+        write = InPlaceWrite.of(ctx, inner.data["mutation"].node)
     except (CannotFix, KeyError):
         return None
     name, _ = root_name(write.target)
@@ -245,7 +245,7 @@ def _write_on_enclosing_name(ctx: FixContext, finding: Finding) -> Write | None:
     return write if name is not None and isinstance(fn, ast.FunctionDef) and not is_local(fn, name) else None
 
 
-def clone_where_saved(ctx: FixContext, mutation: Mutation, write: Write | None) -> tuple[Rewrite, str]:
+def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite | None) -> tuple[Rewrite, str]:
     """Clone at every op that saved the written memory for a backward that this write breaks (``write``: the
     statement, when it is in the tree, whose names tell which argument of an op was saved)."""
     if not mutation.conflicts:
@@ -323,7 +323,7 @@ def saves_inside(mutation: Mutation, stmt: ast.stmt) -> bool:
     return False
 
 
-def _filled_container_read_after(ctx: FixContext, write: Write, report: Report) -> bool:
+def _filled_container_read_after(ctx: FixContext, write: InPlaceWrite, report: Report) -> bool:
     """Is a holder read later a container the program filled with the tensor itself (``outs.append(h)``)?"""
     if not report.holders_read_after:
         return False
@@ -336,7 +336,7 @@ def _filled_container_read_after(ctx: FixContext, write: Write, report: Report) 
     return False
 
 
-def _attribute_put_in_container(ctx: FixContext, write: Write) -> bool:
+def _attribute_put_in_container(ctx: FixContext, write: InPlaceWrite) -> bool:
     """Is the written attribute (``self.h``) handed, in the writing function, to a method whose result is dropped
     (``self.outputs.append(self.h)``): a container that may keep it?"""
     attr = attribute_base(write.target)
@@ -352,12 +352,12 @@ def _attribute_put_in_container(ctx: FixContext, write: Write) -> bool:
     return False
 
 
-def _through_callers(ctx: FixContext, rebind: Rebind) -> Fix:
+def _through_callers(ctx: FixContext, rebind: RebindRewrite) -> Fix:
     rw, desc = rebind.rewrite()
     return through_callers(ctx, rw, rebind.write.stmt, rebind.name, f"Write out of place: `{short(desc)}`", safe=True)
 
 
-def _only_the_caller_holds(rebind: Rebind) -> bool:
+def _only_the_caller_holds(rebind: RebindRewrite) -> bool:
     """The written name is the function's parameter, and nothing else keeps or views its memory."""
     report = rebind.report
     return not (report.aliases_read_after or report.holders_read_after) and report.escapes == [param_escape(rebind.name)]
@@ -380,7 +380,7 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
     """The element write of ``mutation`` made out of place (CannotFix when some other holder could tell).  A write
     through a view of the element (``hs[0][0] = 0``) writes a copy of it instead, when ``copy_ok`` (the write does
     not itself evaluate the op whose save it breaks)."""
-    write = Write.of(ctx, mutation.entry())
+    write = InPlaceWrite.of(ctx, mutation.entry())
     element = write.target
     while isinstance(element, ast.Subscript) and not _is_element(element):
         element = element.value  # `hs[0][mask] = 0` writes a view of `hs[0]`

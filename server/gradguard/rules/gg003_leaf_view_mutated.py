@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
-from ..fixes import inplace as F
+from ..fixes import inplace
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -35,7 +35,7 @@ def check(mutation: Mutation):
 
 def fix(ctx, finding):
     """Like GG002: ``torch.no_grad()`` for updates and resets, a copy of the leaf for computations."""
-    return F.fix_leaf_write(ctx, finding)
+    return inplace.fix_leaf_write(ctx, finding)
 
 
 RULE = Rule(

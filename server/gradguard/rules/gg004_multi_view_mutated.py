@@ -8,9 +8,9 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.aliases import analyse
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.inplace import Rebind, fix_or_none, mutation_of, rebind_fix
+from ..fixes.inplace import RebindRewrite, fix_or_none, mutation_of, rebind_fix
 from ..fixes.writes import (
-    Write,
+    InPlaceWrite,
     assign,
     aug_to_binop,
     code,
@@ -118,13 +118,13 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     an element of a local list or dict is rebound there, as GG001 rebinds one."""
     held = (finding.data or {}).get("mutation")
     if held is not None and held.in_container:
-        target = Write.of(ctx, held.entry()).target
+        target = InPlaceWrite.of(ctx, held.entry()).target
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Subscript):
             # `parts_list[0][0].zero_()`: the element may be the tuple of pieces itself, which has no `clone`
             raise CannotFix("the write indexes into the element, which may hold the pieces")
         return saved_tensor_fix(ctx, finding)
     mutation = mutation_of(finding)
-    write = Write.of(ctx, mutation.entry())
+    write = InPlaceWrite.of(ctx, mutation.entry())
     plain = fix_or_none(lambda: plain_view_write(ctx, write))
     if plain is not None:
         return plain
@@ -141,7 +141,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         raise CannotFix("the written name is the row of a tensor that is not a local name")
     if mutation.target.multi_view and _indexes_pieces(ctx, write.target):
         raise CannotFix("`parts[0]` of a split: the name holds the pieces, not a tensor to copy")
-    rebind = Rebind(ctx, write, pieces_disjoint=True)
+    rebind = RebindRewrite(ctx, write, pieces_disjoint=True)
     target = mutation.target
     if not rebind.direct and target.multi_view and not (target.base is not None and target.base.multi_view):
         # `parts[0].zero_()`: the subscript picks a piece out of the tuple `parts`, it is no view of a tensor
@@ -172,7 +172,7 @@ def _indexes_pieces(ctx: FixContext, target: ast.expr) -> bool:
     return False
 
 
-def plain_view_write(ctx: FixContext, write: Write) -> Fix | None:
+def plain_view_write(ctx: FixContext, write: InPlaceWrite) -> Fix | None:
     """``h.split(2)[0] += 1`` -> ``h[0:2] += 1``: the same memory through a plain view, which autograd lets
     a write go through (and which ``h`` sees, as before)."""
     target = write.target
@@ -242,7 +242,7 @@ def _int_literal(node: ast.AST | None) -> int | None:
     return None
 
 
-def rebuild_pieces(ctx: FixContext, write: Write) -> Fix | None:
+def rebuild_pieces(ctx: FixContext, write: InPlaceWrite) -> Fix | None:
     """``parts = torch.split(t, 2); parts[0].zero_()`` -> ``parts = (torch.zeros_like(parts[0]), *parts[1:])``:
     the tuple of pieces is rebuilt with the new piece instead of writing the old one."""
     cst = cst_mod()
@@ -302,7 +302,7 @@ class _Placeholder:
 
 
 
-def whole_tensor_instead_of_rows(ctx: FixContext, write: Write) -> Fix:
+def whole_tensor_instead_of_rows(ctx: FixContext, write: InPlaceWrite) -> Fix:
     stmt = write.stmt
     loop = ctx.parents.get(stmt)
     if not (isinstance(loop, ast.For) and loop.body == [stmt] and not loop.orelse

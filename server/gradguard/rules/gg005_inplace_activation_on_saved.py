@@ -9,8 +9,8 @@ from ..fixes.aliases import analyse, value_read_after
 from ..fixes.callers import forwarded_inplace_flag
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.inplace import Rebind, fix_or_none, inplace_false, is_temporary, mutation_of, rebind_fix, rebinds
-from ..fixes.writes import Write, root_name, short
+from ..fixes.inplace import RebindRewrite, fix_or_none, inplace_false, is_temporary, mutation_of, rebind_fix, rebinds
+from ..fixes.writes import InPlaceWrite, root_name, short
 from ..inference.events import Finding, Mutation
 from ..knowledge import load_knowledge
 from ..messages import Message
@@ -87,10 +87,10 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     forwarded = fix_or_none(lambda: forwarded_inplace_flag(ctx, mutation))
     if forwarded is not None:
         return forwarded
-    write = Write.of(ctx, mutation.entry())
+    write = InPlaceWrite.of(ctx, mutation.entry())
     if write.kind != "functional":
         raise CannotFix("not an in-place activation call")
-    rebind = Rebind(ctx, write)
+    rebind = RebindRewrite(ctx, write)
     func = ctx.source(write.call.func)
     what = f"Use `{func[:-1]}`" if func.endswith("_") else "Use `inplace=False`"
     return rebind_fix(rebind, what)

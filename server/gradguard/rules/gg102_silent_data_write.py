@@ -10,7 +10,7 @@ from ..fixes.callers import param_escape, through_callers
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import move_after_backward, mutation_in
-from ..fixes.writes import Write, short
+from ..fixes.writes import InPlaceWrite, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
 from ..knowledge.names import NUMPY_OUT_TWINS
@@ -130,7 +130,7 @@ def _numpy_view_in_graph(ctx: FixContext, mutation: Mutation) -> Fix:
         raise CannotFix("not a write through a NumPy view of a tensor with a grad_fn")
     if mutation.target.storage is not owner.storage:
         raise CannotFix("the write does not reach the memory of the tensor with the grad_fn")
-    write = Write.of(ctx, mutation.entry())
+    write = InPlaceWrite.of(ctx, mutation.entry())
     if write.value_use:
         raise CannotFix("the write's result is used")
     stmt = write.stmt
@@ -199,7 +199,7 @@ def _viewed_tensor(ctx: FixContext, stmt: ast.stmt, array: str) -> str:
     return source.id
 
 
-def _in_torch(ctx: FixContext, write: Write, array: str, tensor: str) -> str:
+def _in_torch(ctx: FixContext, write: InPlaceWrite, array: str, tensor: str) -> str:
     """The write's statement spelled as the torch op on ``tensor``, rebinding it."""
     if write.kind == "out":
         call = write.call

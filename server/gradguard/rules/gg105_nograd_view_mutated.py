@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes import inplace as F
+from ..fixes import inplace
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.moves import block_around, mutation_in, no_grad_block
-from ..fixes.writes import Write, short
+from ..fixes.writes import InPlaceWrite, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from ..knowledge.names import PIECES, VIEW_METHODS
@@ -46,12 +46,12 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     if not any(t.nograd_view for t in mutation.target.view_chain()):
         # A view of a tensor that does not require grad (a buffer, a memory bank), written with a value that
         # does: the tensor was never meant to carry a graph, and torch refuses to give it one.  Store the values.
-        write = F.Write.of(ctx, mutation.entry())
-        rw, desc = F.no_grad_wrap(ctx, write.stmt)
+        write = inplace.InPlaceWrite.of(ctx, mutation.entry())
+        rw, desc = inplace.no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Write the values under `{desc}`", safe=True)
-    made = F.fix_or_none(lambda: _view_with_grad(ctx, mutation))
+    made = inplace.fix_or_none(lambda: _view_with_grad(ctx, mutation))
     if made is None:  # the view comes from a helper that makes it under no_grad
-        made = F.fix_or_none(lambda: helper_view_with_grad(ctx, mutation, _nograd_origin(mutation)))
+        made = inplace.fix_or_none(lambda: helper_view_with_grad(ctx, mutation, _nograd_origin(mutation)))
     # Writing under no_grad too is not offered: it drops the gradient through the write (chunk/unbind/transpose
     # fixtures then raise or differ from their reference).
     return made
@@ -94,10 +94,10 @@ def _view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
         edits.append(TextEdit(block.lineno, 1, block.lineno, 1, moved))
         edits.append(TextEdit(binding.lineno, 1, binding.end_lineno + 1, 1, ""))
     title = f"Make the view with grad mode on: `{ctx.source(binding)[:50]}` outside the no_grad block"
-    rebind = F.fix_or_none(lambda: F.Rebind(ctx, Write.of(ctx, mutation.entry())))
+    rebind = inplace.fix_or_none(lambda: inplace.RebindRewrite(ctx, InPlaceWrite.of(ctx, mutation.entry())))
     safe, built = True, None
     if rebind is not None and rebind.direct and rebind.report.only_holders:
-        built = F.fix_or_none(rebind.rewrite)
+        built = inplace.fix_or_none(rebind.rewrite)
         if built is not None:
             more = built[0].edits()
             moved_end = max((e.end_line, e.end_column) for e in edits)
@@ -169,8 +169,8 @@ def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) 
     else:
         raise CannotFix("the helper does more than return the view under no_grad")
     title = f"Make the view with grad mode on: `{fn.name}` returns `{short(ctx.source(origin), 40)}` {how}"
-    rebind = F.fix_or_none(lambda: F.Rebind(ctx, Write.of(ctx, mutation.entry())))
-    built = F.fix_or_none(rebind.rewrite) if rebind is not None and rebind.direct and rebind.report.clean else None
+    rebind = inplace.fix_or_none(lambda: inplace.RebindRewrite(ctx, InPlaceWrite.of(ctx, mutation.entry())))
+    built = inplace.fix_or_none(rebind.rewrite) if rebind is not None and rebind.direct and rebind.report.clean else None
     if built is not None:
         edits.extend(built[0].edits())
         title += f", then write out of place: `{short(built[1], 50)}`"

@@ -6,8 +6,8 @@ import ast
 
 from ..diagnostics import Fix, Severity
 from ..fixes.context import CannotFix, FixContext
-from ..fixes.inplace import Rebind, is_parameter_update, mutation_of, no_grad_wrap, rebind_fix
-from ..fixes.writes import Write
+from ..fixes.inplace import RebindRewrite, is_parameter_update, mutation_of, no_grad_wrap, rebind_fix
+from ..fixes.writes import InPlaceWrite
 
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
@@ -59,7 +59,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     the result (``buf = torch.mul(h, s)``), which autograd records.  Never an ``out=`` into a copy: that call
     would raise the same error."""
     mutation = mutation_of(finding)
-    write = Write.of(ctx, mutation.node)  # torch refuses the call itself, wherever the tensors were made
+    write = InPlaceWrite.of(ctx, mutation.node)  # torch refuses the call itself, wherever the tensors were made
     if write.kind != "out":
         raise CannotFix("the write is not an out= call")
     leaf = mutation.target.requires_grad != Grad.NO and mutation.target.leaf and mutation.target.base is None
@@ -67,7 +67,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         # plain values into a leaf (an initialisation), or an optimizer-style update
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)
-    return rebind_fix(Rebind(ctx, write), "Compute out of place")
+    return rebind_fix(RebindRewrite(ctx, write), "Compute out of place")
 
 
 RULE = Rule(

@@ -22,7 +22,7 @@ from ..fixes.inplace import (
     starts_after,
     update_on_copy,
 )
-from ..fixes.writes import Write, cst_mod, root_name, short
+from ..fixes.writes import InPlaceWrite, cst_mod, root_name, short
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -68,7 +68,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     keeps the old values."""
     cst = cst_mod()
     mutation = mutation_of(finding)
-    write = Write.of(ctx, mutation.entry())
+    write = InPlaceWrite.of(ctx, mutation.entry())
     name, direct = root_name(write.target)
     if name is None or not direct or write.kind not in ("augassign", "method") or write.value_use:
         raise CannotFix("not a whole-tensor write statement on a local name")

@@ -7,7 +7,7 @@ import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, CannotFix, FixContext
-from ..fixes.writes import Write, aug_to_binop, code, out_of_place, short
+from ..fixes.writes import InPlaceWrite, aug_to_binop, code, out_of_place, short
 from ..inference.events import Finding, HookWrite
 from ..knowledge.names import SHARING_ATTRS, VIEW_METHODS
 from ..messages import Message
@@ -55,7 +55,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     hook: HookWrite | None = (finding.data or {}).get("hook_write")
     if hook is None:
         raise CannotFix("the finding carries no hook write")
-    write = Write.of(ctx, finding.node)
+    write = InPlaceWrite.of(ctx, finding.node)
     scope = ctx.scope_of(write.stmt if not isinstance(finding.node, ast.Call) else finding.node)
     if not isinstance(scope, (*FUNCTIONS, ast.Lambda)) or not _is_registered(hook.registered, scope):
         # a function the hook calls: its return value goes back to the hook, which need not pass it on
@@ -92,7 +92,7 @@ def _fix(edits: list[TextEdit], desc: str) -> Fix:
                tuple(sorted(edits, key=lambda e: (e.line, e.column))))
 
 
-def _gradient_and_new_value(ctx: FixContext, write: Write, scope: ast.AST, as_tuple: bool) -> tuple[str, str]:
+def _gradient_and_new_value(ctx: FixContext, write: InPlaceWrite, scope: ast.AST, as_tuple: bool) -> tuple[str, str]:
     """The hook's gradient parameter, and the code that computes its new value (a statement for a ``def``,
     an expression for a lambda)."""
     params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args)}
