@@ -8,7 +8,9 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _EXPECT = re.compile(r"#\s*expect:\s*((?:GG\d{3}\s*)+)")
-_RAISE = re.compile(r"^#\s*expect-raise:\s*(.+?)\s*$", re.M)
+# `# expect-raise: MESSAGE` is torch's RuntimeError; `# expect-raise: AttributeError: MESSAGE` names another
+# exception Python raises (`.backward()` on a float).
+_RAISE = re.compile(r"^#\s*expect-raise:\s*(?:(AttributeError|TypeError):\s*)?(.+?)\s*$", re.M)
 _SILENT = re.compile(r"^#\s*expect-silent\s*$", re.M)
 
 
@@ -19,6 +21,11 @@ class Fixture:
     expected_raise: str | None
     silent: bool
     expected: frozenset[tuple[int, str]]  # (line, code)
+    raises: str = "RuntimeError"  # the exception's type, for an expect-raise positive
+
+    @property
+    def exception_type(self) -> type[BaseException]:
+        return {"RuntimeError": RuntimeError, "AttributeError": AttributeError, "TypeError": TypeError}[self.raises]
 
     @property
     def id(self) -> str:
@@ -37,9 +44,10 @@ def load_fixture(path: Path) -> Fixture:
     return Fixture(
         path=path,
         positive=path.name.startswith("pos_"),
-        expected_raise=raise_m.group(1) if raise_m else None,
+        expected_raise=raise_m.group(2) if raise_m else None,
         silent=bool(_SILENT.search(text)),
         expected=frozenset(expected),
+        raises=(raise_m.group(1) or "RuntimeError") if raise_m else "RuntimeError",
     )
 
 

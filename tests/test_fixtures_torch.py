@@ -44,7 +44,7 @@ def test_torch_agrees(fx: Fixture):
         warnings.simplefilter("ignore")
         reference = module.reference()
         if fx.expected_raise is not None:
-            with pytest.raises(RuntimeError) as info:
+            with pytest.raises(fx.exception_type) as info:
                 module.run()
             first_line = str(info.value).splitlines()[0]
             assert first_line.startswith(fx.expected_raise), first_line

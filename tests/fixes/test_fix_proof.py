@@ -89,6 +89,10 @@ NO_FIX = {
         "`inplace=inplace` takes the flag from the helper's caller: setting it to False there would change every "
         "stack built with it, and the caller's `inplace=True` is in another function"
     ),
+    "GG103/pos_numpy_mean_of_item_losses_backward": (
+        "the numbers are averaged by NumPy and `.backward()` is called on NumPy's result: keeping tensors means "
+        "changing the list's elements, the mean and the backward's receiver together, which no rewrite does yet"
+    ),
     "GG102/pos_legacy_tensor_product_zeroed_through_detach": (
         "the write goes through a `.detach()` alias bound to its own name; the in-graph rewrite covers writes "
         "through `.data` and NumPy views, not aliases that other lines may read"

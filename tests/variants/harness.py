@@ -188,7 +188,8 @@ def prove_all(variants: list[Variant], cache: proof.ProofCache, workers: int = 2
     for v in todo:
         py_path = v.path if v.kind == "py" else v.path.with_suffix(".py")
         jobs.append({"variant": str(py_path), "original": str(v.fixture.path), "positive": v.fixture.positive,
-                     "expected_raise": v.fixture.expected_raise, "silent": v.fixture.silent})
+                     "expected_raise": v.fixture.expected_raise, "silent": v.fixture.silent,
+                     "raises": v.fixture.raises})
     done = [0]
 
     def tick():

@@ -85,13 +85,16 @@ def prove(job: dict) -> tuple[bool, str]:
 def _prove(job: dict) -> tuple[bool, str]:
     ref = _original_reference(job["original"])
     module = _load(job["variant"])
+    raises = job.get("raises", "RuntimeError")
     try:
         result = module.run()
-    except RuntimeError as exc:
+    except (RuntimeError, AttributeError, TypeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
-        if job["expected_raise"] is not None and first.startswith(job["expected_raise"]):
+        if job["expected_raise"] is not None and type(exc).__name__ == raises and first.startswith(job["expected_raise"]):
             return True, "raised as expected"
-        return False, f"run() raised another RuntimeError: {first[:200]}"
+        if not isinstance(exc, RuntimeError) and job["expected_raise"] is None:
+            raise
+        return False, f"run() raised another {type(exc).__name__}: {first[:200]}"
     if job["expected_raise"] is not None:
         return False, "run() did not raise"
     if not grads_equal(module.reference(), ref):

@@ -85,6 +85,10 @@ class CallsMixin:
                 return self._tensor_method(owner, func.attr, node)
             if isinstance(owner, DataAlias):
                 return self._data_method(owner, func.attr, node)
+            if isinstance(owner, NumberFrom) and func.attr == "backward":
+                self._eval_args(node)
+                self._number_backward(owner, node)
+                return UNKNOWN
             if isinstance(owner, NumberFrom) and owner.array_of is not None and func.attr in ARRAY_WRITING_METHODS:
                 self._eval_args(node)
                 self._array_write(node, owner, f"`.{func.attr}()` on the NumPy array")
@@ -157,7 +161,9 @@ class CallsMixin:
             written = kwargs.get("out", args[0] if q == "numpy.copyto" and args else None)
             if isinstance(written, NumberFrom) and written.array_of is not None:
                 self._array_write(node, written, f"`{q.replace('numpy.', 'np.')}(...)` into the NumPy array")
-            numbers = [v for v in [*args, *kwargs.values()] if isinstance(v, NumberFrom)]
+            numbers = [v for a in [*args, *kwargs.values()]
+                       for v in (a.items if isinstance(a, TensorSeq) and a.base is None else (a,))
+                       if isinstance(v, NumberFrom)]  # `np.mean(losses)` of a list of numbers read out of tensors
             if numbers:  # numpy on values read out of tensors: still values read out of tensors
                 return NumberFrom(frozenset().union(*(n.sources for n in numbers)), node,
                                   frozenset().union(*(n.markers for n in numbers)))

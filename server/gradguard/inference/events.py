@@ -142,6 +142,9 @@ class GraphBreak:
     # stepped after the backward steps while other terms do (``D(fake.detach())`` in the generator's loss): the
     # backward and the step, filled by the engine.
     term_starved: "tuple[Sink, GradRead] | None" = None
+    # The values become a Python number (or NumPy value) that ``.backward()`` is called on: it has none, so Python
+    # raises AttributeError there.  That call's node.
+    number_backward: ast.AST | None = None
     # The values come from one tensor (``torch.tensor(t)``, ``x.new_tensor(t)``), not a list or a number: a fix
     # may keep that tensor as it is, where it could not keep a list's.
     of_tensor: bool = False

@@ -213,7 +213,7 @@ class ExpressionsMixin:
             const = _const_key(key)
             items[const if const is not None else object()] = value
         # A config of constants is kept too, and `{}`, which the code then fills (`losses["ce"] = ...`).
-        if not node.keys or any(not isinstance(v, Opaque) for v in items.values()):
+        if not node.keys or any(v is not UNKNOWN for v in items.values()):
             return TensorMap(items)
         return UNKNOWN
 

@@ -19,7 +19,7 @@ from .calls import CallsMixin
 from .classes import ClassInfo, mro
 from .events import (GradAsk, GradRead, GraphBreak, HookWrite, InertFlag, Mutation, Rebind, ReplacedParameter, Sink,
                      StaleUse)
-from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key
+from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
 from .imports import normalize, qualified_name
@@ -49,6 +49,7 @@ from .values import (
     TensorSeq,
     Value,
     graph_of,
+    is_plain_data,
     graph_tensor_behind,
     new_id,
     new_tensor,
@@ -100,6 +101,16 @@ def _few_of_each(saves) -> list[Save]:
             del group[2]  # keep the first two; the last ones follow
         group.append(save)
     return sorted((s for group in groups.values() for s in group), key=lambda s: s.id)
+
+
+def _store(container: TensorSeq | TensorMap, index: ast.expr, value: Value) -> None:
+    """``xs[i] = value`` at a constant index or key the container has; nothing otherwise."""
+    key = _const_key(index)
+    if isinstance(container, TensorMap) and key in container.items:
+        container.items[key] = value
+    elif isinstance(container, TensorSeq) and container.base is None and isinstance(key, int) \
+            and -len(container.items) <= key < len(container.items):
+        container.items[key] = value
 
 
 class TooManySteps(Exception):
@@ -339,6 +350,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.eval(stmt.value)
 
     def _stmt_Assign(self, stmt: ast.Assign) -> None:
+        target, source = stmt.targets[0], stmt.value
+        if (len(stmt.targets) == 1 and isinstance(target, (ast.Tuple, ast.List)) and isinstance(source, (ast.Tuple, ast.List))
+                and len(target.elts) == len(source.elts)
+                and not any(isinstance(e, ast.Starred) for e in (*target.elts, *source.elts))):
+            # `loss, ret = 0, 1.0`: each name its own value (a display of plain numbers is no value of its own)
+            values = [self.eval(e) for e in source.elts]
+            for name, value in zip(target.elts, values):
+                self.bind(name, value, stmt)
+            return
         value = self.eval(stmt.value)
         for target in stmt.targets:
             self.bind(target, value, stmt)
@@ -357,6 +377,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 element = self._element(container, stmt.target.slice)
                 if isinstance(element, Tensor):
                     self._inplace(stmt, element, f"`{symbol}`", op, [rhs])
+                elif isinstance(rhs, NumberFrom) and (isinstance(element, NumberFrom) or is_plain_data(element)):
+                    _store(container, stmt.target.slice, _numbers([element, rhs], stmt))  # `totals["pg"] -= x.item()`
             elif isinstance(container, Tensor):
                 target, advanced = self._index_target(container, stmt.target.slice)
                 self._inplace(stmt, target, f"`{symbol}` on an indexed element", op, [rhs], advanced=advanced,
@@ -375,6 +397,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self._data_write(stmt, current, f"`.data {symbol}`")
         elif isinstance(current, NumberFrom) and current.array_of is not None:
             self._array_write(stmt, current, f"`{symbol}` on the NumPy array")
+        elif isinstance(rhs, NumberFrom) and (isinstance(current, NumberFrom) or is_plain_data(current)):
+            # `total -= log_probs[i].item() * reward`: a number built from values read out of tensors
+            self.bind(stmt.target, _numbers([current, rhs], stmt), stmt)
         else:
             if op is not None and isinstance(rhs, Tensor) and isinstance(current, PLAIN):
                 # `total += loss`: an int/float accumulator becomes a tensor holding rhs's graph.
@@ -1052,6 +1077,14 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.breaks.append(GraphBreak(node, f"{how} and the arithmetic on its result", sources, marker,
                                       certain=value.requires_grad == Grad.YES or bool(value.lost_sources)))
         return NumberFrom(sources, node, frozenset({marker}))
+
+    def _number_backward(self, number: NumberFrom, node: ast.AST) -> None:
+        """``loss.backward()`` on a Python number or NumPy value computed from values read out of tensors: it has
+        no ``backward`` (Python raises AttributeError); the lines that read the values out are where it left the
+        graph."""
+        for cut in self.breaks:
+            if cut.marker in number.markers and cut.number_backward is None:
+                cut.number_backward = node
 
     def _cond_grad(self, args: list[Value], positions) -> Grad:
         return max((args[p].requires_grad for p in positions if p < len(args) and isinstance(args[p], Tensor)),

@@ -465,6 +465,13 @@ def join(a: Value, b: Value) -> Value:
         return _join_sequences(a, b)
     if isinstance(a, CallableRef) and isinstance(b, CallableRef):
         return _join_layer_classes(a, b)
+    # `total = 0` before a loop that adds numbers read out of tensors: after it, such a number (either way no tensor)
+    if isinstance(a, NumberFrom) and isinstance(b, NumberFrom) and a.array_of is None and b.array_of is None:
+        return NumberFrom(a.sources | b.sources, a.origin, a.markers | b.markers)
+    if a in (INT, NOT_TENSOR) and isinstance(b, NumberFrom) and b.array_of is None:
+        return b
+    if b in (INT, NOT_TENSOR) and isinstance(a, NumberFrom) and a.array_of is None:
+        return a
     # `loss = 0.0` before a loop that makes it a tensor: after the loop it is the tensor.
     if a in (INT, NOT_TENSOR) and isinstance(b, (Tensor, Derived, TensorSeq)):
         return b

@@ -26,6 +26,9 @@ def check(event):
     if isinstance(event, ReplacedParameter):
         yield from _check_replaced(event)
         return
+    if isinstance(event, GraphBreak) and event.number_backward is not None and not event.cut:
+        yield from _check_number_backward(event)
+        return
     if not isinstance(event, GraphBreak) or event.reached is None:
         return
     if event.cut:
@@ -46,6 +49,21 @@ def check(event):
         certain=event.certain,
         related=[(sink.node, "the backward that loses this gradient")],
         data={"of_tensor": True} if event.of_tensor else {},
+    )
+
+
+def _check_number_backward(event: GraphBreak):
+    """The loss is a Python number (or NumPy value) computed from values read out of tensors: ``.backward()`` on it
+    raises AttributeError, and the line that read them out is where the graph was left."""
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "{how}: values are read out of a tensor that requires grad, and the loss computed from them is a Python "
+            "number, not a tensor, so `.backward()` on {sink} raises AttributeError (a number has no `backward`). Keep the tensor in the loss: arithmetic on tensors instead of "
+            "`.item()`/`float()`.", how=event.how, sink=event.number_backward),
+        certain=event.certain,
+        related=[(event.number_backward, "`.backward()` on a number raises here")],
     )
 
 
