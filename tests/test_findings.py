@@ -20,7 +20,7 @@ def _findings(text: str):
 
 
 def _write(finding) -> tuple[int, int] | None:
-    mutation = finding.data.get("mutation")
+    mutation = finding.mutation
     return None if mutation is None else (mutation.node.lineno, mutation.node.col_offset)
 
 
@@ -32,9 +32,9 @@ def test_no_write_gets_two_findings_of_one_code(fx: Fixture):
     for f in findings:  # an inplace=True module: where it was made in-place only (its constructor, or the later
         # `m.inplace = True`), never also where it is applied; or, when a full backward hook is what makes its write
         # refused, where the hook was registered
-        module = f.data["mutation"].module if "mutation" in f.data else None
+        module = f.mutation.module if f.mutation is not None else None
         if module is not None and module.ctor is not None:
-            hooked = [t.custom_view for t in f.data["mutation"].target.view_chain() if t.custom_view is not None]
+            hooked = [t.custom_view for t in f.mutation.target.view_chain() if t.custom_view is not None]
             assert f.node is (module.made_inplace or module.ctor) or f.node in hooked
 
 

@@ -153,7 +153,7 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
     for group in by_place.values():
         if all(not f.certain and unit in followed for unit, f in group):
             continue  # only guesses, and the file's own calls of the function do not bear them out
-        own = [f for _, f in group if not getattr(f.data.get("mutation"), "frames", None)]
+        own = [f for _, f in group if not getattr(f.mutation, "frames", None)]
         certain = [f for _, f in group if f.certain]
         kept = own[0] if own else group[0][1]
         if not kept.certain and certain:
@@ -168,7 +168,7 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
 
 def _saved_by(finding: Finding) -> set:
     """The ops (their syntax nodes) a finding says saved the written tensor."""
-    mutation = finding.data.get("mutation")
+    mutation = finding.mutation
     return {c.save.node for c in getattr(mutation, "conflicts", ())}
 
 

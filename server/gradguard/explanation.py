@@ -1,7 +1,7 @@
 """What a finding claims torch does, as data: the structured side of a rule's message.
 
 A message is for people; this is for checking.  ``explain`` reads the facts the analysis recorded on the
-finding (``Finding.data["mutation"]`` and the conflict the rules pick with ``first_conflict``), never the
+finding (``Finding.mutation`` and the conflict the rules pick with ``first_conflict``), never the
 message text, so that ``tests/agreement.py`` can hold each claim against what the runtime probe saw torch
 do: loud or silent, which op saved which tensor on which line, which backward fails, which multi-view
 function made the piece that was written.
@@ -54,7 +54,7 @@ class Explanation:
 
 def explain(finding: Finding) -> Explanation | None:
     """The claims of a mutation finding; None for findings that are not about one write (GG103)."""
-    mutation = finding.data.get("mutation")
+    mutation = finding.mutation
     code = finding.data.get("underlying", finding.code)  # GG104 is its underlying rule to torch
     kind = REACTION.get(code)
     if not isinstance(mutation, Mutation) or kind is None:

@@ -30,10 +30,10 @@ if TYPE_CHECKING:  # pragma: no cover
 def inside_helper(finding: Finding) -> Finding | None:
     """The finding as the helper it happens in sees it: its write, with the calls leading there forgotten (so a
     fix builder works on the helper's own statement); None when the finding's story does not call into it."""
-    mutation = (finding.data or {}).get("mutation")
+    mutation = finding.mutation
     if mutation is None or not mutation.frames or mutation.entry() is mutation.node:
         return None
-    return replace(finding, data={**finding.data, "mutation": replace(mutation, frames=[])})
+    return replace(finding, mutation=replace(mutation, frames=[]))
 
 
 def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix | None:
@@ -43,7 +43,7 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
     inner = inside_helper(finding)
     if inner is None:
         return None
-    node = inner.data["mutation"].node
+    node = inner.mutation.node
     fn = ctx.function_of(node)
     try:
         name, _ = root_name(InPlaceWrite.of(ctx, node).target)

@@ -68,7 +68,7 @@ FIX_STEPS_PER_CHARACTER = 5
 def entry_line(finding: Finding) -> int:
     """The line of the statement a finding's write (or the call leading to it) is made on: how a finding is
     found again in a changed text (``FindingId.line``)."""
-    mutation = (finding.data or {}).get("mutation")
+    mutation = finding.mutation
     return mutation.entry().lineno if mutation is not None else finding.node.lineno
 
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def mutation_of(finding: Finding) -> Mutation:
-    mutation = (finding.data or {}).get("mutation")
+    mutation = finding.mutation
     if mutation is None:
         raise CannotFix("the finding carries no mutation")
     if mutation.in_container:
@@ -624,7 +624,7 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
     """GG002/GG003: ``with torch.no_grad():`` for parameter updates and resets; a copy for computations.
     ``update`` says which one it is when the caller knows better than ``is_parameter_update`` (GG104 does).
     An update through a list or dict element is wrapped too: the wrap keeps the write, whatever names it."""
-    mutation = (finding.data or {}).get("mutation")
+    mutation = finding.mutation
     if mutation is None or not mutation.in_container:
         mutation = mutation_of(finding)
     write = InPlaceWrite.of(ctx, mutation.entry())

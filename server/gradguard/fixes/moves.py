@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def mutation_in(finding: Finding) -> Mutation:
     """The mutation a finding's event carries (CannotFix for a finding without one)."""
-    mutation = (finding.data or {}).get("mutation")
+    mutation = finding.mutation
     if mutation is None:
         raise CannotFix("the finding carries no mutation")
     return mutation

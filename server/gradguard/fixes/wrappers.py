@@ -33,7 +33,7 @@ Build = Callable[[FixContext, "Finding"], Fix | None]
 def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: Build) -> Fix | None:
     """The finding's fix, made as the fix of the same write to the name the written wrapper holds; None when the
     write goes through no plain wrapper, or the rule has no fix for the write to the name either."""
-    mutation = (finding.data or {}).get("mutation")
+    mutation = finding.mutation
     entry = mutation.entry() if mutation is not None else None
     stmt = ctx.statement_of(entry) if entry is not None else None
     if stmt is None or ctx.function_of(stmt) is None:

@@ -241,7 +241,10 @@ class Finding:
     message: Message
     certain: bool = True
     related: list[tuple[ast.AST, Message]] = field(default_factory=list)
-    # Facts a rule's ``fix`` hook needs (e.g. ``{"mutation": Mutation}``); never shown, never serialised.
+    # The write (or step, or graph break) the finding is about: what the fixes, the explanation and the engine's
+    # one-finding-per-place read.  None for findings about something else (a hook's write, a flag).
+    mutation: Mutation | None = None
+    # Other facts a rule's ``fix`` hook needs (e.g. ``{"state": ...}``); never shown, never serialised.
     data: dict = field(default_factory=dict)
     fix_memo: tuple | None = None  # (Fix or None,) once computed: cached findings keep their fix
     # True once moved (``moved.py``) before its fix was built: ``data``'s nodes are still at the old lines, so

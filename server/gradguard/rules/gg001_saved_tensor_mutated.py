@@ -69,7 +69,7 @@ def check(mutation: Mutation):
             raises=where_it_raises(conflict), torch=SAVED_MESSAGE, advice=ADVICE),
         certain=save.certain,
         related=conflict_related(conflict, mutation),
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 
@@ -100,7 +100,7 @@ def _state_read_by_reference(mutation: Mutation, conflict, what: str, state: str
         certain=save.certain,
         related=[(mutation.node, "the in-place update of the state"), *call_path_related(mutation),
                  *([(conflict.sink.node, "backward raises here")] if conflict.sink.kind == "backward" else [])],
-        data={"mutation": mutation, "state": state},
+        mutation=mutation, data={"state": state},
     )
 
 
@@ -132,7 +132,7 @@ def _through_second_name(mutation: Mutation, conflict, what: str) -> Finding:
             saved=save.node, what=what, raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
         certain=save.certain,
         related=[(mutation.node, f"the in-place write through `{name}`"), *conflict_related(conflict, mutation)],
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 
@@ -151,7 +151,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     else sees the memory; clone where it is saved when a view of it is read later (or rebinding cannot
     work); an unsafe rebinding when only containers, attributes or the caller could see the write.  A write to
     an element of a local list or dict rebinds that element."""
-    element = (finding.data or {}).get("mutation")
+    element = finding.mutation
     if element is not None and element.in_container:
         if grad_would_be_lost(element):
             return None
@@ -237,7 +237,7 @@ def _write_on_enclosing_name(ctx: FixContext, finding: Finding) -> InPlaceWrite 
     if inner is None:
         return None
     try:
-        write = InPlaceWrite.of(ctx, inner.data["mutation"].node)
+        write = InPlaceWrite.of(ctx, inner.mutation.node)
     except (CannotFix, KeyError):
         return None
     name, _ = root_name(write.target)

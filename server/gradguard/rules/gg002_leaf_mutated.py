@@ -27,7 +27,7 @@ def check(mutation: Mutation):
         f'{mutation.how} modifies {subject} in place; torch raises here: "{LEAF_MESSAGE}" {ADVICE}',
         certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=related + call_path_related(mutation),
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 

@@ -29,7 +29,7 @@ def check(mutation: Mutation):
         f'"{LEAF_VIEW_MESSAGE}" {ADVICE}',
         certain=root.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=related + call_path_related(mutation),
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 

@@ -58,7 +58,7 @@ def check(mutation: Mutation):
         certain=target.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=[*([(piece.origin, "the piece is made here")] if piece.origin is not None else []),
                  *call_path_related(mutation)],
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 
@@ -90,7 +90,7 @@ def _custom_view_finding(mutation: Mutation, piece) -> Finding:
         certain=mutation.target.requires_grad == Grad.YES and mutation.grad_mode_known,
         related=[(mutation.node, "the in-place write") if by_hook else (node, "the Function returns the view here"),
                  *call_path_related(mutation)],
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 
@@ -116,7 +116,7 @@ def _source(piece) -> tuple[str, str]:
 def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     """GG004: rebind the piece out of place, or write through a plain view of the whole tensor.  A piece held as
     an element of a local list or dict is rebound there, as GG001 rebinds one."""
-    held = (finding.data or {}).get("mutation")
+    held = finding.mutation
     if held is not None and held.in_container:
         target = InPlaceWrite.of(ctx, held.entry()).target
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Subscript):

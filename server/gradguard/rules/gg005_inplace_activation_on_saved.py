@@ -40,7 +40,7 @@ def check(mutation: Mutation):
                 "{advice}", advice=functional_advice(mutation.node), **facts),
             certain=save.certain,
             related=conflict_related(conflict, mutation),
-            data={"mutation": mutation},
+            mutation=mutation,
         )
         return
     # A module is reported once, where it is made in-place: where it is built (the line `inplace=False` changes),
@@ -56,7 +56,7 @@ def check(mutation: Mutation):
             advice="Leave this module out of place." if made else "Use inplace=False.", **facts),
         certain=save.certain,
         related=[(mutation.node, "the module is applied here"), *conflict_related(conflict, mutation)],
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 

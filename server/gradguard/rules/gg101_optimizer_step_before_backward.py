@@ -42,7 +42,7 @@ def check(mutation: Mutation):
             raises=where_it_raises(conflict), torch=SAVED_MESSAGE, advice=advice(mutation, conflict)),
         certain=save.certain,
         related=conflict_related(conflict, mutation),
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 
@@ -70,7 +70,7 @@ def line_to_change(mutation: Mutation) -> Finding | None:
         certain=save.certain,
         related=[(mutation.node, f"{mutation.how} updates the weights in place here"),
                  *conflict_related(conflict, mutation)],
-        data={"mutation": mutation})
+        mutation=mutation)
 
 
 def _in_function_of(path: tuple[ast.AST, ...], node: ast.AST, update_path: list[ast.AST]) -> ast.AST:

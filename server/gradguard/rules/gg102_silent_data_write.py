@@ -42,7 +42,7 @@ def check(mutation: Mutation):
             writes="writes to a NumPy array over its memory" if "NumPy" in mutation.how else "`.data` writes"),
         certain=save.certain,
         related=conflict_related(conflict, mutation, silent=True),
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 
@@ -71,7 +71,7 @@ def _forward_changed(mutation: Mutation) -> Finding:
                                  else "backward through the value returned on {sink}", sink=sink.node)),
         certain=owner.requires_grad == Grad.YES,
         related=related,
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 
@@ -94,7 +94,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     """Move the `.data` write after the backward that needs the old value.  A hidden write the forward reads
     goes into the graph instead (moving it would change the forward): the same op out of place, with grad on;
     through a NumPy view, the torch twin of the NumPy op on the tensor itself."""
-    mutation = finding.data["mutation"]
+    mutation = finding.mutation
     if not mutation.conflicts:
         try:
             return write_in_graph(ctx, finding)

@@ -73,7 +73,7 @@ def check(mutation: Mutation):
                 Message.format("element-by-element loop write: {underlying}{tail}", underlying=message, tail=tail),
                 certain=first.certain,
                 related=first.related,
-                data={"mutation": mutation, "underlying": first.code, "advice": advice},
+                mutation=mutation, data={"underlying": first.code, "advice": advice},
             )
             return
 

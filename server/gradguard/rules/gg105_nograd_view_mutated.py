@@ -35,7 +35,7 @@ def check(mutation: Mutation):
         "Make the view with grad mode on, or write under `torch.no_grad()` too, or clone it.",
         certain=certain,
         related=[*origin, *call_path_related(mutation)],
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 

@@ -38,7 +38,7 @@ def check(mutation: Mutation):
         "or, for a parameter update, make the call under `torch.no_grad()`.",
         certain=grad == Grad.YES and mutation.grad_mode_known,
         related=[*origin, *call_path_related(mutation)],
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 

@@ -55,7 +55,7 @@ def check(mutation: Mutation):
         Message.format(text, how=mutation.how, label=mutation.target.label, ask=ask.node),
         certain=mutation.target.requires_grad.name == "YES",
         related=[(a.node, _RELATED[a.how]) for a in mutation.asks],
-        data={"mutation": mutation},
+        mutation=mutation,
     )
 
 
