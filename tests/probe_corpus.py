@@ -41,6 +41,15 @@ PROBE_BLIND: dict[str, str] = {
         "the probe names the layer's constructor, not the later `m.inplace = True` that switched it to in-place"),
     "GG005/pos_named_children_hardtanh_switch_after_tanh": (
         "the probe names the layer's constructor, not the later `m.inplace = True` that switched it to in-place"),
+    "GG005/pos_forward_hook_attribute_before_functional_relu": (
+        "the probe reports the forward hook's keeping line as GG001 (a kept tensor changed in place, silent); the "
+        "static analysis as GG005, the write being an in-place activation (`F.relu(..., inplace=True)`)"),
+    "GG108/pos_forward_hook_zeroes_slice_of_query_table": (
+        "the probe reports the hook's write as GG102 (a write under no_grad that changes a parameter a later graph "
+        "reads); the static analysis as GG108, a hook writing what it is given"),
+    "GG108/pos_forward_hook_scales_transposed_weight_output": (
+        "the probe reports the hook's write as GG102 (a write under no_grad that changes a parameter a later graph "
+        "reads); the static analysis as GG108, a hook writing what it is given"),
     "GG103/pos_input_gradient_cut_by_detach": (
         "the cut starves a `.grad` read of an input tensor, not an optimizer step: the probe watches steps only"),
 }

@@ -65,6 +65,46 @@ NO_FIX = {
         "the write is an in-place layer's own, refused because of the hook; the fix (a tensor hook from a forward "
         "hook, or the layer out of place) changes the hook's registration or the model, which no fix rewrites"
     ),
+    "GG004/pos_hook_layer_types_from_class_attribute": (
+        "the write is an in-place layer's own, refused because of the hook a class attribute chose; the fix (a "
+        "tensor hook from a forward hook, or the layer out of place) changes the registration or the model"
+    ),
+    "GG005/pos_inplace_flag_class_attribute": (
+        "`inplace=self.INPLACE_ACT` reads a class attribute that other classes inherit: setting it to False changes "
+        "every block of the family, and the constructor's keyword is not a literal to rewrite"
+    ),
+    "GG005/pos_forward_hook_dict_keeps_conv_output": (
+        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
+        "the change, and no fix rewrites the value a hook stores yet"
+    ),
+    "GG005/pos_forward_hook_attribute_before_functional_relu": (
+        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
+        "the change, and no fix rewrites the value a hook stores yet"
+    ),
+    "GG108/pos_forward_hook_zeroes_slice_of_query_table": (
+        "the forward hook writes its output, a view of a parameter: writing into a clone and returning it is the "
+        "change, and the hook rewrite applies to gradient hooks only"
+    ),
+    "GG108/pos_forward_hook_scales_transposed_weight_output": (
+        "the write is in a helper a forward hook calls, on the hook's output, a view of a parameter: the clone "
+        "belongs in the hook, which a rewrite of the helper cannot place"
+    ),
+    "GG001/pos_function_backward_writes_saved_sigmoid_output": (
+        "the write is in a custom Function's backward, on a tensor `ctx.saved_tensors` gives back; a clone there is "
+        "the change, but no fix rewrites code that torch runs inside the backward"
+    ),
+    "GG001/pos_function_backward_squares_saved_tanh_output": (
+        "the write is in a custom Function's backward, on a tensor `ctx.saved_tensors` gives back; a clone there is "
+        "the change, but no fix rewrites code that torch runs inside the backward"
+    ),
+    "GG108/pos_function_backward_scales_shared_grad": (
+        "the write is in a custom Function's backward, whose gradient argument torch passes on by what backward "
+        "returns: the hook rewrite applies to registered hooks only"
+    ),
+    "GG108/pos_function_backward_masks_grad_outputs": (
+        "the write is in a custom Function's backward, whose gradient argument torch passes on by what backward "
+        "returns: the hook rewrite applies to registered hooks only"
+    ),
     "GG004/pos_full_backward_hook_on_inplace_layer": (
         "the hooked layer itself writes in place; making it out of place or moving the hook are model changes no "
         "fix makes"

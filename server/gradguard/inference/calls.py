@@ -24,7 +24,8 @@ from ..knowledge.names import (
 from .classes import find_method
 from .events import GradAsk, HookWrite, Sink, StaleUse
 from .expressions import _const_key
-from .hooks import GRADIENT_ARGUMENT
+from .state import SET_GRAD
+from .hooks import FORWARD_HOOK_REGISTRATIONS, FORWARD_HOOKS, GRADIENT_ARGUMENT, named_submodules
 from .values import (
     INT,
     NOT_TENSOR,
@@ -105,8 +106,8 @@ class CallsMixin:
                 return self.ctx_method(owner, func.attr, node)
             if isinstance(owner, HookHandle):
                 self._eval_args(node)
-                if func.attr == "remove" and not self.unsure_branches:
-                    owner.module.backward_hooked = None
+                if func.attr == "remove":
+                    self.remove_hook(owner)
                 return UNKNOWN
             if isinstance(owner, SuperRef):
                 return self._super_method(owner, func.attr, node)
@@ -223,7 +224,7 @@ class CallsMixin:
         """``obj.name(...)``: a submodule or callable held in an attribute, a method of the file's class, or
         one of nn.Module's own methods."""
         attr = instance.attrs.get(name)
-        if isinstance(attr, (ModuleValue, FunctionValue, PartialValue, CallableRef)):
+        if isinstance(attr, (ModuleValue, FunctionValue, PartialValue, CallableRef, ClassRef)):
             args, kwargs = self._eval_call_args(node)
             return self.call_value(attr, args, kwargs, node)
         info = self.ctx.class_of(instance)
@@ -264,6 +265,8 @@ class CallsMixin:
             return UNKNOWN
         if name in ("append", "extend", "insert", "__iadd__"):
             owner.literal = False  # grown: no longer exactly the items written out
+        if self.watched_outputs and name in ("append", "insert", "add") and args:
+            self.note_stored(args[-1], node)  # `features.append(output)` in a forward hook (see hooks.py)
         if name == "append" and args:
             owner.items.append(args[-1])
         elif name == "extend" and args and isinstance(args[0], TensorSeq):
@@ -339,6 +342,11 @@ class CallsMixin:
             return self._isinstance(args[0], args[1])
         if name == "dict" and not args and kwargs:  # `dict(type="ReLU", inplace=True)`: a config by keyword
             return TensorMap(dict(kwargs))
+        if name == "dict" and len(args) == 1 and isinstance(args[0], ModuleIterable) and args[0].named:
+            # `dict(model.named_modules())`: the submodules by the names torch gives them
+            named = named_submodules(args[0].owner, args[0].recursive, self._is_nn_module) \
+                if isinstance(args[0].owner, ModuleValue) else None
+            return TensorMap(dict(named)) if named is not None else UNKNOWN
         if name == "super":
             return SuperRef(self.self_value, self.owner) if isinstance(self.self_value, ModuleValue) else UNKNOWN
         if name == "sum" and args and isinstance(args[0], TensorSeq):
@@ -425,6 +433,13 @@ class CallsMixin:
             if isinstance(logits, Tensor):
                 inputs.append(self.apply_op("logsumexp", [logits], node, f"torch.distributions.{name}(logits=...)"))
             return self._unknown_call(node, inputs)
+        if q in SET_GRAD:
+            # `torch.set_grad_enabled(False)` called (not only entered: its constructor sets the mode): grad mode
+            # is that flag from here on, in this frame
+            flag = args[0] if args else kwargs.get("mode")
+            if isinstance(flag, Const) and isinstance(flag.value, bool):
+                self.state.grad_enabled = flag.value
+            return UNKNOWN
         if q in ("torch.autograd.backward", "torch.autograd.grad"):
             target = args[0] if args else kwargs.get("outputs", kwargs.get("tensors", UNKNOWN))
             self._backward(target, node, self._keyword_bool(node, "retain_graph", False)
@@ -653,6 +668,8 @@ class CallsMixin:
             return self.call_module(module, args, node)
         if name in GRADIENT_ARGUMENT:
             self._gradient_hook(args[0] if args else UNKNOWN, name, node)
+        if name in FORWARD_HOOK_REGISTRATIONS:
+            return self.register_forward_hook(module, args[0] if args else UNKNOWN, node)
         if name in self.k.backward_hook_registrations:
             return self.register_backward_hook(module, node)
         if name in GRADIENT_ARGUMENT:
@@ -773,9 +790,20 @@ class CallsMixin:
         in and what comes out."""
         if module.backward_hooked is None:
             result = self._run_module(module, args, node, torch_forward)
+            result = self._forward_hooked(module, args, result, node)
             return self.note_stale_use(node, args, result) if self.stale else result
         args = [self.hooked_tensors(module, a) for a in args]
-        return self.hooked_tensors(module, self._run_module(module, args, node, torch_forward))
+        result = self._forward_hooked(module, args, self._run_module(module, args, node, torch_forward), node)
+        return self.hooked_tensors(module, result)
+
+    def _forward_hooked(self, module: ModuleValue, args: list[Value], result: Value, node: ast.AST) -> Value:
+        """The module's forward hooks run on its output (see ``hooks.py``); then whether a write has changed an
+        output a forward hook kept."""
+        if FORWARD_HOOKS in module.attrs:
+            result = self.run_forward_hooks(module, args, result, node)
+        if self.__dict__.get("kept_outputs"):
+            self.note_overwritten_outputs()
+        return result
 
     def _run_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool) -> Value:
         if module.children and module.cls == "Sequential" and module.user_class is None:

@@ -9,7 +9,7 @@ import ast
 
 from ..bounds import Unanalysed
 from ..knowledge.names import SHAPE_ATTRS, VIEW_ATTRS
-from .classes import ClassInfo, find_method
+from .classes import ClassInfo, find_method, mro
 from .events import GradRead
 from .values import (
     INT,
@@ -146,10 +146,15 @@ class ExpressionsMixin:
             self.container_reads.add(id(index))
         if isinstance(index, ast.Slice) and isinstance(container, TensorSeq) and container.base is None:
             return self._sliced(container, index)
-        self.eval(index)
+        evaluated = self.eval(index)
         key = _const_key(index)
+        if key is None and isinstance(container, TensorMap) and isinstance(evaluated, Const) \
+                and isinstance(evaluated.value, str):
+            key = evaluated.value  # `modules[name]` with the name known
         if isinstance(container, TensorMap):
             if key is None and len(container.items) > 1:
+                if len({v.cls for v in container.items.values() if isinstance(v, ModuleValue)}) > 1:
+                    return UNKNOWN  # `modules[name]` of different layers: not known which
                 return self._iter_element(TensorSeq(list(container.items.values())), index)
             return container.element(key)
         if isinstance(key, int) or container.base is not None:
@@ -401,6 +406,29 @@ class ExpressionsMixin:
             return owner.attrs.get(node.attr, UNKNOWN)
         return UNKNOWN
 
+    def _class_constant(self, info: ClassInfo, name: str) -> Value | None:
+        """``self.NAME`` that no ``self.NAME = ...`` set: the last ``NAME = value`` of the class body found along the
+        MRO, when that value is a constant, an imported name or a tuple of them (read where the class is defined:
+        names are looked up in the module, not in the running function).  None when a method of those classes
+        assigns ``x.NAME`` (its value then depends on whether that method ran)."""
+        chain = mro(self.ctx.classes_for(info), info)
+        if any(name in _assigned_attributes(cls.node) for cls in chain):
+            return None
+        for cls in chain:
+            value = next((s.value for s in reversed(cls.node.body) if isinstance(s, ast.Assign) and len(s.targets) == 1
+                          and isinstance(s.targets[0], ast.Name) and s.targets[0].id == name), None)
+            if value is None:
+                continue
+            if not _declared_constant(value):
+                return None
+            scopes, self.scopes = self.scopes, []
+            env, self.state.env = self.state.env, {}
+            try:
+                return self.eval(value)
+            finally:
+                self.scopes, self.state.env = scopes, env
+        return None
+
     def _module_attr(self, module: ModuleValue, name: str, node: ast.AST) -> Value:
         if name in module.attrs:
             return module.attrs[name]
@@ -408,6 +436,10 @@ class ExpressionsMixin:
         found = find_method(self.ctx.classes_for(info), info, name) if info is not None else None
         if found is not None:  # `step = self.train_step`: a bound method
             return FunctionValue(found[0], self_value=module, owner=found[1])
+        if info is not None and info.module_path in (None, self.ctx.path):
+            declared = self._class_constant(info, name)
+            if declared is not None:  # `SUPPORTED = (nn.Conv2d, nn.Linear)` in the class body
+                return declared
         if module.torch_module:
             info = self.k.module(module.cls)
             if name in ("weight", "bias") and (info is None or info.has_params):
@@ -417,6 +449,25 @@ class ExpressionsMixin:
                 return param
         return UNKNOWN
 
+
+
+def _assigned_attributes(cls: ast.ClassDef) -> frozenset[str]:
+    """The attribute names the class's code assigns (``self.x = ...``, ``obj.x += ...``), read once per class."""
+    found = getattr(cls, "_gradguard_assigned", None)
+    if found is None:
+        found = frozenset(n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store))
+        cls._gradguard_assigned = found
+    return found
+
+
+def _declared_constant(value: ast.expr) -> bool:
+    """An expression of a class body whose value does not depend on when it is read: a constant, a name or dotted
+    name (a class such as ``nn.Conv2d``), or a tuple or list of those."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return all(_declared_constant(e) for e in value.elts)
+    while isinstance(value, ast.Attribute):
+        value = value.value
+    return isinstance(value, (ast.Constant, ast.Name))
 
 
 def _op_symbol(op: ast.operator) -> str:

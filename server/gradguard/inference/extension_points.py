@@ -10,26 +10,50 @@
   ``BackwardHookFunction``: they become views made inside a custom Function, with the same refusal.  An in-place
   layer after the hooked one (or the hooked layer itself, if in place) then raises at the forward.
 
-A mixin of ``Interpreter``; ``backward`` of a Function is not run (torch runs it inside the backward).
+- ``Foo.backward(ctx, *grads)`` runs inside a later backward, under no_grad, on the gradient tensors autograd
+  hands it and on ``ctx.saved_tensors`` (the very tensors ``save_for_backward`` was given: torch unpacks them
+  without a copy).  It is run here, when ``apply`` makes outputs that require grad, on stand-ins for those
+  gradients and on separate copies of the saved tensors (same storages by id, their own version counters, so
+  the forward's state does not change):
+  - an in-place write to a gradient argument is a ``HookWrite`` (GG108): torch passes a Function's backward the
+    gradient tensor itself, which the backward of a sum passes to its other inputs too, or which is the
+    ``grad_outputs`` tensor the caller gave ``backward()``/``autograd.grad``;
+  - an in-place write to a saved tensor is a ``Mutation`` when an op *upstream* of the Function (one whose save
+    is in that input's graph: the op that made it) saved the same memory.  Autograd runs an op's backward only
+    after the backwards of everything computed from its output, so that op reads the written memory and raises.
+    Saves of the Function's own ``ctx`` are unpacked before the write and do not count.
+
+A mixin of ``Interpreter``.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from .classes import ClassInfo, find_method, own_method
+from .events import HookWrite
+from .hooks import FORWARD_HOOKS, ForwardHookHandle, KeptOutput, KeptOutputOverwritten, OutputWrite
 from .values import (
+    NOT_TENSOR,
     UNKNOWN,
     FunctionContext,
+    FunctionValue,
     Grad,
     HookHandle,
     ModuleValue,
     Tensor,
     TensorSeq,
+    Derived,
+    Storage,
     Value,
     graph_of,
+    new_id,
     view_of,
 )
+
+# What a Function's backward may add to, besides mutations: dropped after it is run (it runs inside a backward).
+_EVENT_LISTS = ("mutations", "sinks", "breaks", "grad_reads", "asks", "hook_writes", "rebinds", "flags", "stale_uses")
 
 # The methods of ``ctx`` that name tensors (their other methods only set flags).
 _CTX_TENSOR_METHODS = ("save_for_backward", "mark_dirty", "mark_non_differentiable")
@@ -63,7 +87,63 @@ class ExtensionPointsMixin:
             return self._unknown_call(node, [*args, *kwargs.values()])
         graph = frozenset().union(*(graph_of(a) for a in [*args, *kwargs.values()]),
                                   frozenset(s.id for s in ctx.saves))
-        return self._function_outputs(result, info.name, inputs, ctx, rg, graph, node)
+        outputs = self._function_outputs(result, info.name, inputs, ctx, rg, graph, node)
+        if rg and self.state.grad_enabled and self.inline_record:
+            self._run_function_backward(info, ctx, outputs, node)
+        return outputs
+
+    def _run_function_backward(self, info: ClassInfo, ctx: FunctionContext, outputs: Value, node: ast.AST) -> None:
+        """The Function's ``backward``, run now on stand-ins for its gradients and on copies of its saved tensors:
+        its writes to a gradient become ``HookWrite`` events, its writes to a saved input that an op upstream of
+        the Function saved too become ``Mutation`` events (see the module's docstring); nothing else it does
+        is kept."""
+        found = find_method(self.ctx.classes_for(info), info, "backward")
+        if found is None or own_method(found[1].node, "vjp") is not None:
+            return
+        items = outputs.items if isinstance(outputs, TensorSeq) and outputs.items else [outputs]
+        gradients = [Tensor(Storage(), Grad.NO, leaf=True, origin=node, label="the gradient")
+                     if isinstance(o, Tensor) and o.requires_grad else NOT_TENSOR for o in items]
+        copies: dict[int, Storage] = {}
+
+        def isolated(t: Tensor) -> Tensor:
+            storage = copies.setdefault(id(t.storage), Storage(t.storage.version, t.storage.id))
+            return replace(t, storage=storage, base=None)
+
+        saved = ctx.attrs.get("<saved>")
+        saved_copies = [isolated(t) if isinstance(t, Tensor) else t for t in (saved.items if saved else [])]
+        upstream = {id(c): t.graph for c, t in zip(saved_copies, saved.items if saved else [])
+                    if isinstance(t, Tensor)}
+        own = {s.id for s in ctx.saves}
+        attrs = dict(ctx.attrs)
+        ctx.attrs["saved_tensors"] = ctx.attrs["saved_variables"] = TensorSeq(saved_copies, literal=True)
+        events = {name: len(getattr(self, name)) for name in _EVENT_LISTS}
+        grad_mode, self.state.grad_enabled = self.state.grad_enabled, False
+        self.function_contexts.append((ctx, Grad.NO))
+        try:
+            self.inline(found[0], [ctx, *gradients], {}, node, owner=found[1])
+        finally:
+            self.function_contexts.pop()
+            self.state.grad_enabled = grad_mode
+            ctx.attrs.clear()
+            ctx.attrs.update(attrs)
+        writes = self.mutations[events["mutations"]:]
+        for name, length in events.items():
+            del getattr(self, name)[length:]
+        where = f"`{info.name}.backward`"
+        grads = {g.storage.id for g in gradients if isinstance(g, Tensor)}
+        for m in writes:
+            if m.kind != "write":
+                continue
+            if m.target.storage.id in grads:
+                self.hook_writes.append(HookWrite(m.node, m.how, node, f"{info.name}.backward"))
+                continue
+            copy = next((c for c in saved_copies if isinstance(c, Tensor) and c.storage is m.target.storage), None)
+            if copy is None:
+                continue
+            m.pending = [s for s in m.pending if s.id not in own and s.id in upstream[id(copy)]]
+            if m.pending:
+                m.how = f"{m.how} in {where}"
+                self.mutations.append(m)
 
     def _function_outputs(self, result: Value, name: str, inputs: list[Tensor], ctx: FunctionContext, rg: Grad,
                           graph: frozenset[int], node: ast.AST) -> Value:
@@ -90,6 +170,8 @@ class ExtensionPointsMixin:
             return UNKNOWN
         tensors = [t for v in values for t in (v.items if isinstance(v, TensorSeq) else (v,)) if isinstance(t, Tensor)]
         rg = next((g for c, g in reversed(self.function_contexts) if c is ctx), Grad.NO)
+        if name == "save_for_backward":  # what `ctx.saved_tensors` gives the backward, in order
+            ctx.attrs["<saved>"] = TensorSeq([v for v in values], literal=True)
         for tensor in tensors:
             if name == "mark_dirty":
                 ctx.dirty.add(tensor.storage.id)
@@ -117,3 +199,104 @@ class ExtensionPointsMixin:
         view = view_of(value, module.backward_hooked, multi_view="BackwardHookFunction")
         view.custom_view, view.label = module.backward_hooked, value.label
         return view
+
+    # ------------------------------------------------------------------ forward hooks
+    def register_forward_hook(self, module: ModuleValue, hook: Value, node: ast.Call) -> Value:
+        """``m.register_forward_hook(f)`` on a path known to run: ``m(...)`` calls ``f`` after its forward."""
+        if (self.unsure_branches or not isinstance(hook, FunctionValue)
+                or self._keyword_bool(node, "with_kwargs", False) is not False):
+            return UNKNOWN
+        handle = ForwardHookHandle(module, hook=hook, registered=node)
+        module.attrs.setdefault(FORWARD_HOOKS, TensorSeq([])).items.append(handle)
+        return handle
+
+    def remove_hook(self, handle: HookHandle) -> None:
+        """``handle.remove()`` on a path known to run."""
+        if self.unsure_branches:
+            return
+        if isinstance(handle, ForwardHookHandle):
+            hooks = handle.module.attrs.get(FORWARD_HOOKS)
+            if hooks is not None:
+                hooks.items = [h for h in hooks.items if h is not handle]
+        else:
+            handle.module.backward_hooked = None
+
+    def run_forward_hooks(self, module: ModuleValue, args: list[Value], result: Value, node: ast.AST) -> Value:
+        """The module's forward hooks, called as torch calls them: ``(module, args, output)``, a value returned
+        replacing the output.  A hook that keeps the output itself gets its own reference to it (the same
+        memory), watched for a later in-place write (``note_overwritten_outputs``)."""
+        hooks = module.attrs.get(FORWARD_HOOKS)
+        for handle in list(hooks.items if isinstance(hooks, TensorSeq) else ()):
+            hook, given = handle.hook, result
+            watched = isinstance(result, Tensor) and self.inline_record
+            if watched:  # a second reference, to tell where the hook stores it and what reads it later
+                given = replace(result)
+                self.watched_outputs.append((given, []))
+            first = len(self.mutations)
+            try:
+                returned = self.call_value(hook, [module, TensorSeq(list(args), literal=True), given], {}, node)
+            finally:
+                stores = self.watched_outputs.pop()[1] if watched else []
+            if stores:
+                kept = self.__dict__.setdefault("kept_outputs", [])
+                kept.append(KeptOutput(given, result.storage.version, stores[0], handle.registered,
+                                       _module_name(module)))
+            if isinstance(given, Tensor):
+                self._output_writes(given, first, handle.registered)
+            if isinstance(returned, (Tensor, TensorSeq, Derived)) and returned is not given:
+                result = returned
+        return result
+
+    @property
+    def watched_outputs(self) -> list[tuple[Tensor, list[ast.AST]]]:
+        """The outputs the forward hooks running now were given, each with the statements that stored it into an
+        attribute, a container's element or a list (``note_stored``)."""
+        return self.__dict__.setdefault("_watched_outputs", [])
+
+    def note_stored(self, value: Value, node: ast.AST) -> None:
+        """``value`` is stored where it may outlive the call (``x.attr = value``, ``xs[k] = value``,
+        ``xs.append(value)``): if it is an output a running forward hook was given, where that hook keeps it."""
+        for output, stores in self.watched_outputs:
+            if value is output:
+                stores.append(node)
+
+    def _output_writes(self, output: Tensor, first: int, registered: ast.AST) -> None:
+        """The hook's writes, with grad mode known off, to an output that is a view of a parameter: ``OutputWrite``
+        events in place of their mutations.  (With grad mode on torch refuses the write: GG003.)"""
+        parameter = next((t for t in output.view_chain() if t.param and t.leaf and t.requires_grad == Grad.YES),
+                         None)
+        if parameter is None:
+            return
+        writes = [m for m in self.mutations[first:] if m.kind == "write" and m.target.storage is output.storage
+                  and not m.grad_enabled]
+        if not writes:
+            return
+        self.mutations[first:] = [m for m in self.mutations[first:] if all(m is not w for w in writes)]
+        self.hook_writes.extend(OutputWrite(m.node, m.how, registered, "register_forward_hook", parameter=parameter)
+                                for m in writes)
+
+    def _is_nn_module(self, value: ModuleValue) -> bool:
+        """A torch layer, or an instance of one of the project's ``nn.Module`` subclasses."""
+        info = self.ctx.class_of(value)
+        return value.torch_module or (info is not None and info.is_module)
+
+    def note_overwritten_outputs(self) -> None:
+        """Outputs a forward hook kept whose memory an in-place write has changed since: a marker into the kept
+        reference's graph (what is computed from it from now on computes with the new values) and a
+        ``KeptOutputOverwritten`` event."""
+        for kept in self.__dict__.get("kept_outputs", ()):
+            if kept.overwritten or kept.proxy.storage.version <= kept.version:
+                continue
+            kept.overwritten = True
+            write = next((m for m in reversed(self.mutations) if m.target.storage is kept.proxy.storage), None)
+            if write is None or write.kind != "write":
+                continue
+            marker = new_id()
+            kept.proxy.graph = kept.proxy.graph | {marker}
+            self.hook_writes.append(KeptOutputOverwritten(
+                kept.keep, kept.registered, kept.hooked, write, marker, kept.proxy.storage.id, self._next(),
+                self.sinks, self.asks, frames=list(write.frames)))
+
+
+def _module_name(module: ModuleValue) -> str:
+    return f"`nn.{module.cls}`" if module.torch_module else f"`{module.cls}`"

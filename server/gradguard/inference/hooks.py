@@ -1,15 +1,125 @@
-"""The hooks torch calls with a gradient, and where in their arguments that gradient is.
+"""Hooks: the ones torch calls with a gradient, and forward hooks, which torch calls with a module's output.
 
 torch hands a tensor hook (``t.register_hook(f)``) and a module's backward pre-hook the gradient tensor that
 autograd will pass on; an op such as ``AddBackward`` gives the *same* tensor to every input of the sum, so a
 hook that writes it in place changes the gradient of the other branch too, silently (torch 2.13; its docs
 say a hook must not modify its argument).  The interpreter runs each such hook on a stand-in for that
 gradient to see its writes (``CallsMixin._gradient_hook``).
+
+``m.register_forward_hook(f)`` makes ``m(...)`` call ``f(m, args, output)`` after its forward; a value ``f``
+returns replaces the output (``ExtensionPointsMixin.run_forward_hooks``).  ``output`` is the output tensor
+itself, not a copy: a hook that keeps it (``self.features.append(output)``, ``store[name] = output``) keeps a
+second reference to memory the network goes on using.  An in-place layer after the hooked one (the usual
+``nn.ReLU(inplace=True)`` after a convolution) then overwrites what the hook kept: it holds the ReLU's output,
+and autograd, which rebases the tensor on the in-place op, gives gradients with respect to that output too,
+all without an error (``KeptOutputOverwritten``).
 """
 
 from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from .events import HookWrite
+from .values import FunctionValue, HookHandle, ModuleValue, Tensor
 
 # Position of the gradient (after ``self`` of a bound method): a tensor's hook gets the gradient itself, a
 # backward pre-hook ``(module, grad_output)`` a tuple of them.  (A full backward hook's grad_input writes were
 # checked with torch and change nothing else; not listed.)
 GRADIENT_ARGUMENT = {"register_hook": 0, "register_full_backward_pre_hook": 1}
+
+# The hooks a module runs after its forward with ``(module, args, output)`` (``with_kwargs=True`` changes that
+# signature: such a hook is not run).
+FORWARD_HOOK_REGISTRATIONS = frozenset({"register_forward_hook"})
+
+# Where a module's forward hooks are kept, in ``ModuleValue.attrs`` (no attribute can have this name).
+FORWARD_HOOKS = "<forward_hooks>"
+
+
+@dataclass(eq=False)
+class ForwardHookHandle(HookHandle):
+    """What ``m.register_forward_hook(f)`` returns: ``.remove()`` takes ``hook`` off ``module``.  The module's
+    hooks are kept as these handles, in the order registered."""
+
+    hook: FunctionValue | None = None
+    registered: ast.AST | None = None  # the `register_forward_hook(...)` call
+
+
+@dataclass
+class OutputWrite(HookWrite):
+    """A forward hook writes, with grad mode off, the output it is given, which is a view of ``parameter`` (a
+    module that returns a slice, an ``expand`` or a ``repeat`` view of its weight): torch lets the write through
+    and the parameter itself changes, for every later forward and its gradients, without an error."""
+
+    parameter: Tensor | None = None
+
+
+@dataclass(eq=False)
+class KeptOutput:
+    """A forward hook kept its module's output (``proxy``: the reference it was given, a second ``Tensor`` over
+    the same storage) at ``version``: ``keep`` stored it in an attribute, a container's element or a list."""
+
+    proxy: Tensor
+    version: int
+    keep: ast.AST
+    registered: ast.AST
+    hooked: str  # how messages name the hooked module: "`nn.Conv2d`"
+    overwritten: bool = False
+
+
+@dataclass
+class KeptOutputOverwritten:
+    """An in-place write (``write``, a ``Mutation``) overwrote a module's output after a forward hook kept it
+    (``node``: the statement in the hook that keeps it).  ``marker`` went into the kept reference's graph at the
+    write: values computed from it afterwards carry it.  ``first_use`` finds the first backward through such a
+    value, or ``autograd.grad`` asked about the kept tensor, after the write."""
+
+    node: ast.AST
+    registered: ast.AST
+    hooked: str
+    write: object  # Mutation
+    marker: int
+    storage: int
+    seq: int
+    sinks: list = field(repr=False)  # the interpreter's sinks and grad asks (complete once the rules run)
+    asks: list = field(repr=False)
+    frames: list = field(default_factory=list)
+
+    def first_use(self):
+        uses = [s for s in self.sinks if s.kind == "backward" and s.seq > self.seq and self.marker in s.graph]
+        uses += [a for a in self.asks if a.how == "autograd.grad" and a.seq > self.seq and a.storage == self.storage]
+        return min(uses, key=lambda u: u.seq, default=None)
+
+
+# A model's submodules named past this many are not named (a ``dict(model.named_modules())`` stays unknown).
+_NAMED_SUBMODULES = 64
+
+
+def named_submodules(owner: ModuleValue, recursive: bool, is_module) -> dict[str, ModuleValue] | None:
+    """What ``dict(owner.named_modules())`` (``recursive``; the owner itself under ``""``) or
+    ``dict(owner.named_children())`` holds, named as torch names them: a ``Sequential``'s or ``ModuleList``'s
+    layers by position (``"0"``, ``"1.conv"``), other modules' by attribute, each module once.  None when a
+    module on the way is one the analysis cannot name the parts of, or holds an instance ``is_module`` does not
+    know for an ``nn.Module`` (torch would not list it, nor would it be left out for sure)."""
+    found: dict[str, ModuleValue] = {}
+
+    def visit(module: ModuleValue, prefix: str, depth: int) -> bool:
+        if any(m is module for m in found.values()) or len(found) > _NAMED_SUBMODULES:
+            return len(found) <= _NAMED_SUBMODULES
+        if module.cls == "<unknown>":
+            return False
+        if depth > 0 or recursive:
+            found[prefix] = module
+        if depth > 0 and not recursive:
+            return True
+        if module.user_class is None and module.cls in ("Sequential", "ModuleList"):
+            parts = [(str(i), child) for i, child in enumerate(module.children)]
+        elif module.user_class is None and module.cls == "ModuleDict" or not module.children:
+            parts = [(k, v) for k, v in module.attrs.items() if isinstance(v, ModuleValue) and not k.startswith("<")]
+        else:
+            return False
+        if not all(is_module(sub) for _, sub in parts):
+            return False
+        return all(visit(sub, f"{prefix}.{name}" if prefix else name, depth + 1) for name, sub in parts)
+
+    return found if visit(owner, "", 0) else None

@@ -605,6 +605,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
 
     # --------------------------------------------------------------- binding
     def bind(self, target: ast.expr, value: Value, stmt: ast.stmt) -> None:
+        if self.watched_outputs and isinstance(target, (ast.Attribute, ast.Subscript)):
+            self.note_stored(value, stmt)  # `self.acts[name] = output` in a forward hook (see hooks.py)
         if not self.state.grad_enabled and isinstance(value, Tensor) and isinstance(target, (ast.Name, ast.Attribute)):
             value = self._rebound(target, value, stmt)
         if isinstance(target, ast.Name):
@@ -886,10 +888,16 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             if rg and self.state.grad_enabled and rg > t.requires_grad:
                 t.requires_grad = rg
                 t.leaf = False  # it now has a grad_fn (CopySlices etc.)
-        if info is not None and rg and info.saves_result:
-            cond = self._cond_grad([target, *operands], info.saves_result)
+        # `leaky_relu_` saves its result although `leaky_relu` saves its input (torch's in-place formula differs):
+        # that save is named by the in-place function that makes it (`F.leaky_relu_`)
+        result_saved = info.saves_result if info is not None else frozenset()
+        op = f"nn.{module.cls}" if module is not None else twin  # the layer, as the code names it
+        if twin in self.k.inplace_result_saved and not result_saved:
+            result_saved, op = frozenset({0}), f"F.{twin}_"
+        if rg and result_saved:
+            cond = self._cond_grad([target, *operands], result_saved)
             if cond:
-                saved = self._save(target, twin, "output", node, cond == Grad.YES)
+                saved = self._save(target, op, "output", node, cond == Grad.YES)
                 for t in target.view_chain():
                     t.graph = t.graph | {saved.id}
         return target

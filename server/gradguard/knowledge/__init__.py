@@ -119,6 +119,8 @@ class TorchKnowledge:
         self.tensor_constructors: frozenset[str] = frozenset(data.get("tensor_constructors", ()))
         self.autograd_function_bases: frozenset[str] = frozenset(data.get("autograd_function_bases", ()))
         self.backward_hook_registrations: frozenset[str] = frozenset(data.get("backward_hook_registrations", ()))
+        # Out-of-place names whose in-place form (`leaky_relu_`, `F.leaky_relu(x, inplace=True)`) saves its result
+        self.inplace_result_saved: frozenset[str] = frozenset(data.get("inplace_result_saved", ()))
         # "Tensor", "torch", "torch.nn.functional", "torch.nn.Module" -> their public names
         self.python_names: Mapping[str, frozenset[str]] = MappingProxyType(
             {owner: frozenset(names) for owner, names in data.get("python_names", {}).items()})

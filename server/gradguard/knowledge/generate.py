@@ -569,6 +569,39 @@ def attribute_views() -> dict:
     return dict(sorted(found.items()))
 
 
+def inplace_result_saved(inplace: dict, kwarg_functions: list) -> list:
+    """Out-of-place names whose in-place form saves its *result* for backward: ``leaky_relu`` (``F.leaky_relu_``,
+    ``F.leaky_relu(x, inplace=True)``, ``nn.LeakyReLU(inplace=True)``) does although ``leaky_relu`` saves its
+    input.  Read off torch: the in-place call, on a tensor with a grad_fn, builds a graph that saves the written
+    memory itself (an in-place op whose formula reads the old ``self`` saves a copy of it instead)."""
+    def saves_result(call) -> bool | None:
+        torch.manual_seed(0)
+        x = (torch.rand(4, 4) * 0.8 + 0.1).requires_grad_().clone()   # CloneBackward saves nothing
+        try:
+            y = quiet(call, x)
+        except Exception:
+            return None
+        if not isinstance(y, torch.Tensor) or y.grad_fn is None or _ptr(y) != _ptr(x):
+            return None
+        return _ptr(x) in saved_ptrs([y])
+
+    found = set()
+    for name, twin in inplace.items():
+        if twin is None:
+            continue
+        for fn in (getattr(torch, name, None), getattr(F, name, None), getattr(torch.Tensor, name, None)):
+            answers = [saves_result(lambda x, a=args: fn(x, *a)) for args in ((), (0.5,)) if fn is not None]
+            answer = next((a for a in answers if a is not None), None)
+            if answer is not None:
+                if answer:
+                    found.add(twin)
+                break
+    for name in kwarg_functions:
+        if saves_result(lambda x: getattr(F, name)(x, inplace=True)):
+            found.add(name)
+    return sorted(found)
+
+
 def autograd_function_bases() -> list:
     """``torch.autograd.Function`` and the other public classes deriving from it, by every public path: a class
     of the user's deriving from one is a custom Function (``Foo.apply`` runs its ``forward`` under no_grad)."""
@@ -773,7 +806,8 @@ def build(verbose: bool = False) -> dict:
              "module_wrappers": module_wrappers(), "tensor_constructors": tensor_constructors(),
              "autograd_function_bases": autograd_function_bases(),
              "backward_hook_registrations": backward_hook_registrations(), "python_names": python_names(),
-             "attribute_views": attribute_views()}
+             "attribute_views": attribute_views(),
+             "inplace_result_saved": inplace_result_saved(inplace, kwarg["functions"])}
     if verbose:
         report(table, disagree, dropped, len(probes))
     return json.loads(json.dumps(table, sort_keys=True))

@@ -12,6 +12,7 @@ from ..fixes.edits import Rewrite
 from ..fixes.inplace import RebindRewrite, fix_or_none, inplace_false, is_temporary, mutation_of, rebind_fix, rebinds
 from ..fixes.writes import InPlaceWrite, root_name, short
 from ..inference.events import Finding, Mutation
+from ..inference.hooks import KeptOutputOverwritten
 from ..knowledge import load_knowledge
 from ..messages import Message
 from .base import Example, Rule
@@ -19,6 +20,9 @@ from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_ra
 
 
 def check(mutation: Mutation):
+    if isinstance(mutation, KeptOutputOverwritten):
+        yield from _kept_output_overwritten(mutation)
+        return
     if not isinstance(mutation, Mutation) or mutation.kind != "write":
         return  # optimizer steps, .data writes and graph breaks have rules of their own
     if mutation.module is None and not mutation.functional_inplace:
@@ -57,6 +61,40 @@ def check(mutation: Mutation):
         certain=save.certain,
         related=[(mutation.node, "the module is applied here"), *conflict_related(conflict, mutation)],
         mutation=mutation,
+    )
+
+
+def _kept_output_overwritten(event: KeptOutputOverwritten):
+    """A forward hook keeps its module's output itself, and an in-place activation run after the module overwrites
+    it; the kept reference is then used (a backward through a value computed from it, or ``autograd.grad`` asked
+    about it).  Reported at the statement that keeps it, where a ``.clone()`` fixes it."""
+    write = event.write
+    if write.module is None and not write.functional_inplace:
+        return
+    use = event.first_use()
+    if use is None:
+        return
+    if getattr(use, "how", "") == "autograd.grad":
+        used = Message.format("`autograd.grad` on {line} gives the gradient with respect to the activation's output, "
+                              "not the layer's", line=use.node)
+    else:
+        used = Message.format("the backward on {line} runs through the activation's values, not the layer's",
+                              line=use.node)
+    made = write.module.made_inplace or write.module.ctor if write.module is not None else None
+    yield Finding(
+        "GG005",
+        event.node,
+        Message.format(
+            "This forward hook keeps the output of {hooked} itself (the hook is registered on {registered}), and "
+            "{how}, applied on {applied}, then overwrites that tensor in place: what the hook kept holds the "
+            "activation's values, and autograd takes it for the activation's output, so {used}, without an error. "
+            "Keep `output.clone()` instead, or use an out-of-place activation.",
+            hooked=event.hooked, registered=event.registered, how=write.how, applied=write.node, used=used),
+        related=[(event.registered, "the forward hook is registered here"),
+                 (write.node, "the in-place write to the kept output"),
+                 *([(made, "the in-place layer is built here")] if made is not None else []),
+                 (use.node, "the kept output is used here")],
+        data={"kept_output": event},
     )
 
 

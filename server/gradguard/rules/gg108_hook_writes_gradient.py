@@ -9,6 +9,7 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, CannotFix, FixContext
 from ..fixes.writes import InPlaceWrite, aug_to_binop, code, out_of_place, short
 from ..inference.events import Finding, HookWrite
+from ..inference.hooks import OutputWrite
 from ..knowledge.names import SHARING_ATTRS, VIEW_METHODS
 from ..messages import Message
 from ..statements import own_nodes
@@ -17,6 +18,37 @@ from .base import Example, Rule
 
 def check(write: HookWrite):
     if not isinstance(write, HookWrite):
+        return
+    if isinstance(write, OutputWrite):  # a forward hook's output that is a view of a parameter (inference/hooks.py)
+        parameter = write.parameter
+        made = [(parameter.origin, "the parameter is created here")] if parameter.origin is not None else []
+        yield Finding(
+            "GG108",
+            write.node,
+            Message.format(
+                "{how} writes the output this forward hook is given (registered with `register_forward_hook` on "
+                "{registered}) in place, with grad mode off; that output is a view of {parameter}, so torch lets the "
+                "write through and the parameter itself changes: every later forward, and its gradients, use the "
+                "written values, without an error. Write into a clone of the output (and return it from the hook).",
+                how=write.how, registered=write.registered, parameter=parameter.label),
+            related=[(write.registered, "the hook is registered here with `register_forward_hook`"), *made],
+            data={"hook_write": write},
+        )
+        return
+    if write.register.endswith(".backward"):  # a custom Function's backward (see inference/extension_points.py)
+        yield Finding(
+            "GG108",
+            write.node,
+            Message.format(
+                "{how} writes the gradient `{function}` is given (for the output of the `apply` on {applied}) in "
+                "place: torch hands a custom Function's backward the gradient tensor itself, which the backward of a "
+                "sum or residual also passes to its other inputs, and which is the caller's own tensor when given as "
+                "`grad_outputs` to `autograd.grad` or `backward()`; a branch autograd runs later, or the caller's "
+                "next use of that tensor, gets the written values, without an error. Return a new tensor instead.",
+                how=write.how, function=write.register, applied=write.registered),
+            related=[(write.registered, f"`{write.register.rsplit('.', 1)[0]}.apply` runs here")],
+            data={"hook_write": write},
+        )
         return
     yield Finding(
         "GG108",
