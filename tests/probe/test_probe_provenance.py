@@ -62,9 +62,10 @@ def _numpy_round_trip():
 
 
 def test_a_numpy_round_trip_is_followed_through_numpy():
+    # Reported where the values leave the graph (the line to change: keep the tensor), the rebuild as a note.
     findings, _ = _probe(_numpy_round_trip)
-    assert _lines(findings) == [_line_of("numpy-back")]
-    assert [n.site.line for n in findings[0].notes][0] == _line_of("numpy-read")
+    assert _lines(findings) == [_line_of("numpy-read")]
+    assert [n.site.line for n in findings[0].notes][0] == _line_of("numpy-back")
 
 
 def _tensor_of_losses():
@@ -92,8 +93,8 @@ def _tolist_rebuild():
 
 def test_tolist_values_rebuilt_on_a_later_line():
     findings, _ = _probe(_tolist_rebuild)
-    assert _lines(findings) == [_line_of("tolist-back")]
-    assert findings[0].origins[0].line == _line_of("tolist-read")
+    assert _lines(findings) == [_line_of("tolist-read")]
+    assert findings[0].origins[0].line == _line_of("tolist-back")
 
 
 def _reads_for_logging_and_control():

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import re
 
+import torch
+
 from .cuts import copy_raise_finding
 from .frames import UserCode, traceback_sites
+from .merge import MULTI_VIEW_NOTE, VIEW_NOTE
 from .model import Note, ProbeFinding, Site
-from .source import expression_at
+from .source import enclosing_function, expression_at, view_before
 from .tracer import Tracer, _inplace_origins
 
 # First match wins: the more specific messages come first.
@@ -51,7 +54,8 @@ def is_memory_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and bool(_MEMORY.search(str(exc).split("\n", 1)[0]))
 
 
-_NUMBER_BACKWARD = re.compile(r"^'(float|int)' object has no attribute 'backward'")
+# A Python number, or NumPy's (`np.mean` of a list of floats read out of the graph is a `numpy.float64`).
+_NUMBER_BACKWARD = re.compile(r"^'(float|int|numpy\.(?:float|int)\d*)' object has no attribute 'backward'")
 
 
 def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None) -> ProbeFinding | None:
@@ -91,10 +95,77 @@ def classify_exception(exc: BaseException, user: UserCode, tracer: Tracer | None
                 hooked = _backward_hook_finding(exc, user, tracer, sites, text, first)
                 if hooked is not None:
                     return hooked
+            if view and tracer is not None:
+                made = _views_made_elsewhere(exc.__traceback__, user, tracer, sites, text, first, view.group(1))
+                if made is not None:
+                    return made
+            if code == "GG003":
+                through = _view_of_parameter_finding(exc.__traceback__, user, sites, text, first)
+                if through is not None:
+                    return through
             return ProbeFinding(code, kind, sites[0], f"{what}; torch raises: {first}", torch_message=text,
                                 callers=tuple(sites[1:]), origins=origins, notes=notes,
                                 view_node=view.group(1) if view else None)
     return None
+
+
+def _view_of_parameter_finding(tb, user: UserCode, sites: list[Site], text: str, first: str) -> ProbeFinding | None:
+    """torch refuses an in-place write through a view of a leaf that requires grad; when the write goes through a
+    name bound on an earlier line to a view of a parameter (``b = conv.bias.view(n, -1)``, then ``b[:, 4] += c``:
+    editing a parameter's values in place, an initialisation), the line to change is where the view is taken (take
+    it of the detached parameter, or edit under torch.no_grad()).  The name's value at the raise must be a view
+    whose base is an ``nn.Parameter``; a view of another leaf (an input that requires grad) keeps the write's line."""
+    found = view_before(sites[0])
+    if found is None:
+        return None
+    view, name = found
+    value = frame = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if user.is_user(frame.f_code) and tb.tb_lineno == sites[0].line and frame.f_code.co_filename == sites[0].path:
+            value = frame.f_locals.get(name)
+        tb = tb.tb_next
+    del frame
+    if not isinstance(value, torch.Tensor) or not isinstance(value._base, torch.nn.Parameter):
+        return None
+    said = expression_at(view)
+    message = (f"`{said or 'this line'}` takes a view of a parameter (a leaf that requires grad), and the in-place "
+               f"write through it on line {sites[0].line} raises: {first.split('. ')[0]}; take the view of the "
+               "detached parameter (`.detach()`), or make the write under torch.no_grad()")
+    return ProbeFinding("GG003", "raised", view, message, torch_message=text, callers=tuple(sites[1:]),
+                        origins=(sites[0],), notes=(Note(sites[0], VIEW_NOTE),))
+
+
+def _views_made_elsewhere(tb, user: UserCode, tracer: Tracer, sites: list[Site], text: str, first: str,
+                          node: str) -> ProbeFinding | None:
+    """torch refuses an in-place write to one of several views of one tensor (``for t in batch``, ``split``); when
+    the write sits in a helper, another function than the one that made the views and handed one over (a
+    normalisation written for ordinary tensors), the line to change is where the views are made (iterate over a
+    detached or cloned tensor there).  The written tensor is found among the raising frame's local variables."""
+    raising = None
+    while tb is not None:
+        if user.is_user(tb.tb_frame.f_code):
+            raising = tb.tb_frame
+        tb = tb.tb_next
+    if raising is None:
+        return None
+    made = None
+    for value in list(raising.f_locals.values()):
+        if isinstance(value, torch.Tensor):
+            made = tracer.multi_view_site(value)
+            if made is not None:
+                break
+    del raising
+    if made is None or made == sites[0]:
+        return None
+    if made.path == sites[0].path and enclosing_function(made) == enclosing_function(sites[0]):
+        return None  # made and written in one function: the write's line is the one to change
+    said = expression_at(made)
+    message = (f"`{said or 'this line'}` makes several views of one tensor that requires grad ({node}; iterating a "
+               f"tensor unbinds it) and hands one to code that writes it in place on line {sites[0].line}, which torch "
+               f"refuses: {first.split('. ')[0]}; make the views of a detached tensor (or a clone) here")
+    return ProbeFinding("GG004", "raised", made, message, torch_message=text, callers=(),
+                        origins=tuple(sites), notes=(Note(sites[0], MULTI_VIEW_NOTE),), view_node=node)
 
 
 def _inference_finding(recorded: tuple, exc: BaseException, user: UserCode, text: str, first: str) -> ProbeFinding:

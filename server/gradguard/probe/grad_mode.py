@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .frames import UserCode, code_site, frame_site
 from .model import Site
@@ -58,6 +60,9 @@ class GradMode:
         self.marks: dict[int, Site] = {}
         self.inference: list = []  # the user's torch.inference_mode() blocks entered: (id of the frame, its site)
         self.inference_made: dict[int, Site] = {}  # storage key -> the block's line that led to making it
+        # storage key -> a weak reference to that storage: it keeps the key from being reused by another storage
+        # while the entry lives (a freed temporary's address given to a buffer made later), and says when it died.
+        self._made_refs: dict[int, Any] = {}
         self.inference_write: tuple | None = None  # (where the inference tensor was made, where it is written)
         self._originals: dict = {}
 
@@ -143,6 +148,10 @@ class GradMode:
                     continue
                 if key not in self.inference_made:
                     keys.append(key)
+                else:
+                    ref = self._made_refs.get(key)
+                    if ref is not None and ref.expired():
+                        keys.append(key)
         if not keys:
             return
         place = None
@@ -154,8 +163,18 @@ class GradMode:
         place = place or entry[1]
         for key in keys:
             self.inference_made[key] = place
+        for t in outs:
+            if isinstance(t, _Tensor):
+                try:
+                    key = t.untyped_storage()._cdata
+                    if key in keys:
+                        self._made_refs[key] = StorageWeakRef(t.untyped_storage())
+                except Exception:  # noqa: BLE001 - no storage
+                    continue
         while len(self.inference_made) > _MARKS:
-            del self.inference_made[next(iter(self.inference_made))]
+            key = next(iter(self.inference_made))
+            del self.inference_made[key]
+            self._made_refs.pop(key, None)
 
     def on_write(self, written, frame) -> None:
         """An in-place op outside inference mode is about to write ``written``: an inference tensor the user's block

@@ -129,7 +129,13 @@ STEP_NOTE = "the optimizer step that updates the parameters in place"
 ALIAS_NOTE = "the write through the second name"
 INPUT_NOTE = "the in-place write to the Function's input"
 MODULE_NOTE = "the module that writes in place runs in this call"
-_PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE)
+# A graph break placed where the values are read out of the graph (`.item()`, `.numpy()`), not where they come back.
+REBUILT_NOTE = "the values read out of the graph come back into tensor math here, as a constant"
+# A write through a view of a leaf placed where the view is taken, with the write torch refuses as the note.
+VIEW_NOTE = "the in-place write through the view, which torch refuses"
+# A write to one of several views, in a helper, placed where the views are made.
+MULTI_VIEW_NOTE = "the in-place write to one of the views, which torch refuses"
+_PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE)
 
 
 def _placed_at_order(f: ProbeFinding) -> bool:

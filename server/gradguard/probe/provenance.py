@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .frames import UserCode, frame_site, user_frame
+from .merge import REBUILT_NOTE
 from .model import Note, ProbeFinding, Site
 from .source import expression_at
 
@@ -320,8 +321,7 @@ class Provenance:
         if use.line == read.line and use.path == read.path:
             return (Rebuild(read, "a number read out of a tensor that requires grad goes back into tensor math"),)
         return (Rebuild(read, "a number read here out of a tensor that requires grad (`float()`, `.item()`) goes "
-                              f"back into tensor math on line {use.line}", use,
-                        "the number goes back into tensor math here"),)
+                              f"back into tensor math on line {use.line}", use, REBUILT_NOTE),)
 
     def _remember(self, value: float, site: Site) -> None:
         floats = self.floats
@@ -418,5 +418,8 @@ def _rebuild_at(site: Site, call: str, read: Site | None) -> Rebuild:
         return Rebuild(site, f"{call} copies the values of a tensor that requires grad into a new tensor")
     if read.path == site.path and read.line == site.line:
         return Rebuild(site, f"{call} builds a tensor of values read out of a tensor that requires grad")
-    return Rebuild(site, f"{call} builds a tensor of values read out of a tensor that requires grad on line "
-                         f"{read.line}", read, "the values are read out of the graph here")
+    # The values left the graph at the read: that is the line to change (keep the tensor there); the rebuild,
+    # where they come back as a constant, is a related location.
+    said = expression_at(read)
+    return Rebuild(read, f"{'`' + said + '`' if said else 'this line'} reads values out of a tensor that requires "
+                         f"grad, and {call} on line {site.line} builds a tensor of them", site, REBUILT_NOTE)

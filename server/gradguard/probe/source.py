@@ -192,6 +192,34 @@ def alias_before(site: Site) -> Site | None:
     return _unless_rebound(function, name, best, site, whole=True)
 
 
+# Tensor methods and attributes whose result is a view of the tensor they are called on (one view: not split/chunk).
+_VIEW_METHODS = frozenset(("view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute", "unsqueeze",
+                           "squeeze", "expand", "expand_as", "narrow", "select", "unflatten", "flatten", "swapaxes",
+                           "swapdims", "movedim", "diagonal", "as_strided", "unfold"))
+_VIEW_ATTRIBUTES = frozenset(("T", "mT", "H", "mH"))
+
+
+def _is_view_expression(value) -> bool:
+    if isinstance(value, ast.Subscript):
+        return True
+    if isinstance(value, ast.Attribute):
+        return value.attr in _VIEW_ATTRIBUTES
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _VIEW_METHODS
+
+
+def view_before(site: Site) -> tuple[Site, str] | None:
+    """For a write at ``site`` to a plain name (``b[:, 4] += v``, ``b.add_(v)``): the latest assignment
+    ``b = <view of something>`` before it in the same function (``b = m.bias.view(n, -1)``, ``b = w[:, :k]``,
+    ``b = w.T``), where the view the write goes through is taken, and the name.  None otherwise."""
+    found = _function_and_name(site)
+    if found is None:
+        return None
+    function, name = found
+    best = _latest_assignment(function, name, site, _is_view_expression)
+    view = _unless_rebound(function, name, best, site, whole=True)
+    return (view, name) if view is not None else None
+
+
 def _latest_assignment(function: ast.AST, name: str, site: Site, value_matches) -> ast.Assign | None:
     """The latest ``name = <value>`` that ends before ``site`` in ``function`` and whose value ``value_matches``."""
     best = None
@@ -241,6 +269,9 @@ def _written_name(statement) -> str | None:
     """The plain name a statement writes in place: ``x -= m``, ``x[i] = v``, ``x.sub_(m)``."""
     if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name):
         return statement.target.id
+    if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Subscript) \
+            and isinstance(statement.target.value, ast.Name):
+        return statement.target.value.id
     targets = statement.targets if isinstance(statement, ast.Assign) else []
     for target in targets:
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
@@ -249,4 +280,7 @@ def _written_name(statement) -> str | None:
         func = statement.value.func
         if isinstance(func, ast.Attribute) and func.attr.endswith("_") and isinstance(func.value, ast.Name):
             return func.value.id
+        if isinstance(func, ast.Attribute) and func.attr.endswith("_") and isinstance(func.value, ast.Subscript) \
+                and isinstance(func.value.value, ast.Name):
+            return func.value.value.id  # x[i].mul_(s)
     return None

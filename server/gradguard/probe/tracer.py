@@ -70,6 +70,9 @@ _STALE_WALK = 50_000
 _SCALAR = "scalar"  # _local_scalar_dense: item(), float(t), int(t), bool(t)
 _FRESH = "fresh"  # a tensor made from Python data: torch.tensor(...), from_numpy, new_tensor
 _DETACH = "detach"  # torch.tensor(t) and t.new_tensor(t) start with one (the probe's own detach skips the mode)
+_VIEWS = "views"  # ops that return several views of one tensor (unbind, iteration over a tensor, split, chunk)
+_MULTI_VIEW_OPS = frozenset(("unbind", "split", "split_with_sizes", "chunk", "tensor_split", "unsafe_split"))
+_MULTI_VIEWS_KEPT = 4096
 # OpOverload -> what _classify says about it.
 _WRITES: dict[Any, Any] = {}
 # The frame that runs a custom autograd.Function (``Function.apply``): it saves the tensors of
@@ -98,6 +101,8 @@ def _classify(func):
         spec = _FRESH
     elif name == "detach.default":
         spec = _DETACH
+    elif name.split(".")[0] in _MULTI_VIEW_OPS and not name.startswith("unsafe"):
+        spec = _VIEWS
     else:
         try:
             arguments = func._schema.arguments
@@ -282,6 +287,10 @@ class Conflict:
     # computed when known): see ``Tracer._stale_use``.
     step_nr: int = 0
     stale: tuple | None = None
+    # For an optimizer step whose change a backward ran into: the other optimizer steps (other lines) that changed
+    # saves of the same backward's graph (several steps between one forward and its backward); ``folded`` on those.
+    co_steps: list = field(default_factory=list)
+    folded: bool = False
 
 
 @dataclass
@@ -320,6 +329,9 @@ class Tracer(TorchDispatchMode):
         self.realized_now: list[Conflict] = []  # conflicts a backward used during the current backward call
         self.rebuilds: list[tuple[int, Site]] = []  # (code id, site) of tensors made from data or cut values
         self.scalar_reads: list[tuple[int, Site]] = []  # (code id, site) of `.item()`/`float(t)` reads, latest last
+        # The views an op that returns several views (unbind, split...) made of a tensor that requires grad, with grad
+        # mode on: id -> (a weak reference, the user's site that made them); torch refuses in-place writes to them.
+        self.multi_views: dict[int, tuple[weakref.ref, Site]] = {}
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
         self.provenance = Provenance(user, self.graph_breaks, self.internal_errors)
         self.untracked = UntrackedWrites()  # writes autograd does not record, to tensors of a live graph
@@ -442,8 +454,24 @@ class Tracer(TorchDispatchMode):
                     for c in realized:
                         if c.code_hint == "GG101" and c.stale is None and codes:
                             c.stale = self._stale_use(c, roots, codes)
+                    self._steps_of_one_graph(realized, roots)
                 except Exception as exc:  # noqa: BLE001
                     self.internal_errors.append(f"graph: {type(exc).__name__}: {exc}")
+
+    def _steps_of_one_graph(self, realized: list["Conflict"], roots) -> None:
+        """For each optimizer step a backward ran into: the other steps (other lines) that changed saves of the graph
+        under the same roots -- several steps between a forward and its backward."""
+        steps = [c for c in realized if c.code_hint == "GG101" and not c.co_steps]
+        if not steps:
+            return
+        others = [c for c in self.conflicts.values() if c.code_hint == "GG101" and c.nodes]
+        if len(others) < 2:
+            return
+        reached = _graph_sequence_nrs(roots)
+        for c in steps:
+            here = (c.sites[0].path, c.sites[0].line)
+            c.co_steps = [o for o in others if o is not c and (o.sites[0].path, o.sites[0].line) != here
+                          and any(nrs & reached for nrs in o.nodes.values())]
 
     def _function_save(self, original):
         """``ctx.save_for_backward`` of a custom Function, watched: torch packs the tensors only after the forward
@@ -1114,6 +1142,13 @@ class Tracer(TorchDispatchMode):
                         self.provenance.read_scalar(out, frame)
                         self.scalar_reads.append((id(frame.f_code), self.cut.site))
                         del self.scalar_reads[:-20]
+            elif kind is _VIEWS:
+                if args and isinstance(args[0], _Tensor) and args[0].requires_grad and torch.is_grad_enabled() \
+                        and isinstance(out, (tuple, list)) and len(out) > 1:
+                    frame = self._user_frame(sys._getframe(1))
+                    if frame is not None:
+                        self._remember_views(out, frame_site(frame))
+                    del frame
             elif kind is _FRESH or (kind is _DETACH and args[0].requires_grad and torch.is_grad_enabled()):
                 frame = self._user_frame(sys._getframe(1))
                 if frame is not None:
@@ -1132,6 +1167,26 @@ class Tracer(TorchDispatchMode):
 
     def _user_frame(self, frame):
         return user_frame(frame, self.user)
+
+    def _remember_views(self, views, site: Site) -> None:
+        table = self.multi_views
+        for t in views:
+            if isinstance(t, _Tensor):
+                key = id(t)
+
+                def forget(ref, key=key):
+                    entry = table.get(key)
+                    if entry is not None and entry[0] is ref:
+                        del table[key]
+
+                table[key] = (weakref.ref(t, forget), site)
+        while len(table) > _MULTI_VIEWS_KEPT:
+            del table[next(iter(table))]
+
+    def multi_view_site(self, t) -> Site | None:
+        """Where the user's code made ``t`` as one of several views of a tensor that requires grad, or None."""
+        entry = self.multi_views.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
 
     def _after_cut(self, func, args) -> None:
         """The op right after a value was read out of the graph: on the same line, does the value go
@@ -1172,6 +1227,11 @@ class Tracer(TorchDispatchMode):
         found = list(self.unexplained.values()) + list(self.graph_breaks.values())
         placed: dict[tuple, int] = {}  # several writes placed at one line (an alias, a module): one finding there
         for c in self.conflicts.values():
+            if c.co_steps and c.stale is None and not c.folded:
+                _forward_before_steps(c)  # folds the other steps into this one's finding, before they are reported
+        for c in self.conflicts.values():
+            if c.folded:
+                continue
             finding = self._finding(c)
             if finding is None:
                 continue
@@ -1278,6 +1338,24 @@ class Tracer(TorchDispatchMode):
                                 op=c.op, count=c.count, saves=tuple(saves),
                                 backward=c.backward[0] if c.backward else None)
         order = _order_to_change(c) if code == "GG101" and c.realized is not None else None
+        forward = _forward_before_steps(c) if order is None and code == "GG101" and c.stale is None else None
+        if forward is not None:
+            # Several optimizer steps (different lines) change weights one graph saved, all between its forward and
+            # its backward: the one line to change is the forward (compute it after the steps), not each step.
+            place, steps = forward
+            said = expression_at(place)
+            lines = ", ".join(str(site.line) for site in steps)
+            where = f" on line {c.backward[0].line}" if c.backward else ""
+            message = (f"`{said or 'this line'}` builds a graph whose saved weights {len(steps)} optimizer steps "
+                       f"(lines {lines}) then update in place, before its backward{where} runs: compute it after "
+                       "the steps. " + message)
+            notes.insert(0, Note(c.sites[0], STEP_NOTE))
+            for other in reversed([site for site in steps if site != c.sites[0]]):
+                notes.insert(1, Note(other, "another optimizer step that updates weights this graph saved"))
+            return ProbeFinding(code, kind, place, message, severity=severity, torch_message=c.torch_message,
+                                notes=tuple(notes), callers=tuple(c.sites[1:]),
+                                origins=tuple(steps) + tuple(c.origins), op=c.op, count=c.count,
+                                saves=tuple(saves), backward=c.backward[0] if c.backward else None)
         if order is None and code == "GG101" and c.stale is not None and c.stale[0] not in c.sites:
             # The backward's graph was built after the step, around a value computed before it: the line to change
             # is where that stale value joined the new graph (compute it again after the step, or detach it).
@@ -1342,6 +1420,33 @@ def _function_input_alias(frame, written, site: Site, user: UserCode) -> tuple |
         return None
     name = getattr(apply.f_locals.get("cls"), "__name__", None) or "Function"
     return rebound, name
+
+
+def _forward_before_steps(c: Conflict) -> tuple[Site, list[Site]] | None:
+    """For an optimizer step ``c`` (its own line in the function that runs the backward) whose graph other steps
+    (``c.co_steps``, other lines of that function) also changed: the line of that function that ran the forward
+    which saved the weights, when it comes before every one of the steps, and the steps' lines, in order.  The
+    other steps are folded into this finding.  None when there is one step, or the forward comes between them."""
+    if not c.co_steps or not c.backward or not c.realized_chain or c.folded:
+        return None
+    step = c.sites[0]
+    backward = c.backward[0]
+    function = enclosing_function(step)
+    if function is None or backward.path != step.path or enclosing_function(backward) != function:
+        return None
+    steps = [step] + [o.sites[0] for o in c.co_steps if o.sites[0].path == step.path
+                      and enclosing_function(o.sites[0]) == function and o.sites[0].line < backward.line]
+    steps = sorted({site.line: site for site in reversed(steps)}.values(), key=lambda site: site.line)
+    if len(steps) < 2:
+        return None
+    forward = next((code_site(*entry) for entry in c.realized_chain
+                    if entry[0].co_filename == step.path and enclosing_function(code_site(*entry)) == function), None)
+    if forward is None or forward.line >= steps[0].line:
+        return None
+    for o in c.co_steps:
+        if o.sites[0].line in {site.line for site in steps} and o.sites[0].path == step.path:
+            o.folded = True
+    return forward, steps
 
 
 def _order_to_change(c: Conflict) -> tuple[Site, Site, list[Site]] | None:
