@@ -222,7 +222,15 @@ functions overwrite their input.  That is safe after ops that do not keep their 
 BatchNorm, Linear, add), and wrong after ops that do (`sigmoid`, `tanh`, `exp`, `softmax`, another
 `relu`) or when a later op kept the input: `backward()` then raises `one of the variables needed for
 gradient computation has been modified by an inplace operation`.  gradguard reports a module where it
-is constructed (the line to change), with the call that applies it as a related location.
+is constructed (the line to change), with the call that applies it as a related location.  In-place forms
+can keep what their out-of-place twins do not: `leaky_relu`, `elu`, `selu` and `celu` save their input, but
+their in-place forms save their result, so an in-place dropout after `nn.LeakyReLU(inplace=True)` raises.
+
+A forward hook that keeps a module's output (`features.append(output)`, `self.acts[name] = output`) keeps
+the tensor itself; an in-place activation after that module overwrites it.  What the hook kept then holds the
+activation's values, and autograd takes it for the activation's output: a loss computed from it, or
+`autograd.grad` asked about it, gives the activation's gradients, not the layer's, without an error.  That is
+reported where the hook keeps the output (`output.clone()` there fixes it).
 """,
     fix_advice="Pass `inplace=False` (or drop the keyword) to a module or function that takes it; call the "
     "out-of-place twin of one whose name ends in `_` (`F.relu` for `F.relu_`, `F.leaky_relu` for `F.leaky_relu_`: "

@@ -219,6 +219,15 @@ sum of losses, token plus position embeddings) hands the *same* tensor to both i
 it in place (`g.clamp_()`, `g.mul_()`, `g[mask] = 0`, `grad_output[0].mul_()`) changes the gradient of the
 other branch too when autograd runs that branch after the hook (the branch made earlier in the forward),
 and nothing raises.  torch's docs say a hook must not modify its argument.
+
+A custom `torch.autograd.Function`'s `backward(ctx, grad)` is handed the gradient the same way: a write to
+`grad` there changes the other terms of a sum the Function's output is in, or the caller's own tensor when it
+was given as `grad_outputs` to `autograd.grad` (reused for the next batch, it is now the written one).
+
+A forward hook (`m.register_forward_hook(f)`) is handed the module's output itself.  When that output is a view
+of a parameter (a module that returns `self.table[:n]`, `self.weight.t()` or an `einops.repeat` of it), a write
+to it under `torch.no_grad()` changes the parameter: every later forward and its gradients use the written
+values, without an error.
 """,
     fix_advice="""
 Return the new gradient instead of writing it: `lambda g: g.clamp(-c, c)`, `return (grad_output[0] * s,)`.
@@ -227,9 +236,9 @@ Return the new gradient instead of writing it: `lambda g: g.clamp(-c, c)`, `retu
     check=check,
     fix=fix,
     when_wrong="""
-Where the gradient a hook gets is not shared (a parameter's, or an op's fresh output), the write happens to
-do what a returned gradient would; it is still flagged, as that depends on torch's internals.  When the
-gradient is an expanded tensor (from `.sum()`), torch raises instead.
+Where the gradient a hook or a Function's backward gets is not shared (a parameter's, or an op's fresh
+output), the write happens to do what a returned gradient would; it is still flagged, as that depends on
+torch's internals.  When the gradient is an expanded tensor (from `.sum()`), torch raises instead.
 """,
     invalid=(
         Example(
