@@ -442,6 +442,10 @@ class CallsMixin:
             return UNKNOWN
         if q in ("torch.autograd.backward", "torch.autograd.grad"):
             target = args[0] if args else kwargs.get("outputs", kwargs.get("tensors", UNKNOWN))
+            position = 2 if q == "torch.autograd.grad" else 1  # of `grad_outputs` / `grad_tensors`
+            given = args[position] if len(args) > position else kwargs.get("grad_outputs", kwargs.get("grad_tensors"))
+            if isinstance(given, (Tensor, TensorSeq)) and self.gradient_writes:  # the caller's gradient tensors
+                self.gradient_shared(target.items if isinstance(target, TensorSeq) else [target])
             self._backward(target, node, self._keyword_bool(node, "retain_graph", False)
                            or self._keyword_bool(node, "create_graph", False))
             if q == "torch.autograd.grad":
@@ -589,6 +593,8 @@ class CallsMixin:
         args = self._keywords_in_place(name.rstrip("_") if name.endswith("_") and not name.endswith("__") else name,
                                        [tensor, *positional], kwargs, offset=0)
         if name == "backward":
+            if (positional or "gradient" in kwargs) and self.gradient_writes:  # `out.backward(g)`: the caller's g
+                self.gradient_shared([tensor])
             self._backward(tensor, node, self._keyword_bool(node, "retain_graph", False)
                            or self._keyword_bool(node, "create_graph", False))
             return UNKNOWN
@@ -702,6 +708,8 @@ class CallsMixin:
     # --------------------------------------------------------- op semantics
     def apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
         """An out-of-place op: propagate requires_grad and graph, and record what its backward saves."""
+        if self.gradient_writes:
+            self.summed_terms(name, args)  # a custom Function's output that shares its gradient in a sum
         result = self._apply_op(name, args, node, label)
         return self.note_stale_use(node, args, result) if self.stale else result
 

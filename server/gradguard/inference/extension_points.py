@@ -15,9 +15,10 @@
   without a copy).  It is run here, when ``apply`` makes outputs that require grad, on stand-ins for those
   gradients and on separate copies of the saved tensors (same storages by id, their own version counters, so
   the forward's state does not change):
-  - an in-place write to a gradient argument is a ``HookWrite`` (GG108): torch passes a Function's backward the
-    gradient tensor itself, which the backward of a sum passes to its other inputs too, or which is the
-    ``grad_outputs`` tensor the caller gave ``backward()``/``autograd.grad``;
+  - an in-place write to a gradient argument is a ``HookWrite`` (GG108) once that gradient is known to be
+    shared: torch passes a Function's backward the gradient tensor itself, which is the one the backward of a
+    sum the output is a term of passes to the other term too (``gradient_shared``), or the ``grad_outputs``
+    tensor the caller gave ``backward()``/``autograd.grad`` for that output;
   - an in-place write to a saved tensor is a ``Mutation`` when an op *upstream* of the Function (one whose save
     is in that input's graph: the op that made it) saved the same memory.  Autograd runs an op's backward only
     after the backwards of everything computed from its output, so that op reads the written memory and raises.
@@ -130,12 +131,14 @@ class ExtensionPointsMixin:
         for name, length in events.items():
             del getattr(self, name)[length:]
         where = f"`{info.name}.backward`"
-        grads = {g.storage.id for g in gradients if isinstance(g, Tensor)}
+        grads = {g.storage.id: o for g, o in zip(gradients, items) if isinstance(g, Tensor)}
         for m in writes:
             if m.kind != "write":
                 continue
-            if m.target.storage.id in grads:
-                self.hook_writes.append(HookWrite(m.node, m.how, node, f"{info.name}.backward"))
+            if m.target.storage.id in grads:  # reported once the gradient is known to be shared (see below)
+                output = grads[m.target.storage.id]
+                held = self.gradient_writes.setdefault(id(output), (output, []))[1]
+                held.append(HookWrite(m.node, m.how, node, f"{info.name}.backward"))
                 continue
             copy = next((c for c in saved_copies if isinstance(c, Tensor) and c.storage is m.target.storage), None)
             if copy is None:
@@ -181,6 +184,27 @@ class ExtensionPointsMixin:
                 role = "input" if tensor.storage.id in ctx.inputs else "output"  # or a tensor made in the forward
                 ctx.saves.append(self._save(tensor, f"{ctx.function}.apply", role, node, rg == Grad.YES))
         return UNKNOWN
+
+    @property
+    def gradient_writes(self) -> dict[int, tuple[Tensor, list[HookWrite]]]:
+        """Outputs of a custom Function whose backward writes the gradient it is given, by ``id`` of the output
+        tensor, with those writes: reported (GG108) once something hands that backward a gradient it shares."""
+        return self.__dict__.setdefault("_gradient_writes", {})
+
+    def gradient_shared(self, values: list[Value]) -> None:
+        """``values`` get a gradient that is not theirs alone: the terms of a sum (``a + b`` hands its gradient
+        itself to both) or the outputs ``autograd.grad``/``backward()`` is given ``grad_outputs`` for (the
+        caller's tensor).  A Function output among them: its backward's writes to that gradient are events."""
+        for value in values:
+            entry = self.gradient_writes.pop(id(value), None) if isinstance(value, Tensor) else None
+            if entry is not None and entry[0] is value:
+                self.hook_writes.extend(entry[1])
+
+    def summed_terms(self, name: str, args: list[Value]) -> None:
+        """An ``add`` of two tensors that require grad: its backward passes the same gradient to both."""
+        if name == "add" and self.gradient_writes and sum(
+                isinstance(a, (Tensor, Derived)) and a.requires_grad != Grad.NO for a in args) > 1:
+            self.gradient_shared(args)
 
     # ------------------------------------------------------------------ full backward hooks
     def register_backward_hook(self, module: ModuleValue, node: ast.Call) -> HookHandle:
