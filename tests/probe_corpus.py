@@ -19,9 +19,6 @@ PROBE_ONLY = all_fixtures(Path(__file__).parent / "fixtures" / "probe_only")
 # Positives the probe does not confirm at their marked line yet, by why (issue 14, probe side).  Both the probe's fixture test
 # and the agreement test read this; an entry the probe starts confirming fails them (delete it then).
 PROBE_BLIND: dict[str, str] = {
-    "GG103/pos_numpy_mean_of_item_losses_backward": (
-        "`.backward()` on NumPy's mean raises AttributeError before any autograd call: the tracer sees the "
-        "numbers leave the graph but no backward to tie them to"),
     "GG001/pos_queue_buffer_read_then_enqueued": (
         "the probe places the finding at the in-place update of the buffer; the static analysis at the op that "
         "read the buffer by reference (the update is meant); `check --probe` merges them"),

@@ -12,10 +12,12 @@ import collections
 
 from ..knowledge import OpInfo
 from ..knowledge.names import (
+    CONTIGUOUS_RESULTS,
     DISTRIBUTIONS_SAVING_LOGITS,
     FACTORIES,
     GRAPH_REBUILDING_FACTORIES,
     JOINING,
+    MAYBE_VIEW_METHODS,
     MODULE_RETURNING_METHODS,
     NOT_TENSOR_METHODS,
     SAME_TENSOR_METHODS,
@@ -607,6 +609,8 @@ class CallsMixin:
             detached = self._cut(node, tensor, "`.detach()`")
             detached.detached_from = graph_tensor_behind(tensor)  # shares the memory and the version counter
             return detached
+        if name == "detach_":
+            return self.detach_in_place(tensor, node)
         if name == "numpy":
             return self._numpy_view(tensor, node)
         if name in ("item", "tolist"):
@@ -783,9 +787,11 @@ class CallsMixin:
         if info is not None and info.view and base is not None:
             result = self._view(base, node)
             result.graph = graph | frozenset(saves)
+            result.maybe_copy = name in MAYBE_VIEW_METHODS and not (
+                name in ("reshape", "reshape_as") and base.contiguous and base.base is None)
         else:
             result = Tensor(Storage(), rg, leaf=not rg, graph=graph | frozenset(saves), origin=node,
-                            label=f"the output of `{label}`")
+                            label=f"the output of `{label}`", contiguous=name in CONTIGUOUS_RESULTS)
         if info is not None and rg and saves_result:
             cond = self._cond_grad(args, saves_result)
             if cond:

@@ -60,7 +60,10 @@ class Mutation:
     functional_inplace: bool = False  # F.relu(x, inplace=True), F.relu_(x)
     pending: list[Save] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)  # filled by the engine
-    kind: str = "write"  # "write"; "step" (optimizer.step() updating parameters); "data" (through .data)
+    kind: str = "write"  # "write"; "step" (optimizer.step() updating parameters); "data" (through .data);
+    # "detach" (`t.detach_()`: no write, but torch refuses it on a view, and on a tensor saved as an input)
+    # A `.detach_()` on a tensor certainly a view (torch refuses it at once: "Can't detach views in-place").
+    refused_view: bool = False
     grad_mode_known: bool = True  # False when grad mode here depends on a caller we cannot see
     element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
     value_grad: Grad = Grad.NO  # whether the values written in require grad (grad mode on)

@@ -103,6 +103,11 @@ def _few_of_each(saves) -> list[Save]:
     return sorted((s for group in groups.values() for s in group), key=lambda s: s.id)
 
 
+def _certainly_a_view(tensor: Tensor) -> bool:
+    """A view for torch too: made by basic indexing or a view op, not by one that may copy instead."""
+    return tensor.base is not None and not tensor.maybe_copy
+
+
 def _store(container: TensorSeq | TensorMap, index: ast.expr, value: Value) -> None:
     """``xs[i] = value`` at a constant index or key the container has; nothing otherwise."""
     key = _const_key(index)
@@ -238,7 +243,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         return normalize(q) if q else None
 
     def _save(self, tensor: Tensor, op: str, role: str, node: ast.AST, certain: bool) -> Save:
-        save = Save(tensor.storage, tensor.storage.version, op, role, node, certain, path=self.frame_sites)
+        save = Save(tensor.storage, tensor.storage.version, op, role, node, certain, path=self.frame_sites,
+                    of_view=tensor.base is not None)
         self.saves.add(save)
         return save
 
@@ -1085,6 +1091,23 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.breaks.append(GraphBreak(node, f"{how} and the arithmetic on its result", sources, marker,
                                       certain=value.requires_grad == Grad.YES or bool(value.lost_sources)))
         return NumberFrom(sources, node, frozenset({marker}))
+
+    def detach_in_place(self, tensor: Tensor, node: ast.AST) -> Tensor:
+        """``t.detach_()``: torch refuses it at once on a view; on a tensor that an op saved as an input (not as its
+        output), the backward that unpacks that save raises.  Either way ``t`` is a leaf from here on."""
+        if self.inline_record:
+            pending = [] if tensor.base is not None else [
+                s for s in self.saves.on({tensor.storage.id})
+                if not s.consumed and s.role != "output" and not s.of_view and s.version == tensor.storage.version]
+            mutation = Mutation(node, snapshot(tensor), "`.detach_()`", self.state.grad_enabled, self._next(),
+                                pending=pending, kind="detach", grad_mode_known=self.grad_mode_known,
+                                refused_view=_certainly_a_view(tensor))
+            if self.inline_frames:
+                mutation.frames = list(self.inline_frames)
+            mutation.written_through = _written_through(node)
+            self.mutations.append(mutation)
+        tensor.requires_grad, tensor.leaf, tensor.graph = Grad.NO, True, frozenset()
+        return tensor
 
     def _number_backward(self, number: NumberFrom, node: ast.AST) -> None:
         """``loss.backward()`` on a Python number or NumPy value computed from values read out of tensors: it has

@@ -45,6 +45,7 @@ class Save:
     consumed: bool = False  # a backward without retain_graph freed it
     id: int = field(default_factory=lambda: next(_ids))
     path: tuple[ast.AST, ...] = ()  # the followed calls' sites, outermost first, that the op ran inside
+    of_view: bool = False  # the saved tensor is a view (another tensor than its storage's base)
 
 
 MAX_TERMS = 16  # terms of a sum a loss keeps apart (a longer sum's later terms are not told apart)
@@ -86,6 +87,11 @@ class Tensor:
     # A sum (a loss): the graphs of its terms (a nested sum's own terms), at most ``MAX_TERMS``, to tell which
     # of them reaches the parameters an optimizer then steps.
     terms: tuple[frozenset[int], ...] = ()
+    # Made by an op whose result is a new contiguous tensor whatever its inputs' layout (`torch.stack`, `cat`).
+    contiguous: bool = False
+    # A view by an op that returns one only when the layout allows (`reshape` of what may not be contiguous,
+    # `flatten`, `contiguous`): it may be a copy (or the input itself).
+    maybe_copy: bool = False
 
     def root(self) -> "Tensor":
         t = self

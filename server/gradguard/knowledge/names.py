@@ -162,3 +162,9 @@ NUMPY_OUT_TWINS = {
     "log": "{t}.log()",
     "tanh": "{t}.tanh()",
 }
+
+# Methods whose result is a view of the receiver only when its layout allows (else a copy, or the receiver
+# itself): torch 2.13 lets `.detach_()` run on a copy and refuses it on a view.
+MAYBE_VIEW_METHODS = frozenset({"reshape", "reshape_as", "flatten", "contiguous"})
+# torch functions whose result is a new contiguous tensor whatever their inputs' layout: a `.reshape()` of it is a view.
+CONTIGUOUS_RESULTS = frozenset({"stack", "cat", "concat", "concatenate"})

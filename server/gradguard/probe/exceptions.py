@@ -31,7 +31,8 @@ _IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
     (re.compile(r"does not require grad and does not have a grad_fn"), "GG103",
      "backward() on a tensor cut off from the graph (a graph break)"),
     (re.compile(r"Can't detach views in-place"), "GG103",
-     "in-place `.detach_()` of a view (torch cannot cut a view's history in place; `x = x.detach()` does it)"),
+     "in-place `.detach_()` of a view (torch cannot cut a view's history in place; rebinding the name to the "
+     "result of `.detach()` does it)"),
     (re.compile(r"modified by an inplace operation"), "GG001",
      "backward() raised because a tensor saved for backward was modified in place"),
     (re.compile(r"Can't call numpy\(\) on Tensor that requires grad"), "GG103",

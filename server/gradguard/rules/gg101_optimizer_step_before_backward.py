@@ -17,7 +17,7 @@ from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_ra
 
 
 def check(mutation: Mutation):
-    if not isinstance(mutation, Mutation) or mutation.kind == "data":
+    if not isinstance(mutation, Mutation) or mutation.kind in ("data", "detach"):
         return
     written = mutation.target.group or (mutation.target,)
     is_update = mutation.kind == "step" or (

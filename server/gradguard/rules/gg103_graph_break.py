@@ -5,21 +5,29 @@ from __future__ import annotations
 import ast
 import re
 
-from ..diagnostics import Fix, Severity
+from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.writes import cst_mod, parse_expr
-from ..inference.events import Finding, GraphBreak, InertFlag, ReplacedParameter
+from ..fixes.writes import cst_mod, parse_expr, short
+from ..inference.events import Finding, GraphBreak, InertFlag, Mutation, ReplacedParameter
 from ..inference.values import Tensor
 from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_TWINS
 from ..messages import Message
 from ..statements import block_of
 from .base import Example, Rule
+from .common import first_conflict
 
 MESSAGE = "element 0 of tensors does not require grad and does not have a grad_fn"
 
 
+DETACHED_VIEW_MESSAGE = "Can't detach views in-place. Use detach() instead."
+DETACHED_SAVED_MESSAGE = "Trying to use a saved tensor that has been detached in-place"
+
+
 def check(event):
+    if isinstance(event, Mutation) and event.kind == "detach":
+        yield from _check_detach_in_place(event)
+        return
     if isinstance(event, InertFlag):
         yield from _check_flag(event)
         return
@@ -49,6 +57,40 @@ def check(event):
         certain=event.certain,
         related=[(sink.node, "the backward that loses this gradient")],
         data={"of_tensor": True} if event.of_tensor else {},
+    )
+
+
+def _check_detach_in_place(mutation: Mutation):
+    """``t.detach_()`` where torch refuses it: on a view at once, and on a tensor an op saved as an input when the
+    backward unpacks that save (the truncation it was meant for never happens: it cuts no graph already built)."""
+    if mutation.refused_view:
+        yield Finding(
+            "GG103",
+            mutation.node,
+            Message.format(
+                '`.detach_()` on a view of {label}; torch raises here: "{torch}" Rebind the name '
+                "to a detached copy instead (`x = x.detach()`).", label=mutation.target.label,
+                torch=DETACHED_VIEW_MESSAGE),
+            related=[(mutation.target.origin, "the view is made here")] if mutation.target.origin else [],
+            mutation=mutation, data={"detach": True},
+        )
+        return
+    conflict = first_conflict(mutation)
+    if conflict is None or conflict.sink.kind != "backward":
+        return
+    save = conflict.save
+    yield Finding(
+        "GG103",
+        mutation.node,
+        Message.format(
+            '`.detach_()` detaches {label} in place, but `{op}` on {saved} saved it as an input for backward, so the '
+            'backward on {sink} raises "{torch}": detaching in place does not cut the graph already built from it. '
+            "Detach out of place where the value is handed on (`h = h.detach()`) to truncate the history.",
+            label=mutation.target.label, op=save.op, saved=save.node, sink=conflict.sink.node,
+            torch=DETACHED_SAVED_MESSAGE),
+        certain=save.certain and mutation.grad_mode_known,
+        related=[(save.node, f"{save.op} saves it for backward here"), (conflict.sink.node, "backward raises here")],
+        mutation=mutation, data={"detach": True},
     )
 
 
@@ -189,6 +231,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses);
     a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops;
     drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
+    if finding.data.get("detach"):
+        return _detach_out_of_place(ctx, finding)
     if finding.data.get("cut"):
         return _let_gradient_through(ctx, finding)
     if finding.data.get("flag"):
@@ -197,6 +241,28 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return _keep_tensors_in_arithmetic(ctx, finding)
     except CannotFix:
         return _keep_rebuilt_tensor(ctx, finding)
+
+
+def _detach_out_of_place(ctx: FixContext, finding: Finding) -> Fix:
+    """``x.detach_()`` as a statement becomes ``x = x.detach()``: the name holds a detached copy, what was built
+    from the old value keeps its graph.  Safe for a view (torch refused the original outright); unsafe for a
+    saved tensor, whose earlier uses keep their whole history (no truncation happens there)."""
+    call = finding.node
+    stmt = ctx.statement_of(call)
+    if not (isinstance(stmt, ast.Expr) and stmt.value is call and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords):
+        raise CannotFix("the `.detach_()` is not a statement of its own")
+    receiver = ctx.source(call.func.value)
+    if not _NAME_CHAIN.fullmatch(receiver) and not isinstance(call.func.value, ast.Subscript):
+        raise CannotFix("the detached value is not a name, attribute or element")
+    ctx.require_own_lines(stmt)
+    line, column, end_line, end_column = ctx.char_range(stmt)
+    edit = TextEdit(line, column + 1, end_line, end_column + 1, f"{receiver} = {receiver}.detach()")
+    view = finding.mutation is not None and finding.mutation.refused_view
+    title = f"Detach out of place: `{short(receiver)} = {short(receiver)}.detach()`"
+    if not view:
+        title += " (unsafe: what was computed from it before keeps its whole history)"
+    return Fix(title, view, (edit,))
 
 
 _FACTORIES = tuple(f"torch.{name}" for name in sorted(GRAPH_REBUILDING_FACTORIES))
@@ -674,6 +740,15 @@ stay None and they never learn.  It is also flagged when one term of such a loss
 and reaches none of the parameters the steps after that backward update, while the loss's other terms reach
 them: the generator's loss scoring `D(fake.detach())` beside an L1 term, stepped by the generator's optimizer,
 trains the generator on the L1 term alone.
+
+`t.detach_()` is the in-place spelling of a cut, and torch refuses it in two places: on a view (indexing,
+`transpose`, a `reshape` of a contiguous tensor...) at once ("Can't detach views in-place"), and on a tensor an
+earlier op saved as an input, when the backward unpacks that save ("Trying to use a saved tensor that has been
+detached in-place"): detaching in place never cuts a graph already built from the tensor, so it does not
+truncate a recurrent state's history either.  `t = t.detach()` is the spelling that works.
+
+A loss computed as a Python number (`loss -= log_prob.item() * reward`, `np.mean([float(l) for l in losses])`)
+has no `backward`: Python raises AttributeError there, and the line that read the values out is the one to change.
 
 `module.requires_grad = False` on an `nn.Module` is the same silence from the other side: a module has no
 `requires_grad` of its own (the method `requires_grad_()` is what reaches its parameters), so the assignment
