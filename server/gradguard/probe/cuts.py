@@ -52,6 +52,9 @@ class Cut:
     # Where a scalar computed only from the cut's result was added to a scalar that requires grad (a loss
     # term summed into the loss): that term is dead, whatever else the backward trains.
     dead: Site | None = None
+    # For a value computed with grad mode off from one that requires grad (the line in the function that switched it
+    # off): the line of that switch.  Such a cut is judged only as a dead loss term.
+    nograd: Site | None = None
 
 
 @dataclass
@@ -145,6 +148,19 @@ class Cuts:
         cut.fed, cut.judged = None, False
         self._mark(out, (cut,))
 
+    def on_nograd(self, out, site: Site, switch: Site) -> None:
+        """``out`` was computed with grad mode off (switched off by the user on line ``switch``) from a tensor that
+        requires grad and has a graph, at ``site`` (the line, in the function that switched it off, that led to it):
+        a cut whose result, summed alone into a loss, is a dead term."""
+        key = ("nograd", site.path, site.line)
+        cut = self.cuts.get(key)
+        if cut is None:
+            if len(self.cuts) >= _CUTS:
+                return
+            cut = self.cuts[key] = Cut(site, nograd=switch)
+        cut.fed = None
+        self._mark(out, (cut,))
+
     @staticmethod
     def is_copy(leaf, out) -> bool:
         """``out``, made with grad mode off from ``leaf`` (a leaf that requires grad), can take the leaf's place
@@ -230,6 +246,10 @@ class Cuts:
         summed = expression_at(cut.dead)
         where = f"`{summed}` on line {cut.dead.line}" if summed else f"line {cut.dead.line}"
         at = f" at line {backward.line}" if backward else ""
+        if cut.nograd is not None:
+            switched = "here" if cut.nograd == cut.site else f"on line {cut.nograd.line}"
+            what = (f"{what if said else 'this line'} runs with grad mode off (switched off {switched}) on a value that "
+                    "requires grad, which")
         message = (f"{what} cuts the graph, and the loss term computed only from its result is added to the loss at "
                    f"{where}: that term has no gradient, so the backward(){at} trains nothing through it (it only "
                    "shifts the loss value)")

@@ -135,7 +135,9 @@ REBUILT_NOTE = "the values read out of the graph come back into tensor math here
 VIEW_NOTE = "the in-place write through the view, which torch refuses"
 # A write to one of several views, in a helper, placed where the views are made.
 MULTI_VIEW_NOTE = "the in-place write to one of the views, which torch refuses"
-_PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE)
+# An embedding made with max_norm renormalises its weight in place when called: placed at the earlier use that saved it.
+RENORM_NOTE = "the embedding (made with max_norm) renormalises its weight in place in this call"
+_PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE)
 
 
 def _placed_at_order(f: ProbeFinding) -> bool:

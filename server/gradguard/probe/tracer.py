@@ -47,7 +47,7 @@ from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
 from .grad_mode import GradMode
 from .module_flags import ModuleFlags
-from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, STEP_NOTE
+from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, STEP_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
@@ -895,8 +895,23 @@ class Tracer(TorchDispatchMode):
 
     def _no_grad_op(self, args, out) -> None:
         """An op that writes nothing, run with grad mode off: on a leaf that requires grad, by the user's code
-        (not an optimizer's), its result may be a copy standing for that leaf (GG109, ``Cuts.is_copy``)."""
+        (not an optimizer's), its result may be a copy standing for that leaf (GG109, ``Cuts.is_copy``); on a tensor
+        with a graph, under a switch the user's code made, its result is a cut (``Cuts.on_nograd``)."""
         try:
+            off = self.grad_mode.off
+            if off is not None and isinstance(out, _Tensor) and not out.requires_grad:
+                for a in args:
+                    try:
+                        if a.__class__ is list or a.__class__ is tuple:
+                            a = next((b for b in a if isinstance(b, _Tensor) and b.requires_grad), None)
+                        graph = isinstance(a, _Tensor) and a.requires_grad and a.grad_fn is not None
+                    except RuntimeError:  # a view made under no_grad whose base was written in grad mode
+                        continue
+                    if graph:
+                        site = _switched_line(off, sys._getframe(2))
+                        if site is not None:
+                            self.cuts.on_nograd(out, site, off[0])
+                        break
             for a in args:
                 try:
                     leaf = isinstance(a, _Tensor) and a.requires_grad and a.is_leaf
@@ -1324,6 +1339,19 @@ class Tracer(TorchDispatchMode):
                                 notes=tuple(notes), callers=tuple(c.sites[1:]),
                                 origins=(c.sites[0],) + tuple(c.origins), op=c.op, count=c.count,
                                 saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+        if c.op == "embedding_renorm_" and save_site is not None and save_site not in c.sites:
+            # `nn.Embedding(max_norm=...)` renormalises the rows it looks up in its weight, in place, on every call:
+            # a side effect the call cannot avoid.  torch's documentation of max_norm says what to change: a
+            # differentiable use of the weight before the call must use a clone of it, here at the save.
+            said = expression_at(save_site)
+            message = (f"`{said or 'this line'}` uses an embedding's weight in a graph that saves it, and the embedding, "
+                       f"made with max_norm, renormalises that weight in place when it is called on line "
+                       f"{c.sites[0].line}: use a clone of the weight here (`weight.clone()`, as torch's documentation "
+                       "of max_norm says). " + message)
+            notes = [Note(c.sites[0], RENORM_NOTE)] + [n for n in notes if n.site != save_site]
+            return ProbeFinding(code, kind, save_site, message, severity=severity, torch_message=c.torch_message,
+                                notes=tuple(notes), callers=(), origins=tuple(c.sites) + tuple(c.origins), op=c.op,
+                                count=c.count, saves=tuple(saves), backward=c.backward[0] if c.backward else None)
         if c.code_hint == "GG005" and c.origins and c.origins[0] not in c.sites:
             # The write happens inside torch's module, called from the user's line: the line to change is where
             # the module was made with inplace=True (as the static rule says), the call is how it got there.
@@ -1420,6 +1448,18 @@ def _function_input_alias(frame, written, site: Site, user: UserCode) -> tuple |
         return None
     name = getattr(apply.f_locals.get("cls"), "__name__", None) or "Function"
     return rebound, name
+
+
+def _switched_line(off: tuple, frame) -> Site | None:
+    """The current line of the user's frame that switched grad mode off (``GradMode.off``: its id), found from
+    ``frame`` outwards; None when that frame is not on the stack (a switch left off by a function that returned)."""
+    caller = off[2]
+    depth = 0
+    while frame is not None and depth < 64:
+        if id(frame) == caller:
+            return frame_site(frame)
+        frame, depth = frame.f_back, depth + 1
+    return None
 
 
 def _forward_before_steps(c: Conflict) -> tuple[Site, list[Site]] | None:
