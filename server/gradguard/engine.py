@@ -320,8 +320,13 @@ def _candidate_units(units, lines: list[str]) -> set:
     class, or a way to reach a candidate: a call of it by name, or a mention of its class (``Step()(x)``
     reaches ``Step.__call__``); and every method of a class whose ``__init__`` is a candidate (its attributes
     hold what the candidate made).  Repeated until nothing is added, so helpers of helpers count."""
+    texts: dict[int, str] = {}
+
     def text(node) -> str:
-        return "\n".join(lines[node.lineno - 1 : node.end_lineno])
+        found = texts.get(id(node))
+        if found is None:
+            found = texts[id(node)] = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+        return found
 
     candidates = set()
     for fn, owner in units:
@@ -333,13 +338,28 @@ def _candidate_units(units, lines: list[str]) -> set:
         functions = {fn.name for fn in candidates}
         classes = {owner.name for fn, owner in units if fn in candidates and owner is not None}
         initialised = {owner for fn, owner in units if fn in candidates and owner is not None and fn.name == "__init__"}
-        reach = re.compile("|".join([*(r"\b%s\s*\(" % re.escape(n) for n in sorted(functions)),
-                                     *(r"\b%s\b" % re.escape(n) for n in sorted(classes))]) or r"(?!)")
+        # A function reaches a candidate when its text calls one by name (``\bname\s*\(``) or mentions its
+        # class (``\bClass\b``): read from the words of its text, not a regex of every name, compiled anew.
         added = {fn for fn, owner in units if fn is not None and fn not in candidates
-                 and (owner in initialised or reach.search(text(fn)))}
+                 and (owner in initialised or _reaches(text(fn), functions, classes))}
         if not added:
             return candidates
         candidates |= added
+
+
+def _reaches(text: str, functions: set[str], classes: set[str]) -> bool:
+    called, words = _words(text)
+    return not functions.isdisjoint(called) or not classes.isdisjoint(words)
+
+
+_CALLED = re.compile(r"\b(\w+)\s*\(")
+
+
+@lru_cache(maxsize=8192)
+def _words(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The whole words of ``text`` followed by a ``(`` (``\bname\s*\(`` matches exactly these), and all its
+    whole words (``\bname\b``)."""
+    return frozenset(_CALLED.findall(text)), frozenset(re.findall(r"\w+", text))
 
 
 class _ModuleEnvironment:
@@ -505,21 +525,34 @@ def _training_units(units, tree: ast.Module) -> set:
     """The units (functions, and the module's top level as ``None``) that run a backward (``.backward()``,
     ``torch.autograd.grad``), or call by name a function of the file that does: training code, whose calls
     into the project's other modules are followed (``main()`` builds the model that ``train(model)`` trains)."""
-    calls: dict = {}
+    calls: dict = {fn: set() for fn, _owner in units}
     training = set()
-    for fn, _owner in units:
-        roots = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))] \
-            if fn is None else [fn]
-        names = set()
-        for node in (n for root in roots for n in ast.walk(root)):
-            if isinstance(node, ast.Call):
-                func = node.func
-                if isinstance(func, ast.Attribute) and func.attr in ("backward", "grad"):
-                    training.add(fn)
-                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-                if name is not None:
-                    names.add(name)
-        calls[fn] = names
+    # One walk of the tree: each call counts for every unit around it (a function's walk holds its nested
+    # functions' calls; the top level's, those of its statements outside functions and classes).
+    own = {id(fn) for fn in calls if fn is not None}
+    top = (None,) if None in calls else ()
+    stack = [(s, () if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else top)
+             for s in tree.body]
+    while stack:
+        node, around = stack.pop()
+        if id(node) in own:
+            around = (*around, node)
+        elif around and isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute):
+                if func.attr in ("backward", "grad"):
+                    training.update(around)
+                for fn in around:
+                    calls[fn].add(func.attr)
+            elif isinstance(func, ast.Name):
+                for fn in around:
+                    calls[fn].add(func.id)
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                stack.extend((item, around) for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                stack.append((value, around))
     while True:
         trainers = {fn.name for fn in training if fn is not None}
         added = {fn for fn, names in calls.items() if fn not in training and names & trainers}
