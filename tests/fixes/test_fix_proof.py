@@ -129,6 +129,14 @@ NO_FIX = {
         "`inplace=inplace` takes the flag from the helper's caller: setting it to False there would change every "
         "stack built with it, and the caller's `inplace=True` is in another function"
     ),
+    "GG103/pos_rollout_values_read_then_rebuilt_in_loss": (
+        "the numbers are read in one function and rebuilt in another, behind a `torch.is_tensor` choice: keeping "
+        "tensors means changing the read, the list and the rebuild together, which no rewrite does yet"
+    ),
+    "GG103/pos_numpy_slice_statistic_rebuilt": (
+        "the NumPy statistic (`arr[:, 1:].std()`) is read through a name bound to the array: the round-trip rewrite "
+        "covers NumPy calls on the tensor's own `.numpy()`, not an array bound to a name and sliced"
+    ),
     "GG103/pos_numpy_mean_of_item_losses_backward": (
         "the numbers are averaged by NumPy and `.backward()` is called on NumPy's result: keeping tensors means "
         "changing the list's elements, the mean and the backward's receiver together, which no rewrite does yet"

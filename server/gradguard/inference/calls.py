@@ -96,6 +96,9 @@ class CallsMixin:
                 self._eval_args(node)
                 self._array_write(node, owner, f"`.{func.attr}()` on the NumPy array")
                 return NOT_TENSOR
+            if isinstance(owner, NumberFrom):  # `arr.mean()`, `vals.reshape(...)`: still numbers read out of tensors
+                self._eval_args(node)
+                return NumberFrom(owner.sources, node, owner.markers)
             if isinstance(owner, Derived):
                 args = self._eval_args(node)
                 if func.attr == "backward":
@@ -435,6 +438,10 @@ class CallsMixin:
             if isinstance(logits, Tensor):
                 inputs.append(self.apply_op("logsumexp", [logits], node, f"torch.distributions.{name}(logits=...)"))
             return self._unknown_call(node, inputs)
+        if q == "torch.is_tensor" and len(args) == 1:  # known for a tensor, and for numbers read out of one
+            if isinstance(args[0], Tensor):
+                return Const(True)
+            return Const(False) if isinstance(args[0], NumberFrom) or is_plain_data(args[0]) else UNKNOWN
         if q in SET_GRAD:
             # `torch.set_grad_enabled(False)` called (not only entered: its constructor sets the mode): grad mode
             # is that flag from here on, in this frame
@@ -559,6 +566,8 @@ class CallsMixin:
     def construct_torch_base(self, instance: ModuleValue, node: ast.Call, args: list[Value]) -> None:
         """What torch's constructor of a subclass's torch base sets (``inplace``, a Sequential's children)."""
         base = self._construct_module(instance.cls, node, args)
+        if not isinstance(base, ModuleValue):  # a ParameterList's parameters: not modelled for a subclass
+            return
         instance.inplace = instance.inplace or base.inplace
         instance.children = instance.children or base.children
         if instance.ctor is None or base.inplace:
@@ -582,6 +591,9 @@ class CallsMixin:
             # input we know nothing about, never the previous layer's output.
             module.children = [a if isinstance(a, ModuleValue) else ModuleValue("<unknown>", torch_module=False)
                                for a in args]
+        if cls == "ParameterList" and args and isinstance(args[0], TensorSeq) and args[0].base is None:
+            # `nn.ParameterList(nn.Parameter(...) for ...)`: iterating or indexing it gives those parameters
+            return TensorSeq([a for a in args[0].items if isinstance(a, Tensor)])
         if cls in ("ModuleList",) and args and isinstance(args[0], TensorSeq):
             module.children = [a for a in args[0].items if isinstance(a, ModuleValue)]
         if cls in ("ModuleDict",) and args and isinstance(args[0], TensorMap):

@@ -148,6 +148,10 @@ class GraphBreak:
     # The values become a Python number (or NumPy value) that ``.backward()`` is called on: it has none, so Python
     # raises AttributeError there.  That call's node.
     number_backward: ast.AST | None = None
+    # Numbers this line read out were made a tensor again on another line (`torch.tensor(values)`): that line.
+    rebuilt_at: ast.AST | None = None
+    # The read is what a helper returns (`return t.detach().numpy()`): its callers decide what the numbers become.
+    handed_back: bool = False
     # The values come from one tensor (``torch.tensor(t)``, ``x.new_tensor(t)``), not a list or a number: a fix
     # may keep that tensor as it is, where it could not keep a list's.
     of_tensor: bool = False

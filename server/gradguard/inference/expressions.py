@@ -354,6 +354,9 @@ class ExpressionsMixin:
         if isinstance(container, Derived):
             self.eval(node.slice)
             return container
+        if isinstance(container, NumberFrom):  # `arr[:, 1:]`: still numbers read out of tensors
+            self.eval(node.slice)
+            return NumberFrom(container.sources, node, container.markers)
         info = self.ctx.class_of(container) if isinstance(container, ModuleValue) else None
         found = find_method(self.ctx.classes_for(info), info, "__getitem__") if info is not None else None
         if found is not None:  # `model[2]` of a class of the file that defines __getitem__

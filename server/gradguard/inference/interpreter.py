@@ -418,6 +418,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             # `return out.data` of an activation: the caller gets a tensor without the graph (a parameter's
             # `.data` stays an alias, which callers write through).
             value = self.read_data(value, stmt.value)
+        if isinstance(value, NumberFrom) and value.origin is stmt.value:
+            # `return t.detach().numpy()`: a helper that converts; its callers decide what becomes of the numbers
+            for cut in self.breaks:
+                if cut.marker in value.markers:
+                    cut.handed_back = True
         if self.returns is not None:  # inlined call: the value goes back to the caller
             self.returns.append(value)
         elif stmt.value is not None:
@@ -1030,6 +1035,14 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         for value in sources_from:
             sources |= _grad_sources(value)
         graph: frozenset[int] = frozenset({new_id()}) if requires_grad else frozenset()
+        read = _read_out_markers(sources_from, {cut.marker for cut in self.breaks if cut.handed_back})
+        if sources and read:
+            # Numbers read out of tensors (`.item()`, `.numpy()`) on other lines: the reads are where the graph was
+            # left, this line where the numbers became a tensor again.
+            for cut in self.breaks:
+                if cut.marker in read and cut.rebuilt_at is None:
+                    cut.rebuilt_at = node
+            return new_tensor(node, requires_grad, leaf=True, graph=graph | read)
         if sources:
             marker = new_id()
             certain = all(_certainly_requires_grad(v) for v in sources_from)
@@ -1089,7 +1102,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             return NOT_TENSOR
         marker = new_id()
         self.breaks.append(GraphBreak(node, f"{how} and the arithmetic on its result", sources, marker,
-                                      certain=value.requires_grad == Grad.YES or bool(value.lost_sources)))
+                                      certain=value.requires_grad == Grad.YES or (
+                                          bool(value.lost_sources) and value.detached_from is not None
+                                          and value.detached_from.requires_grad == Grad.YES)))
         return NumberFrom(sources, node, frozenset({marker}))
 
     def detach_in_place(self, tensor: Tensor, node: ast.AST) -> Tensor:
@@ -1128,6 +1143,18 @@ def _certainly_requires_grad(value: Value) -> bool:
     if isinstance(value, TensorSeq):
         return any(_certainly_requires_grad(i) for i in value.items)
     return isinstance(value, (NumberFrom, Derived))
+
+
+def _read_out_markers(values: list[Value], handed_back: set[int]) -> frozenset[int]:
+    """The markers of the reads that made these values, when every value with a gradient path behind it is a number
+    read out of a tensor (and so already a recorded graph break) by code that kept it, not by a helper that handed
+    it back to its caller; empty otherwise."""
+    items = [i for v in values for i in (v.items if isinstance(v, TensorSeq) and v.base is None else (v,))]
+    behind = [i for i in items if _grad_sources(i)]
+    if not behind or not all(isinstance(i, NumberFrom) and i.markers and not i.markers & handed_back
+                             for i in behind):
+        return frozenset()
+    return frozenset().union(*(i.markers for i in behind))
 
 
 def _grad_sources(value: Value) -> frozenset[int]:

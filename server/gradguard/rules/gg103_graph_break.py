@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 
 from ..diagnostics import Fix, Severity, TextEdit
@@ -55,8 +56,11 @@ def check(event):
             "`.item()`/`float()`, no numpy round trips.",
             how=event.how, where=where, torch=MESSAGE),
         certain=event.certain,
-        related=[(sink.node, "the backward that loses this gradient")],
-        data={"of_tensor": True} if event.of_tensor else {},
+        related=[*([(event.rebuilt_at, "the values become a tensor again here, without their graph")]
+                   if event.rebuilt_at is not None else []),
+                 (sink.node, "the backward that loses this gradient")],
+        data={**({"of_tensor": True} if event.of_tensor else {}),
+              **({"rebuilt_at": event.rebuilt_at} if event.rebuilt_at is not None else {})},
     )
 
 
@@ -237,6 +241,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return _let_gradient_through(ctx, finding)
     if finding.data.get("flag"):
         return _set_on_parameters(ctx, finding)
+    if finding.data.get("rebuilt_at") is not None:  # reported at the read: the rewrite is of the rebuild
+        finding = dataclasses.replace(finding, node=finding.data["rebuilt_at"])
     try:
         return _keep_tensors_in_arithmetic(ctx, finding)
     except CannotFix:
