@@ -357,7 +357,7 @@ _CALLED = re.compile(r"\b(\w+)\s*\(")
 
 @lru_cache(maxsize=8192)
 def _words(text: str) -> tuple[frozenset[str], frozenset[str]]:
-    """The whole words of ``text`` followed by a ``(`` (``\bname\s*\(`` matches exactly these), and all its
+    r"""The whole words of ``text`` followed by a ``(`` (``\bname\s*\(`` matches exactly these), and all its
     whole words (``\bname\b``)."""
     return frozenset(_CALLED.findall(text)), frozenset(re.findall(r"\w+", text))
 

@@ -76,6 +76,7 @@ def _numbers(values: list[Value], node: ast.AST) -> NumberFrom:
 
 
 MAIN_MODULE_NAME = Const("__main__")
+_EXPR_METHODS: dict[type, str] = {}  # node type -> the name of its method (``_expr_Call``), made once
 
 
 class ExpressionsMixin:
@@ -83,10 +84,17 @@ class ExpressionsMixin:
     def eval(self, node: ast.expr | None) -> Value:
         if node is None:
             return UNKNOWN
-        self.count_step()
+        if self.steps < self.step_limit:
+            self.steps += 1  # ``count_step``, inline: once per expression
+        else:
+            self.count_step()
         if self.presets and id(node) in self.presets:
             return self.presets[id(node)]  # a caller's keyword spread into a followed call: its value there
-        method = getattr(self, f"_expr_{type(node).__name__}", None)
+        kind = type(node)
+        name = _EXPR_METHODS.get(kind)
+        if name is None:
+            name = _EXPR_METHODS[kind] = f"_expr_{kind.__name__}"
+        method = getattr(self, name, None)
         if method is None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.expr):

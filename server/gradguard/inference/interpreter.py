@@ -64,6 +64,7 @@ from .values import (
 # as not analysed (GG903).  Of the 2,584 files of the fixtures, examples and torch's own sources, the most a
 # unit takes is 154,000 (the top level of a 1.3 MB generated table); functions take at most 71,000.
 MAX_STEPS = 500_000
+_STMT_METHODS: dict[type, str] = {}  # statement type -> the name of its method (``_stmt_Assign``), made once
 
 
 # Loops run their body twice (iteration i-1's saves meet iteration i's writes), so a nest of n loops runs its
@@ -179,6 +180,8 @@ class Context:
 
 class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPointsMixin):
     """Runs one function (or the module's top level) and collects mutations and sinks."""
+
+    step_limit = MAX_STEPS  # read by the steps counted inline (``eval``, ``run_stmt``); past it, ``count_step``
 
     def __init__(self, ctx: Context, self_value: ModuleValue | None = None):
         self.ctx = ctx
@@ -347,8 +350,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                "calls followed into calls)")
 
     def run_stmt(self, stmt: ast.stmt) -> None:
-        self.count_step()
-        method = getattr(self, f"_stmt_{type(stmt).__name__}", None)
+        if self.steps < self.step_limit:
+            self.steps += 1  # ``count_step``, inline: once per statement
+        else:
+            self.count_step()
+        kind = type(stmt)
+        name = _STMT_METHODS.get(kind)
+        if name is None:
+            name = _STMT_METHODS[kind] = f"_stmt_{kind.__name__}"
+        method = getattr(self, name, None)
         if method is not None:
             method(stmt)
 

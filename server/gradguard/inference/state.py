@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from .values import UNKNOWN, Value, grown, join
+from .values import Value, grown, join
 
 GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
 GRAD_ON_CONTEXTS = {"torch.enable_grad", "torch.autograd.enable_grad"}
@@ -25,17 +25,25 @@ class State:
         return State(dict(self.env), self.grad_enabled, self.returned, dict(self.aliases))
 
 
+_ABSENT = object()  # a name one path does not bind
+
+
 def merge_states(a: State, b: State, after_loop: bool = False) -> State:
     """The state after two paths meet: each name's values joined; a path that returned adds nothing. After a
     loop (``a`` the state before it, ``b`` after its iterations) a list it grew is the grown list."""
     if a.returned != b.returned:
         return (b if a.returned else a).copy()
     env = {}
-    for name in a.env.keys() | b.env.keys():
-        if name in a.env and name in b.env:
-            env[name] = (after_loop and grown(a.env[name], b.env[name])) or join(a.env[name], b.env[name])
+    a_env, b_env = a.env, b.env
+    for name in a_env.keys() | b_env.keys():
+        x, y = a_env.get(name, _ABSENT), b_env.get(name, _ABSENT)
+        # Most names have the same value on both paths (``join`` and ``grown`` would give it back unchanged).
+        if x is y or y is _ABSENT:
+            env[name] = x
+        elif x is _ABSENT:
+            env[name] = y
         else:
-            env[name] = a.env.get(name, b.env.get(name, UNKNOWN))
+            env[name] = (after_loop and grown(x, y)) or join(x, y)
     # A second name made on one path only (the other never bound it: a loop or a branch that made it) stays one.
     aliases = {name: site for x, y in ((a, b), (b, a)) for name, site in x.aliases.items()
                if y.aliases.get(name) == site or name not in y.env}
