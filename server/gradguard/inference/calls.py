@@ -603,6 +603,7 @@ class CallsMixin:
 
     # --------------------------------------------------------- method calls
     def _tensor_method(self, tensor: Tensor, name: str, node: ast.Call) -> Value:
+        self.discarded_update(tensor, name, node, through_data=False)
         positional, kwargs = self._eval_call_args(node)
         args = self._keywords_in_place(name.rstrip("_") if name.endswith("_") and not name.endswith("__") else name,
                                        [tensor, *positional], kwargs, offset=0)
@@ -663,6 +664,7 @@ class CallsMixin:
         return self.apply_op(name, args, node, f".{name}()")
 
     def _data_method(self, alias: DataAlias, name: str, node: ast.Call) -> Value:
+        self.discarded_update(alias.tensor, name, node, through_data=True)
         if name.endswith("_") and self.k.is_inplace(name):
             for a in node.args:
                 self.eval(a)

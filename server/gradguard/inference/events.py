@@ -124,6 +124,18 @@ class Mutation:
 
 
 @dataclass
+class DiscardedUpdate:
+    """``p.grad.clamp(-1, 1)`` as a statement: an out-of-place op on a gradient (or on a ``.data``, or a parameter
+    under no_grad) whose result nothing keeps, so the tensor is unchanged where its in-place twin was meant."""
+
+    node: ast.Call
+    method: str  # "clamp"
+    twin: str  # "clamp_"
+    what: str  # how messages name the tensor left unchanged
+    gradient: bool  # the tensor is a gradient an update reads
+
+
+@dataclass
 class GraphBreak:
     """A tensor that requires grad is rebuilt without its graph (``torch.tensor(t)``, ``.item()`` round trips)."""
 

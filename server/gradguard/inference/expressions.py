@@ -401,7 +401,9 @@ class ExpressionsMixin:
                     sources = frozenset().union(*(t.graph for t in owner.group or (owner,)))
                     self.grad_reads.append(GradRead(node, sources, f"`{ast.unparse(node)}`", self._next(),
                                                     updates=not self.state.grad_enabled))
-                return new_tensor(node, Grad.NO, label=f"{owner.label}.grad")
+                grad = new_tensor(node, Grad.NO, label=f"{owner.label}.grad")
+                grad.is_grad = True
+                return grad
             return NOT_TENSOR if node.attr in SHAPE_ATTRS else UNKNOWN
         if isinstance(owner, DataAlias):
             return UNKNOWN

@@ -17,7 +17,7 @@ from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo, mro
-from .events import (GradAsk, GradRead, GraphBreak, HookWrite, InertFlag, Mutation, Rebind, ReplacedParameter, Sink,
+from .events import (DiscardedUpdate, GradAsk, GradRead, GraphBreak, HookWrite, InertFlag, Mutation, Rebind, ReplacedParameter, Sink,
                      StaleUse)
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
 from .extension_points import ExtensionPointsMixin
@@ -203,6 +203,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # `ctx` of each custom Function's forward running now, with whether its inputs require grad
         self.function_contexts: list[tuple[FunctionContext, Grad]] = []
         self.rebinds: list[Rebind] = []  # leaves requiring grad rebound under no_grad to new tensors
+        self.discarded: list[DiscardedUpdate] = []  # `p.grad.clamp(...)` as a statement: an update that changes nothing
+        self.discarded_call: ast.AST | None = None
         self.flags: list[InertFlag] = []  # `module.requires_grad = False`: attributes torch never reads
         self.optimizers: list[OptimizerValue] = []  # built in this run
         self.replaced: list[ReplacedParameter] = []  # parameters replaced after an optimizer took them
@@ -363,7 +365,19 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             method(stmt)
 
     def _stmt_Expr(self, stmt: ast.Expr) -> None:
+        self.discarded_call = stmt.value  # a call whose result the statement drops (see `discarded_update`)
         self.eval(stmt.value)
+
+    def discarded_update(self, tensor: Tensor, name: str, node: ast.AST, through_data: bool) -> None:
+        """An out-of-place op with an in-place twin, on a gradient, a ``.data`` or a parameter under no_grad, as a
+        statement of its own: it changes nothing (the twin was meant)."""
+        if node is not self.discarded_call or name.endswith("_") or not self.k.is_inplace(name + "_"):
+            return
+        if not (tensor.is_grad or through_data or (tensor.param and not self.state.grad_enabled)):
+            return
+        what = f"`{ast.unparse(node.func.value)}`" if isinstance(node, ast.Call) and isinstance(
+            node.func, ast.Attribute) else tensor.label
+        self.discarded.append(DiscardedUpdate(node, name, name + "_", what, tensor.is_grad))
 
     def _stmt_Assign(self, stmt: ast.Assign) -> None:
         target, source = stmt.targets[0], stmt.value

@@ -87,6 +87,8 @@ class Tensor:
     # A sum (a loss): the graphs of its terms (a nested sum's own terms), at most ``MAX_TERMS``, to tell which
     # of them reaches the parameters an optimizer then steps.
     terms: tuple[frozenset[int], ...] = ()
+    # A `.grad`: the gradient an optimizer step or a manual update reads.
+    is_grad: bool = False
     # Made by an op whose result is a new contiguous tensor whatever its inputs' layout (`torch.stack`, `cat`).
     contiguous: bool = False
     # A view by an op that returns one only when the layout allows (`reshape` of what may not be contiguous,

@@ -22,6 +22,7 @@ from . import (
     gg107_grad_of_overwritten,
     gg108_hook_writes_gradient,
     gg109_leaf_rebound_under_no_grad,
+    gg110_discarded_update,
 )
 from .base import Example, Rule
 
@@ -42,12 +43,13 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         gg107_grad_of_overwritten,
         gg108_hook_writes_gradient,
         gg109_leaf_rebound_under_no_grad,
+        gg110_discarded_update,
     )
 )
 RULES_BY_CODE: dict[str, Rule] = {r.code: r for r in ALL_RULES}
 RULES_IN_PRECEDENCE: tuple[Rule, ...] = tuple(
     RULES_BY_CODE[c]
-    for c in ("GG106", "GG105", "GG104", "GG004", "GG003", "GG002", "GG101", "GG102", "GG005", "GG001", "GG107", "GG103", "GG108", "GG109")
+    for c in ("GG106", "GG105", "GG104", "GG004", "GG003", "GG002", "GG101", "GG102", "GG005", "GG001", "GG107", "GG103", "GG108", "GG109", "GG110")
 )
 
 __all__ = ["ALL_RULES", "RULES_BY_CODE", "RULES_IN_PRECEDENCE", "Example", "Rule"]
