@@ -137,7 +137,10 @@ VIEW_NOTE = "the in-place write through the view, which torch refuses"
 MULTI_VIEW_NOTE = "the in-place write to one of the views, which torch refuses"
 # An embedding made with max_norm renormalises its weight in place when called: placed at the earlier use that saved it.
 RENORM_NOTE = "the embedding (made with max_norm) renormalises its weight in place in this call"
-_PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE)
+# A module or parameter replaced, inside a helper, after the optimizer was made: placed at the optimizer.
+REPLACED_NOTE = "the helper replaces the module's parameters here, after the optimizer took the old ones"
+_PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
+           REPLACED_NOTE)
 
 
 def _placed_at_order(f: ProbeFinding) -> bool:

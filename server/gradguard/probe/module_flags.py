@@ -18,6 +18,7 @@ while an optimizer still holds the one it replaced: a finding at the assignment.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import weakref
 from dataclasses import dataclass
@@ -26,8 +27,9 @@ from typing import Any
 import torch
 
 from .frames import UserCode, frame_site, frame_sites, user_frame
+from .merge import REPLACED_NOTE
 from .model import Note, ProbeFinding, Site
-from .source import expression_at
+from .source import enclosing_function, expression_at
 
 _Module = torch.nn.Module
 _Parameter = torch.nn.Parameter
@@ -48,6 +50,12 @@ class Replaced:
     optimizer_site: Site | None
     kind: str  # the new value's class name
     name: str
+    # The new parameters have the old ones' shapes, one for one: their values could be copied into the old tensors
+    # (the optimizer kept); otherwise the model's structure changed and only a new optimizer fits it.
+    same_shapes: bool = True
+    # The line, in the innermost of the user's functions that holds the optimizer in a local variable, that led to
+    # the replacement (the replacement's own line when that function made it).
+    holder_site: Site | None = None
 
 
 @dataclass
@@ -148,9 +156,18 @@ class ModuleFlags:
         sites, _ = frame_sites(sys._getframe(2), self.user, limit=4)
         if not sites or any(r.site == sites[0] for r in self.replaced):
             return
+        same = len(old_params) == len(new_params) and all(o.shape == n.shape for o, n in zip(old_params, new_params))
+        holder_site = None
+        frame, depth = sys._getframe(2), 0
+        while frame is not None and depth < 32:
+            if self.user.is_user(frame.f_code) and any(v is holders[0] for v in list(frame.f_locals.values())):
+                holder_site = frame_site(frame)
+                break
+            frame, depth = frame.f_back, depth + 1
+        del frame
         self.replaced.append(Replaced(sites[0], tuple(sites[1:]), [weakref.ref(p) for p in new_params],
                                       weakref.ref(holders[0]), self.optimizers.get(holders[0]),
-                                      type(value).__name__, name))
+                                      type(value).__name__, name, same, holder_site))
         del self.replaced[:-_KEPT]
 
     def _on_flag(self, module) -> None:
@@ -221,17 +238,59 @@ class ModuleFlags:
                 notes.append(Note(r.optimizer_site, "the optimizer that holds the replaced parameters is made here"))
             if backward is not None:
                 notes.append(Note(backward, "this backward() gives the new parameters gradients no optimizer applies"))
+            message = (f"`{said or r.name + ' = ...'}` replaces {what} of a module after an optimizer{made} took its "
+                       f"parameters: the optimizer still holds the old tensors, which the model no longer uses, and the "
+                       f"backward(){where} gives {len(used)} new parameter tensor(s) gradients that no optimizer "
+                       "applies; copy the new values into the existing parameter (with torch.no_grad(): p.copy_(...)), "
+                       "or give the optimizer the new parameters")
+            later = _later_call(r)
+            if later is not None:
+                # The replacement runs inside a helper, reached from a function that holds the optimizer: the line to
+                # change is there (the optimizer made before the call, or the call that leaves the optimizer out).
+                place, call = later
+                called = expression_at(call)
+                if place != call:
+                    message = (f"the optimizer made here takes the model's parameters before `{called or 'the call'}` "
+                               f"on line {call.line} replaces {what} of the model (line {r.site.line}): make the "
+                               "optimizer after that call. " + message)
+                else:
+                    message = (f"`{called or 'this call'}` leads to a helper that replaces {what} of the model (line "
+                               f"{r.site.line}) while the optimizer this function uses holds the old parameters: give "
+                               "the optimizer the new ones here (or make it after the replacement). " + message)
+                notes = [Note(r.site, REPLACED_NOTE)] + (
+                    [Note(call, "the call that leads to the replacement")] if call != place else []) + [
+                    n for n in notes if n.site != place]
+                placed = next((i for i, f in enumerate(self.found) if f.site == place and f.notes
+                               and f.notes[0].message == REPLACED_NOTE), None)
+                if placed is not None:  # another replacement by the same call: one finding at the optimizer
+                    first = self.found[placed]
+                    self.found[placed] = dataclasses.replace(
+                        first, origins=first.origins + tuple(o for o in (r.site, *r.callers) if o not in first.origins),
+                        count=first.count + 1)
+                    continue
+                self.found.append(ProbeFinding("GG103", "silent", place, message, notes=tuple(notes),
+                                               callers=(), origins=(r.site, *r.callers), backward=backward))
+                continue
             self.found.append(ProbeFinding(
-                "GG103", "silent", r.site,
-                f"`{said or r.name + ' = ...'}` replaces {what} of a module after an optimizer{made} took its "
-                f"parameters: the optimizer still holds the old tensors, which the model no longer uses, and the "
-                f"backward(){where} gives {len(used)} new parameter tensor(s) gradients that no optimizer applies; "
-                "copy the new values into the existing parameter (with torch.no_grad(): p.copy_(...)), or give the "
-                "optimizer the new parameters",
-                notes=tuple(notes), callers=r.callers, backward=backward))
+                "GG103", "silent", r.site, message, notes=tuple(notes), callers=r.callers, backward=backward))
 
     def findings(self) -> list[ProbeFinding]:
         return list(self.found)
+
+
+def _later_call(r: "Replaced") -> tuple[Site, Site] | None:
+    """When the replacement ``r`` changes the model's structure (parameters of other shapes) inside a helper, called
+    from a function that holds the optimizer in a local variable: (the line to change, the call there that leads to
+    the replacement) -- the optimizer's own line when that function made it before the call (make it after), else
+    the call (the function that uses the optimizer hands the helper the model without it).  None otherwise."""
+    call = r.holder_site
+    if r.same_shapes or call is None or call == r.site:
+        return None  # new values of the same shapes (copy them into the old parameters), or no helper in between
+    made = r.optimizer_site
+    if made is not None and made.path == call.path and made.line < call.line \
+            and enclosing_function(made) == enclosing_function(call):
+        return made, call
+    return call, call
 
 
 def _leaves(roots) -> set[int]:
