@@ -58,7 +58,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
                if project_code and source.is_file() else None)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions,
                   path=str(source.resolve()) if project is not None else None, project=project,
-                  training_units=frozenset(_training_units(units, tree)) if project is not None else frozenset())
+                  training_units=frozenset(_training_units(units, tree, lines)) if project is not None else frozenset())
     if cache and project is not None and not project.unchanged(cache.get(_PROJECT_MODULES, ())):
         cache.clear()  # a module of the project that a call was followed into has changed on disk
     candidates = _candidate_units(units, lines) if lines is not None else None
@@ -420,6 +420,7 @@ class _ModuleEnvironment:
         return self.made[key]
 
 
+_BACKWARD_WORD = re.compile(r"\b(?:backward|grad)\b")
 _TRAINS = re.compile(r"\.\s*(?:backward|step|grad)\b")
 
 
@@ -521,10 +522,16 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                 yield finding
 
 
-def _training_units(units, tree: ast.Module) -> set:
+def _training_units(units, tree: ast.Module, lines: list[str] | None = None) -> set:
     """The units (functions, and the module's top level as ``None``) that run a backward (``.backward()``,
     ``torch.autograd.grad``), or call by name a function of the file that does: training code, whose calls
-    into the project's other modules are followed (``main()`` builds the model that ``train(model)`` trains)."""
+    into the project's other modules are followed (``main()`` builds the model that ``train(model)`` trains).
+    Empty when the tree's text (``lines``) has no word ``backward`` nor ``grad`` (most files): a call of either
+    needs one (in ASCII text, where the parser does not normalise identifiers), and the tree is not walked."""
+    if lines is not None:
+        text = "\n".join(lines)
+        if text.isascii() and not _BACKWARD_WORD.search(text):
+            return set()
     calls: dict = {fn: set() for fn, _owner in units}
     training = set()
     # One walk of the tree: each call counts for every unit around it (a function's walk holds its nested

@@ -512,27 +512,45 @@ def copy_values(env: dict[str, Value]) -> dict[str, Value]:
     between them kept), so that analysing one function cannot change what another one sees.  Syntax nodes
     and immutable values are shared."""
     memo: dict[int, object] = {}
+    kinds = _COPY_KINDS
 
     def copy(value):
-        if isinstance(value, _SHARED):
+        how = kinds.get(type(value))
+        if how is None:
+            how = kinds[type(value)] = _copy_kind(type(value))
+        if how is _SHARE:
             return value
         if id(value) in memo:
             return memo[id(value)]
-        if isinstance(value, list):
+        if how is list:
             result = memo[id(value)] = []
             result.extend(copy(v) for v in value)
             return result
-        if isinstance(value, dict):
+        if how is dict:
             result = memo[id(value)] = {}
             result.update((k, copy(v)) for k, v in value.items())
             return result
-        if isinstance(value, tuple):
+        if how is tuple:
             return tuple(copy(v) for v in value)
-        if not hasattr(value, "__dataclass_fields__") or getattr(value, "shared_by_copies", False):
-            return value  # plain data about the file (a ClassInfo), never written by the analysis
         result = memo[id(value)] = object.__new__(type(value))
-        for name in value.__dataclass_fields__:
+        for name in how:
             object.__setattr__(result, name, copy(getattr(value, name)))
         return result
 
     return copy(env)
+
+
+_SHARE = object()  # ``copy_values`` gives the value itself
+_COPY_KINDS: dict[type, object] = {}  # type -> _SHARE, list, dict, tuple, or its dataclass fields' names
+
+
+def _copy_kind(kind: type) -> object:
+    """How ``copy_values`` copies a value of this type, worked out once per type."""
+    if issubclass(kind, _SHARED):
+        return _SHARE
+    for container in (list, dict, tuple):
+        if issubclass(kind, container):
+            return container
+    if not hasattr(kind, "__dataclass_fields__") or getattr(kind, "shared_by_copies", False):
+        return _SHARE  # plain data about the file (a ClassInfo), never written by the analysis
+    return tuple(kind.__dataclass_fields__)
