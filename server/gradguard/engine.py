@@ -277,7 +277,7 @@ def _names(text: str) -> frozenset[str]:
 
 @lru_cache(maxsize=8192)
 def _has_idiom(text: str) -> bool:
-    return parsing.CANDIDATE.search(text) is not None
+    return parsing.has_candidate(text)
 
 
 def _imports_project_code(imports: dict[str, str]) -> bool:

@@ -55,20 +55,51 @@ def decode(data: bytes) -> str | Unreadable:
 # Every finding needs an in-place write (an augmented assignment, a subscript store, a
 # trailing-underscore call, an ``out=``/``inplace=`` keyword, an optimizer step) or a graph
 # rebuilt from values (``torch.tensor(t)``, ``.item()``, numpy).  Text with none of these is skipped.
-CANDIDATE = re.compile(
-    r"[-+*/@%&|^]=(?!=)"  # x += y (also <=, >=: cheap, fine)
-    r"|\]\s*=[^=]"  # x[i] = v
-    r"|[A-Za-z0-9]_\s*[(),]"  # x.add_(...), F.relu_(...), partial(F.relu_)
-    r"|\binplace\s*="
-    r"|\bout\s*="
-    r"|\.step\s*\("
-    r"|\.grad\b"  # a gradient read after a backward: a cut upstream may starve it (GG103)
-    r"|\b(?:tensor|as_tensor|asarray|from_numpy|new_tensor)\s*\("
-    r"|\.(?:item|tolist|numpy)\s*\(|\bfloat\s*\("
-    r"|\.register_(?:full_backward_pre_)?hook\s*\("  # a gradient hook may write its gradient (GG108)
-    r"|\b(?:no_grad|inference_mode)\s*\("  # a leaf requiring grad may be rebound under it (GG109)
-    r"|\.backward\s*\("  # a loss may have terms a cut left without gradient (GG103)
+# Each alternative: what must come just before it ("" nothing, r"\b" a word boundary, "[A-Za-z0-9]" one of
+# those characters), and the rest.
+_CANDIDATE_PARTS: tuple[tuple[str, str], ...] = (
+    ("", r"[-+*/@%&|^]=(?!=)"),  # x += y (also <=, >=: cheap, fine)
+    ("", r"\]\s*=[^=]"),  # x[i] = v
+    ("[A-Za-z0-9]", r"_\s*[(),]"),  # x.add_(...), F.relu_(...), partial(F.relu_)
+    (r"\b", r"inplace\s*="),
+    (r"\b", r"out\s*="),
+    ("", r"\.step\s*\("),
+    ("", r"\.grad\b"),  # a gradient read after a backward: a cut upstream may starve it (GG103)
+    (r"\b", r"(?:tensor|as_tensor|asarray|from_numpy|new_tensor)\s*\("),
+    ("", r"\.(?:item|tolist|numpy)\s*\("),
+    (r"\b", r"float\s*\("),
+    ("", r"\.register_(?:full_backward_pre_)?hook\s*\("),  # a gradient hook may write its gradient (GG108)
+    (r"\b", r"(?:no_grad|inference_mode)\s*\("),  # a leaf requiring grad may be rebound under it (GG109)
+    ("", r"\.backward\s*\("),  # a loss may have terms a cut left without gradient (GG103)
 )
+CANDIDATE = re.compile("|".join(before + rest for before, rest in _CANDIDATE_PARTS))
+
+# ``CANDIDATE.search``, faster: Python's regex engine scans quickly for a pattern's literal start, but not for one
+# that starts with ``\b`` or a character class; those parts are searched without it and the character before
+# each match is checked here.
+_CANDIDATE_FREE = re.compile("|".join(rest for before, rest in _CANDIDATE_PARTS if not before))
+_CANDIDATE_AFTER = tuple((before, re.compile(rest)) for before, rest in _CANDIDATE_PARTS if before)
+
+
+def _word_character(c: str) -> bool:
+    return c.isalnum() or c == "_"  # what ``\w`` matches in a str pattern
+
+
+def has_candidate(text: str) -> bool:
+    """``CANDIDATE.search(text) is not None``."""
+    if _CANDIDATE_FREE.search(text):
+        return True
+    for before, rest in _CANDIDATE_AFTER:
+        match = rest.search(text)
+        while match is not None:
+            start = match.start()
+            if before == r"\b":  # every such part starts with a word character
+                if start == 0 or not _word_character(text[start - 1]):
+                    return True
+            elif start > 0 and re.fullmatch(before, text[start - 1]):
+                return True
+            match = rest.search(text, start + 1)
+    return False
 
 
 def source_lines(text: str) -> list[str]:
@@ -77,7 +108,7 @@ def source_lines(text: str) -> list[str]:
 
 
 def may_contain_findings(text: str) -> bool:
-    return CANDIDATE.search(text) is not None
+    return has_candidate(text)
 
 
 def parse(text: str) -> ast.Module | SyntaxProblem:
