@@ -474,6 +474,12 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
     for mutation in interp.mutations:
         if mutation.alias_site is not None and through[id(mutation.alias_site[0])] < 2:
             mutation.alias_site = None
+    # Likewise writes through a name bound to a view of a leaf: two or more make the view the line to change.
+    via_view = collections.Counter(site for site, _ in {(id(m.view_site), id(m.node))
+                                                        for m in interp.mutations if m.view_site is not None})
+    for mutation in interp.mutations:
+        if mutation.view_site is not None and via_view[id(mutation.view_site)] < 2:
+            mutation.view_site = None
     for mutation in interp.mutations:
         mutation.conflicts = _conflicts(interp, mutation)
         mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)

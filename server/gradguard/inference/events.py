@@ -91,6 +91,9 @@ class Mutation:
     # The write goes through a name bound as a second name of another's tensor (`out = x` ... `out[i] = v`):
     # (that binding, the name written through, the other name).  The binding is where a copy was meant.
     alias_site: tuple[ast.stmt, str, str] | None = None
+    # The write goes through a name bound to a view of a leaf that requires grad (`b = conv.bias.view(na, -1)` ...
+    # `b[:, 4] += p`): that binding.  Where two writes or more go through it, the view is what to change.
+    view_site: ast.stmt | None = None
     # The variable or attribute the write goes through (`out` of `out[i] = v`, `self.scale` of `self.scale.mul_(m)`).
     written_through: ast.expr | None = None
     # Filled by the engine for an update of parameters: the first op after it that takes a value made stale by

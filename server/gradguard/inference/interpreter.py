@@ -649,6 +649,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 value = self._ask_jedi(target, stmt, value)
             if isinstance(value, Tensor) and value.label == "tensor":
                 value.label = f"`{target.id}`"
+            if (isinstance(value, Tensor) and value.base is not None and self.state.grad_enabled
+                    and isinstance(stmt, ast.Assign) and value.origin is stmt.value
+                    and value.root().leaf and value.root().requires_grad == Grad.YES):
+                value.bound_at = stmt  # `b = conv.bias.view(na, -1)`: a name for a view of a leaf
             if target.id in self.outer_names:
                 scope = next((sc for sc in self.scopes if target.id in sc), self.scopes[-1] if self.scopes else None)
                 if scope is not None:
@@ -895,6 +899,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 mutation.frames = list(self.inline_frames)
             mutation.written_through = _written_through(node)
             mutation.alias_site = self._second_name(node, target, mutation.written_through)
+            through = mutation.written_through
+            held = self.state.env.get(through.id) if isinstance(through, ast.Name) else None
+            if isinstance(held, Tensor) and held.bound_at is not None and any(t is held for t in target.view_chain()):
+                mutation.view_site = held.bound_at
             mutation.in_container = self._through_container(node)
             self._mark_hidden_write(mutation, target, kind)
             self.mutations.append(mutation)

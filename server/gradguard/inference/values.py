@@ -87,6 +87,9 @@ class Tensor:
     # A sum (a loss): the graphs of its terms (a nested sum's own terms), at most ``MAX_TERMS``, to tell which
     # of them reaches the parameters an optimizer then steps.
     terms: tuple[frozenset[int], ...] = ()
+    # A view of a leaf that requires grad, bound to a name by this statement (`b = conv.bias.view(na, -1)`): the
+    # writes through that name are the binding's (see `Mutation.view_site`).
+    bound_at: ast.stmt | None = None
     # A `.grad`: the gradient an optimizer step or a manual update reads.
     is_grad: bool = False
     # Made by an op whose result is a new contiguous tensor whatever its inputs' layout (`torch.stack`, `cat`).

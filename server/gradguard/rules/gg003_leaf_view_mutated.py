@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from ..diagnostics import Severity
+import ast
+
+from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes import inplace
+from ..fixes.context import CannotFix, FixContext
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
+from ..messages import Message
 from .base import Example, Rule
 from .common import LEAF_VIEW_MESSAGE, call_path_related, grad_leaf
 
@@ -22,6 +26,20 @@ def check(mutation: Mutation):
     if not grad_leaf(root) or root.storage is not target.storage:
         return
     related = [(root.origin, "the leaf is created here")] if root.origin is not None else []
+    if mutation.view_site is not None:
+        yield Finding(
+            "GG003",
+            mutation.view_site,
+            Message.format(
+                "this binds a view of {leaf}, a leaf that requires grad, and the in-place writes through it (as on "
+                '{write}) raise: "{torch}" Bind a view of its detached tensor (`.detach()` here) to change the '
+                "leaf's values without autograd, or write under `torch.no_grad()`.",
+                leaf=root.label, write=mutation.node, torch=LEAF_VIEW_MESSAGE),
+            certain=root.requires_grad == Grad.YES and mutation.grad_mode_known,
+            related=[(mutation.node, "a write through the view raises here"), *related],
+            mutation=mutation, data={"view_site": True},
+        )
+        return
     yield Finding(
         "GG003",
         mutation.node,
@@ -34,8 +52,20 @@ def check(mutation: Mutation):
 
 
 def fix(ctx, finding):
-    """Like GG002: ``torch.no_grad()`` for updates and resets, a copy of the leaf for computations."""
+    """Like GG002: ``torch.no_grad()`` for updates and resets, a copy of the leaf for computations.  At a view's
+    binding: ``.detach()`` on the bound view (the writes then change the leaf's values, as they meant)."""
+    if finding.data.get("view_site"):
+        return _detach_bound_view(ctx, finding)
     return inplace.fix_leaf_write(ctx, finding)
+
+
+def _detach_bound_view(ctx: FixContext, finding: Finding) -> Fix:
+    stmt = finding.node
+    if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, (ast.Call, ast.Subscript, ast.Attribute)):
+        raise CannotFix("the view is not bound by a plain assignment of a call, index or attribute")
+    _, _, end_line, end_column = ctx.char_range(stmt.value)
+    return Fix("Bind a detached view: `.detach()` on it", True,
+               (TextEdit(end_line, end_column + 1, end_line, end_column + 1, ".detach()"),))
 
 
 RULE = Rule(
