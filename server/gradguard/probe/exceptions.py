@@ -12,7 +12,7 @@ from .cuts import copy_raise_finding
 from .frames import UserCode, traceback_sites
 from .merge import MULTI_VIEW_NOTE, VIEW_NOTE
 from .model import Note, ProbeFinding, Site
-from .source import enclosing_function, expression_at, view_before
+from .source import enclosing_function, expression_at, iterated_at, view_before
 from .tracer import Tracer, _inplace_origins
 
 # First match wins: the more specific messages come first.
@@ -161,10 +161,16 @@ def _views_made_elsewhere(tb, user: UserCode, tracer: Tracer, sites: list[Site],
         return None
     if made.path == sites[0].path and enclosing_function(made) == enclosing_function(sites[0]):
         return None  # made and written in one function: the write's line is the one to change
-    said = expression_at(made)
-    message = (f"`{said or 'this line'}` makes several views of one tensor that requires grad ({node}; iterating a "
-               f"tensor unbinds it) and hands one to code that writes it in place on line {sites[0].line}, which torch "
-               f"refuses: {first.split('. ')[0]}; make the views of a detached tensor (or a clone) here")
+    iterated = iterated_at(made)
+    if iterated:
+        message = (f"iterating `{iterated}` here makes several views of one tensor that requires grad (iterating a "
+                   f"tensor unbinds it) and hands one to code that writes it in place on line {sites[0].line}, which "
+                   f"torch refuses: {first.split('. ')[0]}; iterate over a detached tensor (or a clone) here")
+    else:
+        said = expression_at(made)
+        message = (f"`{said or 'this line'}` makes several views of one tensor that requires grad ({node}) and hands "
+                   f"one to code that writes it in place on line {sites[0].line}, which torch refuses: "
+                   f"{first.split('. ')[0]}; make the views of a detached tensor (or a clone) here")
     return ProbeFinding("GG004", "raised", made, message, torch_message=text, callers=(),
                         origins=tuple(sites), notes=(Note(sites[0], MULTI_VIEW_NOTE),), view_node=node)
 

@@ -139,8 +139,10 @@ MULTI_VIEW_NOTE = "the in-place write to one of the views, which torch refuses"
 RENORM_NOTE = "the embedding (made with max_norm) renormalises its weight in place in this call"
 # A module or parameter replaced, inside a helper, after the optimizer was made: placed at the optimizer.
 REPLACED_NOTE = "the helper replaces the module's parameters here, after the optimizer took the old ones"
+# A write in an accessor method (stores what it is handed into its object's tensor) placed at the caller's call.
+SETTER_NOTE = "the method stores the value in place into its object's tensor here"
 _PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
-           REPLACED_NOTE)
+           REPLACED_NOTE, SETTER_NOTE)
 
 
 def _placed_at_order(f: ProbeFinding) -> bool:

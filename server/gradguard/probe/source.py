@@ -220,6 +220,55 @@ def view_before(site: Site) -> tuple[Site, str] | None:
     return (view, name) if view is not None else None
 
 
+def iterated_at(site: Site) -> str | None:
+    """For a ``for`` loop whose header is at ``site``: the iterated expression as written (``batch`` in ``for img in
+    batch:``); None otherwise."""
+    tree = _tree(site.path)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor)) and node.lineno == site.line:
+            return shorten(_segment(site.path, node.iter)) or None
+    return None
+
+
+def setter_write(site: Site) -> bool:
+    """Whether the statement at ``site`` is a method writing, in place, a value its caller handed it into a tensor its
+    own object holds: ``self._value.copy_(value)``, ``self.buf[i:j] = value``, ``self.total += value`` in a method
+    whose first parameter is ``self`` and whose parameter ``value`` the written value names (an accessor like
+    ``assign``: what it writes, and when, is the caller's choice)."""
+    tree = _tree(site.path)
+    if tree is None:
+        return False
+    function = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                node.lineno <= site.line <= (node.end_lineno or node.lineno):
+            if function is None or node.lineno >= function.lineno:
+                function = node
+    if function is None or not function.args.args or function.args.args[0].arg != "self":
+        return False
+    params = {a.arg for a in function.args.args[1:] + function.args.kwonlyargs}
+    statement = None
+    for node in ast.walk(function):
+        if isinstance(node, ast.stmt) and node.lineno <= site.line <= (node.end_lineno or node.lineno):
+            if statement is None or _span(node) <= _span(statement):
+                statement = node
+    target = value = None
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr.endswith("_"):
+        target, value = statement.value.func.value, statement.value.args[:1]
+    elif isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        target, value = statement.targets[0], [statement.value]
+    elif isinstance(statement, ast.AugAssign):
+        target, value = statement.target, [statement.value]
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"):
+        return False
+    return any(isinstance(n, ast.Name) and n.id in params for v in value or () for n in ast.walk(v))
+
+
 def _latest_assignment(function: ast.AST, name: str, site: Site, value_matches) -> ast.Assign | None:
     """The latest ``name = <value>`` that ends before ``site`` in ``function`` and whose value ``value_matches``."""
     best = None

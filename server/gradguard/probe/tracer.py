@@ -47,11 +47,11 @@ from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
 from .grad_mode import GradMode
 from .module_flags import ModuleFlags
-from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, STEP_NOTE
+from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE, STEP_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
-from .source import alias_before, enclosing_function, expression_at, rebinding_before
+from .source import alias_before, enclosing_function, expression_at, rebinding_before, setter_write
 from .untracked import UntrackedWrites
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
@@ -1421,6 +1421,19 @@ class Tracer(TorchDispatchMode):
             return ProbeFinding(code, kind, place, message, severity=severity,
                                 torch_message=c.torch_message, notes=tuple(notes), callers=tuple(behind),
                                 origins=tuple(c.sites) + tuple(c.origins), op=c.op, count=c.count,
+                                saves=tuple(saves), backward=c.backward[0] if c.backward else None)
+        if code in ("GG001", "GG102") and c.code_hint == "GG001" and len(c.sites) > 1 and setter_write(c.sites[0]):
+            # The write sits in an accessor (`assign`): a method that stores what its caller hands it, in place, into
+            # its object's tensor.  Which tensor a graph saved, and when the value is stored, is the caller's doing:
+            # the line to change is the call (rebind instead of writing in place, or hand the graph a clone).
+            call = c.sites[1]
+            said = expression_at(call)
+            message = (f"`{said or 'this call'}` has a method store a value in place into its object's tensor (line "
+                       f"{c.sites[0].line}), a tensor a graph saved for backward{saved_by}{at}: " + message)
+            notes.insert(0, Note(c.sites[0], SETTER_NOTE))
+            return ProbeFinding(code, kind, call, message, severity=severity, torch_message=c.torch_message,
+                                notes=tuple(notes), callers=tuple(c.sites[2:]),
+                                origins=(c.sites[0],) + tuple(c.origins), op=c.op, count=c.count,
                                 saves=tuple(saves), backward=c.backward[0] if c.backward else None)
         return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
                             notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins), op=c.op,
