@@ -141,6 +141,10 @@ NO_FIX = {
         "the numbers are averaged by NumPy and `.backward()` is called on NumPy's result: keeping tensors means "
         "changing the list's elements, the mean and the backward's receiver together, which no rewrite does yet"
     ),
+    "GG105/pos_buffers_reset_inside_inference_mode": (
+        "the reset is to move out of the inference_mode block: moving a statement out of a block changes what runs "
+        "under it, which no rewrite decides for the user"
+    ),
     "GG102/pos_legacy_tensor_product_zeroed_through_detach": (
         "the write goes through a `.detach()` alias bound to its own name; the in-graph rewrite covers writes "
         "through `.data` and NumPy views, not aliases that other lines may read"

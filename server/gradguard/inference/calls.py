@@ -465,7 +465,8 @@ class CallsMixin:
             return UNKNOWN
         if name in FACTORIES and len(parts) == 2:
             rg = False if self._integral_dtype(node) else self._keyword_bool(node, "requires_grad", False)
-            return new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True)
+            return self.made_in_inference_mode(
+                new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True), node)
         out = kwargs.get("out")
         if isinstance(out, Tensor):  # out= ops are not differentiable: a plain write, nothing saved
             self._inplace(node, out, f"`out=` of `{q}`", None, [], out_inputs=_out_inputs(args, kwargs))

@@ -94,6 +94,9 @@ class Mutation:
     # The write goes through a name bound to a view of a leaf that requires grad (`b = conv.bias.view(na, -1)` ...
     # `b[:, 4] += p`): that binding.  Where two writes or more go through it, the view is what to change.
     view_site: ast.stmt | None = None
+    # The written tensor is an inference tensor (made in a `torch.inference_mode()` block) and the write is outside
+    # inference mode: where it was made (the statement of the block's own function).
+    inference_made: ast.AST | None = None
     # The variable or attribute the write goes through (`out` of `out[i] = v`, `self.scale` of `self.scale.mul_(m)`).
     written_through: ast.expr | None = None
     # Filled by the engine for an update of parameters: the first op after it that takes a value made stale by

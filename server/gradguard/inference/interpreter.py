@@ -203,6 +203,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # `ctx` of each custom Function's forward running now, with whether its inputs require grad
         self.function_contexts: list[tuple[FunctionContext, Grad]] = []
         self.rebinds: list[Rebind] = []  # leaves requiring grad rebound under no_grad to new tensors
+        # Open `with torch.inference_mode():` blocks, each the number of followed calls open when it was entered.
+        self.inference_blocks: list[int] = []
         self.discarded: list[DiscardedUpdate] = []  # `p.grad.clamp(...)` as a statement: an update that changes nothing
         self.discarded_call: ast.AST | None = None
         self.flags: list[InertFlag] = []  # `module.requires_grad = False`: attributes torch never reads
@@ -599,8 +601,26 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 self.eval(expr)
             if item.optional_vars is not None:
                 self.bind(item.optional_vars, UNKNOWN, stmt)
-        self.run_block(stmt.body)
+        inference = any(isinstance(item.context_expr, ast.Call)
+                        and self.qual(item.context_expr.func) == "torch.inference_mode"
+                        and not item.context_expr.args and not item.context_expr.keywords for item in stmt.items)
+        if inference:
+            self.inference_blocks.append(len(self.frame_sites))
+        try:
+            self.run_block(stmt.body)
+        finally:
+            if inference:
+                self.inference_blocks.pop()
         self.state.grad_enabled = saved_mode
+
+    def made_in_inference_mode(self, tensor: Tensor, node: ast.AST) -> Tensor:
+        """A tensor a factory makes inside a ``torch.inference_mode()`` block is an inference tensor: torch refuses
+        an in-place update of it outside inference mode.  It remembers the statement of the block's own function
+        that made it (the factory, or the call it runs in)."""
+        if self.inference_blocks:
+            depth = self.inference_blocks[-1]
+            tensor.inference_made = self.frame_sites[depth] if depth < len(self.frame_sites) else node
+        return tensor
 
     _stmt_AsyncWith = _stmt_With
 
@@ -899,6 +919,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 mutation.frames = list(self.inline_frames)
             mutation.written_through = _written_through(node)
             mutation.alias_site = self._second_name(node, target, mutation.written_through)
+            if not self.inference_blocks:
+                mutation.inference_made = next((t.root().inference_made for t in written
+                                                if t.root().inference_made is not None), None)
             through = mutation.written_through
             held = self.state.env.get(through.id) if isinstance(through, ast.Name) else None
             if isinstance(held, Tensor) and held.bound_at is not None and any(t is held for t in target.view_chain()):

@@ -90,6 +90,9 @@ class Tensor:
     # A view of a leaf that requires grad, bound to a name by this statement (`b = conv.bias.view(na, -1)`): the
     # writes through that name are the binding's (see `Mutation.view_site`).
     bound_at: ast.stmt | None = None
+    # Made by a factory inside `torch.inference_mode()` (an inference tensor): the statement of that block's
+    # function that made it.  torch refuses an in-place update of it outside inference mode.
+    inference_made: ast.AST | None = None
     # A `.grad`: the gradient an optimizer step or a manual update reads.
     is_grad: bool = False
     # Made by an op whose result is a new contiguous tensor whatever its inputs' layout (`torch.stack`, `cat`).

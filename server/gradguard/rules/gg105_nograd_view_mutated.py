@@ -12,13 +12,20 @@ from ..fixes.writes import InPlaceWrite, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from ..knowledge.names import PIECES, VIEW_METHODS
+from ..messages import Message
 from .base import Example, Rule
 from .common import call_path_related
 
 MESSAGE = "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
 
 
+INFERENCE_MESSAGE = "Inplace update to inference tensor outside InferenceMode is not allowed."
+
+
 def check(mutation: Mutation):
+    if isinstance(mutation, Mutation) and mutation.kind == "write" and mutation.inference_made is not None:
+        yield _inference_tensor_written(mutation)
+        return
     if not isinstance(mutation, Mutation) or mutation.kind != "write" or not mutation.grad_enabled:
         return
     chain = list(mutation.target.view_chain())
@@ -39,9 +46,27 @@ def check(mutation: Mutation):
     )
 
 
+def _inference_tensor_written(mutation: Mutation) -> Finding:
+    """A tensor made inside ``torch.inference_mode()`` (a buffer a reset allocates there) updated in place after
+    the block: reported where it is made, the line to move out of the block."""
+    return Finding(
+        "GG105",
+        mutation.inference_made,
+        Message.format(
+            "this runs inside a `torch.inference_mode()` block and makes an inference tensor, which {how} on {write} "
+            'updates in place outside it; torch raises there: "{torch}" Make it outside the block (or under '
+            "`torch.no_grad()`), or clone it before the update.", how=mutation.how, write=mutation.node,
+            torch=INFERENCE_MESSAGE),
+        related=[(mutation.node, "the in-place update raises here"), *call_path_related(mutation)],
+        mutation=mutation, data={"inference": True},
+    )
+
+
 # ---- The fix --------------------------------------------------------------------------------------
 def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     """Make the view with grad mode on (and write out of place), else write under no_grad too."""
+    if finding.data.get("inference"):
+        return None  # moving a statement out of an inference_mode block changes what runs under it
     mutation = mutation_in(finding)
     if not any(t.nograd_view for t in mutation.target.view_chain()):
         # A view of a tensor that does not require grad (a buffer, a memory bank), written with a value that
@@ -230,6 +255,11 @@ Writing to it later with grad mode on would leave the base's graph wrong, so tor
 created in no_grad mode and is being modified inplace with grad mode enabled.`  The same holds for a no_grad
 view of a tensor that does not require grad (a buffer slot, a memory bank row) when the value written into it
 does: the write would have to give the view a history it cannot have.
+
+`torch.inference_mode()` is stricter than no_grad: a tensor a factory makes inside it (a buffer an
+environment's `reset()` allocates there) is an inference tensor, and any in-place update of it outside the
+block raises `Inplace update to inference tensor outside InferenceMode is not allowed.`  That is reported
+where the tensor is made, the statement of the block to move out of it.
 """,
     fix_advice="Make the view with grad mode on, do the write under `torch.no_grad()` as well, or `clone()` the view. "
                "For a buffer written with a value that requires grad, write under `torch.no_grad()` (the buffer "
