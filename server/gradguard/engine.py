@@ -321,11 +321,18 @@ def _candidate_units(units, lines: list[str]) -> set:
     reaches ``Step.__call__``); and every method of a class whose ``__init__`` is a candidate (its attributes
     hold what the candidate made).  Repeated until nothing is added, so helpers of helpers count."""
     texts: dict[int, str] = {}
+    words: dict[int, tuple[set[str], set[str]]] = {}
 
     def text(node) -> str:
         found = texts.get(id(node))
         if found is None:
             found = texts[id(node)] = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+        return found
+
+    def words_of(node) -> tuple[set[str], set[str]]:
+        found = words.get(id(node))
+        if found is None:
+            found = words[id(node)] = _words(text(node))
         return found
 
     candidates = set()
@@ -341,25 +348,24 @@ def _candidate_units(units, lines: list[str]) -> set:
         # A function reaches a candidate when its text calls one by name (``\bname\s*\(``) or mentions its
         # class (``\bClass\b``): read from the words of its text, not a regex of every name, compiled anew.
         added = {fn for fn, owner in units if fn is not None and fn not in candidates
-                 and (owner in initialised or _reaches(text(fn), functions, classes))}
+                 and (owner in initialised or _reaches(words_of(fn), functions, classes))}
         if not added:
             return candidates
         candidates |= added
 
 
-def _reaches(text: str, functions: set[str], classes: set[str]) -> bool:
-    called, words = _words(text)
-    return not functions.isdisjoint(called) or not classes.isdisjoint(words)
+def _reaches(words: tuple[set[str], set[str]], functions: set[str], classes: set[str]) -> bool:
+    called, every = words
+    return not functions.isdisjoint(called) or not classes.isdisjoint(every)
 
 
 _CALLED = re.compile(r"\b(\w+)\s*\(")
 
 
-@lru_cache(maxsize=8192)
-def _words(text: str) -> tuple[frozenset[str], frozenset[str]]:
+def _words(text: str) -> tuple[set[str], set[str]]:
     r"""The whole words of ``text`` followed by a ``(`` (``\bname\s*\(`` matches exactly these), and all its
-    whole words (``\bname\b``)."""
-    return frozenset(_CALLED.findall(text)), frozenset(re.findall(r"\w+", text))
+    whole words (``\bname\b``).  Not kept across calls: memoised for the last 8,192 functions, they held 20 MiB."""
+    return set(_CALLED.findall(text)), set(re.findall(r"\w+", text))
 
 
 class _ModuleEnvironment:
