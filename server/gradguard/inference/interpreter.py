@@ -807,6 +807,16 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 return value  # torch refuses a plain tensor for a registered parameter (a TypeError at once)
         if value.graph & self.rebind_markers:
             return value  # rebound already where a followed call computed it: that write is the one to report
+        if (isinstance(target, ast.Name) and isinstance(old, Tensor) and not old.leaf and old.requires_grad == Grad.YES
+                and value.requires_grad == Grad.NO and old.graph and old.graph <= value.graph and self.grad_mode_known
+                and not self.function_contexts):
+            # `pred = ema(pred)` under no_grad: the name now holds a value computed from its old one without a
+            # graph, a cut like `.detach()` (reported when a loss term is left with nothing but cut values).
+            marker = new_id()
+            self.breaks.append(GraphBreak(getattr(stmt, "value", stmt), "`torch.no_grad()`", old.graph, marker,
+                                          origin=old.origin, certain=True, cut=True))
+            self.cut_markers.add(marker)
+            return replace(value, graph=frozenset({marker}), lost_sources=old.graph)
         if (not isinstance(old, Tensor) or old.storage is value.storage or not old.leaf or old.group
                 or old.requires_grad != Grad.YES or value.requires_grad != Grad.NO or not old.graph):
             return value
