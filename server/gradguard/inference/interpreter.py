@@ -1101,6 +1101,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             sources |= _grad_sources(value)
         graph: frozenset[int] = frozenset({new_id()}) if requires_grad else frozenset()
         read = _read_out_markers(sources_from, {cut.marker for cut in self.breaks if cut.handed_back})
+        line = getattr(node, "lineno", None)
+        if any(cut.marker in read and getattr(cut.node, "lineno", None) == line for cut in self.breaks):
+            read = frozenset()  # read out on this line too (`torch.tensor([a.item(), b.item()])`): this line
         if sources and read:
             # Numbers read out of tensors (`.item()`, `.numpy()`) on other lines: the reads are where the graph was
             # left, this line where the numbers became a tensor again.

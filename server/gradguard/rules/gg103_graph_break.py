@@ -7,6 +7,7 @@ import dataclasses
 import re
 
 from ..diagnostics import Fix, Severity, TextEdit
+from ..fixes.aliases import analyse
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.writes import cst_mod, parse_expr, short
@@ -258,9 +259,14 @@ def _detach_out_of_place(ctx: FixContext, finding: Finding) -> Fix:
     if not (isinstance(stmt, ast.Expr) and stmt.value is call and isinstance(call, ast.Call)
             and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords):
         raise CannotFix("the `.detach_()` is not a statement of its own")
-    receiver = ctx.source(call.func.value)
-    if not _NAME_CHAIN.fullmatch(receiver) and not isinstance(call.func.value, ast.Subscript):
-        raise CannotFix("the detached value is not a name, attribute or element")
+    if not isinstance(call.func.value, ast.Name):
+        raise CannotFix("the detached value is not a local name")
+    receiver = call.func.value.id
+    report = analyse(ctx, stmt, receiver)
+    if report.holders_read_after or report.escapes:
+        # a list, an object or a caller holds it too: rebinding the name leaves them the undetached tensor (views
+        # and bases read later do not matter: detaching never meant to cut them)
+        raise CannotFix(report.reason())
     ctx.require_own_lines(stmt)
     line, column, end_line, end_column = ctx.char_range(stmt)
     edit = TextEdit(line, column + 1, end_line, end_column + 1, f"{receiver} = {receiver}.detach()")
