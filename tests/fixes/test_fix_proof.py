@@ -150,8 +150,16 @@ NO_FIX = {
         "changes what runs under it, which no rewrite decides for the user"
     ),
     "GG103/pos_detach_in_place_state_already_used": (
-        "the state is handed to the cell after the in-place detach: a name other code holds, so rebinding it "
-        "(`h = h.detach()`) is offered only where nothing else holds the tensor"
+        "`h = h.detach()` is right only where no other name, list, closure or caller holds the tensor, which the "
+        "fix layer cannot yet tell from the dataflow (issue 26)"
+    ),
+    "GG103/pos_detach_in_place_of_row_view": (
+        "`x = x.detach()` is right only where no other name, list, closure or caller holds the tensor, which the "
+        "fix layer cannot yet tell from the dataflow (issue 26)"
+    ),
+    "GG103/pos_detach_in_place_of_reshaped_stack": (
+        "`x = x.detach()` is right only where no other name, list, closure or caller holds the tensor, which the "
+        "fix layer cannot yet tell from the dataflow (issue 26)"
     ),
     "GG102/pos_legacy_tensor_product_zeroed_through_detach": (
         "the write goes through a `.detach()` alias bound to its own name; the in-graph rewrite covers writes "

@@ -292,7 +292,9 @@ def _operands(node: ast.expr) -> list[ast.expr]:
     if isinstance(node, ast.BinOp):
         return [node.left, node.right]
     if isinstance(node, ast.Call):
-        out = list(node.args) + [k.value for k in node.keywords if k.arg is not None]
+        # `torch.einsum(eq, [a, b])`: a list of operands is its tensors, each of which may be the saved one
+        args = [e for a in node.args for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else (a,))]
+        out = args + [k.value for k in node.keywords if k.arg is not None]
         if isinstance(node.func, ast.Attribute):
             out.append(node.func.value)  # the receiver of a method (`h.clamp(...)` saves h)
         return [o for o in out if not isinstance(o, ast.Starred)]

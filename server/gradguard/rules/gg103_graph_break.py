@@ -6,11 +6,10 @@ import ast
 import dataclasses
 import re
 
-from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.aliases import analyse
+from ..diagnostics import Fix, Severity
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.writes import cst_mod, parse_expr, short
+from ..fixes.writes import cst_mod, parse_expr
 from ..inference.events import Finding, GraphBreak, InertFlag, Mutation, ReplacedParameter
 from ..inference.values import Tensor
 from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_TWINS
@@ -237,7 +236,9 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops;
     drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
     if finding.data.get("detach"):
-        return _detach_out_of_place(ctx, finding)
+        # `x = x.detach()` is right only where no other name, list, closure or caller holds the tensor, which the
+        # fix layer cannot yet tell from the dataflow (issue 26): none is offered.
+        return None
     if finding.data.get("cut"):
         return _let_gradient_through(ctx, finding)
     if finding.data.get("flag"):
@@ -248,33 +249,6 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return _keep_tensors_in_arithmetic(ctx, finding)
     except CannotFix:
         return _keep_rebuilt_tensor(ctx, finding)
-
-
-def _detach_out_of_place(ctx: FixContext, finding: Finding) -> Fix:
-    """``x.detach_()`` as a statement becomes ``x = x.detach()``: the name holds a detached copy, what was built
-    from the old value keeps its graph.  Safe for a view (torch refused the original outright); unsafe for a
-    saved tensor, whose earlier uses keep their whole history (no truncation happens there)."""
-    call = finding.node
-    stmt = ctx.statement_of(call)
-    if not (isinstance(stmt, ast.Expr) and stmt.value is call and isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords):
-        raise CannotFix("the `.detach_()` is not a statement of its own")
-    if not isinstance(call.func.value, ast.Name):
-        raise CannotFix("the detached value is not a local name")
-    receiver = call.func.value.id
-    report = analyse(ctx, stmt, receiver)
-    if report.holders_read_after or report.escapes:
-        # a list, an object or a caller holds it too: rebinding the name leaves them the undetached tensor (views
-        # and bases read later do not matter: detaching never meant to cut them)
-        raise CannotFix(report.reason())
-    ctx.require_own_lines(stmt)
-    line, column, end_line, end_column = ctx.char_range(stmt)
-    edit = TextEdit(line, column + 1, end_line, end_column + 1, f"{receiver} = {receiver}.detach()")
-    view = finding.mutation is not None and finding.mutation.refused_view
-    title = f"Detach out of place: `{short(receiver)} = {short(receiver)}.detach()`"
-    if not view:
-        title += " (unsafe: what was computed from it before keeps its whole history)"
-    return Fix(title, view, (edit,))
 
 
 _FACTORIES = tuple(f"torch.{name}" for name in sorted(GRAPH_REBUILDING_FACTORIES))
