@@ -232,6 +232,26 @@ def iterated_at(site: Site) -> str | None:
     return None
 
 
+def _innermost(tree: ast.AST, line: int, kinds: tuple[type, ...]) -> ast.AST | None:
+    """The innermost node of one of ``kinds`` whose lines hold ``line`` (the one that starts last)."""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, kinds) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if found is None or node.lineno >= found.lineno:
+                found = node
+    return found
+
+
+def _innermost_statement(tree: ast.AST, line: int) -> ast.stmt | None:
+    """The shortest statement whose lines hold ``line``."""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if found is None or _span(node) <= _span(found):
+                found = node
+    return found
+
+
 def setter_write(site: Site) -> bool:
     """Whether the statement at ``site`` is a method writing, in place, a value its caller handed it into a tensor its
     own object holds: ``self._value.copy_(value)``, ``self.buf[i:j] = value``, ``self.total += value`` in a method
@@ -240,20 +260,11 @@ def setter_write(site: Site) -> bool:
     tree = _tree(site.path)
     if tree is None:
         return False
-    function = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                node.lineno <= site.line <= (node.end_lineno or node.lineno):
-            if function is None or node.lineno >= function.lineno:
-                function = node
+    function = _innermost(tree, site.line, (ast.FunctionDef, ast.AsyncFunctionDef))
     if function is None or not function.args.args or function.args.args[0].arg != "self":
         return False
     params = {a.arg for a in function.args.args[1:] + function.args.kwonlyargs}
-    statement = None
-    for node in ast.walk(function):
-        if isinstance(node, ast.stmt) and node.lineno <= site.line <= (node.end_lineno or node.lineno):
-            if statement is None or _span(node) <= _span(statement):
-                statement = node
+    statement = _innermost_statement(function, site.line)
     target = value = None
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
             and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr.endswith("_"):
@@ -284,19 +295,10 @@ def _function_and_name(site: Site):
     tree = _tree(site.path)
     if tree is None:
         return None
-    function = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                node.lineno <= site.line <= (node.end_lineno or node.lineno):
-            if function is None or node.lineno >= function.lineno:
-                function = node
+    function = _innermost(tree, site.line, (ast.FunctionDef, ast.AsyncFunctionDef))
     if function is None:
         return None
-    statement = None
-    for node in ast.walk(function):
-        if isinstance(node, ast.stmt) and node.lineno <= site.line <= (node.end_lineno or node.lineno):
-            if statement is None or _span(node) <= _span(statement):
-                statement = node
+    statement = _innermost_statement(function, site.line)
     name = _written_name(statement)
     return (function, name) if name is not None else None
 
