@@ -312,6 +312,9 @@ def _check(args: argparse.Namespace) -> int:
             unprobed = [run for run in runs if not run.passes]
         except WorkerError as exc:  # no torch, or no process can start: the probe the user asked for cannot run
             raise UsageError(f"cannot run the probe: {exc}") from None
+        from .probed_fixes import attach
+
+        results = attach(results, files)  # the fixes of the findings only the probe made
     fixing = None
     if args.fix or args.diff:
         from .fixing import run_fixes  # .py files have their text fixed; notebooks their cells

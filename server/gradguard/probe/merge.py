@@ -15,7 +15,7 @@ Probe findings that no static finding matched are added (``"confirmed": true``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
 from ..diagnostics import Diagnostic, Related, Severity, Span
@@ -37,11 +37,14 @@ def compatible(static_code: str, probe_code: str) -> bool:
 
 @dataclass(frozen=True)
 class ProbedDiagnostic(Diagnostic):
-    """A diagnostic the probe had a say in.  JSON adds ``confirmed``, ``device``, ``torch_message``."""
+    """A diagnostic the probe had a say in.  JSON adds ``confirmed``, ``device``, ``torch_message``.  ``probe``: the
+    probe's own finding, for one no static finding matched (its facts are what a fix of it is built from,
+    ``gradguard.probed_fixes``); never serialised."""
 
     confirmed: bool = True
     device: str | None = None
     torch_message: str | None = None
+    probe: ProbeFinding | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         data = super().to_json()
@@ -92,7 +95,7 @@ def to_diagnostic(finding: ProbeFinding, result: ProbeResult, show: _Paths) -> P
     return ProbedDiagnostic(
         show(finding.site.path), _span(finding.site), finding.code, Severity(finding.severity),
         finding.message + " (observed by the runtime probe)", tuple(_related(finding, show)),
-        confirmed=True, device=result.device, torch_message=finding.torch_message)
+        confirmed=True, device=result.device, torch_message=finding.torch_message, probe=finding)
 
 
 def diagnostics(result: ProbeResult, display: str) -> list[ProbedDiagnostic]:

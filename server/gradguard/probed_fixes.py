@@ -1,0 +1,229 @@
+"""Fixes for the findings only the runtime probe made (``check --probe``: no static finding matched them).
+
+The probe says which line to change and why: the rule's code, the line that writes, the op and line that saved,
+the related lines its notes name.  This module turns those facts, and the syntax at exactly those lines, into
+the typed ``Finding`` (with its ``Mutation`` for a write) that the rule's own fix builder reads, and asks that
+builder through the fix layer's ``Fixer`` -- nothing is inferred here that the probe did not see.  The fixes
+then reach users as every other fix does: on the diagnostic (JSON, SARIF), through the planner for ``--fix`` and
+``--diff``.
+
+Each shape below is offered only because torch proved its fixes on the probe-only fixtures and real cases
+(``bench/probe_fixes.py``, ``tests/fixes/test_probe_fix_proof.py``): a probe finding of another shape gets none.
+Fixes that would need the static analysis to check their result (``FixContext.still_found``) are not built: the
+static analysis never saw these findings, so it cannot say they are gone.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from . import parsing
+from .api import FIX_BUILDERS
+from .diagnostics import FileResult, Fix
+from .fixes import Fixer, unavailable, with_fix
+from .inference.events import Finding, Mutation
+from .inference.values import Grad, Storage, Tensor
+from .probe.merge import ALIAS_NOTE, INPUT_NOTE, REBUILT_NOTE, VIEW_NOTE, ProbedDiagnostic
+from .probe.model import ProbeFinding, Site
+
+
+class _Lines:
+    """The statements of one parsed file by the lines they start or lie on."""
+
+    def __init__(self, tree: ast.Module):
+        self.tree = tree
+
+    def statements_at(self, line: int) -> list[ast.stmt]:
+        """The statements that contain ``line``, innermost last."""
+        return sorted((n for n in ast.walk(self.tree) if isinstance(n, ast.stmt)
+                       and parsing.first_line(n) <= line <= (n.end_lineno or n.lineno)),
+                      key=lambda n: (n.lineno, -(n.end_lineno or n.lineno)))
+
+    def function_of(self, stmt: ast.stmt) -> ast.AST:
+        """The innermost function around ``stmt`` (the module at its top level)."""
+        around = [n for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.lineno <= stmt.lineno and stmt.end_lineno <= n.end_lineno]
+        return max(around, key=lambda n: n.lineno) if around else self.tree
+
+    def simple_statement_at(self, line: int) -> ast.stmt | None:
+        """The one simple statement (no body) on ``line``, or None when there are none or several."""
+        simple = [s for s in self.statements_at(line) if not hasattr(s, "body") and s.lineno == line]
+        return simple[0] if len(simple) == 1 else None
+
+
+def _note(finding: ProbeFinding, message: str) -> Site | None:
+    """The site of the finding's note ``message``, when it is in the finding's own file."""
+    return next((n.site for n in finding.notes if n.message == message and n.site.path == finding.site.path), None)
+
+
+# --- the shapes: each builds the Finding a rule's fix reads, from the probe's facts and the lines' syntax -------------
+
+def _flag(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG103 ``module.requires_grad = False`` (a plain attribute on a module): the static finding's ``flag``."""
+    stmt = lines.simple_statement_at(f.site.line)
+    if f.code == "GG103" and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+            and isinstance(stmt.targets[0], ast.Attribute) and stmt.targets[0].attr == "requires_grad":
+        return Finding("GG103", stmt, "", data={"flag": True})
+    return None
+
+
+def _cut(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG103 ``t.detach()``/``t.data`` whose result fed a backward that left trained parameters without a
+    gradient (the probe's ``starved``): the static finding's ``cut``, at the one such node of the line."""
+    if f.code != "GG103" or f.kind != "starved":
+        return None
+    stmt = lines.simple_statement_at(f.site.line)
+    if stmt is None:
+        return None
+    cuts = [n for n in ast.walk(stmt) if _is_cut(n)]
+    if len(cuts) != 1:
+        return None
+    # The probe names the first cut the values went through: another one in the same function may cut them again,
+    # and letting the gradient through the first alone would leave the parameters as starved (a real case did).
+    if sum(1 for n in ast.walk(lines.function_of(stmt)) if _is_cut(n)) != 1:
+        return None
+    return Finding("GG103", cuts[0], "", data={"cut": True})
+
+
+def _is_cut(node: ast.AST) -> bool:
+    """``t.detach()`` or a read of ``t.data``."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach"
+            and not node.args and not node.keywords
+            or isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.ctx, ast.Load))
+
+
+def _rebuild(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG103 values read out of the graph and made a tensor again: the statement that rebuilds them (the
+    finding's own line, or the rebuild its note names when the probe placed it at the read)."""
+    if f.code != "GG103" or f.kind != "graph-break":
+        return None
+    stmt = lines.simple_statement_at(f.site.line)
+    if stmt is None:
+        return None
+    rebuilt = _note(f, REBUILT_NOTE)
+    if rebuilt is None:
+        return Finding("GG103", stmt, "")
+    at = lines.simple_statement_at(rebuilt.line)
+    return Finding("GG103", stmt, "", data={"rebuilt_at": at}) if at is not None else None
+
+
+def _view_binding(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG003 writes through a name bound to a view of a leaf, placed at the binding: the static ``view_site``."""
+    if f.code != "GG003" or _note(f, VIEW_NOTE) is None:
+        return None
+    stmt = lines.simple_statement_at(f.site.line)
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return Finding("GG003", stmt, "", data={"view_site": True})
+    return None
+
+
+def _receiver(node: ast.expr) -> ast.expr:
+    """``x`` of ``x.float().contiguous()``: the tensor a chain of method calls starts from."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        node = node.func.value
+    return node
+
+
+def _copy_at_binding(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG001 placed at a binding whose name the write goes through: a second name of a saved tensor (``out = x``
+    ... ``out[i] = v``), or a custom Function's conversion that returned its input itself (``x = x.float()``
+    ... ``x -= m``).  The static finding at the binding (``Mutation.alias_site``): a copy taken there."""
+    write = _note(f, ALIAS_NOTE) or _note(f, INPUT_NOTE)
+    if f.code != "GG001" or write is None:
+        return None
+    binding = lines.simple_statement_at(f.site.line)
+    written = lines.simple_statement_at(write.line)
+    if not (isinstance(binding, ast.Assign) and len(binding.targets) == 1 and isinstance(binding.targets[0], ast.Name)
+            and written is not None):
+        return None
+    other = _receiver(binding.value)
+    if not isinstance(other, (ast.Name, ast.Attribute)) or other is not binding.value and write == _note(f, ALIAS_NOTE):
+        return None
+    name = binding.targets[0].id
+    # The probe saw the write change memory a graph saved, with grad mode on (it raised or changed gradients).
+    mutation = Mutation(written, Tensor(Storage(), Grad.YES, leaf=False), "", True, 0,
+                        alias_site=(binding, name, ast.unparse(other)))
+    return Finding("GG001", binding, "", mutation=mutation)
+
+
+def _inplace_activation(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG005 an in-place functional activation (``h = F.leaky_relu_(h, -0.5)``) whose backward torch refuses:
+    the static finding at the call (its out-of-place form)."""
+    if f.code != "GG005" or f.origins:
+        return None
+    stmt = lines.simple_statement_at(f.site.line)
+    calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call) and (
+        isinstance(n.func, (ast.Attribute, ast.Name)) and (getattr(n.func, "attr", None) or getattr(n.func, "id", ""))
+        .endswith("_") or any(k.arg == "inplace" for k in n.keywords))] if stmt is not None else []
+    if len(calls) != 1:
+        return None
+    mutation = Mutation(calls[0], Tensor(Storage(), Grad.YES, leaf=False), "", True, 0, functional_inplace=True)
+    return Finding("GG005", calls[0], "", mutation=mutation)
+
+
+SHAPES: tuple[Callable[[_Lines, ProbeFinding], Finding | None], ...] = (
+    _flag, _cut, _rebuild, _view_binding, _copy_at_binding, _inplace_activation)
+
+
+def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """The typed finding a rule's fix builder reads for the probe's finding ``f``, or None for no known shape."""
+    for shape in SHAPES:
+        built = shape(lines, f)
+        if built is not None:
+            return built
+    return None
+
+
+# --- attaching them ---------------------------------------------------------------------------------------------
+
+def probe_only(result: FileResult) -> Iterator[ProbedDiagnostic]:
+    """The findings of ``result`` only the probe made, in ``result``'s own file, without a fix yet."""
+    for d in result.diagnostics:
+        if isinstance(d, ProbedDiagnostic) and d.probe is not None and d.fix is None and d.path == result.path:
+            yield d
+
+
+def fixes_for(text: str, path: str, diagnostics: list[ProbedDiagnostic]) -> dict[int, Fix]:
+    """The fix of each of ``diagnostics`` (probe-only findings of ``text``) that has one, by ``id``."""
+    parsed = parsing.parse(text)
+    if isinstance(parsed, parsing.SyntaxProblem) or unavailable() is not None:
+        return {}
+    lines = _Lines(parsed)
+    fixer = Fixer(text, parsed, path, FIX_BUILDERS)
+    out: dict[int, Fix] = {}
+    for d in diagnostics:
+        try:
+            finding = finding_of(lines, d.probe)
+            fix = fixer.fix(finding) if finding is not None else None
+        except (KeyError, ValueError, AttributeError, IndexError):
+            fix = None
+        if fix is not None and fix.edits:
+            out[id(d)] = fix
+    return out
+
+
+def _text(path: Path | None) -> str | None:
+    try:
+        text = parsing.decode(path.read_bytes()) if path is not None else None
+    except OSError:
+        return None
+    return text if isinstance(text, str) else None
+
+
+def attach(results: list[FileResult], paths: Mapping[str, Path]) -> list[FileResult]:
+    """``results`` with a fix on each probe-only finding that has one; ``paths``: each result's file by its display
+    path (a file that cannot be read again keeps its findings without fixes)."""
+    out = []
+    for result in results:
+        asked = list(probe_only(result))
+        text = _text(paths.get(result.path)) if asked else None
+        if not asked or text is None:
+            out.append(result)
+            continue
+        built = fixes_for(text, result.path, asked)
+        out.append(replace(result, diagnostics=[with_fix(d, built.get(id(d))) for d in result.diagnostics])
+                   if built else result)
+    return out

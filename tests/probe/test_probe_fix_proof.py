@@ -1,0 +1,151 @@
+"""torch proves the fixes of the findings only the probe makes (issue 31 item 3): every positive of
+tests/fixtures/probe_only is probed (``--entry run``) and merged with its static findings as ``check --probe``
+does; each fix a probe-only finding carries (``gradguard.probed_fixes``) is applied alone to a copy, and the copy's
+``run()`` must run clean and give the gradients of ``reference()``.
+
+A fixture whose probe-only findings get no fix is listed in ``NO_FIX`` with the reason (a listed one offered a fix
+fails).  One whose finding the static analysis reports itself (the probe confirms it; its fix is the static one)
+is skipped, saying so.  ``check --probe --fix`` applies the fixes through the one planner.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import shutil
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fixture_corpus import Fixture
+from gradients import grads_equal
+from probe_corpus import DEVICE, PROBE_ONLY
+
+torch = pytest.importorskip("torch")
+
+from gradguard.api import analyze_source  # noqa: E402
+from gradguard.cli import main  # noqa: E402
+from gradguard.config import Config  # noqa: E402
+from gradguard.fixes.edits import apply_edits  # noqa: E402
+from gradguard.probe import ProbeOptions  # noqa: E402
+from gradguard.probe.merge import ProbedDiagnostic, merge  # noqa: E402
+from gradguard.probed_fixes import attach  # noqa: E402
+
+POSITIVES = [fx for fx in PROBE_ONLY if fx.positive]
+
+_NO_GRAD = ("the term is computed with grad mode off: moving it out of the block, or switching grad mode back on, "
+            "changes what runs there, which no rewrite decides for the user")
+_STEP = ("GG101's fixes move statements across the step and are offered only where the static analysis no longer "
+         "finds the bug in the moved code (`FixContext.still_found`): it never saw this one, so nothing can check them")
+_SWAP = ("the helper replaces the parameters after the optimizer took the old ones: building the optimizer after the "
+         "swap moves statements across the program, which no fix does")
+_VIEW_HELPER = ("the write is in a helper called on each view; the GG004 fix rewrites the write to a view where it is "
+                "made, not a helper's write through its parameter")
+NO_FIX: dict[str, str] = {
+    "GG001/pos_accessor_stores_into_state_a_graph_saved": (
+        "the write is in an accessor method the call hands the value to; no rewrite of GG001 changes a write into an "
+        "object's tensor through a method (the static finding at the saving op has no fix either)"),
+    "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
+    "GG004/pos_split_heads_scaled_by_helper": _VIEW_HELPER,
+    "GG005/pos_embedding_max_norm_weight_used_before_lookup": (
+        "the write is the embedding's own renormalisation (max_norm): a clone of the weight at the op that saved it is "
+        "the change, and GG001's clone-where-saved needs the save as an expression of the write's own tensor"),
+    "GG005/pos_forward_hook_keeps_output_before_inplace_relu": (
+        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
+        "the change, and no fix rewrites the value a hook stores yet (as for the static GG005 fixtures)"),
+    "GG005/pos_leaky_relu_module_negative_slope_inplace": (
+        "`inplace=inplace` takes the flag from the constructor's caller: setting it to False here would change every "
+        "block built with it (the static GG005 fix refuses the same)"),
+    "GG101/pos_backward_in_helper_after_step": _STEP,
+    "GG101/pos_forward_before_two_critic_steps": _STEP,
+    "GG101/pos_step_in_helper_after_forward": _STEP,
+    "GG103/pos_auxiliary_term_from_no_grad_helper": _NO_GRAD,
+    "GG103/pos_perceptual_term_scored_under_no_grad": _NO_GRAD,
+    "GG103/pos_helper_returns_loss_made_under_no_grad": _NO_GRAD,
+    "GG103/pos_query_loss_computed_under_no_grad_block": _NO_GRAD,
+    "GG103/pos_set_grad_enabled_false_left_off": _NO_GRAD,
+    "GG103/pos_no_grad_optimizer_step_calls_closure": _NO_GRAD,
+    "GG103/pos_optimizer_made_before_helper_swaps_layers": _SWAP,
+    "GG103/pos_trainer_calls_layer_swap_without_its_optimizer": _SWAP,
+    "GG103/pos_detach_in_place_view": (
+        "`.detach_()` of a view: `x = x.detach()` is right only where nothing else holds the tensor, which the fix "
+        "layer cannot tell (the static GG103 fix withholds it too)"),
+    "GG103/pos_forward_hook_rebinds_output": (
+        "the hook rebinds its output and returns nothing: returning the new value changes what the hook does, which no "
+        "rewrite of a hook makes"),
+    "GG103/pos_numpy_array_of_predictions_in_helper": (
+        "the NumPy round trip starts from `np.asarray(pred)`, not from the tensor's own `.numpy()`: the NumPy-to-torch "
+        "rewrite does not cover it"),
+    "GG103/pos_numpy_sum_of_loss_tensors": (
+        "`np.sum` of a list of loss tensors: the rewrite covers NumPy calls on values read with `.numpy()`/`.item()`, "
+        "not a list of tensors handed to NumPy"),
+}
+
+_counter = itertools.count()
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"probe_fixed_{path.stem}_{next(_counter)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _probe_only(fx: Fixture, worker) -> list[ProbedDiagnostic]:
+    """The probe-only findings of ``fx`` as ``check --probe`` reports them, with their fixes."""
+    display = str(fx.path)
+    static = analyze_source(fx.path.read_text(encoding="utf-8"), display, Config(jedi=False))
+    result = worker.probe(fx.path, ProbeOptions(entry="run", timeout=60, device=DEVICE))
+    merged = replace(static, diagnostics=merge(static.diagnostics, result, display))
+    [fixed] = attach([merged], {display: fx.path})
+    return [d for d in fixed.diagnostics if isinstance(d, ProbedDiagnostic) and d.probe is not None]
+
+
+@pytest.mark.parametrize("fx", POSITIVES, ids=lambda f: f.id)
+def test_probe_only_fixes_run_clean_with_reference_gradients(fx: Fixture, worker, tmp_path: Path):
+    found = _probe_only(fx, worker)
+    fixes = [d.fix for d in found if d.fix is not None]
+    if not found:  # the static analysis reports it (the probe confirms): the fix is the static one
+        pytest.skip("no probe-only finding: the static analysis reports it now" + (" (drop it from NO_FIX)"
+                                                                                   if fx.id in NO_FIX else ""))
+    if fx.id in NO_FIX:
+        assert not fixes, f"listed in NO_FIX, but a fix is offered: {[f.title for f in fixes]}"
+        return
+    assert fixes, "no fix offered (list it in NO_FIX with the reason)"
+    original = fx.path.read_text(encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = _load(fx.path).reference()
+    for n, fix in enumerate(fixes):
+        copy = tmp_path / f"fixed_{n}" / fx.path.name
+        copy.parent.mkdir()
+        copy.write_text(apply_edits(original, list(fix.edits)), encoding="utf-8")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _load(copy).run()  # must run clean: torch raising here fails the test
+        assert grads_equal(got, expected), f"{fix.title}: gradients differ from reference():\n{copy.read_text()}"
+
+
+def test_the_lists_name_real_positives():
+    ids = {fx.id for fx in POSITIVES}
+    assert not set(NO_FIX) - ids, set(NO_FIX) - ids
+
+
+def test_check_probe_fix_applies_a_probe_only_fix(tmp_path: Path, capsys):
+    """The CLI path: ``check --probe`` reports the fix in JSON, and ``--fix`` applies it through the planner."""
+    fx = next(f for f in POSITIVES if f.id == "GG103/pos_data_of_encoder_output_grad_report")
+    copy = tmp_path / fx.path.name
+    shutil.copyfile(fx.path, copy)
+    argv = ["check", "--probe", "--entry", "run", "--no-cache", "--quiet", "--exit-zero", "--jobs", "1"]
+    main([*argv, "--format", "json", str(copy)])
+    report = json.loads(capsys.readouterr().out)
+    [added] = [d for d in report["diagnostics"] if d["message"].endswith("(observed by the runtime probe)")]
+    assert added["fix"] is not None and added["fix"]["safe"], added
+    main([*argv, "--fix", str(copy)])
+    assert copy.read_text(encoding="utf-8") != fx.path.read_text(encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert grads_equal(_load(copy).run(), _load(fx.path).reference())
