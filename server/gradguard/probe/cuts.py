@@ -1,7 +1,7 @@
 """Cuts that starve trained parameters (rule GG103).  Imports torch.
 
-``.detach()`` or ``.data`` of a tensor that requires grad, called by the user's code with grad mode
-on, is a *cut*: the parameters upstream of it (the leaves its graph reaches) get no gradient through
+``.detach()`` or ``.data`` of a tensor that requires grad, or ``nn.Parameter(t)`` of a tensor with a history (torch
+makes a new leaf on ``t``'s data and keeps none of it), called by the user's code with grad mode on, is a *cut*: the parameters upstream of it (the leaves its graph reaches) get no gradient through
 its result.  That is often meant (a target network, a stop-gradient, a frozen encoder), so a cut is
 reported only when torch shows the harm:
 
@@ -37,6 +37,9 @@ from .model import Note, ProbeFinding, Site
 from .source import attribute_at, expression_at
 
 _Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+# nn.Parameter(t) of a tensor with a history (Parameter.__new__ -> Tensor._make_subclass: a leaf on t's data)
+_NEW_LEAF = " makes a new leaf on the data of a tensor with a history, keeps none of that history, and so"
 _CUTS = 64  # cut sites remembered
 _SUMS = (torch.ops.aten.add, torch.ops.aten.sub, torch.ops.aten.rsub)  # how a loss term joins the loss
 
@@ -55,6 +58,11 @@ class Cut:
     # For a value computed with grad mode off from one that requires grad (the line in the function that switched it
     # off): the line of that switch.  Such a cut is judged only as a dead loss term.
     nograd: Site | None = None
+    # An in-place write, grad mode on, of values with a history into part of a tensor computed from this cut (the
+    # rest of it keeps the cut values): the first such write.
+    partial: Site | None = None
+    # Said before "cuts the graph" when the cut is not a plain `.detach()`/`.data` (`nn.Parameter(t)`).
+    how: str = ""
 
 
 @dataclass
@@ -122,6 +130,23 @@ class Cuts:
             setattr(_Tensor, name, property(getter, original.__set__, original.__delete__, original.__doc__))
             self._undo.append(lambda name=name: delattr(_Tensor, name))
 
+        made = vars(_Parameter)["__new__"]
+        make = made.__func__ if isinstance(made, staticmethod) else made
+
+        def new_parameter(cls, data=None, requires_grad=True):
+            out = make(cls, data, requires_grad)
+            if isinstance(data, _Tensor) and data.grad_fn is not None:
+                # A new leaf on the data of a tensor with a history: the history is not kept (a cut, as .detach())
+                try:
+                    cuts._cut_by(out, data, sys._getframe(1), _NEW_LEAF)
+                except Exception as exc:  # noqa: BLE001
+                    cuts.errors.append(f"cuts: {type(exc).__name__}: {exc}")
+            return out
+
+        new_parameter.__wrapped__ = make
+        _Parameter.__new__ = staticmethod(new_parameter)
+        self._undo.append(lambda: setattr(_Parameter, "__new__", made))
+
     def uninstall(self) -> None:
         while self._undo:
             self._undo.pop()()
@@ -132,7 +157,7 @@ class Cuts:
         """``out = source.detach()`` called by ``frame`` (the caller of the op), grad mode on."""
         self._cut_by(out, source, frame)
 
-    def _cut_by(self, out, source, frame) -> None:
+    def _cut_by(self, out, source, frame, how: str = "") -> None:
         if not torch.is_grad_enabled() or not self.user.is_user(frame.f_code):
             return
         site = frame_site(frame)
@@ -141,7 +166,7 @@ class Cuts:
         if cut is None:
             if len(self.cuts) >= _CUTS:
                 return
-            cut = self.cuts[key] = Cut(site)
+            cut = self.cuts[key] = Cut(site, how=how)
         for leaf in leaves_of(source):
             if id(leaf) not in cut.upstream:
                 cut.upstream[id(leaf)] = weakref.ref(leaf)
@@ -235,6 +260,8 @@ class Cuts:
                         copies += (cut,)
                     elif cut.dead is not None:
                         self._report_dead(cut, backward)
+                    elif cut.partial is not None:
+                        self._report_partial(cut, backward)
         self.raising = (backward, copies)
 
     def _report_dead(self, cut: Cut, backward: Site | None) -> None:
@@ -257,6 +284,29 @@ class Cuts:
         if backward:
             notes.append(Note(backward, "the backward() that gets no gradient from that term"))
         self.found[key] = ProbeFinding("GG103", "starved", cut.site, message, notes=tuple(notes), backward=backward)
+
+    def on_partial_write(self, cut: Cut, site: Site) -> None:
+        """The user's ``site`` wrote values with a history into part of a tensor computed from ``cut``."""
+        if cut.partial is None:
+            cut.partial = site
+
+    def _report_partial(self, cut: Cut, backward: Site | None) -> None:
+        key = (cut.site.path, cut.site.line)
+        if key in self.found:
+            return
+        said = attribute_at(cut.site, "data") or attribute_at(cut.site, "detach") or expression_at(cut.site)
+        what = f"`{said}`" if said else "this cut"
+        written = expression_at(cut.partial)
+        write = f"`{written}` on line {cut.partial.line}" if written else f"the write on line {cut.partial.line}"
+        at = f" at line {backward.line}" if backward else ""
+        message = (f"{what} cuts the graph of a tensor with a history; {write} then writes values with a history "
+                   "into part of a tensor made from it, so only that part is differentiable: the other elements, "
+                   f"computed by the graph before the cut, reach the backward(){at} with no path back to what "
+                   "computed them. Keep the history here (no .data or .detach() on this line)")
+        notes = [Note(cut.partial, "the write that gives only part of the tensor a history")]
+        if backward:
+            notes.append(Note(backward, "the backward() that gets no gradient through the cut elements"))
+        self.found[key] = ProbeFinding("GG102", "silent", cut.site, message, notes=tuple(notes), backward=backward)
 
     def copy_behind_raise(self, backward: Site) -> Cut | None:
         """The copy the roots of the backward() at ``backward`` went through, when that backward raised
@@ -339,6 +389,13 @@ class Cuts:
                 self._report(cut, [t], Note(read.site, "reads `.grad` of the copy, which never gets one"),
                              f"the `.grad` read{_at(read.site)} finds none: the name no longer holds a trained tensor")
 
+    def cut_of(self, t) -> Cut | None:
+        """The `.detach()`/`.data` cut (not a copy, not a no_grad result) whose result ``t`` was computed from, if any."""
+        entry = self.marked.get(id(t))
+        if entry is None or entry[0]() is not t:
+            return None
+        return next((cut for cut in entry[1] if not cut.copy and cut.nograd is None), None)
+
     # -- marks --
 
     def _mark(self, out, cuts: tuple[Cut, ...]) -> None:
@@ -368,7 +425,7 @@ class Cuts:
             self.found[key] = copy_finding(cut, starved, related, harm)
             return
         said = attribute_at(cut.site, "data") or expression_at(cut.site)
-        what = f"`{said}`" if said else "this cut"
+        what = (f"`{said}`" if said else "this cut") + cut.how
         shapes = _shapes(starved)
         backward = f" at line {cut.fed.line}" if cut.fed else ""
         message = (f"{what} cuts the graph: {len(starved)} trained parameter tensor(s) the forward used before it "

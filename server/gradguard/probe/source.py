@@ -252,6 +252,62 @@ def _innermost_statement(tree: ast.AST, line: int) -> ast.stmt | None:
     return found
 
 
+def _stores_on_object(statement) -> bool:
+    """``self.cache = ...``, ``obj.h, obj.c = ...``: an assignment with an attribute among its targets."""
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+        targets = [statement.target]
+    else:
+        return False
+    return any(isinstance(node, ast.Attribute) for target in targets
+               for node in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else (target,)))
+
+
+def attribute_store(site: Site) -> Site | None:
+    """Where the value computed by the statement at ``site`` is stored on an object, so that it outlives the call,
+    graph and all: that statement itself (``self.cache = f(x)``), or, when it binds a plain name (``keys = f(x)``),
+    the first later statement of its function that stores that name on an object (``memory.keys = keys``)."""
+    tree = _tree(site.path)
+    if tree is None:
+        return None
+    statement = _innermost_statement(tree, site.line)
+    if statement is None:
+        return None
+    if _stores_on_object(statement):
+        if _recurrent(statement, statement):
+            return None
+        return Site(site.path, statement.lineno, statement.col_offset + 1)
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)):
+        return None
+    name = statement.targets[0].id
+    function = _innermost(tree, site.line, (ast.FunctionDef, ast.AsyncFunctionDef))
+    later = [node for node in ast.walk(function if function is not None else tree)
+             if isinstance(node, ast.stmt) and node.lineno > statement.end_lineno and _stores_on_object(node)
+             and any(isinstance(v, ast.Name) and v.id == name
+                     for v in (node.value.elts if isinstance(node.value, (ast.Tuple, ast.List)) else (node.value,)))]
+    if not later:
+        return None
+    first = min(later, key=lambda node: node.lineno)
+    if _recurrent(first, statement):
+        return None
+    return Site(site.path, first.lineno, first.col_offset + 1)
+
+
+def _recurrent(store, computed) -> bool:
+    """Whether the value stored by ``store`` is computed (by ``computed``) from the attribute it is stored in
+    (``self.h = self.cell(x, self.h)``): a state carried from call to call, not a value kept as it was made."""
+    targets = store.targets if isinstance(store, ast.Assign) else [store.target]
+    stored = {ast.dump(node) for target in targets
+              for node in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else (target,))
+              if isinstance(node, ast.Attribute)}
+    for node in ast.walk(computed.value):
+        if isinstance(node, ast.Attribute) and ast.dump(ast.Attribute(node.value, node.attr, ast.Store())) in stored:
+            return True
+    return False
+
+
 def setter_write(site: Site) -> bool:
     """Whether the statement at ``site`` is a method writing, in place, a value its caller handed it into a tensor its
     own object holds: ``self._value.copy_(value)``, ``self.buf[i:j] = value``, ``self.total += value`` in a method

@@ -51,7 +51,8 @@ from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
-from .source import alias_before, enclosing_function, expression_at, rebinding_before, setter_write
+from .source import alias_before, attribute_store, enclosing_function, expression_at, rebinding_before, setter_write
+from .stale_grads import RESETS, StaleGrads
 from .untracked import UntrackedWrites
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
@@ -343,6 +344,7 @@ class Tracer(TorchDispatchMode):
         self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
         self.flags = ModuleFlags(user, self.internal_errors)  # `module.requires_grad = False`: a plain attribute
         self.cuts.optimizer_of = self.flags.optimizer_of
+        self.stale_grads = StaleGrads(user, self.internal_errors)  # gradients a step applied, added to, applied again
         self.grad_mode = GradMode(user, self.internal_errors)  # where grad mode was switched off, for a backward then
         self.cuts.on_data = self.provenance.read_detached  # `.data.numpy()` is a read, as `.detach().numpy()` is
         self.ops = 0  # aten ops seen: none means the target only defined things
@@ -380,9 +382,11 @@ class Tracer(TorchDispatchMode):
         self.cuts.install()
         self.flags.install()
         self.grad_mode.install()
+        self.stale_grads.install()
         return entered
 
     def __exit__(self, *exc):
+        self.stale_grads.uninstall()
         self.grad_mode.uninstall()
         self.flags.uninstall()
         self.cuts.uninstall()
@@ -440,10 +444,21 @@ class Tracer(TorchDispatchMode):
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"hooks: {type(exc).__name__}: {exc}")
         traced_lines = self.numpy.pause()
+        grads = None
+        if self.stale_grads.watched:
+            try:
+                grads = self.stale_grads.before_backward()
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"stale grads: {type(exc).__name__}: {exc}")
         try:
             with _pop_mode_temporarily():
                 return self._engine(roots, *args, **kwargs)
         finally:
+            if grads:
+                try:
+                    self.stale_grads.after_backward(grads, sys._getframe(1))
+                except Exception as exc:  # noqa: BLE001
+                    self.internal_errors.append(f"stale grads: {type(exc).__name__}: {exc}")
             if traced_lines:
                 self.numpy.resume(sys._getframe(1))
             self.hooks.backward = outer_backward
@@ -862,6 +877,8 @@ class Tracer(TorchDispatchMode):
             self._after_cut(func, args)
         if self.untracked.writes and torch.is_grad_enabled():
             self._read_untracked(args)
+        if self.stale_grads.watched and func in RESETS:
+            self.stale_grads.on_reset(args)
         if not spec:
             out = func(*args, **(kwargs or {}))
             self.last_func = func
@@ -978,7 +995,7 @@ class Tracer(TorchDispatchMode):
                     if not recs:
                         try:
                             if not (t.requires_grad and (torch.is_grad_enabled() or t.is_leaf)):
-                                untracked.append(t.untyped_storage())
+                                untracked.append((t.untyped_storage(), self._carries_history(args, spec), t))
                         except RuntimeError:  # a view made under no_grad, written in grad mode: GG105 raises
                             pass
         except Exception as exc:  # noqa: BLE001
@@ -1004,12 +1021,33 @@ class Tracer(TorchDispatchMode):
             try:
                 frame = self._user_frame_outside_optimizers(sys._getframe(2))
                 if frame is not None and not _in_function_forward(frame):
-                    for storage in untracked:
-                        self.untracked.on_write(storage, frame, _op_name(func), torch.is_grad_enabled())
+                    for storage, tracked, t in untracked:
+                        self.untracked.on_write(storage, frame, _op_name(func), torch.is_grad_enabled(), tracked)
+                        if tracked and self.cuts.marked:
+                            self._partial_write_of_cut(t, frame)
                     del frame
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"untracked: {type(exc).__name__}: {exc}")
         return out
+
+    @staticmethod
+    def _carries_history(args, spec) -> bool:
+        """Whether an in-place op run with grad mode on writes a value that requires grad (another operand than the
+        written ones does): autograd then records the write on the written tensor (it gets the write's node)."""
+        if not torch.is_grad_enabled():
+            return False
+        written = {index for index, _, _ in spec}
+        return any(isinstance(a, _Tensor) and a.requires_grad for i, a in enumerate(args) if i not in written)
+
+    def _partial_write_of_cut(self, t, frame) -> None:
+        """``t``, a view of part of a tensor computed from a `.detach()`/`.data` cut (``h.data.clone()``), got values
+        with a history: only that part is differentiable, the rest keeps the values whose history the cut dropped."""
+        base = t._base
+        if base is None or t.numel() >= base.numel():
+            return
+        cut = self.cuts.cut_of(t)
+        if cut is not None:
+            self.cuts.on_partial_write(cut, frame_site(frame))
 
     def _kept_write(self, key, t, func) -> None:
         """An in-place write to an output a user forward hook kept (``GradientHooks.kept``)."""
@@ -1259,7 +1297,7 @@ class Tracer(TorchDispatchMode):
                 continue
             placed.setdefault(key, len(found))
             found.append(finding)
-        found += self.hooks.findings() + self.asked.findings() + self.flags.findings()
+        found += self.hooks.findings() + self.asked.findings() + self.flags.findings() + self.stale_grads.findings()
         taken = {(f.site.path, f.site.line) for f in found}
         found += [f for f in self.cuts.findings() if (f.site.path, f.site.line) not in taken]
         taken = {(f.site.path, f.site.line) for f in found}
@@ -1388,6 +1426,22 @@ class Tracer(TorchDispatchMode):
             # The backward's graph was built after the step, around a value computed before it: the line to change
             # is where that stale value joined the new graph (compute it again after the step, or detach it).
             use, made = c.stale
+            kept = _kept_on_object(c, use)
+            if kept is not None:
+                # The older graph reached the new one through a value stored on an object (a cache, a module-held
+                # state) before the step: the store is the line to change (store it detached, or compute it anew).
+                said = expression_at(Site(kept.path, kept.line))
+                message = (f"`{said or 'this line'}` stores on an object a value whose graph saved tensors that "
+                           f"{writer} on line {c.sites[0].line} then updates in place{saved_by}{at}; the graph built "
+                           f"after the step (line {use.line}) uses the stored value, and its backward runs into that "
+                           "older graph. Store it detached, or compute it again after each step. "
+                           + message)
+                notes.insert(0, Note(c.sites[0], STEP_NOTE))
+                notes.insert(1, Note(use, "the graph built after the step takes the stored value here"))
+                return ProbeFinding(code, kind, kept, message, severity=severity, torch_message=c.torch_message,
+                                    notes=tuple(notes), callers=(), origins=tuple(c.sites) + tuple(c.origins),
+                                    op=c.op, count=c.count, saves=tuple(saves),
+                                    backward=c.backward[0] if c.backward else None)
             said = expression_at(use)
             made_at = f" (computed on line {made.line})" if made is not None and made != use else ""
             message = (f"`{said or 'this line'}` uses a value computed before {writer} on line {c.sites[0].line}"
@@ -1461,6 +1515,19 @@ def _function_input_alias(frame, written, site: Site, user: UserCode) -> tuple |
         return None
     name = getattr(apply.f_locals.get("cls"), "__name__", None) or "Function"
     return rebound, name
+
+
+def _kept_on_object(c: Conflict, use: Site) -> Site | None:
+    """For a step ``c`` whose stale graph a later graph used at ``use``: the innermost line of the saving chain (the
+    frames that ran the forward the step made stale) that stores its value on an object, or None."""
+    for entry in c.realized_chain:
+        site = code_site(*entry)
+        if (site.path, site.line) == (use.path, use.line):
+            continue
+        stored = attribute_store(site)
+        if stored is not None and (stored.path, stored.line) != (use.path, use.line):
+            return stored
+    return None
 
 
 def _switched_line(off: tuple, frame) -> Site | None:

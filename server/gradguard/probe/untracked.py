@@ -57,25 +57,29 @@ class UntrackedWrites:
     def busy(self) -> bool:
         return bool(self.writes)
 
-    def on_write(self, storage, frame, op: str, grad_enabled: bool) -> None:
-        """``storage`` was written without autograd recording it, by the user's ``frame`` (or a call in it)."""
+    def on_write(self, storage, frame, op: str, grad_enabled: bool, tracked: bool = False) -> None:
+        """``storage`` was written without autograd recording it, by the user's ``frame`` (or a call in it).
+        ``tracked``: autograd did record the write on the written tensor itself (a value with a history written
+        into a tensor with none, `buf[:k] = h`), whose new node autograd numbered at the write (one below the next
+        number, or the next one for a view's CopySlices): that tensor's own history is current; only other tensors of
+        the storage (the one `.data` was taken of) keep an older one."""
         how = "through an alias" if grad_enabled else "under no_grad"
-        self._record(storage, frame_site(frame), (id(frame), frame.f_lasti), op, how)
+        self._record(storage, frame_site(frame), (id(frame), frame.f_lasti), op, how, 1 if tracked else 0)
 
     def on_numpy_write(self, storage, site: Site) -> None:
         """``storage`` was written through a NumPy array sharing its memory, by the user's line ``site``."""
         self._record(storage, site, ("numpy", site.path, site.line), "numpy", "through NumPy")
 
-    def _record(self, storage, site: Site, call: tuple, op: str, how: str) -> None:
+    def _record(self, storage, site: Site, call: tuple, op: str, how: str, own: int = 0) -> None:
         key = storage._cdata
         known = self.writes.pop(key, None)
         if known is not None and known.storage() is storage and (known.site.path, known.site.line) == (
                 site.path, site.line):
-            known.sequence_nr, known.call = _next_sequence_nr(), call
+            known.sequence_nr, known.call = _next_sequence_nr() - own, call
             known.count += 1
             self.writes[key] = known
             return
-        self.writes[key] = Write(site, op, how, _next_sequence_nr(), weakref.ref(storage), call)
+        self.writes[key] = Write(site, op, how, _next_sequence_nr() - own, weakref.ref(storage), call)
         if len(self.writes) > _KEPT:
             del self.writes[next(iter(self.writes))]
 
