@@ -44,7 +44,24 @@ _SWAP = ("the helper replaces the parameters after the optimizer took the old on
          "swap moves statements across the program, which no fix does")
 _VIEW_HELPER = ("the write is in a helper called on each view; the GG004 fix rewrites the write to a view where it is "
                 "made, not a helper's write through its parameter")
+_ZERO_GRAD = ("the gradients are never cleared between steps: where zero_grad() goes (before which backward, on which "
+              "optimizer or module) is the user's call, and no fix inserts a statement yet")
+_STORED = ("the stored value keeps its graph across the step: storing it detached or recomputing it each step changes "
+           "what trains through it, which no rewrite decides for the user")
+_PARTIAL = ("the `.data`/`.detach()` copy is partly rewritten: dropping the cut here is the change, and the GG102/GG103 "
+            "fix builders do not rewrite a cut feeding a partial write yet")
+_PARAMETER = ("`nn.Parameter(t)` of a tensor with a history: keeping the tensor itself (no new leaf) needs the module "
+              "attribute set without registering a parameter, which no fix rewrites yet")
 NO_FIX: dict[str, str] = {
+    "GG101/pos_grads_not_cleared_between_batches": _ZERO_GRAD,
+    "GG101/pos_grads_not_cleared_in_update_helper": _ZERO_GRAD,
+    "GG101/pos_critic_grads_kept_across_adversarial_steps": _ZERO_GRAD,
+    "GG101/pos_prototypes_cached_on_module_with_graph": _STORED,
+    "GG101/pos_memory_bank_stored_on_holder_object": _STORED,
+    "GG102/pos_slots_rebuilt_from_detached_copy": _PARTIAL,
+    "GG102/pos_padded_outputs_copied_through_data": _PARTIAL,
+    "GG103/pos_parameter_of_fused_weights": _PARAMETER,
+    "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
     "GG001/pos_accessor_stores_into_state_a_graph_saved": (
         "the write is in an accessor method the call hands the value to; no rewrite of GG001 changes a write into an "
         "object's tensor through a method (the static finding at the saving op has no fix either)"),
