@@ -6,7 +6,8 @@ A probe-only finding is one ``gradguard check --probe`` adds because no static f
 (``probe/merge.py``: its message ends "(observed by the runtime probe)").  The probe runs over
 tests/fixtures/probe_only (``--entry run``), bench/realworld/cases and ../shared/realworld-dev (read only;
 nothing is copied into the project: fixed copies go to a temporary folder).  Each fix a probe-only finding
-carries is applied alone to a copy of its file and the copy is run:
+carries is applied to a copy of its file (with the fixes of the file's other probe-only findings that do not
+overlap it: a program with two bugs runs clean only with both fixed) and the copy is run:
 
 - a fixture: ``run()`` of the fixed copy must run clean and give the gradients of ``reference()``
   (``tests/gradients.grads_equal``);
@@ -108,8 +109,9 @@ def probe_only(diags: list[dict]) -> list[dict]:
     return [d for d in diags if d.get("confirmed") and d["message"].endswith(PROBE_ONLY_SUFFIX)]
 
 
-def _fixed_copy(t: Target, d: dict, tmp: Path) -> Path:
-    """A copy of the target (file, or the case's folder) with ``d``'s fix applied; the path of the fixed file."""
+def _fixed_copy(t: Target, d: dict, tmp: Path, others: list[dict]) -> Path:
+    """A copy of the target (file, or the case's folder) with ``d``'s fix applied, and those of ``others`` (the
+    file's other probe-only findings) that do not overlap it; the path of the fixed file."""
     source = Path(d["path"])
     if t.path.is_dir():
         copy_root = tmp / t.path.name
@@ -118,18 +120,29 @@ def _fixed_copy(t: Target, d: dict, tmp: Path) -> Path:
     else:
         fixed = tmp / t.path.name
         shutil.copyfile(t.path, fixed)
-    edits = [TextEdit(e["line"], e["column"], e["end_line"], e["end_column"], e["new_text"]) for e in d["fix"]["edits"]]
+    def edits(diag):
+        return [TextEdit(e["line"], e["column"], e["end_line"], e["end_column"], e["new_text"])
+                for e in diag["fix"]["edits"]]
+
     text = fixed.read_text(encoding="utf-8")
-    fixed.write_text(apply_edits(text, edits), encoding="utf-8")
+    chosen = edits(d)
+    for other in others:
+        try:
+            apply_edits(text, chosen + edits(other))
+        except ValueError:
+            continue  # overlaps: the planner would apply it in a later pass, on the fixed text
+        chosen += edits(other)
+    fixed.write_text(apply_edits(text, chosen), encoding="utf-8")
     return fixed
 
 
-def prove(t: Target, d: dict, timeout: float) -> tuple[bool, str]:
-    """Whether torch proves ``d``'s fix on ``t``, and what was seen."""
+def prove(t: Target, d: dict, others: list[dict], timeout: float) -> tuple[bool, str]:
+    """Whether torch proves ``d``'s fix on ``t`` (with ``others``: the fixes of the other probe-only findings of
+    its file, a program with several bugs being fixed only by all of their fixes), and what was seen."""
     with tempfile.TemporaryDirectory(prefix="probefix_") as tmp:
         tmp_path = Path(tmp)
         try:
-            fixed = _fixed_copy(t, d, tmp_path)
+            fixed = _fixed_copy(t, d, tmp_path, others)
         except ValueError as exc:
             return False, f"edits do not apply: {exc}"
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
@@ -186,13 +199,15 @@ def main(argv=None) -> int:
         rows = []
         if err:
             rows.append({"set": t.label, "target": t.name, "error": err})
-        for d in probe_only(diags):
+        added = probe_only(diags)
+        for d in added:
             row = {"set": t.label, "target": t.name, "line": d["line"], "code": d["code"],
                    "path": os.path.relpath(d["path"], t.path.parent), "message": d["message"][:200],
                    "related": [f"{r['line']}: {r['message'][:70]}" for r in d.get("related") or []],
                    "fix": d["fix"]["title"] if d["fix"] else None, "safe": d["fix"]["safe"] if d["fix"] else None}
             if d["fix"]:
-                row["proven"], row["seen"] = prove(t, d, args.timeout)
+                others = [o for o in added if o is not d and o["fix"] and o["path"] == d["path"]]
+                row["proven"], row["seen"] = prove(t, d, others, args.timeout)
             rows.append(row)
         return rows
 

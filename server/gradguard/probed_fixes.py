@@ -24,9 +24,9 @@ from . import parsing
 from .api import FIX_BUILDERS
 from .diagnostics import FileResult, Fix
 from .fixes import Fixer, unavailable, with_fix
-from .inference.events import Finding, Mutation
-from .inference.values import Grad, Storage, Tensor
-from .probe.merge import ALIAS_NOTE, INPUT_NOTE, REBUILT_NOTE, VIEW_NOTE, ProbedDiagnostic
+from .inference.events import Conflict, Finding, Mutation, Sink
+from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
+from .probe.merge import ALIAS_NOTE, INPUT_NOTE, PLACED, REBUILT_NOTE, SETTER_NOTE, VIEW_NOTE, ProbedDiagnostic
 from .probe.model import ProbeFinding, Site
 
 
@@ -149,6 +149,26 @@ def _copy_at_binding(lines: _Lines, f: ProbeFinding) -> Finding | None:
     return Finding("GG001", binding, "", mutation=mutation)
 
 
+def _inplace_module(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG005 an ``inplace=True`` module overwrote what an op saved, placed by the probe at the module's constructor
+    (the line to change): the static finding with that constructor (``Mutation.module``).  A finding placed
+    elsewhere (a hook that keeps the output: the clone belongs there) gets none: the hook may keep the outputs of
+    other in-place modules too, which one constructor's flag would leave overwritten (a real case did)."""
+    if f.code != "GG005":
+        return None
+    simple = [s for s in lines.statements_at(f.site.line) if not hasattr(s, "body")]
+    ctors = [n for s in simple[-1:] for n in ast.walk(s) if isinstance(n, ast.Call) and n.lineno == f.site.line and any(
+        k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True for k in n.keywords)]
+    if f.site.column:  # the one the probe names, where it says which
+        ctors = [c for c in ctors if c.col_offset + 1 == f.site.column]
+    if len(ctors) != 1:
+        return None
+    name = ast.unparse(ctors[0].func).rsplit(".", 1)[-1]
+    module = ModuleValue(name, True, inplace=True, ctor=ctors[0])
+    mutation = Mutation(ctors[0], Tensor(Storage(), Grad.YES, leaf=False), "inplace=True", True, 0, module=module)
+    return Finding("GG005", ctors[0], "", mutation=mutation)
+
+
 def _inplace_activation(lines: _Lines, f: ProbeFinding) -> Finding | None:
     """GG005 an in-place functional activation (``h = F.leaky_relu_(h, -0.5)``) whose backward torch refuses:
     the static finding at the call (its out-of-place form)."""
@@ -164,8 +184,94 @@ def _inplace_activation(lines: _Lines, f: ProbeFinding) -> Finding | None:
     return Finding("GG005", calls[0], "", mutation=mutation)
 
 
+def _the_write(lines: _Lines, line: int) -> ast.AST | None:
+    """The in-place write on ``line`` as a Mutation's node: the ``+=`` or ``t[i] = v`` statement, or the one call of
+    an in-place method (``t.add_(...)``, ``out=``) in its statement."""
+    stmt = lines.simple_statement_at(line)
+    if isinstance(stmt, ast.AugAssign) or isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+            and isinstance(stmt.targets[0], ast.Subscript):
+        return stmt
+    calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call) and (
+        isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_") and not n.func.attr.startswith("_")
+        or any(k.arg == "out" for k in n.keywords))] if stmt is not None else []
+    return calls[0] if len(calls) == 1 else None
+
+
+def _expression_at(lines: _Lines, site: Site) -> ast.expr | None:
+    """The outermost expression that starts at ``site`` (line and 1-based column) in a simple statement."""
+    stmt = lines.simple_statement_at(site.line)
+    if stmt is None or not site.column:
+        return None
+    starting = [n for n in ast.walk(stmt) if isinstance(n, (ast.Call, ast.BinOp, ast.Subscript, ast.Attribute, ast.Name))
+                and n.lineno == site.line and n.col_offset + 1 == site.column]
+    return max(starting, key=lambda n: (n.end_lineno, n.end_col_offset)) if starting else None
+
+
+def _write_to_saved(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG001 an in-place write, at the finding's own line, to a tensor ops saved for a backward: the static finding
+    at the write, with the saves the probe saw (the op, its role, the expression at its line) as its conflicts."""
+    if f.code != "GG001" or f.notes and f.notes[0].message in PLACED or not f.saves or f.backward is None:
+        return None
+    write = _the_write(lines, f.site.line)
+    backward = lines.simple_statement_at(f.backward.line) if f.backward.path == f.site.path else None
+    if write is None or backward is None:
+        return None
+    target = Tensor(Storage(), Grad.YES, leaf=False)
+    sink = Sink("backward", backward, frozenset(), 1)
+    conflicts = []
+    for saving in f.saves:
+        node = _expression_at(lines, saving.site) if saving.site and saving.site.path == f.site.path else None
+        if node is None or saving.op is None:
+            return None
+        role = "output" if saving.role == "output" else "input"
+        conflicts.append(Conflict(Save(target.storage, 0, saving.op, role, node, True), sink))
+    mutation = Mutation(write, target, "", True, 0, conflicts=conflicts)
+    return Finding("GG001", write, "", mutation=mutation)
+
+
+def _written_root(write: ast.AST) -> ast.expr | None:
+    """The tensor a write changes, as written: ``self.queue`` of ``self.queue[:, i:j] = v`` or ``self.queue.add_(v)``."""
+    if isinstance(write, ast.Assign):
+        target = write.targets[0]
+    elif isinstance(write, ast.AugAssign):
+        target = write.target
+    elif isinstance(write, ast.Call) and isinstance(write.func, ast.Attribute):
+        target = write.func.value
+    else:
+        return None
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    return target
+
+
+def _state_read_by_op(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG001 a method of the object (``self.enqueue(k)``) writes in place its tensor (``self.queue[...] = k``) that
+    an op read and saved before the call (``q @ self.queue``): the static finding about a state read by reference,
+    whose fix reads a copy at the op.  Placed at the call; the write is the note."""
+    setter = _note(f, SETTER_NOTE)
+    if f.code != "GG001" or setter is None or len({s.site for s in f.saves}) != 1 or f.saves[0].site is None \
+            or f.saves[0].site.path != f.site.path:
+        return None
+    call = lines.simple_statement_at(f.site.line)
+    write = _the_write(lines, setter.line)
+    root = _written_root(write) if write is not None else None
+    calls = [n for n in ast.walk(call) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"] if call is not None else []
+    if len(calls) != 1 or not (isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name)
+                               and root.value.id == "self"):
+        return None
+    op = _expression_at(lines, f.saves[0].site)
+    state = ast.unparse(root)
+    if op is None or not any(isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and ast.unparse(n) == state
+                             for n in ast.walk(op)):
+        return None
+    mutation = Mutation(calls[0], Tensor(Storage(), Grad.YES, leaf=False), "", True, 0)
+    return Finding("GG001", op, "", mutation=mutation, data={"state": state})
+
+
 SHAPES: tuple[Callable[[_Lines, ProbeFinding], Finding | None], ...] = (
-    _flag, _cut, _rebuild, _view_binding, _copy_at_binding, _inplace_activation)
+    _flag, _cut, _rebuild, _view_binding, _copy_at_binding, _inplace_module, _inplace_activation, _write_to_saved,
+    _state_read_by_op)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

@@ -1,7 +1,8 @@
 """torch proves the fixes of the findings only the probe makes (issue 31 item 3): every positive of
 tests/fixtures/probe_only is probed (``--entry run``) and merged with its static findings as ``check --probe``
-does; each fix a probe-only finding carries (``gradguard.probed_fixes``) is applied alone to a copy, and the copy's
-``run()`` must run clean and give the gradients of ``reference()``.
+does; each fix a probe-only finding carries (``gradguard.probed_fixes``) is applied to a copy, and the copy's
+``run()`` must run clean and give the gradients of ``reference()`` (with the fixes of the file's other probe-only
+findings, as ``bench/probe_fixes.py`` proves them).
 
 A fixture whose probe-only findings get no fix is listed in ``NO_FIX`` with the reason (a listed one offered a fix
 fails).  One whose finding the static analysis reports itself (the probe confirms it; its fix is the static one)
@@ -137,13 +138,27 @@ def test_probe_only_fixes_run_clean_with_reference_gradients(fx: Fixture, worker
         warnings.simplefilter("ignore")
         expected = _load(fx.path).reference()
     for n, fix in enumerate(fixes):
+        # With the fixes of the file's other probe-only findings that do not overlap it: a program with two bugs
+        # runs clean only with both fixed.
+        edits = list(fix.edits)
+        for other in fixes:
+            if other is not fix and _applies(original, edits + list(other.edits)):
+                edits += list(other.edits)
         copy = tmp_path / f"fixed_{n}" / fx.path.name
         copy.parent.mkdir()
-        copy.write_text(apply_edits(original, list(fix.edits)), encoding="utf-8")
+        copy.write_text(apply_edits(original, edits), encoding="utf-8")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got = _load(copy).run()  # must run clean: torch raising here fails the test
         assert grads_equal(got, expected), f"{fix.title}: gradients differ from reference():\n{copy.read_text()}"
+
+
+def _applies(text: str, edits: list) -> bool:
+    try:
+        apply_edits(text, edits)
+    except ValueError:
+        return False
+    return True
 
 
 def test_the_lists_name_real_positives():

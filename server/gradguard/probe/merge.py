@@ -144,12 +144,12 @@ RENORM_NOTE = "the embedding (made with max_norm) renormalises its weight in pla
 REPLACED_NOTE = "the helper replaces the module's parameters here, after the optimizer took the old ones"
 # A write in an accessor method (stores what it is handed into its object's tensor) placed at the caller's call.
 SETTER_NOTE = "the method stores the value in place into its object's tensor here"
-_PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
+PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
            REPLACED_NOTE, SETTER_NOTE)
 
 
 def _placed_at_order(f: ProbeFinding) -> bool:
-    return bool(f.notes) and f.notes[0].message in _PLACED
+    return bool(f.notes) and f.notes[0].message in PLACED
 
 
 def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> list[Diagnostic]:
