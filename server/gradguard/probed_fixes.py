@@ -71,14 +71,16 @@ def _flag(lines: _Lines, f: ProbeFinding) -> Finding | None:
 
 
 def _cut(lines: _Lines, f: ProbeFinding) -> Finding | None:
-    """GG103 ``t.detach()``/``t.data`` whose result fed a backward that left trained parameters without a
-    gradient (the probe's ``starved``): the static finding's ``cut``, at the one such node of the line."""
-    if f.code != "GG103" or f.kind != "starved":
+    """A ``t.detach()``/``t.data`` whose result lost the gradient the probe saw missing: GG103 whose result fed a
+    backward that left trained parameters without a gradient (``starved``), or GG102 placed at the cut of a copy
+    whose rest keeps the cut values (values with a history written into part of it).  The static GG103 finding's
+    ``cut``, at the one such node of the line's assigned value; its rule's fix lets the gradient through."""
+    if not (f.code == "GG103" and f.kind == "starved" or f.code == "GG102"):
         return None
     stmt = lines.simple_statement_at(f.site.line)
-    if stmt is None:
+    if stmt is None or f.code == "GG102" and (not isinstance(stmt, ast.Assign) or _the_write(lines, f.site.line)):
         return None
-    cuts = [n for n in ast.walk(stmt) if _is_cut(n)]
+    cuts = [n for n in ast.walk(stmt.value if isinstance(stmt, ast.Assign) else stmt) if _is_cut(n)]
     if len(cuts) != 1:
         return None
     # The probe names the first cut the values went through: another one in the same function may cut them again,

@@ -49,8 +49,6 @@ _ZERO_GRAD = ("the gradients are never cleared between steps: where zero_grad() 
               "optimizer or module) is the user's call, and no fix inserts a statement yet")
 _STORED = ("the stored value keeps its graph across the step: storing it detached or recomputing it each step changes "
            "what trains through it, which no rewrite decides for the user")
-_PARTIAL = ("the `.data`/`.detach()` copy is partly rewritten: dropping the cut here is the change, and the GG102/GG103 "
-            "fix builders do not rewrite a cut feeding a partial write yet")
 _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history: keeping the tensor itself (no new leaf) needs the module "
               "attribute set without registering a parameter, which no fix rewrites yet")
 NO_FIX: dict[str, str] = {
@@ -59,8 +57,6 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_critic_grads_kept_across_adversarial_steps": _ZERO_GRAD,
     "GG101/pos_prototypes_cached_on_module_with_graph": _STORED,
     "GG101/pos_memory_bank_stored_on_holder_object": _STORED,
-    "GG102/pos_slots_rebuilt_from_detached_copy": _PARTIAL,
-    "GG102/pos_padded_outputs_copied_through_data": _PARTIAL,
     "GG103/pos_parameter_of_fused_weights": _PARAMETER,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
     "GG001/pos_accessor_stores_into_state_a_graph_saved": (
