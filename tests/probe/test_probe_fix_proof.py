@@ -51,7 +51,11 @@ _STORED = ("the stored value keeps its graph across the step: storing it detache
            "what trains through it, which no rewrite decides for the user")
 _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history: keeping the tensor itself (no new leaf) needs the module "
               "attribute set without registering a parameter, which no fix rewrites yet")
+_MIXED = ("a value from before the optimizer step is combined with one from after it: computing both on one side of "
+          "the step moves statements across it, which no fix does")
 NO_FIX: dict[str, str] = {
+    "GG101/pos_advantage_from_target_before_value_step": _MIXED,
+    "GG101/pos_margin_helper_scores_before_and_after_step": _MIXED,
     "GG101/pos_grads_not_cleared_between_batches": _ZERO_GRAD,
     "GG101/pos_grads_not_cleared_in_update_helper": _ZERO_GRAD,
     "GG101/pos_critic_grads_kept_across_adversarial_steps": _ZERO_GRAD,

@@ -61,6 +61,8 @@ class Cut:
     # An in-place write, grad mode on, of values with a history into part of a tensor computed from this cut (the
     # rest of it keeps the cut values): the first such write.
     partial: Site | None = None
+    # Not a cut: a value mixing two versions of one set of parameters (``Tracer._mixing``): the optimizer step between.
+    mix: Site | None = None
     # Said before "cuts the graph" when the cut is not a plain `.detach()`/`.data` (`nn.Parameter(t)`).
     how: str = ""
 
@@ -85,7 +87,8 @@ class Cuts:
         self.marked: dict[int, tuple[weakref.ref, tuple[Cut, ...]]] = {}
         self.reads: dict[tuple, GradRead] = {}
         self.found: dict[tuple, ProbeFinding] = {}
-        self.raising: tuple[Site | None, tuple[Cut, ...]] = (None, ())  # the latest backward and the copies it ran through
+        self.raising: tuple[Site | None, tuple[Cut, ...]] = (None, ())
+        self.mixed: list[tuple[Cut, Site | None]] = []  # mixed values in the roots of the backward running now  # the latest backward and the copies it ran through
         self._undo: list = []
         self.on_data = None  # told of each `.data` of a tensor that requires grad (out, the user's frame)
         # Where the optimizer that holds a parameter was made (None when no optimizer the user made holds it): a
@@ -245,7 +248,7 @@ class Cuts:
             site = frame_site(frame)
             del frame
             for cut in entry[1]:
-                if not cut.copy and cut.dead is None:
+                if not cut.copy and cut.mix is None and cut.dead is None:
                     cut.dead = site
 
     def on_backward(self, roots, backward: Site | None) -> None:
@@ -256,7 +259,9 @@ class Cuts:
                 for cut in entry[1]:
                     if cut.fed is None:
                         cut.fed = backward
-                    if cut.copy:
+                    if cut.mix is not None:
+                        self.mixed.append((cut, backward))
+                    elif cut.copy:
                         copies += (cut,)
                     elif cut.dead is not None:
                         self._report_dead(cut, backward)
@@ -284,6 +289,43 @@ class Cuts:
         if backward:
             notes.append(Note(backward, "the backward() that gets no gradient from that term"))
         self.found[key] = ProbeFinding("GG103", "starved", cut.site, message, notes=tuple(notes), backward=backward)
+
+    def after_backward(self, raised: bool) -> None:
+        """The backward the latest ``on_backward`` saw has ended: a mixed value in its loss is a finding when it ran
+        through (when torch raised, the older graph's saved tensors were the problem, and that finding says so)."""
+        mixed, self.mixed = self.mixed, []
+        if not raised:
+            for cut, backward in mixed:
+                self._report_mix(cut, backward)
+
+    def on_mix(self, out, site: Site, step: Site) -> None:
+        """``out``, computed at ``site``, combines values from before and after the optimizer step at ``step`` of the
+        same parameters (``Tracer._mixing``)."""
+        key = ("mix", site.path, site.line)
+        cut = self.cuts.get(key)
+        if cut is None:
+            if len(self.cuts) >= _CUTS:
+                return
+            cut = self.cuts[key] = Cut(site, mix=step)
+        self._mark(out, (cut,))
+
+    def _report_mix(self, cut: Cut, backward: Site | None) -> None:
+        key = (cut.site.path, cut.site.line)
+        if key in self.found:
+            return
+        said = expression_at(Site(cut.site.path, cut.site.line))
+        what = f"`{said}`" if said else "this line"
+        step = expression_at(cut.mix)
+        stepped = f"`{step}` on line {cut.mix.line}" if step else f"the optimizer step on line {cut.mix.line}"
+        at = f" at line {backward.line}" if backward else ""
+        message = (f"{what} combines a value computed before {stepped}, whose graph holds the parameters as they were "
+                   "before that step updated them in place, with one computed after it from the updated parameters: "
+                   f"the result mixes two versions of the same parameters, and the loss of the backward(){at} is built "
+                   "from it (silently). Compute both before the step, or both after it")
+        notes = [Note(cut.mix, "the optimizer step between the two values")]
+        if backward:
+            notes.append(Note(backward, "the backward() whose loss is built from the mixed value"))
+        self.found[key] = ProbeFinding("GG101", "silent", cut.site, message, notes=tuple(notes), backward=backward)
 
     def on_partial_write(self, cut: Cut, site: Site) -> None:
         """The user's ``site`` wrote values with a history into part of a tensor computed from ``cut``."""
@@ -394,7 +436,7 @@ class Cuts:
         entry = self.marked.get(id(t))
         if entry is None or entry[0]() is not t:
             return None
-        return next((cut for cut in entry[1] if not cut.copy and cut.nograd is None), None)
+        return next((cut for cut in entry[1] if not cut.copy and cut.nograd is None and cut.mix is None), None)
 
     # -- marks --
 

@@ -252,6 +252,26 @@ def _innermost_statement(tree: ast.AST, line: int) -> ast.stmt | None:
     return found
 
 
+def accumulates(site: Site) -> bool:
+    """Whether the statement at ``site`` folds a new value into a name it reads (``total += loss``,
+    ``ema = 0.9 * ema + 0.1 * out``): a running value meant to span calls or steps."""
+    tree = _tree(site.path)
+    statement = _innermost_statement(tree, site.line) if tree is not None else None
+    if isinstance(statement, ast.AugAssign):
+        return True
+    if not isinstance(statement, ast.Assign):
+        return False
+    stored = {ast.dump(node) for target in statement.targets for node in ast.walk(target)
+              if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Store)}
+    for node in ast.walk(statement.value):
+        if isinstance(node, ast.Name):
+            if ast.dump(ast.Name(node.id, ast.Store())) in stored:
+                return True
+        elif isinstance(node, ast.Attribute) and ast.dump(ast.Attribute(node.value, node.attr, ast.Store())) in stored:
+            return True
+    return False
+
+
 def _stores_on_object(statement) -> bool:
     """``self.cache = ...``, ``obj.h, obj.c = ...``: an assignment with an attribute among its targets."""
     if isinstance(statement, ast.Assign):

@@ -51,7 +51,7 @@ from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
-from .source import alias_before, attribute_store, enclosing_function, expression_at, rebinding_before, setter_write
+from .source import accumulates, alias_before, attribute_store, enclosing_function, expression_at, rebinding_before, setter_write
 from .stale_grads import RESETS, StaleGrads
 from .untracked import UntrackedWrites
 
@@ -292,6 +292,8 @@ class Conflict:
     # saves of the same backward's graph (several steps between one forward and its backward); ``folded`` on those.
     co_steps: list = field(default_factory=list)
     folded: bool = False
+    # For an optimizer step: the storages it wrote (the parameters), to know a graph built after it from them.
+    written: set = field(default_factory=set)
 
 
 @dataclass
@@ -358,6 +360,8 @@ class Tracer(TorchDispatchMode):
         # the line that used a value from before the step (``_stale_use``).  Off until then: no cost.
         self.chains = False
         self.node_chains: dict[int, tuple] = {}
+        # Optimizer steps that wrote tensors a live graph saved, while that graph lives (``_mixing``).
+        self.stale_steps: list[Conflict] = []
 
     # -- installation --
 
@@ -450,10 +454,15 @@ class Tracer(TorchDispatchMode):
                 grads = self.stale_grads.before_backward()
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"stale grads: {type(exc).__name__}: {exc}")
+        raised = True
         try:
             with _pop_mode_temporarily():
-                return self._engine(roots, *args, **kwargs)
+                out = self._engine(roots, *args, **kwargs)
+            raised = False
+            return out
         finally:
+            if self.cuts.mixed:
+                self.cuts.after_backward(raised)
             if grads:
                 try:
                     self.stale_grads.after_backward(grads, sys._getframe(1))
@@ -903,12 +912,52 @@ class Tracer(TorchDispatchMode):
                 self.provenance.on_op(func, args, kwargs, out)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"provenance: {type(exc).__name__}: {exc}")
+        if self.stale_steps and _grad_enabled():
+            try:
+                self._mixing(args, out)
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"mixing: {type(exc).__name__}: {exc}")
         if self.cuts.marked:
             try:
                 self.cuts.on_op(args, kwargs, out, func)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
         return out
+
+    def _mixing(self, args, out) -> None:
+        """An op that combines a value whose graph holds tensors an optimizer step then updated in place (computed
+        before the step) with one computed after the step from the updated parameters: the result mixes two versions
+        of the same parameters (a TD error from a target computed before the critic's step and values computed after
+        it).  Marked (``Cuts.on_mix``); a finding once it reaches a backward's roots (through a `.detach()` too)."""
+        live = [c for c in self.stale_steps if c.alive > 0 and c.realized is None]
+        self.stale_steps = live
+        if not live:
+            return
+        nodes = []
+        for a in args:
+            for t in (a,) if isinstance(a, _Tensor) else a if a.__class__ in (list, tuple) else ():
+                if isinstance(t, _Tensor) and t.requires_grad:
+                    node = t.grad_fn
+                    if node is not None:
+                        nodes.append(node)
+        if len(nodes) < 2:
+            return
+        for c in live:
+            old = [n for n in nodes if n._sequence_nr() < c.step_nr]
+            new = [n for n in nodes if c.step_nr <= n._sequence_nr() < _NO_SEQUENCE]
+            if not old or not new:
+                continue
+            wanted = set().union(*c.nodes.values()) if c.nodes else set()
+            if not any(_reaches(n, wanted) for n in old) or not any(_reaches_storage(n, c.written) for n in new):
+                continue
+            frame = self._user_frame(sys._getframe(2))
+            if frame is None:
+                return
+            site = frame_site(frame)
+            del frame
+            if not accumulates(site):  # `ema = 0.9 * ema + 0.1 * out`: a value meant to span steps
+                self.cuts.on_mix(out, site, c.sites[0])
+            return
 
     def _no_grad_op(self, args, out) -> None:
         """An op that writes nothing, run with grad mode off: on a leaf that requires grad, by the user's code
@@ -1137,6 +1186,13 @@ class Tracer(TorchDispatchMode):
         if conflict.code_hint == "GG101":
             conflict.step_nr = _next_sequence_nr()
             self.chains = True
+            for t, _, _ in hits:
+                try:
+                    conflict.written.add(t.untyped_storage()._cdata)
+                except Exception:  # noqa: BLE001 - no storage
+                    pass
+            if conflict not in self.stale_steps:
+                self.stale_steps.append(conflict)
         self._link(conflict, hits)
 
     @staticmethod
@@ -1618,6 +1674,24 @@ def _reaches(node, wanted: set) -> bool:
         nr = current._sequence_nr()
         if nr in wanted:
             return True
+        if nr in seen:
+            continue
+        seen.add(nr)
+        stack.extend(n for n, _ in current.next_functions if n is not None)
+    return False
+
+
+def _reaches_storage(node, storages: set) -> bool:
+    """Whether the graph under ``node`` reaches a leaf (a parameter) whose storage is one of ``storages``."""
+    stack, seen = [node], set()
+    while stack and len(seen) < _STALE_WALK:
+        current = stack.pop()
+        leaf = getattr(current, "variable", None)
+        if leaf is not None:
+            if leaf.untyped_storage()._cdata in storages:
+                return True
+            continue
+        nr = current._sequence_nr()
         if nr in seen:
             continue
         seen.add(nr)
