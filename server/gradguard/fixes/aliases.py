@@ -23,6 +23,7 @@ import bisect
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ..inference.sharing import Moment
 from ..knowledge import load_knowledge
 from ..knowledge.names import (
     FRESH_METHODS,
@@ -86,8 +87,9 @@ class AliasAnalysis:
     """Alias, holder and escape facts about one name in one scope, relative to one write statement."""
 
     def __init__(self, ctx: FixContext, write: ast.stmt, name: str, pieces_disjoint: bool = True,
-                 write_call: ast.Call | None = None):
+                 write_call: ast.Call | None = None, moment: Moment | None = None, depth: int = -1):
         self.ctx = ctx
+        self.moment, self.depth = moment, depth  # the run at the write: what it reads afterwards
         self.write = write
         self.write_call = write_call  # the in-place call itself: what it returns is the rebound value
         self.name = name
@@ -424,6 +426,8 @@ class AliasAnalysis:
         return rep
 
     def _read_after(self, name: str) -> bool:
+        if self.moment is not None:
+            return self.moment.value_read_after(name, self.depth)
         for load in self._reads_not_before(name):
             if self._when(load) == "before":
                 continue
@@ -627,8 +631,9 @@ def _only_returns_views(ctx: FixContext, knowledge, call: ast.Call) -> bool:
 
 
 def analyse(ctx: FixContext, write: ast.stmt, name: str, pieces_disjoint: bool = True,
-            write_call: ast.Call | None = None) -> Report:
-    return AliasAnalysis(ctx, write, name, pieces_disjoint, write_call).report()
+            write_call: ast.Call | None = None, moment: Moment | None = None, depth: int = -1) -> Report:
+    """``moment``: the run at the write (``InPlaceWrite.moment``): what is read after it is asked of the run."""
+    return AliasAnalysis(ctx, write, name, pieces_disjoint, write_call, moment, depth).report()
 
 
 def value_read_after(ctx: FixContext, write: ast.stmt, name: str) -> bool:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable
 from ..diagnostics import Fix, TextEdit
 from ..knowledge.names import LEAF_IDENTITY_ATTRS, NON_VALUE_ATTRS
 from ..statements import block_of, own_nodes
-from .aliases import Report, analyse, value_read_after
+from .aliases import Report
 from .callers import Helper, callers_leave_unread, is_local, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
@@ -79,7 +79,7 @@ class RebindRewrite:
         self.name = name
         self.direct = direct
         self.report: Report = (
-            analyse(ctx, write.stmt, name, pieces_disjoint, write_call=write.call) if name else Report("")
+            write.sharing(ctx, name, pieces_disjoint) if name else Report("")
         )
 
     def rewrite(self) -> tuple[Rewrite, str]:
@@ -98,7 +98,7 @@ class RebindRewrite:
                 rw.replace_node(ctx.cst(w.stmt), new)
                 return rw, code(new)
             rw.replace_node(call, new_call)
-            if name and not rebinds(w.stmt, name) and value_read_after(ctx, w.stmt, name):
+            if name and not rebinds(w.stmt, name) and w.value_read_after(name):
                 raise CannotFix(f"`{name}` is read later and would miss the write")
             return rw, code(new_call)
         if not self.direct:
@@ -121,7 +121,7 @@ class RebindRewrite:
                 isinstance(stmt, ast.Assign)
                 and stmt.value is w.call
                 and not rebinds(stmt, name)
-                and value_read_after(ctx, stmt, name)
+                and w.value_read_after(name)
             ):
                 # `s = x.exp_()` and x is read later: `s = x = x.exp()`
                 small = ctx.cst(stmt)
@@ -129,7 +129,7 @@ class RebindRewrite:
                 new = small.with_changes(targets=targets, value=new_value)
                 rw.replace_node(small, new)
                 return rw, code(new)
-            if not rebinds(stmt, name) and value_read_after(ctx, stmt, name):
+            if not rebinds(stmt, name) and w.value_read_after(name):
                 raise CannotFix(f"`{name}` is read later and would miss the write")
             rw.replace_node(ctx.cst(w.call), new_value)
             return rw, code(new_value)
@@ -246,8 +246,8 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
         start, leaf = view_binding
     if write.kind == "method" and write.value_use and direct and start is stmt:
         # `weights = logits.exp_()` where nothing reads `logits`'s value later: `logits.exp()` is the same
-        report = analyse(ctx, stmt, name, write_call=write.call)
-        if not value_read_after(ctx, stmt, name) and report.clean:
+        report = write.sharing(ctx, name)
+        if not write.value_read_after(name) and report.clean:
             new_value = out_of_place(ctx, write.call)
             rw.replace_node(ctx.cst(write.call), new_value)
             return rw, code(new_value), True
@@ -313,8 +313,8 @@ def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
     name, direct = root_name(write.target)
     if not (write.kind == "method" and write.value_use and direct and name is not None):
         raise CannotFix("not an in-place call whose result is used, on a name")
-    report = analyse(ctx, write.stmt, name, write_call=write.call)
-    if value_read_after(ctx, write.stmt, name) or report.aliases_read_after or report.holders_read_after \
+    report = write.sharing(ctx, name)
+    if write.value_read_after(name) or report.aliases_read_after or report.holders_read_after \
             or report.escapes != [param_escape(name)]:
         raise CannotFix(f"`{name}` is read after the write, or held by more than the caller")
     unread, unsafe = callers_leave_unread(ctx, write.stmt, name)
@@ -591,7 +591,7 @@ def rebind_fix(rebind: RebindRewrite, what: str) -> Fix | None:
     if not (report.clean or report.only_holders):
         return None
     w = rebind.write
-    if not report.clean and rebind.name and not w.value_use and not value_read_after(rebind.ctx, w.stmt, rebind.name):
+    if not report.clean and rebind.name and not w.value_use and not w.value_read_after(rebind.name):
         # `dst = torch.add(a, b)` for a parameter nothing here reads again: the new binding goes nowhere, and the
         # caller (or holder) that saw the write loses it -- that drops the write, it does not repair it
         return None
@@ -627,7 +627,7 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
     mutation = finding.mutation
     if mutation is None or not mutation.in_container:
         mutation = mutation_of(finding)
-    write = InPlaceWrite.of(ctx, mutation.entry())
+    write = InPlaceWrite.of_mutation(ctx, mutation)
     if update if update is not None else is_parameter_update(ctx, mutation, write):
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)

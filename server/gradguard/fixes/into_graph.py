@@ -11,7 +11,6 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
-from .aliases import analyse
 from .callers import param_escape, through_callers
 from .context import CannotFix, FixContext
 from .moves import mutation_in, no_grad_block
@@ -31,7 +30,7 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     owner = mutation.hidden_from
     if owner is None or owner.leaf:
         raise CannotFix("the written tensor has no grad_fn: no graph op to put the write in")
-    write = InPlaceWrite.of(ctx, mutation.entry())
+    write = InPlaceWrite.of_mutation(ctx, mutation)
     if write.value_use or write.kind not in ("method", "augassign", "setitem"):
         raise CannotFix("not a plain write statement")
     copied = write.kind == "method" and write.call.func.attr == "copy_"
@@ -51,7 +50,7 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     decorator = _no_grad_decorator(ctx, stmt) if block is None else None
     if block is None and decorator is None and target is write.target and isinstance(target, ast.Name):
         raise CannotFix("nothing hides the write from autograd here")
-    report = analyse(ctx, stmt, name, write_call=write.call)
+    report = write.sharing(ctx, name)
     through = not (report.aliases_read_after or report.holders_read_after) and report.escapes == [param_escape(name)]
     if not report.clean and not through:
         raise CannotFix(report.reason())

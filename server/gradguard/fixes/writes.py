@@ -15,10 +15,14 @@ from typing import TYPE_CHECKING
 
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
+from .aliases import Report, analyse
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
+
+    from ..inference.events import Mutation
+    from ..inference.sharing import Moment
 
 _AUG_OPS = {
     "AddAssign": "Add", "SubtractAssign": "Subtract", "MultiplyAssign": "Multiply", "DivideAssign": "Divide",
@@ -42,6 +46,30 @@ class InPlaceWrite:
     target: ast.expr  # the expression whose memory is written
     call: ast.Call | None = None
     value_use: bool = False  # the in-place call's result is used (not a bare expression statement)
+    # Where the run was at the write, and the frame of ``stmt`` (``Moment.frames``): what is read afterwards.
+    moment: Moment | None = None
+    depth: int = -1
+
+    @staticmethod
+    def of_mutation(ctx: FixContext, mutation: Mutation) -> InPlaceWrite:
+        """The write statement of the analysed function's story (``Mutation.entry``), with the run's facts."""
+        entry = mutation.entry()
+        write = InPlaceWrite.of(ctx, entry)
+        write.moment = mutation.moment
+        write.depth = next((i for i, (site, _) in enumerate(mutation.frames) if site is entry), -1)
+        return write
+
+    def sharing(self, ctx: FixContext, name: str, pieces_disjoint: bool = True) -> Report:
+        """Who else may see the memory ``name`` holds at the write (``aliases.analyse``), reads after it asked of
+        the run."""
+        return analyse(ctx, self.stmt, name, pieces_disjoint, self.call, self.moment, self.depth)
+
+    def value_read_after(self, name: str) -> bool:
+        """Is ``name``'s value (not just its ``.grad`` or ``.shape``) read after the write, as the run went
+        (a loop around both: also before it)?"""
+        if self.moment is None:
+            raise CannotFix("no run to tell what is read after the write")
+        return self.moment.value_read_after(name, self.depth)
 
     @staticmethod
     def of(ctx: FixContext, node: ast.AST) -> InPlaceWrite:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..diagnostics import Diagnostic, Related, Severity, Span
 from ..messages import LineName, Message, other_file, plain_line
 from ..text import code_point_column
+from .sharing import Moment
 from .values import Grad, ModuleValue, OptimizerValue, Save, Tensor
 
 
@@ -104,6 +105,8 @@ class Mutation:
     # failing backward runs through; and the conflict of that save.
     stale_use: StaleUse | None = None
     stale_conflict: Conflict | None = None
+    # Where the run was at the write: what the code reads afterwards (``sharing.py``).
+    moment: Moment | None = None
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

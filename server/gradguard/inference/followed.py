@@ -93,6 +93,7 @@ class FollowedCallsMixin:
         self.inline_stack.append(fn)
         self.inline_frames.append((node, new_id()))
         self.frame_sites = (*self.frame_sites, node)
+        self.run_log.enter()
         try:
             if isinstance(fn, ast.Lambda):
                 self.returns.append(self.eval(fn.body))
@@ -103,6 +104,7 @@ class FollowedCallsMixin:
             self.inline_stack.pop()
             self.inline_frames.pop()
             self.frame_sites = self.frame_sites[:-1]
+            self.run_log.leave()
             (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
              self.owner, self.self_value, self.ctx) = saved
         if not returns:

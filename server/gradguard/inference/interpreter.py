@@ -26,6 +26,7 @@ from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
 from .project import Project
 from .saves import SaveLog
+from .sharing import Repeats, RunLog, Skipped
 from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
     MAX_TERMS,
@@ -239,6 +240,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # that train (``Context.training_units``); elsewhere they stay unknown, which keeps a library's analysis
         # close to linear in its own size.
         self.follows_modules = False
+        self.run_log = RunLog()  # the statements run, in order: what the fixes ask about reads after a write
 
     # ----------------------------------------------------------------- helpers
     def _next(self) -> int:
@@ -358,6 +360,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.steps += 1  # ``count_step``, inline: once per statement
         else:
             self.count_step()
+        self.run_log.ran(stmt)
         kind = type(stmt)
         name = _STMT_METHODS.get(kind)
         if name is None:
@@ -466,6 +469,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         known = truth(self.eval(stmt.test))
         if known is not None:  # `if self.detach:` with the flag known (a default, an attribute, a constant)
             self.run_block(stmt.body if known else stmt.orelse)
+            if stmt.orelse if known else stmt.body:
+                self.run_log.ran(Skipped(tuple(stmt.orelse if known else stmt.body)))
             return
         live = self.state.env
         before = self.state.copy()
@@ -521,6 +526,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             for module in submodules:
                 self.bind(target, TensorSeq([NOT_TENSOR, module]) if iterable.named else module, stmt)
                 self.run_block(stmt.body)
+            self.run_log.ran(Repeats(stmt))  # as many layers as built here; another caller's model may have more
             self.run_block(stmt.orelse)
             return
         if isinstance(iterable, ModuleValue) and 0 < len(iterable.children) <= _UNROLLED_LAYERS:
@@ -528,6 +534,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             for child in iterable.children:
                 self.bind(target, child, stmt)
                 self.run_block(stmt.body)
+            self.run_log.ran(Repeats(stmt))  # as many layers as built here; another caller's model may have more
             self.run_block(stmt.orelse)
             return
         target = stmt.target
@@ -548,6 +555,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.run_block(stmt.body)
 
         self._iterate(iteration, 1 if once or nested >= DOUBLED_LOOP_LEVELS else 2, nested)
+        if not once:
+            self.run_log.ran(Repeats(stmt))
         if index_loop:
             self.loop_vars.pop()
         self._settle(live, merge_states(before, self.state, after_loop=True))
@@ -576,6 +585,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.run_block(stmt.body)
 
         self._iterate(iteration, 1 if nested >= DOUBLED_LOOP_LEVELS else 2, nested)
+        self.run_log.ran(Repeats(stmt))
         self._settle(live, merge_states(before, self.state, after_loop=True))
         self.run_block(stmt.orelse)
 
@@ -927,6 +937,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                 read_before=bool(storages & self.read_storages))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
+            mutation.moment = self.run_log.moment()
             mutation.written_through = _written_through(node)
             mutation.alias_site = self._second_name(node, target, mutation.written_through)
             if not self.inference_blocks:
@@ -1187,6 +1198,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                 refused_view=_certainly_a_view(tensor))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
+            mutation.moment = self.run_log.moment()
             mutation.written_through = _written_through(node)
             self.mutations.append(mutation)
         tensor.requires_grad, tensor.leaf, tensor.graph = Grad.NO, True, frozenset()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity
-from ..fixes.aliases import AliasAnalysis, Report, _view_sources, analyse, value_read_after
+from ..fixes.aliases import AliasAnalysis, Report, _view_sources, analyse
 from ..fixes.callers import (
     NONLOCAL_ESCAPE,
     fix_in_helper,
@@ -164,7 +164,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         return fix_or_none(lambda: _copy_at_binding(ctx, mutation))
     if mutation.entry() is not mutation.node:  # the write is inside a call: a helper, a method, a callable object
         return fix_or_none(lambda: fix_in_helper(fix, ctx, finding)) or _clone_where_made(ctx, finding)
-    write = InPlaceWrite.of(ctx, mutation.entry())
+    write = InPlaceWrite.of_mutation(ctx, mutation)
     rebind = fix_or_none(lambda: RebindRewrite(ctx, write))
     possible = (
         rebind is not None
@@ -382,7 +382,7 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
     """The element write of ``mutation`` made out of place (CannotFix when some other holder could tell).  A write
     through a view of the element (``hs[0][0] = 0``) writes a copy of it instead, when ``copy_ok`` (the write does
     not itself evaluate the op whose save it breaks)."""
-    write = InPlaceWrite.of(ctx, mutation.entry())
+    write = InPlaceWrite.of_mutation(ctx, mutation)
     element = write.target
     while isinstance(element, ast.Subscript) and not _is_element(element):
         element = element.value  # `hs[0][mask] = 0` writes a view of `hs[0]`
@@ -411,7 +411,7 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
         # a new local (unbound where the display reads it)
         raise CannotFix(f"`{held}` is not a local of the function")
     _require_only_use(ctx, fn, stmt, container, display)
-    report = analyse(ctx, stmt, held, write_call=write.call)
+    report = write.sharing(ctx, held)
     seen_through = set(report.aliases_read_after) | set(report.holders_read_after)
     if seen_through - {container} or set(report.escapes) - {param_escape(held)}:
         raise CannotFix(report.reason())
@@ -424,7 +424,7 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
         raise CannotFix(f"`{held}` is bound again between the container and the write")
     cst = cst_mod()
     targets = [ctx.cst(element).deep_clone()]
-    held_read = value_read_after(ctx, stmt, held)
+    held_read = write.value_read_after(held)
     if held_read:
         targets.insert(0, cst.Name(held))
     elif unsafe and not any(isinstance(n, ast.Name) and n.id == container and n.lineno > stmt.end_lineno

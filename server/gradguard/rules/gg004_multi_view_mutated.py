@@ -124,7 +124,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
             raise CannotFix("the write indexes into the element, which may hold the pieces")
         return saved_tensor_fix(ctx, finding)
     mutation = mutation_of(finding)
-    write = InPlaceWrite.of(ctx, mutation.entry())
+    write = InPlaceWrite.of_mutation(ctx, mutation)
     plain = fix_or_none(lambda: plain_view_write(ctx, write))
     if plain is not None:
         return plain
@@ -260,7 +260,7 @@ def rebuild_pieces(ctx: FixContext, write: InPlaceWrite) -> Fix | None:
     binding = ctx.parents.get(bindings[0]) if len(bindings) == 1 else None
     if not (isinstance(binding, ast.Assign) and isinstance(binding.value, ast.Call) and _returns_pieces(ctx, binding.value)):
         raise CannotFix(f"`{name}` is not bound once to the tuple split/chunk/unbind return")
-    report = analyse(ctx, write.stmt, name, pieces_disjoint=True, write_call=write.call)
+    report = write.sharing(ctx, name, pieces_disjoint=True)
     if not report.clean:
         raise CannotFix(report.reason())
     element = ctx.cst(target)

@@ -125,7 +125,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     forwarded = fix_or_none(lambda: forwarded_inplace_flag(ctx, mutation))
     if forwarded is not None:
         return forwarded
-    write = InPlaceWrite.of(ctx, mutation.entry())
+    write = InPlaceWrite.of_mutation(ctx, mutation)
     if write.kind != "functional":
         raise CannotFix("not an in-place activation call")
     rebind = RebindRewrite(ctx, write)

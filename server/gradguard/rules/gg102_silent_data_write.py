@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.aliases import analyse
 from ..fixes.callers import param_escape, through_callers
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.into_graph import write_in_graph
@@ -130,7 +129,7 @@ def _numpy_view_in_graph(ctx: FixContext, mutation: Mutation) -> Fix:
         raise CannotFix("not a write through a NumPy view of a tensor with a grad_fn")
     if mutation.target.storage is not owner.storage:
         raise CannotFix("the write does not reach the memory of the tensor with the grad_fn")
-    write = InPlaceWrite.of(ctx, mutation.entry())
+    write = InPlaceWrite.of_mutation(ctx, mutation)
     if write.value_use:
         raise CannotFix("the write's result is used")
     stmt = write.stmt
@@ -139,7 +138,7 @@ def _numpy_view_in_graph(ctx: FixContext, mutation: Mutation) -> Fix:
         raise CannotFix("the array is not a local name")
     tensor = _viewed_tensor(ctx, stmt, array.id)
     new = _in_torch(ctx, write, array.id, tensor)
-    report = analyse(ctx, stmt, tensor, write_call=write.call)
+    report = write.sharing(ctx, tensor)
     through = report.escapes == [param_escape(tensor)]
     if report.holders_read_after or (report.escapes and not through) or set(report.aliases_read_after) - {array.id}:
         raise CannotFix(report.reason())

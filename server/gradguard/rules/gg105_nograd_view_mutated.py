@@ -71,7 +71,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     if not any(t.nograd_view for t in mutation.target.view_chain()):
         # A view of a tensor that does not require grad (a buffer, a memory bank), written with a value that
         # does: the tensor was never meant to carry a graph, and torch refuses to give it one.  Store the values.
-        write = inplace.InPlaceWrite.of(ctx, mutation.entry())
+        write = inplace.InPlaceWrite.of_mutation(ctx, mutation)
         rw, desc = inplace.no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Write the values under `{desc}`", safe=True)
     made = inplace.fix_or_none(lambda: _view_with_grad(ctx, mutation))
@@ -119,7 +119,7 @@ def _view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
         edits.append(TextEdit(block.lineno, 1, block.lineno, 1, moved))
         edits.append(TextEdit(binding.lineno, 1, binding.end_lineno + 1, 1, ""))
     title = f"Make the view with grad mode on: `{ctx.source(binding)[:50]}` outside the no_grad block"
-    rebind = inplace.fix_or_none(lambda: inplace.RebindRewrite(ctx, InPlaceWrite.of(ctx, mutation.entry())))
+    rebind = inplace.fix_or_none(lambda: inplace.RebindRewrite(ctx, InPlaceWrite.of_mutation(ctx, mutation)))
     safe, built = True, None
     if rebind is not None and rebind.direct and rebind.report.only_holders:
         built = inplace.fix_or_none(rebind.rewrite)
@@ -194,7 +194,7 @@ def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) 
     else:
         raise CannotFix("the helper does more than return the view under no_grad")
     title = f"Make the view with grad mode on: `{fn.name}` returns `{short(ctx.source(origin), 40)}` {how}"
-    rebind = inplace.fix_or_none(lambda: inplace.RebindRewrite(ctx, InPlaceWrite.of(ctx, mutation.entry())))
+    rebind = inplace.fix_or_none(lambda: inplace.RebindRewrite(ctx, InPlaceWrite.of_mutation(ctx, mutation)))
     built = inplace.fix_or_none(rebind.rewrite) if rebind is not None and rebind.direct and rebind.report.clean else None
     if built is not None:
         edits.extend(built[0].edits())

@@ -60,6 +60,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     would raise the same error."""
     mutation = mutation_of(finding)
     write = InPlaceWrite.of(ctx, mutation.node)  # torch refuses the call itself, wherever the tensors were made
+    write.moment = mutation.moment  # its frame is the innermost: depth -1
     if write.kind != "out":
         raise CannotFix("the write is not an out= call")
     leaf = mutation.target.requires_grad != Grad.NO and mutation.target.leaf and mutation.target.base is None

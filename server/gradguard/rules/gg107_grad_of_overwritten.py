@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity
-from ..fixes.aliases import analyse
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import (
@@ -68,7 +67,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     keeps the old values."""
     cst = cst_mod()
     mutation = mutation_of(finding)
-    write = InPlaceWrite.of(ctx, mutation.entry())
+    write = InPlaceWrite.of_mutation(ctx, mutation)
     name, direct = root_name(write.target)
     if name is None or not direct or write.kind not in ("augassign", "method") or write.value_use:
         raise CannotFix("not a whole-tensor write statement on a local name")
@@ -91,7 +90,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
                       f"the tensor keeps its old values, which the asks for `{name}` see")
         copied = fix_or_none(lambda: copy_for_callers(ctx, write, keep, kept))
         return copied or copy_for_closure(ctx, write, keep, kept)
-    report = analyse(ctx, stmt, name, write_call=write.call)
+    report = write.sharing(ctx, name)
     if not report.only_holders:
         raise CannotFix(report.reason())
     local = fresh_name(ctx, scope, f"{name}_new")

@@ -1,0 +1,186 @@
+"""Who reads a name after a write, as the interpreter ran the code: the order statements ran in, per frame.
+
+The interpreter appends each statement it runs to a ``RunLog`` (one list append: the analysis stays linear),
+with the frame it ran in (a followed call runs in a frame of its own, so its names are other variables).
+Where a statement may run although the run did not show it, the log says so with a marker at that point:
+
+- ``Skipped``: a branch the interpreter left out because it took its test for known (a flag's default may
+  differ at another call), so its reads count as reads at that point;
+- ``Repeats``: a loop may run again (or once more than the interpreter ran it, and its test once more):
+  everything it reads counts as read after each write inside it.
+
+A ``Mutation`` carries a ``Moment`` (the log and its position when the write ran); "is ``name``'s value read
+after the write" is then a lookup in an index of the log built once, on the first question: the reads of each
+name in each frame, in run order, value reads apart from metadata reads (``.shape``, ``.grad``: they do not
+read the values a write changes).  What a statement reads is its own code only: the bodies of compound
+statements run (and are logged) as statements of their own; nested functions, lambdas and classes run
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+from dataclasses import dataclass
+
+from ..knowledge.names import NON_VALUE_ATTRS
+from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES
+
+_NESTED_STATEMENTS = frozenset(NESTING_FIELDS)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Statements a branch holds that the run left out (``if`` with a test taken for known)."""
+
+    block: tuple[ast.stmt, ...]
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """A loop that may run again: everything its body (and a ``while``'s test) reads may be read after any of
+    its statements."""
+
+    loop: ast.stmt
+
+
+Entry = ast.stmt | Skipped | Repeats
+
+
+class RunLog:
+    """The statements one interpreter ran, in order, each with the frame it ran in."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.frames: list[int] = []
+        self.stack: list[int] = [0]  # the frames open now, outermost first
+        self._made = 0
+        self._index: dict[tuple[int, str], tuple[list[int], list[ast.Name]]] = {}
+        self._meta: dict[tuple[int, str], list[int]] = {}
+        self._indexed = 0
+
+    # ------------------------------------------------------------ recording (the interpreter's hooks)
+    def ran(self, entry: Entry) -> None:
+        self.entries.append(entry)
+        self.frames.append(self.stack[-1])
+
+    def enter(self) -> None:
+        """A followed call starts: its statements run in a new frame."""
+        self._made += 1
+        self.stack.append(self._made)
+
+    def leave(self) -> None:
+        self.stack.pop()
+
+    def moment(self) -> Moment:
+        return Moment(self, len(self.entries), tuple(self.stack))
+
+    # ------------------------------------------------------------ the index
+    def _indexed_up_to_now(self) -> None:
+        for position in range(self._indexed, len(self.entries)):
+            frame = self.frames[position]
+            for load, metadata in _reads(self.entries[position]):
+                key = (frame, load.id)
+                if metadata:
+                    self._meta.setdefault(key, []).append(position)
+                else:
+                    positions, loads = self._index.setdefault(key, ([], []))
+                    positions.append(position)
+                    loads.append(load)
+        self._indexed = len(self.entries)
+
+    def value_reads(self, frame: int, name: str, after: int) -> list[ast.Name]:
+        """The loads of ``name`` in ``frame`` that read its value, from position ``after`` on."""
+        self._indexed_up_to_now()
+        positions, loads = self._index.get((frame, name), ((), ()))
+        return list(loads[bisect.bisect_left(positions, after):])
+
+    def value_read(self, frame: int, name: str, after: int) -> bool:
+        """Whether ``name``'s value is read in ``frame`` from position ``after`` on (a lookup, no copy)."""
+        self._indexed_up_to_now()
+        positions = self._index.get((frame, name), ((),))[0]
+        return bisect.bisect_left(positions, after) < len(positions)
+
+    def metadata_read(self, frame: int, name: str, after: int) -> bool:
+        """Whether ``name``'s metadata (``.shape``, ``.grad``...) is read in ``frame`` from ``after`` on."""
+        self._indexed_up_to_now()
+        positions = self._meta.get((frame, name), ())
+        return bisect.bisect_left(positions, after) < len(positions)
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A point of a run: what a write carries, to ask what the code does with its names afterwards."""
+
+    log: RunLog
+    position: int
+    frames: tuple[int, ...]  # the frames open then, outermost first (the unit's own is the first)
+
+    def value_reads_after(self, name: str, depth: int = -1) -> list[ast.Name]:
+        """The reads of ``name``'s value after this point, in the frame ``depth`` (the innermost by default; 0 is
+        the analysed function's own, where a write inside a followed call is entered by its call site)."""
+        return self.log.value_reads(self.frames[depth], name, self.position)
+
+    def value_read_after(self, name: str, depth: int = -1) -> bool:
+        return self.log.value_read(self.frames[depth], name, self.position)
+
+
+def _reads(entry: Entry) -> list[tuple[ast.Name, bool]]:
+    """The names ``entry`` loads, each with whether the load reads only metadata (``x.shape``, ``x.grad``)."""
+    if isinstance(entry, Skipped):
+        roots: list[ast.AST] = list(entry.block)
+        whole = True
+    elif isinstance(entry, Repeats):  # a `for` evaluates its iterable once; a `while` its test each time
+        loop = entry.loop
+        roots, whole = [*loop.body, *([loop.test] if isinstance(loop, ast.While) else [])], True
+    else:
+        roots, whole = _header(entry), False
+    found: list[tuple[ast.Name, bool]] = []
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(root, None) for root in roots]
+    while stack:
+        node, parent = stack.pop()
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                metadata = isinstance(parent, ast.Attribute) and parent.attr in NON_VALUE_ATTRS
+                found.append((node, metadata))
+            continue
+        if isinstance(node, SCOPES):
+            stack.extend((child, node) for child in _runs_here(node))
+            continue
+        if whole:
+            stack.extend((child, node) for child in ast.iter_child_nodes(node))
+        else:
+            stack.extend((child, node) for child in _header(node))
+    return found
+
+
+def _header(node: ast.AST) -> list[ast.AST]:
+    """What of ``node`` runs when it runs itself: everything but the statements it holds (they run, and are
+    logged, on their own); of its clauses, the exception types, patterns and guards."""
+    if not isinstance(node, (ast.stmt, ast.excepthandler, ast.match_case)):
+        return list(ast.iter_child_nodes(node))
+    parts: list[ast.AST] = []
+    for field, value in ast.iter_fields(node):
+        if field in CLAUSE_FIELDS:
+            for clause in value:
+                parts.extend(v for f, v in ast.iter_fields(clause) if f != "body" and isinstance(v, ast.AST))
+        elif field in _NESTED_STATEMENTS and isinstance(value, list):
+            continue
+        elif isinstance(value, ast.AST):
+            parts.append(value)
+        elif isinstance(value, list):
+            parts.extend(v for v in value if isinstance(v, ast.AST))
+    return parts
+
+
+def _runs_here(scope: ast.AST) -> list[ast.AST]:
+    """What of a function, lambda or class definition runs where it is defined: decorators, defaults, bases."""
+    parts: list[ast.AST] = list(getattr(scope, "decorator_list", ()))
+    args = getattr(scope, "args", None)
+    if isinstance(args, ast.arguments):
+        parts.extend(args.defaults)
+        parts.extend(d for d in args.kw_defaults if d is not None)
+    if isinstance(scope, ast.ClassDef):
+        parts.extend(scope.bases)
+        parts.extend(k.value for k in scope.keywords)
+    return parts
