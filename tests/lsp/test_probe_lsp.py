@@ -162,3 +162,29 @@ async def test_probe_on_save_and_a_result_for_an_older_text_is_dropped(client: L
     await asyncio.sleep(0.3)
     last = [p for p in client.published if p.uri == uri][-1]  # type: ignore[attr-defined]
     assert last.version == 2 and not _confirmed(line)(list(last.diagnostics))
+
+
+PROBE_ONLY_FIXTURE = (Path(__file__).resolve().parents[1] / "fixtures" / "probe_only" / "GG103"
+                      / "pos_data_of_encoder_output_grad_report.py")
+
+
+@pytest.mark.init_options(ENABLED)
+@pytest.mark.asyncio
+async def test_a_finding_only_the_probe_made_has_its_fix_as_a_quick_fix(client: LanguageClient, tmp_path: Path):
+    """Issue 31 item 3: the fix ``check --probe`` gives a probe-only finding is its quick fix in the editor."""
+    target = tmp_path / "train.py"
+    shutil.copyfile(PROBE_ONLY_FIXTURE, target)
+    uri, text = target.as_uri(), target.read_text()
+    _open(client, uri, text)
+    await asyncio.sleep(0.5)  # the first publish (no static finding here)
+    result = await _command(client, {"uri": uri, "entry": "run"})
+    assert result["added"] == 1, result
+    diags = await _wait(client, uri, lambda d: any(x.source == "gradguard-probe" for x in d))
+    (added,) = [d for d in diags if d.source == "gradguard-probe"]
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=added.range,
+        context=types.CodeActionContext(diagnostics=[added], only=[types.CodeActionKind.QuickFix])))
+    fixes = [a for a in actions or [] if not a.title.startswith("Suppress ")]
+    assert [a.title for a in fixes] == ["Let the gradient through: `h` instead of `h.data`"], [a.title for a in actions or []]
+    edits = fixes[0].edit.document_changes[0].edits
+    assert len(edits) == 1 and edits[0].new_text == "" and edits[0].range.start.line == added.range.start.line

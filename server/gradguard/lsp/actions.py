@@ -30,7 +30,7 @@ from ..fixes import plan, unavailable
 from ..suppressions import add_code
 from ..text import code_units, split_lines
 from . import convert, fixes
-from .convert import FIX_ALL_KIND, NOTEBOOK_FIX_ALL_KIND
+from .convert import FIX_ALL_KIND, NOTEBOOK_FIX_ALL_KIND, PROBE_SOURCE
 from .documents import Document, FixData, FixKey, data_key, too_large
 
 FIX_ALL_TITLE = "Fix all gradguard issues"
@@ -141,6 +141,8 @@ async def quick_fixes(ls: ActionServer, uri: str, diagnostics: Any) -> list[type
                 is_preferred=fix.get("safe") is True,
                 data=_data(uri, version, FIX, code=code, line=data.get("line"), column=data.get("column"))))
         line0 = diag.range.start.line
+        if diag.source == PROBE_SOURCE:
+            continue  # the probe reports what ran, whatever a comment says: no "suppress" for its own findings
         if not 0 <= line0 < len(lines) or (line0, code) in seen or add_code(lines[line0], code) is None:
             continue
         seen.add((line0, code))

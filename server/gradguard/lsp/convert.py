@@ -19,6 +19,7 @@ from ..text import code_points, code_units
 
 
 SOURCE = "gradguard"
+PROBE_SOURCE = "gradguard-probe"  # a finding only the runtime probe made (``probe_support``)
 # The code action kinds of the fix-alls (``actions.py``), declared in the server's capabilities at start.
 FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.gradguard"  # source.fixAll.gradguard
 NOTEBOOK_FIX_ALL_KIND = f"notebook.{FIX_ALL_KIND}"  # notebook.source.fixAll.gradguard
@@ -110,11 +111,11 @@ def diagnostic_version(diag: types.Diagnostic) -> int | None:
 def actionable(diagnostics, shown, doc_version: int | None):
     """The (diagnostic, data, code) of the client's diagnostics that can get code actions.
 
-    Ours only, never the syntax error, never one computed on an older version than the document's.
+    Ours only (the probe's too), never the syntax error, never one computed on an older version than the document's.
     ``shown`` is what was published: for a client that drops ``data``, the diagnostic is found there again.
     """
     for diag in diagnostics or []:
-        if diag.source != SOURCE:
+        if diag.source not in (SOURCE, PROBE_SOURCE):
             continue
         if not isinstance(diag.data, dict):
             match = next((s for s in shown if s.range == diag.range and s.code == diag.code), None)

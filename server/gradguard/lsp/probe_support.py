@@ -43,18 +43,20 @@ from lsprotocol import types
 from pygls.workspace import Workspace
 
 from ..diagnostics import Diagnostic
+from ..fixes import with_fix
 from ..probe import merge as probe_merge
 from ..probe import model as probe_model
 from ..probe.merge import ProbedDiagnostic
 from ..probe.model import ProbeOptions, ProbeResult
 from ..probe.runner import ProbeWorker, probe_file
+from ..probed_fixes import fixes_for
+from .convert import PROBE_SOURCE
 from .documents import Document, Probed, TextDocument
 
 logger = logging.getLogger("gradguard.lsp.probe")
 
 PROBE_COMMAND = "gradguard.probe"
 LENS_TITLE = "Confirm with probe"
-PROBE_SOURCE = "gradguard-probe"
 DEFAULT_TIMEOUT_S = 10.0  # the VS Code client's default (gradguard.probe.timeout)
 MAX_TIMEOUT_S = 86_400.0  # as the CLI's --timeout (1e12 overflowed the event loop's poll)
 
@@ -272,7 +274,11 @@ class ProbeSupport:
             if isinstance(d, ProbedDiagnostic) and (d.span, d.code) not in static:
                 d = ProbeOnlyDiagnostic(**{f.name: getattr(d, f.name) for f in fields(ProbedDiagnostic)})
             out.append(d)
-        return out
+        # The findings only the probe made carry their fixes as ``check --probe`` gives them (code actions show them).
+        asked = [d for d in out if isinstance(d, ProbeOnlyDiagnostic) and d.probe is not None and d.fix is None
+                 and d.path == display]
+        built = fixes_for(text, display, asked) if asked else {}
+        return [with_fix(d, built.get(id(d))) for d in out] if built else out
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
