@@ -35,6 +35,9 @@ PROBE_BLIND: dict[str, str] = {
     "GG103/pos_generator_scores_detached_fake": (
         "the stepped parameters get a gradient (from the L1 term); the probe sees whole starvation only, not one "
         "term of the loss cut from them"),
+    "GG103/pos_generator_term_detached_grads_compared": (
+        "the generator's gradients arrive (from the L1 term); the probe sees whole starvation only, not one term of "
+        "the loss cut from them"),
     "GG103/pos_actor_loss_critic_of_detached_action": (
         "the stepped parameters get a gradient (from the penalty term); the probe sees whole starvation only, not "
         "one term of the loss cut from them"),

@@ -643,7 +643,7 @@ def _starved_by(interp: Interpreter, cut) -> tuple[Sink | None, GradRead | None]
 
 def _term_starved(interp: Interpreter, cut) -> tuple[Sink, GradRead] | None:
     """A backward of a sum whose term built on the cut value reaches none of the parameters that the updates of
-    its gradients (the steps before the next backward) change, while another term reaches those of the cut
+    its gradients (the steps before the next backward, or looks at gradients an optimizer holds) change, while another term reaches those of the cut
     value's sources (the generator's loss scoring ``D(fake.detach())`` beside an L1 term, stepped by the
     generator's optimizer alone): that term was meant to train them and gives them no gradient."""
     for sink in interp.sinks:
@@ -653,7 +653,7 @@ def _term_starved(interp: Interpreter, cut) -> tuple[Sink, GradRead] | None:
         if term is None:
             continue
         following = min((s.seq for s in interp.sinks if s.kind == "backward" and s.seq > sink.seq), default=None)
-        updates = [r for r in interp.grad_reads if r.updates and r.seq > sink.seq
+        updates = [r for r in interp.grad_reads if (r.updates or r.held_by is not None) and r.seq > sink.seq
                    and (following is None or r.seq < following)]
         if any(r.sources & term for r in updates):
             continue  # the term trains what another update of these gradients steps

@@ -216,6 +216,9 @@ class GradRead:
     # An update of parameters (an optimizer's step, a `.grad` read under no_grad), not a plain look at a gradient
     # (`return x.grad` after a backward): a missing gradient then means those parameters never learn.
     updates: bool = True
+    # A look at the gradient of parameters an optimizer holds (the optimizer it was built on): the code means them
+    # to be trained, so a gradient missing there is one its step would miss too.
+    held_by: ast.AST | None = None
 
 
 @dataclass

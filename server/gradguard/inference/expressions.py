@@ -341,6 +341,10 @@ class ExpressionsMixin:
             return _numbers([left, right], node)
         if isinstance(left, ParamIterable) and isinstance(right, ParamIterable):
             return ParamIterable([left, right])
+        if isinstance(node.op, ast.Add) and any(isinstance(v, ParamIterable) for v in (left, right)) \
+                and all(_parameters_or_list_of_them(v) for v in (left, right)):
+            # `list(policy.parameters()) + [log_z]`: parameters still, an optimizer's (or a loop's) to take
+            return ParamIterable([o for v in (left, right) for o in (v.items if isinstance(v, TensorSeq) else (v,))])
         if (isinstance(node.op, ast.Add) and isinstance(left, TensorSeq) and isinstance(right, TensorSeq)
                 and left.base is None and right.base is None):
             # `layers + [nn.Linear(...)]`: a new sequence of both sides' items.
@@ -395,12 +399,19 @@ class ExpressionsMixin:
                 # code itself asked gradients for (`x = torch.randn(..., requires_grad=True)`: a saliency, an
                 # input gradient) relies on that backward having delivered it; parameters' gradients are read for
                 # clipping and logging too, where None is expected of a frozen part, so only a step counts there.
+                # A parameter an optimizer holds is meant to be trained: a look at its gradient after a backward
+                # relies on it too (the one the optimizer's step would read).
+                sources = frozenset().union(*(t.graph for t in owner.group or (owner,)))
+                after_backward = any(s.kind == "backward" for s in self.sinks)
                 if owner.leaf and (not self.state.grad_enabled or (
-                        owner.requires_grad and not owner.param and not owner.group
-                        and any(s.kind == "backward" for s in self.sinks))):
-                    sources = frozenset().union(*(t.graph for t in owner.group or (owner,)))
+                        owner.requires_grad and not owner.param and not owner.group and after_backward)):
                     self.grad_reads.append(GradRead(node, sources, f"`{ast.unparse(node)}`", self._next(),
                                                     updates=not self.state.grad_enabled))
+                elif owner.leaf and owner.param and owner.requires_grad and after_backward:
+                    holder = next((o for o in self.optimizers if o.held & sources), None)
+                    if holder is not None:
+                        self.grad_reads.append(GradRead(node, sources & holder.held, f"`{ast.unparse(node)}`",
+                                                        self._next(), updates=False, held_by=holder.ctor))
                 grad = new_tensor(node, Grad.NO, label=f"{owner.label}.grad")
                 grad.is_grad = True
                 return grad
@@ -506,3 +517,11 @@ def _compare(op: ast.cmpop, a: object, b: object) -> bool | None:
     if isinstance(op, (ast.In, ast.NotIn)) and isinstance(a, str) and isinstance(b, str):
         return (a in b) == isinstance(op, ast.In)
     return None
+
+
+def _parameters_or_list_of_them(value) -> bool:
+    """``model.parameters()``, or a list of parameters and such iterables (``[log_z]``)."""
+    if isinstance(value, ParamIterable):
+        return True
+    return isinstance(value, TensorSeq) and value.base is None and bool(value.items) and all(
+        isinstance(i, ParamIterable) or (isinstance(i, Tensor) and i.leaf and i.param) for i in value.items)

@@ -559,7 +559,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.run_log.ran(Repeats(stmt))
         if index_loop:
             self.loop_vars.pop()
-        self._settle(live, merge_states(before, self.state, after_loop=True))
+        if _runs_once(stmt.iter) and not _jumps_out(stmt.body):
+            self._settle(live, self.state)  # `for _ in range(1)`: the body ran, and ran whole
+        else:
+            self._settle(live, merge_states(before, self.state, after_loop=True))
         self.run_block(stmt.orelse)
 
     _stmt_AsyncFor = _stmt_For
@@ -1300,6 +1303,19 @@ def _names_written_in_place(body: list[ast.stmt]) -> set[str]:
         if isinstance(target, ast.Name):
             names.add(target.id)
     return names
+
+
+def _jumps_out(body: list[ast.stmt]) -> bool:
+    """Whether a loop's body holds a ``break`` or ``continue`` of its own (one that may skip the rest of it)."""
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Break, ast.Continue)):
+            return True
+        if not isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _runs_once(iterable: ast.expr) -> bool:

@@ -462,7 +462,7 @@ def join(a: Value, b: Value) -> Value:
             base=keep.base,
             multi_view=keep.multi_view if keep.multi_view == other.multi_view else None,
             custom_view=keep.custom_view if keep.custom_view is other.custom_view else None,
-            dead_terms=keep.dead_terms | other.dead_terms if keep.dead_terms and other.dead_terms else frozenset(),
+            dead_terms=keep.dead_terms | other.dead_terms,
             param=keep.param and other.param,
             graph=keep.graph | other.graph,
             origin=keep.origin,

@@ -174,17 +174,21 @@ def _check_cut(event):
         return
     if event.starved is None and event.term_starved is not None:
         sink, read = event.term_starved
+        which = ("the parameters {what} on {read} then updates" if read.updates else
+                 "the parameters whose gradients {what} on {read} reads (the optimizer built on {held} holds them "
+                 "to train)")
         yield Finding(
             "GG103",
             event.node,
             Message.format(
                 "{how} cuts this value from its graph, and the loss the backward on {sink} runs from adds a term "
-                "built on it that reaches none of the parameters {what} on {read} then updates (its other terms "
-                "reach them): that term gives them no gradient, silently. Drop {how} if the term should train them.",
-                how=event.how, sink=sink.node, what=read.what, read=read.node),
+                "built on it that reaches none of " + which + ", while its other terms reach them: that term gives "
+                "them no gradient, silently. Drop {how} if the term should train them.",
+                how=event.how, sink=sink.node, what=read.what, read=read.node, held=read.held_by),
             certain=event.certain,
             related=[(sink.node, "the backward whose term gets no gradient through the cut"),
-                     (read.node, "updates the parameters that term never reaches")],
+                     (read.node, "updates the parameters that term never reaches" if read.updates else
+                      "reads the gradients of parameters that term never reaches")],
             data={"cut": True},
         )
         return
@@ -194,6 +198,9 @@ def _check_cut(event):
     consequence = (
         "so {what} on {read} finds those gradients None (those parameters never learn). Drop {how} if the gradient "
         "should flow; if the cut is meant, leave those parameters out of the optimizer." if read.updates else
+        "so {what} on {read} is None, on parameters the optimizer built on {held} holds to train. Drop {how} if "
+        "that gradient should flow; if the cut is meant, leave those parameters out of the optimizer."
+        if read.held_by is not None else
         "so {what} on {read} is None. Drop {how} if that gradient should flow.")
     yield Finding(
         "GG103",
@@ -201,10 +208,11 @@ def _check_cut(event):
         Message.format(
             "{how} cuts the graph here: the backward on {sink} gets no gradient to what this value was computed "
             "from, and no other backward reaches it, " + consequence,
-            how=event.how, sink=event.reached.node, what=read.what, read=read.node),
+            how=event.how, sink=event.reached.node, what=read.what, read=read.node, held=read.held_by),
         certain=event.certain,
         related=[(event.reached.node, "the backward that gets no gradient through the cut"),
-                 (read.node, "uses the gradients that never arrive")],
+                 (read.node, "uses the gradients that never arrive"),
+                 *([(read.held_by, "the optimizer that holds those parameters")] if read.held_by is not None else [])],
         data={"cut": True},
     )
 
@@ -720,7 +728,8 @@ require grad and does not have a grad_fn`.  `torch.tensor(float(loss), requires_
 
 `t.detach()` (and a returned `t.data` of an activation) cuts the graph the same way, usually on purpose.  It
 is flagged only when parameters that `t` was computed from are updated by an optimizer's `step()` (or a
-manual update reading their `.grad` under no_grad) and no backward of the function reaches them: a forward
+manual update reading their `.grad` under no_grad, or a read of the `.grad` of parameters an optimizer holds after
+the backward) and no backward of the function reaches them: a forward
 returning `h.detach()`, a head fed `features.detach()` while the backbone is in the optimizer.  Their grads
 stay None and they never learn.  It is also flagged when one term of such a loss is built on the cut value
 and reaches none of the parameters the steps after that backward update, while the loss's other terms reach
