@@ -98,7 +98,7 @@ class RebindRewrite:
                 rw.replace_node(ctx.cst(w.stmt), new)
                 return rw, code(new)
             rw.replace_node(call, new_call)
-            if name and not rebinds(w.stmt, name) and w.value_read_after(name):
+            if name and not rebinds(w.stmt, name) and w.value_read_after(ctx, name):
                 raise CannotFix(f"`{name}` is read later and would miss the write")
             return rw, code(new_call)
         if not self.direct:
@@ -121,7 +121,7 @@ class RebindRewrite:
                 isinstance(stmt, ast.Assign)
                 and stmt.value is w.call
                 and not rebinds(stmt, name)
-                and w.value_read_after(name)
+                and w.value_read_after(ctx, name)
             ):
                 # `s = x.exp_()` and x is read later: `s = x = x.exp()`
                 small = ctx.cst(stmt)
@@ -129,7 +129,7 @@ class RebindRewrite:
                 new = small.with_changes(targets=targets, value=new_value)
                 rw.replace_node(small, new)
                 return rw, code(new)
-            if not rebinds(stmt, name) and w.value_read_after(name):
+            if not rebinds(stmt, name) and w.value_read_after(ctx, name):
                 raise CannotFix(f"`{name}` is read later and would miss the write")
             rw.replace_node(ctx.cst(w.call), new_value)
             return rw, code(new_value)
@@ -247,7 +247,7 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
     if write.kind == "method" and write.value_use and direct and start is stmt:
         # `weights = logits.exp_()` where nothing reads `logits`'s value later: `logits.exp()` is the same
         report = write.sharing(ctx, name)
-        if not write.value_read_after(name) and report.clean:
+        if not write.value_read_after(ctx, name) and report.clean:
             new_value = out_of_place(ctx, write.call)
             rw.replace_node(ctx.cst(write.call), new_value)
             return rw, code(new_value), True
@@ -314,7 +314,7 @@ def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
     if not (write.kind == "method" and write.value_use and direct and name is not None):
         raise CannotFix("not an in-place call whose result is used, on a name")
     report = write.sharing(ctx, name)
-    if write.value_read_after(name) or report.aliases_read_after or report.holders_read_after \
+    if write.value_read_after(ctx, name) or report.aliases_read_after or report.holders_read_after \
             or report.escapes != [param_escape(name)]:
         raise CannotFix(f"`{name}` is read after the write, or held by more than the caller")
     unread, unsafe = callers_leave_unread(ctx, write.stmt, name)
@@ -591,7 +591,7 @@ def rebind_fix(rebind: RebindRewrite, what: str) -> Fix | None:
     if not (report.clean or report.only_holders):
         return None
     w = rebind.write
-    if not report.clean and rebind.name and not w.value_use and not w.value_read_after(rebind.name):
+    if not report.clean and rebind.name and not w.value_use and not w.value_read_after(rebind.ctx, rebind.name):
         # `dst = torch.add(a, b)` for a parameter nothing here reads again: the new binding goes nowhere, and the
         # caller (or holder) that saw the write loses it -- that drops the write, it does not repair it
         return None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
-from .aliases import Report, analyse
+from .aliases import Report, analyse, value_read_after
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,11 +64,12 @@ class InPlaceWrite:
         the run."""
         return analyse(ctx, self.stmt, name, pieces_disjoint, self.call, self.moment, self.depth)
 
-    def value_read_after(self, name: str) -> bool:
+    def value_read_after(self, ctx: FixContext, name: str) -> bool:
         """Is ``name``'s value (not just its ``.grad`` or ``.shape``) read after the write, as the run went
-        (a loop around both: also before it)?"""
+        (a loop around both: also before it)?  A write no run reported (the probe's, ``probed_fixes``) is asked
+        of the code."""
         if self.moment is None:
-            raise CannotFix("no run to tell what is read after the write")
+            return value_read_after(ctx, self.stmt, name)
         return self.moment.value_read_after(name, self.depth)
 
     @staticmethod

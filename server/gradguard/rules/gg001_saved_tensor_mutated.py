@@ -424,7 +424,7 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
         raise CannotFix(f"`{held}` is bound again between the container and the write")
     cst = cst_mod()
     targets = [ctx.cst(element).deep_clone()]
-    held_read = write.value_read_after(held)
+    held_read = write.value_read_after(ctx, held)
     if held_read:
         targets.insert(0, cst.Name(held))
     elif unsafe and not any(isinstance(n, ast.Name) and n.id == container and n.lineno > stmt.end_lineno
