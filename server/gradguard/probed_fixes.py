@@ -16,6 +16,7 @@ static analysis never saw these findings, so it cannot say they are gone.
 from __future__ import annotations
 
 import ast
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -26,8 +27,11 @@ from .diagnostics import FileResult, Fix
 from .fixes import Fixer, unavailable, with_fix
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
-from .probe.merge import ALIAS_NOTE, INPUT_NOTE, PLACED, REBUILT_NOTE, SETTER_NOTE, VIEW_NOTE, ProbedDiagnostic
+from .probe.merge import (ALIAS_NOTE, INPUT_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE, VIEW_NOTE,
+                          ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
+
+log = logging.getLogger(__name__)
 
 
 class _Lines:
@@ -264,16 +268,39 @@ def _state_read_by_op(lines: _Lines, f: ProbeFinding) -> Finding | None:
         return None
     op = _expression_at(lines, f.saves[0].site)
     state = ast.unparse(root)
-    if op is None or not any(isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and ast.unparse(n) == state
-                             for n in ast.walk(op)):
+    # Read once: the fix copies the one read (a second read of the state would still be saved).
+    if op is None or sum(1 for n in ast.walk(op) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+                         and ast.unparse(n) == state) != 1:
         return None
     mutation = Mutation(calls[0], Tensor(Storage(), Grad.YES, leaf=False), "", True, 0)
     return Finding("GG001", op, "", mutation=mutation, data={"state": state})
 
 
+def _renormalised_weight_read(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG005 an embedding made with max_norm renormalises its weight in place when called (``emb(idx)``, the note),
+    after an op read and saved that weight (``emb.weight @ w``, the finding's line): a copy read at the op, as
+    torch's documentation of max_norm says (``emb.weight.clone() @ w``) -- GG001's fix of a state read by an op."""
+    renorm = _note(f, RENORM_NOTE)
+    if f.code != "GG005" or renorm is None or len({s.site for s in f.saves}) != 1 or f.saves[0].site is None \
+            or f.saves[0].site.path != f.site.path:
+        return None
+    call = lines.simple_statement_at(renorm.line)
+    modules = {ast.unparse(n.func) for n in ast.walk(call) if isinstance(n, ast.Call)
+               and isinstance(n.func, (ast.Name, ast.Attribute))} if call is not None else set()
+    op = _expression_at(lines, f.saves[0].site)
+    if op is None:
+        return None
+    read = [ast.unparse(n) for n in ast.walk(op) if isinstance(n, ast.Attribute) and n.attr == "weight"
+            and isinstance(n.ctx, ast.Load) and ast.unparse(n.value) in modules]
+    if len(read) != 1:  # read once: the fix copies the one read (a second read would still be saved)
+        return None
+    mutation = Mutation(op, Tensor(Storage(), Grad.YES, leaf=True, param=True), "", True, 0)
+    return Finding("GG001", op, "", mutation=mutation, data={"state": read.pop()})
+
+
 SHAPES: tuple[Callable[[_Lines, ProbeFinding], Finding | None], ...] = (
     _flag, _cut, _rebuild, _view_binding, _copy_at_binding, _inplace_module, _inplace_activation, _write_to_saved,
-    _state_read_by_op)
+    _state_read_by_op, _renormalised_weight_read)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:
@@ -306,7 +333,8 @@ def fixes_for(text: str, path: str, diagnostics: list[ProbedDiagnostic]) -> dict
         try:
             finding = finding_of(lines, d.probe)
             fix = fixer.fix(finding) if finding is not None else None
-        except (KeyError, ValueError, AttributeError, IndexError):
+        except Exception:  # noqa: BLE001 - as in the fix layer: a bug here loses the fix, never the finding
+            log.debug("fix of the probe's %s at %s:%s failed", d.code, path, d.line, exc_info=True)
             fix = None
         if fix is not None and fix.edits:
             out[id(d)] = fix
