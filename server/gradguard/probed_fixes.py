@@ -52,6 +52,21 @@ class _Lines:
                   and n.lineno <= stmt.lineno and stmt.end_lineno <= n.end_lineno]
         return max(around, key=lambda n: n.lineno) if around else self.tree
 
+    def grad_off_around(self, line: int) -> bool:
+        """Whether ``line`` is written inside a block or function that switches grad mode off (``with
+        torch.no_grad():``, ``@torch.inference_mode()``, ``set_grad_enabled(...)``), as far as its syntax says."""
+        def switches(node: ast.expr) -> bool:
+            func = node.func if isinstance(node, ast.Call) else node
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            return name in ("no_grad", "inference_mode", "set_grad_enabled")
+
+        for stmt in self.statements_at(line):
+            if isinstance(stmt, (ast.With, ast.AsyncWith)) and any(switches(i.context_expr) for i in stmt.items):
+                return True
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(map(switches, stmt.decorator_list)):
+                return True
+        return False
+
     def simple_statement_at(self, line: int) -> ast.stmt | None:
         """The one simple statement (no body) on ``line``, or None when there are none or several."""
         simple = [s for s in self.statements_at(line) if not hasattr(s, "body") and s.lineno == line]
@@ -220,8 +235,8 @@ def _write_to_saved(lines: _Lines, f: ProbeFinding) -> Finding | None:
         return None
     write = _the_write(lines, f.site.line)
     backward = lines.simple_statement_at(f.backward.line) if f.backward.path == f.site.path else None
-    if write is None or backward is None:
-        return None
+    if write is None or backward is None or lines.grad_off_around(f.site.line):
+        return None  # (with grad mode off, writing out of place would drop the graph: the rule's no_grad fixes differ)
     target = Tensor(Storage(), Grad.YES, leaf=False)
     sink = Sink("backward", backward, frozenset(), 1)
     conflicts = []
