@@ -491,6 +491,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
         mutation.after_backward = any(s.kind == "backward" and s.seq < mutation.seq for s in interp.sinks)
         if mutation.conflicts and mutation.after_backward and interp.stale:
             mutation.stale_use, mutation.stale_conflict = _stale_use(interp, mutation)
+            mutation.stale_carried = (mutation.stale_use is not None
+                                      and mutation.stale_conflict.save.id not in _backwarded(interp, mutation))
         mutation.read_after = _read_after(interp, mutation)
         mutation.asks = _asks_answered_by_new_value(interp, mutation)
     for graph_break in interp.breaks:
@@ -505,7 +507,11 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
     for replaced in interp.replaced:
         new = (interp.parameter_sources(replaced.new) if isinstance(replaced.new, ModuleValue)
                else replaced.new.graph)
-        if new and not any(o.held & new for o in interp.optimizers):
+        # An optimizer whose parameter groups were written after the replacement may hold the new parameters: the
+        # one that held the old (or one sharing its parameters), or one given the new ones.
+        old = replaced.optimizer.held
+        if new and not any(o.held & new or o.regrouped > replaced.seq and (o.held & old or o.regrouped_with & new)
+                           for o in interp.optimizers):
             replaced.reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > replaced.seq
                                      and s.graph & new), None)
     for flag in interp.flags:
@@ -685,21 +691,39 @@ def _rebind_starves(interp: Interpreter, rebind) -> tuple[Sink | None, GradRead 
 
 def _stale_use(interp: Interpreter, mutation: Mutation) -> tuple[StaleUse | None, Conflict | None]:
     """For an update of parameters between backwards: the first op after it on a value made stale by one of its
-    conflicting saves that a backward before it already ran through (a value both losses share), whose result
-    the backward that raises runs through; and that save's conflict."""
-    saves = {c.save.id for c in mutation.conflicts}
-    before = [s for s in interp.sinks if s.kind == "backward" and s.seq < mutation.seq]
-    backwarded = frozenset(i for i in saves if any(i in s.graph for s in before))
+    conflicting saves, whose result the backward that raises runs through; and that save's conflict.  The value
+    is one a backward before the update already ran through (a value both losses share), or one the loop
+    carries into its next iteration (the use comes before the update in the loop's code: `state` of the next
+    step's action, computed before this step's update)."""
+    backwarded = _backwarded(interp, mutation)
     # The latest saves first: a value made since an earlier update of the same weights is the one this update
     # makes stale (an older one was already stale, and an earlier update's finding names its use).
     for c in sorted(mutation.conflicts, key=lambda c: -c.save.id):
-        if c.sink.kind != "backward" or c.save.id not in backwarded:
+        if c.sink.kind != "backward":
             continue
         use = next((u for u in interp.stale_uses if mutation.seq <= u.seq < c.sink.seq
                     and u.marker in c.sink.graph and c.save.id in u.inputs), None)
-        if use is not None:
+        if use is not None and (c.save.id in backwarded or _carried(use, mutation)):
             return use, c
     return None, None
+
+
+def _backwarded(interp: Interpreter, mutation: Mutation) -> frozenset[int]:
+    """The conflicting saves of an update that a backward before it already ran through."""
+    before = [s for s in interp.sinks if s.kind == "backward" and s.seq < mutation.seq]
+    return frozenset(c.save.id for c in mutation.conflicts if any(c.save.id in s.graph for s in before))
+
+
+def _carried(use: StaleUse, mutation: Mutation) -> bool:
+    """The use runs after the update but comes before it in the code of the function that runs both (or leads to
+    both, through its calls): the loop around them carries the value it builds on into its next iteration."""
+    update_path = mutation.call_path()
+    common = 0
+    while common < len(use.path) and common < len(update_path) and use.path[common] is update_path[common]:
+        common += 1
+    at = use.path[common] if common < len(use.path) else use.node
+    update = update_path[common] if common < len(update_path) else mutation.node
+    return other_file(at) is None and other_file(update) is None and at.lineno < update.lineno
 
 
 def _conflicts(interp: Interpreter, mutation: Mutation) -> list[Conflict]:

@@ -548,9 +548,10 @@ def _interface(prog: Program, stmt: cst.SimpleStatementLine, site: Site) -> tupl
     return reads, writes
 
 
-# A marker that says `caller-bound` (`# expect: GG101 caller-bound`) names a line whose fix is to compute again a
-# value the line reads (a stale value after an optimizer step): moved into a helper, that value is computed where
-# the helper is called, so the expectation goes with the call, not into the helper's body.
+# A marker that says `caller-bound` (`# expect: GG101 caller-bound`) names a line whose fix belongs to the function
+# that runs it (compute again a stale value the line reads after an optimizer step; give the optimizer that
+# function uses a module the line replaces): moved into a helper, the expectation goes with the helper's call, not
+# into the helper's body.
 CALLER_BOUND = "caller-bound"
 
 

@@ -78,6 +78,8 @@ class Fixer:
         return finding.fix_memo[0]
 
     def _build(self, finding: Finding) -> Fix | None:
+        if any(isinstance(site, (ast.With, ast.AsyncWith)) for site in _call_path(finding)):
+            return None  # written as a `with` block ends (a context manager's exit): no fix knows that order yet
         fix = self._build_in(self.ctx, finding)
         if fix is None and self.variant is not None:  # a write through an alias chain or a one-off container
             try:
@@ -124,3 +126,9 @@ def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[F
 
 def with_fix(diag: Diagnostic, fix: Fix | None) -> Diagnostic:
     return replace(diag, fix=fix) if fix is not None else diag
+
+
+def _call_path(finding: Finding) -> list[ast.AST]:
+    """The call sites of the followed calls a finding's write is inside (none for a finding of another event)."""
+    frames = getattr(finding.mutation, "frames", None) or ()
+    return [site for site, _ in frames]

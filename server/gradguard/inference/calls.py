@@ -46,6 +46,7 @@ from .values import (
     PLAIN,
     Const,
     OptimizerValue,
+    ParamGroups,
     ModuleValue,
     ModuleIterable,
     ParamIterable,
@@ -63,6 +64,10 @@ from .values import (
     new_id,
     new_tensor,
 )
+
+# Methods of a list or dict that change what it holds: on an optimizer's parameter groups, what it steps.
+GROUP_WRITING_METHODS = frozenset({"append", "extend", "insert", "update", "setdefault", "pop", "remove", "clear",
+                                   "__setitem__"})
 
 # Ops on stale values recorded per analysed function: the first ones are the ones a finding names.
 MAX_STALE_USES = 64
@@ -119,9 +124,16 @@ class CallsMixin:
             if isinstance(owner, (TensorSeq, TensorMap)):
                 return self._container_method(owner, func.attr, node)
             if isinstance(owner, OptimizerValue):
-                self._eval_args(node)
+                args = self._eval_args(node)
                 if func.attr == "step":
                     self._optimizer_step(owner, node, ast.unparse(func.value))  # as the code names it
+                elif func.attr == "add_param_group":
+                    self.regrouped(owner, args)
+                return UNKNOWN
+            if isinstance(owner, ParamGroups):
+                args = self._eval_args(node)
+                if func.attr in GROUP_WRITING_METHODS:
+                    self.regrouped(owner.optimizer, args)  # `group["params"].append(p)`
                 return UNKNOWN
             if isinstance(owner, CallableRef):
                 callee = self.imported(f"{owner.qualname}.{func.attr}")

@@ -107,6 +107,9 @@ class Mutation:
     stale_conflict: Conflict | None = None
     # Where the run was at the write: what the code reads afterwards (``sharing.py``).
     moment: Moment | None = None
+    # The stale value was made for the failing backward alone, before the update, and the loop carries it into its
+    # next iteration, where the use (earlier in the loop's code than the update) builds that backward's loss on it.
+    stale_carried: bool = False
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the
@@ -203,6 +206,11 @@ class ReplacedParameter:
     optimizer: OptimizerValue  # one that holds what was replaced
     seq: int
     reached: Sink | None = None  # filled by the engine: a later backward that reaches the new parameters
+    # The line to change: the statement that makes the replacement (the assignment, or the call of the helper
+    # that makes it) in the innermost function of the call path that has the optimizer in hand (a variable, an
+    # argument, an attribute of its instance), where it can be built after the replacement or given the new
+    # parameters.
+    site: ast.AST | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ from .values import (
     ModuleValue,
     NumberFrom,
     Opaque,
+    OptimizerValue,
+    ParamGroups,
     ParamIterable,
     Tensor,
     TensorMap,
@@ -369,6 +371,12 @@ class ExpressionsMixin:
         if isinstance(container, NumberFrom):  # `arr[:, 1:]`: still numbers read out of tensors
             self.eval(node.slice)
             return NumberFrom(container.sources, node, container.markers)
+        if isinstance(container, ParamGroups) and not container.params:
+            self.eval(node.slice)
+            key = _const_key(node.slice)
+            if key == "params":
+                return ParamGroups(container.optimizer, params=True)  # a group's parameter list
+            return container if not isinstance(key, str) else UNKNOWN  # `param_groups[0]`: a group; `g["lr"]`
         info = self.ctx.class_of(container) if isinstance(container, ModuleValue) else None
         found = find_method(self.ctx.classes_for(info), info, "__getitem__") if info is not None else None
         if found is not None:  # `model[2]` of a class of the file that defines __getitem__
@@ -428,6 +436,8 @@ class ExpressionsMixin:
             return FunctionApply(owner.info)  # `double = DoubleOp.apply`
         if isinstance(owner, FunctionContext):
             return owner.attrs.get(node.attr, UNKNOWN)
+        if isinstance(owner, OptimizerValue) and node.attr == "param_groups":
+            return ParamGroups(owner)
         return UNKNOWN
 
     def _class_constant(self, info: ClassInfo, name: str) -> Value | None:

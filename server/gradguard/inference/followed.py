@@ -9,6 +9,7 @@ import ast
 from ..knowledge.names import JOINING
 from .calls import CALL_STATS
 from .classes import ClassInfo, find_method
+from .imports import normalize, qualified_name
 from .state import GRAD_OFF_CONTEXTS, State
 from .values import (
     NOT_TENSOR,
@@ -23,6 +24,11 @@ from .values import (
     join,
     new_id,
 )
+
+
+# Decorators that make a generator function a context manager: `with cm(...) as v:` runs the generator up to its
+# yield (`v` is the yielded value), then the `with` body, then the rest of the generator.
+CONTEXT_MANAGER_DECORATORS = frozenset({"contextlib.contextmanager", "contextlib.asynccontextmanager"})
 
 
 class FollowedCallsMixin:
@@ -55,13 +61,15 @@ class FollowedCallsMixin:
 
     def inline(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
                self_value: Value | None = None, record: bool = True, scope: list[dict[str, Value]] | None = None,
-               owner: ClassInfo | None = None, max_depth: int = 5, module_path: str | None = None) -> Value | None:
+               owner: ClassInfo | None = None, max_depth: int = 5, module_path: str | None = None,
+               frame: list[dict[str, Value]] | None = None) -> Value | None:
         """Analyse a call of one of the file's own functions in place, with the caller's values.
 
         ``scope``: the variables a closure or lambda sees from the functions around its definition, innermost
         first; ``owner``: the
         class a method was found on.  Returns None when the call is not followed (too deep, recursive): the
-        caller then treats it as unknown.
+        caller then treats it as unknown.  ``frame``: the callee's variables, kept across two calls that run the
+        parts of one generator (see ``enter_context``): empty, it receives them; else the call runs in them.
         """
         if len(self.inline_stack) >= max_depth or fn in self.inline_stack:
             return None
@@ -72,7 +80,9 @@ class FollowedCallsMixin:
         # Code of another module of the project sees that module's imports and classes; its globals are unknown.
         module_env = self._module_env() if context is self.ctx else {}
         self.ctx = context
-        env = self._bind_parameters(fn, args, kwargs, self_value, node)
+        env = frame[0] if frame else self._bind_parameters(fn, args, kwargs, self_value, node)
+        if frame is not None and not frame:
+            frame.append(env)
         grad = self.state.grad_enabled
         for deco in getattr(fn, "decorator_list", ()):
             if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
@@ -94,6 +104,7 @@ class FollowedCallsMixin:
         self.inline_frames.append((node, new_id()))
         self.frame_sites = (*self.frame_sites, node)
         self.run_log.enter()
+        self.caller_envs.append(saved[0].env)
         try:
             if isinstance(fn, ast.Lambda):
                 self.returns.append(self.eval(fn.body))
@@ -105,6 +116,7 @@ class FollowedCallsMixin:
             self.inline_frames.pop()
             self.frame_sites = self.frame_sites[:-1]
             self.run_log.leave()
+            self.caller_envs.pop()
             (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
              self.owner, self.self_value, self.ctx) = saved
         if not returns:
@@ -113,6 +125,41 @@ class FollowedCallsMixin:
         for other in returns[1:]:
             result = join(result, other)
         return result
+
+    def enter_context(self, expr: ast.expr, stmt: ast.stmt):
+        """``with cm(...) as v:`` of a generator function of the project decorated ``@contextmanager``: run it up to
+        its yield now, and return the yielded value and a function that runs the rest of it (to call when the
+        ``with`` body is done; its call site is the ``with`` statement ``stmt``, so that what it writes is not
+        taken for a write made where the block begins); None when it is not one (or not one yield where it can
+        be split)."""
+        if not isinstance(expr, ast.Call):
+            return None
+        callee = self.eval(expr.func)
+        fn = callee.node if isinstance(callee, FunctionValue) else None
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        imports = self.ctx.for_module(callee.module_path or getattr(callee.owner, "module_path", None)).imports
+        if not any(normalize(qualified_name(d, imports) or "") in CONTEXT_MANAGER_DECORATORS
+                   for d in fn.decorator_list):
+            return None
+        parts = self.ctx.generator_parts.get(fn)
+        if parts is None:
+            parts = self.ctx.generator_parts[fn] = _generator_parts(fn)
+        if parts is False:
+            return None
+        enter, leave = parts
+        args, kwargs = self._eval_call_args(expr)
+        frame: list[dict[str, Value]] = []
+        where = dict(self_value=callee.self_value, scope=callee.scope, owner=callee.owner,
+                     module_path=callee.module_path)
+        value = self.inline(enter, args, kwargs, expr, frame=frame, **where)
+        if value is None:  # not followed (too deep, recursive): an unknown call, as any other
+            return self._unknown_call(expr, [*args, *kwargs.values()]), lambda: None
+
+        def exit_() -> None:
+            self.inline(leave, [], {}, stmt, frame=frame, **where)
+
+        return value, exit_
 
     @staticmethod
     def _loop_parameters(fn: ast.FunctionDef | ast.Lambda, node: ast.AST, loop_vars: list[str],
@@ -200,3 +247,41 @@ def used_as_sequences(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[s
             elif called in ("append", "extend") and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
                 names.add(func.value.id)
     return frozenset(names)
+
+
+def _generator_parts(fn: ast.FunctionDef | ast.AsyncFunctionDef):
+    """A generator function that yields once, as a statement of its body or of the body of a ``try`` there, as two
+    functions of its parameters: up to the yield (returning the yielded value), and after it (the rest of the
+    ``try`` body, its ``else`` and ``finally``, then what follows; ``except`` handlers run only when the ``with``
+    body raises).  False for any other generator."""
+    yields = [n for n in ast.walk(fn) if isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await))]
+    if len(yields) != 1 or not isinstance(yields[0], ast.Yield):
+        return False
+    found = None
+    for i, stmt in enumerate(fn.body):
+        if _yields(stmt):
+            found = fn.body[:i], stmt, fn.body[i + 1:]
+        elif isinstance(stmt, ast.Try):
+            for j, inner in enumerate(stmt.body):
+                if _yields(inner):
+                    found = ([*fn.body[:i], *stmt.body[:j]], inner,
+                             [*stmt.body[j + 1:], *stmt.orelse, *stmt.finalbody, *fn.body[i + 1:]])
+        if found is not None:
+            break
+    if found is None:
+        return False
+    before, at, after = found
+    value = at.value.value if at.value.value is not None else ast.copy_location(ast.Constant(None), at)
+    returned = ast.copy_location(ast.Return(value=value), at)
+    return _part(fn, [*before, returned]), _part(fn, after)
+
+
+def _yields(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Yield)
+
+
+def _part(fn: ast.FunctionDef | ast.AsyncFunctionDef, body: list[ast.stmt]) -> ast.FunctionDef:
+    """A function of ``fn``'s name and parameters with ``body`` (undecorated: the split is the decorator's work)."""
+    part = ast.FunctionDef(name=fn.name, args=fn.args, body=body or [ast.copy_location(ast.Pass(), fn)],
+                           decorator_list=[], returns=None, type_comment=None, type_params=[])
+    return ast.copy_location(part, fn)

@@ -39,6 +39,7 @@ from .values import (
     Grad,
     NumberFrom,
     OptimizerValue,
+    ParamGroups,
     ModuleValue,
     ModuleIterable,
     Opaque,
@@ -141,6 +142,8 @@ class Context:
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)  # the file's module-level functions
     # each function's names used as lists (``used_as_sequences``), read once per file however often it is called
     sequence_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
+    # each `@contextmanager` generator's two parts (before and after its yield), split once per file
+    generator_parts: dict[ast.AST, object] = field(default_factory=dict)
     path: str | None = None  # the module's file: the analysed file, or a project module a call was followed into
     project: Project | None = None  # the project's other modules, which calls are followed into
     # the contexts of the project modules calls were followed into, by path (shared by every copy of this one)
@@ -222,6 +225,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.inline_record = True  # False while inlining a module's forward (its own analysis reports its writes)
         self.inline_frames: list[tuple[ast.AST, int]] = []  # (call site, id mark) of each followed call
         self.frame_sites: tuple[ast.AST, ...] = ()  # their call sites, outermost first
+        self.caller_envs: list[dict[str, Value]] = []  # the variables of the function that made each of those calls
         # Saves an update of parameters (a step) made stale, and the ops that then took a value built on them.
         self.stale: frozenset[int] = frozenset()
         self.stale_uses: list[StaleUse] = []
@@ -594,6 +598,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
 
     def _stmt_With(self, stmt: ast.With) -> None:
         saved_mode = self.state.grad_enabled
+        leaving = []  # the rest of each `@contextmanager` generator entered, run after the body, innermost first
         for item in stmt.items:
             expr = item.context_expr
             if isinstance(expr, ast.Call):
@@ -609,7 +614,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                     else:
                         self.eval(flag)
                 else:
-                    self.eval(expr)
+                    entered = self.enter_context(expr, stmt)
+                    if entered is None:
+                        self.eval(expr)
+                    else:
+                        value, leave = entered
+                        leaving.append(leave)
+                        if item.optional_vars is not None:
+                            self.bind(item.optional_vars, value, stmt)
+                        continue
             else:
                 self.eval(expr)
             if item.optional_vars is not None:
@@ -625,6 +638,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             if inference:
                 self.inference_blocks.pop()
         self.state.grad_enabled = saved_mode
+        for leave in reversed(leaving):
+            leave()
 
     def made_in_inference_mode(self, tensor: Tensor, node: ast.AST) -> Tensor:
         """A tensor a factory makes inside a ``torch.inference_mode()`` block is an inference tensor: torch refuses
@@ -719,6 +734,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             if isinstance(owner, FunctionContext):
                 owner.attrs[target.attr] = value  # `ctx.scale = s`: read back in the Function's backward
                 return
+            if isinstance(owner, OptimizerValue) and target.attr == "param_groups":
+                self.regrouped(owner, [value])
+                return
             if isinstance(owner, DataAlias):
                 # `p.data = new`: rebinds storage; the old storage (and any saved copy) is kept.
                 owner.tensor.storage = Storage()
@@ -750,6 +768,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 self.eval(target.slice)
                 key = _const_key(target.slice)
                 container.items[key if key is not None else object()] = value
+            elif isinstance(container, ParamGroups):
+                self.eval(target.slice)
+                key = _const_key(target.slice)
+                if container.params or not isinstance(key, str) or key == "params":
+                    self.regrouped(container.optimizer, [value])  # `group["params"] = [...]`, not `group["lr"]`
             else:
                 self._sink("escape", stmt, value)
         elif isinstance(target, ast.Starred):
@@ -778,7 +801,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             return
         holder = next((o for o in self.optimizers if o.held & old_sources), None)
         if holder is not None:
-            self.replaced.append(ReplacedParameter(stmt, ast.unparse(target), value, holder, self._next()))
+            self.replaced.append(ReplacedParameter(stmt, ast.unparse(target), value, holder, self._next(),
+                                                   site=self._replacement_site(holder, stmt, old, value)))
 
     def optimizer_built(self, optimizer: OptimizerValue, node: ast.AST) -> OptimizerValue:
         """A new optimizer takes the parameters its owners have now (a torch layer's weight is made here if
@@ -800,6 +824,30 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         optimizer.held = frozenset().union(*(p.graph for p in self._param_tensors(optimizer.owners)))
         self.optimizers.append(optimizer)
         return optimizer
+
+    def _replacement_site(self, optimizer: OptimizerValue, stmt: ast.stmt, old: Value, new: Value) -> ast.AST:
+        """The line to change for a replacement of what ``optimizer`` holds: the assignment, when the new parameters
+        may have the old ones' shapes (a parameter; a module built the same way: copy the values into the old
+        ones) or when the optimizer is at hand there; else, in the innermost function of the call path whose
+        variables hold the optimizer (or an instance there, as an attribute), the call that leads to the
+        replacement (build the optimizer after it, or give the optimizer the new parameters there)."""
+        if not isinstance(new, ModuleValue) or not isinstance(old, ModuleValue) or (
+                isinstance(old.ctor, ast.Call) and isinstance(new.ctor, ast.Call)
+                and ast.dump(old.ctor) == ast.dump(new.ctor)):
+            return stmt
+        envs = [*self.caller_envs, self.state.env]
+        for depth in range(len(envs) - 1, -1, -1):
+            if any(v is optimizer or isinstance(v, ModuleValue) and any(a is optimizer for a in v.attrs.values())
+                   for v in envs[depth].values()):
+                return self.frame_sites[depth] if depth < len(self.frame_sites) else stmt
+        return stmt
+
+    def regrouped(self, optimizer: OptimizerValue, written: list[Value]) -> None:
+        """Parameters written into an optimizer's groups: from now on it may step them (and others than it took)."""
+        optimizer.regrouped = self._next()
+        found = self._param_tensors([v for w in written
+                                     for v in (w.items.values() if isinstance(w, TensorMap) else (w,))])
+        optimizer.regrouped_with = optimizer.regrouped_with.union(*(p.graph for p in found))
 
     def parameter_sources(self, module: ModuleValue) -> frozenset[int]:
         """The grad sources of a module's parameters that require grad, as far as the run has seen them (a torch
@@ -895,6 +943,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             return first if all(c.cls == first.cls for c in iterable.children) else UNKNOWN
         if isinstance(iterable, TensorMap):
             return NOT_TENSOR  # iterating a dict yields its keys
+        if isinstance(iterable, ParamGroups) and not iterable.params:
+            return iterable  # `for group in opt.param_groups`: each group
         return UNKNOWN
 
     # ---------------------------------------------------------- in-place writes
@@ -960,9 +1010,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             return target  # .data writes bypass the version counter and the graph
         for t in written:
             t.storage.version += 1
-        # The write joins the operands' graphs into the target (and its bases, which autograd rebases).
+        # The write joins the operands' graphs into the target (and its bases, which autograd rebases); under
+        # no_grad it records no grad_fn: the target gets the values, not their graph (`new.weight.copy_(old.weight)`).
         rg = self._grad(target, *operands)
-        extra = frozenset().union(*(graph_of(v) for v in operands)) if operands else frozenset()
+        extra = frozenset().union(*(graph_of(v) for v in operands)) if operands and self.state.grad_enabled \
+            else frozenset()
         info = self.k.op(twin) if twin else None
         new_saves: set[int] = set()
         if info is not None and rg:

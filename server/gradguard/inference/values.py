@@ -205,6 +205,20 @@ class OptimizerValue:
     # The grad sources of the parameters it took when it was built: replacing one of them on the module later
     # leaves the optimizer updating the old tensor.
     held: frozenset[int] = frozenset()
+    # The sequence number of the last write into its parameter groups (`group["params"] = [...]`,
+    # `add_param_group`): from then on it may hold other parameters than ``held``; and the grad sources of the
+    # parameters known to be written in.
+    regrouped: int = 0
+    regrouped_with: frozenset[int] = frozenset()
+
+
+@dataclass(eq=False)
+class ParamGroups:
+    """``opt.param_groups``, one of its groups (``params``: a group's ``"params"`` list): a write of parameters
+    into it changes which tensors the optimizer steps (a write of ``"lr"`` does not)."""
+
+    optimizer: OptimizerValue
+    params: bool = False
 
 
 @dataclass(eq=False)
@@ -344,7 +358,7 @@ NOT_TENSOR = Opaque.NOT_TENSOR
 INT = Opaque.INT
 
 Value = (Tensor | DataAlias | TensorSeq | TensorMap | ModuleValue | ParamIterable | ModuleIterable | Derived
-         | NumberFrom | OptimizerValue | FunctionValue | CallableRef | PartialValue | ClassRef | SuperRef | KeywordArgs
+         | NumberFrom | OptimizerValue | ParamGroups | FunctionValue | CallableRef | PartialValue | ClassRef | SuperRef | KeywordArgs
          | FunctionApply | FunctionContext | HookHandle | Const | Opaque)
 
 # Values that are plain Python data, never a tensor: what `x = 0`, `flag = True` or `name = "relu"` hold.

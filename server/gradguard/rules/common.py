@@ -47,13 +47,18 @@ def conflict_related(conflict: Conflict, mutation: Mutation, silent: bool = Fals
 
 
 def call_path_related(mutation: Mutation) -> list:
-    """Each call site on the way from the analysed function to a write inside a followed helper."""
-    return [(site, Message.format("`{callee}()` is called here; the write on {write} happens inside it",
+    """Each call site on the way from the analysed function to a write inside a followed helper (a ``with``
+    statement: the write is in its context manager's code after the yield, which runs as the block ends)."""
+    return [(site, Message.format("`{callee}()` is left when this block ends; the write on {write} happens then"
+                                  if isinstance(site, (ast.With, ast.AsyncWith)) else
+                                  "`{callee}()` is called here; the write on {write} happens inside it",
                                   callee=_callee(site), write=mutation.node))
             for site in mutation.call_path()]
 
 
 def _callee(call: ast.AST) -> str:
+    if isinstance(call, (ast.With, ast.AsyncWith)):
+        call = next((i.context_expr for i in call.items if isinstance(i.context_expr, ast.Call)), call.items[0].context_expr)
     func = call.func if isinstance(call, ast.Call) else call
     return ast.unparse(func)
 

@@ -59,6 +59,20 @@ def line_to_change(mutation: Mutation) -> Finding | None:
         return None  # `out.pow(2).mean().backward()`: the use is the backward's own loss; the update is the line
     save = conflict.save
     node = _in_function_of(use.path, use.node, mutation.call_path())
+    if mutation.stale_carried:
+        return Finding(
+            "GG101", node,
+            Message.format(
+                "{this} builds on a value computed before {how} on {step} updates {label} in place, and carried "
+                "by the loop into this iteration (its graph holds the weights `{op}` saved on {saved}); {raises} "
+                "\"{torch}\". Compute that value again after the update (where the loop carries it over), so "
+                "that this iteration's loss is built on the updated weights.",
+                this=_said(node, "this line"), how=mutation.how, step=mutation.node, label=_updated(mutation),
+                op=save.op, saved=save.node, raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+            certain=save.certain,
+            related=[(mutation.node, f"{mutation.how} updates the weights in place here"),
+                     *conflict_related(conflict, mutation)],
+            mutation=mutation)
     return Finding(
         "GG101", node,
         Message.format(
@@ -462,7 +476,9 @@ It is reported at the line to change.  When a value computed before the step, an
 backward before it, is used again after the step to build the loss that fails (`fake_out` of the
 discriminator's loss reused in the generator's, a trunk's features reused by the actor's loss, a recurrent
 state carried into the next step), the finding is at that first use, named in the function that runs the
-step: that value is to be computed again (or detached) there.  Otherwise it is at the step (or the update).
+step: that value is to be computed again (or detached) there.  So is the first use of a value computed before
+the step that the loop carries into its next iteration (the state features of the next action), where the loss
+that fails is built on it.  Otherwise it is at the step (or the update).
 """,
     fix_advice="""
 The message picks the advice from what gradguard saw, and says "if" where it could not see enough; with

@@ -136,21 +136,33 @@ def _check_flag(flag: InertFlag):
 
 def _check_replaced(event: ReplacedParameter):
     """A parameter or submodule replaced after an optimizer took the old one, proven by a later backward that
-    gives the new parameters gradients no optimizer applies."""
+    gives the new parameters gradients no optimizer applies.  Reported at the line to change (``site``): the
+    assignment, or the call that leads to the replacement in the function that uses the optimizer."""
     if event.reached is None:
         return
     what = "parameter" if isinstance(event.new, Tensor) else "module"
     built = event.optimizer.ctor
+    site = event.site or event.node
+    effect = Message.format(
+        "the optimizer goes on updating the old tensors, which the model no longer uses, and the gradients the "
+        "backward on {sink} gives the new ones are applied by no optimizer, silently.", sink=event.reached.node)
+    if site is event.node:
+        message = Message.format(
+            "`{name}` gets a new {what} after the optimizer built on {built} took the parameters of the old one: "
+            "{effect} Build the optimizer after this assignment, or write the new values into the existing "
+            "parameters (`.copy_()` under `torch.no_grad()`).", name=event.name, what=what, built=built, effect=effect)
+    else:
+        message = Message.format(
+            "This call gives `{name}` a new {what} (on {at}), of other shapes, while the optimizer this function "
+            "uses (built on {built}) holds the old one's parameters: {effect} Give the optimizer the new parameters "
+            "here, or build it after this call.", name=event.name, what=what, at=event.node, built=built,
+            effect=effect)
     yield Finding(
         "GG103",
-        event.node,
-        Message.format(
-            "`{name}` gets a new {what} after the optimizer built on {built} took the parameters of the old one: "
-            "the optimizer goes on updating the old tensors, which the model no longer uses, and the gradients "
-            "the backward on {sink} gives the new ones are applied by no optimizer, silently. Build the optimizer "
-            "after this assignment, or write the new values into the existing parameters (`.copy_()` under "
-            "`torch.no_grad()`).", name=event.name, what=what, built=built, sink=event.reached.node),
-        related=[*([(built, "the optimizer takes the old parameters here")] if built is not None else []),
+        site,
+        message,
+        related=[*([(event.node, f"`{event.name}` is assigned the new {what} here")] if site is not event.node else []),
+                 *([(built, "the optimizer takes the old parameters here")] if built is not None else []),
                  (event.reached.node, "the backward that reaches the new parameters")],
     )
 
