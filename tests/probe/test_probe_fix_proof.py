@@ -53,7 +53,11 @@ _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history: keeping the tensor 
               "attribute set without registering a parameter, which no fix rewrites yet")
 _MIXED = ("a value from before the optimizer step is combined with one from after it: computing both on one side of "
           "the step moves statements across it, which no fix does")
+_BUFFER = ("values of several graphs share one buffer written in place: keeping them in separate tensors rewrites "
+           "how the buffer is built and read, which no fix does")
 NO_FIX: dict[str, str] = {
+    "GG101/pos_heads_share_a_prediction_buffer": _BUFFER,
+    "GG101/pos_ensemble_outputs_in_one_tensor_trained_in_turn": _BUFFER,
     "GG101/pos_advantage_from_target_before_value_step": _MIXED,
     "GG101/pos_margin_helper_scores_before_and_after_step": _MIXED,
     "GG101/pos_grads_not_cleared_between_batches": _ZERO_GRAD,

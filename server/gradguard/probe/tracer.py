@@ -360,6 +360,9 @@ class Tracer(TorchDispatchMode):
         # the line that used a value from before the step (``_stale_use``).  Off until then: no cost.
         self.chains = False
         self.node_chains: dict[int, tuple] = {}
+        # Writes of values with a history into part of a tensor (``buf[i] = v``): the number of the CopySlices node
+        # autograd makes for each (the next number when the kernel runs) -> the user's frame (code, line, lasti).
+        self.view_writes: dict[int, tuple] = {}
         # Optimizer steps that wrote tensors a live graph saved, while that graph lives (``_mixing``).
         self.stale_steps: list[Conflict] = []
 
@@ -592,7 +595,23 @@ class Tracer(TorchDispatchMode):
             if use is None:
                 continue
             made = self._line_in(older, {}, codes, below=True)
-            return use, made
+            return use, made, self._shared_buffer(older, wanted)
+        return None
+
+    def _shared_buffer(self, node, wanted: set) -> Site | None:
+        """When ``node`` is a write into part of a buffer (CopySlices) whose own value does not lead to ``wanted``,
+        but an earlier write into the same buffer (down the base edges) wrote a value that does: the line of that
+        earlier write.  The buffer ties the older graph to values that have nothing to do with it."""
+        hops = 0
+        while node is not None and node.name() == "torch::autograd::CopySlices" and hops < 256:
+            nexts = node.next_functions
+            if any(n is not None and _reaches(n, wanted) for n, _ in nexts[1:]):
+                if hops == 0:
+                    return None  # the value read back is the stale one itself: no other value shares the buffer
+                entry = self.view_writes.get(node._sequence_nr())
+                return code_site(*entry) if entry is not None else None
+            node = nexts[0][0] if nexts else None
+            hops += 1
         return None
 
     def _line_in(self, node, parent: dict, codes: tuple, below: bool = False):
@@ -1008,6 +1027,7 @@ class Tracer(TorchDispatchMode):
                 self.internal_errors.append(f"leaky_relu_: {type(exc).__name__}: {exc}")
         hits = []
         untracked = []
+        into_view = False  # a write into part of a tensor (a view of it)
         recorded = []  # tensors with a history, written with grad mode on: autograd records the write
         try:
             for index, name, kwarg_only in spec:
@@ -1021,6 +1041,8 @@ class Tracer(TorchDispatchMode):
                         key = t.untyped_storage()._cdata
                     except Exception:  # noqa: BLE001 - no storage
                         continue
+                    if t._base is not None:
+                        into_view = True
                     if self.hooks.kept and key in self.hooks.kept:
                         self._kept_write(key, t, func)
                     if self.hooks.hook_outputs and key in self.hooks.hook_outputs:
@@ -1050,6 +1072,9 @@ class Tracer(TorchDispatchMode):
         except Exception as exc:  # noqa: BLE001
             self.internal_errors.append(f"dispatch: {type(exc).__name__}: {exc}")
             hits = []
+        recorded_views = 0
+        if into_view and self._carries_history(args, spec):
+            recorded_views = _next_sequence_nr()  # the CopySlices autograd makes once the kernel returns
         out = func(*args, **kwargs)
         self.last_func = func
         if hits:
@@ -1066,6 +1091,16 @@ class Tracer(TorchDispatchMode):
                     del frame
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"asked: {type(exc).__name__}: {exc}")
+        if recorded_views:
+            try:
+                frame = self._user_frame(sys._getframe(2))
+                if frame is not None:
+                    self.view_writes[recorded_views] = (frame.f_code, frame.f_lineno, frame.f_lasti)
+                    if len(self.view_writes) > _CHAINS_KEPT:
+                        del self.view_writes[next(iter(self.view_writes))]
+                del frame
+            except Exception as exc:  # noqa: BLE001
+                self.internal_errors.append(f"view write: {type(exc).__name__}: {exc}")
         if untracked and _op_name(func).endswith("_"):  # an in-place op (not BatchNorm's running stats)
             try:
                 frame = self._user_frame_outside_optimizers(sys._getframe(2))
@@ -1481,7 +1516,22 @@ class Tracer(TorchDispatchMode):
         if order is None and code == "GG101" and c.stale is not None and c.stale[0] not in c.sites:
             # The backward's graph was built after the step, around a value computed before it: the line to change
             # is where that stale value joined the new graph (compute it again after the step, or detach it).
-            use, made = c.stale
+            use, made, shared = c.stale
+            if shared is not None:
+                # The new graph reads one part of a buffer; an earlier write put into another part of it a value whose
+                # graph saved what the step changed: backward runs through every write into the buffer.
+                said = expression_at(Site(shared.path, shared.line))
+                message = (f"`{said or 'this line'}` writes, in place, into part of a buffer a value whose graph saved "
+                           f"tensors that {writer} on line {c.sites[0].line} then updates in place{saved_by}{at}; the "
+                           f"graph built after the step reads another part of that buffer (line {use.line}), and its "
+                           "backward runs through every write into the buffer, into that older graph. Keep such values "
+                           "in separate tensors (a list, then torch.stack), or write detached values. " + message)
+                notes.insert(0, Note(c.sites[0], STEP_NOTE))
+                notes.insert(1, Note(use, "the graph built after the step reads the buffer here"))
+                return ProbeFinding(code, kind, shared, message, severity=severity, torch_message=c.torch_message,
+                                    notes=tuple(notes), callers=(), origins=tuple(c.sites) + tuple(c.origins),
+                                    op=c.op, count=c.count, saves=tuple(saves),
+                                    backward=c.backward[0] if c.backward else None)
             kept = _kept_on_object(c, use)
             if kept is not None:
                 # The older graph reached the new one through a value stored on an object (a cache, a module-held
