@@ -7,6 +7,8 @@ import textwrap
 
 import pytest
 from gradguard.engine import analyze_module
+from gradguard.fixes.context import CannotFix, FixContext
+from gradguard.rules import gg103_graph_break
 
 SETUP = """\
 import torch
@@ -84,3 +86,95 @@ def test_a_write_inside_a_followed_call_asks_about_the_callers_frame_by_depth():
     assert len(moment.frames) == 2
     assert not moment.value_read_after("t")  # the helper reads `t` no more after its write
     assert moment.value_read_after("y", depth=0)  # the caller reads `y` after the call
+
+
+# ---- who holds the tensor at a `.detach_()` (``Moment.holders``), and the GG103 fix that asks it ----------------
+DETACH = """\
+import torch
+import torch.nn as nn
+
+
+def keep(t):
+    return None
+
+
+def run():
+    torch.manual_seed(0)
+    net = nn.Linear(4, 3)
+    scores = net(torch.randn(6, 4))
+{body}
+    loss = (scores - anchor[:, None]).pow(2).mean()
+    loss.backward()
+    return [p.grad for p in net.parameters()]
+"""
+
+
+def detach_finding(body: str):
+    text = DETACH.format(body=textwrap.indent(textwrap.dedent(body), "    "))
+    tree = ast.parse(text)
+    (finding,) = [f for f in analyze_module(tree, "<test>", text.splitlines(), use_jedi=False)
+                  if f.code == "GG103" and f.data.get("detach")]
+    return text, tree, finding
+
+
+def detach_fix(body: str):
+    text, tree, finding = detach_finding(body)
+    try:
+        return gg103_graph_break.fix(FixContext(text, tree, "<test>"), finding)
+    except CannotFix:
+        return None
+
+
+def test_a_view_held_only_by_its_name_is_detached_out_of_place():
+    _, _, finding = detach_finding("anchor = scores[:, 0]\nanchor.detach_()\n")
+    moment = finding.mutation.moment
+    assert ("anchor", "tensor", True) in moment.holders and ("scores", "view", True) in moment.holders
+    assert not moment.escaped
+    fix = detach_fix("anchor = scores[:, 0]\nanchor.detach_()\n")
+    assert fix is not None and fix.safe and fix.edits[0].new_text == "anchor = anchor.detach()"
+
+
+@pytest.mark.parametrize("body, why", [
+    ("anchor = scores[:, 0]\nalias = anchor\nalias.detach_()\nanchor = alias\n", "another name"),
+    ("anchor = scores[:, 0]\nrows = [anchor]\nanchor.detach_()\n", "a list"),
+    ("anchor = scores[:, 0]\nstate = {'a': [anchor]}\nanchor.detach_()\n", "a dict of lists"),
+    ("anchor = scores[:, 0]\nnet.last = anchor\nanchor.detach_()\n", "an object"),
+    ("anchor = scores[:, 0]\nregistry = __import__('collections').deque()\nregistry.append(anchor)\n"
+     "anchor.detach_()\n", "handed to a call the analysis cannot see into"),
+])
+def test_no_rebinding_where_something_else_holds_the_tensor(body, why):
+    assert detach_fix(body) is None, why
+
+
+def test_no_rebinding_of_a_free_variable_or_of_what_a_caller_passed():
+    text = textwrap.dedent("""\
+        import torch
+
+
+        def outer(scores):
+            anchor = scores[:, 0]
+
+            def inner():
+                anchor.detach_()
+
+            inner()
+            return anchor
+
+
+        def helper(view):
+            view.detach_()
+            return 0
+
+
+        def run():
+            scores = torch.randn(6, 3, requires_grad=True) * 2
+            helper(scores[:, 0])
+            return outer(scores)
+        """)
+    tree = ast.parse(text)
+    found = [f for f in analyze_module(tree, "<test>", text.splitlines(), use_jedi=False)
+             if f.code == "GG103" and f.data.get("detach")]
+    assert found
+    for finding in found:
+        with pytest.raises(CannotFix):
+            gg103_graph_break.fix(FixContext(text, tree, "<test>"), finding)

@@ -173,18 +173,6 @@ NO_FIX = {
         "the line is to move out of the no_grad block (past the target's lines): moving statements out of a block "
         "changes what runs under it, which no rewrite decides for the user"
     ),
-    "GG103/pos_detach_in_place_state_already_used": (
-        "`h = h.detach()` is right only where no other name, list, closure or caller holds the tensor, which the "
-        "fix layer cannot yet tell from the dataflow (issue 26)"
-    ),
-    "GG103/pos_detach_in_place_of_row_view": (
-        "`x = x.detach()` is right only where no other name, list, closure or caller holds the tensor, which the "
-        "fix layer cannot yet tell from the dataflow (issue 26)"
-    ),
-    "GG103/pos_detach_in_place_of_reshaped_stack": (
-        "`x = x.detach()` is right only where no other name, list, closure or caller holds the tensor, which the "
-        "fix layer cannot yet tell from the dataflow (issue 26)"
-    ),
     "GG102/pos_legacy_tensor_product_zeroed_through_detach": (
         "the write goes through a `.detach()` alias bound to its own name; the in-graph rewrite covers writes "
         "through `.data` and NumPy views, not aliases that other lines may read"
@@ -262,6 +250,8 @@ UNSAFE_ONLY = {
     "GG105/pos_method_decorated_returns_chunk": "the method loses `@torch.no_grad()`: every caller's views get history",
     "GG104/pos_threshold_double_loop_on_leaf": "the loops write a copy of the leaf made before them; the leaf keeps its values",
     "GG103/pos_float_loss_requires_grad": "the result is `loss` itself, not a new leaf whose `.grad` torch fills",
+    "GG103/pos_detach_in_place_state_already_used": "what was computed from `h` before keeps its whole history: "
+                                                    "no truncation happens there",
     "GG103/pos_tolist_rebuild_scores": "the result is `scores` itself, with its dtype and device, not a rebuilt CPU tensor",
     "GG103/pos_numpy_aux_term_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",
     "GG103/pos_numpy_clip_roundtrip": "torch ops replace NumPy's, whose dtype promotion and rounding may differ",

@@ -262,6 +262,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         return save
 
     def _sink(self, kind: str, node: ast.AST, value: Value) -> None:
+        if kind == "escape":
+            self.run_log.escape(value)
         graph = graph_of(value)
         if graph:
             self.sinks.append(Sink(kind, node, graph, self._next()))
@@ -990,7 +992,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                 read_before=bool(storages & self.read_storages))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
-            mutation.moment = self.run_log.moment()
+            mutation.moment = self.run_log.moment(target)
             mutation.written_through = _written_through(node)
             mutation.alias_site = self._second_name(node, target, mutation.written_through)
             if not self.inference_blocks:
@@ -1253,7 +1255,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                 refused_view=_certainly_a_view(tensor))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
-            mutation.moment = self.run_log.moment()
+            mutation.moment = self.run_log.moment(tensor, (self.state.env, *self.scopes))
             mutation.written_through = _written_through(node)
             self.mutations.append(mutation)
         tensor.requires_grad, tensor.leaf, tensor.graph = Grad.NO, True, frozenset()

@@ -9,6 +9,11 @@ Where a statement may run although the run did not show it, the log says so with
 - ``Repeats``: a loop may run again (or once more than the interpreter ran it, and its test once more):
   everything it reads counts as read after each write inside it.
 
+Beside the order, the log keeps which storages escaped the analysis (passed to a call it cannot see into, stored
+into an attribute or element of something it does not follow: ``Interpreter._sink``), and a write's moment
+keeps the variables that held the written tensor then (``holders``): a name bound to it, a list, dict or object
+holding it.  A view or base of it held under another name is a different tensor over the same memory (``views``).
+
 A ``Mutation`` carries a ``Moment`` (the log and its position when the write ran); "is ``name``'s value read
 after the write" is then a lookup in an index of the log built once, on the first question: the reads of each
 name in each frame, in run order, value reads apart from metadata reads (``.shape``, ``.grad``: they do not
@@ -25,6 +30,9 @@ from dataclasses import dataclass
 
 from ..knowledge.names import NON_VALUE_ATTRS
 from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES
+from .values import DataAlias, ModuleValue, NumberFrom, Tensor, TensorMap, TensorSeq, Value
+
+HELD_DEPTH = 3  # how deep holders are looked into: a list of dicts of tensors, an object's list of tensors
 
 _NESTED_STATEMENTS = frozenset(NESTING_FIELDS)
 
@@ -58,6 +66,7 @@ class RunLog:
         self._index: dict[tuple[int, str], tuple[list[int], list[ast.Name]]] = {}
         self._meta: dict[tuple[int, str], list[int]] = {}
         self._indexed = 0
+        self.escaped: set[int] = set()  # storages a value handed where the analysis cannot follow it held
 
     # ------------------------------------------------------------ recording (the interpreter's hooks)
     def ran(self, entry: Entry) -> None:
@@ -72,8 +81,20 @@ class RunLog:
     def leave(self) -> None:
         self.stack.pop()
 
-    def moment(self) -> Moment:
-        return Moment(self, len(self.entries), tuple(self.stack))
+    def escape(self, value: Value) -> None:
+        """``value`` goes where the analysis cannot see what keeps it (``Interpreter._sink("escape", ...)``)."""
+        self.escaped.update(storages_in(value))
+
+    def moment(self, written: Tensor | None = None, variables: tuple[dict[str, Value], ...] | None = None
+               ) -> Moment:
+        """Now, for a write to ``written``: whether its memory escaped before, and (when ``variables`` are given:
+        the frame's own, then the enclosing and module ones; a scan of them, so asked only where a fix needs
+        it) the variables that hold it."""
+        if written is None:
+            return Moment(self, len(self.entries), tuple(self.stack))
+        memory = {t.storage.id for t in (written.group or (written,))}
+        held = holders(variables, written, memory) if variables is not None else None
+        return Moment(self, len(self.entries), tuple(self.stack), held, bool(memory & self.escaped))
 
     # ------------------------------------------------------------ the index
     def _indexed_up_to_now(self) -> None:
@@ -115,6 +136,10 @@ class Moment:
     log: RunLog
     position: int
     frames: tuple[int, ...]  # the frames open then, outermost first (the unit's own is the first)
+    # (name, how, own) of the variables that held the written memory then (``holders``); own: a variable of the
+    # running frame, not of an enclosing function or the module.  None: not looked for.
+    holders: tuple[tuple[str, str, bool], ...] | None = None
+    escaped: bool = False  # the memory was handed, before the write, to something the analysis cannot see into
 
     def value_reads_after(self, name: str, depth: int = -1) -> list[ast.Name]:
         """The reads of ``name``'s value after this point, in the frame ``depth`` (the innermost by default; 0 is
@@ -123,6 +148,54 @@ class Moment:
 
     def value_read_after(self, name: str, depth: int = -1) -> bool:
         return self.log.value_read(self.frames[depth], name, self.position)
+
+
+def holders(variables: tuple[dict[str, Value], ...], written: Tensor, memory: set[int]
+            ) -> tuple[tuple[str, str, bool], ...]:
+    """(name, how, own) of each variable that holds ``written``'s memory: "tensor" (the tensor itself, or another
+    tensor over the same memory that is neither its view nor its base: ``b = a``, a join of two paths),
+    "view" (a view or base of it: detaching or rebinding it never meant to change those), "holder" (a list,
+    dict or object that holds it); own when it is of ``variables[0]``.  A name shadowed by an inner scope is the
+    inner one."""
+    chain = {id(t) for t in written.view_chain()}
+    found: list[tuple[str, str, bool]] = []
+    seen: set[str] = set()
+    for i, env in enumerate(variables):
+        for name, value in env.items():
+            if name in seen:
+                continue
+            seen.add(name)
+            if isinstance(value, Tensor):
+                if value.storage.id in memory:
+                    related = id(value) in chain or any(id(t) == id(written) for t in value.view_chain())
+                    found.append((name, "view" if related and value is not written else "tensor", i == 0))
+            elif memory & storages_in(value):
+                found.append((name, "holder", i == 0))
+    return tuple(found)
+
+
+def storages_in(value: Value, depth: int = HELD_DEPTH) -> set[int]:
+    """The storages of the tensors ``value`` is or holds (``HELD_DEPTH`` levels of lists, dicts, objects)."""
+    if isinstance(value, Tensor):
+        return {t.storage.id for t in (value.group or (value,))}
+    if isinstance(value, DataAlias):
+        return {value.tensor.storage.id}
+    if isinstance(value, NumberFrom):
+        return {value.array_of.storage.id} if value.array_of is not None else set()
+    if depth == 0:
+        return set()
+    if isinstance(value, TensorSeq):
+        items = value.items
+    elif isinstance(value, TensorMap):
+        items = list(value.items.values())
+    elif isinstance(value, ModuleValue):
+        items = list(value.attrs.values())
+    else:
+        return set()
+    found: set[int] = set()
+    for item in items:
+        found |= storages_in(item, depth - 1)
+    return found
 
 
 def _reads(entry: Entry) -> list[tuple[ast.Name, bool]]:

@@ -6,10 +6,10 @@ import ast
 import dataclasses
 import re
 
-from ..diagnostics import Fix, Severity
+from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.writes import cst_mod, parse_expr
+from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import Finding, GraphBreak, InertFlag, Mutation, ReplacedParameter
 from ..inference.values import Tensor
 from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_TWINS
@@ -256,9 +256,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops;
     drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
     if finding.data.get("detach"):
-        # `x = x.detach()` is right only where no other name, list, closure or caller holds the tensor, which the
-        # fix layer cannot yet tell from the dataflow (issue 26): none is offered.
-        return None
+        return _detach_out_of_place(ctx, finding)
     if finding.data.get("cut"):
         return _let_gradient_through(ctx, finding)
     if finding.data.get("flag"):
@@ -276,6 +274,47 @@ _LIKE = ("dtype", "device")  # keywords a copy keeps as they are
 
 _REDUCTIONS = ("mean", "sum")  # NumPy functions that reduce every element when given no axis
 _NAME_CHAIN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # read twice, it is the same tensor
+def _detach_out_of_place(ctx: FixContext, finding: Finding) -> Fix:
+    """``x.detach_()`` as a statement becomes ``x = x.detach()``: the name holds a detached copy, what was built
+    from the old value keeps its graph.  Right only where nothing but the name holds the tensor, which the run
+    tells (``Moment.holders``): no other name bound to it, no list, dict or object holding it, no caller that
+    passed it, nothing it was handed to that the analysis cannot see into (views and bases under other names do
+    not matter: detaching never meant to cut them).  Safe for a view (torch refused the original outright);
+    unsafe for a saved tensor, whose earlier uses keep their whole history (no truncation happens there)."""
+    call = finding.node
+    stmt = ctx.statement_of(call)
+    if not (isinstance(stmt, ast.Expr) and stmt.value is call and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords):
+        raise CannotFix("the `.detach_()` is not a statement of its own")
+    if not isinstance(call.func.value, ast.Name):
+        raise CannotFix("the detached value is not a local name")
+    receiver = call.func.value.id
+    mutation = finding.mutation
+    moment = mutation.moment if mutation is not None else None
+    if moment is None or moment.holders is None or mutation.frames:
+        raise CannotFix("the run does not tell who else holds the tensor here")
+    if (receiver, "tensor", True) not in moment.holders:
+        raise CannotFix(f"`{receiver}` is not a variable of this function holding the tensor")
+    others = sorted({name for name, how, _ in moment.holders if how != "view" and name != receiver})
+    if others:
+        held = f"`{'`, `'.join(others)}` " + ("holds" if len(others) == 1 else "hold")
+        raise CannotFix(f"{held} the same tensor: rebinding `{receiver}` would leave it undetached")
+    if moment.escaped:
+        raise CannotFix("the tensor was handed to code the analysis cannot see into, which may keep it")
+    root = mutation.target.root()
+    if isinstance(root.origin, ast.arg) or root.param or root.assumed:
+        raise CannotFix("the caller holds the tensor too")
+    if ctx.function_of(stmt) is None:
+        raise CannotFix("a module's variable: its functions may read it")
+    ctx.require_own_lines(stmt)
+    line, column, end_line, end_column = ctx.char_range(stmt)
+    edit = TextEdit(line, column + 1, end_line, end_column + 1, f"{receiver} = {receiver}.detach()")
+    title = f"Detach out of place: `{short(receiver)} = {short(receiver)}.detach()`"
+    if not mutation.refused_view:
+        title += " (unsafe: what was computed from it before keeps its whole history)"
+    return Fix(title, mutation.refused_view, (edit,))
+
+
 _TO_NUMPY = ("detach", "cpu")  # methods on the way to `.numpy()` that change neither values nor graph here
 
 
