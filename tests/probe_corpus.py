@@ -29,6 +29,9 @@ PROBE_BLIND: dict[str, str] = {
     "GG001/pos_queue_buffer_read_then_enqueued": (
         "the probe places the finding at the in-place update of the buffer; the static analysis at the op that "
         "read the buffer by reference (the update is meant); `check --probe` merges them"),
+    "GG001/pos_property_state_read_then_updated_in_place": (
+        "the probe places the finding at the in-place update of the state; the static analysis at the op that "
+        "read the state by reference (the update is meant); `check --probe` merges them"),
     "GG001/pos_running_scale_divides_then_updated": (
         "the probe places the finding at the in-place update of the buffer; the static analysis at the op that "
         "read the buffer by reference (the update is meant); `check --probe` merges them"),

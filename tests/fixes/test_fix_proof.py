@@ -69,6 +69,19 @@ NO_FIX = {
         "the layer is rebuilt (with new values) by a helper object's method: copying the values into the existing "
         "parameters instead rewrites the assignment into a copy, which no fix does yet"
     ),
+    "GG102/pos_codebook_data_update_after_max_scores": (
+        "the codebook's refresh is meant to happen in the forward: the product is to read a copy of the codebook "
+        "(the reference), and GG102's fixes only rewrite the `.data` write itself, which would then raise"
+    ),
+    "GG001/pos_property_state_read_then_updated_in_place": (
+        "the op reads the state through a `@property` (`self.slot.current`) while the write names the attribute "
+        "(`self._memory`): the fix finds the read by the written attribute's name, and the facts that would tie the "
+        "two together (who holds the storage) are issue 26's sharing facts"
+    ),
+    "GG001/pos_property_setter_scales_saved_state": (
+        "the write is inside a property's setter that the class's other users rely on to update the tensor in "
+        "place; binding a new tensor instead (the reference) changes what every holder of the old one sees"
+    ),
     "GG103/pos_head_replaced_after_optimizer": (
         "the new head has another shape than the old one, so its values cannot be written into the old parameters; "
         "building the optimizer after the swap moves a statement across the program, which no fix does"

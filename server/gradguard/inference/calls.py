@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import collections
+from functools import reduce
 
 from ..knowledge import OpInfo
 from ..knowledge.names import (
@@ -42,6 +43,7 @@ from .values import (
     Grad,
     HookHandle,
     KeywordArgs,
+    LayerChoice,
     NumberFrom,
     PLAIN,
     Const,
@@ -60,6 +62,7 @@ from .values import (
     graph_of,
     graph_tensor_behind,
     is_plain_data,
+    join,
     truth,
     new_id,
     new_tensor,
@@ -145,7 +148,8 @@ class CallsMixin:
         else:
             callee = self.eval(func)
         q = self.qual(func) or (callee.qualname if isinstance(callee, CallableRef) else None)
-        if q is not None and not isinstance(callee, (FunctionValue, ClassRef, ModuleValue, PartialValue, FunctionApply)):
+        if q is not None and not isinstance(callee, (FunctionValue, ClassRef, ModuleValue, LayerChoice, PartialValue,
+                                                     FunctionApply)):
             return self._named_call(q, node)
         args, kwargs = self._eval_call_args(node)
         return self.call_value(callee, args, kwargs, node)
@@ -211,6 +215,8 @@ class CallsMixin:
             return self.instantiate(callee.info, args, kwargs, node)
         elif isinstance(callee, ModuleValue):
             return self.call_instance(callee, args, kwargs, node)
+        elif isinstance(callee, LayerChoice):
+            return reduce(join, [self.call_module(layer, args, node) for layer in callee.layers])
         elif isinstance(callee, PartialValue):
             return self.call_value(callee.func, [*callee.args, *args], {**callee.kwargs, **kwargs}, node)
         elif isinstance(callee, FunctionApply):
@@ -241,7 +247,7 @@ class CallsMixin:
         """``obj.name(...)``: a submodule or callable held in an attribute, a method of the file's class, or
         one of nn.Module's own methods."""
         attr = instance.attrs.get(name)
-        if isinstance(attr, (ModuleValue, FunctionValue, PartialValue, CallableRef, ClassRef)):
+        if isinstance(attr, (ModuleValue, LayerChoice, FunctionValue, PartialValue, CallableRef, ClassRef)):
             args, kwargs = self._eval_call_args(node)
             return self.call_value(attr, args, kwargs, node)
         info = self.ctx.class_of(instance)
@@ -802,8 +808,11 @@ class CallsMixin:
             piece = self._view(base, node) if info.view else Tensor(Storage(), rg, leaf=not rg, graph=graph,
                                                                      origin=node)
             return TensorSeq([], base=piece)
-        if tuple_form:
-            return Derived(graph | frozenset(saves), rg)  # (values, indices) pairs: not modelled
+        if tuple_form:  # (values, indices): the values carry the graph, the indices are integers
+            values = Tensor(Storage(), rg, leaf=not rg, graph=graph | frozenset(saves), origin=node,
+                            label=f"the values of `{label}`")
+            indices = Tensor(Storage(), Grad.NO, leaf=True, origin=node, label=f"the indices of `{label}`")
+            return TensorSeq([values, indices], literal=True, fields=("values", "indices"))
         if info is not None and info.multi_view and base is not None:
             # Under no_grad the pieces are no_grad views of a base that may require grad (GG105 needs to know).
             piece_base = Tensor(base.storage, rg if self.state.grad_enabled else base.requires_grad, leaf=base.leaf,

@@ -88,6 +88,17 @@ def mro(classes: dict[str, ClassInfo], info: ClassInfo) -> list[ClassInfo]:
     return order
 
 
+def find_setter(classes: dict[str, ClassInfo], info: ClassInfo, name: str) -> tuple[ast.FunctionDef, ClassInfo] | None:
+    """The ``@name.setter`` method along the class's MRO: ``obj.name = value`` runs it."""
+    for cls in mro(classes, info):
+        for s in cls.node.body:
+            if isinstance(s, ast.FunctionDef) and s.name == name and any(
+                    isinstance(d, ast.Attribute) and d.attr == "setter" and isinstance(d.value, ast.Name)
+                    and d.value.id == name for d in s.decorator_list):
+                return s, cls
+    return None
+
+
 def find_method(classes: dict[str, ClassInfo], info: ClassInfo, name: str,
                 after: ClassInfo | None = None) -> tuple[ast.FunctionDef, ClassInfo] | None:
     """``name`` looked up along the class's MRO (``after``: start past that class, as ``super()`` does)."""

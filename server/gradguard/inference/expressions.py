@@ -37,6 +37,7 @@ from .values import (
     Value,
     graph_of,
     is_plain_data,
+    layer_choice,
     join,
     new_tensor,
     truth,
@@ -78,6 +79,8 @@ def _numbers(values: list[Value], node: ast.AST) -> NumberFrom:
 
 
 MAIN_MODULE_NAME = Const("__main__")
+# Reading an attribute these decorate runs the method (Python's descriptors, not torch).
+PROPERTY_DECORATORS = frozenset({"builtins.property", "functools.cached_property"})
 _EXPR_METHODS: dict[type, str] = {}  # node type -> the name of its method (``_expr_Call``), made once
 
 
@@ -164,7 +167,7 @@ class ExpressionsMixin:
         if isinstance(container, TensorMap):
             if key is None and len(container.items) > 1:
                 if len({v.cls for v in container.items.values() if isinstance(v, ModuleValue)}) > 1:
-                    return UNKNOWN  # `modules[name]` of different layers: not known which
+                    return layer_choice(list(container.items.values()))  # `modules[name]`: one of them
                 return self._iter_element(TensorSeq(list(container.items.values())), index)
             return container.element(key)
         if isinstance(key, int) or container.base is not None:
@@ -303,12 +306,19 @@ class ExpressionsMixin:
         return NOT_TENSOR
 
     def _expr_BoolOp(self, node: ast.BoolOp) -> Value:
-        """``a or b``, ``a and b``: what Python returns when every operand's truth is known, else unknown."""
-        values = [self.eval(operand) for operand in node.values]
-        if any(truth(v) is None for v in values):
-            return UNKNOWN
+        """``a or b``, ``a and b``: what Python returns when the truth of the operands it evaluates is known, else
+        unknown.  Like Python, operands past the one that decides are not evaluated (`x is None or x.any()`)."""
         stop = isinstance(node.op, ast.Or)  # `or` returns the first true operand, `and` the first false one
-        return next((v for v in values if truth(v) == stop), values[-1])
+        known = True
+        value: Value = UNKNOWN
+        for operand in node.values:
+            value = self.eval(operand)
+            decided = truth(value)
+            if decided is None:
+                known = False
+            elif decided == stop and known:
+                return value
+        return value if known else UNKNOWN
 
     def _expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
         operand = self.eval(node.operand)
@@ -426,6 +436,8 @@ class ExpressionsMixin:
             return NOT_TENSOR if node.attr in SHAPE_ATTRS else UNKNOWN
         if isinstance(owner, DataAlias):
             return UNKNOWN
+        if isinstance(owner, TensorSeq) and node.attr in owner.fields:  # `x.max(dim=1).indices`
+            return owner.items[owner.fields.index(node.attr)]
         if isinstance(owner, ModuleValue):
             return self._module_attr(owner, node.attr, node)
         if isinstance(owner, Derived):
@@ -439,6 +451,10 @@ class ExpressionsMixin:
         if isinstance(owner, OptimizerValue) and node.attr == "param_groups":
             return ParamGroups(owner)
         return UNKNOWN
+
+    def _is_property(self, fn: ast.FunctionDef) -> bool:
+        """Decorated ``@property`` or ``@functools.cached_property``: reading the attribute calls it."""
+        return any(self.qual(d) in PROPERTY_DECORATORS for d in fn.decorator_list)
 
     def _class_constant(self, info: ClassInfo, name: str) -> Value | None:
         """``self.NAME`` that no ``self.NAME = ...`` set: the last ``NAME = value`` of the class body found along the
@@ -468,6 +484,8 @@ class ExpressionsMixin:
             return module.attrs[name]
         info = self.ctx.class_of(module)
         found = find_method(self.ctx.classes_for(info), info, name) if info is not None else None
+        if found is not None and self._is_property(found[0]):  # `self.state.value`: the getter runs
+            return self._call_method(found, module, [], {}, node)
         if found is not None:  # `step = self.train_step`: a bound method
             return FunctionValue(found[0], self_value=module, owner=found[1])
         if info is not None and info.module_path in (None, self.ctx.path):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
-from .classes import ClassInfo, mro
+from .classes import ClassInfo, find_setter, mro
 from .events import (DiscardedUpdate, GradAsk, GradRead, GraphBreak, HookWrite, InertFlag, Mutation, Rebind, ReplacedParameter, Sink,
                      StaleUse)
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
@@ -724,6 +724,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         elif isinstance(target, ast.Attribute):
             owner = self.eval(target.value)
             if isinstance(owner, ModuleValue):
+                info = self.ctx.class_of(owner)
+                setter = find_setter(self.ctx.classes_for(info), info, target.attr) if info is not None else None
+                if setter is not None:  # `layer.state = h`: a property's setter runs
+                    self._call_method(setter, owner, [value], {}, stmt)
+                    return
                 if target.attr == "requires_grad" and truth(value) is False:
                     self._module_flag(owner, target, stmt)
                 self._replacing(owner, target, value, stmt)
@@ -966,6 +971,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 continue
             if isinstance(part, (ast.List, ast.Compare, ast.ListComp)):
                 return True
+            if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Invert):
+                return True  # `x[~mask]`: an inverted mask (`~` of an int index would be a negative one)
             value = self.eval(part)
             if isinstance(value, (Tensor, TensorSeq)):
                 return True

@@ -133,6 +133,8 @@ class TensorSeq:
     # Written out as a display (`[a, b]`) and not grown since: these are exactly its items, so a loop over it
     # runs once per item.
     literal: bool = False
+    # A named tuple's field names, item by item (`values, indices` of `max(x, dim)`): `.indices` is an item.
+    fields: tuple[str, ...] = ()
 
     def element(self, index: int | None) -> "Value":
         if index is not None and -len(self.items) <= index < len(self.items):
@@ -262,6 +264,29 @@ class CallableRef:
 
 
 @dataclass(eq=False)
+class LayerChoice:
+    """One of several torch layers, not known which: ``{"relu": nn.ReLU(), "tanh": nn.Tanh()}[name]``,
+    ``nn.ReLU() if c else nn.GELU()``.  Calling it runs each layer on the arguments and joins the outputs, as an
+    if/else would; anything else about it (its attributes, its class) is unknown."""
+
+    layers: tuple["ModuleValue", ...]
+
+
+def layer_choice(values: list["Value"]) -> "Value":
+    """The choice among ``values`` when each is a torch layer that writes nothing in place and holds no state
+    of the file's code (so running each one is all that may happen); unknown otherwise."""
+    layers: list[ModuleValue] = []
+    for v in values:
+        for m in (v.layers if isinstance(v, LayerChoice) else (v,)):
+            if not (isinstance(m, ModuleValue) and m.torch_module and m.user_class is None and not m.inplace
+                    and m.made_inplace is None and m.backward_hooked is None):
+                return UNKNOWN
+            if m not in layers:
+                layers.append(m)
+    return layers[0] if len(layers) == 1 else LayerChoice(tuple(layers))
+
+
+@dataclass(eq=False)
 class PartialValue:
     """``functools.partial(f, *args, **kwargs)``: a call of it calls ``f`` with those arguments first."""
 
@@ -357,8 +382,9 @@ UNKNOWN = Opaque.UNKNOWN
 NOT_TENSOR = Opaque.NOT_TENSOR
 INT = Opaque.INT
 
-Value = (Tensor | DataAlias | TensorSeq | TensorMap | ModuleValue | ParamIterable | ModuleIterable | Derived
-         | NumberFrom | OptimizerValue | ParamGroups | FunctionValue | CallableRef | PartialValue | ClassRef | SuperRef | KeywordArgs
+Value = (Tensor | DataAlias | TensorSeq | TensorMap | ModuleValue | LayerChoice | ParamIterable | ModuleIterable
+         | Derived | NumberFrom | OptimizerValue | ParamGroups | FunctionValue | CallableRef | PartialValue | ClassRef
+         | SuperRef | KeywordArgs
          | FunctionApply | FunctionContext | HookHandle | Const | Opaque)
 
 # Values that are plain Python data, never a tensor: what `x = 0`, `flag = True` or `name = "relu"` hold.
@@ -493,6 +519,8 @@ def join(a: Value, b: Value) -> Value:
         return _join_sequences(a, b)
     if isinstance(a, CallableRef) and isinstance(b, CallableRef):
         return _join_layer_classes(a, b)
+    if isinstance(a, (ModuleValue, LayerChoice)) and isinstance(b, (ModuleValue, LayerChoice)):
+        return layer_choice([a, b])
     # `total = 0` before a loop that adds numbers read out of tensors: after it, such a number (either way no tensor)
     if isinstance(a, NumberFrom) and isinstance(b, NumberFrom) and a.array_of is None and b.array_of is None:
         return NumberFrom(a.sources | b.sources, a.origin, a.markers | b.markers)
