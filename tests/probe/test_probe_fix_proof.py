@@ -72,9 +72,6 @@ NO_FIX: dict[str, str] = {
         "object's tensor through a method (the static finding at the saving op has no fix either)"),
     "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
     "GG004/pos_split_heads_scaled_by_helper": _VIEW_HELPER,
-    "GG005/pos_embedding_max_norm_weight_used_before_lookup": (
-        "the write is the embedding's own renormalisation (max_norm): a clone of the weight at the op that saved it is "
-        "the change, and GG001's clone-where-saved needs the save as an expression of the write's own tensor"),
     "GG005/pos_forward_hook_keeps_output_before_inplace_relu": (
         "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
         "the change, and no fix rewrites the value a hook stores yet (as for the static GG005 fixtures)"),

@@ -605,6 +605,11 @@ class CallsMixin:
             if isinstance(p, ast.Constant) and p.value == 0:
                 inplace = False
         module = ModuleValue(cls, torch_module=True, inplace=inplace, ctor=node)
+        if cls == "Embedding":  # max_norm: the 4th parameter; None (the default) does not renormalise
+            max_norm = node.args[3] if len(node.args) > 3 else next(
+                (k.value for k in node.keywords if k.arg == "max_norm"), None)
+            module.renorms_weight = max_norm is not None and not (
+                isinstance(max_norm, ast.Constant) and max_norm.value is None)
         if cls in ("Sequential",) and any(isinstance(a, ModuleValue) for a in args):
             # A layer we cannot see (a wrapper we do not know) still runs in its place: what follows it gets an
             # input we know nothing about, never the previous layer's output.
@@ -855,6 +860,20 @@ class CallsMixin:
             self.note_overwritten_outputs()
         return result
 
+    def _renormalise_weight(self, module: ModuleValue, node: ast.AST) -> None:
+        """An ``nn.Embedding(max_norm=...)`` lookup: torch renormalises the rows it looks up in the weight itself,
+        in place and under no_grad, before reading them."""
+        weight = self._module_attr(module, "weight", node)
+        if not isinstance(weight, Tensor):
+            return
+        through = ast.Attribute(value=node.func, attr="weight", ctx=ast.Load()) if isinstance(node, ast.Call) else None
+        grad, self.state.grad_enabled = self.state.grad_enabled, False
+        try:
+            self._inplace(node, weight, f"`nn.{module.cls}(max_norm=...)`", None, [], by_layer=True,
+                          written_through=through)
+        finally:
+            self.state.grad_enabled = grad
+
     def _run_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool) -> Value:
         if module.children and module.cls == "Sequential" and module.user_class is None:
             value = args[0] if args else UNKNOWN
@@ -900,6 +919,8 @@ class CallsMixin:
         if module.inplace and module.cls in self.k.inplace_kwarg_modules:
             twin = info.functional if info else None
             return self._inplace(node, x, f"`nn.{module.cls}(inplace=True)`", twin, [], module=module)
+        if module.renorms_weight:
+            self._renormalise_weight(module, node)
         graph = frozenset().union(*(graph_of(a) for a in args))
         if info is not None and info.has_params:
             weight = self._module_attr(module, "weight", node)

@@ -65,6 +65,9 @@ class Mutation:
     # "detach" (`t.detach_()`: no write, but torch refuses it on a view, and on a tensor saved as an input)
     # A `.detach_()` on a tensor certainly a view (torch refuses it at once: "Can't detach views in-place").
     refused_view: bool = False
+    # A torch layer's forward updates its own state (`nn.Embedding(max_norm=...)` renormalising its weight): the
+    # update is meant, so an op that read that state before is what to change.
+    by_layer: bool = False
     grad_mode_known: bool = True  # False when grad mode here depends on a caller we cannot see
     element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
     value_grad: Grad = Grad.NO  # whether the values written in require grad (grad mode on)

@@ -981,7 +981,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
     def _inplace(self, node: ast.AST, target: Tensor, how: str, twin: str | None, operands: list[Value], *,
                  advanced: bool = False, module: ModuleValue | None = None, functional_inplace: bool = False,
                  copy_from: Value | None = None, kind: str = "write", index: ast.expr | None = None,
-                 out_inputs: list[Value] | None = None) -> Tensor:
+                 out_inputs: list[Value] | None = None, by_layer: bool = False,
+                 written_through: ast.expr | None = None) -> Tensor:
         """Record a write to ``target``'s storage, then update its abstract state as autograd would.
 
         ``out_inputs`` are the inputs of a call that writes ``target`` through ``out=``: the values written in
@@ -1000,7 +1001,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
             mutation.moment = self.run_log.moment(target)
-            mutation.written_through = _written_through(node)
+            mutation.written_through = written_through or _written_through(node)
+            mutation.by_layer = by_layer
             mutation.alias_site = self._second_name(node, target, mutation.written_through)
             if not self.inference_blocks:
                 mutation.inference_made = next((t.root().inference_made for t in written

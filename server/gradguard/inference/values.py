@@ -176,6 +176,8 @@ class ModuleValue:
     # `m.register_full_backward_hook(f)` (or its pre-hook): torch then runs the module's inputs and outputs through
     # a `BackwardHookFunction`, whose outputs are views that may not be written in place.  Where it was registered.
     backward_hooked: ast.AST | None = None
+    # `nn.Embedding(..., max_norm=m)`: each lookup renormalises, in place, the rows of its weight it returns.
+    renorms_weight: bool = False
 
     def freeze(self, frozen: bool = True) -> None:
         self.frozen = frozen

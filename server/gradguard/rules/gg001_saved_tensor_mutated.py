@@ -79,7 +79,7 @@ def _updated_state(mutation: Mutation) -> str | None:
     reference is what to change."""
     root = mutation.target.root()
     # Grad mode off in the analysed code is a `no_grad` it wrote (a caller's mode only ever leaves it on).
-    if mutation.grad_enabled or root.requires_grad == Grad.YES or root.param:
+    if mutation.grad_enabled or ((root.requires_grad == Grad.YES or root.param) and not mutation.by_layer):
         return None
     expr = mutation.written_through
     return ast.unparse(expr) if isinstance(expr, ast.Attribute) else None

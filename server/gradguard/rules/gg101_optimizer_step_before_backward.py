@@ -17,8 +17,8 @@ from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_ra
 
 
 def check(mutation: Mutation):
-    if not isinstance(mutation, Mutation) or mutation.kind in ("data", "detach"):
-        return
+    if not isinstance(mutation, Mutation) or mutation.kind in ("data", "detach") or mutation.by_layer:
+        return  # a layer renormalising its own weight is GG001's state read by reference
     written = mutation.target.group or (mutation.target,)
     is_update = mutation.kind == "step" or (
         not mutation.grad_enabled and any(t.param or (t.leaf and t.requires_grad) for t in written))
