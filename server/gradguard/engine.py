@@ -523,7 +523,7 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                                  and r.sources & sources), None)
     found: list[tuple[Finding, object]] = []
     for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds, *interp.flags,
-                  *interp.replaced, *interp.discarded]:
+                  *interp.replaced, *interp.discarded, *interp.grad_off_backwards]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:

@@ -82,6 +82,22 @@ NO_FIX = {
         "the write is inside a property's setter that the class's other users rely on to update the tensor in "
         "place; binding a new tensor instead (the reference) changes what every holder of the old one sees"
     ),
+    "GG103/pos_closure_run_by_no_grad_step": (
+        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
+        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
+    ),
+    "GG103/pos_grad_disabled_for_preprocessing_then_fit": (
+        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
+        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
+    ),
+    "GG103/pos_loss_computed_in_no_grad_block": (
+        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
+        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
+    ),
+    "GG103/pos_no_grad_decorated_loss_helper_reused_in_training": (
+        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
+        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
+    ),
     "GG103/pos_head_replaced_after_optimizer": (
         "the new head has another shape than the old one, so its values cannot be written into the old parameters; "
         "building the optimizer after the swap moves a statement across the program, which no fix does"

@@ -25,7 +25,7 @@ from ..knowledge.names import (
     TENSOR_METHOD_FACTORIES,
 )
 from .classes import find_method
-from .events import GradAsk, HookWrite, Sink, StaleUse
+from .events import GradAsk, GradOffBackward, HookWrite, Sink, StaleUse
 from .expressions import _const_key
 from .state import SET_GRAD
 from .hooks import FORWARD_HOOK_REGISTRATIONS, FORWARD_HOOKS, GRADIENT_ARGUMENT, named_submodules
@@ -466,6 +466,8 @@ class CallsMixin:
             flag = args[0] if args else kwargs.get("mode")
             if isinstance(flag, Const) and isinstance(flag.value, bool):
                 self.state.grad_enabled = flag.value
+                if not flag.value:
+                    self.grad_off_site = (node, None)
             return UNKNOWN
         if q in ("torch.autograd.backward", "torch.autograd.grad"):
             target = args[0] if args else kwargs.get("outputs", kwargs.get("tensors", UNKNOWN))
@@ -571,6 +573,12 @@ class CallsMixin:
 
     def _backward(self, target: Value, node: ast.AST, retain: bool) -> None:
         graph = graph_of(target)
+        if isinstance(target, Tensor) and target.requires_grad == Grad.NO and not self.function_contexts:
+            # The last op that ran with grad mode off: the loss itself, or the value it was computed from.
+            marker = max((m for m in target.graph if m in self.grad_off_ops), default=None)
+            if marker is not None:
+                op, place, switch = self.grad_off_ops[marker]
+                self.grad_off_backwards.append(GradOffBackward(node, place, op, switch, target.label))
         self.sinks.append(Sink("backward", node, graph, self._next(),
                                target.terms if isinstance(target, Tensor) else ()))
         if isinstance(target, Tensor) and target.dead_terms and target.requires_grad != Grad.NO:
@@ -752,7 +760,7 @@ class CallsMixin:
         """An out-of-place op: propagate requires_grad and graph, and record what its backward saves."""
         if self.gradient_writes:
             self.summed_terms(name, args)  # a custom Function's output that shares its gradient in a sum
-        result = self._apply_op(name, args, node, label)
+        result = self.made_with_grad_off(self._apply_op(name, args, node, label), node, args)
         return self.note_stale_use(node, args, result) if self.stale else result
 
     def note_stale_use(self, node: ast.AST, inputs: list[Value], result: Value) -> Value:
@@ -846,6 +854,11 @@ class CallsMixin:
         if module.backward_hooked is None:
             result = self._run_module(module, args, node, torch_forward)
             result = self._forward_hooked(module, args, result, node)
+            if not self.state.grad_enabled and module.torch_module:  # a torch layer's weights are inputs too
+                info = self.k.module(module.cls)
+                weights = [self._module_attr(module, "weight", node)] if (
+                    info is not None and info.has_params and not module.children and not module.frozen) else []
+                result = self.made_with_grad_off(result, node, [*args, *weights])
             return self.note_stale_use(node, args, result) if self.stale else result
         args = [self.hooked_tensors(module, a) for a in args]
         result = self._forward_hooked(module, args, self._run_module(module, args, node, torch_forward), node)

@@ -185,6 +185,18 @@ class GraphBreak:
 
 
 @dataclass
+class GradOffBackward:
+    """``.backward()`` on a tensor computed, with grad mode off, from tensors that require grad: autograd recorded
+    no graph, so the tensor has no grad_fn and backward raises."""
+
+    backward: ast.AST  # the backward call
+    node: ast.AST  # the line to change: the switch, or the call a `@torch.no_grad()` function runs the op through
+    computed: ast.AST  # the last op the tensor was computed by that ran with grad mode off
+    turned_off: ast.AST  # what turned grad mode off: a `with torch.no_grad()`, a call, a decorator
+    label: str  # the tensor backward runs from, as messages name it
+
+
+@dataclass
 class InertFlag:
     """``module.requires_grad = False`` on an ``nn.Module``: a plain attribute that nothing in torch reads (the
     method ``requires_grad_()`` is what reaches its parameters), so the parameters keep requiring grad."""

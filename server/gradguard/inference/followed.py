@@ -75,7 +75,7 @@ class FollowedCallsMixin:
             return None
         self.count_step()
         saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-                 self.owner, self.self_value, self.ctx)
+                 self.owner, self.self_value, self.ctx, self.grad_off_site)
         context = self.ctx.for_module(module_path or getattr(owner, "module_path", None))
         # Code of another module of the project sees that module's imports and classes; its globals are unknown.
         module_env = self._module_env() if context is self.ctx else {}
@@ -84,9 +84,11 @@ class FollowedCallsMixin:
         if frame is not None and not frame:
             frame.append(env)
         grad = self.state.grad_enabled
+        decorated = False
         for deco in getattr(fn, "decorator_list", ()):
             if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
-                grad = False
+                # the calls this function makes are frame ``len(self.frame_sites) + 1``, its own call the one before
+                grad, self.grad_off_site, decorated = False, (deco, len(self.frame_sites) + 1), True
         self.state = State(env, grad)
         chain = [*(scope or ()), module_env]
         self.scopes = [s for i, s in enumerate(chain) if s is not env and all(s is not t for t in chain[:i])]
@@ -111,6 +113,7 @@ class FollowedCallsMixin:
             else:
                 self.run_block(fn.body)
             returns = self.returns
+            exit_mode, exit_site = self.state.grad_enabled, self.grad_off_site
         finally:
             self.inline_stack.pop()
             self.inline_frames.pop()
@@ -118,7 +121,12 @@ class FollowedCallsMixin:
             self.run_log.leave()
             self.caller_envs.pop()
             (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-             self.owner, self.self_value, self.ctx) = saved
+             self.owner, self.self_value, self.ctx, self.grad_off_site) = saved
+        if not decorated and exit_mode != grad:
+            # `torch.set_grad_enabled(False)` called in the callee (not entered as a block): the mode stays so
+            self.state.grad_enabled = exit_mode
+            if not exit_mode:
+                self.grad_off_site = exit_site
         if not returns:
             return NOT_TENSOR
         result = returns[0]

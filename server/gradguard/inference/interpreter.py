@@ -17,8 +17,8 @@ from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo, find_setter, mro
-from .events import (DiscardedUpdate, GradAsk, GradRead, GraphBreak, HookWrite, InertFlag, Mutation, Rebind, ReplacedParameter, Sink,
-                     StaleUse)
+from .events import (DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, HookWrite, InertFlag, Mutation,
+                     Rebind, ReplacedParameter, Sink, StaleUse)
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
@@ -215,6 +215,14 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.optimizers: list[OptimizerValue] = []  # built in this run
         self.replaced: list[ReplacedParameter] = []  # parameters replaced after an optimizer took them
         self.cut_markers: set[int] = set()  # the markers `.detach()`/`.data` cuts put into the graphs they start
+        # Markers put into the results of ops run with grad mode off on tensors that require grad (autograd records
+        # nothing there): each one's op, the line to change (the switch, or the call a no_grad-decorated function
+        # runs the op through) and the switch.
+        self.grad_off_ops: dict[int, tuple[ast.AST, ast.AST, ast.AST]] = {}
+        # What turned grad mode off last (a `with`, a call, a decorator), and for a decorator the frame of the
+        # calls its function makes.
+        self.grad_off_site: tuple[ast.AST, int | None] | None = None
+        self.grad_off_backwards: list[GradOffBackward] = []
         self.rebind_markers: set[int] = set()  # their markers, dropped when `requires_grad_()` makes a new leaf
         self.read_storages: set[int] = set()  # storages an op has read (their values are in some graph)
         self.is_forward = False  # an nn.Module's forward: its return value is what backward runs through
@@ -599,20 +607,22 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.run_block(stmt.orelse)
 
     def _stmt_With(self, stmt: ast.With) -> None:
-        saved_mode = self.state.grad_enabled
+        saved_mode, saved_site = self.state.grad_enabled, self.grad_off_site
         leaving = []  # the rest of each `@contextmanager` generator entered, run after the body, innermost first
         for item in stmt.items:
             expr = item.context_expr
             if isinstance(expr, ast.Call):
                 q = self.qual(expr.func)
                 if q in GRAD_OFF_CONTEXTS:
-                    self.state.grad_enabled = False
+                    self.state.grad_enabled, self.grad_off_site = False, (expr, None)
                 elif q in GRAD_ON_CONTEXTS:
                     self.state.grad_enabled = True
                 elif q in SET_GRAD and expr.args:
                     flag = expr.args[0]
                     if isinstance(flag, ast.Constant) and isinstance(flag.value, bool):
                         self.state.grad_enabled = flag.value
+                        if not flag.value:
+                            self.grad_off_site = (expr, None)
                     else:
                         self.eval(flag)
                 else:
@@ -639,7 +649,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         finally:
             if inference:
                 self.inference_blocks.pop()
-        self.state.grad_enabled = saved_mode
+        self.state.grad_enabled, self.grad_off_site = saved_mode, saved_site
         for leave in reversed(leaving):
             leave()
 
@@ -1214,6 +1224,28 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             graph = frozenset({marker})
         return Tensor(tensor.storage, Grad.NO, leaf=True, origin=node, label=f"{tensor.label}{how.strip('`')}",
                       lost_sources=lost, graph=graph)
+
+    def made_with_grad_off(self, result: Value, node: ast.AST, inputs: list[Value]) -> Value:
+        """An op run with grad mode off (known) on a tensor that requires grad, or on a value made so: its result
+        has no graph, which a marker in its graph remembers (a backward from it raises, see ``_backward``).  The
+        marker replaces its inputs' own, so that each value names the last op that ran so."""
+        if self.state.grad_enabled or not self.grad_mode_known or self.function_contexts \
+                or not isinstance(result, Tensor) or result.requires_grad != Grad.NO:
+            return result
+        values = [v for a in inputs for v in (a.items if isinstance(a, TensorSeq) else (a,))
+                  if isinstance(v, (Tensor, Derived))]
+        carried = frozenset(m for v in values for m in v.graph if m in self.grad_off_ops)
+        if not carried and not any(v.requires_grad == Grad.YES for v in values):
+            return result
+        if self.grad_off_site is None:
+            return result
+        switch, depth = self.grad_off_site
+        place = switch if depth is None else (
+            self.frame_sites[depth] if len(self.frame_sites) > depth else self.frame_sites[depth - 1])
+        marker = new_id()
+        self.grad_off_ops[marker] = (node, place, switch)
+        result.graph = (result.graph - carried) | {marker}
+        return result
 
     def summed(self, result: Value, terms: list[Value]) -> Value:
         """A sum's result (``a + b``, ``sum(...)``), knowing which of its terms carry no gradient."""

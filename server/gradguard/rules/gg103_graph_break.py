@@ -10,7 +10,7 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.writes import cst_mod, parse_expr, short
-from ..inference.events import Finding, GraphBreak, InertFlag, Mutation, ReplacedParameter
+from ..inference.events import Finding, GradOffBackward, GraphBreak, InertFlag, Mutation, ReplacedParameter
 from ..inference.values import Tensor
 from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_TWINS
 from ..messages import Message
@@ -34,6 +34,9 @@ def check(event):
         return
     if isinstance(event, ReplacedParameter):
         yield from _check_replaced(event)
+        return
+    if isinstance(event, GradOffBackward):
+        yield from _check_grad_off(event)
         return
     if isinstance(event, GraphBreak) and event.number_backward is not None and not event.cut:
         yield from _check_number_backward(event)
@@ -131,6 +134,30 @@ def _check_flag(flag: InertFlag):
         related=[(flag.reached.node, "the backward that still reaches the module's parameters"),
                  *([(flag.updated.node, "updates the parameters meant to be frozen")] if flag.updated else [])],
         data={"flag": True},
+    )
+
+
+def _check_grad_off(event: GradOffBackward):
+    """``.backward()`` on a loss computed with grad mode off from tensors that require grad (a ``torch.no_grad()``
+    block, ``torch.set_grad_enabled(False)``, a ``@torch.no_grad()`` function that runs the code): autograd
+    recorded nothing, so the loss has no grad_fn and backward raises.  Reported where grad mode is switched off,
+    or for a decorated function at the call it runs the computation through (where the probe reports it too)."""
+    how = (Message.text("this switches it off") if event.node is event.turned_off else
+           Message.format("{deco} decorates the function it runs in or calls", deco=event.turned_off))
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "Grad mode is off here ({how}), and {label}, which the backward on {backward} runs from, is computed "
+            "under it from tensors that require grad (at {op}): autograd recorded no graph, so it has no grad_fn "
+            "and that backward raises \"{torch}\". Compute the loss with grad mode on: turn it back on before "
+            "this, or wrap the computation in `torch.enable_grad()`.",
+            how=how, label=event.label, backward=event.backward, op=event.computed, torch=MESSAGE),
+        related=[*([(event.turned_off, "grad mode is switched off here")] if event.node is not event.turned_off
+                   else []),
+                 (event.computed, "runs with grad mode off: autograd records nothing"),
+                 (event.backward, "backward raises here")],
+        data={"grad_off": True},
     )
 
 
@@ -255,6 +282,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses);
     a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops;
     drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
+    if finding.data.get("grad_off"):
+        return None  # where grad mode should be on is the author's choice: the block, the decorator, or the call
     if finding.data.get("detach"):
         return _detach_out_of_place(ctx, finding)
     if finding.data.get("cut"):
@@ -792,6 +821,12 @@ trains the generator on the L1 term alone.
 earlier op saved as an input, when the backward unpacks that save ("Trying to use a saved tensor that has been
 detached in-place"): detaching in place never cuts a graph already built from the tensor, so it does not
 truncate a recurrent state's history either.  `t = t.detach()` is the spelling that works.
+
+A loss computed with grad mode off has no graph either: inside a `torch.no_grad()` block, after
+`torch.set_grad_enabled(False)`, or in a `@torch.no_grad()` function (an optimizer's `step` that runs the closure
+it is given, an evaluation helper reused for training).  Every op there runs on tensors that require grad without
+recording anything, so `backward()` on the loss raises "element 0 of tensors does not require grad".  It is
+reported where grad mode is switched off, or at the call a decorated function runs the computation through.
 
 A loss computed as a Python number (`loss -= log_prob.item() * reward`, `np.mean([float(l) for l in losses])`)
 has no `backward`: Python raises AttributeError there, and the line that read the values out is the one to change.
