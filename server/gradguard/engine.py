@@ -493,6 +493,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             mutation.stale_use, mutation.stale_conflict = _stale_use(interp, mutation)
             mutation.stale_carried = (mutation.stale_use is not None
                                       and mutation.stale_conflict.save.id not in _backwarded(interp, mutation))
+            if mutation.stale_use is not None and not mutation.stale_carried:
+                mutation.stale_detach = _late_detach(interp, mutation)
         mutation.read_after = _read_after(interp, mutation)
         mutation.asks = _asks_answered_by_new_value(interp, mutation)
     for graph_break in interp.breaks:
@@ -706,6 +708,17 @@ def _stale_use(interp: Interpreter, mutation: Mutation) -> tuple[StaleUse | None
         if use is not None and (c.save.id in backwarded or _carried(use, mutation)):
             return use, c
     return None, None
+
+
+def _late_detach(interp: Interpreter, mutation: Mutation):
+    """The first detach of the stale state after the failing backward, when the update ran again before it (the
+    loop that updates goes on without it: it runs in an outer loop, or after the loop)."""
+    conflict = mutation.stale_conflict
+    detach = next((d for d in interp.detaches if d.seq > conflict.sink.seq and conflict.save.id in d.graph), None)
+    if detach is None or not any(m.node is mutation.node and mutation.seq < m.seq < detach.seq
+                                 for m in interp.mutations):
+        return None
+    return detach
 
 
 def _backwarded(interp: Interpreter, mutation: Mutation) -> frozenset[int]:

@@ -45,6 +45,10 @@ from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys
 _GG102_INTO_GRAPH = "the write, put into the graph, now passes its gradient through the op, where it skipped it before"
 
 NO_FIX = {
+    "GG101/pos_state_detached_after_inner_loop": (
+        "the state lives on the module and its detach is a method the loop calls once per sequence: moving that "
+        "call into the loop that steps moves a statement into another block, which no fix does"
+    ),
     "GG103/pos_helper_grows_embedding_optimizer_passed_in": (
         "the helper swaps in an embedding of other shapes: handing its weight to the optimizer (`add_param_group`) "
         "is the change, which no fix adds"
@@ -267,6 +271,9 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG101/pos_hidden_detach_in_place_after_chunk_loop": "the state is detached at the top of each step and "
+                                                         "retain_graph dropped: each backward now stops at its step's "
+                                                         "start (truncated BPTT per step, as the reference)",
     "GG001/pos_quadrants_written_into_input_alias": "the input keeps its values: a caller that relied on the writes "
                                                     "changing it sees the old ones",
     "GG101/pos_lstm_cell_state_from_zeros_carried": "each backward now stops at its step's start (truncated BPTT): "

@@ -112,6 +112,11 @@ class CallsMixin:
                 if func.attr == "backward":
                     self._backward(owner, node, bool(self._keyword_bool(node, "retain_graph", False)))
                     return UNKNOWN
+                if func.attr == "detach":  # a recurrent layer's state `c.detach()`: a tensor without its graph
+                    return new_tensor(node, Grad.NO)
+                if func.attr == "detach_":
+                    owner.graph, owner.requires_grad = frozenset(), Grad.NO
+                    return owner
                 return self._unknown_call(node, [owner, *args])
             if isinstance(owner, ModuleValue):
                 return self._instance_method(owner, func.attr, node)
@@ -651,6 +656,7 @@ class CallsMixin:
                 self._gradient_hook(positional[0] if positional else UNKNOWN, name, node)
             return UNKNOWN
         if name == "detach":
+            self.note_detach(tensor, node)
             detached = self._cut(node, tensor, "`.detach()`")
             detached.detached_from = graph_tensor_behind(tensor)  # shares the memory and the version counter
             return detached

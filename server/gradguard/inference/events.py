@@ -37,6 +37,16 @@ class Conflict:
 
 
 @dataclass(frozen=True)
+class Detach:
+    """``t.detach()`` or ``t.detach_()`` of a tensor with a graph: where the code cuts a state it carries."""
+
+    node: ast.AST
+    path: tuple[ast.AST, ...]  # the followed calls' sites, outermost first, that it ran inside
+    seq: int
+    graph: frozenset[int]  # the saves reachable from the tensor it detached
+
+
+@dataclass(frozen=True)
 class StaleUse:
     """An op run after an update of parameters (a step) on a value whose graph holds a save of those parameters
     made before it: the value is stale.  ``marker`` is put into the op's result graph, so a backward whose graph
@@ -113,6 +123,9 @@ class Mutation:
     # The stale value was made for the failing backward alone, before the update, and the loop carries it into its
     # next iteration, where the use (earlier in the loop's code than the update) builds that backward's loss on it.
     stale_carried: bool = False
+    # The stale value is a state the code detaches, but only after the loop that runs the update has run it again
+    # (and the failing backward with it): that detach, which belongs in the loop that updates.
+    stale_detach: Detach | None = None
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

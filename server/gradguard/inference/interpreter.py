@@ -17,8 +17,8 @@ from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo, find_setter, mro
-from .events import (DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, HookWrite, InertFlag, Mutation,
-                     Rebind, ReplacedParameter, Sink, StaleUse)
+from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, HookWrite, InertFlag,
+                     Mutation, Rebind, ReplacedParameter, Sink, StaleUse)
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
@@ -237,6 +237,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # Saves an update of parameters (a step) made stale, and the ops that then took a value built on them.
         self.stale: frozenset[int] = frozenset()
         self.stale_uses: list[StaleUse] = []
+        self.detaches: list[Detach] = []  # `.detach()`/`.detach_()` of tensors with a graph
         self.returns: list[Value] | None = None
         # Names not bound locally are looked up here, innermost first: a closure's defining scope, then the
         # module's variables (the live top-level environment when the call was made from the top level).
@@ -1299,8 +1300,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             mutation.moment = self.run_log.moment(tensor, (self.state.env, *self.scopes))
             mutation.written_through = _written_through(node)
             self.mutations.append(mutation)
+        self.note_detach(tensor, node)
         tensor.requires_grad, tensor.leaf, tensor.graph = Grad.NO, True, frozenset()
         return tensor
+
+    def note_detach(self, tensor: Tensor, node: ast.AST) -> None:
+        if tensor.requires_grad and tensor.graph:
+            self.detaches.append(Detach(node, self.frame_sites, self._next(), tensor.graph))
 
     def _number_backward(self, number: NumberFrom, node: ast.AST) -> None:
         """``loss.backward()`` on a Python number or NumPy value computed from values read out of tensors: it has

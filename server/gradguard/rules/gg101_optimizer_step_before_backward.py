@@ -59,6 +59,24 @@ def line_to_change(mutation: Mutation) -> Finding | None:
         return None  # `out.pow(2).mean().backward()`: the use is the backward's own loss; the update is the line
     save = conflict.save
     node = _in_function_of(use.path, use.node, mutation.call_path())
+    detach = mutation.stale_detach
+    if detach is not None:
+        node = _in_function_of(detach.path, detach.node, mutation.call_path())
+        return Finding(
+            "GG101", node,
+            Message.format(
+                "{this} cuts the state the loop carries across {how} on {step}, but only after that loop has run "
+                "the update again: within it, the backward on {sink} still runs back through the graph built before "
+                "the update (its graph holds the weights `{op}` saved on {saved}, which {how} updated in place), "
+                "and raises \"{torch}\". Detach the state in the loop that updates, before each forward, so that "
+                "each backward stops there.",
+                this=_said(node, "this line"), how=mutation.how, step=mutation.node, sink=conflict.sink.node,
+                op=save.op, saved=save.node, torch=SAVED_MESSAGE),
+            certain=save.certain,
+            related=[(_in_function_of(use.path, use.node, mutation.call_path()), "the carried state is used here"),
+                     (mutation.node, f"{mutation.how} updates the weights in place here"),
+                     *conflict_related(conflict, mutation)],
+            mutation=mutation)
     if mutation.stale_carried:
         return Finding(
             "GG101", node,
@@ -478,7 +496,9 @@ discriminator's loss reused in the generator's, a trunk's features reused by the
 state carried into the next step), the finding is at that first use, named in the function that runs the
 step: that value is to be computed again (or detached) there.  So is the first use of a value computed before
 the step that the loop carries into its next iteration (the state features of the next action), where the loss
-that fails is built on it.  Otherwise it is at the step (or the update).
+that fails is built on it.  When the code detaches that state, but only after the loop that steps has stepped
+again (a detach in the outer loop of truncated BPTT), the finding is at that detach: it belongs in the loop that
+steps.  Otherwise it is at the step (or the update).
 """,
     fix_advice="""
 The message picks the advice from what gradguard saw, and says "if" where it could not see enough; with
