@@ -38,9 +38,6 @@ PROBE_BLIND: dict[str, str] = {
     "GG001/pos_property_state_read_then_updated_in_place": (
         "the probe places the finding at the in-place update of the state; the static analysis at the op that "
         "read the state by reference (the update is meant); `check --probe` merges them"),
-    "GG001/pos_embedding_max_norm_lookup_after_weight_read": (
-        "the probe places the finding at the lookup that renormalises the weight in place; the static analysis at "
-        "the op that read the weight by reference (the renormalisation is meant); `check --probe` merges them"),
     "GG001/pos_running_scale_divides_then_updated": (
         "the probe places the finding at the in-place update of the buffer; the static analysis at the op that "
         "read the buffer by reference (the update is meant); `check --probe` merges them"),

@@ -167,9 +167,12 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
 
 
 def _saved_by(finding: Finding) -> set:
-    """The ops (their syntax nodes) a finding says saved the written tensor."""
+    """The ops a finding says saved the written tensor, by what and where in the function's own text they are (a
+    finding kept from an earlier analysis holds the syntax nodes of that analysis's tree, so nodes cannot be
+    compared)."""
     mutation = finding.mutation
-    return {c.save.node for c in getattr(mutation, "conflicts", ())}
+    return {(c.save.op, c.save.role, getattr(c.save.node, "col_offset", None), ast.unparse(c.save.node))
+            for c in getattr(mutation, "conflicts", ())}
 
 
 def function_key(fn: ast.AST | None, owner: ast.ClassDef | None) -> tuple[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 
 from ..knowledge.names import JOINING
+from ..statements import blocks
 from .calls import CALL_STATS
 from .classes import ClassInfo, find_method
 from .imports import normalize, qualified_name
@@ -272,8 +273,8 @@ def _generator_parts(fn: ast.FunctionDef | ast.AsyncFunctionDef):
         elif isinstance(stmt, ast.Try):
             for j, inner in enumerate(stmt.body):
                 if _yields(inner):
-                    found = ([*fn.body[:i], *stmt.body[:j]], inner,
-                             [*stmt.body[j + 1:], *stmt.orelse, *stmt.finalbody, *fn.body[i + 1:]])
+                    rest = [s for field, block in blocks(stmt) if field != "body" for s in block]  # else, finally
+                    found = ([*fn.body[:i], *stmt.body[:j]], inner, [*stmt.body[j + 1:], *rest, *fn.body[i + 1:]])
         if found is not None:
             break
     if found is None:

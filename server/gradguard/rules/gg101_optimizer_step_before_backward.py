@@ -67,7 +67,7 @@ def line_to_change(mutation: Mutation) -> Finding | None:
             Message.format(
                 "{this} cuts the state the loop carries across {how} on {step}, but only after that loop has run "
                 "the update again: within it, the backward on {sink} still runs back through the graph built before "
-                "the update (its graph holds the weights `{op}` saved on {saved}, which {how} updated in place), "
+                "the update (its graph holds the weights `{op}` saved on {saved}, and {how} updates its parameters in place), "
                 "and raises \"{torch}\". Detach the state in the loop that updates, before each forward, so that "
                 "each backward stops there.",
                 this=_said(node, "this line"), how=mutation.how, step=mutation.node, sink=conflict.sink.node,
