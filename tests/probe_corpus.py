@@ -50,6 +50,11 @@ PROBE_BLIND: dict[str, str] = {
     "GG103/pos_actor_loss_critic_of_detached_action": (
         "the stepped parameters get a gradient (from the penalty term); the probe sees whole starvation only, not "
         "one term of the loss cut from them"),
+    "GG101/pos_actor_critic_shared_trunk": (
+        "the probe names the critic's step: the value used after it (log-probabilities) was computed from the trunk's "
+        "output on a later line, so computing it again after the step would not help, and the fixture's own reference "
+        "moves the step after the actor's backward; the static analysis names the first use after the step; "
+        "`check --probe` reports both"),
     "GG101/pos_actor_critic_method_update_critic": (
         "the probe names the trunk's forward before the step (the function calling both computes it again after), "
         "the static analysis the first use after the step of a value that forward made; `check --probe` merges them"),

@@ -81,6 +81,8 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_backward_in_helper_after_step": _STEP,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
     "GG101/pos_step_in_helper_after_forward": _STEP,
+    "GG101/pos_returns_from_values_step_before_actor_backward": _STEP,
+    "GG101/pos_similarity_from_features_step_before_second_loss": _STEP,
     "GG103/pos_auxiliary_term_from_no_grad_helper": _NO_GRAD,
     "GG103/pos_perceptual_term_scored_under_no_grad": _NO_GRAD,
     "GG103/pos_helper_returns_loss_made_under_no_grad": _NO_GRAD,

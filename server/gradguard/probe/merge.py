@@ -144,7 +144,10 @@ RENORM_NOTE = "the embedding (made with max_norm) renormalises its weight in pla
 REPLACED_NOTE = "the helper replaces the module's parameters here, after the optimizer took the old ones"
 # A write in an accessor method (stores what it is handed into its object's tensor) placed at the caller's call.
 SETTER_NOTE = "the method stores the value in place into its object's tensor here"
-PLACED = (STEP_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
+# A GG101 placed at the step itself when the value used after it was built, in the step's function, on a value that had
+# already saved the parameters (recomputing that one line after the step would not help): the use is the first note.
+STALE_USE_NOTE = "the graph built after the step takes here a value whose graph saved the parameters before it"
+PLACED = (STEP_NOTE, STALE_USE_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
            REPLACED_NOTE, SETTER_NOTE)
 
 

@@ -367,6 +367,32 @@ def _latest_assignment(function: ast.AST, name: str, site: Site, value_matches) 
     return best
 
 
+def assignments_read_at(site: Site) -> list[Site]:
+    """For each plain name the statement at ``site`` reads: the latest statement of its function, ending before
+    ``site``, that binds it (``name = ...``, a tuple target too), as a Site of that statement.  Names bound only as
+    parameters or loop targets give none."""
+    tree = _tree(site.path)
+    if tree is None:
+        return []
+    function = _innermost(tree, site.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    statement = _innermost_statement(function, site.line)
+    if statement is None:
+        return []
+    read = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    best: dict[str, ast.stmt] = {}
+    for node in ast.walk(function):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.end_lineno >= statement.lineno:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name) and name.id in read and (
+                        name.id not in best or node.lineno > best[name.id].lineno):
+                    best[name.id] = node
+    return [Site(site.path, node.lineno, node.col_offset + 1, node.end_lineno, node.end_col_offset + 1)
+            for node in best.values()]
+
+
 def _function_and_name(site: Site):
     tree = _tree(site.path)
     if tree is None:

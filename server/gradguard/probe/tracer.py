@@ -47,11 +47,11 @@ from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
 from .grad_mode import GradMode
 from .module_flags import ModuleFlags
-from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE, STEP_NOTE
+from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
-from .source import accumulates, alias_before, attribute_store, enclosing_function, expression_at, rebinding_before, setter_write
+from .source import accumulates, alias_before, assignments_read_at, attribute_store, enclosing_function, expression_at, rebinding_before, setter_write
 from .stale_grads import RESETS, StaleGrads
 from .untracked import UntrackedWrites
 
@@ -1532,6 +1532,27 @@ class Tracer(TorchDispatchMode):
                                     notes=tuple(notes), callers=(), origins=tuple(c.sites) + tuple(c.origins),
                                     op=c.op, count=c.count, saves=tuple(saves),
                                     backward=c.backward[0] if c.backward else None)
+            upstream = _saved_before_made(c, use, made)
+            if upstream is not None:
+                # The value the new graph took was computed (line `built`) from values whose graph had already saved the
+                # parameters (line `forward`, earlier in the same function, before the step): computing that value
+                # again after the step would still run into the old graph.  The whole computation is meant to be
+                # backpropagated once more before the parameters change: the step is the line to move.
+                forward, built = upstream
+                said = expression_at(Site(built.path, built.line))
+                used = expression_at(use)
+                where = f" on line {c.backward[0].line}" if c.backward else ""
+                message = (f"{writer} updates in place the parameters saved for backward{saved_by}{at} while a graph computed from them "
+                           f"(line {forward.line}, then `{said or 'the value'}` on line {built.line}) still has a "
+                           f"backward to run: `{used or 'the value'}` on line {use.line} builds on it after the step, "
+                           f"and the backward(){where} runs into it. Step after that backward (or compute everything "
+                           f"from line {forward.line} on again after the step). " + message)
+                notes.insert(0, Note(use, STALE_USE_NOTE))
+                notes.insert(1, Note(Site(built.path, built.line, built.column), "the value used after the step is computed here, before it"))
+                return ProbeFinding(code, kind, c.sites[0], message, severity=severity, torch_message=c.torch_message,
+                                    notes=tuple(notes), callers=tuple(c.sites[1:]), origins=tuple(c.origins),
+                                    op=c.op, count=c.count, saves=tuple(saves),
+                                    backward=c.backward[0] if c.backward else None)
             kept = _kept_on_object(c, use)
             if kept is not None:
                 # The older graph reached the new one through a value stored on an object (a cache, a module-held
@@ -1621,6 +1642,36 @@ def _function_input_alias(frame, written, site: Site, user: UserCode) -> tuple |
         return None
     name = getattr(apply.f_locals.get("cls"), "__name__", None) or "Function"
     return rebound, name
+
+
+def _saved_before_made(c: Conflict, use: Site, made: Site | None) -> tuple[Site, Site] | None:
+    """For a step ``c`` whose stale graph a later graph took at ``use``: (the line of the step's function that ran the
+    forward which saved what the step changed, the line after it that computed the value ``use`` took), when both
+    come before the step (the value was built on an output that already held the old parameters, so computing it
+    again after the step would not help).  The value's line is ``made`` when the run knows it, else the latest
+    assignment before ``use`` of a name ``use`` reads.  None when the value is the forward's own output, or unknown."""
+    if not c.realized_chain:
+        return None
+    step = c.sites[0]
+    function = enclosing_function(step)
+    if function is None or use.path != step.path or enclosing_function(use) != function:
+        return None
+    forward = None
+    for entry in c.realized_chain:
+        site = code_site(*entry)
+        if site.path == step.path and enclosing_function(site) == function:
+            forward = site
+            break
+    if forward is None or forward.line >= step.line:
+        return None
+    if made is not None and (made.path, enclosing_function(made)) == (step.path, function):
+        values = [made]
+    else:
+        values = assignments_read_at(use)
+    if not values or any(v.line <= forward.line <= (v.end_line or v.line) for v in values):
+        return None  # the new graph took the forward's own output: computing that line again after the step is the fix
+    after = [v for v in values if forward.line < v.line < step.line]
+    return (forward, min(after, key=lambda v: v.line)) if after else None
 
 
 def _kept_on_object(c: Conflict, use: Site) -> Site | None:
