@@ -12,7 +12,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from . import api
+from . import api, engine
 from .config import Config
 from .diagnostics import UNREADABLE, FileResult
 from .files import Target
@@ -38,7 +38,9 @@ def analyze_one(path: Path, display: str, config: Config) -> tuple[FileResult, s
 
 def analyze_chunk(chunk: Sequence[Pair], config: Config) -> tuple[list[FileResult], list[str], dict[str, str]]:
     """Analyse (path, display) pairs; runs in worker processes.  Crashes are bugs: report, go on.  The third
-    item maps each display name to the digest of the bytes its result is the analysis of."""
+    item maps each display name to the digest of the bytes its result is the analysis of.  Each file is
+    analysed once here, so the engine's memos of function texts, kept for an edited document's next version,
+    are emptied after each (``engine.forget_texts``)."""
     results, crashes, digests = [], [], {}
     for path, display in chunk:
         try:
@@ -46,6 +48,8 @@ def analyze_chunk(chunk: Sequence[Pair], config: Config) -> tuple[list[FileResul
         except Exception as exc:  # noqa: BLE001 - one file's crash must not lose the others
             crashes.append(f"internal error while analysing {display}: {type(exc).__name__}: {exc}")
             continue
+        finally:
+            engine.forget_texts()
         results.append(result)
         if digest is not None:
             digests[display] = digest

@@ -283,6 +283,14 @@ def _has_idiom(text: str) -> bool:
     return parsing.has_candidate(text)
 
 
+def forget_texts() -> None:
+    """Empty the memos of function texts (``_names``, ``_has_idiom``).  They serve the next versions of a document
+    the editor analyses again; a batch analyses each file once, and over a corpus they held 49 MB (their keys
+    are whole function texts, ``_names``' values a set of every identifier) for a hit rate under 10 %."""
+    _names.cache_clear()
+    _has_idiom.cache_clear()
+
+
 def _imports_project_code(imports: dict[str, str]) -> bool:
     """jedi is only worth starting when something is imported from outside torch and the standard library."""
     import sys
