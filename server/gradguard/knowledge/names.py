@@ -168,3 +168,10 @@ NUMPY_OUT_TWINS = {
 MAYBE_VIEW_METHODS = frozenset({"reshape", "reshape_as", "flatten", "contiguous"})
 # torch functions whose result is a new contiguous tensor whatever their inputs' layout: a `.reshape()` of it is a view.
 CONTIGUOUS_RESULTS = frozenset({"stack", "cat", "concat", "concatenate"})
+
+# ------------------------------------------------------------------------- training loops' contracts (API facts)
+# PyTorch Lightning's automatic optimisation runs backward() and the optimizer step only on what this method of a
+# LightningModule returns (the loss tensor, or a dict with the key "loss"); None skips the batch (Lightning's
+# documentation of ``training_step``).  ``automatic_optimization = False`` hands both to the method itself.
+RETURNED_LOSS_METHOD = "training_step"
+AUTOMATIC_OPTIMIZATION_FLAG = "automatic_optimization"

@@ -367,6 +367,13 @@ def _latest_assignment(function: ast.AST, name: str, site: Site, value_matches) 
     return best
 
 
+def is_return(site: Site) -> bool:
+    """Whether the innermost statement at ``site`` is a ``return`` the user wrote (unknown source counts as one)."""
+    tree = _tree(site.path)
+    statement = _innermost_statement(tree, site.line) if tree is not None else None
+    return statement is None or isinstance(statement, ast.Return)
+
+
 def assignments_read_at(site: Site) -> list[Site]:
     """For each plain name the statement at ``site`` reads: the latest statement of its function, ending before
     ``site``, that binds it (``name = ...``, a tuple target too), as a Site of that statement.  Names bound only as

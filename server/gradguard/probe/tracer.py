@@ -51,6 +51,7 @@ from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .provenance import Provenance
+from .returned_loss import ReturnedLoss
 from .source import accumulates, alias_before, assignments_read_at, attribute_store, enclosing_function, expression_at, rebinding_before, setter_write
 from .stale_grads import RESETS, StaleGrads
 from .untracked import UntrackedWrites
@@ -348,6 +349,7 @@ class Tracer(TorchDispatchMode):
         self.cuts.optimizer_of = self.flags.optimizer_of
         self.stale_grads = StaleGrads(user, self.internal_errors)  # gradients a step applied, added to, applied again
         self.grad_mode = GradMode(user, self.internal_errors)  # where grad mode was switched off, for a backward then
+        self.returned = ReturnedLoss(user, self.internal_errors)  # a training_step that computes a loss, returns None
         self.cuts.on_data = self.provenance.read_detached  # `.data.numpy()` is a read, as `.detach().numpy()` is
         self.ops = 0  # aten ops seen: none means the target only defined things
         self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
@@ -390,9 +392,11 @@ class Tracer(TorchDispatchMode):
         self.flags.install()
         self.grad_mode.install()
         self.stale_grads.install()
+        self.returned.install()
         return entered
 
     def __exit__(self, *exc):
+        self.returned.uninstall()
         self.stale_grads.uninstall()
         self.grad_mode.uninstall()
         self.flags.uninstall()
@@ -418,6 +422,7 @@ class Tracer(TorchDispatchMode):
         the tracer's cost.  Mutations made by backward hooks or custom Functions' backward are not seen."""
         if _current_mode() is not self:
             return self._engine(roots, *args, **kwargs)
+        self.returned.on_backward()
         if self.provenance.busy:
             try:
                 self.provenance.on_backward(roots, self._user_frame(sys._getframe(1)))
@@ -1388,7 +1393,8 @@ class Tracer(TorchDispatchMode):
                 continue
             placed.setdefault(key, len(found))
             found.append(finding)
-        found += self.hooks.findings() + self.asked.findings() + self.flags.findings() + self.stale_grads.findings()
+        found += (self.hooks.findings() + self.asked.findings() + self.flags.findings() + self.stale_grads.findings()
+                  + self.returned.findings())
         taken = {(f.site.path, f.site.line) for f in found}
         found += [f for f in self.cuts.findings() if (f.site.path, f.site.line) not in taken]
         taken = {(f.site.path, f.site.line) for f in found}
