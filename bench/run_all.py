@@ -5,11 +5,11 @@
 Builds (or reuses) the pinned corpus (bench/build_corpus.py), then runs the existing benchmarks on it
 and collects their figures: bench_engine.py (precision: every finding with its location; single-process
 CPU vs ``ast.parse`` of the same files in the same run), bench_cache.py (``gradguard check --jobs N
---no-cache`` wall time on all cores, the cached re-run), TorchFix and Fixit on the same files (each in
-its own virtualenv, bench/corpus/.tools-venv, so their libcst never meets the project's), bench_lsp.py
-(editor latency and server memory after opening the corpus's 20 largest files), bench_coldstart.py (spawning
-``gradguard lsp`` to the first diagnostics of a small file, with ``import pygls.lsp.server`` as the floor) and
-bench_probe.py.
+--no-cache`` wall time on all cores, the cached re-run), the peak RSS of ``gradguard check --jobs 1 --no-cache``,
+TorchFix and Fixit on the same files (each in its own virtualenv, bench/corpus/.tools-venv, so their libcst never
+meets the project's), bench_lsp.py (editor latency and server memory after opening the corpus's 20 largest files),
+bench_coldstart.py (spawning ``gradguard lsp`` to the first diagnostics of a small file, with ``import
+pygls.lsp.server`` as the floor) and bench_probe.py.
 ``--quick`` (under two minutes): peers on every 40th corpus file, fewer editor iterations, one probe workload.
 """
 
@@ -126,6 +126,20 @@ def run_peer(bin_dir: Path, name: str, files: list[Path]) -> tuple[float | None,
     return cpu, wall, f"exit {done.returncode}, {len(lines)} output lines" + (f"; {summary}" if summary else "")
 
 
+def check_peak_rss(folders: list[Path]) -> tuple[float, float]:
+    """Peak RSS (MB: the kernel's kB / 1000, as ``/usr/bin/time -v`` gives it) and CPU seconds of ``gradguard check
+    --jobs 1 --no-cache`` over ``folders``, as the kernel counts them for that child alone (``os.wait4``:
+    ``RUSAGE_CHILDREN`` would give the largest of every benchmark run before it).  RSS does not vary with the load."""
+    command = [sys.executable, "-m", "gradguard", "check", "--jobs", "1", "--no-cache", "--exit-zero", "--no-progress",
+               *map(str, folders)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"gradguard check exited with {process.returncode}")
+    return usage.ru_maxrss / 1000, usage.ru_utime + usage.ru_stime
+
+
 def machine() -> dict:
     model = ""
     try:
@@ -149,7 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="under two minutes: samples and fewer iterations")
     parser.add_argument("--json", type=Path, help="also write every figure to FILE")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: peers,lsp,coldstart,probe")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: rss,peers,lsp,coldstart,probe")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     started = time.perf_counter()
@@ -216,6 +230,16 @@ def main() -> None:
             f"{c:.2f} ({w:.2f} wall) = {c / pc:.2f}× ast.parse", "≤ 1×", c / pc <= 1)
     except BaseException as e:  # noqa: BLE001 - report and go on
         row("all cores / cache (bench_cache)", f"failed: {e}")
+
+    # ---- memory of a whole-corpus run in one process
+    if "rss" not in skip:
+        log("peak RSS: gradguard check --jobs 1 --no-cache")
+        try:
+            rss, cpu = check_peak_rss(folders)
+            row("peak RSS of `gradguard check --jobs 1 --no-cache` over the corpus",
+                f"{rss:.1f} MB ({cpu:.1f} CPU s)", "≤ 100 MB", rss <= 100)
+        except (OSError, RuntimeError) as e:
+            row("peak RSS of `gradguard check --jobs 1 --no-cache` (not measured)", str(e))
 
     # ---- peers
     if "peers" not in skip:
