@@ -145,31 +145,37 @@ def prove(t: Target, d: dict, others: list[dict], timeout: float) -> tuple[bool,
             fixed = _fixed_copy(t, d, tmp_path, others)
         except ValueError as exc:
             return False, f"edits do not apply: {exc}"
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
-        if t.label == "fixtures":
-            code = _FIXTURE_PROOF.format(tests=str(ROOT / "tests"), original=str(t.path), fixed=str(fixed))
-            argv, cwd = [realworld.python(), "-c", code], tmp_path
-        elif t.module:
-            argv, cwd = [realworld.python(), "-m", t.module], tmp_path
-        else:
-            argv, cwd = [realworld.python(), str(fixed)], tmp_path
-        try:
-            p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False, "timeout"
-        if p.returncode != 0:
-            return False, realworld.last_exception_line(p.stderr) or f"exit {p.returncode}"
-        out = p.stdout.splitlines()
-        if t.label == "fixtures":
-            ok = "PROOF: equal" in out
-            return ok, "reference gradients" if ok else "gradients differ from reference()"
-        if t.label == "ours":
-            ok = not any(line.strip() == realworld.SILENT_MARKER for line in out)
-            return ok, "runs clean" + (", gradients of the thread's fix" if t.silent else "") if ok else \
-                "gradients differ from the thread's fix"
-        checks = [line for line in out if line.startswith("grad check:")]
-        ok = not t.silent or (checks and all(line.split(":", 1)[1].strip() == "True" for line in checks))
-        return bool(ok), ("runs clean" + (", grad check True" if t.silent else "")) if ok else "grad check False"
+        return judge(t, fixed, tmp_path, timeout)
+
+
+def judge(t: Target, fixed: Path, tmp_path: Path, timeout: float) -> tuple[bool, str]:
+    """Run the fixed copy ``fixed`` of ``t`` (inside ``tmp_path``): whether it runs clean with the reference
+    gradients (a fixture's ``reference()``, the thread's fix for a silent case), and what was seen."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
+    if t.label == "fixtures":
+        code = _FIXTURE_PROOF.format(tests=str(ROOT / "tests"), original=str(t.path), fixed=str(fixed))
+        argv, cwd = [realworld.python(), "-c", code], tmp_path
+    elif t.module:
+        argv, cwd = [realworld.python(), "-m", t.module], tmp_path
+    else:
+        argv, cwd = [realworld.python(), str(fixed)], tmp_path
+    try:
+        p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, "timeout"
+    if p.returncode != 0:
+        return False, realworld.last_exception_line(p.stderr) or f"exit {p.returncode}"
+    out = p.stdout.splitlines()
+    if t.label == "fixtures":
+        ok = "PROOF: equal" in out
+        return ok, "reference gradients" if ok else "gradients differ from reference()"
+    if t.label == "ours":
+        ok = not any(line.strip() == realworld.SILENT_MARKER for line in out)
+        return ok, "runs clean" + (", gradients of the thread's fix" if t.silent else "") if ok else \
+            "gradients differ from the thread's fix"
+    checks = [line for line in out if line.startswith("grad check:")]
+    ok = not t.silent or (checks and all(line.split(":", 1)[1].strip() == "True" for line in checks))
+    return bool(ok), ("runs clean" + (", grad check True" if t.silent else "")) if ok else "grad check False"
 
 
 def _show(r: dict) -> None:

@@ -21,7 +21,7 @@ from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module, without_findings
 from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
-from .fixes.context import entry_line
+from .fixes.context import backward_lines, entry_line
 from .inference.events import Finding, span_of
 from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE
@@ -226,7 +226,8 @@ def _still_found(before: parsing.Parsed, path: str) -> StillFound:
         if isinstance(again, parsing.SyntaxProblem):
             return True
         found = analyze_module(again.tree, path, lines, use_jedi=False, only_line=finding.line)
-        return any(f.code == finding.code and entry_line(f) == finding.line for f in found)
+        return any(f.code == finding.code and (entry_line(f) == finding.line or finding.backward_line in backward_lines(f))
+                   for f in found)
 
     return check
 

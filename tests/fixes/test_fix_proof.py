@@ -301,6 +301,8 @@ UNSAFE_ONLY = {
         "the sum of the loss tensors replaces a new leaf made of their numbers: it keeps their dtype and device"),
     "GG102/pos_inference_mode_clip_logits": _GG102_INTO_GRAPH,
     "GG102/pos_data_scale_forward_output": _GG102_INTO_GRAPH,
+    "GG102/pos_data_channels_normalised_from_data": _GG102_INTO_GRAPH,
+    "GG102/pos_detach_mask_scaled_from_detach": _GG102_INTO_GRAPH,
     "GG102/pos_data_temperature_scores": _GG102_INTO_GRAPH,
     "GG102/pos_detach_alias_clamp_encoder_output": _GG102_INTO_GRAPH,
     "GG102/pos_nograd_gate_scale_hidden": _GG102_INTO_GRAPH,
@@ -321,6 +323,8 @@ UNSAFE_ONLY = {
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
     "GG101/pos_gan_no_detach_shared_d_output": "`D(fake)` computed again after the step sees the updated discriminator",
+    "GG101/pos_shared_generator_optimizer_two_steps_before_d_fake": "the fake computed again after both generator "
+                                                                    "steps comes from the updated generator",
     "GG101/pos_built_mlp_critic_step_before_policy_backward": "the policy's loss computed again after the step sees "
                                                               "the updated critic",
     "GG101/pos_comprehension_params_step_before_actor_backward": "the actor's loss computed again after the step "

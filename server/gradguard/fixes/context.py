@@ -65,6 +65,12 @@ class CannotFix(Exception):
 FIX_STEPS_PER_CHARACTER = 5
 
 
+def backward_lines(finding: Finding) -> set[int]:
+    """The lines of the backwards a finding's write breaks."""
+    mutation = finding.mutation
+    return {c.sink.node.lineno for c in mutation.conflicts if c.sink.kind == "backward"} if mutation else set()
+
+
 def entry_line(finding: Finding) -> int:
     """The line of the statement a finding's write (or the call leading to it) is made on: how a finding is
     found again in a changed text (``FindingId.line``)."""
@@ -79,6 +85,10 @@ class FindingId:
 
     code: str
     line: int
+    # The line of the backward it breaks, when known: a candidate that leaves that backward broken by another
+    # write of the same code (a forward computed again after one step, and another step before the backward)
+    # has not removed the finding, only moved it.
+    backward_line: int | None = None
 
 
 # Is the finding still there once the text is ``fixed``?  The caller of the fixes (``api``) answers by analysing

@@ -244,12 +244,14 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
     if view_binding is not None:
         # `wt = w.t(); wt.add_(1)`: copy w before the view is taken
         start, leaf = view_binding
-    if write.kind == "method" and write.value_use and direct and start is stmt:
-        # `weights = logits.exp_()` where nothing reads `logits`'s value later: `logits.exp()` is the same
+    if write.kind in ("method", "functional") and write.value_use and direct and start is stmt:
+        # `weights = logits.exp_()`, `x = F.relu(x, inplace=True)` where nothing reads the leaf's value later:
+        # `logits.exp()`, `F.relu(x, inplace=False)` is the same
         report = write.sharing(ctx, name)
-        if not write.value_read_after(ctx, name) and report.clean:
-            new_value = out_of_place(ctx, write.call)
-            rw.replace_node(ctx.cst(write.call), new_value)
+        if (rebinds(stmt, name) or not write.value_read_after(ctx, name)) and report.clean:
+            call = ctx.cst(write.call)
+            new_value = out_of_place(ctx, write.call) if write.kind == "method" else _not_inplace(ctx, write.call, call)
+            rw.replace_node(call, new_value)
             return rw, code(new_value), True
     anchor, reads = copy_anchor(ctx, scope, start, lambda at: later_reads_of_name(ctx, scope, at, leaf))
     if assigned_after(ctx, scope, anchor, leaf, stmt):

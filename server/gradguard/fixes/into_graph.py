@@ -61,13 +61,16 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     if copied:
         new = f"{name} = " + _copied_in_graph(ctx, write.call, name)
     elif write.kind == "method":
-        new = f"{name} = " + code(out_of_place(ctx, write.call, obj=cst.Name(name)))
+        new = f"{name} = " + code(_reads_in_graph(out_of_place(ctx, write.call, obj=cst.Name(name)), name))
     elif write.kind == "augassign":
-        new = f"{name} = " + code(aug_to_binop(ctx.cst(stmt)).with_changes(left=cst.Name(name)))
+        new = f"{name} = " + code(_reads_in_graph(aug_to_binop(ctx.cst(stmt)).with_changes(left=cst.Name(name)), name))
     else:
         outer = block if block is not None else stmt
+        value = ctx.source(stmt.value)
+        if _hidden_reads(stmt.value, name):
+            value = code(_reads_in_graph(ctx.cst(stmt.value), name))
         new = (f"{name} = {name}.clone(){ctx.newline}{ctx.indent_of(outer)}"
-               f"{name}[{ctx.source(write.target.slice)}] = {ctx.source(stmt.value)}")
+               f"{name}[{ctx.source(write.target.slice)}] = {value}")
     replaced = block if block is not None else stmt
     ctx.require_own_lines(replaced)
     line, column, end_line, end_column = ctx.char_range(replaced)
@@ -134,6 +137,29 @@ def _inference_mode_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
     if item.args and not (len(item.args) == 1 and isinstance(item.args[0], ast.Constant) and item.args[0].value is True):
         return None
     return parent
+
+
+def _hidden_reads(expr: ast.expr, name: str) -> bool:
+    """Does ``expr`` read ``name.data`` or ``name.detach()``?"""
+    return any(not isinstance(n, ast.Name) and _unhidden_name(n) == name for n in ast.walk(expr))
+
+
+def _reads_in_graph(node: cst.CSTNode, name: str) -> cst.CSTNode:
+    """``node`` with its reads of ``name.data`` and ``name.detach()`` made reads of ``name``: a write put in the
+    graph that still computed its values from ``.data`` would leave them cut from it (the gradient lost again)."""
+    cst = cst_mod()
+
+    def hidden(n: cst.CSTNode) -> bool:
+        if isinstance(n, cst.Attribute):
+            return n.attr.value == "data" and isinstance(n.value, cst.Name) and n.value.value == name
+        return (isinstance(n, cst.Call) and not n.args and isinstance(n.func, cst.Attribute)
+                and n.func.attr.value == "detach" and isinstance(n.func.value, cst.Name) and n.func.value.value == name)
+
+    class Unhide(cst.CSTTransformer):
+        def on_leave(self, original, updated):
+            return cst.Name(name) if hidden(updated) else updated
+
+    return node.visit(Unhide())
 
 
 def _unhidden_name(target: ast.expr) -> str | None:

@@ -261,15 +261,30 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
         after = sorted([*moved, *recomputed], key=lambda st: st.lineno)
         if not any(isinstance(n, ast.Call) for st in after for n in ast.walk(st)):
             continue
-        edits = move_statements_after(ctx, moved, after, step)
+        edits = move_statements_after(ctx, moved, after, _latest_place(block, i, after))
         # Statements left before the step may hold part of the graph too: offer only what analyses clean.
         # (A write inside a helper is found on the helper's line; its entry is the statement that was moved.)
         entry = mutation.entry().lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)
-        if not ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, entry)):
+        fixed = apply_edits(ctx.text, edits)
+        # Every edit is above the backward: it moves down by the lines the recomputed statements add.
+        backward = sink.node.lineno + fixed.count("\n") - ctx.text.count("\n")
+        if not ctx.still_found(fixed, FindingId(code, entry, backward)):
             shown = ctx.source(after[0]).splitlines()[0]
             return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights "
                        "(unsafe: the forward now uses them)", False, tuple(edits))
     raise CannotFix("no forward computed before the step can be computed after it instead")
+
+
+def _latest_place(block: list[ast.stmt], step: int, after: list[ast.stmt]) -> ast.stmt:
+    """The statement the forward goes below: the last one before the first that reads what it computes, so that
+    a later step of the same parameters (a second generator's step on a shared optimizer) runs before it too.
+    The step itself when something in between writes a name the forward reads."""
+    made = set().union(*(_writes(st) for st in after))
+    needs = set().union(*(_reads(st) for st in after))
+    k = step
+    while k + 1 < len(block) and not (_reads(block[k + 1]) & made) and not (_writes(block[k + 1]) & (needs | made)):
+        k += 1
+    return block[k]
 
 
 def _forward_before(block: list[ast.stmt], step: int, down: int) -> tuple[list[ast.stmt], list[ast.stmt]]:

@@ -91,7 +91,8 @@ def _name(owner: Tensor) -> str:
 # ---- The fix --------------------------------------------------------------------------------------
 def fix(ctx: FixContext, finding: Finding) -> Fix:
     """Move the `.data` write after the backward that needs the old value.  A hidden write the forward reads
-    goes into the graph instead (moving it would change the forward): the same op out of place, with grad on;
+    (no backward needs the old value, or the backward's loss reads the new one) goes into the graph instead
+    (moving it would change the forward): the same op out of place, with grad on;
     through a NumPy view, the torch twin of the NumPy op on the tensor itself."""
     mutation = finding.mutation
     if not mutation.conflicts:
@@ -100,7 +101,10 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         except CannotFix:
             return _numpy_view_in_graph(ctx, mutation)
 
-    return _write_after_backward(ctx, finding)
+    try:
+        return _write_after_backward(ctx, finding)
+    except CannotFix:  # the backward's loss reads the written values: they belong in the graph
+        return write_in_graph(ctx, finding)
 
 
 def _write_after_backward(ctx: FixContext, finding: Finding) -> Fix:
