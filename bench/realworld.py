@@ -23,6 +23,13 @@ and measure how many of them gradguard finds.
         share of findings not on a culprit line; writes the per-case results and the misses into DIR
         (default .realworld_out/).
 
+    python bench/realworld.py folder [--timeout S] [--jobs N] [--out DIR]
+        The one-run figure (issue 31): ONE `gradguard check --probe --format json` over the case folder
+        (bench/realworld/cases) and ../shared/realworld-dev/cases together, as a user would run it on a folder, and each
+        case scored from that one report as `score` does (found = a diagnostic on a culprit line).  Prints the
+        found share per set and over both, the cases not found, and the files the probe did not run to the end.
+        A benchmark, not a test: it takes as long as every case's run (minutes).
+
     python bench/realworld.py ratchet
         Scores static on both sets and writes the found counts into bench/realworld/ratchet.json (what
         tests/test_realworld.py holds the analyser to).  Only run it when recall went up.
@@ -557,6 +564,62 @@ def cmd_score(args) -> int:
     return 0
 
 
+def cmd_folder(args) -> int:
+    """One `check --probe` over both case folders; each case scored from that one report."""
+    sets = [("ours", our_targets(args.only))]
+    folders = [CASES]
+    if DEV.exists():
+        sets.append(("realworld_dev", dev_targets(args.only)))
+        folders.append(DEV / "cases" if (DEV / "cases").is_dir() else DEV)  # its cases, not its own scripts
+    argv = [python(), "-m", "gradguard", "check", "--probe", "--format", "json", "--no-cache", "--no-progress",
+            "--exit-zero", "--quiet", "--timeout", str(int(args.timeout)), "--jobs", str(args.jobs)]
+    argv += [str(f) for f in folders]
+    env = dict(os.environ, GRADGUARD_NO_CACHE="1")
+    t0 = time.time()
+    p = subprocess.run(argv, cwd=str(ROOT), env=env, capture_output=True, text=True)
+    seconds = time.time() - t0
+    try:
+        report_json = json.loads(p.stdout)
+        diags = report_json["diagnostics"]
+    except (ValueError, KeyError, TypeError):
+        print(f"gradguard failed (rc={p.returncode}): {(p.stdout + p.stderr).strip()[-600:]}")
+        return 1
+    for d in diags:
+        for loc in [d] + list(d.get("related") or []):
+            if loc.get("path"):
+                loc["path"] = os.path.realpath(os.path.join(ROOT, loc["path"]))
+    out_dir = Path(args.out) if args.out else OUT
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines, dump, total, found_all = [], {}, 0, 0
+    for label, targets in sets:
+        by = collections.defaultdict(list)
+        for d in diags:
+            owner = _owner(d.get("path", ""), targets)
+            if owner is not None:
+                by[owner.name].append(d)
+        results = [score_one(t, by[t.name], None) for t in targets]
+        s = summarize(results)
+        total, found_all = total + s["cases"], found_all + s["found"]
+        lines.append(f"{label}: found {s['found']}/{s['cases']} ({s['found'] / max(1, s['cases']):.1%}), "
+                     + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
+        lines += [f"  not found: {r['case']} ({r['status']})" for r in results if r["status"] != "found"]
+        dump[label] = {"summary": s, "results": results}
+    probe_part = report_json.get("probe") or {}
+    files = probe_part.get("files") or []
+    unfinished = [f for f in files if f.get("outcome") not in ("ran", "stopped-by-finding", "no-entry")]
+    lines.append(f"one run over {len(folders)} folder(s): found {found_all}/{total} ({found_all / max(1, total):.1%}) "
+                 f"in {seconds:.0f}s (--jobs {args.jobs}, --timeout {int(args.timeout)})")
+    if unfinished:
+        lines.append(f"files not run to the end: {len(unfinished)}")
+        lines += [f"  {f.get('path')}: {f.get('outcome')} {f.get('detail', '')}"[:200] for f in unfinished]
+    lines.append("file outcomes: " + ", ".join(f"{k} {v}" for k, v in (probe_part.get("counts") or {}).items()))
+    dump["files"] = files
+    (out_dir / "folder.json").write_text(json.dumps(dump, indent=1))
+    print("\n".join(lines))
+    print(f"per-case results: {out_dir / 'folder.json'}")
+    return 0
+
+
 def static_counts() -> dict:
     """{"ours": {"found", "cases"}, "realworld_dev": {...}} (realworld_dev only when present)."""
     out = {}
@@ -594,9 +657,14 @@ def main(argv=None) -> int:
     s.add_argument("--only", help="only cases whose name contains this")
     s.add_argument("--per-file", action="store_true", help="one static gradguard process per case")
     s.add_argument("--timeout", type=float, default=60, help="probe seconds per case (default 60)")
+    f = sub.add_parser("folder", help="one `check --probe` over the case folders, each case scored from it")
+    f.add_argument("--out", help="folder for folder.json (default .realworld_out/)")
+    f.add_argument("--only", help="only score cases whose name contains this (the run still covers the folders)")
+    f.add_argument("--timeout", type=float, default=60, help="probe seconds per file (default 60)")
+    f.add_argument("--jobs", type=int, default=MAX_PROCS, help=f"probe workers (default {MAX_PROCS})")
     sub.add_parser("ratchet", help="record the static found counts in bench/realworld/ratchet.json")
     args = ap.parse_args(argv)
-    return {"verify": cmd_verify, "score": cmd_score, "ratchet": cmd_ratchet}[args.cmd](args)
+    return {"verify": cmd_verify, "score": cmd_score, "folder": cmd_folder, "ratchet": cmd_ratchet}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ _MIXED = ("a value from before the optimizer step is combined with one from afte
           "the step moves statements across it, which no fix does")
 _RETURN = ("the loss is computed and never returned: adding `return loss` at the method's end changes what the trainer "
            "does with every batch, and no fix inserts a statement yet")
+_COPY = ("the copy needs an optimizer over its own parameters: building one means choosing its class and settings (and "
+         "what the wrapper's other methods hold), which no fix decides for the user")
 _BUFFER = ("values of several graphs share one buffer written in place: keeping them in separate tensors rewrites "
            "how the buffer is built and read, which no fix does")
 NO_FIX: dict[str, str] = {
@@ -85,6 +87,8 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_step_in_helper_after_forward": _STEP,
     "GG101/pos_returns_from_values_step_before_actor_backward": _STEP,
     "GG103/pos_training_step_logs_loss_without_return": _RETURN,
+    "GG103/pos_deepcopied_model_trained_with_original_optimizer": _COPY,
+    "GG103/pos_student_deepcopy_loop_steps_teacher_optimizer": _COPY,
     "GG103/pos_training_step_total_loss_in_branch_not_returned": _RETURN,
     "GG101/pos_similarity_from_features_step_before_second_loss": _STEP,
     "GG103/pos_auxiliary_term_from_no_grad_helper": _NO_GRAD,

@@ -374,6 +374,31 @@ def is_return(site: Site) -> bool:
     return statement is None or isinstance(statement, ast.Return)
 
 
+def first_reader_of_binding(site: Site) -> Site | None:
+    """For a statement ``name = <value>`` at ``site``: the first later statement of its function that reads ``name``
+    (where the value is handed on), as a Site of that statement; None when the statement binds no plain name or
+    nothing reads it."""
+    tree = _tree(site.path)
+    if tree is None:
+        return None
+    function = _innermost(tree, site.line, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    statement = _innermost_statement(function, site.line)
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1 \
+            or not isinstance(statement.targets[0], ast.Name):
+        return None
+    name = statement.targets[0].id
+    best = None
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) \
+                and node.lineno > (statement.end_lineno or statement.lineno):
+            reader = _innermost_statement(function, node.lineno)
+            if reader is not None and (best is None or reader.lineno < best.lineno):
+                best = reader
+    if best is None:
+        return None
+    return Site(site.path, best.lineno, best.col_offset + 1, best.end_lineno, best.end_col_offset + 1)
+
+
 def assignments_read_at(site: Site) -> list[Site]:
     """For each plain name the statement at ``site`` reads: the latest statement of its function, ending before
     ``site``, that binds it (``name = ...``, a tuple target too), as a Site of that statement.  Names bound only as

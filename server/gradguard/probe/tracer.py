@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 from torch.utils._python_dispatch import _pop_mode_temporarily
 
 from .asked import AskedGradients
+from .copies import CopiedParameters
 from .cuts import Cuts
 from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
 from .geometry import geometry_of, overlaps
@@ -350,6 +351,8 @@ class Tracer(TorchDispatchMode):
         self.stale_grads = StaleGrads(user, self.internal_errors)  # gradients a step applied, added to, applied again
         self.grad_mode = GradMode(user, self.internal_errors)  # where grad mode was switched off, for a backward then
         self.returned = ReturnedLoss(user, self.internal_errors)  # a training_step that computes a loss, returns None
+        self.copied = CopiedParameters(user, self.internal_errors)  # an optimizer left holding a deep copy's originals
+        self.copied.optimizer_of = self.flags.optimizer_of
         self.cuts.on_data = self.provenance.read_detached  # `.data.numpy()` is a read, as `.detach().numpy()` is
         self.ops = 0  # aten ops seen: none means the target only defined things
         self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
@@ -393,9 +396,11 @@ class Tracer(TorchDispatchMode):
         self.grad_mode.install()
         self.stale_grads.install()
         self.returned.install()
+        self.copied.install()
         return entered
 
     def __exit__(self, *exc):
+        self.copied.uninstall()
         self.returned.uninstall()
         self.stale_grads.uninstall()
         self.grad_mode.uninstall()
@@ -1394,7 +1399,7 @@ class Tracer(TorchDispatchMode):
             placed.setdefault(key, len(found))
             found.append(finding)
         found += (self.hooks.findings() + self.asked.findings() + self.flags.findings() + self.stale_grads.findings()
-                  + self.returned.findings())
+                  + self.returned.findings() + self.copied.findings())
         taken = {(f.site.path, f.site.line) for f in found}
         found += [f for f in self.cuts.findings() if (f.site.path, f.site.line) not in taken]
         taken = {(f.site.path, f.site.line) for f in found}
