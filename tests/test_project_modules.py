@@ -190,3 +190,30 @@ def test_a_folder_named_like_torch_is_not_taken_for_torch(tmp_path: Path):
     found = _check(tmp_path, "main.py")
     assert [(d["code"], d["line"]) for d in found] == [("GG101", 14)]
     assert all("torch" not in Path(r["path"]).parts for d in found for r in d["related"])
+
+
+def test_a_batch_forgets_the_modules_its_last_files_did_not_read_and_reads_them_again(tmp_path: Path):
+    """``batch.analyze_chunk(..., alone=True)`` drops a project module no file read in its last
+    ``FORGET_AFTER_FILES`` files (with its nodes' marks as another file's); a later file that imports it reads it
+    again and gets the same findings, the other file still named in the message."""
+    from gradguard import batch, messages
+    from gradguard.config import Config
+    from gradguard.inference import project
+
+    files, entry, import_from = LAYOUTS["relative import in a package"]
+    others = {f"pkg/other_{i}.py": "import torch\n\nx = torch.zeros(3)\nx.add_(1)\n"
+              for i in range(project.FORGET_AFTER_FILES + 1)}
+    _write(tmp_path, {**files, entry: TRAIN.format(import_from=import_from), **others})
+    model = (tmp_path / "pkg" / "model.py").resolve()
+    pair = (str(tmp_path / entry),) * 2  # the display name is the path the analysis resolves imports from
+
+    first, crashes, _ = batch.analyze_chunk([pair], Config(), alone=True)
+    assert not crashes and model in project._PARSED
+    batch.analyze_chunk([(str(tmp_path / name),) * 2 for name in others], Config(), alone=True)
+    assert model not in project._PARSED
+    assert not any(path == str(model) for _, path in messages._OTHER_FILE_NODES.values())
+
+    again, crashes, _ = batch.analyze_chunk([pair], Config(), alone=True)
+    assert not crashes and model in project._PARSED
+    assert [d.code for d in first[0].diagnostics] == ["GG101"]
+    assert again[0].diagnostics == first[0].diagnostics and " of model.py" in again[0].diagnostics[0].message

@@ -16,6 +16,7 @@ from . import api, engine
 from .config import Config
 from .diagnostics import UNREADABLE, FileResult
 from .files import Target
+from .inference.project import forget_modules
 from .result_cache import ResultCache, digest_of
 
 PARALLEL_MIN_FILES = 8
@@ -36,11 +37,14 @@ def analyze_one(path: Path, display: str, config: Config) -> tuple[FileResult, s
     return api.analyze_bytes(data, display, config), digest_of(data)
 
 
-def analyze_chunk(chunk: Sequence[Pair], config: Config) -> tuple[list[FileResult], list[str], dict[str, str]]:
+def analyze_chunk(chunk: Sequence[Pair], config: Config, alone: bool = False
+                  ) -> tuple[list[FileResult], list[str], dict[str, str]]:
     """Analyse (path, display) pairs; runs in worker processes.  Crashes are bugs: report, go on.  The third
     item maps each display name to the digest of the bytes its result is the analysis of.  Each file is
     analysed once here, so the engine's memos of function texts, kept for an edited document's next version,
-    are emptied after each (``engine.forget_texts``)."""
+    are emptied after each (``engine.forget_texts``).  ``alone``: no other analysis runs in this process (the
+    CLI, its workers), so the project modules the last files did not read are dropped too
+    (``project.forget_modules``); the language server's threads leave them."""
     results, crashes, digests = [], [], {}
     for path, display in chunk:
         try:
@@ -50,6 +54,8 @@ def analyze_chunk(chunk: Sequence[Pair], config: Config) -> tuple[list[FileResul
             continue
         finally:
             engine.forget_texts()
+            if alone:
+                forget_modules()
         results.append(result)
         if digest is not None:
             digests[display] = digest
@@ -98,7 +104,8 @@ def in_pool(pairs: list[Pair], config: Config, jobs: int, progress: Progress, re
         owned = pool is None
         pool = pool or ProcessPoolExecutor(max_workers=min(jobs, len(pending)), initializer=_ignore_sigint)
         try:
-            futures = {pool.submit(analyze_chunk, chunk, config): chunk for chunk in pending}
+            alone = isinstance(pool, ProcessPoolExecutor)  # each worker process analyses one chunk at a time
+            futures = {pool.submit(analyze_chunk, chunk, config, alone): chunk for chunk in pending}
             for future in as_completed(futures):
                 chunk_results, chunk_crashes, chunk_digests = future.result()
                 results += chunk_results
@@ -131,7 +138,7 @@ def analyze_files(targets: list[Target], config: Config, jobs: int, progress: Pr
     if jobs > 1 and len(pairs) >= PARALLEL_MIN_FILES:
         pairs = in_pool(pairs, config, jobs, progress, results, crashes, digests=digests)
     for pair in pairs:
-        chunk_results, chunk_crashes, chunk_digests = analyze_chunk([pair], config)
+        chunk_results, chunk_crashes, chunk_digests = analyze_chunk([pair], config, alone=True)
         results += chunk_results
         crashes += chunk_crashes
         digests.update(chunk_digests)

@@ -169,6 +169,7 @@ class Project:
                 mark_other_file(cached[1].tree, None)  # read anew: the old nodes are no longer the module's
             module = _parse_module(path, stat.st_size, self.function_bases)
         _PARSED[path] = (stamp, module)
+        _READ_AT[path] = _files_done
         if module is not None:
             for info in module.classes.values():
                 self._classes[id(info.node)] = info
@@ -182,6 +183,26 @@ def _lines(node: ast.AST) -> int:
 # Modules parsed in this process, by path, with the (mtime, size) they were read at: a CLI run over a package
 # reads each module once however many files import it; an edit on disk is read again.
 _PARSED: dict[Path, tuple[tuple, ProjectModule | None]] = {}
+# For each, the count of ``forget_modules`` calls (files a batch finished) when a file last read it.
+_READ_AT: dict[Path, int] = {}
+_files_done = 0
+
+# A batch forgets a module no file read in this many of its last files: files come folder by folder, and a run over
+# several packages kept the modules of every package it had left (30 MB of accelerate's in a run over four).
+FORGET_AFTER_FILES = 32
+
+
+def forget_modules(unread_for: int = FORGET_AFTER_FILES) -> None:
+    """Count one file done and drop the modules no file read in the last ``unread_for``.  For a batch between its
+    files only, when no analysis runs in this process: a dropped module's nodes lose their mark as another file's
+    (``mark_other_file``), which an analysis still holding the module would need for its messages."""
+    global _files_done
+    _files_done += 1
+    for path in [p for p, done in _READ_AT.items() if _files_done - done > unread_for]:
+        del _READ_AT[path]
+        _, module = _PARSED.pop(path, (None, None))
+        if module is not None:
+            mark_other_file(module.tree, None)  # while the tree is alive, so no other node has these ids yet
 
 
 def _parse_module(path: Path, size: int, function_bases: frozenset[str]) -> ProjectModule | None:
