@@ -506,6 +506,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                                       and mutation.stale_conflict.save.id not in _backwarded(interp, mutation))
             if mutation.stale_use is not None and not mutation.stale_carried:
                 mutation.stale_detach = _late_detach(interp, mutation)
+            if mutation.stale_use is not None:
+                mutation.stale_kept = _kept_read(interp, mutation)
         mutation.read_after = _read_after(interp, mutation)
         mutation.asks = _asks_answered_by_new_value(interp, mutation)
     for graph_break in interp.breaks:
@@ -719,6 +721,24 @@ def _stale_use(interp: Interpreter, mutation: Mutation) -> tuple[StaleUse | None
         if use is not None and (c.save.id in backwarded or _carried(use, mutation)):
             return use, c
     return None, None
+
+
+def _kept_read(interp: Interpreter, mutation: Mutation):
+    """The read, between the update and the stale use, of a value an object kept in an attribute from before the
+    update, whose graph holds the conflicting save, when the loop carries it into its next iteration (the use comes
+    before the update in the loop's code): the object keeps it across steps (a cache filled once, a value prepared
+    before the loop).  A value kept on the object to pass it from one method to the next within one step (a
+    forward's outputs read by the losses) is not: the use after the update is the line to change there; nor is a
+    state the same assignment keeps anew on each call after the update (a recurrent state kept on the module),
+    which is meant to be carried and is cut where each step begins."""
+    use, save = mutation.stale_use, mutation.stale_conflict.save
+    if not _carried(use, mutation):
+        return None
+    read = next((r for r in interp.kept_reads if mutation.seq <= r.seq <= use.seq and save.id in r.graph
+                 and r.graph <= use.inputs), None)
+    if read is None or any(stmt is read.store and seq >= mutation.seq for stmt, seq in interp.kept_stores):
+        return None
+    return read
 
 
 def _late_detach(interp: Interpreter, mutation: Mutation):

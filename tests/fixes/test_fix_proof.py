@@ -44,7 +44,15 @@ from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys
 
 _GG102_INTO_GRAPH = "the write, put into the graph, now passes its gradient through the op, where it skipped it before"
 
+_KEPT_ACROSS_STEPS = (
+        "the object keeps the value across steps: keeping it detached stops the gradient through it, computing it "
+        "anew on each call drops the cache; which one is meant is the author's choice, so no fix is offered"
+    )
+
 NO_FIX = {
+    "GG101/pos_prototypes_cached_on_module_with_graph": _KEPT_ACROSS_STEPS,
+    "GG101/pos_cache_filled_lazily_on_holder_object": _KEPT_ACROSS_STEPS,
+    "GG101/pos_representation_prepared_before_loop_kept_on_module": _KEPT_ACROSS_STEPS,
     "GG101/pos_state_detached_after_inner_loop": (
         "the state lives on the module and its detach is a method the loop calls once per sequence: moving that "
         "call into the loop that steps moves a statement into another block, which no fix does"
@@ -335,6 +343,8 @@ UNSAFE_ONLY = {
     "GG101/pos_gan_helper_train_discriminator": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_wgan_clip_helper_after_generator_forward": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_tbptt_retain_graph_without_detach": "detaching the carried state truncates backpropagation between chunks",
+    "GG101/pos_dataclass_holder_critic_step_before_actor_backward": "the actor's loss computed again after the step "
+                                                                     "sees the updated critic",
     "GG101/pos_multitask_loop_over_task_losses": "each task's loss, computed in the loop, sees the weights the steps before it updated",
     "GG001/pos_categorical_logits_mask": "`Categorical(logits=logits)` may keep `logits`; the distribution is used later",
     "GG001/pos_conv_input_clamp": "`x` is forward's argument: the caller's tensor is no longer clamped",

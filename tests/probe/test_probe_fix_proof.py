@@ -47,8 +47,6 @@ _VIEW_HELPER = ("the write is in a helper called on each view; the GG004 fix rew
                 "made, not a helper's write through its parameter")
 _ZERO_GRAD = ("the gradients are never cleared between steps: where zero_grad() goes (before which backward, on which "
               "optimizer or module) is the user's call, and no fix inserts a statement yet")
-_STORED = ("the stored value keeps its graph across the step: storing it detached or recomputing it each step changes "
-           "what trains through it, which no rewrite decides for the user")
 _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history: keeping the tensor itself (no new leaf) needs the module "
               "attribute set without registering a parameter, which no fix rewrites yet")
 _MIXED = ("a value from before the optimizer step is combined with one from after it: computing both on one side of "
@@ -67,8 +65,6 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_grads_not_cleared_between_batches": _ZERO_GRAD,
     "GG101/pos_grads_not_cleared_in_update_helper": _ZERO_GRAD,
     "GG101/pos_critic_grads_kept_across_adversarial_steps": _ZERO_GRAD,
-    "GG101/pos_prototypes_cached_on_module_with_graph": _STORED,
-    "GG101/pos_memory_bank_stored_on_holder_object": _STORED,
     "GG103/pos_parameter_of_fused_weights": _PARAMETER,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
     "GG001/pos_accessor_stores_into_state_a_graph_saved": (

@@ -236,7 +236,7 @@ class CallsMixin:
         if info is not None and not info.is_module:
             found = find_method(self.ctx.classes_for(info), info, "__call__")
             return self._call_method(found, instance, args, kwargs, node)
-        return self.call_module(instance, args, node)
+        return self.call_module(instance, args, node, kwargs=kwargs)
 
     def _call_method(self, found, instance: ModuleValue, args: list[Value], kwargs: dict[str, Value],
                      node: ast.AST, max_depth: int = 5) -> Value:
@@ -260,7 +260,7 @@ class CallsMixin:
         if found is not None:
             args, kwargs = self._eval_call_args(node)
             if name == "forward":
-                return self.call_module(instance, args, node)
+                return self.call_module(instance, args, node, kwargs=kwargs)
             return self._call_method(found, instance, args, kwargs, node)
         return self._module_method(instance, name, node)
 
@@ -853,12 +853,13 @@ class CallsMixin:
                 result.graph = result.graph | {self._save(result, label, "output", node, cond == Grad.YES).id}
         return result
 
-    def call_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool = False) -> Value:
+    def call_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool = False,
+                    kwargs: dict[str, Value] | None = None) -> Value:
         """Apply an nn.Module: a ``forward`` of the file's own runs in place (``torch_forward``: skip it, for
-        ``super().forward``); torch layers use the generated table.  A full backward hook on it wraps what goes
+        ``super().forward``, with the call's keywords bound by name); torch layers use the generated table.  A full backward hook on it wraps what goes
         in and what comes out."""
         if module.backward_hooked is None:
-            result = self._run_module(module, args, node, torch_forward)
+            result = self._run_module(module, args, node, torch_forward, kwargs)
             result = self._forward_hooked(module, args, result, node)
             if not self.state.grad_enabled and module.torch_module:  # a torch layer's weights are inputs too
                 info = self.k.module(module.cls)
@@ -867,7 +868,7 @@ class CallsMixin:
                 result = self.made_with_grad_off(result, node, [*args, *weights])
             return self.note_stale_use(node, args, result) if self.stale else result
         args = [self.hooked_tensors(module, a) for a in args]
-        result = self._forward_hooked(module, args, self._run_module(module, args, node, torch_forward), node)
+        result = self._forward_hooked(module, args, self._run_module(module, args, node, torch_forward, kwargs), node)
         return self.hooked_tensors(module, result)
 
     def _forward_hooked(self, module: ModuleValue, args: list[Value], result: Value, node: ast.AST) -> Value:
@@ -893,7 +894,8 @@ class CallsMixin:
         finally:
             self.state.grad_enabled = grad
 
-    def _run_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool) -> Value:
+    def _run_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool,
+                    kwargs: dict[str, Value] | None = None) -> Value:
         if module.children and module.cls == "Sequential" and module.user_class is None:
             value = args[0] if args else UNKNOWN
             for child in module.children:
@@ -904,7 +906,7 @@ class CallsMixin:
         info = self.ctx.class_of(module)
         found = find_method(self.ctx.classes_for(info), info, "forward") if info is not None and not torch_forward else None
         if found is not None:
-            result = self.inline(found[0], args, {}, node, self_value=module, owner=found[1])
+            result = self.inline(found[0], args, kwargs or {}, node, self_value=module, owner=found[1])
             if result is not None and not isinstance(result, PLAIN):
                 return result
             # A forward we could not follow: its output is computed from its inputs and parameters, but we

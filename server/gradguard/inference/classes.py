@@ -29,6 +29,10 @@ class ClassInfo:
     torch_base: str | None = None
     autograd_function: bool = False  # derives from ``torch.autograd.Function``: ``Foo.apply`` runs its forward
     module_path: str | None = None  # the project module it is defined in, when not the analysed file
+    # A ``@dataclass`` whose ``__init__`` the decorator writes: it binds each field from the arguments, by
+    # position then by name, else from the field's default.
+    dataclass_init: bool = False
+    fields: list[tuple[str, "ast.expr | None"]] = field(default_factory=list)  # a dataclass's own, see _own_fields
     shared_by_copies: ClassVar[bool] = True  # see ``values.copy_values``
 
     @property
@@ -67,12 +71,52 @@ def find_classes(nodes: list[ast.ClassDef], imports: dict[str, str],
                 info.bases.append(base.id)
             elif (getattr(base, "attr", None) or getattr(base, "id", "")).endswith("Module"):
                 info.torch_base = info.torch_base or "Module"  # `nn.Module` through an import we cannot resolve
+        if any(_is_dataclass_decorator(d, imports) for d in node.decorator_list):
+            info.fields = _own_fields(node, imports)
+            info.dataclass_init = own_method(node, "__init__") is None and not any(
+                isinstance(d, ast.Call) and k.arg == "init" and isinstance(k.value, ast.Constant)
+                and k.value.value is False for d in node.decorator_list for k in getattr(d, "keywords", ()))
         classes[node.name] = info
     for info in classes.values():  # inherit the torch base through the file's own bases
         if info.torch_base is None:
             info.torch_base = next((b.torch_base for b in mro(classes, info)[1:] if b.torch_base), None)
         info.autograd_function = any(b.autograd_function for b in mro(classes, info))
     return classes
+
+
+def _is_dataclass_decorator(dec: ast.expr, imports: dict[str, str]) -> bool:
+    """``@dataclass``, ``@dataclasses.dataclass(...)``."""
+    return qualified_name(dec.func if isinstance(dec, ast.Call) else dec, imports) == "dataclasses.dataclass"
+
+
+def _own_fields(node: ast.ClassDef, imports: dict[str, str]) -> list[tuple[str, ast.expr | None]]:
+    """The fields a dataclass body declares, in order, with their default (None: no default, or one the analysis
+    does not evaluate, such as ``field(default_factory=...)``): every annotated name but ``ClassVar`` ones and
+    ``field(init=False)``."""
+    fields = []
+    for stmt in node.body:
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.simple):
+            continue
+        ann = stmt.annotation.value if isinstance(stmt.annotation, ast.Subscript) else stmt.annotation
+        if (qualified_name(ann, imports) or "").endswith("ClassVar"):
+            continue
+        default = stmt.value
+        if isinstance(default, ast.Call) and qualified_name(default.func, imports) == "dataclasses.field":
+            if any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False
+                   for k in default.keywords):
+                continue
+            default = next((k.value for k in default.keywords if k.arg == "default"), None)
+        fields.append((stmt.target.id, default))
+    return fields
+
+
+def dataclass_fields(classes: dict[str, ClassInfo], info: ClassInfo) -> list[tuple[str, ast.expr | None]]:
+    """The parameters of a dataclass's generated ``__init__``, in order: its bases' fields first, a field
+    declared again keeping its first place and taking the later default."""
+    fields: dict[str, ast.expr | None] = {}
+    for cls in reversed(mro(classes, info)):
+        fields.update(cls.fields)
+    return list(fields.items())
 
 
 def mro(classes: dict[str, ClassInfo], info: ClassInfo) -> list[ClassInfo]:

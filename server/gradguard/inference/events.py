@@ -59,6 +59,18 @@ class StaleUse:
     marker: int
 
 
+@dataclass(frozen=True)
+class KeptRead:
+    """A read, after an update of parameters, of a tensor an object keeps in an attribute (``self.cache =
+    encoder(ids)``, read back on a later call) whose graph holds a save the update made stale: ``store`` is the
+    assignment that kept it with its graph."""
+
+    store: ast.stmt
+    read: ast.AST
+    seq: int
+    graph: frozenset[int]
+
+
 @dataclass
 class Mutation:
     node: ast.AST  # the statement/expression that writes
@@ -126,6 +138,9 @@ class Mutation:
     # The stale value is a state the code detaches, but only after the loop that runs the update has run it again
     # (and the failing backward with it): that detach, which belongs in the loop that updates.
     stale_detach: Detach | None = None
+    # The stale value reached the use from an attribute of an object that kept it, graph and all, from before the
+    # update (a cache filled once, a state kept between calls): that assignment is the line to change.
+    stale_kept: KeptRead | None = None
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

@@ -10,7 +10,7 @@ import ast
 from ..bounds import Unanalysed
 from ..knowledge.names import SHAPE_ATTRS, VIEW_ATTRS
 from .classes import ClassInfo, find_method, mro
-from .events import GradRead
+from .events import GradRead, KeptRead
 from .values import (
     INT,
     NOT_TENSOR,
@@ -40,6 +40,7 @@ from .values import (
     layer_choice,
     join,
     new_tensor,
+    surely_tensor,
     truth,
 )
 
@@ -291,6 +292,12 @@ class ExpressionsMixin:
 
     def _expr_Compare(self, node: ast.Compare) -> Value:
         values = [self.eval(node.left), *(self.eval(c) for c in node.comparators)]
+        if len(values) == 2 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and Const(None) in values:
+            # `if self.cache is None:` with the cache a tensor made on every path so far (a lazy cache's second
+            # call): not None.
+            other = values[0] if values[1] == Const(None) else values[1]
+            if surely_tensor(other):
+                return Const(isinstance(node.ops[0], ast.IsNot))
         if any(isinstance(v, Tensor) for v in values):
             return new_tensor(node, Grad.NO, label="a boolean mask")
         if all(isinstance(v, Const) for v in values):
@@ -439,7 +446,11 @@ class ExpressionsMixin:
         if isinstance(owner, TensorSeq) and node.attr in owner.fields:  # `x.max(dim=1).indices`
             return owner.items[owner.fields.index(node.attr)]
         if isinstance(owner, ModuleValue):
-            return self._module_attr(owner, node.attr, node)
+            value = self._module_attr(owner, node.attr, node)
+            if self.stale and isinstance(value, Tensor) and id(value) in self.kept and not self.stale.isdisjoint(
+                    value.graph):
+                self.kept_reads.append(KeptRead(self.kept[id(value)][0], node, self.seq, value.graph))
+            return value
         if isinstance(owner, Derived):
             return owner
         if isinstance(owner, CallableRef):

@@ -55,7 +55,8 @@ from .values import (
 
 # What a Function's backward may add to, besides mutations: dropped after it is run (it runs inside a backward).
 _EVENT_LISTS = ("mutations", "sinks", "breaks", "grad_reads", "asks", "hook_writes", "rebinds", "flags", "stale_uses",
-                "discarded", "detaches")
+                "discarded", "detaches", "kept_reads",
+                "kept_stores")
 
 # The methods of ``ctx`` that name tensors (their other methods only set flags).
 _CTX_TENSOR_METHODS = ("save_for_backward", "mark_dirty", "mark_non_differentiable")

@@ -9,7 +9,7 @@ import ast
 from ..knowledge.names import JOINING
 from ..statements import blocks
 from .calls import CALL_STATS
-from .classes import ClassInfo, find_method
+from .classes import ClassInfo, dataclass_fields, find_method
 from .imports import normalize, qualified_name
 from .state import GRAD_OFF_CONTEXTS, State
 from .values import (
@@ -232,12 +232,31 @@ class FollowedCallsMixin:
                                user_class=info.node)
         if torch_layer and isinstance(node, ast.Call):
             self.construct_torch_base(instance, node, args)  # `MyReLU(inplace=True)`: torch's constructor runs
-        found = find_method(self.ctx.classes_for(info), info, "__init__") if run_init else None
+        classes = self.ctx.classes_for(info)
+        if run_init and info.dataclass_init:
+            self._dataclass_init(instance, dataclass_fields(classes, info), args, kwargs)
+            found = find_method(classes, info, "__post_init__")
+        else:
+            found = find_method(classes, info, "__init__") if run_init else None
         if found is not None:
             init, owner = found
             self.inline(init, args, kwargs, node or init, self_value=instance, record=record, owner=owner,
                         max_depth=8)
         return instance
+
+
+    @staticmethod
+    def _dataclass_init(instance: ModuleValue, fields: list[tuple[str, ast.expr | None]], args: list[Value],
+                        kwargs: dict[str, Value]) -> None:
+        """What a dataclass's generated ``__init__`` assigns: each field from its argument, by position then by
+        name, else its default (a constant; any other default is not evaluated here, so unknown)."""
+        for i, (name, default) in enumerate(fields):
+            if i < len(args):
+                instance.attrs[name] = args[i]
+            elif name in kwargs:
+                instance.attrs[name] = kwargs[name]
+            else:
+                instance.attrs[name] = Const(default.value) if isinstance(default, ast.Constant) else UNKNOWN
 
 
 def used_as_sequences(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:

@@ -18,7 +18,7 @@ from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo, find_setter, mro
 from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, HookWrite, InertFlag,
-                     Mutation, Rebind, ReplacedParameter, Sink, StaleUse)
+                     KeptRead, Mutation, Rebind, ReplacedParameter, Sink, StaleUse)
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
@@ -238,6 +238,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.stale: frozenset[int] = frozenset()
         self.stale_uses: list[StaleUse] = []
         self.detaches: list[Detach] = []  # `.detach()`/`.detach_()` of tensors with a graph
+        # Tensors with a graph assigned to an object's attribute (by id: the assignment, and the tensor kept alive),
+        # and their reads after an update made a save of their graph stale.
+        self.kept: dict[int, tuple[ast.stmt, Tensor]] = {}
+        self.kept_stores: list[tuple[ast.stmt, int]] = []  # (the assignment, the sequence number it ran at)
+        self.kept_reads: list[KeptRead] = []
         self.returns: list[Value] | None = None
         # Names not bound locally are looked up here, innermost first: a closure's defining scope, then the
         # module's variables (the live top-level environment when the call was made from the top level).
@@ -744,6 +749,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                     self._module_flag(owner, target, stmt)
                 self._replacing(owner, target, value, stmt)
                 owner.attrs[target.attr] = value
+                if isinstance(value, Tensor) and value.graph and self.state.grad_enabled:
+                    self.kept[id(value)] = (stmt, value)
+                    self.kept_stores.append((stmt, self.seq))
                 if (target.attr == "inplace" and owner.torch_module and owner.cls in self.k.inplace_kwarg_modules
                         and not self.unsure_branches):
                     flag = truth(value)  # `m.inplace = True` on a layer already built, on a path known to run

@@ -100,6 +100,9 @@ class Tensor:
     # A view by an op that returns one only when the layout allows (`reshape` of what may not be contiguous,
     # `flatten`, `contiguous`): it may be a copy (or the input itself).
     maybe_copy: bool = False
+    # Joined with ``None`` on another path (``h = None`` before a loop that makes it a tensor): ``is None`` on it
+    # is not known.
+    maybe_none: bool = False
 
     def root(self) -> "Tensor":
         t = self
@@ -509,6 +512,7 @@ def join(a: Value, b: Value) -> Value:
             graph=keep.graph | other.graph,
             origin=keep.origin,
             label=keep.label,
+            maybe_none=a.maybe_none or b.maybe_none,
         )
         return merged
     if isinstance(a, Const) or isinstance(b, Const):  # two different constants, or a constant and other data
@@ -532,12 +536,27 @@ def join(a: Value, b: Value) -> Value:
         return a
     # `loss = 0.0` before a loop that makes it a tensor: after the loop it is the tensor.
     if a in (INT, NOT_TENSOR) and isinstance(b, (Tensor, Derived, TensorSeq)):
-        return b
+        return _not_surely(b)
     if b in (INT, NOT_TENSOR) and isinstance(a, (Tensor, Derived, TensorSeq)):
-        return a
+        return _not_surely(a)
     if a is UNKNOWN or b is UNKNOWN:
         return UNKNOWN
     return UNKNOWN
+
+
+def _not_surely(value: Value) -> Value:
+    """A tensor that another path left a number or ``None``: whether it is ``None`` is no longer known (marked on
+    the tensor itself, so every name bound to it says so: a loss of knowledge, never a claim)."""
+    if isinstance(value, Tensor):
+        value.maybe_none = True
+    return value
+
+
+def surely_tensor(value: Value) -> bool:
+    """A tensor that is one on every path the analysis followed (``t is None`` is False): not a function's
+    argument (its caller may pass ``None``), not assumed, not joined with ``None``."""
+    return (isinstance(value, Tensor) and not value.maybe_none and not value.assumed
+            and not isinstance(value.origin, ast.arg))
 
 
 def graph_of(value: Value) -> frozenset[int]:

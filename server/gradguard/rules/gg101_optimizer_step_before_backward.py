@@ -77,6 +77,22 @@ def line_to_change(mutation: Mutation) -> Finding | None:
                      (mutation.node, f"{mutation.how} updates the weights in place here"),
                      *conflict_related(conflict, mutation)],
             mutation=mutation)
+    kept = mutation.stale_kept
+    if kept is not None:
+        return Finding(
+            "GG101", kept.store,
+            Message.format(
+                "{this} keeps a tensor on the object together with its graph (which holds the weights `{op}` saved "
+                "on {saved}); it is read back on {read} after {how} on {step} updated {label} in place, and the loss "
+                "built on it fails: {raises} \"{torch}\". Compute it again on each call instead of keeping it, or "
+                "keep it detached (`.detach()`) if no gradient should flow through it.",
+                this=_said(kept.store, "this line"), op=save.op, saved=save.node, read=kept.read, how=mutation.how,
+                step=mutation.node, label=_updated(mutation), raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+            certain=save.certain,
+            related=[(kept.read, "the kept tensor is read again here"),
+                     (mutation.node, f"{mutation.how} updates the weights in place here"),
+                     *conflict_related(conflict, mutation)],
+            mutation=mutation)
     if mutation.stale_carried:
         return Finding(
             "GG101", node,
@@ -201,6 +217,9 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     weights; compute an early forward after the step instead, or in the loop of per-loss steps; in a
     truncated-BPTT loop kept alive with ``retain_graph=True``, cut the graph between chunks."""
     mutation = mutation_in(finding)
+    if mutation.stale_kept is not None:
+        raise CannotFix("keeping the value detached changes the gradients, computing it anew drops the cache: "
+                        "the author's choice")
     for attempt in (lambda: move_after_backward(ctx, mutation, "Update after the backward"),
                     lambda: _forward_after_step(ctx, mutation, finding.code),
                     lambda: _forward_into_loop(ctx, mutation, finding.code)):
@@ -513,7 +532,9 @@ step: that value is to be computed again (or detached) there.  So is the first u
 the step that the loop carries into its next iteration (the state features of the next action), where the loss
 that fails is built on it.  When the code detaches that state, but only after the loop that steps has stepped
 again (a detach in the outer loop of truncated BPTT), the finding is at that detach: it belongs in the loop that
-steps.  Otherwise it is at the step (or the update).
+steps.  When that value is one an object keeps in an attribute across steps (a cache filled on the first call, a
+value prepared before the loop) and read back after the step, the finding is at the assignment that keeps it:
+keep it detached, or compute it anew on each call.  Otherwise it is at the step (or the update).
 """,
     fix_advice="""
 The message picks the advice from what gradguard saw, and says "if" where it could not see enough; with
