@@ -41,15 +41,6 @@ PROBE_BLIND: dict[str, str] = {
     "GG001/pos_running_scale_divides_then_updated": (
         "the probe places the finding at the in-place update of the buffer; the static analysis at the op that "
         "read the buffer by reference (the update is meant); `check --probe` merges them"),
-    "GG103/pos_generator_scores_detached_fake": (
-        "the stepped parameters get a gradient (from the L1 term); the probe sees whole starvation only, not one "
-        "term of the loss cut from them"),
-    "GG103/pos_generator_term_detached_grads_compared": (
-        "the generator's gradients arrive (from the L1 term); the probe sees whole starvation only, not one term of "
-        "the loss cut from them"),
-    "GG103/pos_actor_loss_critic_of_detached_action": (
-        "the stepped parameters get a gradient (from the penalty term); the probe sees whole starvation only, not "
-        "one term of the loss cut from them"),
     "GG101/pos_actor_critic_shared_trunk": (
         "the probe names the critic's step: the value used after it (log-probabilities) was computed from the trunk's "
         "output on a later line, so computing it again after the step would not help, and the fixture's own reference "

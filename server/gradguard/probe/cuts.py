@@ -65,6 +65,10 @@ class Cut:
     mix: Site | None = None
     # Said before "cuts the graph" when the cut is not a plain `.detach()`/`.data` (`nn.Parameter(t)`).
     how: str = ""
+    # Loss terms that require grad, computed from this cut's result and summed into a loss: (where the sum is, the ids
+    # of the leaves the term's graph reaches).  A term that reaches none of the trained parameters upstream of the cut
+    # trains nothing the optimizer updates (its only path to them was through the cut).
+    terms: list = field(default_factory=list)
 
 
 @dataclass
@@ -94,12 +98,27 @@ class Cuts:
         # Where the optimizer that holds a parameter was made (None when no optimizer the user made holds it): a
         # parameter an optimizer holds is one the user means to train, even before any step runs.
         self.optimizer_of = None
+        # The optimizer whose zero_grad() ran last, until a backward or a step: the parameters the next backward is for.
+        self.zeroed: weakref.ref | None = None
 
     # -- installation --
 
     def install(self) -> None:
         handle = register_optimizer_step_pre_hook(self._on_step)
         self._undo.append(handle.remove)
+        zero_grad = torch.optim.Optimizer.zero_grad
+        cuts_ = self
+
+        def watched_zero_grad(optimizer, *args, **kwargs):
+            try:
+                cuts_.zeroed = weakref.ref(optimizer)
+            except TypeError:
+                pass
+            return zero_grad(optimizer, *args, **kwargs)
+
+        watched_zero_grad.__wrapped__ = zero_grad
+        torch.optim.Optimizer.zero_grad = watched_zero_grad
+        self._undo.append(lambda: setattr(torch.optim.Optimizer, "zero_grad", zero_grad))
         base = torch._C.TensorBase
         cuts = self
 
@@ -173,7 +192,7 @@ class Cuts:
         for leaf in leaves_of(source):
             if id(leaf) not in cut.upstream:
                 cut.upstream[id(leaf)] = weakref.ref(leaf)
-        cut.fed, cut.judged = None, False
+        cut.fed, cut.judged, cut.terms = None, False, []
         self._mark(out, (cut,))
 
     def on_nograd(self, out, site: Site, switch: Site) -> None:
@@ -227,6 +246,7 @@ class Cuts:
             self._mark(out, tuple(dict.fromkeys(found)))
             if func is not None and getattr(func, "overloadpacket", None) in _SUMS:
                 self._dead_term(args, out)
+                self._live_term(args, out)
 
     def _dead_term(self, args, out) -> None:
         """``loss + term`` (both scalars; ``loss`` requires grad) where ``term`` is marked and does not require grad:
@@ -251,6 +271,65 @@ class Cuts:
                 if not cut.copy and cut.mix is None and cut.dead is None:
                     cut.dead = site
 
+    def _live_term(self, args, out) -> None:
+        """``loss + term`` (scalars) where ``term`` requires grad and is marked: remember, on its cuts, which leaves the
+        term's graph reaches (judged when a backward of the loss runs, against the optimizer it is for)."""
+        if not (isinstance(out, _Tensor) and out.dim() == 0):
+            return
+        frame = None
+        for a in args[:2]:
+            if not isinstance(a, _Tensor) or not a.requires_grad or a.dim() != 0 or a.grad_fn is None:
+                continue
+            entry = self.marked.get(id(a))
+            if entry is None or entry[0]() is not a:
+                continue
+            cuts = [cut for cut in entry[1] if not cut.copy and cut.mix is None and cut.nograd is None
+                    and len(cut.terms) < 8]
+            if not cuts:
+                continue
+            if frame is None:
+                frame = user_frame(sys._getframe(3), self.user)
+                if frame is None:
+                    return
+            site = frame_site(frame)
+            reached = frozenset(id(leaf) for leaf in leaves_of(a))
+            for cut in cuts:
+                cut.terms.append((site, reached))
+        del frame
+
+    def _judge_terms(self, cut: Cut, backward: Site | None) -> None:
+        """The backward of a loss with terms computed from ``cut`` runs after ``zero_grad()`` of an optimizer: a term
+        whose graph reaches none of that optimizer's parameters, while some of them are upstream of the cut, gets
+        them no gradient (its only path to them went through the cut)."""
+        optimizer = self.zeroed() if self.zeroed is not None else None
+        if optimizer is None or not cut.terms:
+            return
+        held = {id(p): p for group in optimizer.param_groups for p in group["params"]}
+        starved = [held[i] for i in cut.upstream if i in held]
+        if not starved:
+            return  # the cut keeps another network out of this step (a GAN's discriminator loss): meant
+        dead = [site for site, reached in cut.terms if not any(i in held for i in reached)]
+        if not dead:
+            return
+        key = (cut.site.path, cut.site.line)
+        if key in self.found:
+            return
+        said = attribute_at(cut.site, "data") or attribute_at(cut.site, "detach") or expression_at(cut.site)
+        what = (f"`{said}`" if said else "this cut") + cut.how
+        summed = expression_at(dead[0])
+        where = f"`{summed}` on line {dead[0].line}" if summed else f"line {dead[0].line}"
+        at = f" at line {backward.line}" if backward else ""
+        message = (f"{what} cuts the graph, and the loss term computed from its result (summed into the loss at "
+                   f"{where}) reaches none of the {len(held)} parameter tensor(s) of the optimizer cleared for this "
+                   f"backward(){at}, though {len(starved)} of them ({_shapes(starved)}) are upstream of the cut: "
+                   "that term trains nothing the optimizer updates. Keep the history here if the term is meant to "
+                   "train them")
+        notes = [Note(dead[0], "the term is summed into the loss here")]
+        if backward:
+            notes.append(Note(backward, "the backward() whose term gives them no gradient"))
+        cut.judged = True
+        self.found[key] = ProbeFinding("GG103", "starved", cut.site, message, notes=tuple(notes), backward=backward)
+
     def on_backward(self, roots, backward: Site | None) -> None:
         copies: tuple[Cut, ...] = ()
         for root in roots if isinstance(roots, (tuple, list)) else (roots,):
@@ -267,6 +346,9 @@ class Cuts:
                         self._report_dead(cut, backward)
                     elif cut.partial is not None:
                         self._report_partial(cut, backward)
+                    elif cut.terms:
+                        self._judge_terms(cut, backward)
+        self.zeroed = None
         self.raising = (backward, copies)
 
     def _report_dead(self, cut: Cut, backward: Site | None) -> None:
