@@ -19,6 +19,9 @@ PROBE_ONLY = all_fixtures(Path(__file__).parent / "fixtures" / "probe_only")
 # Positives the probe does not confirm at their marked line yet, by why (issue 14, probe side).  Both the probe's fixture test
 # and the agreement test read this; an entry the probe starts confirming fails them (delete it then).
 PROBE_BLIND: dict[str, str] = {
+    "GG109/pos_rebind_then_grad_zeroed_after_block": (
+        "the run stops at `w.grad.zero_()` (AttributeError on the rebound tensor's missing gradient) before any "
+        "backward runs through the rebound `w`: the tracer sees no autograd event to report"),
     "GG101/pos_state_detached_after_inner_loop": (
         "the probe names the forward that uses the carried state; the static analysis the detach of that state, "
         "which runs only after the loop that steps (the line to change)"),

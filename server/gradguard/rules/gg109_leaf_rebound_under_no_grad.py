@@ -255,12 +255,19 @@ def _reads_grad(value: ast.expr, name: str) -> bool:
 
 
 def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
-    """The statement after ``stmt`` already clears ``name.grad`` (``w.grad = None``, ``w.grad.zero_()``)."""
-    block = block_of(ctx.parents.get(stmt), stmt)
-    if block is None:
-        return False
-    index = next(i for i, s in enumerate(block) if s is stmt)
-    return index + 1 < len(block) and ast.unparse(block[index + 1]) in (f"{name}.grad = None", f"{name}.grad.zero_()")
+    """The statement that runs after ``stmt`` already clears ``name.grad`` (``w.grad = None``, ``w.grad.zero_()``),
+    also when ``stmt`` ends a ``with torch.no_grad():`` block and the clearing follows the block."""
+    while True:
+        parent = ctx.parents.get(stmt)
+        block = block_of(parent, stmt)
+        if block is None:
+            return False
+        index = next(i for i, s in enumerate(block) if s is stmt)
+        if index + 1 < len(block):
+            return ast.unparse(block[index + 1]) in (f"{name}.grad = None", f"{name}.grad.zero_()")
+        if not isinstance(parent, (ast.With, ast.AsyncWith)):
+            return False
+        stmt = parent
 
 
 RULE = Rule(
