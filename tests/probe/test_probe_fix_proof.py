@@ -85,6 +85,7 @@ NO_FIX: dict[str, str] = {
     "GG103/pos_training_step_logs_loss_without_return": _RETURN,
     "GG103/pos_deepcopied_model_trained_with_original_optimizer": _COPY,
     "GG103/pos_student_deepcopy_loop_steps_teacher_optimizer": _COPY,
+    "GG103/pos_optimizer_object_saved_apart_from_model": _COPY,
     "GG103/pos_training_step_total_loss_in_branch_not_returned": _RETURN,
     "GG101/pos_similarity_from_features_step_before_second_loss": _STEP,
     "GG103/pos_auxiliary_term_from_no_grad_helper": _NO_GRAD,

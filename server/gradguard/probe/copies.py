@@ -5,13 +5,19 @@ the originals.  Code that trains the copy with that optimizer backpropagates int
 the copy never learns.  The probe records each ``nn.Parameter`` deep copy (its original, the user's line that asked
 for it) and, at each optimizer step, reports a step whose parameters all lack a gradient while copies of them,
 made by the user's deepcopy, have one and no optimizer the user made holds those copies (a copy trained by an
-optimizer of its own is the right way; one whose step is still to come is not this).  The finding is placed where the copy is handed on (the first statement of
+optimizer of its own is the right way; one whose step is still to come is not this).
+
+Serialising an optimizer object on its own (``torch.save(optimizer, f)``, apart from its module) breaks the same
+link: loading gives it copies of the parameters, not the module's.  A step whose parameters all lack a gradient,
+after such a save, looks (once) for parameters held by no optimizer the user made that have a gradient and equal a
+held one (same shape and values: the copy of the same tensor); it is placed at that ``torch.save`` call.  The finding is placed where the copy is handed on (the first statement of
 the copying function that reads the name the copy was bound to: it pairs the copy with the old optimizer), else at
 the copy.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import weakref
 
@@ -23,6 +29,7 @@ from .model import Note, ProbeFinding, Site
 from .source import expression_at, first_reader_of_binding
 
 _Parameter = torch.nn.Parameter
+_Optimizer = torch.optim.Optimizer
 _COPIES = 100_000  # parameter copies remembered (oldest dropped)
 
 
@@ -39,6 +46,8 @@ class CopiedParameters:
         # Where the optimizer that holds a parameter was made, or False when none the user made holds it
         # (``ModuleFlags.optimizer_of``).
         self.optimizer_of = None
+        self.saved_apart: list[Site] = []  # the user's torch.save calls of an optimizer object on its own
+        self._searched = False
 
     def install(self) -> None:
         original = vars(_Parameter)["__deepcopy__"]
@@ -58,6 +67,22 @@ class CopiedParameters:
         _Parameter.__deepcopy__ = __deepcopy__
         self._undo.append(lambda: setattr(_Parameter, "__deepcopy__", original))
         self._undo.append(register_optimizer_step_pre_hook(self._on_step).remove)
+        save = torch.save
+
+        def watched_save(obj, *args, **kwargs):
+            if isinstance(obj, _Optimizer):
+                try:
+                    frame = user_frame(sys._getframe(1), watcher.user)
+                    if frame is not None and len(watcher.saved_apart) < 64:
+                        watcher.saved_apart.append(frame_site(frame))
+                    del frame
+                except Exception as exc:  # noqa: BLE001
+                    watcher.errors.append(f"copies: {type(exc).__name__}: {exc}")
+            return save(obj, *args, **kwargs)
+
+        watched_save.__wrapped__ = save
+        torch.save = watched_save
+        self._undo.append(lambda: setattr(torch, "save", save))
 
     def uninstall(self) -> None:
         while self._undo:
@@ -75,7 +100,7 @@ class CopiedParameters:
 
     def _on_step(self, optimizer, args, kwargs) -> None:
         try:
-            if not self.copies:
+            if not self.copies and not self.saved_apart:
                 return
             held = [p for group in optimizer.param_groups for p in group["params"]]
             if not held or any(p.grad is not None for p in held):
@@ -87,12 +112,16 @@ class CopiedParameters:
                     if copy is not None and copy is not p and copy.grad is not None and (
                             self.optimizer_of is None or self.optimizer_of(copy) is False):
                         trained.append((copy, site))
-            if not trained:
-                return
             frame = user_frame(sys._getframe(1), self.user)
             step = frame_site(frame) if frame is not None else None
             del frame
-            self._report(trained, len(held), step)
+            if trained:
+                self._report(trained, len(held), step)
+            elif self.saved_apart and not self._searched:
+                self._searched = True  # one search of the live parameters per run
+                twins = self._twins(held)
+                if twins:
+                    self._report_saved(twins, len(held), step)
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"copies: {type(exc).__name__}: {exc}")
 
@@ -116,6 +145,39 @@ class CopiedParameters:
         if step is not None:
             notes.append(Note(step, "the optimizer step that holds the original parameters"))
         self.found[key] = ProbeFinding("GG103", "starved", place, message, notes=tuple(notes), backward=None)
+
+    def _twins(self, held: list) -> list:
+        """Parameters that have a gradient, that no optimizer the user made holds, and that equal one of ``held``."""
+        shapes = {}
+        for p in held:
+            shapes.setdefault((tuple(p.shape), p.dtype), []).append(p)
+        ids = {id(p) for p in held}
+        out = []
+        for obj in gc.get_objects():
+            if not isinstance(obj, _Parameter) or id(obj) in ids or obj.grad is None:
+                continue
+            same = shapes.get((tuple(obj.shape), obj.dtype))
+            if not same or (self.optimizer_of is not None and self.optimizer_of(obj) is not False):
+                continue
+            with torch.no_grad():
+                if any(torch.equal(obj, p) for p in same):
+                    out.append(obj)
+        return out
+
+    def _report_saved(self, twins: list, held: int, step: Site | None) -> None:
+        place = self.saved_apart[-1]
+        key = (place.path, place.line)
+        if key in self.found:
+            return
+        said = expression_at(place)
+        at = f" on line {step.line}" if step else ""
+        message = (f"`{said or 'torch.save'}` serialises an optimizer object apart from its module, so loading gives "
+                   f"it copies of the parameters, not the module's: the optimizer stepped{at} holds {held} tensor(s) "
+                   f"with no gradient, while {len(twins)} parameter(s) equal to them, held by no optimizer, got one "
+                   "from the backward; the module is never trained. Serialise the module and its optimizer together "
+                   "(one object), or build the optimizer again over the loaded module's parameters")
+        notes = (Note(step, "the optimizer step that finds no gradient"),) if step is not None else ()
+        self.found[key] = ProbeFinding("GG103", "starved", place, message, notes=notes, backward=None)
 
     def findings(self) -> list[ProbeFinding]:
         return list(self.found.values())
