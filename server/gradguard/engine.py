@@ -23,10 +23,12 @@ from .inference.events import Conflict, Finding, GradRead, Mutation, Sink, Stale
 from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
+from .inference.loss_hooks import unreturned_loss
 from .inference.project import Project
 from . import parsing, statements
 from .inference.values import ModuleValue, copy_values
 from .knowledge import load_knowledge
+from .knowledge.names import RETURNED_LOSS_METHOD
 from .messages import Message, other_file
 from .moved import move_findings
 from .rules import RULES_IN_PRECEDENCE
@@ -350,7 +352,7 @@ def _candidate_units(units, lines: list[str]) -> set:
     for fn, owner in units:
         if fn is None:
             continue
-        if _has_idiom(text(fn)) or (owner is not None and "inplace" in text(owner)):
+        if _has_idiom(text(fn)) or (owner is not None and ("inplace" in text(owner) or fn.name == RETURNED_LOSS_METHOD)):
             candidates.add(fn)
     while True:
         functions = {fn.name for fn in candidates}
@@ -480,6 +482,9 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
         interp.self_value = module_env.instance(info, fresh=fn.name == "__init__")
     interp.run_function(fn, is_forward=info is not None and info.is_module and fn.name == "forward", owner=info,
                         trains=module_env.trains(fn))
+    unreturned = unreturned_loss(interp, fn, info)
+    if unreturned is not None:
+        interp.unreturned.append(unreturned)
     return interp
 
 
@@ -538,7 +543,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                                  and r.sources & sources), None)
     found: list[tuple[Finding, object]] = []
     for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds, *interp.flags,
-                  *interp.replaced, *interp.discarded, *interp.grad_off_backwards]:
+                  *interp.replaced, *interp.discarded, *interp.grad_off_backwards, *interp.unreturned,
+                  *interp.numpy_refused]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:

@@ -102,6 +102,26 @@ NO_FIX = {
         "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
         "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
     ),
+    "GG103/pos_int_stage_runs_loss_without_grad": (
+        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
+        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
+    ),
+    "GG103/pos_training_step_logs_loss_returns_nothing": (
+        "which of the tensors the hook computes is the loss to return (a dict or the tensor) is the author's "
+        "choice: no fix yet"
+    ),
+    "GG103/pos_training_step_shared_step_inherited_hooks": (
+        "which of the tensors the hook computes is the loss to return (a dict or the tensor) is the author's "
+        "choice: no fix yet"
+    ),
+    "GG103/pos_np_mean_of_head_losses": (
+        "keeping the gradient (the torch twin of the NumPy function) or dropping it (`.detach()`, values for a log) "
+        "is the author's choice: no fix yet"
+    ),
+    "GG103/pos_np_array_of_loss_pair_in_helper": (
+        "keeping the gradient (the torch twin of the NumPy function) or dropping it (`.detach()`, values for a log) "
+        "is the author's choice: no fix yet"
+    ),
     "GG103/pos_loss_computed_in_no_grad_block": (
         "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
         "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"

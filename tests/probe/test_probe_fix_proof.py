@@ -82,7 +82,6 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_forward_before_two_critic_steps": _STEP,
     "GG101/pos_step_in_helper_after_forward": _STEP,
     "GG101/pos_returns_from_values_step_before_actor_backward": _STEP,
-    "GG103/pos_training_step_logs_loss_without_return": _RETURN,
     "GG103/pos_deepcopied_model_trained_with_original_optimizer": _COPY,
     "GG103/pos_student_deepcopy_loop_steps_teacher_optimizer": _COPY,
     "GG103/pos_optimizer_object_saved_apart_from_model": _COPY,
@@ -102,12 +101,6 @@ NO_FIX: dict[str, str] = {
     "GG103/pos_forward_hook_rebinds_output": (
         "the hook rebinds its output and returns nothing: returning the new value changes what the hook does, which no "
         "rewrite of a hook makes"),
-    "GG103/pos_numpy_array_of_predictions_in_helper": (
-        "the NumPy round trip starts from `np.asarray(pred)`, not from the tensor's own `.numpy()`: the NumPy-to-torch "
-        "rewrite does not cover it"),
-    "GG103/pos_numpy_sum_of_loss_tensors": (
-        "`np.sum` of a list of loss tensors: the rewrite covers NumPy calls on values read with `.numpy()`/`.item()`, "
-        "not a list of tensors handed to NumPy"),
 }
 
 _counter = itertools.count()

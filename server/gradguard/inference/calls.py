@@ -18,6 +18,7 @@ from ..knowledge.names import (
     FACTORIES,
     GRAPH_REBUILDING_FACTORIES,
     JOINING,
+    NUMPY_ARRAY_MAKERS,
     MAYBE_VIEW_METHODS,
     MODULE_RETURNING_METHODS,
     NOT_TENSOR_METHODS,
@@ -25,12 +26,13 @@ from ..knowledge.names import (
     TENSOR_METHOD_FACTORIES,
 )
 from .classes import find_method
-from .events import GradAsk, GradOffBackward, HookWrite, Sink, StaleUse
+from .events import GradAsk, GradOffBackward, HookWrite, NumpyRefused, Sink, StaleUse
 from .expressions import _const_key
 from .state import SET_GRAD
 from .hooks import FORWARD_HOOK_REGISTRATIONS, FORWARD_HOOKS, GRADIENT_ARGUMENT, named_submodules
 from .values import (
     INT,
+    is_int,
     NOT_TENSOR,
     UNKNOWN,
     CallableRef,
@@ -188,6 +190,7 @@ class CallsMixin:
             written = kwargs.get("out", args[0] if q == "numpy.copyto" and args else None)
             if isinstance(written, NumberFrom) and written.array_of is not None:
                 self._array_write(node, written, f"`{q.replace('numpy.', 'np.')}(...)` into the NumPy array")
+            self._numpy_refuses(q, node, args)
             numbers = [v for a in [*args, *kwargs.values()]
                        for v in (a.items if isinstance(a, TensorSeq) and a.base is None else (a,))
                        if isinstance(v, NumberFrom)]  # `np.mean(losses)` of a list of numbers read out of tensors
@@ -208,6 +211,24 @@ class CallsMixin:
             result.label = args[0].label
             return result
         return self._unknown_call(node, [*args, *kwargs.values()])
+
+    def _numpy_refuses(self, q: str, node: ast.AST, args: list[Value]) -> None:
+        """A top-level NumPy function converting a tensor that requires grad (one of a list or tuple it is given, or
+        the one tensor an array maker is given): torch raises "Can't call numpy() on Tensor that requires grad"."""
+        name = q[len("numpy."):]
+        if "." in name or not isinstance(node, ast.Call) or not self.inline_record:
+            return
+        for arg, value in zip(node.args, args):
+            if isinstance(value, Tensor) and name in NUMPY_ARRAY_MAKERS:
+                tensors, in_list = [value], False
+            elif isinstance(value, TensorSeq) and value.base is None and isinstance(arg, (ast.List, ast.Tuple, ast.ListComp, ast.Name)):
+                tensors, in_list = [v for v in value.items if isinstance(v, Tensor)], True
+            else:
+                continue
+            grad = next((t for t in tensors if t.requires_grad == Grad.YES), None)
+            if grad is not None:
+                self.numpy_refused.append(NumpyRefused(node, q.replace("numpy.", "np."), grad.label, in_list))
+                return
 
     def call_value(self, callee: Value, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
         """Call a value: a function, lambda or method of the file, a class, an instance, a partial, an import."""
@@ -808,7 +829,7 @@ class CallsMixin:
         saves: set[int] = set()
         # max(x, dim)/sort/topk return (values, indices) and save other things than max(x) does.
         tuple_form = info is not None and info.tuple_saves_args is not None and (
-            (len(args) > 1 and args[1] is INT) or any(kw.arg == "dim" for kw in getattr(node, "keywords", [])))
+            (len(args) > 1 and is_int(args[1])) or any(kw.arg == "dim" for kw in getattr(node, "keywords", [])))
         # `exponent=2.0`: a number by name (torch's Python functions call the schema's `self` `input`)
         keywords = {"self" if k.arg == "input" else k.arg: "S" if isinstance(k.value, ast.Constant) else None
                     for k in getattr(node, "keywords", []) if k.arg}

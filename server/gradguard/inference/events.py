@@ -225,6 +225,27 @@ class GradOffBackward:
 
 
 @dataclass
+class NumpyRefused:
+    """A NumPy function given a tensor that requires grad to turn into an array: torch raises at once."""
+
+    node: ast.Call
+    function: str  # "np.sum"
+    label: str  # the tensor, as messages name it
+    in_list: bool  # one of the tensors of a list or tuple handed to it
+
+
+@dataclass
+class UnreturnedLoss:
+    """A Lightning-style ``training_step`` that computes a tensor that requires grad and returns nothing: the
+    trainer's automatic optimization backpropagates and steps only on what the hook returns."""
+
+    node: ast.AST  # the hook's last statement: where the value was to be returned
+    hook: str
+    label: str  # the last tensor computed there that requires grad, as messages name it
+    computed: ast.AST  # where it is computed
+
+
+@dataclass
 class InertFlag:
     """``module.requires_grad = False`` on an ``nn.Module``: a plain attribute that nothing in torch reads (the
     method ``requires_grad_()`` is what reaches its parameters), so the parameters keep requiring grad."""

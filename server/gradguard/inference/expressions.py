@@ -13,6 +13,8 @@ from .classes import ClassInfo, find_method, mro
 from .events import GradRead, KeptRead
 from .values import (
     INT,
+    int_const,
+    is_int,
     NOT_TENSOR,
     PLAIN,
     UNKNOWN,
@@ -112,10 +114,8 @@ class ExpressionsMixin:
         return UNKNOWN  # too deep to analyse (bounds.py): reported as GG903, unknown here
 
     def _expr_Constant(self, node: ast.Constant) -> Value:
-        if isinstance(node.value, (bool, str)) or node.value is None:
+        if isinstance(node.value, (bool, str, int)) or node.value is None:
             return Const(node.value)
-        if isinstance(node.value, int):
-            return INT
         return NOT_TENSOR
 
     def imported(self, qualname: str) -> Value:
@@ -339,7 +339,10 @@ class ExpressionsMixin:
             return new_tensor(node, Grad.NO)
         if isinstance(operand, NumberFrom):
             return operand
-        return operand if operand in (INT, NOT_TENSOR) else NOT_TENSOR if isinstance(operand, Const) else UNKNOWN
+        if int_const(operand) is not None and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return Const(-operand.value if isinstance(node.op, ast.USub) else operand.value)  # `xs[-1]`
+        return (operand if operand in (INT, NOT_TENSOR) else INT if is_int(operand)
+                else NOT_TENSOR if isinstance(operand, Const) else UNKNOWN)
 
     def _expr_BinOp(self, node: ast.BinOp) -> Value:
         left, right = (self.read_data(v, side) if isinstance(v, DataAlias) else v
@@ -369,7 +372,8 @@ class ExpressionsMixin:
             # `layers + [nn.Linear(...)]`: a new sequence of both sides' items.
             return TensorSeq([*left.items, *right.items], literal=left.literal and right.literal)
         if is_plain_data(left) and is_plain_data(right):
-            return INT if left is INT and right is INT else NOT_TENSOR
+            # arithmetic is not carried out: a counter (`step += 1`) is some int after its first iteration
+            return INT if is_int(left) and is_int(right) else NOT_TENSOR
         if isinstance(left, Derived) or isinstance(right, Derived):
             return Derived(graph_of(left) | graph_of(right), self._grad(left, right))
         return UNKNOWN

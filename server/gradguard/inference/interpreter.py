@@ -18,7 +18,8 @@ from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo, find_setter, mro
 from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, HookWrite, InertFlag,
-                     KeptRead, Mutation, Rebind, ReplacedParameter, Sink, StaleUse)
+                     KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse,
+                     UnreturnedLoss)
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
@@ -223,6 +224,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # calls its function makes.
         self.grad_off_site: tuple[ast.AST, int | None] | None = None
         self.grad_off_backwards: list[GradOffBackward] = []
+        self.numpy_refused: list[NumpyRefused] = []  # NumPy converting a tensor that requires grad: torch raises
+        self.unreturned: list[UnreturnedLoss] = []  # a trainer's loss hook that returns nothing (loss_hooks.py)
         self.rebind_markers: set[int] = set()  # their markers, dropped when `requires_grad_()` makes a new leaf
         self.read_storages: set[int] = set()  # storages an op has read (their values are in some graph)
         self.is_forward = False  # an nn.Module's forward: its return value is what backward runs through
@@ -467,6 +470,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             # `return out.data` of an activation: the caller gets a tensor without the graph (a parameter's
             # `.data` stays an alias, which callers write through).
             value = self.read_data(value, stmt.value)
+        elif isinstance(stmt.value, ast.Tuple) and isinstance(value, TensorSeq) and value.base is None \
+                and any(isinstance(i, DataAlias) and not i.tensor.leaf for i in value.items):
+            # `return ids, logits.data`: each returned `.data` of an activation likewise
+            value = TensorSeq([self.read_data(i, stmt.value) if isinstance(i, DataAlias) and not i.tensor.leaf
+                               else i for i in value.items], literal=value.literal)
         if isinstance(value, NumberFrom) and value.origin is stmt.value:
             # `return t.detach().numpy()`: a helper that converts; its callers decide what becomes of the numbers
             for cut in self.breaks:

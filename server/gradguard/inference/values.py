@@ -356,10 +356,21 @@ class SuperRef:
 @dataclass(frozen=True)
 class Const:
     """A Python constant the analysis can see through names, defaults, attributes and comparisons: ``True``,
-    ``"relu"``, ``None``.  It decides which branch of an ``if`` runs and which flag a layer is built with; for
-    everything else it is a non-tensor like ``NOT_TENSOR``."""
+    ``"relu"``, ``None``, ``1``.  It decides which branch of an ``if`` runs, which flag a layer is built with and
+    how many times a ``range`` loop runs; for everything else it is a non-tensor like ``NOT_TENSOR`` (an int one
+    like ``INT``)."""
 
-    value: bool | str | None
+    value: bool | str | int | None
+
+
+def int_const(value: "Value") -> int | None:
+    """The value of a known int (not a bool), else None."""
+    return value.value if isinstance(value, Const) and type(value.value) is int else None
+
+
+def is_int(value: "Value") -> bool:
+    """An int, known (``Const(1)``) or not (``INT``): it indexes basically and binds to an int argument."""
+    return value is INT or int_const(value) is not None
 
 
 def truth(value: "Value") -> bool | None:
@@ -517,8 +528,10 @@ def join(a: Value, b: Value) -> Value:
         return merged
     if isinstance(a, Const) or isinstance(b, Const):  # two different constants, or a constant and other data
         if is_plain_data(a) and is_plain_data(b):
-            return a if a == b else NOT_TENSOR
-        a, b = (NOT_TENSOR if isinstance(v, Const) else v for v in (a, b))
+            # `1 == True` in Python, but they are not the same constant to a branch or a loop
+            return a if a == b and type(a) is type(b) and type(a.value) is type(b.value) else \
+                INT if is_int(a) and is_int(b) else NOT_TENSOR
+        a, b = (INT if is_int(v) else NOT_TENSOR if isinstance(v, Const) else v for v in (a, b))
     if isinstance(a, Opaque) and isinstance(b, Opaque):
         return a if a == b else UNKNOWN
     if isinstance(a, TensorSeq) and isinstance(b, TensorSeq) and a.base is None and b.base is None:

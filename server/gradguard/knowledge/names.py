@@ -175,3 +175,16 @@ CONTIGUOUS_RESULTS = frozenset({"stack", "cat", "concat", "concatenate"})
 # documentation of ``training_step``).  ``automatic_optimization = False`` hands both to the method itself.
 RETURNED_LOSS_METHOD = "training_step"
 AUTOMATIC_OPTIMIZATION_FLAG = "automatic_optimization"
+# The hook a LightningModule defines beside it (Lightning's own base class is the other mark of one), and the
+# method a module under manual optimisation runs its backward through.
+OPTIMIZER_HOOK = "configure_optimizers"
+LIGHTNING_MODULE = "LightningModule"
+MANUAL_BACKWARD = "manual_backward"
+
+# NumPy functions (API facts, by hand) that turn a tensor handed to them directly into an array (``__array__``,
+# which calls ``.numpy()``): torch refuses it for a tensor that requires grad.  Any top-level NumPy function does so
+# for the tensors of a list or tuple it is given (``np.sum([l1, l2])`` builds an array of them first); given one
+# tensor, others dispatch to the tensor's own method (``np.sum(t)`` calls ``t.sum(axis=...)``), which may fail
+# otherwise or not at all.
+NUMPY_ARRAY_MAKERS = frozenset({"array", "asarray", "asanyarray", "ascontiguousarray"})
+NUMPY_REFUSED = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."

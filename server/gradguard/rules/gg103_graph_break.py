@@ -10,9 +10,10 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.writes import cst_mod, parse_expr, short
-from ..inference.events import Finding, GradOffBackward, GraphBreak, InertFlag, Mutation, ReplacedParameter
+from ..inference.events import (Finding, GradOffBackward, GraphBreak, InertFlag, Mutation, NumpyRefused,
+                                ReplacedParameter, UnreturnedLoss)
 from ..inference.values import Tensor
-from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_TWINS
+from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_REFUSED, NUMPY_TWINS
 from ..messages import Message
 from ..statements import block_of
 from .base import Example, Rule
@@ -37,6 +38,12 @@ def check(event):
         return
     if isinstance(event, GradOffBackward):
         yield from _check_grad_off(event)
+        return
+    if isinstance(event, UnreturnedLoss):
+        yield from _check_unreturned(event)
+        return
+    if isinstance(event, NumpyRefused):
+        yield from _check_numpy_refused(event)
         return
     if isinstance(event, GraphBreak) and event.number_backward is not None and not event.cut:
         yield from _check_number_backward(event)
@@ -158,6 +165,38 @@ def _check_grad_off(event: GradOffBackward):
                  (event.computed, "runs with grad mode off: autograd records nothing"),
                  (event.backward, "backward raises here")],
         data={"grad_off": True},
+    )
+
+
+def _check_numpy_refused(event: NumpyRefused):
+    """NumPy turning a tensor that requires grad into an array: torch refuses, at this call."""
+    what = "one of the tensors in the list it is given" if event.in_list else "the tensor it is given"
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "`{function}(...)` turns {what} into a NumPy array, and {label} requires grad: torch raises here "
+            "\"{torch}\" (an array carries no graph, so a loss computed from it could not train anything). "
+            "Compute it with torch (`torch.stack(...)`, `.sum()`, `.mean()`) to keep the gradient, or `.detach()` "
+            "it if the values are only for logging.",
+            function=event.function, what=what, label=event.label, torch=NUMPY_REFUSED),
+        data={"numpy_refused": True},
+    )
+
+
+def _check_unreturned(event: UnreturnedLoss):
+    """A Lightning-style ``training_step`` that computes its loss and returns nothing: the trainer's automatic
+    optimization runs backward and the optimizer step only on the returned loss, so every batch is skipped."""
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "`{hook}` computes {label} (on {at}), which requires grad, and returns nothing: under automatic "
+            "optimization the trainer runs backward and the optimizer step only on the loss `{hook}` returns (a "
+            "tensor, or a dict holding it under \"loss\"), and with None it skips the batch, so nothing trains, "
+            "silently. Return the loss.", hook=event.hook, label=event.label, at=event.computed),
+        related=[(event.computed, "the tensor that requires grad is computed here")],
+        data={"unreturned": True},
     )
 
 
@@ -283,7 +322,11 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops;
     drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
     if finding.data.get("grad_off"):
-        return None  # where grad mode should be on is the author's choice: the block, the decorator, or the call
+        return None
+    if finding.data.get("numpy_refused"):
+        return None  # keeping the gradient (torch ops) or dropping it (detach, for a log) is the author's choice
+    if finding.data.get("unreturned"):
+        return None  # which tensor the hook computes is its loss is the author's to say  # where grad mode should be on is the author's choice: the block, the decorator, or the call
     if finding.data.get("detach"):
         return _detach_out_of_place(ctx, finding)
     if finding.data.get("cut"):
@@ -827,6 +870,16 @@ A loss computed with grad mode off has no graph either: inside a `torch.no_grad(
 it is given, an evaluation helper reused for training).  Every op there runs on tensors that require grad without
 recording anything, so `backward()` on the loss raises "element 0 of tensors does not require grad".  It is
 reported where grad mode is switched off, or at the call a decorated function runs the computation through.
+
+NumPy refuses a tensor that requires grad outright: a NumPy function given a list of such tensors
+(`np.sum([loss_a, loss_b])`, `np.mean([...])`) or `np.array(t)`/`np.asarray(t)` converts each with `.numpy()`, and
+torch raises "Can't call numpy() on Tensor that requires grad" at that call.
+
+A Lightning-style `training_step` that computes its loss and returns nothing (it logs the loss, or keeps it on
+the module) trains nothing: under automatic optimization the trainer runs backward and the optimizer step only on
+what the hook returns, and skips the batch on None.  It is flagged when the class is a LightningModule (by its base,
+or a module class with `configure_optimizers` too), nothing in it turns automatic optimization off or runs a
+backward, and a tensor the hook computes requires grad.
 
 A loss computed as a Python number (`loss -= log_prob.item() * reward`, `np.mean([float(l) for l in losses])`)
 has no `backward`: Python raises AttributeError there, and the line that read the values out is the one to change.
