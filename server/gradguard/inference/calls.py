@@ -313,7 +313,7 @@ class CallsMixin:
                 owner.items.update(args[0].items)
             return UNKNOWN
         if name in ("append", "extend", "insert", "__iadd__"):
-            owner.literal = False  # grown: no longer exactly the items written out
+            owner.literal = owner.uniform = False  # grown: no longer exactly the items written out
         if self.watched_outputs and name in ("append", "insert", "add") and args:
             self.note_stored(args[-1], node)  # `features.append(output)` in a forward hook (see hooks.py)
         if name == "append" and args:

@@ -178,10 +178,13 @@ class ExpressionsMixin:
     def _sliced(self, container: TensorSeq, index: ast.Slice) -> Value:
         """``xs[1:]``, ``layers[:-1]``: a list of some of the items, never one of them.  Known exactly for a list
         written out as a display; for a list grown by ``append`` only a prefix-relative slice (non-negative
-        bounds) keeps the order its items were added in; otherwise we cannot tell which items remain."""
+        bounds) keeps the order its items were added in; otherwise we cannot tell which items remain.  A
+        comprehension's list is alike in every element, so any slice of it is too."""
         parts = [index.lower, index.upper, index.step]
         for part in parts:
             self.eval(part)
+        if container.uniform:
+            return TensorSeq(list(container.items), uniform=True)
         bounds = [None if part is None else _const_int(part) for part in parts]
         if any(part is not None and bound is None for part, bound in zip(parts, bounds)) or bounds[2] == 0:
             return UNKNOWN
@@ -257,7 +260,7 @@ class ExpressionsMixin:
             return UNKNOWN
         if isinstance(element, NumberFrom):
             return element  # `[l.item() for l in losses]`: numbers read out of tensors, as a list literal of them
-        return TensorSeq([element])  # every element is like this one
+        return TensorSeq([element], uniform=True)  # every element is like this one
 
     _expr_GeneratorExp = _expr_ListComp
 

@@ -448,7 +448,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if (isinstance(current, TensorSeq) and isinstance(stmt.op, ast.Add) and isinstance(rhs, TensorSeq)
                 and current.base is None and rhs.base is None):
             current.items.extend(rhs.items)  # `layers += [...]` extends the list in place (its aliases see it)
-            current.literal = False
+            current.literal = current.uniform = False
         elif isinstance(current, Tensor):
             self._inplace(stmt, current, f"`{symbol}`", op, [rhs])
         elif isinstance(current, DataAlias):

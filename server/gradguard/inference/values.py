@@ -136,6 +136,9 @@ class TensorSeq:
     # Written out as a display (`[a, b]`) and not grown since: these are exactly its items, so a loop over it
     # runs once per item.
     literal: bool = False
+    # Built by a comprehension and not grown since: its one item stands for every element, so any slice of it
+    # (`batches[:n]`, bounds unknown) holds elements of that same form.
+    uniform: bool = False
     # A named tuple's field names, item by item (`values, indices` of `max(x, dim)`): `.indices` is an item.
     fields: tuple[str, ...] = ()
 
