@@ -514,6 +514,9 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             if mutation.stale_use is not None:
                 mutation.stale_kept = _kept_read(interp, mutation)
         mutation.read_after = _read_after(interp, mutation)
+        if mutation.sign_marker is not None:
+            mutation.sign_reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > mutation.seq
+                                          and mutation.sign_marker in s.graph), None)
         mutation.asks = _asks_answered_by_new_value(interp, mutation)
     for graph_break in interp.breaks:
         if graph_break.cut:

@@ -53,6 +53,22 @@ NO_FIX = {
     "GG101/pos_prototypes_cached_on_module_with_graph": _KEPT_ACROSS_STEPS,
     "GG101/pos_cache_filled_lazily_on_holder_object": _KEPT_ACROSS_STEPS,
     "GG101/pos_representation_prepared_before_loop_kept_on_module": _KEPT_ACROSS_STEPS,
+    "GG005/pos_leaky_relu_inplace_keyword_negative_slope_loop": (
+        "the fix layer's read-after check takes `pre` for read again on the loop's next pass (it does not see that "
+        "the loop rebinds it first), so it refuses `inplace=False` as a write `pre` would miss"
+    ),
+    "GG005/pos_leaky_relu_module_negative_slope_inplace": (
+        "`inplace=inplace` takes the flag from the constructor's caller: setting it to False here would change every "
+        "block built with it"
+    ),
+    "GG001/pos_sliced_comprehension_batches_input_normalized": (
+        "`x` is an element of the caller's list of batches: rebinding it leaves the list's tensor unscaled for its "
+        "later readers, so no safe rewrite exists where the write is"
+    ),
+    "GG001/pos_trainer_limit_batches_target_clamped": (
+        "`target` is the caller's tensor (an element of its list of batches): an out-of-place clamp leaves it "
+        "unclamped for its later readers"
+    ),
     "GG101/pos_state_detached_after_inner_loop": (
         "the state lives on the module and its detach is a method the loop calls once per sequence: moving that "
         "call into the loop that steps moves a statement into another block, which no fix does"
@@ -157,6 +173,14 @@ NO_FIX = {
     "GG005/pos_inplace_flag_class_attribute": (
         "`inplace=self.INPLACE_ACT` reads a class attribute that other classes inherit: setting it to False changes "
         "every block of the family, and the constructor's keyword is not a literal to rewrite"
+    ),
+    "GG005/pos_hooks_on_named_layers_from_name_list": (
+        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
+        "the change, and no fix rewrites the value a hook stores yet"
+    ),
+    "GG005/pos_hooks_on_named_children_tuple_of_names": (
+        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
+        "the change, and no fix rewrites the value a hook stores yet"
     ),
     "GG005/pos_forward_hook_dict_keeps_conv_output": (
         "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "

@@ -75,9 +75,6 @@ NO_FIX: dict[str, str] = {
     "GG005/pos_forward_hook_keeps_output_before_inplace_relu": (
         "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
         "the change, and no fix rewrites the value a hook stores yet (as for the static GG005 fixtures)"),
-    "GG005/pos_leaky_relu_module_negative_slope_inplace": (
-        "`inplace=inplace` takes the flag from the constructor's caller: setting it to False here would change every "
-        "block built with it (the static GG005 fix refuses the same)"),
     "GG101/pos_backward_in_helper_after_step": _STEP,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
     "GG101/pos_step_in_helper_after_forward": _STEP,

@@ -97,6 +97,12 @@ class Mutation:
     # The written tensor is reached through a Python list or dict (`acts["h"] += 1`): its subscript is not
     # tensor indexing, so a fix must not treat the container's name as the tensor's.
     in_container: bool = False
+    # An in-place activation whose backward torch refuses for the negative parameter it is given
+    # (`F.leaky_relu_(x, -2)`): (the parameter, its value as written, torch's message) and the marker put into the
+    # written tensor's graph.  The engine fills ``sign_reached``: the first later backward whose graph holds it.
+    sign_refused: tuple[str, str, str] | None = None
+    sign_marker: int | None = None
+    sign_reached: Sink | None = None
     # The write is a call's `out=` argument: torch refuses it at the call, with grad mode on, when any input or
     # the `out=` tensor requires grad (out= functions are not differentiable), before any memory is written.
     out_argument: bool = False

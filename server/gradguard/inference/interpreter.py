@@ -1080,7 +1080,33 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 saved = self._save(target, op, "output", node, cond == Grad.YES)
                 for t in target.view_chain():
                     t.graph = t.graph | {saved.id}
+        refused = self._sign_refused(node, twin, module) if rg == Grad.YES and self.state.grad_enabled else None
+        if refused is not None and self.inline_record and self.mutations and self.mutations[-1].node is node:
+            marker = new_id()
+            for t in target.view_chain():
+                t.graph = t.graph | {marker}
+            self.mutations[-1].sign_refused, self.mutations[-1].sign_marker = refused, marker
         return target
+
+    def _sign_refused(self, node: ast.AST, twin: str | None, module: ModuleValue | None) -> tuple[str, str, str] | None:
+        """The in-place activation's parameter, when the code passes it a negative literal that torch's in-place
+        backward refuses (the knowledge's ``inplace_sign_refused``): (name, value as written, torch's message)."""
+        fact = self.k.inplace_sign_refused.get(twin) if twin else None
+        if fact is None:
+            return None
+        if module is not None:
+            call, position = module.ctor, fact["modules"].get(module.cls)
+        else:
+            call, position = node, fact["position"]
+        if not isinstance(call, ast.Call) or position is None:
+            return None
+        given = call.args[position] if len(call.args) > position and not any(
+            isinstance(a, ast.Starred) for a in call.args[:position + 1]) else next(
+            (k.value for k in call.keywords if k.arg == fact["param"]), None)
+        value = _literal_number(given)
+        if value is None or value >= 0:
+            return None
+        return fact["param"], ast.unparse(given), fact["error"]
 
     def _held_by_another(self, name: str, value: Value, stmt: ast.stmt) -> str | None:
         """For `name = x` or `name = f(x)` that gives back the very tensor another variable holds (a function
@@ -1470,3 +1496,12 @@ def _submodules(iterable: ModuleIterable) -> list[ModuleValue] | None:
 
     return found if visit(owner, 0) else None
 
+
+def _literal_number(node: ast.expr | None) -> float | None:
+    """A number written as a literal (``-2``, ``-0.2``, ``+1e-2``), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _literal_number(node.operand)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    return None

@@ -121,6 +121,9 @@ class TorchKnowledge:
         self.backward_hook_registrations: frozenset[str] = frozenset(data.get("backward_hook_registrations", ()))
         # Out-of-place names whose in-place form (`leaky_relu_`, `F.leaky_relu(x, inplace=True)`) saves its result
         self.inplace_result_saved: frozenset[str] = frozenset(data.get("inplace_result_saved", ()))
+        # Activations whose in-place backward refuses a negative parameter (`F.leaky_relu_(x, -2)`): name ->
+        # {"param", "position" (in the `F` function), "modules" (class -> position in its constructor), "error"}
+        self.inplace_sign_refused: Mapping[str, Mapping] = MappingProxyType(dict(data.get("inplace_sign_refused", {})))
         # "Tensor", "torch", "torch.nn.functional", "torch.nn.Module" -> their public names
         self.python_names: Mapping[str, frozenset[str]] = MappingProxyType(
             {owner: frozenset(names) for owner, names in data.get("python_names", {}).items()})

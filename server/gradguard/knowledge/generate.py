@@ -602,6 +602,47 @@ def inplace_result_saved(inplace: dict, kwarg_functions: list) -> list:
     return sorted(found)
 
 
+def inplace_sign_refused(kwarg_functions: list) -> dict:
+    """In-place activations whose backward refuses a negative scalar parameter: ``F.leaky_relu_(x, -2)`` saves its
+    result and recovers the input's sign from it, impossible with a negative slope, so backward raises.  Read off
+    torch: the call with ``inplace=True`` and that one parameter at -0.5 (a ``training`` flag either way) makes
+    backward raise, at +0.5 it does not.  Per function: the parameter, its position in the ``F`` function (input
+    first) and in each ``nn`` class built on it (``self`` not counted), and the start of torch's message."""
+    def error(fn, param: str, value: float, training: bool | None) -> str | None:
+        torch.manual_seed(0)
+        x = (torch.rand(4) - 0.5).requires_grad_()
+        kw = {param: value, "inplace": True, **({} if training is None else {"training": training})}
+        try:
+            y = quiet(fn, x.clone(), **kw)
+        except Exception:  # the call itself refuses the value (a dropout probability, rrelu's bounds)
+            return None
+        try:
+            y.sum().backward()
+        except RuntimeError as e:
+            return str(e).split(". ")[0]
+        return None
+
+    classes = module_classes()
+    found = {}
+    for name in kwarg_functions:
+        fn = getattr(F, name)
+        params = inspect.signature(fn).parameters
+        modes = (True, False) if "training" in params else (None,)
+        for param, spec in params.items():
+            if param in ("input", "inplace", "training") or not isinstance(spec.default, float):
+                continue
+            raised = [error(fn, param, -0.5, mode) for mode in modes]
+            if all(raised) and len(set(raised)) == 1 and not any(error(fn, param, 0.5, mode) for mode in modes):
+                modules = {}
+                for cls_name, cls in classes.items():
+                    init = list(inspect.signature(cls.__init__).parameters)[1:]
+                    if functional_name(cls_name) == name and param in init:
+                        modules[cls_name] = init.index(param)
+                found[name] = {"param": param, "position": list(params).index(param), "modules": modules,
+                               "error": raised[0]}
+    return dict(sorted(found.items()))
+
+
 def autograd_function_bases() -> list:
     """``torch.autograd.Function`` and the other public classes deriving from it, by every public path: a class
     of the user's deriving from one is a custom Function (``Foo.apply`` runs its ``forward`` under no_grad)."""
@@ -807,7 +848,8 @@ def build(verbose: bool = False) -> dict:
              "autograd_function_bases": autograd_function_bases(),
              "backward_hook_registrations": backward_hook_registrations(), "python_names": python_names(),
              "attribute_views": attribute_views(),
-             "inplace_result_saved": inplace_result_saved(inplace, kwarg["functions"])}
+             "inplace_result_saved": inplace_result_saved(inplace, kwarg["functions"]),
+             "inplace_sign_refused": inplace_sign_refused(kwarg["functions"])}
     if verbose:
         report(table, disagree, dropped, len(probes))
     return json.loads(json.dumps(table, sort_keys=True))

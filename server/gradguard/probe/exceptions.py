@@ -8,6 +8,7 @@ import re
 
 import torch
 
+from ..knowledge import load_knowledge
 from .cuts import copy_raise_finding
 from .frames import UserCode, traceback_sites
 from .merge import MULTI_VIEW_NOTE, VIEW_NOTE
@@ -41,7 +42,9 @@ _IMMEDIATE: list[tuple[re.Pattern[str], str, str]] = [
 ]
 
 _INFERENCE_WRITE = re.compile(r"^Inplace update to inference tensor outside InferenceMode is not allowed")
-_NEGATIVE_SLOPE = re.compile(r"^In-place leakyReLu backward calculation is triggered with a negative slope")
+# torch's messages for the in-place backward it refuses with a negative parameter (the knowledge table's).
+_NEGATIVE_SLOPE = re.compile("|".join(sorted({"^" + re.escape(fact["error"]) for fact in
+                                              load_knowledge().inplace_sign_refused.values()})))
 
 # torch names the autograd node of the view written to: "Output 0 of Split is a view and is being modified inplace".
 _VIEW_NODE = re.compile(r"^Output \d+ of (\w+) is a view")
@@ -193,19 +196,20 @@ def _inference_finding(recorded: tuple, exc: BaseException, user: UserCode, text
 
 def _negative_slope_finding(recorded: tuple, exc: BaseException, user: UserCode, text: str,
                             first: str) -> ProbeFinding:
-    """torch refuses, at backward, the backward of an in-place leaky_relu with a slope <= 0 (the output cannot tell
-    the input's sign): the line to change is the in-place call (or where its inplace=True module was made)."""
-    sites, origins = recorded
+    """torch refuses, at backward, the backward of an in-place leaky_relu (elu, celu) with a negative parameter (the
+    output cannot tell the input's sign): the line to change is the in-place call (or where its inplace=True module
+    was made)."""
+    sites, origins, op = recorded
     backward = traceback_sites(exc.__traceback__, user)
     place = origins[0] if origins else sites[0]
     said = expression_at(place)
-    notes = [Note(sites[0], "the in-place leaky_relu runs here")] if place != sites[0] else []
+    notes = [Note(sites[0], f"the in-place {op} runs here")] if place != sites[0] else []
     if backward:
         notes.append(Note(backward[0], f"backward() raises here: {first}"))
     what = "makes a module that runs" if origins else "runs"
-    message = (f"`{said or 'this line'}` {what} leaky_relu in place with a slope <= 0: its backward cannot tell the "
+    message = (f"`{said or 'this line'}` {what} {op} in place with a negative slope: its backward cannot tell the "
                f"input's sign from the output it kept, and torch raises at backward(): {first.split('. ')[0]}; use "
-               "the out-of-place leaky_relu")
+               f"the out-of-place {op}")
     return ProbeFinding("GG005", "raised", place, message, torch_message=text,
                         callers=tuple(sites[1:]) if place == sites[0] else tuple(sites), origins=tuple(origins[1:]),
                         notes=tuple(notes))

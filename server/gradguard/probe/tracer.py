@@ -40,6 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode
 from torch.utils._python_dispatch import _pop_mode_temporarily
 
+from ..knowledge import load_knowledge
 from .asked import AskedGradients
 from .copies import CopiedParameters
 from .cuts import Cuts
@@ -91,7 +92,10 @@ def _function_apply_code():
 _FUNCTION_APPLY = _function_apply_code()
 
 
-_LEAKY_RELU_ = frozenset({torch.ops.aten.leaky_relu_.default})
+# In-place activations whose backward torch refuses for a negative parameter (the knowledge table's
+# ``inplace_sign_refused``: leaky_relu_, elu_, celu_): the aten op -> (its name, the parameter's position).
+_SIGN_REFUSED = {getattr(torch.ops.aten, f"{name}_").default: (name, fact["position"])
+                 for name, fact in load_knowledge().inplace_sign_refused.items() if hasattr(torch.ops.aten, f"{name}_")}
 
 
 def _classify(func):
@@ -357,8 +361,9 @@ class Tracer(TorchDispatchMode):
         self.ops = 0  # aten ops seen: none means the target only defined things
         self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
         self.detached_in_place: dict[int, list[Site]] = {}  # storage key -> where `.detach_()` cut a tensor's history
-        # The latest in-place leaky_relu with a slope <= 0 (its backward cannot tell the input's sign from the output;
-        # torch raises only when the backward runs): (the user's sites, the inplace=True modules' lines).
+        # The latest in-place leaky_relu/elu/celu with a negative parameter (its backward cannot tell the input's sign
+        # from the output; torch raises only when the backward runs): (the user's sites, the inplace=True modules'
+        # lines, the op's name).
         self.negative_slope: tuple | None = None
         # Once an optimizer step wrote a tensor a live graph saved, the pack hook keeps the user's frames of every
         # save by the sequence number of its node (innermost first), so that a backward that then fails can name
@@ -1027,14 +1032,16 @@ class Tracer(TorchDispatchMode):
                 self.grad_mode.on_write(written, sys._getframe(2))
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"inference mode: {type(exc).__name__}: {exc}")
-        if func in _LEAKY_RELU_ and len(args) > 1 and isinstance(args[1], (int, float)) and args[1] <= 0:
+        refused = _SIGN_REFUSED.get(func)
+        if refused is not None and len(args) > refused[1] and isinstance(args[refused[1]], (int, float)) \
+                and args[refused[1]] < 0:
             try:
                 sites, inner = frame_sites(sys._getframe(2), self.user, limit=3)
                 if sites:
-                    self.negative_slope = (sites, _inplace_origins(inner))
+                    self.negative_slope = (sites, _inplace_origins(inner), refused[0])
                 del inner
             except Exception as exc:  # noqa: BLE001
-                self.internal_errors.append(f"leaky_relu_: {type(exc).__name__}: {exc}")
+                self.internal_errors.append(f"{refused[0]}_: {type(exc).__name__}: {exc}")
         hits = []
         untracked = []
         into_view = False  # a write into part of a tensor (a view of it)

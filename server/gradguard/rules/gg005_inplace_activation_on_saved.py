@@ -29,6 +29,7 @@ def check(mutation: Mutation):
         return
     conflict = first_conflict(mutation)
     if conflict is None:
+        yield from _sign_refused(mutation)
         return
     save = conflict.save
     ctor = mutation.module.ctor if mutation.module is not None else None
@@ -60,6 +61,39 @@ def check(mutation: Mutation):
             advice="Leave this module out of place." if made else "Use inplace=False.", **facts),
         certain=save.certain,
         related=[(mutation.node, "the module is applied here"), *conflict_related(conflict, mutation)],
+        mutation=mutation,
+    )
+
+
+def _sign_refused(mutation: Mutation):
+    """An in-place activation given a negative parameter its in-place backward refuses (`F.leaky_relu_(x, -2)`
+    saves its result and cannot tell the input's sign from it): the backward through it raises."""
+    if mutation.sign_refused is None or mutation.sign_reached is None:
+        return
+    param, value, error = mutation.sign_refused
+    ctor = mutation.module.ctor if mutation.module is not None else None
+    made = mutation.module.made_inplace if mutation.module is not None else None
+    facts = dict(how=mutation.how, param=param, value=value, label=mutation.target.label, torch=error,
+                 backward=mutation.sign_reached.node)
+    if ctor is None:
+        yield Finding(
+            "GG005", mutation.node,
+            Message.format('{how} with `{param}={value}` overwrites {label} in place; torch refuses the backward of an '
+                           'in-place call with a negative `{param}`, so the backward on {backward} raises "{torch}". '
+                           '{advice}',
+                           advice=functional_advice(mutation.node), **facts),
+            related=[(mutation.sign_reached.node, "backward raises here")],
+            mutation=mutation,
+        )
+        return
+    yield Finding(
+        "GG005", made or ctor,
+        Message.format('{how}, {made}, has `{param}={value}` and is applied on {applied} to {label}; torch refuses the '
+                       'backward of an in-place call with a negative `{param}`, so the backward on {backward} raises '
+                       '"{torch}". {advice}', applied=mutation.node,
+                       made="switched to in-place here" if made else "built here",
+                       advice="Leave this module out of place." if made else "Use inplace=False.", **facts),
+        related=[(mutation.node, "the module is applied here"), (mutation.sign_reached.node, "backward raises here")],
         mutation=mutation,
     )
 
