@@ -120,6 +120,9 @@ class CallsMixin:
                     owner.graph, owner.requires_grad = frozenset(), Grad.NO
                     return owner
                 return self._unknown_call(node, [owner, *args])
+            if isinstance(owner, Const) and isinstance(owner.value, tuple) and func.attr in LIST_MUTATORS:
+                # `names.append("3")`: the names are no longer the ones written out
+                self.forget_constant(func.value, node)
             if isinstance(owner, ModuleValue):
                 return self._instance_method(owner, func.attr, node)
             if isinstance(owner, FunctionContext):
@@ -299,6 +302,17 @@ class CallsMixin:
                 self.construct_torch_base(ref.self_value, node, args)  # super().__init__(inplace=True)
             return NOT_TENSOR
         return self._unknown_call(node, [*args, *kwargs.values()])
+
+    def forget_constant(self, holder: ast.expr, node: ast.Call) -> None:
+        """A list of names changed in place: the name or attribute holding it no longer holds known names."""
+        if isinstance(holder, ast.Name):
+            for scope in (self.state.env, *self.scopes):
+                if holder.id in scope:
+                    scope[holder.id] = NOT_TENSOR
+        elif isinstance(holder, ast.Attribute):
+            owner = self.eval(holder.value)
+            if isinstance(owner, ModuleValue):
+                owner.attrs[holder.attr] = NOT_TENSOR
 
     def _container_method(self, owner: TensorSeq | TensorMap, name: str, node: ast.Call) -> Value:
         args = self._eval_args(node)
@@ -1026,6 +1040,9 @@ def _kind(value: Value) -> str | None:
 
 # NumPy array methods that write the array in place (API knowledge, not autograd knowledge).
 ARRAY_WRITING_METHODS = {"fill", "sort", "put", "itemset", "partition"}
+# list methods that change the list in place
+LIST_MUTATORS = frozenset({"append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse", "__setitem__",
+                           "__delitem__", "__iadd__"})
 
 
 def _param_owners(params: Value) -> list[Value]:

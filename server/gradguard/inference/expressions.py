@@ -209,6 +209,9 @@ class ExpressionsMixin:
                 items.append(value)
         if not items and isinstance(node, ast.List):
             return TensorSeq([])  # `steps = []`: a list that .append() may fill with tensors
+        if node_items is None and all(isinstance(i, Const) and isinstance(i.value, str) for i in items) \
+                and not any(isinstance(e, ast.Starred) for e in node.elts):
+            return Const(tuple(i.value for i in items))  # `["0", "2"]`: names, known one by one
         if any(isinstance(i, NumberFrom) for i in items) and not any(isinstance(i, (Tensor, Derived)) for i in items):
             return _numbers(items, node)
         if all(isinstance(i, PLAIN) for i in items):
@@ -560,7 +563,7 @@ def _compare(op: ast.cmpop, a: object, b: object) -> bool | None:
         return a == b
     if isinstance(op, (ast.NotEq, ast.IsNot)):
         return a != b
-    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(a, str) and isinstance(b, str):
+    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(a, str) and isinstance(b, (str, tuple)):
         return (a in b) == isinstance(op, ast.In)
     return None
 

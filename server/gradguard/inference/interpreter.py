@@ -34,6 +34,7 @@ from .values import (
     NOT_TENSOR,
     PLAIN,
     UNKNOWN,
+    Const,
     DataAlias,
     Derived,
     FunctionContext,
@@ -555,6 +556,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 self.bind(target, TensorSeq([NOT_TENSOR, module]) if iterable.named else module, stmt)
                 self.run_block(stmt.body)
             self.run_log.ran(Repeats(stmt))  # as many layers as built here; another caller's model may have more
+            self.run_block(stmt.orelse)
+            return
+        if isinstance(iterable, Const) and isinstance(iterable.value, tuple) and 0 < len(iterable.value) <= \
+                _UNROLLED_LAYERS and isinstance(target, ast.Name) and not _jumps_out(stmt.body):
+            # `for name in ["0", "2"]: modules[name].register_forward_hook(...)`: each name in turn
+            for value in iterable.value:
+                self.bind(target, Const(value), stmt)
+                self.run_block(stmt.body)
+            self.run_log.ran(Repeats(stmt))
             self.run_block(stmt.orelse)
             return
         if isinstance(iterable, ModuleValue) and 0 < len(iterable.children) <= _UNROLLED_LAYERS:

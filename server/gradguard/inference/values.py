@@ -363,7 +363,8 @@ class Const:
     how many times a ``range`` loop runs; for everything else it is a non-tensor like ``NOT_TENSOR`` (an int one
     like ``INT``)."""
 
-    value: bool | str | int | None
+    # A list or tuple written out of strings (`["0", "2"]`) is a tuple of them: a loop over it runs once per name.
+    value: bool | str | int | None | tuple[str, ...]
 
 
 def int_const(value: "Value") -> int | None:
