@@ -142,8 +142,47 @@ def train():
 def test_a_list_of_tensors_is_stacked():
     src = textwrap.dedent(_LIST_PROGRAM).replace("{parts}", "parts")
     out = _fixed(src)
-    assert "loss = (torch.stack(parts) * 2).sum()" in out and not _fixes(out)
+    assert "loss = (torch.stack(parts).flatten() * 2).sum()" in out and not _fixes(out)
     assert torch.allclose(_grads(out)[0], torch.full((3,), 12.0))
+
+
+_VALUES_PROGRAM = """
+import torch
+
+
+def train():
+    torch.manual_seed(0)
+    critic = torch.nn.Linear(2, 1)
+    states = torch.randn(4, 2)
+    values = [critic(s) for s in states]
+    returns = torch.arange(4.0)
+    advantage = returns - torch.tensor(values)
+    advantage.pow(2).mean().backward()
+    return [p.grad for p in critic.parameters()]
+
+
+def reference():
+    torch.manual_seed(0)
+    critic = torch.nn.Linear(2, 1)
+    states = torch.randn(4, 2)
+    returns = torch.arange(4.0)
+    advantage = returns - critic(states).squeeze(1)
+    advantage.pow(2).mean().backward()
+    return [p.grad for p in critic.parameters()]
+"""
+
+
+def test_stacked_one_element_tensors_keep_the_rebuilds_shape():
+    # torch.tensor makes (4,) of four (1,) critic values; torch.stack alone would make (4, 1), and `returns - ...`
+    # would broadcast to (4, 4): a fix that runs clean with other gradients
+    src = textwrap.dedent(_VALUES_PROGRAM)
+    out = _fixed(src)
+    assert "torch.stack(values).flatten()" in out and not _fixes(out)
+    namespace: dict = {}
+    exec(compile(out, "fixed", "exec"), namespace)
+    got = namespace["train"]()
+    for g, r in zip(got, namespace["reference"]()):
+        assert torch.allclose(g, r)
 
 
 def test_a_name_that_may_hold_a_tensor_is_not_stacked():

@@ -75,11 +75,11 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
         raise CannotFix("the backward comes before the update")
     if any(isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise)) for s in block[i + 1:j + 1] for n in ast.walk(s)):
         raise CannotFix("control leaves the block between the update and the backward")
-    if _written_roots(up) & {n.id for s in block[i + 1:j + 1] for n in ast.walk(s)
-                             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}:
-        # `img.data[:, c] = ...; img.pow(2).mean().backward()`: the backward's loss reads what the update wrote;
-        # after the move it would be computed from the values before the update
-        raise CannotFix("the backward reads what the update writes")
+    if (_names(up) & _names(down)) - set(ctx.imports):
+        # `img.data[:, c] = ...; img.pow(2).mean().backward()`, `clip(D); (-D(fake)).mean().backward()`: the
+        # backward's statement computes from what the update touches (through any alias: `for t in [img]`), and
+        # after the move it would compute from the values before the update
+        raise CannotFix("the backward's statement reads what the update touches")
     ctx.require_own_lines(up)
     ctx.require_own_lines(down)
     edits = tuple(move_statements_after(ctx, [up], [up], down))
@@ -97,24 +97,8 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
     return Fix(title, True, edits)
 
 
-def _written_roots(stmt: ast.stmt) -> set[str]:
-    """The names whose tensors ``stmt`` writes in place: roots of subscript and attribute targets (``x.data[i]
-    = v``, ``x += v``), and of the receivers of in-place methods (``x.data.clamp_()``)."""
-    knowledge = load_knowledge()
-    written = []
-    for n in ast.walk(stmt):
-        if isinstance(n, (ast.Assign, ast.AugAssign)):
-            written += [t for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-                        if isinstance(n, ast.AugAssign) or not isinstance(t, ast.Name)]
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and knowledge.is_inplace(n.func.attr):
-            written.append(n.func.value)
-    roots = set()
-    for node in written:
-        while isinstance(node, (ast.Subscript, ast.Attribute, ast.Call)):
-            node = node.func if isinstance(node, ast.Call) else node.value
-        if isinstance(node, ast.Name):
-            roots.add(node.id)
-    return roots
+def _names(stmt: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
 
 
 # Calls an update may make and still be known to read and write tensor values only (never a `.grad`).

@@ -409,7 +409,7 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
         arg = call.args[0]
         if isinstance(arg, ast.Name) and ctx.qual(call.func) == "torch.tensor" and not keywords \
                 and _only_ever_a_list(ctx, arg):
-            new = parse_expr(f"{torch}.stack({arg.id})")
+            new = parse_expr(_stacked(ctx, call, torch, arg.id))
             return Rewrite(ctx).replace_node(ctx.cst(call), new).fix(
                 f"Keep the graph: `{torch}.stack({arg.id})` instead of `{ctx.source(call)}`", safe=True)
         number = _read_out_of(arg)
@@ -534,6 +534,20 @@ def _read_out_of(arg: ast.expr) -> ast.expr | None:
             and not arg.args and not arg.keywords:
         return arg.func.value
     return None
+
+
+def _stacked(ctx: FixContext, call: ast.Call, torch: str, tensors: str) -> str:
+    """``torch.tensor(tensors)`` with its graph.  torch.tensor makes one number of each one-element tensor, so its
+    result is 1-D whatever their shape; ``torch.stack`` keeps their shape (``(n, 1)`` for ``(1,)`` critic values,
+    which then broadcast against ``(n,)`` returns into ``(n, n)``).  ``.flatten()`` gives torch.tensor's shape,
+    unless the result is reduced whole at once (``.sum()``, ``.mean()``), where the shape cannot matter."""
+    stacked = f"{torch}.stack({tensors})"
+    parent = ctx.parents.get(call)
+    outer = ctx.parents.get(parent) if isinstance(parent, ast.Attribute) else None
+    if isinstance(outer, ast.Call) and outer.func is parent and parent.attr in ("sum", "mean") \
+            and not outer.args and not outer.keywords:
+        return stacked
+    return f"{stacked}.flatten()"
 
 
 def _only_ever_a_list(ctx: FixContext, name: ast.Name) -> bool:
@@ -754,7 +768,7 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
     for call in candidates:
         if (ctx.qual(call.func) == "torch.tensor" and torch is not None and len(call.args) == 1 and not call.keywords
                 and isinstance(call.args[0], (ast.List, ast.ListComp)) and (not isinstance(call.args[0], ast.List) or call.args[0].elts)):
-            new = parse_expr(f"{torch}.stack({ctx.source(call.args[0])})")
+            new = parse_expr(_stacked(ctx, call, torch, ctx.source(call.args[0])))
             rw = Rewrite(ctx).replace_node(ctx.cst(call), new)
             return rw.fix(f"Keep the graph: `{torch}.stack(...)` instead of `{torch}.tensor(...)`", safe=True)
     # t.item() / float(t) inside tensor arithmetic -> t
