@@ -217,3 +217,204 @@ def test_a_batch_forgets_the_modules_its_last_files_did_not_read_and_reads_them_
     assert not crashes and model in project._PARSED
     assert [d.code for d in first[0].diagnostics] == ["GG101"]
     assert again[0].diagnostics == first[0].diagnostics and " of model.py" in again[0].diagnostics[0].message
+
+
+# Importing a module runs its top level: a `torch.set_grad_enabled(False)` there switches grad mode off for the
+# whole process, and the importer's training then builds no graph (its backward raises).
+def _tools(switch: str) -> str:
+    """A helper module whose top level runs ``switch`` (unindented: it may span lines)."""
+    return f"import torch\n\n{switch}\n\n\ndef embed(model, x):\n    return model(x)\n"
+
+
+REEXPORT = "from .tools import embed\n"
+
+# The importer trains its own model after the import: its loss has no grad_fn.
+TRAIN_AFTER_IMPORT = """
+    import torch
+    import torch.nn as nn
+
+    {imports}
+
+
+    def fit(steps=2):
+        net = nn.Linear(4, 2)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        x = torch.randn(6, 4)
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = net(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+
+
+    if __name__ == "__main__":
+        fit()
+"""
+
+NO_GRAD_ELEMENT = "element 0 of tensors does not require grad and does not have a grad_fn"
+
+IMPORT_SWITCHES = {
+    # name: (files besides the entry, entry, its import lines, the file and line of the switch)
+    "re-exported by the package's __init__": (
+        {"pkg/__init__.py": "", "pkg/infer/__init__.py": REEXPORT,
+         "pkg/infer/tools.py": _tools("torch.set_grad_enabled(False)")},
+        "pkg/main.py", "from .infer import embed  # noqa: F401", ("pkg/infer/tools.py", 3)),
+    "a script's sibling, by keyword": (
+        {"tools.py": _tools("torch.autograd.set_grad_enabled(mode=False)")},
+        "main.py", "import tools  # noqa: F401", ("tools.py", 3)),
+    "a submodule named in from-import": (
+        {"pkg/__init__.py": "", "pkg/tools.py": _tools("torch.set_grad_enabled(False)")},
+        "pkg/main.py", "from . import tools  # noqa: F401", ("pkg/tools.py", 3)),
+    "the package's __init__ of an absolute import": (
+        {"lib/__init__.py": "import torch\n\ntorch.set_grad_enabled(False)\n", "lib/util.py": "X = 1\n"},
+        "main.py", "import lib.util  # noqa: F401", ("lib/__init__.py", 3)),
+}
+
+
+@pytest.mark.parametrize("layout", IMPORT_SWITCHES, ids=str)
+def test_a_module_that_switches_grad_mode_off_at_import_breaks_the_importers_training(tmp_path: Path, layout: str):
+    files, entry, imports, (switch_path, switch_line) = IMPORT_SWITCHES[layout]
+    _write(tmp_path, {**files, entry: textwrap.dedent(TRAIN_AFTER_IMPORT).format(imports=imports)})
+    ran = _run(tmp_path, entry)
+    assert ran.returncode != 0 and NO_GRAD_ELEMENT in ran.stderr, ran.stderr[-2000:]
+
+    found = _check(tmp_path, entry)
+    assert [(d["code"], d["line"]) for d in found] == [("GG103", 4)], found  # the import, in the entry file
+    switch = found[0]["related"][0]
+    assert (Path(switch["path"]).as_posix(), switch["line"]) == (switch_path, switch_line), found
+    assert found[0]["fix"] is None  # the line to change is in the imported module
+
+
+IMPORT_CLEAN = {
+    # name: (files besides the entry, entry, its import lines)
+    "switched back on by the module": (
+        {"tools.py": _tools("torch.set_grad_enabled(False)\ntorch.set_grad_enabled(True)")},
+        "main.py", "import tools  # noqa: F401"),
+    "switched off only when run as a script": (
+        {"tools.py": _tools('if __name__ == "__main__":\n    torch.set_grad_enabled(False)')},
+        "main.py", "import tools  # noqa: F401"),
+    "switched off only inside a function": (
+        {"tools.py": _tools("def freeze():\n    torch.set_grad_enabled(False)")},
+        "main.py", "import tools  # noqa: F401"),
+    "switched back on by the importer": (
+        {"pkg/__init__.py": "", "pkg/tools.py": _tools("torch.set_grad_enabled(False)")},
+        "pkg/main.py", "from .tools import embed  # noqa: F401\n\ntorch.set_grad_enabled(True)"),
+    "a module the project does not hold": ({}, "main.py", "import json  # noqa: F401"),
+}
+
+
+@pytest.mark.parametrize("layout", IMPORT_CLEAN, ids=str)
+def test_grad_mode_left_on_after_the_imports_is_clean(tmp_path: Path, layout: str):
+    files, entry, imports = IMPORT_CLEAN[layout]
+    _write(tmp_path, {**files, entry: textwrap.dedent(TRAIN_AFTER_IMPORT).format(imports=imports)})
+    ran = _run(tmp_path, entry)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _check(tmp_path, entry) == []
+
+
+# An entry script whose own text runs no backward calls a training function of another module: the training
+# code is followed from the script's `main()`, where the model is known.  The trainer builds its optimizer, then
+# a helper of a third module replaces a layer: the optimizer holds the old parameters, and the new layer gets a
+# gradient that no optimizer applies (silently: the program checks that the new weight has a gradient and is in
+# none of the optimizer's groups, which the fixed order puts it in).
+SURGERY = """
+    import torch.nn as nn
+
+
+    def widen_head(model):
+        model.head = nn.Linear(model.head.in_features, 5)
+        return model
+"""
+
+FINETUNE = """
+    import torch
+    import torch.nn.functional as F
+
+    from {surgery} import widen_head
+
+
+    def step(model, optimizer, x, y):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+    def finetune(model, x, y):
+        {order}
+        step(model, optimizer, x, y)
+        return optimizer
+"""
+
+ORDERS = {"buggy": "optimizer = torch.optim.SGD(model.parameters(), lr=0.5)\n    widen_head(model)",
+          "fixed": "widen_head(model)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)"}
+
+ENTRY = """
+    import torch
+    import torch.nn as nn
+
+    from {finetune} import finetune
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(4, 8)
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.head(torch.relu(self.body(x)))
+
+
+    def main():
+        torch.manual_seed(0)
+        model = Net()
+        optimizer = finetune(model, torch.randn(6, 4), torch.randint(0, 5, (6,)))
+        held = [p for group in optimizer.param_groups for p in group["params"]]
+        if model.head.weight.grad is not None and not any(p is model.head.weight for p in held):
+            print("gradguard-case: the new layer's gradient is applied by no optimizer")
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+SILENT_MARK = "gradguard-case: the new layer's gradient is applied by no optimizer"
+
+TRAINER_LAYOUTS = {
+    # name: (files besides the entry's, entry, the trainer's file, what the entry imports from)
+    "relative imports in a package": ({"pkg/__init__.py": "", "pkg/surgery.py": SURGERY}, "pkg/main.py",
+                                      "pkg/train.py", ".train", ".surgery"),
+    "a script beside its modules": ({"surgery.py": SURGERY}, "main.py", "train.py", "train", "surgery"),
+    "a trainer in a subpackage": ({"app/__init__.py": "", "app/engine/__init__.py": "",
+                                   "app/engine/surgery.py": SURGERY}, "app/main.py", "app/engine/loop.py",
+                                  ".engine.loop", ".surgery"),
+}
+
+
+def _trainer_program(tmp_path: Path, layout: str, order: str) -> str:
+    files, entry, trainer, finetune_from, surgery_from = TRAINER_LAYOUTS[layout]
+    _write(tmp_path, {**files, entry: ENTRY.format(finetune=finetune_from),
+                      trainer: textwrap.dedent(FINETUNE).format(surgery=surgery_from, order=ORDERS[order])})
+    return entry
+
+
+@pytest.mark.parametrize("layout", TRAINER_LAYOUTS, ids=str)
+def test_an_entry_script_follows_the_training_code_it_imports(tmp_path: Path, layout: str):
+    entry = _trainer_program(tmp_path, layout, "buggy")
+    ran = _run(tmp_path, entry)
+    assert ran.returncode == 0 and SILENT_MARK in ran.stdout, ran.stderr[-2000:]
+
+    found = _check(tmp_path, entry)
+    assert [(d["code"], d["line"]) for d in found] == [("GG103", 20)], found  # the call of the trainer
+    related = [(Path(r["path"]).name, r["line"]) for r in found[0]["related"]]
+    trainer = Path(TRAINER_LAYOUTS[layout][2]).name
+    assert (trainer, 15) in related and ("surgery.py", 5) in related, related  # the call, the replacement
+    assert found[0]["fix"] is None
+
+
+@pytest.mark.parametrize("layout", ["relative imports in a package", "a script beside its modules"], ids=str)
+def test_the_trainer_that_builds_its_optimizer_after_the_replacement_is_clean(tmp_path: Path, layout: str):
+    entry = _trainer_program(tmp_path, layout, "fixed")
+    ran = _run(tmp_path, entry)
+    assert ran.returncode == 0 and SILENT_MARK not in ran.stdout, ran.stderr[-2000:]
+    assert _check(tmp_path, entry) == []
