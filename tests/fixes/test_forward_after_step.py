@@ -84,3 +84,46 @@ def test_nothing_moves_below_a_statement_that_uses_the_forward(step):
     src = textwrap.dedent(_PROGRAM).replace("{step}", step)
     (finding,) = found("GG101", src)
     assert finding.fix is None or "`g_logits = D(fake)` after the step" not in finding.fix.title
+
+
+_CHANGED_IN_PLACE = """
+import torch
+import torch.nn as nn
+
+
+class Trainer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.G = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 4))
+        self.D = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        self.opt_G = torch.optim.SGD(self.G.parameters(), lr=0.1)
+        self.opt_D = torch.optim.SGD(self.D.parameters(), lr=0.1)
+
+    def forward(self, real, z):
+        fake = self.G(z)
+        return {"wgan_d": self.D(fake).mean() - self.D(real).mean(), "wgan_g": -self.D(fake).mean()}, fake
+
+
+def train():
+    torch.manual_seed(0)
+    trainer = Trainer()
+    real, z = torch.randn(5, 4), torch.randn(5, 3)
+    losses, fake = trainer(real, z)
+    trainer.opt_D.zero_grad()
+    losses["d"] = losses["wgan_d"] * 1.0
+    losses["d"].backward()
+    trainer.opt_D.step()
+    trainer.opt_G.zero_grad()
+    losses["wgan_g"].backward()
+    trainer.opt_G.step()
+    return losses["d"]
+"""
+
+
+def test_a_result_changed_in_place_before_the_step_is_not_computed_again():
+    # `losses, fake = ...` computed again after the step would drop the "d" entry added before it
+    src = textwrap.dedent(_CHANGED_IN_PLACE)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        run_program(src)
+    (finding,) = found("GG101", src)
+    assert finding.fix is None or "losses, fake = " not in finding.fix.title

@@ -275,7 +275,10 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
     saved = {id(c.save.node) for c in mutation.conflicts}
     holds_graph = [st for st in kept if any(id(n) in saved for n in ast.walk(st))]
     order = [*holds_graph, *(st for st in reversed(kept) if st not in holds_graph)]
-    alone = [st for st in order if not any(_writes(st) & _reads(other) for other in kept if other is not st)]
+    # Nor one whose result is changed in place before the step (`losses["d"] = ...`): computed again, it would lose
+    # that change.
+    alone = [st for st in order if not any(_writes(st) & _reads(other) for other in kept if other is not st)
+             and not any(_writes(st) & _stored_into(b) for b in block[block.index(st) + 1:i])]
     for recomputed in ([], *([st] for st in alone)):
         after = sorted([*moved, *recomputed], key=lambda st: st.lineno)
         if not any(isinstance(n, ast.Call) for st in after for n in ast.walk(st)):
@@ -329,6 +332,19 @@ def _forward_before(block: list[ast.stmt], step: int, down: int) -> tuple[list[a
 
 def _writes(stmt: ast.stmt) -> set[str]:
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+
+
+def _stored_into(stmt: ast.stmt) -> set[str]:
+    """Names whose object ``stmt`` changes through an item or attribute (``d["k"] = v``, ``o.x += v``)."""
+    out = set()
+    for n in ast.walk(stmt):
+        if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            root = n
+            while isinstance(root, (ast.Subscript, ast.Attribute)):
+                root = root.value
+            if isinstance(root, ast.Name):
+                out.add(root.id)
+    return out
 
 
 def _reads(stmt: ast.AST) -> set[str]:
