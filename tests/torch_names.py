@@ -24,8 +24,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 _NAMESPACE = {"torch": torch, "F": F, "nn": torch.nn}
 _SHAPES = ((4, 4), (1, 4, 4, 4), (2, 3, 4))
 # Extra arguments after the tensor, tried in turn (u: a second tensor that requires grad, m: a bool mask,
-# i: an index tensor of the same shape, as gather/scatter/take_along_dim take).
-_ARGS = ((), (-1,), (2,), (0.0,), ("u",), ("m", 0.0), (-1, "i"))
+# i: an index tensor of the same shape, as gather/scatter/take_along_dim take; c: class targets, one per row of
+# the tensor, as nll_loss and cross_entropy take).
+_ARGS = ((), (-1,), (2,), (0.0,), ("u",), ("m", 0.0), (-1, "i"), ("c",))
 _CTOR_ARGS = ((), (4,), (4, 4), (4, 4, 1))
 _NODE = re.compile(r"Backward(\d*)$")
 
@@ -96,7 +97,9 @@ def _equation(t, contract: bool) -> str:
 
 def _bind(args: tuple, u, m) -> tuple:
     index = torch.zeros_like(m, dtype=torch.long)
-    return tuple(u if a == "u" else m if a == "m" else index if a == "i" else a for a in args)
+    classes = torch.zeros(m.shape[0], dtype=torch.long)
+    return tuple(u if a == "u" else m if a == "m" else index if a == "i" else classes if a == "c" else a
+                 for a in args)
 
 
 @functools.lru_cache(maxsize=None)
