@@ -60,9 +60,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
                if project_code and source.is_file() else None)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions,
                   path=str(source.resolve()) if project is not None else None, project=project,
-                  training_units=frozenset(_training_units(units, tree, lines,
-                                                           _imported_trainers(project, imports, tree, source)))
-                  if project is not None else frozenset())
+                  training_units=frozenset(_training_units(units, tree, lines)) if project is not None else frozenset())
     if cache and project is not None and not project.unchanged(cache.get(_PROJECT_MODULES, ())):
         cache.clear()  # a module of the project that a call was followed into has changed on disk
     candidates = _candidate_units(units, lines) if lines is not None else None
@@ -566,25 +564,13 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                 yield finding
 
 
-def _imported_trainers(project: Project | None, imports: dict[str, str], tree: ast.Module, source: Path):
-    """For an entry script (a top-level ``if __name__ == "__main__":``), whether a name it imports is a project
-    function that trains (its ``main()`` calling it is training code); None for other files, whose imports are
-    not read for this (a library's every call into its own modules would load them)."""
-    if project is None or not any(statements.is_main_guard(s) for s in tree.body):
-        return None
-    path = str(source.resolve())
-    return lambda name: name in imports and project.trains(imports[name], path)
-
-
-def _training_units(units, tree: ast.Module, lines: list[str] | None = None, imported_trainer=None) -> set:
+def _training_units(units, tree: ast.Module, lines: list[str] | None = None) -> set:
     """The units (functions, and the module's top level as ``None``) that run a backward (``.backward()``,
-    ``torch.autograd.grad``), or call by name a function of the file that does, or an imported function of
-    the project that does (``imported_trainer``): training code, whose calls into the project's other modules
-    are followed (``main()`` builds the model that ``train(model)`` trains).
-    Empty when the tree's text (``lines``) has no word ``backward`` nor ``grad`` (most files) and no imported
-    trainer is asked about: a call of either needs one (in ASCII text, where the parser does not normalise
-    identifiers), and the tree is not walked."""
-    if lines is not None and imported_trainer is None:
+    ``torch.autograd.grad``), or call by name a function of the file that does: training code, whose calls
+    into the project's other modules are followed (``main()`` builds the model that ``train(model)`` trains).
+    Empty when the tree's text (``lines``) has no word ``backward`` nor ``grad`` (most files): a call of either
+    needs one (in ASCII text, where the parser does not normalise identifiers), and the tree is not walked."""
+    if lines is not None:
         text = "\n".join(lines)
         if text.isascii() and not _BACKWARD_WORD.search(text):
             return set()
@@ -616,12 +602,8 @@ def _training_units(units, tree: ast.Module, lines: list[str] | None = None, imp
                 stack.extend((item, around) for item in value if isinstance(item, ast.AST))
             elif isinstance(value, ast.AST):
                 stack.append((value, around))
-    imported = set()
-    if imported_trainer is not None:
-        own_names = {fn.name for fn in calls if fn is not None}
-        imported = {name for name in set().union(*calls.values()) - own_names if imported_trainer(name)}
     while True:
-        trainers = {fn.name for fn in training if fn is not None} | imported
+        trainers = {fn.name for fn in training if fn is not None}
         added = {fn for fn, names in calls.items() if fn not in training and names & trainers}
         if not added:
             return training

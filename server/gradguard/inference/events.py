@@ -281,7 +281,6 @@ class ReplacedParameter:
     # argument, an attribute of its instance), where it can be built after the replacement or given the new
     # parameters.
     site: ast.AST | None = None
-    frames: list[tuple[ast.AST, int]] = field(default_factory=list)  # (call site, id mark) of followed calls
 
 
 @dataclass(frozen=True)

@@ -152,35 +152,26 @@ class Context:
     module_contexts: dict[str, "Context"] = field(default_factory=dict)
     # The file's units (functions; None for the top level) that train: they follow calls into the project's modules.
     training_units: frozenset = frozenset()
-    # The analysed file's context, for a project module's: its classes and functions are the ones an object or a
-    # callback made there and passed into the module's code (a model given to an imported trainer) runs.
-    root: "Context | None" = None
 
     def class_of(self, value: Value) -> ClassInfo | None:
         """The class of the file, or of a project module, that an instance was made from."""
         cls = getattr(value, "user_class", None)
         if cls is None:
             return None
-        for classes in (self.classes, self.root.classes if self.root is not None else {}):
-            info = classes.get(cls.name)
-            if info is not None and info.node is cls:
-                return info
+        info = self.classes.get(cls.name)
+        if info is not None and info.node is cls:
+            return info
         return self.project.class_info(cls) if self.project is not None else None
 
     def classes_for(self, info: ClassInfo | None) -> dict[str, ClassInfo]:
         """The classes of the module ``info`` is defined in (its bases are looked up by name there)."""
-        if info is not None and info.module_path is None and self.root is not None:
-            return self.root.classes  # the analysed file's classes have no module path
         if info is None or info.module_path is None or info.module_path == self.path or self.project is None:
             return self.classes
         module = self.project.module(info.module_path)
         return module.classes if module is not None else self.classes
 
     def for_module(self, path: str | None) -> "Context":
-        """The context to run code of the module at ``path`` in (this one for the analysed file; no path, from a
-        project module, is a class of the analysed file)."""
-        if self.root is not None and (path is None or path == self.root.path):
-            return self.root
+        """The context to run code of the module at ``path`` in (this one for the analysed file)."""
         if path is None or path == self.path or self.project is None:
             return self
         if path not in self.module_contexts:
@@ -189,7 +180,7 @@ class Context:
                 return self
             self.module_contexts[path] = Context(
                 self.knowledge, module.imports, module.classes, self.depth, None, module.functions,
-                path=module.path, project=self.project, module_contexts=self.module_contexts, root=self.root or self)
+                path=module.path, project=self.project, module_contexts=self.module_contexts)
         return self.module_contexts[path]
 
 
@@ -233,8 +224,6 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # What turned grad mode off last (a `with`, a call, a decorator), and for a decorator the frame of the
         # calls its function makes.
         self.grad_off_site: tuple[ast.AST, int | None] | None = None
-        # Import statements of the top level whose modules switch grad mode off at import: the switch, by statement.
-        self.import_switches: dict[int, ast.Call] = {}
         self.grad_off_backwards: list[GradOffBackward] = []
         self.numpy_refused: list[NumpyRefused] = []  # NumPy converting a tensor that requires grad: torch raises
         self.unreturned: list[UnreturnedLoss] = []  # a trainer's loss hook that returns nothing (loss_hooks.py)
@@ -403,21 +392,6 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         method = getattr(self, name, None)
         if method is not None:
             method(stmt)
-
-    def _stmt_Import(self, stmt: ast.Import | ast.ImportFrom) -> None:
-        """The top level importing a project module whose own top level switches grad mode: the mode from here on
-        is the one it leaves (reported at this import, the line of this file that leads to the switch)."""
-        if not self.module_unit or self.inline_stack or self.ctx.project is None or self.ctx.path is None:
-            return
-        mode = self.ctx.project.grad_mode_at_import(stmt, self.ctx.path)
-        if mode is None:
-            return
-        self.state.grad_enabled, switch = mode
-        if not self.state.grad_enabled:
-            self.grad_off_site = (stmt, None)
-            self.import_switches[id(stmt)] = switch
-
-    _stmt_ImportFrom = _stmt_Import
 
     def _stmt_Expr(self, stmt: ast.Expr) -> None:
         self.discarded_call = stmt.value  # a call whose result the statement drops (see `discarded_update`)
@@ -872,8 +846,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         holder = next((o for o in self.optimizers if o.held & old_sources), None)
         if holder is not None:
             self.replaced.append(ReplacedParameter(stmt, ast.unparse(target), value, holder, self._next(),
-                                                   site=self._replacement_site(holder, stmt, old, value),
-                                                   frames=list(self.inline_frames)))
+                                                   site=self._replacement_site(holder, stmt, old, value)))
 
     def optimizer_built(self, optimizer: OptimizerValue, node: ast.AST) -> OptimizerValue:
         """A new optimizer takes the parameters its owners have now (a torch layer's weight is made here if
@@ -1323,7 +1296,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         place = switch if depth is None else (
             self.frame_sites[depth] if len(self.frame_sites) > depth else self.frame_sites[depth - 1])
         marker = new_id()
-        self.grad_off_ops[marker] = (node, place, self.import_switches.get(id(switch), switch))
+        self.grad_off_ops[marker] = (node, place, switch)
         result.graph = (result.graph - carried) | {marker}
         return result
 

@@ -13,16 +13,11 @@ Each module is read and parsed once per process (again when it changes on disk);
 project's files for any file that imports one of them.
 
 Calls are followed into other modules only from training code (a unit that runs a backward, or calls by name
-one of the file's functions that does: ``main()`` building the model ``train(model)`` trains; in an entry
-script, one it imports from the project that does), where a bug spread
+one of the file's functions that does: ``main()`` building the model ``train(model)`` trains), where a bug spread
 over modules shows (a model in one module, the step between its forward and backward in another), and only into
 functions and classes of moderate size.  Following every model's calls into its library's layers costs four times
 the analysis of the files themselves (timm, torchvision, Lightning, accelerate: 11 s became 55 s); this way it
 costs a tenth more.  Summaries of functions (each analysed once) would lift the restriction.
-
-Importing a module runs its top level, and a ``torch.set_grad_enabled(False)`` there switches grad mode off for the
-whole process: every import statement of the file's top level knows the grad mode the modules it runs (and those
-they import in turn) leave, each module's top level read once.
 """
 
 from __future__ import annotations
@@ -34,8 +29,7 @@ from pathlib import Path
 
 from ..messages import mark_other_file
 from .classes import ClassInfo, find_classes
-from .imports import collect_imports, qualified_name
-from .state import SET_GRAD
+from .imports import collect_imports
 
 # Top-level names that are never the project's own code (the libraries every file imports).
 NEVER_PROJECT = frozenset({"torch", "numpy", "typing", "torchvision", "einops", "scipy", "pandas", "sklearn"})
@@ -73,10 +67,6 @@ class Project:
     # every class of every loaded module, by its node: an instance knows its class node, not its module
     _classes: dict[int, ClassInfo] = field(default_factory=dict)
     _resolved: dict[tuple[str, str], tuple[ProjectModule, str] | None] = field(default_factory=dict)
-    # each module's grad mode switch at import, by path (`_IMPORTING` while its own imports are read)
-    _import_modes: dict[str, object] = field(default_factory=dict)
-    # whether each followed function of a module trains, by (path, name): None while it is being read
-    _trains: dict[tuple[str, str], bool | None] = field(default_factory=dict)
 
     def module_of(self, qualname: str, importer: str) -> tuple[ProjectModule, str] | None:
         """The project module a qualified import name (``.trainer.Trainer``, ``pkg.nets.Generator``, as
@@ -116,90 +106,6 @@ class Project:
                 return None
             qualname, importer = module.imports[name], module.path
         return None
-
-    def trains(self, qualname: str, importer: str) -> bool:
-        """Whether an imported name is a function of the project that runs a backward (``.backward()``,
-        ``autograd.grad``), itself or through the functions of its module it calls by name: an entry script's
-        ``main()`` calling it is training code too."""
-        found = self.definition(qualname, importer)
-        if not isinstance(found, tuple):
-            return False
-        function, path = found
-        module = self.module(path)
-        return module is not None and self._function_trains(module, function.name)
-
-    def _function_trains(self, module: ProjectModule, name: str) -> bool:
-        key = (module.path, name)
-        if key not in self._trains:
-            self._trains[key] = None  # recursion reads it as not training
-            function = module.functions[name]
-            called = set()
-            trains = False
-            for node in ast.walk(function):
-                if isinstance(node, ast.Call):
-                    if isinstance(node.func, ast.Attribute) and node.func.attr in ("backward", "grad"):
-                        trains = True
-                        break
-                    if isinstance(node.func, ast.Name) and node.func.id in module.functions:
-                        called.add(node.func.id)
-            self._trains[key] = trains or any(self._function_trains(module, c) for c in sorted(called))
-        return bool(self._trains[key])
-
-    def grad_mode_at_import(self, stmt: ast.Import | ast.ImportFrom, importer: str) -> tuple[bool, ast.Call] | None:
-        """The grad mode the project modules an import statement runs leave (a top-level
-        ``torch.set_grad_enabled(flag)`` of theirs, or of the modules they import first), and that call; None when
-        none of them switches it, or the import is not the project's."""
-        mode = None
-        for module in self._run_by(stmt, importer):
-            if module.path not in self._import_modes:
-                self._import_modes[module.path] = _IMPORTING  # an import cycle reads each module once
-                self._import_modes[module.path] = self._own_grad_mode(module)
-            found = self._import_modes[module.path]
-            if found is not None and found is not _IMPORTING:
-                mode = found
-        return mode
-
-    def _own_grad_mode(self, module: ProjectModule) -> tuple[bool, ast.Call] | None:
-        mode = None
-        for stmt in module.tree.body:  # the top level's unconditional statements, in order
-            found = None
-            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                found = self.grad_mode_at_import(stmt, module.path)
-            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
-                    and qualified_name(stmt.value.func, module.imports) in SET_GRAD:
-                call = stmt.value
-                flag = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
-                if isinstance(flag, ast.Constant) and isinstance(flag.value, bool):
-                    found = (flag.value, call)
-            if found is not None:
-                mode = found
-        return mode
-
-    def _run_by(self, stmt: ast.Import | ast.ImportFrom, importer: str) -> list[ProjectModule]:
-        """The project modules an import statement runs, in order (a package's ``__init__`` before its
-        modules); the packages of a relative import's own file are already imported."""
-        if isinstance(stmt, ast.Import):
-            return [m for alias in stmt.names for m in self._chain(alias.name.split("."), importer, 0)]
-        parts = stmt.module.split(".") if stmt.module else []
-        modules = self._chain(parts, importer, stmt.level)
-        base = self._base_of(parts, importer, stmt.level)
-        if base is not None:  # `from pkg import submodule` runs that submodule too
-            modules += [m for alias in stmt.names for m in [self._load(base, [*parts, alias.name])] if m is not None]
-        return modules
-
-    def _base_of(self, parts: list[str], importer: str, level: int) -> Path | None:
-        if level:
-            return self._bases(Path(importer), level)[0]
-        if not parts or parts[0] in sys.stdlib_module_names or parts[0] in NEVER_PROJECT:
-            return None
-        # the first folder on the path that holds the top package is the one Python imports it from
-        return next((b for b in self._bases(Path(importer), 0) if self._load(b, parts[:1]) is not None), None)
-
-    def _chain(self, parts: list[str], importer: str, level: int) -> list[ProjectModule]:
-        base = self._base_of(parts, importer, level) if parts else None
-        if base is None:
-            return []
-        return [m for i in range(1, len(parts) + 1) for m in [self._load(base, parts[:i])] if m is not None]
 
     def stamps(self) -> tuple[tuple[str, tuple | None], ...]:
         """The modules this project has read, with the (mtime, size) they were read at."""
@@ -268,9 +174,6 @@ class Project:
             for info in module.classes.values():
                 self._classes[id(info.node)] = info
         return module
-
-
-_IMPORTING = object()
 
 
 def _lines(node: ast.AST) -> int:

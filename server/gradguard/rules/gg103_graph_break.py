@@ -149,10 +149,7 @@ def _check_grad_off(event: GradOffBackward):
     block, ``torch.set_grad_enabled(False)``, a ``@torch.no_grad()`` function that runs the code): autograd
     recorded nothing, so the loss has no grad_fn and backward raises.  Reported where grad mode is switched off,
     or for a decorated function at the call it runs the computation through (where the probe reports it too)."""
-    imported = isinstance(event.node, (ast.Import, ast.ImportFrom))
     how = (Message.text("this switches it off") if event.node is event.turned_off else
-           Message.format("this import runs `torch.set_grad_enabled(False)` on {switch}", switch=event.turned_off)
-           if imported else
            Message.format("{deco} decorates the function it runs in or calls", deco=event.turned_off))
     yield Finding(
         "GG103",
@@ -160,21 +157,14 @@ def _check_grad_off(event: GradOffBackward):
         Message.format(
             "Grad mode is off here ({how}), and {label}, which the backward on {backward} runs from, is computed "
             "under it from tensors that require grad (at {op}): autograd recorded no graph, so it has no grad_fn "
-            "and that backward raises \"{torch}\". {advice}",
-            how=how, label=event.label, backward=event.backward, op=event.computed, torch=MESSAGE,
-            advice=Message.text(
-                "Switch grad mode off where the imported module needs it (`torch.no_grad()`), not at its import, "
-                "or turn it back on after this import." if imported else
-                "Compute the loss with grad mode on: turn it back on before this, or wrap the computation in "
-                "`torch.enable_grad()`.")),
-        related=[*([(event.turned_off, "grad mode is switched off here" + (", when the module is imported"
-                                                                           if imported else ""))]
-                   if event.node is not event.turned_off else []),
+            "and that backward raises \"{torch}\". Compute the loss with grad mode on: turn it back on before "
+            "this, or wrap the computation in `torch.enable_grad()`.",
+            how=how, label=event.label, backward=event.backward, op=event.computed, torch=MESSAGE),
+        related=[*([(event.turned_off, "grad mode is switched off here")] if event.node is not event.turned_off
+                   else []),
                  (event.computed, "runs with grad mode off: autograd records nothing"),
                  (event.backward, "backward raises here")],
         data={"grad_off": True},
-        # the line to change is in the imported module, which a fix of this file does not edit
-        fix_memo=(None,) if imported else None,
     )
 
 
