@@ -18,6 +18,7 @@ from ..knowledge.names import (
     OPTIMIZER_HOOK,
     RETURNED_LOSS_METHOD,
 )
+from ..statements import blocks
 from .classes import ClassInfo, mro, own_method
 from .events import UnreturnedLoss
 from .imports import qualified_name
@@ -48,7 +49,7 @@ def _last_statement(body: list[ast.stmt]) -> ast.stmt:
     return was to go."""
     last = body[-1]
     while isinstance(last, (ast.If, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While, ast.Try)) \
-            and last.body and not getattr(last, "orelse", None):
+            and [name for name, block in blocks(last) if block] == ["body"]:
         last = last.body[-1]
     return last
 
