@@ -57,6 +57,11 @@ _COPY = ("the copy needs an optimizer over its own parameters: building one mean
          "what the wrapper's other methods hold), which no fix decides for the user")
 _BUFFER = ("values of several graphs share one buffer written in place: keeping them in separate tensors rewrites "
            "how the buffer is built and read, which no fix does")
+_STORED = ("the stored values must be computed again with grad mode on where the loss is built: which call recomputes "
+           "them (a forward whose output the update already has, or one to add) is the program's design, not an edit "
+           "of the reading line")
+_OWN_STATS = ("the fused call must become tensor ops ((x - mean) / sqrt(var + eps) with the weight and bias broadcast "
+              "along the channel dimension): no fix rewrites a batch_norm call yet")
 NO_FIX: dict[str, str] = {
     "GG101/pos_heads_share_a_prediction_buffer": _BUFFER,
     "GG101/pos_ensemble_outputs_in_one_tensor_trained_in_turn": _BUFFER,
@@ -67,6 +72,10 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_critic_grads_kept_across_adversarial_steps": _ZERO_GRAD,
     "GG103/pos_parameter_of_fused_weights": _PARAMETER,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
+    "GG103/pos_stored_confidences_read_by_memory_method": _STORED,
+    "GG103/pos_stored_gate_values_in_update_loss": _STORED,
+    "GG103/pos_batch_norm_eval_with_detached_batch_stats": _OWN_STATS,
+    "GG103/pos_batch_norm_eval_with_no_grad_channel_stats": _OWN_STATS,
     "GG001/pos_accessor_stores_into_state_a_graph_saved": (
         "the write is in an accessor method the call hands the value to; no rewrite of GG001 changes a write into an "
         "object's tensor through a method (the static finding at the saving op has no fix either)"),

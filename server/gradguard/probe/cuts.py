@@ -41,6 +41,7 @@ _Parameter = torch.nn.Parameter
 # nn.Parameter(t) of a tensor with a history (Parameter.__new__ -> Tensor._make_subclass: a leaf on t's data)
 _NEW_LEAF = " makes a new leaf on the data of a tensor with a history, keeps none of that history, and so"
 _CUTS = 64  # cut sites remembered
+_MADE = 4096  # no-grad values and stored tensors remembered (the newest)
 _SUMS = (torch.ops.aten.add, torch.ops.aten.sub, torch.ops.aten.rsub)  # how a loss term joins the loss
 
 
@@ -69,6 +70,11 @@ class Cut:
     # of the leaves the term's graph reaches).  A term that reaches none of the trained parameters upstream of the cut
     # trains nothing the optimizer updates (its only path to them was through the cut).
     terms: list = field(default_factory=list)
+    # Not a cut of a graph: a read, with grad mode on, of a tensor into which values computed with grad mode off from
+    # parameters were written (a rollout buffer filled while acting): the line of that write.  Judged only as a dead
+    # loss term, against ``sources`` (the parameters those values were computed from).
+    stored: Site | None = None
+    sources: dict[int, weakref.ref] = field(default_factory=dict)
 
 
 @dataclass
@@ -100,6 +106,13 @@ class Cuts:
         self.optimizer_of = None
         # The optimizer whose zero_grad() ran last, until a backward or a step: the parameters the next backward is for.
         self.zeroed: weakref.ref | None = None
+        # Values computed with grad mode off (the user's switch) from parameters: id -> (a weak reference, the ids of
+        # those parameters); tensors written with such values: id -> (a weak reference, the parameters, the write).
+        self.made: dict[int, tuple] = {}
+        self.stored: dict[int, tuple] = {}
+        self.params: dict[int, weakref.ref] = {}  # the parameters named in ``made`` and ``stored``
+        # Dead loss terms of the running backward judged once it ends: (cut, the backward, grads before it).
+        self.dead_now: list = []
 
     # -- installation --
 
@@ -284,7 +297,7 @@ class Cuts:
             if entry is None or entry[0]() is not a:
                 continue
             cuts = [cut for cut in entry[1] if not cut.copy and cut.mix is None and cut.nograd is None
-                    and len(cut.terms) < 8]
+                    and cut.stored is None and len(cut.terms) < 8]
             if not cuts:
                 continue
             if frame is None:
@@ -332,6 +345,7 @@ class Cuts:
 
     def on_backward(self, roots, backward: Site | None) -> None:
         copies: tuple[Cut, ...] = ()
+        dead: list[Cut] = []
         for root in roots if isinstance(roots, (tuple, list)) else (roots,):
             entry = self.marked.get(id(root))
             if entry is not None and entry[0]() is root:
@@ -343,13 +357,34 @@ class Cuts:
                     elif cut.copy:
                         copies += (cut,)
                     elif cut.dead is not None:
-                        self._report_dead(cut, backward)
+                        dead.append(cut)
                     elif cut.partial is not None:
                         self._report_partial(cut, backward)
                     elif cut.terms:
                         self._judge_terms(cut, backward)
+        if dead:
+            self._dead_terms(dead, backward)
         self.zeroed = None
         self.raising = (backward, copies)
+
+    def _dead_terms(self, dead: list[Cut], backward: Site | None) -> None:
+        """Dead loss terms in this backward's roots.  A term that also read a stored no-grad value (``Cut.stored``)
+        is judged once the backward has ended (``after_backward``): the parameters those values came from, left
+        without a gradient, say which of the term's inputs stood where a value with a graph was needed."""
+        with_stored = {(c.dead.path, c.dead.line) for c in dead if c.stored is not None}
+        for cut in dead:
+            if (cut.dead.path, cut.dead.line) not in with_stored:
+                self._report_dead(cut, backward)
+            elif cut.stored is None:
+                self.dead_now.append((cut, backward, None))
+            else:
+                before = {}
+                for i, ref in cut.sources.items():
+                    p = ref()
+                    if p is not None:
+                        g = p.grad
+                        before[i] = None if g is None else (g, g._version)
+                self.dead_now.append((cut, backward, before))
 
     def _report_dead(self, cut: Cut, backward: Site | None) -> None:
         key = (cut.site.path, cut.site.line)
@@ -379,6 +414,181 @@ class Cuts:
         if not raised:
             for cut, backward in mixed:
                 self._report_mix(cut, backward)
+        dead, self.dead_now = self.dead_now, []
+        if dead:
+            self._judge_stored(dead, raised)
+
+    def _judge_stored(self, dead: list, raised: bool) -> None:
+        """Dead terms that read stored no-grad values: where the parameters those values were computed from are held
+        by an optimizer and got no gradient from the backward, the stored values are the input to change (the other
+        inputs' cuts, a stop-gradient of an advantage, shape the gradient on purpose); else the cuts are reported as
+        any dead term is."""
+        groups: dict[tuple, list] = {}
+        for entry in dead:
+            groups.setdefault((entry[0].dead.path, entry[0].dead.line), []).append(entry)
+        for group in groups.values():
+            chosen = []
+            for cut, backward, before in group:
+                if cut.stored is None or raised:
+                    continue
+                starved = [p for p in (self.params.get(i, lambda: None)() for i in before or ()) if p is not None
+                           and p.requires_grad and self._untouched(p, before[id(p)]) and self.optimizer_of is not None
+                           and self.optimizer_of(p) is not False]
+                if starved:
+                    chosen.append((cut, backward, starved))
+            if chosen:
+                for cut, backward, starved in chosen:
+                    self._report_stored(cut, backward, starved)
+            else:
+                for cut, backward, _ in group:
+                    if cut.stored is None:
+                        self._report_dead(cut, backward)
+            for cut, _, _ in group:
+                cut.dead = None  # judged: a later loss is judged on its own terms
+
+    @staticmethod
+    def _untouched(p, before) -> bool:
+        """The backward gave ``p`` no gradient: none now, or the same tensor at the same version as before it."""
+        g = p.grad
+        return g is None or (before is not None and before[0] is g and g._version == before[1])
+
+    def _report_stored(self, cut: Cut, backward: Site | None, starved: list) -> None:
+        key = (cut.site.path, cut.site.line)
+        if key in self.found:
+            return
+        said = expression_at(cut.site)
+        what = f"`{said}`" if said else "this line"
+        wrote = expression_at(cut.stored)
+        store = f"`{wrote}` on line {cut.stored.line}" if wrote else f"line {cut.stored.line}"
+        summed = expression_at(cut.dead)
+        where = f"`{summed}` on line {cut.dead.line}" if summed else f"line {cut.dead.line}"
+        at = f" at line {backward.line}" if backward else ""
+        message = (f"{what} reads values that {store} stored after computing them with grad mode off from "
+                   f"parameters: they have no graph, and the loss term built from them (added to the loss at {where}) "
+                   f"has no gradient, so {len(starved)} parameter tensor(s) they were computed from ({_shapes(starved)}), "
+                   f"held by an optimizer, get no gradient from the backward(){at}. Compute these values again with "
+                   "grad mode on where the loss is built, instead of reading the stored copy")
+        notes = [Note(cut.stored, "the values computed with grad mode off are stored here"),
+                 Note(cut.dead, "the dead term is added to the loss here")]
+        if backward:
+            notes.append(Note(backward, "the backward() that gives those parameters no gradient"))
+        self.found[key] = ProbeFinding("GG103", "starved", cut.site, message, notes=tuple(notes), backward=backward)
+
+    # -- values computed with grad mode off, stored, read back --
+
+    def on_made(self, args, out) -> None:
+        """An op that writes nothing ran with grad mode off under the user's switch: an output computed from
+        parameters (leaves that require grad), or from such outputs, is remembered with those parameters."""
+        sources: set[int] = set()
+        made, params = self.made, self.params
+        for a in args:
+            for t in (a,) if isinstance(a, _Tensor) else a if a.__class__ is list or a.__class__ is tuple else ():
+                if not isinstance(t, _Tensor):
+                    continue
+                if t.requires_grad:
+                    try:
+                        leafy = t.grad_fn is None  # a leaf (a view made under no_grad has none either: its base's)
+                    except RuntimeError:  # a view made under no_grad whose base was written: torch refuses
+                        continue
+                    if leafy:
+                        leaf = t if t._base is None else t._base
+                        sources.add(id(leaf))
+                        if id(leaf) not in params:
+                            params[id(leaf)] = weakref.ref(leaf)
+                else:
+                    entry = made.get(id(t))
+                    if entry is not None and entry[0]() is t:
+                        sources.update(entry[1])
+        if sources:
+            frozen = frozenset(sources)
+            for t in (out,) if isinstance(out, _Tensor) else out if isinstance(out, (tuple, list)) else ():
+                if isinstance(t, _Tensor) and not t.requires_grad:
+                    self._remember(made, t, (frozen,))
+
+    def on_store(self, written: list, args, frame) -> None:
+        """An in-place op wrote ``written`` (the user's ``frame``): when one of its other operands is a value
+        ``on_made`` remembered, the written tensors (and the tensors they are views of) now hold it."""
+        sources: set[int] = set()
+        ids = {id(t) for t in written}
+        for a in args:
+            for t in (a,) if isinstance(a, _Tensor) else a if a.__class__ is list or a.__class__ is tuple else ():
+                if isinstance(t, _Tensor) and id(t) not in ids:
+                    entry = self.made.get(id(t))
+                    if entry is not None and entry[0]() is t:
+                        sources.update(entry[1])
+        if not sources:
+            return
+        site = frame_site(frame)
+        for t in written:
+            for held in (t, t._base):
+                # (a parameter written from another network's parameters is a target or EMA copy: meant)
+                if isinstance(held, _Tensor) and not held.requires_grad and not isinstance(held, _Parameter):
+                    entry = self.stored.get(id(held))
+                    old = entry[1] if entry is not None and entry[0]() is held else frozenset()
+                    self._remember(self.stored, held, (old | sources, site))
+
+    def on_read(self, args, out, frame_of) -> None:
+        """An op, grad mode on, read a tensor ``on_store`` saw written with no-grad values: its result is marked with
+        a ``Cut`` at the user's line that read it (``frame_of()``).  An op on ``on_made`` values and on nothing that
+        requires grad passes their parameters on."""
+        found = None
+        stored, made = self.stored, self.made
+        sources: set[int] | None = set() if made else None
+        for a in args:
+            for t in (a,) if isinstance(a, _Tensor) else a if a.__class__ is list or a.__class__ is tuple else ():
+                if isinstance(t, _Tensor):
+                    if found is None:
+                        entry = stored.get(id(t))
+                        if entry is not None and entry[0]() is t:
+                            found = entry
+                    if sources is not None:
+                        if t.requires_grad:
+                            sources = None  # autograd gives the result a graph
+                        else:
+                            entry = made.get(id(t))
+                            if entry is not None and entry[0]() is t:
+                                sources.update(entry[1])
+        if sources:  # an op on a no-grad value alone (`v.squeeze()`) makes another one
+            frozen = frozenset(sources)
+            for t in (out,) if isinstance(out, _Tensor) else out if isinstance(out, (tuple, list)) else ():
+                if isinstance(t, _Tensor):
+                    self._remember(made, t, (frozen,))
+        if found is None:
+            return
+        frame = frame_of()
+        if frame is None:
+            return
+        site = frame_site(frame)
+        del frame
+        key = ("stored", site.path, site.line)
+        cut = self.cuts.get(key)
+        if cut is None:
+            if len(self.cuts) >= _CUTS:
+                return
+            cut = self.cuts[key] = Cut(site, stored=found[2])
+        cut.stored = found[2]
+        for i in found[1]:
+            ref = self.params.get(i)
+            if ref is not None and i not in cut.sources:
+                cut.sources[i] = ref
+        cut.fed = None
+        self._mark(out, (cut,))
+
+    def _remember(self, table: dict, t, value: tuple) -> None:
+        key = id(t)
+        entry = table.get(key)
+        if entry is not None and entry[0]() is t:
+            table[key] = (entry[0], *value)
+            return
+
+        def forget(ref, key=key):
+            entry = table.get(key)
+            if entry is not None and entry[0] is ref:
+                del table[key]
+
+        table[key] = (weakref.ref(t, forget), *value)
+        if len(table) > _MADE:
+            del table[next(iter(table))]
 
     def on_mix(self, out, site: Site, step: Site) -> None:
         """``out``, computed at ``site``, combines values from before and after the optimizer step at ``step`` of the
@@ -518,7 +728,8 @@ class Cuts:
         entry = self.marked.get(id(t))
         if entry is None or entry[0]() is not t:
             return None
-        return next((cut for cut in entry[1] if not cut.copy and cut.nograd is None and cut.mix is None), None)
+        return next((cut for cut in entry[1] if not cut.copy and cut.nograd is None and cut.mix is None
+                     and cut.stored is None), None)
 
     # -- marks --
 

@@ -52,6 +52,7 @@ from .module_flags import ModuleFlags
 from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_NOTE
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
+from .own_stats import NORM_OPS, OwnStatistics
 from .provenance import Provenance
 from .returned_loss import ReturnedLoss
 from .source import accumulates, alias_before, assignments_read_at, attribute_store, enclosing_function, expression_at, rebinding_before, setter_write
@@ -96,6 +97,11 @@ _FUNCTION_APPLY = _function_apply_code()
 # ``inplace_sign_refused``: leaky_relu_, elu_, celu_): the aten op -> (its name, the parameter's position).
 _SIGN_REFUSED = {getattr(torch.ops.aten, f"{name}_").default: (name, fact["position"])
                  for name, fact in load_knowledge().inplace_sign_refused.items() if hasattr(torch.ops.aten, f"{name}_")}
+
+
+# The writes that store values into a tensor the user keeps (`buf[t] = v`, `buf[t].copy_(v)`, `buf[idx] = v`); not an
+# op's own bookkeeping (BatchNorm's running statistics).
+_STORES = frozenset((torch.ops.aten.copy_.default, torch.ops.aten.index_put_.default))
 
 
 def _classify(func):
@@ -357,6 +363,7 @@ class Tracer(TorchDispatchMode):
         self.returned = ReturnedLoss(user, self.internal_errors)  # a training_step that computes a loss, returns None
         self.copied = CopiedParameters(user, self.internal_errors)  # an optimizer left holding a deep copy's originals
         self.copied.optimizer_of = self.flags.optimizer_of
+        self.own_stats = OwnStatistics(user, self.internal_errors)  # batch norm handed its input's own statistics
         self.cuts.on_data = self.provenance.read_detached  # `.data.numpy()` is a read, as `.detach().numpy()` is
         self.ops = 0  # aten ops seen: none means the target only defined things
         self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
@@ -457,6 +464,8 @@ class Tracer(TorchDispatchMode):
             self.asked.on_backward(roots, args[3] if len(args) > 3 else kwargs.get("inputs"), self.hooks.backward)
             if self.cuts.cuts:
                 self.cuts.on_backward(roots, self.hooks.backward)
+            if self.own_stats.pending:
+                self.own_stats.on_backward(self.hooks.backward)
             if self.flags.pending or self.flags.replaced:
                 self.flags.on_backward(roots, self.hooks.backward)
             if not _grad_enabled():
@@ -479,7 +488,7 @@ class Tracer(TorchDispatchMode):
             raised = False
             return out
         finally:
-            if self.cuts.mixed:
+            if self.cuts.mixed or self.cuts.dead_now:
                 self.cuts.after_backward(raised)
             if grads:
                 try:
@@ -916,6 +925,8 @@ class Tracer(TorchDispatchMode):
             name = _op_name(func)
             for rec in fresh:
                 rec.op = name
+        if func in NORM_OPS:
+            self.own_stats.on_norm(func, args, sys._getframe(1))
         if self.cut is not None:
             self._after_cut(func, args)
         if self.untracked.writes and torch.is_grad_enabled():
@@ -956,7 +967,29 @@ class Tracer(TorchDispatchMode):
                 self.cuts.on_op(args, kwargs, out, func)
             except Exception as exc:  # noqa: BLE001
                 self.internal_errors.append(f"cuts: {type(exc).__name__}: {exc}")
+        if self.grad_mode.off is not None or self.cuts.made or self.cuts.stored:
+            self._stored_values(func, spec, args, kwargs, out)
         return out
+
+    def _stored_values(self, func, spec, args, kwargs, out) -> None:
+        """Values computed with grad mode off from parameters, written into a tensor, read back with grad mode on
+        (``Cuts.on_made``, ``on_store``, ``on_read``)."""
+        try:
+            if spec and spec.__class__ is not str:
+                if self.cuts.made and func in _STORES:
+                    written = [kwargs.get(n) if k or i >= len(args) else args[i] for i, n, k in spec]
+                    written = [t for t in written if isinstance(t, _Tensor)]
+                    frame = self._user_frame(sys._getframe(2)) if written else None
+                    if frame is not None:
+                        self.cuts.on_store(written, (*args, *kwargs.values()) if kwargs else args, frame)
+                    del frame
+            elif not _grad_enabled():
+                if self.grad_mode.off is not None:
+                    self.cuts.on_made(args, out)
+            elif self.cuts.stored or self.cuts.made:
+                self.cuts.on_read(args, out, lambda: self._user_frame(sys._getframe(3)))
+        except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
+            self.internal_errors.append(f"stored values: {type(exc).__name__}: {exc}")
 
     def _mixing(self, args, out) -> None:
         """An op that combines a value whose graph holds tensors an optimizer step then updated in place (computed
@@ -1406,7 +1439,7 @@ class Tracer(TorchDispatchMode):
             placed.setdefault(key, len(found))
             found.append(finding)
         found += (self.hooks.findings() + self.asked.findings() + self.flags.findings() + self.stale_grads.findings()
-                  + self.returned.findings() + self.copied.findings())
+                  + self.returned.findings() + self.copied.findings() + self.own_stats.findings())
         taken = {(f.site.path, f.site.line) for f in found}
         found += [f for f in self.cuts.findings() if (f.site.path, f.site.line) not in taken]
         taken = {(f.site.path, f.site.line) for f in found}
