@@ -72,6 +72,12 @@ class _Lines:
         simple = [s for s in self.statements_at(line) if not hasattr(s, "body") and s.lineno == line]
         return simple[0] if len(simple) == 1 else None
 
+    def simple_statement_around(self, line: int) -> ast.stmt | None:
+        """The one simple statement (no body) that ``line`` lies in, on its first line or a later one (an
+        expression the probe places on a continuation line of a statement written over several)."""
+        simple = [s for s in self.statements_at(line) if not hasattr(s, "body")]
+        return simple[0] if len(simple) == 1 else None
+
 
 def _note(finding: ProbeFinding, message: str) -> Site | None:
     """The site of the finding's note ``message``, when it is in the finding's own file."""
@@ -219,13 +225,16 @@ def _the_write(lines: _Lines, line: int) -> ast.AST | None:
 
 
 def _expression_at(lines: _Lines, site: Site) -> ast.expr | None:
-    """The outermost expression that starts at ``site`` (line and 1-based column) in a simple statement."""
-    stmt = lines.simple_statement_at(site.line)
+    """The outermost expression that starts at ``site`` (line and 1-based column) in a simple statement (which may
+    start on an earlier line)."""
+    stmt = lines.simple_statement_around(site.line)
     if stmt is None or not site.column:
         return None
     starting = [n for n in ast.walk(stmt) if isinstance(n, (ast.Call, ast.BinOp, ast.Subscript, ast.Attribute, ast.Name))
                 and n.lineno == site.line and n.col_offset + 1 == site.column]
-    return max(starting, key=lambda n: (n.end_lineno, n.end_col_offset)) if starting else None
+    # The probe gives where the expression ends too: `a @ b` of `a @ b + c` starts where the sum does.
+    exact = [n for n in starting if (n.end_lineno, n.end_col_offset + 1) == (site.end_line, site.end_column)]
+    return max(exact or starting, key=lambda n: (n.end_lineno, n.end_col_offset)) if starting else None
 
 
 def _write_to_saved(lines: _Lines, f: ProbeFinding) -> Finding | None:

@@ -1,0 +1,121 @@
+"""The probe's facts reach the fix builders (issue 31 item 3): each program below is probed, every finding it makes
+gets its fix from ``gradguard.probed_fixes`` (as a probe-only finding would), and torch proves the fix: the fixed
+program runs clean and gives the gradients of ``reference()``.  Each program is one shape where a fact the probe
+supplies (where a saving op's expression starts and ends, on which line of a statement) was lost before."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from gradients import grads_equal
+
+torch = pytest.importorskip("torch")
+
+from gradguard.fixes.edits import apply_edits  # noqa: E402
+from gradguard.probe import ProbeOptions  # noqa: E402
+from gradguard.probe.merge import diagnostics  # noqa: E402
+from gradguard.probed_fixes import fixes_for  # noqa: E402
+
+_counter = itertools.count()
+
+# The saving matmul is the first term of a sum written over several lines: the probe names it on the statement's
+# second line, by where it starts and ends (the sum starts at the same column).  The fix clones the saved row there.
+SUM_OVER_LINES = '''
+import torch
+
+
+def unroll(xs, weights, copy):
+    state = torch.zeros(len(weights), xs.shape[1], weights[0][1].shape[0])
+    for x in xs:
+        before = state.detach().clone()
+        for k, (w_in, w_rec) in enumerate(weights):
+            below = x if k == 0 else state[k - 1]
+            if copy:
+                below = below.clone()
+            state[k] = torch.sigmoid(
+                below @ w_in
+                + before[k] @ w_rec
+            )
+    return state[-1]
+
+
+def _grads(copy):
+    torch.manual_seed(0)
+    weights = [(torch.randn(3 if k == 0 else 4, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True))
+               for k in range(2)]
+    unroll(torch.randn(3, 2, 3), weights, copy).sum().backward()
+    return [w.grad for pair in weights for w in pair]
+
+
+def run():
+    return _grads(False)
+
+
+def reference():
+    return _grads(True)
+'''
+
+# The same on one line, the saving product inside a longer expression (`a * b + c` starts where `a * b` does).
+PRODUCT_IN_SUM = '''
+import torch
+
+
+def run_(copy):
+    torch.manual_seed(0)
+    w = torch.randn(4, requires_grad=True)
+    buf = torch.zeros(3, 4)
+    total = 0
+    for i in range(3):
+        row = buf[i - 1] if i else w
+        if copy:
+            row = row.clone()
+        buf[i] = row * w + 1.0
+        total = total + buf[i].sum()
+    (total + buf.sum()).backward()
+    return [w.grad]
+
+
+def run():
+    return run_(False)
+
+
+def reference():
+    return run_(True)
+'''
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"probe_fact_{path.stem}_{next(_counter)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("source", [SUM_OVER_LINES, PRODUCT_IN_SUM], ids=["sum_over_lines", "product_in_sum"])
+def test_fix_from_the_probes_saving_expression_is_proven(source: str, worker, tmp_path: Path):
+    path = tmp_path / "program.py"
+    text = textwrap.dedent(source)
+    path.write_text(text, encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            _load(path).run()
+    result = worker.probe(path, ProbeOptions(entry="run", timeout=60))
+    found = [d for d in diagnostics(result, str(path)) if d.path == str(path)]
+    assert found and {d.code for d in found} == {"GG001"}, [(d.code, d.line, d.message) for d in found]
+    fixes = fixes_for(text, str(path), found)
+    assert len(fixes) == len(found), "a finding got no fix"
+    edits = [e for fix in fixes.values() for e in fix.edits]
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text(apply_edits(text, edits), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _load(fixed).run()  # must run clean
+        expected = _load(path).reference()
+    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
