@@ -10,7 +10,8 @@ then reach users as every other fix does: on the diagnostic (JSON, SARIF), throu
 Each shape below is offered only because torch proved its fixes on the probe-only fixtures and real cases
 (``bench/probe_fixes.py``, ``tests/fixes/test_probe_fix_proof.py``): a probe finding of another shape gets none.
 Fixes that would need the static analysis to check their result (``FixContext.still_found``) are not built: the
-static analysis never saw these findings, so it cannot say they are gone.
+static analysis never saw these findings, so it cannot say they are gone -- except GG101's, checked against the
+expressions the probe saw save the weights (``_saves_still_before``).
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from pathlib import Path
 from . import parsing
 from .api import FIX_BUILDERS
 from .diagnostics import FileResult, Fix
-from .fixes import Fixer, unavailable, with_fix
+from .fixes import FindingId, Fixer, StillFound, unavailable, with_fix
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
-from .probe.merge import (ALIAS_NOTE, INPUT_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE, VIEW_NOTE,
-                          ProbedDiagnostic)
+from .probe.merge import (ALIAS_NOTE, INPUT_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE, STEP_NOTE,
+                          VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 
 log = logging.getLogger(__name__)
@@ -322,9 +323,97 @@ def _renormalised_weight_read(lines: _Lines, f: ProbeFinding) -> Finding | None:
     return Finding("GG001", op, "", mutation=mutation, data={"state": read.pop()})
 
 
+def _step_before_backward(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG101 a forward, then an optimizer step that updates weights its graph saved, then that graph's backward, all
+    in one function (the probe places it at the forward, the step as its first note): the static finding of the
+    step, with the backward the probe saw as its conflict and the forward the probe saw save as its save.  The
+    rule's fix moves the step after the backward, or computes the forward after the step (checked by
+    ``_saves_still_before``)."""
+    if f.code != "GG101" or f.backward is None or not f.notes or f.notes[0].message != STEP_NOTE \
+            or not f.saves or f.backward.path != f.site.path or f.notes[0].site.path != f.site.path:
+        return None
+    step = lines.simple_statement_at(f.notes[0].site.line)
+    backward = lines.simple_statement_at(f.backward.line)
+    forward = _expression_at(lines, f.site)
+    if step is None or backward is None or forward is None or not f.site.line < step.lineno < backward.lineno:
+        return None
+    function = lines.function_of(step)
+    # The forward the probe names in the step's function, and the ops it saw save there (a save inside a module's
+    # forward is reached through the forward's call).
+    saved = [forward, *(n for s in f.saves if s.site and s.site.path == f.site.path
+                        and (n := _expression_at(lines, s.site)) is not None
+                        and lines.function_of(lines.statements_at(s.site.line)[-1]) is function)]
+    if lines.function_of(backward) is not function or lines.function_of(lines.statements_at(f.site.line)[-1]) \
+            is not function:
+        return None
+    target = Tensor(Storage(), Grad.YES, leaf=True, param=True)
+    sink = Sink("backward", backward, frozenset(), 1)
+    conflicts = [Conflict(Save(target.storage, 0, f.saves[0].op or "*", "weight", node, True), sink)
+                 for node in saved]
+    mutation = Mutation(step, target, ".step()", False, 0, kind="step", conflicts=conflicts)
+    return Finding("GG101", step, "", mutation=mutation, data={"saved": [ast.unparse(n) for n in saved]})
+
+
+def _saves_still_before(finding: Finding) -> StillFound:
+    """How a GG101 fix built from the probe's facts is checked (``FixContext.still_found``): the finding is still
+    there while an expression the probe saw save the weights (``data["saved"]``, as written) is computed before the
+    step in the candidate's text, unless it is a plain assignment of names, in the step's own block, each of which a
+    later statement of that block assigns again (a plain assignment) before any reads it (a forward computed again
+    after the step leaves its first computation unread).  Anything else counts as still found."""
+    saved = set(finding.data.get("saved", ()))
+
+    def check(fixed: str, found: FindingId) -> bool:
+        parsed = parsing.parse(fixed)
+        if isinstance(parsed, parsing.SyntaxProblem):
+            return True
+        lines = _Lines(parsed)
+        step = lines.simple_statement_at(found.line)
+        if step is None:
+            return True
+        function = lines.function_of(step)
+        block = next((body for n in ast.walk(function) for field in ("body", "orelse", "finalbody")
+                      if isinstance(body := getattr(n, field, None), list) and any(st is step for st in body)), None)
+        if block is None:
+            return True
+        i = next(k for k, st in enumerate(block) if st is step)
+        for st in (n for n in ast.walk(function) if isinstance(n, ast.stmt) and n.lineno < step.lineno):
+            if not any(isinstance(n, ast.expr) and ast.unparse(n) in saved for n in ast.walk(st)) \
+                    or hasattr(st, "body"):
+                continue
+            if not any(st is b for b in block[:i]) or not _assigns_names(st):
+                return True
+            if any(not _assigned_again_unread(name, block[i + 1:]) for name in _names_stored(st)):
+                return True
+        return False
+
+    return check
+
+
+def _assigns_names(st: ast.stmt) -> bool:
+    """``a = ...``, ``a, b = ...``: an assignment of plain names only."""
+    return isinstance(st, ast.Assign) and all(
+        isinstance(t, ast.Name) or isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts)
+        for t in st.targets)
+
+
+def _names_stored(st: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _assigned_again_unread(name: str, statements: list[ast.stmt]) -> bool:
+    """Whether a plain assignment among ``statements`` (one block, in order) binds ``name`` again before any of
+    them reads it (a statement's reads come first; a compound statement that touches it counts as a read)."""
+    for st in statements:
+        names = [n for n in ast.walk(st) if isinstance(n, ast.Name) and n.id == name]
+        if not names:
+            continue
+        return _assigns_names(st) and not any(isinstance(n.ctx, ast.Load) for n in names)
+    return False
+
+
 SHAPES: tuple[Callable[[_Lines, ProbeFinding], Finding | None], ...] = (
     _flag, _cut, _rebuild, _view_binding, _copy_at_binding, _inplace_module, _inplace_activation, _write_to_saved,
-    _state_read_by_op, _renormalised_weight_read)
+    _state_read_by_op, _renormalised_weight_read, _step_before_backward)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:
@@ -356,7 +445,10 @@ def fixes_for(text: str, path: str, diagnostics: list[ProbedDiagnostic]) -> dict
     for d in diagnostics:
         try:
             finding = finding_of(lines, d.probe)
-            fix = fixer.fix(finding) if finding is not None else None
+            if finding is not None and "saved" in finding.data:  # checked against the saves the probe saw
+                fix = Fixer(text, parsed, path, FIX_BUILDERS, _saves_still_before(finding)).fix(finding)
+            else:
+                fix = fixer.fix(finding) if finding is not None else None
         except Exception:  # noqa: BLE001 - as in the fix layer: a bug here loses the fix, never the finding
             log.debug("fix of the probe's %s at %s:%s failed", d.code, path, d.line, exc_info=True)
             fix = None
