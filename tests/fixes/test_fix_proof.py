@@ -49,6 +49,10 @@ _KEPT_ACROSS_STEPS = (
         "anew on each call drops the cache; which one is meant is the author's choice, so no fix is offered"
     )
 
+_DROPPED_HOOK_OUTPUT = (
+    "the hook rebinds its output and returns nothing: returning the new value changes what the hook does, which no "
+    "rewrite of a hook makes")
+
 NO_FIX = {
     "GG101/pos_prototypes_cached_on_module_with_graph": _KEPT_ACROSS_STEPS,
     "GG101/pos_cache_filled_lazily_on_holder_object": _KEPT_ACROSS_STEPS,
@@ -110,6 +114,8 @@ NO_FIX = {
         "the write is inside a property's setter that the class's other users rely on to update the tensor in "
         "place; binding a new tensor instead (the reference) changes what every holder of the old one sees"
     ),
+    "GG103/pos_forward_hook_method_rebinds_scaled_output": _DROPPED_HOOK_OUTPUT,
+    "GG103/pos_forward_hook_rebinds_output_in_loop_of_masks": _DROPPED_HOOK_OUTPUT,
     "GG103/pos_closure_run_by_no_grad_step": (
         "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
         "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"

@@ -318,9 +318,10 @@ class CallsMixin:
         args = self._eval_args(node)
         if isinstance(owner, TensorMap):
             if name == "values":
-                return TensorSeq(list(owner.items.values()))
+                return TensorSeq(list(owner.items.values()), literal=owner.exact)
             if name == "items":
-                return TensorSeq([TensorSeq([NOT_TENSOR, v]) for v in owner.items.values()])
+                return TensorSeq([TensorSeq([Const(k) if isinstance(k, str) else NOT_TENSOR, v], literal=True)
+                                  for k, v in owner.items.items()], literal=owner.exact)
             if name in ("get", "pop") and node.args:
                 return owner.element(_const_key(node.args[0]))
             if name in ("update", "setdefault") and args and isinstance(args[0], TensorMap):

@@ -11,6 +11,7 @@ from ..bounds import Unanalysed
 from ..knowledge.names import SHAPE_ATTRS, VIEW_ATTRS
 from .classes import ClassInfo, find_method, mro
 from .events import GradRead, KeptRead
+from .hooks import named_submodules
 from .values import (
     INT,
     int_const,
@@ -297,6 +298,9 @@ class ExpressionsMixin:
         return join(self.eval(node.body), self.eval(node.orelse))
 
     def _expr_Compare(self, node: ast.Compare) -> Value:
+        exact = self._exact_type_check(node)
+        if exact is not None:
+            return exact
         values = [self.eval(node.left), *(self.eval(c) for c in node.comparators)]
         if len(values) == 2 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and Const(None) in values:
             # `if self.cache is None:` with the cache a tensor made on every path so far (a lazy cache's second
@@ -317,6 +321,32 @@ class ExpressionsMixin:
             if isinstance(other, (ModuleValue, TensorMap, FunctionValue, CallableRef, ClassRef)):
                 return Const(isinstance(node.ops[0], ast.IsNot))
         return NOT_TENSOR
+
+    def _exact_type_check(self, node: ast.Compare) -> Value | None:
+        """``type(m) == nn.ReLU`` (``is``, ``!=``, ``is not``) for a module we built: an instance of a torch layer
+        is of exactly its class; one of the file's classes is of that class, never of a torch layer's.  None when
+        the comparison is of another form or the module is not one we know."""
+        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.Is, ast.NotEq, ast.IsNot)):
+            return None
+        call = node.left
+        if not (isinstance(call, ast.Call) and len(call.args) == 1 and not call.keywords
+                and isinstance(call.func, ast.Name) and call.func.id == "type" and "type" not in self.ctx.imports
+                and not any("type" in scope for scope in (self.state.env, *self.scopes))):
+            return None
+        layer = self.qual(node.comparators[0]) if isinstance(node.comparators[0], (ast.Name, ast.Attribute)) else None
+        if layer is None or not layer.startswith("torch.nn.") or layer.count(".") != 2:
+            return None
+        module = self.eval(call.args[0])
+        self.eval(node.comparators[0])
+        if not isinstance(module, ModuleValue):
+            return NOT_TENSOR
+        if module.user_class is not None:
+            same = False
+        elif module.torch_module and module.cls.isidentifier():  # built as `nn.<cls>(...)`
+            same = module.cls == layer.rsplit(".", 1)[1]
+        else:
+            return NOT_TENSOR
+        return Const(same == isinstance(node.ops[0], (ast.Eq, ast.Is)))
 
     def _expr_BoolOp(self, node: ast.BoolOp) -> Value:
         """``a or b``, ``a and b``: what Python returns when the truth of the operands it evaluates is known, else
@@ -513,6 +543,9 @@ class ExpressionsMixin:
             declared = self._class_constant(info, name)
             if declared is not None:  # `SUPPORTED = (nn.Conv2d, nn.Linear)` in the class body
                 return declared
+        if name == "_modules":  # `model._modules`: its children by the names torch gives them
+            named = named_submodules(module, False, self._is_nn_module)
+            return TensorMap(dict(named), exact=True) if named is not None else UNKNOWN
         if module.torch_module:
             info = self.k.module(module.cls)
             if name in ("weight", "bias") and (info is None or info.has_params):
@@ -522,6 +555,9 @@ class ExpressionsMixin:
                 return param
         return UNKNOWN
 
+
+
+_LISTED_NUMBERS = 64  # a comprehension of more numbers than this stays unknown
 
 
 def _assigned_attributes(cls: ast.ClassDef) -> frozenset[str]:

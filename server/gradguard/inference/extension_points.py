@@ -34,7 +34,8 @@ from dataclasses import replace
 
 from .classes import ClassInfo, find_method, own_method
 from .events import HookWrite
-from .hooks import FORWARD_HOOKS, ForwardHookHandle, KeptOutput, KeptOutputOverwritten, OutputWrite
+from .hooks import (FORWARD_HOOKS, DroppedOutput, ForwardHookHandle, KeptOutput, KeptOutputOverwritten, OutputWrite,
+                    dropped_rebinding)
 from .values import (
     NOT_TENSOR,
     UNKNOWN,
@@ -271,7 +272,26 @@ class ExtensionPointsMixin:
                 self._output_writes(given, first, handle.registered)
             if isinstance(returned, (Tensor, TensorSeq, Derived)) and returned is not given:
                 result = returned
+            elif isinstance(result, Tensor) and result.requires_grad == Grad.YES:
+                self._dropped_output(result, hook, handle.registered, module)
         return result
+
+    def _dropped_output(self, output: Tensor, hook: FunctionValue, registered: ast.AST, module: ModuleValue) -> None:
+        """A hook that rebinds its output parameter and returns nothing left ``output`` as it was: a marker into
+        its graph, for the backward that then runs through the unchanged output (``DroppedOutput``), once per
+        assignment."""
+        dropped = dropped_rebinding(hook)
+        if dropped is None:
+            return
+        statement, name = dropped
+        known = self.__dict__.setdefault("_dropped_outputs", {})
+        event = known.get(id(statement))
+        if event is None:
+            event = DroppedOutput(statement, name, registered, _module_name(module), new_id(), self._next(),
+                                  self.sinks)
+            known[id(statement)] = event
+            self.hook_writes.append(event)
+        output.graph = output.graph | {event.marker}
 
     @property
     def watched_outputs(self) -> list[tuple[Tensor, list[ast.AST]]]:

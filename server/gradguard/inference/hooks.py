@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from ..statements import own_nodes
 from .events import HookWrite
 from .values import FunctionValue, HookHandle, ModuleValue, Tensor
 
@@ -89,6 +90,62 @@ class KeptOutputOverwritten:
         uses = [s for s in self.sinks if s.kind == "backward" and s.seq > self.seq and self.marker in s.graph]
         uses += [a for a in self.asks if a.how == "autograd.grad" and a.seq > self.seq and a.storage == self.storage]
         return min(uses, key=lambda u: u.seq, default=None)
+
+
+@dataclass(eq=False)
+class DroppedOutput:
+    """A forward hook assigns a new value to its output parameter (``node``: the assignment), never reads it
+    again and returns nothing: torch uses only a forward hook's *returned* value as the module's output, so the
+    output stays as it was and the new value is dropped (torch 2.13).  ``marker`` went into the module's output graph when
+    the hook ran: ``reached`` finds the first backward through that unchanged output."""
+
+    node: ast.stmt
+    name: str
+    registered: ast.AST
+    hooked: str
+    marker: int
+    seq: int
+    sinks: list = field(repr=False)  # the interpreter's sinks (complete once the rules run)
+
+    def reached(self):
+        return next((s for s in self.sinks if s.kind == "backward" and s.seq > self.seq and self.marker in s.graph),
+                    None)
+
+
+def dropped_rebinding(hook: FunctionValue) -> tuple[ast.Assign, str] | None:
+    """The assignment that gives a forward hook's output parameter (``def hook(module, args, output)``) a value
+    nothing uses: the hook's last binding of that name, a plain ``=`` (``output += m`` writes in place), with no
+    read of the name after it (in the hook or a function defined in it) and no ``return`` of a value.  None for
+    any other hook (``*args``, a lambda, a ``global``/``nonlocal`` name, a generator)."""
+    fn = hook.node
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.args.vararg or fn.args.kwarg:
+        return None
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)][1 if hook.self_value is not None else 0:]
+    if len(params) != 3:
+        return None
+    name = params[2]
+    stores, assigns = [], []
+    for node in own_nodes(fn):
+        if isinstance(node, ast.Return) and node.value is not None \
+                and not (isinstance(node.value, ast.Constant) and node.value.value is None):
+            return None
+        if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
+            return None
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            stores.append(node)
+        if isinstance(node, ast.Assign):
+            assigns.append(node)
+    if not stores:
+        return None
+    last = max(stores, key=lambda n: (n.lineno, n.col_offset))
+    statement = next((a for a in assigns if any(t is last for t in a.targets)), None)
+    if statement is None:
+        return None  # a loop's target, `with ... as`, `+=`, an unpacking, `del`
+    end = (statement.end_lineno, statement.end_col_offset)
+    if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+           and (n.lineno, n.col_offset) >= end for n in ast.walk(fn)):
+        return None
+    return statement, name
 
 
 # A model's submodules named past this many are not named (a ``dict(model.named_modules())`` stays unknown).

@@ -567,6 +567,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.run_log.ran(Repeats(stmt))
             self.run_block(stmt.orelse)
             return
+        modules = _literal_modules(iterable)
+        if modules and not _jumps_out(stmt.body):
+            # `for name, child in model._modules.items()`, `for m in [enc, dec]`: each module in turn
+            for module in modules:
+                self.bind(target, module, stmt)
+                self.run_block(stmt.body)
+            self.run_log.ran(Repeats(stmt))
+            self.run_block(stmt.orelse)
+            return
         if isinstance(iterable, ModuleValue) and 0 < len(iterable.children) <= _UNROLLED_LAYERS:
             # `for layer in self.layers: x = layer(x)`: each layer in turn, as a Sequential runs them.
             for child in iterable.children:
@@ -1482,6 +1491,22 @@ def _runs_once(iterable: ast.expr) -> bool:
         if len(bounds) == 2 and None not in bounds:
             return bounds[1] - bounds[0] == 1
     return False
+
+
+def _literal_modules(iterable: Value) -> list[Value] | None:
+    """The items of a list written out, or of an exact mapping's ``items()``/``values()``, when each is a module
+    we built (or a ``(name, module)`` pair): a loop over them runs once per item.  None otherwise."""
+    if not (isinstance(iterable, TensorSeq) and iterable.literal and iterable.base is None
+            and 0 < len(iterable.items) <= _UNROLLED_LAYERS):
+        return None
+
+    def module_of(item: Value) -> Value:
+        if isinstance(item, TensorSeq) and item.literal and len(item.items) == 2:
+            return item.items[1]
+        return item
+    if all(isinstance(module_of(i), ModuleValue) and module_of(i).cls != "<unknown>" for i in iterable.items):
+        return list(iterable.items)
+    return None
 
 
 def _submodules(iterable: ModuleIterable) -> list[ModuleValue] | None:

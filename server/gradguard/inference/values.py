@@ -155,6 +155,7 @@ class TensorMap:
     """A dict whose values may be tensors (``{"h": h}``, ``state["h"]``), by constant key."""
 
     items: dict[object, "Value"]
+    exact: bool = False  # these are exactly its items (a module's `_modules`): a loop over them runs once per item
 
     def element(self, key: object) -> "Value":
         if key in self.items:

@@ -12,6 +12,7 @@ from ..fixes.edits import Rewrite
 from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, InertFlag, Mutation, NumpyRefused,
                                 ReplacedParameter, UnreturnedLoss)
+from ..inference.hooks import DroppedOutput
 from ..inference.values import Tensor
 from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_REFUSED, NUMPY_TWINS
 from ..messages import Message
@@ -44,6 +45,9 @@ def check(event):
         return
     if isinstance(event, NumpyRefused):
         yield from _check_numpy_refused(event)
+        return
+    if isinstance(event, DroppedOutput):
+        yield from _check_dropped_output(event)
         return
     if isinstance(event, GraphBreak) and event.number_backward is not None and not event.cut:
         yield from _check_number_backward(event)
@@ -181,6 +185,28 @@ def _check_numpy_refused(event: NumpyRefused):
             "it if the values are only for logging.",
             function=event.function, what=what, label=event.label, torch=NUMPY_REFUSED),
         data={"numpy_refused": True},
+    )
+
+
+def _check_dropped_output(event: DroppedOutput):
+    """A forward hook that rebinds its output parameter and returns nothing: torch keeps the module's output as it
+    was, and the backward through it never sees the new value."""
+    sink = event.reached()
+    if sink is None:
+        return
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "This rebinds the forward hook's local `{name}` (registered with `register_forward_hook` on {registered} "
+            "for {hooked}), which nothing reads afterwards, and the hook returns nothing: torch uses only the value "
+            "a forward hook returns as the module's output, so the output stays as it was, and the backward on "
+            "{sink} runs through it without the new value, silently. Return the new output from the hook, computed "
+            "from `{name}` itself (not its `.data`) so that gradients follow it.",
+            name=event.name, registered=event.registered, hooked=event.hooked, sink=sink.node),
+        related=[(event.registered, "the hook is registered here"),
+                 (sink.node, "the backward through the unchanged output")],
+        data={"dropped_output": True},
     )
 
 
@@ -325,6 +351,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return None
     if finding.data.get("numpy_refused"):
         return None  # keeping the gradient (torch ops) or dropping it (detach, for a log) is the author's choice
+    if finding.data.get("dropped_output"):
+        return None  # returning the value is the fix, but whether it should keep `.data`'s cut is the author's
     if finding.data.get("unreturned"):
         return None  # which tensor the hook computes is its loss is the author's to say  # where grad mode should be on is the author's choice: the block, the decorator, or the call
     if finding.data.get("detach"):
