@@ -62,6 +62,8 @@ _STORED = ("the stored values must be computed again with grad mode on where the
            "of the reading line")
 _OWN_STATS = ("the fused call must become tensor ops ((x - mean) / sqrt(var + eps) with the weight and bias broadcast "
               "along the channel dimension): no fix rewrites a batch_norm call yet")
+_SYNCED = ("the fix removes the assignment that replaces the loaded copy: a statement deletion, which the fix toolkit "
+           "does not offer for a probe finding yet")
 NO_FIX: dict[str, str] = {
     "GG101/pos_heads_share_a_prediction_buffer": _BUFFER,
     "GG101/pos_ensemble_outputs_in_one_tensor_trained_in_turn": _BUFFER,
@@ -72,6 +74,8 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_critic_grads_kept_across_adversarial_steps": _ZERO_GRAD,
     "GG103/pos_parameter_of_fused_weights": _PARAMETER,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
+    "GG101/pos_critic_target_synced_then_replaced": _SYNCED,
+    "GG101/pos_teacher_module_synced_then_aliased": _SYNCED,
     "GG103/pos_stored_confidences_read_by_memory_method": _STORED,
     "GG103/pos_stored_gate_values_in_update_loss": _STORED,
     "GG103/pos_batch_norm_eval_with_detached_batch_stats": _OWN_STATS,

@@ -252,6 +252,18 @@ def _innermost_statement(tree: ast.AST, line: int) -> ast.stmt | None:
     return found
 
 
+def attribute_assigned(site: Site) -> tuple[str, str] | None:
+    """``(name, attr)`` when the statement at ``site`` is ``name.attr = value`` (one target), else None."""
+    tree = _tree(site.path)
+    statement = _innermost_statement(tree, site.line) if tree is not None else None
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return None
+    target = statement.targets[0]
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+        return target.value.id, target.attr
+    return None
+
+
 def accumulates(site: Site) -> bool:
     """Whether the statement at ``site`` folds a new value into a name it reads (``total += loss``,
     ``ema = 0.9 * ema + 0.1 * out``): a running value meant to span calls or steps."""

@@ -57,6 +57,7 @@ from .provenance import Provenance
 from .returned_loss import ReturnedLoss
 from .source import accumulates, alias_before, assignments_read_at, attribute_store, enclosing_function, expression_at, rebinding_before, setter_write
 from .stale_grads import RESETS, StaleGrads
+from .synced import SyncedCopies
 from .untracked import UntrackedWrites
 
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
@@ -364,6 +365,8 @@ class Tracer(TorchDispatchMode):
         self.copied = CopiedParameters(user, self.internal_errors)  # an optimizer left holding a deep copy's originals
         self.copied.optimizer_of = self.flags.optimizer_of
         self.own_stats = OwnStatistics(user, self.internal_errors)  # batch norm handed its input's own statistics
+        self.synced = SyncedCopies(user, self.internal_errors)  # a loaded copy replaced by the module it copies
+        self.synced.optimizer_of = self.flags.optimizer_of
         self.cuts.on_data = self.provenance.read_detached  # `.data.numpy()` is a read, as `.detach().numpy()` is
         self.ops = 0  # aten ops seen: none means the target only defined things
         self.function_saves: dict = {}  # custom Function class -> (code, line, lasti) of its save_for_backward call
@@ -409,9 +412,11 @@ class Tracer(TorchDispatchMode):
         self.stale_grads.install()
         self.returned.install()
         self.copied.install()
+        self.synced.install()
         return entered
 
     def __exit__(self, *exc):
+        self.synced.uninstall()
         self.copied.uninstall()
         self.returned.uninstall()
         self.stale_grads.uninstall()
@@ -1439,7 +1444,8 @@ class Tracer(TorchDispatchMode):
             placed.setdefault(key, len(found))
             found.append(finding)
         found += (self.hooks.findings() + self.asked.findings() + self.flags.findings() + self.stale_grads.findings()
-                  + self.returned.findings() + self.copied.findings() + self.own_stats.findings())
+                  + self.returned.findings() + self.copied.findings() + self.own_stats.findings()
+                  + self.synced.findings())
         taken = {(f.site.path, f.site.line) for f in found}
         found += [f for f in self.cuts.findings() if (f.site.path, f.site.line) not in taken]
         taken = {(f.site.path, f.site.line) for f in found}
