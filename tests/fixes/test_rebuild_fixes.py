@@ -315,3 +315,40 @@ def test_numbers_read_out_of_tensors_and_reduced_are_reduced_as_tensors(line, ex
 def test_numbers_not_only_read_out_and_reduced_are_not_rewritten(line):
     src = textwrap.dedent(_ITEMS_PROGRAM).replace("{line}", line)
     assert _fixes(src) == [None]
+
+
+_HELPER = """
+import torch
+
+
+def combined(parts):
+    return torch.tensor(parts).sum()
+
+
+def train():
+    w = torch.ones(3, requires_grad=True)
+    combined([w.sum(), w.pow(2).sum()]).backward()
+"""
+
+
+def test_a_list_read_through_a_parameter_is_not_stacked():
+    """The run knows the list one caller passed; another may pass numbers, which torch.stack refuses."""
+    assert _fixes(_HELPER) == [None]
+
+
+_MIXED = """
+import torch
+
+
+def train():
+    w = torch.ones(3, requires_grad=True)
+    parts = [w.sum(), 0.5]
+    parts.append(w.pow(2).sum())
+    torch.tensor(parts).sum().backward()
+"""
+
+
+def test_a_list_holding_a_number_is_not_stacked_on_its_facts():
+    """An element the run knows is a number: torch.stack would refuse it, so the list fact offers no stack."""
+    fixes = _fixes(_MIXED)
+    assert fixes and all(f is None or "stack" not in f.title for f in fixes)

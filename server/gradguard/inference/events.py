@@ -216,6 +216,10 @@ class GraphBreak:
     # The values come from one tensor (``torch.tensor(t)``, ``x.new_tensor(t)``), not a list or a number: a fix
     # may keep that tensor as it is, where it could not keep a list's.
     of_tensor: bool = False
+    # The values come from one list or tuple whose elements the run knows (``torch.tensor(self.log_probs)``):
+    # "tensors" when each is a tensor, "computed" when some are results of code the analysis cannot see into
+    # (``dist.log_prob(a)``), "mixed" when some are not tensors.  A fix may stack a list of tensors.
+    of_list: str | None = None
 
 
 @dataclass

@@ -189,6 +189,8 @@ class ExpressionsMixin:
         bounds = [None if part is None else _const_int(part) for part in parts]
         if any(part is not None and bound is None for part, bound in zip(parts, bounds)) or bounds[2] == 0:
             return UNKNOWN
+        if bounds == [None, None, -1]:  # `outs[::-1]`: every item, in reverse order
+            return TensorSeq(container.items[::-1], literal=container.literal)
         if not container.literal and (bounds[2] is not None or any(b is not None and b < 0 for b in bounds[:2])):
             return UNKNOWN
         return TensorSeq(container.items[slice(*bounds)], literal=container.literal)

@@ -1263,7 +1263,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if sources:
             marker = new_id()
             certain = all(_certainly_requires_grad(v) for v in sources_from)
-            self.breaks.append(GraphBreak(node, how, sources, marker, certain=certain, of_tensor=of_tensor))
+            self.breaks.append(GraphBreak(node, how, sources, marker, certain=certain, of_tensor=of_tensor,
+                                          of_list=_list_of(sources_from)))
             graph |= {marker}
         return new_tensor(node, requires_grad, leaf=True, graph=graph)
 
@@ -1388,6 +1389,18 @@ def _certainly_requires_grad(value: Value) -> bool:
     if isinstance(value, TensorSeq):
         return any(_certainly_requires_grad(i) for i in value.items)
     return isinstance(value, (NumberFrom, Derived))
+
+
+def _list_of(values: list[Value]) -> str | None:
+    """What the one list or tuple a rebuild reads holds, when the run knows its elements (``GraphBreak.of_list``)."""
+    seq = values[0] if len(values) == 1 else None
+    if not isinstance(seq, TensorSeq) or seq.base is not None or not seq.items:
+        return None
+    if all(isinstance(i, Tensor) for i in seq.items):
+        return "tensors"
+    if all(isinstance(i, (Tensor, Derived)) for i in seq.items):
+        return "computed"
+    return "mixed"
 
 
 def _read_out_markers(values: list[Value], handed_back: set[int]) -> frozenset[int]:

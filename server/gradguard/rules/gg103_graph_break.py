@@ -74,6 +74,7 @@ def check(event):
                    if event.rebuilt_at is not None else []),
                  (sink.node, "the backward that loses this gradient")],
         data={**({"of_tensor": True} if event.of_tensor else {}),
+              **({"of_list": event.of_list} if event.of_list is not None else {}),
               **({"rebuilt_at": event.rebuilt_at} if event.rebuilt_at is not None else {})},
     )
 
@@ -331,7 +332,9 @@ def _check_cut(event):
 # - **a copy of one tensor** -- ``torch.tensor(t)`` is ``t.clone().detach()`` (torch's own words), so
 #   ``t.clone()`` is the same copy with its graph; with ``dtype=``/``device=`` it is ``t.to(..., copy=True)``, and
 #   ``x.new_tensor(t)`` is ``t.to(x, copy=True)`` (``x``'s dtype and device).  Safe.
-# - **a list of tensors** -- ``torch.tensor(parts)``, where ``parts`` is only ever a list, is ``torch.stack(parts)``.
+# - **a list of tensors** -- ``torch.tensor(parts)``, where ``parts`` is only ever a list, is ``torch.stack(parts)``;
+#   so is any list or comprehension the run knows holds only tensors (``torch.tensor(self.log_probs)``; unsafe when
+#   some are results of code it cannot see into), unless it is read through a parameter (other callers' lists).
 # - **a number or list read out of a tensor** -- ``torch.tensor(float(loss), requires_grad=True)`` and
 #   ``torch.tensor(t.tolist())`` become the tensor itself, and ``torch.tensor(sum(l.item() for l in losses))``
 #   the sum of the tensors.  Unsafe: the result keeps the tensor's dtype, shape and device where the rebuild made
@@ -426,6 +429,9 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
     if (finding.data or {}).get("of_tensor") and isinstance(finding.node, ast.Call):
         _require_not_rebuilt_again(ctx, finding.node)
         return _copy_of_tensor(ctx, finding.node)
+    listed = _list_of(finding) if isinstance(finding.node, ast.Call) else None
+    if listed == "tensors":
+        return _stack_the_list(ctx, finding.node, torch, safe=True)
     stmt = ctx.statement_of(finding.node)
     for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
         if ctx.qual(call.func) not in _FACTORIES or len(call.args) != 1:
@@ -436,7 +442,7 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
             continue
         arg = call.args[0]
         if isinstance(arg, ast.Name) and ctx.qual(call.func) == "torch.tensor" and not keywords \
-                and _only_ever_a_list(ctx, arg):
+                and listed != "mixed" and _only_ever_a_list(ctx, arg):
             new = parse_expr(_stacked(ctx, call, torch, arg.id))
             return Rewrite(ctx).replace_node(ctx.cst(call), new).fix(
                 f"Keep the graph: `{torch}.stack({arg.id})` instead of `{ctx.source(call)}`", safe=True)
@@ -450,7 +456,56 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
         text = translated.expr(arg)
         if text is not None and (translated.numpy or translated.bindings):
             return translated.fix(call, text, keywords)
+    if listed == "computed":
+        return _stack_the_list(ctx, finding.node, torch, safe=False)
     raise CannotFix("no tensor-keeping rewrite for this rebuild")
+
+
+def _list_of(finding: Finding) -> str | None:
+    """What the rebuilt list holds (``GraphBreak.of_list``) over every analysis of the line: "mixed" when one saw
+    an element that is not a tensor, else "computed" when one saw results of code it cannot see into, else
+    "tensors" when one knew the elements; None when none knew them."""
+    if (finding.data or {}).get("rebuilt_at") is not None:
+        return None
+    seen = [(f.data or {}).get("of_list") for f in (finding, *finding.twins)]
+    return next((kind for kind in ("mixed", "computed", "tensors") if kind in seen), None)
+
+
+def _stack_the_list(ctx: FixContext, call: ast.Call, torch: str, safe: bool) -> Fix:
+    """``torch.tensor(parts)``, ``parts`` a list of one-element tensors, is ``torch.stack(parts).flatten()`` with
+    their graph (see ``_stacked``); ``dtype=``/``device=`` become a ``.to(...)`` of the stacked tensor."""
+    if ctx.qual(call.func) not in _FACTORIES or ctx.qual(call.func) == "torch.from_numpy" or len(call.args) != 1:
+        raise CannotFix("not a torch.tensor/as_tensor of one list")
+    _require_not_rebuilt_again(ctx, call)
+    keywords = {k.arg: k.value for k in call.keywords}
+    if None in keywords or set(keywords) - {*_LIKE, "requires_grad"}:
+        raise CannotFix("keywords the stacked tensor does not keep as they are")
+    flag = keywords.pop("requires_grad", None)
+    if flag is not None and not (isinstance(flag, ast.Constant) and flag.value is True):
+        raise CannotFix("requires_grad is not plainly True")
+    arg = call.args[0]
+    _require_not_a_callers_list(ctx, arg)
+    text = _stacked(ctx, call, torch, ctx.source(arg))
+    if keywords:
+        text += f".to({', '.join(f'{k}={ctx.source(v)}' for k, v in keywords.items())})"
+    title = f"Keep the graph: `{_short(text)}` instead of `{_short(ctx.source(call))}`"
+    if not safe:
+        title += " (unsafe: some elements are results of code the analysis cannot see into, maybe not tensors)"
+    return Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text)).fix(title, safe=safe)
+
+
+def _require_not_a_callers_list(ctx: FixContext, arg: ast.expr) -> None:
+    """CannotFix when the list is read through a parameter (other than a method's own object): the run knows the
+    elements one caller passed, and other callers may pass numbers, which ``torch.stack`` refuses."""
+    fn = ctx.function_of(arg)
+    if fn is None:
+        return
+    params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs, fn.args.vararg,
+                               fn.args.kwarg] if a]
+    own = params[:1] if isinstance(ctx.parents.get(fn), ast.ClassDef) else []
+    read = {n.id for n in ast.walk(arg) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if read & (set(params) - set(own)):
+        raise CannotFix("the list is read through a parameter: other callers may pass numbers")
 
 
 def _require_not_rebuilt_again(ctx: FixContext, call: ast.Call) -> None:
