@@ -513,6 +513,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                 mutation.stale_detach = _late_detach(interp, mutation)
             if mutation.stale_use is not None:
                 mutation.stale_kept = _kept_read(interp, mutation)
+        if mutation.conflicts and mutation.after_backward and mutation.stale_use is None:
+            mutation.early_forward = _early_forward(interp, mutation)
         mutation.read_after = _read_after(interp, mutation)
         if mutation.sign_marker is not None:
             mutation.sign_reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > mutation.seq
@@ -557,7 +559,15 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
     # others' findings at the update itself are the same bug.
     placed = {id(event.node) for f, event in found if isinstance(event, Mutation) and f.node is not event.node
               and f.code == "GG101"}
+    # A helper's update run for each of several losses (one call per critic) may each find the failing loss computed
+    # too early, at the critics' forwards: one write, one finding (the first).
+    early: set[int] = set()
     for f, event in found:
+        if f.code == "GG101" and f.node is not event.node and getattr(event, "early_forward", None) is not None \
+                and event.stale_use is None:
+            if id(event.node) in early:
+                continue
+            early.add(id(event.node))
         if not (f.code == "GG101" and f.node is event.node and id(event.node) in placed):
             finding = _in_this_file(f, event)
             if finding is not None:
@@ -730,6 +740,36 @@ def _stale_use(interp: Interpreter, mutation: Mutation) -> tuple[StaleUse | None
         if use is not None and (c.save.id in backwarded or _carried(use, mutation)):
             return use, c
     return None, None
+
+
+def _early_forward(interp: Interpreter, mutation: Mutation) -> Conflict | None:
+    """A conflict of an update whose failing loss was computed too early: its save was made before the backward
+    whose gradients the update applies (the last backward before it, which reaches the updated parameters), no
+    backward before the update ran through it, and the first update after the failing backward changes none of
+    these parameters (that loss trains others).  Only when that backward and the update run inside one call the
+    forward's function makes (a helper that backpropagates a loss and steps): that function cannot move the step
+    alone, and the forward it computed too early is what to compute after the call (unless the failing backward
+    runs in that call too: the order inside it is then what to change)."""
+    params = frozenset().union(*(t.graph for t in (mutation.target.group or (mutation.target,)) if t.param))
+    before = [s for s in interp.sinks if s.kind == "backward" and s.seq < mutation.seq]
+    if not params or not before or not before[-1].graph & params:
+        return None
+    applied, path = before[-1], mutation.call_path()
+    early = []
+    for c in mutation.conflicts:
+        if c.sink.kind != "backward" or c.save.id >= applied.mark or any(c.save.id in s.graph for s in before):
+            continue
+        common = 0
+        while common < min(len(path), len(c.save.path)) and path[common] is c.save.path[common]:
+            common += 1
+        if common >= len(path) or len(applied.path) <= common or applied.path[common] is not path[common]:
+            continue  # the update is not in a call that also runs the backward it applies
+        if len(c.sink.path) > common and c.sink.path[common] is path[common]:
+            continue  # that call runs the failing backward too: the order inside it is what to change
+        following = next((r for r in interp.grad_reads if r.updates and r.seq > c.sink.seq), None)
+        if following is not None and not following.sources & params:
+            early.append(c)
+    return max(early, key=lambda c: (c.save.certain, -c.save.id), default=None)
 
 
 def _kept_read(interp: Interpreter, mutation: Mutation):

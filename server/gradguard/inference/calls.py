@@ -621,7 +621,7 @@ class CallsMixin:
                 op, place, switch = self.grad_off_ops[marker]
                 self.grad_off_backwards.append(GradOffBackward(node, place, op, switch, target.label))
         self.sinks.append(Sink("backward", node, graph, self._next(),
-                               target.terms if isinstance(target, Tensor) else ()))
+                               target.terms if isinstance(target, Tensor) else (), new_id(), self.frame_sites))
         if isinstance(target, Tensor) and target.dead_terms and target.requires_grad != Grad.NO:
             for cut in self.breaks:
                 if cut.cut and cut.marker in target.dead_terms and cut.dead_in is None:

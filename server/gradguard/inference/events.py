@@ -28,6 +28,8 @@ class Sink:
     graph: frozenset[int]
     seq: int
     terms: tuple[frozenset[int], ...] = ()  # a backward of a sum: the graphs of its terms
+    mark: int = 0  # a backward's: an id drawn as it ran (ids grow, so a save with a lower id was made before it)
+    path: tuple[ast.AST, ...] = ()  # a backward's: the followed calls' sites, outermost first, it ran inside
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,11 @@ class Mutation:
     # The stale value reached the use from an attribute of an object that kept it, graph and all, from before the
     # update (a cache filled once, a state kept between calls): that assignment is the line to change.
     stale_kept: KeptRead | None = None
+    # Filled by the engine for an update of parameters that applies a backward's gradients (the last one before
+    # it reaches them), when the loss that fails was computed before that backward, from a forward no backward
+    # before the update ran through, and is itself applied by an update of other parameters (a policy's loss
+    # computed through the critics before the critics' steps): that conflict, whose save is in that forward.
+    early_forward: Conflict | None = None
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

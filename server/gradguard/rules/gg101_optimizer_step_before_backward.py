@@ -54,6 +54,8 @@ def line_to_change(mutation: Mutation) -> Finding | None:
     update (a helper's call site).  A value made for the failing backward alone leaves the update as the line:
     run that backward before it."""
     use, conflict = mutation.stale_use, mutation.stale_conflict
+    if use is None and mutation.early_forward is not None:
+        return _computed_too_early(mutation, mutation.early_forward)
     if use is None or conflict is None or (use.node.lineno == conflict.sink.node.lineno
                                            and other_file(use.node) is None):
         return None  # `out.pow(2).mean().backward()`: the use is the backward's own loss; the update is the line
@@ -117,6 +119,35 @@ def line_to_change(mutation: Mutation) -> Finding | None:
             advice=advice(mutation, conflict)),
         certain=save.certain,
         related=[(mutation.node, f"{mutation.how} updates the weights in place here"),
+                 *conflict_related(conflict, mutation)],
+        mutation=mutation)
+
+
+def _computed_too_early(mutation: Mutation, conflict) -> Finding:
+    """The failing loss's forward, computed before a call that backpropagates another loss and steps (a policy's
+    loss computed through the critics before ``update(q_optim, q_loss)``), where that loss is trained by an update
+    of other parameters: the function that makes the call cannot move the step alone; the forward is the line to
+    compute after the call."""
+    save, sink = conflict.save, conflict.sink
+    path = mutation.call_path()
+    node = _in_function_of(save.path, save.node, path)
+    call = _in_function_of(tuple(path), mutation.node, list(save.path))
+    backward = _in_function_of(sink.path, sink.node, list(save.path))
+    waits = Message.format("the backward on {sink}" if backward is sink.node else
+                           "the backward run by the call on {call} (line {line})",
+                           sink=sink.node, call=backward, line=str(getattr(sink.node, "lineno", "?")))
+    return Finding(
+        "GG101", node,
+        Message.format(
+            "{this} computes a forward whose graph (with the weights `{op}` saved on {saved}) waits for {waits}, but "
+            "the call on {call} runs before that backward: it backpropagates another loss, which does "
+            "not run through this graph, and {how} in it updates {label} in place; {raises} \"{torch}\". Compute "
+            "this after that call, so that the loss built on it uses the updated weights.",
+            this=_said(node, "this line"), op=save.op, saved=save.node, waits=waits, call=call,
+            how=mutation.how, label=_updated(mutation), raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+        certain=save.certain,
+        related=[(call, "this call backpropagates another loss and updates the weights"),
+                 (mutation.node, f"{mutation.how} updates the weights in place here"),
                  *conflict_related(conflict, mutation)],
         mutation=mutation)
 
@@ -220,7 +251,11 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     if mutation.stale_kept is not None:
         raise CannotFix("keeping the value detached changes the gradients, computing it anew drops the cache: "
                         "the author's choice")
-    for attempt in (lambda: move_after_backward(ctx, mutation, "Update after the backward"),
+    # A loss computed too early is mended by computing it later: running the update after its backward would
+    # apply that loss's gradients too.
+    early = mutation.stale_use is None and mutation.early_forward is not None
+    for attempt in (lambda: _refuse("the loss was computed too early") if early
+                    else move_after_backward(ctx, mutation, "Update after the backward"),
                     lambda: _forward_after_step(ctx, mutation, finding.code),
                     lambda: _forward_into_loop(ctx, mutation, finding.code)):
         try:
@@ -228,6 +263,10 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         except CannotFix:
             pass
     return _detach_between_chunks(ctx, mutation)
+
+
+def _refuse(why: str) -> Fix:
+    raise CannotFix(why)
 
 
 def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
@@ -550,7 +589,11 @@ that fails is built on it.  When the code detaches that state, but only after th
 again (a detach in the outer loop of truncated BPTT), the finding is at that detach: it belongs in the loop that
 steps.  When that value is one an object keeps in an attribute across steps (a cache filled on the first call, a
 value prepared before the loop) and read back after the step, the finding is at the assignment that keeps it:
-keep it detached, or compute it anew on each call.  Otherwise it is at the step (or the update).
+keep it detached, or compute it anew on each call.  When the step runs inside a call that backpropagates another
+loss and steps (a helper `update(optim, loss)`), and the loss that fails was computed before that call from a
+forward no earlier backward ran through, for an optimizer of other parameters (a policy's loss computed through
+the critics before the critics' updates), the finding is at that forward: compute it after the call.  Otherwise
+it is at the step (or the update).
 """,
     fix_advice="""
 The message picks the advice from what gradguard saw, and says "if" where it could not see enough; with
