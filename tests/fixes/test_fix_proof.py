@@ -277,10 +277,6 @@ NO_FIX = {
         "the write goes through a `.detach()` alias bound to its own name; the in-graph rewrite covers writes "
         "through `.data` and NumPy views, not aliases that other lines may read"
     ),
-    "GG103/pos_legacy_tensor_of_losses": (
-        "the rebuild is the legacy `torch.Tensor([...])` constructor, which the rebuild rewrites (`torch.stack`, "
-        "`.to(copy=True)`) do not cover yet"
-    ),
     "GG005/pos_inplace_relu_from_config_after_sigmoid": (
         "the flag is read from a config (`inplace=cfg[\"inplace\"]`) that other builders may share: the fix does not "
         "edit configs"
@@ -338,6 +334,8 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG103/pos_legacy_tensor_of_losses": "`torch.stack` keeps the losses' dtype and device, where the legacy "
+                                         "`torch.Tensor([...])` made a CPU tensor of the default dtype",
     "GG101/pos_hidden_detach_in_place_after_chunk_loop": "the state is detached at the top of each step and "
                                                          "retain_graph dropped: each backward now stops at its step's "
                                                          "start (truncated BPTT per step, as the reference)",

@@ -473,9 +473,12 @@ def _list_of(finding: Finding) -> str | None:
 
 def _stack_the_list(ctx: FixContext, call: ast.Call, torch: str, safe: bool) -> Fix:
     """``torch.tensor(parts)``, ``parts`` a list of one-element tensors, is ``torch.stack(parts).flatten()`` with
-    their graph (see ``_stacked``); ``dtype=``/``device=`` become a ``.to(...)`` of the stacked tensor."""
-    if ctx.qual(call.func) not in _FACTORIES or ctx.qual(call.func) == "torch.from_numpy" or len(call.args) != 1:
-        raise CannotFix("not a torch.tensor/as_tensor of one list")
+    their graph (see ``_stacked``); ``dtype=``/``device=`` become a ``.to(...)`` of the stacked tensor.  The legacy
+    ``torch.Tensor(parts)`` too, unsafe: it makes a CPU tensor of the default dtype, the stack keeps theirs."""
+    legacy = ctx.qual(call.func) == "torch.Tensor" and not call.keywords
+    if not legacy and (ctx.qual(call.func) not in _FACTORIES or ctx.qual(call.func) == "torch.from_numpy") \
+            or len(call.args) != 1:
+        raise CannotFix("not a torch.tensor/as_tensor/Tensor of one list")
     _require_not_rebuilt_again(ctx, call)
     keywords = {k.arg: k.value for k in call.keywords}
     if None in keywords or set(keywords) - {*_LIKE, "requires_grad"}:
@@ -491,7 +494,10 @@ def _stack_the_list(ctx: FixContext, call: ast.Call, torch: str, safe: bool) -> 
     title = f"Keep the graph: `{_short(text)}` instead of `{_short(ctx.source(call))}`"
     if not safe:
         title += " (unsafe: some elements are results of code the analysis cannot see into, maybe not tensors)"
-    return Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text)).fix(title, safe=safe)
+    elif legacy:
+        title += " (unsafe: it keeps the elements' dtype and device, where `torch.Tensor` makes a CPU tensor of the " \
+                 "default dtype)"
+    return Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text)).fix(title, safe=safe and not legacy)
 
 
 def _require_not_a_callers_list(ctx: FixContext, arg: ast.expr) -> None:
