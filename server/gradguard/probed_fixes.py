@@ -28,8 +28,8 @@ from .diagnostics import FileResult, Fix
 from .fixes import FindingId, Fixer, StillFound, unavailable, with_fix
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
-from .probe.merge import (ALIAS_NOTE, INPUT_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE, STEP_NOTE,
-                          VIEW_NOTE, ProbedDiagnostic)
+from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE,
+                          STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 
 log = logging.getLogger(__name__)
@@ -325,15 +325,20 @@ def _renormalised_weight_read(lines: _Lines, f: ProbeFinding) -> Finding | None:
 
 def _step_before_backward(lines: _Lines, f: ProbeFinding) -> Finding | None:
     """GG101 a forward, then an optimizer step that updates weights its graph saved, then that graph's backward, all
-    in one function (the probe places it at the forward, the step as its first note): the static finding of the
-    step, with the backward the probe saw as its conflict and the forward the probe saw save as its save.  The
+    in one function (the probe places it at the forward, the step as its first note, the calls that lead to a step
+    or a backward inside a helper as notes): the static finding of the step, with the backward the probe saw as its
+    conflict and the forward the probe saw save as its save.  The
     rule's fix moves the step after the backward, or computes the forward after the step (checked by
     ``_saves_still_before``)."""
-    if f.code != "GG101" or f.backward is None or not f.notes or f.notes[0].message != STEP_NOTE \
-            or not f.saves or f.backward.path != f.site.path or f.notes[0].site.path != f.site.path:
+    if f.code != "GG101" or f.backward is None or not f.notes or f.notes[0].message != STEP_NOTE or not f.saves:
         return None
-    step = lines.simple_statement_at(f.notes[0].site.line)
-    backward = lines.simple_statement_at(f.backward.line)
+    # A step or a backward inside a helper is moved by the call that leads to it, in the function that runs both.
+    step_site = _note(f, STEP_CALL_NOTE) or f.notes[0].site
+    backward_site = _note(f, BACKWARD_CALL_NOTE) or f.backward
+    if step_site.path != f.site.path or backward_site.path != f.site.path:
+        return None
+    step = lines.simple_statement_at(step_site.line)
+    backward = lines.simple_statement_at(backward_site.line)
     forward = _expression_at(lines, f.site)
     if step is None or backward is None or forward is None or not f.site.line < step.lineno < backward.lineno:
         return None

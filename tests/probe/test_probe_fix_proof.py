@@ -90,7 +90,6 @@ NO_FIX: dict[str, str] = {
         "the change, and no fix rewrites the value a hook stores yet (as for the static GG005 fixtures)"),
     "GG101/pos_backward_in_helper_after_step": _STEP,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
-    "GG101/pos_step_in_helper_after_forward": _STEP,
     "GG101/pos_returns_from_values_step_before_actor_backward": _STEP,
     "GG103/pos_deepcopied_model_trained_with_original_optimizer": _COPY,
     "GG103/pos_student_deepcopy_loop_steps_teacher_optimizer": _COPY,

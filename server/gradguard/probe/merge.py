@@ -129,6 +129,9 @@ def _confirmation(finding: ProbeFinding) -> str:
 # inside a helper), a write through a second name placed at the name (`out = x`), a custom Function's write to
 # its input placed at the conversion that returned it, a write inside torch's module placed where it was made.
 STEP_NOTE = "the optimizer step that updates the parameters in place"
+# A STEP_NOTE finding whose step, or backward, runs inside a helper: the call in the function that runs both.
+STEP_CALL_NOTE = "the step runs inside this call"
+BACKWARD_CALL_NOTE = "the backward runs inside this call"
 ALIAS_NOTE = "the write through the second name"
 INPUT_NOTE = "the in-place write to the Function's input"
 MODULE_NOTE = "the module that writes in place runs in this call"

@@ -49,7 +49,8 @@ from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
 from .grad_mode import GradMode
 from .module_flags import ModuleFlags
-from .merge import ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_NOTE
+from .merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE,
+                    STEP_CALL_NOTE, STEP_NOTE)
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .own_stats import NORM_OPS, OwnStatistics
@@ -1642,7 +1643,7 @@ class Tracer(TorchDispatchMode):
         if order is not None:
             # The step or the backward runs inside a helper: the order to change is in the function that calls
             # both, at the call that runs the backward through the graph the step made stale.
-            place, calls_step, behind = order
+            place, calls_step, calls_backward, behind = order
             said = expression_at(place)
             step_said = expression_at(calls_step) if calls_step != c.sites[0] else None
             step = ((f" (reached from `{step_said}` on line {calls_step.line})" if step_said else
@@ -1655,7 +1656,9 @@ class Tracer(TorchDispatchMode):
                            f"in place, before its backward runs: compute it after the step. " + message)
             notes.insert(0, Note(c.sites[0], STEP_NOTE))
             if step_said:
-                notes.insert(1, Note(calls_step, "the step runs inside this call"))
+                notes.insert(1, Note(calls_step, STEP_CALL_NOTE))
+            if calls_backward != place and calls_backward not in (c.backward or [])[:1]:
+                notes.insert(1 + bool(step_said), Note(calls_backward, BACKWARD_CALL_NOTE))
             return ProbeFinding(code, kind, place, message, severity=severity,
                                 torch_message=c.torch_message, notes=tuple(notes), callers=tuple(behind),
                                 origins=tuple(c.sites) + tuple(c.origins), op=c.op, count=c.count,
@@ -1783,10 +1786,11 @@ def _forward_before_steps(c: Conflict) -> tuple[Site, list[Site]] | None:
     return forward, steps
 
 
-def _order_to_change(c: Conflict) -> tuple[Site, Site, list[Site]] | None:
+def _order_to_change(c: Conflict) -> tuple[Site, Site, Site, list[Site]] | None:
     """For an optimizer step (``c.sites``, innermost first) and the backward that then used what it changed
-    (``c.backward``): when either runs inside a helper, the function that calls both, as (its line that leads to
-    the backward, its line that leads to the step, the calls outside it).  None when both are in one function
+    (``c.backward``): when either runs inside a helper, the function that calls both, as (its line to change: the
+    forward it ran before the step, else the line that leads to the backward; its line that leads to the step; its
+    line that leads to the backward; the calls outside it).  None when both are in one function
     (the step's own line is the one to move) or the chains share no function."""
     steps, backwards = list(reversed(c.sites)), list(reversed(c.backward))
     if not steps or not backwards:
@@ -1807,8 +1811,8 @@ def _order_to_change(c: Conflict) -> tuple[Site, Site, list[Site]] | None:
             and saves[i].line < steps[i].line and enclosing_function(saves[i]) == enclosing_function(steps[i])):
         # The forward that saved the weights ran in that same function, before the step: computing it after the
         # step is the change (the backward's call then uses fresh weights).
-        return saves[i], steps[i], list(reversed(backwards[:i]))
-    return backwards[i], steps[i], list(reversed(backwards[:i]))
+        return saves[i], steps[i], backwards[i], list(reversed(backwards[:i]))
+    return backwards[i], steps[i], backwards[i], list(reversed(backwards[:i]))
 
 
 _NO_SEQUENCE = 2 ** 63  # AccumulateGrad and graph roots made by hand carry no real sequence number (UINT64_MAX)
