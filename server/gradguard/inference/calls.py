@@ -667,6 +667,10 @@ class CallsMixin:
         if cls == "ParameterList" and args and isinstance(args[0], TensorSeq) and args[0].base is None:
             # `nn.ParameterList(nn.Parameter(...) for ...)`: iterating or indexing it gives those parameters
             return TensorSeq([a for a in args[0].items if isinstance(a, Tensor)])
+        if cls == "ModuleList" and args and isinstance(args[0], TensorSeq) and args[0].base is None and args[0].items \
+                and all(isinstance(a, TensorSeq) and a.base is None for a in args[0].items):
+            # `nn.ModuleList(nn.ParameterList(...) for ...)`: a list of those lists of parameters
+            return TensorSeq(list(args[0].items), literal=args[0].literal, uniform=args[0].uniform)
         if cls in ("ModuleList",) and args and isinstance(args[0], TensorSeq):
             module.children = [a for a in args[0].items if isinstance(a, ModuleValue)]
         if cls in ("ModuleDict",) and args and isinstance(args[0], TensorMap):

@@ -227,6 +227,8 @@ class GraphBreak:
     # "tensors" when each is a tensor, "computed" when some are results of code the analysis cannot see into
     # (``dist.log_prob(a)``), "mixed" when some are not tensors.  A fix may stack a list of tensors.
     of_list: str | None = None
+    # A cut whose values are cut again (``t.data`` then ``.detach()``): dropping this one alone keeps them cut.
+    cut_again: bool = False
 
 
 @dataclass

@@ -262,6 +262,14 @@ class ExpressionsMixin:
             # `[p for p in model.parameters() if p.requires_grad]`: still the model's parameters (read when an
             # optimizer steps, not now: a module's weights are known once it has run)
             return ParamIterable(iterable.owner)
+        if is_plain_data(element) and isinstance(node, ast.ListComp) and len(node.generators) == 1 \
+                and not node.generators[0].ifs:
+            count = self.range_count(node.generators[0].iter)
+            if count is not None and count <= _LISTED_NUMBERS:
+                # `[0 for _ in range(steps + 1)]` with `steps` known: that many numbers, exactly
+                bound = {n.id for n in ast.walk(node.generators[0].target) if isinstance(n, ast.Name)}
+                same = not any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(node.elt))
+                return TensorSeq([element if same else NOT_TENSOR for _ in range(count)], literal=True)
         if isinstance(element, PLAIN):
             return UNKNOWN
         if isinstance(element, NumberFrom):
@@ -320,7 +328,8 @@ class ExpressionsMixin:
             # `self.act is not None` with `self.act` a module or config we built: never None (a tensor may be
             # the join of a path where it was None, so it says nothing)
             other = values[0] if values[1] == Const(None) else values[1]
-            if isinstance(other, (ModuleValue, TensorMap, FunctionValue, CallableRef, ClassRef)):
+            if isinstance(other, (ModuleValue, TensorMap, FunctionValue, CallableRef, ClassRef, ParamIterable)) or (
+                    isinstance(other, TensorSeq) and not other.maybe_none):
                 return Const(isinstance(node.ops[0], ast.IsNot))
         return NOT_TENSOR
 

@@ -11,6 +11,7 @@ code: anything it does not understand becomes ``UNKNOWN``, which no rule flags.
 from __future__ import annotations
 
 import ast
+import operator
 from dataclasses import dataclass, field, replace
 
 from .. import statements
@@ -53,6 +54,7 @@ from .values import (
     TensorSeq,
     Value,
     graph_of,
+    int_const,
     is_plain_data,
     graph_tensor_behind,
     new_id,
@@ -113,14 +115,25 @@ def _certainly_a_view(tensor: Tensor) -> bool:
     return tensor.base is not None and not tensor.maybe_copy
 
 
-def _store(container: TensorSeq | TensorMap, index: ast.expr, value: Value) -> None:
-    """``xs[i] = value`` at a constant index or key the container has; nothing otherwise."""
+def _store(container: TensorSeq | TensorMap, index: ast.expr, value: Value) -> bool:
+    """``xs[i] = value`` at a constant index or key the container has; nothing otherwise (False)."""
     key = _const_key(index)
     if isinstance(container, TensorMap) and key in container.items:
         container.items[key] = value
     elif isinstance(container, TensorSeq) and container.base is None and isinstance(key, int) \
             and -len(container.items) <= key < len(container.items):
         container.items[key] = value
+    else:
+        return False
+    return True
+
+
+def _forget_items(container: TensorSeq | TensorMap) -> None:
+    """A write to an element the analysis cannot tell: every element is unknown from now on."""
+    if isinstance(container, TensorMap):
+        container.items = {k: UNKNOWN for k in container.items}
+    elif container.base is None:
+        container.items[:] = [UNKNOWN for _ in container.items]
 
 
 class TooManySteps(Exception):
@@ -438,6 +451,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                     self._inplace(stmt, element, f"`{symbol}`", op, [rhs])
                 elif isinstance(rhs, NumberFrom) and (isinstance(element, NumberFrom) or is_plain_data(element)):
                     _store(container, stmt.target.slice, _numbers([element, rhs], stmt))  # `totals["pg"] -= x.item()`
+                elif op is not None and isinstance(rhs, Tensor) and is_plain_data(element):
+                    # `losses[k] += loss` on a list of numbers: the element becomes a tensor holding rhs's graph;
+                    # where the index is not known, any element may have, and none is known any more.
+                    total = Tensor(Storage(), rhs.requires_grad, leaf=False, graph=rhs.graph, origin=stmt,
+                                   label=rhs.label, dead_terms=self.dead_terms([rhs]))
+                    if not _store(container, stmt.target.slice, total):
+                        _forget_items(container)
             elif isinstance(container, Tensor):
                 target, advanced = self._index_target(container, stmt.target.slice)
                 self._inplace(stmt, target, f"`{symbol}` on an indexed element", op, [rhs], advanced=advanced,
@@ -584,6 +604,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.run_log.ran(Repeats(stmt))  # as many layers as built here; another caller's model may have more
             self.run_block(stmt.orelse)
             return
+        if self.range_count(stmt.iter) == 0:  # `for k in range(1, steps)` with `steps` known to be 1
+            self.run_block(stmt.orelse)
+            return
         target = stmt.target
         element = self._iter_element(iterable, stmt.iter)
         live = self.state.env
@@ -613,6 +636,31 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.run_block(stmt.orelse)
 
     _stmt_AsyncFor = _stmt_For
+
+    def range_count(self, node: ast.expr) -> int | None:
+        """How many numbers ``range(...)`` yields when its bounds are ints known here (a literal, or a constant a
+        caller passed: ``range(1, self.steps)`` of an instance built with ``steps=1``); None otherwise.  The bounds
+        are read again, so only names, attributes, literals and arithmetic on them."""
+        if not (isinstance(node, ast.Call) and self.qual(node.func) == "builtins.range" and 1 <= len(node.args) <= 3
+                and not node.keywords and all(_pure(a) for a in node.args)):
+            return None
+        bounds = [self._known_int(a) for a in node.args]
+        if None in bounds or (len(bounds) == 3 and bounds[2] == 0):
+            return None
+        return len(range(*bounds))
+
+    def _known_int(self, node: ast.expr) -> int | None:
+        """The int a pure expression computes when every name in it holds a known int (``steps + 1``).  Carried
+        out here only: elsewhere arithmetic gives some int (a counter changes from one iteration to the next)."""
+        if isinstance(node, ast.BinOp) and isinstance(node.op, tuple(_INT_OPS)):
+            left, right = self._known_int(node.left), self._known_int(node.right)
+            if left is None or right is None or (isinstance(node.op, ast.FloorDiv) and right == 0):
+                return None
+            return _INT_OPS[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            inner = self._known_int(node.operand)
+            return None if inner is None else -inner
+        return int_const(self.eval(node))
 
     def _iterate(self, iteration, runs: int, nested: int) -> None:
         """Run a loop's body ``runs`` times; an innermost loop whose second iteration made an op save what it did
@@ -964,6 +1012,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             return [self._view(value, node, multi_view="Unbind" if value.requires_grad else None) for _ in range(count)]
         if isinstance(value, Derived):
             return [value] * count
+        if isinstance(value, ParamIterable) and not value.named:
+            # `w1, b1, w2, b2 = model.parameters()`: each one of the parameters (which one is not told)
+            return [self._iter_element(value, node) for _ in range(count)]
         return [UNKNOWN] * count
 
     def _iter_element(self, iterable: Value, node: ast.expr) -> Value:
@@ -1224,6 +1275,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             elif isinstance(value, ModuleValue):
                 stack.extend(value.attrs.values())
                 stack.extend(value.children)
+            elif isinstance(value, TensorSeq) and value.base is None:
+                stack.extend(value.items)  # an `nn.ParameterList` held in an attribute, or a list of them
             elif isinstance(value, Tensor) and (value.param or value.group or (value in given and value.leaf)):
                 found.extend(value.group or (value,))  # given: `SGD([w, b])` of leaves made with requires_grad
         return found
@@ -1278,7 +1331,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         from gets no gradient through it; a marker in its graph shows whether it reaches a backward (the engine
         then asks whether a gradient the code relies on went missing)."""
         lost = tensor.graph | tensor.lost_sources if tensor.requires_grad else tensor.lost_sources
-        graph: frozenset[int] = frozenset()
+        # A value already cut (`t.data.detach()`) is cut once: it keeps the markers of that cut.
+        graph: frozenset[int] = tensor.graph & self.cut_markers if not tensor.requires_grad else frozenset()
+        for cut in self.breaks:
+            if cut.cut and cut.marker in graph:
+                cut.cut_again = True
         if tensor.requires_grad and tensor.graph:
             marker = new_id()
             self.breaks.append(GraphBreak(node, how, tensor.graph, marker, origin=tensor.origin,
@@ -1504,6 +1561,15 @@ def _runs_once(iterable: ast.expr) -> bool:
         if len(bounds) == 2 and None not in bounds:
             return bounds[1] - bounds[0] == 1
     return False
+
+
+_INT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def _pure(node: ast.expr) -> bool:
+    """An expression whose evaluation changes nothing: names, attributes, literals and arithmetic on them."""
+    return all(isinstance(n, (ast.Name, ast.Attribute, ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator,
+                              ast.unaryop, ast.Load)) for n in ast.walk(node))
 
 
 def _literal_modules(iterable: Value) -> list[Value] | None:

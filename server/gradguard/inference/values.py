@@ -141,6 +141,7 @@ class TensorSeq:
     uniform: bool = False
     # A named tuple's field names, item by item (`values, indices` of `max(x, dim)`): `.indices` is an item.
     fields: tuple[str, ...] = ()
+    maybe_none: bool = False  # another path left the name None (see `_not_surely`)
 
     def element(self, index: int | None) -> "Value":
         if index is not None and -len(self.items) <= index < len(self.items):
@@ -473,7 +474,7 @@ def _join_sequences(a: TensorSeq, b: TensorSeq) -> Value:
     if len(a.items) != len(b.items):
         return UNKNOWN
     return TensorSeq([join(x, y) for x, y in zip(a.items, b.items)], literal=a.literal and b.literal,
-                     nograd=a.nograd and b.nograd)
+                     nograd=a.nograd and b.nograd, maybe_none=a.maybe_none or b.maybe_none)
 
 
 def grown(before: Value, after: Value) -> TensorSeq | None:
@@ -484,7 +485,7 @@ def grown(before: Value, after: Value) -> TensorSeq | None:
             or after.base is not None:
         return None
     if len(before.items) < len(after.items) and all(x is y for x, y in zip(before.items, after.items)):
-        return TensorSeq(list(after.items), nograd=after.nograd)
+        return TensorSeq(list(after.items), nograd=after.nograd, maybe_none=before.maybe_none or after.maybe_none)
     return None
 
 
@@ -565,7 +566,7 @@ def join(a: Value, b: Value) -> Value:
 def _not_surely(value: Value) -> Value:
     """A tensor that another path left a number or ``None``: whether it is ``None`` is no longer known (marked on
     the tensor itself, so every name bound to it says so: a loss of knowledge, never a claim)."""
-    if isinstance(value, Tensor):
+    if isinstance(value, (Tensor, TensorSeq)):
         value.maybe_none = True
     return value
 

@@ -274,7 +274,7 @@ def _check_cut(event):
                 how=event.how, sink=event.dead_in),
             certain=event.certain,
             related=[(event.dead_in, "the backward that gets nothing from this term")],
-            data={"cut": True},
+            data={"cut": True, **({"cut_again": True} if event.cut_again else {})},
         )
         return
     if event.starved is None and event.term_starved is not None:
@@ -360,6 +360,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return None  # which tensor the hook computes is its loss is the author's to say  # where grad mode should be on is the author's choice: the block, the decorator, or the call
     if finding.data.get("detach"):
         return _detach_out_of_place(ctx, finding)
+    if finding.data.get("cut_again"):
+        return None  # the values are cut again further on: dropping this cut alone keeps them cut
     if finding.data.get("cut"):
         return _let_gradient_through(ctx, finding)
     if finding.data.get("flag"):
