@@ -344,6 +344,8 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG103/pos_aux_loss_detached_item_rebound_then_weighted": "the line is deleted so `adv` keeps its tensor: any "
+                                                              "other use of the name then gets the tensor, not a number",
     "GG103/pos_legacy_tensor_of_losses": "`torch.stack` keeps the losses' dtype and device, where the legacy "
                                          "`torch.Tensor([...])` made a CPU tensor of the default dtype",
     "GG101/pos_hidden_detach_in_place_after_chunk_loop": "the state is detached at the top of each step and "

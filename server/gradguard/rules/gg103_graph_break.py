@@ -871,6 +871,9 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
             inner = call.args[0]
         if inner is None:
             continue
+        while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in _TO_NUMPY \
+                and not inner.args and not inner.keywords:
+            inner = inner.func.value  # `t.detach().item()` reads the number of `t`: keep `t`, not a detached copy
         parent = ctx.parents.get(call)
         if isinstance(parent, ast.BinOp) or _summed(ctx, call):
             safe = True
@@ -882,6 +885,12 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
         text = ctx.source(inner)
         if not isinstance(inner, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
             text = f"({text})"
+        if isinstance(parent, ast.Assign) and parent.value is call and isinstance(inner, ast.Name) \
+                and parent.targets[0].id == inner.id:
+            # `aux = aux.detach().item()`: `aux = aux` would be left; the name keeps its tensor without the line
+            title = f"Keep the graph: delete `{_short(ctx.source(parent))}`, so `{inner.id}` stays the tensor"
+            return Rewrite(ctx).remove_statement(parent).fix(
+                title if safe else f"{title} (unsafe: the name then holds a tensor in its other uses)", safe=safe)
         rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
         title = f"Keep the graph: use `{ctx.source(inner)}` instead of `{ctx.source(call)}`"
         return rw.fix(title if safe else f"{title} (unsafe: the name then holds a tensor in its other uses)", safe=safe)
