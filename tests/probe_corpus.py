@@ -22,6 +22,11 @@ PROBE_BLIND: dict[str, str] = {
     "GG103/pos_aux_loss_detached_item_rebound_then_weighted": (
         "the number is read out of `adv.detach()`, which requires no grad: the tracer sees no value read out of a "
         "tensor that requires grad, and reports no cut `.detach()` whose term is then a constant"),
+    **{f"GG001/{name}": (
+        "the probe names the in-place write (the line after); the static analysis names the conversion to the dtype "
+        "the tensor has already, which returns it instead of a copy (the line to change); the probe places a write at "
+        "such a conversion only for a custom Function's input")
+       for name in ("pos_to_same_dtype_then_clamp_in_forward", "pos_type_as_same_dtype_then_indexed_write")},
     "GG101/pos_representation_prepared_before_loop_kept_on_module": (
         "the probe names the step that rewrites the saved weights (line 36); the static analysis names the line that "
         "keeps the graph on the object across steps (the line to change)"),

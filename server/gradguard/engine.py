@@ -19,6 +19,7 @@ from typing import Iterator, NamedTuple
 
 from .diagnostics import NOT_ANALYSED
 from .inference.classes import ClassInfo, find_classes
+from .inference.dtypes import file_default_dtype, forget_dtypes
 from .inference.events import Conflict, Finding, GradRead, Mutation, Sink, StaleUse
 from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter, TooManySteps
@@ -58,13 +59,14 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     # Only a file that imports something besides torch and the standard library can call into the project.
     project = (Project(source, knowledge.autograd_function_bases)
                if project_code and source.is_file() else None)
-    ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions,
+    default_dtype = file_default_dtype(tree, knowledge)
+    ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions, default_dtype=default_dtype,
                   path=str(source.resolve()) if project is not None else None, project=project,
                   training_units=frozenset(_training_units(units, tree, lines)) if project is not None else frozenset())
     if cache and project is not None and not project.unchanged(cache.get(_PROJECT_MODULES, ())):
         cache.clear()  # a module of the project that a call was followed into has changed on disk
     candidates = _candidate_units(units, lines) if lines is not None else None
-    fingerprint = (_Fingerprints(tree, lines, functions, classes, view_functions)
+    fingerprint = (_Fingerprints(tree, lines, functions, classes, (*view_functions, f"dtype={default_dtype}"))
                    if cache is not None and lines is not None else None)
     module_env = _ModuleEnvironment(ctx, tree, lines, fingerprint, cache.get(_PROTOTYPES) if cache else None)
     used: dict[str, _Cached] = {}
@@ -410,7 +412,9 @@ class _ModuleEnvironment:
             return Interpreter(self.ctx).instantiate(info, [], {}, None, record=False, run_init=False)
         key = self.fingerprint.of_class(info.node) if self.fingerprint is not None else f"class {info.name}"
         made = self._prototype(key, lambda: Interpreter(self.ctx).instantiate(info, [], {}, None, record=False))
-        return copy_values({"self": made})["self"]
+        instance = copy_values({"self": made})["self"]
+        forget_dtypes(instance)  # built apart from the code that builds it: its parameters' dtypes are not known
+        return instance
 
     def trains(self, fn: ast.AST) -> bool | None:
         """Does the function run a backward, a step or ``autograd.grad`` itself?  Read from its text."""

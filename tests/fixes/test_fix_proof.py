@@ -348,6 +348,10 @@ UNSAFE_ONLY = {
                                                               "other use of the name then gets the tensor, not a number",
     "GG103/pos_legacy_tensor_of_losses": "`torch.stack` keeps the losses' dtype and device, where the legacy "
                                          "`torch.Tensor([...])` made a CPU tensor of the default dtype",
+    **{f"GG001/{name}": "the conversion now copies: the tensor it was given keeps its values, where the writes used "
+                        "to change it too" for name in ("pos_function_forward_float_noop_then_isub",
+                                                        "pos_to_same_dtype_then_clamp_in_forward",
+                                                        "pos_type_as_same_dtype_then_indexed_write")},
     "GG101/pos_hidden_detach_in_place_after_chunk_loop": "the state is detached at the top of each step and "
                                                          "retain_graph dropped: each backward now stops at its step's "
                                                          "start (truncated BPTT per step, as the reference)",

@@ -458,7 +458,9 @@ class CallsMixin:
             return args[0]  # `weight_norm(nn.Linear(...))` is that same Linear
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             rg = self._keyword_bool(node, "requires_grad", True)
-            return new_tensor(node, Grad.YES if rg else Grad.NO, leaf=True, param=True, label="a parameter")
+            made = new_tensor(node, Grad.YES if rg else Grad.NO, leaf=True, param=True, label="a parameter")
+            made.dtype = args[0].dtype if args and isinstance(args[0], Tensor) else None
+            return made
         if q in ("torch.autograd.Variable", "torch.autograd.variable.Variable") and args:
             # The legacy wrapper: a new leaf over the same memory (a detach), requiring grad when asked to.
             rg = self._keyword_bool(node, "requires_grad", False)
@@ -525,9 +527,12 @@ class CallsMixin:
                         self.asks.append(GradAsk("autograd.grad", node, t.storage.id, self._next()))
             return UNKNOWN
         if name in FACTORIES and len(parts) == 2:
-            rg = False if self._integral_dtype(node) else self._keyword_bool(node, "requires_grad", False)
-            return self.made_in_inference_mode(
-                new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True), node)
+            dtype = self.factory_dtype(name, node, args)
+            rg = False if self._integral_dtype(node) or self.k.is_integral(dtype) else \
+                self._keyword_bool(node, "requires_grad", False)
+            made = new_tensor(node, Grad.MAYBE if rg is None else Grad.YES if rg else Grad.NO, leaf=True)
+            made.dtype = dtype
+            return self.made_in_inference_mode(made, node)
         out = kwargs.get("out")
         if isinstance(out, Tensor):  # out= ops are not differentiable: a plain write, nothing saved
             self._inplace(node, out, f"`out=` of `{q}`", None, [], out_inputs=_out_inputs(args, kwargs))
@@ -604,6 +609,17 @@ class CallsMixin:
             return NOT_TENSOR
         return Const(any(name in layer.bases for name in names))
 
+    def _layer_dtype(self, module: ModuleValue, info, x: Tensor) -> str | None:
+        """The dtype of a torch layer's output: its parameters' for a layer that has them (given an input of a
+        known dtype), its input's for one whose functional form keeps it (``nn.ReLU``, ``nn.Dropout``)."""
+        if info is None or x.dtype is None or info.returns != "tensor":
+            return None
+        if info.has_params:
+            return module.dtype if module.dtype is not None and (
+                x.dtype == module.dtype or self.k.is_integral(x.dtype)) else None
+        keeps = self.k.keeps_float if x.dtype in self.k.floating_dtypes else self.k.keeps_int
+        return x.dtype if info.functional in keeps else None
+
     def _integral_dtype(self, node: ast.Call) -> bool:
         """Does the call name an integer or bool dtype (``torch.long``, ``dtype=torch.bool``)?"""
         for arg in [*node.args, *(k.value for k in node.keywords if k.arg == "dtype")]:
@@ -637,6 +653,7 @@ class CallsMixin:
         if not isinstance(base, ModuleValue):  # a ParameterList's parameters: not modelled for a subclass
             return
         instance.inplace = instance.inplace or base.inplace
+        instance.dtype = base.dtype
         instance.children = instance.children or base.children
         if instance.ctor is None or base.inplace:
             instance.ctor = node if instance.ctor is None else instance.ctor
@@ -653,7 +670,9 @@ class CallsMixin:
             p = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "p"), None)
             if isinstance(p, ast.Constant) and p.value == 0:
                 inplace = False
-        module = ModuleValue(cls, torch_module=True, inplace=inplace, ctor=node)
+        given, dtype = self.keyword_dtype(node)
+        module = ModuleValue(cls, torch_module=True, inplace=inplace, ctor=node,
+                             dtype=dtype if given else self.default_dtype())
         if cls == "Embedding":  # max_norm: the 4th parameter; None (the default) does not renormalise
             max_norm = node.args[3] if len(node.args) > 3 else next(
                 (k.value for k in node.keywords if k.arg == "max_norm"), None)
@@ -717,17 +736,23 @@ class CallsMixin:
             return tensor
         if name == "clone":
             return Tensor(Storage(), self._grad(tensor), leaf=not self._grad(tensor), graph=tensor.graph, origin=node,
-                          lost_sources=tensor.lost_sources)
-        if name in self.k.integral_results or (name in ("to", "type") and self._integral_dtype(node)):
+                          lost_sources=tensor.lost_sources, dtype=tensor.dtype)
+        if self.same_dtype_conversion(tensor, name, node, positional, kwargs):
+            self.noop_conversions[id(node)] = tensor.dtype
+            return tensor  # `x.float()` of a float32 `x`: torch returns `x` itself, no copy
+        converted = self.conversion_dtype(tensor, name, node)
+        if name in self.k.integral_results or (name in ("to", "type") and self._integral_dtype(node)) \
+                or self.k.is_integral(converted):
             # `.long()`, `.argmax()`, `.to(torch.long)`: an integer or bool tensor, which never requires grad
-            return Tensor(Storage(), Grad.NO, leaf=True, origin=node, label=tensor.label)
+            return Tensor(Storage(), Grad.NO, leaf=True, origin=node, label=tensor.label,
+                          dtype=converted or self.k.fixed_dtypes.get(name))
         if name in NOT_TENSOR_METHODS and not (name == "type" and node.args):
             return NOT_TENSOR
         if name in TENSOR_METHOD_FACTORIES:
             return new_tensor(node, Grad.YES if self._keyword_bool(node, "requires_grad", False) else Grad.NO)
         if name in SAME_TENSOR_METHODS:
             return Tensor(Storage(), self._grad(tensor), leaf=not self._grad(tensor), graph=tensor.graph,
-                          origin=node, label=tensor.label, lost_sources=tensor.lost_sources)
+                          origin=node, label=tensor.label, lost_sources=tensor.lost_sources, dtype=converted)
         if name.endswith("_") and not name.endswith("__") and self.k.is_inplace(name):
             twin = self.k.inplace_twin(name)
             return self._inplace(node, tensor, f"`.{name}()`", twin, args[1:])
@@ -838,8 +863,11 @@ class CallsMixin:
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
         self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
-        if name in self.k.integral_results:  # `argmax`, `x > 0`: an integer or bool tensor never requires grad
-            return Tensor(Storage(), Grad.NO, leaf=True, origin=node, label=f"the output of `{label}`")
+        dtype = self.op_dtype(name, args, node)
+        if name in self.k.integral_results or self.k.is_integral(dtype):
+            # `argmax`, `x > 0`, `idx + 1`: an integer or bool tensor never requires grad
+            return Tensor(Storage(), Grad.NO, leaf=True, origin=node, label=f"the output of `{label}`",
+                          dtype=dtype or self.k.fixed_dtypes.get(name))
         info: OpInfo | None = self.k.op(name)
         if info is None:  # not an op torch knows by this name: we cannot even tell it returns one tensor
             return Derived(frozenset().union(*(graph_of(a) for a in args)), self._grad(*args))
@@ -881,12 +909,13 @@ class CallsMixin:
                              base=piece_base)
         if info is not None and info.view and base is not None:
             result = self._view(base, node)
+            result.dtype = dtype
             result.graph = graph | frozenset(saves)
             result.maybe_copy = name in MAYBE_VIEW_METHODS and not (
                 name in ("reshape", "reshape_as") and base.contiguous and base.base is None)
         else:
             result = Tensor(Storage(), rg, leaf=not rg, graph=graph | frozenset(saves), origin=node,
-                            label=f"the output of `{label}`", contiguous=name in CONTIGUOUS_RESULTS)
+                            label=f"the output of `{label}`", contiguous=name in CONTIGUOUS_RESULTS, dtype=dtype)
         if info is not None and rg and saves_result:
             cond = self._cond_grad(args, saves_result)
             if cond:
@@ -1008,7 +1037,7 @@ class CallsMixin:
                 if isinstance(weight, Tensor):
                     saves.add(self._save(weight, f"nn.{module.cls}", "weight", node, cond == Grad.YES).id)
         result = Tensor(Storage(), rg, leaf=not rg, graph=graph | frozenset(saves), origin=node,
-                        label=f"the output of `nn.{module.cls}`")
+                        label=f"the output of `nn.{module.cls}`", dtype=self._layer_dtype(module, info, x))
         if info is not None and rg:
             cond = holds(info.saves_output)
             if cond:

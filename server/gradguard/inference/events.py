@@ -128,6 +128,9 @@ class Mutation:
     # The write goes through a name bound to a view of a leaf that requires grad (`b = conv.bias.view(na, -1)` ...
     # `b[:, 4] += p`): that binding.  Where two writes or more go through it, the view is what to change.
     view_site: ast.stmt | None = None
+    # The write goes through a name bound by a conversion to the dtype the tensor had already (`x = x.float()` of a
+    # float32 `x`: torch returns `x` itself): (that binding, the dtype).  The binding is where a copy was meant.
+    conversion_site: tuple[ast.stmt, str] | None = None
     # The written tensor is an inference tensor (made in a `torch.inference_mode()` block) and the write is outside
     # inference mode: where it was made (the statement of the block's own function).
     inference_made: ast.AST | None = None

@@ -562,6 +562,7 @@ class ExpressionsMixin:
             if name in ("weight", "bias") and (info is None or info.has_params):
                 rg = Grad.NO if module.frozen else Grad.YES
                 param = new_tensor(node, rg, leaf=True, param=True, label=f"the {module.cls} {name}")
+                param.dtype = module.dtype
                 module.attrs[name] = param
                 return param
         return UNKNOWN

@@ -21,6 +21,7 @@ from .classes import ClassInfo, find_setter, mro
 from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, HookWrite, InertFlag,
                      KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse,
                      UnreturnedLoss)
+from .dtypes import DtypesMixin, file_default_dtype
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
@@ -165,6 +166,9 @@ class Context:
     module_contexts: dict[str, "Context"] = field(default_factory=dict)
     # The file's units (functions; None for the top level) that train: they follow calls into the project's modules.
     training_units: frozenset = frozenset()
+    # The dtype of the file's floating tensors when nothing names another; None when the file (or, for a module
+    # calls were followed into, the analysed file) may change it (see ``dtypes.file_default_dtype``).
+    default_dtype: str | None = None
 
     def class_of(self, value: Value) -> ClassInfo | None:
         """The class of the file, or of a project module, that an instance was made from."""
@@ -193,11 +197,12 @@ class Context:
                 return self
             self.module_contexts[path] = Context(
                 self.knowledge, module.imports, module.classes, self.depth, None, module.functions,
-                path=module.path, project=self.project, module_contexts=self.module_contexts)
+                path=module.path, project=self.project, module_contexts=self.module_contexts,
+                default_dtype=self.default_dtype if file_default_dtype(module.tree, self.knowledge) else None)
         return self.module_contexts[path]
 
 
-class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPointsMixin):
+class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPointsMixin, DtypesMixin):
     """Runs one function (or the module's top level) and collects mutations and sinks."""
 
     step_limit = MAX_STEPS  # read by the steps counted inline (``eval``, ``run_stmt``); past it, ``count_step``
@@ -247,6 +252,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
         # Calls into the file's own functions are analysed in place ("inlined"), with these set:
         self.inline_stack: list[ast.AST] = []
+        # Conversions to the dtype a tensor has already (`x.float()` of a float32 `x`), which return it: call node id
+        # -> that dtype; and the names such a call's statement bound (function, name) -> (statement, tensor).
+        self.noop_conversions: dict[int, str] = {}
+        self.conversion_bindings: dict[tuple[int | None, str], tuple[ast.stmt, Tensor]] = {}
         self.inline_record = True  # False while inlining a module's forward (its own analysis reports its writes)
         self.inline_frames: list[tuple[ast.AST, int]] = []  # (call site, id mark) of each followed call
         self.frame_sites: tuple[ast.AST, ...] = ()  # their call sites, outermost first
@@ -799,6 +808,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 if scope is not None:
                     scope[target.id] = value
                     return
+            frame = (id(self.inline_stack[-1]) if self.inline_stack else None, target.id)
+            if isinstance(stmt, ast.Assign) and isinstance(value, Tensor) and id(stmt.value) in self.noop_conversions:
+                self.conversion_bindings[frame] = (stmt, value)  # `x = x.float()`: the same tensor, no copy
+            else:
+                self.conversion_bindings.pop(frame, None)
             other = self._held_by_another(target.id, value, stmt)
             if other is not None:
                 self.state.aliases[target.id] = (stmt, other)  # `out = x`: a second name, not a copy
@@ -1101,6 +1115,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             mutation.written_through = written_through or _written_through(node)
             mutation.by_layer = by_layer
             mutation.alias_site = self._second_name(node, target, mutation.written_through)
+            mutation.conversion_site = self._conversion_site(target, mutation.written_through)
             if not self.inference_blocks:
                 mutation.inference_made = next((t.root().inference_made for t in written
                                                 if t.root().inference_made is not None), None)
@@ -1207,6 +1222,17 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if held is None or self.state.env.get(site[1]) is not held or not any(t is held for t in target.view_chain()):
             return None
         return site[0], name, site[1]
+
+    def _conversion_site(self, target: Tensor, through: ast.expr | None) -> tuple[ast.stmt, str] | None:
+        """A write through a name that a conversion to the dtype the tensor had already bound (`x = x.float()`
+        of a float32 `x`), while it still holds that tensor: (that statement, the dtype).  A copy was meant there."""
+        if not isinstance(through, ast.Name):
+            return None
+        entry = self.conversion_bindings.get((id(self.inline_stack[-1]) if self.inline_stack else None, through.id))
+        if entry is None or self.state.env.get(through.id) is not entry[1] \
+                or not any(t is entry[1] for t in target.view_chain()):
+            return None
+        return entry[0], self.noop_conversions[id(entry[0].value)]
 
     def _mark_hidden_write(self, mutation: Mutation, target: Tensor, kind: str) -> None:
         """A write autograd does not record (through ``.data``, a ``.detach()`` alias or a NumPy array, or with

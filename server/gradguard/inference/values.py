@@ -103,6 +103,9 @@ class Tensor:
     # Joined with ``None`` on another path (``h = None`` before a loop that makes it a tensor): ``is None`` on it
     # is not known.
     maybe_none: bool = False
+    # Its dtype's canonical name ("float32", "int64", "bool") when known (see ``dtypes.py``); None: not known,
+    # and then nothing is claimed of it (a conversion to a dtype it may already have may be a copy or itself).
+    dtype: str | None = None
 
     def root(self) -> "Tensor":
         t = self
@@ -186,6 +189,8 @@ class ModuleValue:
     backward_hooked: ast.AST | None = None
     # `nn.Embedding(..., max_norm=m)`: each lookup renormalises, in place, the rows of its weight it returns.
     renorms_weight: bool = False
+    # The dtype of a torch layer's parameters, when known (built in the code analysed, see ``dtypes.py``).
+    dtype: str | None = None
 
     def freeze(self, frozen: bool = True) -> None:
         self.frozen = frozen
@@ -466,6 +471,7 @@ def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = 
         nograd_view=nograd or base.nograd_view,
         nograd_plain_view=plain or base.nograd_plain_view,
         custom_view=base.custom_view,
+        dtype=base.dtype,
     )
 
 
@@ -508,7 +514,8 @@ def join(a: Value, b: Value) -> Value:
         return a
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         if a.storage is b.storage:
-            return a if a.requires_grad >= b.requires_grad else b
+            kept = a if a.requires_grad >= b.requires_grad else b
+            return kept if a.dtype == b.dtype else replace(kept, dtype=None)  # `x.view(torch.int32)` on one path
         # `if c: w = w - lr * w.grad` under no_grad: on the path that rebinds, the leaf stops getting gradients
         # for good, so the name is the rebound tensor (whose graph shows where it is used) and not the leaf.
         for new, old in ((a, b), (b, a)):
@@ -530,6 +537,7 @@ def join(a: Value, b: Value) -> Value:
             origin=keep.origin,
             label=keep.label,
             maybe_none=a.maybe_none or b.maybe_none,
+            dtype=a.dtype if a.dtype == b.dtype else None,
         )
         return merged
     if isinstance(a, Const) or isinstance(b, Const):  # two different constants, or a constant and other data

@@ -127,6 +127,23 @@ class TorchKnowledge:
         # "Tensor", "torch", "torch.nn.functional", "torch.nn.Module" -> their public names
         self.python_names: Mapping[str, frozenset[str]] = MappingProxyType(
             {owner: frozenset(names) for owner, names in data.get("python_names", {}).items()})
+        # Dtypes (see generate.py's dtype section): "torch.<name>" -> canonical name; the floating ones; the
+        # default; op name -> the dtype of its result whatever its input's; ops whose result has their floating /
+        # integer input's dtype; conversions that return the tensor itself when it has the dtype already (by
+        # name: `.float()`; by argument: `.to(torch.float32)` "dtype", `.type_as(y)` "tensor"); factories' dtypes.
+        dtypes = data.get("dtypes", {})
+        self.dtype_names: Mapping[str, str] = MappingProxyType(dict(dtypes.get("names", {})))
+        self.floating_dtypes: frozenset[str] = frozenset(dtypes.get("floating", ()))
+        self.default_dtype: str | None = dtypes.get("default")
+        results = dtypes.get("results", {})
+        self.fixed_dtypes: Mapping[str, str] = MappingProxyType(dict(results.get("fixed", {})))
+        self.keeps_float: frozenset[str] = frozenset(results.get("keeps_float", ()))
+        self.keeps_int: frozenset[str] = frozenset(results.get("keeps_int", ()))
+        self.dtype_argument: frozenset[str] = frozenset(results.get("dtype_argument", ()))
+        self.self_when_same: Mapping[str, str] = MappingProxyType(dict(results.get("self_when_same", {})))
+        self.dtype_conversions: Mapping[str, frozenset[str]] = MappingProxyType(
+            {k: frozenset(v) for k, v in dtypes.get("conversions", {}).items()})
+        self.factory_dtypes: Mapping[str, str] = MappingProxyType(dict(dtypes.get("factories", {})))
         # Tensor attributes that share its memory: "view" (autograd's view: ``T``, ``mH``) or "detached" (``data``)
         self.attribute_views: Mapping[str, str] = MappingProxyType(dict(data.get("attribute_views", {})))
 
@@ -138,6 +155,10 @@ class TorchKnowledge:
         extended._third_party_views = {**self._third_party_views,
                                        **{q: "a view function named in view-functions" for q in qualnames}}
         return extended
+
+    def is_integral(self, dtype: str | None) -> bool:
+        """An integer or bool dtype (canonical name): its tensors never require grad."""
+        return dtype is not None and dtype in self.integral_dtypes
 
     @property
     def third_party_views(self) -> frozenset[str]:

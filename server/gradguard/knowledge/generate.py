@@ -28,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gradguard.knowledge import Overload
+from gradguard.knowledge.names import FACTORIES
 
 OUT = Path(__file__).with_name("torch_ops.json")
 FORMAT = 1
@@ -506,6 +507,202 @@ def integral_dtypes() -> list:
                   and not (v.is_floating_point or v.is_complex))
 
 
+
+# ------------------------------------------------------------------------------------- dtypes
+DTYPE_INPUTS = (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool)
+
+
+def _of_dtype(dtype: torch.dtype, *shape) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(0, 3, shape).to(dtype)
+    return (torch.rand(shape) * 0.8 + 0.1).to(dtype)
+
+
+def _canonical(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_names() -> dict:
+    """``torch.float`` -> ``float32``, ``torch.long`` -> ``int64``: every public dtype name, by its canonical one."""
+    return {k: _canonical(v) for k, v in sorted(vars(torch).items())
+            if isinstance(v, torch.dtype) and not k.startswith("_")}
+
+
+def floating_dtypes() -> list:
+    """The canonical names of the floating-point dtypes (``float32``, ``bfloat16``...)."""
+    return sorted({_canonical(v) for v in vars(torch).values() if isinstance(v, torch.dtype) and v.is_floating_point})
+
+
+def _op_names(funcs) -> list:
+    names = {f.func.name.name.base for f in funcs if f.func.kind().name == "functional"
+             and not f.func.name.name.dunder_method and not f.func.name.name.base.startswith("_")}
+    names |= {k for k in dir(torch.Tensor) if not k.startswith("_") and not k.endswith("_")}
+    return sorted(n for n in names if visible(n) or hasattr(torch.Tensor, n))
+
+
+# The argument lists after the tensor ``x`` (``y``: a second tensor of its dtype, ``i``: indices, ``m``: a bool
+# mask) an op is tried with; a list first (``[x, y]``) for the ops that join tensors.
+DTYPE_CALLS = ("", "1", "1.5", "y", "-1", "0,1", "1,0", "2", "[x,y]", "[x,y],0", "4,4", "-1,-1", "2,8", "(2,8)",
+               "0,0,2", "1,(2,2)", "0,i", "m,0", "m,y")
+
+
+def _dtype_runs(name: str, forms: tuple) -> list:
+    """(input dtype, input, result, form) of ``torch.name`` / ``Tensor.name`` on tensors of each dtype, in each of
+    ``forms`` that a float32 tensor takes: the calls that return one tensor."""
+    runs, all_forms = [], forms
+    for fn in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
+        if not callable(fn) or isinstance(fn, type):
+            continue
+        forms = all_forms
+        for dtype in DTYPE_INPUTS:
+            taken = []
+            for form in forms:
+                torch.manual_seed(0)
+                x, y = _of_dtype(dtype, 4, 4), _of_dtype(dtype, 4, 4)
+                names = {"x": x, "y": y, "i": torch.zeros(4, 4, dtype=torch.long), "m": torch.rand(4, 4) > 0.5}
+                args = eval(f"({form},)" if form.startswith("[") else f"(x, {form})", names)
+                try:
+                    out = quiet(fn, *args)
+                except Exception:
+                    continue
+                taken.append(form)
+                if isinstance(out, torch.Tensor):
+                    runs.append((dtype, x, out, form))
+            if dtype == torch.float32:
+                forms = taken  # the other dtypes are tried in the forms a float tensor takes
+    return runs
+
+
+def dtype_results(funcs, ops: set) -> dict:
+    """How each op's result dtype follows its inputs' (``x.float()`` is float32, ``x.argmax()`` int64 whatever ``x``
+    is; ``x + 1``, ``x.view(-1)`` keep ``x``'s dtype).  ``fixed``: name -> dtype, when every call tried, on tensors
+    of several dtypes, returns that dtype.  ``keeps_float`` / ``keeps_int``: the names whose every call on
+    floating (at least float32 and float64) / integer tensors returns its input's dtype.  ``self_when_same``: the
+    fixed ones that return the very same tensor when it has that dtype already (``.float()`` of a float32
+    tensor: an alias, no copy).  ``dtype_argument``: the names a positional argument may give a dtype to
+    (``x.view(torch.int32)``).  Only the ops of the table (``ops``) are tried in every form: the others are
+    called as methods without their own entry, whose result dtype only a fixed dtype tells."""
+    fixed, keeps_float, keeps_int, same, by_argument = {}, [], [], {}, []
+    for name in _op_names(funcs):
+        if name in ops and _takes_dtype(name):
+            by_argument.append(name)
+        runs = _dtype_runs(name, DTYPE_CALLS if name in ops else DTYPE_CALLS[:4])
+        if not runs:
+            continue
+        results = {out.dtype for _, _, out, _ in runs}
+        if len(results) == 1 and len({d for d, _, _, _ in runs}) > 1:
+            dtype = results.pop()
+            fixed[name] = _canonical(dtype)
+            fn = getattr(torch.Tensor, name, None)
+            x = _of_dtype(torch.float32, 4, 4).to(dtype)
+            try:
+                if callable(fn) and quiet(fn, x) is x:
+                    same[name] = _canonical(dtype)
+            except Exception:
+                pass
+            continue
+        floats = [(d, out) for d, _, out, _ in runs if d.is_floating_point]
+        if {torch.float32, torch.float64} <= {d for d, _ in floats} and all(out.dtype == d for d, out in floats):
+            keeps_float.append(name)
+        # an integer tensor and a float number give a float: the integer forms are judged on integer arguments
+        ints = [(d, out) for d, _, out, form in runs if not d.is_floating_point and d != torch.bool and form != "1.5"]
+        if ints and all(out.dtype == d for d, out in ints):
+            keeps_int.append(name)
+    return {"fixed": fixed, "keeps_float": keeps_float, "keeps_int": keeps_int, "self_when_same": same,
+            "dtype_argument": by_argument}
+
+
+def _takes_dtype(name: str) -> bool:
+    """Does ``torch.name`` / ``Tensor.name`` take a dtype as a positional argument, which then decides its result's
+    dtype (``x.view(torch.int32)``, ``x.to(torch.int32)``, ``softmax(x, 0, torch.float64)``)?"""
+    for fn in (getattr(torch, name, None), getattr(torch.Tensor, name, None)):
+        if not callable(fn) or isinstance(fn, type):
+            continue
+        for rest in ((torch.int32,), (0, torch.float64), (torch.float64,)):
+            try:
+                out = quiet(fn, _of_dtype(torch.float32, 4, 4), *rest)
+            except Exception:
+                continue
+            if isinstance(out, torch.Tensor) and out.dtype == rest[-1]:
+                return True
+    return False
+
+
+def dtype_conversions() -> dict:
+    """Tensor methods that convert to the dtype an argument names (``x.to(torch.float64)``: "dtype") or that
+    another tensor has (``x.type_as(y)``: "tensor"), and return ``x`` itself when it has that dtype already."""
+    found = {}
+    for name in sorted(k for k in dir(torch.Tensor) if not k.startswith("_") and not k.endswith("_")):
+        fn = getattr(torch.Tensor, name)
+        if not callable(fn):
+            continue
+        for kind, arg in (("dtype", lambda d: d), ("tensor", lambda d: _of_dtype(d, 2))):
+            ok = True
+            for have, want in ((torch.float32, torch.float32), (torch.float32, torch.float64),
+                               (torch.int64, torch.int64), (torch.float64, torch.int64)):
+                x = _of_dtype(have, 4, 4)
+                try:
+                    out = quiet(fn, x, arg(want))
+                except Exception:
+                    ok = False
+                    break
+                if not isinstance(out, torch.Tensor) or out.dtype != want or (out is x) != (have == want):
+                    ok = False
+                    break
+            if ok:
+                found.setdefault(name, []).append(kind)
+    return found
+
+
+# Argument lists a factory may take; each factory is called with every one it accepts.
+FACTORY_CALLS = ((2, 3), ((2, 3),), (5,), (5.0,), (0, 5, (2,)), (0, 1, 5), (0.0, 1.0, (2,)), ((2,), 1),
+                 ((2,), 1.0), ([1, 2],), ([1.0, 2.0],), (True,))
+
+
+def factory_dtypes() -> dict:
+    """The dtype of what each factory makes, when the call's arguments do not decide it: "default" (follows
+    ``torch.get_default_dtype()``: ``randn``, ``zeros``), "like" (its tensor argument's: ``zeros_like``), or a
+    fixed dtype (``randint``: int64).  Factories whose result depends on their data (``arange(5)`` is int64,
+    ``arange(5.0)`` float32; ``torch.tensor``, ``full``) are left out."""
+    found = {}
+    default = torch.get_default_dtype()
+    for name in sorted(FACTORIES):
+        fn = getattr(torch, name, None)
+        if not callable(fn):
+            continue
+        kinds = set()
+        for args in FACTORY_CALLS:
+            results = []
+            for dflt in (torch.float32, torch.float64):
+                torch.set_default_dtype(dflt)
+                try:
+                    results.append(quiet(fn, *args).dtype)
+                except Exception:
+                    results.append(None)
+                finally:
+                    torch.set_default_dtype(default)
+            if None in results:
+                continue
+            kinds.add("default" if results == [torch.float32, torch.float64] else
+                      _canonical(results[0]) if results[0] == results[1] else "mixed")
+        like = set()
+        for dtype in (torch.float32, torch.float64, torch.int64):
+            x = _of_dtype(dtype, 2, 3)
+            for extra in ((), (5,)):
+                try:
+                    out = quiet(fn, x, *extra)
+                except Exception:
+                    continue
+                like.add(out.dtype == dtype)
+        if like and not kinds:
+            kinds.add("like" if all(like) else "mixed")
+        if len(kinds) == 1 and "mixed" not in kinds:
+            found[name] = kinds.pop()
+    return found
+
+
 def tensor_constructors() -> list:
     """``torch.Tensor(data)``, ``torch.FloatTensor(data)``, ``torch.LongTensor(data)``...: the legacy classes that
     build a new tensor from data, copying values out of any tensors in it (no graph), as ``torch.tensor`` does."""
@@ -849,7 +1046,10 @@ def build(verbose: bool = False) -> dict:
              "backward_hook_registrations": backward_hook_registrations(), "python_names": python_names(),
              "attribute_views": attribute_views(),
              "inplace_result_saved": inplace_result_saved(inplace, kwarg["functions"]),
-             "inplace_sign_refused": inplace_sign_refused(kwarg["functions"])}
+             "inplace_sign_refused": inplace_sign_refused(kwarg["functions"]),
+             "dtypes": {"names": dtype_names(), "floating": floating_dtypes(), "default": _canonical(torch.get_default_dtype()),
+                        "results": dtype_results(funcs, set(ops)), "conversions": dtype_conversions(),
+                        "factories": factory_dtypes()}}
     if verbose:
         report(table, disagree, dropped, len(probes))
     return json.loads(json.dumps(table, sort_keys=True))

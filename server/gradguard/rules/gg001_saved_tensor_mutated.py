@@ -55,6 +55,9 @@ def check(mutation: Mutation):
     if mutation.alias_site is not None:
         yield _through_second_name(mutation, conflict, what)
         return
+    if mutation.conversion_site is not None:
+        yield _through_noop_conversion(mutation, conflict, what)
+        return
     state = _updated_state(mutation)
     if state is not None:
         yield _state_read_by_reference(mutation, conflict, what, state)
@@ -136,6 +139,39 @@ def _through_second_name(mutation: Mutation, conflict, what: str) -> Finding:
     )
 
 
+def _through_noop_conversion(mutation: Mutation, conflict, what: str) -> Finding:
+    """The write goes through the result of a conversion to the dtype the tensor had already (`x = x.float()` of a
+    float32 `x`): torch returned the tensor itself, so the write changes what the op saved.  The conversion is
+    where a copy was meant."""
+    binding, dtype = mutation.conversion_site
+    save = conflict.save
+    return Finding(
+        "GG001",
+        binding,
+        Message.format(
+            "`{call}` returns `{source}` itself, not a copy, since it is {dtype} already: {how} on {write} then "
+            "modifies {label} in place, but `{op}` on {saved} saved it (as its {what}) for backward; {raises} "
+            '"{torch}". Take a copy here (`.clone()`).',
+            call=ast.unparse(binding.value), source=ast.unparse(binding.value.func.value), dtype=dtype,
+            how=mutation.how, write=mutation.node, label=mutation.target.label, op=save.op, saved=save.node,
+            what=what, raises=where_it_raises(conflict), torch=SAVED_MESSAGE),
+        certain=save.certain,
+        related=[(mutation.node, "the in-place write"), *conflict_related(conflict, mutation)],
+        mutation=mutation, data={"conversion": True},
+    )
+
+
+def _copy_after_conversion(ctx: FixContext, mutation: Mutation) -> Fix:
+    """`x = x.float()` -> `x = x.float().clone()`.  Unsafe: the caller's tensor keeps its values, where the writes
+    used to change it too."""
+    binding, _ = mutation.conversion_site
+    ctx.require_own_lines(binding)
+    copy = f"{ctx.source(binding.value)}.clone()"
+    rw = Rewrite(ctx).replace_node(ctx.cst(binding.value), cst_mod().parse_expression(copy))
+    return rw.fix(f"Take a copy: `{copy}` (unsafe: `{ast.unparse(binding.value.func.value)}` keeps its values)",
+                  safe=False)
+
+
 def _copy_at_binding(ctx: FixContext, mutation: Mutation) -> Fix:
     """`out = x` -> `out = x.clone()`.  Unsafe: `x` keeps its values, where the writes used to change it too."""
     binding, name, other = mutation.alias_site
@@ -162,6 +198,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         return fix_or_none(lambda: _copy_state_at_read(ctx, finding))
     if mutation.alias_site is not None and finding.node is mutation.alias_site[0]:
         return fix_or_none(lambda: _copy_at_binding(ctx, mutation))
+    if mutation.conversion_site is not None and finding.node is mutation.conversion_site[0]:
+        return fix_or_none(lambda: _copy_after_conversion(ctx, mutation))
     if mutation.entry() is not mutation.node:  # the write is inside a call: a helper, a method, a callable object
         return fix_or_none(lambda: fix_in_helper(fix, ctx, finding)) or _clone_where_made(ctx, finding)
     write = InPlaceWrite.of_mutation(ctx, mutation)
