@@ -112,11 +112,12 @@ class DroppedOutput:
                     None)
 
 
-def dropped_rebinding(hook: FunctionValue) -> tuple[ast.Assign, str] | None:
-    """The assignment that gives a forward hook's output parameter (``def hook(module, args, output)``) a value
-    nothing uses: the hook's last binding of that name, a plain ``=`` (``output += m`` writes in place), with no
-    read of the name after it (in the hook or a function defined in it) and no ``return`` of a value.  None for
-    any other hook (``*args``, a lambda, a ``global``/``nonlocal`` name, a generator)."""
+def dropped_rebinding(hook: FunctionValue) -> tuple[ast.stmt, str] | None:
+    """The statement that gives a forward hook's output parameter (``def hook(module, args, output)``) a value
+    nothing uses: the hook's last binding of that name, a plain ``=`` (``output += m`` writes in place) or a call
+    of a function defined in the hook that rebinds it (``nonlocal output``), with no read of the name after it (in
+    the hook or a function defined in it) and no ``return`` of a value.  None for any other hook (``*args``, a
+    lambda, a ``global``/``nonlocal`` name, a generator)."""
     fn = hook.node
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.args.vararg or fn.args.kwarg:
         return None
@@ -124,21 +125,30 @@ def dropped_rebinding(hook: FunctionValue) -> tuple[ast.Assign, str] | None:
     if len(params) != 3:
         return None
     name = params[2]
-    stores, assigns = [], []
+    stores: list[tuple[ast.AST, ast.stmt | None]] = []  # each binding, with its statement when a plain `=`
+    nested: dict[str, ast.AST] = {}
     for node in own_nodes(fn):
         if isinstance(node, ast.Return) and node.value is not None \
                 and not (isinstance(node.value, ast.Constant) and node.value.value is None):
             return None
         if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
             return None
-        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
-            stores.append(node)
         if isinstance(node, ast.Assign):
-            assigns.append(node)
+            stores.extend((t, node) for t in node.targets if isinstance(t, ast.Name) and t.id == name)
+        elif isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            stores.append((node, None))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            nested[node.name] = node
+    rebinders = {n for n, f in nested.items() if _rebinds_nonlocal(f, name)}
+    for node in own_nodes(fn):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and not node.value.args \
+                and isinstance(node.value.func, ast.Name) and node.value.func.id in rebinders:
+            stores.append((node, node))  # `update()`, whose `nonlocal output` it rebinds
+    plain = {id(t) for t, statement in stores if statement is not None}
+    stores = [(t, statement) for t, statement in stores if statement is not None or id(t) not in plain]
     if not stores:
         return None
-    last = max(stores, key=lambda n: (n.lineno, n.col_offset))
-    statement = next((a for a in assigns if any(t is last for t in a.targets)), None)
+    last, statement = max(stores, key=lambda s: (s[0].lineno, s[0].col_offset))
     if statement is None:
         return None  # a loop's target, `with ... as`, `+=`, an unpacking, `del`
     end = (statement.end_lineno, statement.end_col_offset)
@@ -146,6 +156,23 @@ def dropped_rebinding(hook: FunctionValue) -> tuple[ast.Assign, str] | None:
            and (n.lineno, n.col_offset) >= end for n in ast.walk(fn)):
         return None
     return statement, name
+
+
+def _rebinds_nonlocal(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+    """A function defined in a hook that declares ``nonlocal name`` and ends by binding it with a plain ``=``
+    that nothing in it reads afterwards."""
+    own = list(own_nodes(fn))
+    if not any(isinstance(n, ast.Nonlocal) and name in n.names for n in own):
+        return False
+    stores = [(t, n) for n in own if isinstance(n, ast.Assign) for t in n.targets
+              if isinstance(t, ast.Name) and t.id == name]
+    others = [n for n in own if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+    if not stores or len(others) != len(stores):
+        return False
+    last, statement = max(stores, key=lambda s: (s[0].lineno, s[0].col_offset))
+    end = (statement.end_lineno, statement.end_col_offset)
+    return not any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                   and (n.lineno, n.col_offset) >= end for n in ast.walk(fn))
 
 
 # A model's submodules named past this many are not named (a ``dict(model.named_modules())`` stays unknown).
