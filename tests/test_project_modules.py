@@ -217,3 +217,99 @@ def test_a_batch_forgets_the_modules_its_last_files_did_not_read_and_reads_them_
     assert not crashes and model in project._PARSED
     assert [d.code for d in first[0].diagnostics] == ["GG101"]
     assert again[0].diagnostics == first[0].diagnostics and " of model.py" in again[0].diagnostics[0].message
+
+
+# A layer whose base class lives in another module of the project (``class Gate(GatedBase)`` with ``from .base
+# import GatedBase``): its constructor and forward are the base's, found through the import.
+GATED_BASE = """
+    import torch
+    import torch.nn as nn
+
+
+    class GatedBase(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.proj = nn.Linear(width, width)
+
+        def forward(self, x):
+            h = torch.sigmoid(self.proj(x))
+            {scale}
+            return h
+"""
+IN_PLACE_SCALE, OUT_OF_PLACE_SCALE = "h.mul_(0.5)", "h = h * 0.5"
+
+GATE = """
+    import torch
+    {import_base}
+
+
+    class Gate({base}):
+        def __init__(self):
+            super().__init__(4)
+"""
+
+# The subclass's own forward comes first in its MRO: the base's forward (which would write in place) never runs.
+OWN_FORWARD_GATE = GATE + """
+        def forward(self, x):
+            return torch.sigmoid(self.proj(x)) * 0.5
+"""
+
+BASE_LAYOUTS = {
+    # name: (files besides the entry, entry, the base module's path)
+    "base in a sibling module": (
+        {"pkg/__init__.py": "", "pkg/base.py": "{base_module}",
+         "pkg/gate.py": GATE.format(import_base="from .base import GatedBase", base="GatedBase")},
+        "pkg/main.py", ".gate", "pkg/base.py"),
+    "base re-exported by a subpackage, through a middle class": (
+        {"pkg/__init__.py": "", "pkg/layers/__init__.py": "from .base import GatedBase\n",
+         "pkg/layers/base.py": "{base_module}",
+         "pkg/layers/middle.py": "from .base import GatedBase\n\n\nclass Middle(GatedBase):\n    pass\n",
+         "pkg/gate.py": GATE.format(import_base="from .layers.middle import Middle", base="Middle")},
+        "pkg/main.py", ".gate", "pkg/layers/base.py"),
+    "base named through its module": (
+        {"pkg/__init__.py": "", "pkg/base.py": "{base_module}",
+         "pkg/gate.py": GATE.format(import_base="from . import base", base="base.GatedBase")},
+        "pkg/main.py", ".gate", "pkg/base.py"),
+    "script folder, absolute imports": (
+        {"base.py": "{base_module}", "gate.py": GATE.format(import_base="from base import GatedBase", base="GatedBase")},
+        "main.py", "gate", "base.py"),
+}
+
+
+def _base_files(layout: str, scale: str, gate: str | None = None) -> tuple[dict[str, str], str, str]:
+    files, entry, import_from, base_path = BASE_LAYOUTS[layout]
+    files = {name: GATED_BASE.format(scale=scale) if text == "{base_module}" else text for name, text in files.items()}
+    if gate is not None:
+        files = {**files, gate: OWN_FORWARD_GATE.format(import_base="from .base import GatedBase",
+                                                        base="GatedBase")}
+    return {**files, entry: CALLER.format(import_from=import_from)}, entry, base_path
+
+
+@pytest.mark.parametrize("layout", BASE_LAYOUTS, ids=str)
+def test_a_write_in_the_forward_of_a_base_class_from_another_module(tmp_path: Path, layout: str):
+    files, entry, base_path = _base_files(layout, IN_PLACE_SCALE)
+    _write(tmp_path, files)
+    ran = _run(tmp_path, entry)
+    assert ran.returncode != 0 and SAVED in ran.stderr, ran.stderr[-2000:]
+
+    found = _check(tmp_path, entry)
+    assert [(d["code"], d["line"]) for d in found] == [("GG001", 9)], found
+    write = found[0]["related"][0]
+    assert (Path(write["path"]).as_posix(), write["line"]) == (base_path, 12), found
+
+
+@pytest.mark.parametrize("layout", ["base in a sibling module", "script folder, absolute imports"], ids=str)
+def test_the_base_class_writing_out_of_place_is_clean(tmp_path: Path, layout: str):
+    files, entry, _ = _base_files(layout, OUT_OF_PLACE_SCALE)
+    _write(tmp_path, files)
+    ran = _run(tmp_path, entry)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _check(tmp_path, entry) == []
+
+
+def test_a_subclass_forward_comes_before_its_imported_base_forward(tmp_path: Path):
+    files, entry, _ = _base_files("base in a sibling module", IN_PLACE_SCALE, gate="pkg/gate.py")
+    _write(tmp_path, files)
+    ran = _run(tmp_path, entry)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _check(tmp_path, entry) == []

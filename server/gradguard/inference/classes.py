@@ -33,6 +33,13 @@ class ClassInfo:
     # position then by name, else from the field's default.
     dataclass_init: bool = False
     fields: list[tuple[str, "ast.expr | None"]] = field(default_factory=list)  # a dataclass's own, see _own_fields
+    # Bases imported from elsewhere (``class LSTM(RNN)`` with ``from .rnn import RNN``), by qualified import name,
+    # and the classes of the project's modules they are, once resolved (``Project.resolve_bases``: only when the
+    # class is used, so a module is read only for the classes a file runs).
+    imported_bases: list[str] = field(default_factory=list)
+    foreign_bases: list["ClassInfo"] = field(default_factory=list, compare=False, repr=False)
+    own_torch_base: str | None = field(default=None, compare=False, repr=False)  # from its own module alone
+    module_classes: dict = field(default_factory=dict, compare=False, repr=False)  # its module's classes, by name
     shared_by_copies: ClassVar[bool] = True  # see ``values.copy_values``
 
     @property
@@ -69,15 +76,20 @@ def find_classes(nodes: list[ast.ClassDef], imports: dict[str, str],
                 info.torch_base = info.torch_base or normalize(q).rsplit(".", 1)[1]
             elif isinstance(base, ast.Name) and base.id in classes:
                 info.bases.append(base.id)
-            elif (getattr(base, "attr", None) or getattr(base, "id", "")).endswith("Module"):
-                info.torch_base = info.torch_base or "Module"  # `nn.Module` through an import we cannot resolve
+            else:
+                if q is not None and not q.startswith("builtins."):
+                    info.imported_bases.append(q)
+                if (getattr(base, "attr", None) or getattr(base, "id", "")).endswith("Module"):
+                    info.torch_base = info.torch_base or "Module"  # `nn.Module` through an import not resolved
         if any(_is_dataclass_decorator(d, imports) for d in node.decorator_list):
             info.fields = _own_fields(node, imports)
             info.dataclass_init = own_method(node, "__init__") is None and not any(
                 isinstance(d, ast.Call) and k.arg == "init" and isinstance(k.value, ast.Constant)
                 and k.value.value is False for d in node.decorator_list for k in getattr(d, "keywords", ()))
+        info.module_classes = classes
         classes[node.name] = info
     for info in classes.values():  # inherit the torch base through the file's own bases
+        info.own_torch_base = info.torch_base
         if info.torch_base is None:
             info.torch_base = next((b.torch_base for b in mro(classes, info)[1:] if b.torch_base), None)
         info.autograd_function = any(b.autograd_function for b in mro(classes, info))
@@ -120,15 +132,17 @@ def dataclass_fields(classes: dict[str, ClassInfo], info: ClassInfo) -> list[tup
 
 
 def mro(classes: dict[str, ClassInfo], info: ClassInfo) -> list[ClassInfo]:
-    """The class and its in-file bases, depth first, each once."""
+    """The class and its bases, depth first, each once: those of its module (``classes``, for the class itself),
+    then the resolved ones of other modules, whose own bases are looked up in their module."""
     order: list[ClassInfo] = []
-    stack = [info]
+    stack = [(info, classes)]
     while stack:
-        current = stack.pop(0)
+        current, scope = stack.pop(0)
         if current in order:
             continue
         order.append(current)
-        stack[0:0] = [classes[b] for b in current.bases if b in classes]
+        stack[0:0] = [*((scope[b], scope) for b in current.bases if b in scope),
+                      *((b, b.module_classes) for b in current.foreign_bases)]
     return order
 
 

@@ -227,12 +227,12 @@ class FollowedCallsMixin:
         """An instance of one of the file's classes, with what its ``__init__`` (found along the MRO) assigns.
 
         Construction nests deeper than ordinary calls (a model of blocks of layers), so it has its own bound."""
+        classes = self.ctx.classes_for(info)  # first: resolves its imported bases, which may give its torch base
         torch_layer = info.torch_base not in (None, "Module")
         instance = ModuleValue(info.torch_base if torch_layer else info.name, torch_module=torch_layer, ctor=node,
                                user_class=info.node)
         if torch_layer and isinstance(node, ast.Call):
             self.construct_torch_base(instance, node, args)  # `MyReLU(inplace=True)`: torch's constructor runs
-        classes = self.ctx.classes_for(info)
         if run_init and info.dataclass_init:
             self._dataclass_init(instance, dataclass_fields(classes, info), args, kwargs)
             found = find_method(classes, info, "__post_init__")

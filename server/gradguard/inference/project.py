@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..messages import mark_other_file
-from .classes import ClassInfo, find_classes
+from .classes import ClassInfo, find_classes, mro
 from .imports import collect_imports
 
 # Top-level names that are never the project's own code (the libraries every file imports).
@@ -67,6 +67,8 @@ class Project:
     # every class of every loaded module, by its node: an instance knows its class node, not its module
     _classes: dict[int, ClassInfo] = field(default_factory=dict)
     _resolved: dict[tuple[str, str], tuple[ProjectModule, str] | None] = field(default_factory=dict)
+    # the classes whose imported bases this project has resolved, by id (each class once per analysed file)
+    _based: set[int] = field(default_factory=set)
 
     def module_of(self, qualname: str, importer: str) -> tuple[ProjectModule, str] | None:
         """The project module a qualified import name (``.trainer.Trainer``, ``pkg.nets.Generator``, as
@@ -106,6 +108,27 @@ class Project:
                 return None
             qualname, importer = module.imports[name], module.path
         return None
+
+    def resolve_bases(self, info: ClassInfo, importer: str) -> None:
+        """Find the classes of the project that ``info``'s imported bases are (``class LSTM(RNN)`` with ``from
+        .rnn import RNN``), and theirs in turn, so that its methods and its torch base are looked up through them
+        too.  Only for a class the analysis uses: only the modules of its bases are read, each once."""
+        if id(info) in self._based:
+            return
+        self._based.add(id(info))
+        where = info.module_path or importer
+        foreign = []
+        for qualname in info.imported_bases:
+            found = self.definition(qualname, where)
+            if isinstance(found, ClassInfo):
+                self.resolve_bases(found, importer)
+                foreign.append(found)
+        for name in info.bases:
+            if name in info.module_classes:
+                self.resolve_bases(info.module_classes[name], importer)
+        info.foreign_bases = foreign  # rewritten by each file's project: a module read anew has new classes
+        info.torch_base = info.own_torch_base or next(
+            (b.torch_base for b in mro(info.module_classes, info)[1:] if b.torch_base), None)
 
     def stamps(self) -> tuple[tuple[str, tuple | None], ...]:
         """The modules this project has read, with the (mtime, size) they were read at."""
