@@ -313,3 +313,112 @@ def test_a_subclass_forward_comes_before_its_imported_base_forward(tmp_path: Pat
     ran = _run(tmp_path, entry)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert _check(tmp_path, entry) == []
+
+
+# A model class of the entry file, built by its training code, holds a layer imported from the project whose
+# cell, three calls down, updates a buffer that its own product saved.  From `main()` the write is deeper than
+# the analysis inlines; the model's forward, analysed on its own, runs in training too, so it follows the call
+# into the layer's module.
+MEMORY_LAYER = """
+    import torch
+    import torch.nn as nn
+
+
+    class Cell(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.register_buffer("state", torch.zeros(2, width))
+
+        def forward(self, h):
+            out = h * self.state
+            self.remember(out)
+            return out
+
+        def remember(self, out):
+            write_state(self, out.detach())
+
+
+    def write_state(layer, out):
+        {update}
+
+
+    class Memory(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.proj = nn.Linear(width, width)
+            self.cell = Cell(width)
+
+        def forward(self, x):
+            return self.cell(torch.tanh(self.proj(x)))
+"""
+IN_PLACE_UPDATE, REBOUND_UPDATE = "layer.state.copy_(out + 1)", "layer.state = out + 1"
+
+MODEL_FIT = """
+    import torch
+
+    from {import_from} import Memory
+
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.memory = Memory(4)
+            self.head = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.head(self.memory(x))
+
+
+    def fit(model, batches):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in batches:
+            optimizer.zero_grad()
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+
+
+    def main():
+        torch.manual_seed(0)
+        fit(Net(), [torch.randn(2, 4) for _ in range(2)])
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+MEMORY_LAYOUTS = {
+    "relative import in a package": ({"pkg/__init__.py": "", "pkg/memory.py": "{layer}"}, "pkg/main.py", ".memory",
+                                     "pkg/memory.py"),
+    "script beside its module": ({"memory.py": "{layer}"}, "main.py", "memory", "memory.py"),
+    "re-exported by a subpackage": ({"pkg/__init__.py": "", "pkg/layers/__init__.py": "from .memory import Memory\n",
+                                    "pkg/layers/memory.py": "{layer}"}, "pkg/main.py", ".layers",
+                                    "pkg/layers/memory.py"),
+}
+
+
+def _memory_files(layout: str, update: str) -> tuple[dict[str, str], str, str]:
+    files, entry, import_from, layer_path = MEMORY_LAYOUTS[layout]
+    files = {name: MEMORY_LAYER.format(update=update) if text == "{layer}" else text for name, text in files.items()}
+    return {**files, entry: MODEL_FIT.format(import_from=import_from)}, entry, layer_path
+
+
+@pytest.mark.parametrize("layout", MEMORY_LAYOUTS, ids=str)
+def test_a_model_the_training_code_builds_follows_its_imported_layer(tmp_path: Path, layout: str):
+    files, entry, layer_path = _memory_files(layout, IN_PLACE_UPDATE)
+    _write(tmp_path, files)
+    ran = _run(tmp_path, entry)
+    assert ran.returncode != 0 and SAVED in ran.stderr, ran.stderr[-2000:]
+
+    found = _check(tmp_path, entry)
+    assert [(d["code"], d["line"]) for d in found] == [("GG001", 13)], found
+    related = {(Path(r["path"]).as_posix(), r["line"]) for r in found[0]["related"]}
+    assert (layer_path, 20) in related, found  # the write
+
+
+@pytest.mark.parametrize("layout", ["relative import in a package", "script beside its module"], ids=str)
+def test_the_imported_layer_rebinding_its_buffer_is_clean(tmp_path: Path, layout: str):
+    files, entry, _ = _memory_files(layout, REBOUND_UPDATE)
+    _write(tmp_path, files)
+    ran = _run(tmp_path, entry)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _check(tmp_path, entry) == []

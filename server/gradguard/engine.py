@@ -62,10 +62,17 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     default_dtype = file_default_dtype(tree, knowledge)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions, default_dtype=default_dtype,
                   path=str(source.resolve()) if project is not None else None, project=project,
-                  training_units=frozenset(_training_units(units, tree, lines)) if project is not None else frozenset())
+                  training_units=frozenset(_training_units(units, tree, lines, _is_entry_script(tree)))
+                  if project is not None else frozenset())
     if cache and project is not None and not project.unchanged(cache.get(_PROJECT_MODULES, ())):
         cache.clear()  # a module of the project that a call was followed into has changed on disk
-    candidates = _candidate_units(units, lines) if lines is not None else None
+    if lines is None:
+        candidates = None
+    else:
+        # training code that names what it imports from the project's modules may reach a write there
+        project_names = ({name for name, q in imports.items() if project.holds(q, ctx.path)}
+                         if ctx.training_units and _is_entry_script(tree) else set())
+        candidates = _candidate_units(units, lines, ctx.training_units if project_names else (), project_names)
     fingerprint = (_Fingerprints(tree, lines, functions, classes, (*view_functions, f"dtype={default_dtype}"))
                    if cache is not None and lines is not None else None)
     module_env = _ModuleEnvironment(ctx, tree, lines, fingerprint, cache.get(_PROTOTYPES) if cache else None)
@@ -330,11 +337,13 @@ def _units(tree: ast.Module, class_nodes: list[ast.ClassDef] | None = None
         class_nodes.sort(key=lambda c: where[id(c)])
 
 
-def _candidate_units(units, lines: list[str]) -> set:
+def _candidate_units(units, lines: list[str], training=(), project_names: set[str] = frozenset()) -> set:
     """Functions whose text can hold a finding: an in-place idiom of their own, an inplace module of their
-    class, or a way to reach a candidate: a call of it by name, or a mention of its class (``Step()(x)``
-    reaches ``Step.__call__``); and every method of a class whose ``__init__`` is a candidate (its attributes
-    hold what the candidate made).  Repeated until nothing is added, so helpers of helpers count."""
+    class, a mention in training code (``training``) of a name imported from the project's modules
+    (``project_names``: calls into them are followed there), or a way to reach a candidate: a call of it by name,
+    or a mention of its class (``Step()(x)`` reaches ``Step.__call__``); and every method of a class whose
+    ``__init__`` is a candidate (its attributes hold what the candidate made).  Repeated until nothing is added,
+    so helpers of helpers count."""
     texts: dict[int, str] = {}
     words: dict[int, tuple[set[str], set[str]]] = {}
 
@@ -355,6 +364,8 @@ def _candidate_units(units, lines: list[str]) -> set:
         if fn is None:
             continue
         if _has_idiom(text(fn)) or (owner is not None and ("inplace" in text(owner) or fn.name == RETURNED_LOSS_METHOD)):
+            candidates.add(fn)
+        elif fn in training and not project_names.isdisjoint(words_of(fn)[1]):
             candidates.add(fn)
     while True:
         functions = {fn.name for fn in candidates}
@@ -405,13 +416,20 @@ class _ModuleEnvironment:
     def top_level(self) -> list[ast.stmt]:
         return self.statements
 
-    def instance(self, info: ClassInfo, fresh: bool) -> ModuleValue:
+    def instance(self, info: ClassInfo, fresh: bool, follows: bool = False) -> ModuleValue:
         """``self`` for a method's analysis: as the class's ``__init__`` leaves it (``fresh``: as it enters it).
-        Writes made in ``__init__`` are reported by ``__init__``'s own analysis."""
+        Writes made in ``__init__`` are reported by ``__init__``'s own analysis.  ``follows``: the method is
+        training code, and so is the ``__init__`` that builds it (its calls into the project are followed)."""
         if fresh:
             return Interpreter(self.ctx).instantiate(info, [], {}, None, record=False, run_init=False)
         key = self.fingerprint.of_class(info.node) if self.fingerprint is not None else f"class {info.name}"
-        made = self._prototype(key, lambda: Interpreter(self.ctx).instantiate(info, [], {}, None, record=False))
+
+        def make():
+            interp = Interpreter(self.ctx)
+            interp.follows_modules = follows
+            return interp.instantiate(info, [], {}, None, record=False)
+
+        made = self._prototype(f"{key} following" if follows else key, make)
         instance = copy_values({"self": made})["self"]
         forget_dtypes(instance)  # built apart from the code that builds it: its parameters' dtypes are not known
         return instance
@@ -483,7 +501,7 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
     if globals_ is not None:
         interp.scopes = [globals_]
     if info is not None:
-        interp.self_value = module_env.instance(info, fresh=fn.name == "__init__")
+        interp.self_value = module_env.instance(info, fresh=fn.name == "__init__", follows=interp.follows_modules)
     interp.run_function(fn, is_forward=info is not None and info.is_module and fn.name == "forward", owner=info,
                         trains=module_env.trains(fn))
     unreturned = unreturned_loss(interp, fn, info)
@@ -578,7 +596,14 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                 yield finding
 
 
-def _training_units(units, tree: ast.Module, lines: list[str] | None = None) -> set:
+def _is_entry_script(tree: ast.Module) -> bool:
+    """A program's own script (a top-level ``if __name__ == "__main__":``), not a library's module: its model
+    classes and its training code are followed into the project's modules (a library's every trainer method
+    following its package would cost more than its analysis, and its step budget)."""
+    return any(statements.is_main_guard(s) for s in tree.body)
+
+
+def _training_units(units, tree: ast.Module, lines: list[str] | None = None, entry_script: bool = False) -> set:
     """The units (functions, and the module's top level as ``None``) that run a backward (``.backward()``,
     ``torch.autograd.grad``), or call by name a function of the file that does: training code, whose calls
     into the project's other modules are followed (``main()`` builds the model that ``train(model)`` trains).
@@ -620,8 +645,21 @@ def _training_units(units, tree: ast.Module, lines: list[str] | None = None) -> 
         trainers = {fn.name for fn in training if fn is not None}
         added = {fn for fn, names in calls.items() if fn not in training and names & trainers}
         if not added:
+            break
+        training |= added
+    # In an entry script, the methods of its classes that training code builds (the model `main()` makes and
+    # `fit(model)` trains), and of the classes those methods build in turn, run in training too: their calls into
+    # the project's modules are followed (a layer imported from one, whose forward writes what its base saved).
+    if not entry_script:
+        return training
+    owners = {fn: owner.name for fn, owner in units if fn is not None and owner is not None}
+    built = set().union(*(calls[fn] for fn in training))
+    while True:
+        added = {fn for fn, name in owners.items() if fn not in training and name in built}
+        if not added:
             return training
         training |= added
+        built = built.union(*(calls[fn] for fn in added))
 
 
 def _in_this_file(finding: Finding, event) -> Finding | None:
@@ -633,7 +671,8 @@ def _in_this_file(finding: Finding, event) -> Finding | None:
     site = next((s for s, _ in reversed(getattr(event, "frames", ())) if other_file(s) is None), None)
     if site is None:
         return None
-    moved = replace(finding, node=site, related=[(finding.node, Message.text("the write, inside this call")),
+    where = "the write" if finding.node is getattr(event, "node", None) else "this finding's own line"
+    moved = replace(finding, node=site, related=[(finding.node, Message.text(f"{where}, inside this call")),
                                                  *finding.related])
     moved.fix_memo = (None,)
     return moved

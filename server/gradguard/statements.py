@@ -90,3 +90,13 @@ def own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
         yield node
         if not isinstance(node, SCOPES):
             todo.extend(ast.iter_child_nodes(node))
+
+
+def is_main_guard(stmt: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either way round): the block a script runs as a program."""
+    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare) or len(stmt.test.ops) != 1 \
+            or not isinstance(stmt.test.ops[0], ast.Eq):
+        return False
+    sides = [stmt.test.left, *stmt.test.comparators]
+    return any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides) \
+        and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)

@@ -165,6 +165,23 @@ class Project:
             top = top.parent
         return [folder] if top == folder else [folder, top]
 
+    def holds(self, qualname: str, importer: str) -> bool:
+        """Whether an imported name (``.layers.LSTM``, ``models.vae.VAE``) comes from a module of the project,
+        told from the paths alone: no module is read."""
+        if qualname.startswith("."):
+            return True  # relative to the importer's own package
+        top = qualname.split(".", 1)[0]
+        if top in sys.stdlib_module_names or top in NEVER_PROJECT:
+            return False
+        return any(self._file(base, [top]) is not None for base in self._bases(Path(importer), 0))
+
+    @staticmethod
+    def _file(base: Path, parts: list[str]) -> Path | None:
+        if not parts or not all(p.isidentifier() for p in parts):
+            return None
+        stem = base.joinpath(*parts)
+        return next((c for c in (stem.with_suffix(".py"), stem / "__init__.py") if c.is_file()), None)
+
     def _load(self, base: Path, parts: list[str]) -> ProjectModule | None:
         if not parts or not all(p.isidentifier() for p in parts):
             return None
