@@ -57,7 +57,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     classes = find_classes(class_nodes, imports, knowledge.autograd_function_bases)
     source = Path(path)
     # Only a file that imports something besides torch and the standard library can call into the project.
-    project = (Project(source, knowledge.autograd_function_bases)
+    project = (Project(source, knowledge.autograd_function_bases, entry_script=_is_entry_script(tree))
                if project_code and source.is_file() else None)
     default_dtype = file_default_dtype(tree, knowledge)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions, default_dtype=default_dtype,
@@ -501,7 +501,8 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
     if globals_ is not None:
         interp.scopes = [globals_]
     if info is not None:
-        interp.self_value = module_env.instance(info, fresh=fn.name == "__init__", follows=interp.follows_modules)
+        interp.self_value = module_env.instance(info, fresh=fn.name == "__init__",
+                                                follows=interp.follows_modules and ctx.project.entry_script)
     interp.run_function(fn, is_forward=info is not None and info.is_module and fn.name == "forward", owner=info,
                         trains=module_env.trains(fn))
     unreturned = unreturned_loss(interp, fn, info)

@@ -182,9 +182,10 @@ class Context:
 
     def classes_for(self, info: ClassInfo | None) -> dict[str, ClassInfo]:
         """The classes of the module ``info`` is defined in (its bases are looked up by name there); its bases
-        imported from the project's other modules resolved first."""
-        if info is not None and self.project is not None and (info.module_path is not None
-                                                              or self.classes.get(info.name) is info):
+        imported from the project's other modules resolved first (for an entry script's analysis, see
+        ``Project.entry_script``)."""
+        if info is not None and self.project is not None and self.project.entry_script and (
+                info.module_path is not None or self.classes.get(info.name) is info):
             self.project.resolve_bases(info, self.path)
         if info is None or info.module_path is None or info.module_path == self.path or self.project is None:
             return self.classes

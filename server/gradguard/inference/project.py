@@ -63,6 +63,10 @@ class Project:
 
     path: Path
     function_bases: frozenset[str] = frozenset()
+    # The analysed file is a program's script (``if __name__ == "__main__":``): only then are a class's bases
+    # imported from the project resolved.  A library's module whose classes derive from its package's bases
+    # would have them become modules whose forwards are analysed (new findings the corpus does not confirm).
+    entry_script: bool = False
     _modules: dict[Path, ProjectModule | None] = field(default_factory=dict)
     # every class of every loaded module, by its node: an instance knows its class node, not its module
     _classes: dict[int, ClassInfo] = field(default_factory=dict)
