@@ -101,15 +101,11 @@ NO_FIX: dict[str, str] = {
     "GG103/pos_helper_returns_loss_made_under_no_grad": _NO_GRAD,
     "GG103/pos_query_loss_computed_under_no_grad_block": _NO_GRAD,
     "GG103/pos_set_grad_enabled_false_left_off": _NO_GRAD,
-    "GG103/pos_no_grad_optimizer_step_calls_closure": _NO_GRAD,
     "GG103/pos_optimizer_made_before_helper_swaps_layers": _SWAP,
     "GG103/pos_trainer_calls_layer_swap_without_its_optimizer": _SWAP,
     "GG103/pos_detach_in_place_view": (
         "`.detach_()` of a view: `x = x.detach()` is right only where nothing else holds the tensor, which the fix "
         "layer cannot tell (the static GG103 fix withholds it too)"),
-    "GG103/pos_forward_hook_rebinds_output": (
-        "the hook rebinds its output and returns nothing: returning the new value changes what the hook does, which no "
-        "rewrite of a hook makes"),
 }
 
 _counter = itertools.count()
