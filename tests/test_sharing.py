@@ -128,7 +128,7 @@ def detach_fix(body: str):
 def test_a_view_held_only_by_its_name_is_detached_out_of_place():
     _, _, finding = detach_finding("anchor = scores[:, 0]\nanchor.detach_()\n")
     moment = finding.mutation.moment
-    assert ("anchor", "tensor", True) in moment.holders and ("scores", "view", True) in moment.holders
+    assert {("anchor", "tensor"), ("scores", "view")} <= set(moment.held())
     assert not moment.escaped
     fix = detach_fix("anchor = scores[:, 0]\nanchor.detach_()\n")
     assert fix is not None and fix.safe and fix.edits[0].new_text == "anchor = anchor.detach()"
@@ -178,3 +178,133 @@ def test_no_rebinding_of_a_free_variable_or_of_what_a_caller_passed():
     for finding in found:
         with pytest.raises(CannotFix):
             gg103_graph_break.fix(FixContext(text, tree, "<test>"), finding)
+
+
+def moment_of(text: str, code: str = "GG001"):
+    text = textwrap.dedent(text)
+    findings = analyze_module(ast.parse(text), "<test>", text.splitlines(), use_jedi=False)
+    (finding,) = [f for f in findings if f.code == code]
+    return finding.mutation.moment
+
+
+@pytest.mark.parametrize("split", ["qkv.chunk(3, dim=-1)", "qkv.unbind(-1)", "qkv.split(1, dim=-1)",
+                                   "torch.chunk(qkv, 3, -1)", "qkv"])
+def test_sibling_pieces_of_a_split_hold_none_of_the_written_elements(split):
+    # torch: chunk/split/unbind (and iterating a tensor) cut disjoint regions (test_pieces_are_disjoint_under_torch)
+    moment = moment_of(f"""\
+        import torch
+        def f(x):
+            qkv = torch.sigmoid(x.reshape(2, 3))
+            q, k, v = {split}
+            q.mul_(2)
+            return q + k + v
+        f(torch.ones(6, requires_grad=True)).sum().backward()
+        """, "GG004")
+    held = {name for name, how in moment.held()}
+    assert {"q", "qkv"} <= held and not held & {"k", "v"}
+
+
+@pytest.mark.parametrize("second", ["parts[0]", "parts[-1]", "parts[i]", "x.chunk(3)[1]"])
+def test_a_piece_that_may_be_the_written_one_holds_it(second):
+    # the same index, an index that may be any piece, another split of the same memory
+    moment = moment_of(f"""\
+        import torch
+        def f(x, i):
+            x = torch.sigmoid(x)
+            parts = x.chunk(3)
+            a = parts[0]
+            b = {second}
+            a.mul_(2)
+            return a + b
+        f(torch.ones(6, requires_grad=True), 1).sum().backward()
+        """, "GG004")
+    assert ("b", "view") in moment.held() or ("b", "tensor") in moment.held()
+
+
+def test_joined_pieces_may_be_either():
+    moment = moment_of("""\
+        import torch
+        def f(x, c):
+            q, k = torch.sigmoid(x).chunk(2)
+            p = q if c else k
+            q.mul_(2)
+            return p + q
+        f(torch.ones(6, requires_grad=True), True).sum().backward()
+        """, "GG004")
+    assert "p" in {name for name, _ in moment.held()}
+
+
+def test_the_units_parameters_are_the_callers():
+    moment = moment_of("""\
+        import torch
+        import torch.nn as nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(1, 2, 3)
+            def forward(self, x, y):
+                v = x.view(-1)
+                feats = self.conv(x)
+                v.clamp_(0, 1)
+                return feats.sum() + y.sum()
+        """)
+    assert moment.parameters == (("x",),)
+    fresh = moment_of("""\
+        import torch
+        import torch.nn as nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(1, 2, 3)
+            def forward(self, x):
+                x = x * 2
+                feats = self.conv(x)
+                x.clamp_(0, 1)
+                return feats.sum()
+        """)
+    assert fresh.parameters == ((),)  # rebound before: the write is to a tensor of its own
+    assert "feats" not in {name for name, _ in fresh.held()}  # a conv's output is new memory
+
+
+def test_a_followed_calls_parameter_and_its_callers_variables():
+    moment = moment_of("""\
+        import torch
+        def bump(t, n):
+            t.add_(n)
+        w = torch.ones(3, requires_grad=True)
+        y = w.exp()
+        outs = [y]
+        loss = y.sum()
+        bump(y, 1)
+        loss.backward()
+        """)
+    assert moment.parameters == ((), ("t",))
+    assert set(moment.held(0)) == {("y", "tensor"), ("outs", "holder")}
+    assert moment.held() == [("t", "tensor")]
+    assert moment.held_outside() == [("outs", 0), ("y", 0)]  # the module's: the caller's frame
+
+
+@pytest.mark.parametrize("holder", ["outs = [y]", "outs = {'y': y}", "outs = []\nouts.append(y)",
+                                    "outs = (w, [y])"])
+def test_containers_built_before_the_write_hold_it(holder):
+    moment = moment_of_write(f"{holder}\ny.add_(1)\nloss.backward()\n")
+    assert ("outs", "holder") in moment.held()
+
+
+def test_pieces_are_disjoint_under_torch():
+    """The fact ``Tensor.piece`` stands on: each sequence-of-views op cuts regions that share no element."""
+    import torch
+    from gradguard.knowledge.names import SEQUENCE_VIEWS
+    x = torch.arange(24.0).reshape(4, 6)
+    args = {"chunk": (2,), "split": (2,), "split_with_sizes": ([1, 3],), "tensor_split": (2,), "unbind": (),
+            "hsplit": (2,), "vsplit": (2,), "dsplit": (2,)}
+    assert set(args) == SEQUENCE_VIEWS
+    for name, extra in args.items():
+        base = x.reshape(2, 2, 6) if name == "dsplit" else x
+        pieces = getattr(base, name)(*extra)
+        spans = [{p.storage_offset() + sum(i * s for i, s in zip(idx, p.stride()))
+                  for idx in torch.cartesian_prod(*(torch.arange(n) for n in p.shape)).reshape(-1, p.dim()).tolist()}
+                 for p in pieces]
+        for i, a in enumerate(spans):
+            for b in spans[i + 1:]:
+                assert not a & b, name

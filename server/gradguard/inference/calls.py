@@ -894,7 +894,7 @@ class CallsMixin:
             # tensor_split/hsplit: several plain views, which may be written in place.
             piece = self._view(base, node) if info.view else Tensor(Storage(), rg, leaf=not rg, graph=graph,
                                                                      origin=node)
-            return TensorSeq([], base=piece)
+            return TensorSeq([], base=piece, split=new_id() if info.view else None)
         if tuple_form:  # (values, indices): the values carry the graph, the indices are integers
             values = Tensor(Storage(), rg, leaf=not rg, graph=graph | frozenset(saves), origin=node,
                             label=f"the values of `{label}`")
@@ -906,7 +906,7 @@ class CallsMixin:
                                 base=base.base, graph=graph | saves, origin=node, label=base.label,
                                 multi_view=base.multi_view, param=base.param)
             return TensorSeq([], multi_view=info.multi_view if rg else None, nograd=not self.state.grad_enabled,
-                             base=piece_base)
+                             base=piece_base, split=new_id())
         if info is not None and info.view and base is not None:
             result = self._view(base, node)
             result.dtype = dtype

@@ -107,6 +107,7 @@ class FollowedCallsMixin:
         self.inline_frames.append((node, new_id()))
         self.frame_sites = (*self.frame_sites, node)
         self.run_log.enter()
+        self.run_log.parameters_bound(env, parameter_names(fn, self_value is not None))
         self.caller_envs.append(saved[0].env)
         try:
             if isinstance(fn, ast.Lambda):
@@ -313,3 +314,11 @@ def _part(fn: ast.FunctionDef | ast.AsyncFunctionDef, body: list[ast.stmt]) -> a
     part = ast.FunctionDef(name=fn.name, args=fn.args, body=body or [ast.copy_location(ast.Pass(), fn)],
                            decorator_list=[], returns=None, type_comment=None, type_params=[])
     return ast.copy_location(part, fn)
+
+
+def parameter_names(fn: ast.FunctionDef | ast.Lambda, bound_self: bool) -> list[str]:
+    """The names ``fn``'s parameters bind (not ``self`` when the call binds it): what its caller passed."""
+    args = fn.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    names += [extra.arg for extra in (args.vararg, args.kwarg) if extra is not None]
+    return names[1:] if bound_self else names

@@ -308,7 +308,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
 
     def _sink(self, kind: str, node: ast.AST, value: Value) -> None:
         if kind == "escape":
-            self.run_log.escape(value)
+            self.run_log.escape(value, node)
         graph = graph_of(value)
         if graph:
             self.sinks.append(Sink(kind, node, graph, self._next()))
@@ -355,6 +355,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         for extra in (args.vararg, args.kwarg):
             if extra is not None:
                 self.state.env[extra.arg] = UNKNOWN
+        passed = [a.arg for i, a in enumerate(params)
+                  if not (i == 0 and self.self_value is not None and a.arg in ("self", "cls"))]
+        self.run_log.parameters_bound(self.state.env, passed)
         self.run_block(fn.body)
 
     def _param_value(self, arg: ast.arg, is_forward: bool) -> Value:
@@ -1027,8 +1030,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if isinstance(value, TensorSeq):
             return [value.element(i) for i in range(count)]
         if isinstance(value, Tensor) and not value.assumed:
-            # `a, b = t` iterates t: each element is an output of Unbind.
-            return [self._view(value, node, multi_view="Unbind" if value.requires_grad else None) for _ in range(count)]
+            # `a, b = t` iterates t: each element is an output of Unbind (a disjoint piece of it).
+            split = new_id()
+            pieces = [self._view(value, node, multi_view="Unbind" if value.requires_grad else None) for _ in range(count)]
+            for i, piece in enumerate(pieces):
+                piece.piece = (split, i)
+            return pieces
         if isinstance(value, Derived):
             return [value] * count
         if isinstance(value, ParamIterable) and not value.named:
@@ -1116,7 +1123,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                 read_before=bool(storages & self.read_storages))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
-            mutation.moment = self.run_log.moment(target)
+            mutation.moment = self.run_log.moment(target, [*self.caller_envs, self.state.env], tuple(self.scopes), node)
             mutation.written_through = written_through or _written_through(node)
             mutation.by_layer = by_layer
             mutation.alias_site = self._second_name(node, target, mutation.written_through)
@@ -1447,7 +1454,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                 refused_view=_certainly_a_view(tensor))
             if self.inline_frames:
                 mutation.frames = list(self.inline_frames)
-            mutation.moment = self.run_log.moment(tensor, (self.state.env, *self.scopes))
+            mutation.moment = self.run_log.moment(tensor, [*self.caller_envs, self.state.env], tuple(self.scopes), node)
             mutation.written_through = _written_through(node)
             self.mutations.append(mutation)
         self.note_detach(tensor, node)

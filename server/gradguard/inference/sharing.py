@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ..knowledge.names import NON_VALUE_ATTRS
 from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES
-from .values import DataAlias, ModuleValue, NumberFrom, Tensor, TensorMap, TensorSeq, Value
+from .values import DataAlias, ModuleValue, NumberFrom, Tensor, TensorMap, TensorSeq, Value, disjoint
 
 HELD_DEPTH = 3  # how deep holders are looked into: a list of dicts of tensors, an object's list of tensors
 
@@ -66,7 +66,10 @@ class RunLog:
         self._index: dict[tuple[int, str], tuple[list[int], list[ast.Name]]] = {}
         self._meta: dict[tuple[int, str], list[int]] = {}
         self._indexed = 0
-        self.escaped: set[int] = set()  # storages a value handed where the analysis cannot follow it held
+        # storages a value handed where the analysis cannot follow it held, each with where that first happened
+        self.escaped: dict[int, ast.AST] = {}
+        self.parameters: dict[int, dict[str, frozenset[int]]] = {}  # frame -> its parameters' memory at entry
+        self.writes: dict[int, list[Moment]] = {}  # id of a write's node -> the moments of its runs (a loop: each)
 
     # ------------------------------------------------------------ recording (the interpreter's hooks)
     def ran(self, entry: Entry) -> None:
@@ -81,20 +84,36 @@ class RunLog:
     def leave(self) -> None:
         self.stack.pop()
 
-    def escape(self, value: Value) -> None:
+    def escape(self, value: Value, node: ast.AST) -> None:
         """``value`` goes where the analysis cannot see what keeps it (``Interpreter._sink("escape", ...)``)."""
-        self.escaped.update(storages_in(value))
+        for storage in storages_in(value):
+            self.escaped.setdefault(storage, node)
 
-    def moment(self, written: Tensor | None = None, variables: tuple[dict[str, Value], ...] | None = None
-               ) -> Moment:
-        """Now, for a write to ``written``: whether its memory escaped before, and (when ``variables`` are given:
-        the frame's own, then the enclosing and module ones; a scan of them, so asked only where a fix needs
-        it) the variables that hold it."""
+    def parameters_bound(self, env: dict[str, Value], names: list[str]) -> None:
+        """The running frame's parameters, as bound at its entry: whatever memory they hold, the caller holds."""
+        bound = {}
+        for name in names:
+            memory = storages_in(env.get(name))
+            if memory:
+                bound[name] = frozenset(memory)
+        self.parameters[self.stack[-1]] = bound
+
+    def moment(self, written: Tensor | None = None, envs: list[dict[str, Value]] | None = None,
+               scopes: tuple[dict[str, Value], ...] = (), node: ast.AST | None = None) -> Moment:
+        """Now, for a write to ``written``: whether its memory escaped before, which parameters of each open frame
+        had it from the caller, and (when ``envs`` are given: each open frame's variables, outermost first, and
+        ``scopes``, the enclosing and module ones of the innermost) the variables that hold it."""
+        frames = tuple(self.stack)
         if written is None:
-            return Moment(self, len(self.entries), tuple(self.stack))
+            return Moment(self, len(self.entries), frames)
         memory = {t.storage.id for t in (written.group or (written,))}
-        held = holders(variables, written, memory) if variables is not None else None
-        return Moment(self, len(self.entries), tuple(self.stack), held, bool(memory & self.escaped))
+        held = holders(envs[-len(frames):], scopes, written, memory) if envs is not None else None
+        params = tuple(tuple(sorted(name for name, had in self.parameters.get(frame, {}).items() if had & memory))
+                       for frame in frames)
+        now = Moment(self, len(self.entries), frames, held, frozenset(memory & self.escaped.keys()), params, id(node))
+        if node is not None:
+            self.writes.setdefault(id(node), []).append(now)
+        return now
 
     # ------------------------------------------------------------ the index
     def _indexed_up_to_now(self) -> None:
@@ -136,10 +155,34 @@ class Moment:
     log: RunLog
     position: int
     frames: tuple[int, ...]  # the frames open then, outermost first (the unit's own is the first)
-    # (name, how, own) of the variables that held the written memory then (``holders``); own: a variable of the
-    # running frame, not of an enclosing function or the module.  None: not looked for.
-    holders: tuple[tuple[str, str, bool], ...] | None = None
-    escaped: bool = False  # the memory was handed, before the write, to something the analysis cannot see into
+    # (name, how, frame) of the variables that held the written memory then (``holders``); frame: the index in
+    # ``frames`` of the frame whose variable it is, None for a variable of an enclosing function or the module.
+    # None: not looked for.
+    holders: tuple[tuple[str, str, int | None], ...] | None = None
+    # The memory was handed, before the write, to something the analysis cannot see into (its storages).
+    escapes: frozenset[int] | set[int] = frozenset()
+    # For each open frame: its parameters whose value at the frame's entry shared the written memory (the
+    # caller holds it too).
+    parameters: tuple[tuple[str, ...], ...] = ()
+    write: int = 0  # id of the write's node: its other runs (a loop's next iteration) are ``RunLog.writes``
+
+    @property
+    def escaped(self) -> bool:
+        return bool(self.escapes)
+
+    def runs(self) -> list[Moment]:
+        """This write's moments in every run of it in a frame as deep (a loop runs it again: what was bound in
+        one iteration holds the memory at the next write)."""
+        return [m for m in self.log.writes.get(self.write, [self]) if len(m.frames) == len(self.frames)] or [self]
+
+    def escape_sites(self) -> list[ast.AST]:
+        """Where the written memory was handed to what the analysis cannot see into, before any run of the write."""
+        storages = set().union(*(m.escapes for m in self.runs()))
+        return sorted({id(n): n for n in (self.log.escaped[s] for s in storages)}.values(),
+                      key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+
+    def frame_index(self, depth: int = -1) -> int:
+        return depth % len(self.frames)
 
     def value_reads_after(self, name: str, depth: int = -1) -> list[ast.Name]:
         """The reads of ``name``'s value after this point, in the frame ``depth`` (the innermost by default; 0 is
@@ -149,32 +192,62 @@ class Moment:
     def value_read_after(self, name: str, depth: int = -1) -> bool:
         return self.log.value_read(self.frames[depth], name, self.position)
 
+    def held(self, depth: int = -1) -> list[tuple[str, str]]:
+        """(name, how) of the variables of frame ``depth`` that held the written memory at this run of the write
+        (``holders``)."""
+        index = self.frame_index(depth)
+        return [(name, how) for name, how, frame in self.holders or () if frame == index]
 
-def holders(variables: tuple[dict[str, Value], ...], written: Tensor, memory: set[int]
-            ) -> tuple[tuple[str, str, bool], ...]:
-    """(name, how, own) of each variable that holds ``written``'s memory: "tensor" (the tensor itself, or another
-    tensor over the same memory that is neither its view nor its base: ``b = a``, a join of two paths),
-    "view" (a view or base of it: detaching or rebinding it never meant to change those), "holder" (a list,
-    dict or object that holds it); own when it is of ``variables[0]``.  A name shadowed by an inner scope is the
-    inner one."""
+    def held_in_any_run(self, depth: int = -1) -> list[tuple[str, str]]:
+        """``held``, at any run of the write (``runs``)."""
+        return list(dict.fromkeys(pair for m in self.runs() for pair in m.held(depth)))
+
+    def held_outside(self, depth: int = -1) -> list[tuple[str, int | None]]:
+        """(name, frame) of the variables that held the written memory, at any run of the write, in other frames
+        than ``depth``: its callers' (earlier frames), the calls it made (later ones), an enclosing function's or
+        the module's (frame None)."""
+        index = self.frame_index(depth)
+        return sorted({(name, frame) for m in self.runs() for name, _, frame in m.holders or () if frame != index},
+                      key=lambda p: (p[1] is None, p[1] or 0, p[0]))
+
+    def callers_pass(self, depth: int = -1) -> list[str]:
+        """The parameters of frame ``depth`` whose value at its entry shared the written memory: the caller
+        holds that memory too."""
+        index = self.frame_index(depth)
+        return sorted({p for m in self.runs() for p in (m.parameters[index] if m.parameters else ())})
+
+
+def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], written: Tensor, memory: set[int]
+            ) -> tuple[tuple[str, str, int | None], ...]:
+    """(name, how, frame) of each variable that holds ``written``'s memory: "tensor" (the tensor itself, or
+    another tensor over the same memory that is neither its view nor its base: ``b = a``, a join of two paths),
+    "view" (a view or base of it, ``.data``, a NumPy view: detaching or rebinding it never meant to change those),
+    "holder" (a list,
+    dict or object that holds it).  ``envs``: each frame's variables, outermost first (frame: the index);
+    ``scopes``: the enclosing and module variables the innermost frame sees (frame None; a name the frame
+    shadows is its own).  A piece of a split other than the written one (``chunk``, ``unbind``) holds none of
+    the written elements: it is not counted."""
     chain = {id(t) for t in written.view_chain()}
-    found: list[tuple[str, str, bool]] = []
+    found: list[tuple[str, str, int | None]] = []
+    innermost = len(envs) - 1
     seen: set[str] = set()
-    for i, env in enumerate(variables):
-        for name, value in env.items():
-            if name in seen:
-                continue
-            seen.add(name)
+    outer = [scope for scope in scopes if all(scope is not env for env in envs)]  # a caller's are its frame's
+    for frame, variables in [*enumerate(envs), *((None, scope) for scope in outer)]:
+        for name, value in variables.items():
+            if frame is None or frame == innermost:
+                if name in seen:
+                    continue
+                seen.add(name)
             if isinstance(value, Tensor):
-                if value.storage.id in memory:
+                if value.storage.id in memory and (written.group or not disjoint(value, written)):
                     related = id(value) in chain or any(id(t) == id(written) for t in value.view_chain())
-                    found.append((name, "view" if related and value is not written else "tensor", i == 0))
-            elif memory & storages_in(value):
-                found.append((name, "holder", i == 0))
+                    found.append((name, "view" if related and value is not written else "tensor", frame))
+            elif memory & storages_in(value):  # `t.data`, a NumPy view: the same memory under another name
+                found.append((name, "view" if isinstance(value, (DataAlias, NumberFrom)) else "holder", frame))
     return tuple(found)
 
 
-def storages_in(value: Value, depth: int = HELD_DEPTH) -> set[int]:
+def storages_in(value: Value | None, depth: int = HELD_DEPTH) -> set[int]:
     """The storages of the tensors ``value`` is or holds (``HELD_DEPTH`` levels of lists, dicts, objects)."""
     if isinstance(value, Tensor):
         return {t.storage.id for t in (value.group or (value,))}

@@ -106,6 +106,9 @@ class Tensor:
     # Its dtype's canonical name ("float32", "int64", "bool") when known (see ``dtypes.py``); None: not known,
     # and then nothing is claimed of it (a conversion to a dtype it may already have may be a copy or itself).
     dtype: str | None = None
+    # One of the regions a split (``chunk``, ``split``, ``unbind``, ``tensor_split``... : ``SEQUENCE_VIEWS``) cut
+    # its base into: (the split's id, which piece).  Two pieces of one split share storage but no element.
+    piece: tuple[int, int] | None = None
 
     def root(self) -> "Tensor":
         t = self
@@ -145,12 +148,17 @@ class TensorSeq:
     # A named tuple's field names, item by item (`values, indices` of `max(x, dim)`): `.indices` is an item.
     fields: tuple[str, ...] = ()
     maybe_none: bool = False  # another path left the name None (see `_not_surely`)
+    # The pieces of a split of ``base`` (``SEQUENCE_VIEWS``): disjoint regions of its memory; the split's id.
+    split: int | None = None
 
     def element(self, index: int | None) -> "Value":
         if index is not None and -len(self.items) <= index < len(self.items):
             return self.items[index]
         if self.base is not None:
-            return view_of(self.base, multi_view=self.multi_view, nograd=self.nograd)
+            piece = view_of(self.base, multi_view=self.multi_view, nograd=self.nograd)
+            if self.split is not None and index is not None and index >= 0:  # (-1 may be any of them)
+                piece.piece = (self.split, index)
+            return piece
         return self.items[0] if self.items else UNKNOWN
 
 
@@ -450,6 +458,13 @@ def snapshot(t: Tensor) -> Tensor:
     return replace(t, base=snapshot(t.base) if t.base is not None else None)
 
 
+def disjoint(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` lie (within) different pieces of one split: same memory, no element in common."""
+    pieces = {t.piece for t in a.view_chain() if t.piece is not None}
+    return any(t.piece is not None and t.piece not in pieces and any(t.piece[0] == p[0] for p in pieces)
+               for t in b.view_chain())
+
+
 def view_of(base: Tensor, node: ast.AST | None = None, multi_view: str | None = None, nograd: bool = False) -> Tensor:
     """A view shares storage (and version counter) with its base; multi-view-ness is inherited.
 
@@ -515,7 +530,9 @@ def join(a: Value, b: Value) -> Value:
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         if a.storage is b.storage:
             kept = a if a.requires_grad >= b.requires_grad else b
-            return kept if a.dtype == b.dtype else replace(kept, dtype=None)  # `x.view(torch.int32)` on one path
+            if a.dtype != b.dtype:  # `x.view(torch.int32)` on one path
+                kept = replace(kept, dtype=None)
+            return kept if a.piece == b.piece else replace(kept, piece=None)  # either piece: it may overlap both
         # `if c: w = w - lr * w.grad` under no_grad: on the path that rebinds, the leaf stops getting gradients
         # for good, so the name is the rebound tensor (whose graph shows where it is used) and not the leaf.
         for new, old in ((a, b), (b, a)):

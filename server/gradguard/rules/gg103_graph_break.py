@@ -398,7 +398,7 @@ def _detach_out_of_place(ctx: FixContext, finding: Finding) -> Fix:
     moment = mutation.moment if mutation is not None else None
     if moment is None or moment.holders is None or mutation.frames:
         raise CannotFix("the run does not tell who else holds the tensor here")
-    if (receiver, "tensor", True) not in moment.holders:
+    if (receiver, "tensor") not in moment.held():
         raise CannotFix(f"`{receiver}` is not a variable of this function holding the tensor")
     others = sorted({name for name, how, _ in moment.holders if how != "view" and name != receiver})
     if others:
