@@ -49,9 +49,14 @@ def _last_statement(body: list[ast.stmt]) -> ast.stmt:
     return was to go."""
     last = body[-1]
     while isinstance(last, (ast.If, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While, ast.Try)) \
-            and [name for name, block in blocks(last) if block] == ["body"]:
+            and [name for name, block in blocks(last) if not _does_nothing(block)] == ["body"]:
         last = last.body[-1]
     return last
+
+
+def _does_nothing(block: list[ast.stmt]) -> bool:
+    """An empty block, or one of ``pass`` only (``finally: pass`` runs nothing after the body)."""
+    return all(isinstance(stmt, ast.Pass) for stmt in block)
 
 
 def _automatic(ctx, info: ClassInfo) -> bool:
