@@ -31,6 +31,7 @@ from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE,
                           STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
+from .statements import blocks
 
 log = logging.getLogger(__name__)
 
@@ -376,8 +377,8 @@ def _saves_still_before(finding: Finding) -> StillFound:
         if step is None:
             return True
         function = lines.function_of(step)
-        block = next((body for n in ast.walk(function) for field in ("body", "orelse", "finalbody")
-                      if isinstance(body := getattr(n, field, None), list) and any(st is step for st in body)), None)
+        block = next((body for n in ast.walk(function) for _, body in blocks(n) if any(st is step for st in body)),
+                     None)
         if block is None:
             return True
         i = next(k for k, st in enumerate(block) if st is step)
