@@ -128,3 +128,30 @@ def test_a_helpers_parameter_is_updated_in_place_safely_only_when_every_caller_r
     assert "        w /= w.norm()\n" in fixed and not analyze_source(fixed, "t.py", Config(jedi=False)).diagnostics
     after = _run(fixed)
     assert after["w"] is after["opt"].param_groups[0]["params"][0] and after["w"].grad is not None
+
+
+STEP_HELPER = """import torch
+
+
+def step(w, lr):
+    w = w - lr * w.grad
+    return w
+
+
+x = torch.linspace(-1, 1, 8)
+w = torch.tensor(0.0, requires_grad=True)
+for _ in range(3):
+    ((w * x - 3 * x) ** 2).mean().backward()
+    with torch.no_grad():
+        w = step(w, 0.1)
+    w.grad.zero_()
+"""
+
+
+def test_an_update_of_the_gradient_a_helper_returns_gets_no_fix():
+    """Whether ``w.grad`` is cleared after ``return w`` is the callers' business: clearing it in the helper breaks
+    this caller's ``w.grad.zero_()``, leaving it accumulates where a caller does not clear it."""
+    with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'zero_'"):
+        _run(STEP_HELPER)
+    (d,) = analyze_source(STEP_HELPER, "t.py", Config(jedi=False)).diagnostics
+    assert d.code == "GG109" and d.fix is None

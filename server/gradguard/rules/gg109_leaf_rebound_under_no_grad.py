@@ -257,7 +257,7 @@ def _reads_grad(value: ast.expr, name: str) -> bool:
 def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
     """The statement that runs after ``stmt`` already clears ``name.grad`` (``w.grad = None``, ``w.grad.zero_()``),
     also when ``stmt`` ends a ``with torch.no_grad():`` block and the clearing follows the block.  CannotFix when
-    ``stmt`` ends a function's body: what runs next is at its calls (clearing it there would break a
+    ``stmt`` ends a function's body or a ``return`` follows it: what runs next is at its calls (clearing it there would break a
     ``w.grad.zero_()`` that follows a call)."""
     while True:
         parent = ctx.parents.get(stmt)
@@ -266,7 +266,11 @@ def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
             return False
         index = next(i for i, s in enumerate(block) if s is stmt)
         if index + 1 < len(block):
-            return ast.unparse(block[index + 1]) in (f"{name}.grad = None", f"{name}.grad.zero_()")
+            after = block[index + 1]
+            if isinstance(after, ast.Return):
+                raise CannotFix("the function returns after the update: whether the gradient is cleared after it is "
+                                "up to the calls")
+            return ast.unparse(after) in (f"{name}.grad = None", f"{name}.grad.zero_()")
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise CannotFix("the update ends its function: whether the gradient is cleared after it is up to the calls")
         if not isinstance(parent, (ast.With, ast.AsyncWith)):
