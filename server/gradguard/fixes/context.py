@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import ast
 import bisect
+import io
+import symtable
+import tokenize
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -247,6 +250,49 @@ class FixContext:
             if qual == "torch":
                 return local
         return None
+
+    def first_import(self) -> ast.stmt | None:
+        """The file's first top-level import after its docstring and ``from __future__`` lines: where an
+        import a fix needs goes."""
+        for stmt in self.tree.body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+                continue
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                return stmt
+        return None
+
+    def name_free_for_module(self, name: str) -> bool:
+        """Whether a module-level ``import name`` gives no code of the file a new meaning for ``name``: no scope
+        assigns it or takes it as a parameter (``symtable``), and the only imports that bind it are ``import
+        name`` / ``import name.sub`` (not ``from m import name`` or ``import m as name``).  A file that does not
+        compile answers False."""
+        try:
+            scopes = [symtable.symtable(self.text, "<fix>", "exec")]
+            tokens = list(tokenize.generate_tokens(io.StringIO(self.text).readline))
+        except (SyntaxError, ValueError, tokenize.TokenError):
+            return False
+        while scopes:
+            scope = scopes.pop()
+            scopes.extend(scope.get_children())
+            try:
+                symbol = scope.lookup(name)
+            except KeyError:
+                continue
+            if symbol.is_assigned() or symbol.is_parameter():
+                return False
+        words = [t.string for t in tokens if t.type in (tokenize.NAME, tokenize.OP, tokenize.NEWLINE)]
+        statement: list[str] = []
+        for word in words + ["\n"]:
+            if word not in ("\n", ";"):
+                statement.append(word)
+                continue
+            if statement[:1] in (["import"], ["from"]) and name in statement:
+                binding = [i for i, w in enumerate(statement) if w == name and i and statement[i - 1] != "."]
+                after = statement.index("import") if "import" in statement else 0
+                if any(statement[i - 1] == "as" or (statement[0] == "from" and i > after) for i in binding):
+                    return False
+            statement = []
+        return True
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         node = self.parents.get(node)

@@ -55,6 +55,20 @@ class Rewrite:
         self.before.setdefault(id(stmt), (stmt, []))[1].append(code)
         return self
 
+    def torch_module(self, use: ast.stmt) -> str:
+        """How the fix spells ``torch`` at ``use``: the file's own name for the module, else ``torch`` with an
+        ``import torch`` added above the file's first import (a file that imports only ``torch.nn as nn``),
+        when nothing else in the file is called ``torch`` and that import comes before ``use``."""
+        name = self.ctx.torch_name()
+        if name is not None:
+            return name
+        first = self.ctx.first_import()
+        if first is None or first.lineno > use.lineno or not self.ctx.name_free_for_module("torch"):
+            raise CannotFix("torch is not imported as a module")
+        if "import torch" not in self.before.get(id(first), (first, []))[1]:
+            self.insert_before(first, "import torch")
+        return "torch"
+
     def wrap_in_with(self, stmt: ast.stmt, header: str) -> Rewrite:
         """Put ``stmt`` in a ``with <header>:`` block."""
         self.ctx.require_own_lines(stmt)

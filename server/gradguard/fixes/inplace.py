@@ -208,10 +208,9 @@ def inplace_false(call: cst.Call) -> cst.Call:
 
 # ============================================================================ no_grad
 def no_grad_wrap(ctx: FixContext, stmt: ast.stmt) -> tuple[Rewrite, str]:
-    torch = ctx.torch_name()
-    if torch is None:
-        raise CannotFix("torch is not imported as a module")
-    rw = Rewrite(ctx).wrap_in_with(stmt, f"{torch}.no_grad()")
+    rw = Rewrite(ctx)
+    torch = rw.torch_module(stmt)
+    rw.wrap_in_with(stmt, f"{torch}.no_grad()")
     return rw, f"with {torch}.no_grad():"
 
 
