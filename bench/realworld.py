@@ -611,7 +611,7 @@ def cmd_folder(args) -> int:
                  f"in {seconds:.0f}s (--jobs {args.jobs}, --timeout {int(args.timeout)})")
     if unfinished:
         lines.append(f"files not run to the end: {len(unfinished)}")
-        lines += [f"  {f.get('path')}: {f.get('outcome')} {f.get('detail', '')}"[:200] for f in unfinished]
+        lines += [f"  {f.get('path')}: {f.get('detail') or f.get('outcome')}"[:200] for f in unfinished]
     lines.append("file outcomes: " + ", ".join(f"{k} {v}" for k, v in (probe_part.get("counts") or {}).items()))
     dump["files"] = files
     (out_dir / "folder.json").write_text(json.dumps(dump, indent=1))
