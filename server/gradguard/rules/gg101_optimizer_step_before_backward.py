@@ -134,8 +134,8 @@ def _computed_too_early(mutation: Mutation, conflict) -> Finding:
     call = _in_function_of(tuple(path), mutation.node, list(save.path))
     backward = _in_function_of(sink.path, sink.node, list(save.path))
     waits = Message.format("the backward on {sink}" if backward is sink.node else
-                           "the backward run by the call on {call} (line {line})",
-                           sink=sink.node, call=backward, line=str(getattr(sink.node, "lineno", "?")))
+                           "the backward run by the call on {call} ({sink})",
+                           sink=sink.node, call=backward)
     return Finding(
         "GG101", node,
         Message.format(
