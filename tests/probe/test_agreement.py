@@ -14,19 +14,14 @@ import time
 
 import pytest
 
-from agreement import Disagreement, compare, compare_file, static_explanations
+from agreement import KNOWN_DISAGREEMENTS, Disagreement, compare, compare_file, static_explanations
 from gradguard.explanation import AT_BACKWARD, AT_WRITE, SILENT
 from gradguard.probe.model import Site
 from probe_corpus import FIXTURES, PROBE_BLIND
 
 POSITIVES = [f for f in FIXTURES if f.positive]
 
-# (fixture, line, code, aspect) -> why the two sides differ.  Keep it small; every entry is a known defect.
-EXPECTED: dict[tuple[str, int, str, str], str] = {
-    ("GG001/pos_activation_chosen_by_name_output_zeroed", 18, "GG001", "saving op"): (
-        "the layer is one of several chosen by a name read at run time: the static message names one alternative "
-        "(as an if/else join does), the probe the one that ran; the message should say 'one of'"),
-}
+EXPECTED = KNOWN_DISAGREEMENTS  # (fixture, line, code, aspect) -> why: tests/agreement.py
 
 
 @pytest.fixture(scope="module")
