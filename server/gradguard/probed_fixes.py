@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import parsing
 from .api import FIX_BUILDERS
-from .diagnostics import FileResult, Fix
+from .diagnostics import FileResult, Fix, TextEdit
 from .fixes import FindingId, Fixer, StillFound, unavailable, with_fix
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
@@ -422,6 +422,119 @@ SHAPES: tuple[Callable[[_Lines, ProbeFinding], Finding | None], ...] = (
     _state_read_by_op, _renormalised_weight_read, _step_before_backward)
 
 
+# --- shapes whose fix is an edit no rule's builder makes: built here, from the probe's facts alone ----------------
+
+# The notes the probe gives a finding of gradients a step applies again (``probe/stale_grads.py``) and of a loaded
+# copy replaced by the trained module (``probe/synced.py``).
+_STALE_STEP_NOTE = "the step that applies the old gradients again"
+_LOADED_NOTE = "the weights are copied here"
+
+
+def _is_chain(node: ast.expr) -> bool:
+    """``name`` or ``name.attr.attr``: read twice, it is the same object (no call, no subscript)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _block_of(lines: _Lines, stmt: ast.stmt) -> list[ast.stmt] | None:
+    """The statement list ``stmt`` is directly in."""
+    return next((body for n in ast.walk(lines.tree) for _, body in blocks(n) if any(st is stmt for st in body)), None)
+
+
+def _stores(node: ast.AST, chain: str) -> bool:
+    """Whether ``node`` binds ``chain`` (``opt``, ``self.opt``) or the name it starts from, anywhere inside."""
+    root = chain.split(".")[0]
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)) \
+                and ast.unparse(n) in (chain, root):
+            return True
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == root:
+            return True
+    return False
+
+
+def _runs_backward(node: ast.AST) -> bool:
+    """Whether ``node`` calls a backward (``loss.backward()``, ``torch.autograd.backward(...)``) or writes a ``.grad``."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+               or isinstance(n, ast.Attribute) and n.attr == "grad" and isinstance(n.ctx, (ast.Store, ast.Del))
+               for n in ast.walk(node))
+
+
+def _indent(text_lines: list[str], stmt: ast.stmt) -> str | None:
+    """The indentation of ``stmt``'s first line when the statement starts that line (nothing before it)."""
+    line = text_lines[stmt.lineno - 1] if stmt.lineno <= len(text_lines) else ""
+    head = line[:len(line) - len(line.lstrip())]
+    return head if len(head.encode("utf-8")) == stmt.col_offset else None
+
+
+def _zero_grad_before_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG101 a backward adds to gradients an optimizer step already applied (nothing cleared them since): the probe
+    places it at the first backward the step's function ran before the step, with the step as a note.  Clear the
+    step's optimizer's gradients just before that backward (``opt.zero_grad()``), when the backward and the step are
+    statements of one block, the step a plain ``<name>.step()`` call and nothing earlier in the block runs a
+    backward or writes a ``.grad`` (its gradients would be cleared too: they are meant to add up).  A step under a
+    condition (gradients accumulated over several batches) is not of this shape: it gets no fix."""
+    step_site = _note(f, _STALE_STEP_NOTE)
+    if f.code != "GG101" or f.kind != "silent" or step_site is None or step_site.path != f.site.path \
+            or f.backward is None:
+        return None
+    backward = lines.simple_statement_at(f.site.line)
+    step = lines.simple_statement_at(step_site.line)
+    if backward is None or not isinstance(step, ast.Expr) or not _runs_backward(backward):
+        return None
+    call = step.value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"
+            and not call.args and not call.keywords and _is_chain(call.func.value)):
+        return None
+    block = _block_of(lines, backward)
+    if block is None or not any(st is step for st in block):
+        return None
+    i, k = next(n for n, st in enumerate(block) if st is backward), next(n for n, st in enumerate(block) if st is step)
+    optimizer = ast.unparse(call.func.value)
+    if not i < k or any(_runs_backward(st) for st in block[:i]) or any(_stores(st, optimizer) for st in block):
+        return None
+    indent = _indent(text.splitlines(), backward)
+    if indent is None:
+        return None
+    edit = TextEdit(backward.lineno, 1, backward.lineno, 1, f"{indent}{optimizer}.zero_grad()\n")
+    return Fix(f"Clear the gradients before the backward: `{optimizer}.zero_grad()` (unsafe: gradients meant to add "
+               "up across steps no longer do)", False, (edit,))
+
+
+def _keep_loaded_copy(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG101 ``target = online`` right after ``target.load_state_dict(online.state_dict())`` drops the loaded copy
+    and stores the trained module in its place (the probe saw the copy freed unused, and a step change the module):
+    remove the assignment (``pass`` when it is its block's only statement), keeping the copy the load filled."""
+    loaded = _note(f, _LOADED_NOTE)
+    if f.code != "GG101" or f.kind != "silent" or loaded is None or loaded.path != f.site.path:
+        return None
+    stmt = lines.simple_statement_at(f.site.line)
+    load = lines.simple_statement_at(loaded.line)
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_chain(stmt.targets[0])
+            and _is_chain(stmt.value) and isinstance(load, ast.Expr)):
+        return None
+    target, online = ast.unparse(stmt.targets[0]), ast.unparse(stmt.value)
+    if ast.unparse(load.value) != f"{target}.load_state_dict({online}.state_dict())":
+        return None
+    block = _block_of(lines, stmt)
+    indent = _indent(text.splitlines(), stmt)
+    if block is None or indent is None or stmt.end_lineno is None:
+        return None
+    if len(block) == 1:
+        edit = TextEdit(stmt.lineno, 1, stmt.end_lineno + 1, 1, f"{indent}pass\n")
+    else:
+        edit = TextEdit(stmt.lineno, 1, stmt.end_lineno + 1, 1, "")
+    end = text.splitlines()[stmt.end_lineno - 1]
+    if end.rstrip().endswith(";") or ";" in end[stmt.end_col_offset:]:
+        return None  # another statement on the line
+    return Fix(f"Keep the loaded copy: remove `{target} = {online}` (unsafe: code that relies on the two names "
+               "holding one module changes)", False, (edit,))
+
+
+EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (_zero_grad_before_backward, _keep_loaded_copy)
+
+
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:
     """The typed finding a rule's fix builder reads for the probe's finding ``f``, or None for no known shape."""
     for shape in SHAPES:
@@ -451,7 +564,9 @@ def fixes_for(text: str, path: str, diagnostics: list[ProbedDiagnostic]) -> dict
     for d in diagnostics:
         try:
             finding = finding_of(lines, d.probe)
-            if finding is not None and "saved" in finding.data:  # checked against the saves the probe saw
+            if finding is None:
+                fix = next((built for form in EDITS if (built := form(lines, text, d.probe)) is not None), None)
+            elif "saved" in finding.data:  # checked against the saves the probe saw
                 fix = Fixer(text, parsed, path, FIX_BUILDERS, _saves_still_before(finding)).fix(finding)
             else:
                 fix = fixer.fix(finding) if finding is not None else None

@@ -45,8 +45,6 @@ _SWAP = ("the helper replaces the parameters after the optimizer took the old on
          "swap moves statements across the program, which no fix does")
 _VIEW_HELPER = ("the write is in a helper called on each view; the GG004 fix rewrites the write to a view where it is "
                 "made, not a helper's write through its parameter")
-_ZERO_GRAD = ("the gradients are never cleared between steps: where zero_grad() goes (before which backward, on which "
-              "optimizer or module) is the user's call, and no fix inserts a statement yet")
 _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history: keeping the tensor itself (no new leaf) needs the module "
               "attribute set without registering a parameter, which no fix rewrites yet")
 _MIXED = ("a value from before the optimizer step is combined with one from after it: computing both on one side of "
@@ -62,20 +60,13 @@ _STORED = ("the stored values must be computed again with grad mode on where the
            "of the reading line")
 _OWN_STATS = ("the fused call must become tensor ops ((x - mean) / sqrt(var + eps) with the weight and bias broadcast "
               "along the channel dimension): no fix rewrites a batch_norm call yet")
-_SYNCED = ("the fix removes the assignment that replaces the loaded copy: a statement deletion, which the fix toolkit "
-           "does not offer for a probe finding yet")
 NO_FIX: dict[str, str] = {
     "GG101/pos_heads_share_a_prediction_buffer": _BUFFER,
     "GG101/pos_ensemble_outputs_in_one_tensor_trained_in_turn": _BUFFER,
     "GG101/pos_advantage_from_target_before_value_step": _MIXED,
     "GG101/pos_margin_helper_scores_before_and_after_step": _MIXED,
-    "GG101/pos_grads_not_cleared_between_batches": _ZERO_GRAD,
-    "GG101/pos_grads_not_cleared_in_update_helper": _ZERO_GRAD,
-    "GG101/pos_critic_grads_kept_across_adversarial_steps": _ZERO_GRAD,
     "GG103/pos_parameter_of_fused_weights": _PARAMETER,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
-    "GG101/pos_critic_target_synced_then_replaced": _SYNCED,
-    "GG101/pos_teacher_module_synced_then_aliased": _SYNCED,
     "GG103/pos_stored_confidences_read_by_memory_method": _STORED,
     "GG103/pos_stored_gate_values_in_update_loss": _STORED,
     "GG103/pos_batch_norm_eval_with_detached_batch_stats": _OWN_STATS,

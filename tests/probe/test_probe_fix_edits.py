@@ -1,0 +1,207 @@
+"""The probe-only fixes that are edits no rule's builder makes (``gradguard.probed_fixes.EDITS``): clearing the
+gradients before a backward that adds to ones a step already applied, and removing the assignment that replaces a
+loaded copy by the trained module.  Each program is probed (``--entry run``); a positive's fix is applied and torch
+proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
+real but gets no fix (the edit would be wrong there)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from gradients import grads_equal
+
+torch = pytest.importorskip("torch")
+
+from gradguard.fixes.edits import apply_edits  # noqa: E402
+from gradguard.probe import ProbeOptions  # noqa: E402
+from gradguard.probe.merge import diagnostics  # noqa: E402
+from gradguard.probed_fixes import fixes_for  # noqa: E402
+
+# Module-level names, `torch.autograd.backward`, the backward in a nested block of the loop.
+STALE_GRADS_IN_NESTED_LOOP = '''
+import torch
+import torch.nn as nn
+
+def fit(clear):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    optim = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    grads = []
+    for epoch in range(2):
+        for x in [torch.randn(5, 3) for _ in range(2)]:
+            if clear:
+                net.zero_grad()
+            out = net(x).pow(2).mean()
+            torch.autograd.backward(out)
+            grads += [p.grad.clone() for p in net.parameters()]
+            optim.step()
+    return grads
+
+def run():
+    return fit(False)
+
+def reference():
+    return fit(True)
+'''
+
+# Two losses meant to add up before one step: the fix goes before the first, not between them.
+STALE_GRADS_TWO_LOSSES = '''
+import torch
+import torch.nn as nn
+
+class Trainer:
+    def __init__(self, clear):
+        torch.manual_seed(0)
+        self.model = nn.Linear(4, 2)
+        self.opts = {"main": torch.optim.Adam(self.model.parameters(), lr=1e-2)}
+        self.opt = self.opts["main"]
+        self.clear = clear
+
+    def step(self, x):
+        if self.clear:
+            self.model.zero_grad()
+        a = self.model(x).sum()
+        a.backward()
+        b = self.model(x * 2).pow(2).mean()
+        b.backward()
+        grads = [p.grad.clone() for p in self.model.parameters()]
+        self.opt.step()
+        return grads
+
+def run_(clear):
+    t = Trainer(clear)
+    torch.manual_seed(1)
+    return [g for _ in range(3) for g in t.step(torch.randn(3, 4))]
+
+def run():
+    return run_(False)
+
+def reference():
+    return run_(True)
+'''
+
+# The loaded copy replaced by the trained module in a block with other statements: the line goes, they stay.
+SYNCED_THEN_ALIASED_AMONG_OTHERS = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Learner:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.online = nn.Linear(3, 1)
+        self.frozen = nn.Linear(3, 1)
+        self.opt = torch.optim.SGD(self.online.parameters(), lr=0.3)
+        self.syncs = 0
+
+    def sync(self, alias):
+        self.frozen.load_state_dict(self.online.state_dict())
+        if alias:
+            self.frozen = self.online
+            self.syncs += 1
+        else:
+            self.syncs += 1
+
+    def update(self, x):
+        with torch.no_grad():
+            target = self.frozen(x) * 0.5
+        loss = F.mse_loss(self.online(x), target)
+        self.opt.zero_grad()
+        loss.backward()
+        grads = [p.grad.clone() for p in self.online.parameters()]
+        self.opt.step()
+        return grads
+
+def train(alias):
+    learner = Learner()
+    learner.sync(alias)
+    torch.manual_seed(1)
+    return [g for _ in range(3) for g in learner.update(torch.randn(4, 3))]
+
+def run():
+    return train(True)
+
+def reference():
+    return train(False)
+'''
+
+# Gradients accumulated over two batches, the step under a condition, never cleared: clearing them before the
+# backward would undo the accumulation (where zero_grad goes is not one edit before the backward).
+ACCUMULATED_STEP_UNDER_CONDITION = '''
+import torch
+import torch.nn as nn
+
+def run():
+    torch.manual_seed(0)
+    net = nn.Linear(3, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for i, x in enumerate([torch.randn(4, 3) for _ in range(6)]):
+        net(x).pow(2).mean().backward()
+        if i % 2 == 1:
+            opt.step()
+    return [p.grad for p in net.parameters()]
+'''
+
+# The optimizer is rebound in the loop: the name before the backward is not the optimizer whose step applies them.
+OPTIMIZER_REBOUND_IN_BLOCK = '''
+import torch
+import torch.nn as nn
+
+def run():
+    torch.manual_seed(0)
+    net = nn.Linear(3, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x in [torch.randn(4, 3) for _ in range(3)]:
+        net(x).pow(2).mean().backward()
+        opt.step()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1) if x.sum() > 100 else opt
+    return [p.grad for p in net.parameters()]
+'''
+
+_counter = itertools.count()
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"probe_edit_{path.stem}_{next(_counter)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _found(source: str, worker, tmp_path: Path):
+    path = tmp_path / "program.py"
+    text = textwrap.dedent(source)
+    path.write_text(text, encoding="utf-8")
+    result = worker.probe(path, ProbeOptions(entry="run", timeout=60))
+    found = [d for d in diagnostics(result, str(path)) if d.path == str(path) and d.code == "GG101"]
+    assert found, [(d.code, d.line, d.message) for d in diagnostics(result, str(path))]
+    return path, text, found
+
+
+@pytest.mark.parametrize("source", [STALE_GRADS_IN_NESTED_LOOP, STALE_GRADS_TWO_LOSSES,
+                                    SYNCED_THEN_ALIASED_AMONG_OTHERS],
+                         ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others"])
+def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
+    path, text, found = _found(source, worker, tmp_path)
+    fixes = fixes_for(text, str(path), found)
+    assert len(fixes) == len(found), [(d.line, d.message) for d in found]
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _load(fixed).run()  # must run clean
+        expected = _load(path).reference()
+    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK],
+                         ids=["accumulated_step_under_condition", "optimizer_rebound_in_block"])
+def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
+    path, text, found = _found(source, worker, tmp_path)
+    assert not fixes_for(text, str(path), found)
