@@ -428,6 +428,8 @@ SHAPES: tuple[Callable[[_Lines, ProbeFinding], Finding | None], ...] = (
 # copy replaced by the trained module (``probe/synced.py``).
 _STALE_STEP_NOTE = "the step that applies the old gradients again"
 _LOADED_NOTE = "the weights are copied here"
+# A forward hook's kept output overwritten in place (``probe/grad_hooks.py``), the write as its first note.
+_KEPT_WRITTEN_NOTE = "the kept output is overwritten in place here"
 
 
 def _is_chain(node: ast.expr) -> bool:
@@ -532,7 +534,42 @@ def _keep_loaded_copy(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
                "holding one module changes)", False, (edit,))
 
 
-EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (_zero_grad_before_backward, _keep_loaded_copy)
+def _clone_kept_hook_output(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """A forward hook keeps its module's output itself (``self.kept.append(output)``) and a later in-place module
+    overwrites it: the probe places it at the hook's use of its output parameter as a whole value (line and column),
+    the write as the first note.  Keep a clone there (``output.clone()``: the values before the write, with their
+    graph), when that use is the hook's only whole use of the parameter and the hook never rebinds it."""
+    written = f.notes[0] if f.notes else None
+    if f.code not in ("GG001", "GG005") or written is None or written.message != _KEPT_WRITTEN_NOTE \
+            or not f.site.column:
+        return None
+    stmt = lines.simple_statement_around(f.site.line)
+    if stmt is None:
+        return None
+    hook = lines.function_of(stmt)
+    if not isinstance(hook, (ast.FunctionDef, ast.AsyncFunctionDef)) or hook.args.vararg is not None:
+        return None
+    params = [a.arg for a in hook.args.posonlyargs + hook.args.args]
+    if not params:
+        return None
+    name = params[-1]  # torch calls a forward hook with the output last
+    receivers = {id(n.value) for n in ast.walk(hook) if isinstance(n, (ast.Attribute, ast.Subscript))}
+    uses = [n for n in ast.walk(hook) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+            and id(n) not in receivers]
+    if len(uses) != 1 or _stores(hook, name) or (uses[0].lineno, uses[0].col_offset + 1) != (f.site.line,
+                                                                                              f.site.column):
+        return None
+    source = text.splitlines()
+    if uses[0].end_lineno is None or uses[0].end_lineno > len(source):
+        return None
+    line = source[uses[0].end_lineno - 1]
+    column = len(line.encode("utf-8")[:uses[0].end_col_offset].decode("utf-8", errors="replace")) + 1
+    edit = TextEdit(uses[0].end_lineno, column, uses[0].end_lineno, column, ".clone()")
+    return Fix(f"Keep a clone of the hook's output: `{name}.clone()`", True, (edit,))
+
+
+EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (_zero_grad_before_backward, _keep_loaded_copy,
+                                                                        _clone_kept_hook_output)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

@@ -1,6 +1,6 @@
 """The probe-only fixes that are edits no rule's builder makes (``gradguard.probed_fixes.EDITS``): clearing the
-gradients before a backward that adds to ones a step already applied, and removing the assignment that replaces a
-loaded copy by the trained module.  Each program is probed (``--entry run``); a positive's fix is applied and torch
+gradients before a backward that adds to ones a step already applied, removing the assignment that replaces a
+loaded copy by the trained module, and keeping a clone of the output a forward hook keeps.  Each program is probed (``--entry run``); a positive's fix is applied and torch
 proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
 real but gets no fix (the edit would be wrong there)."""
 
@@ -164,6 +164,61 @@ def run():
     return [p.grad for p in net.parameters()]
 '''
 
+# A hook made by a function, storing into a dict by the module's name; an in-place activation after each layer.
+HOOK_STORES_OUTPUT_IN_DICT = '''
+import torch
+import torch.nn as nn
+
+def grads(clone):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 6), nn.LeakyReLU(0.1, inplace=True), nn.Linear(6, 3), nn.ReLU(inplace=True))
+    feats = {}
+
+    def hook_for(name):
+        def hook(mod, inp, out):
+            feats[name] = out.clone() if clone else out
+        return hook
+
+    def plain(mod, inp, out):
+        feats[mod] = out
+
+    for name, layer in net.named_children():
+        if isinstance(layer, nn.Linear):
+            layer.register_forward_hook(hook_for(name) if clone else plain)
+    x = torch.randn(5, 4, requires_grad=True)
+    net(x)
+    sum((f - 0.2).pow(2).sum() for f in feats.values()).backward()
+    return [x.grad]
+
+def run():
+    return grads(False)
+
+def reference():
+    return grads(True)
+'''
+
+# The hook keeps its output twice: one clone would leave the other overwritten.
+HOOK_KEEPS_OUTPUT_TWICE = '''
+import torch
+import torch.nn as nn
+
+first, every = [], []
+
+def keep(module, inputs, output):
+    if not first:
+        first.append(output)
+    every.append(output)
+
+def run():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 6), nn.ReLU(inplace=True))
+    net[0].register_forward_hook(keep)
+    x = torch.randn(5, 4, requires_grad=True)
+    net(x)
+    sum(f.pow(2).sum() for f in every).backward()
+    return [x.grad]
+'''
+
 _counter = itertools.count()
 
 
@@ -174,21 +229,22 @@ def _load(path: Path):
     return module
 
 
-def _found(source: str, worker, tmp_path: Path):
+def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
     path = tmp_path / "program.py"
     text = textwrap.dedent(source)
     path.write_text(text, encoding="utf-8")
     result = worker.probe(path, ProbeOptions(entry="run", timeout=60))
-    found = [d for d in diagnostics(result, str(path)) if d.path == str(path) and d.code == "GG101"]
+    found = [d for d in diagnostics(result, str(path)) if d.path == str(path) and d.code == code]
     assert found, [(d.code, d.line, d.message) for d in diagnostics(result, str(path))]
     return path, text, found
 
 
 @pytest.mark.parametrize("source", [STALE_GRADS_IN_NESTED_LOOP, STALE_GRADS_TWO_LOSSES,
-                                    SYNCED_THEN_ALIASED_AMONG_OTHERS],
-                         ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others"])
+                                    SYNCED_THEN_ALIASED_AMONG_OTHERS, HOOK_STORES_OUTPUT_IN_DICT],
+                         ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others",
+                              "hook_stores_output_in_dict"])
 def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
-    path, text, found = _found(source, worker, tmp_path)
+    path, text, found = _found(source, worker, tmp_path, "GG005" if "register_forward_hook" in source else "GG101")
     fixes = fixes_for(text, str(path), found)
     assert len(fixes) == len(found), [(d.line, d.message) for d in found]
     fixed = tmp_path / "fixed.py"
@@ -200,8 +256,10 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK],
-                         ids=["accumulated_step_under_condition", "optimizer_rebound_in_block"])
+@pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK,
+                                    HOOK_KEEPS_OUTPUT_TWICE],
+                         ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
+                              "hook_keeps_output_twice"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
-    path, text, found = _found(source, worker, tmp_path)
+    path, text, found = _found(source, worker, tmp_path, "GG005" if "register_forward_hook" in source else "GG101")
     assert not fixes_for(text, str(path), found)

@@ -76,9 +76,6 @@ NO_FIX: dict[str, str] = {
         "object's tensor through a method (the static finding at the saving op has no fix either)"),
     "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
     "GG004/pos_split_heads_scaled_by_helper": _VIEW_HELPER,
-    "GG005/pos_forward_hook_keeps_output_before_inplace_relu": (
-        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
-        "the change, and no fix rewrites the value a hook stores yet (as for the static GG005 fixtures)"),
     "GG101/pos_backward_in_helper_after_step": _STEP,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
     "GG101/pos_returns_from_values_step_before_actor_backward": _STEP,
