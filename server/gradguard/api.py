@@ -225,7 +225,7 @@ def _still_found(before: parsing.Parsed, path: str) -> StillFound:
         again = parsing.reparse(lines, before, positions_after=False) or parsing.parse_document(fixed, lines)
         if isinstance(again, parsing.SyntaxProblem):
             return True
-        found = analyze_module(again.tree, path, lines, use_jedi=False, only_line=finding.line)
+        found = analyze_module(again.tree, path, lines, use_jedi=False, only_lines=finding.lines())
         return any(f.code == finding.code and (entry_line(f) == finding.line or finding.backward_line in backward_lines(f))
                    for f in found)
 
@@ -242,7 +242,7 @@ def _variant(before: parsing.Parsed, path: str) -> Variant:
         if isinstance(again, parsing.SyntaxProblem):
             return None
         first = next((i for i, (a, b) in enumerate(zip(lines, before.lines), start=1) if a != b), 1)
-        found = analyze_module(again.tree, path, lines, use_jedi=False, only_line=first)
+        found = analyze_module(again.tree, path, lines, use_jedi=False, only_lines=(first,))
         return again.tree, found, _still_found(again, path)
 
     return analyse

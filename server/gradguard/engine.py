@@ -37,10 +37,10 @@ from .rules import RULES_IN_PRECEDENCE
 
 
 def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True,
-                   cache: dict | None = None, only_line: int | None = None,
+                   cache: dict | None = None, only_lines: tuple[int, ...] | None = None,
                    view_functions: tuple[str, ...] = (), with_fixes: bool = True) -> list[Finding]:
-    """Findings for one parsed file (``only_line``: only of the functions around that line, for a fix that
-    checks its own result).
+    """Findings for one parsed file (``only_lines``: only of the functions around those lines, the module's own
+    code included, for a fix that checks its own result).
 
     ``cache`` (the language server keeps one per document) maps a fingerprint of everything one function's
     analysis reads to its findings, so that a keystroke re-analyses only the functions it can affect.  It is
@@ -82,7 +82,9 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
             continue
-        if only_line is not None and (fn is None or not parsing.first_line(fn) <= only_line <= fn.end_lineno):
+        if only_lines is not None and not any(_at_top_level(tree, line) if fn is None
+                                              else parsing.first_line(fn) <= line <= fn.end_lineno
+                                              for line in only_lines):
             continue
         key, spans = fingerprint.of(fn, owner) if fingerprint is not None else (None, ())
         produced = None
@@ -308,6 +310,13 @@ def _imports_project_code(imports: dict[str, str]) -> bool:
 
     stdlib = sys.stdlib_module_names
     return any(q.split(".")[0] not in stdlib and not q.startswith(("torch", "numpy", "typing")) for q in imports.values())
+
+
+def _at_top_level(tree: ast.Module, line: int) -> bool:
+    """Whether ``line`` is in the module's own code (a call of a helper under ``if __name__ == "__main__":``),
+    not in a function or class."""
+    return any(parsing.first_line(st) <= line <= st.end_lineno for st in tree.body
+               if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
 
 
 def _units(tree: ast.Module, class_nodes: list[ast.ClassDef] | None = None

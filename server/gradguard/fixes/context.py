@@ -92,6 +92,13 @@ class FindingId:
     # write of the same code (a forward computed again after one step, and another step before the backward)
     # has not removed the finding, only moved it.
     backward_line: int | None = None
+    # The line of the outermost followed call that leads to the write, when the finding is made by the analysis of
+    # the function that calls (a helper's step that only its caller's values show): that function is analysed too.
+    caller_line: int | None = None
+
+    def lines(self) -> tuple[int, ...]:
+        """The lines whose functions are analysed again to look for the finding."""
+        return (self.line,) if self.caller_line is None else (self.line, self.caller_line)
 
 
 # Is the finding still there once the text is ``fixed``?  The caller of the fixes (``api``) answers by analysing

@@ -227,6 +227,16 @@ def apply_edits(text: str, edits: Iterable[TextEdit | Mapping[str, Any]]) -> str
     return "".join(out)
 
 
+def line_after(edits: Iterable[TextEdit], line: int) -> int:
+    """Where line ``line`` of the text, which no edit touches, is once ``edits`` are made: moved by the lines the
+    edits ending at or before its start add or remove (a fix checks its candidate for a finding by its line)."""
+    shift = 0
+    for e in edits:
+        if (e.end_line, e.end_column) <= (line, 1):
+            shift += e.new_text.count("\n") - (e.end_line - e.line)
+    return line + shift
+
+
 def unified_diff(old: str, new: str, path: str) -> str:
     if old == new:
         return ""

@@ -6,7 +6,7 @@ import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FUNCTIONS, FindingId, FixContext, LOOPS
-from ..fixes.edits import Rewrite, apply_edits
+from ..fixes.edits import Rewrite, apply_edits, line_after
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..fixes.writes import cst_mod
 from ..inference.events import Finding, Mutation
@@ -324,12 +324,11 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
             continue
         edits = move_statements_after(ctx, moved, after, _latest_place(block, i, after))
         # Statements left before the step may hold part of the graph too: offer only what analyses clean.
-        # (A write inside a helper is found on the helper's line; its entry is the statement that was moved.)
-        entry = mutation.entry().lineno - sum(st.end_lineno - st.lineno + 1 for st in moved)
-        fixed = apply_edits(ctx.text, edits)
-        # Every edit is above the backward: it moves down by the lines the recomputed statements add.
-        backward = sink.node.lineno + fixed.count("\n") - ctx.text.count("\n")
-        if not ctx.still_found(fixed, FindingId(code, entry, backward)):
+        # The update's entry (the step, or a call below the helper that steps) and the backward are not moved:
+        # found where the edits put their lines.
+        entry, backward = line_after(edits, mutation.entry().lineno), line_after(edits, sink.node.lineno)
+        caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
+        if not ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, entry, backward, caller)):
             shown = ctx.source(after[0]).splitlines()[0]
             return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights "
                        "(unsafe: the forward now uses them)", False, tuple(edits))
