@@ -103,6 +103,37 @@ def test_silent_data_write_found_in_process():
     assert (finding.code, finding.kind, finding.op) == ("GG102", "silent", "mul_")
 
 
+class _RowWrite(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.proj(x)
+        self.scale = h.norm()  # saves h; the graph stays on the module
+        h[0] = 0.0
+        return h
+
+
+def test_a_compiled_module_runs_the_tracer_as_plain_python():
+    """Under an active dispatch mode a compiled module runs eagerly, but Dynamo compiled the tracer's own frames
+    (``__torch_dispatch__`` and what it calls: 53 frames, 30 s for one step) unless they are marked skipped."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.compile(_RowWrite())
+    tracer = Tracer(UserCode([HERE]))
+    with tracer:
+        model(torch.randn(3, 4)).sum().backward()
+    compiled = {k: dict(v) for k, v in counters.items() if k in ("frames", "stats")}
+    torch._dynamo.reset()
+    assert compiled == {}
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "h[0] = 0.0" in text)
+    assert [(f.code, f.kind, f.site.line) for f in tracer.findings()] == [("GG001", "pending", line)]
+
+
 def _load(fx: Fixture):
     spec = importlib.util.spec_from_file_location(f"tracer_fixture_{fx.path.parent.name}_{fx.path.stem}", fx.path)
     module = importlib.util.module_from_spec(spec)

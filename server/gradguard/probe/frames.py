@@ -101,3 +101,19 @@ def user_frame(frame, user: UserCode):
 
 def frame_site(frame) -> Site:
     return code_site(frame.f_code, frame.f_lineno, frame.f_lasti)
+
+
+def skip_dynamo(function) -> None:
+    """Let ``torch.compile`` run ``function`` and whatever it calls as plain Python, never trace it.
+
+    A dispatch mode's ``__torch_dispatch__`` runs inside compiled code; Dynamo would otherwise compile it (once per
+    aten op until its recompile limit: a compiled model's step then took 30 s instead of 5).  Marked per code object
+    in torch's C extension, so no wrapper costs anything per op (``_should_skip_dynamo`` would add ~10 us each) and
+    ``torch._dynamo`` (1.4 s to import) is not imported for it.
+    """
+    from_c = getattr(torch._C, "_dynamo", None)
+    frames = getattr(from_c, "eval_frame", None)
+    if frames is None or not hasattr(frames, "set_code_exec_strategy"):
+        return
+    skip = frames._FrameAction.SKIP
+    frames.set_code_exec_strategy(function.__code__, frames._FrameExecStrategy(skip, skip))

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .frames import UserCode, frame_site, frame_sites, user_frame
+from .frames import UserCode, frame_site, frame_sites, skip_dynamo, user_frame
 from .model import Note, ProbeFinding, Site
 from .source import expression_at, function_node
 
@@ -106,6 +106,9 @@ class _WatchGradients(TorchDispatchMode):
             except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
                 self.errors.append(f"hooks: {type(exc).__name__}: {exc}")
         return out
+
+
+skip_dynamo(_WatchGradients.__torch_dispatch__)
 
 
 class GradientHooks:

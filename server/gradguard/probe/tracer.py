@@ -44,7 +44,7 @@ from ..knowledge import load_knowledge
 from .asked import AskedGradients
 from .copies import CopiedParameters
 from .cuts import Cuts
-from .frames import UserCode, code_site, frame_site, frame_sites, user_frame
+from .frames import UserCode, code_site, frame_site, frame_sites, skip_dynamo, user_frame
 from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
 from .grad_mode import GradMode
@@ -327,7 +327,7 @@ class Tracer(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # Otherwise torch wraps __torch_dispatch__ in torch._disable_dynamo: ~10 us on every aten op,
-        # more than the tracer's own work on the fast path.
+        # more than the tracer's own work on the fast path.  `skip_dynamo` below keeps Dynamo out of it instead.
         return False
 
     def __init__(self, user: UserCode):
@@ -1914,6 +1914,9 @@ def _graph_sequence_nrs(roots) -> set[int]:
         seen.add(nr)
         stack.extend(n for n, _ in node.next_functions if n is not None)
     return seen
+
+
+skip_dynamo(Tracer.__torch_dispatch__)
 
 
 def run_traced(body: Callable[[], Any], user: UserCode, enabled: bool = True) -> tuple[Tracer, BaseException | None]:
