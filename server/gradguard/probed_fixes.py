@@ -28,8 +28,8 @@ from .diagnostics import FileResult, Fix, TextEdit
 from .fixes import FindingId, Fixer, StillFound, unavailable, with_fix
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
-from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE,
-                          STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
+from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE,
+                          SETTER_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 from .statements import blocks
 
@@ -568,8 +568,46 @@ def _clone_kept_hook_output(lines: _Lines, text: str, f: ProbeFinding) -> Fix | 
     return Fix(f"Keep a clone of the hook's output: `{name}.clone()`", True, (edit,))
 
 
+_PIECES = ("split", "chunk", "unbind", "tensor_split")  # return several views of one tensor
+
+
+def _char_column(source: list[str], line: int, offset: int) -> int:
+    """The 1-based code-point column of the UTF-8 byte ``offset`` on ``line``."""
+    return len(source[line - 1].encode("utf-8")[:offset].decode("utf-8", errors="replace")) + 1
+
+
+def _clone_pieces(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG004 ``q, k, v = self.proj(x).split(d, -1)`` hands one of the views to code that writes it in place, which
+    torch refuses (the probe places it where the views are made, the write as the note): unpack clones of the pieces,
+    ``(piece.clone() for piece in ...)``.  Only for a split of a call's result unpacked into names: nothing else can
+    read the tensor the pieces are views of, and the pieces share no memory, so each write changes only its clone,
+    as it meant to change only its piece (iterating a tensor, or splitting a named one, is left alone: the writes
+    may be meant to change that tensor)."""
+    if f.code != "GG004" or not f.notes or f.notes[0].message != MULTI_VIEW_NOTE:
+        return None
+    stmt = lines.simple_statement_at(f.site.line)
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in stmt.targets[0].elts) and isinstance(stmt.value, ast.Call)):
+        return None
+    call = stmt.value
+    if not isinstance(call.func, ast.Attribute) or call.func.attr not in _PIECES:
+        return None
+    if ast.unparse(call.func.value) == "torch":  # torch.split(t, ...)
+        split = call.args[0] if call.args else None
+    else:
+        split = call.func.value
+    if not isinstance(split, ast.Call) or call.end_lineno is None:
+        return None
+    source = text.splitlines()
+    start = _char_column(source, call.lineno, call.col_offset)
+    end = _char_column(source, call.end_lineno, call.end_col_offset)
+    edits = (TextEdit(call.lineno, start, call.lineno, start, "(piece.clone() for piece in "),
+             TextEdit(call.end_lineno, end, call.end_lineno, end, ")"))
+    return Fix("Unpack clones of the pieces: `(piece.clone() for piece in ...)`", True, edits)
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (_zero_grad_before_backward, _keep_loaded_copy,
-                                                                        _clone_kept_hook_output)
+                                                                        _clone_kept_hook_output, _clone_pieces)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

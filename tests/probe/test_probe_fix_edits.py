@@ -1,6 +1,7 @@
 """The probe-only fixes that are edits no rule's builder makes (``gradguard.probed_fixes.EDITS``): clearing the
 gradients before a backward that adds to ones a step already applied, removing the assignment that replaces a
-loaded copy by the trained module, and keeping a clone of the output a forward hook keeps.  Each program is probed (``--entry run``); a positive's fix is applied and torch
+loaded copy by the trained module, keeping a clone of the output a forward hook keeps, and unpacking clones of the
+pieces of a split handed to code that writes one in place.  Each program is probed (``--entry run``); a positive's fix is applied and torch
 proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
 real but gets no fix (the edit would be wrong there)."""
 
@@ -219,6 +220,58 @@ def run():
     return [x.grad]
 '''
 
+# `torch.chunk` of a module's output, a piece handed to a helper method that writes it in place.
+CHUNKS_OF_OUTPUT_SCALED_BY_METHOD = '''
+import torch
+import torch.nn as nn
+
+class Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 6)
+
+    def squash(self, g):
+        g.sigmoid_()
+        return g
+
+    def forward(self, x, fixed):
+        if fixed:
+            a, b = (c.clone() for c in torch.chunk(self.lin(x), 2, dim=1))
+        else:
+            a, b = torch.chunk(self.lin(x), 2, dim=1)
+        return self.squash(a) * b
+
+def grads(fixed):
+    torch.manual_seed(0)
+    gate = Gate()
+    gate(torch.randn(3, 4), fixed).pow(2).sum().backward()
+    return [gate.lin.weight.grad, gate.lin.bias.grad]
+
+def run():
+    return grads(False)
+
+def reference():
+    return grads(True)
+'''
+
+# The pieces of a named tensor: the writes may be meant to change it (read again below), so no clone is offered.
+PIECES_OF_NAMED_TENSOR = '''
+import torch
+import torch.nn as nn
+
+def center_(t):
+    t.sub_(t.mean())
+
+def run():
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 6)
+    h = lin(torch.randn(3, 4))
+    first, second = h.split(3, dim=1)
+    center_(first)
+    h.sum().backward()
+    return [lin.weight.grad]
+'''
+
 _counter = itertools.count()
 
 
@@ -227,6 +280,11 @@ def _load(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _code(source: str) -> str:
+    return "GG005" if "register_forward_hook" in source else "GG004" if "chunk" in source or "split" in source \
+        else "GG101"
 
 
 def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
@@ -240,11 +298,12 @@ def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
 
 
 @pytest.mark.parametrize("source", [STALE_GRADS_IN_NESTED_LOOP, STALE_GRADS_TWO_LOSSES,
-                                    SYNCED_THEN_ALIASED_AMONG_OTHERS, HOOK_STORES_OUTPUT_IN_DICT],
+                                    SYNCED_THEN_ALIASED_AMONG_OTHERS, HOOK_STORES_OUTPUT_IN_DICT,
+                                    CHUNKS_OF_OUTPUT_SCALED_BY_METHOD],
                          ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others",
-                              "hook_stores_output_in_dict"])
+                              "hook_stores_output_in_dict", "chunks_of_output_scaled_by_method"])
 def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
-    path, text, found = _found(source, worker, tmp_path, "GG005" if "register_forward_hook" in source else "GG101")
+    path, text, found = _found(source, worker, tmp_path, _code(source))
     fixes = fixes_for(text, str(path), found)
     assert len(fixes) == len(found), [(d.line, d.message) for d in found]
     fixed = tmp_path / "fixed.py"
@@ -257,9 +316,9 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
 
 
 @pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK,
-                                    HOOK_KEEPS_OUTPUT_TWICE],
+                                    HOOK_KEEPS_OUTPUT_TWICE, PIECES_OF_NAMED_TENSOR],
                          ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
-                              "hook_keeps_output_twice"])
+                              "hook_keeps_output_twice", "pieces_of_named_tensor"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
-    path, text, found = _found(source, worker, tmp_path, "GG005" if "register_forward_hook" in source else "GG101")
+    path, text, found = _found(source, worker, tmp_path, _code(source))
     assert not fixes_for(text, str(path), found)

@@ -75,7 +75,6 @@ NO_FIX: dict[str, str] = {
         "the write is in an accessor method the call hands the value to; no rewrite of GG001 changes a write into an "
         "object's tensor through a method (the static finding at the saving op has no fix either)"),
     "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
-    "GG004/pos_split_heads_scaled_by_helper": _VIEW_HELPER,
     "GG101/pos_backward_in_helper_after_step": _STEP,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
     "GG101/pos_returns_from_values_step_before_actor_backward": _STEP,
