@@ -481,3 +481,50 @@ def _written_name(statement) -> str | None:
                 and isinstance(func.value.value, ast.Name):
             return func.value.value.id  # x[i].mul_(s)
     return None
+
+
+def guarded_flag_write(site: Site, attr: str) -> tuple[Site, str] | None:
+    """When the statement at ``site`` is ``X.attr = NAME`` (or ``X.attr_(NAME)``) guarded by ``X.attr`` itself -- inside ``if X.attr:``
+    (or ``if X.attr and ...:``), or after ``if not X.attr: continue`` in the same block -- the guard's test and
+    ``NAME``: a False the line writes can never be undone by the line.  None otherwise."""
+    tree = _tree(site.path)
+    if tree is None:
+        return None
+    function = _innermost(tree, site.line, (ast.FunctionDef, ast.AsyncFunctionDef))
+    if function is None:
+        return None
+    statement = _innermost_statement(function, site.line)
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.value, ast.Name) \
+            and isinstance(statement.targets[0], ast.Attribute) and statement.targets[0].attr == attr:
+        owner, value = statement.targets[0].value, statement.value
+    elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr == attr + "_" \
+            and len(statement.value.args) == 1 and isinstance(statement.value.args[0], ast.Name) \
+            and not statement.value.keywords:
+        owner, value = statement.value.func.value, statement.value.args[0]  # X.attr_(NAME)
+    else:
+        return None
+    flag = ast.dump(owner)
+
+    def reads_flag(test) -> bool:
+        return isinstance(test, ast.Attribute) and test.attr == attr and ast.dump(test.value) == flag
+
+    def guards(test) -> bool:
+        return reads_flag(test) or (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)
+                                    and any(reads_flag(v) for v in test.values))
+
+    def test_site(test) -> Site:
+        return Site(site.path, test.lineno, test.col_offset + 1, test.end_lineno, test.end_col_offset + 1)
+
+    for node in ast.walk(function):
+        if isinstance(node, ast.If) and guards(node.test) and any(s is statement for b in node.body
+                                                                  for s in ast.walk(b)):
+            return test_site(node.test), value.id
+        for block in (getattr(node, "body", None), getattr(node, "orelse", None)):
+            if not isinstance(block, list) or not any(s is statement for s in block):
+                continue
+            for s in block[:block.index(statement)]:
+                if isinstance(s, ast.If) and isinstance(s.test, ast.UnaryOp) and isinstance(s.test.op, ast.Not) \
+                        and reads_flag(s.test.operand) and len(s.body) == 1 and isinstance(s.body[0], ast.Continue):
+                    return test_site(s.test), value.id
+    return None

@@ -48,6 +48,7 @@ from .frames import UserCode, code_site, frame_site, frame_sites, skip_dynamo, u
 from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
 from .grad_mode import GradMode
+from .guarded_freeze import GuardedFreezes
 from .module_flags import ModuleFlags
 from .merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE,
                     STEP_CALL_NOTE, STEP_NOTE)
@@ -359,6 +360,7 @@ class Tracer(TorchDispatchMode):
                                 self.internal_errors)
         self.cuts = Cuts(user, self.internal_errors)  # .detach()/.data that starve trained parameters
         self.flags = ModuleFlags(user, self.internal_errors)  # `module.requires_grad = False`: a plain attribute
+        self.guarded = GuardedFreezes(user, self.internal_errors)  # `if p.requires_grad: p.requires_grad = on`
         self.cuts.optimizer_of = self.flags.optimizer_of
         self.stale_grads = StaleGrads(user, self.internal_errors)  # gradients a step applied, added to, applied again
         self.grad_mode = GradMode(user, self.internal_errors)  # where grad mode was switched off, for a backward then
@@ -409,6 +411,7 @@ class Tracer(TorchDispatchMode):
         self.asked.install()
         self.cuts.install()
         self.flags.install()
+        self.guarded.install()
         self.grad_mode.install()
         self.stale_grads.install()
         self.returned.install()
@@ -422,6 +425,7 @@ class Tracer(TorchDispatchMode):
         self.returned.uninstall()
         self.stale_grads.uninstall()
         self.grad_mode.uninstall()
+        self.guarded.uninstall()
         self.flags.uninstall()
         self.cuts.uninstall()
         self.asked.uninstall()
@@ -474,6 +478,8 @@ class Tracer(TorchDispatchMode):
                 self.own_stats.on_backward(self.hooks.backward)
             if self.flags.pending or self.flags.replaced:
                 self.flags.on_backward(roots, self.hooks.backward)
+            if self.guarded.pending:
+                self.guarded.on_backward(self.hooks.backward)
             if not _grad_enabled():
                 self.grad_mode.on_backward(sys._getframe(1), self.hooks.backward)
             elif self.grad_mode.marks:
@@ -1444,7 +1450,8 @@ class Tracer(TorchDispatchMode):
                 continue
             placed.setdefault(key, len(found))
             found.append(finding)
-        found += (self.hooks.findings() + self.asked.findings() + self.flags.findings() + self.stale_grads.findings()
+        found += (self.hooks.findings() + self.asked.findings() + self.flags.findings() + self.guarded.findings()
+                  + self.stale_grads.findings()
                   + self.returned.findings() + self.copied.findings() + self.own_stats.findings()
                   + self.synced.findings())
         taken = {(f.site.path, f.site.line) for f in found}
