@@ -218,11 +218,14 @@ def _fingerprinted(kept: list[tuple[Finding, Diagnostic]], lines: list[str]) -> 
 
 def _still_found(before: parsing.Parsed, path: str) -> StillFound:
     """How a fix checks a candidate: analyse the text it would leave, parsing again only the function it
-    changed (the check looks at no statement after it), and look for the same finding."""
+    changed (the check looks at no statement after it, but for a caller), and look for the same finding."""
 
     def check(fixed: str, finding: FindingId) -> bool:
         lines = parsing.source_lines(fixed)
-        again = parsing.reparse(lines, before, positions_after=False) or parsing.parse_document(fixed, lines)
+        # A caller is analysed too when the finding is its analysis's: the statements below the change need their
+        # new positions then (the caller may be one of them).
+        again = (parsing.reparse(lines, before, positions_after=finding.caller_line is not None)
+                 or parsing.parse_document(fixed, lines))
         if isinstance(again, parsing.SyntaxProblem):
             return True
         found = analyze_module(again.tree, path, lines, use_jedi=False, only_lines=finding.lines())

@@ -81,3 +81,46 @@ def test_the_forward_the_loss_reads_is_computed_after_the_step_too(shape):
     assert not found("GG101", plan.fixed)
     for got, want in zip(_grads(plan.fixed), _grads(_program(shape, pi_before=False)), strict=True):
         assert torch.allclose(got, want)
+
+
+_TWO_TERMS = """
+import torch
+import torch.nn as nn
+
+
+def train(G, D, opt_g, opt_d, z, real):
+    fake = G(z)
+    d_loss = D(real).mean() - D(fake.detach()).mean()
+    g_adv = -D(fake).mean()
+    g_loss = g_adv
+    g_rec = (fake - real).abs().mean()
+    g_loss = g_loss + g_rec
+    d_loss.backward()
+    opt_d.step()
+    opt_d.zero_grad()
+    g_loss.backward()
+    opt_g.step()
+
+
+def main():
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 4))
+    D = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt_g, opt_d = torch.optim.SGD(G.parameters(), lr=0.1), torch.optim.SGD(D.parameters(), lr=0.1)
+    train(G, D, opt_g, opt_d, torch.randn(5, 3), torch.randn(5, 4))
+
+
+main()
+"""
+
+
+def test_a_candidate_that_adds_lines_is_checked_where_the_caller_then_is():
+    """The generator's loss sums two terms built before the discriminator's step; computing one of them again after
+    it (a line more, so the caller below moves down) leaves the other's graph broken: no fix is offered."""
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        exec(compile(_TWO_TERMS, "t", "exec"), {})  # noqa: S102 - the test's own program
+    (finding,) = found("GG101", _TWO_TERMS)
+    plan = fix_text(_TWO_TERMS, "t.py", unsafe=True)
+    assert not plan.problems, plan.problems
+    if finding.fix is not None:
+        exec(compile(plan.fixed, "fixed", "exec"), {})  # noqa: S102 - the test's own program
