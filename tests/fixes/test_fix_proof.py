@@ -251,10 +251,6 @@ NO_FIX = {
         "the `.data` write is in a helper `forward` calls after the op that saved the prototypes; the backward "
         "runs in the caller, so no move inside the module puts the write after it"
     ),
-    "GG001/pos_lateral_outputs_enumerated_then_iadd": (
-        "the written tensor is an element of a list (`laterals[i - 1] += up`); the rewrites name tensors, not "
-        "container elements, so none is offered"
-    ),
     "GG005/pos_inplace_flag_through_constructor": (
         "`inplace=inplace` takes the flag from the constructor's caller: setting it to False here would change every "
         "block built with it, and the caller's `inplace=True` is in another class"

@@ -192,7 +192,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         if grad_would_be_lost(element):
             return None
         copy_ok = not saves_inside(element, ctx.statement_of(element.entry()))
-        return fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
+        return (fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
+                or fix_or_none(lambda: rebind_made_element(ctx, element)))
     mutation = mutation_of(finding)
     if finding.data.get("state"):
         return fix_or_none(lambda: _copy_state_at_read(ctx, finding))
@@ -487,6 +488,48 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
         raise CannotFix("the in-place call's result is used inside an expression")
     rw.replace_node(node, new)
     return _fix(rw, f"Write the element out of place: `{short(code(new))}`", unsafe)
+
+
+def rebind_made_element(ctx: FixContext, mutation: Mutation) -> Fix:
+    """``outs[i - 1] += up(outs[i])`` on a list the function makes by a comprehension of calls (each element a
+    tensor of its own), where the run shows no variable but that list holding the written memory, in any run of
+    the write and any frame, and nothing it was handed to or got from a caller: every reader reaches the element
+    through the list, so ``outs[i - 1] = outs[i - 1] + up(outs[i])`` shows them the same values and leaves the
+    saved tensor alone."""
+    write = InPlaceWrite.of_mutation(ctx, mutation)
+    element = write.target
+    if write.kind != "augassign" or not (isinstance(element, ast.Subscript) and isinstance(element.value, ast.Name)
+                                         and _plain(element.slice)):
+        raise CannotFix("not an augmented write to `container[index]` of a plain index")
+    if any(isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)) for n in ast.walk(write.stmt)):
+        raise CannotFix("the write's statement binds or suspends")
+    moment, depth = write.moment, write.depth
+    container = element.value.id
+    if moment is None or moment.holders is None:
+        raise CannotFix("the run did not say who holds the written memory")
+    if moment.held_in_any_run(depth) != [(container, "holder")] or moment.held_outside(depth) \
+            or moment.callers_pass(depth) or moment.escape_sites():
+        raise CannotFix(f"something besides `{container}` holds the written tensor")
+    fn = ctx.function_of(write.stmt)
+    if not isinstance(fn, FUNCTIONS):
+        raise CannotFix("the element write is not in a function")
+    stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == container and not isinstance(n.ctx, ast.Load)]
+    binding = ctx.parents.get(stores[0]) if len(stores) == 1 else None
+    if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]] and isinstance(binding.value, ast.ListComp)
+            and isinstance(binding.value.elt, ast.Call)) or not _own_local(ctx, fn, container):
+        # two slots of one list may hold one tensor (`[t] * 2`): a comprehension of calls makes one per slot
+        raise CannotFix(f"`{container}` is not bound once, to a comprehension of calls")
+    node = ctx.cst(write.stmt)
+    new = assign(ctx.cst(element).deep_clone(), aug_to_binop(node))
+    rw = Rewrite(ctx)
+    rw.replace_node(node, new)
+    return _fix(rw, f"Write the element out of place: `{short(code(new))}`", "")
+
+
+def _plain(index: ast.expr) -> bool:
+    """An index that evaluates to the same value twice: names, constants and arithmetic on them."""
+    return all(isinstance(n, (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Load))
+               for n in ast.walk(index))
 
 
 def _fix(rw: Rewrite, title: str, unsafe: str) -> Fix:
