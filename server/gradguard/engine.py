@@ -59,7 +59,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     # Only a file that imports something besides torch and the standard library can call into the project.
     project = (Project(source, knowledge.autograd_function_bases, entry_script=_is_entry_script(tree))
                if project_code and source.is_file() else None)
-    default_dtype = file_default_dtype(tree, knowledge)
+    default_dtype = file_default_dtype(tree, knowledge, "\n".join(lines) if lines is not None else None)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions, default_dtype=default_dtype,
                   path=str(source.resolve()) if project is not None else None, project=project,
                   training_units=frozenset(_training_units(units, tree, lines, _is_entry_script(tree)))
