@@ -578,8 +578,11 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
         if flag.reached is not None:
             flag.updated = next((r for r in interp.grad_reads if r.updates and r.seq > flag.reached.seq
                                  and r.sources & sources), None)
+    for unfreeze in interp.guarded_unfreezes:
+        unfreeze.reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > unfreeze.seq), None)
     found: list[tuple[Finding, object]] = []
     for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds, *interp.flags,
+                  *interp.guarded_unfreezes,
                   *interp.replaced, *interp.discarded, *interp.grad_off_backwards, *interp.unreturned,
                   *interp.numpy_refused]:
         for rule in RULES_IN_PRECEDENCE:

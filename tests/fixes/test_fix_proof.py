@@ -62,7 +62,14 @@ _GRAD_MODE_BACK_ON = (
     "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
     "`torch.enable_grad()` around the loss) is the author's choice: no fix yet")
 
+_GUARD_KEPT_OTHERS_FROZEN = (
+    "dropping the guard would also unfreeze parameters frozen on purpose by other code (whether any are is the "
+    "author's to say): no fix yet")
+
 NO_FIX = {
+    "GG103/pos_guarded_unfreeze_method_keeps_encoder_frozen": _GUARD_KEPT_OTHERS_FROZEN,
+    "GG103/pos_guarded_unfreeze_helper_requires_grad_call": _GUARD_KEPT_OTHERS_FROZEN,
+    "GG103/pos_guarded_unfreeze_after_module_freeze": _GUARD_KEPT_OTHERS_FROZEN,
     "GG101/pos_actor_loss_before_critic_update_helper": _LOSS_BACKWARDED_IN_HELPER,
     "GG101/pos_agent_method_policy_loss_before_value_update": _LOSS_BACKWARDED_IN_HELPER,
     "GG101/pos_two_critic_updates_manual_sgd_helper": _LOSS_BACKWARDED_IN_HELPER,

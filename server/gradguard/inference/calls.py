@@ -732,7 +732,8 @@ class CallsMixin:
             flag = self._positional_or_keyword_bool(node, 0, "requires_grad", True)
             if flag and tensor.requires_grad == Grad.NO:  # a rebound name is a leaf that gets gradients again
                 tensor.graph = tensor.graph - self.rebind_markers | {new_id()}
-            tensor.requires_grad = Grad.YES if flag else Grad.NO
+            given = self._flag(node.args[0]) if node.args else self._keyword_bool(node, "requires_grad", True)
+            self.set_flag(tensor, bool(flag), node, known=given is not None)
             return tensor
         if name == "clone":
             return Tensor(Storage(), self._grad(tensor), leaf=not self._grad(tensor), graph=tensor.graph, origin=node,
@@ -804,6 +805,8 @@ class CallsMixin:
         if name == "requires_grad_":
             flag = self._positional_or_keyword_bool(node, 0, "requires_grad", True)
             module.freeze(flag is False)
+            for p in self._param_tensors(module):  # remembered as each parameter's flag write
+                self.set_flag(p, p.requires_grad == Grad.YES, node, known=flag is not None)
         if name in MODULE_RETURNING_METHODS:
             return module
         return UNKNOWN

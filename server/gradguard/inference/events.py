@@ -281,6 +281,20 @@ class InertFlag:
 
 
 @dataclass
+class GuardedUnfreeze:
+    """``if p.requires_grad: p.requires_grad = flag`` run with ``flag`` true on parameters that an earlier write froze:
+    the guard reads the very flag the body writes, so it is False for each of them and the write that was to
+    unfreeze them never runs (such a setter can freeze, never unfreeze)."""
+
+    node: ast.If
+    frozen: ast.AST  # the write that froze them (or the call that made it)
+    value: str  # the true value the skipped write would have set, as the code writes it
+    call: ast.AST | None  # the call that ran the setter with that value (None: the guard runs at this level)
+    seq: int
+    reached: Sink | None = None  # filled by the engine: the next backward, which gives them no gradient
+
+
+@dataclass
 class ReplacedParameter:
     """A module's parameter or submodule replaced (``q.scale = nn.Parameter(v)``, ``model.fc = nn.Linear(...)``)
     after an optimizer took the one it replaces: the optimizer keeps updating the old tensors, which the model

@@ -18,7 +18,8 @@ from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
 from .classes import ClassInfo, find_setter, mro
-from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, HookWrite, InertFlag,
+from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, GuardedUnfreeze, HookWrite,
+                     InertFlag,
                      KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse,
                      UnreturnedLoss)
 from .dtypes import DtypesMixin, file_default_dtype
@@ -237,6 +238,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.discarded: list[DiscardedUpdate] = []  # `p.grad.clamp(...)` as a statement: an update that changes nothing
         self.discarded_call: ast.AST | None = None
         self.flags: list[InertFlag] = []  # `module.requires_grad = False`: attributes torch never reads
+        # `p.requires_grad = flag` / `p.requires_grad_(flag)` on tensors: per tensor, the last write, on a path known
+        # to run; tensors written on a path not known to run are in `unsure_flags` (their flag is not known).
+        self.flag_writes: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}  # (the write, the calls it ran in)
+        self.unsure_flags: set[int] = set()
+        self.guarded_unfreezes: list[GuardedUnfreeze] = []  # `if p.requires_grad: p.requires_grad = True` skipped
         self.optimizers: list[OptimizerValue] = []  # built in this run
         self.replaced: list[ReplacedParameter] = []  # parameters replaced after an optimizer took them
         self.cut_markers: set[int] = set()  # the markers `.detach()`/`.data` cuts put into the graphs they start
@@ -533,6 +539,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
 
     def _stmt_If(self, stmt: ast.If) -> None:
         known = truth(self.eval(stmt.test))
+        if known is None:
+            known = self._flag_guard(stmt)
         if known is not None:  # `if self.detach:` with the flag known (a default, an attribute, a constant)
             self.run_block(stmt.body if known else stmt.orelse)
             if stmt.orelse if known else stmt.body:
@@ -558,6 +566,52 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.unsure_branches -= 1
         self.saves.put_back(body_saves)
         self._settle(live, merge_states(after_body, self.state))
+
+    def _flag_guard(self, stmt: ast.If) -> bool | None:
+        """``if p.requires_grad:`` (or ``not``) around a write of that same flag (``p.requires_grad = flag``,
+        ``p.requires_grad_(flag)``): known when every tensor ``p`` stands for has a flag known on every path (a
+        parameter never written, or written on paths known to run).  Run with ``flag`` true on tensors frozen that
+        way, the write that was to unfreeze them never runs: a ``GuardedUnfreeze``."""
+        test = stmt.test
+        negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        read = test.operand if negated else test
+        if not (isinstance(read, ast.Attribute) and read.attr == "requires_grad" and isinstance(read.value, ast.Name)):
+            return None
+        write = next((w for w in map(_flag_written, stmt.body) if w is not None and w[0] == read.value.id), None)
+        owner = self.state.env.get(read.value.id)
+        if write is None or not isinstance(owner, Tensor):
+            return None
+        tensors = owner.group or (owner,)
+        if not all(t.param for t in tensors) or any(id(t) in self.unsure_flags for t in tensors):
+            return None
+        flags = {t.requires_grad for t in tensors}
+        if flags not in ({Grad.YES}, {Grad.NO}):
+            return None
+        on = flags == {Grad.YES}
+        frozen = [self.flag_writes.get(id(t)) for t in tensors]
+        if not on and not all(frozen):
+            return None  # frozen where we did not see it (a layer's weights made after a module-wide freeze)
+        if not on and not negated and truth(self.eval(write[1])) is True:
+            # Where they were frozen, as the function that calls this setter sees it: the write, or the call there
+            # that led to it.
+            level = len(self.frame_sites) - 1
+            node, sites = frozen[0]
+            if level >= 0 and tuple(sites[:level]) == tuple(self.frame_sites[:level]) and len(sites) > level:
+                node = sites[level]
+            self.guarded_unfreezes.append(GuardedUnfreeze(stmt, node, ast.unparse(write[1]),
+                                                          self.frame_sites[-1] if self.frame_sites else None,
+                                                          self._next()))
+        return on != negated
+
+    def set_flag(self, tensor: Tensor, flag: bool, node: ast.AST, known: bool = True) -> None:
+        """``requires_grad`` set on ``tensor`` (on each parameter it stands for), remembered with where (``known``:
+        the value written is known)."""
+        for t in tensor.group or (tensor,):
+            t.requires_grad = Grad.YES if flag else Grad.NO
+            if self.unsure_branches or not known:
+                self.unsure_flags.add(id(t))
+            else:
+                self.flag_writes[id(t)] = (node, tuple(self.frame_sites))
 
     def _tensor_check(self, test: ast.expr) -> tuple[str, bool] | None:
         """``isinstance(b, torch.Tensor)`` (or its ``not``) on a local name: (the name, whether the body runs with
@@ -625,6 +679,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.run_block(stmt.orelse)
             return
         target = stmt.target
+        if isinstance(iterable, ParamIterable) and isinstance(target, ast.Name) and any(
+                (w := _flag_written(b)) is not None and w[0] == target.id
+                for b in (*stmt.body, *(b for i in stmt.body if isinstance(i, ast.If) for b in i.body))):
+            # `for p in model.parameters(): p.requires_grad = flag`: every parameter, weights not read yet too
+            self.materialize_params([iterable], stmt.iter)
         element = self._iter_element(iterable, stmt.iter)
         live = self.state.env
         before = self.state.copy()
@@ -866,9 +925,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 return
             if isinstance(owner, Tensor) and target.attr == "requires_grad" and isinstance(value, PLAIN):
                 flag = truth(value)
-                if flag is not None:
-                    for t in owner.group or (owner,):  # `for p in model.parameters(): p.requires_grad = False`
-                        t.requires_grad = Grad.YES if flag else Grad.NO
+                if flag is not None:  # `for p in model.parameters(): p.requires_grad = False`: each of them
+                    self.set_flag(owner, flag, stmt)
                 return
             self._sink("escape", stmt, value)
         elif isinstance(target, ast.Subscript):
@@ -930,7 +988,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
     def optimizer_built(self, optimizer: OptimizerValue, node: ast.AST) -> OptimizerValue:
         """A new optimizer takes the parameters its owners have now (a torch layer's weight is made here if
         nothing has read it yet)."""
-        stack, seen = list(optimizer.owners), set()
+        self.materialize_params(optimizer.owners, node)
+        optimizer.held = frozenset().union(*(p.graph for p in self._param_tensors(optimizer.owners)))
+        self.optimizers.append(optimizer)
+        return optimizer
+
+    def materialize_params(self, owners: list, node: ast.AST) -> None:
+        """Make the weights of the torch layers among ``owners`` that nothing has read yet: what takes all of a
+        module's parameters (an optimizer, a loop over ``parameters()``) takes those too."""
+        stack, seen = list(owners), set()
         while stack:
             value = stack.pop()
             if isinstance(value, ParamIterable):  # `[*model.parameters()]`, `chain(a.parameters(), ...)`
@@ -944,9 +1010,6 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 self._module_attr(value, "weight", node)
             stack.extend(value.children)
             stack.extend(v for v in value.attrs.values() if isinstance(v, ModuleValue))
-        optimizer.held = frozenset().union(*(p.graph for p in self._param_tensors(optimizer.owners)))
-        self.optimizers.append(optimizer)
-        return optimizer
 
     def _replacement_site(self, optimizer: OptimizerValue, stmt: ast.stmt, old: Value, new: Value) -> ast.AST:
         """The line to change for a replacement of what ``optimizer`` holds: the assignment, when the new parameters
@@ -1541,6 +1604,20 @@ def _written_through(node: ast.AST) -> ast.expr | None:
             expr = expr.func.value
         else:
             return expr if isinstance(expr, (ast.Name, ast.Attribute)) else None
+
+
+def _flag_written(stmt: ast.stmt) -> tuple[str, ast.expr] | None:
+    """``p.requires_grad = v`` or ``p.requires_grad_(v)`` as a statement: (``p``, ``v``)."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target = stmt.targets[0]
+        if isinstance(target, ast.Attribute) and target.attr == "requires_grad" and isinstance(target.value, ast.Name):
+            return target.value.id, stmt.value
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        call = stmt.value
+        if (isinstance(call.func, ast.Attribute) and call.func.attr == "requires_grad_"
+                and isinstance(call.func.value, ast.Name) and len(call.args) == 1 and not call.keywords):
+            return call.func.value.id, call.args[0]
+    return None
 
 
 def _names_requires_grad(cls: ast.ClassDef) -> bool:

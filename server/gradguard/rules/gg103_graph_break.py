@@ -10,8 +10,8 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.writes import cst_mod, parse_expr, short
-from ..inference.events import (Finding, GradOffBackward, GraphBreak, InertFlag, Mutation, NumpyRefused,
-                                ReplacedParameter, UnreturnedLoss)
+from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
+                                NumpyRefused, ReplacedParameter, UnreturnedLoss)
 from ..inference.hooks import DroppedOutput
 from ..inference.values import Tensor
 from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_REFUSED, NUMPY_TWINS
@@ -36,6 +36,9 @@ def check(event):
         return
     if isinstance(event, ReplacedParameter):
         yield from _check_replaced(event)
+        return
+    if isinstance(event, GuardedUnfreeze):
+        yield from _check_guarded_unfreeze(event)
         return
     if isinstance(event, GradOffBackward):
         yield from _check_grad_off(event)
@@ -146,6 +149,28 @@ def _check_flag(flag: InertFlag):
         related=[(flag.reached.node, "the backward that still reaches the module's parameters"),
                  *([(flag.updated.node, "updates the parameters meant to be frozen")] if flag.updated else [])],
         data={"flag": True},
+    )
+
+
+def _check_guarded_unfreeze(event: GuardedUnfreeze):
+    """``if p.requires_grad: p.requires_grad = flag`` run to unfreeze parameters frozen earlier: the guard is False
+    for each of them, the write never runs, and the next backward gives them no gradient."""
+    if event.reached is None:
+        return
+    called = Message.format(" (true in the call on {call})", call=event.call) if event.call is not None else ""
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "This guard reads the flag its body writes: the parameters were frozen on {frozen}, so "
+            "`requires_grad` is False for each of them and the write setting it to `{value}`{called} never runs. "
+            "They stay frozen, and the backward on {sink} gives them no gradient, silently. Drop the guard and "
+            "set the flag on every parameter.",
+            frozen=event.frozen, value=event.value, called=called, sink=event.reached.node),
+        related=[(event.frozen, "freezes the parameters"),
+                 *([(event.call, "meant to unfreeze them")] if event.call is not None else []),
+                 (event.reached.node, "the backward that gives them no gradient")],
+        data={"guarded_unfreeze": True},
     )
 
 
