@@ -94,3 +94,35 @@ def test_nested_helpers_relate_every_call_site_outermost_first():
     (diag,) = analyse(src)
     assert diag.line == 5
     assert [r.line for r in diag.related] == [11, 12, 8, 13]
+
+
+AVERAGED_PIECES = """
+import torch
+
+def average(scores, heads):
+    pieces = torch.split(scores, 1, dim=1)
+    total = pieces[0]
+    for i in range(1, heads):
+        total += pieces[i]
+    total /= heads
+    return total
+
+def run(heads):
+    w = torch.randn(2, 3, requires_grad=True)
+    average(w * 1.5, heads).sum().backward()
+"""
+
+
+def test_a_write_in_a_branch_and_one_after_it_are_two_findings():
+    # With one head the loop's `+=` never runs and torch refuses the `/=`; with more it refuses the `+=` first:
+    # each write is a bug of its own, not a related line of the other.
+    assert [(d.code, d.line) for d in analyse(AVERAGED_PIECES)] == [("GG004", 8), ("GG004", 9)]
+
+
+def test_a_later_write_of_the_same_piece_is_a_related_line_of_the_first():
+    src = AVERAGED_PIECES.replace("    for i in range(1, heads):\n        total += pieces[i]\n",
+                                  "    total += pieces[1]\n")
+    (diag,) = analyse(src)
+    assert (diag.code, diag.line) == ("GG004", 7)
+    assert {r.line: r.message for r in diag.related}[8] == (
+        "the same tensor is written in place again here, for the same reason")

@@ -96,7 +96,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
             try:
                 interp = _run_unit(ctx, fn, owner, tree, module_env)
                 # A recursive call is not a caller that decides for the function.
-                produced, calls = list(_check(interp)), frozenset(interp.followed - {function_key(fn, owner)})
+                produced = _one_chain_one_finding(list(_check(interp)), tree)
+                calls = frozenset(interp.followed - {function_key(fn, owner)})
             except (TooManySteps, RecursionError) as exc:
                 produced, calls = [_not_analysed(fn, tree, exc)], frozenset()
         if key is not None:
@@ -177,6 +178,87 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
         kept.twins = [f for _, f in group if f is not kept]
         kept_findings.append(kept)
     return kept_findings
+
+
+# Rules whose finding sits on the write and whose story is "this tensor must not be written in place": a second
+# write of the same tensor, for the same reason, is the same bug (the saved-tensor rules share one reason).
+_SAME_REASON = {"GG001": "saved", "GG005": "saved", "GG002": "leaf", "GG004": "multi-view"}
+
+
+def _one_chain_one_finding(findings: list[Finding], tree: ast.Module) -> list[Finding]:
+    """One finding per chain, where several writes break it in one story (of one function's analysis, before its
+    findings are cached: a cached finding moved to new lines keeps what this made of it).
+
+    A write that always runs before a second write of the same tensor, for the same reason (the same saves
+    waiting, the same leaf, the same multi-view piece), is where torch's complaint starts: mending it (out of place,
+    or a clone first) hands the second write another tensor.  The later write is kept as a related line of the
+    first.  "Always runs before": the first is a statement of the block that holds the second (or a statement
+    around it), earlier in it, in the same followed calls; a write inside a branch the second can run without is
+    a bug of its own.  A write whose in-place activation overwrote what a forward hook kept is that hook's
+    finding (GG005): its finding of an overwritten gradient ask (GG107) is the same bug, told again."""
+    kept_writes = {id(f.data["kept_output"].write.node) for f in findings if "kept_output" in f.data}
+    findings = [f for f in findings if not (f.code == "GG107" and id(f.node) in kept_writes)]
+    keyed: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        key = _chain_key(f)
+        if key is not None:
+            keyed.setdefault(key, []).append(f)
+    later_of: dict[int, list[Finding]] = {}
+    dropped: set[int] = set()
+    for group in keyed.values():
+        if len(group) < 2:
+            continue
+        places = {id(f): _block_place(tree, f.node) for f in group}
+        for first in group:
+            if id(first) in dropped or places[id(first)] is None:
+                continue
+            block, index = places[id(first)]
+            for second in group:
+                if second is first or id(second) in dropped:
+                    continue
+                if any(_holds(s, second.node) for s in block[index + 1:]):
+                    dropped.add(id(second))
+                    later_of.setdefault(id(first), []).append(second)
+    out = []
+    for f in findings:
+        if id(f) in dropped:
+            continue
+        if id(f) in later_of:
+            f = replace(f, related=[*f.related, *((s.node, Message.text(
+                "the same tensor is written in place again here, for the same reason")) for s in later_of[id(f)])])
+        out.append(f)
+    return out
+
+
+def _chain_key(finding: Finding) -> tuple | None:
+    """What a write finding is about: its reason, the written storage, the saves it conflicts with and the calls it
+    runs inside (ids are unique across analyses, so findings of different analyses never share a key)."""
+    reason = _SAME_REASON.get(finding.code)
+    mutation = finding.mutation
+    if reason is None or mutation is None or finding.node is not mutation.node or mutation.kind != "write":
+        return None
+    # A leaf or a piece is refused whatever saved it; a saved tensor is the same story only for the same saves.
+    saves = frozenset(c.save.id for c in mutation.conflicts) if reason == "saved" else frozenset()
+    if reason == "saved" and not saves:
+        return None
+    return (reason, mutation.target.storage.id, saves, tuple(id(site) for site in mutation.call_path()))
+
+
+def _block_place(tree: ast.Module, node: ast.AST) -> tuple[list[ast.stmt], int] | None:
+    """The statement list and index of the simple statement (no block of its own) that holds ``node``."""
+    for _, _, block in statements.walk_blocks(tree):
+        for index, stmt in enumerate(block):
+            if not statements.holds_statements(stmt) and _holds(stmt, node):
+                return block, index
+    return None
+
+
+def _holds(stmt: ast.AST, node: ast.AST) -> bool:
+    """Whether ``node`` lies inside ``stmt``'s text (positions of one file's tree)."""
+    if not hasattr(node, "lineno") or not hasattr(stmt, "lineno"):
+        return False
+    return ((stmt.lineno, stmt.col_offset) <= (node.lineno, node.col_offset)
+            and (node.end_lineno, node.end_col_offset) <= (stmt.end_lineno, stmt.end_col_offset))
 
 
 def _saved_by(finding: Finding) -> set:

@@ -218,6 +218,14 @@ NO_FIX = {
         "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
         "the change, and no fix rewrites the value a hook stores yet"
     ),
+    "GG005/pos_forward_hook_list_grad_asked_of_kept_output": (
+        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
+        "the change, and no fix rewrites the value a hook stores yet"
+    ),
+    "GG004/pos_unbind_row_clamped_then_scaled_in_helper": (
+        "the writes are a helper's, on the row it is given: the piece comes from iterating the tensor in the caller, "
+        "and no fix rewrites a loop over a tensor's rows"
+    ),
     "GG005/pos_forward_hook_attribute_before_functional_relu": (
         "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
         "the change, and no fix rewrites the value a hook stores yet"
@@ -347,6 +355,10 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG001/pos_batch_tuple_features_rewritten_between_passes": (
+        "the features are copied before the write: the tuple keeps the old values, where the write used to change them"
+    ),
+    "GG002/pos_leaf_scaled_then_shifted_in_place": "computes on a copy: the leaf keeps its old value",
     "GG103/pos_aux_loss_detached_item_rebound_then_weighted": "the line is deleted so `adv` keeps its tensor: any "
                                                               "other use of the name then gets the tensor, not a number",
     "GG103/pos_legacy_tensor_of_losses": "`torch.stack` keeps the losses' dtype and device, where the legacy "

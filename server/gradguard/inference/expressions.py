@@ -34,6 +34,7 @@ from .values import (
     OptimizerValue,
     ParamGroups,
     ParamIterable,
+    Storage,
     Tensor,
     TensorMap,
     TensorSeq,
@@ -428,6 +429,9 @@ class ExpressionsMixin:
     def _expr_Subscript(self, node: ast.Subscript) -> Value:
         container = self.eval(node.value)
         if isinstance(container, Tensor):
+            index = _const_key(node.slice)
+            if container.assumed and isinstance(index, int):
+                return self._assumed_element(container, index, node)
             if self._is_advanced_index(node.slice):
                 return self.apply_op("index", [container], node, "indexing")
             return self._view(container, node)
@@ -462,6 +466,18 @@ class ExpressionsMixin:
             return UNKNOWN
         self.eval(node.slice)
         return UNKNOWN
+
+    def _assumed_element(self, container: Tensor, index: int, node: ast.Subscript) -> Tensor:
+        """``x[0]`` of an argument taken to be one tensor without proof: it may as well be the first item of a
+        tuple (``batch[0]``, ``inputs[2]``), so each constant index is a tensor of its own, never a view sharing
+        the others' memory: a save of ``x[0]`` and a write to ``x[2]`` are not told as one tensor's story."""
+        key = (container.storage.id, index)
+        element = self.assumed_elements.get(key)
+        if element is None:
+            element = self.assumed_elements[key] = Tensor(
+                Storage(), container.requires_grad, leaf=container.leaf, origin=node, label=f"`{ast.unparse(node)}`",
+                graph=container.graph, assumed=True)
+        return element
 
     def _expr_Attribute(self, node: ast.Attribute) -> Value:
         owner = self.eval(node.value)

@@ -289,6 +289,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.module_unit = False  # running the module's top level (its environment is the globals)
         self.presets: dict[int, Value] = {}  # ids of keyword value nodes spread from a caller, and their values
         self.container_reads: set[int] = set()  # ids of the index nodes of list/dict element reads
+        # `x[0]`, `x[2]` of a forward's argument taken to be one tensor (``Tensor.assumed``): each constant index's
+        # element, by (the argument's storage id, the index).
+        self.assumed_elements: dict[tuple[int, int], Tensor] = {}
         self.followed: set[tuple[str, str]] = set()  # (class, name) of the file's functions whose calls were followed
         self.steps = 0  # statements run, expressions evaluated and calls followed, against MAX_STEPS
         # Calls into the project's other modules are followed (see ``project.py``): set by the engine for the units
