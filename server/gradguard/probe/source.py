@@ -12,6 +12,7 @@ import ast
 import linecache
 import re
 
+from ..statements import blocks
 from .model import Site
 
 MAX_CHARS = 60
@@ -520,8 +521,8 @@ def guarded_flag_write(site: Site, attr: str) -> tuple[Site, str] | None:
         if isinstance(node, ast.If) and guards(node.test) and any(s is statement for b in node.body
                                                                   for s in ast.walk(b)):
             return test_site(node.test), value.id
-        for block in (getattr(node, "body", None), getattr(node, "orelse", None)):
-            if not isinstance(block, list) or not any(s is statement for s in block):
+        for _, block in blocks(node):
+            if not any(s is statement for s in block):
                 continue
             for s in block[:block.index(statement)]:
                 if isinstance(s, ast.If) and isinstance(s.test, ast.UnaryOp) and isinstance(s.test.op, ast.Not) \
