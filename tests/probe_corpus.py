@@ -63,6 +63,9 @@ PROBE_BLIND: dict[str, str] = {
         "output on a later line, so computing it again after the step would not help, and the fixture's own reference "
         "moves the step after the actor's backward; the static analysis names the first use after the step; "
         "`check --probe` reports both"),
+    "GG101/pos_model_methods_second_backward_after_three_steps": (
+        "the probe names the forward method's call before the steps (to run again after them), the static analysis "
+        "the helper call after the steps whose loss builds on that forward's outputs; `check --probe` merges them"),
     "GG101/pos_actor_critic_method_update_critic": (
         "the probe names the trunk's forward before the step (the function calling both computes it again after), "
         "the static analysis the first use after the step of a value that forward made; `check --probe` merges them"),

@@ -20,7 +20,7 @@ from typing import Iterator, NamedTuple
 from .diagnostics import NOT_ANALYSED
 from .inference.classes import ClassInfo, find_classes
 from .inference.dtypes import file_default_dtype, forget_dtypes
-from .inference.events import Conflict, Finding, GradRead, Mutation, Sink, StaleUse
+from .inference.events import Conflict, Finding, GradRead, Mutation, Sink, StaleUse, in_function_of
 from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
@@ -672,6 +672,7 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             if produced:
                 found.extend((f, event) for f in produced)
                 break
+    found = _fold_mended_updates(interp, found)
     # A loop runs an update more than once: when one run's finding is placed at the stale value's use, the
     # others' findings at the update itself are the same bug.
     placed = {id(event.node) for f, event in found if isinstance(event, Mutation) and f.node is not event.node
@@ -689,6 +690,51 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             finding = _in_this_file(f, event)
             if finding is not None:
                 yield finding
+
+
+def _fold_mended_updates(interp: Interpreter, found: list) -> list:
+    """Updates in a row (one optimizer per network) that break one backward: when one update's finding is placed at
+    the line to change (the use of a value computed before it and shared with the backward before it), another
+    update's finding at its own line is dropped when that backward reaches the other's stale weights through that
+    same line too (in the function that runs the update): computing the value again there mends both.  The
+    dropped update becomes a related location of the kept finding."""
+    placed: dict[tuple[int, int], int] = {}
+    for k, (f, event) in enumerate(found):
+        if (f.code == "GG101" and isinstance(event, Mutation) and f.node is not event.node
+                and event.stale_use is not None and event.stale_kept is None and event.stale_detach is None
+                and not event.stale_carried):
+            placed.setdefault((id(event.stale_conflict.sink.node), id(f.node)), k)
+    if not placed:
+        return found
+    folded: dict[int, list] = {}
+    for k, (f, event) in enumerate(found):
+        if f.code != "GG101" or not isinstance(event, Mutation) or f.node is not event.node:
+            continue
+        # Every conflict's save is reached through a use at the kept finding's line (one such finding for all).
+        path = event.call_path()
+        targets = set()
+        for c in event.conflicts:
+            keys = {(id(c.sink.node), id(in_function_of(u.path, u.node, path))) for u in interp.stale_uses
+                    if event.seq <= u.seq < c.sink.seq and u.marker in c.sink.graph and c.save.id in u.inputs}
+            targets.add(next((placed[key] for key in keys if key in placed), None))
+        into = targets.pop() if len(targets) == 1 else None
+        if into is not None and into != k and found[into][1].node is not event.node:
+            folded.setdefault(into, []).append(event)
+    if not folded:
+        return found
+    dropped = {id(e) for events in folded.values() for e in events}
+    out = []
+    for k, (f, event) in enumerate(found):
+        if id(event) in dropped and f.node is event.node:
+            continue
+        if k in folded:
+            seen = {id(n) for n, _ in f.related}
+            notes = [(e.node, Message.format("{how} updates weights this graph saved too; computing the value again "
+                                             "here mends it as well", how=e.how))
+                     for e in folded[k] if id(e.node) not in seen and not seen.add(id(e.node))]
+            f = replace(f, related=[*f.related, *notes])
+        out.append((f, event))
+    return out
 
 
 def _is_entry_script(tree: ast.Module) -> bool:
@@ -868,16 +914,32 @@ def _stale_use(interp: Interpreter, mutation: Mutation) -> tuple[StaleUse | None
     carries into its next iteration (the use comes before the update in the loop's code: `state` of the next
     step's action, computed before this step's update)."""
     backwarded = _backwarded(interp, mutation)
+    detached = _detached_before(interp, mutation)
     # The latest saves first: a value made since an earlier update of the same weights is the one this update
     # makes stale (an older one was already stale, and an earlier update's finding names its use).
     for c in sorted(mutation.conflicts, key=lambda c: -c.save.id):
         if c.sink.kind != "backward":
             continue
         use = next((u for u in interp.stale_uses if mutation.seq <= u.seq < c.sink.seq
-                    and u.marker in c.sink.graph and c.save.id in u.inputs), None)
+                    and u.marker in c.sink.graph and c.save.id in u.inputs and not detached(u)), None)
         if use is not None and (c.save.id in backwarded or _carried(use, mutation)):
             return use, c
     return None, None
+
+
+def _detached_before(interp: Interpreter, mutation: Mutation):
+    """Whether a stale use builds only on a value the code took `.detach()`ed before the update (a target the loss
+    the update applies reads detached, and a later loss reads with its graph), which no backward before the update
+    ran through itself: it is not a value both losses share, and computing it again at the use is not the change
+    (the update comes before the backward of the loss that reads the value with its graph)."""
+    before = [s.graph for s in interp.sinks if s.kind == "backward" and s.seq < mutation.seq]
+    taken = [d for d in interp.detaches if d.marker and d.seq < mutation.seq and not any(d.marker in g for g in before)]
+    markers = frozenset(u.marker for u in interp.stale_uses) | frozenset(d.marker for d in interp.detaches)
+
+    def detached(use: StaleUse) -> bool:
+        inputs = use.inputs - markers
+        return bool(inputs) and any(d.marker in use.inputs and inputs <= d.graph for d in taken)
+    return detached
 
 
 def _early_forward(interp: Interpreter, mutation: Mutation) -> Conflict | None:

@@ -66,10 +66,19 @@ _GUARD_KEPT_OTHERS_FROZEN = (
     "dropping the guard would also unfreeze parameters frozen on purpose by other code (whether any are is the "
     "author's to say): no fix yet")
 
+_STEP_BEFORE_DETACHED_TARGET_LOSS = (
+    "the later loss is computed between the step and its backward, which a move of the step does not pass over; "
+    "computing the target again after the step would change the loss, not only its weights: the author's choice")
+
 NO_FIX = {
     "GG103/pos_guarded_unfreeze_method_keeps_encoder_frozen": _GUARD_KEPT_OTHERS_FROZEN,
     "GG103/pos_guarded_unfreeze_helper_requires_grad_call": _GUARD_KEPT_OTHERS_FROZEN,
     "GG103/pos_guarded_unfreeze_after_module_freeze": _GUARD_KEPT_OTHERS_FROZEN,
+    "GG101/pos_value_step_before_detached_target_reused": _STEP_BEFORE_DETACHED_TARGET_LOSS,
+    "GG101/pos_model_methods_second_backward_after_three_steps": (
+        "the forward is a method that keeps its outputs on the object: calling it again before the second loss's "
+        "helper is the change, and no fix adds a call"),
+    "GG101/pos_agent_lambda_returns_detached_for_critic_step": _STEP_BEFORE_DETACHED_TARGET_LOSS,
     "GG101/pos_actor_loss_before_critic_update_helper": _LOSS_BACKWARDED_IN_HELPER,
     "GG101/pos_agent_method_policy_loss_before_value_update": _LOSS_BACKWARDED_IN_HELPER,
     "GG101/pos_two_critic_updates_manual_sgd_helper": _LOSS_BACKWARDED_IN_HELPER,
@@ -418,6 +427,8 @@ UNSAFE_ONLY = {
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
+    "GG101/pos_two_steps_then_second_loss_on_shared_forward": "the code and the sample computed again after both "
+                                                              "steps see the updated encoder and generator",
     "GG101/pos_gan_no_detach_shared_d_output": "`D(fake)` computed again after the step sees the updated discriminator",
     "GG101/pos_shared_generator_optimizer_two_steps_before_d_fake": "the fake computed again after both generator "
                                                                     "steps comes from the updated generator",

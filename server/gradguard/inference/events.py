@@ -46,6 +46,9 @@ class Detach:
     path: tuple[ast.AST, ...]  # the followed calls' sites, outermost first, that it ran inside
     seq: int
     graph: frozenset[int]  # the saves reachable from the tensor it detached
+    # Put into the detached tensor's own graph (one with a grad_fn) at the detach: a backward whose graph holds it
+    # ran through that tensor itself (or what was computed from it), not only through its detached copy.
+    marker: int = 0
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,15 @@ class Mutation:
                 break
             node = site
         return node
+
+
+def in_function_of(path: tuple[ast.AST, ...], node: ast.AST, update_path: list[ast.AST]) -> ast.AST:
+    """``node``, reached through the followed calls ``path``, as a line of the function that runs the update (whose
+    calls are ``update_path``): the call site there that leads to it, or the node itself when it is there."""
+    common = 0
+    while common < len(path) and common < len(update_path) and path[common] is update_path[common]:
+        common += 1
+    return path[common] if common < len(path) else node
 
 
 @dataclass

@@ -1529,7 +1529,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
 
     def note_detach(self, tensor: Tensor, node: ast.AST) -> None:
         if tensor.requires_grad and tensor.graph:
-            self.detaches.append(Detach(node, self.frame_sites, self._next(), tensor.graph))
+            marker = 0
+            if not tensor.leaf:
+                marker = new_id()
+                tensor.graph = tensor.graph | {marker}
+            self.detaches.append(Detach(node, self.frame_sites, self._next(), tensor.graph, marker))
 
     def _number_backward(self, number: NumberFrom, node: ast.AST) -> None:
         """``loss.backward()`` on a Python number or NumPy value computed from values read out of tensors: it has

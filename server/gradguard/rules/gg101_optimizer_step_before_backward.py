@@ -9,7 +9,7 @@ from ..fixes.context import CannotFix, FUNCTIONS, FindingId, FixContext, LOOPS
 from ..fixes.edits import Rewrite, apply_edits, line_after
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..fixes.writes import cst_mod
-from ..inference.events import Finding, Mutation
+from ..inference.events import Finding, Mutation, in_function_of
 from ..knowledge.names import RECURRENT_LAYERS
 from ..messages import Message, other_file
 from .base import Example, Rule
@@ -60,10 +60,10 @@ def line_to_change(mutation: Mutation) -> Finding | None:
                                            and other_file(use.node) is None):
         return None  # `out.pow(2).mean().backward()`: the use is the backward's own loss; the update is the line
     save = conflict.save
-    node = _in_function_of(use.path, use.node, mutation.call_path())
+    node = in_function_of(use.path, use.node, mutation.call_path())
     detach = mutation.stale_detach
     if detach is not None:
-        node = _in_function_of(detach.path, detach.node, mutation.call_path())
+        node = in_function_of(detach.path, detach.node, mutation.call_path())
         return Finding(
             "GG101", node,
             Message.format(
@@ -75,7 +75,7 @@ def line_to_change(mutation: Mutation) -> Finding | None:
                 this=_said(node, "this line"), how=mutation.how, step=mutation.node, sink=conflict.sink.node,
                 op=save.op, saved=save.node, torch=SAVED_MESSAGE),
             certain=save.certain,
-            related=[(_in_function_of(use.path, use.node, mutation.call_path()), "the carried state is used here"),
+            related=[(in_function_of(use.path, use.node, mutation.call_path()), "the carried state is used here"),
                      (mutation.node, f"{mutation.how} updates the weights in place here"),
                      *conflict_related(conflict, mutation)],
             mutation=mutation)
@@ -130,9 +130,9 @@ def _computed_too_early(mutation: Mutation, conflict) -> Finding:
     compute after the call."""
     save, sink = conflict.save, conflict.sink
     path = mutation.call_path()
-    node = _in_function_of(save.path, save.node, path)
-    call = _in_function_of(tuple(path), mutation.node, list(save.path))
-    backward = _in_function_of(sink.path, sink.node, list(save.path))
+    node = in_function_of(save.path, save.node, path)
+    call = in_function_of(tuple(path), mutation.node, list(save.path))
+    backward = in_function_of(sink.path, sink.node, list(save.path))
     waits = Message.format("the backward on {sink}" if backward is sink.node else
                            "the backward run by the call on {call} ({sink})",
                            sink=sink.node, call=backward)
@@ -150,15 +150,6 @@ def _computed_too_early(mutation: Mutation, conflict) -> Finding:
                  (mutation.node, f"{mutation.how} updates the weights in place here"),
                  *conflict_related(conflict, mutation)],
         mutation=mutation)
-
-
-def _in_function_of(path: tuple[ast.AST, ...], node: ast.AST, update_path: list[ast.AST]) -> ast.AST:
-    """``node``, reached through the followed calls ``path``, as a line of the function that runs the update (whose
-    calls are ``update_path``): the call site there that leads to it, or the node itself when it is there."""
-    common = 0
-    while common < len(path) and common < len(update_path) and path[common] is update_path[common]:
-        common += 1
-    return path[common] if common < len(path) else node
 
 
 def _said(node: ast.AST, fallback: str) -> str:
