@@ -48,7 +48,7 @@ def generate(lines: int) -> str:
     random.Random(0).shuffle(files)  # positives and negatives of every rule, in a fixed order
     out: list[str] = []
     i = 0
-    while len(out) < lines:
+    while len(out) <= lines:  # one line past the cut: it shows whether a top-level block starts there
         out.extend(files[i % len(files)].read_text(encoding="utf-8").splitlines())
         out.append("")
         i += 1

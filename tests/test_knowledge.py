@@ -148,6 +148,21 @@ def test_linear_module_saves_its_input(torch, kb):
         assert (msg is not None and SAVED_MODIFIED in msg) == (cond in info.saves_input), (cond, msg)
 
 
+@pytest.mark.parametrize("cls, args, kwargs", [("LSTM", (3, 4), {"num_layers": 3, "bidirectional": True, "proj_size": 2}),
+                                               ("GRU", (3, 4), {"num_layers": 4}), ("RNNCell", (3, 4), {}),
+                                               ("Linear", (3, 4), {}), ("LayerNorm", (4,), {})])
+def test_parameter_names_are_the_ones_torch_gives(torch, kb, cls, args, kwargs):
+    """Every parameter an instance has is named by the table (layer indices as `{n}`), and its other attributes
+    are not (`getattr(rnn, f"bias_hh_l{i}")` is read as a parameter only when torch's names say so)."""
+    module = getattr(torch.nn, cls)(*args, **kwargs)
+    info = kb.module(cls)
+    for name, _ in module.named_parameters():
+        assert info.has_parameter(name), name
+    for name in ("hidden_size", "num_layers", "training", "bias_hh", "weight_l0"):
+        if not isinstance(getattr(module, name, None), torch.nn.Parameter):
+            assert not info.has_parameter(name), name
+
+
 @pytest.mark.parametrize("name, call", [("relu", lambda t, x: t.nn.ReLU()(x)),
                                         ("sigmoid", lambda t, x: t.nn.Sigmoid()(x))])
 def test_activation_modules_save_output(torch, kb, name, call):
@@ -254,7 +269,7 @@ def test_table_shape():
         assert all(k.isdigit() for k in op["saves_args"]) and op["sources"], name
     for name, mod in data["modules"].items():
         assert set(mod) == {"saves_input", "saves_output", "saves_params", "has_params", "functional",
-                            "inplace_kwarg", "returns", "bases"}, name
+                            "inplace_kwarg", "returns", "bases", "param_names"}, name
         assert set(mod["saves_input"]) | set(mod["saves_output"]) | set(mod["saves_params"]) <= {"input", "params"}
     kb = load_knowledge()
     assert hash(kb.op("mul")) == hash(kb.op("mul")) and kb.op("mul").saves_args[0] == frozenset({1})

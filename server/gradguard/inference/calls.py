@@ -53,7 +53,9 @@ from .values import (
     ParamGroups,
     ModuleValue,
     ModuleIterable,
+    NameTemplate,
     ParamIterable,
+    ParamsByName,
     PartialValue,
     Storage,
     SuperRef,
@@ -402,10 +404,16 @@ class CallsMixin:
             if isinstance(owner, ModuleValue):
                 return self._module_attr(owner, attr, node)
             return UNKNOWN
+        if name == "getattr" and len(args) >= 2 and isinstance(args[0], ModuleValue) \
+                and isinstance(args[1], NameTemplate):  # `getattr(self.rnn, f"weight_hh_l{i}")`
+            return self.parameter_named(args[0], args[1], node)
         if name == "isinstance" and len(args) == 2:
             return self._isinstance(args[0], args[1])
         if name == "dict" and not args and kwargs:  # `dict(type="ReLU", inplace=True)`: a config by keyword
             return TensorMap(dict(kwargs))
+        if name == "dict" and len(args) == 1 and isinstance(args[0], ParamIterable) and args[0].named \
+                and isinstance(args[0].owner, ModuleValue):  # `dict(rnn.named_parameters())`: looked up by name
+            return ParamsByName(args[0].owner)
         if name == "dict" and len(args) == 1 and isinstance(args[0], ModuleIterable) and args[0].named:
             # `dict(model.named_modules())`: the submodules by the names torch gives them
             named = named_submodules(args[0].owner, args[0].recursive, self._is_nn_module) \

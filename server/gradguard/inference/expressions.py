@@ -33,7 +33,9 @@ from .values import (
     Opaque,
     OptimizerValue,
     ParamGroups,
+    NameTemplate,
     ParamIterable,
+    ParamsByName,
     Storage,
     Tensor,
     TensorMap,
@@ -119,6 +121,27 @@ class ExpressionsMixin:
         if isinstance(node.value, (bool, str, int)) or node.value is None:
             return Const(node.value)
         return NOT_TENSOR
+
+    def _expr_JoinedStr(self, node: ast.JoinedStr) -> Value:
+        """``f"conv{i}"``: the string when every piece is known, else its text with each unknown piece ``{n}``
+        (a layer index in a parameter's name, see ``NameTemplate``)."""
+        text, holes = [], False
+        for piece in node.values:
+            if isinstance(piece, ast.Constant) and isinstance(piece.value, str):
+                if "{" in piece.value or "}" in piece.value:
+                    return NOT_TENSOR
+                text.append(piece.value)
+                continue
+            value = self.eval(piece.value) if isinstance(piece, ast.FormattedValue) else UNKNOWN
+            plain = isinstance(piece, ast.FormattedValue) and piece.conversion == -1 and piece.format_spec is None
+            if plain and isinstance(value, Const) and not isinstance(value.value, tuple):
+                text.append(str(value.value))
+            else:
+                if isinstance(piece, ast.FormattedValue) and piece.format_spec is not None:
+                    self.eval(piece.format_spec)
+                text.append("{n}")
+                holes = True
+        return NameTemplate("".join(text)) if holes else Const("".join(text))
 
     def imported(self, qualname: str) -> Value:
         """An imported name: a function or class of one of the project's modules (followed like the file's own),
@@ -437,6 +460,10 @@ class ExpressionsMixin:
             return self._view(container, node)
         if isinstance(container, (TensorSeq, TensorMap)):
             return self._element(container, node.slice)
+        if isinstance(container, ParamsByName):
+            key = self.eval(node.slice)
+            return self.parameter_named(container.owner, key, node) if isinstance(key, (Const, NameTemplate)) \
+                else UNKNOWN
         if isinstance(container, Derived):
             self.eval(node.slice)
             return container
@@ -575,13 +602,39 @@ class ExpressionsMixin:
             return TensorMap(dict(named), exact=True) if named is not None else UNKNOWN
         if module.torch_module:
             info = self.k.module(module.cls)
-            if name in ("weight", "bias") and (info is None or info.has_params):
+            if (name in ("weight", "bias") and (info is None or info.has_params)) or (
+                    info is not None and info.has_parameter(name)):
                 rg = Grad.NO if module.frozen else Grad.YES
                 param = new_tensor(node, rg, leaf=True, param=True, label=f"the {module.cls} {name}")
                 param.dtype = module.dtype
                 module.attrs[name] = param
                 return param
         return UNKNOWN
+
+    def parameter_named(self, module: ModuleValue, name: Const | NameTemplate, node: ast.AST) -> Value:
+        """``getattr(rnn, f"bias_hh_l{i}")``, ``params["fc.weight"]`` of ``dict(model.named_parameters())``: the
+        parameter of that (dotted) name.  A name with an unknown piece (a layer index) is a parameter when the
+        torch class has parameters of that form; each read of it stands for one of them, so none is kept."""
+        text = name.value if isinstance(name, Const) else name.text
+        if not isinstance(text, str):
+            return UNKNOWN
+        *path, last = text.split(".")
+        for part in path:
+            if "{n}" in part:
+                return UNKNOWN
+            module = self._module_attr(module, part, node)
+            if not isinstance(module, ModuleValue):
+                return UNKNOWN
+        if isinstance(name, Const) or "{n}" not in last:
+            value = self._module_attr(module, last, node)
+            return value if isinstance(value, Tensor) and value.param else UNKNOWN
+        info = self.k.module(module.cls) if module.torch_module else None
+        if info is None or not info.has_parameter(last):
+            return UNKNOWN
+        rg = Grad.NO if module.frozen else Grad.YES
+        param = new_tensor(node, rg, leaf=True, param=True, label=f"the {module.cls} {last.replace('{n}', 'N')}")
+        param.dtype = module.dtype
+        return param
 
 
 

@@ -255,6 +255,21 @@ class ParamIterable:
 
 
 @dataclass(eq=False)
+class ParamsByName:
+    """``dict(model.named_parameters())``: a parameter looked up by its name (``params["weight_ih_l0"]``)."""
+
+    owner: "ModuleValue"
+
+
+@dataclass(frozen=True)
+class NameTemplate:
+    """An f-string whose formatted pieces are not all known (``f"bias_hh_l{i}"``): its text with each unknown
+    piece written ``{n}``, the way the knowledge table writes a layer index in a parameter's name."""
+
+    text: str
+
+
+@dataclass(eq=False)
 class Derived:
     """Something computed from tensors that we cannot model (a loss from an unknown function, a distribution).
 
@@ -420,15 +435,15 @@ INT = Opaque.INT
 Value = (Tensor | DataAlias | TensorSeq | TensorMap | ModuleValue | LayerChoice | ParamIterable | ModuleIterable
          | Derived | NumberFrom | OptimizerValue | ParamGroups | FunctionValue | CallableRef | PartialValue | ClassRef
          | SuperRef | KeywordArgs
-         | FunctionApply | FunctionContext | HookHandle | Const | Opaque)
+         | FunctionApply | FunctionContext | HookHandle | Const | NameTemplate | ParamsByName | Opaque)
 
 # Values that are plain Python data, never a tensor: what `x = 0`, `flag = True` or `name = "relu"` hold.
-PLAIN = (Const, Opaque)
+PLAIN = (Const, NameTemplate, Opaque)
 
 
 def is_plain_data(value: "Value") -> bool:
     """An int, a float, a string, a bool, None...: known not to be a tensor (UNKNOWN is not)."""
-    return isinstance(value, Const) or value in (INT, NOT_TENSOR)
+    return isinstance(value, (Const, NameTemplate)) or value in (INT, NOT_TENSOR)
 
 
 def new_id() -> int:

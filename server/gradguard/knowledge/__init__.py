@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,12 @@ class ModuleInfo:
     inplace_kwarg: bool
     returns: str = "tensor"  # "tuple" for LSTM/GRU/RNN/MultiheadAttention: (output, state)
     bases: tuple[str, ...] = ()  # its torch classes, itself first: what isinstance(m, nn.X) is true for
+    # its own parameters' names, a layer or direction index written `{n}` (`weight`, `bias_hh_l{n}_reverse`)
+    param_names: frozenset[str] = frozenset()
+
+    def has_parameter(self, name: str) -> bool:
+        """``name`` (``bias_hh_l0``, or a template ``bias_hh_l{n}``) is one of this class's parameters."""
+        return re.sub(r"\d+", "{n}", name) in self.param_names
 
 
 class TorchKnowledge:
@@ -226,6 +233,7 @@ def _module(name: str, d: Mapping) -> ModuleInfo:
         inplace_kwarg=bool(d["inplace_kwarg"]),
         returns=d.get("returns", "tensor"),
         bases=tuple(d.get("bases", ())),
+        param_names=frozenset(d.get("param_names", ())),
     )
 
 

@@ -925,6 +925,26 @@ def probe_module(make, inp: T) -> dict:
     return res
 
 
+# Constructor options that add parameters (more layers, a reverse direction, a projection, an affine transform):
+# tried one at a time so that every parameter name the class can have is seen.
+PARAM_OPTIONS = ({"num_layers": 2}, {"bidirectional": True}, {"proj_size": 1}, {"affine": True},
+                 {"elementwise_affine": True}, {"bias": True}, {"num_layers": 2, "bidirectional": True, "proj_size": 1})
+
+
+def param_names(cls: str, make) -> list[str]:
+    """The names of the class's own parameters (``weight``, ``bias_hh_l0``), each run of digits written ``{n}``
+    (``bias_hh_l{n}``): one name per layer or direction index the module is built with."""
+    names = {n for n, _ in quiet(make).named_parameters(recurse=False)}
+    ctor = module_classes()[cls]
+    args = next((a for k, (a, _) in MODULE_SPECS.items() if k == cls), ())
+    for options in PARAM_OPTIONS:
+        try:
+            names |= {n for n, _ in quiet(ctor, *args, **options).named_parameters(recurse=False)}
+        except Exception:  # the class does not take that option (or not with these sizes)
+            continue
+    return sorted({re.sub(r"\d+", "{n}", n) for n in names})
+
+
 def functional_name(cls: str) -> str | None:
     """Matching ``F`` function: LeakyReLU -> leaky_relu, BatchNorm2d -> batch_norm, Identity -> None."""
     index = {k.replace("_", ""): k for k in dir(F) if not k.startswith("_") and not k.endswith("_")
@@ -946,7 +966,7 @@ def modules_table(kwarg_mods: set) -> dict:
             res = probe_module(make, inp)
         except Exception:   # needs constructor arguments or a second input (losses...)
             continue
-        res.update(functional=functional_name(k), inplace_kwarg=k in kwarg_mods,
+        res.update(functional=functional_name(k), inplace_kwarg=k in kwarg_mods, param_names=param_names(k, make),
                    # isinstance(m, nn.Hardtanh) holds for an nn.ReLU6: its torch classes, itself first
                    bases=[b.__name__ for b in classes[k].__mro__ if b.__name__ in classes and b is not nn.Module])
         table[k] = {f: sorted(v) if isinstance(v, set) else v for f, v in res.items()}
@@ -993,7 +1013,7 @@ def loss_modules_table() -> dict:
             continue
         entry = probe_loss(cls)
         if entry is not None:
-            table[name] = {**entry, "functional": None, "inplace_kwarg": False,
+            table[name] = {**entry, "functional": None, "inplace_kwarg": False, "param_names": [],
                            "bases": [b.__name__ for b in cls.__mro__ if b.__name__ in module_classes()
                                      and b is not nn.Module and not b.__name__.startswith("_")]}
     return table
