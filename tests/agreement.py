@@ -44,6 +44,10 @@ KNOWN_DISAGREEMENTS: dict[tuple[str, int, str, str], str] = {
     ("GG001/pos_activation_chosen_by_name_output_zeroed", 18, "GG001", "saving op"): (
         "the layer is one of several chosen by a name read at run time: the static message names one alternative "
         "(as an if/else join does), the probe the one that ran; the message should say 'one of'"),
+    ("GG101/pos_two_steps_then_second_loss_on_shared_forward", 30, "GG101", "save line"): (
+        "two steps rewrite weights this graph saved: the finding names the first step's save (line 20) and folds the "
+        "second step in as a related line; torch trips first on the second step's weights (line 22); the message "
+        "should name the saves of every folded step"),
 }
 
 

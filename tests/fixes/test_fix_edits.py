@@ -487,7 +487,8 @@ def test_one_fix_per_function_per_pass_keeps_the_result_minimal():
         y[0] = 1
         y.sum().backward()
     """
-    assert len(analyse(src)) == 2
+    (finding,) = analyse(src)  # the second write on the same chain is a related line of the first's finding
+    assert 7 in [r.line for r in finding.related]
     out = fixed(src)
     assert "y = y.mul(2.0)\n    y[0] = 1\n" in out and "clone" not in out  # the first fix settles the second
 
