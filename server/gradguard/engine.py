@@ -79,6 +79,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     used: dict[str, _Cached] = {}
     results: list[tuple[tuple[str, str], list[Finding]]] = []
     followed: set[tuple[str, str]] = set()
+    places = _StatementPlaces(tree)
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
             continue
@@ -96,7 +97,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
             try:
                 interp = _run_unit(ctx, fn, owner, tree, module_env)
                 # A recursive call is not a caller that decides for the function.
-                produced = _one_chain_one_finding(list(_check(interp)), tree)
+                produced = _one_chain_one_finding(list(_check(interp)), places)
                 calls = frozenset(interp.followed - {function_key(fn, owner)})
             except (TooManySteps, RecursionError) as exc:
                 produced, calls = [_not_analysed(fn, tree, exc)], frozenset()
@@ -185,7 +186,7 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
 _SAME_REASON = {"GG001": "saved", "GG005": "saved", "GG002": "leaf", "GG004": "multi-view"}
 
 
-def _one_chain_one_finding(findings: list[Finding], tree: ast.Module) -> list[Finding]:
+def _one_chain_one_finding(findings: list[Finding], places: _StatementPlaces) -> list[Finding]:
     """One finding per chain, where several writes break it in one story (of one function's analysis, before its
     findings are cached: a cached finding moved to new lines keeps what this made of it).
 
@@ -208,17 +209,17 @@ def _one_chain_one_finding(findings: list[Finding], tree: ast.Module) -> list[Fi
     for group in keyed.values():
         if len(group) < 2:
             continue
-        places = {id(f): _block_place(tree, f.node) for f in group}
-        for first in group:
-            if id(first) in dropped or places[id(first)] is None:
-                continue
-            block, index = places[id(first)]
-            for second in group:
-                if second is first or id(second) in dropped:
-                    continue
-                if any(_holds(s, second.node) for s in block[index + 1:]):
-                    dropped.add(id(second))
-                    later_of.setdefault(id(first), []).append(second)
+        # In source order, a write is merged into the earliest kept write whose simple statement comes before one
+        # of the statements holding it, in the same block (linear in the group: one lookup per holding block).
+        firsts: dict[int, tuple[int, Finding]] = {}  # id(block) -> (index, the earliest kept first written there)
+        for second in sorted(group, key=lambda f: _position(f.node) or ()):
+            holding = places.of(second.node)
+            first = next((firsts[b][1] for b, i, _ in holding if b in firsts and firsts[b][0] < i), None)
+            if first is not None:
+                dropped.add(id(second))
+                later_of.setdefault(id(first), []).append(second)
+            elif holding and holding[-1][2]:
+                firsts.setdefault(holding[-1][0], holding[-1][1:2] + (second,))
     out = []
     for f in findings:
         if id(f) in dropped:
@@ -244,21 +245,33 @@ def _chain_key(finding: Finding) -> tuple | None:
     return (reason, mutation.target.storage.id, saves, tuple(id(site) for site in mutation.call_path()))
 
 
-def _block_place(tree: ast.Module, node: ast.AST) -> tuple[list[ast.stmt], int] | None:
-    """The statement list and index of the simple statement (no block of its own) that holds ``node``."""
-    for _, _, block in statements.walk_blocks(tree):
-        for index, stmt in enumerate(block):
-            if not statements.holds_statements(stmt) and _holds(stmt, node):
-                return block, index
-    return None
+class _StatementPlaces:
+    """Where each node of one file's tree sits: (id of a statement list, index, whether that statement is simple) of
+    every statement holding it, outermost first.  Keyed by position, since a finding kept from an earlier analysis
+    holds the nodes of that analysis's tree; built once per file, on first use."""
+
+    def __init__(self, tree: ast.Module):
+        self._tree = tree
+        self._places: dict[tuple, list[tuple[int, int, bool]]] | None = None
+
+    def of(self, node: ast.AST) -> list[tuple[int, int, bool]]:
+        if self._places is None:
+            self._places = {}
+            for _, _, block in statements.walk_blocks(self._tree):
+                for index, stmt in enumerate(block):
+                    simple = not statements.holds_statements(stmt)
+                    for inner in ast.walk(stmt):
+                        position = _position(inner)
+                        if position is not None:
+                            self._places.setdefault(position, []).append((id(block), index, simple))
+        position = _position(node)
+        return self._places.get(position, []) if position is not None else []
 
 
-def _holds(stmt: ast.AST, node: ast.AST) -> bool:
-    """Whether ``node`` lies inside ``stmt``'s text (positions of one file's tree)."""
-    if not hasattr(node, "lineno") or not hasattr(stmt, "lineno"):
-        return False
-    return ((stmt.lineno, stmt.col_offset) <= (node.lineno, node.col_offset)
-            and (node.end_lineno, node.end_col_offset) <= (stmt.end_lineno, stmt.end_col_offset))
+def _position(node: ast.AST) -> tuple[int, int, int, int] | None:
+    if not hasattr(node, "lineno"):
+        return None
+    return (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
 
 
 def _saved_by(finding: Finding) -> set:
