@@ -48,7 +48,7 @@ class Freeze:
 
 
 @dataclass
-class Skipped:
+class SkippedUnfreeze:
     """A call of the freezing line's function that asked for True while its guard skipped parameters it froze."""
 
     freeze: Freeze
@@ -63,7 +63,7 @@ class GuardedFreezes:
         self.user = user
         self.errors = errors
         self.freezes: list[Freeze] = []
-        self.pending: list[Skipped] = []
+        self.pending: list[SkippedUnfreeze] = []
         self.found: list[ProbeFinding] = []
         self._guards: dict[tuple, Any] = {}  # (code, line) -> (guard Site, name) or None
         self._installed = False
@@ -163,7 +163,7 @@ class GuardedFreezes:
             callers = tuple(callers)
             skipped = next((s for s in self.pending if s.freeze is freeze and s.callers == callers), None)
             if skipped is None:
-                skipped = Skipped(freeze, callers)
+                skipped = SkippedUnfreeze(freeze, callers)
                 self.pending.append(skipped)
                 del self.pending[:-_KEPT]
             skipped.params[id(p)] = ref
