@@ -53,13 +53,22 @@ def generate(lines: int) -> str:
         out.append("")
         i += 1
     cut = lines
-    while cut > 0 and not (out[cut][:1].isalpha() or out[cut][:1] in "@#"):  # the next line starts a top-level block
+    while cut > 0 and not ((out[cut][:1].isalpha() or out[cut][:1] in "@#")  # the next line starts a top-level block
+                           and _parses(out[:cut])):  # (not a docstring's line at column 0)
         cut -= 1
     body = out[:cut] + [""] * (lines - cut)
     text = "\n".join(body) + "\n"
     ast.parse(text)
     assert text.count("\n") == lines
     return text
+
+
+def _parses(lines: list[str]) -> bool:
+    try:
+        ast.parse("\n".join(lines))
+    except SyntaxError:
+        return False
+    return True
 
 
 def edit_lines(text: str, count: int) -> list[int]:

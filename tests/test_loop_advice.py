@@ -40,6 +40,14 @@ STACK_BY_HAND = {
         "the buffer is the caller's, passed to the helper that fills it: collecting the steps changes the "
         "helper's interface (it returns the stack), which the loop rewrite does not do"
     ),
+    "GG104/pos_cell_weights_by_name_state_buffer": (
+        "row 0 of the buffer is the initial state no step writes (the loop writes rows 1..n): collecting the steps "
+        "needs that state kept apart, and the loop rewrite takes only writes that cover every row once, in order"
+    ),
+    "GG104/pos_stacked_layers_weights_by_formatted_name": (
+        "the first row is written before the loop and the loop writes `layers[k + 1]`: the loop rewrite takes only "
+        "`name[t] = ...` over the loop variable"
+    ),
 }
 _counter = itertools.count()
 
