@@ -438,14 +438,22 @@ def assignments_read_at(site: Site) -> list[Site]:
             for node in best.values()]
 
 
-def _function_and_name(site: Site):
+def _function_and_statement(site: Site) -> tuple[ast.AST, ast.stmt | None] | None:
+    """The innermost function around ``site`` and its innermost statement at the site's line."""
     tree = _tree(site.path)
     if tree is None:
         return None
     function = _innermost(tree, site.line, (ast.FunctionDef, ast.AsyncFunctionDef))
     if function is None:
         return None
-    statement = _innermost_statement(function, site.line)
+    return function, _innermost_statement(function, site.line)
+
+
+def _function_and_name(site: Site):
+    found = _function_and_statement(site)
+    if found is None:
+        return None
+    function, statement = found
     name = _written_name(statement)
     return (function, name) if name is not None else None
 
@@ -488,13 +496,10 @@ def guarded_flag_write(site: Site, attr: str) -> tuple[Site, str] | None:
     """When the statement at ``site`` is ``X.attr = NAME`` (or ``X.attr_(NAME)``) guarded by ``X.attr`` itself -- inside ``if X.attr:``
     (or ``if X.attr and ...:``), or after ``if not X.attr: continue`` in the same block -- the guard's test and
     ``NAME``: a False the line writes can never be undone by the line.  None otherwise."""
-    tree = _tree(site.path)
-    if tree is None:
+    found = _function_and_statement(site)
+    if found is None:
         return None
-    function = _innermost(tree, site.line, (ast.FunctionDef, ast.AsyncFunctionDef))
-    if function is None:
-        return None
-    statement = _innermost_statement(function, site.line)
+    function, statement = found
     if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.value, ast.Name) \
             and isinstance(statement.targets[0], ast.Attribute) and statement.targets[0].attr == attr:
         owner, value = statement.targets[0].value, statement.value
