@@ -28,10 +28,12 @@ from .diagnostics import FileResult, Fix, TextEdit
 from .fixes import FindingId, Fixer, StillFound, unavailable, with_fix
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
+from .knowledge.names import PIECES
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE,
                           SETTER_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 from .statements import blocks
+from .text import code_point_column
 
 log = logging.getLogger(__name__)
 
@@ -562,18 +564,14 @@ def _clone_kept_hook_output(lines: _Lines, text: str, f: ProbeFinding) -> Fix | 
     source = text.splitlines()
     if uses[0].end_lineno is None or uses[0].end_lineno > len(source):
         return None
-    line = source[uses[0].end_lineno - 1]
-    column = len(line.encode("utf-8")[:uses[0].end_col_offset].decode("utf-8", errors="replace")) + 1
+    column = _char_column(source, uses[0].end_lineno, uses[0].end_col_offset)
     edit = TextEdit(uses[0].end_lineno, column, uses[0].end_lineno, column, ".clone()")
     return Fix(f"Keep a clone of the hook's output: `{name}.clone()`", True, (edit,))
 
 
-_PIECES = ("split", "chunk", "unbind", "tensor_split")  # return several views of one tensor
-
-
 def _char_column(source: list[str], line: int, offset: int) -> int:
-    """The 1-based code-point column of the UTF-8 byte ``offset`` on ``line``."""
-    return len(source[line - 1].encode("utf-8")[:offset].decode("utf-8", errors="replace")) + 1
+    """The 1-based code-point column of the UTF-8 byte ``offset`` on ``line`` (``ast`` counts bytes)."""
+    return code_point_column(source[line - 1], offset) + 1
 
 
 def _clone_pieces(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
@@ -590,7 +588,7 @@ def _clone_pieces(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
             and isinstance(stmt.targets[0], (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in stmt.targets[0].elts) and isinstance(stmt.value, ast.Call)):
         return None
     call = stmt.value
-    if not isinstance(call.func, ast.Attribute) or call.func.attr not in _PIECES:
+    if not isinstance(call.func, ast.Attribute) or call.func.attr not in PIECES:
         return None
     if ast.unparse(call.func.value) == "torch":  # torch.split(t, ...)
         split = call.args[0] if call.args else None
