@@ -26,11 +26,14 @@ from . import parsing
 from .api import FIX_BUILDERS
 from .diagnostics import FileResult, Fix, TextEdit
 from .fixes import FindingId, Fixer, StillFound, unavailable, with_fix
+from .fixes.context import CannotFix, FixContext
+from .fixes.moves import move_statements_after
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
-from .knowledge.names import PIECES
+from .knowledge.names import LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE,
-                          SETTER_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
+                          SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE,
+                          ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 from .statements import blocks
 from .text import code_point_column
@@ -604,8 +607,117 @@ def _clone_pieces(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
     return Fix("Unpack clones of the pieces: `(piece.clone() for piece in ...)`", True, edits)
 
 
-EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (_zero_grad_before_backward, _keep_loaded_copy,
-                                                                        _clone_kept_hook_output, _clone_pieces)
+def _step_after_stale_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG101 an optimizer step between a graph's forward and the backward of a loss built, after the step, on values
+    computed before it (the probe places it at the step, the use as ``STALE_USE_NOTE``, and saw that computing that
+    value again would still run into the old graph): move the step to just after that backward.  Only when the step
+    is a plain ``<chain>.step()``, the backward a plain ``<name>.backward(...)`` later in the step's block, the use
+    the probe saw lies between them, and every statement in between computes values only (``_values_only``): nothing
+    there can read the weights the step changes, or clear or read a gradient, so it computes what it did before."""
+    use = f.notes[0].site if f.notes and f.notes[0].message == STALE_USE_NOTE else None
+    if f.code != "GG101" or use is None or f.backward is None or use.path != f.site.path \
+            or f.backward.path != f.site.path:
+        return None
+    step = lines.simple_statement_at(f.site.line)
+    backward = lines.simple_statement_at(f.backward.line)
+    if not (isinstance(step, ast.Expr) and isinstance(step.value, ast.Call) and _is_step(step.value)
+            and isinstance(backward, ast.Expr) and _plain_backward(backward.value)):
+        return None
+    block = _block_of(lines, step)
+    if block is None or not any(st is backward for st in block):
+        return None
+    i, j = next(n for n, st in enumerate(block) if st is step), next(n for n, st in enumerate(block) if st is backward)
+    between = block[i + 1:j]
+    if not i < j or not any(st.lineno <= use.line <= st.end_lineno for st in block[i + 1:j + 1]):
+        return None
+    ctx = FixContext(text, lines.tree)
+    function = lines.function_of(step)
+    if not all(_values_only(ctx, function, st) for st in between):
+        return None
+    try:
+        ctx.require_own_lines(step)
+        ctx.require_own_lines(backward)
+        edits = tuple(move_statements_after(ctx, [step], [step], backward))
+    except CannotFix:
+        return None
+    shown, after = ast.unparse(step), ast.unparse(backward)
+    return Fix(f"Step after the backward: move `{shown[:60]}` after `{after[:60]}` (unsafe: the step also applies "
+               "the gradients that backward adds to its parameters)", False, edits)
+
+
+def _is_step(call: ast.Call) -> bool:
+    """``opt.step()``, ``self.opt.step()``: a step of an optimizer named by a plain chain, with no closure."""
+    return (isinstance(call.func, ast.Attribute) and call.func.attr == "step" and not call.args and not call.keywords
+            and _is_chain(call.func.value))
+
+
+def _plain_backward(node: ast.expr) -> bool:
+    """``loss.backward()`` (constant arguments at most): a backward that computes nothing itself."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward"
+            and isinstance(node.func.value, ast.Name)
+            and all(isinstance(a, ast.Constant) for a in [*node.args, *(k.value for k in node.keywords)]))
+
+
+def _values_only(ctx: FixContext, function: ast.AST, stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` assigns plain names from tensor math on names only: torch functions (not modules, optimizers
+    or autograd), tensor methods that write nothing and touch no gradient, operators and subscripts; no attribute
+    read, no other call, and no name read that ``function`` binds as a second name of another object (``w =
+    self.fc.weight``, a loop over parameters) or that is not bound in it at all (a global: a module, a parameter)."""
+    if not (isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) or isinstance(t, ast.Tuple) and all(
+            isinstance(e, ast.Name) for e in t.elts) for t in stmt.targets)):
+        return False
+    bound = _plain_bindings(function)
+    for node in ast.walk(stmt.value):
+        if isinstance(node, ast.Call):
+            func = node.func
+            q = ctx.qual(func) or ""
+            if q.startswith("torch.") and not q.startswith(("torch.nn.", "torch.autograd", "torch.optim")) \
+                    or q.startswith("torch.nn.functional."):
+                continue
+            if isinstance(func, ast.Attribute) and not q and isinstance(func.value, (ast.Name, ast.Call, ast.Subscript)) \
+                    and func.attr in TENSOR_NAMES and not func.attr.endswith("_") \
+                    and func.attr not in LEAF_IDENTITY_ATTRS and func.attr != "backward":
+                continue
+            return False
+        if isinstance(node, ast.Attribute) and not (ctx.qual(node) or "").startswith("torch."):
+            if not any(isinstance(c, ast.Call) and c.func is node for c in ast.walk(stmt.value)):
+                return False
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in ctx.imports \
+                and bound.get(node.id) is not True:
+            return False
+        if isinstance(node, (ast.Lambda, ast.comprehension, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
+            return False
+    return True
+
+
+def _plain_bindings(function: ast.AST) -> dict[str, bool]:
+    """The names ``function`` binds: True for an argument, or a name only ever assigned the result of a computation
+    (a call, an operator, a subscript, a literal); False for one also bound as a second name of an object (``w =
+    self.fc.weight``, ``a = b``), by a loop, a ``with``, an import or anything else."""
+    out: dict[str, bool] = {}
+    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = function.args
+        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if a is not None and a.arg != "self":
+                out[a.arg] = True
+    for node in ast.walk(function):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not function:
+            out[node.name] = False
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.setdefault(node.id, True)
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            holder = next((s for s in ast.walk(function) if isinstance(s, ast.stmt) and not hasattr(s, "body")
+                           and any(t is node for t in ast.walk(s))), None)
+            computed = isinstance(holder, ast.Assign) and not isinstance(holder.value, (ast.Name, ast.Attribute)) \
+                and any(any(t is node for t in ast.walk(target)) for target in holder.targets)
+            if not computed:
+                out[node.id] = False
+    return out
+
+
+EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
+    _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:
