@@ -95,9 +95,9 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
     if not any(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
         return fix
     uses = [n for n in own_nodes(outer) if isinstance(n, ast.Name) and n.id == fn.name]
-    if not uses or any(isinstance(n, (*FUNCTIONS, ast.ClassDef, ast.Lambda)) and n is not fn and n is not outer
-                       and any(isinstance(m, ast.Name) and m.id in (fn.name, name) for m in ast.walk(n))
-                       for n in ast.walk(outer)):
+    names = ctx.names_in(outer)
+    if not uses or any(d is not fn for m in (*names.of(fn.name), *names.of(name))
+                       for d in ctx.definitions_between(m, outer)):
         raise CannotFix("the closure is not only called in its function")
     for use in uses:
         call = ctx.parents.get(use)
@@ -414,9 +414,7 @@ def _calls_on_instance(ctx: FixContext, use: ast.Name, cls: ast.ClassDef) -> lis
     if scope is None or not is_local(scope, inst):
         raise CannotFix(f"an instance of `{cls.name}` is not a local of a function")
     calls = []
-    for node in ast.walk(scope):
-        if not (isinstance(node, ast.Name) and node.id == inst):
-            continue
+    for node in ctx.names_in(scope).of(inst):
         parent = ctx.parents.get(node)
         if ctx.function_of(node) is not scope:
             raise CannotFix(f"a nested function uses `{inst}`")

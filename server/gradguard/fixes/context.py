@@ -117,6 +117,7 @@ class FunctionNames(NamedTuple):
     uses: dict[str, list[ast.Name]]  # identifier -> its Name nodes, loads and stores
     declared: frozenset[str]  # global or nonlocal
     arguments: frozenset[str]
+    parameters: frozenset[str]  # the parameters of every function and lambda in it, its own included
 
     def of(self, name: str) -> list[ast.Name]:
         return self.uses.get(name, [])
@@ -165,13 +166,16 @@ def _nested_scopes(scope: ast.AST) -> Iterator[ast.AST]:
 def _function_names(fn: ast.AST) -> FunctionNames:
     uses: dict[str, list[ast.Name]] = {}
     declared: set[str] = set()
+    parameters: set[str] = set()
     for node in ast.walk(fn):
         if isinstance(node, ast.Name):
             uses.setdefault(node.id, []).append(node)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             declared.update(node.names)
+        elif isinstance(node, ast.arg):
+            parameters.add(node.arg)
     arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
-    return FunctionNames(uses, frozenset(declared), frozenset(arguments))
+    return FunctionNames(uses, frozenset(declared), frozenset(arguments), frozenset(parameters))
 
 
 def _scope_names(scope: ast.AST) -> ScopeNames:
@@ -246,6 +250,17 @@ class FixContext:
     def inside(self, node: ast.AST, outer: ast.AST) -> bool:
         """Whether ``node`` is ``outer`` or part of it (through the parents map, not a walk of ``outer``)."""
         return node is outer or any(a is outer for a in self.ancestors(node))
+
+    def definitions_between(self, node: ast.AST, scope: ast.AST) -> list[ast.AST]:
+        """The functions, lambdas and classes around ``node`` inside ``scope``, innermost first: code that runs
+        elsewhere than ``scope``'s own (empty when ``node`` is ``scope``'s own code)."""
+        found = []
+        for anc in self.ancestors(node):
+            if anc is scope:
+                break
+            if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+                found.append(anc)
+        return found
 
     def qual(self, node: ast.expr) -> str | None:
         q = qualified_name(node, self.imports)

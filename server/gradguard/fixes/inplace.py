@@ -146,15 +146,10 @@ def _binds_locally(ctx: FixContext, scope: ast.AST, name: str) -> bool:
     """Is ``name`` a local of ``scope`` (a parameter, or bound in it), or ``scope`` the module or a class body?"""
     if not isinstance(scope, FUNCTIONS):
         return True
-    if name in {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}:
-        return True
-    for node in ast.walk(scope):
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
-            return True  # declared: a binding here reaches the enclosing name (the alias report weighs that)
-        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load) \
-                and ctx.scope_of(node) is scope:
-            return True
-    return False
+    names = ctx.names_in(scope)
+    if name in names.arguments or name in names.declared:
+        return True  # declared: a binding here reaches the enclosing name (the alias report weighs that)
+    return any(not isinstance(n.ctx, ast.Load) and ctx.scope_of(n) is scope for n in names.of(name))
 
 
 def is_temporary(expr: ast.expr) -> bool:
@@ -445,9 +440,10 @@ def _is_view_name(ctx: FixContext, scope: ast.AST, stmt: ast.stmt, name: str):
 
 
 def fresh_name(ctx: FixContext, scope: ast.AST, base: str) -> str:
-    used = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name)}
+    names = ctx.names_in(scope)
+    used = set(names.uses)
     if isinstance(scope, FUNCTIONS):
-        used |= {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
+        used |= names.arguments
     used |= set(ctx.imports)
     name, i = base, 1
     while name in used:
@@ -479,8 +475,8 @@ def inside(ctx: FixContext, node: ast.AST, stmt: ast.stmt) -> bool:
 
 def later_reads_of_name(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str) -> list[ast.Name]:
     reads = []
-    for node in ast.walk(scope):
-        if not (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) and starts_after(node, start)):
+    for node in ctx.names_in(scope).of(name):
+        if not (isinstance(node.ctx, ast.Load) and starts_after(node, start)):
             continue
         if ctx.scope_of(node) is not scope:
             raise CannotFix(f"a nested function reads `{name}`")
@@ -492,11 +488,8 @@ def later_reads_of_name(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: 
 
 
 def assigned_after(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str, write: ast.stmt) -> bool:
-    return any(
-        isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) and starts_after(n, start)
-        and not inside(ctx, n, write)
-        for n in ast.walk(scope)
-    )
+    return any(not isinstance(n.ctx, ast.Load) and starts_after(n, start) and not inside(ctx, n, write)
+               for n in ctx.names_in(scope).of(name))
 
 
 def _later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, attr: ast.Attribute,
@@ -609,14 +602,13 @@ def rebind_fix(rebind: RebindRewrite, what: str) -> Fix | None:
 
 def _loop_variable_unread(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
     """Is ``name`` the target of a ``for`` loop around ``stmt`` that reads it nowhere after ``stmt`` in its body?"""
+    uses = ctx.names_in(ctx.scope_of(stmt)).of(name)
     for loop in ctx.loops_around(stmt):
-        if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
-            isinstance(n, ast.Name) and n.id == name for n in ast.walk(loop.target)
-        ):
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and any(ctx.inside(n, loop.target) for n in uses):
             return not any(
-                isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and starts_after(n, stmt)
-                and not inside(ctx, n, stmt)
-                for body_stmt in loop.body for n in ast.walk(body_stmt)
+                isinstance(n.ctx, ast.Load) and starts_after(n, stmt) and not inside(ctx, n, stmt)
+                and any(ctx.inside(n, body_stmt) for body_stmt in loop.body)
+                for n in uses
             )
     return False
 

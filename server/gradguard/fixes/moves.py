@@ -16,6 +16,7 @@ from ..diagnostics import Fix, TextEdit
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, PARAMETER_ITERATORS
 from ..statements import block_of
+from ..statements import walk as walk_statements
 from .context import FUNCTIONS, CannotFix, FixContext
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,7 +74,8 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
     i, j = next(k for k, s in enumerate(block) if s is up), next(k for k, s in enumerate(block) if s is down)
     if j <= i:
         raise CannotFix("the backward comes before the update")
-    if any(isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise)) for s in block[i + 1:j + 1] for n in ast.walk(s)):
+    if any(isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise))
+           for s in block[i + 1:j + 1] for n in (s, *walk_statements(s))):
         raise CannotFix("control leaves the block between the update and the backward")
     if (_names(up) & _names(down)) - set(ctx.imports):
         # `img.data[:, c] = ...; img.pow(2).mean().backward()`, `clip(D); (-D(fake)).mean().backward()`: the

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
 from ..statements import block_of
+from ..statements import walk as walk_statements
 from .context import FixContext, Variant, entry_line
 from .edits import apply_edits, diff_edits
 
@@ -115,7 +116,7 @@ def _one_element_loop(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, variable: st
             or loop.target.id != variable:
         return None
     names = ctx.names_in(fn)
-    if any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(loop)) \
+    if any(isinstance(n, (ast.Break, ast.Continue)) for n in walk_statements(loop)) \
             or any(n is not loop.target and ctx.statement_of(n) is not stmt for n in names.of(variable)):
         return None
     items = loop.iter

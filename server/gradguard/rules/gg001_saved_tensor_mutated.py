@@ -36,6 +36,7 @@ from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from ..messages import Message
+from ..statements import walk as walk_statements
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises
 
@@ -319,7 +320,7 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
     nodes = list(wrapped.values())
     for a in nodes:
         for b in nodes:
-            if a is not b and any(n is b for n in ast.walk(a)):
+            if a is not b and ctx.inside(b, a):
                 raise CannotFix("nested saves")
     for node in nodes:
         rw.replace_node(ctx.cst(node), clone_of(ctx.cst(node)))
@@ -385,7 +386,7 @@ def _attribute_put_in_container(ctx: FixContext, write: InPlaceWrite) -> bool:
         return False
     text = ctx.source(attr)
     scope = ctx.scope_of(write.stmt)
-    for node in ast.walk(scope):
+    for node in walk_statements(scope):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
                 and isinstance(node.value.func, ast.Attribute) \
                 and any(ctx.source(arg) == text for arg in node.value.args):
@@ -458,16 +459,15 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
         raise CannotFix(report.reason())
     # a parameter: the caller no longer sees the write (as with a parameter's name rebound out of place)
     unsafe = f" (unsafe: {param_escape(held)})" if report.escapes else ""
-    if any(isinstance(n, ast.Name) and n.id == held and isinstance(n.ctx, ast.Store)
-           and display.lineno <= n.lineno <= stmt.end_lineno for n in ast.walk(fn)):
+    if any(isinstance(n.ctx, ast.Store) and display.lineno <= n.lineno <= stmt.end_lineno
+           for n in ctx.names_in(fn).of(held)):
         raise CannotFix(f"`{held}` is bound again between the container and the write")
     cst = cst_mod()
     targets = [ctx.cst(element).deep_clone()]
     held_read = write.value_read_after(ctx, held)
     if held_read:
         targets.insert(0, cst.Name(held))
-    elif unsafe and not any(isinstance(n, ast.Name) and n.id == container and n.lineno > stmt.end_lineno
-                            for n in ast.walk(fn)):
+    elif unsafe and not any(n.lineno > stmt.end_lineno for n in ctx.names_in(fn).of(container)):
         # nothing here reads the new value: the fix would drop the write the caller sees, not repair it
         raise CannotFix(f"neither `{held}` nor `{container}` is read after the write")
     rw = Rewrite(ctx)
@@ -513,7 +513,7 @@ def rebind_made_element(ctx: FixContext, mutation: Mutation) -> Fix:
     fn = ctx.function_of(write.stmt)
     if not isinstance(fn, FUNCTIONS):
         raise CannotFix("the element write is not in a function")
-    stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == container and not isinstance(n.ctx, ast.Load)]
+    stores = [n for n in ctx.names_in(fn).of(container) if not isinstance(n.ctx, ast.Load)]
     binding = ctx.parents.get(stores[0]) if len(stores) == 1 else None
     if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]] and isinstance(binding.value, ast.ListComp)
             and isinstance(binding.value.elt, ast.Call)) or not _own_local(ctx, fn, container):
@@ -541,12 +541,13 @@ def _fix(rw: Rewrite, title: str, unsafe: str) -> Fix:
 
 def _own_local(ctx: FixContext, fn: ast.AST, name: str) -> bool:
     """Is ``name`` a parameter of ``fn`` or bound in its own code (and not declared global or nonlocal)?"""
-    nodes = [n for n in ast.walk(fn) if ctx.scope_of(n) is fn]
-    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in nodes):
+    names = ctx.names_in(fn)
+    if name in names.declared and any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names
+                                      and ctx.scope_of(n) is fn for n in walk_statements(fn)):
         return False
-    if name in {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}:
+    if name in names.arguments:
         return True
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in nodes)
+    return any(isinstance(n.ctx, ast.Store) and ctx.scope_of(n) is fn for n in names.of(name))
 
 
 def _is_element(node: ast.expr) -> bool:
@@ -556,10 +557,9 @@ def _is_element(node: ast.expr) -> bool:
 
 def _display(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str) -> ast.Assign:
     """The one binding of ``container`` in ``fn``: a list or dict display earlier in the block of ``stmt``."""
-    stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == container
-              and not isinstance(n.ctx, ast.Load)]
-    if len(stores) != 1 or any(isinstance(n, (ast.Global, ast.Nonlocal)) and container in n.names
-                               for n in ast.walk(fn)):
+    names = ctx.names_in(fn)
+    stores = [n for n in names.of(container) if not isinstance(n.ctx, ast.Load)]
+    if len(stores) != 1 or container in names.declared:
         raise CannotFix(f"`{container}` is bound more than once")
     binding = ctx.parents.get(stores[0])
     if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]]
@@ -592,9 +592,8 @@ def _held_name(display: ast.Assign, key: object) -> str:
 def _require_only_use(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str, display: ast.Assign) -> None:
     """``container`` is read nowhere before the write (nothing can have kept a view of the element), and after it
     only read by key (it is never handed on, where it could be changed out of sight)."""
-    inside = {id(n) for n in ast.walk(stmt)} | {id(n) for n in ast.walk(display)}
-    for node in ast.walk(fn):
-        if not (isinstance(node, ast.Name) and node.id == container) or id(node) in inside:
+    for node in ctx.names_in(fn).of(container):
+        if ctx.inside(node, stmt) or ctx.inside(node, display):
             continue
         parent = ctx.parents.get(node)
         if node.lineno <= stmt.end_lineno:
@@ -608,9 +607,8 @@ def _require_only_use(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: s
 def _only_rebinds_held(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, container: str, held: str) -> bool:
     """Is every read of ``container`` after the write ``held = container[...]``?  Around a loop, another name
     bound to the element would keep this pass's tensor, which the next pass used to write."""
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and node.id == container and isinstance(node.ctx, ast.Load) \
-                and node.lineno > stmt.end_lineno:
+    for node in ctx.names_in(fn).of(container):
+        if isinstance(node.ctx, ast.Load) and node.lineno > stmt.end_lineno:
             element = ctx.parents.get(node)
             assign_ = ctx.parents.get(element)
             if not (isinstance(assign_, ast.Assign) and assign_.value is element and len(assign_.targets) == 1

@@ -162,8 +162,9 @@ def _indexes_pieces(ctx: FixContext, target: ast.expr) -> bool:
             break
     if not isinstance(node, ast.Name):
         return False
-    for binding in ast.walk(ctx.tree):
-        if isinstance(binding, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in binding.targets):
+    for use in ctx.names_in(ctx.tree).of(node.id):
+        binding = ctx.parents.get(use)
+        if isinstance(binding, ast.Assign) and any(t is use for t in binding.targets):
             value = binding.value
             func = value.func if isinstance(value, ast.Call) else None
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
@@ -256,7 +257,7 @@ def rebuild_pieces(ctx: FixContext, write: InPlaceWrite) -> Fix | None:
     if write.value_use:
         raise CannotFix("the in-place result is used")
     scope = ctx.scope_of(write.stmt)
-    bindings = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+    bindings = [n for n in ctx.names_in(scope).of(name) if not isinstance(n.ctx, ast.Load)]
     binding = ctx.parents.get(bindings[0]) if len(bindings) == 1 else None
     if not (isinstance(binding, ast.Assign) and isinstance(binding.value, ast.Call) and _returns_pieces(ctx, binding.value)):
         raise CannotFix(f"`{name}` is not bound once to the tuple split/chunk/unbind return")
@@ -318,8 +319,7 @@ def whole_tensor_instead_of_rows(ctx: FixContext, write: InPlaceWrite) -> Fix:
     if any(isinstance(n, ast.Name) and n.id in (row, tensor) for a in [*call.args, *call.keywords] for n in ast.walk(a)):
         raise CannotFix("the op's arguments read the row or the tensor")
     scope = ctx.scope_of(loop)
-    if any(isinstance(n, ast.Name) and n.id == row and n is not loop.target and not _inside(ctx, n, loop)
-           for n in ast.walk(scope)):
+    if any(n is not loop.target and not _inside(ctx, n, loop) for n in ctx.names_in(scope).of(row)):
         raise CannotFix("the row's name is used outside the loop")
     report = analyse(ctx, loop, tensor)
     if not report.clean:

@@ -212,11 +212,9 @@ def _module_call_sites(ctx: FixContext, ctor: ast.Call) -> tuple[list[ast.Call],
             return sites, None if sites else "the module is never called in its class"
         if isinstance(target, ast.Name):
             scope = ctx.scope_of(ctor)
-            sites = [
-                n for n in ast.walk(scope)
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == target.id
-            ]
-            loads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)]
+            uses = ctx.names_in(scope).of(target.id)
+            sites = [call for n in uses if isinstance(call := ctx.parents.get(n), ast.Call) and call.func is n]
+            loads = [n for n in uses if isinstance(n.ctx, ast.Load)]
             if len(loads) != len(sites):
                 return sites, f"`{target.id}` is also used other than by calling it"
             return sites, None if sites else "the module is never called here"

@@ -302,8 +302,8 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
     # saved graph (`d_fake = D(fake)`) is tried first; a statement made between (`ones = torch.ones(...)`)
     # needs no recomputing, so it must not use up the one try.  One that another kept statement reads (`feat`,
     # read by `value = critic(feat)`) is never recomputed alone: the two would disagree after the step.
-    saved = {id(c.save.node) for c in mutation.conflicts}
-    holds_graph = [st for st in kept if any(id(n) in saved for n in ast.walk(st))]
+    saved = [c.save.node for c in mutation.conflicts]
+    holds_graph = [st for st in kept if any(ctx.inside(n, st) for n in saved)]
     order = [*holds_graph, *(st for st in reversed(kept) if st not in holds_graph)]
     # Nor one whose result is changed in place before the step (`losses["d"] = ...`): computed again, it would lose
     # that change.
@@ -409,17 +409,21 @@ def _forward_into_loop(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
         raise CannotFix("the list the loop runs over is not made by a comprehension just before it")
     gen = comp.generators[0]
     scope = ctx.scope_of(loop)
-    inside_comp = {id(n) for n in ast.walk(comp)}
     bound = {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
     if not all(isinstance(n, (ast.Name, ast.Tuple, ast.Load, ast.Store)) for n in ast.walk(gen.target)):
         raise CannotFix("the comprehension binds more than names")
-    uses = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and id(n) not in inside_comp]
-    if any(n.id in bound or n.id == loop.target.id and n is not loop.target and isinstance(n.ctx, ast.Store)
-           for n in uses):
+    names = ctx.names_in(scope)
+
+    def outside(name: str) -> list[ast.Name]:
+        """The uses of ``name`` in the scope, outside the comprehension (in ``ast.walk`` order)."""
+        return [n for n in names.of(name) if not ctx.inside(n, comp)]
+
+    if any(outside(name) for name in bound) or any(n is not loop.target and isinstance(n.ctx, ast.Store)
+                                                   for n in outside(loop.target.id)):
         raise CannotFix("a name the comprehension binds is used outside it")
-    if any(isinstance(n, ast.Name) and n.id == loop.target.id for n in ast.walk(comp)):
+    if any(ctx.inside(n, comp) for n in names.of(loop.target.id)):
         raise CannotFix("the comprehension reads the loop's name")
-    if [n for n in uses if n.id == loop.iter.id] != [made.targets[0], loop.iter]:
+    if outside(loop.iter.id) != [made.targets[0], loop.iter]:
         raise CannotFix("the list is used besides the loop")
     # The forward: the statements just before the list that only its losses read.
     moved: list[ast.stmt] = []
@@ -429,16 +433,14 @@ def _forward_into_loop(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
         if not isinstance(st, (ast.Assign, ast.Expr)) or not written or not written & needed \
                 or written & _reads(gen.iter):
             break
-        readers = [n for n in uses if n.id in written and isinstance(n.ctx, ast.Load)
+        readers = [n for name in written for n in outside(name) if isinstance(n.ctx, ast.Load)
                    and not any(_inside(ctx, n, m) for m in moved)]
         if readers:
             break  # read again outside the losses: it must stay computed once
         moved.insert(0, st)
         needed = (needed - written) | _reads(st)
     rebound = bound | {loop.target.id} | set().union(*(_writes(st) for st in moved))
-    if any(isinstance(n, (ast.Global, ast.Nonlocal)) or isinstance(n, (*FUNCTIONS, ast.Lambda, ast.ClassDef))
-           and n is not scope and any(isinstance(m, ast.Name) and m.id in rebound for m in ast.walk(n))
-           for n in ast.walk(scope)):
+    if names.declared or any(ctx.definitions_between(n, scope) for name in rebound for n in names.of(name)):
         raise CannotFix("a nested scope may see the names the rewrite rebinds")
     body_writes = set().union(*(_writes(st) for st in loop.body))
     if body_writes & (needed | _reads(comp.elt) | _reads(gen.iter)):

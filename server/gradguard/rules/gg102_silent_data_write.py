@@ -163,17 +163,16 @@ def _viewed_tensor(ctx: FixContext, stmt: ast.stmt, array: str) -> str:
     scope = ctx.scope_of(stmt)
     if not isinstance(scope, FUNCTIONS):
         raise CannotFix("the array is not a function's local")
+    names = ctx.names_in(scope)
+    if array in names.declared:
+        raise CannotFix("the array's name is global or nonlocal")
+    if any(ctx.definitions_between(n, scope) for n in names.of(array)):
+        raise CannotFix("a nested scope uses the array")
     stores, loads = [], []
-    for node in ast.walk(scope):
-        if isinstance(node, ast.Name) and node.id == array:
-            if isinstance(stmt, ast.AugAssign) and node is stmt.target:
-                continue  # the write itself
-            (loads if isinstance(node.ctx, ast.Load) else stores).append(node)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)) and array in node.names:
-            raise CannotFix("the array's name is global or nonlocal")
-        elif isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)) and node is not scope \
-                and any(isinstance(n, ast.Name) and n.id == array for n in ast.walk(node)):
-            raise CannotFix("a nested scope uses the array")
+    for node in names.of(array):
+        if isinstance(stmt, ast.AugAssign) and node is stmt.target:
+            continue  # the write itself
+        (loads if isinstance(node.ctx, ast.Load) else stores).append(node)
     if len(stores) != 1:
         raise CannotFix("the array's name is bound more than once")
     binding = ctx.parents.get(stores[0])
@@ -196,8 +195,7 @@ def _viewed_tensor(ctx: FixContext, stmt: ast.stmt, array: str) -> str:
         source = source.func.value
     if not isinstance(source, ast.Name):
         raise CannotFix("the view is not of a local tensor name")
-    if any(isinstance(n, ast.Name) and n.id == source.id and isinstance(n.ctx, ast.Store)
-           and binding.lineno < n.lineno < stmt.lineno for n in ast.walk(scope)):
+    if any(isinstance(n.ctx, ast.Store) and binding.lineno < n.lineno < stmt.lineno for n in names.of(source.id)):
         raise CannotFix("the tensor's name is bound again between the view and the write")
     return source.id
 

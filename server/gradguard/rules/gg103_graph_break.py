@@ -675,11 +675,12 @@ def _only_ever_a_list(ctx: FixContext, name: ast.Name) -> bool:
     args = scope.args
     if any(a.arg == name.id for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a):
         return False
+    names = ctx.names_in(scope)
+    if name.id in names.declared:
+        return False
     bound = 0
-    for node in ast.walk(scope):
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
-            return False
-        if isinstance(node, ast.Name) and node.id == name.id and isinstance(node.ctx, (ast.Store, ast.Del)):
+    for node in names.of(name.id):
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
             parent = ctx.parents.get(node)
             if not (isinstance(parent, ast.Assign) and parent.targets == [node]
                     and isinstance(parent.value, (ast.List, ast.ListComp))):
@@ -794,16 +795,13 @@ class NumpyTranslation:
         scope = ctx.scope_of(name)
         if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
+        names = ctx.names_in(scope)
+        uses = names.of(name.id)
+        if name.id in names.declared or any(ctx.definitions_between(n, scope) for n in uses):
+            return None  # declared global or nonlocal, or used by a nested function or class
         stores, loads = [], []
-        for node in ast.walk(scope):
-            if isinstance(node, ast.Name) and node.id == name.id:
-                (loads if isinstance(node.ctx, ast.Load) else stores).append(node)
-            elif isinstance(node, (ast.Global, ast.Nonlocal, *_NESTED)) and node is not scope:
-                if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
-                    return None
-                if not isinstance(node, (ast.Global, ast.Nonlocal)) and any(
-                        isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(node)):
-                    return None
+        for node in uses:
+            (loads if isinstance(node.ctx, ast.Load) else stores).append(node)
         if loads != [name] or len(stores) != 1:
             return None
         assign = ctx.parents.get(stores[0])
@@ -868,7 +866,6 @@ def _number(node: ast.expr) -> bool:
         and all(isinstance(n.value, (int, float)) for n in ast.walk(node) if isinstance(n, ast.Constant))
 
 
-_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -965,8 +962,8 @@ def _only_arithmetic_uses(ctx: FixContext, assign: ast.Assign, name: str) -> boo
     as the number did), and nothing else assigns it."""
     scope = ctx.scope_of(assign)
     uses = 0
-    for node in ast.walk(scope):
-        if not isinstance(node, ast.Name) or node.id != name or node is assign.targets[0]:
+    for node in ctx.names_in(scope).of(name):
+        if node is assign.targets[0]:
             continue
         if not isinstance(node.ctx, ast.Load) or node.lineno < assign.lineno:
             return False

@@ -24,6 +24,7 @@ from ..fixes.moves import block_around, mutation_in
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from ..messages import Message
+from ..statements import walk as walk_statements
 from . import gg001_saved_tensor_mutated, gg002_leaf_mutated, gg003_leaf_view_mutated, gg004_multi_view_mutated
 from .base import Example, Rule
 
@@ -171,7 +172,7 @@ def stack_steps(ctx: FixContext, write: ast.stmt) -> Fix:
     if block is None:
         raise CannotFix("the loop is not in a plain block")
     scope = ctx.scope_of(loop)
-    if not isinstance(scope, FUNCTIONS) or _declared_outside(scope, buf):
+    if not isinstance(scope, FUNCTIONS) or buf in ctx.names_in(scope).declared:
         raise CannotFix("the buffer is not a local of a function")
     index = next(i for i, s in enumerate(block) if s is loop)
     alloc_at = next((i for i in range(index - 1, -1, -1) if _binds(block[i], buf)), None)
@@ -188,17 +189,16 @@ def stack_steps(ctx: FixContext, write: ast.stmt) -> Fix:
         firsts.append(stmt)
     if start != len(firsts) or not _same_size(ctx, stop, rows):
         raise CannotFix("the writes do not cover every row of the buffer exactly once, in order")
-    _require_reads_of_earlier_rows(loop, write, buf, t, len(firsts))
-    if _mentions(loop.iter, buf) or any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(loop)):
+    _require_reads_of_earlier_rows(ctx, loop, write, buf, t, len(firsts))
+    if _mentions(loop.iter, buf) or any(isinstance(n, (ast.Break, ast.Continue)) for n in walk_statements(loop)):
         raise CannotFix("the loop can stop early or reads the buffer in its header")
-    if any(isinstance(n, (*FUNCTIONS, ast.Lambda, ast.ClassDef)) and n is not scope and n is not helper
-           and _mentions(n, buf) for n in ast.walk(scope)):
+    if any(d is not helper for use in ctx.names_in(scope).of(buf) for d in ctx.definitions_between(use, scope)):
         raise CannotFix("a nested function uses the buffer")
 
     torch = ctx.torch_name()
     if torch is None:
         raise CannotFix("`torch` is not imported by that name")
-    steps = _fresh_name(scope, f"{buf}_steps")
+    steps = _fresh_name(ctx, scope, f"{buf}_steps")
     for stmt in (alloc, *firsts, write, loop):
         ctx.require_own_lines(stmt)
     nl = ctx.newline
@@ -231,7 +231,7 @@ def _called_once_in_loop(ctx: FixContext, write: ast.stmt) -> ast.FunctionDef | 
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == fn.name
             and not call.args and not call.keywords):
         return None
-    uses = [n for n in ast.walk(ctx.scope_of(fn)) if isinstance(n, ast.Name) and n.id == fn.name]
+    uses = ctx.names_in(ctx.scope_of(fn)).of(fn.name)
     return fn if uses == [call.func] else None
 
 
@@ -246,8 +246,6 @@ def _range(it: ast.expr) -> tuple[int, ast.expr]:
     raise CannotFix("the range has a step or a start that is not a literal")
 
 
-def _declared_outside(scope: ast.AST, name: str) -> bool:
-    return any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(scope))
 
 
 def _binds(stmt: ast.stmt, name: str) -> bool:
@@ -301,32 +299,27 @@ def _row_write(stmt: ast.stmt, buf: str) -> int | None:
     return None
 
 
-def _require_reads_of_earlier_rows(loop: ast.For, write: ast.Assign, buf: str, t: str, written_before: int) -> None:
+def _require_reads_of_earlier_rows(ctx: FixContext, loop: ast.For, write: ast.Assign, buf: str, t: str,
+                                   written_before: int) -> None:
     """Every use of ``buf`` in the loop is the write's target or a read ``buf[t - c]`` of a row the list holds;
     ``t`` is never rebound."""
-    allowed = {id(write.targets[0].value)}
-    for node in ast.walk(loop):
-        if isinstance(node, ast.Name) and node.id == t and isinstance(node.ctx, ast.Store) and node is not loop.target:
-            raise CannotFix("the loop variable is rebound in the loop")
-        if not isinstance(node, ast.Subscript) or not isinstance(node.value, ast.Name) or node.value.id != buf:
+    names = ctx.names_in(ctx.scope_of(loop))
+    if any(isinstance(n.ctx, ast.Store) and n is not loop.target and ctx.inside(n, loop) for n in names.of(t)):
+        raise CannotFix("the loop variable is rebound in the loop")
+    for node in names.of(buf):
+        if node is write.targets[0].value or not ctx.inside(node, loop):
             continue
-        if node is write.targets[0]:
-            continue
-        index = node.slice
-        if (isinstance(node.ctx, ast.Load) and isinstance(index, ast.BinOp) and isinstance(index.op, ast.Sub)
+        read = ctx.parents.get(node)
+        index = read.slice if isinstance(read, ast.Subscript) and read.value is node else None
+        if not (isinstance(index, ast.BinOp) and isinstance(read.ctx, ast.Load) and isinstance(index.op, ast.Sub)
                 and isinstance(index.left, ast.Name) and index.left.id == t and isinstance(index.right, ast.Constant)
                 and type(index.right.value) is int and 1 <= index.right.value <= written_before):
-            allowed.add(id(node.value))
-        else:
-            raise CannotFix("the loop uses the buffer other than reading an earlier row")
-    for node in ast.walk(loop):
-        if isinstance(node, ast.Name) and node.id == buf and id(node) not in allowed:
             raise CannotFix("the loop uses the buffer other than reading an earlier row")
 
 
-def _fresh_name(scope: ast.AST, base: str) -> str:
-    used = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name)} | {
-        a.arg for a in ast.walk(scope) if isinstance(a, ast.arg)}
+def _fresh_name(ctx: FixContext, scope: ast.AST, base: str) -> str:
+    names = ctx.names_in(scope)
+    used = set(names.uses) | names.parameters
     name, k = base, 2
     while name in used:
         name, k = f"{base}{k}", k + 1

@@ -165,9 +165,8 @@ def _gradient_and_new_value(ctx: FixContext, write: InPlaceWrite, scope: ast.AST
 def _require_no_other_reads(ctx: FixContext, scope: ast.AST, write: ast.stmt, param: str) -> None:
     """Outside the write and the returns, the hook may read its gradient only through attributes that make no
     view (``g.norm()``, ``g.shape``): anything else could keep the old tensor, which the write used to change."""
-    inside = {id(n) for n in ast.walk(write)}
-    for node in ast.walk(scope):
-        if not (isinstance(node, ast.Name) and node.id == param) or id(node) in inside:
+    for node in ctx.names_in(scope).of(param):
+        if ctx.inside(node, write):
             continue
         if node is getattr(scope.args, "vararg", None):
             continue

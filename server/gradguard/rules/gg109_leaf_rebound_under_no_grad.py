@@ -101,8 +101,8 @@ def _callers_rebind(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
     if ctx.class_of(fn) is not None or fn.decorator_list or ctx.scope_of(fn) is not ctx.tree:
         return False
     index = positional.index(name) if name in positional else None
-    for node in ast.walk(ctx.tree):
-        if not (isinstance(node, ast.Name) and node.id == fn.name and isinstance(node.ctx, ast.Load)):
+    for node in ctx.names_in(ctx.tree).of(fn.name):
+        if not isinstance(node.ctx, ast.Load):
             continue
         call = ctx.parents.get(node)
         assign = ctx.parents.get(call)
