@@ -351,28 +351,23 @@ def _calls_of(ctx: FixContext, fn: ast.FunctionDef, method: bool) -> list[ast.Ca
     """Every call of the helper in the file; CannotFix when it is used any other way, or defined twice."""
     if method and fn.name in _CALLED_ON_INSTANCES:
         return _instance_calls(ctx, fn, ctx.parents.get(fn))
+    names = ctx.names_in(ctx.tree)
+    if any(d is not fn for d in names.definitions.get(fn.name, ())):
+        raise CannotFix(f"`{fn.name}` is defined more than once")
+    if fn.name in names.imported:
+        raise CannotFix(f"`{fn.name}` is also imported")
+    if method and names.of(fn.name):
+        raise CannotFix(f"`{fn.name}` is also a name here")
     calls = []
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, (*FUNCTIONS, ast.ClassDef)) and node.name == fn.name and node is not fn:
-            raise CannotFix(f"`{fn.name}` is defined more than once")
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                (a.asname or a.name).split(".")[0] == fn.name for a in node.names):
-            raise CannotFix(f"`{fn.name}` is also imported")
-        if method:
-            if isinstance(node, ast.Name) and node.id == fn.name:
-                raise CannotFix(f"`{fn.name}` is also a name here")
-            if isinstance(node, ast.Attribute) and node.attr == fn.name:
-                parent = ctx.parents.get(node)
-                if not (isinstance(node.value, ast.Name) and node.value.id == "self"
-                        and isinstance(parent, ast.Call) and parent.func is node
-                        and ctx.class_of(node) is ctx.parents.get(fn)):
-                    raise CannotFix(f"`{fn.name}` is used otherwise than called on `self` in its class")
-                calls.append(parent)
-        elif isinstance(node, ast.Name) and node.id == fn.name:
-            parent = ctx.parents.get(node)
-            if not (isinstance(node.ctx, ast.Load) and isinstance(parent, ast.Call) and parent.func is node):
-                raise CannotFix(f"`{fn.name}` is used otherwise than called")
-            calls.append(parent)
+    for node in names.attribute(fn.name) if method else names.of(fn.name):
+        parent = ctx.parents.get(node)
+        if method and not (isinstance(node.value, ast.Name) and node.value.id == "self"
+                           and isinstance(parent, ast.Call) and parent.func is node
+                           and ctx.class_of(node) is ctx.parents.get(fn)):
+            raise CannotFix(f"`{fn.name}` is used otherwise than called on `self` in its class")
+        if not method and not (isinstance(node.ctx, ast.Load) and isinstance(parent, ast.Call) and parent.func is node):
+            raise CannotFix(f"`{fn.name}` is used otherwise than called")
+        calls.append(parent)
     if not calls:
         raise CannotFix(f"`{fn.name}` is never called here")
     return calls
@@ -385,18 +380,17 @@ def _instance_calls(ctx: FixContext, fn: ast.FunctionDef, cls: ast.ClassDef) -> 
     if fn.name == "forward" and (not cls.bases or any(
             isinstance(n, FUNCTIONS) and n.name == "__call__" for n in cls.body)):
         raise CannotFix("`forward` is not what calling an instance runs")
+    names = ctx.names_in(ctx.tree)
+    if any(d is not cls for d in names.definitions.get(cls.name, ())):
+        raise CannotFix(f"`{cls.name}` is defined more than once")
+    if cls.name in names.imported:
+        raise CannotFix(f"`{cls.name}` is also imported")
+    if names.attribute(fn.name):
+        raise CannotFix(f"`{fn.name}` is also used by name")
     calls: dict[int, ast.Call] = {}
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, (*FUNCTIONS, ast.ClassDef)) and node.name == cls.name and node is not cls:
-            raise CannotFix(f"`{cls.name}` is defined more than once")
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                (a.asname or a.name).split(".")[0] == cls.name for a in node.names):
-            raise CannotFix(f"`{cls.name}` is also imported")
-        if isinstance(node, ast.Attribute) and node.attr == fn.name:
-            raise CannotFix(f"`{fn.name}` is also used by name")
-        if isinstance(node, ast.Name) and node.id == cls.name:
-            for call in _calls_on_instance(ctx, node, cls):
-                calls[id(call)] = call
+    for node in names.of(cls.name):
+        for call in _calls_on_instance(ctx, node, cls):
+            calls[id(call)] = call
     if not calls:
         raise CannotFix(f"no instance of `{cls.name}` is called here")
     return list(calls.values())

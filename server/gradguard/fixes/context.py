@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 from ..bounds import Unanalysed
 from ..inference.imports import collect_imports, normalize, qualified_name
 from ..parsing import first_line, source_lines
+from ..statements import walk as walk_statements
 from ..text import code_point_column, line_starts, newline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,15 +113,22 @@ FixBuilder = Callable[["FixContext", "Finding"], "Fix | None"]
 
 
 class FunctionNames(NamedTuple):
-    """The names of one function (``FixContext.names_in``)."""
+    """The names of one function, or of the module (``FixContext.names_in``), nested code included, each list in
+    ``ast.walk`` order."""
 
     uses: dict[str, list[ast.Name]]  # identifier -> its Name nodes, loads and stores
     declared: frozenset[str]  # global or nonlocal
     arguments: frozenset[str]
     parameters: frozenset[str]  # the parameters of every function and lambda in it, its own included
+    attributes: dict[str, list[ast.Attribute]]  # attribute name -> its Attribute nodes (`x.weight`: "weight")
+    definitions: dict[str, list[ast.AST]]  # name -> the functions and classes defined with it (itself too)
+    imported: frozenset[str]  # the first part of every name an import binds (`import a.b`: "a")
 
     def of(self, name: str) -> list[ast.Name]:
         return self.uses.get(name, [])
+
+    def attribute(self, attr: str) -> list[ast.Attribute]:
+        return self.attributes.get(attr, [])
 
 
 class ScopeNames(NamedTuple):
@@ -165,17 +173,27 @@ def _nested_scopes(scope: ast.AST) -> Iterator[ast.AST]:
 
 def _function_names(fn: ast.AST) -> FunctionNames:
     uses: dict[str, list[ast.Name]] = {}
+    attributes: dict[str, list[ast.Attribute]] = {}
+    definitions: dict[str, list[ast.AST]] = {}
     declared: set[str] = set()
     parameters: set[str] = set()
+    imported: set[str] = set()
     for node in ast.walk(fn):
         if isinstance(node, ast.Name):
             uses.setdefault(node.id, []).append(node)
+        elif isinstance(node, ast.Attribute):
+            attributes.setdefault(node.attr, []).append(node)
+        elif isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+            definitions.setdefault(node.name, []).append(node)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             declared.update(node.names)
         elif isinstance(node, ast.arg):
             parameters.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
     arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
-    return FunctionNames(uses, frozenset(declared), frozenset(arguments), frozenset(parameters))
+    return FunctionNames(uses, frozenset(declared), frozenset(arguments), frozenset(parameters), attributes,
+                         definitions, frozenset(imported))
 
 
 def _scope_names(scope: ast.AST) -> ScopeNames:
@@ -469,7 +487,8 @@ class FixContext:
         """Every statement inside the top-level statements that have a line in ``first..last``."""
         for top in self.tree.body:
             if first_line(top) <= last and first <= top.end_lineno:
-                yield from (n for n in ast.walk(top) if isinstance(n, ast.stmt))
+                yield top
+                yield from (n for n in walk_statements(top) if isinstance(n, ast.stmt))
 
     def segment_of(self, node: cst.CSTNode) -> Segment:
         for seg in self._segments.values():

@@ -247,3 +247,19 @@ def unified_diff(old: str, new: str, path: str) -> str:
     for line in diff:
         out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+def renamed(ctx: FixContext, expr: ast.expr, old: str, new: str) -> str:
+    """The source of ``expr`` with every ``old`` name spelled ``new``."""
+    text = ctx.source(expr)
+    line, column, _, _ = ctx.char_range(expr)
+    names = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == old),
+                   key=lambda n: (n.lineno, n.col_offset), reverse=True)
+    lines = text.split("\n")
+    for n in names:
+        nl, nc, _, nec = ctx.char_range(n)
+        row = nl - line
+        offset = nc - (column if row == 0 else 0)
+        end = offset + (nec - nc)
+        lines[row] = lines[row][:offset] + new + lines[row][end:]
+    return "\n".join(lines)

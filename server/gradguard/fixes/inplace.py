@@ -499,13 +499,16 @@ def _later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, 
     assigned."""
     text = ctx.source(attr)
     prefixes = []
+    attrs = [attr.attr]  # the attribute names an attribute reading the same text (or a prefix of it) ends with
     node: ast.AST = attr.value
     while isinstance(node, ast.Attribute):
         prefixes.append(ctx.source(node))
+        attrs.append(node.attr)
         node = node.value
+    names = ctx.names_in(scope)
     reads = []
-    for node in ast.walk(scope):
-        if not isinstance(node, ast.Attribute) or not starts_after(node, start) or node is attr or inside(ctx, node, stmt):
+    for node in (n for a in dict.fromkeys(attrs) for n in names.attribute(a)):
+        if not starts_after(node, start) or node is attr or inside(ctx, node, stmt):
             continue
         source = ctx.source(node)
         if source == text:
@@ -544,8 +547,8 @@ def is_parameter_update(ctx: FixContext, mutation: Mutation, write: InPlaceWrite
         if origin is not None and ctx.inside(origin, loop):
             continue  # a leaf made afresh in each iteration is not a parameter being trained
         if ctx.once("calls backward or step", loop, lambda loop=loop: any(
-                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "step")
-                for n in ast.walk(loop))):
+                isinstance(call := ctx.parents.get(n), ast.Call) and call.func is n and ctx.inside(n, loop)
+                for attr in ("backward", "step") for n in ctx.names_in(scope).attribute(attr))):
             return True  # a leaf that outlives the training loop: a parameter, updated or reset
     if any(_inside_forward(ctx, node) for node in (stmt, *(site for site, _ in mutation.frames))):
         return False  # written while a module computes its output (in forward, or a function forward calls)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from .. import parsing
 from ..diagnostics import Diagnostic, Fix, TextEdit
+from ..statements import walk as walk_statements
 from .edits import apply_edits
 
 MAX_PASSES = 100  # each pass removes at least one finding, so this is never the limit in practice
@@ -130,7 +131,7 @@ def functions_around(text: str, lines: Sequence[int]) -> list[object]:
     tree = parsing.parse(text)
     spans = []
     if not isinstance(tree, parsing.SyntaxProblem):
-        spans = [(n.lineno, n.end_lineno) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        spans = [(n.lineno, n.end_lineno) for n in walk_statements(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     keys: list[object] = []
     for line in lines:
         inside = [s for s in spans if s[0] <= line <= s[1]]

@@ -197,16 +197,10 @@ def _module_call_sites(ctx: FixContext, ctor: ast.Call) -> tuple[list[ast.Call],
             cls = ctx.class_of(ctor)
             if cls is None:
                 return [], "the module is stored on an object outside a class"
-            sites = [
-                n for n in ast.walk(cls)
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == target.attr
-                and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"
-            ]
-            other_uses = [
-                n for n in ast.walk(cls)
-                if isinstance(n, ast.Attribute) and n.attr == target.attr and isinstance(n.value, ast.Name)
-                and n.value.id == "self" and isinstance(n.ctx, ast.Load) and not any(s.func is n for s in sites)
-            ]
+            on_self = [n for n in ctx.names_in(cls).attribute(target.attr)
+                       if isinstance(n.value, ast.Name) and n.value.id == "self"]
+            sites = [call for n in on_self if isinstance(call := ctx.parents.get(n), ast.Call) and call.func is n]
+            other_uses = [n for n in on_self if isinstance(n.ctx, ast.Load) and not any(s.func is n for s in sites)]
             if other_uses:
                 return sites, f"`self.{target.attr}` is also used other than by calling it"
             return sites, None if sites else "the module is never called in its class"

@@ -7,6 +7,7 @@ import ast
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.callers import param_escape, through_callers
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
+from ..fixes.edits import renamed
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import move_after_backward, mutation_in
 from ..fixes.writes import InPlaceWrite, short
@@ -219,7 +220,9 @@ def _in_torch(ctx: FixContext, write: InPlaceWrite, array: str, tensor: str) -> 
         index = write.target.slice
         if not _plain_index(index, array):
             raise CannotFix("an index NumPy and torch may read differently")
-        spelled = _renamed(ctx, index, array, tensor)
+        if index.end_lineno != index.lineno:
+            raise CannotFix("the index spans lines")
+        spelled = renamed(ctx, index, array, tensor)
         return f"{tensor} = {tensor}.clone()\n{tensor}[{spelled}] = {ctx.source(write.stmt.value)}"
     raise CannotFix("no torch twin for this NumPy write")
 
@@ -248,17 +251,6 @@ def _plain_index(index: ast.expr, array: str) -> bool:
     return True
 
 
-def _renamed(ctx: FixContext, expr: ast.expr, old: str, new: str) -> str:
-    text = ctx.source(expr)
-    base_line, base_col = expr.lineno, expr.col_offset
-    if expr.end_lineno != base_line:
-        raise CannotFix("the index spans lines")
-    names = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == old),
-                   key=lambda n: n.col_offset, reverse=True)
-    for n in names:
-        start = ctx._chars(base_line, n.col_offset) - ctx._chars(base_line, base_col)
-        text = text[:start] + new + text[start + len(old):]
-    return text
 
 
 RULE = Rule(

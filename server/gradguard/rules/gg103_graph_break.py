@@ -780,8 +780,7 @@ class NumpyTranslation:
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
         if name is None or len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
             return None
-        defs = [n for n in ast.walk(self.ctx.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                                                                       ast.Lambda)) and getattr(n, "name", None) == name]
+        defs = self.ctx.names_in(self.ctx.tree).definitions.get(name, [])
         method = isinstance(call.func, ast.Attribute)
         if not defs or any(not _returns_numpy_of_argument(d, method) for d in defs) \
                 or (not method and name in self.ctx.imports):

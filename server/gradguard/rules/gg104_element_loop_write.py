@@ -19,6 +19,7 @@ import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
+from ..fixes.edits import renamed
 from ..fixes.inplace import fix_leaf_write, fix_or_none
 from ..fixes.moves import block_around, mutation_in
 from ..inference.events import Finding, Mutation
@@ -205,7 +206,7 @@ def stack_steps(ctx: FixContext, write: ast.stmt) -> Fix:
     edits = [_replace_statement(ctx, alloc, f"{steps} = []")]
     for stmt in firsts:
         edits.append(_replace_statement(ctx, stmt, f"{steps}.append({ctx.source(stmt.value)})"))
-    edits.append(_replace_statement(ctx, write, f"{steps}.append({_renamed(ctx, write.value, buf, steps)})"))
+    edits.append(_replace_statement(ctx, write, f"{steps}.append({renamed(ctx, write.value, buf, steps)})"))
     after = loop.end_lineno + 1
     edits.append(TextEdit(after, 1, after, 1, f"{ctx.indent_of(loop)}{buf} = {torch}.stack({steps}){nl}"))
     edits.sort(key=lambda e: (e.line, e.column))
@@ -330,22 +331,6 @@ def _replace_statement(ctx: FixContext, stmt: ast.stmt, code: str) -> TextEdit:
     """``stmt``'s text (not its comment) replaced by ``code``."""
     line, column, end_line, end_column = ctx.char_range(stmt)  # 0-based columns; edits count from 1
     return TextEdit(line, column + 1, end_line, end_column + 1, code)
-
-
-def _renamed(ctx: FixContext, expr: ast.expr, old: str, new: str) -> str:
-    """The source of ``expr`` with every ``old`` name spelled ``new``."""
-    text = ctx.source(expr)
-    line, column, _, _ = ctx.char_range(expr)
-    names = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == old),
-                   key=lambda n: (n.lineno, n.col_offset), reverse=True)
-    lines = text.split("\n")
-    for n in names:
-        nl, nc, _, nec = ctx.char_range(n)
-        row = nl - line
-        offset = nc - (column if row == 0 else 0)
-        end = offset + (nec - nc)
-        lines[row] = lines[row][:offset] + new + lines[row][end:]
-    return "\n".join(lines)
 
 
 RULE = Rule(

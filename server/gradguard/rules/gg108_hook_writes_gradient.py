@@ -196,11 +196,8 @@ def _is_registered(register: ast.AST, scope: ast.AST) -> bool:
 def _require_only_hook_uses(ctx: FixContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
     """The hook now returns the gradient where it may have returned None: every mention of the function must
     hand it to a register call, where torch uses that result (a direct call would ignore it)."""
-    for node in ast.walk(ctx.tree):
-        named = (isinstance(node, ast.Name) and node.id == fn.name and isinstance(node.ctx, ast.Load)) or (
-            isinstance(node, ast.Attribute) and node.attr == fn.name)
-        if not named:
-            continue
+    names = ctx.names_in(ctx.tree)
+    for node in [*(n for n in names.of(fn.name) if isinstance(n.ctx, ast.Load)), *names.attribute(fn.name)]:
         call = ctx.parents.get(node)
         if not (isinstance(call, ast.Call) and node in call.args and isinstance(call.func, ast.Attribute)
                 and call.func.attr in _HOOK_REGISTERS):
