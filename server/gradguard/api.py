@@ -21,7 +21,7 @@ from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module, without_findings
 from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
-from .fixes.context import backward_lines, entry_line
+from .fixes.identity import backward_lines, entry_line
 from .inference.events import Finding, span_of
 from .messages import LineName, plain_line
 from .rules import RULES_BY_CODE

@@ -23,7 +23,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .callers import fix_in_helper
-from .context import CannotFix, FindingId, FixBuilder, FixContext, StillFound, Variant
+from .context import CannotFix, FixBuilder, FixContext
+from .identity import FindingId, StillFound, Variant
 from .wrappers import through_wrapper
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -34,7 +34,8 @@ from ..knowledge.names import (
     TORCH_MAY_ALIAS,
 )
 from ..statements import block_of
-from .context import FUNCTIONS, FixContext, own_code
+from .context import FUNCTIONS, FixContext
+from .index import own_code
 
 # Builtins that neither keep nor return the tensor.
 NO_ALIAS_BUILTINS = frozenset({

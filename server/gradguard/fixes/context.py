@@ -10,20 +10,17 @@ parses only the statements a fix changes (``Segment``), never the whole file.
 from __future__ import annotations
 
 import ast
-import bisect
-import io
-import symtable
-import tokenize
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..bounds import Unanalysed
 from ..inference.imports import collect_imports, normalize, qualified_name
 from ..parsing import first_line, source_lines
 from ..statements import walk as walk_statements
 from ..text import code_point_column, line_starts, newline
+from .identity import FindingId, StillFound
+from .index import FUNCTIONS, FunctionNames, Parents, ScopeNames, function_names, scope_names
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -32,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
 
 T = TypeVar("T")
-FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)  # a segment parses their headers
 
@@ -69,142 +65,8 @@ class CannotFix(Exception):
 FIX_STEPS_PER_CHARACTER = 5
 
 
-def backward_lines(finding: Finding) -> set[int]:
-    """The lines of the backwards a finding's write breaks."""
-    mutation = finding.mutation
-    return {c.sink.node.lineno for c in mutation.conflicts if c.sink.kind == "backward"} if mutation else set()
-
-
-def entry_line(finding: Finding) -> int:
-    """The line of the statement a finding's write (or the call leading to it) is made on: how a finding is
-    found again in a changed text (``FindingId.line``)."""
-    mutation = finding.mutation
-    return mutation.entry().lineno if mutation is not None else finding.node.lineno
-
-
-@dataclass(frozen=True)
-class FindingId:
-    """Which finding a candidate fix must remove: its code, and the line of the statement its write (or the
-    call leading to it) is made on, in the candidate's text."""
-
-    code: str
-    line: int
-    # The line of the backward it breaks, when known: a candidate that leaves that backward broken by another
-    # write of the same code (a forward computed again after one step, and another step before the backward)
-    # has not removed the finding, only moved it.
-    backward_line: int | None = None
-    # The line of the outermost followed call that leads to the write, when the finding is made by the analysis of
-    # the function that calls (a helper's step that only its caller's values show): that function is analysed too.
-    caller_line: int | None = None
-
-    def lines(self) -> tuple[int, ...]:
-        """The lines whose functions are analysed again to look for the finding."""
-        return (self.line,) if self.caller_line is None else (self.line, self.caller_line)
-
-
-# Is the finding still there once the text is ``fixed``?  The caller of the fixes (``api``) answers by analysing
-# the changed text again: the fixes never run the engine themselves.
-StillFound = Callable[[str, FindingId], bool]
-# The caller's analysis of a variant of the text (the same line count: ``wrappers`` replaces a wrapper by the name it
-# holds): its tree, its findings and how fixes check candidates against it; None when it does not parse.
-Variant = Callable[[str], "tuple[ast.Module, list[Finding], StillFound] | None"]
 # A rule's fix: a ``Fix`` for one of its findings, or None / ``CannotFix`` when it has none.
 FixBuilder = Callable[["FixContext", "Finding"], "Fix | None"]
-
-
-class FunctionNames(NamedTuple):
-    """The names of one function, or of the module (``FixContext.names_in``), nested code included, each list in
-    ``ast.walk`` order."""
-
-    uses: dict[str, list[ast.Name]]  # identifier -> its Name nodes, loads and stores
-    declared: frozenset[str]  # global or nonlocal
-    arguments: frozenset[str]
-    parameters: frozenset[str]  # the parameters of every function and lambda in it, its own included
-    attributes: dict[str, list[ast.Attribute]]  # attribute name -> its Attribute nodes (`x.weight`: "weight")
-    definitions: dict[str, list[ast.AST]]  # name -> the functions and classes defined with it (itself too)
-    imported: frozenset[str]  # the first part of every name an import binds (`import a.b`: "a")
-
-    def of(self, name: str) -> list[ast.Name]:
-        return self.uses.get(name, [])
-
-    def attribute(self, attr: str) -> list[ast.Attribute]:
-        return self.attributes.get(attr, [])
-
-
-class ScopeNames(NamedTuple):
-    """The names of one scope's own code (``FixContext.scope_names``): what the alias analysis of each write
-    in the scope asks about, indexed once rather than walked again for every finding of a long statement."""
-
-    loads: dict[str, list[ast.Name]]  # identifier -> its loads in the scope's own code (nested scopes excluded)
-    bindings: dict[str, list[ast.Name]]  # identifier -> its stores and deletes there
-    nested: frozenset[str]  # identifiers used anywhere inside a nested function, lambda or class
-    declarations: tuple[frozenset[str], ...]  # the names of each `global`/`nonlocal` statement, nested ones too
-
-
-def own_code(scope: ast.AST) -> Iterator[ast.AST]:
-    """Every node of ``scope``'s own code: nested functions, lambdas and classes excluded (their decorators,
-    defaults and bases run in this scope, so they are included)."""
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            if isinstance(node, (*FUNCTIONS, ast.Lambda)):
-                stack.extend(node.args.defaults)
-                stack.extend(d for d in node.args.kw_defaults if d is not None)
-            if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
-                stack.extend(node.decorator_list)
-            if isinstance(node, ast.ClassDef):
-                stack.extend(node.bases)
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def _nested_scopes(scope: ast.AST) -> Iterator[ast.AST]:
-    """The functions, lambdas and classes directly inside ``scope``'s own code."""
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            yield node
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def _function_names(fn: ast.AST) -> FunctionNames:
-    uses: dict[str, list[ast.Name]] = {}
-    attributes: dict[str, list[ast.Attribute]] = {}
-    definitions: dict[str, list[ast.AST]] = {}
-    declared: set[str] = set()
-    parameters: set[str] = set()
-    imported: set[str] = set()
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Name):
-            uses.setdefault(node.id, []).append(node)
-        elif isinstance(node, ast.Attribute):
-            attributes.setdefault(node.attr, []).append(node)
-        elif isinstance(node, (*FUNCTIONS, ast.ClassDef)):
-            definitions.setdefault(node.name, []).append(node)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            declared.update(node.names)
-        elif isinstance(node, ast.arg):
-            parameters.add(node.arg)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
-    arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
-    return FunctionNames(uses, frozenset(declared), frozenset(arguments), frozenset(parameters), attributes,
-                         definitions, frozenset(imported))
-
-
-def _scope_names(scope: ast.AST) -> ScopeNames:
-    loads: dict[str, list[ast.Name]] = {}
-    bindings: dict[str, list[ast.Name]] = {}
-    for node in own_code(scope):
-        if isinstance(node, ast.Name):
-            (loads if isinstance(node.ctx, ast.Load) else bindings).setdefault(node.id, []).append(node)
-    nested = frozenset(n.id for inner in _nested_scopes(scope) for n in ast.walk(inner) if isinstance(n, ast.Name))
-    declarations = tuple(frozenset(n.names) for n in ast.walk(scope) if isinstance(n, (ast.Global, ast.Nonlocal)))
-    return ScopeNames(loads, bindings, nested, declarations)
 
 
 class FixContext:
@@ -244,7 +106,7 @@ class FixContext:
         """Every ``Name`` of ``fn`` (nested scopes too) by identifier, in ``ast.walk`` order, and the names it
         declares ``global``/``nonlocal``: made once per function, so that a fix asking about each name of a
         long statement does not walk the whole function for each (quadratic: minutes on fuzzed programs)."""
-        return self.once("names", fn, lambda: _function_names(fn))
+        return self.once("names", fn, lambda: function_names(fn))
 
     def spend(self) -> None:
         """Count one step of fix work against the file's budget (``FIX_STEPS_PER_CHARACTER``): CannotFix once
@@ -263,7 +125,7 @@ class FixContext:
 
     def scope_names(self, scope: ast.AST) -> ScopeNames:
         """The names of ``scope``'s own code and of the scopes nested in it, indexed once per scope."""
-        return self.once("own names", scope, lambda: _scope_names(scope))
+        return self.once("own names", scope, lambda: scope_names(scope))
 
     def inside(self, node: ast.AST, outer: ast.AST) -> bool:
         """Whether ``node`` is ``outer`` or part of it (through the parents map, not a walk of ``outer``)."""
@@ -300,39 +162,6 @@ class FixContext:
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 return stmt
         return None
-
-    def name_free_for_module(self, name: str) -> bool:
-        """Whether a module-level ``import name`` gives no code of the file a new meaning for ``name``: no scope
-        assigns it or takes it as a parameter (``symtable``), and the only imports that bind it are ``import
-        name`` / ``import name.sub`` (not ``from m import name`` or ``import m as name``).  A file that does not
-        compile answers False."""
-        try:
-            scopes = [symtable.symtable(self.text, "<fix>", "exec")]
-            tokens = list(tokenize.generate_tokens(io.StringIO(self.text).readline))
-        except (SyntaxError, ValueError, tokenize.TokenError):
-            return False
-        while scopes:
-            scope = scopes.pop()
-            scopes.extend(scope.get_children())
-            try:
-                symbol = scope.lookup(name)
-            except KeyError:
-                continue
-            if symbol.is_assigned() or symbol.is_parameter():
-                return False
-        words = [t.string for t in tokens if t.type in (tokenize.NAME, tokenize.OP, tokenize.NEWLINE)]
-        statement: list[str] = []
-        for word in words + ["\n"]:
-            if word not in ("\n", ";"):
-                statement.append(word)
-                continue
-            if statement[:1] in (["import"], ["from"]) and name in statement:
-                binding = [i for i, w in enumerate(statement) if w == name and i and statement[i - 1] != "."]
-                after = statement.index("import") if "import" in statement else 0
-                if any(statement[i - 1] == "as" or (statement[0] == "from" and i > after) for i in binding):
-                    return False
-            statement = []
-        return True
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         node = self.parents.get(node)
@@ -495,52 +324,6 @@ class FixContext:
             if isinstance(seg, Segment) and id(node) in seg.ranges:
                 return seg
         raise CannotFix("the node is not part of a parsed statement")
-
-
-class Parents:
-    """node -> parent node, filled one top-level statement at a time: a fix looks at a few statements of a
-    file that may have thousands, and a walk of the whole tree costs more than most fixes."""
-
-    def __init__(self, tree: ast.Module):
-        self.tree = tree
-        self.starts = [first_line(s) for s in tree.body]
-        self.map: dict[ast.AST, ast.AST] = {}
-        self.filled: set[int] = set()
-
-    def get(self, node: ast.AST, default=None):
-        parent = self.map.get(node)
-        if parent is None and node is not self.tree:
-            self._fill_around(node)
-            parent = self.map.get(node)
-        return default if parent is None else parent
-
-    def __getitem__(self, node: ast.AST) -> ast.AST:
-        parent = self.get(node)
-        if parent is None:
-            raise KeyError(node)
-        return parent
-
-    def _fill_around(self, node: ast.AST) -> None:
-        line = getattr(node, "lineno", None)
-        if line is None:  # ast.arguments, comprehension, withitem...: no line to look it up by
-            indices = range(len(self.tree.body))
-        else:
-            # The top-level statements that start at or before the line and are not over by then.
-            start = bisect.bisect_right(self.starts, line) - 1
-            indices = [i for i in range(start, -1, -1) if self.tree.body[i].end_lineno >= line]
-        for i in indices:
-            if i not in self.filled:
-                self.filled.add(i)
-                top = self.tree.body[i]
-                self.map[top] = self.tree
-                for parent in ast.walk(top):
-                    for child in ast.iter_child_nodes(parent):
-                        self.map[child] = parent
-        if node not in self.map and line is not None:
-            self._fill_around(_NO_LINE)  # a node whose lines lie: look everywhere
-
-
-_NO_LINE = ast.AST()
 
 
 # libcst's native parser nests ``a and b and c ...`` (a flat ``ast.BoolOp``, whatever its length, so never bounded

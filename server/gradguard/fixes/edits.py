@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import ast
 import difflib
+import io
 import itertools
+import symtable
+import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -63,7 +66,7 @@ class Rewrite:
         if name is not None:
             return name
         first = self.ctx.first_import()
-        if first is None or first.lineno > use.lineno or not self.ctx.name_free_for_module("torch"):
+        if first is None or first.lineno > use.lineno or not name_free_for_module(self.ctx.text, "torch"):
             raise CannotFix("torch is not imported as a module")
         if "import torch" not in self.before.get(id(first), (first, []))[1]:
             self.insert_before(first, "import torch")
@@ -263,3 +266,37 @@ def renamed(ctx: FixContext, expr: ast.expr, old: str, new: str) -> str:
         end = offset + (nec - nc)
         lines[row] = lines[row][:offset] + new + lines[row][end:]
     return "\n".join(lines)
+
+
+def name_free_for_module(text: str, name: str) -> bool:
+    """Whether a module-level ``import name`` gives no code of the file a new meaning for ``name``: no scope
+    assigns it or takes it as a parameter (``symtable``), and the only imports that bind it are ``import
+    name`` / ``import name.sub`` (not ``from m import name`` or ``import m as name``).  A file that does not
+    compile answers False."""
+    try:
+        scopes = [symtable.symtable(text, "<fix>", "exec")]
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (SyntaxError, ValueError, tokenize.TokenError):
+        return False
+    while scopes:
+        scope = scopes.pop()
+        scopes.extend(scope.get_children())
+        try:
+            symbol = scope.lookup(name)
+        except KeyError:
+            continue
+        if symbol.is_assigned() or symbol.is_parameter():
+            return False
+    words = [t.string for t in tokens if t.type in (tokenize.NAME, tokenize.OP, tokenize.NEWLINE)]
+    statement: list[str] = []
+    for word in words + ["\n"]:
+        if word not in ("\n", ";"):
+            statement.append(word)
+            continue
+        if statement[:1] in (["import"], ["from"]) and name in statement:
+            binding = [i for i, w in enumerate(statement) if w == name and i and statement[i - 1] != "."]
+            after = statement.index("import") if "import" in statement else 0
+            if any(statement[i - 1] == "as" or (statement[0] == "from" and i > after) for i in binding):
+                return False
+        statement = []
+    return True

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix, TextEdit
 from ..statements import block_of
 from ..statements import walk as walk_statements
-from .context import FixContext, Variant, entry_line
+from .context import FixContext
 from .edits import apply_edits, diff_edits
+from .identity import Variant, entry_line
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.context import CannotFix, FUNCTIONS, FindingId, FixContext, LOOPS
+from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FixContext
 from ..fixes.edits import Rewrite, apply_edits, line_after
+from ..fixes.identity import FindingId
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..fixes.writes import cst_mod
 from ..inference.events import Finding, Mutation, in_function_of

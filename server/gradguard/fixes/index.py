@@ -1,0 +1,155 @@
+"""The syntax indexes the fixes ask instead of walking the code again for every finding: each scope's names (made
+once per scope, ``FixContext.names_in`` and ``scope_names``) and the parents map (filled one top-level statement at
+a time)."""
+
+from __future__ import annotations
+
+import ast
+import bisect
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from ..parsing import first_line
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+class FunctionNames(NamedTuple):
+    """The names of one function, or of the module (``FixContext.names_in``), nested code included, each list in
+    ``ast.walk`` order."""
+
+    uses: dict[str, list[ast.Name]]  # identifier -> its Name nodes, loads and stores
+    declared: frozenset[str]  # global or nonlocal
+    arguments: frozenset[str]
+    parameters: frozenset[str]  # the parameters of every function and lambda in it, its own included
+    attributes: dict[str, list[ast.Attribute]]  # attribute name -> its Attribute nodes (`x.weight`: "weight")
+    definitions: dict[str, list[ast.AST]]  # name -> the functions and classes defined with it (itself too)
+    imported: frozenset[str]  # the first part of every name an import binds (`import a.b`: "a")
+
+    def of(self, name: str) -> list[ast.Name]:
+        return self.uses.get(name, [])
+
+    def attribute(self, attr: str) -> list[ast.Attribute]:
+        return self.attributes.get(attr, [])
+
+
+class ScopeNames(NamedTuple):
+    """The names of one scope's own code (``FixContext.scope_names``): what the alias analysis of each write
+    in the scope asks about, indexed once rather than walked again for every finding of a long statement."""
+
+    loads: dict[str, list[ast.Name]]  # identifier -> its loads in the scope's own code (nested scopes excluded)
+    bindings: dict[str, list[ast.Name]]  # identifier -> its stores and deletes there
+    nested: frozenset[str]  # identifiers used anywhere inside a nested function, lambda or class
+    declarations: tuple[frozenset[str], ...]  # the names of each `global`/`nonlocal` statement, nested ones too
+
+
+def own_code(scope: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``scope``'s own code: nested functions, lambdas and classes excluded (their decorators,
+    defaults and bases run in this scope, so they are included)."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            if isinstance(node, (*FUNCTIONS, ast.Lambda)):
+                stack.extend(node.args.defaults)
+                stack.extend(d for d in node.args.kw_defaults if d is not None)
+            if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+                stack.extend(node.decorator_list)
+            if isinstance(node, ast.ClassDef):
+                stack.extend(node.bases)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _nested_scopes(scope: ast.AST) -> Iterator[ast.AST]:
+    """The functions, lambdas and classes directly inside ``scope``'s own code."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            yield node
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def function_names(fn: ast.AST) -> FunctionNames:
+    uses: dict[str, list[ast.Name]] = {}
+    attributes: dict[str, list[ast.Attribute]] = {}
+    definitions: dict[str, list[ast.AST]] = {}
+    declared: set[str] = set()
+    parameters: set[str] = set()
+    imported: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name):
+            uses.setdefault(node.id, []).append(node)
+        elif isinstance(node, ast.Attribute):
+            attributes.setdefault(node.attr, []).append(node)
+        elif isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+            definitions.setdefault(node.name, []).append(node)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+        elif isinstance(node, ast.arg):
+            parameters.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+    arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
+    return FunctionNames(uses, frozenset(declared), frozenset(arguments), frozenset(parameters), attributes,
+                         definitions, frozenset(imported))
+
+
+def scope_names(scope: ast.AST) -> ScopeNames:
+    loads: dict[str, list[ast.Name]] = {}
+    bindings: dict[str, list[ast.Name]] = {}
+    for node in own_code(scope):
+        if isinstance(node, ast.Name):
+            (loads if isinstance(node.ctx, ast.Load) else bindings).setdefault(node.id, []).append(node)
+    nested = frozenset(n.id for inner in _nested_scopes(scope) for n in ast.walk(inner) if isinstance(n, ast.Name))
+    declarations = tuple(frozenset(n.names) for n in ast.walk(scope) if isinstance(n, (ast.Global, ast.Nonlocal)))
+    return ScopeNames(loads, bindings, nested, declarations)
+
+
+class Parents:
+    """node -> parent node, filled one top-level statement at a time: a fix looks at a few statements of a
+    file that may have thousands, and a walk of the whole tree costs more than most fixes."""
+
+    def __init__(self, tree: ast.Module):
+        self.tree = tree
+        self.starts = [first_line(s) for s in tree.body]
+        self.map: dict[ast.AST, ast.AST] = {}
+        self.filled: set[int] = set()
+
+    def get(self, node: ast.AST, default=None):
+        parent = self.map.get(node)
+        if parent is None and node is not self.tree:
+            self._fill_around(node)
+            parent = self.map.get(node)
+        return default if parent is None else parent
+
+    def __getitem__(self, node: ast.AST) -> ast.AST:
+        parent = self.get(node)
+        if parent is None:
+            raise KeyError(node)
+        return parent
+
+    def _fill_around(self, node: ast.AST) -> None:
+        line = getattr(node, "lineno", None)
+        if line is None:  # ast.arguments, comprehension, withitem...: no line to look it up by
+            indices = range(len(self.tree.body))
+        else:
+            # The top-level statements that start at or before the line and are not over by then.
+            start = bisect.bisect_right(self.starts, line) - 1
+            indices = [i for i in range(start, -1, -1) if self.tree.body[i].end_lineno >= line]
+        for i in indices:
+            if i not in self.filled:
+                self.filled.add(i)
+                top = self.tree.body[i]
+                self.map[top] = self.tree
+                for parent in ast.walk(top):
+                    for child in ast.iter_child_nodes(parent):
+                        self.map[child] = parent
+        if node not in self.map and line is not None:
+            self._fill_around(_NO_LINE)  # a node whose lines lie: look everywhere
+
+
+_NO_LINE = ast.AST()
