@@ -26,9 +26,10 @@ from ..diagnostics import Fix, TextEdit
 from ..knowledge.names import LEAF_IDENTITY_ATTRS, NON_VALUE_ATTRS
 from ..statements import block_of, own_nodes
 from .aliases import Report
-from .callers import Helper, callers_leave_unread, is_local, param_escape
+from .callers import Helper, callers_leave_unread, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
+from .helper_calls import is_local
 from .writes import (
     InPlaceWrite,
     assign,

@@ -10,13 +10,13 @@ from ..fixes.callers import (
     NONLOCAL_ESCAPE,
     fix_in_helper,
     inside_helper,
-    is_local,
     param_escape,
     through_callers,
     through_closure_calls,
 )
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import Rewrite
+from ..fixes.helper_calls import is_local
 from ..fixes.inplace import RebindRewrite, fix_or_none, mutation_of, rebind_fix
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import block_around
