@@ -666,6 +666,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                            for o in interp.optimizers):
             replaced.reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > replaced.seq
                                      and s.graph & new), None)
+    for made in interp.copies:
+        _copy_trained(interp, made)
     for flag in interp.flags:
         sources = interp.parameter_sources(flag.module)
         flag.reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > flag.seq
@@ -678,7 +680,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
     found: list[tuple[Finding, object]] = []
     for event in [*interp.mutations, *interp.breaks, *interp.hook_writes, *interp.rebinds, *interp.flags,
                   *interp.guarded_unfreezes,
-                  *interp.replaced, *interp.discarded, *interp.grad_off_backwards, *interp.unreturned,
+                  *interp.replaced, *(c for c in interp.copies if c.reached is not None), *interp.discarded,
+                  *interp.grad_off_backwards, *interp.unreturned,
                   *interp.numpy_refused]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
@@ -748,6 +751,26 @@ def _fold_mended_updates(interp: Interpreter, found: list) -> list:
             f = replace(f, related=[*f.related, *notes])
         out.append((f, event))
     return out
+
+
+def _copy_trained(interp: Interpreter, made) -> None:
+    """A deep copy trained with the original's optimizer: a later step of an optimizer that holds the original's
+    parameters and none of the copy's, after a backward that reaches the copy's parameters, while no backward of the
+    run reaches any parameter that optimizer holds, no optimizer holds the copy's and the code writes no gradient
+    itself (then the step never applies the copy's gradients, and nothing the run does trains the copy)."""
+    original, copied = interp.parameter_sources(made.original), interp.parameter_sources(made.copy)
+    if not original or not copied or interp.grads_written or any(o.held & copied or o.regrouped
+                                                                 for o in interp.optimizers):
+        return
+    backwards = [s for s in interp.sinks if s.kind == "backward"]
+    for optimizer, step, seq in interp.optimizer_steps:
+        held = optimizer.held
+        if seq < made.seq or not held & original or any(s.graph & held for s in backwards):
+            continue
+        reached = next((s for s in reversed(backwards) if made.seq < s.seq < seq and s.graph & copied), None)
+        if reached is not None:
+            made.optimizer, made.step, made.reached = optimizer, step, reached
+            return
 
 
 def _is_entry_script(tree: ast.Module) -> bool:

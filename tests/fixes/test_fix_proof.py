@@ -187,6 +187,17 @@ NO_FIX = {
         "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
         "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
     ),
+    "GG103/pos_deepcopy_finetuned_with_original_optimizer": (
+        "which module should train is the author's choice (an optimizer over the copy, or the original trained): "
+        "building one moves a statement across the program, which no fix does"
+    ),
+    "GG103/pos_learner_spawn_type_self_shares_optimizer": (
+        "the copy needs an optimizer of its own, of the original's class and settings, which no fix builds"
+    ),
+    "GG103/pos_copy_and_original_optimizer_passed_to_fit": (
+        "the copy needs an optimizer of its own, built before the call from the copy bound to a name, which no fix "
+        "builds"
+    ),
     "GG103/pos_head_replaced_after_optimizer": (
         "the new head has another shape than the old one, so its values cannot be written into the old parameters; "
         "building the optimizer after the swap moves a statement across the program, which no fix does"

@@ -85,8 +85,6 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_returns_from_values_step_before_actor_backward": (
         "another optimizer's zero_grad() runs between the step and the backward: moved past it, the step would lose "
         "its own gradients where the two optimizers share parameters, which neither the probe nor the syntax tells"),
-    "GG103/pos_deepcopied_model_trained_with_original_optimizer": _COPY,
-    "GG103/pos_student_deepcopy_loop_steps_teacher_optimizer": _COPY,
     "GG103/pos_optimizer_object_saved_apart_from_model": _COPY,
     "GG103/pos_training_step_total_loss_in_branch_not_returned": _RETURN,
     "GG101/pos_value_step_before_policy_term_from_fresh_forward": (

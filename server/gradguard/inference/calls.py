@@ -14,6 +14,7 @@ from functools import reduce
 from ..knowledge import OpInfo
 from ..knowledge.names import (
     CONTIGUOUS_RESULTS,
+    COPY_PROTOCOL,
     DISTRIBUTIONS_SAVING_LOGITS,
     FACTORIES,
     GRAPH_REBUILDING_FACTORIES,
@@ -26,7 +27,7 @@ from ..knowledge.names import (
     TENSOR_METHOD_FACTORIES,
 )
 from .classes import find_method
-from .events import GradAsk, GradOffBackward, HookWrite, NumpyRefused, Sink, StaleUse
+from .events import CopyTrained, GradAsk, GradOffBackward, HookWrite, NumpyRefused, Sink, StaleUse
 from .expressions import _const_key
 from .state import SET_GRAD
 from .hooks import FORWARD_HOOK_REGISTRATIONS, FORWARD_HOOKS, GRADIENT_ARGUMENT, named_submodules
@@ -93,7 +94,16 @@ class CallsMixin:
                 for kw in spread.keywords:
                     self.presets.pop(id(kw.value), None)
         func = node.func
+        if self._is_builtin_type(node):
+            # `type(self)(...)`: an instance of one of the project's classes is of that class; any other value's
+            # type stays an unknown call
+            value = self.eval(node.args[0])
+            info = self.ctx.class_of(value) if isinstance(value, ModuleValue) else None
+            return ClassRef(info) if info is not None else self._unknown_call(node, [value])
         callee: Value = UNKNOWN
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "grad" \
+                and func.attr.endswith("_"):
+            self.grads_written = True
         if isinstance(func, ast.Attribute):
             owner = self.eval(func.value)
             if isinstance(owner, Tensor):
@@ -166,6 +176,25 @@ class CallsMixin:
         args, kwargs = self._eval_call_args(node)
         return self.call_value(callee, args, kwargs, node)
 
+    def _copies_by_own_protocol(self, module: ModuleValue, seen: set[int] | None = None) -> bool:
+        """Does one of the objects a deepcopy of ``module`` copies define how it is copied or pickled?"""
+        seen = set() if seen is None else seen
+        if id(module) in seen:
+            return False
+        seen.add(id(module))
+        info = self.ctx.class_of(module)
+        if info is not None and any(find_method(self.ctx.classes_for(info), info, name) is not None
+                                    for name in COPY_PROTOCOL):
+            return True
+        return any(self._copies_by_own_protocol(v, seen)
+                   for v in [*module.children, *module.attrs.values()] if isinstance(v, ModuleValue))
+
+    def _is_builtin_type(self, node: ast.Call) -> bool:
+        """``type(x)`` of Python's ``type``: not imported, not bound by the code."""
+        return (isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 1
+                and not node.keywords and not isinstance(node.args[0], ast.Starred) and "type" not in self.ctx.imports
+                and not any("type" in scope for scope in (self.state.env, *self.scopes)))
+
     def _spread_keywords(self, node: ast.Call) -> ast.Call | None:
         """``F.relu(t, **kwargs)`` inside a followed call: the same call with the caller's keywords written out.
         When the caller wrote ``inplace=True`` or ``out=`` it is placed at the caller's call (where the write's
@@ -204,7 +233,15 @@ class CallsMixin:
                                   frozenset().union(*(n.markers for n in numbers)))
             return NOT_TENSOR
         if q == "copy.deepcopy":
-            return _copy_module(args[0], node) if args and isinstance(args[0], ModuleValue) else UNKNOWN
+            if not args or not isinstance(args[0], ModuleValue):
+                return UNKNOWN
+            if self._copies_by_own_protocol(args[0]):
+                return UNKNOWN  # `__deepcopy__`, `__getstate__`...: what it copies, and how, is the class's
+            made = _copy_module(args[0], node)
+            for optimizer in copied_optimizers(made):
+                self.optimizer_built(optimizer, node)
+            self.copies.append(CopyTrained(node, args[0], made, self._next()))
+            return made
         if q == "itertools.chain":
             owners = [a for a in args if isinstance(a, ParamIterable)]
             return ParamIterable(owners) if owners else UNKNOWN
@@ -237,6 +274,8 @@ class CallsMixin:
 
     def call_value(self, callee: Value, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
         """Call a value: a function, lambda or method of the file, a class, an instance, a partial, an import."""
+        if self.copies:
+            self._pairs_copy(args, kwargs, node)
         if isinstance(callee, FunctionValue):
             result = self.inline(callee.node, args, kwargs, node, self_value=callee.self_value, scope=callee.scope,
                                  owner=callee.owner, module_path=callee.module_path)
@@ -255,6 +294,18 @@ class CallsMixin:
         elif isinstance(callee, CallableRef):
             return self._named_call(callee.qualname, node, args, kwargs)
         return self._unknown_call(node, [*args, *kwargs.values()])
+
+    def _pairs_copy(self, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> None:
+        """A call handed a deep copy of a module together with an optimizer that holds the original's parameters
+        (``Trainer(model=copy, optimizer=opt)``): where the copy is paired with the original's optimizer."""
+        given = [*args, *kwargs.values()]
+        optimizers = [v for v in given if isinstance(v, OptimizerValue)]
+        if not optimizers:
+            return
+        for made in self.copies:
+            if any(v is made.copy for v in given):
+                original = self.parameter_sources(made.original)
+                made.paired.extend((node, o) for o in optimizers if o.held & original)
 
     def call_instance(self, instance: ModuleValue, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
         """``obj(x)``: a module runs its ``forward``; any other object of the file its ``__call__``."""
@@ -1101,18 +1152,65 @@ def _param_owners(params: Value) -> list[Value]:
     return []
 
 
-def _copy_module(module: ModuleValue, node: ast.AST) -> ModuleValue:
-    """``copy.deepcopy(model)``: the same structure with parameters of its own (an EMA teacher, a target net)."""
-    copy = ModuleValue(module.cls, module.torch_module, module.inplace, module.ctor, user_class=module.user_class)
-    copy.children = [_copy_module(c, node) for c in module.children]
+def _copy_module(module: ModuleValue, node: ast.AST, memo: dict[int, Value] | None = None) -> ModuleValue:
+    """``copy.deepcopy(model)``: the same structure with parameters of its own (an EMA teacher, a target net).
+    As deepcopy's memo does, what the original shares stays shared in the copy (one submodule or parameter held
+    twice), and an optimizer held beside the modules is copied over the copies' parameters (its ``owners``
+    mapped; one whose parameters cannot be mapped becomes unknown)."""
+    memo = {} if memo is None else memo
+    if id(module) in memo:
+        return memo[id(module)]
+    copy = memo[id(module)] = ModuleValue(module.cls, module.torch_module, module.inplace, module.ctor,
+                                          user_class=module.user_class)
+    copy.children = [_copy_module(c, node, memo) for c in module.children]
+    optimizers = []
     for name, value in module.attrs.items():
         if isinstance(value, ModuleValue):
-            copy.attrs[name] = _copy_module(value, node)
+            copy.attrs[name] = _copy_module(value, node, memo)
         elif isinstance(value, Tensor) and value.param:
-            copy.attrs[name] = new_tensor(node, value.requires_grad, leaf=True, param=True, label=value.label)
+            if id(value) not in memo:
+                memo[id(value)] = new_tensor(node, value.requires_grad, leaf=True, param=True, label=value.label)
+            copy.attrs[name] = memo[id(value)]
+        elif isinstance(value, OptimizerValue):
+            optimizers.append(name)
         elif not isinstance(value, Tensor):
             copy.attrs[name] = value
+    for name in optimizers:
+        copy.attrs[name] = _copy_optimizer(module.attrs[name], memo)
     return copy
+
+
+def _copy_optimizer(optimizer: OptimizerValue, memo: dict[int, Value]) -> Value:
+    """The deep copy of an optimizer held by a copied object: its owners are the copies of its own owners (the
+    interpreter then gives it their parameters); unknown when one of them was not copied with it."""
+    if id(optimizer) in memo:
+        return memo[id(optimizer)]
+    owners = [_copied_owner(o, memo) for o in optimizer.owners]
+    made = OptimizerValue(owners, optimizer.ctor) if owners and all(o is not None for o in owners) else UNKNOWN
+    memo[id(optimizer)] = made
+    return made
+
+
+def _copied_owner(value: Value, memo: dict[int, Value]) -> Value | None:
+    if isinstance(value, ParamIterable):
+        owners = value.owner if isinstance(value.owner, list) else [value.owner]
+        mapped = [memo.get(id(o)) for o in owners]
+        if any(m is None for m in mapped):
+            return None
+        return ParamIterable(mapped if isinstance(value.owner, list) else mapped[0], value.named)
+    return memo.get(id(value))
+
+
+def copied_optimizers(value: Value, seen: set[int] | None = None) -> list[OptimizerValue]:
+    """The optimizers a deep copy made (held in the copied objects' attributes)."""
+    seen = set() if seen is None else seen
+    if not isinstance(value, ModuleValue) or id(value) in seen:
+        return []
+    seen.add(id(value))
+    found = [v for v in value.attrs.values() if isinstance(v, OptimizerValue)]
+    for v in [*value.children, *value.attrs.values()]:
+        found.extend(copied_optimizers(v, seen))
+    return found
 
 
 def _out_inputs(args: list[Value], kwargs: dict[str, Value]) -> list[Value]:

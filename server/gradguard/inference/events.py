@@ -325,6 +325,30 @@ class ReplacedParameter:
     site: ast.AST | None = None
 
 
+@dataclass
+class CopyTrained:
+    """A deep copy of a module (``copy.deepcopy(model)``: parameters of its own) trained with an optimizer built
+    on the original: a backward gives the copy's parameters gradients no optimizer holds, and the step updates
+    only the original's, which no backward reaches.  The copy never changes."""
+
+    node: ast.AST  # the deepcopy call
+    original: ModuleValue
+    copy: ModuleValue
+    seq: int
+    # Calls handed the copy together with an optimizer that holds the original's parameters (a constructor of
+    # the object that will train the copy): (call, optimizer).  The first one of the stepping optimizer is the
+    # line to change.
+    paired: list = field(default_factory=list)
+    # filled by the engine
+    optimizer: OptimizerValue | None = None
+    step: ast.AST | None = None
+    reached: Sink | None = None
+
+    @property
+    def site(self) -> ast.AST:
+        return next((call for call, o in self.paired if o is self.optimizer), self.node)
+
+
 @dataclass(frozen=True)
 class GradRead:
     """A place that uses the gradients of some grad sources: an optimizer's step, a `.grad` read under no_grad."""

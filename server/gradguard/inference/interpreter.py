@@ -20,7 +20,7 @@ from .calls import CallsMixin
 from .classes import ClassInfo, find_setter, mro
 from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, GuardedUnfreeze, HookWrite,
                      InertFlag,
-                     KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse,
+                     CopyTrained, KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse,
                      UnreturnedLoss)
 from .dtypes import DtypesMixin, file_default_dtype
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
@@ -245,6 +245,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.guarded_unfreezes: list[GuardedUnfreeze] = []  # `if p.requires_grad: p.requires_grad = True` skipped
         self.optimizers: list[OptimizerValue] = []  # built in this run
         self.replaced: list[ReplacedParameter] = []  # parameters replaced after an optimizer took them
+        self.copies: list[CopyTrained] = []  # `copy.deepcopy(module)`: modules with parameters of their own
+        # A gradient written by the code (`p.grad = g`, `p.grad.copy_(g)`): a step may apply one no backward gave.
+        self.grads_written = False
+        self.optimizer_steps: list[tuple[OptimizerValue, ast.AST, int]] = []  # each step: (optimizer, call, seq)
         self.cut_markers: set[int] = set()  # the markers `.detach()`/`.data` cuts put into the graphs they start
         # Markers put into the results of ops run with grad mode off on tensors that require grad (autograd records
         # nothing there): each one's op, the line to change (the switch, or the call a no_grad-decorated function
@@ -860,6 +864,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
 
     # --------------------------------------------------------------- binding
     def bind(self, target: ast.expr, value: Value, stmt: ast.stmt) -> None:
+        if isinstance(target, ast.Attribute) and target.attr == "grad":
+            self.grads_written = True
         if self.watched_outputs and isinstance(target, (ast.Attribute, ast.Subscript)):
             self.note_stored(value, stmt)  # `self.acts[name] = output` in a forward hook (see hooks.py)
         if not self.state.grad_enabled and isinstance(value, Tensor) and isinstance(target, (ast.Name, ast.Attribute)):
@@ -1395,6 +1401,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                        label=f"the parameters `{name}` updates")
         self.grad_reads.append(GradRead(node, frozenset().union(*(p.graph for p in params)), f"`{name}.step()`",
                                           self._next()))
+        self.optimizer_steps.append((optimizer, node, self._next()))
         grad_mode, self.state.grad_enabled = self.state.grad_enabled, False
         self._inplace(node, proxy, f"`{name}.step()`", None, [], kind="step")
         self.state.grad_enabled = grad_mode

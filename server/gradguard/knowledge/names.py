@@ -120,6 +120,8 @@ SAME_TENSOR_METHODS = frozenset({"to", "type_as", "float", "double", "half", "bf
 # nn.Module methods that return the module.
 MODULE_RETURNING_METHODS = frozenset({"train", "eval", "to", "cuda", "cpu", "float", "double", "half",
                                       "requires_grad_", "zero_grad", "apply", "share_memory"})
+# Python's copy protocol: a class defining one of these decides what `copy.deepcopy` of its instances holds.
+COPY_PROTOCOL = ("__deepcopy__", "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__")
 # nn.Module methods that iterate over its parameters or buffers.
 PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers"})
 # torch.distributions classes that save their logits for backward.

@@ -11,7 +11,7 @@ from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
-                                NumpyRefused, ReplacedParameter, UnreturnedLoss)
+                                NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
 from ..inference.hooks import DroppedOutput
 from ..inference.values import Tensor
 from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_REFUSED, NUMPY_TWINS
@@ -36,6 +36,9 @@ def check(event):
         return
     if isinstance(event, ReplacedParameter):
         yield from _check_replaced(event)
+        return
+    if isinstance(event, CopyTrained):
+        yield from _check_copy_trained(event)
         return
     if isinstance(event, GuardedUnfreeze):
         yield from _check_guarded_unfreeze(event)
@@ -282,6 +285,37 @@ def _check_replaced(event: ReplacedParameter):
         related=[*([(event.node, f"`{event.name}` is assigned the new {what} here")] if site is not event.node else []),
                  *([(built, "the optimizer takes the old parameters here")] if built is not None else []),
                  (event.reached.node, "the backward that reaches the new parameters")],
+    )
+
+
+def _check_copy_trained(event: CopyTrained):
+    """A deep copy of a module trained with the optimizer built on the original: reported where the copy is handed
+    that optimizer (a constructor given both), else at the copy."""
+    if event.reached is None or event.optimizer is None:
+        return
+    built = event.optimizer.ctor
+    effect = Message.format(
+        "the backward on {sink} gives the copy's parameters gradients, which no optimizer holds, and `{step}` on "
+        "{at} updates the original's parameters, which no backward reaches: the copy never trains, silently.",
+        sink=event.reached.node, step=ast.unparse(event.step), at=event.step)
+    if event.site is not event.node:
+        message = Message.format(
+            "This call hands a deep copy of a module (made on {made}), which has parameters of its own, the "
+            "optimizer built on {built}, which holds the original's parameters: {effect} Build a new optimizer over "
+            "the copy's parameters for it.", made=event.node, built=built, effect=effect)
+    else:
+        message = Message.format(
+            "`copy.deepcopy` makes a module with parameters of its own, and the optimizer built on {built} holds "
+            "the original's: {effect} Build an optimizer over the copy's parameters, or train the original.",
+            built=built, effect=effect)
+    yield Finding(
+        "GG103",
+        event.site,
+        message,
+        related=[*([(event.node, "the copy is made here")] if event.site is not event.node else []),
+                 *([(built, "the optimizer takes the original's parameters here")] if built is not None else []),
+                 (event.reached.node, "the backward that reaches the copy's parameters"),
+                 (event.step, "the step that updates only the original's parameters")],
     )
 
 
