@@ -6,8 +6,9 @@ A probe-only finding is one ``gradguard check --probe`` adds because no static f
 (``probe/merge.py``: its message ends "(observed by the runtime probe)").  The probe runs over
 tests/fixtures/probe_only (``--entry run``), bench/realworld/cases and ../shared/realworld-dev (read only;
 nothing is copied into the project: fixed copies go to a temporary folder).  Each fix a probe-only finding
-carries is applied to a copy of its file (with the fixes of the file's other probe-only findings that do not
-overlap it: a program with two bugs runs clean only with both fixed) and the copy is run:
+carries is applied to a copy of its file (with the fixes of the file's other findings, static or probe-only, that do
+not overlap it, as ``check --probe --fix`` applies them: a program with two bugs runs clean only with both fixed) and
+the copy is run:
 
 - a fixture: ``run()`` of the fixed copy must run clean and give the gradients of ``reference()``
   (``tests/gradients.grads_equal``);
@@ -111,7 +112,7 @@ def probe_only(diags: list[dict]) -> list[dict]:
 
 def _fixed_copy(t: Target, d: dict, tmp: Path, others: list[dict]) -> Path:
     """A copy of the target (file, or the case's folder) with ``d``'s fix applied, and those of ``others`` (the
-    file's other probe-only findings) that do not overlap it; the path of the fixed file."""
+    file's other findings with a fix) that do not overlap it; the path of the fixed file."""
     source = Path(d["path"])
     if t.path.is_dir():
         copy_root = tmp / t.path.name
@@ -137,8 +138,8 @@ def _fixed_copy(t: Target, d: dict, tmp: Path, others: list[dict]) -> Path:
 
 
 def prove(t: Target, d: dict, others: list[dict], timeout: float) -> tuple[bool, str]:
-    """Whether torch proves ``d``'s fix on ``t`` (with ``others``: the fixes of the other probe-only findings of
-    its file, a program with several bugs being fixed only by all of their fixes), and what was seen."""
+    """Whether torch proves ``d``'s fix on ``t`` (with ``others``: the fixes of the other findings of its file, a
+    program with several bugs being fixed only by all of their fixes), and what was seen."""
     with tempfile.TemporaryDirectory(prefix="probefix_") as tmp:
         tmp_path = Path(tmp)
         try:
@@ -212,7 +213,8 @@ def main(argv=None) -> int:
                    "related": [f"{r['line']}: {r['message'][:70]}" for r in d.get("related") or []],
                    "fix": d["fix"]["title"] if d["fix"] else None, "safe": d["fix"]["safe"] if d["fix"] else None}
             if d["fix"]:
-                others = [o for o in added if o is not d and o["fix"] and o["path"] == d["path"]]
+                # every other fix of the file, the static findings' too: ``check --probe --fix`` applies them all
+                others = [o for o in diags if o is not d and o["fix"] and o["path"] == d["path"]]
                 row["proven"], row["seen"] = prove(t, d, others, args.timeout)
             rows.append(row)
         return rows
