@@ -53,11 +53,6 @@ _DROPPED_HOOK_OUTPUT = (
     "the hook rebinds its output and returns nothing: returning the new value changes what the hook does, which no "
     "rewrite of a hook makes")
 
-_LOSS_BACKWARDED_IN_HELPER = (
-    "the loss computed too early is backpropagated inside a helper the caller calls after the update's call: the "
-    "fix that computes a forward after the step looks for that backward in the caller's block, and does not follow "
-    "it into the helper yet; moving the update's call instead would apply the early loss's gradients too"
-)
 _GRAD_MODE_BACK_ON = (
     "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
     "`torch.enable_grad()` around the loss) is the author's choice: no fix yet")
@@ -79,9 +74,6 @@ NO_FIX = {
         "the forward is a method that keeps its outputs on the object: calling it again before the second loss's "
         "helper is the change, and no fix adds a call"),
     "GG101/pos_agent_lambda_returns_detached_for_critic_step": _STEP_BEFORE_DETACHED_TARGET_LOSS,
-    "GG101/pos_actor_loss_before_critic_update_helper": _LOSS_BACKWARDED_IN_HELPER,
-    "GG101/pos_agent_method_policy_loss_before_value_update": _LOSS_BACKWARDED_IN_HELPER,
-    "GG101/pos_two_critic_updates_manual_sgd_helper": _LOSS_BACKWARDED_IN_HELPER,
     "GG101/pos_prototypes_cached_on_module_with_graph": _KEPT_ACROSS_STEPS,
     "GG101/pos_cache_filled_lazily_on_holder_object": _KEPT_ACROSS_STEPS,
     "GG101/pos_representation_prepared_before_loop_kept_on_module": _KEPT_ACROSS_STEPS,
@@ -96,6 +88,13 @@ NO_FIX = {
     "GG001/pos_sliced_comprehension_batches_input_normalized": (
         "`x` is an element of the caller's list of batches: rebinding it leaves the list's tensor unscaled for its "
         "later readers, so no safe rewrite exists where the write is"
+    ),
+    "GG001/pos_shift_helper_caller_reads_argument_after": (
+        "the caller reads `h` after the call: writing out of place inside the helper would leave it unshifted there"
+    ),
+    "GG001/pos_shift_helper_result_added_to_argument": (
+        "the forward's sum reads `h` after the helper's call returns: writing out of place inside the helper would "
+        "change the sum"
     ),
     "GG001/pos_trainer_limit_batches_target_clamped": (
         "`target` is the caller's tensor (an element of its list of batches): an out-of-place clamp leaves it "
@@ -399,6 +398,10 @@ UNSAFE_ONLY = {
     "GG101/pos_hidden_detach_in_place_after_chunk_loop": "the state is detached at the top of each step and "
                                                          "retain_graph dropped: each backward now stops at its step's "
                                                          "start (truncated BPTT per step, as the reference)",
+    **{f"GG001/{name}": "the helper now leaves its argument as it was: a caller this analysis did not run may have "
+                        "read it after the call" for name in (
+        "pos_helper_soft_clip_sub_inplace_argument", "pos_mixer_method_residual_iadd_nested_forwards",
+        "pos_normalize_helper_idiv_in_training_loop")},
     "GG001/pos_quadrants_written_into_input_alias": "the input keeps its values: a caller that relied on the writes "
                                                     "changing it sees the old ones",
     "GG101/pos_lstm_cell_state_from_zeros_carried": "each backward now stops at its step's start (truncated BPTT): "
@@ -458,6 +461,10 @@ UNSAFE_ONLY = {
                                                                  "rolls out through the updated model",
     "GG101/pos_gan_labels_made_after_forwards": "`D(fake)` computed again after the step sees the updated discriminator",
     "GG101/pos_ema_helper_called_before_backward": "the teacher's forward, moved after the EMA update, sees the updated teacher",
+    **{f"GG101/{name}": "the loss, moved below the call that updates the other network and backpropagated by a later "
+                        "call, now sees the updated weights" for name in (
+        "pos_actor_loss_before_critic_update_helper", "pos_agent_method_policy_loss_before_value_update",
+        "pos_two_critic_updates_manual_sgd_helper")},
     "GG101/pos_gan_g_logits_before_d_step": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_gan_helper_train_discriminator": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_wgan_clip_helper_after_generator_forward": "the generator's forward, moved after the step, now sees the updated discriminator",

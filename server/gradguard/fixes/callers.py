@@ -75,7 +75,12 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
     if fix is None or fix.safe:
         return fix
     if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits) and not fix.callers_checked:
-        return None  # (unless no call in this file expects the write: all rebind, or none reads after it)
+        # (unless no call in this file expects the write: all rebind, or none reads after it).  The run tells it
+        # for the calls it made: when nothing but `name` held the memory and read it after the write, in any
+        # caller, rebinding `name` changes no value any of them reads.
+        moment = finding.mutation.moment
+        if moment is None or name is None or moment.others_read_after(name):
+            return None
     return fix
 
 

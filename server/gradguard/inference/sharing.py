@@ -216,6 +216,54 @@ class Moment:
         index = self.frame_index(depth)
         return sorted({p for m in self.runs() for p in (m.parameters[index] if m.parameters else ())})
 
+    def others_read_after(self, name: str) -> list[str]:
+        """The variables besides ``name`` (the write's own frame's) that held the written memory at some run of
+        the write, at any call depth, and read its value after that run: in their frame as the run went, or, for
+        a caller's, later in the statement whose call led to the write (``y = f(x) + x``).  A rebinding of
+        ``name`` instead of the write changes what they read: empty when nothing does, as far as the runs show.
+        "?" stands for what the runs cannot tell: the memory escaped, or a module's or enclosing function's
+        variable held it."""
+        found: set[str] = set()
+        for run in self.log.writes.get(self.write, [self]):
+            own = len(run.frames) - 1
+            if run.holders is None or run.escapes:
+                found.add("?")
+                continue
+            for held, _, frame in run.holders:
+                if frame is None:
+                    found.add("?")
+                elif frame == own:
+                    if held != name and self.log.value_read(run.frames[frame], held, run.position):
+                        found.add(held)
+                elif self.log.value_read(run.frames[frame], held, run.position) \
+                        or run._read_after_the_call(frame, held):
+                    found.add(held)
+        return sorted(found)
+
+    def _read_after_the_call(self, frame: int, name: str) -> bool:
+        """Whether the statement of frame ``frame`` running at this point (the one whose call led down to the
+        write) may read ``name`` after that call returns: a load that some call of the statement ends before, a
+        load in an assignment's target (evaluated after its value), or any load in a statement whose order its
+        text does not show (a conditional expression, a comprehension, a lambda)."""
+        wanted = self.frames[frame]
+        position = self.position - 1
+        while position >= 0 and self.log.frames[position] != wanted:
+            position -= 1
+        statement = self.log.entries[position] if position >= 0 else None
+        if not isinstance(statement, ast.stmt):
+            return True
+        loads = [load for load, metadata in _reads(statement) if not metadata and load.id == name]
+        if not loads:
+            return False
+        parts = [n for root in _header(statement) for n in ast.walk(root)]
+        if any(isinstance(n, (ast.IfExp, ast.comprehension, ast.Lambda, ast.NamedExpr)) for n in parts):
+            return True
+        targets = [t for t in (*getattr(statement, "targets", ()), getattr(statement, "target", None)) if t is not None]
+        in_targets = {id(n) for t in targets for n in ast.walk(t)}
+        ends = [(n.end_lineno, n.end_col_offset) for n in parts if isinstance(n, ast.Call)]
+        return any(id(load) in in_targets or any(end <= (load.lineno, load.col_offset) for end in ends)
+                   for load in loads)
+
 
 def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], written: Tensor, memory: set[int]
             ) -> tuple[tuple[str, str, int | None], ...]:

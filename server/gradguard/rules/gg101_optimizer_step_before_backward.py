@@ -274,7 +274,8 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
         raise CannotFix("the graph is not backpropagated here")
     # The step, or the statement around it (`if`, `try`, `with`, a loop) that shares a block with the backward:
     # the forward moves below all of it.
-    downs = enclosing_statements(ctx, sink.node)
+    # A backward run inside a call (`update(opt, loss)`) is that call's statement in the step's function.
+    downs = enclosing_statements(ctx, in_function_of(sink.path, sink.node, mutation.call_path()))
     block = i = down = step = None
     for up in enclosing_statements(ctx, ctx.statement_of(mutation.entry())):
         around = block_around(ctx, up) or []
