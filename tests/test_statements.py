@@ -71,6 +71,8 @@ def test_the_walkers_find_what_ast_walk_finds(source: str) -> None:
     walked = list(statements.walk(tree))
     assert {id(n) for n in walked} == {id(n) for n in ast.walk(tree)
                                        if isinstance(n, (ast.stmt, ast.excepthandler, ast.match_case))}
+    every = [id(n) for n in statements.every_node(tree)]
+    assert sorted(every) == sorted(id(n) for n in ast.walk(tree) if not isinstance(n, ast.expr_context))
     parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
     order = {id(n): i for i, (n, _, _) in enumerate(found)}
     for node, _, _ in found:  # a holder's blocks come before those inside them

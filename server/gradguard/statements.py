@@ -65,6 +65,29 @@ def walk(tree: ast.AST) -> Iterator[ast.AST]:
             stack.extend(nested(node))
 
 
+def every_node(tree: ast.AST) -> Iterator[ast.AST]:
+    """The nodes ``ast.walk`` gives (``tree`` and all below it, expressions too) but the ``Load``/``Store``/``Del``
+    markers, in no set order, for a search whose answer does not depend on the order: about half ``ast.walk``'s
+    cost (no generator per node)."""
+    stack = [tree]
+    fields = _node_fields
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in fields(type(node)):
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(item for item in value if isinstance(item, ast.AST))
+
+
+@cache
+def _node_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a kind of node that may hold nodes other than a ``ctx`` marker."""
+    return tuple(name for name in kind._fields if name != "ctx")
+
+
 def walk_blocks(tree: ast.AST) -> Iterator[tuple[ast.AST, str, list[ast.stmt]]]:
     """Every non-empty statement list in ``tree`` as (holder, field, list), a holder's before those inside it."""
     for node in chain((tree,), walk(tree)):

@@ -16,6 +16,7 @@ import functools
 import re
 
 from ..knowledge import TorchKnowledge
+from ..statements import every_node
 from .values import INT, Const, ModuleValue, Tensor, Value
 
 # Names whose mere mention makes a file's floating dtypes unknown: a default dtype set at run time, and mixed
@@ -63,7 +64,7 @@ def file_default_dtype(tree: ast.AST, knowledge: TorchKnowledge, text: str | Non
                            if d in knowledge.floating_dtypes and d != default)
     if text is not None and not _may_change_dtype(converting.union(knowledge.dtype_conversions)).search(text):
         return default
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if _identifier(node) in _DTYPE_SWITCHES if isinstance(node, (ast.Name, ast.Attribute)) else False:
             return None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -92,19 +93,41 @@ def forget_dtypes(value: Value) -> None:
     program may convert it).  Changed in place, aliasing kept."""
     seen: set[int] = set()
     todo: list[object] = [value]
+    kinds = _FORGET_KINDS
     while todo:
         item = todo.pop()
-        if id(item) in seen or isinstance(item, (ast.AST, str, int, float, frozenset)) or item is None:
+        how = kinds.get(type(item))
+        if how is None:
+            how = kinds[type(item)] = _forget_kind(type(item))
+        if how is _LEAF or id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, (list, tuple)):
+        if how is list:
             todo.extend(item)
-        elif isinstance(item, dict):
+        elif how is dict:
             todo.extend(item.values())
-        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
-            if isinstance(item, (Tensor, ModuleValue)):
+        else:
+            names, typed = how
+            if typed:
                 item.dtype = None
-            todo.extend(getattr(item, f.name) for f in dataclasses.fields(item))
+            todo.extend(getattr(item, name) for name in names)
+
+
+_LEAF = object()  # ``forget_dtypes`` has nothing to look at inside
+_FORGET_KINDS: dict[type, object] = {}  # type -> _LEAF, list, dict, or (its dataclass fields' names, has a dtype)
+
+
+def _forget_kind(kind: type) -> object:
+    """How ``forget_dtypes`` walks a value of this type, worked out once per type (the walk visits millions)."""
+    if issubclass(kind, (ast.AST, str, int, float, frozenset, type(None))):
+        return _LEAF
+    if issubclass(kind, (list, tuple)):
+        return list
+    if issubclass(kind, dict):
+        return dict
+    if dataclasses.is_dataclass(kind):
+        return tuple(f.name for f in dataclasses.fields(kind)), issubclass(kind, (Tensor, ModuleValue))
+    return _LEAF
 
 
 class DtypesMixin:

@@ -9,6 +9,7 @@ import ast
 
 from ..bounds import Unanalysed
 from ..knowledge.names import SHAPE_ATTRS, VIEW_ATTRS
+from ..statements import every_node
 from .classes import ClassInfo, find_method, mro
 from .events import GradRead, KeptRead
 from .hooks import named_submodules
@@ -645,7 +646,8 @@ def _assigned_attributes(cls: ast.ClassDef) -> frozenset[str]:
     """The attribute names the class's code assigns (``self.x = ...``, ``obj.x += ...``), read once per class."""
     found = getattr(cls, "_gradguard_assigned", None)
     if found is None:
-        found = frozenset(n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store))
+        found = frozenset(n.attr for n in every_node(cls)
+                          if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store))
         cls._gradguard_assigned = found
     return found
 

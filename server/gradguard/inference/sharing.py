@@ -297,26 +297,40 @@ def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], 
 
 def storages_in(value: Value | None, depth: int = HELD_DEPTH) -> set[int]:
     """The storages of the tensors ``value`` is or holds (``HELD_DEPTH`` levels of lists, dicts, objects)."""
-    if isinstance(value, Tensor):
+    how = _HOLDS.get(type(value))
+    if how is None:
+        how = _HOLDS[type(value)] = _holds(type(value))
+    if how is _NOTHING:
+        return set()
+    if how is Tensor:
         return {t.storage.id for t in (value.group or (value,))}
-    if isinstance(value, DataAlias):
+    if how is DataAlias:
         return {value.tensor.storage.id}
-    if isinstance(value, NumberFrom):
+    if how is NumberFrom:
         return {value.array_of.storage.id} if value.array_of is not None else set()
     if depth == 0:
         return set()
-    if isinstance(value, TensorSeq):
+    if how is TensorSeq:
         items = value.items
-    elif isinstance(value, TensorMap):
+    elif how is TensorMap:
         items = list(value.items.values())
-    elif isinstance(value, ModuleValue):
-        items = list(value.attrs.values())
     else:
-        return set()
+        items = list(value.attrs.values())
     found: set[int] = set()
     for item in items:
         found |= storages_in(item, depth - 1)
     return found
+
+
+_NOTHING = object()  # a value that is no tensor and holds none
+_HOLDS: dict[type, object] = {}  # type -> which of ``storages_in``'s cases it is, worked out once per type
+
+
+def _holds(kind: type) -> object:
+    for case in (Tensor, DataAlias, NumberFrom, TensorSeq, TensorMap, ModuleValue):
+        if issubclass(kind, case):
+            return case
+    return _NOTHING
 
 
 def _reads(entry: Entry) -> list[tuple[ast.Name, bool]]:

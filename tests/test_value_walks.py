@@ -1,0 +1,41 @@
+"""The walks over the interpreter's values that dispatch on each value's type once per type (``forget_dtypes``,
+``sharing.storages_in``) reach what the per-value ``isinstance`` chains reached: through lists, tuples, dicts and
+instances' fields, aliasing and cycles kept."""
+
+from __future__ import annotations
+
+import ast
+
+from gradguard.inference.dtypes import forget_dtypes
+from gradguard.inference.sharing import storages_in
+from gradguard.inference.values import (Const, DataAlias, FunctionValue, ModuleValue, NumberFrom, TensorMap,
+                                        TensorSeq, new_tensor)
+
+
+def _typed(label: str):
+    t = new_tensor(None, label=label)
+    t.dtype = "float32"
+    return t
+
+
+def test_forget_dtypes_reaches_every_held_tensor_and_layer() -> None:
+    a, b, c, d = (_typed(n) for n in "abcd")
+    inner = ModuleValue("Linear", True, attrs={"weight": a})
+    inner.dtype = "float32"
+    outer = ModuleValue("Net", False, attrs={"layers": [inner, (b,)], "table": {"k": TensorSeq([c])}})
+    outer.attrs["self"] = outer  # a cycle
+    closure = FunctionValue(ast.parse("def f(): pass").body[0], scope=[{"t": d}])
+    outer.attrs["hook"] = closure
+    forget_dtypes(outer)
+    assert [t.dtype for t in (a, b, c, d)] == [None] * 4 and inner.dtype is None and outer.dtype is None
+
+
+def test_storages_in_follows_the_held_depth() -> None:
+    a, b, c = (new_tensor(None) for _ in range(3))
+    value = ModuleValue("Net", False, attrs={"x": a, "seq": TensorSeq([b]), "map": TensorMap({"c": c}),
+                                             "n": Const(1)})
+    assert storages_in(value) == {a.storage.id, b.storage.id, c.storage.id}
+    assert storages_in(value, depth=1) == {a.storage.id}
+    assert storages_in(DataAlias(a)) == {a.storage.id}
+    assert storages_in(NumberFrom(frozenset(), None, frozenset(), array_of=b)) == {b.storage.id}
+    assert storages_in(Const(1)) == set() and storages_in(None) == set()
