@@ -1,7 +1,7 @@
 """The gradguard package's imports, read from the AST: the module-level import graph has no cycle; a function
 imports a gradguard module only where listed below with its reason; and counting those function-level imports
 too, there is no cycle either (``HIDDEN_CYCLES`` stays empty).  Counting the imports for type checkers too
-(``if TYPE_CHECKING:``), the only cycles are ``TYPE_CHECKING_CYCLES``, none of them in the language server.
+(``if TYPE_CHECKING:``), there is no cycle at all.
 
 The language server loads a few of its modules on first use, by name (``gradguard.lsp.on_demand``): each of
 those is counted as an import of ``on_demand`` in every graph here, and no other module of the server imports
@@ -31,16 +31,9 @@ DEFERRED = {
 # Cycles that function-level imports hide: none (api <-> notebooks and cli <-> probe.cli were the last; keep it so).
 HIDDEN_CYCLES: list[list[str]] = []
 
-# Cycles counting every import, ``TYPE_CHECKING`` ones included.  The language server's (server <-> probe_support,
-# server <-> workspace) are gone: those modules take the server as a ``Protocol``.  Left, outside the server:
-# config imports output, whose ``TYPE_CHECKING`` import of ``probe.model`` runs ``probe/__init__``, which imports
-# the runner, whose function-level import of ``files`` imports config (directly, and through notebooks).
-TYPE_CHECKING_CYCLES: list[list[str]] = [
-    ["gradguard.config", "gradguard.output", "gradguard.probe", "gradguard.probe.runner", "gradguard.files",
-     "gradguard.config"],
-    ["gradguard.config", "gradguard.output", "gradguard.probe", "gradguard.probe.runner", "gradguard.files",
-     "gradguard.notebooks", "gradguard.config"],
-]
+# Counting every import, ``TYPE_CHECKING`` ones included, there is no cycle either.  The last were the language
+# server's (server <-> probe_support, server <-> workspace: those modules take the server as a ``Protocol``) and
+# config -> output -> probe -> probe.runner -> files -> config (output takes a probe run as ``output.ProbeRun``).
 LOADER = "gradguard.lsp.on_demand"
 
 
@@ -166,13 +159,11 @@ def test_function_level_imports_hide_no_cycle_but_the_listed_ones() -> None:
     assert sorted(all_cycles(graph)) == sorted(HIDDEN_CYCLES)
 
 
-def test_counting_type_checking_imports_the_only_cycles_are_the_listed_ones() -> None:
+def test_counting_type_checking_and_function_level_imports_there_is_no_cycle() -> None:
     graph = module_graph(type_checking=True)
     for module, target in _deferred():
         graph[module] |= _edges(module, {target})
-    cycles = all_cycles(graph)
-    assert [c for c in cycles if any(m.startswith("gradguard.lsp") for m in c)] == []
-    assert sorted(cycles) == sorted(TYPE_CHECKING_CYCLES)
+    assert all_cycles(graph) == []
 
 
 def test_the_language_server_has_no_deferred_import() -> None:

@@ -15,14 +15,11 @@ tests validate our SARIF against it; nothing at run time reads it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..bounds import MAX_EXPRESSION_DEPTH
 from ..diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, Severity
 from ..doc_links import rule_doc_url
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..probe.model import FileOutcome
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -38,6 +35,28 @@ class RuleInfo:
     url: str | None = None  # the rule's documentation page (``doc_links``); None when it has none
     explanation: str = ""
     docs: str = ""
+
+
+class ProbeRun(Protocol):
+    """How the probe's run of one file ended, as the formats state it (``probe.model.FileOutcome`` is one): a
+    protocol, so that output, which config imports, does not depend on the probe."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def detail(self) -> str: ...
+
+    @property
+    def line(self) -> int | None: ...
+
+    @property
+    def passes(self) -> bool: ...
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 INPUT_PROBLEMS = (
@@ -96,7 +115,7 @@ def catalog(docs_url: str | None = None) -> list[RuleInfo]:
 
 
 def render(fmt: str, diagnostics: Sequence[Diagnostic], rules: Sequence[RuleInfo] | None = None,
-           runs: Sequence[FileOutcome] | None = None) -> str:
+           runs: Sequence[ProbeRun] | None = None) -> str:
     """The whole output of one run in format ``fmt`` (one of ``FORMATS``).  ``runs``: with ``check --probe``,
     how each file's run ended (``probe.model.FileOutcome``); every format states them."""
     from . import github, json_format, sarif, text
