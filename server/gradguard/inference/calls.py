@@ -459,7 +459,9 @@ class CallsMixin:
                 and isinstance(args[1], NameTemplate):  # `getattr(self.rnn, f"weight_hh_l{i}")`
             return self.parameter_named(args[0], args[1], node)
         if name == "isinstance" and len(args) == 2:
-            return self._isinstance(args[0], args[1])
+            return self._isinstance(args[0], args[1], node.args[1])
+        if name in ("all", "any") and len(node.args) == 1 and not node.keywords:
+            return self._each_known(node.args[0], name == "all")
         if name == "dict" and not args and kwargs:  # `dict(type="ReLU", inplace=True)`: a config by keyword
             return TensorMap(dict(kwargs))
         if name == "dict" and len(args) == 1 and isinstance(args[0], ParamIterable) and args[0].named \
@@ -652,10 +654,18 @@ class CallsMixin:
             return default if value is None else value
         return self._keyword_bool(node, name, default)
 
-    def _isinstance(self, value: Value, classes: Value) -> Value:
+    def _isinstance(self, value: Value, classes: Value, named: ast.expr) -> Value:
         """``isinstance(m, nn.ReLU)`` (or a tuple of torch layer classes) for a torch layer we built: known from
-        the layer's torch classes (an ``nn.ReLU6`` is an ``nn.Hardtanh``); unknown for anything else."""
+        the layer's torch classes (an ``nn.ReLU6`` is an ``nn.Hardtanh``); true for a tensor asked about
+        ``torch.Tensor`` (as ``torch.is_tensor``) and for a display of values asked about both ``list`` and
+        ``tuple``; unknown for anything else (a false answer is never guessed)."""
         refs = classes.items if isinstance(classes, TensorSeq) else [classes]
+        qualnames = {self.qual(n) for n in (named.elts if isinstance(named, ast.Tuple) else [named])}
+        if isinstance(value, Tensor) and "torch.Tensor" in qualnames:
+            return Const(True)
+        if isinstance(value, TensorSeq) and value.literal and value.base is None and not value.maybe_none \
+                and {"builtins.list", "builtins.tuple"} <= qualnames:
+            return Const(True)
         names = [r.qualname.rsplit(".", 1)[1] for r in refs
                  if isinstance(r, CallableRef) and r.qualname.startswith("torch.nn.") and r.qualname.count(".") == 2]
         if not isinstance(value, ModuleValue) or not refs or len(names) != len(refs) or "Module" in names:
@@ -667,6 +677,29 @@ class CallsMixin:
         if layer is None or not layer.bases:
             return NOT_TENSOR
         return Const(any(name in layer.bases for name in names))
+
+    def _each_known(self, arg: ast.expr, every: bool) -> Value:
+        """``all(isinstance(d, torch.Tensor) for d in data)`` (or ``any``) over a display whose items are known:
+        the condition evaluated with each item in turn, known when it is known for each (a guard that routes a
+        tuple of tensors to ``torch.stack`` then decides its branch); unknown otherwise."""
+        if not isinstance(arg, (ast.GeneratorExp, ast.ListComp)) or len(arg.generators) != 1:
+            return UNKNOWN
+        gen = arg.generators[0]
+        if gen.ifs or gen.is_async or not isinstance(gen.iter, ast.Name):
+            return UNKNOWN
+        iterable = self.state.env.get(gen.iter.id)
+        if not (isinstance(iterable, TensorSeq) and iterable.literal and iterable.base is None
+                and not iterable.maybe_none and iterable.items):
+            return UNKNOWN
+        answers = []
+        for item in iterable.items:
+            saved = self.state.copy()
+            self.bind(gen.target, item, arg)
+            answers.append(truth(self.eval(arg.elt)))
+            self.state = saved
+        if None in answers:
+            return UNKNOWN
+        return Const(all(answers) if every else any(answers))
 
     def _layer_dtype(self, module: ModuleValue, info, x: Tensor) -> str | None:
         """The dtype of a torch layer's output: its parameters' for a layer that has them (given an input of a
