@@ -28,6 +28,10 @@ PROBE_BLIND: dict[str, str] = {
     "GG103/pos_guarded_unfreeze_after_module_freeze": (
         "the backbone is frozen by the module's `requires_grad_(False)`, not by a guarded flag write: the probe "
         "notes only the freezes of guarded writes, so it does not see the later guard skip those parameters"),
+    **{f"GG103/{name}": (
+        "the copy read through `.data` gets part of it written back with values that keep the old history: torch "
+        "raises nothing, and the tracer has no check that compares which parts of a tensor carry a graph")
+       for name in ("pos_data_clone_memory_masked_rows_rewritten", "pos_data_clone_state_rows_rewritten_in_loop")},
     "GG103/pos_aux_loss_detached_item_rebound_then_weighted": (
         "the number is read out of `adv.detach()`, which requires no grad: the tracer sees no value read out of a "
         "tensor that requires grad, and reports no cut `.detach()` whose term is then a constant"),

@@ -652,6 +652,9 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
             graph_break.reached, graph_break.starved = _starved_by(interp, graph_break)
             if graph_break.starved is None and graph_break.dead_in is None:
                 graph_break.term_starved = _term_starved(interp, graph_break)
+            if graph_break.kept_in_part is not None and graph_break.reached is None and interp.is_forward:
+                graph_break.reached = next((s for s in interp.sinks if s.kind == "return"
+                                            and graph_break.marker in s.graph), None)
         else:
             graph_break.reached = _lost_at(interp, graph_break)
     for rebind in interp.rebinds:

@@ -69,6 +69,7 @@ NO_FIX = {
     "GG103/pos_guarded_unfreeze_method_keeps_encoder_frozen": _GUARD_KEPT_OTHERS_FROZEN,
     "GG103/pos_guarded_unfreeze_helper_requires_grad_call": _GUARD_KEPT_OTHERS_FROZEN,
     "GG103/pos_guarded_unfreeze_after_module_freeze": _GUARD_KEPT_OTHERS_FROZEN,
+    "GG103/pos_guarded_unfreeze_mixin_base_given_to_factory": _GUARD_KEPT_OTHERS_FROZEN,
     "GG101/pos_value_step_before_detached_target_reused": _STEP_BEFORE_DETACHED_TARGET_LOSS,
     "GG101/pos_model_methods_second_backward_after_three_steps": (
         "the forward is a method that keeps its outputs on the object: calling it again before the second loss's "

@@ -1194,7 +1194,7 @@ def _copy_module(module: ModuleValue, node: ast.AST, memo: dict[int, Value] | No
     if id(module) in memo:
         return memo[id(module)]
     copy = memo[id(module)] = ModuleValue(module.cls, module.torch_module, module.inplace, module.ctor,
-                                          user_class=module.user_class)
+                                          user_class=module.user_class, bound_class=module.bound_class)
     copy.children = [_copy_module(c, node, memo) for c in module.children]
     optimizers = []
     for name, value in module.attrs.items():

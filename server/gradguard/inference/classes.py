@@ -9,7 +9,7 @@ Plain data: running ``__init__`` and methods is the interpreter's job.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from .imports import normalize, qualified_name
@@ -40,6 +40,10 @@ class ClassInfo:
     foreign_bases: list["ClassInfo"] = field(default_factory=list, compare=False, repr=False)
     own_torch_base: str | None = field(default=None, compare=False, repr=False)  # from its own module alone
     module_classes: dict = field(default_factory=dict, compare=False, repr=False)  # its module's classes, by name
+    # Bases named by a name that is neither a class of the module nor an import (``class Net(nn.Module, mixin)``
+    # inside ``def make(mixin):``): a factory's argument, known only where the class statement runs (``bind``).
+    late_bases: list[str] = field(default_factory=list)
+    bound_from: "ClassInfo | None" = field(default=None, compare=False, repr=False)  # the class ``bind`` bound
     shared_by_copies: ClassVar[bool] = True  # see ``values.copy_values``
 
     @property
@@ -53,6 +57,15 @@ class ClassInfo:
     @property
     def init(self) -> ast.FunctionDef | None:
         return own_method(self.node, "__init__")
+
+
+def bind(info: ClassInfo, bases: list[ClassInfo]) -> ClassInfo:
+    """The class as one run of its class statement makes it: its late bases (see ``ClassInfo.late_bases``) the
+    classes ``bases`` they named there, looked up after its other bases as Python's MRO does for later bases."""
+    bound = replace(info, late_bases=[], foreign_bases=[*info.foreign_bases, *bases], bound_from=info)
+    bound.torch_base = info.torch_base or next((b.torch_base for b in bases if b.torch_base), None)
+    bound.autograd_function = info.autograd_function or any(b.autograd_function for b in bases)
+    return bound
 
 
 def own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | None:
@@ -79,6 +92,8 @@ def find_classes(nodes: list[ast.ClassDef], imports: dict[str, str],
             else:
                 if q is not None and not q.startswith("builtins."):
                     info.imported_bases.append(q)
+                elif q is None and isinstance(base, ast.Name):
+                    info.late_bases.append(base.id)
                 if (getattr(base, "attr", None) or getattr(base, "id", "")).endswith("Module"):
                     info.torch_base = info.torch_base or "Module"  # `nn.Module` through an import not resolved
         if any(_is_dataclass_decorator(d, imports) for d in node.decorator_list):

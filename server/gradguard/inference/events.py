@@ -244,6 +244,9 @@ class GraphBreak:
     of_list: str | None = None
     # A cut whose values are cut again (``t.data`` then ``.detach()``): dropping this one alone keeps them cut.
     cut_again: bool = False
+    # ``s = s.data.clone()`` then ``s[rows] = v`` with ``v`` computed from the old ``s`` with its graph: the written
+    # part keeps the history this line cut, the rest does not.  The write.
+    kept_in_part: ast.AST | None = None
 
 
 @dataclass

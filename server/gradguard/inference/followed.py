@@ -231,7 +231,7 @@ class FollowedCallsMixin:
         classes = self.ctx.classes_for(info)  # first: resolves its imported bases, which may give its torch base
         torch_layer = info.torch_base not in (None, "Module")
         instance = ModuleValue(info.torch_base if torch_layer else info.name, torch_module=torch_layer, ctor=node,
-                               user_class=info.node)
+                               user_class=info.node, bound_class=info if info.bound_from is not None else None)
         if torch_layer and isinstance(node, ast.Call):
             self.construct_torch_base(instance, node, args)  # `MyReLU(inplace=True)`: torch's constructor runs
         if run_init and info.dataclass_init:

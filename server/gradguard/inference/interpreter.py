@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
-from .classes import ClassInfo, find_setter, mro
+from .classes import ClassInfo, bind, find_setter, mro
 from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, GuardedUnfreeze, HookWrite,
                      InertFlag,
                      CopyTrained, KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse,
@@ -37,6 +37,7 @@ from .values import (
     NOT_TENSOR,
     PLAIN,
     UNKNOWN,
+    ClassRef,
     Const,
     DataAlias,
     Derived,
@@ -176,6 +177,8 @@ class Context:
         cls = getattr(value, "user_class", None)
         if cls is None:
             return None
+        if value.bound_class is not None:
+            return value.bound_class
         info = self.classes.get(cls.name)
         if info is not None and info.node is cls:
             return info
@@ -435,6 +438,16 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         method = getattr(self, name, None)
         if method is not None:
             method(stmt)
+
+    def _stmt_ClassDef(self, stmt: ast.ClassDef) -> None:
+        """A class statement run inside a function whose bases include that function's names (a factory's
+        ``class Net(nn.Module, mixin)``): the class with those bases, when each names a known class."""
+        info = self.ctx.classes.get(stmt.name)
+        if info is None or info.node is not stmt or not info.late_bases:
+            return
+        refs = [self.state.env.get(name) for name in info.late_bases]
+        if all(isinstance(r, ClassRef) for r in refs):
+            self.state.env[stmt.name] = ClassRef(bind(info, [r.info for r in refs]))
 
     def _stmt_Expr(self, stmt: ast.Expr) -> None:
         self.discarded_call = stmt.value  # a call whose result the statement drops (see `discarded_update`)
@@ -941,6 +954,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         elif isinstance(target, ast.Subscript):
             container = self.eval(target.value)
             if isinstance(container, Tensor):
+                self._part_kept(stmt, target, container, value)
                 write_target, advanced = self._index_target(container, target.slice)
                 self._inplace(stmt, write_target, "an indexed assignment `[...] =`", None, [value], advanced=advanced,
                               copy_from=value, index=target.slice)
@@ -1431,6 +1445,20 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                           of_list=_list_of(sources_from)))
             graph |= {marker}
         return new_tensor(node, requires_grad, leaf=True, graph=graph)
+
+    def _part_kept(self, stmt: ast.stmt, target: ast.Subscript, container: Tensor, value: Value) -> None:
+        """``s = s.data.clone()`` then ``s[rows] = v``, ``v`` computed from the old ``s`` with its graph (the rows
+        a recurrent step updates): the written rows carry the history ``.data`` cut, the other rows not."""
+        whole = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+        if not isinstance(value, Tensor) or value.requires_grad != Grad.YES or all(
+                isinstance(i, ast.Slice) and i.lower is i.upper is i.step is None
+                or isinstance(i, ast.Constant) and i.value is Ellipsis for i in whole):
+            return  # `s[:] = v`, `s[...] = v`: every part is written
+        for cut in self.breaks:
+            if (cut.cut and cut.how == "`.data`" and cut.kept_in_part is None and cut.marker in container.graph
+                    and cut.sources and cut.sources <= value.graph and isinstance(cut.node, ast.Attribute)
+                    and ast.dump(cut.node.value) == ast.dump(target.value)):
+                cut.kept_in_part = stmt
 
     def read_data(self, alias: DataAlias, node: ast.AST) -> Tensor:
         """``t.data`` read as a value (an op's input, a layer's input): ``t``'s memory as a new leaf, cut from

@@ -190,6 +190,8 @@ class ModuleValue:
     attrs: dict[str, "Value"] = field(default_factory=dict)
     children: list["ModuleValue"] = field(default_factory=list)  # nn.Sequential
     user_class: ast.ClassDef | None = None
+    # The class with the bases its class statement's run gave it (``classes.bind``), for a class made in a factory.
+    bound_class: object = None
     frozen: bool = False  # `.requires_grad_(False)`: its parameters do not require grad
     made_inplace: ast.AST | None = None  # `m.inplace = True` after it was built: the line that made it write in place
     # `m.register_full_backward_hook(f)` (or its pre-hook): torch then runs the module's inputs and outputs through

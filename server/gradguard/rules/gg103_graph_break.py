@@ -356,6 +356,26 @@ def _check_cut(event):
             data={"cut": True},
         )
         return
+    if event.starved is None and event.kept_in_part is not None and event.reached is not None:
+        sink = event.reached
+        where = Message.format("the backward on {sink}" if sink.kind == "backward" else
+                               "backward through the value this forward returns on {sink}", sink=sink.node)
+        yield Finding(
+            "GG103",
+            event.node,
+            Message.format(
+                "{how} cuts this tensor's history, and {write} then writes values computed from that same history "
+                "with their graph into part of the copy: {where} gets gradient through the history only for the "
+                "written part, none for the rest, silently. Drop {how} (a plain `.clone()` keeps the history for "
+                "every part).",
+                how=event.how, write=event.kept_in_part, where=where),
+            certain=event.certain,
+            related=[(event.kept_in_part, "writes part of the copy with values that keep the history"),
+                     (sink.node, "the backward that gets no gradient through the other part" if sink.kind == "backward"
+                      else "returns the copy: the backward through it gets no gradient through the other part")],
+            data={"cut": True, "kept_in_part": True},
+        )
+        return
     if event.starved is None:
         return
     read = event.starved
