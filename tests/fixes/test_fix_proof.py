@@ -492,6 +492,8 @@ UNSAFE_ONLY = {
     "GG003/pos_column_iadd_on_leaf": "computes on a copy: the leaf keeps its old value",
     "GG003/pos_diagonal_zero_in_forward": "computes on a copy: the parameter keeps its old value",
     "GG003/pos_flat_view_index_on_leaf": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_frozen_embedding_hooked_output_rows_copied": "computes on a copy: the leaf keeps its old value",
+    "GG003/pos_frozen_linear_output_made_leaf_column_scaled": "computes on a copy: the leaf keeps its old value",
     "GG003/pos_narrow_zero_on_leaf": "computes on a copy: the leaf keeps its old value",
     "GG003/pos_param_row_in_forward": "computes on a copy: the parameter keeps its old value",
     "GG003/pos_requires_grad_then_channel_scale": "computes on a copy: the leaf keeps its old value",

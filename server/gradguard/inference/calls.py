@@ -25,6 +25,7 @@ from ..knowledge.names import (
     NOT_TENSOR_METHODS,
     SAME_TENSOR_METHODS,
     TENSOR_METHOD_FACTORIES,
+    TRAINING_MODE_METHODS,
 )
 from .classes import find_method
 from .events import CopyTrained, GradAsk, GradOffBackward, HookWrite, NumpyRefused, Sink, StaleUse
@@ -333,11 +334,20 @@ class CallsMixin:
             args, kwargs = self._eval_call_args(node)
             return self.call_value(attr, args, kwargs, node)
         info = self.ctx.class_of(instance)
+        patched = self.patched_method(info, name)
+        if patched is not False:  # `cls.method = function`: the patch runs
+            args, kwargs = self._eval_call_args(node)
+            if name == "forward":
+                return self.call_module(instance, args, node, kwargs=kwargs)
+            return (self.call_value(patched, [instance, *args], kwargs, node) if patched is not None
+                    else self._unknown_call(node, [*args, *kwargs.values()]))
         found = find_method(self.ctx.classes_for(info), info, name) if info is not None else None
         if found is not None:
             args, kwargs = self._eval_call_args(node)
             if name == "forward":
                 return self.call_module(instance, args, node, kwargs=kwargs)
+            if name in TRAINING_MODE_METHODS and self._is_nn_module(instance):
+                instance.set_training(UNKNOWN)  # an override: which mode it leaves is known only where it sets it
             return self._call_method(found, instance, args, kwargs, node)
         return self._module_method(instance, name, node)
 
@@ -899,6 +909,10 @@ class CallsMixin:
             module.freeze(flag is False)
             for p in self._param_tensors(module):  # remembered as each parameter's flag write
                 self.set_flag(p, p.requires_grad == Grad.YES, node, known=flag is not None)
+        if name in TRAINING_MODE_METHODS and self._is_nn_module(module):
+            mode = False if name == "eval" else (
+                self._flag(node.args[0]) if node.args else self._keyword_bool(node, "mode", True))
+            module.set_training(Const(mode) if mode is not None and not self.unsure_branches else UNKNOWN)
         if name in MODULE_RETURNING_METHODS:
             return module
         return UNKNOWN
@@ -1035,6 +1049,15 @@ class CallsMixin:
         result = self._forward_hooked(module, args, self._run_module(module, args, node, torch_forward, kwargs), node)
         return self.hooked_tensors(module, result)
 
+    def _parameters_frozen(self, module: ModuleValue, info) -> bool:
+        """Every parameter of the torch layer (its class's parameter names, none indexed by layer) is held, and
+        frozen one by one (``emb.weight.requires_grad_(False)``): its output requires grad only through its
+        input."""
+        names = info.param_names
+        return bool(names) and all("{n}" not in n for n in names) and all(
+            isinstance(t, Tensor) and t.param and t.requires_grad == Grad.NO and not t.group
+            for t in (module.attrs.get(n) for n in names))
+
     def _forward_hooked(self, module: ModuleValue, args: list[Value], result: Value, node: ast.AST) -> Value:
         """The module's forward hooks run on its output (see ``hooks.py``); then whether a write has changed an
         output a forward hook kept."""
@@ -1068,6 +1091,13 @@ class CallsMixin:
         args = [self.read_data(a, node) if isinstance(a, DataAlias) else a for a in args]
         x = args[0] if args else UNKNOWN
         info = self.ctx.class_of(module)
+        patched = self.patched_method(info, "forward") if not torch_forward else False
+        if patched is not False:  # `cls.forward = forward`: the patch runs (not known which: as a forward not followed)
+            result = self.call_value(patched, [module, *args], kwargs or {}, node) if patched is not None else None
+            if result is not None and not isinstance(result, PLAIN):
+                return result
+            graph = frozenset().union(*(graph_of(a) for a in args)) if args else frozenset()
+            return Derived(graph, Grad.YES if self.state.grad_enabled else Grad.NO)
         found = find_method(self.ctx.classes_for(info), info, "forward") if info is not None and not torch_forward else None
         if found is not None:
             result = self.inline(found[0], args, kwargs or {}, node, self_value=module, owner=found[1])
@@ -1093,7 +1123,7 @@ class CallsMixin:
         info = self.k.module(module.cls)
         # A torch module the table does not know may or may not have parameters.
         params = (Grad.YES if info.has_params else Grad.NO) if info is not None else Grad.MAYBE
-        if not self.state.grad_enabled or module.frozen:
+        if not self.state.grad_enabled or module.frozen or (info is not None and self._parameters_frozen(module, info)):
             params = Grad.NO
         # A recurrent layer's state may come as a tuple (`lstm(x, (h, c))`): its tensors are inputs too.
         inputs = [v for a in args for v in (a.items if isinstance(a, TensorSeq) else (a,))

@@ -270,6 +270,9 @@ class ExtensionPointsMixin:
                                        _module_name(module)))
             if isinstance(given, Tensor):
                 self._output_writes(given, first, handle.registered)
+                if given is not result and given.requires_grad != result.requires_grad:
+                    # `output.requires_grad_(True)` in the hook: the second reference is the same tensor
+                    result.requires_grad, result.graph = given.requires_grad, given.graph
             if isinstance(returned, (Tensor, TensorSeq, Derived)) and returned is not given:
                 result = returned
             elif isinstance(result, Tensor) and result.requires_grad == Grad.YES:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from .. import statements
 from ..knowledge import TorchKnowledge
 from .calls import CallsMixin
-from .classes import ClassInfo, bind, find_setter, mro
+from .classes import ClassInfo, bind, find_setter, mro, own_method
 from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, GuardedUnfreeze, HookWrite,
                      InertFlag,
                      CopyTrained, KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse,
@@ -42,6 +42,7 @@ from .values import (
     DataAlias,
     Derived,
     FunctionContext,
+    FunctionValue,
     Grad,
     NumberFrom,
     OptimizerValue,
@@ -144,6 +145,8 @@ class TooManySteps(Exception):
 
 
 _UNROLLED_LAYERS = 16  # a loop over a module list runs its body once per layer up to this many layers
+# `flag |= other` (`&=`, `^=`) on bools gives a bool
+_LOGICAL_OPS = {ast.BitOr: operator.or_, ast.BitAnd: operator.and_, ast.BitXor: operator.xor}
 _AUG_SYMBOL = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=", ast.Mod: "%=",
                ast.Pow: "**=", ast.MatMult: "@=", ast.BitAnd: "&=", ast.BitOr: "|=", ast.BitXor: "^="}
 
@@ -300,6 +303,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # element, by (the argument's storage id, the index).
         self.assumed_elements: dict[tuple[int, int], Tensor] = {}
         self.followed: set[tuple[str, str]] = set()  # (class, name) of the file's functions whose calls were followed
+        # A function assigned to a class's attribute on a path known to run (``cls.forward = forward``, a monkey
+        # patch): by (id of the ClassInfo, the attribute).  Instances look it up before the class's own method.
+        self.patched_methods: dict[tuple[int, str], FunctionValue | None] = {}
         self.steps = 0  # statements run, expressions evaluated and calls followed, against MAX_STEPS
         # Calls into the project's other modules are followed (see ``project.py``): set by the engine for the units
         # that train (``Context.training_units``); elsewhere they stay unknown, which keeps a library's analysis
@@ -522,6 +528,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         elif isinstance(rhs, NumberFrom) and (isinstance(current, NumberFrom) or is_plain_data(current)):
             # `total -= log_probs[i].item() * reward`: a number built from values read out of tensors
             self.bind(stmt.target, _numbers([current, rhs], stmt), stmt)
+        elif isinstance(current, Const) and type(current.value) is bool and type(stmt.op) in _LOGICAL_OPS:
+            # `self.training |= self.export`: a flag combined with another, known when both are
+            known = truth(rhs) if isinstance(rhs, Const) and type(rhs.value) is bool else None
+            self.bind(stmt.target, UNKNOWN if known is None else Const(_LOGICAL_OPS[type(stmt.op)](current.value, known)),
+                      stmt)
         else:
             if op is not None and isinstance(rhs, Tensor) and isinstance(current, PLAIN):
                 # `total += loss`: an int/float accumulator becomes a tensor holding rhs's graph.
@@ -938,6 +949,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             if isinstance(owner, FunctionContext):
                 owner.attrs[target.attr] = value  # `ctx.scale = s`: read back in the Function's backward
                 return
+            if isinstance(owner, ClassRef) and isinstance(value, FunctionValue) and value.self_value is None \
+                    and isinstance(value.node, ast.FunctionDef):
+                if self.unsure_branches:  # patched on some paths only: which method runs is not known
+                    self.patched_methods[(id(owner.info), target.attr)] = None
+                else:
+                    self.patched_methods[(id(owner.info), target.attr)] = value
+                return
             if isinstance(owner, OptimizerValue) and target.attr == "param_groups":
                 self.regrouped(owner, [value])
                 return
@@ -981,6 +999,19 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 self._sink("escape", stmt, value)
         elif isinstance(target, ast.Starred):
             self.bind(target.value, UNKNOWN, stmt)
+
+    def patched_method(self, info: ClassInfo | None, name: str) -> FunctionValue | None | bool:
+        """The function a monkey patch put in place of method ``name`` of the class (or of the base it is found
+        on first along the MRO); False when none did; None when one did on some paths only (not known)."""
+        if not self.patched_methods or info is None:
+            return False
+        for cls in mro(self.ctx.classes_for(info), info):
+            key = (id(cls), name)
+            if key in self.patched_methods:
+                return self.patched_methods[key]
+            if own_method(cls.node, name) is not None:
+                return False
+        return False
 
     def _module_flag(self, module: ModuleValue, target: ast.Attribute, stmt: ast.stmt) -> None:
         """``module.requires_grad = False`` on an ``nn.Module`` whose classes (torch's and the file's) have no

@@ -202,6 +202,26 @@ class ModuleValue:
     # The dtype of a torch layer's parameters, when known (built in the code analysed, see ``dtypes.py``).
     dtype: str | None = None
 
+    def set_training(self, mode: "Value") -> None:
+        """``Module.train(mode)`` / ``.eval()``: torch sets ``training`` on the module and every submodule (``mode``
+        a ``Const`` bool, or ``UNKNOWN`` when it is not known which mode, or whether the call ran)."""
+        seen: set[int] = set()
+
+        def visit(value) -> None:
+            if isinstance(value, ModuleValue) and id(value) not in seen:
+                seen.add(id(value))
+                value.attrs["training"] = mode
+                for item in [*value.attrs.values(), *value.children]:
+                    visit(item)
+            elif isinstance(value, TensorSeq) and value.base is None:  # a plain list or tuple of submodules
+                for item in value.items:
+                    visit(item)
+            elif isinstance(value, TensorMap):
+                for item in value.items.values():
+                    visit(item)
+
+        visit(self)
+
     def freeze(self, frozen: bool = True) -> None:
         self.frozen = frozen
         for value in [*self.attrs.values(), *self.children]:

@@ -122,6 +122,8 @@ MODULE_RETURNING_METHODS = frozenset({"train", "eval", "to", "cuda", "cpu", "flo
                                       "requires_grad_", "zero_grad", "apply", "share_memory"})
 # Python's copy protocol: a class defining one of these decides what `copy.deepcopy` of its instances holds.
 COPY_PROTOCOL = ("__deepcopy__", "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__")
+# nn.Module methods that set ``training`` on the module and on every submodule (``eval()`` is ``train(False)``).
+TRAINING_MODE_METHODS = frozenset({"train", "eval"})
 # nn.Module methods that iterate over its parameters or buffers.
 PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers"})
 # torch.distributions classes that save their logits for backward.
