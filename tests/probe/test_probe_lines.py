@@ -201,3 +201,22 @@ def test_a_finding_placed_at_the_line_to_change_is_kept_beside_the_static_one():
     assert sorted((d.span.line, d.confirmed) for d in merged) == [(44, True), (45, True)]
     at_write = next(d for d in merged if d.span.line == 45)
     assert any(r.line == 44 and "the line to change" in r.message for r in at_write.related)
+
+
+def test_a_write_the_static_analysis_moved_to_a_call_is_also_reported_in_its_own_file():
+    """A write inside another module of the project is reported by the static analysis at the call in the analysed
+    file (it reports in that file only); the probe ran the other file and saw the write there: the static finding
+    is confirmed at the call, and the probe's finding is reported at the write too."""
+    from gradguard.diagnostics import Diagnostic, Related, Severity, Span
+    from gradguard.probe import ProbeResult
+    from gradguard.probe.merge import merge
+    from gradguard.probe.model import ProbeFinding, Site
+
+    entry, helper = "/project/pkg/main.py", "/project/pkg/layers.py"
+    static = Diagnostic("main.py", Span(41, 5, 41, 20), "GG003", Severity.WARNING, "static GG003 at the call",
+                        (Related("layers.py", 13, 9, "the write, inside this call"),))
+    at_write = ProbeFinding("GG003", "raised", Site(helper, 13, 9), "probe GG003 at the write",
+                            callers=(Site(entry, 41, 5),))
+    merged = merge([static], ProbeResult(entry, "raised", findings=[at_write], device="cpu"), "main.py")
+    assert sorted((os.path.basename(d.path), d.span.line, d.confirmed) for d in merged) == [
+        ("layers.py", 13, True), ("main.py", 41, True)]

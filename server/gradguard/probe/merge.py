@@ -179,14 +179,18 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
                           and (first.path, first.line) in {(show(p), line) for p, line in f.lines}), None)
         if match is not None:
             f = findings[match]
-            moved = _placed_at_order(f) and (os.path.realpath(f.site.path), f.site.line) not in static_lines
+            # The static analysis reports a write inside another file at the call in this one; the probe, which
+            # ran that file, also reports it where it is (like a finding it placed at the line to change).
+            elsewhere = show(f.site.path) != d.path
+            moved = elsewhere or (_placed_at_order(f)
+                                  and (os.path.realpath(f.site.path), f.site.line) not in static_lines)
             if not moved:
                 used.add(match)  # a finding placed at the line to change is also reported there, at its own line
             known = {(r.path, r.line) for r in d.related}
             extra = [r for r in _related(f, show) if (r.path, r.line) not in known and r.line != d.line]
             if f.site.line != d.line or show(f.site.path) != d.path:
                 extra.insert(0, Related(show(f.site.path), f.site.line, f.site.column or 1,
-                                        "the line to change, as the probe saw it" if moved
+                                        "the line to change, as the probe saw it" if moved and not elsewhere
                                         else "the probe saw the write here"))
             merged.append(_probed(
                 d, severity=Severity.ERROR,
