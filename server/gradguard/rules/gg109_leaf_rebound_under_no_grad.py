@@ -273,7 +273,11 @@ def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
             return ast.unparse(after) in (f"{name}.grad = None", f"{name}.grad.zero_()")
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise CannotFix("the update ends its function: whether the gradient is cleared after it is up to the calls")
-        if not isinstance(parent, (ast.With, ast.AsyncWith)):
+        # What runs after the end of a `with` block, an `if` branch, or a `try` body with nothing else to run (no
+        # `else`, a `finally` that only passes) is the statement after the compound one.
+        ends_try = isinstance(parent, ast.Try) and block is not parent.finalbody and (
+            block is not parent.body or not parent.orelse) and all(isinstance(s, ast.Pass) for s in parent.finalbody)
+        if not (isinstance(parent, (ast.With, ast.AsyncWith, ast.If)) or ends_try):
             return False
         stmt = parent
 
