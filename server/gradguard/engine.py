@@ -20,7 +20,7 @@ from typing import Iterator, NamedTuple
 from .diagnostics import NOT_ANALYSED
 from .inference.classes import ClassInfo, find_classes
 from .inference.dtypes import file_default_dtype, forget_dtypes
-from .inference.events import Conflict, Finding, GradRead, Mutation, Sink, StaleUse, in_function_of
+from .inference.events import CHAIN_REASON, Conflict, Finding, GradRead, Mutation, Sink, StaleUse, in_function_of
 from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
@@ -183,9 +183,6 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
 
 # Rules whose finding sits on the write and whose story is "this tensor must not be written in place": a second
 # write of the same tensor, for the same reason, is the same bug (the saved-tensor rules share one reason).
-_SAME_REASON = {"GG001": "saved", "GG005": "saved", "GG002": "leaf", "GG004": "multi-view"}
-
-
 def _one_chain_one_finding(findings: list[Finding], places: _StatementPlaces) -> list[Finding]:
     """One finding per chain, where several writes break it in one story (of one function's analysis, before its
     findings are cached: a cached finding moved to new lines keeps what this made of it).
@@ -226,7 +223,8 @@ def _one_chain_one_finding(findings: list[Finding], places: _StatementPlaces) ->
             continue
         if id(f) in later_of:
             f = replace(f, related=[*f.related, *((s.node, Message.text(
-                "the same tensor is written in place again here, for the same reason")) for s in later_of[id(f)])])
+                "the same tensor is written in place again here, for the same reason")) for s in later_of[id(f)])],
+                        merged=later_of[id(f)])
         out.append(f)
     return out
 
@@ -234,7 +232,7 @@ def _one_chain_one_finding(findings: list[Finding], places: _StatementPlaces) ->
 def _chain_key(finding: Finding) -> tuple | None:
     """What a write finding is about: its reason, the written storage, the saves it conflicts with and the calls it
     runs inside (ids are unique across analyses, so findings of different analyses never share a key)."""
-    reason = _SAME_REASON.get(finding.code)
+    reason = CHAIN_REASON.get(finding.code)
     mutation = finding.mutation
     if reason is None or mutation is None or finding.node is not mutation.node or mutation.kind != "write":
         return None

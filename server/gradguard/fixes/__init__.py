@@ -22,13 +22,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..diagnostics import Diagnostic, Fix
 from .callers import fix_in_helper
 from .context import CannotFix, FixBuilder, FixContext
-from .identity import FindingId, StillFound, Variant
+from ..inference.events import CHAIN_REASON
+from .edits import apply_edits, line_after
+from .identity import FindingId, StillFound, Variant, entry_line
 from .wrappers import through_wrapper
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..diagnostics import Diagnostic, Fix
     from ..inference.events import Finding
 
 __all__ = ["CannotFix", "FindingId", "FixBuilder", "FixContext", "Fixer", "StillFound", "Variant", "attach_fixes",
@@ -82,6 +84,8 @@ class Fixer:
         if any(isinstance(site, (ast.With, ast.AsyncWith)) for site in _call_path(finding)):
             return None  # written as a `with` block ends (a context manager's exit): no fix knows that order yet
         fix = self._build_in(self.ctx, finding)
+        if fix is not None and finding.merged:
+            fix = self._with_merged(fix, finding)
         if fix is None and self.variant is not None:  # a write through an alias chain or a one-off container
             try:
                 fix = through_wrapper(self.ctx, finding, self.variant, self._build_in)
@@ -90,6 +94,39 @@ class Fixer:
                           exc_info=True)
                 fix = None
         return fix
+
+    def _with_merged(self, fix: Fix, finding: Finding) -> Fix:
+        """The fix of a finding that holds later writes of its chain, with theirs: mending the first write does not
+        always hand the later ones another tensor (a second piece of one split, a leaf written again after an
+        out-of-place rewrite of the first).  Only fixes that each edit their own write's lines go together (a fix
+        that renames later reads was built for the text without the others' edits); else the first's fix alone."""
+        later = [self._build_in(self.ctx, f) for f in finding.merged]
+        if any(f is None or not _on_its_lines(f, w) for f, w in zip(later, finding.merged)) \
+                or not _on_its_lines(fix, finding):
+            return fix
+        alone = apply_edits(self.ctx.text, fix.edits)
+        unsettled = [(w, f) for w, f in zip(finding.merged, later) if self._still_written(alone, fix, finding, w)]
+        if not unsettled:
+            return fix
+        edits = tuple(e for f in (fix, *(f for _, f in unsettled)) for e in f.edits)
+        try:
+            apply_edits(self.ctx.text, edits)
+        except ValueError:
+            return fix
+        lines = ", ".join(str(w.node.lineno) for w, _ in unsettled)
+        safe = fix.safe and all(f.safe for _, f in unsettled)
+        return Fix(f"{fix.title}, and the same on line {lines}", safe, edits)
+
+    def _still_written(self, alone: str, fix: Fix, first: Finding, write: Finding) -> bool:
+        """Whether a later write of a chain is still a chain write's finding (of any reason: a leaf written again
+        after an out-of-place rewrite is then a write of what the rewrite saved) once the first's fix is made."""
+        try:
+            if not self.ctx.still_found(self.ctx.text, FindingId(first.code, entry_line(first))):
+                return True  # the check does not see the chain at all (a helper's write its caller's values show)
+            line = line_after(fix.edits, entry_line(write))
+            return any(self.ctx.still_found(alone, FindingId(code, line)) for code in CHAIN_REASON)
+        except CannotFix:  # no analysis to ask: mend it too (each of these fixes edits only its own write)
+            return True
 
     def _build_in(self, ctx: FixContext, finding: Finding) -> Fix | None:
         build = self.builders.get(finding.code)
@@ -127,6 +164,12 @@ def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[F
 
 def with_fix(diag: Diagnostic, fix: Fix | None) -> Diagnostic:
     return replace(diag, fix=fix) if fix is not None else diag
+
+
+def _on_its_lines(fix: Fix, finding: Finding) -> bool:
+    """Whether every edit of ``fix`` is within the lines of the finding's own node."""
+    first, last = finding.node.lineno, getattr(finding.node, "end_lineno", None) or finding.node.lineno
+    return all(first <= e.line and e.end_line <= last for e in fix.edits)
 
 
 def _call_path(finding: Finding) -> list[ast.AST]:

@@ -410,6 +410,11 @@ class HookWrite:
 Event = Mutation | GraphBreak | HookWrite | Rebind
 
 
+# The codes whose findings are writes on a chain, by what makes the chain one story: the same saves waiting, the same
+# leaf, the same multi-view piece (``engine._one_chain_one_finding`` merges a chain's later writes into its first).
+CHAIN_REASON = {"GG001": "saved", "GG005": "saved", "GG002": "leaf", "GG004": "multi-view"}
+
+
 @dataclass
 class Finding:
     """What a rule reports.  Rules may give plain text where no line is named; it is kept as a ``Message``."""
@@ -431,6 +436,9 @@ class Finding:
     # Findings at the same place from other functions' analyses, dropped as duplicates of this one; they
     # share its fix_memo, so that each can later be moved with its own function (see ``moved.py``).
     twins: list = field(default_factory=list, repr=False, compare=False)
+    # Later writes of the same chain, kept as related lines of this one (``engine._one_chain_one_finding``): the
+    # fix mends them with it, since mending the first does not always hand them another tensor.
+    merged: list = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.message = _message(self.message)
