@@ -113,9 +113,9 @@ class Fixer:
             apply_edits(self.ctx.text, edits)
         except ValueError:
             return fix
-        lines = ", ".join(str(w.node.lineno) for w, _ in unsettled)
-        safe = fix.safe and all(f.safe for _, f in unsettled)
-        return Fix(f"{fix.title}, and the same on line {lines}", safe, edits)
+        safe = fix.safe and all(f.safe for _, f in unsettled)  # the title names no line: a moved finding keeps it
+        writes = "its later write" if len(unsettled) == 1 else f"its {len(unsettled)} later writes"
+        return Fix(f"{fix.title}, and the same for {writes} (the related lines)", safe, edits)
 
     def _still_written(self, alone: str, fix: Fix, first: Finding, write: Finding) -> bool:
         """Whether a later write of a chain is still a chain write's finding (of any reason: a leaf written again

@@ -11,7 +11,7 @@ from ..fixes.writes import short
 from ..inference.events import Finding, Rebind
 from ..knowledge.names import BOOL_RESULTS, FLOAT_REDUCTIONS, OUT_OF_PLACE_METHODS
 from ..messages import Message
-from ..statements import block_of, own_nodes
+from ..statements import block_of, blocks, own_nodes
 from .base import Example, Rule
 
 
@@ -273,10 +273,11 @@ def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
             return ast.unparse(after) in (f"{name}.grad = None", f"{name}.grad.zero_()")
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise CannotFix("the update ends its function: whether the gradient is cleared after it is up to the calls")
-        # What runs after the end of a `with` block, an `if` branch, or a `try` body with nothing else to run (no
-        # `else`, a `finally` that only passes) is the statement after the compound one.
-        ends_try = isinstance(parent, ast.Try) and block is not parent.finalbody and (
-            block is not parent.body or not parent.orelse) and all(isinstance(s, ast.Pass) for s in parent.finalbody)
+        # What runs after the end of a `with` block, an `if` branch, or a `try` block whose later blocks (its
+        # `else`, its `finally`, in the order they run) only pass is the statement after the compound one.
+        later = [b for _, b in blocks(parent)]
+        later = later[next(i for i, b in enumerate(later) if b is block) + 1:]
+        ends_try = isinstance(parent, ast.Try) and all(isinstance(s, ast.Pass) for b in later for s in b)
         if not (isinstance(parent, (ast.With, ast.AsyncWith, ast.If)) or ends_try):
             return False
         stmt = parent
