@@ -263,9 +263,9 @@ class FixContext:
     @cached_property
     def indent(self) -> str:
         """The file's indentation unit (from its first indented block), for code the fixes add."""
-        for node in ast.walk(self.tree):
+        for node in sorted((n for n in walk_statements(self.tree) if isinstance(n, ast.stmt)), key=lambda n: n.lineno):
             body = getattr(node, "body", None)
-            if isinstance(node, ast.stmt) and isinstance(body, list) and body and body[0].lineno > node.lineno:
+            if isinstance(body, list) and body and body[0].lineno > node.lineno:
                 line = self.lines[body[0].lineno - 1]
                 header = self.lines[node.lineno - 1]
                 outer = len(header) - len(header.lstrip())

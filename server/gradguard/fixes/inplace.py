@@ -539,10 +539,10 @@ def fix_or_none(build) -> Fix | None:
 def is_parameter_update(ctx: FixContext, mutation: Mutation, write: InPlaceWrite) -> bool:
     """Is this leaf write an optimizer-style update or a reset, rather than part of a computation?"""
     stmt = write.stmt
-    if ctx.once("reads .grad", stmt, lambda: any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(stmt))):
-        return True
     fn = ctx.function_of(stmt)
     scope = ctx.scope_of(stmt)
+    if any(inside(ctx, n, stmt) for n in ctx.names_in(scope).attribute("grad") if stmt.lineno <= n.lineno <= stmt.end_lineno):
+        return True
     origin = mutation.target.root().origin
     for loop in ctx.loops_around(stmt, scope):
         if origin is not None and ctx.inside(origin, loop):
@@ -570,11 +570,11 @@ def _inside_forward(ctx: FixContext, node: ast.AST) -> bool:
 
 def _backward_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt) -> bool:
     """Does ``fn`` call ``.backward()`` (or ``torch.autograd.backward/grad``) after ``stmt``, in its own body?"""
-    for node in ast.walk(fn):
-        if not (isinstance(node, ast.Call) and starts_after(node, stmt) and not inside(ctx, node, stmt)
-                and ctx.scope_of(node) is fn):
+    names = ctx.names_in(fn)  # the functions a call may name: `x.backward`, `torch.autograd.grad`, an imported name
+    for func in (*names.attribute("backward"), *names.attribute("grad"), *(n for i in ctx.imports for n in names.of(i))):
+        if not (isinstance(node := ctx.parents.get(func), ast.Call) and node.func is func and starts_after(node, stmt)
+                and not inside(ctx, node, stmt) and ctx.scope_of(node) is fn):
             continue
-        func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "backward":
             return True
         if (ctx.qual(func) or "") in ("torch.autograd.backward", "torch.autograd.grad"):

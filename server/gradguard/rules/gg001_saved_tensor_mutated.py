@@ -192,7 +192,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     if element is not None and element.in_container:
         if grad_would_be_lost(element):
             return None
-        copy_ok = not saves_inside(element, ctx.statement_of(element.entry()))
+        copy_ok = not saves_inside(ctx, element, ctx.statement_of(element.entry()))
         return (fix_or_none(lambda: rebind_element(ctx, element, copy_ok))
                 or fix_or_none(lambda: rebind_made_element(ctx, element)))
     mutation = mutation_of(finding)
@@ -209,7 +209,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     possible = (
         rebind is not None
         and not grad_would_be_lost(mutation)
-        and (rebind.direct or not saves_inside(mutation, write.stmt))
+        and (rebind.direct or not saves_inside(ctx, mutation, write.stmt))
     )
     if possible and rebind.report.clean:
         built = fix_or_none(rebind.rewrite)
@@ -356,13 +356,9 @@ def grad_would_be_lost(mutation: Mutation) -> bool:
     return not mutation.grad_enabled and mutation.target.requires_grad != Grad.NO
 
 
-def saves_inside(mutation: Mutation, stmt: ast.stmt) -> bool:
+def saves_inside(ctx: FixContext, mutation: Mutation, stmt: ast.stmt) -> bool:
     """Does the write statement itself evaluate an op whose save it breaks (``y[t] = y[t] * y[t - 1]``)?"""
-    for conflict in mutation.conflicts:
-        node = conflict.save.node
-        if node is stmt or any(n is node for n in ast.walk(stmt)):
-            return True
-    return False
+    return any(conflict.save.node is not None and ctx.inside(conflict.save.node, stmt) for conflict in mutation.conflicts)
 
 
 def _filled_container_read_after(ctx: FixContext, write: InPlaceWrite, report: Report) -> bool:

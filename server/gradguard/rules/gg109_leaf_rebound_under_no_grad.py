@@ -224,20 +224,16 @@ def _number_name(ctx: FixContext, name: ast.Name) -> bool:
             if default is None or not _number(default):
                 return False
             bound = True
+    if any(isinstance(n.ctx, ast.Store) and _in_own_loop_or_with(ctx, n, scope) for n in ctx.names_in(scope).of(name.id)):
+        return False
     for node in own_nodes(scope):
         if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
             return False
         targets = []
         if isinstance(node, ast.Assign):
             targets = [(t, node.value) for t in node.targets]
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
             targets = [(node.target, node.value)]
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
-            stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            if isinstance(node, ast.NamedExpr):
-                targets = [(node.target, node.value)]
-            elif name.id in stored:
-                return False
         for target, value in targets:
             if isinstance(target, ast.Name) and target.id == name.id:
                 if value is None or not _number(value):
@@ -246,6 +242,19 @@ def _number_name(ctx: FixContext, name: ast.Name) -> bool:
             elif any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(target)):
                 return False
     return bound
+
+
+def _in_own_loop_or_with(ctx: FixContext, name: ast.Name, scope: ast.AST) -> bool:
+    """Whether ``name`` lies in (the header or the body of) a ``for`` or ``with`` of ``scope``'s own code."""
+    compound = False
+    for anc in ctx.ancestors(name):
+        if anc is scope:
+            return compound
+        if isinstance(anc, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+            compound = True
+        elif isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            compound = False  # a loop inside a nested function is that function's own code
+    return compound
 
 
 def _reads_grad(value: ast.expr, name: str) -> bool:
