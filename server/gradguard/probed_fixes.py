@@ -31,8 +31,8 @@ from .fixes.moves import move_statements_after
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
 from .knowledge.names import LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
-from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE,
-                          SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE,
+from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, GRAD_OFF_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, PLACED,
+                          REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE,
                           ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 from .statements import blocks
@@ -716,8 +716,104 @@ def _plain_bindings(function: ast.AST) -> dict[str, bool]:
     return out
 
 
+def _switches_off(node: ast.expr) -> bool:
+    """``torch.no_grad()`` or ``torch.set_grad_enabled(False)``: a switch ``torch.enable_grad()`` undoes (an
+    ``inference_mode`` block is not: its tensors never join a graph, whatever the grad mode)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "torch"):
+        return False
+    if node.func.attr == "no_grad":
+        return not node.args and not node.keywords
+    return node.func.attr == "set_grad_enabled" and len(node.args) == 1 and not node.keywords \
+        and isinstance(node.args[0], ast.Constant) and node.args[0].value is False
+
+
+def _grad_off_block(lines: _Lines, line: int) -> ast.With | None:
+    """The ``with torch.no_grad():`` statement that starts on ``line`` (its only item a switch to off)."""
+    return next((s for s in lines.statements_at(line) if isinstance(s, ast.With) and s.lineno == line
+                 and len(s.items) == 1 and s.items[0].optional_vars is None and _switches_off(s.items[0].context_expr)),
+                None)
+
+
+def _imports_torch(tree: ast.Module) -> bool:
+    """``import torch`` at the module's top level: ``torch.enable_grad`` can be named anywhere in it."""
+    return any(isinstance(s, ast.Import) and any(a.name == "torch" and a.asname is None for a in s.names)
+               for s in tree.body)
+
+
+def _enable_grad_around(lines: _Lines, text: str, stmt: ast.stmt) -> tuple[TextEdit, ...] | None:
+    """``with torch.enable_grad():`` around the simple statement ``stmt``, whose lines are indented one level more:
+    only where it starts and ends its lines (nothing else on them but a comment), is indented with spaces, and
+    holds no string written over several lines (indenting would change it)."""
+    source = text.splitlines()
+    indent = _indent(source, stmt)
+    end = stmt.end_lineno
+    if indent is None or "\t" in indent or end is None or stmt.end_col_offset is None or not _imports_torch(lines.tree) \
+            or not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)):
+        return None
+    rest = source[end - 1].encode("utf-8")[stmt.end_col_offset:].decode("utf-8", "replace").strip()
+    if rest and not rest.startswith("#"):
+        return None  # another statement on the line
+    if any(isinstance(n, (ast.Constant, ast.JoinedStr)) and n.lineno != n.end_lineno for n in ast.walk(stmt)):
+        return None
+    if any(source[k].strip() and not source[k].startswith(indent) for k in range(stmt.lineno, end)):
+        return None  # a continuation line indented less than the statement: leave its layout alone
+    header = TextEdit(stmt.lineno, 1, stmt.lineno, 1, f"{indent}with torch.enable_grad():\n")
+    return (header, *(TextEdit(k, 1, k, 1, "    ") for k in range(stmt.lineno, end + 1) if source[k - 1].strip()))
+
+
+def _grad_on_for_dead_term(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG103 a loss term computed from a call that ran, inside a ``with torch.no_grad():`` block (the probe's
+    ``GRAD_OFF_NOTE``), on values that require grad: the term has no graph and trains nothing.  Run that statement
+    with grad mode on (``with torch.enable_grad():`` around it, inside the block): it computes what it did, now with
+    a graph, as it would outside the block; the block's other statements stay as they are.  Only when the term's
+    statement lies in that block, in the same function (a helper called there is left alone)."""
+    switch = _note(f, GRAD_OFF_NOTE)
+    if f.code != "GG103" or f.kind != "starved" or switch is None:
+        return None
+    block = _grad_off_block(lines, switch.line)
+    stmt = lines.simple_statement_around(f.site.line)
+    if block is None or stmt is None or not block.lineno < stmt.lineno <= (block.end_lineno or 0) \
+            or lines.function_of(stmt) is not lines.function_of(block):
+        return None
+    edits = _enable_grad_around(lines, text, stmt)
+    return Fix("Compute the term with grad mode on: `with torch.enable_grad():` around it (unsafe: every tensor "
+               "it reads that requires grad now gets a gradient through it)", False, edits) if edits else None
+
+
+def _grad_on_for_loss_in_block(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG103 a ``with torch.no_grad():`` block computed the value a later backward starts from, which raises (no
+    graph): the probe places it at the block.  Run with grad mode on the one statement of the block whose names are
+    read after it (``with torch.enable_grad():`` around it): only when the block's statements all assign plain
+    names, that one is the last, the backward runs after the block, and it reads nothing the block computed before
+    it -- what the block computes for it (a teacher's targets) may be meant without a graph, or may be the very
+    value that needs one, and nothing tells which."""
+    block = _grad_off_block(lines, f.site.line)
+    if f.code != "GG103" or f.kind != "raised" or block is None or len(f.notes) != 1 or f.origins != (f.notes[0].site,) \
+            or f.notes[0].site.path != f.site.path or block.end_lineno is None \
+            or block.lineno <= f.notes[0].site.line <= block.end_lineno:
+        return None
+    body = block.body
+    if not all(_assigns_names(st) for st in body):
+        return None
+    function = lines.function_of(block)
+    later = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+             and n.lineno > block.end_lineno}
+    outputs = [st for st in body if _names_stored(st) & later]
+    if outputs != body[-1:]:
+        return None
+    earlier = set().union(*(_names_stored(st) for st in body[:-1]))
+    if any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in earlier for n in ast.walk(body[-1])):
+        return None
+    edits = _enable_grad_around(lines, text, body[-1])
+    return Fix("Compute the loss with grad mode on: `with torch.enable_grad():` around the block's statement that "
+               "computes it (unsafe: every tensor it reads that requires grad now gets a gradient through it)", False,
+               edits) if edits else None
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
-    _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward)
+    _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
+    _grad_on_for_dead_term, _grad_on_for_loss_in_block)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

@@ -1,7 +1,8 @@
 """The probe-only fixes that are edits no rule's builder makes (``gradguard.probed_fixes.EDITS``): clearing the
 gradients before a backward that adds to ones a step already applied, removing the assignment that replaces a
-loaded copy by the trained module, keeping a clone of the output a forward hook keeps, and unpacking clones of the
-pieces of a split handed to code that writes one in place.  Each program is probed (``--entry run``); a positive's fix is applied and torch
+loaded copy by the trained module, keeping a clone of the output a forward hook keeps, unpacking clones of the
+pieces of a split handed to code that writes one in place, and computing with grad mode on (``torch.enable_grad()``)
+the statement of a ``no_grad`` block that makes a loss term.  Each program is probed (``--entry run``); a positive's fix is applied and torch
 proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
 real but gets no fix (the edit would be wrong there)."""
 
@@ -272,6 +273,133 @@ def run():
     return [lin.weight.grad]
 '''
 
+# A distillation term in a method, its statement written over two lines inside a `with torch.no_grad():` block
+# that also computes the teacher's targets (which stay without a graph).
+DEAD_TERM_IN_NO_GRAD_BLOCK_OF_METHOD = '''  # probe: GG103
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Distiller:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.student, self.teacher = nn.Linear(4, 3), nn.Linear(4, 3)
+        self.proj = nn.Linear(3, 3)
+
+    def loss(self, x, fixed):
+        s = self.student(x)
+        with torch.no_grad():
+            t = self.teacher(x).softmax(-1)
+            if fixed:
+                with torch.enable_grad():
+                    aligned = (self.proj(s)
+                               .log_softmax(-1))
+            else:
+                aligned = (self.proj(s)
+                           .log_softmax(-1))
+        return F.mse_loss(s, t) + F.kl_div(aligned, t, reduction="batchmean")
+
+def grads(fixed):
+    d = Distiller()
+    d.loss(torch.randn(5, 4), fixed).backward()
+    return [p.grad for m in (d.student, d.proj) for p in m.parameters()] + [d.teacher.weight.grad]
+
+def run():
+    return grads(False)
+
+def reference():
+    return grads(True)
+'''
+
+# The loss of each batch computed inside a logging block of a loop; the block binds another name read only there.
+LOSS_IN_NO_GRAD_BLOCK_OF_LOOP = '''  # probe: GG103
+import torch
+import torch.nn as nn
+
+def fit(fixed):
+    torch.manual_seed(0)
+    net = nn.Linear(3, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    seen = []
+    for x in [torch.randn(4, 3) for _ in range(3)]:
+        opt.zero_grad()
+        if fixed:
+            scale = 2.0
+            loss = (net(x) * scale).pow(2).mean()
+        else:
+            with torch.no_grad():
+                scale = 2.0
+                loss = (net(x) * 2.0).pow(2).mean()
+        loss.backward()
+        seen += [p.grad.clone() for p in net.parameters()]
+        opt.step()
+    return seen
+
+def run():
+    return fit(False)
+
+def reference():
+    return fit(True)
+'''
+
+# The loss reads a value the block computed before it: that value may be the one that needs a graph (here it is).
+LOSS_IN_NO_GRAD_BLOCK_FROM_ITS_FEATURES = '''  # probe: GG103
+import torch
+import torch.nn as nn
+
+def run():
+    torch.manual_seed(0)
+    net = nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        h = net(x)
+        loss = h.pow(2).mean()
+    loss.backward()
+    return [p.grad for p in net.parameters()]
+'''
+
+# The dead term is computed by a helper called inside the block: grad mode on around the call reaches the helper.
+DEAD_TERM_FROM_HELPER_CALLED_IN_BLOCK = '''  # probe: GG103
+import torch
+import torch.nn as nn
+
+def term(net, h):
+    return net(h).pow(2).mean()
+
+def grads(fixed):
+    torch.manual_seed(0)
+    enc, head = nn.Linear(3, 4), nn.Linear(4, 1)
+    h = enc(torch.randn(5, 3))
+    with torch.no_grad():
+        if fixed:
+            with torch.enable_grad():
+                extra = term(head, h)
+        else:
+            extra = term(head, h)
+    (h.pow(2).mean() + extra).backward()
+    return [p.grad for m in (enc, head) for p in m.parameters()]
+
+def run():
+    return grads(False)
+
+def reference():
+    return grads(True)
+'''
+
+# The term's statement is written on the block's own line: there is no line of its own to put in a block.
+DEAD_TERM_ON_THE_BLOCK_LINE = '''  # probe: GG103
+import torch
+import torch.nn as nn
+
+def run():
+    torch.manual_seed(0)
+    enc, head = nn.Linear(3, 4), nn.Linear(4, 1)
+    h = enc(torch.randn(5, 3))
+    with torch.no_grad(): extra = head(h).pow(2).mean()
+    (h.pow(2).mean() + extra).backward()
+    return [p.grad for p in enc.parameters()]
+'''
+
 _counter = itertools.count()
 
 
@@ -284,7 +412,7 @@ def _load(path: Path):
 
 def _code(source: str) -> str:
     return "GG005" if "register_forward_hook" in source else "GG004" if "chunk" in source or "split" in source \
-        else "GG101"
+        else "GG103" if "# probe: GG103" in source else "GG101"
 
 
 def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
@@ -299,9 +427,12 @@ def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
 
 @pytest.mark.parametrize("source", [STALE_GRADS_IN_NESTED_LOOP, STALE_GRADS_TWO_LOSSES,
                                     SYNCED_THEN_ALIASED_AMONG_OTHERS, HOOK_STORES_OUTPUT_IN_DICT,
-                                    CHUNKS_OF_OUTPUT_SCALED_BY_METHOD],
+                                    CHUNKS_OF_OUTPUT_SCALED_BY_METHOD, DEAD_TERM_IN_NO_GRAD_BLOCK_OF_METHOD,
+                                    LOSS_IN_NO_GRAD_BLOCK_OF_LOOP, DEAD_TERM_FROM_HELPER_CALLED_IN_BLOCK],
                          ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others",
-                              "hook_stores_output_in_dict", "chunks_of_output_scaled_by_method"])
+                              "hook_stores_output_in_dict", "chunks_of_output_scaled_by_method",
+                              "dead_term_in_no_grad_block_of_method", "loss_in_no_grad_block_of_loop",
+                              "dead_term_from_helper_called_in_block"])
 def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     fixes = fixes_for(text, str(path), found)
@@ -316,9 +447,11 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
 
 
 @pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK,
-                                    HOOK_KEEPS_OUTPUT_TWICE, PIECES_OF_NAMED_TENSOR],
+                                    HOOK_KEEPS_OUTPUT_TWICE, PIECES_OF_NAMED_TENSOR, LOSS_IN_NO_GRAD_BLOCK_FROM_ITS_FEATURES,
+                                    DEAD_TERM_ON_THE_BLOCK_LINE],
                          ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
-                              "hook_keeps_output_twice", "pieces_of_named_tensor"])
+                              "hook_keeps_output_twice", "pieces_of_named_tensor",
+                              "loss_in_no_grad_block_from_its_features", "dead_term_on_the_block_line"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     assert not fixes_for(text, str(path), found)

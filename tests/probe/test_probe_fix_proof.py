@@ -82,18 +82,13 @@ NO_FIX: dict[str, str] = {
     "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
     "GG101/pos_backward_in_helper_after_step": _STEP,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
-    "GG101/pos_returns_from_values_step_before_actor_backward": (
-        "another optimizer's zero_grad() runs between the step and the backward: moved past it, the step would lose "
-        "its own gradients where the two optimizers share parameters, which neither the probe nor the syntax tells"),
     "GG103/pos_optimizer_object_saved_apart_from_model": _COPY,
     "GG103/pos_training_step_total_loss_in_branch_not_returned": _RETURN,
     "GG101/pos_value_step_before_policy_term_from_fresh_forward": (
         "a fresh forward through the stepped network runs between the step and the backward: moving the step after "
         "the backward would run it with the old weights, which the probe's facts cannot say is meant"),
     "GG103/pos_auxiliary_term_from_no_grad_helper": _NO_GRAD,
-    "GG103/pos_perceptual_term_scored_under_no_grad": _NO_GRAD,
     "GG103/pos_helper_returns_loss_made_under_no_grad": _NO_GRAD,
-    "GG103/pos_query_loss_computed_under_no_grad_block": _NO_GRAD,
     "GG103/pos_set_grad_enabled_false_left_off": _NO_GRAD,
     "GG103/pos_optimizer_made_before_helper_swaps_layers": _SWAP,
     "GG103/pos_trainer_calls_layer_swap_without_its_optimizer": _SWAP,

@@ -32,6 +32,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .frames import UserCode, frame_site, user_frame
+from .merge import GRAD_OFF_NOTE
 from .graph import leaves_of
 from .model import Note, ProbeFinding, Site
 from .source import attribute_at, expression_at
@@ -405,6 +406,8 @@ class Cuts:
         notes = [Note(cut.dead, "the dead term is added to the loss here")]
         if backward:
             notes.append(Note(backward, "the backward() that gets no gradient from that term"))
+        if cut.nograd is not None and cut.nograd != cut.site:
+            notes.append(Note(cut.nograd, GRAD_OFF_NOTE))
         self.found[key] = ProbeFinding("GG103", "starved", cut.site, message, notes=tuple(notes), backward=backward)
 
     def after_backward(self, raised: bool) -> None:

@@ -150,6 +150,9 @@ SETTER_NOTE = "the method stores the value in place into its object's tensor her
 # A GG101 placed at the step itself when the value used after it was built, in the step's function, on a value that had
 # already saved the parameters (recomputing that one line after the step would not help): the use is the first note.
 STALE_USE_NOTE = "the graph built after the step takes here a value whose graph saved the parameters before it"
+# A dead loss term computed with grad mode off: where the user's code switched it off (a `with torch.no_grad():`), a
+# later note of the finding when that is not the term's own line.
+GRAD_OFF_NOTE = "grad mode is switched off here"
 PLACED = (STEP_NOTE, STALE_USE_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
            REPLACED_NOTE, SETTER_NOTE)
 
