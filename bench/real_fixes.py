@@ -13,8 +13,10 @@ copy (``--safe-only``: ``--fix``), the one path the CLI and the editor share -- 
 - a realworld-dev case must exit 0 and, when silent, print ``grad check: True``.
 
 A case whose file no fix changed is "no fix"; a changed copy that still fails is "partly" when findings with no
-fix are left in it, "wrong" otherwise.  Prints one line per
-case and the totals; writes DIR/real_fixes.json (default .realworld_out/).
+fix are left in it, "wrong" otherwise.  A fixed copy that does not finish within --timeout (or a ``check --fix``
+that does not finish within twice that) is "timeout": under load a slow case says nothing about the fix, so it is
+neither fixed nor wrong (rerun it alone with --only).  Prints one line per case and the totals; writes
+DIR/real_fixes.json (default .realworld_out/).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import probe_fixes  # noqa: E402
 import realworld  # noqa: E402
 
 FOUND = ("found", "found-related")
+OUTCOMES = ("fixed", "partly", "wrong", "no fix", "timeout", "error")
 SETS = {"ours": "ours", "realworld_dev": "dev"}  # results.json section -> probe_fixes target label
 
 
@@ -67,7 +70,7 @@ def fix_and_judge(t: probe_fixes.Target, safe_only: bool, timeout: float) -> dic
         try:
             p = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout * 2)
         except subprocess.TimeoutExpired:
-            return {**row, "outcome": "error", "seen": "gradguard --fix timed out"}
+            return {**row, "outcome": "timeout", "seen": f"gradguard check --fix did not finish in {timeout * 2:g}s"}
         if p.returncode != 0:
             return {**row, "outcome": "error", "seen": (p.stdout + p.stderr).strip()[-200:]}
         after = snapshot(copy)
@@ -75,12 +78,19 @@ def fix_and_judge(t: probe_fixes.Target, safe_only: bool, timeout: float) -> dic
         if not changed:
             return {**row, "outcome": "no fix", "seen": "no file changed"}
         ok, seen = probe_fixes.judge(t, copy, tmp_path, timeout)
+        if seen == "timeout":
+            return {**row, "outcome": "timeout", "seen": f"the fixed copy did not finish in {timeout:g}s",
+                    "changed": changed}
         if ok:
             return {**row, "outcome": "fixed", "seen": seen, "changed": changed}
         # Still failing: wrong, unless a finding with no fix was left (the fixes did what they said, not all).
-        left = subprocess.run([*argv[:4], "--no-cache", "--no-progress", "--exit-zero", "--quiet",
-                               "--format", "json", str(copy)], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=timeout * 2)
+        try:
+            left = subprocess.run([*argv[:4], "--no-cache", "--no-progress", "--exit-zero", "--quiet",
+                                   "--format", "json", str(copy)], cwd=tmp_path, env=env, capture_output=True,
+                                  text=True, timeout=timeout * 2)
+        except subprocess.TimeoutExpired:
+            return {**row, "outcome": "timeout", "seen": f"{seen}; counting the findings left did not finish",
+                    "changed": changed}
         try:
             remaining = len(json.loads(left.stdout)["diagnostics"])
         except (ValueError, KeyError):
@@ -115,13 +125,14 @@ def main(argv=None) -> int:
     totals = {}
     for label in ["all", "ours", "dev"]:
         mine = [r for r in rows if label == "all" or r["set"] == label]
-        count = {o: sum(r["outcome"] == o for r in mine) for o in ("fixed", "partly", "wrong", "no fix", "error")}
+        count = {o: sum(r["outcome"] == o for r in mine) for o in OUTCOMES}
         totals[label] = {"found": len(mine), **count}
     print()
     for label, c in totals.items():
         share = f"{c['fixed'] / c['found']:.0%}" if c["found"] else "-"
         print(f"{label:5s} found {c['found']:3d}: fixed and proven {c['fixed']:3d} ({share}), wrong {c['wrong']}, "
-              f"partly (findings left with no fix) {c['partly']}, no fix {c['no fix']}, error {c['error']}")
+              f"partly (findings left with no fix) {c['partly']}, no fix {c['no fix']}, timeout {c['timeout']} "
+              f"(not counted as wrong: rerun with --only), error {c['error']}")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "real_fixes.json").write_text(json.dumps({"safe_only": args.safe_only, "totals": totals,
                                                          "cases": rows}, indent=1))
