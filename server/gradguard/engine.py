@@ -20,7 +20,8 @@ from typing import Iterator, NamedTuple
 from .diagnostics import NOT_ANALYSED
 from .inference.classes import ClassInfo, find_classes
 from .inference.dtypes import file_default_dtype, forget_dtypes
-from .inference.events import CHAIN_REASON, Conflict, Finding, GradRead, Mutation, Sink, StaleUse, in_function_of
+from .inference.events import (CHAIN_REASON, Conflict, Finding, GradRead, MixedUse, Mutation, Sink, StaleUse,
+                               in_function_of)
 from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
@@ -640,6 +641,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                 mutation.stale_kept = _kept_read(interp, mutation)
         if mutation.conflicts and mutation.after_backward and mutation.stale_use is None:
             mutation.early_forward = _early_forward(interp, mutation)
+        if not mutation.conflicts and mutation.pending and interp.stale:
+            mutation.mixed = _mixed_use(interp, mutation)
         mutation.read_after = _read_after(interp, mutation)
         if mutation.sign_marker is not None:
             mutation.sign_reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > mutation.seq
@@ -1007,6 +1010,37 @@ def _early_forward(interp: Interpreter, mutation: Mutation) -> Conflict | None:
         if following is not None and not following.sources & params:
             early.append(c)
     return max(early, key=lambda c: (c.save.certain, -c.save.id), default=None)
+
+
+def _mixed_use(interp: Interpreter, mutation: Mutation) -> MixedUse | None:
+    """An update of parameters whose stale graph no backward reaches, when the first op after it that takes a value
+    computed through those parameters before it (a save it made stale) also takes one computed through them after
+    it (a save of the updated weights), and that op's result reaches a later backward only through a `.detach()`
+    (a TD error `td_target - critic(s)` taken after the critic's step, as the actor's weight): nothing raises, but
+    the value mixes the weights before and after the update."""
+    stale = {s.id: s for s in mutation.pending if s.role == "weight"}
+    if not stale:
+        return None
+    old = {}
+    for s in stale.values():
+        old[s.storage.id] = max(old.get(s.storage.id, s.version), s.version)
+    fresh = frozenset(s.id for s in interp.saves if s.role == "weight" and s.storage.id in old
+                      and s.version > old[s.storage.id])
+    if not fresh:
+        return None
+    later = [s for s in interp.sinks if s.kind == "backward" and s.seq > mutation.seq]
+    for use in interp.stale_uses:
+        if use.seq < mutation.seq or use.inputs.isdisjoint(stale) or use.inputs.isdisjoint(fresh):
+            continue
+        if any(use.marker in s.graph for s in later):
+            return None  # a backward runs through it: it raises, and another finding says so
+        for cut in interp.breaks:
+            if cut.cut and use.marker in cut.sources:
+                sink = next((s for s in later if cut.marker in s.graph), None)
+                if sink is not None:
+                    return MixedUse(use, next(stale[i] for i in sorted(use.inputs & stale.keys())), cut.node, sink)
+        return None
+    return None
 
 
 def _kept_read(interp: Interpreter, mutation: Mutation):

@@ -63,6 +63,12 @@ def explain(finding: Finding) -> Explanation | None:
     fields = {}
     if kind != AT_WRITE:
         conflict = first_conflict(mutation)
+        if conflict is None and code == "GG101" and mutation.mixed is not None:
+            # A value mixing the weights before and after an update, used detached: nothing raises.
+            mixed = mutation.mixed
+            kind = SILENT
+            fields = dict(saving_op=mixed.save.op, save_line=line_of(mixed.save.node), save_role="weight",
+                          sink="backward", backward_line=line_of(mixed.sink.node))
         if conflict is not None:
             save, sink = conflict.save, conflict.sink
             # A parameter saved as an op's input (`x @ w`) is a weight, as `nn.Linear` saves its weight.

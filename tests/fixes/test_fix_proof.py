@@ -65,7 +65,13 @@ _STEP_BEFORE_DETACHED_TARGET_LOSS = (
     "the later loss is computed between the step and its backward, which a move of the step does not pass over; "
     "computing the target again after the step would change the loss, not only its weights: the author's choice")
 
+_MIXED_ACROSS_UPDATE = (
+    "the value is to be computed with the weights before the update or with those after it, both parts alike: which "
+    "one (move the line before the update, or compute the earlier part again after it) is the author's choice")
+
 NO_FIX = {
+    "GG101/pos_td_error_after_critic_step_detached": _MIXED_ACROSS_UPDATE,
+    "GG101/pos_agent_advantage_after_value_updates_loop": _MIXED_ACROSS_UPDATE,
     "GG103/pos_guarded_unfreeze_method_keeps_encoder_frozen": _GUARD_KEPT_OTHERS_FROZEN,
     "GG103/pos_guarded_unfreeze_helper_requires_grad_call": _GUARD_KEPT_OTHERS_FROZEN,
     "GG103/pos_guarded_unfreeze_after_module_freeze": _GUARD_KEPT_OTHERS_FROZEN,

@@ -65,6 +65,18 @@ class StaleUse:
 
 
 @dataclass(frozen=True)
+class MixedUse:
+    """After an update of parameters, an op on a value computed through them before it (``save``, made stale) and on
+    one computed through them after it, whose result reaches the backward ``sink`` only through the ``.detach()``
+    at ``cut``: the value mixes the weights before and after the update, silently."""
+
+    use: StaleUse
+    save: Save
+    cut: ast.AST
+    sink: Sink
+
+
+@dataclass(frozen=True)
 class KeptRead:
     """A read, after an update of parameters, of a tensor an object keeps in an attribute (``self.cache =
     encoder(ids)``, read back on a later call) whose graph holds a save the update made stale: ``store`` is the
@@ -160,6 +172,9 @@ class Mutation:
     # before the update ran through, and is itself applied by an update of other parameters (a policy's loss
     # computed through the critics before the critics' steps): that conflict, whose save is in that forward.
     early_forward: Conflict | None = None
+    # Filled by the engine for an update whose stale graph no backward reaches: the first op after it that mixes a
+    # value computed through the updated parameters before it with one computed after it, used only detached.
+    mixed: MixedUse | None = None
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the

@@ -27,6 +27,8 @@ def check(mutation: Mutation):
         return
     conflict = first_conflict(mutation)
     if conflict is None:
+        if mutation.mixed is not None:
+            yield _mixed(mutation, mutation.mixed)
         return
     save = conflict.save
     place = line_to_change(mutation)
@@ -153,6 +155,30 @@ def _computed_too_early(mutation: Mutation, conflict) -> Finding:
         mutation=mutation)
 
 
+def _mixed(mutation: Mutation, mixed) -> Finding:
+    """A value computed through the parameters before their update, combined after it with one computed through
+    the updated parameters (a TD error taken with a target from the critic before its step and a value from the
+    critic after it), and used only detached: nothing raises, but it is the value of neither set of weights."""
+    use, save = mixed.use, mixed.save
+    node = in_function_of(use.path, use.node, mutation.call_path())
+    return Finding(
+        "GG101", node,
+        Message.format(
+            "{this} combines a value computed before {how} on {step} updated {label} in place (its graph holds the "
+            "weights `{op}` saved on {saved}) with a value computed through the updated weights after it, so it "
+            "belongs to neither: it mixes the weights before and after the update. It is used detached on {cut}, in "
+            "the loss the backward on {sink} differentiates, so nothing raises and that loss's gradients are not "
+            "the ones of either weights. Compute both parts before the update (or both after it).",
+            this=_said(node, "this line"), how=mutation.how, step=mutation.node, label=_updated(mutation),
+            op=save.op, saved=save.node, cut=mixed.cut, sink=mixed.sink.node),
+        certain=save.certain,
+        related=[(mutation.node, f"{mutation.how} updates the weights in place here"),
+                 (save.node, f"{save.op} saves its weight for the value computed before the update here"),
+                 (mixed.cut, "the mixed value is detached here"),
+                 (mixed.sink.node, "the backward of the loss built on it")],
+        mutation=mutation)
+
+
 def _said(node: ast.AST, fallback: str) -> str:
     text = ast.unparse(node)
     return f"`{text}`" if len(text) <= 60 else fallback
@@ -240,6 +266,9 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     weights; compute an early forward after the step instead, or in the loop of per-loss steps; in a
     truncated-BPTT loop kept alive with ``retain_graph=True``, cut the graph between chunks."""
     mutation = mutation_in(finding)
+    if not mutation.conflicts and mutation.mixed is not None:
+        raise CannotFix("whether the value is to use the weights before the update or after it is the author's "
+                        "choice")
     if mutation.stale_kept is not None:
         raise CannotFix("keeping the value detached changes the gradients, computing it anew drops the cache: "
                         "the author's choice")
@@ -588,6 +617,14 @@ loss and steps (a helper `update(optim, loss)`), and the loss that fails was com
 forward no earlier backward ran through, for an optimizer of other parameters (a policy's loss computed through
 the critics before the critics' updates), the finding is at that forward: compute it after the call.  Otherwise
 it is at the step (or the update).
+
+One form raises nothing: a value computed through the parameters before the step (a TD target from the critic)
+combined after the step with one computed through the updated parameters (the critic's value of the same states),
+whose result a loss then uses detached (the actor's weight `td_delta.detach()`).  No backward runs through the old
+graph, so torch says nothing, but the value belongs to neither set of weights and the loss's gradients are not
+those the algorithm means.  The finding is at the op that combines them: compute both parts before the step (or
+both after it).  It is made only when the earlier part still carries its graph (a part computed under
+`torch.no_grad()` leaves no trace of the weights it used) and the combined value reaches a backward.
 """,
     fix_advice="""
 The message picks the advice from what gradguard saw, and says "if" where it could not see enough; with
