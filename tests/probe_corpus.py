@@ -32,6 +32,10 @@ PROBE_BLIND: dict[str, str] = {
         "the copy read through `.data` gets part of it written back with values that keep the old history: torch "
         "raises nothing, and the tracer has no check that compares which parts of a tensor carry a graph")
        for name in ("pos_data_clone_memory_masked_rows_rewritten", "pos_data_clone_state_rows_rewritten_in_loop")},
+    **{f"GG103/{name}": (
+        "the term is computed from a module's output made under no_grad and handed on through a helper's return "
+        "or a list kept on the object: the tracer notes no cut there, and reports no term left without a graph")
+       for name in ("pos_nograd_helper_output_whole_loss_term", "pos_nograd_values_kept_on_object_term")},
     "GG103/pos_aux_loss_detached_item_rebound_then_weighted": (
         "the number is read out of `adv.detach()`, which requires no grad: the tracer sees no value read out of a "
         "tensor that requires grad, and reports no cut `.detach()` whose term is then a constant"),

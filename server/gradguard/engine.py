@@ -651,6 +651,8 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
     for graph_break in interp.breaks:
         if graph_break.cut:
             graph_break.reached, graph_break.starved = _starved_by(interp, graph_break)
+            if graph_break.grad_off is not None:
+                graph_break.starved = _starved_by_grad_off(interp, graph_break)
             if graph_break.starved is None and graph_break.dead_in is None:
                 graph_break.term_starved = _term_starved(interp, graph_break)
             if graph_break.kept_in_part is not None and graph_break.reached is None and interp.is_forward:
@@ -903,6 +905,16 @@ def _starved_by(interp: Interpreter, cut) -> tuple[Sink | None, GradRead | None]
         if (read.sources & cut.sources) - delivered:
             return sink, read
     return sink, None
+
+
+def _starved_by_grad_off(interp: Interpreter, cut) -> GradRead | None:
+    """The first update using gradients of parameters a value made with grad mode off was computed from, which no
+    backward delivers.  A value computed so keeps the ids of what it was computed from in its graph, so what a
+    backward delivers is read from its loss's terms that carry a gradient (the dead term is not one of them)."""
+    delivered = frozenset().union(*(g for s in interp.sinks if s.kind == "backward"
+                                    for g in (s.terms or (s.graph,))))
+    return next((r for r in interp.grad_reads if r.seq > cut.reached.seq and (r.sources & cut.sources) - delivered),
+                None) if cut.reached is not None else None
 
 
 def _term_starved(interp: Interpreter, cut) -> tuple[Sink, GradRead] | None:

@@ -69,7 +69,14 @@ _MIXED_ACROSS_UPDATE = (
     "the value is to be computed with the weights before the update or with those after it, both parts alike: which "
     "one (move the line before the update, or compute the earlier part again after it) is the author's choice")
 
+_RECOMPUTE_WITH_GRAD = (
+    "the value was computed with grad mode off where it is meant to be (acting, scoring): the loss should "
+    "compute it again with grad mode on, from inputs only the author knows to keep: no fix yet")
+
 NO_FIX = {
+    "GG103/pos_nograd_output_copied_into_buffer_term": _RECOMPUTE_WITH_GRAD,
+    "GG103/pos_nograd_helper_output_whole_loss_term": _RECOMPUTE_WITH_GRAD,
+    "GG103/pos_nograd_values_kept_on_object_term": _RECOMPUTE_WITH_GRAD,
     "GG101/pos_td_error_after_critic_step_detached": _MIXED_ACROSS_UPDATE,
     "GG101/pos_agent_advantage_after_value_updates_loop": _MIXED_ACROSS_UPDATE,
     "GG103/pos_guarded_unfreeze_method_keeps_encoder_frozen": _GUARD_KEPT_OTHERS_FROZEN,

@@ -744,6 +744,7 @@ class CallsMixin:
             for cut in self.breaks:
                 if cut.cut and cut.marker in target.dead_terms and cut.dead_in is None:
                     cut.dead_in = node
+            self.dead_grad_off_terms(target.dead_terms, node)
         if not retain:
             for save in self.saves:
                 if save.id in graph:
@@ -940,6 +941,7 @@ class CallsMixin:
         """An out-of-place op: propagate requires_grad and graph, and record what its backward saves."""
         if self.gradient_writes:
             self.summed_terms(name, args)  # a custom Function's output that shares its gradient in a sum
+        self.read_with_grad_on(node, args)
         result = self.made_with_grad_off(self._apply_op(name, args, node, label), node, args)
         return self.note_stale_use(node, args, result) if self.stale else result
 

@@ -262,6 +262,9 @@ class GraphBreak:
     # ``s = s.data.clone()`` then ``s[rows] = v`` with ``v`` computed from the old ``s`` with its graph: the written
     # part keeps the history this line cut, the rest does not.  The write.
     kept_in_part: ast.AST | None = None
+    # A term of a loss computed only from values made with grad mode off (a model's output under no_grad, copied
+    # into a buffer), read where `node` is: the op that ran with grad mode off and what turned it off.
+    grad_off: tuple[ast.AST, ast.AST] | None = None
 
 
 @dataclass

@@ -260,6 +260,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # nothing there): each one's op, the line to change (the switch, or the call a no_grad-decorated function
         # runs the op through) and the switch.
         self.grad_off_ops: dict[int, tuple[ast.AST, ast.AST, ast.AST]] = {}
+        # Each such marker's grad sources (what the value would have been differentiated to), and the first op that
+        # read the value with grad mode on (where a loss takes it up).
+        self.grad_off_sources: dict[int, frozenset[int]] = {}
+        self.grad_off_read: dict[int, ast.AST] = {}
         # What turned grad mode off last (a `with`, a call, a decorator), and for a decorator the frame of the
         # calls its function makes.
         self.grad_off_site: tuple[ast.AST, int | None] | None = None
@@ -1266,7 +1270,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # no_grad it records no grad_fn: the target gets the values, not their graph (`new.weight.copy_(old.weight)`).
         rg = self._grad(target, *operands)
         extra = frozenset().union(*(graph_of(v) for v in operands)) if operands and self.state.grad_enabled \
-            else frozenset()
+            else frozenset(m for v in operands for m in graph_of(v) if m in self.grad_off_ops)
         info = self.k.op(twin) if twin else None
         new_saves: set[int] = set()
         if info is not None and rg:
@@ -1519,7 +1523,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         """An op run with grad mode off (known) on a tensor that requires grad, or on a value made so: its result
         has no graph, which a marker in its graph remembers (a backward from it raises, see ``_backward``).  The
         marker replaces its inputs' own, so that each value names the last op that ran so."""
-        if self.state.grad_enabled or not self.grad_mode_known or self.function_contexts \
+        # Grad mode at entry may be the caller's, but a switch this run saw turned it off for certain.
+        if self.state.grad_enabled or not (self.grad_mode_known or self.grad_off_site) or self.function_contexts \
                 or not isinstance(result, Tensor) or result.requires_grad != Grad.NO:
             return result
         values = [v for a in inputs for v in (a.items if isinstance(a, TensorSeq) else (a,))
@@ -1534,8 +1539,31 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.frame_sites[depth] if len(self.frame_sites) > depth else self.frame_sites[depth - 1])
         marker = new_id()
         self.grad_off_ops[marker] = (node, place, switch)
+        self.grad_off_sources[marker] = frozenset().union(
+            *(self.grad_off_sources.get(m, frozenset()) for m in carried),
+            *(v.graph for v in values if v.requires_grad != Grad.NO))
         result.graph = (result.graph - carried) | {marker}
         return result
+
+    def read_with_grad_on(self, node: ast.AST, inputs: list[Value]) -> None:
+        """An op run with grad mode on that reads values computed with it off: the first such op of each."""
+        if not self.grad_off_ops or not self.state.grad_enabled:
+            return
+        for value in inputs:
+            for m in graph_of(value):
+                if m in self.grad_off_ops and m not in self.grad_off_read:
+                    self.grad_off_read[m] = node
+
+    def dead_grad_off_terms(self, dead: frozenset[int], backward: ast.AST) -> None:
+        """A loss a backward runs from whose term is computed only from values made with grad mode off (and cuts):
+        a cut like ``.detach()``, placed where grad mode on first reads the value (reported only when it starves
+        parameters an update uses, see the engine)."""
+        known = {cut.marker for cut in self.breaks}
+        for m in sorted(dead):
+            if m in self.grad_off_read and m not in known and self.grad_off_sources.get(m):
+                op, _, switch = self.grad_off_ops[m]
+                self.breaks.append(GraphBreak(self.grad_off_read[m], "`torch.no_grad()`", self.grad_off_sources[m], m,
+                                              certain=True, cut=True, dead_in=backward, grad_off=(op, switch)))
 
     def summed(self, result: Value, terms: list[Value]) -> Value:
         """A sum's result (``a + b``, ``sum(...)``), knowing which of its terms carry no gradient."""
@@ -1555,6 +1583,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 dead |= value.dead_terms
                 if value.requires_grad == Grad.NO and value.graph and value.graph <= self.cut_markers:
                     dead |= value.graph
+                elif value.requires_grad == Grad.NO and self.grad_off_read:
+                    # computed from values made with grad mode off (the tensors beside them have no graph either)
+                    dead |= frozenset(m for m in value.graph if m in self.grad_off_read)
         return dead
 
     def _number_from(self, value: Value, node: ast.AST, how: str) -> Value:

@@ -322,6 +322,9 @@ def _check_copy_trained(event: CopyTrained):
 def _check_cut(event):
     """A `.detach()`/`.data` is a finding only when gradients the code uses never arrive through any backward, or
     when what it cut is a whole term of a loss that a backward runs from (the term then adds nothing)."""
+    if event.grad_off is not None:
+        yield from _check_grad_off_term(event)
+        return
     if event.starved is None and event.dead_in is not None:
         yield Finding(
             "GG103",
@@ -398,6 +401,34 @@ def _check_cut(event):
                  (read.node, "uses the gradients that never arrive"),
                  *([(read.held_by, "the optimizer that holds those parameters")] if read.held_by is not None else [])],
         data={"cut": True},
+    )
+
+
+def _check_grad_off_term(event):
+    """A term of a loss computed only from values made with grad mode off: reported where grad mode on first reads
+    them, only when what they were computed from includes parameters an update uses that no backward reaches."""
+    read = event.starved
+    if event.dead_in is None or read is None or event.reached is None:
+        return
+    op, switch = event.grad_off
+    uses = ("{what} on {read} then finds their gradients None (they never learn)" if read.updates else
+            "{what} on {read} finds their gradients None")
+    yield Finding(
+        "GG103",
+        event.node,
+        Message.format(
+            "This value was computed on {op} with grad mode off (turned off on {switch}), so it has no graph, and "
+            "the loss "
+            "the backward on {sink} runs from adds a term computed only from it and other values without a graph: "
+            "that term changes no gradient. Parameters it was computed from get no gradient from any backward, "
+            "and " + uses + ". Recompute the value with grad mode on for the loss (or drop the term if it is "
+            "not meant to train).",
+            op=op, switch=switch, sink=event.dead_in, what=read.what, read=read.node),
+        certain=event.certain,
+        related=[(op, "computed here with grad mode off"),
+                 (event.dead_in, "the backward that gets nothing from this term"),
+                 (read.node, "uses the gradients that never arrive")],
+        data={"cut": True, "grad_off": True},
     )
 
 
@@ -1059,6 +1090,12 @@ A loss computed with grad mode off has no graph either: inside a `torch.no_grad(
 it is given, an evaluation helper reused for training).  Every op there runs on tensors that require grad without
 recording anything, so `backward()` on the loss raises "element 0 of tensors does not require grad".  It is
 reported where grad mode is switched off, or at the call a decorated function runs the computation through.
+
+A value computed with grad mode off and used later as a term of a loss is cut the same way: a model's output
+computed while acting under no_grad and copied into a rollout buffer (or kept on an object), then read by the
+update in place of the output it recomputes.  When a loss adds a term computed only from such values (and other
+values without a graph), that term changes no gradient; it is flagged where grad mode on first reads the values,
+only when parameters they were computed from are updated (or their gradients read) and no backward reaches them.
 
 NumPy refuses a tensor that requires grad outright: a NumPy function given a list of such tensors
 (`np.sum([loss_a, loss_b])`, `np.mean([...])`) or `np.array(t)`/`np.asarray(t)` converts each with `.numpy()`, and
