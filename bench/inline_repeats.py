@@ -220,7 +220,7 @@ def measure_inline(original):
                 if not any(kind in outer for outer in OPEN):
                     STEPS[f"{kind} (any effects)"] += spent
                     if kind == "strict file repeat":
-                        REPEATED[getattr(fn, "name", "<lambda>")] += spent
+                        REPEATED[_callee(fn, owner, kinds)] += spent
                 if not effects and not any(f"{kind} free" in outer for outer in OPEN):
                     STEPS[f"{kind}, effect-free"] += spent
                     kinds.add(f"{kind} free")
@@ -229,6 +229,12 @@ def measure_inline(original):
         return result
 
     return inline
+
+
+def _callee(fn, owner, kinds: set) -> str:
+    name = getattr(fn, "name", "<lambda>")
+    where = f"{owner.name}.{name}" if owner is not None else name
+    return where + (" (also a unit repeat)" if "strict unit repeat" in kinds else " (other units only)")
 
 
 def _outcome(result, fps: Fingerprint):
@@ -430,7 +436,9 @@ def main() -> None:
     for name, n in sorted(CHECK.items(), key=lambda kv: -kv[1]):
         print(f"{n:9,d}  {name}")
     print("callees most followed:", BY_CALLEE.most_common(12))
-    print("steps of strict file repeats by callee:", REPEATED.most_common(12))
+    print("steps of strict file repeats by callee:")
+    for name, n in REPEATED.most_common(15):
+        print(f"{n:12,d}  {100 * n / (total_steps or 1):5.1f} %  {name}")
 
 
 def _findings(result) -> list:
