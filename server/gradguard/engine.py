@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from .diagnostics import NOT_ANALYSED
+from .inference.accumulation import stale_steps
 from .inference.classes import ClassInfo, find_classes
 from .inference.dtypes import file_default_dtype, forget_dtypes
 from .inference.events import (CHAIN_REASON, Conflict, Finding, GradRead, MixedUse, Mutation, Sink, StaleUse,
@@ -688,7 +689,7 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                   *interp.guarded_unfreezes,
                   *interp.replaced, *(c for c in interp.copies if c.reached is not None), *interp.discarded,
                   *interp.grad_off_backwards, *interp.unreturned,
-                  *interp.numpy_refused]:
+                  *interp.numpy_refused, *stale_steps(interp)]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:

@@ -397,6 +397,11 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    **{f"GG101/{name}": "the gradients are cleared before the backward: gradients meant to add up across steps no "
+                        "longer do" for name in ("pos_stale_grads_zero_grad_before_loop_only",
+                                                 "pos_stale_grads_gan_discriminator_keeps_generator_gradients",
+                                                 "pos_stale_grads_helper_update_without_clear",
+                                                 "pos_stale_grads_one_of_two_models_cleared")},
     "GG001/pos_batch_tuple_features_rewritten_between_passes": (
         "the features are copied before the write: the tuple keeps the old values, where the write used to change them"
     ),

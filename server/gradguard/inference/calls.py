@@ -107,6 +107,8 @@ class CallsMixin:
             self.grads_written = True
         if isinstance(func, ast.Attribute):
             owner = self.eval(func.value)
+            if func.attr == "zero_grad" and not isinstance(owner, (OptimizerValue, ModuleValue)):
+                self.grad_clears.append((self._next(), None))  # of an object not known here: any gradients
             if isinstance(owner, Tensor):
                 return self._tensor_method(owner, func.attr, node)
             if isinstance(owner, DataAlias):
@@ -153,6 +155,10 @@ class CallsMixin:
                 args = self._eval_args(node)
                 if func.attr == "step":
                     self._optimizer_step(owner, node, ast.unparse(func.value))  # as the code names it
+                elif func.attr == "zero_grad":
+                    self.grad_clears.append((self._next(), owner))
+                elif func.attr.startswith("register_"):
+                    self.escaped.append(owner)  # a hook of its steps may clear or step gradients
                 elif func.attr == "add_param_group":
                     self.regrouped(owner, args)
                 return UNKNOWN
@@ -324,6 +330,7 @@ class CallsMixin:
             result = self.inline(found[0], args, kwargs, node, self_value=instance, owner=found[1], max_depth=max_depth)
             if result is not None:
                 return result
+        self.escaped.append(instance)  # what that method does with what the instance holds is not known
         return self._unknown_call(node, [*args, *kwargs.values()])
 
     def _instance_method(self, instance: ModuleValue, name: str, node: ast.Call) -> Value:
@@ -349,6 +356,10 @@ class CallsMixin:
             if name in TRAINING_MODE_METHODS and self._is_nn_module(instance):
                 instance.set_training(UNKNOWN)  # an override: which mode it leaves is known only where it sets it
             return self._call_method(found, instance, args, kwargs, node)
+        if name == "zero_grad":
+            self.grad_clears.append((self._next(), instance))
+        elif info is not None and (not info.is_module or info.imported_bases or info.late_bases):
+            self.escaped.append(instance)  # a method of a base the analysis does not see
         return self._module_method(instance, name, node)
 
     def _super_method(self, ref: SuperRef, name: str, node: ast.Call) -> Value:
@@ -408,6 +419,10 @@ class CallsMixin:
         """A call we cannot see into: its tensor inputs escape, and its result carries their graph."""
         for value in inputs:
             self._sink("escape", node, value)
+            for item in (value.items if isinstance(value, TensorSeq) else list(value.items.values())
+                         if isinstance(value, TensorMap) else (value,)):
+                if isinstance(item, (ModuleValue, OptimizerValue, ParamIterable)):
+                    self.escaped.append(item)  # it may step or clear their gradients there
         graph = frozenset().union(*(graph_of(v) for v in inputs)) if inputs else frozenset()
         if not graph and not any(isinstance(v, (Tensor, Derived)) for v in inputs):
             return UNKNOWN
@@ -457,6 +472,10 @@ class CallsMixin:
         return placed
 
     def _builtin_call(self, name: str, node: ast.Call, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        if name == "getattr" and args and isinstance(args[0], (OptimizerValue, ModuleValue)) and not (
+                isinstance(args[0], ModuleValue) and len(args) >= 2 and isinstance(args[1], Const)
+                and args[1].value != "zero_grad"):
+            self.escaped.append(args[0])  # a method looked up by name: it may clear or step its gradients
         if name == "getattr" and len(args) >= 2 and isinstance(args[1], Const) and isinstance(args[1].value, str):
             # `getattr(nn, cfg["type"])` with the name known: that attribute, as if written out
             owner, attr = args[0], args[1].value
@@ -590,7 +609,7 @@ class CallsMixin:
             if isinstance(given, (Tensor, TensorSeq)) and self.gradient_writes:  # the caller's gradient tensors
                 self.gradient_shared(target.items if isinstance(target, TensorSeq) else [target])
             self._backward(target, node, self._keyword_bool(node, "retain_graph", False)
-                           or self._keyword_bool(node, "create_graph", False))
+                           or self._keyword_bool(node, "create_graph", False), q == "torch.autograd.backward")
             if q == "torch.autograd.grad":
                 inputs = args[1] if len(args) > 1 else kwargs.get("inputs", UNKNOWN)
                 for t in (inputs.items if isinstance(inputs, TensorSeq) else [inputs]):
@@ -730,7 +749,7 @@ class CallsMixin:
                 return True
         return False
 
-    def _backward(self, target: Value, node: ast.AST, retain: bool) -> None:
+    def _backward(self, target: Value, node: ast.AST, retain: bool, accumulates: bool = True) -> None:
         graph = graph_of(target)
         if isinstance(target, Tensor) and target.requires_grad == Grad.NO and not self.function_contexts:
             # The last op that ran with grad mode off: the loss itself, or the value it was computed from.
@@ -739,7 +758,8 @@ class CallsMixin:
                 op, place, switch = self.grad_off_ops[marker]
                 self.grad_off_backwards.append(GradOffBackward(node, place, op, switch, target.label))
         self.sinks.append(Sink("backward", node, graph, self._next(),
-                               target.terms if isinstance(target, Tensor) else (), new_id(), self.frame_sites))
+                               target.terms if isinstance(target, Tensor) else (), new_id(), self.frame_sites,
+                               accumulates and not any(k.arg == "inputs" for k in getattr(node, "keywords", ()))))
         if isinstance(target, Tensor) and target.dead_terms and target.requires_grad != Grad.NO:
             for cut in self.breaks:
                 if cut.cut and cut.marker in target.dead_terms and cut.dead_in is None:

@@ -30,6 +30,9 @@ class Sink:
     terms: tuple[frozenset[int], ...] = ()  # a backward of a sum: the graphs of its terms
     mark: int = 0  # a backward's: an id drawn as it ran (ids grow, so a save with a lower id was made before it)
     path: tuple[ast.AST, ...] = ()  # a backward's: the followed calls' sites, outermost first, it ran inside
+    # A backward that adds into every ``.grad`` it reaches (``loss.backward()``); not ``torch.autograd.grad``, which
+    # returns its gradients, nor one given ``inputs=``.
+    accumulates: bool = True
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,31 @@ def in_function_of(path: tuple[ast.AST, ...], node: ast.AST, update_path: list[a
     while common < len(path) and common < len(update_path) and path[common] is update_path[common]:
         common += 1
     return path[common] if common < len(path) else node
+
+
+@dataclass
+class StepRun:
+    """One ``optimizer.step()`` as it ran: what gradients it applies (the grad sources of its parameters)."""
+
+    optimizer: OptimizerValue
+    node: ast.AST
+    seq: int
+    sources: frozenset[int]
+    path: tuple[ast.AST, ...]  # the followed calls' sites it ran inside, outermost first
+    name: str  # the optimizer as the code names it
+    closure: bool  # `step(closure)`: the closure clears and recomputes the gradients itself
+
+
+@dataclass
+class StaleStep:
+    """A step that applies gradients an earlier step of the same optimizer already applied: nothing cleared them
+    since (no ``zero_grad()``), and a backward added to them, so the sum is applied (silently).  ``node`` is the
+    line to change: the first of those backwards in the function that runs the step, before it, else the step."""
+
+    node: ast.AST
+    step: StepRun
+    first: StepRun
+    backwards: list[Sink]  # the backwards that added to the applied gradients, in order
 
 
 @dataclass

@@ -20,7 +20,7 @@ from .calls import CallsMixin
 from .classes import ClassInfo, bind, find_setter, mro, own_method
 from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, GuardedUnfreeze, HookWrite,
                      InertFlag,
-                     CopyTrained, KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse,
+                     CopyTrained, KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse, StepRun,
                      UnreturnedLoss)
 from .dtypes import DtypesMixin, file_default_dtype
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
@@ -255,6 +255,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # A gradient written by the code (`p.grad = g`, `p.grad.copy_(g)`): a step may apply one no backward gave.
         self.grads_written = False
         self.optimizer_steps: list[tuple[OptimizerValue, ast.AST, int]] = []  # each step: (optimizer, call, seq)
+        # Gradient accumulation across steps (see ``accumulation.py``): each step as it ran, the clears of gradients
+        # (sequence number, the optimizer or module whose gradients are cleared, None: any), and the objects handed
+        # to code the analysis cannot see (which may clear or step them there).
+        self.step_runs: list[StepRun] = []
+        self.grad_clears: list[tuple[int, Value | None]] = []
+        self.escaped: list[Value] = []
         self.cut_markers: set[int] = set()  # the markers `.detach()`/`.data` cuts put into the graphs they start
         # Markers put into the results of ops run with grad mode off on tensors that require grad (autograd records
         # nothing there): each one's op, the line to change (the switch, or the call a no_grad-decorated function
@@ -1451,6 +1457,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.grad_reads.append(GradRead(node, frozenset().union(*(p.graph for p in params)), f"`{name}.step()`",
                                           self._next()))
         self.optimizer_steps.append((optimizer, node, self._next()))
+        self.step_runs.append(StepRun(optimizer, node, self.seq, frozenset().union(*(p.graph for p in params)),
+                                      self.frame_sites, name,
+                                      bool(isinstance(node, ast.Call) and (node.args or node.keywords))))
         grad_mode, self.state.grad_enabled = self.state.grad_enabled, False
         self._inplace(node, proxy, f"`{name}.step()`", None, [], kind="step")
         self.state.grad_enabled = grad_mode

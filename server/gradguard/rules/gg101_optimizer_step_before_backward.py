@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 
+from .. import statements
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FixContext
 from ..fixes.edits import Rewrite, apply_edits, line_after
 from ..fixes.identity import FindingId
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..fixes.writes import cst_mod
-from ..inference.events import Finding, Mutation, in_function_of
+from ..inference.events import Finding, Mutation, StaleStep, in_function_of
 from ..knowledge.names import RECURRENT_LAYERS
 from ..messages import Message, other_file
 from .base import Example, Rule
@@ -18,6 +19,9 @@ from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_ra
 
 
 def check(mutation: Mutation):
+    if isinstance(mutation, StaleStep):
+        yield _stale_step(mutation)
+        return
     if not isinstance(mutation, Mutation) or mutation.kind in ("data", "detach") or mutation.by_layer:
         return  # a layer renormalising its own weight is GG001's state read by reference
     written = mutation.target.group or (mutation.target,)
@@ -47,6 +51,29 @@ def check(mutation: Mutation):
         related=conflict_related(conflict, mutation),
         mutation=mutation,
     )
+
+
+def _stale_step(event: StaleStep) -> Finding:
+    """A step applying gradients an earlier step of its optimizer applied (``inference/accumulation.py``)."""
+    step, first = event.step, event.first
+    earlier = (Message.text("its previous run") if first.node is step.node
+               else Message.format("`{name}.step()` on {first}", name=first.name, first=first.node))
+    what = Message.format(
+        "`{name}.step()` on {step} applies gradients that {earlier} already applied: nothing cleared them since (no "
+        "zero_grad(), no setting .grad to None), and backward() adds to a gradient that is there, so this step "
+        "applies the earlier gradients again (silently)", name=step.name, step=step.node, earlier=earlier)
+    related = [(step.node, Message.text("the step that applies them again"))]
+    if first.node is not step.node:
+        related.insert(0, (first.node, Message.text("the step that applied those gradients first")))
+    if event.node is step.node:
+        return Finding("GG101", step.node, Message.format("{what}; clear them after each step (`{name}.zero_grad()`).",
+                                                          what=what, name=step.name), related=related,
+                       data={"stale": event})
+    return Finding(
+        "GG101", event.node,
+        Message.format("This backward adds to gradients that still hold what an optimizer step already applied: "
+                       "clear them before it (`{name}.zero_grad()`). In detail: {what}.", name=step.name, what=what),
+        related=related, data={"stale": event})
 
 
 def line_to_change(mutation: Mutation) -> Finding | None:
@@ -265,6 +292,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     """GG101, the first that applies: run the step (or the update) after the last backward that needs the old
     weights; compute an early forward after the step instead, or in the loop of per-loss steps; in a
     truncated-BPTT loop kept alive with ``retain_graph=True``, cut the graph between chunks."""
+    if "stale" in finding.data:
+        return _clear_before_backward(ctx, finding, finding.data["stale"])
     mutation = mutation_in(finding)
     if not mutation.conflicts and mutation.mixed is not None:
         raise CannotFix("whether the value is to use the weights before the update or after it is the author's "
@@ -284,6 +313,52 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         except CannotFix:
             pass
     return _detach_between_chunks(ctx, mutation)
+
+
+def _clear_before_backward(ctx: FixContext, finding: Finding, event: StaleStep) -> Fix:
+    """Gradients a step applies again: clear the step's optimizer's gradients just before the backward
+    (``opt.zero_grad()``), when the backward and the step are statements of one block, the step a plain
+    ``<name>.step()`` statement, and nothing earlier in the block runs a backward, writes a ``.grad`` or rebinds the
+    optimizer (gradients meant to add up would be cleared too).  Unsafe: gradients accumulated on purpose across
+    steps no longer are."""
+    call = event.step.node
+    if finding.node is call:
+        raise CannotFix("no backward before the step in its function: where the gradients should be cleared is "
+                        "the author's choice")
+    backward, step = ctx.statement_of(finding.node), ctx.statement_of(call)
+    block = block_around(ctx, backward)
+    if block is None or not any(st is step for st in block) or not (
+            isinstance(step, ast.Expr) and step.value is call and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords
+            and _is_chain(call.func.value)):
+        raise CannotFix("the backward and a plain step are not statements of one block")
+    i, k = block.index(backward), block.index(step)
+    name = ast.unparse(call.func.value)
+    if i > k or any(_runs_backward_or_stores(n, name, before=j < i) for j, st in enumerate(block[:k + 1])
+                    for n in statements.every_node(st)):
+        raise CannotFix("an earlier backward or write of the gradients in the block: they may be meant to add up")
+    ctx.require_own_lines(backward)
+    edit = TextEdit(backward.lineno, 1, backward.lineno, 1, f"{ctx.indent_of(backward)}{name}.zero_grad(){ctx.newline}")
+    return Fix(f"Clear the gradients before the backward: `{name}.zero_grad()` (unsafe: gradients meant to add up "
+               "across steps no longer do)", False, (edit,))
+
+
+def _is_chain(node: ast.expr) -> bool:
+    """``name`` or ``name.attr.attr``: read twice, it is the same object (no call, no subscript)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _runs_backward_or_stores(n: ast.AST, chain: str, before: bool) -> bool:
+    """A binding of the optimizer ``chain`` (or the name it starts from); ``before`` the backward, also a backward
+    call or a write of a ``.grad``."""
+    if before and isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward":
+        return True
+    if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)):
+        return (before and isinstance(n, ast.Attribute) and n.attr == "grad") or \
+            ast.unparse(n) in (chain, chain.split(".")[0])
+    return False
 
 
 def _refuse(why: str) -> Fix:
@@ -625,6 +700,14 @@ graph, so torch says nothing, but the value belongs to neither set of weights an
 those the algorithm means.  The finding is at the op that combines them: compute both parts before the step (or
 both after it).  It is made only when the earlier part still carries its graph (a part computed under
 `torch.no_grad()` leaves no trace of the weights it used) and the combined value reaches a backward.
+
+Another form raises nothing: a step that applies gradients an earlier step of the same optimizer already applied.  A
+backward adds into each `.grad`; when nothing clears the gradients after a step (no `zero_grad()`, no `.grad = None`)
+and a later backward adds to them, the next step applies the sum (a GAN's discriminator whose `zero_grad()` is
+missing also keeps what the generator's loss pushed into it).  It is reported at the first of those backwards in
+the function that runs the step, where `zero_grad()` belongs, and only when every link is seen: a gradient the
+first step applied, no clear since (a `zero_grad()` of an object gradguard does not know, or an optimizer or model
+handed to code it cannot see, counts as one), a backward that adds to it, and the second step.
 """,
     fix_advice="""
 The message picks the advice from what gradguard saw, and says "if" where it could not see enough; with
