@@ -31,8 +31,8 @@ from .fixes.moves import move_statements_after
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
 from .knowledge.names import LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
-from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, GRAD_OFF_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, PLACED,
-                          REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE,
+from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, FROZE_NOTE, GRAD_OFF_NOTE, GUARD_SKIPS_OTHERS_NOTE,
+                          INPUT_NOTE, MULTI_VIEW_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE,
                           ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 from .statements import blocks
@@ -811,9 +811,94 @@ def _grad_on_for_loss_in_block(lines: _Lines, text: str, f: ProbeFinding) -> Fix
                edits) if edits else None
 
 
+def _reads_flag(node: ast.expr, owner: str) -> bool:
+    """``owner.requires_grad``."""
+    return isinstance(node, ast.Attribute) and node.attr == "requires_grad" and ast.unparse(node.value) == owner
+
+
+def _written_flag_owner(stmt: ast.stmt | None) -> str | None:
+    """``p`` of ``p.requires_grad = flag`` or ``p.requires_grad_(flag)``."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
+            and stmt.targets[0].attr == "requires_grad":
+        return ast.unparse(stmt.targets[0].value)
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
+            and stmt.value.func.attr == "requires_grad_":
+        return ast.unparse(stmt.value.func.value)
+    return None
+
+
+def _own_lines(text_lines: list[str], stmt: ast.stmt) -> str | None:
+    """The indentation of ``stmt`` when it starts its first line and nothing but a comment follows it on its last,
+    and it holds no string written over several lines: its lines can be removed or re-indented as a whole."""
+    indent = _indent(text_lines, stmt)
+    if indent is None or "\t" in indent or stmt.end_lineno is None or stmt.end_col_offset is None:
+        return None
+    rest = text_lines[stmt.end_lineno - 1].encode("utf-8")[stmt.end_col_offset:].decode("utf-8", "replace").strip()
+    if rest and not rest.startswith("#") or any(isinstance(n, (ast.Constant, ast.JoinedStr)) and n.lineno != n.end_lineno
+                                                for n in ast.walk(stmt)):
+        return None
+    return indent
+
+
+def _drop_requires_grad_guard(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG103 ``p.requires_grad = flag`` (or ``p.requires_grad_(flag)``) guarded by ``p.requires_grad`` itself: the
+    line froze parameters, a later call asked for True, and the guard skipped them, so a backward gave them no
+    gradient (``probe/guarded_freeze.py``: the finding at the guard's test, the write as ``FROZE_NOTE``).  Drop the
+    guard's test of the flag: ``if not p.requires_grad: continue`` removed, ``if p.requires_grad and c:`` ->
+    ``if c:``, ``if p.requires_grad:`` (no else) replaced by its body.  Not offered when the probe saw the guard skip
+    parameters frozen elsewhere too (``GUARD_SKIPS_OTHERS_NOTE``): those may be meant to stay frozen."""
+    written = f.notes[0].site if f.notes and f.notes[0].message == FROZE_NOTE else None
+    if f.code != "GG103" or written is None or written.path != f.site.path or _note(f, GUARD_SKIPS_OTHERS_NOTE):
+        return None
+    owner = _written_flag_owner(lines.simple_statement_at(written.line))
+    guard = next((s for s in lines.statements_at(f.site.line) if isinstance(s, ast.If) and s.test.lineno == f.site.line
+                  and s.test.col_offset + 1 == f.site.column), None)
+    if owner is None or guard is None:
+        return None
+    source = text.splitlines()
+    indent = _own_lines(source, guard)
+    test = guard.test
+    if indent is None or guard.end_lineno is None:
+        return None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _reads_flag(test.operand, owner) \
+            and len(guard.body) == 1 and isinstance(guard.body[0], ast.Continue) and not guard.orelse \
+            and guard.end_lineno < written.line:
+        edits = (TextEdit(guard.lineno, 1, guard.end_lineno + 1, 1, ""),)
+        shown = f"if not {owner}.requires_grad: continue"
+    elif guard.lineno <= written.line <= guard.end_lineno and isinstance(test, ast.BoolOp) \
+            and isinstance(test.op, ast.And) and sum(_reads_flag(v, owner) for v in test.values) == 1:
+        kept = [ast.get_source_segment(text, v) for v in test.values if not _reads_flag(v, owner)]
+        if any(k is None for k in kept) or test.end_lineno is None:
+            return None
+        kept = [f"({k})" if isinstance(v, (ast.BoolOp, ast.NamedExpr, ast.IfExp, ast.Lambda)) and len(kept) > 1 else k
+                for k, v in zip(kept, (v for v in test.values if not _reads_flag(v, owner)))]
+        edits = (TextEdit(test.lineno, _char_column(source, test.lineno, test.col_offset), test.end_lineno,
+                          _char_column(source, test.end_lineno, test.end_col_offset), " and ".join(kept)),)
+        shown = f"{owner}.requires_grad and"
+    elif _reads_flag(test, owner) and not guard.orelse and guard.body[0].lineno > test.end_lineno \
+            and guard.lineno <= written.line <= guard.end_lineno:
+        inner = _indent(source, guard.body[0])
+        if inner is None or not inner.startswith(indent) or inner == indent:
+            return None
+        cut = len(inner) - len(indent)
+        edits = [TextEdit(guard.lineno, 1, guard.body[0].lineno, 1, "")]
+        for k in range(guard.body[0].lineno, guard.end_lineno + 1):
+            line = source[k - 1]
+            if line.startswith(inner):
+                edits.append(TextEdit(k, 1, k, cut + 1, ""))
+            elif line.strip() and not line.lstrip().startswith("#"):
+                return None  # a line of the body indented less than its first statement: leave its layout alone
+        edits = tuple(edits)
+        shown = f"if {owner}.requires_grad:"
+    else:
+        return None
+    return Fix(f"Set the flag on every parameter: drop the guard `{shown}` (unsafe: parameters frozen elsewhere that "
+               "the loop reaches are unfrozen too)", False, edits)
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
-    _grad_on_for_dead_term, _grad_on_for_loss_in_block)
+    _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

@@ -2,7 +2,8 @@
 gradients before a backward that adds to ones a step already applied, removing the assignment that replaces a
 loaded copy by the trained module, keeping a clone of the output a forward hook keeps, unpacking clones of the
 pieces of a split handed to code that writes one in place, and computing with grad mode on (``torch.enable_grad()``)
-the statement of a ``no_grad`` block that makes a loss term.  Each program is probed (``--entry run``); a positive's fix is applied and torch
+the statement of a ``no_grad`` block that makes a loss term, and dropping a ``requires_grad`` write's guard on the flag
+itself.  Each program is probed (``--entry run``); a positive's fix is applied and torch
 proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
 real but gets no fix (the edit would be wrong there)."""
 
@@ -400,6 +401,64 @@ def run():
     return [p.grad for p in enc.parameters()]
 '''
 
+# A method's guard around two statements, one of them `requires_grad_`: the body stays, one level out.
+GUARDED_TOGGLE_OF_TWO_STATEMENTS = '''  # probe: GG103
+import torch
+import torch.nn as nn
+
+class Finetuner:
+    def __init__(self, guarded):
+        torch.manual_seed(0)
+        self.body, self.head = nn.Linear(4, 6), nn.Linear(6, 1)
+        self.guarded, self.toggled = guarded, 0
+
+    def set_body(self, on):
+        for name, p in self.body.named_parameters():
+            if self.guarded:
+                if p.requires_grad:
+                    p.requires_grad_(on)
+                    self.toggled += 1
+            else:
+                p.requires_grad_(on)
+                self.toggled += 1
+
+    def grads(self):
+        x = torch.randn(5, 4)
+        self.set_body(False)
+        self.head(self.body(x)).pow(2).mean().backward()
+        self.set_body(True)
+        self.head(self.body(x)).pow(2).mean().backward()
+        return [p.grad for p in self.body.parameters()]
+
+def run():
+    return Finetuner(True).grads()
+
+def reference():
+    return Finetuner(False).grads()
+'''
+
+# The guard also skips a bias frozen for good elsewhere: dropping it would unfreeze that one too.
+GUARD_ALSO_SKIPS_FROZEN_ELSEWHERE = '''  # probe: GG103
+import torch
+import torch.nn as nn
+
+def toggle(module, on):
+    for p in module.parameters():
+        if p.requires_grad:
+            p.requires_grad = on
+
+def run():
+    torch.manual_seed(0)
+    backbone, head = nn.Linear(5, 8), nn.Linear(8, 1)
+    backbone.bias.requires_grad = False  # kept frozen on purpose
+    x = torch.randn(6, 5)
+    toggle(backbone, False)
+    head(backbone(x)).pow(2).mean().backward()
+    toggle(backbone, True)
+    head(backbone(x)).pow(2).mean().backward()
+    return [backbone.weight.grad]
+'''
+
 _counter = itertools.count()
 
 
@@ -428,11 +487,12 @@ def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
 @pytest.mark.parametrize("source", [STALE_GRADS_IN_NESTED_LOOP, STALE_GRADS_TWO_LOSSES,
                                     SYNCED_THEN_ALIASED_AMONG_OTHERS, HOOK_STORES_OUTPUT_IN_DICT,
                                     CHUNKS_OF_OUTPUT_SCALED_BY_METHOD, DEAD_TERM_IN_NO_GRAD_BLOCK_OF_METHOD,
-                                    LOSS_IN_NO_GRAD_BLOCK_OF_LOOP, DEAD_TERM_FROM_HELPER_CALLED_IN_BLOCK],
+                                    LOSS_IN_NO_GRAD_BLOCK_OF_LOOP, DEAD_TERM_FROM_HELPER_CALLED_IN_BLOCK,
+                                    GUARDED_TOGGLE_OF_TWO_STATEMENTS],
                          ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others",
                               "hook_stores_output_in_dict", "chunks_of_output_scaled_by_method",
                               "dead_term_in_no_grad_block_of_method", "loss_in_no_grad_block_of_loop",
-                              "dead_term_from_helper_called_in_block"])
+                              "dead_term_from_helper_called_in_block", "guarded_toggle_of_two_statements"])
 def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     fixes = fixes_for(text, str(path), found)
@@ -448,10 +508,11 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
 
 @pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK,
                                     HOOK_KEEPS_OUTPUT_TWICE, PIECES_OF_NAMED_TENSOR, LOSS_IN_NO_GRAD_BLOCK_FROM_ITS_FEATURES,
-                                    DEAD_TERM_ON_THE_BLOCK_LINE],
+                                    DEAD_TERM_ON_THE_BLOCK_LINE, GUARD_ALSO_SKIPS_FROZEN_ELSEWHERE],
                          ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
                               "hook_keeps_output_twice", "pieces_of_named_tensor",
-                              "loss_in_no_grad_block_from_its_features", "dead_term_on_the_block_line"])
+                              "loss_in_no_grad_block_from_its_features", "dead_term_on_the_block_line",
+                              "guard_also_skips_frozen_elsewhere"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     assert not fixes_for(text, str(path), found)

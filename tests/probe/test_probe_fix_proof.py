@@ -60,12 +60,7 @@ _STORED = ("the stored values must be computed again with grad mode on where the
            "of the reading line")
 _OWN_STATS = ("the fused call must become tensor ops ((x - mean) / sqrt(var + eps) with the weight and bias broadcast "
               "along the channel dimension): no fix rewrites a batch_norm call yet")
-_GUARD = ("the guard around the requires_grad assignment must go (its body dedented, or a `continue` guard deleted): a "
-          "statement rewrite the fix toolkit does not offer for a probe finding yet")
 NO_FIX: dict[str, str] = {
-    "GG103/pos_guarded_requires_grad_toggle_helper": _GUARD,
-    "GG103/pos_guarded_requires_grad_skip_in_schedule": _GUARD,
-    "GG103/pos_guarded_requires_grad_method_on_weights": _GUARD,
     "GG101/pos_heads_share_a_prediction_buffer": _BUFFER,
     "GG101/pos_ensemble_outputs_in_one_tensor_trained_in_turn": _BUFFER,
     "GG101/pos_advantage_from_target_before_value_step": _MIXED,

@@ -25,6 +25,7 @@ import torch
 
 from .frames import UserCode, frame_site, frame_sites, skip_dynamo
 from .model import Note, ProbeFinding, Site
+from .merge import FROZE_NOTE, GUARD_SKIPS_OTHERS_NOTE
 from .source import expression_at, guarded_flag_write
 
 _Parameter = torch.nn.Parameter
@@ -45,6 +46,7 @@ class Freeze:
     guard: Site  # the guard's test
     name: str  # the local whose value the line writes
     params: dict = field(default_factory=dict)  # id -> weak reference
+    others: bool = False  # a call asking for True found the guard skipping a parameter frozen elsewhere
 
 
 @dataclass
@@ -154,11 +156,12 @@ class GuardedFreezes:
         for freeze in self.freezes:
             if frame.f_code is not freeze.code or not freeze.guard.line <= frame.f_lineno <= freeze.guard.end_line:
                 continue
-            ref = freeze.params.get(id(p))
-            if ref is None or ref() is not p:
-                continue
             if frame.f_locals.get(freeze.name) is not True:
                 continue  # this call asks for False too: the guard skips nothing it should write
+            ref = freeze.params.get(id(p))
+            if ref is None or ref() is not p:
+                freeze.others = True  # frozen elsewhere: the guard may be meant to keep it so
+                continue
             callers, _ = frame_sites(frame.f_back, self.user, limit=4)
             callers = tuple(callers)
             skipped = next((s for s in self.pending if s.freeze is freeze and s.callers == callers), None)
@@ -183,11 +186,13 @@ class GuardedFreezes:
             call = s.callers[0] if s.callers else None
             where = f" at line {backward.line}" if backward is not None else ""
             by = f"the call on line {call.line}" if call is not None else "a later call"
-            notes = [Note(f.site, "the write that froze them, and the only one that could unfreeze them")]
+            notes = [Note(f.site, FROZE_NOTE)]
             if call is not None:
                 notes.append(Note(call, f"this call asks for `{f.name}` = True"))
             if backward is not None:
                 notes.append(Note(backward, "this backward() gives the still-frozen parameters no gradient"))
+            if f.others:
+                notes.append(Note(f.guard, GUARD_SKIPS_OTHERS_NOTE))
             self.found.append(ProbeFinding(
                 "GG103", "silent", f.guard,
                 f"this guard lets `{wrote}` (line {f.site.line}) write only to parameters that still require grad: "

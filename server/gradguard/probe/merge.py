@@ -150,6 +150,11 @@ SETTER_NOTE = "the method stores the value in place into its object's tensor her
 # A GG101 placed at the step itself when the value used after it was built, in the step's function, on a value that had
 # already saved the parameters (recomputing that one line after the step would not help): the use is the first note.
 STALE_USE_NOTE = "the graph built after the step takes here a value whose graph saved the parameters before it"
+# A requires_grad write whose own guard skips the parameters it froze (`probe/guarded_freeze.py`): the write is the
+# first note; a guard that also skipped parameters frozen elsewhere (which may be meant to stay frozen) says so in a
+# later note at the guard.
+FROZE_NOTE = "the write that froze them, and the only one that could unfreeze them"
+GUARD_SKIPS_OTHERS_NOTE = "the guard also skips parameters frozen elsewhere, which may be meant to stay frozen"
 # A dead loss term computed with grad mode off: where the user's code switched it off (a `with torch.no_grad():`), a
 # later note of the finding when that is not the term's own line.
 GRAD_OFF_NOTE = "grad mode is switched off here"
