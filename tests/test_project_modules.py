@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import gradguard
+
 torch = pytest.importorskip("torch")
 
 SAVED = "one of the variables needed for gradient computation has been modified by an inplace operation"
@@ -128,11 +130,18 @@ def _run(root: Path, entry: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=120, env=env)
 
 
-def _check(root: Path, entry: str) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "gradguard", "check", "--no-cache", "--format", "json", entry],
-                          cwd=root, capture_output=True, text=True, timeout=120)
+def _check(root: Path, *entries: str) -> list[dict]:
+    # The gradguard this test imports (a relative PYTHONPATH would not reach it from ``root``).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(gradguard.__file__).parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "gradguard", "check", "--no-cache", "--format", "json", *entries],
+                          cwd=root, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout)["diagnostics"]
+
+
+def _where(d: dict) -> tuple[str, int]:
+    return Path(d["path"]).as_posix(), d["line"]
 
 
 LAYOUTS = {
@@ -168,17 +177,16 @@ def test_the_same_code_with_the_step_after_every_backward_is_clean(tmp_path: Pat
     assert _check(tmp_path, entry) == []
 
 
-def test_a_write_inside_an_imported_forward_is_reported_at_the_call_with_the_write_related(tmp_path: Path):
+def test_a_write_inside_an_imported_forward_is_reported_in_its_own_file_with_the_call_related(tmp_path: Path):
     files = {"pkg/__init__.py": "", "pkg/gate.py": INPLACE_MODEL, "pkg/main.py": CALLER.format(import_from=".gate")}
     _write(tmp_path, files)
     ran = _run(tmp_path, "pkg/main.py")
     assert ran.returncode != 0 and SAVED in ran.stderr, ran.stderr[-2000:]
 
     found = _check(tmp_path, "pkg/main.py")
-    assert [(d["code"], d["line"]) for d in found] == [("GG001", 9)], found
-    write = found[0]["related"][0]
-    assert (Path(write["path"]).as_posix(), write["line"]) == ("pkg/gate.py", 12)
-    assert found[0]["fix"] is None  # a fix edits the analysed file only; the write is in another one
+    assert [(d["code"], *_where(d)) for d in found] == [("GG001", "pkg/gate.py", 12)], found
+    assert ("pkg/main.py", 9) in {_where(r) for r in found[0]["related"]}  # the call that leads there
+    assert found[0]["fix"] is None  # a fix edits the analysed file only
 
 
 def test_a_folder_named_like_torch_is_not_taken_for_torch(tmp_path: Path):
@@ -293,9 +301,8 @@ def test_a_write_in_the_forward_of_a_base_class_from_another_module(tmp_path: Pa
     assert ran.returncode != 0 and SAVED in ran.stderr, ran.stderr[-2000:]
 
     found = _check(tmp_path, entry)
-    assert [(d["code"], d["line"]) for d in found] == [("GG001", 9)], found
-    write = found[0]["related"][0]
-    assert (Path(write["path"]).as_posix(), write["line"]) == (base_path, 12), found
+    assert [(d["code"], *_where(d)) for d in found] == [("GG001", base_path, 12)], found
+    assert (entry, 9) in {_where(r) for r in found[0]["related"]}, found
 
 
 @pytest.mark.parametrize("layout", ["base in a sibling module", "script folder, absolute imports"], ids=str)
@@ -410,9 +417,9 @@ def test_a_model_the_training_code_builds_follows_its_imported_layer(tmp_path: P
     assert ran.returncode != 0 and SAVED in ran.stderr, ran.stderr[-2000:]
 
     found = _check(tmp_path, entry)
-    assert [(d["code"], d["line"]) for d in found] == [("GG001", 13)], found
-    related = {(Path(r["path"]).as_posix(), r["line"]) for r in found[0]["related"]}
-    assert (layer_path, 20) in related, found  # the write
+    # The write, in a helper called once (part of its caller's code): changed where it is (to a rebinding).
+    assert [(d["code"], *_where(d)) for d in found] == [("GG001", layer_path, 20)], found
+    assert (entry, 13) in {_where(r) for r in found[0]["related"]}, found
 
 
 @pytest.mark.parametrize("layout", ["relative import in a package", "script beside its module"], ids=str)
@@ -422,3 +429,110 @@ def test_the_imported_layer_rebinding_its_buffer_is_clean(tmp_path: Path, layout
     ran = _run(tmp_path, entry)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert _check(tmp_path, entry) == []
+
+
+# A framework's generic in-place helper (called from more than one place, and doing nothing but the write): the
+# line to change is the call that hands it a saved tensor, not the helper (changing it changes every caller).
+OPS = """
+    def scale_(t, k):
+        \"\"\"Scale ``t`` in place.\"\"\"
+        t.mul_(k)
+        return t
+
+
+    def halve_(t):
+        scale_(t, 0.5)
+"""
+
+GENERIC_LAYER = """
+    import torch
+    import torch.nn as nn
+
+    from .ops import scale_
+
+
+    class Gate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = torch.tanh(self.proj(x)){copy}
+            scale_(h, 0.5)
+            return h
+
+        def rescale(self, buffer):
+            scale_(buffer, 2.0)
+"""
+
+GENERIC_MAIN = """
+    import torch
+
+    from .layer import Gate
+    from .ops import halve_
+
+
+    def step():
+        torch.manual_seed(0)
+        gate = Gate()
+        gate(torch.randn(3, 4)).sum().backward()
+        h = torch.sigmoid(torch.randn(3, 4, requires_grad=True)){copy}
+        halve_(h)
+        h.sum().backward()
+
+
+    if __name__ == "__main__":
+        step()
+"""
+
+
+def _generic_files(copy: str) -> dict[str, str]:
+    return {"pkg/__init__.py": "", "pkg/ops.py": OPS, "pkg/layer.py": GENERIC_LAYER.format(copy=copy),
+            "pkg/main.py": GENERIC_MAIN.format(copy=copy)}
+
+
+def test_a_write_in_a_generic_helper_is_reported_at_the_call_that_hands_it_the_saved_tensor(tmp_path: Path):
+    _write(tmp_path, _generic_files(""))
+    ran = _run(tmp_path, "pkg/main.py")
+    assert ran.returncode != 0 and SAVED in ran.stderr, ran.stderr[-2000:]
+
+    found = sorted(_check(tmp_path, "pkg/main.py"), key=_where)
+    # In the layer's module: its call of `scale_`, which two places call.  From the entry file: `halve_`, called
+    # once, is part of its caller's code: its own call of `scale_` is the line to change.
+    assert [(d["code"], *_where(d)) for d in found] == [("GG001", "pkg/layer.py", 14), ("GG001", "pkg/ops.py", 8)]
+    layer, halve = found
+    assert {("pkg/ops.py", 3), ("pkg/main.py", 10)} <= {_where(r) for r in layer["related"]}, layer
+    assert {("pkg/ops.py", 3), ("pkg/main.py", 12)} <= {_where(r) for r in halve["related"]}, halve
+    assert layer["fix"] is None and halve["fix"] is None
+
+
+def test_a_generic_helper_given_a_copy_is_clean(tmp_path: Path):
+    _write(tmp_path, _generic_files(".clone()"))
+    ran = _run(tmp_path, "pkg/main.py")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _check(tmp_path, "pkg/main.py") == []
+
+
+def test_the_same_write_reached_from_two_entry_files_is_one_finding_in_its_own_file(tmp_path: Path):
+    other = CALLER.format(import_from=".gate").replace("def step", "def other_step")
+    files = {"pkg/__init__.py": "", "pkg/gate.py": INPLACE_MODEL, "pkg/main.py": CALLER.format(import_from=".gate"),
+             "pkg/other.py": other.replace("step()", "other_step()")}
+    _write(tmp_path, files)
+    for entries in (("pkg",), ("pkg/main.py", "pkg/other.py")):
+        found = _check(tmp_path, *entries)
+        assert [(d["code"], *_where(d)) for d in found] == [("GG001", "pkg/gate.py", 12)], (entries, found)
+
+
+def test_the_editor_keeps_a_finding_in_another_module_at_the_call_in_its_document(tmp_path: Path):
+    """The language server shows one document's diagnostics (``own_file=False``): the write in gate.py is shown
+    at main.py's call, with the write related; the analysis API's default puts it in gate.py."""
+    from gradguard import api
+
+    _write(tmp_path, {"pkg/__init__.py": "", "pkg/gate.py": INPLACE_MODEL,
+                      "pkg/main.py": CALLER.format(import_from=".gate")})
+    main = tmp_path / "pkg" / "main.py"
+    editor = api.analyze_source(main.read_text(), str(main), fixes=False, own_file=False).diagnostics
+    assert [(d.code, d.path, d.line) for d in editor] == [("GG001", str(main), 9)]
+    assert (str(tmp_path / "pkg" / "gate.py"), 12) in {(r.path, r.line) for r in editor[0].related}
+    own = api.analyze_source(main.read_text(), str(main)).diagnostics
+    assert [(d.code, d.path, d.line) for d in own] == [("GG001", str(tmp_path / "pkg" / "gate.py"), 12)]

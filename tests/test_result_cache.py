@@ -138,3 +138,30 @@ def test_imports_other_code_in_notebooks():
     assert json.loads(nb)  # still the fixture
     as_one_string = json.dumps({"cells": [{"cell_type": "code", "source": "import torch\nimport mylib\n"}]})
     assert imports_other_code(as_one_string.encode(), notebook=True) is True
+
+
+def test_a_finding_an_entry_file_places_in_another_module_follows_edits_of_either(gg, tmp_path):
+    """main.py's entry holds a finding in pkg/ops.py (a write there that only main.py's call reaches): editing
+    ops.py or main.py analyses main.py again, and a folder run reports the finding once, under ops.py."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ops.py").write_text("def scale(t):\n    t.mul_(2)\n")
+    main_py = ("import torch\n\nfrom .ops import scale\n\nx = torch.randn(3, requires_grad=True)\nh = torch.tanh(x)\n"
+               "scale(h)\nh.sum().backward()\n")
+    (pkg / "main.py").write_text(main_py)
+    code, out, analysed = gg("--format", "json", "pkg/main.py")
+    found = json.loads(out)["diagnostics"]
+    assert [(d["path"], d["line"], d["code"]) for d in found] == [("pkg/ops.py", 2, "GG001")], found
+    assert ("pkg/main.py", 7) in {(r["path"], r["line"]) for r in found[0]["related"]}
+    assert gg("--format", "json", "pkg/main.py")[1:] == (out, [])  # a hit, with the same finding
+    (pkg / "ops.py").write_text("def scale(t):\n    return t * 2\n")
+    code, out, analysed = gg("--format", "json", "pkg/main.py")
+    assert analysed == ["pkg/main.py"] and json.loads(out)["diagnostics"] == []
+    (pkg / "ops.py").write_text("def scale(t):\n    t.mul_(2)\n")
+    code, out, analysed = gg("--format", "json", "pkg")
+    assert analysed == ["pkg/__init__.py", "pkg/main.py", "pkg/ops.py"]
+    assert [(d["path"], d["line"]) for d in json.loads(out)["diagnostics"]] == [("pkg/ops.py", 2)]
+    (pkg / "main.py").write_text(main_py.replace("scale(h)", "scale(h.clone())"))
+    code, out, analysed = gg("--format", "json", "pkg")
+    assert analysed == ["pkg/main.py"] and json.loads(out)["diagnostics"] == []

@@ -22,8 +22,8 @@ from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, Fil
 from .engine import analyze_module, without_findings
 from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
 from .fixes.identity import backward_lines, entry_line
-from .inference.events import Finding, span_of
-from .messages import LineName, plain_line
+from .inference.events import Finding, file_lines, span_of
+from .messages import LineName, other_file, plain_line
 from .rules import RULES_BY_CODE
 from .suppressions import is_suppressed
 
@@ -65,7 +65,8 @@ def _fewer_collections():
 
 
 def analyze_source(source: str | bytes, path: str = "<string>", config: Config | None = None,
-                   cache: dict | None = None, line_name: LineName = plain_line, fixes: bool = True) -> FileResult:
+                   cache: dict | None = None, line_name: LineName = plain_line, fixes: bool = True,
+                   own_file: bool = True) -> FileResult:
     """Analyse one Python source and return its findings, filtered and ranked by ``config``.
 
     ``cache``: an empty dict the caller keeps per document and passes again on the next edit; unchanged
@@ -73,13 +74,16 @@ def analyze_source(source: str | bytes, path: str = "<string>", config: Config |
     parses only that statement again (``parsing.reparse``).  ``line_name`` names the lines messages refer to
     (a notebook's "line 2 of cell 6").  ``fixes=False`` (the language server's diagnostics, which must not
     wait for fixes): the findings come without fixes, and ``FileResult.fixes`` builds them when asked.
+    ``own_file``: a finding whose line to change is in another module of the project that the analysis followed
+    a call into is reported in that file (its diagnostic's ``path`` is that file's, beside ``path``; no fix);
+    ``False`` (the editor, which shows one document's diagnostics) reports it at the call in this file.
     """
     with _fewer_collections():
-        return _analyze_source(source, path, config, cache, line_name, fixes)
+        return _analyze_source(source, path, config, cache, line_name, fixes, own_file)
 
 
 def _analyze_source(source: str | bytes, path: str, config: Config | None, cache: dict | None,
-                    line_name: LineName, fixes: bool) -> FileResult:
+                    line_name: LineName, fixes: bool, own_file: bool = True) -> FileResult:
     config = config or Config()
     text = parsing.decode(source) if isinstance(source, bytes) else source
     if isinstance(text, parsing.Unreadable):
@@ -99,7 +103,7 @@ def _analyze_source(source: str | bytes, path: str, config: Config | None, cache
     parsed = before.tree
     kept = []
     findings = analyze_module(parsed, path, before.tree_lines, use_jedi=config.jedi, cache=cache,
-                              view_functions=config.view_functions, with_fixes=fixes)
+                              view_functions=config.view_functions, with_fixes=fixes, own_file=own_file)
     if cache is not None:
         cache[_PARSED] = before
     to_text = _TextPositions(before, line_name)
@@ -112,9 +116,9 @@ def _analyze_source(source: str | bytes, path: str, config: Config | None, cache
                 continue
             default = rule.default_severity if finding.certain else Severity.WARNING
             diag = to_text.diagnostic(finding, path, config.severity_for(rule.code, default))
-        if not _is_suppressed(diag, lines):
+        if not _is_suppressed(diag, lines if diag.path == path else file_lines(other_file(finding.node))):
             kept.append((finding, diag))
-    kept = _fingerprinted(kept, lines)
+    kept = _fingerprinted(kept, lines, path)
     if config.baseline is not None:  # the editor's path; the CLI applies its baseline after its result cache
         kept = [(f, d) for f, d in kept if not config.baseline.hides(path, d)]
     on_demand = None
@@ -207,12 +211,17 @@ class FixesOnDemand:
         return {f.place: f for f in found if not f.data_stale or f.fix_memo is not None}
 
 
-def _fingerprinted(kept: list[tuple[Finding, Diagnostic]], lines: list[str]) -> list[tuple[Finding, Diagnostic]]:
-    """The pairs, in their order, with fingerprints counted in line order (the order a baseline reads them in)."""
+def _fingerprinted(kept: list[tuple[Finding, Diagnostic]], lines: list[str], path: str
+                   ) -> list[tuple[Finding, Diagnostic]]:
+    """The pairs, in their order, with fingerprints counted in line order (the order a baseline reads them in),
+    each from the text of its own file (a finding placed in another module of the project: that file's)."""
     order = sorted(range(len(kept)), key=lambda i: kept[i][1].order)
     out = list(kept)
-    for i, diag in zip(order, fingerprinted([kept[i][1] for i in order], lines)):
-        out[i] = (kept[i][0], diag)
+    for shown in dict.fromkeys(kept[i][1].path for i in order):
+        mine = [i for i in order if kept[i][1].path == shown]
+        text = lines if shown == path else file_lines(other_file(kept[mine[0]][0].node))
+        for i, diag in zip(mine, fingerprinted([kept[i][1] for i in mine], text)):
+            out[i] = (kept[i][0], diag)
     return out
 
 
@@ -285,7 +294,7 @@ class _TextPositions:
 
     def diagnostic(self, finding: Finding, path: str, severity: Severity) -> Diagnostic:
         diag = finding.to_diagnostic(path, severity, self.tree_lines, self.line_name)
-        if self.before.layout is None:
+        if self.before.layout is None or diag.path != path:
             return diag
         related = tuple(replace(r, line=self.before.text_line(r.line)) for r in diag.related)
         return replace(diag, span=self._in_text(diag.span), related=related)
@@ -318,7 +327,8 @@ def analyze_program(program: notebooks.Program, path: str, config: Config | None
     """The analysis of a notebook's ``program`` mapped to cells, and the program-position diagnostics it came
     from (their messages already name cells).  ``fixes=False``: as ``analyze_source``'s, built on demand."""
     config = config or Config()
-    result = analyze_source(program.text, path, config, cache, program.line_name, fixes=fixes) \
+    # A notebook's findings map to its cells: one in a module it imports stays at the call in its cell.
+    result = analyze_source(program.text, path, config, cache, program.line_name, fixes=fixes, own_file=False) \
         if program.text.strip() else FileResult(path)
     return notebooks.map_result(program, result, config), list(result.diagnostics)
 

@@ -315,6 +315,8 @@ def _check(args: argparse.Namespace) -> int:
         from .probed_fixes import attach
 
         results = attach(results, files)  # the fixes of the findings only the probe made
+    # After the probe, whose merge matches each run file's static findings, wherever they are, with its own.
+    results = in_own_files(results)
     fixing = None
     if args.fix or args.diff:
         from .fixing import run_fixes  # .py files have their text fixed; notebooks their cells
@@ -357,17 +359,51 @@ def _check(args: argparse.Namespace) -> int:
     return 2 if unprobed else 0
 
 
+def in_own_files(results: list[FileResult]) -> list[FileResult]:
+    """Each finding under the file it points to: one an entry file's analysis placed in another module of the
+    project (``engine._placed``) joins that file's result (made when the file was not checked itself), once: the
+    same finding from several entry files is one (the first in file order keeps its call chain).  Results come
+    from the cache as they were analysed, each under its entry file's key, whose project stamp changes when any
+    module does (``result_cache``)."""
+    results = sorted(results, key=lambda r: r.path)
+    by_path = {r.path: r for r in results}
+    moved: dict[str, list[Diagnostic]] = {}
+    seen: set[tuple] = set()
+    for r in results:
+        for d in r.diagnostics:
+            if d.path != r.path:
+                key = (d.path, d.code, d.span.line, d.span.column)
+                if key not in seen:
+                    seen.add(key)
+                    moved.setdefault(d.path, []).append(d)
+    if not moved:
+        return results
+    out = []
+    for r in results:
+        own = [d for d in r.diagnostics if d.path == r.path]
+        taken = {(d.code, d.span.line, d.span.column) for d in own}
+        extra = [d for d in moved.pop(r.path, []) if (d.code, d.span.line, d.span.column) not in taken]
+        out.append(r if own == r.diagnostics and not extra else replace(r, diagnostics=own + extra))
+    out += [FileResult(path, diags) for path, diags in sorted(moved.items())]
+    return out
+
+
 def _apply_baseline(baseline: baselines.Baseline, results: list[FileResult], files: dict[str, Path]):
     """The results without the findings ``baseline`` records, how many it hid, and its entries that match
     no finding of the files checked (files that could not be analysed are not checked)."""
     kept, hidden, checked = [], 0, {}
     for result in results:
-        where = files.get(result.path, Path(result.path))
-        shown, hides = baseline.split(where, result.diagnostics)
+        shown = []
+        for d in result.diagnostics:  # each under its own file (one placed in another module: that one's)
+            if baseline.hides(files.get(d.path, Path(d.path)), d):
+                hidden += 1
+            else:
+                shown.append(d)
         kept.append(replace(result, diagnostics=shown))
-        hidden += len(hides)
+    for result in in_own_files(results):
         if result.error is None:
-            checked[baselines.relative_path(where, baseline.root)] = result.diagnostics
+            checked[baselines.relative_path(files.get(result.path, Path(result.path)), baseline.root)] = \
+                result.diagnostics
     return kept, hidden, baseline.unmatched(checked)
 
 
@@ -388,6 +424,7 @@ def _write_baseline(args: argparse.Namespace, results: list[FileResult], files: 
     could not be analysed), so those are never taken for clean."""
     target = Path(args.write_baseline)
     root = config.root or target.resolve().parent
+    results = in_own_files(results)
     named = [(baselines.relative_path(files.get(r.path, Path(r.path)), root), r) for r in results]
     text, count = baselines.dumps(named)
     try:

@@ -27,7 +27,7 @@ from .inference.imports import collect_imports
 from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
 from .inference.loss_hooks import unreturned_loss
-from .inference.project import Project
+from .inference.project import Project, calls_named, function_around
 from . import parsing, statements
 from .inference.values import ModuleValue, copy_values
 from .knowledge import load_knowledge
@@ -40,7 +40,8 @@ from .rules import RULES_IN_PRECEDENCE
 
 def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True,
                    cache: dict | None = None, only_lines: tuple[int, ...] | None = None,
-                   view_functions: tuple[str, ...] = (), with_fixes: bool = True) -> list[Finding]:
+                   view_functions: tuple[str, ...] = (), with_fixes: bool = True, own_file: bool = False
+                   ) -> list[Finding]:
     """Findings for one parsed file (``only_lines``: only of the functions around those lines, the module's own
     code included, for a fix that checks its own result).
 
@@ -48,6 +49,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     analysis reads to its findings, so that a keystroke re-analyses only the functions it can affect.  It is
     rewritten in place to hold just this run's entries.  ``with_fixes=False``: the caller builds fixes on
     demand, so cached findings without a fix are moved too (``moved.py``), not analysed again.
+    ``own_file``: a finding whose line to change is in another module of the project stays there, in that file
+    (``_placed``); else it is reported at the call in this file that leads there (the editor's per-document view).
     """
     knowledge = load_knowledge().with_views(view_functions)
     imports = collect_imports(tree.body)
@@ -99,7 +102,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
             try:
                 interp = _run_unit(ctx, fn, owner, tree, module_env)
                 # A recursive call is not a caller that decides for the function.
-                produced = _one_chain_one_finding(list(_check(interp)), places)
+                produced = _one_chain_one_finding(list(_check(interp, own_file)), places)
                 calls = frozenset(interp.followed - {function_key(fn, owner)})
             except (TooManySteps, RecursionError) as exc:
                 produced, calls = [_not_analysed(fn, tree, exc)], frozenset()
@@ -162,10 +165,10 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
     facts are local, so its fix edits where the finding is.  It becomes certain when a certain analysis tells
     the same story (the same saving ops); when it told another, the certain one is kept instead: the
     explanation must say what torch will do."""
-    by_place: dict[tuple[str, int, int], list[tuple[tuple[str, str], Finding]]] = {}
+    by_place: dict[tuple, list[tuple[tuple[str, str], Finding]]] = {}  # (file, code, line, column)
     for unit, produced in results:
         for finding in produced:
-            by_place.setdefault(finding.place, []).append((unit, finding))
+            by_place.setdefault((other_file(finding.node), *finding.place), []).append((unit, finding))
     kept_findings = []
     for group in by_place.values():
         if all(not f.certain and unit in followed for unit, f in group):
@@ -236,7 +239,8 @@ def _chain_key(finding: Finding) -> tuple | None:
     runs inside (ids are unique across analyses, so findings of different analyses never share a key)."""
     reason = CHAIN_REASON.get(finding.code)
     mutation = finding.mutation
-    if reason is None or mutation is None or finding.node is not mutation.node or mutation.kind != "write":
+    if reason is None or mutation is None or finding.node is not mutation.node or mutation.kind != "write" \
+            or other_file(finding.node) is not None:  # the statement places are the analysed file's
         return None
     # A leaf or a piece is refused whatever saved it; a saved tensor is the same story only for the same saves.
     saves = frozenset(c.save.id for c in mutation.conflicts) if reason == "saved" else frozenset()
@@ -615,7 +619,7 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
     return interp
 
 
-def _check(interp: Interpreter) -> Iterator[Finding]:
+def _check(interp: Interpreter, own_file: bool = False) -> Iterator[Finding]:
     # Writes through a second name (`out = x`) are the binding's finding when they assemble a tensor in it (two
     # indexed writes or more): one write is mended where it is.
     through = collections.Counter(binding for binding, _ in {(id(m.alias_site[0]), id(m.node))
@@ -710,7 +714,7 @@ def _check(interp: Interpreter) -> Iterator[Finding]:
                 continue
             early.add(id(event.node))
         if not (f.code == "GG101" and f.node is event.node and id(event.node) in placed):
-            finding = _in_this_file(f, event)
+            finding = _placed(f, event) if own_file else _in_this_file(f, event)
             if finding is not None:
                 yield finding
 
@@ -844,6 +848,66 @@ def _training_units(units, tree: ast.Module, lines: list[str] | None = None, ent
             return training
         training |= added
         built = built.union(*(calls[fn] for fn in added))
+
+
+def _placed(finding: Finding, event) -> Finding:
+    """A finding at the line the user must change, in that line's own file (the CLI's and the analysis API's
+    placement; the editor's per-document view keeps ``_in_this_file``'s).
+
+    The line is the finding's own (the write, or the line its rule chose: the op that read a state by reference),
+    also when it is in another module of the project, except for one shape: a write in a helper that does nothing
+    but that write (its body, inside any ``with`` blocks and but for a docstring and a ``return`` of a name, an
+    attribute or nothing, is the one simple statement) and that the project calls from more than one place (a
+    framework's ``Variable.assign``, whose ``copy_`` is the point of calling it: changing it would change every
+    caller) is not what to change, the call is: the finding moves to the call site that runs the helper, and on
+    up while that call is itself such a helper's only statement.  A helper with one call is part of its caller's
+    code, and its write is changed where it is (``layer.state.copy_(v)`` -> ``layer.state = v``).  The followed calls (the analysed file's call site and
+    the frames between) are related locations.  A finding in another file has no fix (the fixes edit the
+    analysed file only)."""
+    if other_file(finding.node) is None:
+        return finding
+    frames = [site for site, _ in getattr(event, "frames", ())]
+    node, related = finding.node, list(finding.related)
+    if node is getattr(event, "node", None):
+        depth = len(frames)
+        while depth and _only_statement_of_helper(node):
+            depth -= 1
+            node = frames[depth]
+        if node is not finding.node:
+            related.insert(0, (finding.node, Message.format(
+                "the write, in a helper that only makes it: its call on {site} is the line to change", site=node)))
+            frames = frames[:depth]
+    known = {id(n) for n, _ in related}
+    related += [(site, Message.format("`{callee}` is called here; {line} runs inside it", callee=_called(site),
+                                      line=node)) for site in frames if id(site) not in known]
+    moved = replace(finding, node=node, related=related)
+    moved.fix_memo = (None,)
+    return moved
+
+
+def _called(site: ast.AST) -> str:
+    call = site if isinstance(site, ast.Call) else next((n for n in ast.walk(site) if isinstance(n, ast.Call)), None)
+    return f"{ast.unparse(call.func)}()" if call is not None else ast.unparse(site).split("\n")[0][:40]
+
+
+def _only_statement_of_helper(node: ast.AST) -> bool:
+    """Whether ``node`` is in another module's function whose one statement holds it (``_placed``'s helper shape)."""
+    path = other_file(node)
+    fn = function_around(node, path) if path is not None else None
+    if fn is None:
+        return False
+    body = list(fn.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if body and isinstance(body[-1], ast.Return) and (body[-1].value is None or
+                                                      isinstance(body[-1].value, (ast.Name, ast.Attribute))):
+        body = body[:-1]
+    while len(body) == 1 and isinstance(body[0], (ast.With, ast.AsyncWith)):
+        body = body[0].body
+    if len(body) != 1 or not isinstance(body[0], (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        return False  # a branch or a loop around the write decides something: the helper is more than the write
+    line = getattr(node, "lineno", 0)
+    return body[0].lineno <= line <= (body[0].end_lineno or body[0].lineno) and calls_named(fn.name) > 1
 
 
 def _in_this_file(finding: Finding, event) -> Finding | None:

@@ -116,3 +116,16 @@ def test_device_selection():
         resolve_device("cuda", cuda_available=False)
     with pytest.raises(ValueError, match="unknown device"):
         resolve_device("tpu", cuda_available=True)
+
+
+def test_a_static_finding_placed_in_another_module_is_confirmed_by_the_probes_finding_there():
+    """The static analysis of train.py reports a write in ops.py under ops.py (``engine._placed``); the probe, which
+    ran train.py, saw the same write there: one finding, confirmed, and no train.py line is taken for ops.py's."""
+    elsewhere = Diagnostic("/project/ops.py", Span(2, 5, 2, 12), "GG001", Severity.WARNING, "static GG001 in ops.py",
+                           (Related("train.py", 7, 1, "`scale()` is called here"),))
+    seen = ProbeFinding("GG001", "raised", Site("/project/ops.py", 2, 5, 2, 12), "probe GG001 in ops.py",
+                        torch_message="one of the variables needed for gradient computation has been modified")
+    [d] = merge([elsewhere], _result(seen, reached=[2]), "train.py")
+    assert (d.path, d.line, d.severity) == ("/project/ops.py", 2, Severity.ERROR) and "confirmed" in d.message
+    [d] = merge([elsewhere], _result(reached=[2]), "train.py")  # train.py's line 2 ran: not ops.py's
+    assert d == elsewhere

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..diagnostics import Diagnostic, Related, Severity, Span
 from ..messages import LineName, Message, other_file, plain_line
@@ -507,8 +508,21 @@ class Finding:
             span = span_of(node, lines if elsewhere is None else [])
             related.append(Related(path if elsewhere is None else display_path(elsewhere, path), span.line,
                                    span.column, note.render(line_name)))
+        own = other_file(self.node)  # a finding placed in another module of the project (``engine._placed``)
+        if own is not None:
+            return Diagnostic(display_path(own, path), span_of(self.node, file_lines(own)), self.code, severity,
+                              self.message.render(line_name), tuple(related))
         return Diagnostic(path, span_of(self.node, lines), self.code, severity, self.message.render(line_name),
                           tuple(related))
+
+
+def file_lines(path: str) -> list[str]:
+    """The lines of another module's file as it is on disk now (none when it cannot be read)."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()
 
 
 def display_path(other: str, analysed: str) -> str:

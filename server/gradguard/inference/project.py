@@ -263,3 +263,34 @@ def _parse_module(path: Path, size: int, function_bases: frozenset[str]) -> Proj
     classes = find_classes(class_nodes, imports, function_bases, module_path=str(path))
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
     return ProjectModule(str(path), imports, classes, functions, tree)
+
+
+def function_around(node: ast.AST, path: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function of the project's module ``path`` (as read by this process) whose lines hold ``node``."""
+    module = _PARSED.get(Path(path), (None, None))[1]
+    if module is None:
+        return None
+    line, found = getattr(node, "lineno", 0), None
+    stack: list[ast.AST] = list(module.tree.body)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                item.lineno <= line <= (item.end_lineno or item.lineno):
+            if not isinstance(item, ast.ClassDef):
+                found = item
+            stack = list(item.body)
+    return found
+
+
+def calls_named(name: str) -> int:
+    """How many calls of a function or method named ``name`` the project's modules read by this process make."""
+    count = 0
+    for _, module in _PARSED.values():
+        if module is None:
+            continue
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+                count += called == name
+    return count

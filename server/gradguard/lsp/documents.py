@@ -204,7 +204,7 @@ class TextDocument(Document):
         return Snapshot(doc.version, (Part(self.uri, doc.source, doc.version),))
 
     def analyse(self, snap: Snapshot, path: str, config: Config, cache: dict) -> FileResult:
-        return api.analyze_source(snap.parts[0].text, path, config, cache=cache, fixes=False)
+        return api.analyze_source(snap.parts[0].text, path, config, cache=cache, fixes=False, own_file=False)
 
     def accept(self, result: FileResult, cache: dict, current: bool) -> list[Diagnostic]:
         syntax = [d for d in result.diagnostics if d.code == SYNTAX_ERROR]

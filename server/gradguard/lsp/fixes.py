@@ -44,7 +44,7 @@ def _text_fix_job(document: TextDocument, snap: Snapshot, uri: str, path: str, c
 
     def run() -> tuple[str, str, plan.Plan]:
         known = source.fixed(shown) if shown is not None and source is not None else None
-        done = fix_all(text, lambda t: api.analyze_source(t, path, config, cache=cache), known)
+        done = fix_all(text, lambda t: api.analyze_source(t, path, config, cache=cache, own_file=False), known)
         return text, done.text, done
 
     return run

@@ -299,7 +299,7 @@ def probe_results(results: list[FileResult], targets, paths: Sequence[str],
                 outcomes[id(r)] = _not_run(r.path, model.NOT_RUN, how.why)
                 continue
             calls = args.entry if args.entry and (named or _defines(str(path), args.entry)) else None
-            options = options_from(args, [d.line for d in r.diagnostics])
+            options = options_from(args, [d.line for d in r.diagnostics if d.path == r.path])
             module = how.module if how.kind == MODULE else None
             if module:
                 options = replace(options, module=module, module_root=how.root, roots=(how.root,))

@@ -176,8 +176,12 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
     merged: list[Diagnostic] = []
     static_lines = {(os.path.realpath(d.path), d.line) for d in static}
     for d in static:
+        # A static finding placed in another module of the project (``engine._placed``) is matched there.
+        own = d.path == display
         match = next((i for i, f in enumerate(findings)
-                      if (target, d.line) in {(os.path.realpath(p), line) for p, line in f.lines}
+                      if ((target, d.line) in {(os.path.realpath(p), line) for p, line in f.lines} if own
+                          else (os.path.realpath(d.path), d.line) in {(os.path.realpath(p), line)
+                                                                      for p, line in f.lines})
                       and compatible(d.code, f.code)), None)
         if match is None and d.related:
             # A static finding placed at the line to change (a stale value used after a step), with the write the
@@ -189,7 +193,8 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
             f = findings[match]
             # The static analysis reports a write inside another file at the call in this one; the probe, which
             # ran that file, also reports it where it is (like a finding it placed at the line to change).
-            elsewhere = show(f.site.path) != d.path
+            elsewhere = (show(f.site.path) != d.path if own
+                         else os.path.realpath(f.site.path) != os.path.realpath(d.path))
             moved = elsewhere or (_placed_at_order(f)
                                   and (os.path.realpath(f.site.path), f.site.line) not in static_lines)
             if not moved:
@@ -205,7 +210,7 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
                 message=f"{d.message} [confirmed by the runtime probe on {result.device}: {_confirmation(f)}]",
                 related=d.related + tuple(extra), confirmed=True, device=result.device,
                 torch_message=f.torch_message))
-        elif d.line in reached:
+        elif own and d.line in reached:
             merged.append(_probed(
                 d, message=f"{d.message} [not confirmed: the runtime probe ran this line and saw no conflict]",
                 confirmed=False, device=result.device))
