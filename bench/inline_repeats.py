@@ -136,6 +136,7 @@ CHECK = collections.Counter()
 OUTCOME: dict = {}  # (strict key, unit) -> what the first effect-free call returned (see ``_outcome``)
 REPEATED = collections.Counter()  # callee name -> steps of its strict file repeats
 SEEN: dict = {}  # (kind, key) -> the units that made such a call
+ALIVE: list = []
 OPEN: list = []  # the categories of the measured calls running now, outermost first
 
 
@@ -160,14 +161,19 @@ def measure_inline(original):
             COST["fingerprint nodes (strict key)"] += 20000 - fps.budget
             COST["strict key"] += time.process_time() - clock
             loose = _key(Fingerprint(provenance=False), self, *where)
+            fpi = Fingerprint(identity=True)
+            same = _key(fpi, self, *where)
+            ALIVE.append(fpi.keep)  # the objects its key names by identity stay alive until the file is done
+            settled = (same, world(self))
             fpa = Fingerprint()
             before_args = (fpa.of(list(args)), fpa.of(dict(kwargs)), fpa.of(self_value))
         except (OverflowError, RecursionError):
-            strict = loose = before_args = None
+            strict = loose = same = settled = before_args = None
         unit = id(self)
         kinds = set()
         if strict is not None:
-            for kind, key in (("strict", strict), ("loose", loose)):
+            for kind, key in (("strict", strict), ("loose", loose), ("same objects", same),
+                              ("same objects and records", settled)):
                 units = SEEN.setdefault((kind, key), set())
                 if unit in units:
                     kinds.add(f"{kind} unit repeat")
@@ -213,7 +219,8 @@ def measure_inline(original):
         if first is not outcome and first[0]:
             CHECK["same outcome: a replay would be right" if first == outcome else
                   ("had effects this time" if not outcome[0] else "returned another value")] += 1
-        for kind in ("strict unit repeat", "strict file repeat", "loose unit repeat", "loose file repeat"):
+        for kind in ("strict unit repeat", "strict file repeat", "loose unit repeat", "loose file repeat",
+                     "same objects unit repeat", "same objects and records unit repeat"):
             if kind in kinds:
                 STATS[f"{kind}, {free}"] += 1
                 # the steps a replay would save: those of this call unless a call around it is replayed already
@@ -224,7 +231,8 @@ def measure_inline(original):
                 if not effects and not any(f"{kind} free" in outer for outer in OPEN):
                     STEPS[f"{kind}, effect-free"] += spent
                     kinds.add(f"{kind} free")
-        if not kinds & {"strict file repeat", "loose file repeat"}:
+        if not kinds & {"strict file repeat", "loose file repeat", "same objects file repeat",
+                        "same objects and records file repeat"}:
             STATS[f"first, {free}" + (" (" + ", ".join(effects) + ")" if effects else "")] += 1
         return result
 
@@ -419,6 +427,7 @@ def main() -> None:
     for path, data in sources:
         SEEN.clear()
         OUTCOME.clear()
+        ALIVE.clear()
         analyze_source(data, str(path), Config(jedi=False))
         total_steps += sum(u.steps for u in units)
         units.clear()
