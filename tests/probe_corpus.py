@@ -50,6 +50,9 @@ PROBE_BLIND: dict[str, str] = {
     "GG109/pos_rebind_then_grad_zeroed_after_block": (
         "the run stops at `w.grad.zero_()` (AttributeError on the rebound tensor's missing gradient) before any "
         "backward runs through the rebound `w`: the tracer sees no autograd event to report"),
+    "GG101/pos_td_error_helper_after_critic_step": (
+        "the probe names the op inside the helper that mixes the values before and after the step (line 15); the "
+        "static analysis the helper's call in the function that runs the step (the line to move before it)"),
     "GG101/pos_state_detached_after_inner_loop": (
         "the probe names the forward that uses the carried state; the static analysis the detach of that state, "
         "which runs only after the loop that steps (the line to change)"),

@@ -79,6 +79,7 @@ NO_FIX = {
     "GG103/pos_nograd_values_kept_on_object_term": _RECOMPUTE_WITH_GRAD,
     "GG101/pos_td_error_after_critic_step_detached": _MIXED_ACROSS_UPDATE,
     "GG101/pos_agent_advantage_after_value_updates_loop": _MIXED_ACROSS_UPDATE,
+    "GG101/pos_td_error_helper_after_critic_step": _MIXED_ACROSS_UPDATE,
     "GG103/pos_guarded_unfreeze_method_keeps_encoder_frozen": _GUARD_KEPT_OTHERS_FROZEN,
     "GG103/pos_guarded_unfreeze_helper_requires_grad_call": _GUARD_KEPT_OTHERS_FROZEN,
     "GG103/pos_guarded_unfreeze_after_module_freeze": _GUARD_KEPT_OTHERS_FROZEN,
