@@ -896,9 +896,73 @@ def _drop_requires_grad_guard(lines: _Lines, text: str, f: ProbeFinding) -> Fix 
                "the loop reaches are unfrozen too)", False, edits)
 
 
+def _operand_names(op: ast.expr) -> list[ast.Name]:
+    """The plain names ``op`` takes as its tensors: a binary operator's sides, a call's arguments, a method's
+    receiver."""
+    if isinstance(op, ast.BinOp):
+        parts = [op.left, op.right]
+    elif isinstance(op, ast.Call):
+        parts = [*op.args, *(k.value for k in op.keywords)]
+        if isinstance(op.func, ast.Attribute):
+            parts.append(op.func.value)
+    else:
+        parts = []
+    return [p for p in parts if isinstance(p, ast.Name)]
+
+
+def _reads_through(value: ast.expr, receiver: str) -> bool:
+    """``receiver.attr`` or ``receiver.method()`` (no arguments): a read of the object's state (in a branch of a
+    conditional expression: the op's copy of another branch's value is the same values)."""
+    if isinstance(value, ast.IfExp):
+        return _reads_through(value.body, receiver) or _reads_through(value.orelse, receiver)
+    if isinstance(value, ast.Call) and not value.args and not value.keywords:
+        value = value.func
+    return isinstance(value, ast.Attribute) and ast.unparse(value.value) == receiver
+
+
+def _clone_state_read_for_setter(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG001 a call hands a value to an object's method that stores it in place into the object's tensor
+    (``self.state.set(v)``, the probe's ``SETTER_NOTE``), which an op had read and saved before the call through a
+    name bound to a read of the same object (``held = self.state.get()`` ... ``gate * held``): the op takes a copy
+    (``gate * held.clone()``), so it keeps the values it read and the object's update stays in place.  Only when
+    that name is bound once in the function, from a read through the very receiver of the call (``recv.attr`` or
+    ``recv.method()``), before the op, and the op takes it once and no other name of that kind."""
+    setter = _note(f, SETTER_NOTE)
+    if f.code != "GG001" or setter is None or setter.path != f.site.path or len({s.site for s in f.saves}) != 1 \
+            or f.saves[0].site is None or f.saves[0].site.path != f.site.path:
+        return None
+    stmt = lines.simple_statement_at(f.site.line)
+    calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.lineno == f.site.line and n.col_offset + 1 == f.site.column] if stmt is not None else []
+    op = _expression_at(lines, f.saves[0].site)
+    if len(calls) != 1 or op is None or _the_write(lines, setter.line) is None:
+        return None
+    receiver = ast.unparse(calls[0].func.value)
+    function = lines.function_of(stmt)
+    op_stmt = lines.simple_statement_around(f.saves[0].site.line)
+    if op_stmt is None or lines.function_of(op_stmt) is not function or not op_stmt.lineno < stmt.lineno:
+        return None
+    chosen = []
+    for name in _operand_names(op):
+        bindings = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == name.id
+                    and isinstance(n.ctx, (ast.Store, ast.Del))]
+        binding = lines.simple_statement_at(bindings[0].lineno) if len(bindings) == 1 else None
+        if isinstance(binding, ast.Assign) and len(binding.targets) == 1 and binding.targets[0] is bindings[0] \
+                and binding.end_lineno is not None and binding.end_lineno < op.lineno \
+                and _reads_through(binding.value, receiver):
+            chosen.append(name)
+    if len(chosen) != 1 or sum(1 for n in ast.walk(op) if isinstance(n, ast.Name) and n.id == chosen[0].id) != 1 \
+            or chosen[0].end_lineno is None:
+        return None
+    name = chosen[0]
+    column = _char_column(text.splitlines(), name.end_lineno, name.end_col_offset)
+    return Fix(f"Read a copy of the state at the op: `{name.id}.clone()`", True,
+               (TextEdit(name.end_lineno, column, name.end_lineno, column, ".clone()"),))
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
-    _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard)
+    _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

@@ -3,7 +3,7 @@ gradients before a backward that adds to ones a step already applied, removing t
 loaded copy by the trained module, keeping a clone of the output a forward hook keeps, unpacking clones of the
 pieces of a split handed to code that writes one in place, and computing with grad mode on (``torch.enable_grad()``)
 the statement of a ``no_grad`` block that makes a loss term, and dropping a ``requires_grad`` write's guard on the flag
-itself.  Each program is probed (``--entry run``); a positive's fix is applied and torch
+itself, and a copy of an object's state at the op that saved it before the object's method wrote it in place.  Each program is probed (``--entry run``); a positive's fix is applied and torch
 proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
 real but gets no fix (the edit would be wrong there)."""
 
@@ -459,6 +459,82 @@ def run():
     return [backbone.weight.grad]
 '''
 
+# A state read through a property, multiplied by a matrix product; the setter method writes it with `mul_`.
+STATE_PROPERTY_READ_THEN_SCALED_BY_SETTER = '''  # probe: GG001
+import torch
+import torch.nn as nn
+
+class Memory:
+    def __init__(self, n):
+        self._buf = torch.ones(n, n)
+
+    @property
+    def value(self):
+        return self._buf
+
+    def decay(self, by):
+        with torch.no_grad():
+            self._buf.mul_(by)
+
+class Mixer(nn.Module):
+    def __init__(self, n, copy):
+        super().__init__()
+        self.lin, self.memory, self.copy = nn.Linear(n, n), Memory(n), copy
+
+    def forward(self, x):
+        mem = self.memory.value.clone() if self.copy else self.memory.value
+        out = torch.matmul(self.lin(x), mem)
+        self.memory.decay(0.5)
+        return out
+
+def grads(copy):
+    torch.manual_seed(0)
+    m = Mixer(3, copy)
+    m(torch.randn(2, 3)).pow(2).sum().backward()
+    return [m.lin.weight.grad]
+
+def run():
+    return grads(False)
+
+def reference():
+    return grads(True)
+'''
+
+# The op takes the state twice: a copy of one read would leave the other saved.
+STATE_READ_TWICE_BY_THE_OP = '''  # probe: GG001
+import torch
+import torch.nn as nn
+
+class Holder:
+    def __init__(self, value):
+        self.buf = value
+
+    def get(self):
+        return self.buf
+
+    def set(self, value):
+        with torch.no_grad():
+            self.buf[:] = value
+
+class Decay(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.gate = nn.Linear(n, n)
+        self.state = Holder(torch.ones(2, n))
+
+    def forward(self, x):
+        held = self.state.get()
+        out = torch.sigmoid(self.gate(x)) * held * held
+        self.state.set(out.detach())
+        return out
+
+def run():
+    torch.manual_seed(0)
+    layer = Decay(3)
+    layer(torch.randn(2, 3)).sum().backward()
+    return [layer.gate.weight.grad]
+'''
+
 _counter = itertools.count()
 
 
@@ -471,7 +547,7 @@ def _load(path: Path):
 
 def _code(source: str) -> str:
     return "GG005" if "register_forward_hook" in source else "GG004" if "chunk" in source or "split" in source \
-        else "GG103" if "# probe: GG103" in source else "GG101"
+        else "GG103" if "# probe: GG103" in source else "GG001" if "# probe: GG001" in source else "GG101"
 
 
 def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
@@ -488,11 +564,12 @@ def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
                                     SYNCED_THEN_ALIASED_AMONG_OTHERS, HOOK_STORES_OUTPUT_IN_DICT,
                                     CHUNKS_OF_OUTPUT_SCALED_BY_METHOD, DEAD_TERM_IN_NO_GRAD_BLOCK_OF_METHOD,
                                     LOSS_IN_NO_GRAD_BLOCK_OF_LOOP, DEAD_TERM_FROM_HELPER_CALLED_IN_BLOCK,
-                                    GUARDED_TOGGLE_OF_TWO_STATEMENTS],
+                                    GUARDED_TOGGLE_OF_TWO_STATEMENTS, STATE_PROPERTY_READ_THEN_SCALED_BY_SETTER],
                          ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others",
                               "hook_stores_output_in_dict", "chunks_of_output_scaled_by_method",
                               "dead_term_in_no_grad_block_of_method", "loss_in_no_grad_block_of_loop",
-                              "dead_term_from_helper_called_in_block", "guarded_toggle_of_two_statements"])
+                              "dead_term_from_helper_called_in_block", "guarded_toggle_of_two_statements",
+                              "state_property_read_then_scaled_by_setter"])
 def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     fixes = fixes_for(text, str(path), found)
@@ -508,11 +585,12 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
 
 @pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK,
                                     HOOK_KEEPS_OUTPUT_TWICE, PIECES_OF_NAMED_TENSOR, LOSS_IN_NO_GRAD_BLOCK_FROM_ITS_FEATURES,
-                                    DEAD_TERM_ON_THE_BLOCK_LINE, GUARD_ALSO_SKIPS_FROZEN_ELSEWHERE],
+                                    DEAD_TERM_ON_THE_BLOCK_LINE, GUARD_ALSO_SKIPS_FROZEN_ELSEWHERE,
+                                    STATE_READ_TWICE_BY_THE_OP],
                          ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
                               "hook_keeps_output_twice", "pieces_of_named_tensor",
                               "loss_in_no_grad_block_from_its_features", "dead_term_on_the_block_line",
-                              "guard_also_skips_frozen_elsewhere"])
+                              "guard_also_skips_frozen_elsewhere", "state_read_twice_by_the_op"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     assert not fixes_for(text, str(path), found)

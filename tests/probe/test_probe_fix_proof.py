@@ -63,17 +63,12 @@ _OWN_STATS = ("the fused call must become tensor ops ((x - mean) / sqrt(var + ep
 NO_FIX: dict[str, str] = {
     "GG101/pos_heads_share_a_prediction_buffer": _BUFFER,
     "GG101/pos_ensemble_outputs_in_one_tensor_trained_in_turn": _BUFFER,
-    "GG101/pos_advantage_from_target_before_value_step": _MIXED,
     "GG101/pos_margin_helper_scores_before_and_after_step": _MIXED,
     "GG103/pos_parameter_of_fused_weights": _PARAMETER,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
-    "GG103/pos_stored_confidences_read_by_memory_method": _STORED,
     "GG103/pos_stored_gate_values_in_update_loss": _STORED,
     "GG103/pos_batch_norm_eval_with_detached_batch_stats": _OWN_STATS,
     "GG103/pos_batch_norm_eval_with_no_grad_channel_stats": _OWN_STATS,
-    "GG001/pos_accessor_stores_into_state_a_graph_saved": (
-        "the write is in an accessor method the call hands the value to; no rewrite of GG001 changes a write into an "
-        "object's tensor through a method (the static finding at the saving op has no fix either)"),
     "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
     "GG101/pos_backward_in_helper_after_step": _STEP,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
@@ -83,8 +78,6 @@ NO_FIX: dict[str, str] = {
         "a fresh forward through the stepped network runs between the step and the backward: moving the step after "
         "the backward would run it with the old weights, which the probe's facts cannot say is meant"),
     "GG103/pos_auxiliary_term_from_no_grad_helper": _NO_GRAD,
-    "GG103/pos_helper_returns_loss_made_under_no_grad": _NO_GRAD,
-    "GG103/pos_set_grad_enabled_false_left_off": _NO_GRAD,
     "GG103/pos_optimizer_made_before_helper_swaps_layers": _SWAP,
     "GG103/pos_trainer_calls_layer_swap_without_its_optimizer": _SWAP,
     "GG103/pos_detach_in_place_view": (
