@@ -1174,6 +1174,6 @@ def _conflicts(interp: Interpreter, mutation: Mutation) -> list[Conflict]:
         candidates = [s for s in interp.sinks if save.id in s.graph and s.seq > mutation.seq]
         if candidates:
             # Prefer the backward that will raise; otherwise where the graph leaves the function.
-            rank = {"backward": 0, "return": 1, "escape": 2}
+            rank = {"backward": 0, "compiled": 1, "return": 2, "escape": 3}
             conflicts.append(Conflict(save, min(candidates, key=lambda s: (rank[s.kind], s.seq))))
     return conflicts

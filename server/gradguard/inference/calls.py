@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import collections
+from dataclasses import replace
 from functools import reduce
 
 from ..knowledge import OpInfo
@@ -589,6 +590,8 @@ class CallsMixin:
             if isinstance(logits, Tensor):
                 inputs.append(self.apply_op("logsumexp", [logits], node, f"torch.distributions.{name}(logits=...)"))
             return self._unknown_call(node, inputs)
+        if q == "torch.compile" and args and isinstance(args[0], ModuleValue) and not args[0].torch_module:
+            return replace(args[0], compiled=node)  # the same parameters and state, its forward compiled
         if q == "torch.is_tensor" and len(args) == 1:  # known for a tensor, and for numbers read out of one
             if isinstance(args[0], Tensor):
                 return Const(True)
@@ -1059,7 +1062,10 @@ class CallsMixin:
         ``super().forward``, with the call's keywords bound by name); torch layers use the generated table.  A full backward hook on it wraps what goes
         in and what comes out."""
         if module.backward_hooked is None:
-            result = self._run_module(module, args, node, torch_forward, kwargs)
+            if module.compiled is not None and self.state.grad_enabled:
+                result = self._run_compiled(module, args, node, torch_forward, kwargs)
+            else:
+                result = self._run_module(module, args, node, torch_forward, kwargs)
             result = self._forward_hooked(module, args, result, node)
             if not self.state.grad_enabled and module.torch_module:  # a torch layer's weights are inputs too
                 info = self.k.module(module.cls)
@@ -1102,6 +1108,22 @@ class CallsMixin:
                           written_through=through)
         finally:
             self.state.grad_enabled = grad
+
+    def _run_compiled(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool,
+                      kwargs: dict[str, Value] | None) -> Value:
+        """A compiled module's forward: AOT autograd traces its backward with it, for what it returns and what it
+        keeps on objects, so a save that forward's later write invalidates raises at this call (a sink here)."""
+        self.compiled_outputs.append([])
+        try:
+            result = self._run_module(module, args, node, torch_forward, kwargs)
+        finally:
+            kept = self.compiled_outputs.pop()
+        graph = frozenset().union(*(v.graph for v in kept)) if kept else frozenset()
+        if isinstance(result, Tensor) and result.requires_grad == Grad.YES:
+            graph |= result.graph
+        if graph:
+            self.sinks.append(Sink("compiled", node, graph, self._next()))
+        return result
 
     def _run_module(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool,
                     kwargs: dict[str, Value] | None = None) -> Value:

@@ -24,7 +24,7 @@ from .values import Grad, ModuleValue, OptimizerValue, Save, Tensor
 class Sink:
     """A place where a graph is used: a backward call, a return, a store that outlives the function."""
 
-    kind: str  # "backward", "return", "escape"
+    kind: str  # "backward", "return", "escape", "compiled" (a compiled module's forward is called)
     node: ast.AST
     graph: frozenset[int]
     seq: int

@@ -269,6 +269,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # Each such marker's grad sources (what the value would have been differentiated to), and the first op that
         # read the value with grad mode on (where a loss takes it up).
         self.grad_off_sources: dict[int, frozenset[int]] = {}
+        # Inside a call of a compiled module: per call, the tensors its forward keeps on objects (dynamo makes them
+        # outputs of the graph it compiles, with their backward).
+        self.compiled_outputs: list[list[Tensor]] = []
         self.grad_off_read: dict[int, ast.AST] = {}
         # What turned grad mode off last (a `with`, a call, a decorator), and for a decorator the frame of the
         # calls its function makes.
@@ -950,6 +953,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 owner.attrs[target.attr] = value
                 if isinstance(value, Tensor) and value.graph and self.state.grad_enabled:
                     self.kept[id(value)] = (stmt, value)
+                    if self.compiled_outputs and value.requires_grad == Grad.YES:
+                        self.compiled_outputs[-1].append(value)  # an output of the compiled graph too
                     self.kept_stores.append((stmt, self.seq))
                 if (target.attr == "inplace" and owner.torch_module and owner.cls in self.k.inplace_kwarg_modules
                         and not self.unsure_branches):

@@ -193,6 +193,8 @@ class ModuleValue:
     # The class with the bases its class statement's run gave it (``classes.bind``), for a class made in a factory.
     bound_class: object = None
     frozen: bool = False  # `.requires_grad_(False)`: its parameters do not require grad
+    # `torch.compile(m)`: the call that compiled it (its forward is traced with its backward at each call)
+    compiled: ast.AST | None = None
     made_inplace: ast.AST | None = None  # `m.inplace = True` after it was built: the line that made it write in place
     # `m.register_full_backward_hook(f)` (or its pre-hook): torch then runs the module's inputs and outputs through
     # a `BackwardHookFunction`, whose outputs are views that may not be written in place.  Where it was registered.

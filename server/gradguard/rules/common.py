@@ -26,6 +26,7 @@ def where_it_reads(conflict: Conflict) -> Message:
         "backward": "the backward on {sink}",
         "return": "backward through the value returned on {sink}",
         "escape": "backward through the graph that leaves on {sink}",
+        "compiled": "the compiled forward called on {sink} (`torch.compile` traces its backward with it)",
     }[sink.kind]
     return Message.format(template, sink=sink.node)
 
@@ -42,6 +43,7 @@ def conflict_related(conflict: Conflict, mutation: Mutation, silent: bool = Fals
         else "backward raises here",
         "return": f"the graph is returned here; its backward {effect}",
         "escape": f"the graph leaves the function here; its backward {effect}",
+        "compiled": f"the compiled forward is called here: `torch.compile` traces its backward with it and {effect}",
     }[sink.kind]
     return [(save.node, f"{save.op} saves {what} for backward here"), *call_path_related(mutation), (sink.node, sink_note)]
 

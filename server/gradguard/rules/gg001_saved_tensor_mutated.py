@@ -636,6 +636,12 @@ Many ops keep a tensor for their backward: `sigmoid`, `tanh`, `exp`, `relu` and 
 operation`.  The write is reported even under `torch.no_grad()` (the counter still moves) and through
 views and `.detach()` aliases (they share the counter).  Which op saves what comes from torch itself
 (`gradguard/knowledge/torch_ops.json`, generated from the installed torch).
+
+A module compiled with `torch.compile(m)` has its forward traced with its backward at the call: every tensor
+that requires grad and leaves the forward (returned, or kept on an object: `self.std = h.std()` for monitoring)
+is an output of that graph, so a write after a save such a tensor needs raises at the compiled call
+(`BackendCompilerFailed`, carrying the same RuntimeError), even when no backward ever runs through it and eager
+would run.
 """,
     fix_advice="""
 Write out of place (`y = y + 1` instead of `y += 1`, `y = y.masked_fill(mask, 0)` instead of
