@@ -19,6 +19,7 @@ from typing import Iterator, NamedTuple
 
 from .diagnostics import NOT_ANALYSED
 from .inference.accumulation import stale_steps
+from .inference.loaded_copies import replaced_copies
 from .inference.classes import ClassInfo, find_classes
 from .inference.dtypes import file_default_dtype, forget_dtypes
 from .inference.events import (CHAIN_REASON, Conflict, Finding, GradRead, MixedUse, Mutation, Sink, StaleUse,
@@ -693,7 +694,7 @@ def _check(interp: Interpreter, own_file: bool = False) -> Iterator[Finding]:
                   *interp.guarded_unfreezes,
                   *interp.replaced, *(c for c in interp.copies if c.reached is not None), *interp.discarded,
                   *interp.grad_off_backwards, *interp.unreturned,
-                  *interp.numpy_refused, *stale_steps(interp)]:
+                  *interp.numpy_refused, *stale_steps(interp), *replaced_copies(interp)]:
         for rule in RULES_IN_PRECEDENCE:
             produced = list(rule.check(event))
             if produced:

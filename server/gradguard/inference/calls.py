@@ -29,7 +29,7 @@ from ..knowledge.names import (
     TRAINING_MODE_METHODS,
 )
 from .classes import find_method
-from .events import CopyTrained, GradAsk, GradOffBackward, HookWrite, NumpyRefused, Sink, StaleUse
+from .events import CopyTrained, GradAsk, GradOffBackward, HookWrite, LoadedCopy, NumpyRefused, Sink, StaleUse
 from .expressions import _const_key
 from .state import SET_GRAD
 from .hooks import FORWARD_HOOK_REGISTRATIONS, FORWARD_HOOKS, GRADIENT_ARGUMENT, named_submodules
@@ -920,6 +920,8 @@ class CallsMixin:
             return NOT_TENSOR
         if name == "forward":
             return self.call_module(module, args, node)
+        if name == "load_state_dict":
+            self._loaded_copy(module, node)
         if name in GRADIENT_ARGUMENT:
             self._gradient_hook(args[0] if args else UNKNOWN, name, node)
         if name in FORWARD_HOOK_REGISTRATIONS:
@@ -940,6 +942,17 @@ class CallsMixin:
         if name in MODULE_RETURNING_METHODS:
             return module
         return UNKNOWN
+
+    def _loaded_copy(self, module: ModuleValue, node: ast.Call) -> None:
+        """``target.load_state_dict(source.state_dict())`` of another module, on a path known to run: a copy of its
+        weights (see ``LoadedCopy``)."""
+        state = node.args[0] if len(node.args) == 1 and not node.keywords else None
+        if not (isinstance(state, ast.Call) and isinstance(state.func, ast.Attribute) and state.func.attr == "state_dict"
+                and not state.args and not state.keywords and _is_chain(state.func.value)) or self.unsure_branches:
+            return
+        source = self.eval(state.func.value)
+        if isinstance(source, ModuleValue) and source is not module:
+            self.loads.append(LoadedCopy(node, module, source, self._next()))
 
     def _gradient_hook(self, hook: Value, register: str, node: ast.Call) -> None:
         """A hook torch will call with a gradient: run it (grad mode off, as backward runs hooks) on a stand-in
@@ -1061,6 +1074,9 @@ class CallsMixin:
         """Apply an nn.Module: a ``forward`` of the file's own runs in place (``torch_forward``: skip it, for
         ``super().forward``, with the call's keywords bound by name); torch layers use the generated table.  A full backward hook on it wraps what goes
         in and what comes out."""
+        for load in self.loads:
+            if load.target is module:
+                load.used = True  # the copy computed something: it was not dropped unused
         if module.backward_hooked is None:
             if module.compiled is not None and self.state.grad_enabled:
                 result = self._run_compiled(module, args, node, torch_forward, kwargs)
@@ -1324,3 +1340,10 @@ def _out_inputs(args: list[Value], kwargs: dict[str, Value]) -> list[Value]:
     """The tensors an ``out=`` call computes from (the items of a list argument too, as in ``torch.cat``)."""
     values = [*args, *(v for k, v in kwargs.items() if k != "out")]
     return [item for v in values for item in (v.items if isinstance(v, TensorSeq) else (v,))]
+
+
+def _is_chain(node: ast.expr) -> bool:
+    """``name`` or ``name.attr.attr``: read again, it is the same object (no call, no subscript)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)

@@ -239,6 +239,23 @@ class StaleStep:
 
 
 @dataclass
+class LoadedCopy:
+    """``target.load_state_dict(source.state_dict())``: ``target`` holds a copy of ``source``'s weights, which stays
+    fixed while an optimizer trains ``source`` (a target network, a teacher).  ``replaced``: the statement that then
+    stored ``source`` itself where ``target`` was held (``self.target = self.online``), before the copy computed
+    anything; from there on every step of an optimizer of ``source`` changes what is read through that name."""
+
+    node: ast.AST  # the load
+    target: ModuleValue
+    source: ModuleValue
+    seq: int
+    used: bool = False  # the copy ran (a forward of it) after the load
+    replaced: ast.stmt | None = None
+    replaced_seq: int = 0
+    step: StepRun | None = None  # filled by the engine: the first step after the replacement that trains ``source``
+
+
+@dataclass
 class DiscardedUpdate:
     """``p.grad.clamp(-1, 1)`` as a statement: an out-of-place op on a gradient (or on a ``.data``, or a parameter
     under no_grad) whose result nothing keeps, so the tensor is unchanged where its in-place twin was meant."""

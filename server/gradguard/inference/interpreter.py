@@ -20,7 +20,7 @@ from .calls import CallsMixin
 from .classes import ClassInfo, bind, find_setter, mro, own_method
 from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, GuardedUnfreeze, HookWrite,
                      InertFlag,
-                     CopyTrained, KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse, StepRun,
+                     CopyTrained, KeptRead, Mutation, NumpyRefused, Rebind, ReplacedParameter, Sink, StaleUse, StepRun, LoadedCopy,
                      UnreturnedLoss)
 from .dtypes import DtypesMixin, file_default_dtype
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
@@ -261,6 +261,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.step_runs: list[StepRun] = []
         self.grad_clears: list[tuple[int, Value | None]] = []
         self.escaped: list[Value] = []
+        self.loads: list[LoadedCopy] = []  # `a.load_state_dict(b.state_dict())`, see ``LoadedCopy``
         self.cut_markers: set[int] = set()  # the markers `.detach()`/`.data` cuts put into the graphs they start
         # Markers put into the results of ops run with grad mode off on tensors that require grad (autograd records
         # nothing there): each one's op, the line to change (the switch, or the call a no_grad-decorated function
@@ -921,6 +922,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 if scope is not None:
                     scope[target.id] = value
                     return
+            if self.loads and isinstance(value, ModuleValue):
+                self.replaces_copy(self.state.env.get(target.id), value, stmt)
             frame = (id(self.inline_stack[-1]) if self.inline_stack else None, target.id)
             if isinstance(stmt, ast.Assign) and isinstance(value, Tensor) and id(stmt.value) in self.noop_conversions:
                 self.conversion_bindings[frame] = (stmt, value)  # `x = x.float()`: the same tensor, no copy
@@ -950,6 +953,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 if target.attr == "requires_grad" and truth(value) is False:
                     self._module_flag(owner, target, stmt)
                 self._replacing(owner, target, value, stmt)
+                if self.loads and isinstance(value, ModuleValue):
+                    self.replaces_copy(owner.attrs.get(target.attr), value, stmt)
                 owner.attrs[target.attr] = value
                 if isinstance(value, Tensor) and value.graph and self.state.grad_enabled:
                     self.kept[id(value)] = (stmt, value)
@@ -1053,6 +1058,14 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if holder is not None:
             self.replaced.append(ReplacedParameter(stmt, ast.unparse(target), value, holder, self._next(),
                                                    site=self._replacement_site(holder, stmt, old, value)))
+
+    def replaces_copy(self, old: Value | None, new: ModuleValue, stmt: ast.stmt) -> None:
+        """``old`` (what the name or attribute held) was loaded with ``new``'s weights and has not run since: storing
+        ``new`` in its place, on a path known to run, drops the copy for the module it copies."""
+        for load in self.loads:
+            if load.target is old and load.source is new and not load.used and load.replaced is None \
+                    and not self.unsure_branches:
+                load.replaced, load.replaced_seq = stmt, self._next()
 
     def optimizer_built(self, optimizer: OptimizerValue, node: ast.AST) -> OptimizerValue:
         """A new optimizer takes the parameters its owners have now (a torch layer's weight is made here if

@@ -11,7 +11,7 @@ from ..fixes.edits import Rewrite, apply_edits, line_after
 from ..fixes.identity import FindingId
 from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
 from ..fixes.writes import cst_mod
-from ..inference.events import Finding, Mutation, StaleStep, in_function_of
+from ..inference.events import Finding, LoadedCopy, Mutation, StaleStep, in_function_of
 from ..knowledge.names import RECURRENT_LAYERS
 from ..messages import Message, other_file
 from .base import Example, Rule
@@ -21,6 +21,9 @@ from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_ra
 def check(mutation: Mutation):
     if isinstance(mutation, StaleStep):
         yield _stale_step(mutation)
+        return
+    if isinstance(mutation, LoadedCopy):
+        yield _replaced_copy(mutation)
         return
     if not isinstance(mutation, Mutation) or mutation.kind in ("data", "detach") or mutation.by_layer:
         return  # a layer renormalising its own weight is GG001's state read by reference
@@ -74,6 +77,23 @@ def _stale_step(event: StaleStep) -> Finding:
         Message.format("This backward adds to gradients that still hold what an optimizer step already applied: "
                        "clear them before it (`{name}.zero_grad()`). In detail: {what}.", name=step.name, what=what),
         related=related, data={"stale": event})
+
+
+def _replaced_copy(load: LoadedCopy) -> Finding:
+    """A copy loaded with a module's weights, replaced by that module before it ran (``inference/loaded_copies.py``)."""
+    stored = load.replaced
+    what = (Message.format("`{target}`", target=ast.unparse(stored.targets[0]))
+            if isinstance(stored, ast.Assign) and len(stored.targets) == 1 else Message.text("the name"))
+    return Finding(
+        "GG101", stored,
+        Message.format(
+            "This assignment drops the module that {load} filled with this module's weights, before that copy "
+            "computed anything, and stores the module being trained itself in its place: every optimizer step (the "
+            "step on {step}) now changes what is read through {what}, so the copy no longer stays fixed (silently). "
+            "Keep the copy (remove this assignment).", load=load.node, step=load.step.node, what=what),
+        related=[(load.node, Message.text("the weights are copied here")),
+                 (load.step.node, Message.text("an optimizer step that changes the module the name now holds"))],
+        data={"replaced": load})
 
 
 def line_to_change(mutation: Mutation) -> Finding | None:
@@ -294,6 +314,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     truncated-BPTT loop kept alive with ``retain_graph=True``, cut the graph between chunks."""
     if "stale" in finding.data:
         return _clear_before_backward(ctx, finding, finding.data["stale"])
+    if "replaced" in finding.data:
+        return _keep_loaded_copy(ctx, finding.node)
     mutation = mutation_in(finding)
     if not mutation.conflicts and mutation.mixed is not None:
         raise CannotFix("whether the value is to use the weights before the update or after it is the author's "
@@ -341,6 +363,22 @@ def _clear_before_backward(ctx: FixContext, finding: Finding, event: StaleStep) 
     edit = TextEdit(backward.lineno, 1, backward.lineno, 1, f"{ctx.indent_of(backward)}{name}.zero_grad(){ctx.newline}")
     return Fix(f"Clear the gradients before the backward: `{name}.zero_grad()` (unsafe: gradients meant to add up "
                "across steps no longer do)", False, (edit,))
+
+
+def _keep_loaded_copy(ctx: FixContext, stmt: ast.stmt) -> Fix:
+    """``target = online`` after ``target.load_state_dict(online.state_dict())``: remove the assignment (``pass`` when
+    it is its block's only statement), keeping the copy the load filled."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_chain(stmt.targets[0])
+            and _is_chain(stmt.value)):
+        raise CannotFix("not a plain assignment of one name or attribute")
+    ctx.require_own_lines(stmt)
+    block = block_around(ctx, stmt)
+    if block is None:
+        raise CannotFix("not a statement of a block")
+    keep = f"{ctx.indent_of(stmt)}pass{ctx.newline}" if len(block) == 1 else ""
+    target, online = ast.unparse(stmt.targets[0]), ast.unparse(stmt.value)
+    return Fix(f"Keep the loaded copy: remove `{target} = {online}` (unsafe: code that relies on the two names "
+               "holding one module changes)", False, (TextEdit(stmt.lineno, 1, stmt.end_lineno + 1, 1, keep),))
 
 
 def _is_chain(node: ast.expr) -> bool:
@@ -708,6 +746,12 @@ missing also keeps what the generator's loss pushed into it).  It is reported at
 the function that runs the step, where `zero_grad()` belongs, and only when every link is seen: a gradient the
 first step applied, no clear since (a `zero_grad()` of an object gradguard does not know, or an optimizer or model
 handed to code it cannot see, counts as one), a backward that adds to it, and the second step.
+
+A third raises nothing either: `target.load_state_dict(online.state_dict())` followed by `target = online` (or the
+module a helper returns stored there) drops the copy before it computed anything and stores the module being trained
+in its place, so every step of its optimizer moves what is read through that name (a DQN's target network, a
+teacher).  It is reported at that assignment when the load and the assignment run on paths known to run, the copy
+never runs after the load, and a later step of an optimizer holds the module's parameters.
 """,
     fix_advice="""
 The message picks the advice from what gradguard saw, and says "if" where it could not see enough; with
