@@ -917,13 +917,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                     and isinstance(stmt, ast.Assign) and value.origin is stmt.value
                     and value.root().leaf and value.root().requires_grad == Grad.YES):
                 value.bound_at = stmt  # `b = conv.bias.view(na, -1)`: a name for a view of a leaf
+            if self.loads and isinstance(value, ModuleValue):
+                held = self.state.env if target.id not in self.outer_names else next(
+                    (sc for sc in self.scopes if target.id in sc), {})
+                self.replaces_copy(held.get(target.id), value, stmt)
             if target.id in self.outer_names:
                 scope = next((sc for sc in self.scopes if target.id in sc), self.scopes[-1] if self.scopes else None)
                 if scope is not None:
                     scope[target.id] = value
                     return
-            if self.loads and isinstance(value, ModuleValue):
-                self.replaces_copy(self.state.env.get(target.id), value, stmt)
             frame = (id(self.inline_stack[-1]) if self.inline_stack else None, target.id)
             if isinstance(stmt, ast.Assign) and isinstance(value, Tensor) and id(stmt.value) in self.noop_conversions:
                 self.conversion_bindings[frame] = (stmt, value)  # `x = x.float()`: the same tensor, no copy
