@@ -922,6 +922,9 @@ class CallsMixin:
             return self.call_module(module, args, node)
         if name == "load_state_dict":
             self._loaded_copy(module, node)
+        if name == "compile" and not module.torch_module and not self.unsure_branches:
+            module.compiled = node  # `Module.compile()`: its calls run the compiled forward from now on
+            return NOT_TENSOR
         if name in GRADIENT_ARGUMENT:
             self._gradient_hook(args[0] if args else UNKNOWN, name, node)
         if name in FORWARD_HOOK_REGISTRATIONS:

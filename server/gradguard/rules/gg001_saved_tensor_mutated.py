@@ -637,7 +637,7 @@ operation`.  The write is reported even under `torch.no_grad()` (the counter sti
 views and `.detach()` aliases (they share the counter).  Which op saves what comes from torch itself
 (`gradguard/knowledge/torch_ops.json`, generated from the installed torch).
 
-A module compiled with `torch.compile(m)` has its forward traced with its backward at the call: every tensor
+A module compiled with `torch.compile(m)` (or in place, `m.compile()`) has its forward traced with its backward at the call: every tensor
 that requires grad and leaves the forward (returned, or kept on an object: `self.std = h.std()` for monitoring)
 is an output of that graph, so a write after a save such a tensor needs raises at the compiled call
 (`BackendCompilerFailed`, carrying the same RuntimeError), even when no backward ever runs through it and eager
