@@ -536,3 +536,87 @@ def test_the_editor_keeps_a_finding_in_another_module_at_the_call_in_its_documen
     assert (str(tmp_path / "pkg" / "gate.py"), 12) in {(r.path, r.line) for r in editor[0].related}
     own = api.analyze_source(main.read_text(), str(main)).diagnostics
     assert [(d.code, d.path, d.line) for d in own] == [("GG001", str(tmp_path / "pkg" / "gate.py"), 12)]
+
+
+# A module of the project switches grad mode off at its top level: importing it turns graph building off for the
+# whole process, so the importer's own training finds a loss with no grad_fn.  The line to change is the switch.
+GRAD_OFF = "element 0 of tensors does not require grad"
+INFERENCE = """
+    import torch
+
+    {switch}
+
+
+    def embed(model, x):
+        {inside}
+        return model(x)
+"""
+
+USER_TRAIN = """
+    import torch
+    import torch.nn as nn
+
+    from {import_from} import embed  # noqa: F401
+    {extra}
+
+    def train():
+        torch.manual_seed(0)
+        clf = nn.Linear(4, 2)
+        opt = torch.optim.SGD(clf.parameters(), lr=0.1)
+        loss = clf(torch.randn(3, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+    if __name__ == "__main__":
+        train()
+"""
+
+SWITCH_OFF = "torch.set_grad_enabled(False)"
+GRAD_LAYOUTS = {
+    # name: (files besides the entry, entry, what the entry imports from, the switching module)
+    "relative import in a package": ({"pkg/__init__.py": "", "pkg/infer.py": "{inference}"}, "pkg/main.py",
+                                     ".infer", "pkg/infer.py"),
+    "through a subpackage's __init__": ({"pkg/__init__.py": "", "pkg/inference/__init__.py": "from .infer import embed\n",
+                                         "pkg/inference/infer.py": "{inference}"}, "pkg/main.py", ".inference",
+                                        "pkg/inference/infer.py"),
+    "script beside its module": ({"infer.py": "{inference}"}, "main.py", "infer", "infer.py"),
+}
+
+
+def _grad_files(layout: str, switch: str = SWITCH_OFF, inside: str = "pass", extra: str = ""):
+    files, entry, import_from, module = GRAD_LAYOUTS[layout]
+    inference = INFERENCE.format(switch=switch, inside=inside)
+    files = {name: inference if text == "{inference}" else text for name, text in files.items()}
+    return {**files, entry: USER_TRAIN.format(import_from=import_from, extra=extra)}, entry, module
+
+
+@pytest.mark.parametrize("layout", GRAD_LAYOUTS, ids=str)
+def test_an_imported_module_that_switches_grad_mode_off_at_its_top_level(tmp_path: Path, layout: str):
+    files, entry, module = _grad_files(layout)
+    _write(tmp_path, files)
+    ran = _run(tmp_path, entry)
+    assert ran.returncode != 0 and GRAD_OFF in ran.stderr, ran.stderr[-2000:]
+
+    found = _check(tmp_path, entry)
+    assert [(d["code"], *_where(d)) for d in found] == [("GG103", module, 3)], found
+    lines = (tmp_path / entry).read_text().splitlines()
+    backward = next(i for i, line in enumerate(lines, 1) if line.strip() == "loss.backward()")
+    assert (entry, backward) in {_where(r) for r in found[0]["related"]}, found
+    # Placed in another file, the message names the entry file's lines with its name.
+    assert f"line {backward} of {Path(entry).name}" in found[0]["message"], found
+
+
+@pytest.mark.parametrize("case", ["switched on again", "switch inside a function", "the importer sets the mode"])
+def test_a_grad_mode_switch_that_is_undone_or_not_run_at_import_is_clean(tmp_path: Path, case: str):
+    if case == "switched on again":
+        files, entry, _ = _grad_files("relative import in a package", SWITCH_OFF + "\n    torch.set_grad_enabled(True)")
+    elif case == "switch inside a function":
+        files, entry, _ = _grad_files("relative import in a package", "", inside=SWITCH_OFF)
+    else:
+        files, entry, _ = _grad_files("relative import in a package", extra="torch.set_grad_enabled(True)")
+    _write(tmp_path, files)
+    ran = _run(tmp_path, entry)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _check(tmp_path, entry) == []

@@ -70,6 +70,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
                   path=str(source.resolve()) if project is not None else None, project=project,
                   training_units=frozenset(_training_units(units, tree, lines, _is_entry_script(tree)))
                   if project is not None else frozenset())
+    if ctx.training_units and not _sets_grad_mode(tree, imports):
+        ctx.grad_off_import = project.grad_off_on_import(imports, ctx.path)
     if cache and project is not None and not project.unchanged(cache.get(_PROJECT_MODULES, ())):
         cache.clear()  # a module of the project that a call was followed into has changed on disk
     if lines is None:
@@ -603,6 +605,8 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
         info = None  # a class redefined later under the same name
     interp = Interpreter(ctx)
     interp.follows_modules = fn in ctx.training_units
+    if ctx.grad_off_import is not None:  # an import switched grad mode off for the whole process
+        interp.state.grad_enabled, interp.grad_off_site = False, (ctx.grad_off_import, None)
     if fn is None:
         interp.run_module(module_env.top_level())
         return interp
@@ -783,6 +787,13 @@ def _copy_trained(interp: Interpreter, made) -> None:
         if reached is not None:
             made.optimizer, made.step, made.reached = optimizer, step, reached
             return
+
+
+def _sets_grad_mode(tree: ast.Module, imports: dict[str, str]) -> bool:
+    """Whether the file's text names a grad-mode switch or context anywhere (``set_grad_enabled``, ``enable_grad``,
+    ``no_grad``, ``inference_mode``): a mode an imported module set may then be set again, and no claim is made."""
+    return any(isinstance(n, (ast.Attribute, ast.Name)) and (n.attr if isinstance(n, ast.Attribute) else n.id) in (
+        "set_grad_enabled", "enable_grad", "no_grad", "inference_mode") for n in ast.walk(tree))
 
 
 def _is_entry_script(tree: ast.Module) -> bool:

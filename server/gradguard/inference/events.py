@@ -516,7 +516,13 @@ class Finding:
 
     def to_diagnostic(self, path: str, severity: Severity, lines: list[str], line_name: LineName = plain_line
                       ) -> Diagnostic:
-        """The finding as output: positions in code points, texts rendered with ``line_name`` naming lines."""
+        """The finding as output: positions in code points, texts rendered with ``line_name`` naming lines (with
+        the analysed file's name when the finding is placed in another file, where a bare "line 12" would be
+        read as that file's)."""
+        own = other_file(self.node)  # a finding placed in another module of the project (``engine._placed``)
+        if own is not None:
+            named = line_name
+            line_name = lambda number: f"{named(number)} of {os.path.basename(path)}"  # noqa: E731
         related = []
         for node, note in self.related:
             if node is None:
@@ -525,7 +531,6 @@ class Finding:
             span = span_of(node, lines if elsewhere is None else [])
             related.append(Related(path if elsewhere is None else display_path(elsewhere, path), span.line,
                                    span.column, note.render(line_name)))
-        own = other_file(self.node)  # a finding placed in another module of the project (``engine._placed``)
         if own is not None:
             return Diagnostic(display_path(own, path), span_of(self.node, file_lines(own)), self.code, severity,
                               self.message.render(line_name), tuple(related))

@@ -171,6 +171,9 @@ class Context:
     module_contexts: dict[str, "Context"] = field(default_factory=dict)
     # The file's units (functions; None for the top level) that train: they follow calls into the project's modules.
     training_units: frozenset = frozenset()
+    # A module of the project that the file imports turns grad mode off at its top level (``Project.
+    # grad_off_on_import``): the switch, after which the file's code runs with grad mode off.
+    grad_off_import: ast.AST | None = None
     # The dtype of the file's floating tensors when nothing names another; None when the file (or, for a module
     # calls were followed into, the analysed file) may change it (see ``dtypes.file_default_dtype``).
     default_dtype: str | None = None

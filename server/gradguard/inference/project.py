@@ -36,6 +36,9 @@ NEVER_PROJECT = frozenset({"torch", "numpy", "typing", "torchvision", "einops", 
 
 # Re-exports followed from one name to its definition (`pkg/__init__.py` importing from `pkg/impl.py`...).
 MAX_REEXPORTS = 4
+# How deep the imports a module runs at its top level are read for a global grad-mode switch.
+MAX_IMPORT_DEPTH = 3
+SET_GRAD = ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled")
 
 # Larger functions and classes of other modules stay unknown: following a framework's API (an `Accelerator`,
 # a `Trainer` of thousands of lines) from every training loop would cost more than the file's own analysis.
@@ -155,6 +158,27 @@ class Project:
 
     def module(self, path: str) -> ProjectModule | None:
         return self._modules.get(Path(path))
+
+    def grad_off_on_import(self, imports: dict[str, str], importer: str) -> ast.Call | None:
+        """The ``torch.set_grad_enabled(False)`` that a module of the project runs at its top level (and does not
+        undo there) when the importer's imports load it: directly, or through the modules those import at their
+        top level (a package's ``__init__.py`` importing its submodules), ``MAX_IMPORT_DEPTH`` levels down.
+        Grad mode is then off, process-wide, for all the importer's code after its imports."""
+        seen: set[str] = set()
+        todo = [(qualname, importer, 0) for qualname in imports.values()]
+        while todo:
+            qualname, where, depth = todo.pop(0)
+            found = self.module_of(qualname, where)
+            if found is None or found[0].path in seen:
+                continue
+            module = found[0]
+            seen.add(module.path)
+            switch = _grad_switched_off(module)
+            if switch is not None:
+                return switch
+            if depth < MAX_IMPORT_DEPTH:
+                todo += [(q, module.path, depth + 1) for q in module.imports.values()]
+        return None
 
     # ------------------------------------------------------------------ resolution
     @staticmethod
@@ -294,3 +318,27 @@ def calls_named(name: str) -> int:
                 called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
                 count += called == name
     return count
+
+
+def _grad_switched_off(module: ProjectModule) -> ast.Call | None:
+    """The last top-level ``torch.set_grad_enabled(flag)`` statement of ``module`` when its flag is ``False``."""
+    last = None
+    for statement in module.tree.body:
+        call = statement.value if isinstance(statement, ast.Expr) else None
+        if not isinstance(call, ast.Call) or _qualified(call.func, module.imports) not in SET_GRAD:
+            continue
+        flag = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
+        if not isinstance(flag, ast.Constant) or not isinstance(flag.value, bool):
+            return None  # a mode the analysis cannot read: no claim
+        last = None if flag.value else call
+    return last
+
+
+def _qualified(func: ast.AST, imports: dict[str, str]) -> str | None:
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    return ".".join([imports.get(func.id, func.id), *reversed(parts)])
