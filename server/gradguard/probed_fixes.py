@@ -960,9 +960,47 @@ def _clone_state_read_for_setter(lines: _Lines, text: str, f: ProbeFinding) -> F
                (TextEdit(name.end_lineno, column, name.end_lineno, column, ".clone()"),))
 
 
+def _step_after_helper_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG101 a plain ``<chain>.step()`` right before the call of a helper whose whole body is one backward through a
+    graph built before the step (the probe places it at the call, the step as ``STEP_NOTE``, the backward inside the
+    helper): move the step after that call.  The helper computes nothing but that backward, so it runs as it did,
+    on the weights its graph saved; only the step now also applies the gradients it adds."""
+    step_site = f.notes[0].site if f.notes and f.notes[0].message == STEP_NOTE else None
+    if f.code != "GG101" or step_site is None or f.backward is None or step_site.path != f.site.path \
+            or f.backward.path != f.site.path:
+        return None
+    step, call = lines.simple_statement_at(step_site.line), lines.simple_statement_at(f.site.line)
+    inner = lines.simple_statement_at(f.backward.line)
+    if not (isinstance(step, ast.Expr) and isinstance(step.value, ast.Call) and _is_step(step.value)
+            and isinstance(call, ast.Expr) and isinstance(call.value, ast.Call) and _is_chain(call.value.func)
+            and not call.value.args and not call.value.keywords and isinstance(inner, ast.Expr)):
+        return None
+    helper = lines.function_of(inner)
+    name = call.value.func.attr if isinstance(call.value.func, ast.Attribute) else getattr(call.value.func, "id", "")
+    backward = inner.value
+    if not (isinstance(helper, ast.FunctionDef) and helper.name == name and helper.body == [inner]
+            and not helper.decorator_list and isinstance(backward, ast.Call) and isinstance(backward.func, ast.Attribute)
+            and backward.func.attr == "backward"
+            and all(isinstance(a, ast.Constant) for a in [*backward.args, *(k.value for k in backward.keywords)])):
+        return None
+    block = _block_of(lines, step)
+    if block is None or not any(a is step and b is call for a, b in zip(block, block[1:])):
+        return None
+    ctx = FixContext(text, lines.tree)
+    try:
+        ctx.require_own_lines(step)
+        ctx.require_own_lines(call)
+        edits = tuple(move_statements_after(ctx, [step], [step], call))
+    except CannotFix:
+        return None
+    return Fix(f"Step after the backward: move `{ast.unparse(step)[:60]}` after `{ast.unparse(call)[:60]}` (unsafe: "
+               "the step also applies the gradients that backward adds to its parameters)", False, edits)
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
-    _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter)
+    _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter,
+    _step_after_helper_backward)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

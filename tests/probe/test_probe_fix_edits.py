@@ -3,7 +3,8 @@ gradients before a backward that adds to ones a step already applied, removing t
 loaded copy by the trained module, keeping a clone of the output a forward hook keeps, unpacking clones of the
 pieces of a split handed to code that writes one in place, and computing with grad mode on (``torch.enable_grad()``)
 the statement of a ``no_grad`` block that makes a loss term, and dropping a ``requires_grad`` write's guard on the flag
-itself, and a copy of an object's state at the op that saved it before the object's method wrote it in place.  Each program is probed (``--entry run``); a positive's fix is applied and torch
+itself, a copy of an object's state at the op that saved it before the object's method wrote it in place, and a step moved
+after the call of a helper that only runs a backward.  Each program is probed (``--entry run``); a positive's fix is applied and torch
 proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
 real but gets no fix (the edit would be wrong there)."""
 
@@ -535,6 +536,79 @@ def run():
     return [layer.gate.weight.grad]
 '''
 
+# A trainer method steps, then calls a method whose one statement is a second backward through the kept features.
+STEP_BEFORE_HELPER_BACKWARD_OF_KEPT_FEATURES = '''
+import torch
+import torch.nn as nn
+
+class Trainer:
+    def __init__(self, fixed):
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.5)
+        self.fixed = fixed
+
+    def penalty(self):
+        self.out.abs().mean().backward()
+
+    def encode(self, x):
+        self.out = self.net(x)
+
+    def fit(self):
+        self.opt.zero_grad()
+        self.out.pow(2).mean().backward(retain_graph=True)
+        if self.fixed:
+            self.penalty()
+            self.opt.step()
+        else:
+            self.opt.step()
+            self.penalty()
+        return [p.grad.clone() for p in self.net.parameters()]
+
+def grads(fixed):
+    trainer = Trainer(fixed)
+    trainer.encode(torch.randn(4, 3))
+    return trainer.fit()
+
+def run():
+    return grads(False)
+
+def reference():
+    return grads(True)
+'''
+
+# The helper runs a fresh forward before its backward: moved after it, the step would leave that forward on the old
+# weights.
+STEP_BEFORE_HELPER_WITH_FRESH_FORWARD = '''
+import torch
+import torch.nn as nn
+
+class Trainer:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def penalty(self):
+        fresh = self.net(torch.ones(1, 3)).sum()
+        (self.out.abs().mean() + fresh).backward()
+
+    def encode(self, x):
+        self.out = self.net(x)
+
+    def fit(self):
+        self.opt.zero_grad()
+        self.out.pow(2).mean().backward(retain_graph=True)
+        self.opt.step()
+        self.penalty()
+        return [p.grad for p in self.net.parameters()]
+
+def run():
+    trainer = Trainer()
+    trainer.encode(torch.randn(4, 3))
+    return trainer.fit()
+'''
+
 _counter = itertools.count()
 
 
@@ -564,12 +638,13 @@ def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
                                     SYNCED_THEN_ALIASED_AMONG_OTHERS, HOOK_STORES_OUTPUT_IN_DICT,
                                     CHUNKS_OF_OUTPUT_SCALED_BY_METHOD, DEAD_TERM_IN_NO_GRAD_BLOCK_OF_METHOD,
                                     LOSS_IN_NO_GRAD_BLOCK_OF_LOOP, DEAD_TERM_FROM_HELPER_CALLED_IN_BLOCK,
-                                    GUARDED_TOGGLE_OF_TWO_STATEMENTS, STATE_PROPERTY_READ_THEN_SCALED_BY_SETTER],
+                                    GUARDED_TOGGLE_OF_TWO_STATEMENTS, STATE_PROPERTY_READ_THEN_SCALED_BY_SETTER,
+                                    STEP_BEFORE_HELPER_BACKWARD_OF_KEPT_FEATURES],
                          ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others",
                               "hook_stores_output_in_dict", "chunks_of_output_scaled_by_method",
                               "dead_term_in_no_grad_block_of_method", "loss_in_no_grad_block_of_loop",
                               "dead_term_from_helper_called_in_block", "guarded_toggle_of_two_statements",
-                              "state_property_read_then_scaled_by_setter"])
+                              "state_property_read_then_scaled_by_setter", "step_before_helper_backward_of_kept_features"])
 def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     fixes = fixes_for(text, str(path), found)
@@ -586,11 +661,12 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
 @pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK,
                                     HOOK_KEEPS_OUTPUT_TWICE, PIECES_OF_NAMED_TENSOR, LOSS_IN_NO_GRAD_BLOCK_FROM_ITS_FEATURES,
                                     DEAD_TERM_ON_THE_BLOCK_LINE, GUARD_ALSO_SKIPS_FROZEN_ELSEWHERE,
-                                    STATE_READ_TWICE_BY_THE_OP],
+                                    STATE_READ_TWICE_BY_THE_OP, STEP_BEFORE_HELPER_WITH_FRESH_FORWARD],
                          ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
                               "hook_keeps_output_twice", "pieces_of_named_tensor",
                               "loss_in_no_grad_block_from_its_features", "dead_term_on_the_block_line",
-                              "guard_also_skips_frozen_elsewhere", "state_read_twice_by_the_op"])
+                              "guard_also_skips_frozen_elsewhere", "state_read_twice_by_the_op",
+                              "step_before_helper_with_fresh_forward"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     assert not fixes_for(text, str(path), found)

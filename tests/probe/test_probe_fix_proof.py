@@ -70,7 +70,6 @@ NO_FIX: dict[str, str] = {
     "GG103/pos_batch_norm_eval_with_detached_batch_stats": _OWN_STATS,
     "GG103/pos_batch_norm_eval_with_no_grad_channel_stats": _OWN_STATS,
     "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
-    "GG101/pos_backward_in_helper_after_step": _STEP,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
     "GG103/pos_optimizer_object_saved_apart_from_model": _COPY,
     "GG103/pos_training_step_total_loss_in_branch_not_returned": _RETURN,
