@@ -8,6 +8,7 @@ import textwrap
 import pytest
 from gradguard.engine import analyze_module
 from gradguard.fixes.context import CannotFix, FixContext
+from gradguard.fixes.writes import InPlaceWrite
 from gradguard.rules import gg103_graph_break
 
 SETUP = """\
@@ -308,3 +309,48 @@ def test_pieces_are_disjoint_under_torch():
         for i, a in enumerate(spans):
             for b in spans[i + 1:]:
                 assert not a & b, name
+
+
+def test_an_item_of_a_parameter_taken_for_one_tensor_is_the_callers():
+    """``inputs[0]`` of an unannotated forward argument may be an item of the caller's tuple: a write to it writes
+    what the caller holds (RunLog.reached_through), as for a view of the argument."""
+    moment = moment_of("""\
+        import torch.nn as nn
+        class TwoPass(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(5, 2)
+            def forward(self, inputs, fill):
+                feats = inputs[0]
+                first = self.lin(feats)
+                feats[:, -1] = fill
+                return first + self.lin(feats)
+        """)
+    assert moment.parameters == (("inputs",),)
+
+
+def test_the_fixes_ask_the_run_who_sees_the_write():
+    """The rebinding's report is the run's (aliases.from_run): a module's output is new memory, so `first` holds
+    nothing of `x` (the code alone took `self.lin(x)` for a call that may keep its argument), and the caller's
+    hold comes from the parameter the run saw bring the memory in."""
+    text = textwrap.dedent("""\
+        import torch.nn as nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(5, 5)
+            def forward(self, inputs):
+                x = inputs[0]
+                h = self.lin(x)
+                first = self.lin(h)
+                h.clamp_(0, 1)
+                return first + self.lin(h) + self.lin(x)
+        """)
+    tree = ast.parse(text)
+    (finding,) = [f for f in analyze_module(tree, "<test>", text.splitlines(), use_jedi=False) if f.code == "GG001"]
+    ctx = FixContext(text, tree, "<test>")
+    write = InPlaceWrite.of_mutation(ctx, finding.mutation)
+    report = write.sharing(ctx, "h")
+    assert report.clean, report.reason()
+    other = moment_of(text.replace("h.clamp_(0, 1)", "x.clamp_(0, 1)").replace(" + self.lin(x)", ""))
+    assert other.callers_pass() == ["inputs"]

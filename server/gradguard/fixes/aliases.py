@@ -87,16 +87,13 @@ class Report:
 class AliasAnalysis:
     """Alias, holder and escape facts about one name in one scope, relative to one write statement."""
 
-    def __init__(self, ctx: FixContext, write: ast.stmt, name: str, pieces_disjoint: bool = True,
-                 write_call: ast.Call | None = None, moment: Moment | None = None, depth: int = -1):
+    def __init__(self, ctx: FixContext, write: ast.stmt, name: str, write_call: ast.Call | None = None):
         self.ctx = ctx
-        self.moment, self.depth = moment, depth  # the run at the write: what it reads afterwards
         self.write = write
         self.write_call = write_call  # the in-place call itself: what it returns is the rebound value
         self.name = name
         self.scope = ctx.scope_of(write)
         self.knowledge = load_knowledge()
-        self.pieces_disjoint = pieces_disjoint
         names = ctx.scope_names(self.scope)
         self.loads, self.bindings = names.loads, names.bindings  # shared: read, never changed
         self.aliases: dict[str, list[ast.AST]] = {name: []}  # name -> binding events that made it an alias
@@ -132,7 +129,7 @@ class AliasAnalysis:
             changed = False
             for alias in list(self.aliases) + list(self.holders):
                 kind = ALIAS if alias in self.aliases else CONTAINER
-                for load in self._reads_that_lead_somewhere(alias, kind):
+                for load in self.loads.get(alias, []):
                     key = (id(load) << 1) | (kind == ALIAS)
                     if key in seen_loads:
                         continue
@@ -148,15 +145,6 @@ class AliasAnalysis:
                             self.aliases[source] = [target]
                             changed = True
 
-    def _reads_that_lead_somewhere(self, name: str, kind: str) -> tuple[ast.Name, ...]:
-        """The reads of ``name`` worth following: those whose value, followed with nothing known, ends up
-        somewhere (``_follow`` binds, holds or lets it escape).  The rest lead nowhere whatever the write is
-        (`w - y.exp_()[1:]`), so they are sorted out once per file: a statement with hundreds of writes to
-        one name would otherwise follow each of its reads again for each write."""
-        def lead_somewhere() -> tuple[ast.Name, ...]:
-            return tuple(load for load in self.loads.get(name, []) if not _ReadProbe(self.ctx).leads_nowhere(load, kind))
-        return self.ctx.once(f"reads of {name} that lead somewhere as {kind}", self.scope, lead_somewhere)
-
     def _add(self, table: dict[str, list[ast.AST]], name: str, event: ast.AST) -> bool:
         if name in self.aliases or (table is self.holders and name in self.holders):
             self.aliases.get(name, self.holders.get(name, [])).append(event)
@@ -171,11 +159,7 @@ class AliasAnalysis:
             return self._add(table, target.id, event)
         if isinstance(target, (ast.Tuple, ast.List)):
             names = [e.value if isinstance(e, ast.Starred) else e for e in target.elts]
-            if (
-                self.pieces_disjoint
-                and kind == ALIAS
-                and any(isinstance(n, ast.Name) and n.id == self.name for n in names)
-            ):
+            if kind == ALIAS and any(isinstance(n, ast.Name) and n.id == self.name for n in names):
                 # `a, b = t.unbind(0)` where `a` is the written name: its siblings are other memory.
                 return False
             for elt in names:
@@ -407,7 +391,7 @@ class AliasAnalysis:
             if self._when(event) != "after":
                 rep.escapes.append(why)
         names = set(self.aliases) | set(self.holders)
-        scope = self.scope
+        scope, own = self.scope, self.ctx.scope_names(self.scope)
         if isinstance(scope, FUNCTIONS):
             params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
             for extra in (scope.args.vararg, scope.args.kwarg):
@@ -417,18 +401,14 @@ class AliasAnalysis:
                 if not self._rebound_before(name):
                     rep.escapes.append(f"`{name}` is a parameter: the caller holds the same tensor")
         else:
-            for name in sorted(names):
-                if self._used_in_functions(name):
-                    rep.escapes.append(f"`{name}` is a global that functions of this module read")
-        own = self.ctx.scope_names(scope)
+            rep.escapes.extend(f"`{name}` is a global that functions of this module read"
+                               for name in sorted(names & own.nested))
         rep.escapes.extend("it is declared global or nonlocal" for declared in own.declarations if names & declared)
         if own.nested & names:
             rep.escapes.append("a nested function or class uses it")
         return rep
 
     def _read_after(self, name: str) -> bool:
-        if self.moment is not None:
-            return self.moment.value_read_after(name, self.depth)
         for load in self._reads_not_before(name):
             if self._when(load) == "before":
                 continue
@@ -462,32 +442,6 @@ class AliasAnalysis:
             if anc is self.scope:
                 return False
             child = anc
-        return False
-
-    def _used_in_functions(self, name: str) -> bool:
-        return name in self.ctx.scope_names(self.scope).nested
-
-
-class _ReadProbe(AliasAnalysis):
-    """Follows one read with nothing known and no write call, to tell whether its value ends up anywhere: any
-    binding, holding or escape on the way is noted, not made (``AliasAnalysis._reads_that_lead_somewhere``).
-    A read that leads nowhere so leads nowhere for any write: a write call only stops a walk earlier."""
-
-    def __init__(self, ctx: FixContext):  # noqa: D107 - no fixpoint: one walk at a time
-        self.ctx, self.knowledge, self.write_call = ctx, load_knowledge(), None
-        self.holders: dict[str, list[ast.AST]] = {}
-        self.escapes: list[tuple[str, ast.AST]] = []
-        self.touched = False
-
-    def leads_nowhere(self, load: ast.Name, kind: str) -> bool:
-        return not self._follow(load, kind) and not self.touched and not self.escapes
-
-    def _add(self, table: dict[str, list[ast.AST]], name: str, event: ast.AST) -> bool:
-        self.touched = True
-        return False
-
-    def _bind_target(self, target: ast.AST, kind: str, event: ast.AST, unpacking_of_name: bool = False) -> bool:
-        self.touched = True
         return False
 
 
@@ -631,10 +585,33 @@ def _only_returns_views(ctx: FixContext, knowledge, call: ast.Call) -> bool:
     return len(body) == 1 and isinstance(body[0], ast.Return) and _returned_arguments(ctx, knowledge, method, call) is not None
 
 
-def analyse(ctx: FixContext, write: ast.stmt, name: str, pieces_disjoint: bool = True,
-            write_call: ast.Call | None = None, moment: Moment | None = None, depth: int = -1) -> Report:
-    """``moment``: the run at the write (``InPlaceWrite.moment``): what is read after it is asked of the run."""
-    return AliasAnalysis(ctx, write, name, pieces_disjoint, write_call, moment, depth).report()
+def analyse(ctx: FixContext, write: ast.stmt, name: str, write_call: ast.Call | None = None) -> Report:
+    """What the code says: for a write no run reported (the probe's), or a caller's statement (``from_run``: the
+    run's facts)."""
+    return AliasAnalysis(ctx, write, name, write_call).report()
+
+
+def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth: int) -> Report:
+    """What the runs of the write show (``Moment.seen``, where the memory escaped, the caller's hold through a
+    parameter), with the scope's ``global``/``nonlocal`` names and closures' uses from its name index."""
+    views, held, outside = moment.seen(name, depth)
+    own, names = ctx.scope_names(ctx.scope_of(write)), {name, *views, *held}
+    declared = [d for d in own.declarations if names & d]
+    escapes = [*map(_escape_words, moment.escape_sites()),
+               *(f"`{p}` is a parameter: the caller holds the same tensor" for p in moment.callers_pass(depth)),
+               *("it is declared global or nonlocal" for _ in declared),
+               *(["a nested function or class uses it"] if own.nested & names else []),
+               *(f"`{other}` holds it outside this function" for other in outside if not (other == name and declared))]
+    return Report(name, views, held, escapes)
+
+
+def _escape_words(site: ast.AST) -> str:
+    """What the run saw the memory handed to (``RunLog.escaped``): a call it cannot see into, or a store."""
+    if isinstance(site, ast.Call):
+        return f"it is passed to `{ast.unparse(site.func)}`"
+    stored = next((t for t in getattr(site, "targets", [getattr(site, "target", None)])
+                   if isinstance(t, (ast.Attribute, ast.Subscript))), None)
+    return f"it is stored into `{ast.unparse(stored)}`" if stored is not None else "it goes where the run cannot see"
 
 
 def value_read_after(ctx: FixContext, write: ast.stmt, name: str) -> bool:

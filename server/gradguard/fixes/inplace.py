@@ -63,7 +63,7 @@ def mutation_of(finding: Finding) -> Mutation:
 class RebindRewrite:
     """Rewrite the write out of place and rebind the name it writes through."""
 
-    def __init__(self, ctx: FixContext, write: InPlaceWrite, *, pieces_disjoint: bool = True):
+    def __init__(self, ctx: FixContext, write: InPlaceWrite):
         self.ctx = ctx
         self.write = write
         name, direct = root_name(write.target)
@@ -79,9 +79,7 @@ class RebindRewrite:
             raise CannotFix(f"`{name}` belongs to an enclosing scope; binding it here would not reach it")
         self.name = name
         self.direct = direct
-        self.report: Report = (
-            write.sharing(ctx, name, pieces_disjoint) if name else Report("")
-        )
+        self.report: Report = write.sharing(ctx, name) if name else Report("")
 
     def rewrite(self) -> tuple[Rewrite, str]:
         """The edit and a short description; CannotFix when this write has no rebinding form."""
@@ -253,7 +251,7 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
         raise CannotFix(f"`{leaf}` is assigned again later")
     local = fresh_name(ctx, scope, f"{leaf}_new")
     repeated = bool(ctx.loops_around(stmt, scope))  # a read above the write runs after it in the next iteration
-    if not any(not inside(ctx, r, stmt) and (repeated or starts_after(r, stmt)) for r in reads):
+    if not any(not ctx.inside(r, stmt) and (repeated or starts_after(r, stmt)) for r in reads):
         raise CannotFix(f"`{leaf}` is not read after the write")
     for read in reads:
         parent = ctx.parents.get(read)
@@ -263,7 +261,7 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
             raise CannotFix(f"`{leaf}` is bound to another name after the write")
     if start is stmt and direct and write.kind in ("augassign", "method") and not write.value_use:
         first = update_on_copy(ctx, rw, write, leaf, local, anchor)
-        reads = [r for r in reads if not inside(ctx, r, stmt)]
+        reads = [r for r in reads if not ctx.inside(r, stmt)]
     else:
         rw.insert_before(anchor, f"{local} = {leaf}.clone()")
         first = f"{local} = {leaf}.clone()"
@@ -355,7 +353,7 @@ def copy_for_closure(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
     own = list(own_nodes(fn))
     declared = [n for n in own if isinstance(n, ast.Nonlocal) and name in n.names]
     if any(isinstance(n, ast.Global) and name in n.names for n in own) or (is_local(fn, name) and not declared) \
-            or any(isinstance(n, ast.Name) and n.id == name and not inside(ctx, n, stmt) for n in own):
+            or any(isinstance(n, ast.Name) and n.id == name and not ctx.inside(n, stmt) for n in own):
         raise CannotFix(f"the closure binds `{name}` or reads it outside the write")
     if len(declared) > 1 or declared and (declared[0].names != [name] or ctx.lines[declared[0].lineno - 1].strip()
                                           != f"nonlocal {name}"):
@@ -470,10 +468,6 @@ def starts_after(node: ast.AST, stmt: ast.stmt) -> bool:
     return (node.lineno, node.col_offset) >= (stmt.lineno, stmt.col_offset)
 
 
-def inside(ctx: FixContext, node: ast.AST, stmt: ast.stmt) -> bool:
-    return any(a is stmt for a in ctx.ancestors(node))
-
-
 def later_reads_of_name(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str) -> list[ast.Name]:
     reads = []
     for node in ctx.names_in(scope).of(name):
@@ -489,7 +483,7 @@ def later_reads_of_name(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: 
 
 
 def assigned_after(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str, write: ast.stmt) -> bool:
-    return any(not isinstance(n.ctx, ast.Load) and starts_after(n, start) and not inside(ctx, n, write)
+    return any(not isinstance(n.ctx, ast.Load) and starts_after(n, start) and not ctx.inside(n, write)
                for n in ctx.names_in(scope).of(name))
 
 
@@ -509,7 +503,7 @@ def _later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, 
     names = ctx.names_in(scope)
     reads = []
     for node in (n for a in dict.fromkeys(attrs) for n in names.attribute(a)):
-        if not starts_after(node, start) or node is attr or inside(ctx, node, stmt):
+        if not starts_after(node, start) or node is attr or ctx.inside(node, stmt):
             continue
         source = ctx.source(node)
         if source == text:
@@ -541,7 +535,7 @@ def is_parameter_update(ctx: FixContext, mutation: Mutation, write: InPlaceWrite
     stmt = write.stmt
     fn = ctx.function_of(stmt)
     scope = ctx.scope_of(stmt)
-    if any(inside(ctx, n, stmt) for n in ctx.names_in(scope).attribute("grad") if stmt.lineno <= n.lineno <= stmt.end_lineno):
+    if any(ctx.inside(n, stmt) for n in ctx.names_in(scope).attribute("grad") if stmt.lineno <= n.lineno <= stmt.end_lineno):
         return True
     origin = mutation.target.root().origin
     for loop in ctx.loops_around(stmt, scope):
@@ -573,7 +567,7 @@ def _backward_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt) -> bool:
     names = ctx.names_in(fn)  # the functions a call may name: `x.backward`, `torch.autograd.grad`, an imported name
     for func in (*names.attribute("backward"), *names.attribute("grad"), *(n for i in ctx.imports for n in names.of(i))):
         if not (isinstance(node := ctx.parents.get(func), ast.Call) and node.func is func and starts_after(node, stmt)
-                and not inside(ctx, node, stmt) and ctx.scope_of(node) is fn):
+                and not ctx.inside(node, stmt) and ctx.scope_of(node) is fn):
             continue
         if isinstance(func, ast.Attribute) and func.attr == "backward":
             return True
@@ -610,7 +604,7 @@ def _loop_variable_unread(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
     for loop in ctx.loops_around(stmt):
         if isinstance(loop, (ast.For, ast.AsyncFor)) and any(ctx.inside(n, loop.target) for n in uses):
             return not any(
-                isinstance(n.ctx, ast.Load) and starts_after(n, stmt) and not inside(ctx, n, stmt)
+                isinstance(n.ctx, ast.Load) and starts_after(n, stmt) and not ctx.inside(n, stmt)
                 and any(ctx.inside(n, body_stmt) for body_stmt in loop.body)
                 for n in uses
             )
@@ -658,7 +652,7 @@ def copy_for_callers(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
     if ctx.loops_around(stmt, fn) or any(isinstance(n, ast.Return) for n in own_nodes(fn)):
         raise CannotFix("the helper writes in a loop, or returns something already")
     if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in own_nodes(fn)) \
-            or any(not inside(ctx, r, stmt) for r in later_reads_of_name(ctx, fn, stmt, name)):
+            or any(not ctx.inside(r, stmt) for r in later_reads_of_name(ctx, fn, stmt, name)):
         raise CannotFix(f"the helper binds `{name}` or reads it after the write")
     if not helper.calls:
         raise CannotFix("the helper is not called in this file")

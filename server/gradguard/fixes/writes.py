@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
-from .aliases import Report, analyse, value_read_after
+from .aliases import Report, analyse, from_run, value_read_after
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,10 +59,12 @@ class InPlaceWrite:
         write.depth = next((i for i, (site, _) in enumerate(mutation.frames) if site is entry), -1)
         return write
 
-    def sharing(self, ctx: FixContext, name: str, pieces_disjoint: bool = True) -> Report:
-        """Who else may see the memory ``name`` holds at the write (``aliases.analyse``), reads after it asked of
-        the run."""
-        return analyse(ctx, self.stmt, name, pieces_disjoint, self.call, self.moment, self.depth)
+    def sharing(self, ctx: FixContext, name: str) -> Report:
+        """Who else may see the memory ``name`` holds at the write: the run's facts when it ran the write
+        (``aliases.from_run``), the code's otherwise (``aliases.analyse``)."""
+        if self.moment is not None and self.moment.holders is not None:
+            return from_run(ctx, self.stmt, name, self.moment, self.depth)
+        return analyse(ctx, self.stmt, name, self.call)
 
     def value_read_after(self, ctx: FixContext, name: str) -> bool:
         """Is ``name``'s value (not just its ``.grad`` or ``.shape``) read after the write, as the run went

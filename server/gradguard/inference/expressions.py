@@ -505,6 +505,7 @@ class ExpressionsMixin:
             element = self.assumed_elements[key] = Tensor(
                 Storage(), container.requires_grad, leaf=container.leaf, origin=node, label=f"`{ast.unparse(node)}`",
                 graph=container.graph, assumed=True)
+            self.run_log.reached_through(container, element)
         return element
 
     def _expr_Attribute(self, node: ast.Attribute) -> Value:

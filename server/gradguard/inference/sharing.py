@@ -90,13 +90,25 @@ class RunLog:
             self.escaped.setdefault(storage, node)
 
     def parameters_bound(self, env: dict[str, Value], names: list[str]) -> None:
-        """The running frame's parameters, as bound at its entry: whatever memory they hold, the caller holds."""
+        """The running frame's parameters, as bound at its entry: whatever memory they hold, the caller holds (and
+        what is read out of them as memory of its own, ``reached_through``)."""
         bound = {}
         for name in names:
             memory = storages_in(env.get(name))
             if memory:
                 bound[name] = frozenset(memory)
         self.parameters[self.stack[-1]] = bound
+
+    def reached_through(self, container: Value, reached: Value) -> None:
+        """``reached`` was read out of ``container`` as memory of its own (``inputs[0]`` of an argument taken for one
+        tensor may be an item of the caller's tuple): whichever open frame's parameter holds ``container``, the
+        caller holds ``reached`` too."""
+        through, memory = storages_in(container), frozenset(storages_in(reached))
+        for frame in self.stack:
+            bound = self.parameters.get(frame, {})
+            for name, had in bound.items():
+                if had & through:
+                    bound[name] = had | memory
 
     def moment(self, written: Tensor | None = None, envs: list[dict[str, Value]] | None = None,
                scopes: tuple[dict[str, Value], ...] = (), node: ast.AST | None = None) -> Moment:
@@ -201,6 +213,22 @@ class Moment:
     def held_in_any_run(self, depth: int = -1) -> list[tuple[str, str]]:
         """``held``, at any run of the write (``runs``)."""
         return list(dict.fromkeys(pair for m in self.runs() for pair in m.held(depth)))
+
+    def seen(self, name: str, depth: int = -1) -> tuple[list[str], list[str], list[str]]:
+        """Who besides ``name`` (a variable of frame ``depth``) may see what this write changes, as its runs show:
+        (views, holders, outside).  views: the frame's variables over the same memory (the tensor under another
+        name, a view or base of it) that read its value after a run of the write; holders: the frame's lists,
+        dicts and objects holding it that are read after; outside: the variables of other frames that held it (an
+        enclosing function's or the module's, a call's it made; a caller's when no parameter brought it in: a
+        parameter that did is ``callers_pass``)."""
+        views: list[str] = []
+        held: list[str] = []
+        for other, how in self.held_in_any_run(depth):
+            if other != name and self.value_read_after(other, depth):
+                (held if how == "holder" else views).append(other)
+        own, callers = self.frame_index(depth), self.callers_pass(depth)
+        outside = [other for other, frame in self.held_outside(depth) if frame is None or frame > own or not callers]
+        return views, held, outside
 
     def held_outside(self, depth: int = -1) -> list[tuple[str, int | None]]:
         """(name, frame) of the variables that held the written memory, at any run of the write, in other frames

@@ -141,7 +141,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         raise CannotFix("the written name is the row of a tensor that is not a local name")
     if mutation.target.multi_view and _indexes_pieces(ctx, write.target):
         raise CannotFix("`parts[0]` of a split: the name holds the pieces, not a tensor to copy")
-    rebind = RebindRewrite(ctx, write, pieces_disjoint=True)
+    rebind = RebindRewrite(ctx, write)
     target = mutation.target
     if not rebind.direct and target.multi_view and not (target.base is not None and target.base.multi_view):
         # `parts[0].zero_()`: the subscript picks a piece out of the tuple `parts`, it is no view of a tensor
@@ -261,7 +261,7 @@ def rebuild_pieces(ctx: FixContext, write: InPlaceWrite) -> Fix | None:
     binding = ctx.parents.get(bindings[0]) if len(bindings) == 1 else None
     if not (isinstance(binding, ast.Assign) and isinstance(binding.value, ast.Call) and _returns_pieces(ctx, binding.value)):
         raise CannotFix(f"`{name}` is not bound once to the tuple split/chunk/unbind return")
-    report = write.sharing(ctx, name, pieces_disjoint=True)
+    report = write.sharing(ctx, name)
     if not report.clean:
         raise CannotFix(report.reason())
     element = ctx.cst(target)
@@ -319,7 +319,7 @@ def whole_tensor_instead_of_rows(ctx: FixContext, write: InPlaceWrite) -> Fix:
     if any(isinstance(n, ast.Name) and n.id in (row, tensor) for a in [*call.args, *call.keywords] for n in ast.walk(a)):
         raise CannotFix("the op's arguments read the row or the tensor")
     scope = ctx.scope_of(loop)
-    if any(n is not loop.target and not _inside(ctx, n, loop) for n in ctx.names_in(scope).of(row)):
+    if any(n is not loop.target and not ctx.inside(n, loop) for n in ctx.names_in(scope).of(row)):
         raise CannotFix("the row's name is used outside the loop")
     report = analyse(ctx, loop, tensor)
     if not report.clean:
@@ -330,10 +330,6 @@ def whole_tensor_instead_of_rows(ctx: FixContext, write: InPlaceWrite) -> Fix:
     line, column, end_line, end_column = ctx.char_range(loop)
     return Fix(f"Write the whole tensor at once: `{new}` instead of each row of it", True,
                (TextEdit(line, column + 1, end_line, end_column + 1, new),))
-
-
-def _inside(ctx: FixContext, node: ast.AST, outer: ast.AST) -> bool:
-    return any(a is outer for a in ctx.ancestors(node))
 
 
 RULE = Rule(

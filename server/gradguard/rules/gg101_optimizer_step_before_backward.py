@@ -540,7 +540,7 @@ def _forward_into_loop(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
     if not sinks or any(c.sink.kind != "backward" for c in mutation.conflicts):
         raise CannotFix("the graph is not backpropagated here")
     loop = next((a for a in enclosing_statements(ctx, entry)
-                 if isinstance(a, ast.For) and all(_inside(ctx, s, a) for s in sinks)), None)
+                 if isinstance(a, ast.For) and all(ctx.inside(s, a) for s in sinks)), None)
     if loop is None or not isinstance(loop.iter, ast.Name) or not isinstance(loop.target, ast.Name) or loop.orelse:
         raise CannotFix("the step and its backward are not in a loop over a list")
     block = block_around(ctx, loop)
@@ -578,7 +578,7 @@ def _forward_into_loop(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
                 or written & _reads(gen.iter):
             break
         readers = [n for name in written for n in outside(name) if isinstance(n.ctx, ast.Load)
-                   and not any(_inside(ctx, n, m) for m in moved)]
+                   and not any(ctx.inside(n, m) for m in moved)]
         if readers:
             break  # read again outside the losses: it must stay computed once
         moved.insert(0, st)
@@ -627,7 +627,7 @@ def _detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
     # The innermost loop around the step that runs its backwards too (a loop inside the body, around the step
     # alone, does not carry the state from one chunk to the next).
     loop = next((a for a in enclosing_statements(ctx, step)
-                 if isinstance(a, (ast.For, ast.While)) and all(_inside(ctx, c, a) for c in calls)), None)
+                 if isinstance(a, (ast.For, ast.While)) and all(ctx.inside(c, a) for c in calls)), None)
     if loop is None:
         raise CannotFix("the step and the backward it breaks are not in one loop")
     carried = _carried_tensors(loop)
@@ -651,10 +651,6 @@ def _detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
 def _retains(call: ast.Call) -> bool:
     return any(k.arg == "retain_graph" and isinstance(k.value, ast.Constant) and k.value.value is True
                for k in call.keywords)
-
-
-def _inside(ctx: FixContext, node: ast.AST, outer: ast.AST) -> bool:
-    return any(a is outer for a in ctx.ancestors(node))
 
 
 def _bound_names(target: ast.expr) -> list[ast.Name]:

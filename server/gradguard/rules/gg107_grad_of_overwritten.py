@@ -15,7 +15,6 @@ from ..fixes.inplace import (
     fix_or_none,
     copy_anchor,
     fresh_name,
-    inside,
     later_reads_of_name,
     mutation_of,
     starts_after,
@@ -78,7 +77,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     asking = [a.node for a in mutation.asks]
     # The new name starts at the write, or before the `if`/`try`/`with` around it when reads follow that.
     anchor, reads = copy_anchor(ctx, scope, stmt, lambda at: [
-        r for r in later_reads_of_name(ctx, scope, at, name) if not inside(ctx, r, stmt) and not _asks_through(ctx, r, asking)])
+        r for r in later_reads_of_name(ctx, scope, at, name) if not ctx.inside(r, stmt) and not _asks_through(ctx, r, asking)])
     if assigned_after(ctx, scope, anchor, name, stmt):
         raise CannotFix(f"`{name}` is assigned again later")
     if not any(starts_after(r, stmt) for r in reads):
@@ -107,7 +106,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
 def _asks_through(ctx: FixContext, read: ast.Name, asking: list[ast.AST]) -> bool:
     """Is ``read`` where the gradient is asked for: inside the ask (``inputs=[h]``), or handed to the function
     that asks (``monitor.watch(h)`` where ``watch`` registers the hook)?"""
-    if any(inside(ctx, read, a) or read is a for a in asking):
+    if any(ctx.inside(read, a) for a in asking):
         return True
     call = ctx.parents.get(read)
     if not (isinstance(call, ast.Call) and read in call.args):
