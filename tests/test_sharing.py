@@ -354,3 +354,34 @@ def test_the_fixes_ask_the_run_who_sees_the_write():
     assert report.clean, report.reason()
     other = moment_of(text.replace("h.clamp_(0, 1)", "x.clamp_(0, 1)").replace(" + self.lin(x)", ""))
     assert other.callers_pass() == ["inputs"]
+
+
+def test_a_list_the_written_tensor_was_read_out_of_counts_as_a_view():
+    """`adj = adjs[0]` then `adj += ...` in a loop that reads `adjs` again: the list is where the tensor lives, and
+    rebinding `adj` would leave its element unwritten (a real case, 235, was fixed into a copy that still failed
+    when the list counted as a mere holder), so no rebinding is offered, as for a view."""
+    text = textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(4, 4)
+            def forward(self, x, heads):
+                adjs = [a.squeeze(1) for a in torch.split(self.lin(x), 1, dim=1)]
+                adj = None
+                for i in range(heads):
+                    if adj is None:
+                        adj = adjs[i]
+                    else:
+                        adj += adjs[i]
+                return adj
+        """)
+    tree = ast.parse(text)
+    findings = [f for f in analyze_module(tree, "<test>", text.splitlines(), use_jedi=False) if f.code == "GG004"]
+    assert findings
+    ctx = FixContext(text, tree, "<test>")
+    write = InPlaceWrite.of_mutation(ctx, findings[0].mutation)
+    assert write.moment is not None and write.moment.holders is not None
+    report = write.sharing(ctx, "adj")
+    assert report.aliases_read_after == ["adjs"] and not report.only_holders, report.reason()

@@ -17,13 +17,13 @@ PACKAGE = Path(gradguard.__file__).resolve().parent
 FIXES, RULES = PACKAGE / "fixes", PACKAGE / "rules"
 
 AST_WALKS = 45  # ``ast.walk(`` in fixes/ and rules/ (116 at the start of session 18, 50 at its end; the target: 30)
-FIXES_LINES = 3_950  # lines of fixes/ (3,819 at the start of session 18; + the name index rules ask, + the headers of
-# index.py, identity.py and helper_calls.py split from context.py and callers.py, + a helper's own-parameter write
-# rewritten out of place, + a merged chain's later writes fixed with its first; the target: 2,600)
+FIXES_LINES = 3_935  # lines of fixes/ (3,819 at the start of session 18, 3,950 at its end: the name index rules ask,
+# module headers split from context.py and callers.py, new fix forms; session 19: the alias report of a write the run
+# saw is the run's, and the syntactic read probe goes; the target: 2,600)
 MODULE_LINES = 450  # the most lines a module of fixes/ has ...
 OVER = {  # ... but these, each at most its size now, until split along its seams or emptied into facts
-    "aliases.py": 642,
-    "inplace.py": 695,
+    "aliases.py": 631,
+    "inplace.py": 689,
 }
 
 

@@ -432,8 +432,6 @@ UNSAFE_ONLY = {
                                                     "changing it sees the old ones",
     "GG101/pos_lstm_cell_state_from_zeros_carried": "each backward now stops at its step's start (truncated BPTT): "
                                                     "no gradient flows into earlier steps, as the loop meant",
-    "GG001/pos_custom_function_saved_input_written": "the fix layer's own alias walk cannot see that `Gate.apply` "
-                                                     "returns a new tensor, so `gated` may hold the written one",
     "GG005/pos_weight_norm_layer_in_sequential": "the dropout is built inside a list spread into a Sequential: the fix "
                                                  "cannot see every place the module is applied",
     "GG001/pos_no_grad_clamp_probs": "the clamp leaves the no_grad block: its gradient now goes through it",

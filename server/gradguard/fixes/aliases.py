@@ -595,7 +595,12 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
     """What the runs of the write show (``Moment.seen``, where the memory escaped, the caller's hold through a
     parameter), with the scope's ``global``/``nonlocal`` names and closures' uses from its name index."""
     views, held, outside = moment.seen(name, depth)
-    own, names = ctx.scope_names(ctx.scope_of(write)), {name, *views, *held}
+    scope = ctx.scope_of(write)
+    # A holder the written name was read out of (`x = xs[i]`, `h = self.buf`) is where the tensor lives: rebinding
+    # the name leaves it there unwritten, as for a view (one it was put into only keeps what it was given)
+    homes = {_read_out_of(ctx.parents.get(n)) for n in ctx.names_in(scope).of(name) if isinstance(n.ctx, ast.Store)}
+    views, held = [*views, *(h for h in held if h in homes)], [h for h in held if h not in homes]
+    own, names = ctx.scope_names(scope), {name, *views, *held}
     declared = [d for d in own.declarations if names & d]
     escapes = [*map(_escape_words, moment.escape_sites()),
                *(f"`{p}` is a parameter: the caller holds the same tensor" for p in moment.callers_pass(depth)),
@@ -603,6 +608,13 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
                *(["a nested function or class uses it"] if own.nested & names else []),
                *(f"`{other}` holds it outside this function" for other in outside if not (other == name and declared))]
     return Report(name, views, held, escapes)
+
+
+def _read_out_of(binding: ast.AST | None) -> str | None:
+    node = binding.value if isinstance(binding, ast.Assign) and len(binding.targets) == 1 else None
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _escape_words(site: ast.AST) -> str:
