@@ -195,10 +195,13 @@ def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) 
         raise CannotFix("the helper does more than return the view under no_grad")
     title = f"Make the view with grad mode on: `{fn.name}` returns `{short(ctx.source(origin), 40)}` {how}"
     rebind = inplace.fix_or_none(lambda: inplace.RebindRewrite(ctx, InPlaceWrite.of_mutation(ctx, mutation)))
-    built = inplace.fix_or_none(rebind.rewrite) if rebind is not None and rebind.direct and rebind.report.clean else None
+    built = inplace.fix_or_none(rebind.rewrite) if rebind is not None and rebind.direct and rebind.report.only_holders \
+        else None
     if built is not None:
         edits.extend(built[0].edits())
         title += f", then write out of place: `{short(built[1], 50)}`"
+        if not rebind.report.clean:  # `encoder` holds the viewed weight: it keeps its values, as in the tied case
+            title += f" ({rebind.report.reason()}, and no longer sees the write)"
     else:
         root = mutation.target.root()
         if root.leaf or root.param:
