@@ -195,7 +195,8 @@ def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) 
         raise CannotFix("the helper does more than return the view under no_grad")
     title = f"Make the view with grad mode on: `{fn.name}` returns `{short(ctx.source(origin), 40)}` {how}"
     rebind = inplace.fix_or_none(lambda: inplace.RebindRewrite(ctx, InPlaceWrite.of_mutation(ctx, mutation)))
-    built = inplace.fix_or_none(rebind.rewrite) if rebind is not None and rebind.direct and rebind.report.only_holders \
+    report = rebind.report if rebind is not None and rebind.direct else None  # holders only: not the caller's
+    built = inplace.fix_or_none(rebind.rewrite) if report and (report.clean or report.only_holders and not report.escapes) \
         else None
     if built is not None:
         edits.extend(built[0].edits())
