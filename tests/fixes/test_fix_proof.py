@@ -476,6 +476,8 @@ UNSAFE_ONLY = {
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
     "GG101/pos_two_steps_then_second_loss_on_shared_forward": "the code and the sample computed again after both "
                                                               "steps see the updated encoder and generator",
+    "GG101/pos_shared_optimizer_zero_filled_grads_step": "the actor's forward computed again after the step sees the "
+    "weights the step updated",
     "GG101/pos_gan_no_detach_shared_d_output": "`D(fake)` computed again after the step sees the updated discriminator",
     "GG101/pos_shared_generator_optimizer_two_steps_before_d_fake": "the fake computed again after both generator "
                                                                     "steps comes from the updated generator",

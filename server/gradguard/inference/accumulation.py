@@ -110,3 +110,17 @@ def _sources(interp, values: list[Value]) -> frozenset[int]:
         elif isinstance(value, TensorSeq) and value.base is None:
             stack.extend(value.items)
     return frozenset(found)
+
+
+def without_gradient(interp, param) -> bool:
+    """A parameter whose ``.grad`` is certainly None at a step, which every torch optimizer skips: a ``zero_grad()``
+    (``set_to_none``, the default) cleared it, and no backward reached it since.  Not when the code writes gradients
+    itself, a clear may leave zeros, or the parameter reached code the analysis does not see."""
+    sources = param.graph
+    if interp.grads_written or interp.zero_filled or not sources:
+        return False
+    cleared = max((seq for seq, owner in interp.grad_clears
+                   if owner is None or sources & _sources(interp, [owner])), default=None)
+    if cleared is None or sources & _sources(interp, interp.escaped):
+        return False
+    return not any(s.kind == "backward" and s.seq > cleared and sources & s.graph for s in interp.sinks)

@@ -108,6 +108,9 @@ class CallsMixin:
             self.grads_written = True
         if isinstance(func, ast.Attribute):
             owner = self.eval(func.value)
+            if func.attr == "zero_grad" and (node.args or any(k.arg != "set_to_none" or not (
+                    isinstance(k.value, ast.Constant) and k.value.value is True) for k in node.keywords)):
+                self.zero_filled = True  # `zero_grad(set_to_none=False)`: gradients of zeros, which steps apply
             if func.attr == "zero_grad" and not isinstance(owner, (OptimizerValue, ModuleValue)):
                 self.grad_clears.append((self._next(), None))  # of an object not known here: any gradients
             if isinstance(owner, Tensor):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from .. import statements
 from ..knowledge import TorchKnowledge
+from .accumulation import without_gradient
 from .calls import CallsMixin
 from .classes import ClassInfo, bind, find_setter, mro, own_method
 from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead, GraphBreak, GuardedUnfreeze, HookWrite,
@@ -263,6 +264,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # to code the analysis cannot see (which may clear or step them there).
         self.step_runs: list[StepRun] = []
         self.grad_clears: list[tuple[int, Value | None]] = []
+        self.zero_filled = False  # a `zero_grad()` that may leave gradients of zeros (not `None`) ran
         self.escaped: list[Value] = []
         self.loads: list[LoadedCopy] = []  # `a.load_state_dict(b.state_dict())`, see ``LoadedCopy``
         self.cut_markers: set[int] = set()  # the markers `.detach()`/`.data` cuts put into the graphs they start
@@ -1475,7 +1477,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         params = tuple(p for p in self._param_tensors(optimizer.owners) if p.requires_grad != Grad.NO)
         if not params:
             return
-        proxy = Tensor(Storage(), Grad.YES, leaf=True, param=True, group=params, origin=optimizer.ctor,
+        written = tuple(p for p in params if not without_gradient(self, p))  # skipped: `.grad` is None
+        proxy = Tensor(Storage(), Grad.YES, leaf=True, param=True, group=written or params, origin=optimizer.ctor,
                        label=f"the parameters `{name}` updates")
         self.grad_reads.append(GradRead(node, frozenset().union(*(p.graph for p in params)), f"`{name}.step()`",
                                           self._next()))
@@ -1484,7 +1487,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                       self.frame_sites, name,
                                       bool(isinstance(node, ast.Call) and (node.args or node.keywords))))
         grad_mode, self.state.grad_enabled = self.state.grad_enabled, False
-        self._inplace(node, proxy, f"`{name}.step()`", None, [], kind="step")
+        if written:
+            self._inplace(node, proxy, f"`{name}.step()`", None, [], kind="step")
         self.state.grad_enabled = grad_mode
 
     def _graph_break(self, node: ast.AST, how: str, sources_from: list[Value], requires_grad: Grad) -> Tensor:
