@@ -6,6 +6,8 @@
   or, so that none of them waits for it, just after the first findings are out (``GradguardServer.record``).
   Whether fixes can be built in this interpreter (``fixes.unavailable``) is known once it is loaded: a server
   without libcst says so then, once (``on_loaded``).
+  Once it is loaded, the code attrs and dataclasses generated so far is saved compiled for the next start
+  (``generated_code.save``).
 - ``"closed files"``: workspace mode's analysis of the files on disk (``closed_files.py``: worker processes,
   the result cache), off by default.
 
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from ..fixes import unavailable
+from . import generated_code
 
 FIX_LAYER = "fix layer"
 CLOSED_FILES = "closed files"
@@ -38,6 +41,7 @@ def _import(name: str) -> tuple[ModuleType, ...]:
     modules = tuple(importlib.import_module(module) for module in MODULES[name])
     if name == FIX_LAYER:
         unavailable()  # imports libcst, or finds it missing; cached for every later ask
+        generated_code.save()  # the start's and the fix layer's generated code, compiled: the next start reads it
     return modules
 
 
