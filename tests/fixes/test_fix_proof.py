@@ -231,41 +231,17 @@ NO_FIX = {
         "the fakes are made by another method (`forward()`) the caller runs; making them again before the second "
         "helper means calling it there with the images it kept, a change to the class no fix rewrites"
     ),
-    "GG004/pos_full_backward_hook_before_inplace_relu": (
-        "the write is an in-place layer's own, refused because of the hook; the fix (a tensor hook from a forward "
-        "hook, or the layer out of place) changes the hook's registration or the model, which no fix rewrites"
-    ),
-    "GG004/pos_hook_layer_types_from_class_attribute": (
-        "the write is an in-place layer's own, refused because of the hook a class attribute chose; the fix (a "
-        "tensor hook from a forward hook, or the layer out of place) changes the registration or the model"
-    ),
     "GG005/pos_inplace_flag_class_attribute": (
         "`inplace=self.INPLACE_ACT` reads a class attribute that other classes inherit: setting it to False changes "
         "every block of the family, and the constructor's keyword is not a literal to rewrite"
     ),
-    "GG005/pos_hooks_on_named_layers_from_name_list": (
-        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
-        "the change, and no fix rewrites the value a hook stores yet"
-    ),
-    "GG005/pos_hooks_on_named_children_tuple_of_names": (
-        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
-        "the change, and no fix rewrites the value a hook stores yet"
-    ),
-    "GG005/pos_forward_hook_dict_keeps_conv_output": (
-        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
-        "the change, and no fix rewrites the value a hook stores yet"
-    ),
-    "GG005/pos_forward_hook_list_grad_asked_of_kept_output": (
-        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
-        "the change, and no fix rewrites the value a hook stores yet"
+    "GG001/pos_alias_of_input_written_then_input_decoded_again": (
+        "the caller reads the written argument again after the call (the run shows it): rewriting the helper's write "
+        "out of place would change what the second decoder reads, and which one is meant is the author's choice"
     ),
     "GG004/pos_unbind_row_clamped_then_scaled_in_helper": (
         "the writes are a helper's, on the row it is given: the piece comes from iterating the tensor in the caller, "
         "and no fix rewrites a loop over a tensor's rows"
-    ),
-    "GG005/pos_forward_hook_attribute_before_functional_relu": (
-        "the hook keeps the layer's output, which a later in-place layer overwrites: `output.clone()` in the hook is "
-        "the change, and no fix rewrites the value a hook stores yet"
     ),
     "GG108/pos_forward_hook_zeroes_slice_of_query_table": (
         "the forward hook writes its output, a view of a parameter: writing into a clone and returning it is the "
@@ -279,10 +255,6 @@ NO_FIX = {
         "the write is in a custom Function's backward, on a tensor `ctx.saved_tensors` gives back; a clone there is "
         "the change, but no fix rewrites code that torch runs inside the backward"
     ),
-    "GG001/pos_function_backward_squares_saved_tanh_output": (
-        "the write is in a custom Function's backward, on a tensor `ctx.saved_tensors` gives back; a clone there is "
-        "the change, but no fix rewrites code that torch runs inside the backward"
-    ),
     "GG108/pos_function_backward_scales_shared_grad": (
         "the write is in a custom Function's backward, whose gradient argument torch passes on by what backward "
         "returns: the hook rewrite applies to registered hooks only"
@@ -290,10 +262,6 @@ NO_FIX = {
     "GG108/pos_function_backward_masks_grad_outputs": (
         "the write is in a custom Function's backward, whose gradient argument torch passes on by what backward "
         "returns: the hook rewrite applies to registered hooks only"
-    ),
-    "GG004/pos_full_backward_hook_on_inplace_layer": (
-        "the hooked layer itself writes in place; making it out of place or moving the hook are model changes no "
-        "fix makes"
     ),
     "GG102/pos_forward_data_clamp_gain_after_use": (
         "the `.data` clamp of a parameter inside `forward`, after the op that saved it: the backward that needs the "
@@ -427,11 +395,22 @@ UNSAFE_ONLY = {
     **{f"GG001/{name}": "the helper now leaves its argument as it was: a caller this analysis did not run may have "
                         "read it after the call" for name in (
         "pos_helper_soft_clip_sub_inplace_argument", "pos_mixer_method_residual_iadd_nested_forwards",
-        "pos_normalize_helper_idiv_in_training_loop")},
+        "pos_normalize_helper_idiv_in_training_loop", "pos_forward_adds_embedding_through_alias_of_input",
+        "pos_state_pair_unpacked_then_accumulated_in_helper")},
+    "GG004/pos_piece_of_argument_squashed_in_helper": "the helper now leaves its argument as it was: a caller this "
+                                                      "analysis did not run may have read it after the call",
     "GG001/pos_quadrants_written_into_input_alias": "the input keeps its values: a caller that relied on the writes "
                                                     "changing it sees the old ones",
     "GG101/pos_lstm_cell_state_from_zeros_carried": "each backward now stops at its step's start (truncated BPTT): "
                                                     "no gradient flows into earlier steps, as the loop meant",
+    **{f"GG005/{name}": "the hook returns a copy of the output for the network to go on with: what it keeps holds "
+                        "the layer's values, not the in-place activation's" for name in (
+        "pos_hooks_on_named_layers_from_name_list", "pos_hooks_on_named_children_tuple_of_names",
+        "pos_forward_hook_dict_keeps_conv_output", "pos_forward_hook_list_grad_asked_of_kept_output",
+        "pos_forward_hook_attribute_before_functional_relu")},
+    "GG001/pos_function_backward_squares_saved_tanh_output": "the backward writes a copy of the tensor "
+                                                              "`ctx.saved_tensors` gives it, which the helper's own "
+                                                              "code cannot tell nothing else holds (the run can)",
     "GG005/pos_weight_norm_layer_in_sequential": "the dropout is built inside a list spread into a Sequential: the fix "
                                                  "cannot see every place the module is applied",
     "GG001/pos_no_grad_clamp_probs": "the clamp leaves the no_grad block: its gradient now goes through it",

@@ -53,9 +53,11 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
     if fn is None:
         return None
     outer = None
-    if is_local(fn, name) and not _param(fn, name) and not _only_numpy_views(ctx, fn, name):
-        # A local bound from something else (a free variable, a list): the analysis of the helper cannot see
-        # who else holds that tensor.  NumPy views are resolved to their tensor by the GG102 fix itself.
+    moment = finding.mutation.moment
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    # A local bound from something else (`x = token`, `a, b = state`): the run knows who else holds that tensor.
+    unseen = is_local(fn, name) and name not in params and not _only_numpy_views(ctx, fn, name)
+    if unseen and (moment is None or name is None or moment.others_read_after(name)):
         return None
     if not is_local(fn, name):
         # A closure's free variable: rebinding it there needs `nonlocal`, and every call of the closure in its
@@ -72,13 +74,15 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
             return _with_nonlocal(ctx, fix, fn, outer, name)
         except CannotFix:
             return None
+    within = fix is not None and all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits)
+    if unseen:  # (the run's facts above are about rebinding `name` in the helper)
+        return fix if within else None
     if fix is None or fix.safe:
         return fix
-    if all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits) and not fix.callers_checked:
+    if within and not fix.callers_checked:
         # (unless no call in this file expects the write: all rebind, or none reads after it).  The run tells it
         # for the calls it made: when nothing but `name` held the memory and read it after the write, in any
         # caller, rebinding `name` changes no value any of them reads.
-        moment = finding.mutation.moment
         if moment is None or name is None or moment.others_read_after(name):
             return None
     return fix
@@ -144,10 +148,6 @@ def through_closure_calls(ctx: FixContext, fix: Fix, stmt: ast.stmt, name: str) 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
-
-
-def _param(fn: ast.FunctionDef, name: str | None) -> bool:
-    return name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
 
 
 def _only_numpy_views(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> bool:

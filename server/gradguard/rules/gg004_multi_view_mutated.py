@@ -26,6 +26,7 @@ from ..knowledge.names import ELEMENTWISE_INPLACE, OUT_OF_PLACE_METHODS, PIECES,
 from ..messages import Message
 from .base import Example, Rule
 from .gg001_saved_tensor_mutated import fix as saved_tensor_fix
+from .gg005_inplace_activation_on_saved import module_inplace_false
 from .common import call_path_related, piece_of, view_call
 
 MESSAGE = "Output 0 of Unbind is a view and is being modified inplace."
@@ -124,6 +125,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
             raise CannotFix("the write indexes into the element, which may hold the pieces")
         return saved_tensor_fix(ctx, finding)
     mutation = mutation_of(finding)
+    if mutation.module is not None:  # an `inplace=True` layer's own write (on a backward hook's view): as GG005
+        return module_inplace_false(ctx, mutation)
     write = InPlaceWrite.of_mutation(ctx, mutation)
     plain = fix_or_none(lambda: plain_view_write(ctx, write))
     if plain is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from ..diagnostics import Fix, Severity
+from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.aliases import analyse, value_read_after
 from ..fixes.callers import forwarded_inplace_flag
 from ..fixes.context import CannotFix, FixContext
@@ -15,6 +15,7 @@ from ..inference.events import Finding, Mutation
 from ..inference.hooks import KeptOutputOverwritten
 from ..knowledge import load_knowledge
 from ..messages import Message
+from ..statements import own_nodes
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 
@@ -151,7 +152,10 @@ def functional_advice(call: object) -> str:
 
 # ---- The fix --------------------------------------------------------------------------------------
 def fix(ctx: FixContext, finding: Finding) -> Fix | None:
-    """GG005: ``inplace=False`` at the module's constructor, or at the functional call."""
+    """GG005: ``inplace=False`` at the module's constructor, or at the functional call; a forward hook that keeps
+    its module's output returns a copy of it."""
+    if finding.data.get("kept_output") is not None:
+        return _hook_returns_a_copy(ctx, finding.data["kept_output"])
     mutation = mutation_of(finding)
     module = mutation.module
     if module is not None:
@@ -166,6 +170,31 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     func = ctx.source(write.call.func)
     what = f"Use `{func[:-1]}`" if func.endswith("_") else "Use `inplace=False`"
     return rebind_fix(rebind, what)
+
+
+def _hook_returns_a_copy(ctx: FixContext, event: KeptOutputOverwritten) -> Fix:
+    """``return output.clone()`` at the end of a forward hook that keeps its module's output: torch goes on with the
+    copy, which the in-place layer then writes, and what the hook kept stays the layer's output, in the graph (so
+    `autograd.grad` asked of it still works, where a kept clone would be no input of the loss).  Unsafe: the kept
+    tensor now holds the layer's values, not the activation's."""
+    hook = ctx.function_of(event.node)
+    params = [*hook.args.posonlyargs, *hook.args.args] if isinstance(hook, ast.FunctionDef) else []
+    if len(params) < 3 or hook.args.vararg is not None:
+        raise CannotFix("the hook is not a function taking the output as its last parameter")
+    output = params[-1].arg
+    own = list(own_nodes(hook))
+    if any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom)) for n in own):
+        raise CannotFix("the hook returns a value of its own")
+    if any(isinstance(n, ast.Name) and n.id == output and not isinstance(n.ctx, ast.Load) for n in own):
+        raise CannotFix(f"the hook rebinds `{output}`")
+    last = hook.body[-1]
+    ctx.require_own_lines(last)
+    end = last.end_lineno
+    returned = f"return {output}.clone()"
+    at = len(ctx.lines[end - 1]) + 1
+    edit = TextEdit(end, at, end, at, f"{ctx.newline}{ctx.indent_of(hook.body[0])}{returned}")
+    return Fix(f"Return a copy from the hook: `{returned}` (unsafe: what the hook keeps holds the layer's values, "
+               "not the activation's)", False, (edit,))
 
 
 def module_inplace_false(ctx: FixContext, mutation: Mutation) -> Fix | None:
