@@ -327,15 +327,6 @@ NO_FIX = {
         "`self.fc(x)` reads `self.fc.weight` inside the module: a masked copy of the weight cannot reach it "
         "without rewriting the call as `F.linear`, and `torch.no_grad()` would change the gradients"
     ),
-    "GG004/pos_rnn_bias_split_by_layer_name": (
-        "the piece is of a parameter read by a computed name, an initialisation meant to change the parameter: "
-        "rebinding the piece out of place would drop the write; putting it under `torch.no_grad()` is the fix, "
-        "which the GG004 fixer does not offer yet"
-    ),
-    "GG004/pos_lstm_weight_rows_unbind_scale": (
-        "the rows are of a parameter and the writes are meant to change it: rebinding a row out of place would "
-        "drop the write; `torch.no_grad()` around the loop is the fix, which the GG004 fixer does not offer yet"
-    ),
     "GG004/pos_chunk_output_view_add": (
         "the write must reach `t` (read later) through a view of a chunk; `chunk`'s piece sizes depend on the "
         "shape, so it cannot be turned into a plain slice, and rebinding the piece would drop the write"

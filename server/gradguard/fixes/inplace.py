@@ -302,11 +302,10 @@ def update_on_copy(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, source: st
 
 
 def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
-    """``weights = logits.exp_()`` in a helper whose parameter ``logits`` nobody reads afterwards -- neither the
-    helper nor, after the call, any caller in the file (``callers.callers_leave_unread``): ``logits.exp()`` gives
-    every reader what it read before.  Unsafe when the helper is public: calls from other files are not seen."""
+    """``w = x.exp_()``, ``F.relu(x, inplace=True)`` in a helper whose parameter ``x`` no one reads afterwards, nor any
+    caller after the call (``callers_leave_unread``): out of place is the same.  Unsafe in a public helper."""
     name, direct = root_name(write.target)
-    if not (write.kind == "method" and write.value_use and direct and name is not None):
+    if not (write.kind in ("method", "functional") and write.value_use and direct and name is not None):
         raise CannotFix("not an in-place call whose result is used, on a name")
     report = write.sharing(ctx, name)
     if write.value_read_after(ctx, name) or report.aliases_read_after or report.holders_read_after \
@@ -315,8 +314,9 @@ def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
     unread, unsafe = callers_leave_unread(ctx, write.stmt, name)
     if not unread:
         raise CannotFix(f"a caller reads what it passed for `{name}` after the call")
-    new_value = out_of_place(ctx, write.call)
-    rw = Rewrite(ctx).replace_node(ctx.cst(write.call), new_value)
+    call = ctx.cst(write.call)
+    new_value = out_of_place(ctx, write.call) if write.kind == "method" else _not_inplace(ctx, write.call, call)
+    rw = Rewrite(ctx).replace_node(call, new_value)
     title = f"Write out of place: `{short(code(new_value))}`"
     return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe, callers_checked=True)
 

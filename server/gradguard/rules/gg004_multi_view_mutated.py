@@ -8,7 +8,7 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.aliases import analyse
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.inplace import RebindRewrite, fix_or_none, mutation_of, rebind_fix
+from ..fixes.inplace import RebindRewrite, fix_leaf_write, fix_or_none, is_parameter_update, mutation_of, rebind_fix
 from ..fixes.writes import (
     InPlaceWrite,
     assign,
@@ -27,7 +27,7 @@ from ..messages import Message
 from .base import Example, Rule
 from .gg001_saved_tensor_mutated import fix as saved_tensor_fix
 from .gg005_inplace_activation_on_saved import module_inplace_false
-from .common import call_path_related, piece_of, view_call
+from .common import call_path_related, grad_leaf, piece_of, view_call
 
 MESSAGE = "Output 0 of Unbind is a view and is being modified inplace."
 
@@ -128,6 +128,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     if mutation.module is not None:  # an `inplace=True` layer's own write (on a backward hook's view): as GG005
         return module_inplace_false(ctx, mutation)
     write = InPlaceWrite.of_mutation(ctx, mutation)
+    if grad_leaf(mutation.target.root()) and is_parameter_update(ctx, mutation, write):
+        return fix_leaf_write(ctx, finding, update=True)  # a parameter's reset or update: as GG002's, under no_grad
     plain = fix_or_none(lambda: plain_view_write(ctx, write))
     if plain is not None:
         return plain
