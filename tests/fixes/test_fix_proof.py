@@ -399,9 +399,6 @@ UNSAFE_ONLY = {
         "pos_hooks_on_named_layers_from_name_list", "pos_hooks_on_named_children_tuple_of_names",
         "pos_forward_hook_dict_keeps_conv_output", "pos_forward_hook_list_grad_asked_of_kept_output",
         "pos_forward_hook_attribute_before_functional_relu")},
-    "GG001/pos_function_backward_squares_saved_tanh_output": "the backward writes a copy of the tensor "
-                                                              "`ctx.saved_tensors` gives it, which the helper's own "
-                                                              "code cannot tell nothing else holds (the run can)",
     "GG005/pos_weight_norm_layer_in_sequential": "the dropout is built inside a list spread into a Sequential: the fix "
                                                  "cannot see every place the module is applied",
     "GG001/pos_no_grad_clamp_probs": "the clamp leaves the no_grad block: its gradient now goes through it",
