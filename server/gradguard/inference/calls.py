@@ -32,6 +32,7 @@ from .classes import find_method
 from .events import CopyTrained, GradAsk, GradOffBackward, HookWrite, LoadedCopy, NumpyRefused, Sink, StaleUse
 from .expressions import _const_key
 from .state import SET_GRAD
+from . import pickling
 from .hooks import FORWARD_HOOK_REGISTRATIONS, FORWARD_HOOKS, GRADIENT_ARGUMENT, named_submodules
 from .values import (
     INT,
@@ -61,6 +62,7 @@ from .values import (
     ParamsByName,
     PartialValue,
     Storage,
+    Serialised,
     SuperRef,
     Tensor,
     TensorMap,
@@ -106,6 +108,10 @@ class CallsMixin:
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "grad" \
                 and func.attr.endswith("_"):
             self.grads_written = True
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "__dict__":
+            instance = self.eval(func.value.value)
+            if isinstance(instance, ModuleValue):  # `self.__dict__.copy()`, `self.__dict__.update(state)`
+                return pickling.dict_method(self, instance, func.attr, node)
         if isinstance(func, ast.Attribute):
             owner = self.eval(func.value)
             if func.attr == "zero_grad" and (node.args or any(k.arg != "set_to_none" or not (
@@ -146,6 +152,9 @@ class CallsMixin:
                 return self._instance_method(owner, func.attr, node)
             if isinstance(owner, FunctionContext):
                 return self.ctx_method(owner, func.attr, node)
+            if isinstance(owner, Serialised):  # `buf.getvalue()`: the bytes, holding what was saved into it
+                self._eval_args(node)
+                return Serialised(owner.value, owner.node) if func.attr == "getvalue" else UNKNOWN
             if isinstance(owner, HookHandle):
                 self._eval_args(node)
                 if func.attr == "remove":
@@ -247,12 +256,17 @@ class CallsMixin:
             if not args or not isinstance(args[0], ModuleValue):
                 return UNKNOWN
             if self._copies_by_own_protocol(args[0]):
-                return UNKNOWN  # `__deepcopy__`, `__getstate__`...: what it copies, and how, is the class's
-            made = _copy_module(args[0], node)
-            for optimizer in copied_optimizers(made):
+                # `__getstate__` and `__setstate__` of the file's own: followed; any other protocol is the class's
+                return pickling.deepcopy_by_state(self, args[0], node)
+            made = pickling.copy_module(args[0], node)
+            for optimizer in pickling.copied_optimizers(made):
                 self.optimizer_built(optimizer, node)
             self.copies.append(CopyTrained(node, args[0], made, self._next()))
             return made
+        if q == "io.BytesIO":  # an empty buffer, or one over bytes a `torch.save` wrote
+            if not args:
+                return Serialised()
+            return Serialised(args[0].value, args[0].node) if isinstance(args[0], Serialised) else UNKNOWN
         if q == "itertools.chain":
             owners = [a for a in args if isinstance(a, ParamIterable)]
             return ParamIterable(owners) if owners else UNKNOWN
@@ -401,7 +415,14 @@ class CallsMixin:
                 return TensorSeq([TensorSeq([Const(k) if isinstance(k, str) else NOT_TENSOR, v], literal=True)
                                   for k, v in owner.items.items()], literal=owner.exact)
             if name in ("get", "pop") and node.args:
-                return owner.element(_const_key(node.args[0]))
+                key = _const_key(node.args[0])
+                if key is None and isinstance(args[0], Const) and isinstance(args[0].value, str):
+                    key = args[0].value  # `state.pop(key)` with the key known
+                if name == "pop":
+                    if key in owner.items:
+                        return owner.items.pop(key)
+                    owner.exact = False  # what it removed is not known
+                return owner.element(key)
             if name in ("update", "setdefault") and args and isinstance(args[0], TensorMap):
                 owner.items.update(args[0].items)
             return UNKNOWN
@@ -548,6 +569,11 @@ class CallsMixin:
         kwargs = kwargs or {}
         args = self._keywords_in_place(name, args, kwargs, offset=0)
         functional = q.startswith("torch.nn.functional.")
+        if q == "torch.save" and len(args) > 1 and isinstance(args[1], Serialised):
+            args[1].value, args[1].node = args[0], node
+            return NOT_TENSOR
+        if q == "torch.load" and args and isinstance(args[0], Serialised) and args[0].value is not None:
+            return pickling.load(self, args[0], node)
         if q in self.k.module_wrappers and args and isinstance(args[0], ModuleValue):
             return args[0]  # `weight_norm(nn.Linear(...))` is that same Linear
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
@@ -1279,67 +1305,6 @@ def _param_owners(params: Value) -> list[Value]:
     if isinstance(params, Tensor) and (params.param or params.group or (params.leaf and params.requires_grad == Grad.YES)):
         return [params]
     return []
-
-
-def _copy_module(module: ModuleValue, node: ast.AST, memo: dict[int, Value] | None = None) -> ModuleValue:
-    """``copy.deepcopy(model)``: the same structure with parameters of its own (an EMA teacher, a target net).
-    As deepcopy's memo does, what the original shares stays shared in the copy (one submodule or parameter held
-    twice), and an optimizer held beside the modules is copied over the copies' parameters (its ``owners``
-    mapped; one whose parameters cannot be mapped becomes unknown)."""
-    memo = {} if memo is None else memo
-    if id(module) in memo:
-        return memo[id(module)]
-    copy = memo[id(module)] = ModuleValue(module.cls, module.torch_module, module.inplace, module.ctor,
-                                          user_class=module.user_class, bound_class=module.bound_class)
-    copy.children = [_copy_module(c, node, memo) for c in module.children]
-    optimizers = []
-    for name, value in module.attrs.items():
-        if isinstance(value, ModuleValue):
-            copy.attrs[name] = _copy_module(value, node, memo)
-        elif isinstance(value, Tensor) and value.param:
-            if id(value) not in memo:
-                memo[id(value)] = new_tensor(node, value.requires_grad, leaf=True, param=True, label=value.label)
-            copy.attrs[name] = memo[id(value)]
-        elif isinstance(value, OptimizerValue):
-            optimizers.append(name)
-        elif not isinstance(value, Tensor):
-            copy.attrs[name] = value
-    for name in optimizers:
-        copy.attrs[name] = _copy_optimizer(module.attrs[name], memo)
-    return copy
-
-
-def _copy_optimizer(optimizer: OptimizerValue, memo: dict[int, Value]) -> Value:
-    """The deep copy of an optimizer held by a copied object: its owners are the copies of its own owners (the
-    interpreter then gives it their parameters); unknown when one of them was not copied with it."""
-    if id(optimizer) in memo:
-        return memo[id(optimizer)]
-    owners = [_copied_owner(o, memo) for o in optimizer.owners]
-    made = OptimizerValue(owners, optimizer.ctor) if owners and all(o is not None for o in owners) else UNKNOWN
-    memo[id(optimizer)] = made
-    return made
-
-
-def _copied_owner(value: Value, memo: dict[int, Value]) -> Value | None:
-    if isinstance(value, ParamIterable):
-        owners = value.owner if isinstance(value.owner, list) else [value.owner]
-        mapped = [memo.get(id(o)) for o in owners]
-        if any(m is None for m in mapped):
-            return None
-        return ParamIterable(mapped if isinstance(value.owner, list) else mapped[0], value.named)
-    return memo.get(id(value))
-
-
-def copied_optimizers(value: Value, seen: set[int] | None = None) -> list[OptimizerValue]:
-    """The optimizers a deep copy made (held in the copied objects' attributes)."""
-    seen = set() if seen is None else seen
-    if not isinstance(value, ModuleValue) or id(value) in seen:
-        return []
-    seen.add(id(value))
-    found = [v for v in value.attrs.values() if isinstance(v, OptimizerValue)]
-    for v in [*value.children, *value.attrs.values()]:
-        found.extend(copied_optimizers(v, seen))
-    return found
 
 
 def _out_inputs(args: list[Value], kwargs: dict[str, Value]) -> list[Value]:

@@ -406,6 +406,9 @@ class CopyTrained:
     # the object that will train the copy): (call, optimizer).  The first one of the stepping optimizer is the
     # line to change.
     paired: list = field(default_factory=list)
+    # The `torch.save` that serialised the optimizer apart from the module (see ``pickling.py``): its load holds
+    # parameters of its own, and ``original`` is the module that load made for it.
+    separated: ast.AST | None = None
     # filled by the engine
     optimizer: OptimizerValue | None = None
     step: ast.AST | None = None
@@ -413,6 +416,8 @@ class CopyTrained:
 
     @property
     def site(self) -> ast.AST:
+        if self.separated is not None:
+            return self.separated
         return next((call for call, o in self.paired if o is self.optimizer), self.node)
 
 

@@ -256,6 +256,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.optimizers: list[OptimizerValue] = []  # built in this run
         self.replaced: list[ReplacedParameter] = []  # parameters replaced after an optimizer took them
         self.copies: list[CopyTrained] = []  # `copy.deepcopy(module)`: modules with parameters of their own
+        # Copies made by deep copies and loads (see ``pickling.py``): id of the copy -> (the copy, its original's id);
+        # and each optimizer a `torch.load` made -> the `torch.save` that wrote it.
+        self.copy_origins: dict[int, tuple] = {}
+        self.loaded_at: dict[int, ast.AST] = {}
         # A gradient written by the code (`p.grad = g`, `p.grad.copy_(g)`): a step may apply one no backward gave.
         self.grads_written = False
         self.optimizer_steps: list[tuple[OptimizerValue, ast.AST, int]] = []  # each step: (optimizer, call, seq)
@@ -1014,8 +1018,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 else:
                     container.items.append(value)
             elif isinstance(container, TensorMap):
-                self.eval(target.slice)
+                evaluated = self.eval(target.slice)
                 key = _const_key(target.slice)
+                if key is None and isinstance(evaluated, Const) and isinstance(evaluated.value, str):
+                    key = evaluated.value  # `state[key] = v` with the key known
+                if key is None:
+                    container.exact = False
                 container.items[key if key is not None else object()] = value
             elif isinstance(container, ParamGroups):
                 self.eval(target.slice)

@@ -177,6 +177,15 @@ class TensorMap:
 
 
 @dataclass(eq=False)
+class Serialised:
+    """An in-memory buffer or its bytes (``io.BytesIO()``, ``buf.getvalue()``) holding what one ``torch.save``
+    wrote into it (``value``, saved at ``node``); ``torch.load`` of it is a deep copy with a memo of its own."""
+
+    value: "Value | None" = None
+    node: ast.AST | None = None
+
+
+@dataclass(eq=False)
 class ModuleValue:
     """An instance: of a torch ``nn`` class (``cls`` = its name), or of one of the file's own classes
     (``user_class``), which may derive from a torch class (then ``cls`` names that class and ``torch_module``
@@ -459,7 +468,7 @@ INT = Opaque.INT
 Value = (Tensor | DataAlias | TensorSeq | TensorMap | ModuleValue | LayerChoice | ParamIterable | ModuleIterable
          | Derived | NumberFrom | OptimizerValue | ParamGroups | FunctionValue | CallableRef | PartialValue | ClassRef
          | SuperRef | KeywordArgs
-         | FunctionApply | FunctionContext | HookHandle | Const | NameTemplate | ParamsByName | Opaque)
+         | FunctionApply | FunctionContext | HookHandle | Const | NameTemplate | ParamsByName | Opaque | Serialised)
 
 # Values that are plain Python data, never a tensor: what `x = 0`, `flag = True` or `name = "relu"` hold.
 PLAIN = (Const, NameTemplate, Opaque)

@@ -298,6 +298,9 @@ def _check_copy_trained(event: CopyTrained):
         "the backward on {sink} gives the copy's parameters gradients, which no optimizer holds, and `{step}` on "
         "{at} updates the original's parameters, which no backward reaches: the copy never trains, silently.",
         sink=event.reached.node, step=ast.unparse(event.step), at=event.step)
+    if event.separated is not None:
+        yield _separated_copy(event, built)
+        return
     if event.site is not event.node:
         message = Message.format(
             "This call hands a deep copy of a module (made on {made}), which has parameters of its own, the "
@@ -316,6 +319,27 @@ def _check_copy_trained(event: CopyTrained):
                  *([(built, "the optimizer takes the original's parameters here")] if built is not None else []),
                  (event.reached.node, "the backward that reaches the copy's parameters"),
                  (event.step, "the step that updates only the original's parameters")],
+    )
+
+
+def _separated_copy(event: CopyTrained, built):
+    """The optimizer serialised apart from its module in a class's ``__getstate__``: loaded back in the deep copy, it
+    holds parameters of its own, not those of the module the copy holds."""
+    message = Message.format(
+        "This `torch.save` serialises the optimizer apart from the module it trains: in the deep copy made on {made}, "
+        "its load holds copies of the parameters of its own, not those of the loaded module. The backward on {sink} "
+        "gives the copied module's parameters gradients, which no optimizer holds, and `{step}` on {at} updates the "
+        "optimizer's own copies, which the forward never uses: the copy never trains, silently. Save the module and "
+        "the optimizer together, in one `torch.save`, so that their parameters stay shared.",
+        made=event.node, sink=event.reached.node, step=ast.unparse(event.step), at=event.step)
+    return Finding(
+        "GG103",
+        event.site,
+        message,
+        related=[(event.node, "the copy is made here"),
+                 *([(built, "the optimizer is built here")] if built is not None else []),
+                 (event.reached.node, "the backward that reaches the copied module's parameters"),
+                 (event.step, "the step that updates only the optimizer's own copies")],
     )
 
 
