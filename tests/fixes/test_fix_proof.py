@@ -73,8 +73,8 @@ _RECOMPUTE_WITH_GRAD = (
     "the value was computed with grad mode off where it is meant to be (acting, scoring): the loss should "
     "compute it again with grad mode on, from inputs only the author knows to keep: no fix yet")
 
-_SAVED_APART = ("saving the module and the optimizer together restructures both `__getstate__` and `__setstate__`, "
-                "which no fix does")
+_SAVED_APART = ("saving the module and the optimizer together restructures both the save and the load (a class's "
+                "`__getstate__` and `__setstate__`), which no fix does")
 NO_FIX = {
     "GG101/pos_loaded_copy_returned_by_sync_helper": (
         "the module stored in place of the copy is a helper's return value: whether the helper's result is needed "
@@ -212,6 +212,8 @@ NO_FIX = {
     ),
     "GG103/pos_getstate_saves_module_and_optimizer_apart": _SAVED_APART,
     "GG103/pos_setstate_loads_each_attribute_from_its_own_bytes": _SAVED_APART,
+    "GG103/pos_getstate_writes_members_to_checkpoint_files": _SAVED_APART,
+    "GG103/pos_model_and_optimizer_loaded_from_separate_buffers": _SAVED_APART,
     "GG103/pos_learner_spawn_type_self_shares_optimizer": (
         "the copy needs an optimizer of its own, of the original's class and settings, which no fix builds"
     ),

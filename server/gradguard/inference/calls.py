@@ -574,6 +574,13 @@ class CallsMixin:
             return NOT_TENSOR
         if q == "torch.load" and args and isinstance(args[0], Serialised) and args[0].value is not None:
             return pickling.load(self, args[0], node)
+        path = args[1] if q == "torch.save" and len(args) > 1 else args[0] if q == "torch.load" and args else None
+        if isinstance(path, Const) and isinstance(path.value, str):
+            # A file this run wrote, on a path known to run: its load is a deep copy of what was saved there.
+            if q == "torch.save":
+                self.saved_files[path.value] = None if self.unsure_branches else Serialised(args[0], node)
+            elif self.saved_files.get(path.value) is not None and pickling.copyable(self.saved_files[path.value].value):
+                return pickling.load(self, self.saved_files[path.value], node)
         if q in self.k.module_wrappers and args and isinstance(args[0], ModuleValue):
             return args[0]  # `weight_norm(nn.Linear(...))` is that same Linear
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):

@@ -409,6 +409,7 @@ class CopyTrained:
     # The `torch.save` that serialised the optimizer apart from the module (see ``pickling.py``): its load holds
     # parameters of its own, and ``original`` is the module that load made for it.
     separated: ast.AST | None = None
+    loaded: bool = False  # ``node`` is the optimizer's `torch.load` (no deep copy)
     # filled by the engine
     optimizer: OptimizerValue | None = None
     step: ast.AST | None = None

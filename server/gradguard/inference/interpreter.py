@@ -53,6 +53,7 @@ from .values import (
     Opaque,
     ParamIterable,
     Save,
+    Serialised,
     Storage,
     Tensor,
     TensorMap,
@@ -260,6 +261,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # and each optimizer a `torch.load` made -> the `torch.save` that wrote it.
         self.copy_origins: dict[int, tuple] = {}
         self.loaded_at: dict[int, ast.AST] = {}
+        self.saved_files: dict[str, Serialised | None] = {}  # `torch.save(obj, "a.pt")`: what the file holds
+        self.state_copies = 0  # inside `__setstate__` of a deep copy being made
+        self.loads_apart: list[tuple] = []  # (module a loaded optimizer's parameters belong to, its save, its load)
+        self.loaded_modules: list[tuple] = []  # (module a load made, the load)
         # A gradient written by the code (`p.grad = g`, `p.grad.copy_(g)`): a step may apply one no backward gave.
         self.grads_written = False
         self.optimizer_steps: list[tuple[OptimizerValue, ast.AST, int]] = []  # each step: (optimizer, call, seq)

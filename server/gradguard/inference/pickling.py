@@ -1,14 +1,16 @@
 """``copy.deepcopy`` through a class's own ``__getstate__``/``__setstate__``, and ``torch.save``/``torch.load`` of an
-in-memory buffer (``io.BytesIO``) as a deep copy with a memo of its own: each load makes its own copies.
+in-memory buffer (``io.BytesIO``), or of a file (a constant path) this run wrote on a path known to run, as a deep
+copy with a memo of its own: each load makes its own copies.
 
 A state that serialises a module and the optimizer over its parameters in separate ``torch.save`` calls loads them
 back unlinked: the loaded optimizer holds copies of the parameters of its own, which the loaded module does not use
 (skorch's ``NeuralNet.__getstate__``).  After a deep copy through the protocol, a loaded optimizer held by the copy
 whose parameters' modules are not the copy's, while a module of the copy is a copy of the same original, is recorded
 as a ``CopyTrained`` event whose ``separated`` is the ``torch.save`` of the optimizer: the engine then asks for a step
-of it after a backward that reaches the module's parameters, and no backward that reaches its own.  Claimed only when
-every link is known: both protocol methods are the file's plain Python, the state is a dict whose every item is known,
-and no object the copy holds defines its own protocol."""
+of it after a backward that reaches the module's parameters, and no backward that reaches its own.  Outside a deep
+copy, loads of a module and of the optimizer over its parameters from separate saves are paired the same way
+(``loaded``).  Claimed only when every link is known: both protocol methods are the file's plain Python, the state is
+a dict whose every item is known, and no object the copy holds defines its own protocol."""
 
 from __future__ import annotations
 
@@ -56,7 +58,11 @@ def deepcopy_by_state(interp, original: ModuleValue, node: ast.AST) -> Value:
     memo: dict[int, Value] = {id(original): made}
     copied = TensorMap({k: _copy(interp, v, node, memo) for k, v in state.items.items()}, exact=True)
     _remember(interp, memo, node)
-    interp._call_method(methods[1], made, [copied], {}, node)
+    interp.state_copies += 1
+    try:
+        interp._call_method(methods[1], made, [copied], {}, node)
+    finally:
+        interp.state_copies -= 1
     _separated(interp, made, node)
     return made
 
@@ -69,7 +75,42 @@ def load(interp, buffer: Serialised, node: ast.AST) -> Value:
         if isinstance(copy, OptimizerValue):
             interp.loaded_at[id(copy)] = buffer.node
     _remember(interp, memo, node)
+    if not interp.state_copies:  # (a deep copy through the protocol pairs what its loads made, see `_separated`)
+        _pair_loads(interp, memo, buffer.node, node)
     return made
+
+
+def _pair_loads(interp, memo: dict[int, Value], save: ast.AST, node: ast.AST) -> None:
+    """Loads of a module and of the optimizer over its parameters, each from its own ``torch.save``: the optimizer's
+    load made copies of the module of its own (``hidden``), another load the module the code trains (its twin: a
+    copy of the same original)."""
+    made = [v for v in memo.values() if isinstance(v, ModuleValue)]
+    hidden = [(m, save, node) for optimizer in memo.values() if isinstance(optimizer, OptimizerValue)
+              for m in _owner_modules(optimizer) if any(m is v for v in made)]
+    trained = [m for m in made if not any(m is h for h, _, _ in hidden)]
+    pairs = [(h, twin, s, n) for h, s, n in hidden for twin, _ in interp.loaded_modules]
+    pairs += [(h, twin, s, n) for h, s, n in interp.loads_apart for twin in trained]
+    for module, twin, optimizer_save, optimizer_load in pairs:
+        origin = _origin(interp, module)
+        if origin is not None and _origin(interp, twin) == origin:
+            interp.copies.append(CopyTrained(optimizer_load, module, twin, interp._next(), separated=optimizer_save,
+                                             loaded=True))
+    interp.loads_apart.extend(hidden)
+    interp.loaded_modules.extend((m, node) for m in trained)
+
+
+def _owner_modules(optimizer: OptimizerValue) -> list[ModuleValue]:
+    return [m for owner in optimizer.owners
+            for m in ((owner.owner if isinstance(owner.owner, list) else [owner.owner])
+                      if isinstance(owner, ParamIterable) else [owner]) if isinstance(m, ModuleValue)]
+
+
+def copyable(value: Value) -> bool:
+    """Modules and optimizers, or a dict, list or tuple of them: what a load of a file copies as ``_copy`` does."""
+    if isinstance(value, (TensorMap, TensorSeq)) and not (isinstance(value, TensorSeq) and value.base is not None):
+        items = list(value.items.values()) if isinstance(value, TensorMap) else value.items
+        return bool(items) and all(copyable(v) for v in items)
+    return isinstance(value, (ModuleValue, OptimizerValue))
 
 
 def dict_method(interp, instance: ModuleValue, name: str, node: ast.Call) -> Value:

@@ -326,17 +326,18 @@ def _separated_copy(event: CopyTrained, built):
     """The optimizer serialised apart from its module in a class's ``__getstate__``: loaded back in the deep copy, it
     holds parameters of its own, not those of the module the copy holds."""
     message = Message.format(
-        "This `torch.save` serialises the optimizer apart from the module it trains: in the deep copy made on {made}, "
-        "its load holds copies of the parameters of its own, not those of the loaded module. The backward on {sink} "
+        "This `torch.save` serialises the optimizer apart from the module it trains: {where} {made}, its load holds "
+        "copies of the parameters of its own, not those of the loaded module. The backward on {sink} "
         "gives the copied module's parameters gradients, which no optimizer holds, and `{step}` on {at} updates the "
         "optimizer's own copies, which the forward never uses: the copy never trains, silently. Save the module and "
         "the optimizer together, in one `torch.save`, so that their parameters stay shared.",
-        made=event.node, sink=event.reached.node, step=ast.unparse(event.step), at=event.step)
+        where="loaded back on" if event.loaded else "in the deep copy made on", made=event.node, sink=event.reached.node,
+        step=ast.unparse(event.step), at=event.step)
     return Finding(
         "GG103",
         event.site,
         message,
-        related=[(event.node, "the copy is made here"),
+        related=[(event.node, "the optimizer is loaded here" if event.loaded else "the copy is made here"),
                  *([(built, "the optimizer is built here")] if built is not None else []),
                  (event.reached.node, "the backward that reaches the copied module's parameters"),
                  (event.step, "the step that updates only the optimizer's own copies")],
