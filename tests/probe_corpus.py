@@ -24,6 +24,11 @@ PROBE_BLIND: dict[str, str] = {
         "attribute store (`holder.name = value`, probe/synced.py), so it has no module to compare with the loaded "
         "weights") for name in ("pos_loaded_copy_replaced_target_network_locals",
                                 "pos_loaded_copy_returned_by_sync_helper")},
+    **{f"GG102/{name}": (
+        "`w.data = f(w)` in a forward rebinds the parameter's storage to values whose graph is dropped: no saved "
+        "tensor changes and no version moves, so the tracer, which watches saved tensors and versions, sees nothing")
+       for name in ("pos_forward_weight_data_masked_from_itself", "pos_forward_helper_weight_data_normalized",
+                    "pos_forward_gain_data_clamped_from_itself_loop")},
     "GG103/pos_deepcopy_finetuned_with_original_optimizer": (
         "the probe sees the copy's parameters starved of updates at the forward that uses them, not the deepcopy "
         "that made them apart from the optimizer's"),

@@ -620,3 +620,79 @@ def test_a_grad_mode_switch_that_is_undone_or_not_run_at_import_is_clean(tmp_pat
     ran = _run(tmp_path, entry)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert _check(tmp_path, entry) == []
+
+
+PRUNED_LAYERS = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class PrunedBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=False)
+            self.register_buffer("mask", (torch.rand(4, 3, 3, 3) > 0.5).float())
+
+        def forward(self, x):
+            {mask}
+            return F.relu(self.conv(x))
+
+
+    class PrunedBlockReference(PrunedBlock):
+        def forward(self, x):
+            {reference}
+"""
+
+PRUNED_MAIN = """
+    import sys
+
+    import torch
+
+    from .layers import PrunedBlock, PrunedBlockReference
+
+
+    def train(block):
+        block(torch.randn(2, 3, 5, 5)).pow(2).mean().backward()
+        return block.conv.weight.grad
+
+
+    if __name__ == "__main__":
+        torch.manual_seed(0)
+        used = PrunedBlock()
+        torch.manual_seed(0)
+        reference = PrunedBlockReference()
+        torch.manual_seed(1)
+        grad = train(used)
+        torch.manual_seed(1)
+        if not torch.allclose(grad, train(reference)):
+            sys.exit("gradients differ from the reference")
+"""
+
+
+def _pruned(mask: str, reference: str) -> dict[str, str]:
+    return {"pkg/__init__.py": "", "pkg/main.py": PRUNED_MAIN,
+            "pkg/layers.py": PRUNED_LAYERS.format(mask=mask, reference=reference)}
+
+
+def test_a_forward_in_another_module_rebinding_its_weight_data_to_a_product_of_itself(tmp_path: Path):
+    """``w.data = torch.mul(w, mask)`` in an imported forward (real 326): the product's graph is dropped, so the
+    weight gets the gradient of the masked values as its own, where the mask in the graph gives the pruned
+    entries none."""
+    _write(tmp_path, _pruned("self.conv.weight.data = torch.mul(self.conv.weight, self.mask)",
+                             "return F.relu(F.conv2d(x, self.conv.weight * self.mask, padding=1))"))
+    ran = _run(tmp_path, "pkg/main.py")
+    assert ran.returncode != 0 and "gradients differ" in ran.stderr, ran.stderr[-2000:]
+
+    found = _check(tmp_path, "pkg/main.py")
+    assert [(d["code"], *_where(d)) for d in found] == [("GG102", "pkg/layers.py", 13)], found
+    assert ("pkg/main.py", 9) in {_where(r) for r in found[0]["related"]}  # the backward
+
+
+def test_the_imported_forward_masking_its_weight_under_no_grad_is_clean(tmp_path: Path):
+    _write(tmp_path, _pruned(
+        "with torch.no_grad(): self.conv.weight.data = self.conv.weight * self.mask",
+        "with torch.no_grad(): self.conv.weight.mul_(self.mask)\n            return F.relu(self.conv(x))"))
+    ran = _run(tmp_path, "pkg/main.py")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _check(tmp_path, "pkg/main.py") == []

@@ -273,6 +273,18 @@ NO_FIX = {
         "the `.data` clamp of a parameter inside `forward`, after the op that saved it: the backward that needs the "
         "old value runs in the caller, so the write cannot move after it from inside `forward`"
     ),
+    "GG102/pos_forward_weight_data_masked_from_itself": (
+        "`w.data = f(w)` in a forward: the fix computes `f(w)` as an op of the graph and uses it in place of `w` "
+        "at every later read, rewriting the layer's call (`self.conv(x)` into `F.conv2d(x, ...)`), which no fix does"
+    ),
+    "GG102/pos_forward_helper_weight_data_normalized": (
+        "`w.data = f(w)` in a helper of the forward: the fix returns `f(w)` without writing `w`, so every later read "
+        "of `w` must take the computed value instead, which no fix traces"
+    ),
+    "GG102/pos_forward_gain_data_clamped_from_itself_loop": (
+        "`w.data = f(w)` in a forward: the fix uses `f(w)` as an op of the graph at each later read of `w` and "
+        "drops the rebinding, which no fix does yet"
+    ),
     "GG102/pos_forward_helper_renormalizes_prototypes_data": (
         "the `.data` write is in a helper `forward` calls after the op that saved the prototypes; the backward "
         "runs in the caller, so no move inside the module puts the write after it"

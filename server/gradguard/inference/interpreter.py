@@ -999,6 +999,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 # `p.data = new`: rebinds storage; the old storage (and any saved copy) is kept.
                 owner.tensor.storage = Storage()
                 return
+            if isinstance(owner, Tensor) and target.attr == "data" and self._own_values_hidden(stmt, owner, value):
+                return
             if isinstance(owner, Tensor) and target.attr == "requires_grad" and isinstance(value, PLAIN):
                 flag = truth(value)
                 if flag is not None:  # `for p in model.parameters(): p.requires_grad = False`: each of them
@@ -1431,6 +1433,27 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             t.graph = t.graph | {marker}
         mutation.hidden_marker = marker
         mutation.hidden_from = snapshot(owner)
+
+    def _own_values_hidden(self, stmt: ast.stmt, leaf: Tensor, value: Value) -> bool:
+        """``w.data = torch.mul(w, mask)`` in a forward, with grad on: the leaf that requires grad takes values
+        computed from itself, and autograd records none of that computation (the value's graph is dropped).  A later backward
+        through the leaf gives it the gradient of the new values as if they were its own (the op's derivative
+        left out), and the old values are gone.  Only when every link is known: a leaf that surely requires
+        grad, a value that surely has a grad_fn reading it (grad mode on: known, or shown by the backward that
+        reaches the leaf after, which GG102 asks for)."""
+        if not (isinstance(value, Tensor) and leaf.leaf and leaf.requires_grad == Grad.YES and leaf.graph
+                and not leaf.group and not leaf.assumed and not value.leaf and value.requires_grad == Grad.YES
+                and leaf.graph <= value.graph and self.state.grad_enabled and not self.function_contexts
+                and self.inline_record
+                and (self.is_forward or any(getattr(f, "name", None) == "forward" for f in self.inline_stack))):
+            return False
+        leaf.storage = Storage()  # rebound: what a graph saved of the old values stays as it was
+        self._inplace(stmt, leaf, "`.data =`", None, [], kind="data")
+        mutation = self.mutations[-1]
+        marker = new_id()
+        leaf.graph = leaf.graph | {marker}
+        mutation.hidden_marker, mutation.hidden_from = marker, snapshot(leaf)
+        return True
 
     def _numpy_view(self, tensor: Tensor, node: ast.AST) -> Value:
         """``t.numpy()``: an array over ``t``'s memory (numbers read out of it, for GG103, when ``t`` has a graph)."""

@@ -23,6 +23,10 @@ def check(mutation: Mutation):
     if not isinstance(mutation, Mutation):
         return
     if not mutation.conflicts and mutation.read_after is not None:
+        if mutation.hidden_from.leaf:
+            if mutation.grad_mode_known or mutation.read_after.kind == "backward":
+                yield _own_values_replaced(mutation)
+            return
         yield _forward_changed(mutation)
         return
     if mutation.kind != "data":
@@ -71,6 +75,29 @@ def _forward_changed(mutation: Mutation) -> Finding:
                                  else "backward through the value returned on {sink}", sink=sink.node)),
         certain=owner.requires_grad == Grad.YES,
         related=related,
+        mutation=mutation,
+    )
+
+
+def _own_values_replaced(mutation: Mutation) -> Finding:
+    """``w.data = torch.mul(w, mask)`` in a forward: a leaf that requires grad takes values computed from itself
+    with grad on, and the graph of that computation is dropped.  Grad mode was on when the caller's is not
+    known only if a backward then reached the leaf through the new values (a forward's return does not show it)."""
+    owner, sink = mutation.hidden_from, mutation.read_after
+    reads = Message.format("the backward on {sink}" if sink.kind == "backward"
+                           else "backward through the value returned on {sink}", sink=sink.node)
+    return Finding(
+        "GG102",
+        mutation.node,
+        Message.format(
+            "`.data =` gives {label}, which requires grad, values computed from itself in the forward, and autograd "
+            "records none of that computation: {reads} gives {label} the gradient of the new values as if they were "
+            "its own, without the derivative of what computed them (no error, wrong gradients), and its own values "
+            "are lost. Use the computed value in the forward in place of {label} and leave {label} unchanged.",
+            label=owner.label, reads=reads),
+        certain=True,
+        related=[*call_path_related(mutation), (sink.node, "backward reaches the replaced values here, without the "
+                                                           "derivative of what computed them: no error, wrong gradients")],
         mutation=mutation,
     )
 
@@ -261,7 +288,9 @@ RULE = Rule(
 `t.data` shares `t`'s memory but not its version counter.  A write through it (`w.data.clamp_()`,
 `x.data.mul_()`, `x.data[mask] = 0`) changes a tensor autograd saved for backward without autograd
 noticing: `backward()` runs and returns wrong gradients.  (`param.data = new` is different: it rebinds the
-storage and the saved old one is kept, so that backward is not corrupted.)
+storage and the saved old one is kept, so that backward is not corrupted.)  In a forward, `w.data = f(w)` with
+grad on (`torch.mul(w, mask)`, `F.normalize(w)`) drops the graph of `f`: the backward gives `w` the gradient of
+the new values as if they were its own, without `f`'s derivative, and `w`'s own values are lost.
 """,
     fix_advice="""
 Do the write after the backward that needs the old value, or write under `with torch.no_grad():` to the
@@ -272,8 +301,9 @@ tensor itself so that autograd's version check can see it.
     fix=fix,
     when_wrong="""
 A `.data` write to a saved tensor is flagged even when backward happens to mask out its effect: for example, the
-written positions get zero gradient anyway. `p.data = new` is never flagged: it rebinds the storage, and torch
-keeps the old one for backward.
+written positions get zero gradient anyway. `p.data = new` is flagged only in a forward, when `new` is computed
+from `p` itself with grad on and a backward then reaches `p`: a projection meant to stay outside autograd
+(`w.data = w.clamp(min=0)` as a constraint) is flagged too; write it from `w.data` or under `torch.no_grad()`.
 """,
     invalid=(
         Example(
