@@ -267,7 +267,7 @@ class ExtensionPointsMixin:
             if stores:
                 kept = self.__dict__.setdefault("kept_outputs", [])
                 kept.append(KeptOutput(given, result.storage.version, stores[0], handle.registered,
-                                       _module_name(module)))
+                                       _module_name(module), hook_def=hook.node if isinstance(hook, FunctionValue) else None))
             if isinstance(given, Tensor):
                 self._output_writes(given, first, handle.registered)
                 if given is not result and given.requires_grad != result.requires_grad:
@@ -344,7 +344,7 @@ class ExtensionPointsMixin:
             kept.proxy.graph = kept.proxy.graph | {marker}
             self.hook_writes.append(KeptOutputOverwritten(
                 kept.keep, kept.registered, kept.hooked, write, marker, kept.proxy.storage.id, self._next(),
-                self.sinks, self.asks, frames=list(write.frames)))
+                self.sinks, self.asks, frames=list(write.frames), hook_def=kept.hook_def))
 
 
 def _module_name(module: ModuleValue) -> str:

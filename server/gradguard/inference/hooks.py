@@ -66,6 +66,7 @@ class KeptOutput:
     registered: ast.AST
     hooked: str  # how messages name the hooked module: "`nn.Conv2d`"
     overwritten: bool = False
+    hook_def: ast.AST | None = None  # the hook's own ``def`` (the keeping statement may sit in a function it calls)
 
 
 @dataclass
@@ -85,6 +86,7 @@ class KeptOutputOverwritten:
     sinks: list = field(repr=False)  # the interpreter's sinks and grad asks (complete once the rules run)
     asks: list = field(repr=False)
     frames: list = field(default_factory=list)
+    hook_def: ast.AST | None = None  # as ``KeptOutput.hook_def``
 
     def first_use(self):
         uses = [s for s in self.sinks if s.kind == "backward" and s.seq > self.seq and self.marker in s.graph]

@@ -178,6 +178,8 @@ def _hook_returns_a_copy(ctx: FixContext, event: KeptOutputOverwritten) -> Fix:
     `autograd.grad` asked of it still works, where a kept clone would be no input of the loss).  Unsafe: the kept
     tensor now holds the layer's values, not the activation's."""
     hook = ctx.function_of(event.node)
+    if hook is None or hook is not event.hook_def:
+        raise CannotFix("the output is kept by a function the hook calls, not in the hook's own body")
     params = [*hook.args.posonlyargs, *hook.args.args] if isinstance(hook, ast.FunctionDef) else []
     if len(params) < 3 or hook.args.vararg is not None:
         raise CannotFix("the hook is not a function taking the output as its last parameter")
