@@ -31,7 +31,7 @@ from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
 from .project import Project
 from .saves import SaveLog
-from .sharing import Repeats, RunLog, Skipped
+from .sharing import Repeats, RunLog, Skipped, storages_in
 from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
     MAX_TERMS,
@@ -1445,7 +1445,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 and not leaf.group and not leaf.assumed and not value.leaf and value.requires_grad == Grad.YES
                 and leaf.graph <= value.graph and self.state.grad_enabled and not self.function_contexts
                 and self.inline_record
-                and (self.is_forward or any(getattr(f, "name", None) == "forward" for f in self.inline_stack))):
+                and self._in_own_forward(leaf)):
             return False
         leaf.storage = Storage()  # rebound: what a graph saved of the old values stays as it was
         self._inplace(stmt, leaf, "`.data =`", None, [], kind="data")
@@ -1454,6 +1454,17 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         leaf.graph = leaf.graph | {marker}
         mutation.hidden_marker, mutation.hidden_from = marker, snapshot(leaf)
         return True
+
+    def _in_own_forward(self, leaf: Tensor) -> bool:
+        """A forward running now (this frame or one that called it) is that of a module holding ``leaf``, its own
+        parameter or a submodule's: the module computes its output with it.  A module's forward that rewrites
+        parameters it does not hold (a pruner run between steps) is an update, not part of the computation."""
+        envs = [*self.caller_envs, self.state.env]  # frame k's variables: the root function's, then each followed
+        frames = [("self" if self.is_forward else None, envs[0])]
+        for fn, env in zip(self.inline_stack, envs[1:]):
+            params = [*fn.args.posonlyargs, *fn.args.args] if getattr(fn, "name", None) == "forward" else []
+            frames.append((params[0].arg if params else None, env))
+        return any(name is not None and leaf.storage.id in storages_in(env.get(name)) for name, env in frames)
 
     def _numpy_view(self, tensor: Tensor, node: ast.AST) -> Value:
         """``t.numpy()``: an array over ``t``'s memory (numbers read out of it, for GG103, when ``t`` has a graph)."""
