@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..messages import mark_other_file
 from .classes import ClassInfo, find_classes, mro
-from .imports import collect_imports
+from .imports import collect_imports, qualified_name
 
 # Top-level names that are never the project's own code (the libraries every file imports).
 NEVER_PROJECT = frozenset({"torch", "numpy", "typing", "torchvision", "einops", "scipy", "pandas", "sklearn"})
@@ -325,20 +325,10 @@ def _grad_switched_off(module: ProjectModule) -> ast.Call | None:
     last = None
     for statement in module.tree.body:
         call = statement.value if isinstance(statement, ast.Expr) else None
-        if not isinstance(call, ast.Call) or _qualified(call.func, module.imports) not in SET_GRAD:
+        if not isinstance(call, ast.Call) or qualified_name(call.func, module.imports) not in SET_GRAD:
             continue
         flag = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
         if not isinstance(flag, ast.Constant) or not isinstance(flag.value, bool):
             return None  # a mode the analysis cannot read: no claim
         last = None if flag.value else call
     return last
-
-
-def _qualified(func: ast.AST, imports: dict[str, str]) -> str | None:
-    parts = []
-    while isinstance(func, ast.Attribute):
-        parts.append(func.attr)
-        func = func.value
-    if not isinstance(func, ast.Name):
-        return None
-    return ".".join([imports.get(func.id, func.id), *reversed(parts)])
