@@ -154,7 +154,8 @@ class CopiedParameters:
         ids = {id(p) for p in held}
         out = []
         for obj in gc.get_objects():
-            if not isinstance(obj, _Parameter) or id(obj) in ids or obj.grad is None:
+            # type(), not isinstance(): a dead weakref.proxy among gc's objects raises on any other look at it
+            if not issubclass(type(obj), _Parameter) or id(obj) in ids or obj.grad is None:
                 continue
             same = shapes.get((tuple(obj.shape), obj.dtype))
             if not same or (self.optimizer_of is not None and self.optimizer_of(obj) is not False):
