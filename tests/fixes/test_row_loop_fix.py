@@ -81,3 +81,32 @@ def test_the_rows_of_an_attribute_are_not_rebound():
     """)
     diags = found("GG004", src)
     assert diags and [d.fix for d in diags] == [None]  # `row = row.mul(2)` would drop the write to `self.t`
+
+
+def test_the_loop_over_rows_may_run_inside_another_loop():
+    """The rows' memory is held by the tensor and the row only, as the run shows at each write: a loop around the
+    row loop (the row read at its next pass) does not make another name see the write."""
+    src = textwrap.dedent(_PROGRAM).replace("        for r in h:\n            {write}\n",
+                                            "        for _ in range(2):\n            for r in h:\n"
+                                            "                r.mul_(scale)\n")
+    (diag,) = found("GG004", src)
+    assert diag.fix is not None and diag.fix.safe and "whole tensor" in diag.fix.title
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert "            h = h.mul(scale)\n        return" in out and not found("GG004", out)
+    intended = src.replace("            for r in h:\n                r.mul_(scale)\n", "            h = h.mul(scale)\n")
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+@pytest.mark.parametrize("before, after", [
+    ("g = h[0]", "print(g)"),  # a view of the tensor, read after the rows were written
+    ("g = h", "print(g)"),  # the tensor under another name
+    ("keep = [h]", "print(keep)"),  # a list holding it
+    ("self.kept = h", ""),  # an attribute: it escapes the forward
+])
+def test_no_whole_tensor_rewrite_when_another_name_sees_the_rows(before, after):
+    src = textwrap.dedent(_PROGRAM).replace("{write}", "r.mul_(scale)").replace(
+        "        for r in h:\n", f"        {before}\n        for r in h:\n").replace(
+        "        return torch.tanh(h)", f"        {after}\n        return torch.tanh(h)")
+    diags = found("GG004", src)
+    assert diags and all(d.fix is None or "whole tensor" not in d.fix.title for d in diags)

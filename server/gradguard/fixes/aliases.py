@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import ast
 import bisect
-from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..inference.sharing import Moment
+from ..inference.sharing import Report
 from ..knowledge import load_knowledge
 from ..knowledge.names import (
     FRESH_METHODS,
@@ -49,39 +48,6 @@ CONTAINER_BUILTINS = frozenset({
 })
 
 ALIAS, CONTAINER = "alias", "container"
-
-
-@dataclass
-class Report:
-    """Why rebinding ``name`` at the write may not give the same program (empty lists: it does)."""
-
-    name: str
-    aliases_read_after: list[str] = field(default_factory=list)  # views / detached aliases read later
-    holders_read_after: list[str] = field(default_factory=list)  # containers / objects read later
-    escapes: list[str] = field(default_factory=list)  # attributes, unknown calls, the caller, closures
-
-    @property
-    def clean(self) -> bool:
-        return not (self.aliases_read_after or self.holders_read_after or self.escapes)
-
-    @property
-    def only_holders(self) -> bool:
-        """Nothing that is a view of the memory is read later: only containers, the caller, attributes."""
-        return not self.aliases_read_after
-
-    def reason(self) -> str:
-        def names(items: list[str], one: str, many: str) -> str:
-            unique = sorted(set(items))
-            return "`" + "`, `".join(unique) + "` " + (one if len(unique) == 1 else many)
-
-        parts = []
-        if self.aliases_read_after:
-            parts.append(names(self.aliases_read_after, "shares its memory and is read later",
-                               "share its memory and are read later"))
-        if self.holders_read_after:
-            parts.append(names(self.holders_read_after, "may hold it and is read later", "may hold it and are read later"))
-        parts.extend(sorted(set(self.escapes)))
-        return "; ".join(parts)
 
 
 class AliasAnalysis:
@@ -586,44 +552,9 @@ def _only_returns_views(ctx: FixContext, knowledge, call: ast.Call) -> bool:
 
 
 def analyse(ctx: FixContext, write: ast.stmt, name: str, write_call: ast.Call | None = None) -> Report:
-    """What the code says: for a write no run reported (the probe's), or a caller's statement (``from_run``: the
+    """What the code says: for a write no run reported (the probe's), or a caller's statement (``writes.from_run``: the
     run's facts)."""
     return AliasAnalysis(ctx, write, name, write_call).report()
-
-
-def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth: int) -> Report:
-    """What the runs of the write show (``Moment.seen``, where the memory escaped, the caller's hold through a
-    parameter), with the scope's ``global``/``nonlocal`` names and closures' uses from its name index."""
-    views, held, outside = moment.seen(name, depth)
-    scope = ctx.scope_of(write)
-    # A holder the written name was read out of (`x = xs[i]`, `h = self.buf`) is where the tensor lives: rebinding
-    # the name leaves it there unwritten, as for a view (one it was put into only keeps what it was given)
-    homes = {_read_out_of(ctx.parents.get(n)) for n in ctx.names_in(scope).of(name) if isinstance(n.ctx, ast.Store)}
-    views, held = [*views, *(h for h in held if h in homes)], [h for h in held if h not in homes]
-    own, names = ctx.scope_names(scope), {name, *views, *held}
-    declared = [d for d in own.declarations if names & d]
-    escapes = [*map(_escape_words, moment.escape_sites()),
-               *(f"`{p}` is a parameter: the caller holds the same tensor" for p in moment.callers_pass(depth)),
-               *("it is declared global or nonlocal" for _ in declared),
-               *(["a nested function or class uses it"] if own.nested & names else []),
-               *(f"`{other}` holds it outside this function" for other in outside if not (other == name and declared))]
-    return Report(name, views, held, escapes)
-
-
-def _read_out_of(binding: ast.AST | None) -> str | None:
-    node = binding.value if isinstance(binding, ast.Assign) and len(binding.targets) == 1 else None
-    while isinstance(node, (ast.Subscript, ast.Attribute)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _escape_words(site: ast.AST) -> str:
-    """What the run saw the memory handed to (``RunLog.escaped``): a call it cannot see into, or a store."""
-    if isinstance(site, ast.Call):
-        return f"it is passed to `{ast.unparse(site.func)}`"
-    stored = next((t for t in getattr(site, "targets", [getattr(site, "target", None)])
-                   if isinstance(t, (ast.Attribute, ast.Subscript))), None)
-    return f"it is stored into `{ast.unparse(stored)}`" if stored is not None else "it goes where the run cannot see"
 
 
 def value_read_after(ctx: FixContext, write: ast.stmt, name: str) -> bool:

@@ -132,7 +132,7 @@ def _declares_nonlocal(fn: ast.FunctionDef, name: str) -> bool:
     return any(isinstance(n, ast.Nonlocal) and name in n.names for n in own_nodes(fn))
 
 
-NONLOCAL_ESCAPE = "it is declared global or nonlocal"  # the alias report's words (``aliases.Report.escapes``)
+NONLOCAL_ESCAPE = "it is declared global or nonlocal"  # the alias report's words (``sharing.Report.escapes``)
 
 
 def through_closure_calls(ctx: FixContext, fix: Fix, stmt: ast.stmt, name: str) -> Fix:
@@ -164,7 +164,7 @@ def _only_numpy_views(ctx: FixContext, fn: ast.FunctionDef, name: str | None) ->
 
 
 def param_escape(name: str) -> str:
-    """The alias report's words for a parameter the caller holds (``aliases.Report.escapes``)."""
+    """The alias report's words for a parameter the caller holds (``sharing.Report.escapes``)."""
     return f"`{name}` is a parameter: the caller holds the same tensor"
 
 

@@ -5,7 +5,7 @@ raises ``CannotFix``:
 - **rebind** (``RebindRewrite``) -- write out of place and rebind the name: ``x = x + y``, ``x = x.add(y)``,
   ``b = torch.mul(a, s)`` for ``out=b``, or ``x = x.clone()`` before a write through a view of ``x``.
   Safe when no other name, container, attribute or caller can see the written memory afterwards
-  (``aliases.analyse``); unsafe when only containers/attributes/the caller could; none when a view of the
+  (``InPlaceWrite.sharing``); unsafe when only containers/attributes/the caller could; none when a view of the
   memory is read later (the rebinding would drop a write the program relies on).
 - **no_grad** -- a parameter update or reset: ``with torch.no_grad():`` around it.
 - **copy** -- a leaf written as part of a computation: compute on ``w = self.weight.clamp(...)`` /
@@ -23,9 +23,9 @@ import ast
 from typing import TYPE_CHECKING, Callable
 
 from ..diagnostics import Fix, TextEdit
+from ..inference.sharing import Report
 from ..knowledge.names import LEAF_IDENTITY_ATTRS, NON_VALUE_ATTRS
 from ..statements import block_of, own_nodes
-from .aliases import Report
 from .callers import Helper, callers_leave_unread, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite

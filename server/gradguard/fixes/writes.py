@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..inference.sharing import Report
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
-from .aliases import Report, analyse, from_run, value_read_after
+from .aliases import analyse, value_read_after
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,7 +62,7 @@ class InPlaceWrite:
 
     def sharing(self, ctx: FixContext, name: str) -> Report:
         """Who else may see the memory ``name`` holds at the write: the run's facts when it ran the write
-        (``aliases.from_run``), the code's otherwise (``aliases.analyse``)."""
+        (``from_run``), the code's otherwise (``aliases.analyse``)."""
         if self.moment is not None and self.moment.holders is not None:
             return from_run(ctx, self.stmt, name, self.moment, self.depth)
         return analyse(ctx, self.stmt, name, self.call)
@@ -98,6 +99,41 @@ class InPlaceWrite:
             if isinstance(func, ast.Attribute) and load_knowledge().is_inplace(func.attr):
                 return InPlaceWrite(stmt, "method", func.value, node, value_use)
         raise CannotFix(f"unrecognised write {type(node).__name__}")
+
+
+def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth: int) -> Report:
+    """What the runs of the write show (``Moment.seen``, where the memory escaped, the caller's hold through a
+    parameter), with the scope's ``global``/``nonlocal`` names and closures' uses from its name index."""
+    views, held, outside = moment.seen(name, depth)
+    scope = ctx.scope_of(write)
+    # A holder the written name was read out of (`x = xs[i]`, `h = self.buf`) is where the tensor lives: rebinding
+    # the name leaves it there unwritten, as for a view (one it was put into only keeps what it was given)
+    homes = {_read_out_of(ctx.parents.get(n)) for n in ctx.names_in(scope).of(name) if isinstance(n.ctx, ast.Store)}
+    views, held = [*views, *(h for h in held if h in homes)], [h for h in held if h not in homes]
+    own, names = ctx.scope_names(scope), {name, *views, *held}
+    declared = [d for d in own.declarations if names & d]
+    escapes = [*map(_escape_words, moment.escape_sites()),
+               *(f"`{p}` is a parameter: the caller holds the same tensor" for p in moment.callers_pass(depth)),
+               *("it is declared global or nonlocal" for _ in declared),
+               *(["a nested function or class uses it"] if own.nested & names else []),
+               *(f"`{other}` holds it outside this function" for other in outside if not (other == name and declared))]
+    return Report(name, views, held, escapes)
+
+
+def _read_out_of(binding: ast.AST | None) -> str | None:
+    node = binding.value if isinstance(binding, ast.Assign) and len(binding.targets) == 1 else None
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _escape_words(site: ast.AST) -> str:
+    """What the run saw the memory handed to (``RunLog.escaped``): a call it cannot see into, or a store."""
+    if isinstance(site, ast.Call):
+        return f"it is passed to `{ast.unparse(site.func)}`"
+    stored = next((t for t in getattr(site, "targets", [getattr(site, "target", None)])
+                   if isinstance(t, (ast.Attribute, ast.Subscript))), None)
+    return f"it is stored into `{ast.unparse(stored)}`" if stored is not None else "it goes where the run cannot see"
 
 
 def _functional_inplace(ctx: FixContext, call: ast.Call) -> bool:

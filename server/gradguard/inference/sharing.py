@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ast
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..knowledge.names import NON_VALUE_ATTRS
 from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES
@@ -291,6 +291,39 @@ class Moment:
         ends = [(n.end_lineno, n.end_col_offset) for n in parts if isinstance(n, ast.Call)]
         return any(id(load) in in_targets or any(end <= (load.lineno, load.col_offset) for end in ends)
                    for load in loads)
+
+
+@dataclass
+class Report:
+    """Why rebinding ``name`` at the write may not give the same program (empty lists: it does)."""
+
+    name: str
+    aliases_read_after: list[str] = field(default_factory=list)  # views / detached aliases read later
+    holders_read_after: list[str] = field(default_factory=list)  # containers / objects read later
+    escapes: list[str] = field(default_factory=list)  # attributes, unknown calls, the caller, closures
+
+    @property
+    def clean(self) -> bool:
+        return not (self.aliases_read_after or self.holders_read_after or self.escapes)
+
+    @property
+    def only_holders(self) -> bool:
+        """Nothing that is a view of the memory is read later: only containers, the caller, attributes."""
+        return not self.aliases_read_after
+
+    def reason(self) -> str:
+        def names(items: list[str], one: str, many: str) -> str:
+            unique = sorted(set(items))
+            return "`" + "`, `".join(unique) + "` " + (one if len(unique) == 1 else many)
+
+        parts = []
+        if self.aliases_read_after:
+            parts.append(names(self.aliases_read_after, "shares its memory and is read later",
+                               "share its memory and are read later"))
+        if self.holders_read_after:
+            parts.append(names(self.holders_read_after, "may hold it and is read later", "may hold it and are read later"))
+        parts.extend(sorted(set(self.escapes)))
+        return "; ".join(parts)
 
 
 def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], written: Tensor, memory: set[int]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.aliases import analyse
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import RebindRewrite, fix_leaf_write, fix_or_none, is_parameter_update, mutation_of, rebind_fix
@@ -304,7 +303,8 @@ class _Placeholder:
 # row's dimensions broadcasts the same way against ``t``'s trailing ones), so ``t = t.mul(c)``.
 #
 # Offered only when the loop is that one statement, the op is elementwise, its arguments do not read the row, the
-# row's name is not read after the loop, and nothing else holds ``t``'s memory (then rebinding ``t`` is the write).
+# row's name is not read after the loop, and nothing else holds ``t``'s memory as the run went (then rebinding ``t``
+# is the write).
 
 
 
@@ -326,7 +326,10 @@ def whole_tensor_instead_of_rows(ctx: FixContext, write: InPlaceWrite) -> Fix:
     scope = ctx.scope_of(loop)
     if any(n is not loop.target and not ctx.inside(n, loop) for n in ctx.names_in(scope).of(row)):
         raise CannotFix("the row's name is used outside the loop")
-    report = analyse(ctx, loop, tensor)
+    if write.moment is None:
+        raise CannotFix("no run of the write shows who holds the tensor")
+    report = write.sharing(ctx, tensor)  # the run's holders of the rows' memory, but the row itself
+    report.aliases_read_after = [other for other in report.aliases_read_after if other != row]
     if not report.clean:
         raise CannotFix(report.reason())
     ctx.require_own_lines(loop)
