@@ -313,10 +313,6 @@ NO_FIX = {
         "the reset is to move out of the inference_mode block: moving a statement out of a block changes what runs "
         "under it, which no rewrite decides for the user"
     ),
-    "GG103/pos_prediction_mapped_under_no_grad_with_target": (
-        "the line is to move out of the no_grad block (past the target's lines): moving statements out of a block "
-        "changes what runs under it, which no rewrite decides for the user"
-    ),
     "GG102/pos_legacy_tensor_product_zeroed_through_detach": (
         "the write goes through a `.detach()` alias bound to its own name; the in-graph rewrite covers writes "
         "through `.data` and NumPy views, not aliases that other lines may read"

@@ -311,6 +311,10 @@ class GraphBreak:
     # A term of a loss computed only from values made with grad mode off (a model's output under no_grad, copied
     # into a buffer), read where `node` is: the op that ran with grad mode off and what turned it off.
     grad_off: tuple[ast.AST, ast.AST] | None = None
+    # A name rebound with grad mode off to a value computed from its old one (``pred = ema(pred)`` under no_grad):
+    # the switch that turned grad mode off (a ``no_grad`` block, ``set_grad_enabled(False)``), so that turning it
+    # back on for that statement alone keeps the graph.  None inside ``torch.inference_mode()``, where it would not.
+    switched_off: ast.AST | None = None
 
 
 @dataclass

@@ -1164,8 +1164,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             # `pred = ema(pred)` under no_grad: the name now holds a value computed from its old one without a
             # graph, a cut like `.detach()` (reported when a loss term is left with nothing but cut values).
             marker = new_id()
+            switch = self.grad_off_site[0] if self.grad_off_site is not None and not self.inference_blocks else None
+            if self.qual(switch.func if isinstance(switch, ast.Call) else switch) == "torch.inference_mode":
+                switch = None
             self.breaks.append(GraphBreak(getattr(stmt, "value", stmt), "`torch.no_grad()`", old.graph, marker,
-                                          origin=old.origin, certain=True, cut=True))
+                                          origin=old.origin, certain=True, cut=True, switched_off=switch))
             self.cut_markers.add(marker)
             return replace(value, graph=frozenset({marker}), lost_sources=old.graph)
         if (not isinstance(old, Tensor) or old.storage is value.storage or not old.leaf or old.group

@@ -361,7 +361,7 @@ def _check_cut(event):
                 how=event.how, sink=event.dead_in),
             certain=event.certain,
             related=[(event.dead_in, "the backward that gets nothing from this term")],
-            data={"cut": True, **({"cut_again": True} if event.cut_again else {})},
+            data={**_cut_data(event), **({"cut_again": True} if event.cut_again else {})},
         )
         return
     if event.starved is None and event.term_starved is not None:
@@ -381,7 +381,7 @@ def _check_cut(event):
             related=[(sink.node, "the backward whose term gets no gradient through the cut"),
                      (read.node, "updates the parameters that term never reaches" if read.updates else
                       "reads the gradients of parameters that term never reaches")],
-            data={"cut": True},
+            data=_cut_data(event),
         )
         return
     if event.starved is None and event.kept_in_part is not None and event.reached is not None:
@@ -425,8 +425,12 @@ def _check_cut(event):
         related=[(event.reached.node, "the backward that gets no gradient through the cut"),
                  (read.node, "uses the gradients that never arrive"),
                  *([(read.held_by, "the optimizer that holds those parameters")] if read.held_by is not None else [])],
-        data={"cut": True},
+        data=_cut_data(event),
     )
+
+
+def _cut_data(event: GraphBreak) -> dict:
+    return {"cut": True, **({"switched_off": event.switched_off} if event.switched_off is not None else {})}
 
 
 def _check_grad_off_term(event):
@@ -460,7 +464,8 @@ def _check_grad_off_term(event):
 # ---- The fix --------------------------------------------------------------------------------------
 # Each fix keeps the tensor the cut or the rebuild dropped; the first that applies is offered.
 #
-# - **a cut** -- a `.detach()`/`.data` that starves parameters the optimizer updates is dropped.  Safe.
+# - **a cut** -- a `.detach()`/`.data` that starves parameters the optimizer updates is dropped; a name rebound
+#   with grad mode off (``pred = ema(pred)`` under ``no_grad``) is computed in ``torch.enable_grad()``.  Safe.
 # - **numbers in arithmetic** -- ``torch.tensor([a, b])`` is ``torch.stack([a, b])``; ``t.item()``/``float(t)``
 #   as an operand, summed by ``sum(...)`` of a generator, or bound to a name used only in arithmetic is ``t``
 #   (unsafe when the name has other uses: it then holds a tensor there too).
@@ -497,6 +502,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return _detach_out_of_place(ctx, finding)
     if finding.data.get("cut_again"):
         return None  # the values are cut again further on: dropping this cut alone keeps them cut
+    if finding.data.get("switched_off") is not None:
+        return _grad_on_for_statement(ctx, finding)
     if finding.data.get("cut"):
         return _let_gradient_through(ctx, finding)
     if finding.data.get("flag"):
@@ -1052,6 +1059,20 @@ def _let_gradient_through(ctx: FixContext, finding: Finding) -> Fix:
         raise CannotFix("not a plain `.detach()` or `.data`")
     rw = Rewrite(ctx).replace_node(ctx.cst(node), parse_expr(ctx.source(inner)))
     return rw.fix(f"Let the gradient through: `{ctx.source(inner)}` instead of `{ctx.source(node)}`", safe=True)
+
+
+def _grad_on_for_statement(ctx: FixContext, finding: Finding) -> Fix:
+    """``pred = ema(pred)`` rebound with grad mode off -> that statement alone in a ``with torch.enable_grad():``
+    block: computed with its graph, as if moved out of the ``no_grad`` block, while the rest of the block stays
+    without one.  The run says what turned grad mode off (never inference mode, which grad mode does not undo)."""
+    stmt = ctx.statement_of(finding.node)
+    if not (isinstance(stmt, ast.Assign) and stmt.value is finding.node):
+        raise CannotFix("the value is not a whole assignment's")
+    rw = Rewrite(ctx)
+    torch = rw.torch_module(stmt)
+    return rw.wrap_in_with(stmt, f"{torch}.enable_grad()").fix(
+        f"Let the gradient through: compute `{_short(ctx.source(stmt))}` with grad mode on (`{torch}.enable_grad()`)",
+        safe=True)
 
 
 def _summed(ctx: FixContext, call: ast.Call) -> bool:

@@ -1,0 +1,66 @@
+"""GG103 fix forms read off the run's facts: a value rebound with grad mode off is computed with grad mode on for
+that statement alone (under ``set_grad_enabled(False)`` too), and none is offered inside ``inference_mode``, where
+turning grad mode on gives no graph.  torch runs each fixed program against the intended one."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from gradguard.config import Config
+from gradguard.fixing import fix_text
+from gradients import grads_equal
+from programs import found, run_program
+
+torch = pytest.importorskip("torch")
+
+_REBOUND = """
+import copy
+import torch
+import torch.nn.functional as F
+
+
+def train(fixed=False):
+    torch.manual_seed(0)
+    student = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    teacher = copy.deepcopy(student).requires_grad_(False)
+    x, x_aug = torch.randn(6, 4), torch.randn(6, 4)
+    pred = student(x)
+    {switch}
+        target = teacher(x_aug)
+        pred = teacher(pred)
+        target = teacher(target)
+    loss = F.mse_loss(pred, target) + 0.1 * F.mse_loss(student(x_aug), x_aug)
+    loss.backward()
+    return [p.grad for p in student.parameters()]
+
+
+def intended():
+    torch.manual_seed(0)
+    student = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    teacher = copy.deepcopy(student).requires_grad_(False)
+    x, x_aug = torch.randn(6, 4), torch.randn(6, 4)
+    pred = teacher(student(x))
+    with torch.no_grad():
+        target = teacher(teacher(x_aug))
+    loss = F.mse_loss(pred, target) + 0.1 * F.mse_loss(student(x_aug), x_aug)
+    loss.backward()
+    return [p.grad for p in student.parameters()]
+"""
+
+
+@pytest.mark.parametrize("switch", ["with torch.no_grad():", "with torch.set_grad_enabled(False):"])
+def test_a_value_rebound_with_grad_mode_off_is_computed_with_it_on(switch):
+    src = textwrap.dedent(_REBOUND).replace("{switch}", switch)
+    (diag,) = found("GG103", src)
+    assert diag.fix is not None and diag.fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert "with torch.enable_grad():\n            pred = teacher(pred)\n        target = teacher(target)" in out
+    assert not found("GG103", out)
+    assert grads_equal(run_program(out), run_program(out, "intended"))
+
+
+def test_no_grad_mode_fix_inside_inference_mode():
+    src = textwrap.dedent(_REBOUND).replace("{switch}", "with torch.inference_mode():")
+    (diag,) = found("GG103", src)
+    assert diag.fix is None
