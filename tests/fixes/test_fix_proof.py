@@ -225,10 +225,6 @@ NO_FIX = {
         "the new head has another shape than the old one, so its values cannot be written into the old parameters; "
         "building the optimizer after the swap moves a statement across the program, which no fix does"
     ),
-    "GG103/pos_scale_parameter_reassigned_after_optimizer": (
-        "the optimizer is built in another method (`__init__`); writing the values into the existing parameter "
-        "under no_grad is the change, and no fix rewrites an assignment of a new Parameter into a copy"
-    ),
     "GG101/pos_module_state_carried_across_steps": (
         "the state lives on the module (`self.hidden`), written in its forward: cutting it between steps needs a "
         "method of the class or an attribute write from the loop, which no fix adds"
@@ -418,6 +414,8 @@ UNSAFE_ONLY = {
     "GG001/pos_no_grad_clamp_probs": "the clamp leaves the no_grad block: its gradient now goes through it",
     "GG105/pos_method_decorated_returns_chunk": "the method loses `@torch.no_grad()`: every caller's views get history",
     "GG104/pos_threshold_double_loop_on_leaf": "the loops write a copy of the leaf made before them; the leaf keeps its values",
+    "GG103/pos_scale_parameter_reassigned_after_optimizer": "the values are written into the old parameter: they "
+    "take its shape, dtype and device, and whatever else holds it sees them",
     "GG103/pos_float_loss_requires_grad": "the result is `loss` itself, not a new leaf whose `.grad` torch fills",
     "GG103/pos_detach_in_place_state_already_used": "what was computed from `h` before keeps its whole history: "
                                                     "no truncation happens there",

@@ -285,6 +285,7 @@ def _check_replaced(event: ReplacedParameter):
         related=[*([(event.node, f"`{event.name}` is assigned the new {what} here")] if site is not event.node else []),
                  *([(built, "the optimizer takes the old parameters here")] if built is not None else []),
                  (event.reached.node, "the backward that reaches the new parameters")],
+        data={"replaced_parameter": True} if site is event.node and isinstance(event.new, Tensor) else {},
     )
 
 
@@ -466,6 +467,8 @@ def _check_grad_off_term(event):
 #
 # - **a cut** -- a `.detach()`/`.data` that starves parameters the optimizer updates is dropped; a name rebound
 #   with grad mode off (``pred = ema(pred)`` under ``no_grad``) is computed in ``torch.enable_grad()``.  Safe.
+# - **a replaced parameter** -- ``q.scale = nn.Parameter(v)`` after the optimizer took the old one is
+#   ``q.scale.copy_(v)`` under ``torch.no_grad()``.  Unsafe: the values take the old parameter's shape and dtype.
 # - **numbers in arithmetic** -- ``torch.tensor([a, b])`` is ``torch.stack([a, b])``; ``t.item()``/``float(t)``
 #   as an operand, summed by ``sum(...)`` of a generator, or bound to a name used only in arithmetic is ``t``
 #   (unsafe when the name has other uses: it then holds a tensor there too).
@@ -508,6 +511,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return _let_gradient_through(ctx, finding)
     if finding.data.get("flag"):
         return _set_on_parameters(ctx, finding)
+    if finding.data.get("replaced_parameter"):
+        return _write_into_parameter(ctx, finding)
     if finding.data.get("rebuilt_at") is not None:  # reported at the read: the rewrite is of the rebuild
         finding = dataclasses.replace(finding, node=finding.data["rebuilt_at"])
     try:
@@ -1045,6 +1050,27 @@ def _set_on_parameters(ctx: FixContext, finding: Finding) -> Fix:
     call = f"{module}.requires_grad_({ctx.source(stmt.value)})"
     rw = Rewrite(ctx).replace_node(ctx.cst(stmt), cst_mod().Expr(parse_expr(call)))
     return rw.fix(f"Freeze the parameters: `{call}`", safe=True)
+
+
+def _write_into_parameter(ctx: FixContext, finding: Finding) -> Fix:
+    """``q.scale = nn.Parameter(v)`` after an optimizer took the old parameter -> ``q.scale.copy_(v)`` under
+    ``torch.no_grad()``: the parameter the optimizer holds gets the values.  Unsafe: they take its shape, dtype and
+    device (``copy_`` broadcasts a smaller shape), and whatever else holds the old parameter sees them too."""
+    stmt = finding.node
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)
+            and _plain(stmt.targets[0])):
+        raise CannotFix("not one assignment to an attribute")
+    call = stmt.value
+    if not (isinstance(call, ast.Call) and ctx.qual(call.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
+            and len(call.args) == 1 and not isinstance(call.args[0], ast.Starred) and not call.keywords):
+        raise CannotFix("not a new Parameter of one tensor's values")
+    rw = Rewrite(ctx)
+    torch = rw.torch_module(stmt)
+    write = f"{ctx.source(stmt.targets[0])}.copy_({ctx.source(call.args[0])})"
+    rw.replace_node(ctx.cst(stmt), cst_mod().Expr(parse_expr(write))).wrap_in_with(stmt, f"{torch}.no_grad()")
+    return rw.fix(f"Write the values into the parameter the optimizer holds: `{_short(write)}` under "
+                  f"`{torch}.no_grad()` (unsafe: they take its shape, dtype and device, and whatever else holds it "
+                  "sees them)", safe=False)
 
 
 def _let_gradient_through(ctx: FixContext, finding: Finding) -> Fix:
