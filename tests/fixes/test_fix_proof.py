@@ -182,14 +182,6 @@ NO_FIX = {
         "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
         "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
     ),
-    "GG103/pos_training_step_logs_loss_returns_nothing": (
-        "which of the tensors the hook computes is the loss to return (a dict or the tensor) is the author's "
-        "choice: no fix yet"
-    ),
-    "GG103/pos_training_step_shared_step_inherited_hooks": (
-        "which of the tensors the hook computes is the loss to return (a dict or the tensor) is the author's "
-        "choice: no fix yet"
-    ),
     "GG103/pos_np_mean_of_head_losses": (
         "keeping the gradient (the torch twin of the NumPy function) or dropping it (`.detach()`, values for a log) "
         "is the author's choice: no fix yet"
@@ -416,6 +408,10 @@ UNSAFE_ONLY = {
     "GG104/pos_threshold_double_loop_on_leaf": "the loops write a copy of the leaf made before them; the leaf keeps its values",
     "GG103/pos_scale_parameter_reassigned_after_optimizer": "the values are written into the old parameter: they "
     "take its shape, dtype and device, and whatever else holds it sees them",
+    "GG103/pos_training_step_logs_loss_returns_nothing": "whether the tensor returned is the loss to train on is "
+    "the author's to say",
+    "GG103/pos_training_step_shared_step_inherited_hooks": "whether the tensor returned is the loss to train on is "
+    "the author's to say",
     "GG103/pos_float_loss_requires_grad": "the result is `loss` itself, not a new leaf whose `.grad` torch fills",
     "GG103/pos_detach_in_place_state_already_used": "what was computed from `h` before keeps its whole history: "
                                                     "no truncation happens there",

@@ -64,3 +64,48 @@ def test_no_grad_mode_fix_inside_inference_mode():
     src = textwrap.dedent(_REBOUND).replace("{switch}", "with torch.inference_mode():")
     (diag,) = found("GG103", src)
     assert diag.fix is None
+
+
+_HOOK = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Regressor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+{body}
+        self.last = loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def train():
+    torch.manual_seed(0)
+    model = Regressor()
+    model.configure_optimizers().zero_grad()
+    model.training_step((torch.randn(4, 3), torch.randn(4, 1)), 1).backward()
+    return [p.grad for p in model.parameters()]
+"""
+
+
+def test_the_loss_bound_on_every_path_is_returned_unsafe():
+    src = _HOOK.replace("{body}", "        loss = F.mse_loss(self.net(x), y)")
+    (diag,) = found("GG103", src)
+    assert diag.fix is not None and not diag.fix.safe and "author" in diag.fix.title
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert "        self.last = loss\n        return loss\n" in out and not found("GG103", out)
+    assert all(g is not None for g in run_program(out))
+
+
+def test_no_return_of_a_loss_bound_on_some_paths_only():
+    body = ("        if batch_idx % 2:\n            loss = F.mse_loss(self.net(x), y)\n"
+            "        else:\n            loss = F.l1_loss(self.net(x), y)")
+    (diag,) = found("GG103", _HOOK.replace("{body}", body))
+    assert diag.fix is None

@@ -251,7 +251,7 @@ def _check_unreturned(event: UnreturnedLoss):
             "tensor, or a dict holding it under \"loss\"), and with None it skips the batch, so nothing trains, "
             "silently. Return the loss.", hook=event.hook, label=event.label, at=event.computed),
         related=[(event.computed, "the tensor that requires grad is computed here")],
-        data={"unreturned": True},
+        data={"unreturned": event.computed},
     )
 
 
@@ -467,6 +467,8 @@ def _check_grad_off_term(event):
 #
 # - **a cut** -- a `.detach()`/`.data` that starves parameters the optimizer updates is dropped; a name rebound
 #   with grad mode off (``pred = ema(pred)`` under ``no_grad``) is computed in ``torch.enable_grad()``.  Safe.
+# - **an unreturned loss** -- ``return loss`` ends a ``training_step`` that returned nothing, ``loss`` the last
+#   tensor requiring grad the run saw it bind on every path.  Unsafe: which tensor is the loss is the author's.
 # - **a replaced parameter** -- ``q.scale = nn.Parameter(v)`` after the optimizer took the old one is
 #   ``q.scale.copy_(v)`` under ``torch.no_grad()``.  Unsafe: the values take the old parameter's shape and dtype.
 # - **numbers in arithmetic** -- ``torch.tensor([a, b])`` is ``torch.stack([a, b])``; ``t.item()``/``float(t)``
@@ -499,8 +501,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return None  # keeping the gradient (torch ops) or dropping it (detach, for a log) is the author's choice
     if finding.data.get("dropped_output"):
         return None  # returning the value is the fix, but whether it should keep `.data`'s cut is the author's
-    if finding.data.get("unreturned"):
-        return None  # which tensor the hook computes is its loss is the author's to say  # where grad mode should be on is the author's choice: the block, the decorator, or the call
+    if finding.data.get("unreturned") is not None:
+        return _return_the_loss(ctx, finding)
     if finding.data.get("detach"):
         return _detach_out_of_place(ctx, finding)
     if finding.data.get("cut_again"):
@@ -1050,6 +1052,25 @@ def _set_on_parameters(ctx: FixContext, finding: Finding) -> Fix:
     call = f"{module}.requires_grad_({ctx.source(stmt.value)})"
     rw = Rewrite(ctx).replace_node(ctx.cst(stmt), cst_mod().Expr(parse_expr(call)))
     return rw.fix(f"Freeze the parameters: `{call}`", safe=True)
+
+
+def _return_the_loss(ctx: FixContext, finding: Finding) -> Fix:
+    """A ``training_step`` that returns nothing -> ``return loss`` at its end, ``loss`` the last tensor requiring
+    grad it binds (the run's answer), bound by a statement of the hook's own body: so on every path to its end.
+    Unsafe: whether that tensor is the loss to train on is the author's to say."""
+    name = finding.data["unreturned"]
+    stmt = ctx.statement_of(name)
+    fn = ctx.function_of(name)
+    if not (isinstance(name, ast.Name) and isinstance(stmt, (ast.Assign, ast.AnnAssign)) and fn is not None
+            and ctx.parents.get(stmt) is fn):
+        raise CannotFix("the tensor is not bound on every path to the hook's end")
+    last = fn.body[-1]
+    ctx.require_own_lines(last)
+    end = len(ctx.lines[last.end_lineno - 1].rstrip("\r\n")) + 1
+    code = f"return {name.id}"
+    edit = TextEdit(last.end_lineno, end, last.end_lineno, end, ctx.newline + ctx.indent_of(last) + code)
+    return Fix(f"Return the loss: `{code}` at the end of `{fn.name}` (unsafe: whether `{name.id}` is the loss to "
+               "train on is the author's to say)", False, (edit,))
 
 
 def _write_into_parameter(ctx: FixContext, finding: Finding) -> Fix:
