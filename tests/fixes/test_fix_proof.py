@@ -54,12 +54,12 @@ _DROPPED_HOOK_OUTPUT = (
     "rewrite of a hook makes")
 
 _GRAD_MODE_BACK_ON = (
-    "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
-    "`torch.enable_grad()` around the loss) is the author's choice: no fix yet")
+    "grad mode is switched off for what follows, or by the decorator of a function called from outside: where it "
+    "should come back on is the author's choice: no fix yet")
 
 _GUARD_KEPT_OTHERS_FROZEN = (
-    "dropping the guard would also unfreeze parameters frozen on purpose by other code (whether any are is the "
-    "author's to say): no fix yet")
+    "the parameters were frozen by other code than the guarded write: dropping the guard would also unfreeze "
+    "parameters frozen on purpose (whether any are is the author's to say)")
 
 _STEP_BEFORE_DETACHED_TARGET_LOSS = (
     "the later loss is computed between the step and its backward, which a move of the step does not pass over; "
@@ -85,10 +85,7 @@ NO_FIX = {
     "GG101/pos_td_error_after_critic_step_detached": _MIXED_ACROSS_UPDATE,
     "GG101/pos_agent_advantage_after_value_updates_loop": _MIXED_ACROSS_UPDATE,
     "GG101/pos_td_error_helper_after_critic_step": _MIXED_ACROSS_UPDATE,
-    "GG103/pos_guarded_unfreeze_method_keeps_encoder_frozen": _GUARD_KEPT_OTHERS_FROZEN,
-    "GG103/pos_guarded_unfreeze_helper_requires_grad_call": _GUARD_KEPT_OTHERS_FROZEN,
     "GG103/pos_guarded_unfreeze_after_module_freeze": _GUARD_KEPT_OTHERS_FROZEN,
-    "GG103/pos_guarded_unfreeze_mixin_base_given_to_factory": _GUARD_KEPT_OTHERS_FROZEN,
     "GG101/pos_value_step_before_detached_target_reused": _STEP_BEFORE_DETACHED_TARGET_LOSS,
     "GG101/pos_model_methods_second_backward_after_three_steps": (
         "the forward is a method that keeps its outputs on the object: calling it again before the second loss's "
@@ -163,25 +160,11 @@ NO_FIX = {
     ),
     "GG103/pos_forward_hook_method_rebinds_scaled_output": _DROPPED_HOOK_OUTPUT,
     "GG103/pos_forward_hook_rebinds_output_in_loop_of_masks": _DROPPED_HOOK_OUTPUT,
-    "GG103/pos_functional_forward_with_weight_list_under_no_grad": _GRAD_MODE_BACK_ON,
-    "GG103/pos_meta_learner_steps_from_constructor_last_loss_no_grad": _GRAD_MODE_BACK_ON,
-    "GG103/pos_no_grad_eval_losses_list_last_entry_backward": _GRAD_MODE_BACK_ON,
     "GG103/pos_regularizer_detaches_data_copies_of_parameters": (
         "the values are cut twice (`.data`, then `.detach()` of what it gave): dropping one cut leaves the other, "
         "so the rewrite of `.data` alone does not remove the finding and is withheld"
     ),
-    "GG103/pos_closure_run_by_no_grad_step": (
-        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
-        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
-    ),
-    "GG103/pos_grad_disabled_for_preprocessing_then_fit": (
-        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
-        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
-    ),
-    "GG103/pos_int_stage_runs_loss_without_grad": (
-        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
-        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
-    ),
+    "GG103/pos_grad_disabled_for_preprocessing_then_fit": _GRAD_MODE_BACK_ON,
     "GG103/pos_np_mean_of_head_losses": (
         "keeping the gradient (the torch twin of the NumPy function) or dropping it (`.detach()`, values for a log) "
         "is the author's choice: no fix yet"
@@ -190,14 +173,10 @@ NO_FIX = {
         "keeping the gradient (the torch twin of the NumPy function) or dropping it (`.detach()`, values for a log) "
         "is the author's choice: no fix yet"
     ),
-    "GG103/pos_loss_computed_in_no_grad_block": (
-        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
-        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
-    ),
-    "GG103/pos_no_grad_decorated_loss_helper_reused_in_training": (
-        "where grad mode should come back on (the block, the decorator, the call that runs the code, or "
-        "`torch.enable_grad()` around the loss) is the author's choice: no fix yet"
-    ),
+    "GG103/pos_no_grad_decorated_loss_helper_reused_in_training": _GRAD_MODE_BACK_ON,
+    "GG103/pos_meta_learner_steps_from_constructor_last_loss_no_grad": (
+        "the `no_grad` block takes gradients: dropping it leaves them without a graph (first order), where the loss "
+        "built on them means to differentiate through them (`create_graph=True`): the author's choice"),
     "GG103/pos_deepcopy_finetuned_with_original_optimizer": (
         "which module should train is the author's choice (an optimizer over the copy, or the original trained): "
         "building one moves a statement across the program, which no fix does"
@@ -362,6 +341,15 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    **{f"GG103/{name}": "the guard is dropped: a call of the setter on a module frozen by other code would unfreeze "
+                        "it too" for name in ("pos_guarded_unfreeze_method_keeps_encoder_frozen",
+                                              "pos_guarded_unfreeze_helper_requires_grad_call",
+                                              "pos_guarded_unfreeze_mixin_base_given_to_factory")},
+    **{f"GG103/{name}": "the `no_grad` block is dropped: every op in it then records a graph, and a value meant to "
+                        "stay out of the gradient goes into it"
+       for name in ("pos_loss_computed_in_no_grad_block", "pos_int_stage_runs_loss_without_grad",
+                    "pos_functional_forward_with_weight_list_under_no_grad",
+                    "pos_no_grad_eval_losses_list_last_entry_backward")},
     **{f"GG101/{name}": "the assignment that replaced the loaded copy is removed: code relying on the two names "
                         "holding one module changes" for name in ("pos_loaded_copy_replaced_target_network_locals",
                                                                   "pos_loaded_copy_replaced_agent_sync_method")},

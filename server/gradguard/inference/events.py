@@ -374,6 +374,9 @@ class GuardedUnfreeze:
     value: str  # the true value the skipped write would have set, as the code writes it
     call: ast.AST | None  # the call that ran the setter with that value (None: the guard runs at this level)
     seq: int
+    # Every one of them was frozen by the guarded write itself (the setter run earlier with a false value): without
+    # the guard, the write unfreezes only what it froze, never a parameter frozen on purpose by other code.
+    own: bool = False
     reached: Sink | None = None  # filled by the engine: the next backward, which gives them no gradient
 
 

@@ -657,9 +657,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             node, sites = frozen[0]
             if level >= 0 and tuple(sites[:level]) == tuple(self.frame_sites[:level]) and len(sites) > level:
                 node = sites[level]
+            own = all(any(f[0] is w or getattr(w, "value", None) is f[0] for w in stmt.body) for f in frozen)
             self.guarded_unfreezes.append(GuardedUnfreeze(stmt, node, ast.unparse(write[1]),
                                                           self.frame_sites[-1] if self.frame_sites else None,
-                                                          self._next()))
+                                                          self._next(), own))
         return on != negated
 
     def set_flag(self, tensor: Tensor, flag: bool, node: ast.AST, known: bool = True) -> None:

@@ -8,7 +8,8 @@ import re
 
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FixContext
-from ..fixes.edits import Rewrite
+from ..fixes.edits import Rewrite, apply_edits
+from ..fixes.identity import FindingId
 from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
@@ -17,6 +18,8 @@ from ..inference.values import Tensor
 from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_REFUSED, NUMPY_TWINS
 from ..messages import Message
 from ..statements import block_of
+from ..statements import every_node
+from ..statements import walk as walk_statements
 from .base import Example, Rule
 from .common import first_conflict
 
@@ -173,7 +176,7 @@ def _check_guarded_unfreeze(event: GuardedUnfreeze):
         related=[(event.frozen, "freezes the parameters"),
                  *([(event.call, "meant to unfreeze them")] if event.call is not None else []),
                  (event.reached.node, "the backward that gives them no gradient")],
-        data={"guarded_unfreeze": True},
+        data={"guarded_unfreeze": event},
     )
 
 
@@ -197,7 +200,7 @@ def _check_grad_off(event: GradOffBackward):
                    else []),
                  (event.computed, "runs with grad mode off: autograd records nothing"),
                  (event.backward, "backward raises here")],
-        data={"grad_off": True},
+        data={"grad_off": event},
     )
 
 
@@ -494,9 +497,16 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
     in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses);
     a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops;
-    drop a `.detach()`/`.data` that starves parameters the optimizer updates."""
-    if finding.data.get("grad_off"):
+    drop a `.detach()`/`.data` that starves parameters the optimizer updates; grad mode on where a loss is computed
+    with it off (``_grad_on``)."""
+    grad_off = finding.data.get("grad_off")
+    if isinstance(grad_off, GradOffBackward):
+        return _grad_on(ctx, grad_off)
+    if grad_off:
         return None
+    unfreeze = finding.data.get("guarded_unfreeze")
+    if isinstance(unfreeze, GuardedUnfreeze):
+        return _drop_guard(ctx, unfreeze)
     if finding.data.get("numpy_refused"):
         return None  # keeping the gradient (torch ops) or dropping it (detach, for a log) is the author's choice
     if finding.data.get("dropped_output"):
@@ -1040,6 +1050,93 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
         title = f"Keep the graph: use `{ctx.source(inner)}` instead of `{ctx.source(call)}`"
         return rw.fix(title if safe else f"{title} (unsafe: the name then holds a tensor in its other uses)", safe=safe)
     raise CannotFix("no tensor-keeping rewrite for this graph break")
+
+
+_GRAD_OFF_BLOCKS = ("torch.no_grad", "torch.inference_mode")
+_WRITE_CODES = ("GG001", "GG002", "GG003", "GG004", "GG005")  # what a write may become once grad mode is on
+
+
+def _grad_on(ctx: FixContext, event: GradOffBackward) -> Fix:
+    """Grad mode on where the loss is computed (``GradOffBackward``): a ``@torch.no_grad()`` function that runs the
+    computation through a call in its own body (an optimizer's ``step`` calling its closure) makes that call under
+    ``torch.enable_grad()``, as torch's optimizers do; a ``with torch.no_grad():`` block that computes it is
+    dropped, its body kept (unsafe: every op of the block then records a graph, and a value meant to stay out of
+    the gradient goes into it).  A switch that turns grad mode off for what follows (``set_grad_enabled(False)``),
+    or a decorated function called from outside, gets no fix: where to turn it back on is the author's choice."""
+    turned_off, node = event.turned_off, event.node
+    if node is not turned_off:
+        fn = ctx.function_of(node)
+        if fn is None or not any(d is turned_off for d in fn.decorator_list):
+            raise CannotFix("the decorated function is called from outside: enable_grad around the call stays off")
+        stmt = ctx.statement_of(node)
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)):
+            raise CannotFix("the call is not a simple statement of its own")
+        rw = Rewrite(ctx)
+        torch = rw.torch_module(stmt)
+        rw.wrap_in_with(stmt, f"{torch}.enable_grad()")
+        callee = node.func if isinstance(node, ast.Call) else None
+        params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+        handed = isinstance(callee, ast.Name) and callee.id in params  # a closure: the caller's code, run for it
+        title = f"Compute it with grad mode on: `with {torch}.enable_grad():` around `{_short(ctx.source(stmt))}`"
+        return rw.fix(title if handed else title + " (unsafe: the call records a graph each time the function runs, "
+                      "also where nothing backpropagates)", safe=handed)
+    block = ctx.parents.get(ctx.parents.get(node))
+    if not (isinstance(block, ast.With) and len(block.items) == 1 and block.items[0].optional_vars is None
+            and isinstance(node, ast.Call) and ctx.qual(node.func) in _GRAD_OFF_BLOCKS and not node.args
+            and not node.keywords and block.body[0].lineno > block.lineno):
+        raise CannotFix("grad mode is switched off for what follows, not by a block of its own")
+    return _drop_block(ctx, block)
+
+
+def _drop_block(ctx: FixContext, block: ast.With) -> Fix:
+    """``block``'s header deleted and its body kept, checked: the analysis must find no write the body makes
+    turn into one autograd refuses once grad mode is on (a parameter updated in place, a saved tensor written)."""
+    if any(isinstance(n, ast.Call) and (ctx.qual(n.func) == "torch.autograd.grad" or isinstance(n.func, ast.Attribute)
+                                        and n.func.attr == "backward") for n in every_node(block)):
+        # Its gradients, taken with grad mode on but no `create_graph`, would have no graph: first order where
+        # a loss computed from them means to differentiate through them.
+        raise CannotFix("the block takes gradients: with grad mode on they would still have no graph")
+    edits = _body_kept(ctx, block)
+    shift = block.body[0].lineno - block.lineno
+    writes = [st.lineno - shift for st in walk_statements(block)
+              if isinstance(st, ast.AugAssign) or isinstance(st, ast.Assign) and not isinstance(st.targets[0], ast.Name)
+              or isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)]
+    fixed = apply_edits(ctx.text, edits)
+    if any(ctx.still_found(fixed, FindingId(code, line)) for line in writes for code in _WRITE_CODES):
+        raise CannotFix("a write in the block is refused by autograd once grad mode is on")
+    return Fix(f"Compute it with grad mode on: drop `with {ctx.source(block.items[0].context_expr)}:` and keep its "
+               "body (unsafe: every op of the block then records a graph, and a value meant to stay out of the "
+               "gradient goes into it)", False, tuple(edits))
+
+
+def _drop_guard(ctx: FixContext, event: GuardedUnfreeze) -> Fix:
+    """``if p.requires_grad: p.requires_grad = flag`` -> ``p.requires_grad = flag``, when the run saw that every
+    parameter the guard skips was frozen by that same write (``GuardedUnfreeze.own``).  Unsafe: a call of the
+    setter the analysis did not see, on a module frozen by other code, would unfreeze that module too."""
+    guard = event.node
+    if not event.own:
+        raise CannotFix("some of the parameters were frozen by other code, maybe on purpose")
+    if guard.orelse:
+        raise CannotFix("the guard has an else branch")
+    return Fix(f"Drop the guard `if {_short(ctx.source(guard.test))}:` and set the flag on every parameter (unsafe: "
+               "a call of the setter on a module frozen by other code would unfreeze it too)", False,
+               tuple(_body_kept(ctx, guard)))
+
+
+def _body_kept(ctx: FixContext, stmt: ast.With | ast.If) -> list[TextEdit]:
+    """The edits that delete ``stmt``'s header and dedent its body into its place."""
+    indent, inner = ctx.indent_of(stmt), ctx.indent_of(stmt.body[0])
+    lines = range(stmt.body[0].lineno, stmt.end_lineno + 1)
+    if stmt.body[0].lineno == stmt.lineno or len(inner) <= len(indent) \
+            or ctx.statement_of(stmt) is not stmt or ctx.lines[stmt.lineno - 1][:len(indent)].strip():
+        raise CannotFix("the body is not on lines of its own below the header")
+    if any(ctx.lines[k - 1].strip() and not ctx.lines[k - 1].startswith(inner) for k in lines) \
+            or any(q in ctx.source(stmt) for q in ('"""', "'''")) \
+            or any(ctx.lines[k - 1].rstrip().endswith("\\") for k in lines):
+        raise CannotFix("the body's lines do not all carry its indentation (a string or a continuation)")
+    cut = len(inner) - len(indent)
+    return [TextEdit(stmt.lineno, 1, stmt.body[0].lineno, 1, ""),
+            *(TextEdit(k, 1, k, cut + 1, "") for k in lines if ctx.lines[k - 1].strip())]
 
 
 def _set_on_parameters(ctx: FixContext, finding: Finding) -> Fix:
