@@ -312,11 +312,13 @@ def _check(args: argparse.Namespace) -> int:
             unprobed = [run for run in runs if not run.passes]
         except WorkerError as exc:  # no torch, or no process can start: the probe the user asked for cannot run
             raise UsageError(f"cannot run the probe: {exc}") from None
-        from .probed_fixes import attach
-
-        results = attach(results, files)  # the fixes of the findings only the probe made
     # After the probe, whose merge matches each run file's static findings, wherever they are, with its own.
     results = in_own_files(results)
+    if args.probe:
+        from .probed_fixes import attach
+
+        # the fixes of the findings only the probe made, each read in its own file (a module the entry file imports)
+        results = attach(results, files)
     fixing = None
     if args.fix or args.diff:
         from .fixing import run_fixes  # .py files have their text fixed; notebooks their cells

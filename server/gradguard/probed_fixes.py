@@ -32,7 +32,8 @@ from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
 from .knowledge.names import LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, FROZE_NOTE, GRAD_OFF_NOTE, GUARD_SKIPS_OTHERS_NOTE,
-                          INPUT_NOTE, MULTI_VIEW_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE,
+                          INPUT_NOTE, MULTI_VIEW_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, REPLACED_NOTE,
+                          REPLACING_CALL_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE,
                           ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 from .statements import blocks
@@ -997,10 +998,57 @@ def _step_after_helper_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fi
                "the step also applies the gradients that backward adds to its parameters)", False, edits)
 
 
+def _reads_name(node: ast.AST, name: str) -> bool:
+    """Whether ``name`` occurs in ``node`` (read, bound or deleted), or a function or class inside it could read it."""
+    return any(isinstance(n, ast.Name) and n.id == name
+               or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) for n in ast.walk(node))
+
+
+def _optimizer_after_replacing_call(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG103 an optimizer made from a model's parameters right before a call that leads to a helper replacing
+    submodules or parameters of that model (the probe places it at the optimizer's statement, the replacement as
+    ``REPLACED_NOTE``, the call as ``REPLACING_CALL_NOTE``): make the optimizer after the call, so that it takes the
+    parameters the model has then.  Only for ``name = <call>(...)`` whose parameters argument reads them at that
+    moment through a method of a name the call is handed (``model.parameters()``), both statements in one block,
+    when nothing from the optimizer's statement to the call reads or binds the optimizer's name, or binds a name the
+    optimizer's statement reads (the optimizer moved below would take other values)."""
+    call_site = _note(f, REPLACING_CALL_NOTE)
+    if f.code != "GG103" or not f.notes or f.notes[0].message != REPLACED_NOTE or call_site is None:
+        return None
+    made, call = lines.simple_statement_at(f.site.line), lines.simple_statement_at(call_site.line)
+    if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and isinstance(made.targets[0], ast.Name)
+            and isinstance(made.value, ast.Call) and call is not None):
+        return None
+    optimizer = made.targets[0].id
+    params = made.value.args[0] if made.value.args else next(
+        (k.value for k in made.value.keywords if k.arg == "params"), None)
+    handed = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    reads_now = params is not None and any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+        and n.func.value.id in handed and not n.args and not n.keywords for n in ast.walk(params))
+    block = _block_of(lines, made)
+    if not reads_now or block is None or not any(st is call for st in block):
+        return None
+    start, end = next(i for i, st in enumerate(block) if st is made), next(i for i, st in enumerate(block) if st is call)
+    between = block[start + 1:end + 1]
+    read = {n.id for n in ast.walk(made.value) if isinstance(n, ast.Name)}
+    if start >= end or any(_reads_name(st, optimizer) or any(_stores(st, name) for name in read) for st in between):
+        return None
+    ctx = FixContext(text, lines.tree)
+    try:
+        ctx.require_own_lines(made)
+        ctx.require_own_lines(call)
+        edits = tuple(move_statements_after(ctx, [made], [made], call))
+    except CannotFix:
+        return None
+    return Fix(f"Make the optimizer after the model's layers are replaced: move `{ast.unparse(made)[:60]}` after "
+               f"`{ast.unparse(call)[:60]}` (unsafe: it no longer holds the replaced parameters)", False, edits)
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
     _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter,
-    _step_after_helper_backward)
+    _step_after_helper_backward, _optimizer_after_replacing_call)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

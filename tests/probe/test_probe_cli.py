@@ -156,3 +156,44 @@ def test_check_probe_merges(project, capsys):
     # line 27: static finding in a branch the probe never took: unchanged
     assert "confirmed" not in found[(27, "GG001")]
     assert "probe: mixed.py: 1 confirmed, 1 added, 1 not confirmed" in captured.err
+
+
+def test_check_probe_fixes_a_finding_in_the_module_the_entry_imports(project, capsys):
+    """A probe-only finding the run of an entry file places in another module of the package (here: the optimizer
+    made, in a helper module, before a call that replaces the model's layers) gets its fix there: fixes are attached
+    after each finding has joined its own file's result (bench/realworld 308)."""
+    import os
+
+    os.makedirs("pkg", exist_ok=True)
+    project("pkg/__init__.py", "")
+    project("pkg/train.py", """\
+        import torch
+        import torch.nn as nn
+
+
+        def widen(model):
+            model[0] = nn.Linear(3, 8)
+            model[2] = nn.Linear(8, 1)
+
+
+        def fit(model):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            widen(model)
+            opt.zero_grad()
+            model(torch.randn(4, 3)).pow(2).mean().backward()
+            return [p.grad for group in opt.param_groups for p in group["params"]]
+        """)
+    project("pkg/main.py", """\
+        import torch.nn as nn
+
+        from .train import fit
+
+        if __name__ == "__main__":
+            print(fit(nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))))
+        """)
+    code = main(["check", "--no-jedi", "--no-cache", "--probe", "--format", "json", "pkg"])
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    [d] = [d for d in json.loads(captured.out)["diagnostics"] if d["message"].endswith("(observed by the runtime probe)")]
+    assert (d["path"], d["line"], d["code"]) == (os.path.join("pkg", "train.py"), 11, "GG103")
+    assert d["fix"] is not None and d["fix"]["title"].startswith("Make the optimizer after"), d["fix"]

@@ -78,3 +78,41 @@ def test_intended_cut_is_not_reported(name, script, probe):
     result = probe(path, entry="run")
     assert result.status == "completed", result.detail
     assert result.findings == [], [f.message for f in result.findings]
+
+
+REPLACED_AFTER_OPTIMIZER = """\
+import torch
+import torch.nn as nn
+
+
+def shrink(model):
+    keep = model[0].weight.detach().abs().sum(1).topk(3).indices.sort().values
+    new = nn.Linear(4, 3)
+    with torch.no_grad():
+        new.weight.copy_(model[0].weight[keep])
+        new.bias.copy_(model[0].bias[keep])
+    model[0] = new
+    model[2] = nn.Linear(3, 1)
+
+
+def run():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    shrink(model)
+    model(torch.randn(5, 4)).pow(2).sum().backward()
+    return [p.grad for group in opt.param_groups for p in group["params"]]
+"""
+
+
+def test_cut_is_not_blamed_for_parameters_replaced_out_of_the_model(script, probe):
+    """A helper picks, through a detached read of a layer's weight, the rows it copies into smaller layers that
+    replace the old ones after the optimizer took them (bench/realworld 308): the optimizer's old parameters get no
+    gradient because the model no longer uses them, not because of the cut -- the replacement's finding (at the
+    optimizer, made before the call) says so, and no "starved" finding blames the detach."""
+    path = script(REPLACED_AFTER_OPTIMIZER, name="replaced_after_optimizer.py")
+    assert runpy.run_path(str(path))["run"]() == [None] * 4, "torch: the optimizer's parameters get no gradient"
+    result = probe(path, entry="run")
+    assert result.status == "completed", result.detail
+    assert [(f.code, f.site.line) for f in result.findings] == [("GG103", 18)], [f.message for f in result.findings]
+    assert not result.sandbox.get("tracer_errors")

@@ -4,7 +4,8 @@ loaded copy by the trained module, keeping a clone of the output a forward hook 
 pieces of a split handed to code that writes one in place, and computing with grad mode on (``torch.enable_grad()``)
 the statement of a ``no_grad`` block that makes a loss term, and dropping a ``requires_grad`` write's guard on the flag
 itself, a copy of an object's state at the op that saved it before the object's method wrote it in place, and a step moved
-after the call of a helper that only runs a backward.  Each program is probed (``--entry run``); a positive's fix is applied and torch
+after the call of a helper that only runs a backward, and an optimizer made after the call that replaces the model's
+layers instead of before it.  Each program is probed (``--entry run``); a positive's fix is applied and torch
 proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
 real but gets no fix (the edit would be wrong there)."""
 
@@ -609,6 +610,94 @@ def run():
     return trainer.fit()
 '''
 
+# The optimizer made (its parameters given by keyword) before a helper gives the model wider layers.
+OPTIMIZER_BEFORE_HELPER_WIDENS_LAYERS = '''
+# probe: GG103
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(3, 5)
+        self.head = nn.Linear(5, 1)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.body(x)))
+
+def widen(net, width):
+    net.body = nn.Linear(3, width)
+    net.head = nn.Linear(width, 1)
+
+def fit(fixed):
+    torch.manual_seed(0)
+    net = Net()
+    if fixed:
+        widen(net, 8)
+        opt = torch.optim.Adam(params=net.parameters(), lr=1e-2)
+    else:
+        opt = torch.optim.Adam(params=net.parameters(), lr=1e-2)
+        widen(net, 8)
+    grads = []
+    for _ in range(2):
+        opt.zero_grad()
+        net(torch.randn(4, 3)).pow(2).mean().backward()
+        opt.step()
+        grads += [p.grad for group in opt.param_groups for p in group["params"]]
+    return grads
+
+def run():
+    return fit(False)
+
+def reference():
+    return fit(True)
+'''
+
+# The optimizer takes a list of the parameters made before it: made after the helper, it would take
+# the same old tensors.
+OPTIMIZER_OF_LIST_MADE_BEFORE_HELPER = '''
+# probe: GG103
+import torch
+import torch.nn as nn
+
+def widen(model):
+    model[0] = nn.Linear(3, 8)
+    model[2] = nn.Linear(8, 1)
+
+def run():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.1)
+    widen(model)
+    model(torch.randn(4, 3)).pow(2).mean().backward()
+    return [p.grad for p in params]
+'''
+
+# A scheduler takes the optimizer between it and the helper's call: moving the optimizer below the
+# call would leave the scheduler's line reading a name not yet bound.
+SCHEDULER_BETWEEN_OPTIMIZER_AND_HELPER = '''
+# probe: GG103
+import torch
+import torch.nn as nn
+
+def widen(model):
+    model[0] = nn.Linear(3, 8)
+    model[2] = nn.Linear(8, 1)
+
+def run():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+    widen(model)
+    model(torch.randn(4, 3)).pow(2).mean().backward()
+    opt.step()
+    sched.step()
+    return [p.grad for group in opt.param_groups for p in group["params"]]
+'''
+
+
 _counter = itertools.count()
 
 
@@ -639,12 +728,13 @@ def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
                                     CHUNKS_OF_OUTPUT_SCALED_BY_METHOD, DEAD_TERM_IN_NO_GRAD_BLOCK_OF_METHOD,
                                     LOSS_IN_NO_GRAD_BLOCK_OF_LOOP, DEAD_TERM_FROM_HELPER_CALLED_IN_BLOCK,
                                     GUARDED_TOGGLE_OF_TWO_STATEMENTS, STATE_PROPERTY_READ_THEN_SCALED_BY_SETTER,
-                                    STEP_BEFORE_HELPER_BACKWARD_OF_KEPT_FEATURES],
+                                    STEP_BEFORE_HELPER_BACKWARD_OF_KEPT_FEATURES, OPTIMIZER_BEFORE_HELPER_WIDENS_LAYERS],
                          ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others",
                               "hook_stores_output_in_dict", "chunks_of_output_scaled_by_method",
                               "dead_term_in_no_grad_block_of_method", "loss_in_no_grad_block_of_loop",
                               "dead_term_from_helper_called_in_block", "guarded_toggle_of_two_statements",
-                              "state_property_read_then_scaled_by_setter", "step_before_helper_backward_of_kept_features"])
+                              "state_property_read_then_scaled_by_setter", "step_before_helper_backward_of_kept_features",
+                              "optimizer_before_helper_widens_layers"])
 def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     fixes = fixes_for(text, str(path), found)
@@ -661,12 +751,14 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
 @pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK,
                                     HOOK_KEEPS_OUTPUT_TWICE, PIECES_OF_NAMED_TENSOR, LOSS_IN_NO_GRAD_BLOCK_FROM_ITS_FEATURES,
                                     DEAD_TERM_ON_THE_BLOCK_LINE, GUARD_ALSO_SKIPS_FROZEN_ELSEWHERE,
-                                    STATE_READ_TWICE_BY_THE_OP, STEP_BEFORE_HELPER_WITH_FRESH_FORWARD],
+                                    STATE_READ_TWICE_BY_THE_OP, STEP_BEFORE_HELPER_WITH_FRESH_FORWARD,
+                                    OPTIMIZER_OF_LIST_MADE_BEFORE_HELPER, SCHEDULER_BETWEEN_OPTIMIZER_AND_HELPER],
                          ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
                               "hook_keeps_output_twice", "pieces_of_named_tensor",
                               "loss_in_no_grad_block_from_its_features", "dead_term_on_the_block_line",
                               "guard_also_skips_frozen_elsewhere", "state_read_twice_by_the_op",
-                              "step_before_helper_with_fresh_forward"])
+                              "step_before_helper_with_fresh_forward", "optimizer_of_list_made_before_helper",
+                              "scheduler_between_optimizer_and_helper"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     assert not fixes_for(text, str(path), found)

@@ -41,8 +41,9 @@ _NO_GRAD = ("the term is computed with grad mode off: moving it out of the block
             "changes what runs there, which no rewrite decides for the user")
 _STEP = ("GG101's fixes move statements across the step and are offered only where the static analysis no longer "
          "finds the bug in the moved code (`FixContext.still_found`): it never saw this one, so nothing can check them")
-_SWAP = ("the helper replaces the parameters after the optimizer took the old ones: building the optimizer after the "
-         "swap moves statements across the program, which no fix does")
+_SWAP = ("the helper replaces the parameters after the optimizer took the old ones, and the optimizer is made by the "
+         "function's caller: giving it the new parameters means choosing its param groups (and dropping the old ones' "
+         "state), which no fix decides for the user")
 _VIEW_HELPER = ("the write is in a helper called on each view; the GG004 fix rewrites the write to a view where it is "
                 "made, not a helper's write through its parameter")
 _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history: keeping the tensor itself (no new leaf) needs the module "
@@ -77,7 +78,6 @@ NO_FIX: dict[str, str] = {
         "a fresh forward through the stepped network runs between the step and the backward: moving the step after "
         "the backward would run it with the old weights, which the probe's facts cannot say is meant"),
     "GG103/pos_auxiliary_term_from_no_grad_helper": _NO_GRAD,
-    "GG103/pos_optimizer_made_before_helper_swaps_layers": _SWAP,
     "GG103/pos_trainer_calls_layer_swap_without_its_optimizer": _SWAP,
     "GG103/pos_detach_in_place_view": (
         "`.detach_()` of a view: `x = x.detach()` is right only where nothing else holds the tensor, which the fix "

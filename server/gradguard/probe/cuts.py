@@ -105,6 +105,9 @@ class Cuts:
         # Where the optimizer that holds a parameter was made (None when no optimizer the user made holds it): a
         # parameter an optimizer holds is one the user means to train, even before any step runs.
         self.optimizer_of = None
+        # Whether a parameter was replaced in its module after an optimizer took it (``ModuleFlags.replaced_out``): it
+        # starves because the model no longer uses it, which the replacement's own finding says; no cut is to blame.
+        self.replaced_out = None
         # The optimizer whose zero_grad() ran last, until a backward or a step: the parameters the next backward is for.
         self.zeroed: weakref.ref | None = None
         # Values computed with grad mode off (the user's switch) from parameters: id -> (a weak reference, the ids of
@@ -666,7 +669,7 @@ class Cuts:
                 if not trained:
                     continue  # not this optimizer's parameters (a GAN's other network, a frozen encoder)
                 cut.judged = True
-                starved = [held[i] for i in trained if held[i].grad is None]
+                starved = [held[i] for i in trained if held[i].grad is None and not self._replaced(held[i])]
                 if starved:
                     self._report(cut, starved, Note(step, "the optimizer step that trains them") if step else None,
                                  f"the optimizer step{_at(step)} finds no gradient on the parameter it trains")
@@ -691,11 +694,14 @@ class Cuts:
         if read.some_arrived and read.missing:
             self._judge_read(read)
 
+    def _replaced(self, p) -> bool:
+        return self.replaced_out is not None and self.replaced_out(p)
+
     def _judge_held(self, t, read: GradRead) -> None:
         """The user's code reads ``.grad`` of a parameter an optimizer holds and finds none: a cut whose result fed
         a backward starved it (no step needs to run: the optimizer says it is meant to be trained)."""
         made = self.optimizer_of(t)
-        if made is False:
+        if made is False or self._replaced(t):
             return
         for cut in self.cuts.values():
             if cut.fed is not None and id(t) in cut.upstream:
@@ -710,7 +716,7 @@ class Cuts:
             if cut.fed is None:
                 continue
             starved = [r() for i, r in read.missing.items() if i in cut.upstream]
-            starved = [p for p in starved if p is not None]
+            starved = [p for p in starved if p is not None and not self._replaced(p)]
             if starved:
                 self._report(cut, starved, Note(read.site, "the update that reads their missing gradient"),
                              f"the update{_at(read.site)} finds no gradient on the parameter")

@@ -145,6 +145,8 @@ MULTI_VIEW_NOTE = "the in-place write to one of the views, which torch refuses"
 RENORM_NOTE = "the embedding (made with max_norm) renormalises its weight in place in this call"
 # A module or parameter replaced, inside a helper, after the optimizer was made: placed at the optimizer.
 REPLACED_NOTE = "the helper replaces the module's parameters here, after the optimizer took the old ones"
+# ... and, when the optimizer was made in the function that calls the helper, before the call: that call.
+REPLACING_CALL_NOTE = "the call that leads to the replacement"
 # A write in an accessor method (stores what it is handed into its object's tensor) placed at the caller's call.
 SETTER_NOTE = "the method stores the value in place into its object's tensor here"
 # A GG101 placed at the step itself when the value used after it was built, in the step's function, on a value that had

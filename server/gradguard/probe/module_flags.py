@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .frames import UserCode, frame_site, frame_sites, user_frame
-from .merge import REPLACED_NOTE
+from .merge import REPLACED_NOTE, REPLACING_CALL_NOTE
 from .model import Note, ProbeFinding, Site
 from .source import enclosing_function, expression_at
 
@@ -79,6 +79,8 @@ class ModuleFlags:
         self._add_group = None
         self.optimizers: weakref.WeakKeyDictionary[Any, Site | None] = weakref.WeakKeyDictionary()
         self.replaced: list[Replaced] = []
+        # Parameters an optimizer held when their module was given new ones in their place: id -> a weak reference.
+        self._replaced_out: dict[int, weakref.ref] = {}
 
     def install(self) -> None:
         original = self._original = _Module.__setattr__
@@ -132,6 +134,12 @@ class ModuleFlags:
                 return self.optimizers.get(o)
         return False
 
+    def replaced_out(self, p) -> bool:
+        """Whether ``p``, held by an optimizer, was replaced in its module by a new parameter or submodule: it gets no
+        gradient from the model's forward any more, whatever cut its values went through."""
+        ref = self._replaced_out.get(id(p))
+        return ref is not None and ref() is p
+
     def _holders(self, params: list) -> list:
         ids = {id(p) for p in params}
         return [o for o in list(self.optimizers.keys())
@@ -153,6 +161,7 @@ class ModuleFlags:
         holders = self._holders(old_params)
         if not holders:
             return
+        self._replaced_out.update((id(p), weakref.ref(p)) for p in old_params)
         sites, _ = frame_sites(sys._getframe(2), self.user, limit=4)
         if not sites or any(r.site == sites[0] for r in self.replaced):
             return
@@ -258,7 +267,7 @@ class ModuleFlags:
                                f"{r.site.line}) while the optimizer this function uses holds the old parameters: give "
                                "the optimizer the new ones here (or make it after the replacement). " + message)
                 notes = [Note(r.site, REPLACED_NOTE)] + (
-                    [Note(call, "the call that leads to the replacement")] if call != place else []) + [
+                    [Note(call, REPLACING_CALL_NOTE)] if call != place else []) + [
                     n for n in notes if n.site != place]
                 placed = next((i for i, f in enumerate(self.found) if f.site == place and f.notes
                                and f.notes[0].message == REPLACED_NOTE), None)

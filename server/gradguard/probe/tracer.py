@@ -362,6 +362,7 @@ class Tracer(TorchDispatchMode):
         self.flags = ModuleFlags(user, self.internal_errors)  # `module.requires_grad = False`: a plain attribute
         self.guarded = GuardedFreezes(user, self.internal_errors)  # `if p.requires_grad: p.requires_grad = on`
         self.cuts.optimizer_of = self.flags.optimizer_of
+        self.cuts.replaced_out = self.flags.replaced_out
         self.stale_grads = StaleGrads(user, self.internal_errors)  # gradients a step applied, added to, applied again
         self.grad_mode = GradMode(user, self.internal_errors)  # where grad mode was switched off, for a backward then
         self.returned = ReturnedLoss(user, self.internal_errors)  # a training_step that computes a loss, returns None
