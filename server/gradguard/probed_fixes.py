@@ -32,7 +32,7 @@ from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
 from .knowledge.names import LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, FROZE_NOTE, GRAD_OFF_NOTE, GUARD_SKIPS_OTHERS_NOTE,
-                          INPUT_NOTE, MULTI_VIEW_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, REPLACED_NOTE,
+                          INPUT_NOTE, MULTI_VIEW_NOTE, OWN_STATS_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, REPLACED_NOTE,
                           REPLACING_CALL_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE,
                           ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
@@ -1045,10 +1045,79 @@ def _optimizer_after_replacing_call(lines: _Lines, text: str, f: ProbeFinding) -
                f"`{ast.unparse(call)[:60]}` (unsafe: it no longer holds the replaced parameters)", False, edits)
 
 
+# torch.nn.functional.batch_norm's parameters, in order
+_BATCH_NORM = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+
+
+def _attached_batch_statistics(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG103 ``F.batch_norm(x, mean.detach(), var.detach(), w, b, training=False, eps=e)`` handed the input's own
+    per-channel statistics (the probe compared them: ``probe/own_stats.py``, its ``OWN_STATS_NOTE``): torch does not
+    differentiate through running statistics, so they were detached to get past its refusal, and the gradient through
+    them is lost.  Normalise with tensor ops, the statistics attached, and keep the call for the affine part only
+    (running statistics 0 and 1, eps 0: ``x * w + b``, whatever ``w`` and ``b`` are, None included):
+    ``F.batch_norm(((x.movedim(1, -1) - mean) / torch.sqrt(var + e)).movedim(-1, 1), torch.zeros_like(mean),
+    torch.ones_like(var), w, b, training=False, eps=0.0)`` -- the forward computes the same values, channels on
+    dimension 1 as batch norm has them.  Only when both statistics are a plain name or attribute chain's own
+    ``.detach()`` (a value with a graph, or the detach would not have been needed), training is a literal False or
+    left out, and nothing is passed by ``*``/``**``."""
+    if f.code != "GG103" or _note(f, OWN_STATS_NOTE) is None:
+        return None
+    stmt = lines.simple_statement_around(f.site.line)
+    ctx = FixContext(text, lines.tree)
+    torch_name = ctx.torch_name()
+    calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call)
+             and ctx.qual(n.func) == "torch.nn.functional.batch_norm"] if stmt is not None else []
+    if len(calls) != 1 or torch_name is None:
+        return None
+    call = calls[0]
+    if len(call.args) > len(_BATCH_NORM) or any(isinstance(a, ast.Starred) for a in call.args) \
+            or any(k.arg not in _BATCH_NORM for k in call.keywords):
+        return None
+    given = {**dict(zip(_BATCH_NORM, call.args)), **{k.arg: k.value for k in call.keywords}}
+    if len(given) != len(call.args) + len(call.keywords):
+        return None  # a parameter given twice
+    training = given.get("training")
+    stats = [given.get("running_mean"), given.get("running_var")]
+    if given.get("input") is None or training is not None and not (
+            isinstance(training, ast.Constant) and training.value is False):
+        return None
+    if not all(isinstance(s, ast.Call) and isinstance(s.func, ast.Attribute) and s.func.attr == "detach"
+               and not s.args and not s.keywords and _is_chain(s.func.value) for s in stats):
+        return None
+    source = text.splitlines()
+
+    def segment(node: ast.expr) -> str:
+        return ast.get_source_segment(text, node) or ast.unparse(node)
+
+    def replacing(node: ast.expr, new: str) -> TextEdit:
+        return TextEdit(node.lineno, _char_column(source, node.lineno, node.col_offset), node.end_lineno,
+                        _char_column(source, node.end_lineno, node.end_col_offset), new)
+
+    mean, var = (segment(s.func.value) for s in stats)
+    eps = given.get("eps")
+    x = segment(given["input"])
+    if not isinstance(given["input"], (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        x = f"({x})"
+    normed = (f"(({x}.movedim(1, -1) - {mean}) / {torch_name}.sqrt({var} + "
+              f"{segment(eps) if eps is not None else '1e-05'})).movedim(-1, 1)")
+    edits = [replacing(given["input"], normed), replacing(stats[0], f"{torch_name}.zeros_like({mean})"),
+             replacing(stats[1], f"{torch_name}.ones_like({var})")]
+    if eps is not None:
+        edits.append(replacing(eps, "0.0"))
+    else:
+        last = max([*call.args, *(k.value for k in call.keywords)], key=lambda n: (n.end_lineno, n.end_col_offset))
+        at = _char_column(source, last.end_lineno, last.end_col_offset)
+        edits.append(TextEdit(last.end_lineno, at, last.end_lineno, at, ", eps=0.0"))
+    return Fix(f"Normalise with the statistics attached: `(x - {mean}) / sqrt({var} + eps)` by tensor ops, batch norm "
+               "for the affine part only (unsafe: the gradient now flows through the statistics)", False,
+               tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
     _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter,
-    _step_after_helper_backward, _optimizer_after_replacing_call)
+    _step_after_helper_backward, _optimizer_after_replacing_call,
+    _attached_batch_statistics)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

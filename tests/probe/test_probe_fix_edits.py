@@ -4,8 +4,9 @@ loaded copy by the trained module, keeping a clone of the output a forward hook 
 pieces of a split handed to code that writes one in place, and computing with grad mode on (``torch.enable_grad()``)
 the statement of a ``no_grad`` block that makes a loss term, and dropping a ``requires_grad`` write's guard on the flag
 itself, a copy of an object's state at the op that saved it before the object's method wrote it in place, and a step moved
-after the call of a helper that only runs a backward, and an optimizer made after the call that replaces the model's
-layers instead of before it.  Each program is probed (``--entry run``); a positive's fix is applied and torch
+after the call of a helper that only runs a backward, an optimizer made after the call that replaces the model's
+layers instead of before it, and batch norm handed its input's own statistics detached rewritten to normalise with
+them attached.  Each program is probed (``--entry run``); a positive's fix is applied and torch
 proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
 real but gets no fix (the edit would be wrong there)."""
 
@@ -697,6 +698,49 @@ def run():
     return [p.grad for group in opt.param_groups for p in group["params"]]
 '''
 
+# Batch norm of conv features by their own (unbiased) statistics, detached, no weight, eps left out.
+BATCH_NORM_OF_OWN_DETACHED_STATS = '''
+# probe: GG103
+import torch
+import torch.nn.functional as F
+
+def normalise(x, fused):
+    mean = x.mean(dim=(0, 2, 3))
+    var = x.var(dim=(0, 2, 3))
+    if fused:
+        return F.batch_norm(x, mean.detach(), var.detach())
+    return (x - mean[None, :, None, None]) / torch.sqrt(var[None, :, None, None] + 1e-5)
+
+def grads(fused):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(2, 3, 3, padding=1)
+    h = torch.relu(normalise(conv(torch.randn(4, 2, 5, 5)), fused))
+    h.pow(2).mean().backward()
+    return [p.grad for p in conv.parameters()]
+
+def run():
+    return grads(True)
+
+def reference():
+    return grads(False)
+'''
+
+# The same call with its `training` flag a value, False in this run: the rewrite would change what the call does
+# when it is True (batch statistics, running statistics updated).
+BATCH_NORM_TRAINING_FLAG_A_VALUE = '''
+# probe: GG103
+import torch
+import torch.nn.functional as F
+
+def run(training=False):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 4)
+    h = lin(torch.randn(6, 3))
+    mean, var = h.mean(0), h.var(0, unbiased=False)
+    out = F.batch_norm(h, mean.detach(), var.detach(), training=training)
+    out.pow(2).mean().backward()
+    return [p.grad for p in lin.parameters()]
+'''
 
 _counter = itertools.count()
 
@@ -728,13 +772,14 @@ def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
                                     CHUNKS_OF_OUTPUT_SCALED_BY_METHOD, DEAD_TERM_IN_NO_GRAD_BLOCK_OF_METHOD,
                                     LOSS_IN_NO_GRAD_BLOCK_OF_LOOP, DEAD_TERM_FROM_HELPER_CALLED_IN_BLOCK,
                                     GUARDED_TOGGLE_OF_TWO_STATEMENTS, STATE_PROPERTY_READ_THEN_SCALED_BY_SETTER,
-                                    STEP_BEFORE_HELPER_BACKWARD_OF_KEPT_FEATURES, OPTIMIZER_BEFORE_HELPER_WIDENS_LAYERS],
+                                    STEP_BEFORE_HELPER_BACKWARD_OF_KEPT_FEATURES, OPTIMIZER_BEFORE_HELPER_WIDENS_LAYERS,
+                                    BATCH_NORM_OF_OWN_DETACHED_STATS],
                          ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others",
                               "hook_stores_output_in_dict", "chunks_of_output_scaled_by_method",
                               "dead_term_in_no_grad_block_of_method", "loss_in_no_grad_block_of_loop",
                               "dead_term_from_helper_called_in_block", "guarded_toggle_of_two_statements",
                               "state_property_read_then_scaled_by_setter", "step_before_helper_backward_of_kept_features",
-                              "optimizer_before_helper_widens_layers"])
+                              "optimizer_before_helper_widens_layers", "batch_norm_of_own_detached_stats"])
 def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     fixes = fixes_for(text, str(path), found)
@@ -752,13 +797,14 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
                                     HOOK_KEEPS_OUTPUT_TWICE, PIECES_OF_NAMED_TENSOR, LOSS_IN_NO_GRAD_BLOCK_FROM_ITS_FEATURES,
                                     DEAD_TERM_ON_THE_BLOCK_LINE, GUARD_ALSO_SKIPS_FROZEN_ELSEWHERE,
                                     STATE_READ_TWICE_BY_THE_OP, STEP_BEFORE_HELPER_WITH_FRESH_FORWARD,
-                                    OPTIMIZER_OF_LIST_MADE_BEFORE_HELPER, SCHEDULER_BETWEEN_OPTIMIZER_AND_HELPER],
+                                    OPTIMIZER_OF_LIST_MADE_BEFORE_HELPER, SCHEDULER_BETWEEN_OPTIMIZER_AND_HELPER,
+                                    BATCH_NORM_TRAINING_FLAG_A_VALUE],
                          ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
                               "hook_keeps_output_twice", "pieces_of_named_tensor",
                               "loss_in_no_grad_block_from_its_features", "dead_term_on_the_block_line",
                               "guard_also_skips_frozen_elsewhere", "state_read_twice_by_the_op",
                               "step_before_helper_with_fresh_forward", "optimizer_of_list_made_before_helper",
-                              "scheduler_between_optimizer_and_helper"])
+                              "scheduler_between_optimizer_and_helper", "batch_norm_training_flag_a_value"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     assert not fixes_for(text, str(path), found)

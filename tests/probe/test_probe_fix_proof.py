@@ -59,8 +59,8 @@ _BUFFER = ("values of several graphs share one buffer written in place: keeping 
 _STORED = ("the stored values must be computed again with grad mode on where the loss is built: which call recomputes "
            "them (a forward whose output the update already has, or one to add) is the program's design, not an edit "
            "of the reading line")
-_OWN_STATS = ("the fused call must become tensor ops ((x - mean) / sqrt(var + eps) with the weight and bias broadcast "
-              "along the channel dimension): no fix rewrites a batch_norm call yet")
+_OWN_STATS = ("the statistics are computed with grad mode off in a helper: the batch-norm rewrite attaches statistics "
+              "passed `.detach()`ed, and these need computing again with grad mode on, a change of the helper")
 NO_FIX: dict[str, str] = {
     "GG101/pos_heads_share_a_prediction_buffer": _BUFFER,
     "GG101/pos_ensemble_outputs_in_one_tensor_trained_in_turn": _BUFFER,
@@ -68,7 +68,6 @@ NO_FIX: dict[str, str] = {
     "GG103/pos_parameter_of_fused_weights": _PARAMETER,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
     "GG103/pos_stored_gate_values_in_update_loss": _STORED,
-    "GG103/pos_batch_norm_eval_with_detached_batch_stats": _OWN_STATS,
     "GG103/pos_batch_norm_eval_with_no_grad_channel_stats": _OWN_STATS,
     "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
     "GG101/pos_forward_before_two_critic_steps": _STEP,

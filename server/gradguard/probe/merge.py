@@ -160,6 +160,8 @@ GUARD_SKIPS_OTHERS_NOTE = "the guard also skips parameters frozen elsewhere, whi
 # A dead loss term computed with grad mode off: where the user's code switched it off (a `with torch.no_grad():`), a
 # later note of the finding when that is not the term's own line.
 GRAD_OFF_NOTE = "grad mode is switched off here"
+# Batch norm with training=False handed the input's own statistics, detached (`probe/own_stats.py`): its backward.
+OWN_STATS_NOTE = "the backward() that misses the statistics' gradient"
 PLACED = (STEP_NOTE, STALE_USE_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
            REPLACED_NOTE, SETTER_NOTE)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from .frames import UserCode, frame_site, user_frame
+from .merge import OWN_STATS_NOTE
 from .model import Note, ProbeFinding, Site
 from .source import expression_at
 
@@ -91,7 +92,7 @@ class OwnStatistics:
                        "does not differentiate through running statistics, so the gradient through the batch "
                        f"statistics back to the input is lost in the backward(){at} (it treats them as constants). "
                        "Normalise with tensor ops ((x - mean) / sqrt(var + eps), statistics kept attached) instead")
-            notes = (Note(backward, "the backward() that misses the statistics' gradient"),) if backward else ()
+            notes = (Note(backward, OWN_STATS_NOTE),) if backward else ()
             self.found[key] = ProbeFinding("GG103", "silent", site, message, notes=notes, backward=backward)
 
     def findings(self) -> list[ProbeFinding]:
