@@ -106,17 +106,6 @@ NO_FIX = {
         "`x` is an element of the caller's list of batches: rebinding it leaves the list's tensor unscaled for its "
         "later readers, so no safe rewrite exists where the write is"
     ),
-    "GG001/pos_shift_helper_caller_reads_argument_after": (
-        "the caller reads `h` after the call: writing out of place inside the helper would leave it unshifted there"
-    ),
-    "GG001/pos_shift_helper_result_added_to_argument": (
-        "the forward's sum reads `h` after the helper's call returns: writing out of place inside the helper would "
-        "change the sum"
-    ),
-    "GG001/pos_trainer_limit_batches_target_clamped": (
-        "`target` is the caller's tensor (an element of its list of batches): an out-of-place clamp leaves it "
-        "unclamped for its later readers"
-    ),
     "GG101/pos_state_detached_after_inner_loop": (
         "the state lives on the module and its detach is a method the loop calls once per sequence: moving that "
         "call into the loop that steps moves a statement into another block, which no fix does"
@@ -153,10 +142,6 @@ NO_FIX = {
         "the op reads the state through a `@property` (`self.slot.current`) while the write names the attribute "
         "(`self._memory`): the fix finds the read by the written attribute's name, and the facts that would tie the "
         "two together (who holds the storage) are issue 26's sharing facts"
-    ),
-    "GG001/pos_property_setter_scales_saved_state": (
-        "the write is inside a property's setter that the class's other users rely on to update the tensor in "
-        "place; binding a new tensor instead (the reference) changes what every holder of the old one sees"
     ),
     "GG103/pos_forward_hook_method_rebinds_scaled_output": _DROPPED_HOOK_OUTPUT,
     "GG103/pos_forward_hook_rebinds_output_in_loop_of_masks": _DROPPED_HOOK_OUTPUT,
@@ -207,10 +192,6 @@ NO_FIX = {
     "GG005/pos_inplace_flag_class_attribute": (
         "`inplace=self.INPLACE_ACT` reads a class attribute that other classes inherit: setting it to False changes "
         "every block of the family, and the constructor's keyword is not a literal to rewrite"
-    ),
-    "GG001/pos_alias_of_input_written_then_input_decoded_again": (
-        "the caller reads the written argument again after the call (the run shows it): rewriting the helper's write "
-        "out of place would change what the second decoder reads, and which one is meant is the author's choice"
     ),
     "GG004/pos_unbind_row_clamped_then_scaled_in_helper": (
         "the writes are a helper's, on the row it is given: the piece comes from iterating the tensor in the caller, "
@@ -350,6 +331,10 @@ UNSAFE_ONLY = {
        for name in ("pos_loss_computed_in_no_grad_block", "pos_int_stage_runs_loss_without_grad",
                     "pos_functional_forward_with_weight_list_under_no_grad",
                     "pos_no_grad_eval_losses_list_last_entry_backward")},
+    "GG001/pos_alias_of_input_written_then_input_decoded_again": (
+        "the caller reads the written argument again after the call (the run shows it): with the helper's write out "
+        "of place the second decoder reads the latent the first one's projection saved, not the one it wrote"
+    ),
     **{f"GG101/{name}": "the assignment that replaced the loaded copy is removed: code relying on the two names "
                         "holding one module changes" for name in ("pos_loaded_copy_replaced_target_network_locals",
                                                                   "pos_loaded_copy_replaced_agent_sync_method")},

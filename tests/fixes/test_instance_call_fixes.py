@@ -131,7 +131,9 @@ def test_a_helper_with_a_call_that_does_not_rebind_is_not_fixed_in_the_helper_al
             (l1 + (d * e).sum()).backward()
     """)
     diags = found("GG001", src)
-    assert diags and all(d.fix is None for d in diags)
+    helper = range(5, 8)  # `rescale`'s lines: its write stays; only the op that saved `d` may take a copy
+    assert diags and all(d.fix is None or (d.fix.safe and "clone()" in d.fix.title
+                                           and not any(e.line in helper for e in d.fix.edits)) for d in diags)
 
 
 def test_an_unsafe_fix_of_the_helper_for_another_reason_stays_refused_though_the_calls_rebind():

@@ -37,27 +37,26 @@ def inside_helper(finding: Finding) -> Finding | None:
     return replace(finding, mutation=replace(mutation, frames=[]))
 
 
-def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix | None:
+def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: bool = False) -> Fix | None:
     """``build``'s fix for the write inside the helper: kept when it is safe for every caller, or when it also
     changes the calls (``through_callers``).  An unsafe fix of the helper alone would leave the callers expecting
-    a write that no longer happens."""
+    a write that no longer happens, unless ``saved`` (a write breaking a save): ``Moment.only_callers_read_after``."""
     inner = inside_helper(finding)
-    if inner is None:
+    fn = inner and ctx.function_of(inner.mutation.node)
+    if fn is None:
         return None
     node = inner.mutation.node
-    fn = ctx.function_of(node)
     try:
         name, _ = root_name(InPlaceWrite.of(ctx, node).target)
     except (CannotFix, KeyError):  # KeyError: a call the engine wrote out (``**kwargs`` spread), not in the tree
-        return None
-    if fn is None:
         return None
     outer = None
     moment = finding.mutation.moment
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
     # A local bound from something else (`x = token`, `a, b = state`): the run knows who else holds that tensor.
     unseen = is_local(fn, name) and name not in params and not _only_numpy_views(ctx, fn, name)
-    if unseen and (moment is None or name is None or moment.others_read_after(name)):
+    saved = saved and bool(finding.mutation.conflicts and moment and moment.only_callers_read_after(name))
+    if unseen and not saved and (moment is None or name is None or moment.others_read_after(name)):
         return None
     if not is_local(fn, name):
         # A closure's free variable: rebinding it there needs `nonlocal`, and every call of the closure in its
@@ -75,8 +74,8 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding) -> Fix |
         except CannotFix:
             return None
     within = fix is not None and all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits)
-    if unseen:  # (the run's facts above are about rebinding `name` in the helper)
-        return fix if within else None
+    if unseen or saved:  # (the run's facts above are about rebinding `name` in the helper)
+        return (replace(fix, safe=False) if saved else fix) if within else None
     if fix is None or fix.safe:
         return fix
     if within and not fix.callers_checked:

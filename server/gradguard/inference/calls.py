@@ -1045,7 +1045,12 @@ class CallsMixin:
 
     def _apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:
         args = [self.read_data(a, node) if isinstance(a, DataAlias) else a for a in args]
+        operands = _operand_nodes(node, label, len(args))
         args = _spread_operand_list(self.k.op(name), args)
+        if operands is not None and len(operands) != len(args):
+            last = operands[-1]
+            spread = [*operands[:-1], *last.elts] if isinstance(last, (ast.List, ast.Tuple)) else []
+            operands = spread if len(spread) == len(args) else None
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
         self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
@@ -1074,7 +1079,8 @@ class CallsMixin:
                 if pos < len(args) and isinstance(args[pos], Tensor):
                     cond = self._cond_grad(args, conds)
                     if cond:
-                        saves.add(self._save(args[pos], label, "input", node, cond == Grad.YES).id)
+                        saves.add(self._save(args[pos], label, "input", node, cond == Grad.YES,
+                                             operands[pos] if operands else None).id)
         base = args[0] if args and isinstance(args[0], Tensor) else None
         if info is not None and info.returns == "sequence" and not info.multi_view and base is not None:
             # tensor_split/hsplit: several plain views, which may be written in place.
@@ -1272,6 +1278,23 @@ class CallsMixin:
         return result
 
 
+
+
+def _operand_nodes(node: ast.AST, label: str, count: int) -> list[ast.expr] | None:
+    """The expressions whose values are an op's ``count`` arguments, in order, when its code shows them one for
+    one (``a * b``, ``-a``, ``a[i]``, ``torch.f(a, b)``, ``a.f(b)``: the receiver first); None otherwise."""
+    if isinstance(node, ast.BinOp):
+        parts = [node.left, node.right]
+    elif isinstance(node, ast.UnaryOp):
+        parts = [node.operand]
+    elif isinstance(node, ast.Subscript):
+        parts = [node.value]
+    elif isinstance(node, ast.Call) and not any(isinstance(a, ast.Starred) for a in node.args):
+        method = label.startswith(".") and isinstance(node.func, ast.Attribute)
+        parts = [node.func.value, *node.args] if method else list(node.args)
+    else:
+        return None
+    return parts if len(parts) == count else None
 
 
 def _spread_operand_list(info: OpInfo | None, args: list[Value]) -> list[Value]:

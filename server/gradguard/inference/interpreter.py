@@ -350,9 +350,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         q = qualified_name(node, self.ctx.imports)
         return normalize(q) if q else None
 
-    def _save(self, tensor: Tensor, op: str, role: str, node: ast.AST, certain: bool) -> Save:
+    def _save(self, tensor: Tensor, op: str, role: str, node: ast.AST, certain: bool,
+              operand: ast.expr | None = None) -> Save:
         save = Save(tensor.storage, tensor.storage.version, op, role, node, certain, path=self.frame_sites,
-                    of_view=tensor.base is not None)
+                    of_view=tensor.base is not None, operand=operand)
         self.saves.add(save)
         return save
 

@@ -251,22 +251,37 @@ class Moment:
         ``name`` instead of the write changes what they read: empty when nothing does, as far as the runs show.
         "?" stands for what the runs cannot tell: the memory escaped, or a module's or enclosing function's
         variable held it."""
-        found: set[str] = set()
+        return sorted({held for held, _ in self._readers_after(name)})
+
+    def only_callers_read_after(self, name: str | None) -> list[str]:
+        """``others_read_after``, when the write's own frame goes on reading ``name`` (the write is a step of its
+        computation, whose result it hands on) and every one of them is a variable of a caller (a frame that led
+        down to the write): its own frame reads nothing else that holds the memory, and nothing escaped.  A write
+        breaking a save for backward, made out of place, then leaves the callers the values the backward was
+        given.  Empty otherwise."""
+        readers = self._readers_after(name) if name is not None and self.value_read_after(name) else {("?", None)}
+        if any(caller is not True for _, caller in readers):
+            return []
+        return sorted({held for held, _ in readers})
+
+    def _readers_after(self, name: str) -> set[tuple[str, bool | None]]:
+        """(variable, whether it is a caller's; None: unknown) of ``others_read_after``."""
+        found: set[tuple[str, bool | None]] = set()
         for run in self.log.writes.get(self.write, [self]):
             own = len(run.frames) - 1
             if run.holders is None or run.escapes:
-                found.add("?")
+                found.add(("?", None))
                 continue
             for held, _, frame in run.holders:
                 if frame is None:
-                    found.add("?")
+                    found.add(("?", None))
                 elif frame == own:
                     if held != name and self.log.value_read(run.frames[frame], held, run.position):
-                        found.add(held)
+                        found.add((held, False))
                 elif self.log.value_read(run.frames[frame], held, run.position) \
                         or run._read_after_the_call(frame, held):
-                    found.add(held)
-        return sorted(found)
+                    found.add((held, frame < own))
+        return found
 
     def _read_after_the_call(self, frame: int, name: str) -> bool:
         """Whether the statement of frame ``frame`` running at this point (the one whose call led down to the

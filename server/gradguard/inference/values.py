@@ -46,6 +46,7 @@ class Save:
     id: int = field(default_factory=lambda: next(_ids))
     path: tuple[ast.AST, ...] = ()  # the followed calls' sites, outermost first, that the op ran inside
     of_view: bool = False  # the saved tensor is a view (another tensor than its storage's base)
+    operand: ast.AST | None = None  # an input's: the expression of the op whose value it saved, when the code shows it
 
 
 MAX_TERMS = 16  # terms of a sum a loss keeps apart (a longer sum's later terms are not told apart)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from ..diagnostics import Fix, Severity
 from ..fixes.aliases import AliasAnalysis, Report, _view_sources, analyse
@@ -203,7 +204,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     if mutation.conversion_site is not None and finding.node is mutation.conversion_site[0]:
         return fix_or_none(lambda: _copy_after_conversion(ctx, mutation))
     if mutation.entry() is not mutation.node:  # the write is inside a call: a helper, a method, a callable object
-        return fix_or_none(lambda: fix_in_helper(fix, ctx, finding)) or _clone_where_made(ctx, finding)
+        return (fix_or_none(lambda: fix_in_helper(fix, ctx, finding)) or _clone_where_made(ctx, finding)
+                or _callers_read_saved_values(ctx, finding))
     write = InPlaceWrite.of_mutation(ctx, mutation)
     rebind = fix_or_none(lambda: RebindRewrite(ctx, write))
     possible = (
@@ -247,15 +249,27 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     return None
 
 
+def _callers_read_saved_values(ctx: FixContext, finding: Finding) -> Fix | None:
+    """The helper's write made out of place although a caller reads the tensor again after the call: the helper
+    goes on computing with the written name, and the caller then reads the values the broken save kept for backward
+    (``x = token; x += pos`` in a forward whose caller decodes the same input again).  Unsafe: that caller read the
+    written values before."""
+    built = fix_or_none(lambda: fix_in_helper(fix, ctx, finding, saved=True))
+    why = "a caller reads the tensor again after the call, and then reads the values backward saved"
+    return built and replace(built, title=f"{built.title[:-1]}; {why})" if built.title.endswith(")")
+                             else f"{built.title} (unsafe: {why})")
+
+
 def _clone_where_made(ctx: FixContext, finding: Finding) -> Fix | None:
     """A write inside a call the fix cannot change there: clone the tensor where the op that saved it made it
     (``rates = torch.exp(w).clone()``), or the argument it saved (``weights.clone() ** 2``), so the call writes
     memory the backward no longer needs -- the same program.  Which argument an op saved is told by name only
     when the call writes a name of the caller's own scope (a closure's free variable); else only ops that saved
-    their output are cloned."""
+    their output, or whose saved argument the run saw, are cloned."""
     mutation = mutation_of(finding)
     named = _write_on_enclosing_name(ctx, finding)
-    if grad_would_be_lost(mutation) or named is None and any(c.save.role != "output" for c in mutation.conflicts):
+    if grad_would_be_lost(mutation) or named is None and any(
+            c.save.role != "output" and not (c.save.role == "input" and c.save.operand) for c in mutation.conflicts):
         return None
     for conflict in (c for c in mutation.conflicts if c.save.role == "output"):
         # `h = torch.tanh(...); outputs.append(h)`: the list would see the call's write on the clone, where the
@@ -305,6 +319,8 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
             if save.op.startswith("nn.") and getattr(load_knowledge().module(save.op[3:]), "returns", "tensor") != "tensor":
                 raise CannotFix(f"`{save.op}` returns a tuple")
             targets = [node]
+        elif save.role == "input" and save.operand is not None:
+            targets = [save.operand]  # the run saw which argument's value the op saved
         elif save.role == "input":
             knowledge = load_knowledge()
             targets = [arg for arg in _operands(node) if alias_names & set(_view_sources(arg, ctx, knowledge))]
