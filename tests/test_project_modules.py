@@ -696,3 +696,103 @@ def test_the_imported_forward_masking_its_weight_under_no_grad_is_clean(tmp_path
     ran = _run(tmp_path, "pkg/main.py")
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert _check(tmp_path, "pkg/main.py") == []
+
+
+# A script whose `main()` trains only through a function it imports (no backward of its own): the training module
+# builds the optimizer, then a pruner of a third module swaps a layer for a new one (issue 30, real 308).
+PRUNE_MODEL = """
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(4, 8)
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.head(self.body(x).tanh())
+"""
+
+PRUNER = """
+    import torch.nn as nn
+
+
+    class Shrinker:
+        def __init__(self, model):
+            self.model = model
+
+        def apply(self):
+            self.model.body = nn.Linear(4, 5)
+            self.model.head = nn.Linear(5, 3)
+"""
+
+PRUNE_TRAIN = """
+    import torch
+    import torch.nn.functional as F
+
+    from .pruner import Shrinker
+
+
+    def step(model, optimizer, x, y):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+    def shrink_then_train(model, x, y):
+        {first}
+        {second}
+        step(model, optimizer, x, y)
+        return optimizer
+"""
+
+PRUNE_MAIN = """
+    import sys
+
+    import torch
+
+    from .model import Net
+    from .train import shrink_then_train
+
+
+    def main():
+        torch.manual_seed(0)
+        model, x, y = Net(), torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
+        optimizer = shrink_then_train(model, x, y)
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        if any(id(p) not in held and p.grad is not None for p in model.parameters()):
+            sys.exit("gradients of parameters no optimizer holds")
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def _pruning(first: str, second: str) -> dict[str, str]:
+    return {"pkg/__init__.py": "", "pkg/model.py": PRUNE_MODEL, "pkg/pruner.py": PRUNER,
+            "pkg/train.py": PRUNE_TRAIN.format(first=first, second=second), "pkg/main.py": PRUNE_MAIN}
+
+
+BUILD = "optimizer = torch.optim.SGD(model.parameters(), lr=0.5)"
+SHRINK = "Shrinker(model).apply()"
+
+
+def test_an_optimizer_built_before_an_imported_pruner_swaps_layers_is_reported_at_its_construction(tmp_path: Path):
+    """``main()`` trains only through the imported ``shrink_then_train``, which builds the optimizer and then has a
+    pruner of a third module replace layers: the optimizer's construction is the line to change."""
+    _write(tmp_path, _pruning(BUILD, SHRINK))
+    ran = _run(tmp_path, "pkg/main.py")
+    assert ran.returncode != 0 and "no optimizer holds" in ran.stderr, ran.stderr[-2000:]
+
+    found = _check(tmp_path, "pkg/main.py")
+    assert [(d["code"], *_where(d)) for d in found] == [("GG103", "pkg/train.py", 14)], found
+    assert {("pkg/train.py", 15), ("pkg/pruner.py", 9)} <= {_where(r) for r in found[0]["related"]}
+
+
+def test_the_optimizer_built_after_the_imported_pruner_is_clean(tmp_path: Path):
+    _write(tmp_path, _pruning(SHRINK, BUILD))
+    ran = _run(tmp_path, "pkg/main.py")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _check(tmp_path, "pkg/main.py") == []

@@ -68,7 +68,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     default_dtype = file_default_dtype(tree, knowledge, "\n".join(lines) if lines is not None else None)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions, default_dtype=default_dtype,
                   path=str(source.resolve()) if project is not None else None, project=project,
-                  training_units=frozenset(_training_units(units, tree, lines, _is_entry_script(tree)))
+                  training_units=frozenset(_training_units(units, tree, lines, _is_entry_script(tree),
+                                                           _imported_trainers(project, imports, str(source))))
                   if project is not None else frozenset())
     if ctx.training_units and not _sets_grad_mode(tree, imports):
         ctx.grad_off_import = project.grad_off_on_import(imports, ctx.path)
@@ -682,6 +683,14 @@ def _check(interp: Interpreter, own_file: bool = False) -> Iterator[Finding]:
                            for o in interp.optimizers):
             replaced.reached = next((s for s in interp.sinks if s.kind == "backward" and s.seq > replaced.seq
                                      and s.graph & new), None)
+        if replaced.reached is not None:
+            # The optimizer goes on being used after the replacement: a step of it, or a zero_grad() of it before
+            # that backward (a helper that clears and backpropagates, whose caller steps later or returns it).
+            replaced.use = next((s.node for s in interp.step_runs
+                                 if s.optimizer is replaced.optimizer and s.seq > replaced.seq), None)
+            if replaced.use is None and not any(owner is replaced.optimizer and replaced.seq < seq
+                                                < replaced.reached.seq for seq, owner in interp.grad_clears):
+                replaced.reached = None
     for made in interp.copies:
         _copy_trained(interp, made)
     for flag in interp.flags:
@@ -803,13 +812,46 @@ def _is_entry_script(tree: ast.Module) -> bool:
     return any(statements.is_main_guard(s) for s in tree.body)
 
 
-def _training_units(units, tree: ast.Module, lines: list[str] | None = None, entry_script: bool = False) -> set:
+def _imported_trainers(project: Project | None, imports: dict[str, str], path: str) -> frozenset[str]:
+    """The names an entry script imports from the project's modules that are training functions there (they run
+    a backward, or call by name a function of their module that does): ``main()`` that builds the model and hands
+    it to ``prune_then_finetune(model, ...)`` of ``finetune.py`` is training code too.  Read only for a program's
+    script (``project.entry_script``): a library's modules do not follow each other's trainers."""
+    if project is None or not project.entry_script:
+        return frozenset()
+    found = set()
+    for name, qualname in imports.items():
+        if not project.holds(qualname, path):
+            continue
+        definition = project.definition(qualname, path)
+        if not isinstance(definition, tuple):
+            continue
+        function, module_path = definition
+        module = project.module(module_path)
+        if module is not None and function.name in _module_trainers(module):
+            found.add(name)
+    return frozenset(found)
+
+
+def _module_trainers(module) -> frozenset[str]:
+    """The names of a project module's top-level functions that are training code (``_training_units``), found
+    once per reading of the module."""
+    if module.trainers is None:
+        functions = [(f, None) for f in module.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        module.trainers = frozenset(f.name for f in _training_units(functions, module.tree) if f is not None)
+    return module.trainers
+
+
+def _training_units(units, tree: ast.Module, lines: list[str] | None = None, entry_script: bool = False,
+                    imported: frozenset[str] = frozenset()) -> set:
     """The units (functions, and the module's top level as ``None``) that run a backward (``.backward()``,
-    ``torch.autograd.grad``), or call by name a function of the file that does: training code, whose calls
-    into the project's other modules are followed (``main()`` builds the model that ``train(model)`` trains).
-    Empty when the tree's text (``lines``) has no word ``backward`` nor ``grad`` (most files): a call of either
-    needs one (in ASCII text, where the parser does not normalise identifiers), and the tree is not walked."""
-    if lines is not None:
+    ``torch.autograd.grad``), or call by name a function of the file that does, or one of the project's that
+    does (``imported``, see ``_imported_trainers``): training code, whose calls into the project's other modules
+    are followed (``main()`` builds the model that ``train(model)`` trains).
+    Empty when the tree's text (``lines``) has no word ``backward`` nor ``grad`` (most files) and it imports no
+    training function: a call of either needs one (in ASCII text, where the parser does not normalise
+    identifiers), and the tree is not walked."""
+    if lines is not None and not imported:
         text = "\n".join(lines)
         if text.isascii() and not _BACKWARD_WORD.search(text):
             return set()
@@ -842,7 +884,7 @@ def _training_units(units, tree: ast.Module, lines: list[str] | None = None, ent
             elif isinstance(value, ast.AST):
                 stack.append((value, around))
     while True:
-        trainers = {fn.name for fn in training if fn is not None}
+        trainers = {fn.name for fn in training if fn is not None} | imported
         added = {fn for fn, names in calls.items() if fn not in training and names & trainers}
         if not added:
             break

@@ -181,6 +181,10 @@ NO_FIX = {
         "the new head has another shape than the old one, so its values cannot be written into the old parameters; "
         "building the optimizer after the swap moves a statement across the program, which no fix does"
     ),
+    "GG103/pos_weight_parameter_set_by_name_after_optimizer": (
+        "the new weight has the old one's shape: writing the values into the existing parameter under no_grad is "
+        "the change, and no fix rewrites a `setattr` of a new Parameter into a copy"
+    ),
     "GG101/pos_module_state_carried_across_steps": (
         "the state lives on the module (`self.hidden`), written in its forward: cutting it between steps needs a "
         "method of the class or an attribute write from the loop, which no fix adds"

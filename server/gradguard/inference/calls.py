@@ -512,6 +512,14 @@ class CallsMixin:
         if name == "getattr" and len(args) >= 2 and isinstance(args[0], ModuleValue) \
                 and isinstance(args[1], NameTemplate):  # `getattr(self.rnn, f"weight_hh_l{i}")`
             return self.parameter_named(args[0], args[1], node)
+        if name == "setattr" and len(args) == 3 and isinstance(args[0], ModuleValue) and isinstance(args[1], Const) \
+                and isinstance(args[1].value, str) and args[1].value.isidentifier():
+            # `setattr(model, name, nn.Linear(...))` with the name known: that attribute written, as if written out
+            target = ast.copy_location(ast.Attribute(value=node.args[0], attr=args[1].value, ctx=ast.Store()), node)
+            self.store_module_attr(args[0], target, args[2], node)
+            return NOT_TENSOR
+        if name == "setattr":
+            return self._unknown_call(node, [*args, *kwargs.values()])  # an object or a name not known: as before
         if name == "isinstance" and len(args) == 2:
             return self._isinstance(args[0], args[1], node.args[1])
         if name in ("all", "any") and len(node.args) == 1 and not node.keywords:

@@ -397,6 +397,10 @@ class ReplacedParameter:
     # argument, an attribute of its instance), where it can be built after the replacement or given the new
     # parameters.
     site: ast.AST | None = None
+    # The optimizer's construction, when it is just before that line in its block, with nothing between reading the
+    # optimizer (``stale_optimizers.py``): then the line to change (build the optimizer after the replacement).
+    built: ast.Assign | None = None
+    use: ast.AST | None = None  # filled by the engine: a step of the optimizer after the replacement
 
 
 @dataclass

@@ -8,7 +8,7 @@ from ..statements import children
 
 # What a bare name means when nothing imports it (builtins the dataflow cares about).
 BUILTINS = {"range", "enumerate", "zip", "len", "list", "tuple", "float", "int", "print", "reversed", "super", "sum",
-            "getattr", "dict", "isinstance", "property", "all", "any"}
+            "getattr", "setattr", "dict", "isinstance", "property", "all", "any"}
 
 
 def collect_imports(body: list[ast.stmt], into: dict[str, str] | None = None) -> dict[str, str]:

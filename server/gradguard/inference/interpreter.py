@@ -27,11 +27,13 @@ from .dtypes import DtypesMixin, file_default_dtype
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
 from .extension_points import ExtensionPointsMixin
 from .followed import FollowedCallsMixin, used_as_sequences
+from .hooks import named_submodules
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
 from .project import Project
 from .saves import SaveLog
 from .sharing import Repeats, RunLog, Skipped, storages_in
+from .stale_optimizers import built_just_before
 from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
     MAX_TERMS,
@@ -301,6 +303,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
         # Calls into the file's own functions are analysed in place ("inlined"), with these set:
         self.inline_stack: list[ast.AST] = []
+        self.root_fn: ast.AST | None = None  # the function the run is of (None: the module's top level)
         # Conversions to the dtype a tensor has already (`x.float()` of a float32 `x`), which return it: call node id
         # -> that dtype; and the names such a call's statement bound (function, name) -> (statement, tensor).
         self.noop_conversions: dict[int, str] = {}
@@ -382,6 +385,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                      owner: ClassInfo | None = None, trains: bool | None = None) -> None:
         """``trains``: the function runs a backward or steps itself (the caller may know it from the text)."""
         self.is_forward = is_forward
+        self.root_fn = fn
         if owner is not None:
             self.owner = owner
         if trains is None:
@@ -704,8 +708,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         submodules = _submodules(iterable) if isinstance(iterable, ModuleIterable) else None
         if submodules is not None and 0 < len(submodules) <= _UNROLLED_LAYERS:
             # `for m in self.modules(): if isinstance(m, nn.ReLU): m.inplace = True`: each module we built, in turn
+            # `named_children()`: each with the name torch gives it, when known (`setattr(model, name, ...)`)
+            named = {id(m): k for k, m in (named_submodules(iterable.owner, iterable.recursive, self._is_nn_module)
+                                           or {}).items()} if iterable.named else {}
             for module in submodules:
-                self.bind(target, TensorSeq([NOT_TENSOR, module]) if iterable.named else module, stmt)
+                name = Const(named[id(module)]) if id(module) in named else NOT_TENSOR
+                self.bind(target, TensorSeq([name, module]) if iterable.named else module, stmt)
                 self.run_block(stmt.body)
             self.run_log.ran(Repeats(stmt))  # as many layers as built here; another caller's model may have more
             self.run_block(stmt.orelse)
@@ -970,15 +978,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                     return
                 if target.attr == "requires_grad" and truth(value) is False:
                     self._module_flag(owner, target, stmt)
-                self._replacing(owner, target, value, stmt)
-                if self.loads and isinstance(value, ModuleValue):
-                    self.replaces_copy(owner.attrs.get(target.attr), value, stmt)
-                owner.attrs[target.attr] = value
-                if isinstance(value, Tensor) and value.graph and self.state.grad_enabled:
-                    self.kept[id(value)] = (stmt, value)
-                    if self.compiled_outputs and value.requires_grad == Grad.YES:
-                        self.compiled_outputs[-1].append(value)  # an output of the compiled graph too
-                    self.kept_stores.append((stmt, self.seq))
+                self.store_module_attr(owner, target, value, stmt)
                 if (target.attr == "inplace" and owner.torch_module and owner.cls in self.k.inplace_kwarg_modules
                         and not self.unsure_branches):
                     flag = truth(value)  # `m.inplace = True` on a layer already built, on a path known to run
@@ -1057,6 +1057,19 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 return False
         return False
 
+    def store_module_attr(self, owner: ModuleValue, target: ast.Attribute, value: Value, stmt: ast.AST) -> None:
+        """``owner.attr = value`` (written out, or by ``setattr`` with the name known): what it replaces, then the
+        new value held."""
+        self._replacing(owner, target, value, stmt)
+        if self.loads and isinstance(value, ModuleValue):
+            self.replaces_copy(owner.attrs.get(target.attr), value, stmt)
+        owner.attrs[target.attr] = value
+        if isinstance(value, Tensor) and value.graph and self.state.grad_enabled:
+            self.kept[id(value)] = (stmt, value)
+            if self.compiled_outputs and value.requires_grad == Grad.YES:
+                self.compiled_outputs[-1].append(value)  # an output of the compiled graph too
+            self.kept_stores.append((stmt, self.seq))
+
     def _module_flag(self, module: ModuleValue, target: ast.Attribute, stmt: ast.stmt) -> None:
         """``module.requires_grad = False`` on an ``nn.Module`` whose classes (torch's and the file's) have no
         ``requires_grad`` of their own: its parameters that require grad keep requiring it."""
@@ -1080,8 +1093,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             return
         holder = next((o for o in self.optimizers if o.held & old_sources), None)
         if holder is not None:
+            site, depth = self._replacement_site(holder, stmt, old, value)
+            # The optimizer built just before the call that leads to the replacement, in its block: the line to
+            # change (build it after), as the probe places it (``probe/module_flags.py``).
+            envs = [*self.caller_envs, self.state.env]
+            built = (built_just_before(self.root_fn if depth == 0 else self.inline_stack[depth - 1],
+                                       {k for k, v in envs[depth].items() if v is holder}, site)
+                     if depth is not None and site is not stmt and not self.unsure_branches else None)
             self.replaced.append(ReplacedParameter(stmt, ast.unparse(target), value, holder, self._next(),
-                                                   site=self._replacement_site(holder, stmt, old, value)))
+                                                   site=site, built=built))
 
     def replaces_copy(self, old: Value | None, new: ModuleValue, stmt: ast.stmt) -> None:
         """``old`` (what the name or attribute held) was loaded with ``new``'s weights and has not run since: storing
@@ -1117,22 +1137,24 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             stack.extend(value.children)
             stack.extend(v for v in value.attrs.values() if isinstance(v, ModuleValue))
 
-    def _replacement_site(self, optimizer: OptimizerValue, stmt: ast.stmt, old: Value, new: Value) -> ast.AST:
+    def _replacement_site(self, optimizer: OptimizerValue, stmt: ast.stmt, old: Value,
+                          new: Value) -> tuple[ast.AST, int | None]:
         """The line to change for a replacement of what ``optimizer`` holds: the assignment, when the new parameters
         may have the old ones' shapes (a parameter; a module built the same way: copy the values into the old
         ones) or when the optimizer is at hand there; else, in the innermost function of the call path whose
         variables hold the optimizer (or an instance there, as an attribute), the call that leads to the
-        replacement (build the optimizer after it, or give the optimizer the new parameters there)."""
+        replacement (build the optimizer after it, or give the optimizer the new parameters there).  With it, the
+        depth of the function it is in, when that one has the optimizer at hand (None: it does not)."""
         if not isinstance(new, ModuleValue) or not isinstance(old, ModuleValue) or (
                 isinstance(old.ctor, ast.Call) and isinstance(new.ctor, ast.Call)
                 and ast.dump(old.ctor) == ast.dump(new.ctor)):
-            return stmt
+            return stmt, None
         envs = [*self.caller_envs, self.state.env]
         for depth in range(len(envs) - 1, -1, -1):
             if any(v is optimizer or isinstance(v, ModuleValue) and any(a is optimizer for a in v.attrs.values())
                    for v in envs[depth].values()):
-                return self.frame_sites[depth] if depth < len(self.frame_sites) else stmt
-        return stmt
+                return (self.frame_sites[depth], depth) if depth < len(self.frame_sites) else (stmt, depth)
+        return stmt, None
 
     def regrouped(self, optimizer: OptimizerValue, written: list[Value]) -> None:
         """Parameters written into an optimizer's groups: from now on it may step them (and others than it took)."""

@@ -13,7 +13,8 @@ Each module is read and parsed once per process (again when it changes on disk);
 project's files for any file that imports one of them.
 
 Calls are followed into other modules only from training code (a unit that runs a backward, or calls by name
-one of the file's functions that does: ``main()`` building the model ``train(model)`` trains), where a bug spread
+one of the file's functions that does: ``main()`` building the model ``train(model)`` trains; in a program's script,
+also one the project's modules define, ``engine._imported_trainers``), where a bug spread
 over modules shows (a model in one module, the step between its forward and backward in another), and only into
 functions and classes of moderate size.  Following every model's calls into its library's layers costs four times
 the analysis of the files themselves (timm, torchvision, Lightning, accelerate: 11 s became 55 s); this way it
@@ -58,6 +59,7 @@ class ProjectModule:
     classes: dict[str, ClassInfo]
     functions: dict[str, ast.FunctionDef]
     tree: ast.Module
+    trainers: frozenset[str] | None = None  # its training functions' names, found on first need (the engine's)
 
 
 @dataclass

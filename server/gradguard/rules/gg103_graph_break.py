@@ -10,6 +10,7 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite, apply_edits
 from ..fixes.identity import FindingId
+from ..fixes.moves import move_statements_after
 from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
@@ -270,6 +271,9 @@ def _check_replaced(event: ReplacedParameter):
     effect = Message.format(
         "the optimizer goes on updating the old tensors, which the model no longer uses, and the gradients the "
         "backward on {sink} gives the new ones are applied by no optimizer, silently.", sink=event.reached.node)
+    if event.built is not None:
+        yield _built_before_replacement(event, what, site)
+        return
     if site is event.node:
         message = Message.format(
             "`{name}` gets a new {what} after the optimizer built on {built} took the parameters of the old one: "
@@ -289,6 +293,37 @@ def _check_replaced(event: ReplacedParameter):
                  *([(built, "the optimizer takes the old parameters here")] if built is not None else []),
                  (event.reached.node, "the backward that reaches the new parameters")],
         data={"replaced_parameter": True} if site is event.node and isinstance(event.new, Tensor) else {},
+    )
+
+
+def _built_before_replacement(event: ReplacedParameter, what: str, site: ast.AST) -> Finding:
+    """The optimizer built just before the line that replaces a module it holds, in the same block, with nothing
+    between reading it (``inference/stale_optimizers.py``): built after that line, it takes the new parameters."""
+    by = (Message.format("the assignment on {at}", at=site) if site is event.node else
+          Message.format("the call on {call} (which assigns it on {at})", call=site, at=event.node))
+    if event.use is not None:
+        effect = Message.format(
+            "the step on {step} updates the old parameters, which the model no longer uses, and the gradients the "
+            "backward on {sink} gives the new ones are applied by no optimizer, silently.",
+            step=event.use, sink=event.reached.node)
+    else:
+        effect = Message.format(
+            "the optimizer holds only the old parameters, which the model no longer uses, and the gradients the "
+            "backward on {sink} gives the new ones reach no optimizer, silently.", sink=event.reached.node)
+    return Finding(
+        "GG103",
+        event.built,
+        Message.format(
+            "This optimizer takes the parameters the model holds now, and {by} then gives `{name}` a new {what}: "
+            "{effect} Build the optimizer after {that}, so that it takes the new parameters.",
+            name=event.name, by=by, what=what, effect=effect,
+            that=Message.text("that assignment" if site is event.node else "that call")),
+        related=[*([(site, "this call replaces the module")] if site is not event.node else []),
+                 (event.node, f"`{event.name}` is assigned the new {what} here"),
+                 (event.reached.node, "the backward that reaches the new parameters"),
+                 *([(event.use, "the optimizer steps here, without the new parameters")] if event.use is not None
+                   else [])],
+        data={"built_before": event},
     )
 
 
@@ -513,6 +548,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return None  # returning the value is the fix, but whether it should keep `.data`'s cut is the author's
     if finding.data.get("unreturned") is not None:
         return _return_the_loss(ctx, finding)
+    if finding.data.get("built_before") is not None:
+        return _build_after_replacement(ctx, finding.data["built_before"])
     if finding.data.get("detach"):
         return _detach_out_of_place(ctx, finding)
     if finding.data.get("cut_again"):
@@ -1139,6 +1176,21 @@ def _body_kept(ctx: FixContext, stmt: ast.With | ast.If) -> list[TextEdit]:
             *(TextEdit(k, 1, k, cut + 1, "") for k in lines if ctx.lines[k - 1].strip())]
 
 
+def _build_after_replacement(ctx: FixContext, event: ReplacedParameter) -> Fix:
+    """``opt = torch.optim.X(model.parameters())`` just before the statement that replaces a module of ``model``
+    (nothing between reads ``opt`` or rebinds what its construction reads, ``inference/stale_optimizers.py``):
+    moved just after that statement, it takes the new module's parameters.  Only a construction of the optimizer
+    itself moves (a helper that builds it may do more)."""
+    built, site = event.built, event.site or event.node
+    if built.value is not event.optimizer.ctor:
+        raise CannotFix("a helper builds the optimizer: moving its call may move what else it does")
+    anchor = ctx.statement_of(site)
+    for stmt in (built, anchor):
+        ctx.require_own_lines(stmt)
+    edits = move_statements_after(ctx, [built], [built], anchor)
+    return Fix(f"Build `{built.targets[0].id}` after the replacement", True, tuple(edits))
+
+
 def _set_on_parameters(ctx: FixContext, finding: Finding) -> Fix:
     """``module.requires_grad = False`` -> ``module.requires_grad_(False)``: the method sets every parameter."""
     stmt = finding.node
@@ -1305,6 +1357,16 @@ has no `backward`: Python raises AttributeError there, and the line that read th
 stores a plain attribute, the parameters keep requiring grad, and the next backward and step train the module
 that was meant to be frozen.  It is flagged when a later backward reaches the module's parameters, unless the
 module's class keeps a `requires_grad` of its own.
+
+A parameter or a submodule replaced after an optimizer took the old one (`model.fc = nn.Linear(...)`,
+`setattr(model, name, ...)` in a loop over `named_children()`, `m.weight = nn.Parameter(...)`, or a pruner's or a
+helper's method that swaps layers) leaves the optimizer holding the old tensors, which the model no longer uses: the
+new ones get gradients no optimizer applies, silently.  It is flagged when a later backward reaches the new
+parameters, no optimizer was given them (`add_param_group`, or an optimizer built after), and the optimizer is used
+after the replacement (a step, or a `zero_grad()` before that backward).  It is reported at the assignment when it
+is in the function that has the optimizer (or the new values could be copied into the old parameters); when a
+helper makes it, at the call that leads there, or at the optimizer's construction when that is just before the
+call in the same block with nothing between using the optimizer: build the optimizer after the call.
 """,
     fix_advice="Keep the tensors: `torch.stack([t1, t2])` instead of `torch.tensor([t1, t2])`, `loss` instead of "
                "`torch.tensor(loss.item())`, tensor ops instead of numpy.  Drop a `.detach()` whose term should "

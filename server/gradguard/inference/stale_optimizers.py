@@ -1,0 +1,61 @@
+"""An optimizer built just before the statement that replaces a module it holds (rule GG103, silent).
+
+``optimizer = torch.optim.SGD(model.parameters())`` takes the parameters ``model`` holds now.  A statement after it
+that gives ``model`` (or one of its submodules) a new module (``model.fc = nn.Linear(...)``, ``setattr(model, name,
+...)``, a helper or another class's method that does it: a pruning "speedup", a head swap) leaves the optimizer
+holding the old parameters: the new ones get gradients no optimizer applies.  When the two statements are in one
+block of one function and nothing between them reads the optimizer (nor rebinds a name its construction reads),
+the line to change is the construction: built after the replacement, it takes the new parameters, and nothing that
+ran before sees a difference.  The interpreter finds the replacement (``ReplacedParameter``); this module finds
+that construction.  The probe's finding of the same bug is ``probe/module_flags.py`` (``Replaced``).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .. import statements
+
+
+def built_just_before(scope: ast.AST | None, names: set[str], site: ast.AST) -> ast.Assign | None:
+    """The statement ``name = ...`` of ``scope``'s code that bound the optimizer (now held in ``name``, one of
+    ``names``) in the block that holds, later, the simple statement that is or holds ``site``, with no statement
+    between them (nor that one) naming ``name`` or rebinding a name the construction reads; None when there is
+    none (the optimizer came in as an argument, or the code between may use it)."""
+    if scope is None or not names:
+        return None
+    for _holder, _field, block in statements.walk_blocks(scope):
+        at = next((j for j, st in enumerate(block) if _holds(st, site)), None)
+        if at is None:
+            continue
+        if statements.holds_statements(block[at]):
+            continue  # the site is in a compound statement: in one of its blocks (looked at next), or its header
+        for i in range(at - 1, -1, -1):
+            st = block[i]
+            named = {n.id for n in ast.walk(st) if isinstance(n, ast.Name)}
+            if not named & names:
+                continue
+            if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                    and st.targets[0].id in names and not {n.id for n in ast.walk(st.value)
+                                                           if isinstance(n, ast.Name)} & names):
+                return None  # the nearest statement that names it does not bind it
+            return st if _untouched_between(block[i + 1:at + 1], st) else None
+        return None
+    return None
+
+
+def _untouched_between(between: list[ast.stmt], construction: ast.Assign) -> bool:
+    """Nothing in ``between`` names the optimizer's variable or rebinds a name its construction reads."""
+    name = construction.targets[0].id
+    read = {n.id for n in ast.walk(construction.value) if isinstance(n, ast.Name)}
+    for st in between:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Name) and (n.id == name or n.id in read and not isinstance(n.ctx, ast.Load)):
+                return False
+            if isinstance(n, (ast.Global, ast.Nonlocal)):
+                return False
+    return True
+
+
+def _holds(stmt: ast.stmt, node: ast.AST) -> bool:
+    return stmt is node or any(n is node for n in ast.walk(stmt))
