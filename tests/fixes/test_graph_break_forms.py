@@ -109,3 +109,46 @@ def test_no_return_of_a_loss_bound_on_some_paths_only():
             "        else:\n            loss = F.l1_loss(self.net(x), y)")
     (diag,) = found("GG103", _HOOK.replace("{body}", body))
     assert diag.fix is None
+
+
+_GATHER = """
+import numpy as np
+import torch
+
+
+def train(intended=False):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 6)
+    idx_a, idx_b = np.array([0, 2, 5]), np.array([1, 1, 4])
+    h = lin(torch.randn(3, 4))
+    if intended:
+        a, b = h[:, torch.as_tensor(idx_a)], h[:, torch.as_tensor(idx_b)]
+    else:
+{gather}
+    (a * b).sum().backward()
+    return [lin.weight.grad, lin.bias.grad]
+"""
+
+
+@pytest.mark.parametrize("gather", [
+    "        arr = h.detach().numpy()\n"
+    "        a = torch.from_numpy(np.take(arr, idx_a, axis=1))\n"
+    "        b = torch.from_numpy(np.take(arr, idx_b, 1))",
+    "        arr = h.detach().cpu().numpy()\n"
+    "        a, b = torch.from_numpy(np.take(arr, idx_a, axis=1)), torch.from_numpy(np.take(arr * 1.0, idx_b, axis=1))",
+])
+def test_an_array_gathered_by_np_take_in_several_rebuilds_is_indexed_in_torch(gather):
+    src = _GATHER.replace("{gather}", gather)
+    (diag,) = found("GG103", src)
+    assert diag.fix is not None and not diag.fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert "numpy()" not in out and "np.take" not in out and not found("GG103", out)
+    assert grads_equal(run_program(out), run_program(out.replace("def train(intended=False)", "def train(intended=True)")))
+
+
+def test_no_take_rewrite_when_the_array_is_read_outside_a_rebuild():
+    gather = ("        arr = h.detach().numpy()\n"
+              "        a = torch.from_numpy(np.take(arr, idx_a, axis=1))\n"
+              "        b = torch.from_numpy(np.take(arr, idx_b, axis=1)) * float(arr.mean())")
+    (diag,) = found("GG103", _GATHER.replace("{gather}", gather))
+    assert diag.fix is None

@@ -523,8 +523,8 @@ def _check_grad_off_term(event):
 #   the sum of the tensors.  Unsafe: the result keeps the tensor's dtype, shape and device where the rebuild made
 #   a fresh CPU leaf of the default dtype.
 # - **a NumPy round trip** -- ``torch.from_numpy(np.clip(t.detach().numpy(), a, b))`` is computed with the torch
-#   twins of the NumPy functions (``torch.clamp(t, a, b)``), a name bound to such an array only for this use
-#   included; ``np.mean([l.item() for l in losses])`` is ``torch.stack([l for l in losses]).mean()``, and
+#   twins of the NumPy functions (``torch.clamp(t, a, b)``; ``np.take(a, i, axis=1)`` is ``a[:, i]``), a name
+#   bound to such an array included when it is read only in such rebuilds (each of them rewritten too); ``np.mean([l.item() for l in losses])`` is ``torch.stack([l for l in losses]).mean()``, and
 #   ``np.sum(t, keepdims=True)`` names every dim of ``t``.  Unsafe: torch's dtype promotion and rounding may
 #   differ from NumPy's.
 
@@ -650,7 +650,7 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
         summed = _sum_of_tensors(ctx, arg)
         if summed is not None and ctx.qual(call.func) == "torch.tensor":
             return _the_tensor_itself(ctx, call, arg, keywords, summed)
-        translated = NumpyTranslation(ctx, torch)
+        translated = NumpyTranslation(ctx, torch, call)
         text = translated.expr(arg)
         if text is not None and (translated.numpy or translated.bindings):
             return translated.fix(call, text, keywords)
@@ -877,8 +877,9 @@ class NumpyTranslation:
     ``np.clip`` is ``torch.clamp``, arithmetic with numbers stays.  A name bound (once, in the same function,
     before) to such an array and read nowhere else is translated at its binding too."""
 
-    def __init__(self, ctx: FixContext, torch: str):
-        self.ctx, self.torch = ctx, torch
+    def __init__(self, ctx: FixContext, torch: str, rebuilt: ast.Call):
+        self.ctx, self.torch, self.rebuilt = ctx, torch, rebuilt
+        self.names: set[str] = set()  # names whose binding is translated (with their other reads)
         self.numpy = False  # a `.numpy()` was seen: the expression starts from a tensor
         self.bindings: list[tuple[ast.expr, str]] = []  # (a binding's value, its torch spelling)
 
@@ -915,6 +916,8 @@ class NumpyTranslation:
         if not q.startswith("numpy."):
             return None
         name = q[len("numpy."):]
+        if name == "take":
+            return self._take(node)
         twin = NUMPY_TWINS.get(name)
         if twin is None or any(k.arg is None or k.arg not in twin[1] for k in node.keywords):
             return None
@@ -958,10 +961,28 @@ class NumpyTranslation:
             return None
         return call.args[0]
 
+    def _take(self, call: ast.Call) -> str | None:
+        """``np.take(a, idx, axis=k)`` is ``a[:, ..., idx]`` (``k`` colons), indexed with the indices as a long
+        tensor (NumPy casts booleans to 0 and 1 too, where torch would read a mask)."""
+        args = list(call.args)
+        axis = args.pop(2) if len(args) == 3 else next((k.value for k in call.keywords if k.arg == "axis"), None)
+        if len(args) != 2 or any(k.arg != "axis" for k in call.keywords) or len(call.keywords) + len(call.args) != 3 \
+                or not (isinstance(axis, ast.Constant) and type(axis.value) is int and axis.value >= 0):
+            return None
+        array = self.expr(args[0])
+        if array is None or isinstance(args[1], ast.Starred):
+            return None
+        index = f"{self.torch}.as_tensor({self.ctx.source(args[1])}, dtype={self.torch}.long)"
+        array = array if _NAME_CHAIN.fullmatch(array) else f"({array})"
+        return f"{array}[{':, ' * axis.value}{index}]"
+
     def _bound(self, name: ast.Name) -> str | None:
         """The torch spelling of the one earlier binding of ``name`` in its function, when ``name`` is read only
-        here (so the binding may hold a tensor instead of an array)."""
+        here or in other rebuilds (``torch.from_numpy(np.take(p, i, axis=1))``), each translated too (so the
+        binding may hold a tensor instead of an array)."""
         ctx = self.ctx
+        if name.id in self.names:
+            return name.id
         scope = ctx.scope_of(name)
         if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
@@ -972,17 +993,35 @@ class NumpyTranslation:
         stores, loads = [], []
         for node in uses:
             (loads if isinstance(node.ctx, ast.Load) else stores).append(node)
-        if loads != [name] or len(stores) != 1:
+        if name not in loads or len(stores) != 1:
             return None
         assign = ctx.parents.get(stores[0])
-        if not (isinstance(assign, ast.Assign) and assign.targets == [stores[0]]
-                and _runs_before(ctx, assign, ctx.statement_of(name)) and not ctx.loops_around(assign, scope)):
+        if not (isinstance(assign, ast.Assign) and assign.targets == [stores[0]] and not ctx.loops_around(assign, scope)
+                and all(_runs_before(ctx, assign, ctx.statement_of(n)) for n in loads)):
             return None
+        self.names.add(name.id)
         text = self.expr(assign.value)
-        if text is None:
+        rebuilds = [self._rebuild_around(n) for n in loads if n is not name]
+        if text is None or None in rebuilds:
             return None
+        for rebuild in {id(r): r for r in rebuilds if r is not self.rebuilt}.values():
+            spelled = self.expr(rebuild.args[0])
+            if spelled is None:
+                return None
+            self.bindings.append((rebuild, spelled))
         self.bindings.append((assign.value, text))
         return name.id
+
+    def _rebuild_around(self, read: ast.Name) -> ast.Call | None:
+        """The innermost ``torch.from_numpy(...)`` (or other rebuild, no keywords) whose one argument holds
+        ``read``: the array becomes a tensor there, so the tensor the binding then holds serves as well."""
+        for node in self.ctx.ancestors(read):
+            if isinstance(node, ast.stmt):
+                return None
+            if isinstance(node, ast.Call) and self.ctx.qual(node.func) in _FACTORIES and len(node.args) == 1 \
+                    and not node.keywords and self.ctx.inside(read, node.args[0]):
+                return node
+        return None
 
     def fix(self, call: ast.Call, text: str, keywords: dict) -> Fix:
         ctx = self.ctx
