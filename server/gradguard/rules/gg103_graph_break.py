@@ -880,6 +880,7 @@ class NumpyTranslation:
     def __init__(self, ctx: FixContext, torch: str, rebuilt: ast.Call):
         self.ctx, self.torch, self.rebuilt = ctx, torch, rebuilt
         self.names: set[str] = set()  # names whose binding is translated (with their other reads)
+        self.also: list[str] = []  # those names read in other rebuilds, which then keep the graph too
         self.numpy = False  # a `.numpy()` was seen: the expression starts from a tensor
         self.bindings: list[tuple[ast.expr, str]] = []  # (a binding's value, its torch spelling)
 
@@ -1009,6 +1010,7 @@ class NumpyTranslation:
             if spelled is None:
                 return None
             self.bindings.append((rebuild, spelled))
+            self.also.append(name.id)
         self.bindings.append((assign.value, text))
         return name.id
 
@@ -1034,8 +1036,10 @@ class NumpyTranslation:
         made_leaf = "requires_grad" in keywords or (
             isinstance(around, ast.Attribute) and around.value is call and around.attr == "requires_grad_")
         leaf = ", and the result is not a new leaf whose `.grad` torch fills" if made_leaf else ""
+        also = "".join(f", and the other rebuild{'s' * (self.also.count(name) > 1)} of `{name}` keep"
+                       f"{'s' * (self.also.count(name) == 1)} the graph too" for name in dict.fromkeys(self.also))
         return rw.fix(f"Keep the graph: compute `{_short(text)}` with torch instead of NumPy (unsafe: torch's dtype "
-                      f"promotion and rounding may differ from NumPy's{leaf})", safe=False)
+                      f"promotion and rounding may differ from NumPy's{leaf}{also})", safe=False)
 
 
 def _runs_before(ctx: FixContext, first: ast.stmt, then: ast.stmt) -> bool:
