@@ -634,11 +634,19 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
     for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
         if ctx.qual(call.func) not in _FACTORIES or len(call.args) != 1:
             continue
-        _require_not_rebuilt_again(ctx, call)
+        outer = _detached_by_variable(ctx, call)
+        if outer is call:
+            _require_not_rebuilt_again(ctx, call)
         keywords = {k.arg: k.value for k in call.keywords}
         if None in keywords or set(keywords) - {*_LIKE, "requires_grad"}:
             continue
         arg = call.args[0]
+        if outer is not call:  # only the round trip's rewrite replaces the wrapper too
+            translated = NumpyTranslation(ctx, torch)
+            text = translated.expr(arg)
+            if text is not None and translated.numpy and not keywords:
+                return translated.fix(outer, text, keywords)
+            raise CannotFix("the rebuilt tensor is detached again by the `Variable` around it")
         if isinstance(arg, ast.Name) and ctx.qual(call.func) == "torch.tensor" and not keywords \
                 and listed != "mixed" and _only_ever_a_list(ctx, arg):
             new = parse_expr(_stacked(ctx, call, torch, arg.id))
@@ -710,6 +718,16 @@ def _require_not_a_callers_list(ctx: FixContext, arg: ast.expr) -> None:
     read = {n.id for n in ast.walk(arg) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     if read & (set(params) - set(own)):
         raise CannotFix("the list is read through a parameter: other callers may pass numbers")
+
+
+def _detached_by_variable(ctx: FixContext, call: ast.Call) -> ast.Call:
+    """The legacy ``Variable(call)`` around ``call``, given nothing else: it hands on a tensor detached from what
+    it is given, so a rewrite that keeps the graph replaces it too; else ``call`` itself."""
+    parent = ctx.parents.get(call)
+    if isinstance(parent, ast.Call) and len(parent.args) == 1 and parent.args[0] is call and not parent.keywords \
+            and ctx.qual(parent.func) == "torch.autograd.Variable":
+        return parent
+    return call
 
 
 def _require_not_rebuilt_again(ctx: FixContext, call: ast.Call) -> None:
@@ -867,6 +885,11 @@ def _plain(node: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
+def _atom_text(text: str) -> str:
+    """A translated expression as an operand of indexing: a name chain as it is, else parenthesised."""
+    return text if _NAME_CHAIN.fullmatch(text) else f"({text})"
+
+
 def _atom(ctx: FixContext, node: ast.expr) -> str:
     text = ctx.source(node)
     return text if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) else f"({text})"
@@ -899,14 +922,21 @@ class NumpyTranslation:
             return f"({left} {op} {right})"
         if isinstance(node, ast.Name):
             return self._bound(node)
+        if isinstance(node, ast.Subscript) and not any(isinstance(n, ast.Slice) and n.step is not None
+                                                       for n in every_node(node.slice)):
+            # Indexing (with numbers, slices, or index arrays NumPy computed) picks the same elements of a tensor;
+            # torch refuses only a negative step.
+            inner = self.expr(node.value)
+            return None if inner is None else f"{_atom_text(inner)}[{ctx.source(node.slice)}]"
         if not isinstance(node, ast.Call):
             return None
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "numpy" and not node.args and not node.keywords:
             source = func.value
             while isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) \
-                    and source.func.attr in _TO_NUMPY and not source.args and not source.keywords:
-                source = source.func.value
+                    and source.func.attr in _TO_NUMPY and not source.args and not source.keywords \
+                    or isinstance(source, ast.Attribute) and source.attr == "data":  # `.data` cuts what we keep
+                source = source.value if isinstance(source, ast.Attribute) else source.func.value
             self.numpy = True
             return _atom(ctx, source)
         q = ctx.qual(func) or ""
