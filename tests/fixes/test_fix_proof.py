@@ -150,10 +150,6 @@ NO_FIX = {
         "so the rewrite of `.data` alone does not remove the finding and is withheld"
     ),
     "GG103/pos_grad_disabled_for_preprocessing_then_fit": _GRAD_MODE_BACK_ON,
-    "GG103/pos_np_mean_of_head_losses": (
-        "keeping the gradient (the torch twin of the NumPy function) or dropping it (`.detach()`, values for a log) "
-        "is the author's choice: no fix yet"
-    ),
     "GG103/pos_np_array_of_loss_pair_in_helper": (
         "keeping the gradient (the torch twin of the NumPy function) or dropping it (`.detach()`, values for a log) "
         "is the author's choice: no fix yet"
@@ -326,6 +322,8 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG103/pos_np_mean_of_head_losses": "the result keeps the gradient, where values meant only for a log would "
+                                        "be `.detach()`ed",
     **{f"GG103/{name}": "the guard is dropped: a call of the setter on a module frozen by other code would unfreeze "
                         "it too" for name in ("pos_guarded_unfreeze_method_keeps_encoder_frozen",
                                               "pos_guarded_unfreeze_helper_requires_grad_call",

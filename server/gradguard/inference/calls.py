@@ -294,7 +294,8 @@ class CallsMixin:
                 continue
             grad = next((t for t in tensors if t.requires_grad == Grad.YES), None)
             if grad is not None:
-                self.numpy_refused.append(NumpyRefused(node, q.replace("numpy.", "np."), grad.label, in_list))
+                every = in_list and all(isinstance(v, Tensor) for v in value.items)
+                self.numpy_refused.append(NumpyRefused(node, q.replace("numpy.", "np."), grad.label, in_list, every))
                 return
 
     def call_value(self, callee: Value, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:

@@ -337,6 +337,7 @@ class NumpyRefused:
     function: str  # "np.sum"
     label: str  # the tensor, as messages name it
     in_list: bool  # one of the tensors of a list or tuple handed to it
+    every_tensor: bool = False  # in_list, and every element of the list is a tensor
 
 
 @dataclass

@@ -217,7 +217,7 @@ def _check_numpy_refused(event: NumpyRefused):
             "Compute it with torch (`torch.stack(...)`, `.sum()`, `.mean()`) to keep the gradient, or `.detach()` "
             "it if the values are only for logging.",
             function=event.function, what=what, label=event.label, torch=NUMPY_REFUSED),
-        data={"numpy_refused": True},
+        data={"numpy_refused": event},
     )
 
 
@@ -542,8 +542,9 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     unfreeze = finding.data.get("guarded_unfreeze")
     if isinstance(unfreeze, GuardedUnfreeze):
         return _drop_guard(ctx, unfreeze)
-    if finding.data.get("numpy_refused"):
-        return None  # keeping the gradient (torch ops) or dropping it (detach, for a log) is the author's choice
+    refused = finding.data.get("numpy_refused")
+    if isinstance(refused, NumpyRefused):
+        return _reduce_in_torch(ctx, refused)
     if finding.data.get("dropped_output"):
         return None  # returning the value is the fix, but whether it should keep `.data`'s cut is the author's
     if finding.data.get("unreturned") is not None:
@@ -1217,6 +1218,23 @@ def _drop_block(ctx: FixContext, block: ast.With) -> Fix:
     return Fix(f"Compute it with grad mode on: drop `with {ctx.source(block.items[0].context_expr)}:` and keep its "
                "body (unsafe: every op of the block then records a graph, and a value meant to stay out of the "
                "gradient goes into it)", False, tuple(edits))
+
+
+def _reduce_in_torch(ctx: FixContext, event: NumpyRefused) -> Fix:
+    """``np.sum(losses)`` / ``np.mean(losses)`` of a list every element of which is a tensor (``NumpyRefused``),
+    which torch refuses to turn into arrays: ``torch.stack(losses).sum()``, the same number with its gradient.
+    Unsafe: the result is a tensor that keeps the graph, where values meant only for a log want ``.detach()``."""
+    call = event.node
+    reduction = (ctx.qual(call.func) or "").removeprefix("numpy.")
+    if not event.every_tensor or reduction not in _REDUCTIONS or len(call.args) != 1 or call.keywords \
+            or isinstance(call.args[0], ast.Starred):
+        raise CannotFix("not a whole sum or mean of a list of tensors")
+    rw = Rewrite(ctx)
+    torch = rw.torch_module(ctx.statement_of(call))
+    text = f"{torch}.stack({ctx.source(call.args[0])}).{reduction}()"
+    return rw.replace_node(ctx.cst(call), parse_expr(text)).fix(
+        f"Keep the graph: `{_short(text)}` instead of `{_short(ctx.source(call))}` (unsafe: the result keeps the "
+        "gradient, where values meant only for a log would be `.detach()`ed)", safe=False)
 
 
 def _drop_guard(ctx: FixContext, event: GuardedUnfreeze) -> Fix:
