@@ -350,6 +350,34 @@ def test_module_applied_for_its_side_effect_is_unsafe_to_change():
     assert fix is not None and not fix.safe and "dropped" in fix.title
 
 
+def test_module_input_handed_to_a_helper_that_keeps_none_of_it_is_safe_to_change():
+    """Who holds the input at the module's call is what the run saw there: a helper of the file that reads it and
+    keeps a number is no escape (the code alone cannot tell it from one that keeps the tensor)."""
+    src = """
+    import torch
+    import torch.nn as nn
+    stats = []
+    def log_stats(t):
+        stats.append(float(t.mean()))
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = nn.ReLU(inplace=True)
+        def forward(self, x):
+            h = torch.sigmoid(x)
+            log_stats(h)
+            h = self.act(h)
+            return h
+    def train():
+        M()(torch.randn(3, requires_grad=True)).sum().backward()
+    """
+    fix = analyse(src)[0].fix
+    assert fix is not None and fix.safe and "self.act = nn.ReLU(inplace=False)" in fixed(src)
+    kept = src.replace("stats.append(float(t.mean()))", "stats.append(t)")
+    fix = analyse(kept)[0].fix
+    assert fix is not None and not fix.safe
+
+
 # ---------------------------------------------------------------------------- costs and JSON
 def test_libcst_runs_only_for_files_with_findings(monkeypatch):
     import libcst

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.aliases import analyse, value_read_after
 from ..fixes.callers import forwarded_inplace_flag
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
@@ -13,6 +13,7 @@ from ..fixes.inplace import RebindRewrite, fix_or_none, inplace_false, is_tempor
 from ..fixes.writes import InPlaceWrite, root_name, short
 from ..inference.events import Finding, Mutation
 from ..inference.hooks import KeptOutputOverwritten
+from ..inference.sharing import Moment
 from ..knowledge import load_knowledge
 from ..messages import Message
 from ..statements import own_nodes
@@ -210,8 +211,9 @@ def module_inplace_false(ctx: FixContext, mutation: Mutation) -> Fix | None:
     rw = Rewrite(ctx).replace_node(ctx.cst(ctor), inplace_false(ctx.cst(ctor)))
     sites, why = _module_call_sites(ctx, ctor)
     unsafe = [why] if why else []
+    runs = mutation.moment.log.writes if mutation.moment is not None else {}
     for site in sites:
-        problem = _site_problem(ctx, site)
+        problem = _site_problem(ctx, site, runs.get(id(site), ()))
         if problem:
             unsafe.append(problem)
     title = f"Use `inplace=False` in `{short(ctx.source(ctor), 50)}`"
@@ -250,8 +252,10 @@ def _module_call_sites(ctx: FixContext, ctor: ast.Call) -> tuple[list[ast.Call],
     return [], "cannot see where the module is applied"
 
 
-def _site_problem(ctx: FixContext, site: ast.Call) -> str | None:
-    """Why applying the module out of place at ``site`` may change the program (None: it does not)."""
+def _site_problem(ctx: FixContext, site: ast.Call, runs: Sequence[Moment]) -> str | None:
+    """Why applying the module out of place at ``site`` may change the program (None: it does not): who else holds
+    its input and reads it after, as the run's writes there show (``runs``: ``RunLog.writes``; a site no run wrote
+    at is asked of the code)."""
     if not site.args:
         return "a call without an input"
     stmt = ctx.statement_of(site)
@@ -261,10 +265,11 @@ def _site_problem(ctx: FixContext, site: ast.Call) -> str | None:
     name, _ = root_name(arg)
     if name is None:
         return None if is_temporary(arg) else f"`{ctx.source(arg)}` is not a local name"
-    report = analyse(ctx, stmt, name, write_call=site)
+    write = InPlaceWrite(stmt, "functional", arg, site, True, runs[0] if runs else None)
+    report = write.sharing(ctx, name)
     if not report.clean:
         return report.reason()
-    if not rebinds(stmt, name) and value_read_after(ctx, stmt, name):
+    if not rebinds(stmt, name) and write.value_read_after(ctx, name):
         return f"`{name}` is read after `{ctx.source(site)}` and would miss the write"
     return None
 
