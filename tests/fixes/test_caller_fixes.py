@@ -330,3 +330,18 @@ def test_a_helper_writing_a_parameter_nobody_reads_afterwards_writes_out_of_plac
     read_later = _UNREAD.replace("{cls}", "_Softmax").replace("return [logits.grad]", "return [logits.grad, logits * 1]")
     (diag,) = found("GG002", read_later)
     assert diag.fix is None or "logits.exp()" not in diag.fix.title
+
+
+def test_a_call_site_is_judged_by_what_the_run_saw_there():
+    """Who holds what a call passes is what the run saw at that call (``Moment.through``): a helper of the file
+    that reads the tensor and keeps only a number is no escape, so every call still rebinds; one that keeps the
+    tensor is."""
+    logged = "    {name}(h, 0.5)\n"
+    src = textwrap.dedent(_HELPER).replace("def train():", "stats = []\n\n\ndef log_stats(t):\n"
+                                           "    stats.append(float(t.mean()))\n\n\ndef train():").replace(
+        logged, "    log_stats(h)\n" + logged).replace("{name}", "_scale_")
+    out = _fixed(src)
+    assert "    h = _scale_(h, 0.5)\n" in out and "    g = _scale_(g, 2.0)\n" in out and not _diags(out)
+    assert torch.allclose(run_program(out)[0], run_program(textwrap.dedent(_INTENDED))[0])
+    kept = src.replace("stats.append(float(t.mean()))", "stats.append(t)")
+    assert all(d.fix is None or "rebind" not in d.fix.title for d in _diags(kept))

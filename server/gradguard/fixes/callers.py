@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
 from ..statements import own_nodes
-from .aliases import analyse, value_read_after
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
 from .edits import Rewrite
 from .helper_calls import CALLED_ON_INSTANCES, calls_of, is_local
@@ -26,6 +25,7 @@ from .writes import InPlaceWrite, root_name, without_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
+    from ..inference.sharing import Moment
 
 
 def inside_helper(finding: Finding) -> Finding | None:
@@ -70,7 +70,7 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: b
         return None
     if fix is not None and outer is not None and not fix.callers_checked:  # (else it saw to the call itself)
         try:
-            return _with_nonlocal(ctx, fix, fn, outer, name)
+            return _with_nonlocal(ctx, fix, fn, outer, name, moment)
         except CannotFix:
             return None
     within = fix is not None and all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits)
@@ -97,7 +97,8 @@ def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> 
     return outer if is_local(outer, name) else None
 
 
-def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.FunctionDef, name: str) -> Fix:
+def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.FunctionDef, name: str,
+                   moment: Moment | None) -> Fix:
     """``fix`` made in the closure ``fn``, with ``nonlocal name`` declared: the rebinding reaches ``outer``.
     Every use of ``fn`` in ``outer`` must be a plain call statement after which only ``name`` holds its tensor.
     A fix that changes nothing in ``fn`` (a clone where ``outer`` saved the tensor) is kept as it is."""
@@ -113,7 +114,7 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
         stmt = ctx.parents.get(call)
         if not (isinstance(call, ast.Call) and call.func is use and isinstance(stmt, ast.Expr) and stmt.value is call):
             raise CannotFix("the closure is used otherwise than called as a statement")
-        report = analyse(ctx, stmt, name)
+        report = InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, name)
         if report.aliases_read_after or report.holders_read_after or any(  # (no other nested code uses it)
                 e not in ("a nested function or class uses it", NONLOCAL_ESCAPE) for e in report.escapes):
             raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
@@ -134,7 +135,7 @@ def _declares_nonlocal(fn: ast.FunctionDef, name: str) -> bool:
 NONLOCAL_ESCAPE = "it is declared global or nonlocal"  # the alias report's words (``sharing.Report.escapes``)
 
 
-def through_closure_calls(ctx: FixContext, fix: Fix, stmt: ast.stmt, name: str) -> Fix:
+def through_closure_calls(ctx: FixContext, fix: Fix, stmt: ast.stmt, name: str, moment: Moment | None = None) -> Fix:
     """``fix`` rebinds ``name``, which the closure around ``stmt`` declares ``nonlocal``: kept when every call of
     the closure in its enclosing function is a statement after which nothing else there holds the old tensor."""
     fn = ctx.function_of(stmt)
@@ -142,7 +143,7 @@ def through_closure_calls(ctx: FixContext, fix: Fix, stmt: ast.stmt, name: str) 
     if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and _declares_nonlocal(fn, name)
             and is_local(outer, name)):
         raise CannotFix(f"`{name}` is not a `nonlocal` of a closure")
-    return _with_nonlocal(ctx, fix, fn, outer, name)
+    return _with_nonlocal(ctx, fix, fn, outer, name, moment)
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
@@ -228,7 +229,7 @@ class Helper:
 
 
 def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast.stmt, param: str, title: str,
-                    safe: bool, drop_decorators: tuple[ast.expr, ...] = ()) -> Fix:
+                    safe: bool, drop_decorators: tuple[ast.expr, ...] = (), moment: Moment | None = None) -> Fix:
     """The fix ``rw`` (which rebinds ``param`` inside its function) made whole: the function returns ``param``
     and each of its calls rebinds the name passed for it.  ``drop_decorators``: decorators to remove too."""
     helper = Helper.of(ctx, stmt, param)
@@ -250,7 +251,7 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
                               f"{ctx.newline}{indent}return {param}"))
     names = []
     for call in helper.calls:
-        passed = _passed_name(ctx, helper, call, returns)
+        passed = _passed_name(ctx, helper, call, returns, moment)
         if passed is None:
             continue  # already `x = helper(x, ...)`
         names.append(passed)
@@ -268,7 +269,7 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
                callers_checked=True)
 
 
-def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool) -> str | None:
+def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool, moment: Moment | None) -> str | None:
     """The caller's name passed for the parameter, which the call must now rebind (None: it already does)."""
     arg = helper.passed(call)
     if not isinstance(arg, ast.Name):
@@ -287,7 +288,7 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool)
         raise CannotFix("a call at module level")
     if not is_local(caller, arg.id):
         raise CannotFix("a call passes a name its function does not own (rebinding it would make a new local)")
-    report = analyse(ctx, stmt, arg.id)
+    report = InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, arg.id)
     passed_here = f"it is passed to `{ctx.source(call.func)}`"
     problems = [*report.aliases_read_after, *report.holders_read_after,
                 *(e for e in report.escapes if e != passed_here)]
@@ -296,7 +297,7 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool)
     return arg.id
 
 
-def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str) -> tuple[bool, str]:
+def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str, moment: Moment | None) -> tuple[bool, str]:
     """Whether no caller reads the value of what it passed for ``param`` after the call (``.grad`` and
     the like do not count), nor keeps it elsewhere: then a write to ``param`` changes nothing any caller sees,
     and may be done out of place.  With the words of the unsafe part when the helper is public (calls from other
@@ -312,13 +313,14 @@ def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str) -> tuple[b
         if caller is None or not is_local(caller, arg.id):
             raise CannotFix("a call passes a name its function does not own")
         call_stmt = ctx.statement_of(call)
-        report = analyse(ctx, call_stmt, arg.id)
+        site = InPlaceWrite.at_call(ctx, call, moment)
+        report = site.sharing(ctx, arg.id)
         # `weights = step(logits)`: the call's own result holds what the helper returns -- the written value,
         # which the fix still returns (the helper reads its parameter's value nowhere after the write)
         result = {t.id for t in getattr(call_stmt, "targets", ()) if isinstance(t, ast.Name)} \
             if isinstance(call_stmt, ast.Assign) and call_stmt.value is call else set()
         if report.aliases_read_after or set(report.holders_read_after) - result \
-                or value_read_after(ctx, call_stmt, arg.id):
+                or site.value_read_after(ctx, arg.id):
             return False, ""
     named = helper.public_name(ctx)
     return True, "" if named.startswith("_") else f"calls to `{named}` from other files may read `{param}` after it"
@@ -366,10 +368,11 @@ def forwarded_inplace_flag(ctx: FixContext, mutation) -> Fix:
     stmt = ctx.statement_of(call)
     rebinds = isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
         and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == passed.id
-    report = analyse(ctx, stmt, passed.id)
+    site = InPlaceWrite.at_call(ctx, call, mutation.moment)
+    report = site.sharing(ctx, passed.id)
     problems = [*report.aliases_read_after, *report.holders_read_after,
                 *(e for e in report.escapes if e != f"it is passed to `{ctx.source(call.func)}`")]
-    if problems or (not rebinds and value_read_after(ctx, stmt, passed.id)):
+    if problems or (not rebinds and site.value_read_after(ctx, passed.id)):
         raise CannotFix(f"`{passed.id}` is read later and would miss the write")
     from_cst = ctx.cst(call)
     rw = Rewrite(ctx).replace_node(from_cst, without_keyword(from_cst, "inplace"))

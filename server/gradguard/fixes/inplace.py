@@ -311,7 +311,7 @@ def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
     if write.value_read_after(ctx, name) or report.aliases_read_after or report.holders_read_after \
             or report.escapes != [param_escape(name)]:
         raise CannotFix(f"`{name}` is read after the write, or held by more than the caller")
-    unread, unsafe = callers_leave_unread(ctx, write.stmt, name)
+    unread, unsafe = callers_leave_unread(ctx, write.stmt, name, write.moment)
     if not unread:
         raise CannotFix(f"a caller reads what it passed for `{name}` after the call")
     call = ctx.cst(write.call)

@@ -78,7 +78,8 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     first = new.split(ctx.newline)[0]
     title = f"Put the write in the graph: `{short(first)}` (unsafe: the gradient now goes through it, where it skipped it before)"
     if through:
-        return through_callers(ctx, (edit,), stmt, name, title, False, (decorator,) if decorator is not None else ())
+        return through_callers(ctx, (edit,), stmt, name, title, False, (decorator,) if decorator is not None else (),
+                               write.moment)
     return Fix(title, False, (edit,))
 
 

@@ -50,6 +50,7 @@ class InPlaceWrite:
     # Where the run was at the write, and the frame of ``stmt`` (``Moment.frames``): what is read afterwards.
     moment: Moment | None = None
     depth: int = -1
+    call_to_write: bool = False  # ``stmt`` is a caller's call on the way down to the write (``at_call``)
 
     @staticmethod
     def of_mutation(ctx: FixContext, mutation: Mutation) -> InPlaceWrite:
@@ -60,11 +61,18 @@ class InPlaceWrite:
         write.depth = next((i for i, (site, _) in enumerate(mutation.frames) if site is entry), -1)
         return write
 
+    @staticmethod
+    def at_call(ctx: FixContext, call: ast.Call, moment: Moment | None) -> InPlaceWrite:
+        """A caller's call that led to the write of ``moment``, asked as a write: who holds what it passes, and reads
+        it after, as a run through it saw in the frame that made it (``Moment.through``), or the code when none did."""
+        run, depth = (moment.through(call) if moment is not None else None) or (None, -1)
+        return InPlaceWrite(ctx.statement_of(call), "call", call, moment=run, depth=depth, call_to_write=True)
+
     def sharing(self, ctx: FixContext, name: str) -> Report:
         """Who else may see the memory ``name`` holds at the write: the run's facts when it ran the write
         (``from_run``), the code's otherwise (``aliases.analyse``)."""
         if self.moment is not None and self.moment.holders is not None:
-            return from_run(ctx, self.stmt, name, self.moment, self.depth)
+            return from_run(ctx, self.stmt, name, self.moment, self.depth, deeper=not self.call_to_write)
         return analyse(ctx, self.stmt, name, self.call)
 
     def value_read_after(self, ctx: FixContext, name: str) -> bool:
@@ -101,10 +109,10 @@ class InPlaceWrite:
         raise CannotFix(f"unrecognised write {type(node).__name__}")
 
 
-def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth: int) -> Report:
+def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth: int, deeper: bool = True) -> Report:
     """What the runs of the write show (``Moment.seen``, where the memory escaped, the caller's hold through a
     parameter), with the scope's ``global``/``nonlocal`` names and closures' uses from its name index."""
-    views, held, outside = moment.seen(name, depth)
+    views, held, outside = moment.seen(name, depth, deeper)
     scope = ctx.scope_of(write)
     # A holder the written name was read out of (`x = xs[i]`, `h = self.buf`) is where the tensor lives: rebinding
     # the name leaves it there unwritten, as for a view (one it was put into only keeps what it was given)

@@ -13,6 +13,8 @@ Beside the order, the log keeps which storages escaped the analysis (passed to a
 into an attribute or element of something it does not follow: ``Interpreter._sink``), and a write's moment
 keeps the variables that held the written tensor then (``holders``): a name bound to it, a list, dict or object
 holding it.  A view or base of it held under another name is a different tensor over the same memory (``views``).
+Each frame keeps the call it was entered through, so a caller's call that led to a write is a point of the run
+too (``Moment.through``): what the caller's names hold and read after it.
 
 A ``Mutation`` carries a ``Moment`` (the log and its position when the write ran); "is ``name``'s value read
 after the write" is then a lookup in an index of the log built once, on the first question: the reads of each
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import ast
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..knowledge.names import NON_VALUE_ATTRS
 from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES
@@ -69,17 +71,20 @@ class RunLog:
         # storages a value handed where the analysis cannot follow it held, each with where that first happened
         self.escaped: dict[int, ast.AST] = {}
         self.parameters: dict[int, dict[str, frozenset[int]]] = {}  # frame -> its parameters' memory at entry
-        self.writes: dict[int, list[Moment]] = {}  # id of a write's node -> the moments of its runs (a loop: each)
+        # id of a write's node -> the moments of its runs (a loop: each); ``Moment.through`` adds those through a call
+        self.writes: dict[int | tuple[int, int], list[Moment]] = {}
+        self.sites: dict[int, ast.AST] = {}  # frame -> the call it was entered through
 
     # ------------------------------------------------------------ recording (the interpreter's hooks)
     def ran(self, entry: Entry) -> None:
         self.entries.append(entry)
         self.frames.append(self.stack[-1])
 
-    def enter(self) -> None:
-        """A followed call starts: its statements run in a new frame."""
+    def enter(self, site: ast.AST) -> None:
+        """A followed call starts at ``site``: its statements run in a new frame."""
         self._made += 1
         self.stack.append(self._made)
+        self.sites[self._made] = site
 
     def leave(self) -> None:
         self.stack.pop()
@@ -176,7 +181,9 @@ class Moment:
     # For each open frame: its parameters whose value at the frame's entry shared the written memory (the
     # caller holds it too).
     parameters: tuple[tuple[str, ...], ...] = ()
-    write: int = 0  # id of the write's node: its other runs (a loop's next iteration) are ``RunLog.writes``
+    # id of the write's node: its other runs (a loop's next iteration) are ``RunLog.writes``; (id, id of a call)
+    # for its runs through that call (``through``)
+    write: int | tuple[int, int] = 0
 
     @property
     def escaped(self) -> bool:
@@ -214,20 +221,35 @@ class Moment:
         """``held``, at any run of the write (``runs``)."""
         return list(dict.fromkeys(pair for m in self.runs() for pair in m.held(depth)))
 
-    def seen(self, name: str, depth: int = -1) -> tuple[list[str], list[str], list[str]]:
+    def through(self, call: ast.AST) -> tuple[Moment, int] | None:
+        """A run of this write that a followed call at ``call`` led to, with the depth of the frame that made the
+        call (what the caller's names hold then is what they hold at the call); None when no run went through it."""
+        sites = self.log.sites
+        through = [run for run in self.log.writes.get(self.write, [self])
+                   if any(sites.get(frame) is call for frame in run.frames[1:])]
+        if not through:
+            return None
+        key = (self.write, id(call))  # its runs through the call only (``runs``): another call passed other memory
+        self.log.writes[key] = [replace(run, write=key) for run in through]
+        first = self.log.writes[key][0]
+        return first, next(depth for depth, frame in enumerate(first.frames[1:]) if sites.get(frame) is call)
+
+    def seen(self, name: str, depth: int = -1, deeper: bool = True) -> tuple[list[str], list[str], list[str]]:
         """Who besides ``name`` (a variable of frame ``depth``) may see what this write changes, as its runs show:
         (views, holders, outside).  views: the frame's variables over the same memory (the tensor under another
         name, a view or base of it) that read its value after a run of the write; holders: the frame's lists,
         dicts and objects holding it that are read after; outside: the variables of other frames that held it (an
         enclosing function's or the module's, a call's it made; a caller's when no parameter brought it in: a
-        parameter that did is ``callers_pass``)."""
+        parameter that did is ``callers_pass``).  ``deeper`` False: the frames of the calls on the way down to the
+        write (the helper's parameter that holds what the call passed) are not outside."""
         views: list[str] = []
         held: list[str] = []
         for other, how in self.held_in_any_run(depth):
             if other != name and self.value_read_after(other, depth):
                 (held if how == "holder" else views).append(other)
         own, callers = self.frame_index(depth), self.callers_pass(depth)
-        outside = [other for other, frame in self.held_outside(depth) if frame is None or frame > own or not callers]
+        outside = [other for other, frame in self.held_outside(depth)
+                   if frame is None or (frame > own and deeper) or (frame < own and not callers)]
         return views, held, outside
 
     def held_outside(self, depth: int = -1) -> list[tuple[str, int | None]]:

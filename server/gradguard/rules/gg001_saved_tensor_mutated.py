@@ -241,7 +241,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
             and not rebind.report.holders_read_after:
         built = fix_or_none(rebind.rewrite)
         closure = built and fix_or_none(lambda: through_closure_calls(
-            ctx, built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True), write.stmt, rebind.name))
+            ctx, built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True), write.stmt, rebind.name,
+            write.moment))
         if closure is not None:
             return closure
     if possible and rebind.report.only_holders:
@@ -408,7 +409,8 @@ def _attribute_put_in_container(ctx: FixContext, write: InPlaceWrite) -> bool:
 
 def _through_callers(ctx: FixContext, rebind: RebindRewrite) -> Fix:
     rw, desc = rebind.rewrite()
-    return through_callers(ctx, rw, rebind.write.stmt, rebind.name, f"Write out of place: `{short(desc)}`", safe=True)
+    return through_callers(ctx, rw, rebind.write.stmt, rebind.name, f"Write out of place: `{short(desc)}`", safe=True,
+                           moment=rebind.write.moment)
 
 
 def _only_the_caller_holds(rebind: RebindRewrite) -> bool:

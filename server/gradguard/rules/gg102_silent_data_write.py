@@ -181,7 +181,7 @@ def _numpy_view_in_graph(ctx: FixContext, mutation: Mutation) -> Fix:
     title = (f"Put the write in the graph: `{short(new.splitlines()[-1])}` on the tensor instead of its NumPy view "
              "(unsafe: the gradient now goes through it, where it skipped it before)")
     if through:  # the tensor is the function's parameter: it returns the new one, its calls rebind theirs
-        return through_callers(ctx, (edit,), stmt, tensor, title, False)
+        return through_callers(ctx, (edit,), stmt, tensor, title, False, moment=write.moment)
     return Fix(title, False, (edit,))
 
 
