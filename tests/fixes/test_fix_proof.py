@@ -209,14 +209,6 @@ NO_FIX = {
         "the write is in a custom Function's backward, on a tensor `ctx.saved_tensors` gives back; a clone there is "
         "the change, but no fix rewrites code that torch runs inside the backward"
     ),
-    "GG108/pos_function_backward_scales_shared_grad": (
-        "the write is in a custom Function's backward, whose gradient argument torch passes on by what backward "
-        "returns: the hook rewrite applies to registered hooks only"
-    ),
-    "GG108/pos_function_backward_masks_grad_outputs": (
-        "the write is in a custom Function's backward, whose gradient argument torch passes on by what backward "
-        "returns: the hook rewrite applies to registered hooks only"
-    ),
     "GG102/pos_forward_data_clamp_gain_after_use": (
         "the `.data` clamp of a parameter inside `forward`, after the op that saved it: the backward that needs the "
         "old value runs in the caller, so the write cannot move after it from inside `forward`"

@@ -89,7 +89,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         raise CannotFix("the finding carries no hook write")
     write = InPlaceWrite.of(ctx, finding.node)
     scope = ctx.scope_of(write.stmt if not isinstance(finding.node, ast.Call) else finding.node)
-    if not isinstance(scope, (*FUNCTIONS, ast.Lambda)) or not _is_registered(hook.registered, scope):
+    backward = _is_function_backward(ctx, hook, scope)
+    if not isinstance(scope, (*FUNCTIONS, ast.Lambda)) or not (backward or _is_registered(hook.registered, scope)):
         # a function the hook calls: its return value goes back to the hook, which need not pass it on
         raise CannotFix("the write is not in the hook's own body")
     param, new = _gradient_and_new_value(ctx, write, scope, hook.register in _TUPLE_HOOKS)
@@ -98,10 +99,11 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
             raise CannotFix("a lambda that does more than the write")
         line, column, end_line, end_column = ctx.char_range(write.call)
         return _fix([TextEdit(line, column + 1, end_line, end_column + 1, new)], new)
-    _require_only_hook_uses(ctx, scope)
+    if not backward:
+        _require_only_hook_uses(ctx, scope)
     _require_no_other_reads(ctx, scope, write.stmt, param)
     returns = [n for n in own_nodes(scope) if isinstance(n, ast.Return)]
-    if any(not (isinstance(r.value, ast.Name) and r.value.id == param) for r in returns):
+    if any(not _returns_gradient(r.value, param, backward) for r in returns) or backward and not returns:
         raise CannotFix("the hook returns something other than its gradient")
     if write.value_use:
         raise CannotFix("the in-place call's result is used")
@@ -171,7 +173,8 @@ def _require_no_other_reads(ctx: FixContext, scope: ast.AST, write: ast.stmt, pa
         if node is getattr(scope.args, "vararg", None):
             continue
         parent = ctx.parents.get(node)
-        if isinstance(parent, ast.Return) or isinstance(node.ctx, ast.Param):
+        returned = isinstance(parent, ast.Tuple) and isinstance(ctx.parents.get(parent), ast.Return)  # (checked there)
+        if isinstance(parent, ast.Return) or returned or isinstance(node.ctx, ast.Param):
             continue
         if isinstance(node.ctx, ast.Store):
             raise CannotFix(f"`{param}` is assigned in the hook")
@@ -191,6 +194,21 @@ def _is_registered(register: ast.AST, scope: ast.AST) -> bool:
     if isinstance(hook, ast.Attribute):  # `self.register_full_backward_pre_hook(self.scale_grad)`
         return hook.attr == scope.name
     return isinstance(hook, ast.Name) and hook.id == scope.name
+
+
+def _is_function_backward(ctx: FixContext, hook: HookWrite, scope: ast.AST) -> bool:
+    """Is ``scope`` the ``backward`` of the custom Function whose backward the run saw write its gradient?  torch
+    passes on what it returns, one gradient per input of ``forward``, as it does a hook's result."""
+    owner = ctx.parents.get(scope)
+    return isinstance(scope, ast.FunctionDef) and scope.name == "backward" and isinstance(owner, ast.ClassDef) \
+        and hook.register == f"{owner.name}.backward"
+
+
+def _returns_gradient(value: ast.expr | None, param: str, backward: bool) -> bool:
+    """Does the ``return`` hand on the gradient parameter itself (a Function's backward: as one of its items)?"""
+    items = value.elts if backward and isinstance(value, ast.Tuple) else [value]
+    return any(isinstance(v, ast.Name) and v.id == param for v in items) \
+        and all(isinstance(v, (ast.Name, ast.Constant)) for v in items)
 
 
 def _require_only_hook_uses(ctx: FixContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
