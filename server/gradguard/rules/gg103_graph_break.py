@@ -643,9 +643,9 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
             continue
         arg = call.args[0]
         if outer is not call:  # only the round trip's rewrite replaces the wrapper too
-            translated = NumpyTranslation(ctx, torch)
+            translated = NumpyTranslation(ctx, torch, call)
             text = translated.expr(arg)
-            if text is not None and translated.numpy and not keywords:
+            if text is not None and translated.numpy and not keywords and not translated.also:
                 return translated.fix(outer, text, keywords)
             raise CannotFix("the rebuilt tensor is detached again by the `Variable` around it")
         if isinstance(arg, ast.Name) and ctx.qual(call.func) == "torch.tensor" and not keywords \
