@@ -784,7 +784,7 @@ def _copy_trained(interp: Interpreter, made) -> None:
     run reaches any parameter that optimizer holds, no optimizer holds the copy's and the code writes no gradient
     itself (then the step never applies the copy's gradients, and nothing the run does trains the copy)."""
     original, copied = interp.parameter_sources(made.original), interp.parameter_sources(made.copy)
-    if not original or not copied or interp.grads_written or any(o.held & copied or o.regrouped
+    if not original or not copied or interp.grads_written or not _deliveries_known(interp) or any(o.held & copied or o.regrouped
                                                                  for o in interp.optimizers):
         return
     backwards = [s for s in interp.sinks if s.kind == "backward"]
@@ -1012,6 +1012,14 @@ def _lost_at(interp: Interpreter, graph_break) -> Sink | None:
     return None
 
 
+def _deliveries_known(interp: Interpreter, after: int = -1) -> bool:
+    """Whether the backwards (those after ``after``) are known to reach only what their graphs hold: none ran from a
+    value the analysis does not know, and none of their graphs holds an op on one (which may carry any history).
+    A claim that no backward reaches a parameter is made only then."""
+    return not interp.unknown_backward and not any(
+        s.graph & interp.opaque_markers for s in interp.sinks if s.kind == "backward" and s.seq > after)
+
+
 def _starved_by(interp: Interpreter, cut) -> tuple[Sink | None, GradRead | None]:
     """A ``.detach()`` that reaches a backward, and the first place that uses gradients of what it cut off which
     no backward of the function delivers (an optimizer over an encoder that only feeds the detached value).
@@ -1019,6 +1027,8 @@ def _starved_by(interp: Interpreter, cut) -> tuple[Sink | None, GradRead | None]
     sink = next((s for s in interp.sinks if s.kind == "backward" and cut.marker in s.graph), None)
     if sink is None:
         return None, None
+    if not _deliveries_known(interp):
+        return sink, None
     delivered = frozenset().union(*(s.graph for s in interp.sinks if s.kind == "backward"))
     for read in interp.grad_reads:
         if (read.sources & cut.sources) - delivered:
@@ -1030,6 +1040,8 @@ def _starved_by_grad_off(interp: Interpreter, cut) -> GradRead | None:
     """The first update using gradients of parameters a value made with grad mode off was computed from, which no
     backward delivers.  A value computed so keeps the ids of what it was computed from in its graph, so what a
     backward delivers is read from its loss's terms that carry a gradient (the dead term is not one of them)."""
+    if not _deliveries_known(interp):
+        return None
     delivered = frozenset().union(*(g for s in interp.sinks if s.kind == "backward"
                                     for g in (s.terms or (s.graph,))))
     return next((r for r in interp.grad_reads if r.seq > cut.reached.seq and (r.sources & cut.sources) - delivered),
@@ -1045,8 +1057,8 @@ def _term_starved(interp: Interpreter, cut) -> tuple[Sink, GradRead] | None:
         if sink.kind != "backward" or cut.marker not in sink.graph or len(sink.terms) < 2:
             continue
         term = next((t for t in sink.terms if cut.marker in t), None)
-        if term is None:
-            continue
+        if term is None or term & interp.opaque_markers:
+            continue  # (a term built on a value not known may reach any parameter)
         following = min((s.seq for s in interp.sinks if s.kind == "backward" and s.seq > sink.seq), default=None)
         updates = [r for r in interp.grad_reads if (r.updates or r.held_by is not None) and r.seq > sink.seq
                    and (following is None or r.seq < following)]
@@ -1073,7 +1085,8 @@ def _rebind_starves(interp: Interpreter, rebind) -> tuple[Sink | None, GradRead 
             continue
         delivered = frozenset().union(*(s.graph for s in interp.sinks
                                         if s.kind == "backward" and rebind.seq < s.seq < read.seq))
-        if rebind.marker in read.sources or (read.sources & rebind.sources) - delivered:
+        if rebind.marker in read.sources or ((read.sources & rebind.sources) - delivered
+                                             and _deliveries_known(interp, rebind.seq)):
             return sink, read
     return sink, None
 

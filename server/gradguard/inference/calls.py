@@ -119,6 +119,8 @@ class CallsMixin:
                 self.zero_filled = True  # `zero_grad(set_to_none=False)`: gradients of zeros, which steps apply
             if func.attr == "zero_grad" and not isinstance(owner, (OptimizerValue, ModuleValue)):
                 self.grad_clears.append((self._next(), None))  # of an object not known here: any gradients
+            if owner is UNKNOWN and func.attr == "backward":
+                self.unknown_backward = True  # of a value not known: it may reach any parameter
             if isinstance(owner, Tensor):
                 return self._tensor_method(owner, func.attr, node)
             if isinstance(owner, DataAlias):
@@ -797,8 +799,18 @@ class CallsMixin:
                 return True
         return False
 
+    def opaque_marker(self, node: ast.AST) -> int:
+        """The marker of an op at ``node`` that took an unknown value (one per op: a loop reuses it)."""
+        marker = self.opaque_at.get(id(node))
+        if marker is None:
+            marker = self.opaque_at[id(node)] = new_id()
+            self.opaque_markers.add(marker)
+        return marker
+
     def _backward(self, target: Value, node: ast.AST, retain: bool, accumulates: bool = True) -> None:
         graph = graph_of(target)
+        if target is UNKNOWN:
+            self.unknown_backward = True
         if isinstance(target, Tensor) and target.requires_grad == Grad.NO and not self.function_contexts:
             # The last op that ran with grad mode off: the loss itself, or the value it was computed from.
             marker = max((m for m in target.graph if m in self.grad_off_ops), default=None)
@@ -1073,6 +1085,8 @@ class CallsMixin:
             return Derived(frozenset().union(*(graph_of(a) for a in args)), self._grad(*args))
         rg = self._grad(*args)
         graph = frozenset().union(*(graph_of(a) for a in args))
+        if graph and any(a is UNKNOWN for a in args):  # (a graph, not a value without one, is what it widens)
+            graph = graph | {self.opaque_marker(node)}
         saves: set[int] = set()
         # max(x, dim)/sort/topk return (values, indices) and save other things than max(x) does.
         tuple_form = info is not None and info.tuple_saves_args is not None and (

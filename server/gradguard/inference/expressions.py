@@ -430,6 +430,8 @@ class ExpressionsMixin:
                 scaled = left if isinstance(left, Tensor) else right  # `weight * loss`: the same terms, scaled
                 if isinstance(result, Tensor):
                     result.dead_terms, result.terms = scaled.dead_terms, scaled.terms
+                    # a factor not known is taken for a weight (`self.cfg.w * loss`), not for a tensor with history
+                    result.graph = result.graph - {self.opaque_at.get(id(node))}
             return result
         if isinstance(left, NumberFrom) or isinstance(right, NumberFrom):
             return _numbers([left, right], node)

@@ -286,6 +286,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # Each such marker's grad sources (what the value would have been differentiated to), and the first op that
         # read the value with grad mode on (where a loss takes it up).
         self.grad_off_sources: dict[int, frozenset[int]] = {}
+        # Markers put into the results of ops that took a value the analysis does not know (an unknown call's
+        # result, an attribute set where it does not look): it may be a tensor with any history, so a graph holding
+        # one may reach any parameter.  ``unknown_backward``: a backward ran from a value not known at all.
+        self.opaque_markers: set[int] = set()
+        self.opaque_at: dict[int, int] = {}
+        self.unknown_backward = False
         # Inside a call of a compiled module: per call, the tensors its forward keeps on objects (dynamo makes them
         # outputs of the graph it compiles, with their backward).
         self.compiled_outputs: list[list[Tensor]] = []

@@ -1407,7 +1407,9 @@ is flagged only when parameters that `t` was computed from are updated by an opt
 manual update reading their `.grad` under no_grad, or a read of the `.grad` of parameters an optimizer holds after
 the backward) and no backward of the function reaches them: a forward
 returning `h.detach()`, a head fed `features.detach()` while the backbone is in the optimizer.  Their grads
-stay None and they never learn.  It is also flagged when one term of such a loss is built on the cut value
+stay None and they never learn.  "No backward reaches them" is claimed only when every backward's loss is known:
+one that runs from a value the analysis cannot see (an objective the code is handed), or whose loss takes one
+(a buffer another method filled, an argument), may reach them, and nothing is reported.  It is also flagged when one term of such a loss is built on the cut value
 and reaches none of the parameters the steps after that backward update, while the loss's other terms reach
 them: the generator's loss scoring `D(fake.detach())` beside an L1 term, stepped by the generator's optimizer,
 trains the generator on the L1 term alone.
