@@ -328,6 +328,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     early = mutation.stale_use is None and mutation.early_forward is not None
     for attempt in (lambda: _refuse("the loss was computed too early") if early
                     else move_after_backward(ctx, mutation, "Update after the backward"),
+                    lambda: _backward_once(ctx, mutation),
                     lambda: _forward_after_step(ctx, mutation, finding.code),
                     lambda: _forward_into_loop(ctx, mutation, finding.code)):
         try:
@@ -401,6 +402,78 @@ def _runs_backward_or_stores(n: ast.AST, chain: str, before: bool) -> bool:
 
 def _refuse(why: str) -> Fix:
     raise CannotFix(why)
+
+
+def _backward_once(ctx: FixContext, mutation: Mutation) -> Fix:
+    """One loss backpropagated twice, with the step between (``opt_c.zero_grad(); loss.backward(retain_graph=True);
+    opt_c.step(); opt_a.zero_grad(); loss.backward(); opt_a.step()``): both backwards compute the same gradients,
+    the second through weights the step changed.  Drop the first backward and run the step after the second::
+
+        opt_c.zero_grad()                             opt_c.zero_grad()
+        loss.backward(retain_graph=True)              opt_a.zero_grad()
+        opt_c.step()                           ->     loss.backward()
+        opt_a.zero_grad()                             opt_c.step()
+        loss.backward()                               opt_a.step()
+
+    Every step applies what it applied before: the step's gradients were cleared just before the first backward
+    (``opt_c.zero_grad()`` there), so they hold that loss's gradients, once, in both; the ``zero_grad()``s between
+    (the only other statements allowed there) run before the one backward, and every later step of the block is of
+    an optimizer they cleared.  Unsafe: a gradient none of them cleared now holds one backward's, not two."""
+    step = ctx.statement_of(mutation.entry())
+    sinks = {id(c.sink.node): c.sink for c in mutation.conflicts}
+    if mutation.kind != "step" or len(sinks) != 1:
+        raise CannotFix("not an optimizer step before one backward")
+    (sink,) = sinks.values()
+    block = block_around(ctx, step) or []
+    second = ctx.statement_of(sink.node) if sink.kind == "backward" else None
+    i = next((k for k, st in enumerate(block) if st is step), None)
+    j = next((k for k, st in enumerate(block) if st is second), None)
+    loss = _backward_of(second)
+    if i is None or j is None or j < i or loss is None or _method_of(step, "step") is None:
+        raise CannotFix("the step and the backward are not plain statements of one block")
+    h = i - 1
+    if h < 0 or _backward_of(block[h]) != loss:
+        raise CannotFix("the statement before the step is not a backward of the same loss")
+    cleared = [_method_of(st, "zero_grad") for st in block[i + 1:j]]
+    if None in cleared:
+        raise CannotFix("statements other than `zero_grad()` run between the step and the backward")
+    before = []
+    for st in reversed(block[:h]):
+        chain = _method_of(st, "zero_grad")
+        if chain is None:
+            break
+        before.append(chain)
+    if _method_of(step, "step") not in before:
+        raise CannotFix("the step's gradients are not cleared just before the first backward")
+    later = [n.func.value for st in block[j + 1:] for n in statements.every_node(st)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"]
+    if any(ast.unparse(chain) not in cleared for chain in later):
+        raise CannotFix("a later step applies gradients the second backward would add to a second time")
+    for st in (block[h], step, second):
+        ctx.require_own_lines(st)
+    edits = move_statements_after(ctx, [block[h], step], [step], second)
+    return Fix(f"Backpropagate `{loss}` once: run `{ctx.source(step)[:60]}` after its last backward (unsafe: "
+               "gradients no `zero_grad()` between cleared now hold one backward's, not two)", False, tuple(edits))
+
+
+def _backward_of(stmt: ast.stmt | None) -> str | None:
+    """``loss`` of a statement ``loss.backward()`` (``retain_graph=`` at most)."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
+            and isinstance(call.func.value, ast.Name) and not call.args
+            and all(k.arg == "retain_graph" and isinstance(k.value, ast.Constant) for k in call.keywords)):
+        return call.func.value.id
+    return None
+
+
+def _method_of(stmt: ast.stmt, method: str) -> str | None:
+    """``opt`` of a statement ``opt.<method>()`` on a chain of names (``set_to_none=`` a constant at most)."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == method
+            and _is_chain(call.func.value) and not call.args
+            and all(k.arg == "set_to_none" and isinstance(k.value, ast.Constant) for k in call.keywords)):
+        return ast.unparse(call.func.value)
+    return None
 
 
 def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
