@@ -110,10 +110,6 @@ NO_FIX = {
         "the helper swaps in an embedding of other shapes: handing its weight to the optimizer (`add_param_group`) "
         "is the change, which no fix adds"
     ),
-    "GG101/pos_state_detached_after_inner_loop": (
-        "the state lives on the module and its detach is a method the loop calls once per sequence: moving that "
-        "call into the loop that steps moves a statement into another block, which no fix does"
-    ),
     "GG101/pos_loop_carried_features_before_step": (
         "the features are computed before the update and carried to the next iteration: computing them after the "
         "update moves a statement across the loop's back edge, which no fix does"
@@ -438,6 +434,8 @@ UNSAFE_ONLY = {
     "GG101/pos_wgan_clip_helper_after_generator_forward": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_same_loss_backward_twice_step_between": "the loss is backpropagated once: a gradient no "
     "`zero_grad()` between the two backwards cleared holds one backward's, not two",
+    "GG101/pos_state_detached_after_inner_loop": "the detach, moved to the end of the loop that steps, cuts "
+    "the state after each step: each backward stops at the start of its step",
     "GG101/pos_tbptt_retain_graph_without_detach": "detaching the carried state truncates backpropagation between chunks",
     "GG101/pos_dataclass_holder_critic_step_before_actor_backward": "the actor's loss computed again after the step "
                                                                      "sees the updated critic",

@@ -330,7 +330,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
                     else move_after_backward(ctx, mutation, "Update after the backward"),
                     lambda: _backward_once(ctx, mutation),
                     lambda: _forward_after_step(ctx, mutation, finding.code),
-                    lambda: _forward_into_loop(ctx, mutation, finding.code)):
+                    lambda: _forward_into_loop(ctx, mutation, finding.code),
+                    lambda: _detach_in_loop_that_steps(ctx, mutation, finding)):
         try:
             return attempt()
         except CannotFix:
@@ -719,6 +720,42 @@ def _detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
     names = ", ".join(f"`{n}`" for n in carried)
     return rw.fix(f"Cut the graph between iterations: detach {names} at the top of the loop and drop "
                   "`retain_graph=True` (unsafe: gradients stop at the chunk boundary)", safe=False)
+
+
+def _detach_in_loop_that_steps(ctx: FixContext, mutation: Mutation, finding: Finding) -> Fix:
+    """A detach of the carried state (``net.detach_hidden()``, ``h = h.detach()``) just after the loop that steps,
+    where each iteration's backward still runs back into the iterations before it: the statement moves to the end
+    of that loop's body, so that the state is cut after each step, and left as it was cut after the loop.  Only a
+    statement just after the loop, of a loop no ``break``/``continue``/``return`` leaves early (each iteration
+    reaches the end of its body), and only when the finding is gone with it.  Unsafe: each backward now stops at
+    the start of its iteration (truncated BPTT), which is what a detach per step means."""
+    if mutation.stale_detach is None:
+        raise CannotFix("no detach of the carried state after the loop")
+    cut = ctx.statement_of(finding.node)
+    step = ctx.statement_of(mutation.entry())
+    loop = next((a for a in enclosing_statements(ctx, step) if isinstance(a, LOOPS) and not ctx.inside(cut, a)), None)
+    block = block_around(ctx, loop) if loop is not None else None
+    k = next((k for k, st in enumerate(block or ()) if st is loop), None)
+    if k is None or k + 1 >= len(block) or block[k + 1] is not cut or loop.orelse \
+            or not isinstance(cut, (ast.Expr, ast.Assign)):
+        raise CannotFix("the detach is not a plain statement just after the loop that steps")
+    if any(isinstance(n, (ast.Break, ast.Continue, ast.Return, ast.Raise, ast.Yield, ast.YieldFrom))
+           for st in loop.body for n in statements.every_node(st)):
+        raise CannotFix("an iteration may leave the loop's body before its end")
+    last = loop.body[-1]
+    for st in (cut, last):
+        ctx.require_own_lines(st)
+    nl, indent = ctx.newline, ctx.indent_of(last)
+    text = "".join(indent + line[len(ctx.indent_of(cut)):].rstrip("\r\n") + nl
+                   for line in ctx.lines[cut.lineno - 1:cut.end_lineno])
+    edits = (TextEdit(last.end_lineno + 1, 1, last.end_lineno + 1, 1, text),
+             TextEdit(cut.lineno, 1, cut.end_lineno + 1, 1, ""))
+    fixed = apply_edits(ctx.text, list(edits))
+    if ctx.still_found(fixed, FindingId(finding.code, line_after(list(edits), mutation.entry().lineno))):
+        raise CannotFix("detaching after each step leaves the step breaking a graph")
+    shown = ctx.source(cut).splitlines()[0]
+    return Fix(f"Detach the state after each step: move `{shown[:60]}` to the end of the loop that steps (unsafe: "
+               "each backward now stops at the start of its step)", False, edits)
 
 
 def _retains(call: ast.Call) -> bool:
