@@ -110,14 +110,6 @@ NO_FIX = {
         "the helper swaps in an embedding of other shapes: handing its weight to the optimizer (`add_param_group`) "
         "is the change, which no fix adds"
     ),
-    "GG101/pos_loop_carried_features_before_step": (
-        "the features are computed before the update and carried to the next iteration: computing them after the "
-        "update moves a statement across the loop's back edge, which no fix does"
-    ),
-    "GG101/pos_loop_carried_state_from_agent_method": (
-        "the state is computed before the update and carried to the next iteration: computing it after the update "
-        "moves a statement across the loop's back edge, which no fix does"
-    ),
     "GG101/pos_context_manager_restores_weights_before_backward": (
         "the update is in a context manager's code after its yield, which runs as the `with` block ends: moving the "
         "backward into the block is the change, and no fix yet knows where that exit runs"
@@ -436,6 +428,9 @@ UNSAFE_ONLY = {
     "`zero_grad()` between the two backwards cleared holds one backward's, not two",
     "GG101/pos_state_detached_after_inner_loop": "the detach, moved to the end of the loop that steps, cuts "
     "the state after each step: each backward stops at the start of its step",
+    **{f"GG101/{name}": "the carried value is computed again after the step: that forward runs again, with the "
+                        "updated weights" for name in ("pos_loop_carried_features_before_step",
+                                                       "pos_loop_carried_state_from_agent_method")},
     "GG101/pos_tbptt_retain_graph_without_detach": "detaching the carried state truncates backpropagation between chunks",
     "GG101/pos_dataclass_holder_critic_step_before_actor_backward": "the actor's loss computed again after the step "
                                                                      "sees the updated critic",

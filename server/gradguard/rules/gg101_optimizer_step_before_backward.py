@@ -331,7 +331,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
                     lambda: _backward_once(ctx, mutation),
                     lambda: _forward_after_step(ctx, mutation, finding.code),
                     lambda: _forward_into_loop(ctx, mutation, finding.code),
-                    lambda: _detach_in_loop_that_steps(ctx, mutation, finding)):
+                    lambda: _detach_in_loop_that_steps(ctx, mutation, finding),
+                    lambda: _carried_again_after_step(ctx, mutation, finding)):
         try:
             return attempt()
         except CannotFix:
@@ -756,6 +757,51 @@ def _detach_in_loop_that_steps(ctx: FixContext, mutation: Mutation, finding: Fin
     shown = ctx.source(cut).splitlines()[0]
     return Fix(f"Detach the state after each step: move `{shown[:60]}` to the end of the loop that steps (unsafe: "
                "each backward now stops at the start of its step)", False, edits)
+
+
+def _carried_again_after_step(ctx: FixContext, mutation: Mutation, finding: Finding) -> Fix:
+    """A value the loop computes before the step and carries into its next iteration (``state =
+    enc.get_state(next_obs)``, or ``nxt = enc(o)`` handed on by ``state = nxt`` after the step), where the finding's
+    use builds the next loss on it: the statement that computes it is copied to just after the step, so that the
+    next iteration's value is computed with the updated weights.  Only a plain ``name = call(...)`` of the loop's
+    body, between the use and the step, whose reads nothing from it to the step rebinds or changes in place, and
+    whose name nothing after the step reads but a copy into the carried name; and only when the finding is gone
+    with it.  Unsafe: that forward now runs again, with the updated weights."""
+    if not mutation.stale_carried:
+        raise CannotFix("the stale value is not carried by the loop")
+    use, step = ctx.statement_of(finding.node), ctx.statement_of(mutation.entry())
+    loop = next((a for a in enclosing_statements(ctx, step) if isinstance(a, LOOPS) and ctx.inside(use, a)), None)
+    body = loop.body if loop is not None else []
+    tops = [next((k for k, st in enumerate(body) if st is node or ctx.inside(node, st)), None) for node in (use, step)]
+    if None in tops or tops[0] >= tops[1] or body[tops[1]] is not step:
+        raise CannotFix("the use and the step are not in one loop's body, the use first")
+    u, i = tops
+    carried = _reads(finding.node)
+    for st in reversed(body[i + 1:]):  # copies after the step into a carried name: `state = nxt`
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Name) \
+                and _writes(st) & carried:
+            carried = carried | {st.value.id}
+    made = next((st for st in reversed(body[u + 1:i]) if _writes(st) & carried), None)
+    if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and isinstance(made.targets[0], ast.Name)
+            and isinstance(made.value, ast.Call)):
+        raise CannotFix("the carried value is not made by a plain `name = call(...)` before the step")
+    k = body.index(made)
+    name, reads = made.targets[0].id, _reads(made.value)
+    if any((_writes(st) | _stored_into(st)) & reads for st in body[k + 1:i + 1]):
+        raise CannotFix("what the value is computed from changes before the step")
+    if loop.orelse or isinstance(loop, ast.While) and name in _reads(loop.test) or any(
+            name in _writes(st) or name in _reads(st) and not (isinstance(st, ast.Assign)
+                                                             and isinstance(st.value, ast.Name))
+            for st in body[i + 1:]):
+        raise CannotFix("code after the step reads or rebinds the value")
+    for st in (made, step):
+        ctx.require_own_lines(st)
+    edits = move_statements_after(ctx, [], [made], step)
+    if ctx.still_found(apply_edits(ctx.text, edits), FindingId(finding.code, mutation.entry().lineno)):
+        raise CannotFix("computing the value again after the step leaves the step breaking a graph")
+    shown = ctx.source(made).splitlines()[0]
+    return Fix(f"Compute `{shown[:60]}` again after the step, for the next iteration (unsafe: that forward runs "
+               "again, with the updated weights)", False, tuple(edits))
 
 
 def _retains(call: ast.Call) -> bool:
