@@ -127,3 +127,47 @@ def test_a_result_changed_in_place_before_the_step_is_not_computed_again():
         run_program(src)
     (finding,) = found("GG101", src)
     assert finding.fix is None or "losses, fake = " not in finding.fix.title
+
+
+_ACCUMULATED = """
+import torch
+import torch.nn.functional as F
+
+
+def train():
+    torch.manual_seed(0)
+    G = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    D = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt_G = torch.optim.SGD(G.parameters(), lr=0.1)
+    opt_D = torch.optim.SGD(D.parameters(), lr=0.1)
+    real, z = torch.randn(5, 4), torch.randn(5, 3)
+    fake = G(z)
+    g_loss, d_loss = 0, 0
+    d_loss = d_loss + F.softplus(-D(real)).mean() + F.softplus(D(fake.detach())).mean()
+    g_logits = D(fake)
+    g_loss = g_loss + F.softplus(-g_logits).mean()
+    g_loss = g_loss + fake.pow(2).mean()
+    d_loss.backward()
+    opt_D.step()
+    opt_G.zero_grad()
+    g_loss.backward()
+    opt_G.step()
+    return [p.detach().clone() for p in [*G.parameters(), *D.parameters()]]
+"""
+
+
+def test_a_loss_added_up_in_steps_moves_after_the_step_as_a_whole():
+    # `g_loss = g_loss + a` then `g_loss = g_loss + b`: the later one rebinds what the earlier one reads, and both move
+    # below the step in their order, so the earlier still reads the value before them
+    src = textwrap.dedent(_ACCUMULATED)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        run_program(src)
+    (finding,) = found("GG101", src)
+    assert not finding.fix.safe and "after the step" in finding.fix.title
+    out = fix_text(src, "t.py", unsafe=True).fixed
+    assert not found("GG101", out)
+    g_lines = ("    g_logits = D(fake)\n    g_loss = g_loss + F.softplus(-g_logits).mean()\n"
+               "    g_loss = g_loss + fake.pow(2).mean()\n")
+    intended = src.replace(g_lines, "").replace("    opt_D.step()\n", "    opt_D.step()\n" + g_lines)
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
+        assert torch.allclose(got, want)

@@ -571,7 +571,9 @@ def _forward_before(block: list[ast.stmt], step: int, down: int) -> tuple[list[a
         needed = (needed - written) | _reads(st)
         if k >= step:
             continue
-        between = block[k + 1:step]
+        # The statements that move keep their order below the step (`loss = loss + a` then `loss = loss + b`):
+        # only those that stay can see a difference.
+        between = [b for b in block[k + 1:step] if not any(b is m for m in moved)]
         if any(_writes(b) & _reads(st) for b in between):
             break  # what it reads changes before the step: computing it later would differ
         (kept if any(_reads(b) & written for b in between) else moved).insert(0, st)
