@@ -332,7 +332,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
                     lambda: _forward_after_step(ctx, mutation, finding.code),
                     lambda: _forward_into_loop(ctx, mutation, finding.code),
                     lambda: _detach_in_loop_that_steps(ctx, mutation, finding),
-                    lambda: _carried_again_after_step(ctx, mutation, finding)):
+                    lambda: _carried_again_after_step(ctx, mutation, finding),
+                    lambda: _made_again_each_iteration(ctx, mutation, finding)):
         try:
             return attempt()
         except CannotFix:
@@ -503,45 +504,62 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
             break
     if down is None:
         raise CannotFix("the backward is not after the step in its block")
-    moved, kept = _forward_before(block, i, next(k for k, st in enumerate(block) if st is down))
-    for st in [*moved, *kept]:
-        if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.Expr)):
-            raise CannotFix("only plain statements are moved")
-        ctx.require_own_lines(st)
-    ctx.require_own_lines(step)
-    if not isinstance(step, (ast.Assign, ast.AnnAssign, ast.Expr, ast.If, ast.Try, ast.With, *LOOPS)) or any(
-            isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield, ast.YieldFrom))
-            for n in ast.walk(step)):
-        raise CannotFix("control may leave the statement of the step")
-    if any(_writes(st) & _reads(step) for st in moved) \
-            or any((_reads(st) | _writes(st)) & _writes(step) for st in [*moved, *kept]):
-        raise CannotFix("the statement of the step uses what the forward computes")
-    # At most one statement is computed again: with more (a shared trunk's features and a critic's values),
-    # what follows the step (an advantage target) changes meaning, not only its weights.  The one that made the
-    # saved graph (`d_fake = D(fake)`) is tried first; a statement made between (`ones = torch.ones(...)`)
-    # needs no recomputing, so it must not use up the one try.  One that another kept statement reads (`feat`,
-    # read by `value = critic(feat)`) is never recomputed alone: the two would disagree after the step.
-    saved = [c.save.node for c in mutation.conflicts]
-    holds_graph = [st for st in kept if any(ctx.inside(n, st) for n in saved)]
-    order = [*holds_graph, *(st for st in reversed(kept) if st not in holds_graph)]
-    # Nor one whose result is changed in place before the step (`losses["d"] = ...`): computed again, it would lose
-    # that change.
-    alone = [st for st in order if not any(_writes(st) & _reads(other) for other in kept if other is not st)
-             and not any(_writes(st) & _stored_into(b) for b in block[block.index(st) + 1:i])]
-    for recomputed in ([], *([st] for st in alone)):
-        after = sorted([*moved, *recomputed], key=lambda st: st.lineno)
-        if not any(isinstance(n, ast.Call) for st in after for n in ast.walk(st)):
-            continue
-        edits = move_statements_after(ctx, moved, after, _latest_place(block, i, after))
-        # Statements left before the step may hold part of the graph too: offer only what analyses clean.
-        # The update's entry (the step, or a call below the helper that steps) and the backward are not moved:
-        # found where the edits put their lines.
-        entry, backward = line_after(edits, mutation.entry().lineno), line_after(edits, sink.node.lineno)
-        caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
-        if not ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, entry, backward, caller)):
-            shown = ctx.source(after[0]).splitlines()[0]
-            return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights "
-                       "(unsafe: the forward now uses them)", False, tuple(edits))
+    tried: list[tuple[list[ast.stmt], list[ast.stmt]]] = []
+
+    def attempt(chained: bool) -> Fix | None:
+        moved, kept = _forward_before(block, i, next(k for k, st in enumerate(block) if st is down), chained)
+        if (moved, kept) in tried:
+            return None  # the same statements as the first try
+        tried.append((moved, kept))
+        for st in [*moved, *kept]:
+            if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.Expr)):
+                raise CannotFix("only plain statements are moved")
+            ctx.require_own_lines(st)
+        ctx.require_own_lines(step)
+        if not isinstance(step, (ast.Assign, ast.AnnAssign, ast.Expr, ast.If, ast.Try, ast.With, *LOOPS)) or any(
+                isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield, ast.YieldFrom))
+                for n in ast.walk(step)):
+            raise CannotFix("control may leave the statement of the step")
+        if any(_writes(st) & _reads(step) for st in moved) \
+                or any((_reads(st) | _writes(st)) & _writes(step) for st in [*moved, *kept]):
+            raise CannotFix("the statement of the step uses what the forward computes")
+        # At most one statement is computed again: with more (a shared trunk's features and a critic's values),
+        # what follows the step (an advantage target) changes meaning, not only its weights.  The one that made the
+        # saved graph (`d_fake = D(fake)`) is tried first; a statement made between (`ones = torch.ones(...)`)
+        # needs no recomputing, so it must not use up the one try.  One that another kept statement reads (`feat`,
+        # read by `value = critic(feat)`) is never recomputed alone: the two would disagree after the step.
+        saved = [c.save.node for c in mutation.conflicts]
+        holds_graph = [st for st in kept if any(ctx.inside(n, st) for n in saved)]
+        order = [*holds_graph, *(st for st in reversed(kept) if st not in holds_graph)]
+        # Nor one whose result is changed in place before the step (`losses["d"] = ...`): computed again, it would lose
+        # that change.
+        alone = [st for st in order if not any(_writes(st) & _reads(other) for other in kept if other is not st)
+                 and not any(_writes(st) & _stored_into(b) for b in block[block.index(st) + 1:i])]
+        for recomputed in ([], *([st] for st in alone)):
+            after = sorted([*moved, *recomputed], key=lambda st: st.lineno)
+            if not any(isinstance(n, ast.Call) for st in after for n in ast.walk(st)):
+                continue
+            edits = move_statements_after(ctx, moved, after, _latest_place(block, i, after))
+            # Statements left before the step may hold part of the graph too: offer only what analyses clean.
+            # The update's entry (the step, or a call below the helper that steps) and the backward are not moved:
+            # found where the edits put their lines.
+            entry, backward = line_after(edits, mutation.entry().lineno), line_after(edits, sink.node.lineno)
+            caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
+            if not ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, entry, backward, caller)):
+                shown = ctx.source(after[0]).splitlines()[0]
+                return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights "
+                           "(unsafe: the forward now uses them)", False, tuple(edits))
+        return None
+
+    # What reads a statement before the step keeps it there; failing that, a statement read before the step only by
+    # statements that move with it moves too (a loss added up in steps).
+    for chained in (False, True):
+        try:
+            fix = attempt(chained)
+        except CannotFix:
+            fix = None
+        if fix is not None:
+            return fix
     raise CannotFix("no forward computed before the step can be computed after it instead")
 
 
@@ -557,9 +575,11 @@ def _latest_place(block: list[ast.stmt], step: int, after: list[ast.stmt]) -> as
     return block[k]
 
 
-def _forward_before(block: list[ast.stmt], step: int, down: int) -> tuple[list[ast.stmt], list[ast.stmt]]:
+def _forward_before(block: list[ast.stmt], step: int, down: int,
+                    chained: bool) -> tuple[list[ast.stmt], list[ast.stmt]]:
     """The statements before the step that the backward (``block[down]``) depends on: those read only after
-    the step (they can move), and those also read before it (they stay, and may be computed again)."""
+    the step (they can move), and those also read before it (they stay, and may be computed again).  ``chained``:
+    a statement read before the step only by statements that move with it moves too (a loss added up in steps)."""
     needed = _reads(block[down])
     moved: list[ast.stmt] = []
     kept: list[ast.stmt] = []
@@ -573,7 +593,7 @@ def _forward_before(block: list[ast.stmt], step: int, down: int) -> tuple[list[a
             continue
         # The statements that move keep their order below the step (`loss = loss + a` then `loss = loss + b`):
         # only those that stay can see a difference.
-        between = [b for b in block[k + 1:step] if not any(b is m for m in moved)]
+        between = [b for b in block[k + 1:step] if not (chained and any(b is m for m in moved))]
         if any(_writes(b) & _reads(st) for b in between):
             break  # what it reads changes before the step: computing it later would differ
         (kept if any(_reads(b) & written for b in between) else moved).insert(0, st)
@@ -751,8 +771,10 @@ def _detach_in_loop_that_steps(ctx: FixContext, mutation: Mutation, finding: Fin
     nl, indent = ctx.newline, ctx.indent_of(last)
     text = "".join(indent + line[len(ctx.indent_of(cut)):].rstrip("\r\n") + nl
                    for line in ctx.lines[cut.lineno - 1:cut.end_lineno])
-    edits = (TextEdit(last.end_lineno + 1, 1, last.end_lineno + 1, 1, text),
-             TextEdit(cut.lineno, 1, cut.end_lineno + 1, 1, ""))
+    # One edit from the end of the body to the end of the detach: the detach, then what stood between (blank lines,
+    # comments).
+    between = "".join(line.rstrip("\r\n") + nl for line in ctx.lines[last.end_lineno:cut.lineno - 1])
+    edits = (TextEdit(last.end_lineno + 1, 1, cut.end_lineno + 1, 1, text + between),)
     fixed = apply_edits(ctx.text, list(edits))
     if ctx.still_found(fixed, FindingId(finding.code, line_after(list(edits), mutation.entry().lineno))):
         raise CannotFix("detaching after each step leaves the step breaking a graph")
@@ -804,6 +826,55 @@ def _carried_again_after_step(ctx: FixContext, mutation: Mutation, finding: Find
     shown = ctx.source(made).splitlines()[0]
     return Fix(f"Compute `{shown[:60]}` again after the step, for the next iteration (unsafe: that forward runs "
                "again, with the updated weights)", False, tuple(edits))
+
+
+def _made_again_each_iteration(ctx: FixContext, mutation: Mutation, finding: Finding) -> Fix:
+    """A value made once before a loop (``fake = netG(noise, prev)``, in a loop before it too) that every
+    iteration of the loop builds its loss on, where the loop steps the weights it was made with: the next
+    iteration's backward runs through the graph of the weights before the step.  The statement that makes it is
+    copied to the top of the loop's body, so that each iteration makes it with the weights it steps.  Only the one
+    assignment of that name in the function, a plain ``name = call(...)`` before the loop and outside it, whose
+    reads nothing from it to the end of the loop rebinds or changes in place; and only when the finding is gone
+    with it.  Unsafe: that forward now runs in every iteration (its first with the weights it had before)."""
+    use, step = ctx.statement_of(finding.node), ctx.statement_of(mutation.entry())
+    loop = next((a for a in enclosing_statements(ctx, step) if isinstance(a, LOOPS) and ctx.inside(use, a)), None)
+    scope = ctx.scope_of(step)
+    if loop is None or mutation.stale_use is None or mutation.stale_carried:
+        raise CannotFix("the value is not used again by a loop that steps")
+    # The values the use takes (its arguments, not the network it calls) that the loop does not make itself.
+    use_node = finding.node
+    taken = set().union(*(_reads(a) for a in [*use_node.args, *(k.value for k in use_node.keywords)])) \
+        if isinstance(use_node, ast.Call) else _reads(use_node)
+    written = set().union(*(_writes(st) for st in loop.body))
+    stores = [n for name in sorted(taken - written) for n in ctx.names_in(scope).of(name)
+              if not isinstance(n.ctx, ast.Load)]
+    makes = [ctx.statement_of(n) for n in stores]
+    if len(makes) != 1:
+        raise CannotFix("not one value made once before the loop")
+    made = makes[0]
+    if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and isinstance(made.targets[0], ast.Name)
+            and isinstance(made.value, ast.Call)) or made.lineno >= loop.lineno or ctx.inside(made, loop):
+        raise CannotFix("the value is not made by a plain `name = call(...)` before the loop")
+    reads = _reads(made.value)
+    later = [n for n in statements.walk(scope) if isinstance(n, ast.stmt)
+             and made.end_lineno < n.lineno <= loop.end_lineno]
+    # (`noise.mul_(0.5)`: a method named like torch's in-place ones changes its object)
+    changed = {n.func.value.id for st in later for n in statements.every_node(st) if isinstance(n, ast.Call)
+               and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_") and isinstance(n.func.value, ast.Name)}
+    if any((_writes(st) | _stored_into(st) | changed) & reads for st in later):
+        raise CannotFix("what the value is made from changes before the loop or in it")
+    first = loop.body[0]
+    for st in (made, first):
+        ctx.require_own_lines(st)
+    nl, indent = ctx.newline, ctx.indent_of(first)
+    text = "".join(indent + line[len(ctx.indent_of(made)):].rstrip("\r\n") + nl
+                   for line in ctx.lines[made.lineno - 1:made.end_lineno])
+    edits = (TextEdit(first.lineno, 1, first.lineno, 1, text),)
+    if ctx.still_found(apply_edits(ctx.text, edits), FindingId(finding.code, line_after(edits, mutation.entry().lineno))):
+        raise CannotFix("making the value in each iteration leaves the step breaking a graph")
+    shown = ctx.source(made).splitlines()[0]
+    return Fix(f"Make `{shown[:60]}` again at the top of the loop that steps (unsafe: that forward now runs in "
+               "every iteration)", False, edits)
 
 
 def _retains(call: ast.Call) -> bool:
