@@ -56,8 +56,16 @@ def test_the_value_is_made_again_in_each_iteration():
     ("        opt_G.step()\n", "        opt_G.step()\n        noise.mul_(0.5)\n"),
     # the name is assigned more than once
     ("    noise = torch.randn(5, 3)\n", "    noise = torch.randn(5, 3)\n    fake = G(noise)\n"),
+    # an `if` holds the assignment apart from the loop: the loop may see no value made there
+    ("    for _ in range(2):\n        fake = G(noise)\n", "    if noise.sum() > 0:\n        fake = G(noise)\n"),
 ])
 def test_not_made_again_where_another_value_would_come_out(old, new):
     src = _PROGRAM.replace(old, new)
     assert src != _PROGRAM and analyze_source(src, "t.py", Config(jedi=False)).diagnostics
+    assert not any(f.title.startswith(_TITLE) for f in _fixes(src))
+
+
+def test_not_made_again_for_a_parameter_a_caller_may_give():
+    src = _PROGRAM.replace("def train():\n", "def train(fake=None):\n") + "\n\ntrain()\n"
+    assert analyze_source(src, "t.py", Config(jedi=False)).diagnostics
     assert not any(f.title.startswith(_TITLE) for f in _fixes(src))

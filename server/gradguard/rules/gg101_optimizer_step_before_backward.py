@@ -855,6 +855,12 @@ def _made_again_each_iteration(ctx: FixContext, mutation: Mutation, finding: Fin
     if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and isinstance(made.targets[0], ast.Name)
             and isinstance(made.value, ast.Call)) or made.lineno >= loop.lineno or ctx.inside(made, loop):
         raise CannotFix("the value is not made by a plain `name = call(...)` before the loop")
+    # The loop sees that value and no other: the name is no parameter or global, and only loops (never an `if`,
+    # `try` or `with`) hold the assignment apart from the loop.
+    names = ctx.names_in(scope)
+    if made.targets[0].id in names.parameters | names.declared or any(
+            not isinstance(a, LOOPS) for a in enclosing_statements(ctx, made)[1:] if not ctx.inside(loop, a)):
+        raise CannotFix("the loop may see another value of the name")
     reads = _reads(made.value)
     later = [n for n in statements.walk(scope) if isinstance(n, ast.stmt)
              and made.end_lineno < n.lineno <= loop.end_lineno]
