@@ -516,6 +516,13 @@ class CallsMixin:
                 and isinstance(args[1], NameTemplate):  # `getattr(self.rnn, f"weight_hh_l{i}")`
             return self.parameter_named(args[0], args[1], node)
         if name == "setattr" and len(args) == 3 and isinstance(args[0], ModuleValue) and isinstance(args[1], Const) \
+                and isinstance(args[1].value, str) and args[1].value.isdigit() and isinstance(args[2], ModuleValue) \
+                and args[0].user_class is None and args[0].cls in ("Sequential", "ModuleList") \
+                and int(args[1].value) < len(args[0].children):
+            # `setattr(seq, "0", layer)` (the name `named_children()` gives a Sequential's first layer): that layer
+            self.replace_child(args[0], int(args[1].value), args[2], node)
+            return NOT_TENSOR
+        if name == "setattr" and len(args) == 3 and isinstance(args[0], ModuleValue) and isinstance(args[1], Const) \
                 and isinstance(args[1].value, str) and args[1].value.isidentifier():
             # `setattr(model, name, nn.Linear(...))` with the name known: that attribute written, as if written out
             target = ast.copy_location(ast.Attribute(value=node.args[0], attr=args[1].value, ctx=ast.Store()), node)
@@ -560,7 +567,7 @@ class CallsMixin:
             return UNKNOWN if element is UNKNOWN else TensorSeq([TensorSeq([INT, element])])
         if name == "reversed" and args:
             return args[0] if isinstance(args[0], TensorSeq) else UNKNOWN
-        if name in ("list", "tuple") and args and isinstance(args[0], (TensorSeq, ParamIterable)):
+        if name in ("list", "tuple") and args and isinstance(args[0], (TensorSeq, ParamIterable, ModuleIterable)):
             return args[0]
         if name == "zip":  # yields tuples
             items = [self._iter_element(a, n) for a, n in zip(args, node.args)]

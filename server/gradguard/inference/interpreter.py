@@ -1086,9 +1086,18 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             return  # the class keeps a flag of that name itself
         self.flags.append(InertFlag(stmt, module, ast.unparse(target.value), self._next()))
 
-    def _replacing(self, module: ModuleValue, target: ast.Attribute, value: Value, stmt: ast.stmt) -> None:
+    def replace_child(self, module: ModuleValue, index: int, value: ModuleValue, node: ast.AST) -> None:
+        """Layer ``index`` of a ``Sequential`` or ``ModuleList`` replaced by ``value`` (``setattr(seq, "0", m)``)."""
+        target = ast.copy_location(ast.Subscript(value=node.args[0], slice=ast.Constant(index), ctx=ast.Store()), node)
+        self._replacing(module, target, value, node, old=module.children[index])
+        children = list(module.children)
+        children[index] = value
+        module.children = children
+
+    def _replacing(self, module: ModuleValue, target: ast.Attribute | ast.Subscript, value: Value, stmt: ast.AST,
+                   old: Value | None = None) -> None:
         """A parameter or a module with parameters assigned over one that an optimizer already holds."""
-        old = module.attrs.get(target.attr)
+        old = module.attrs.get(target.attr) if old is None else old
         if old is None or old is value or not self.optimizers:
             return
         if isinstance(value, Tensor) and isinstance(old, Tensor) and value.param and old.param:
