@@ -170,13 +170,17 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
     the same story (the same saving ops); when it told another, the certain one is kept instead: the
     explanation must say what torch will do."""
     by_place: dict[tuple, list[tuple[tuple[str, str], Finding]]] = {}  # (file, code, line, column)
+    merged: set[tuple] = set()  # the places of writes an analysis kept as related lines of an earlier write's finding
     for unit, produced in results:
         for finding in produced:
             by_place.setdefault((other_file(finding.node), *finding.place), []).append((unit, finding))
+            merged.update((other_file(m.node), *m.place) for m in finding.merged)
     kept_findings = []
-    for group in by_place.values():
+    for place, group in by_place.items():
         if all(not f.certain and unit in followed for unit, f in group):
             continue  # only guesses, and the file's own calls of the function do not bear them out
+        if place in merged and all(unit in followed for unit, _ in group):
+            continue  # the file's own calls of the function (which know what runs there) found it the same bug
         own = [f for _, f in group if not getattr(f.mutation, "frames", None)]
         certain = [f for _, f in group if f.certain]
         kept = own[0] if own else group[0][1]
@@ -205,13 +209,14 @@ def _one_chain_one_finding(findings: list[Finding], places: _StatementPlaces) ->
     finding (GG005): its finding of an overwritten gradient ask (GG107) is the same bug, told again."""
     kept_writes = {id(f.data["kept_output"].write.node) for f in findings if "kept_output" in f.data}
     findings = [f for f in findings if not (f.code == "GG107" and id(f.node) in kept_writes)]
-    keyed: dict[tuple, list[Finding]] = {}
-    for f in findings:
-        key = _chain_key(f)
-        if key is not None:
-            keyed.setdefault(key, []).append(f)
     later_of: dict[int, list[Finding]] = {}
     dropped: set[int] = set()
+    _restaled(findings, later_of, dropped, places)
+    keyed: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        key = _chain_key(f) if id(f) not in dropped else None
+        if key is not None:
+            keyed.setdefault(key, []).append(f)
     for group in keyed.values():
         if len(group) < 2:
             continue
@@ -231,11 +236,41 @@ def _one_chain_one_finding(findings: list[Finding], places: _StatementPlaces) ->
         if id(f) in dropped:
             continue
         if id(f) in later_of:
-            f = replace(f, related=[*f.related, *((s.node, Message.text(
-                "the same tensor is written in place again here, for the same reason")) for s in later_of[id(f)])],
+            # (one line each: a loop's later runs of the write, or writes placed at one binding, are one line)
+            again = {_position(s.node): s.node for s in later_of[id(f)] if _position(s.node) != _position(f.node)}
+            f = replace(f, related=[*f.related, *((node, Message.text(
+                "the same tensor is written in place again here, for the same reason")) for node in again.values())],
                         merged=later_of[id(f)])
         out.append(f)
     return out
+
+
+def _restaled(findings: list[Finding], later_of: dict[int, list[Finding]], dropped: set[int],
+              places: _StatementPlaces) -> None:
+    """A write of saved tensors whose every conflicting save an earlier write, reported for a saved tensor too,
+    already made stale (and runs wherever the save did: ``Mutation.staled_first``) writes the same saved version
+    again: the earlier write is where torch's complaint starts, and mending it hands this one another tensor (a
+    `+=` on a ReLU's output, then an in-place dropout of what the block returns).  It is kept as a related line of
+    the first.  A save made after the first write is a story of its own, and keeps the later write's finding; so
+    is a write in the same statement as the first (`torch.stack([y.mul_(2), y.mul_(3)])`: mending one leaves the
+    other writing what was saved), or one whose statement is not known here (another file's)."""
+    by_write = {id(f.mutation): f for f in findings
+                if CHAIN_REASON.get(f.code) == "saved" and f.mutation is not None and f.mutation.kind == "write"}
+    for f in findings:
+        mutation = f.mutation
+        if CHAIN_REASON.get(f.code) != "saved" or mutation is None or not mutation.staled_first \
+                or not mutation.conflicts or any(c.save.id not in mutation.staled_first for c in mutation.conflicts):
+            continue
+        firsts = [by_write.get(id(mutation.staled_first[c.save.id])) for c in mutation.conflicts]
+        if any(first is None or first is f or id(first) in dropped for first in firsts):
+            continue
+        held = places.of(mutation.node)
+        if not held or any(not places.of(first.mutation.node)
+                           or places.of(first.mutation.node)[-1][:2] == held[-1][:2] for first in firsts):
+            continue
+        first = min(firsts, key=lambda g: g.mutation.seq)
+        dropped.add(id(f))
+        later_of.setdefault(id(first), []).append(f)
 
 
 def _chain_key(finding: Finding) -> tuple | None:

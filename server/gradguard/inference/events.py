@@ -162,6 +162,9 @@ class Mutation:
     stale_conflict: Conflict | None = None
     # Where the run was at the write: what the code reads afterwards (``sharing.py``).
     moment: Moment | None = None
+    # Per save this write finds already made stale by an earlier write, that write, when it runs wherever the save
+    # did (the interpreter's ``_staled_first``): the same saved version, written again.
+    staled_first: dict[int, "Mutation"] = field(default_factory=dict)
     # The stale value was made for the failing backward alone, before the update, and the loop carries it into its
     # next iteration, where the use (earlier in the loop's code than the update) builds that backward's loss on it.
     stale_carried: bool = False

@@ -106,6 +106,7 @@ class FollowedCallsMixin:
         self.inline_stack.append(fn)
         self.inline_frames.append((node, new_id()))
         self.frame_sites = (*self.frame_sites, node)
+        unsure_context = self.unsure_context
         self.run_log.enter(node)
         self.run_log.parameters_bound(env, parameter_names(fn, self_value is not None))
         self.caller_envs.append(saved[0].env)
@@ -120,6 +121,7 @@ class FollowedCallsMixin:
             self.inline_stack.pop()
             self.inline_frames.pop()
             self.frame_sites = self.frame_sites[:-1]
+            self.unsure_context = unsure_context  # (what followed a jump inside it ends with it)
             self.run_log.leave()
             self.caller_envs.pop()
             (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,

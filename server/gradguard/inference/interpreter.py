@@ -11,6 +11,7 @@ code: anything it does not understand becomes ``UNKNOWN``, which no rule flags.
 from __future__ import annotations
 
 import ast
+import contextlib
 import operator
 from dataclasses import dataclass, field, replace
 
@@ -290,6 +291,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # result, an attribute set where it does not look): it may be a tensor with any history, so a graph holding
         # one may reach any parameter.  ``unknown_backward``: a backward ran from a value not known at all.
         self.opaque_markers: set[int] = set()
+        # Constructs open around the running statement that it may not run in, or may leave part-way (an `if`
+        # whose test is not known and what follows one that may jump out, a loop's iteration, a `try`), each a
+        # fresh token, outermost first; the context each save was made in; and per save, the write that first
+        # made it stale, when that write runs wherever the save did (see ``_staled_first``).
+        self.unsure_context: tuple[object, ...] = ()
+        self.save_context: dict[int, tuple[object, ...]] = {}
+        self.first_stale: dict[int, Mutation] = {}
         self.opaque_at: dict[int, int] = {}
         self.unknown_backward = False
         # Inside a call of a compiled module: per call, the tensors its forward keeps on objects (dynamo makes them
@@ -364,6 +372,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         save = Save(tensor.storage, tensor.storage.version, op, role, node, certain, path=self.frame_sites,
                     of_view=tensor.base is not None, operand=operand)
         self.saves.add(save)
+        self.save_context[save.id] = self.unsure_context
         return save
 
     def _sink(self, kind: str, node: ast.AST, value: Value) -> None:
@@ -454,6 +463,34 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if found is None:
             found = self.ctx.sequence_names[fn] = used_as_sequences(fn)
         return found
+
+    @contextlib.contextmanager
+    def maybe_skipped(self, unsure: bool = True):
+        """Statements run inside a construct they may not run in, or may leave part-way (when ``unsure``)."""
+        outer = self.unsure_context
+        if unsure:
+            self.unsure_context = (*outer, object())
+        try:
+            yield
+        finally:
+            self.unsure_context = outer
+
+    def _staled_first(self, mutation: Mutation, pending: list[Save]) -> dict[int, Mutation]:
+        """For a write of saved tensors: per save an earlier write already made stale, that first write, when it
+        runs wherever the save did (no construct it sits in that might skip it, or stop before it, is one the save
+        is not in too).  Such a write is where torch's complaint starts: mending it (out of place) hands this one
+        another tensor.  Each save this write is the first to make stale is remembered the same way."""
+        earlier = {}
+        for save in pending:
+            if save.version < save.storage.version:
+                first = self.first_stale.get(save.id)
+                if first is not None:
+                    earlier[save.id] = first
+                continue
+            made_in = self.save_context.get(save.id)
+            if made_in is not None and made_in[:len(self.unsure_context)] == self.unsure_context:
+                self.first_stale.setdefault(save.id, mutation)
+        return earlier
 
     def run_block(self, body: list[ast.stmt]) -> None:
         if self.ctx.oracle is not None and not self.written_names:
@@ -623,7 +660,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if narrowed is not None and not narrowed[1]:
             self.state.env[narrowed[0]] = NOT_TENSOR
         self.unsure_branches += 1
-        self.run_block(stmt.body)
+        with self.maybe_skipped():
+            self.run_block(stmt.body)
         self.unsure_branches -= 1
         after_body = self.state
         # The else branch does not run after the body: it must not see the body's saves.
@@ -632,10 +670,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if narrowed is not None and narrowed[1]:
             self.state.env[narrowed[0]] = NOT_TENSOR
         self.unsure_branches += 1
-        self.run_block(stmt.orelse)
+        with self.maybe_skipped():
+            self.run_block(stmt.orelse)
         self.unsure_branches -= 1
         self.saves.put_back(body_saves)
         self._settle(live, merge_states(after_body, self.state))
+        if _may_leave([*stmt.body, *stmt.orelse]):  # the rest of this frame may not run after a save before it
+            self.unsure_context = (*self.unsure_context, object())
 
     def _flag_guard(self, stmt: ast.If) -> bool | None:
         """``if p.requires_grad:`` (or ``not``) around a write of that same flag (``p.requires_grad = flag``,
@@ -771,9 +812,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             isinstance(iterable, TensorSeq) and iterable.literal and len(iterable.items) == 1)
         nested = _loops_inside(stmt)
 
+        whole = once and not _jumps_out(stmt.body)  # `for _ in range(1)`: the body runs, and runs whole
+
         def iteration() -> None:
-            self.bind(stmt.target, element, stmt)
-            self.run_block(stmt.body)
+            with self.maybe_skipped(not whole):
+                self.bind(stmt.target, element, stmt)
+                self.run_block(stmt.body)
 
         self._iterate(iteration, 1 if once or nested >= DOUBLED_LOOP_LEVELS else 2, nested)
         if not once:
@@ -830,8 +874,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         nested = _loops_inside(stmt)
 
         def iteration() -> None:
-            self.eval(stmt.test)
-            self.run_block(stmt.body)
+            with self.maybe_skipped():
+                self.eval(stmt.test)
+                self.run_block(stmt.body)
 
         self._iterate(iteration, 1 if nested >= DOUBLED_LOOP_LEVELS else 2, nested)
         self.run_log.ran(Repeats(stmt))
@@ -899,14 +944,16 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
     def _stmt_Try(self, stmt: ast.Try) -> None:
         """Body, handlers, else and finally in turn (a handler runs when the body raised before its end, so a
         return in the body does not stop the handlers); the path has returned when every way through did."""
-        self.run_block(stmt.body)
+        with self.maybe_skipped(bool(stmt.handlers)):  # (without a handler, a raise leaves what follows too)
+            self.run_block(stmt.body)
         returned = self.state.returned
         if not returned:
             self.run_block(stmt.orelse)
             returned = self.state.returned
         for handler in stmt.handlers:
             self.state.returned = False
-            self.run_block(handler.body)
+            with self.maybe_skipped():
+                self.run_block(handler.body)
             returned = returned and self.state.returned
         self.state.returned = False
         self.run_block(stmt.finalbody)
@@ -1346,6 +1393,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 mutation.view_site = held.bound_at
             mutation.in_container = self._through_container(node)
             self._mark_hidden_write(mutation, target, kind)
+            if kind == "write":
+                mutation.staled_first = self._staled_first(mutation, pending)
             self.mutations.append(mutation)
             if pending and (kind == "step" or (not self.state.grad_enabled and any(
                     t.param or (t.leaf and t.requires_grad) for t in written))):
@@ -1879,6 +1928,19 @@ def _names_written_in_place(body: list[ast.stmt]) -> set[str]:
         if isinstance(target, ast.Name):
             names.add(target.id)
     return names
+
+
+def _may_leave(body: list[ast.stmt]) -> bool:
+    """Whether statements hold a ``return``, ``raise``, ``break`` or ``continue`` (outside nested definitions): the
+    code after them may not run."""
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Return, ast.Raise, ast.Break, ast.Continue)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _jumps_out(body: list[ast.stmt]) -> bool:
