@@ -286,6 +286,11 @@ class Moment:
             return []
         return sorted({held for held, _ in readers})
 
+    def callers_read_after(self, name: str) -> list[str]:
+        """The variables of callers (frames that led down to the write) that held the written memory and read its
+        value after the write: the write reaches them."""
+        return sorted({held for held, caller in self._readers_after(name) if caller is True})
+
     def _readers_after(self, name: str) -> set[tuple[str, bool | None]]:
         """(variable, whether it is a caller's; None: unknown) of ``others_read_after``."""
         found: set[tuple[str, bool | None]] = set()
