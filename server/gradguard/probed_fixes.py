@@ -33,8 +33,8 @@ from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
 from .knowledge.names import LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, FROZE_NOTE, GRAD_OFF_NOTE, GUARD_SKIPS_OTHERS_NOTE,
                           INPUT_NOTE, MULTI_VIEW_NOTE, OWN_STATS_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, REPLACED_NOTE,
-                          REPLACING_CALL_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE,
-                          ProbedDiagnostic)
+                          REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE,
+                          STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 from .statements import blocks
 from .text import code_point_column
@@ -423,9 +423,26 @@ def _assigned_again_unread(name: str, statements: list[ast.stmt]) -> bool:
     return False
 
 
+def _unreturned_loss(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG103 a ``training_step`` that ends without returning the scalar with a graph it computed (the probe places it
+    at the statement it ended on, and names where the method last binds that scalar, ``RETURNED_LOSS_NOTE``): the
+    static finding of an unreturned loss, whose fix returns that name at the method's end (refused unless a
+    statement of the method's own body binds it, so on every path to its end)."""
+    bound = _note(f, RETURNED_LOSS_NOTE)
+    if f.code != "GG103" or bound is None or bound.path != f.site.path:
+        return None
+    end = (lines.statements_at(f.site.line) or [None])[-1]
+    name = next((n for st in lines.statements_at(bound.line) for n in ast.walk(st)
+                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.lineno == bound.line
+                 and n.col_offset + 1 == bound.column), None)
+    if end is None or name is None:
+        return None
+    return Finding("GG103", end, "", data={"unreturned": name})
+
+
 SHAPES: tuple[Callable[[_Lines, ProbeFinding], Finding | None], ...] = (
     _flag, _cut, _rebuild, _view_binding, _copy_at_binding, _inplace_module, _inplace_activation, _write_to_saved,
-    _state_read_by_op, _renormalised_weight_read, _step_before_backward)
+    _state_read_by_op, _renormalised_weight_read, _step_before_backward, _unreturned_loss)
 
 
 # --- shapes whose fix is an edit no rule's builder makes: built here, from the probe's facts alone ----------------

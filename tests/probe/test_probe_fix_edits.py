@@ -1,14 +1,15 @@
 """The probe-only fixes that are edits no rule's builder makes (``gradguard.probed_fixes.EDITS``): clearing the
-gradients before a backward that adds to ones a step already applied, removing the assignment that replaces a
-loaded copy by the trained module, keeping a clone of the output a forward hook keeps, unpacking clones of the
-pieces of a split handed to code that writes one in place, and computing with grad mode on (``torch.enable_grad()``)
-the statement of a ``no_grad`` block that makes a loss term, and dropping a ``requires_grad`` write's guard on the flag
-itself, a copy of an object's state at the op that saved it before the object's method wrote it in place, and a step moved
-after the call of a helper that only runs a backward, an optimizer made after the call that replaces the model's
-layers instead of before it, and batch norm handed its input's own statistics detached rewritten to normalise with
-them attached.  Each program is probed (``--entry run``); a positive's fix is applied and torch
-proves it (``run()`` of the fixed copy runs clean and gives ``reference()``'s gradients); a negative's finding is
-real but gets no fix (the edit would be wrong there)."""
+gradients before a backward that adds to ones a step already applied, removing the assignment that replaces a loaded
+copy by the trained module, keeping a clone of the output a forward hook keeps, unpacking clones of the pieces of a
+split handed to code that writes one in place, and computing with grad mode on (``torch.enable_grad()``) the
+statement of a ``no_grad`` block that makes a loss term, and dropping a ``requires_grad`` write's guard on the flag
+itself, a copy of an object's state at the op that saved it before the object's method wrote it in place, and a step
+moved after the call of a helper that only runs a backward, an optimizer made after the call that replaces the
+model's layers instead of before it, batch norm handed its input's own statistics detached rewritten to normalise
+with them attached, and (through GG103's own builder) a ``training_step`` that returns nothing returning its loss.
+Each program is probed (``--entry run``); a positive's fix is applied and torch proves it (``run()`` of the fixed
+copy runs clean and gives ``reference()``'s gradients); a negative's finding is real but gets no fix (the edit would
+be wrong there)."""
 
 from __future__ import annotations
 
@@ -742,6 +743,70 @@ def run(training=False):
     return [p.grad for p in lin.parameters()]
 '''
 
+# A training_step that computes its loss, then logs in a loop, and returns nothing: `return loss` at its end.
+TRAINING_STEP_ENDS_IN_LOOP = '''
+# probe: GG103
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 3)
+        self.seen = []
+
+    def training_step(self, batch, batch_idx):
+        out = self.body(batch)
+        loss = out.pow(2).mean()
+        for value in out.detach().mean(0):
+            self.seen.append(float(value))
+
+class NetReturning(Net):
+    def training_step(self, batch, batch_idx):
+        out = self.body(batch)
+        loss = out.pow(2).mean()
+        return loss
+
+def fit(cls):
+    torch.manual_seed(0)
+    model = cls()
+    out = model.training_step(torch.randn(5, 4), 0)
+    if out is not None:
+        out.backward()
+    return [torch.zeros_like(p) if p.grad is None else p.grad for p in model.parameters()]
+
+def run():
+    return fit(Net)
+
+def reference():
+    return fit(NetReturning)
+'''
+
+# The loss bound only in a branch: a return at the method's end would fail on the paths that do not bind it.
+TRAINING_STEP_LOSS_BOUND_IN_BRANCH = '''
+# probe: GG103
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 3)
+        self.seen = []
+
+    def training_step(self, batch, batch_idx):
+        out = self.body(batch)
+        if batch_idx % 2 == 0:
+            loss = out.pow(2).mean()
+        self.seen.append(batch_idx)
+
+def run():
+    torch.manual_seed(0)
+    model = Net()
+    model.training_step(torch.randn(5, 4), 0)
+    return [p.grad for p in model.parameters()]
+'''
+
 _counter = itertools.count()
 
 
@@ -773,13 +838,14 @@ def _found(source: str, worker, tmp_path: Path, code: str = "GG101"):
                                     LOSS_IN_NO_GRAD_BLOCK_OF_LOOP, DEAD_TERM_FROM_HELPER_CALLED_IN_BLOCK,
                                     GUARDED_TOGGLE_OF_TWO_STATEMENTS, STATE_PROPERTY_READ_THEN_SCALED_BY_SETTER,
                                     STEP_BEFORE_HELPER_BACKWARD_OF_KEPT_FEATURES, OPTIMIZER_BEFORE_HELPER_WIDENS_LAYERS,
-                                    BATCH_NORM_OF_OWN_DETACHED_STATS],
+                                    BATCH_NORM_OF_OWN_DETACHED_STATS, TRAINING_STEP_ENDS_IN_LOOP],
                          ids=["stale_grads_nested_loop", "stale_grads_two_losses", "synced_then_aliased_among_others",
                               "hook_stores_output_in_dict", "chunks_of_output_scaled_by_method",
                               "dead_term_in_no_grad_block_of_method", "loss_in_no_grad_block_of_loop",
                               "dead_term_from_helper_called_in_block", "guarded_toggle_of_two_statements",
                               "state_property_read_then_scaled_by_setter", "step_before_helper_backward_of_kept_features",
-                              "optimizer_before_helper_widens_layers", "batch_norm_of_own_detached_stats"])
+                              "optimizer_before_helper_widens_layers", "batch_norm_of_own_detached_stats",
+                              "training_step_ends_in_loop"])
 def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     fixes = fixes_for(text, str(path), found)
@@ -798,13 +864,14 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
                                     DEAD_TERM_ON_THE_BLOCK_LINE, GUARD_ALSO_SKIPS_FROZEN_ELSEWHERE,
                                     STATE_READ_TWICE_BY_THE_OP, STEP_BEFORE_HELPER_WITH_FRESH_FORWARD,
                                     OPTIMIZER_OF_LIST_MADE_BEFORE_HELPER, SCHEDULER_BETWEEN_OPTIMIZER_AND_HELPER,
-                                    BATCH_NORM_TRAINING_FLAG_A_VALUE],
+                                    BATCH_NORM_TRAINING_FLAG_A_VALUE, TRAINING_STEP_LOSS_BOUND_IN_BRANCH],
                          ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
                               "hook_keeps_output_twice", "pieces_of_named_tensor",
                               "loss_in_no_grad_block_from_its_features", "dead_term_on_the_block_line",
                               "guard_also_skips_frozen_elsewhere", "state_read_twice_by_the_op",
                               "step_before_helper_with_fresh_forward", "optimizer_of_list_made_before_helper",
-                              "scheduler_between_optimizer_and_helper", "batch_norm_training_flag_a_value"])
+                              "scheduler_between_optimizer_and_helper", "batch_norm_training_flag_a_value",
+                              "training_step_loss_bound_in_branch"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     assert not fixes_for(text, str(path), found)

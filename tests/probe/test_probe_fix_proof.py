@@ -50,8 +50,6 @@ _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history: keeping the tensor 
               "attribute set without registering a parameter, which no fix rewrites yet")
 _MIXED = ("a value from before the optimizer step is combined with one from after it: computing both on one side of "
           "the step moves statements across it, which no fix does")
-_RETURN = ("the loss is computed and never returned: adding `return loss` at the method's end changes what the trainer "
-           "does with every batch, and no fix inserts a statement yet")
 _COPY = ("the copy needs an optimizer over its own parameters: building one means choosing its class and settings (and "
          "what the wrapper's other methods hold), which no fix decides for the user")
 _BUFFER = ("values of several graphs share one buffer written in place: keeping them in separate tensors rewrites "
@@ -72,7 +70,6 @@ NO_FIX: dict[str, str] = {
     "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
     "GG103/pos_optimizer_object_saved_apart_from_model": _COPY,
-    "GG103/pos_training_step_total_loss_in_branch_not_returned": _RETURN,
     "GG101/pos_value_step_before_policy_term_from_fresh_forward": (
         "a fresh forward through the stepped network runs between the step and the backward: moving the step after "
         "the backward would run it with the old weights, which the probe's facts cannot say is meant"),

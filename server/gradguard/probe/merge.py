@@ -162,6 +162,8 @@ GUARD_SKIPS_OTHERS_NOTE = "the guard also skips parameters frozen elsewhere, whi
 GRAD_OFF_NOTE = "grad mode is switched off here"
 # Batch norm with training=False handed the input's own statistics, detached (`probe/own_stats.py`): its backward.
 OWN_STATS_NOTE = "the backward() that misses the statistics' gradient"
+# A training_step that returns nothing (`probe/returned_loss.py`): where it last binds the scalar it names as the loss.
+RETURNED_LOSS_NOTE = "the loss to return is bound here"
 PLACED = (STEP_NOTE, STALE_USE_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
            REPLACED_NOTE, SETTER_NOTE)
 

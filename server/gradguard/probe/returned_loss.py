@@ -23,8 +23,9 @@ import torch
 
 from ..knowledge.names import AUTOMATIC_OPTIMIZATION_FLAG, RETURNED_LOSS_METHOD
 from .frames import UserCode, frame_site
-from .model import ProbeFinding, Site
-from .source import is_return
+from .merge import RETURNED_LOSS_NOTE
+from .model import Note, ProbeFinding, Site
+from .source import is_return, last_binding
 
 _Module = torch.nn.Module
 _Tensor = torch.Tensor
@@ -113,7 +114,9 @@ class ReturnedLoss:
                    f"returning it: a trainer with automatic optimisation (Lightning) runs backward() and the "
                    f"optimizer step only on the loss `{RETURNED_LOSS_METHOD}` returns, and skips the batch on None, "
                    f"so nothing trains (no backward ran in the call). Return `{name}` here")
-        self.found[key] = ProbeFinding("GG103", "starved", end, message)
+        bound = last_binding(end, name)
+        notes = (Note(bound, RETURNED_LOSS_NOTE),) if bound is not None else ()
+        self.found[key] = ProbeFinding("GG103", "starved", end, message, notes=notes)
 
     def findings(self) -> list[ProbeFinding]:
         return list(self.found.values())

@@ -387,6 +387,22 @@ def is_return(site: Site) -> bool:
     return statement is None or isinstance(statement, ast.Return)
 
 
+def last_binding(site: Site, name: str) -> Site | None:
+    """Where the function holding ``site`` last binds the plain name ``name`` in source order (the name's own
+    span), or None when the source is unknown or the function binds no such name."""
+    tree = _tree(site.path)
+    function = _innermost(tree, site.line, (ast.FunctionDef, ast.AsyncFunctionDef)) if tree is not None else None
+    if function is None:
+        return None
+    stores = [n for n in ast.walk(function)
+              if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+    if not stores:
+        return None
+    last = max(stores, key=lambda n: (n.lineno, n.col_offset))
+    return Site(site.path, last.lineno, last.col_offset + 1, last.end_lineno or last.lineno,
+                (last.end_col_offset or last.col_offset) + 1)
+
+
 def first_reader_of_binding(site: Site) -> Site | None:
     """For a statement ``name = <value>`` at ``site``: the first later statement of its function that reads ``name``
     (where the value is handed on), as a Site of that statement; None when the statement binds no plain name or
