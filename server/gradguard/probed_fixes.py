@@ -427,7 +427,8 @@ def _unreturned_loss(lines: _Lines, f: ProbeFinding) -> Finding | None:
     """GG103 a ``training_step`` that ends without returning the scalar with a graph it computed (the probe places it
     at the statement it ended on, and names where the method last binds that scalar, ``RETURNED_LOSS_NOTE``): the
     static finding of an unreturned loss, whose fix returns that name at the method's end (refused unless a
-    statement of the method's own body binds it, so on every path to its end)."""
+    statement of the method's own body binds it, so on every path to its end, and where the method returns on
+    another path)."""
     bound = _note(f, RETURNED_LOSS_NOTE)
     if f.code != "GG103" or bound is None or bound.path != f.site.path:
         return None
@@ -435,7 +436,9 @@ def _unreturned_loss(lines: _Lines, f: ProbeFinding) -> Finding | None:
     name = next((n for st in lines.statements_at(bound.line) for n in ast.walk(st)
                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.lineno == bound.line
                  and n.col_offset + 1 == bound.column), None)
-    if end is None or name is None:
+    # A method that returns on another path skips those batches on purpose (the static analysis does not flag it).
+    if end is None or name is None or any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom))
+                                          for n in ast.walk(lines.function_of(end))):
         return None
     return Finding("GG103", end, "", data={"unreturned": name})
 

@@ -807,6 +807,32 @@ def run():
     return [p.grad for p in model.parameters()]
 '''
 
+# A training_step that returns None on purpose on other batches: the batch that falls off the end may be one too.
+TRAINING_STEP_RETURNS_ON_OTHER_PATH = '''
+# probe: GG103
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 3)
+        self.seen = []
+
+    def training_step(self, batch, batch_idx):
+        out = self.body(batch)
+        loss = out.pow(2).mean()
+        if batch_idx < 0:
+            return None
+        self.seen.append(batch_idx)
+
+def run():
+    torch.manual_seed(0)
+    model = Net()
+    model.training_step(torch.randn(5, 4), 0)
+    return [p.grad for p in model.parameters()]
+'''
+
 _counter = itertools.count()
 
 
@@ -864,14 +890,16 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
                                     DEAD_TERM_ON_THE_BLOCK_LINE, GUARD_ALSO_SKIPS_FROZEN_ELSEWHERE,
                                     STATE_READ_TWICE_BY_THE_OP, STEP_BEFORE_HELPER_WITH_FRESH_FORWARD,
                                     OPTIMIZER_OF_LIST_MADE_BEFORE_HELPER, SCHEDULER_BETWEEN_OPTIMIZER_AND_HELPER,
-                                    BATCH_NORM_TRAINING_FLAG_A_VALUE, TRAINING_STEP_LOSS_BOUND_IN_BRANCH],
+                                    BATCH_NORM_TRAINING_FLAG_A_VALUE, TRAINING_STEP_LOSS_BOUND_IN_BRANCH,
+                                    TRAINING_STEP_RETURNS_ON_OTHER_PATH],
                          ids=["accumulated_step_under_condition", "optimizer_rebound_in_block",
                               "hook_keeps_output_twice", "pieces_of_named_tensor",
                               "loss_in_no_grad_block_from_its_features", "dead_term_on_the_block_line",
                               "guard_also_skips_frozen_elsewhere", "state_read_twice_by_the_op",
                               "step_before_helper_with_fresh_forward", "optimizer_of_list_made_before_helper",
                               "scheduler_between_optimizer_and_helper", "batch_norm_training_flag_a_value",
-                              "training_step_loss_bound_in_branch"])
+                              "training_step_loss_bound_in_branch",
+                              "training_step_returns_on_other_path"])
 def test_probe_only_edit_is_refused(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     assert not fixes_for(text, str(path), found)
