@@ -145,7 +145,27 @@ NUMPY_TWINS = {
     "mean": ("mean", {"axis": "dim", "keepdims": "keepdim"}),
     "sum": ("sum", {"axis": "dim", "keepdims": "keepdim"}),
     "diff": ("diff", {"axis": "dim", "n": "n"}),
+    "var": ("var", {"axis": "dim", "ddof": "correction", "keepdims": "keepdim"}),
+    "std": ("std", {"axis": "dim", "ddof": "correction", "keepdims": "keepdim"}),
 }
+# Keywords a torch twin needs to mean what NumPy's default does: NumPy's variance divides by N (``ddof=0``),
+# torch's by N - 1 unless told ``correction=0``.
+NUMPY_TWIN_DEFAULTS = {"var": {"correction": "0"}, "std": {"correction": "0"}}
+# NumPy functions whose first argument is a subscripts string and the rest arrays, with a torch twin of the same
+# meaning (torch wants the operands of one dtype where NumPy promotes them).
+NUMPY_SUBSCRIPT_TWINS = {"einsum": "einsum"}
+# Methods of a NumPy array with a tensor method of the same meaning: name -> (tensor method, keyword map); a
+# reduction's defaults are NUMPY_TWIN_DEFAULTS's.
+NUMPY_ARRAY_METHOD_TWINS = {
+    "mean": ("mean", {"axis": "dim", "keepdims": "keepdim"}),
+    "sum": ("sum", {"axis": "dim", "keepdims": "keepdim"}),
+    "var": ("var", {"axis": "dim", "ddof": "correction", "keepdims": "keepdim"}),
+    "std": ("std", {"axis": "dim", "ddof": "correction", "keepdims": "keepdim"}),
+    "reshape": ("reshape", {}),
+}
+# The legacy typed constructors (``torch.FloatTensor(array)``) that copy an array into a tensor of their dtype,
+# and the tensor method that casts to it.
+LEGACY_FLOAT_CONSTRUCTORS = {"FloatTensor": "float", "DoubleTensor": "double"}
 # np.f(arr, <numbers>, out=arr) -> the torch spelling, on the tensor's name ``{t}`` and the numbers ``{0}``, ``{1}``.
 NUMPY_OUT_TWINS = {
     "clip": "{t}.clamp({0}, {1})",

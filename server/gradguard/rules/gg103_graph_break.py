@@ -16,7 +16,8 @@ from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnf
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
 from ..inference.hooks import DroppedOutput
 from ..inference.values import Tensor
-from ..knowledge.names import GRAPH_REBUILDING_FACTORIES, NUMPY_REFUSED, NUMPY_TWINS
+from ..knowledge.names import (GRAPH_REBUILDING_FACTORIES, LEGACY_FLOAT_CONSTRUCTORS, NUMPY_ARRAY_METHOD_TWINS,
+                               NUMPY_REFUSED, NUMPY_SUBSCRIPT_TWINS, NUMPY_TWIN_DEFAULTS, NUMPY_TWINS)
 from ..messages import Message
 from ..statements import block_of
 from ..statements import every_node
@@ -525,8 +526,12 @@ def _check_grad_off_term(event):
 # - **a NumPy round trip** -- ``torch.from_numpy(np.clip(t.detach().numpy(), a, b))`` is computed with the torch
 #   twins of the NumPy functions (``torch.clamp(t, a, b)``; ``np.take(a, i, axis=1)`` is ``a[:, i]``), a name
 #   bound to such an array included when it is read only in such rebuilds (each of them rewritten too); ``np.mean([l.item() for l in losses])`` is ``torch.stack([l for l in losses]).mean()``, and
-#   ``np.sum(t, keepdims=True)`` names every dim of ``t``.  Unsafe: torch's dtype promotion and rounding may
-#   differ from NumPy's.
+#   ``np.sum(t, keepdims=True)`` names every dim of ``t``; ``np.var``/``np.std`` spell NumPy's ``ddof=0`` as
+#   ``correction=0``, an array's ``.mean()``/``.sum()``/``.var()``/``.std()``/``.reshape()`` is the tensor's,
+#   ``np.einsum`` takes a module's float32 constant as ``torch.from_numpy(M).to(a)``, a legacy
+#   ``torch.FloatTensor(arr)`` is ``.float()``, and a name the rebuild rebinds (``v = torch.FloatTensor(v)``) is
+#   translated at the binding just before it.  Unsafe: torch's dtype promotion and rounding may differ from
+#   NumPy's.
 
 def fix(ctx: FixContext, finding: Finding) -> Fix:
     """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
@@ -572,6 +577,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
 
 
 _FACTORIES = tuple(f"torch.{name}" for name in sorted(GRAPH_REBUILDING_FACTORIES))
+_LEGACY = {f"torch.{name}": cast for name, cast in LEGACY_FLOAT_CONSTRUCTORS.items()}
 _LIKE = ("dtype", "device")  # keywords a copy keeps as they are
 
 _REDUCTIONS = ("mean", "sum")  # NumPy functions that reduce every element when given no axis
@@ -633,6 +639,14 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
         return _stack_the_list(ctx, finding.node, torch, safe=True)
     stmt = ctx.statement_of(finding.node)
     for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+        cast = _LEGACY.get(ctx.qual(call.func) or "")
+        if cast is not None and len(call.args) == 1 and not call.keywords and _detached_by_variable(ctx, call) is call:
+            # `torch.FloatTensor(arr)` copies the array into a float32 tensor: the translation cast alike.
+            translated = NumpyTranslation(ctx, torch, call)
+            text = translated.expr(call.args[0])
+            if text is not None and (translated.numpy or translated.bindings):
+                _require_not_rebuilt_again(ctx, call)
+                return translated.fix(call, f"{_atom_text(text)}.{cast}()", {})
         if ctx.qual(call.func) not in _FACTORIES or len(call.args) != 1:
             continue
         outer = _detached_by_variable(ctx, call)
@@ -946,10 +960,12 @@ class NumpyTranslation:
             self.numpy = True
             return _atom(ctx, converted)
         if not q.startswith("numpy."):
-            return None
+            return self._method(node)
         name = q[len("numpy."):]
         if name == "take":
             return self._take(node)
+        if name in NUMPY_SUBSCRIPT_TWINS:
+            return self._subscripts(node, NUMPY_SUBSCRIPT_TWINS[name])
         twin = NUMPY_TWINS.get(name)
         if twin is None or any(k.arg is None or k.arg not in twin[1] for k in node.keywords):
             return None
@@ -977,8 +993,70 @@ class NumpyTranslation:
         if any(k.arg == "axis" and not _number(k.value) and not (
                 isinstance(k.value, ast.Tuple) and all(_number(e) for e in k.value.elts)) for k in node.keywords):
             return None  # `axis=None` or a computed axis
-        keywords = [f"{twin[1][k.arg]}={ctx.source(k.value)}" for k in node.keywords]
+        if not _plain_keywords(node.keywords):
+            return None
+        keywords = _twin_keywords(ctx, name, twin[1], node.keywords)
         return f"{self.torch}.{twin[0]}({', '.join([*args, *keywords])})"
+
+    def _method(self, call: ast.Call) -> str | None:
+        """``arr.mean(axis=0)`` / ``arr.reshape(1, n)`` on an array translated here: the tensor method of the same
+        meaning (``NUMPY_ARRAY_METHOD_TWINS``), a reduction's axis a number or a tuple of numbers, ``keepdims``
+        only with one, NumPy's defaults spelled (``correction=0``)."""
+        func = call.func
+        if not isinstance(func, ast.Attribute) or func.attr not in NUMPY_ARRAY_METHOD_TWINS \
+                or any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        method, names = NUMPY_ARRAY_METHOD_TWINS[func.attr]
+        if any(k.arg is None or k.arg not in names for k in call.keywords):
+            return None
+        if names:  # a reduction: at most the axis by position, numbers only
+            given = {k.arg for k in call.keywords}
+            if len(call.args) > 1 or not _plain_keywords(call.keywords) or any(
+                    not _axis(a) for a in call.args) or ("keepdims" in given and not call.args and "axis" not in given):
+                return None
+        elif any(isinstance(n, ast.Constant) and not isinstance(n.value, int) for a in call.args for n in every_node(a)):
+            return None  # a reshape's shape is numbers (an `order=`-like string is NumPy's alone)
+        receiver = self.expr(func.value)
+        if receiver is None:
+            return None
+        args = [self.ctx.source(a) for a in call.args]
+        keywords = _twin_keywords(self.ctx, func.attr, names, call.keywords) if names else []
+        return f"{_atom_text(receiver)}.{method}({', '.join([*args, *keywords])})"
+
+    def _subscripts(self, call: ast.Call, twin: str) -> str | None:
+        """``np.einsum("cd,bdhw->bchw", M, a)``: torch's twin on the translated operands.  An operand that is a
+        module's float32 NumPy constant (``_constant_array``) is ``torch.from_numpy(M).to(a)`` on the first
+        translated name: NumPy promotes float32 to the other operand's float32 or float64, exactly so (torch
+        wants one dtype)."""
+        if call.keywords or len(call.args) < 2 or not (isinstance(call.args[0], ast.Constant)
+                                                       and isinstance(call.args[0].value, str)):
+            return None
+        spelled = [None if isinstance(a, ast.Starred) else self.expr(a) for a in call.args[1:]]
+        anchor = next((t for t in spelled if t is not None and _NAME_CHAIN.fullmatch(t)), None)
+        for k, arg in enumerate(call.args[1:]):
+            if spelled[k] is None and anchor is not None and self._constant_array(arg):
+                spelled[k] = f"{self.torch}.from_numpy({arg.id}).to({anchor})"
+        if None in spelled:
+            return None
+        return f"{self.torch}.{twin}({', '.join([self.ctx.source(call.args[0]), *spelled])})"
+
+    def _constant_array(self, node: ast.expr) -> bool:
+        """A module's name bound once, at its top level, to ``np.array(..., dtype=np.float32)`` (or
+        ``np.asarray``), never declared global nor bound in a function: every read is that float32 array."""
+        ctx = self.ctx
+        if not isinstance(node, ast.Name):
+            return False
+        names = ctx.names_in(ctx.tree)
+        stores = [n for n in names.of(node.id) if not isinstance(n.ctx, ast.Load)]
+        if node.id in names.declared or node.id in names.definitions or len(stores) != 1:
+            return False
+        assign = ctx.parents.get(stores[0])
+        if not (isinstance(assign, ast.Assign) and assign.targets == stores and ctx.parents.get(assign) is ctx.tree
+                and isinstance(assign.value, ast.Call) and ctx.qual(assign.value.func) in ("numpy.array", "numpy.asarray")):
+            return False
+        dtype = next((k.value for k in assign.value.keywords if k.arg == "dtype"), None)
+        return dtype is not None and (ctx.qual(dtype) == "numpy.float32"
+                                      or isinstance(dtype, ast.Constant) and dtype.value == "float32")
 
     def _converter_argument(self, call: ast.Call) -> ast.expr | None:
         """``meter.to_numpy(t)`` where every function of the file with that name only returns its argument's
@@ -1025,12 +1103,18 @@ class NumpyTranslation:
         stores, loads = [], []
         for node in uses:
             (loads if isinstance(node.ctx, ast.Load) else stores).append(node)
-        if name not in loads or len(stores) != 1:
+        if name not in loads:
             return None
-        assign = ctx.parents.get(stores[0])
-        if not (isinstance(assign, ast.Assign) and assign.targets == [stores[0]] and not ctx.loops_around(assign, scope)
-                and all(_runs_before(ctx, assign, ctx.statement_of(n)) for n in loads)):
-            return None
+        if len(stores) == 1:
+            assign = ctx.parents.get(stores[0])
+            if not (isinstance(assign, ast.Assign) and assign.targets == [stores[0]]
+                    and not ctx.loops_around(assign, scope)
+                    and all(_runs_before(ctx, assign, ctx.statement_of(n)) for n in loads)):
+                return None
+        else:
+            assign, loads = _rebound_right_after(ctx, name, stores, loads, scope)
+            if assign is None:
+                return None
         self.names.add(name.id)
         text = self.expr(assign.value)
         rebuilds = [self._rebuild_around(n) for n in loads if n is not name]
@@ -1073,6 +1157,33 @@ class NumpyTranslation:
                       f"promotion and rounding may differ from NumPy's{leaf}{also})", safe=False)
 
 
+def _rebound_right_after(ctx: FixContext, read: ast.Name, stores: list[ast.Name], loads: list[ast.Name],
+                         scope: ast.AST) -> tuple[ast.Assign | None, list[ast.Name]]:
+    """For a name bound more than once: the binding ``read`` reads (``var = np.var(...)``) and the reads of it,
+    when the statement reading it rebinds the name itself (``var = torch.FloatTensor(var)``) and both are
+    statements of one block with nothing between that binds the name or leaves the block early (so no other
+    read, in a later iteration or after the block, sees that binding); none when not so."""
+    then = ctx.statement_of(read)
+    if not (isinstance(then, ast.Assign) and len(then.targets) == 1 and isinstance(then.targets[0], ast.Name)
+            and then.targets[0].id == read.id) or any(isinstance(a, ast.Try) for a in ctx.ancestors(then)):
+        return None, loads
+    block = block_of(ctx.parents.get(then), then) or []
+    k = next((k for k, st in enumerate(block) if st is then), 0)
+    for j in range(k - 1, -1, -1):
+        st = block[j]
+        found = [n for n in stores if ctx.inside(n, st)]
+        if not found:
+            continue
+        if not (isinstance(st, ast.Assign) and st.targets == found) or any(ctx.inside(n, st.value) for n in loads):
+            return None, loads
+        between = block[j + 1:k]
+        if any(isinstance(n, (ast.Break, ast.Continue, ast.Return, ast.Raise, ast.Yield, ast.YieldFrom))
+               for st in between for n in every_node(st)):
+            return None, loads
+        return st, [n for n in loads if any(ctx.inside(n, s) for s in (*between, then))]
+    return None, loads
+
+
 def _runs_before(ctx: FixContext, first: ast.stmt, then: ast.stmt) -> bool:
     """Whether ``first`` always runs before ``then``: it is a statement of a block that holds ``then`` (or a
     statement around it, an ``if``, ``with``, ``try`` body or loop), earlier in that block."""
@@ -1102,6 +1213,27 @@ def _returns_numpy_of_argument(fn: ast.AST, method: bool) -> bool:
             and source.func.attr in _TO_NUMPY and not source.args and not source.keywords:
         source = source.func.value
     return isinstance(source, ast.Name) and source.id == params[-1]
+
+
+def _plain_keywords(keywords: list[ast.keyword]) -> bool:
+    """NumPy reduction keywords torch spells alike: an axis of numbers, ``keepdims`` a bool, ``ddof`` a number."""
+    for k in keywords:
+        if k.arg == "axis" and not _axis(k.value) or k.arg == "ddof" and not _number(k.value) \
+                or k.arg == "keepdims" and not (isinstance(k.value, ast.Constant) and isinstance(k.value.value, bool)):
+            return False
+    return True
+
+
+def _axis(node: ast.expr) -> bool:
+    return _number(node) or isinstance(node, ast.Tuple) and all(_number(e) for e in node.elts)
+
+
+def _twin_keywords(ctx: FixContext, name: str, names: dict, keywords: list[ast.keyword]) -> list[str]:
+    """The torch twin's keywords for NumPy's, then those it needs to mean NumPy's defaults (``NUMPY_TWIN_DEFAULTS``)."""
+    spelled = {names[k.arg]: ctx.source(k.value) for k in keywords}
+    for key, value in NUMPY_TWIN_DEFAULTS.get(name, {}).items():
+        spelled.setdefault(key, value)
+    return [f"{k}={v}" for k, v in spelled.items()]
 
 
 def _number(node: ast.expr) -> bool:
