@@ -217,7 +217,10 @@ class FollowedCallsMixin:
                 env[name] = UNKNOWN  # a caller's argument taken for one tensor, iterated here as a list
         if fn.args.vararg is not None:
             extra = args[len(params):]
-            env[fn.args.vararg.arg] = TensorSeq(list(extra)) if extra else UNKNOWN
+            # The call's extra positional values: none at a known call is a known empty tuple (`f(t, *args)` forwards
+            # nothing); with no call site, whatever callers pass.
+            called = site is not None and site is not fn
+            env[fn.args.vararg.arg] = TensorSeq(list(extra), literal=not extra) if extra or called else UNKNOWN
         if fn.args.kwarg is not None:
             named = {p.arg for p in [*params, *fn.args.kwonlyargs]}
             extra = [kw for kw in getattr(site, "keywords", ()) if kw.arg and kw.arg not in named]
