@@ -286,10 +286,18 @@ class Moment:
             return []
         return sorted({held for held, _ in readers})
 
-    def callers_read_after(self, name: str) -> list[str]:
-        """The variables of callers (frames that led down to the write) that held the written memory and read its
-        value after the write: the write reaches them."""
-        return sorted({held for held, caller in self._readers_after(name) if caller is True})
+    def callers_read_after(self, skip: int = 0) -> list[str]:
+        """The variables of callers more than ``skip`` frames above the write's own (frames that led down to it)
+        that held the written memory and read its value after the write: the write reaches them."""
+        found: set[str] = set()
+        for run in self.log.writes.get(self.write, [self]):
+            own = len(run.frames) - 1
+            for held, _, frame in (run.holders or ()):
+                if frame is not None and frame < own - skip and (
+                        self.log.value_read(run.frames[frame], held, run.position)
+                        or run._read_after_the_call(frame, held)):
+                    found.add(held)
+        return sorted(found)
 
     def _readers_after(self, name: str) -> set[tuple[str, bool | None]]:
         """(variable, whether it is a caller's; None: unknown) of ``others_read_after``."""

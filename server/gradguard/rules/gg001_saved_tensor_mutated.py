@@ -269,11 +269,12 @@ def _clone_where_made(ctx: FixContext, finding: Finding) -> Fix | None:
     their output, or whose saved argument the run saw, are cloned."""
     mutation = mutation_of(finding)
     named = _write_on_enclosing_name(ctx, finding)
-    moment, name = finding.mutation.moment, named and root_name(named.target)[0]
-    if named is not None and moment is not None and set(moment.callers_read_after(name)) - {name}:
-        # A closure writing its function's local that a caller passed in and reads again (`x = tokens` in a forward
-        # whose caller decodes the same input again): the clone keeps the write the caller then sees, writing out of
-        # place would not -- two programs, and nothing tells which is meant (as for the same write made directly).
+    moment = finding.mutation.moment
+    if named is not None and moment is not None and moment.callers_read_after(skip=1):
+        # A closure writing its function's local that that function's caller also holds and reads again (`x = tokens`
+        # in a forward whose caller decodes the same input again): the clone keeps the write the caller then sees,
+        # writing out of place would not -- two programs, and nothing tells which is meant (as for the same write
+        # made directly).
         return None
     if grad_would_be_lost(mutation) or named is None and any(
             c.save.role != "output" and not (c.save.role == "input" and c.save.operand) for c in mutation.conflicts):
