@@ -644,9 +644,7 @@ def copy_for_callers(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
     a new name that the caller reads from then on (``proj_new = scale(proj)``; ``proj.grad`` and the optimizer
     still see the leaf, and so do the reads ``keep`` names).  Unsafe (``kept`` says why): the tensor the caller
     passed keeps its old value."""
-    cst = cst_mod()
-    name, _ = root_name(write.target)
-    stmt = write.stmt
+    cst, (name, _), stmt = cst_mod(), root_name(write.target), write.stmt
     helper = Helper.of(ctx, stmt, name)
     fn = helper.fn
     if ctx.loops_around(stmt, fn) or any(isinstance(n, ast.Return) for n in own_nodes(fn)):
@@ -673,8 +671,9 @@ def copy_for_callers(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
             raise CannotFix("a call at module level, in a loop, or a second call in one function")
         callers.add(caller)
         ctx.require_own_lines(call_stmt)
-        if assigned_after(ctx, caller, call_stmt, arg.id, call_stmt):
-            raise CannotFix(f"`{arg.id}` is assigned again after the call")
+        if assigned_after(ctx, caller, call_stmt, arg.id, call_stmt) or InPlaceWrite.at_call(
+                ctx, call, write.moment).sharing(ctx, arg.id).aliases_read_after:  # (a view of it keeps the old values)
+            raise CannotFix(f"`{arg.id}` is assigned again after the call, or a view or base of it is read after it")
         reads = _reads_of_copy(ctx, caller, call_stmt, arg.id, keep)
         local = fresh_name(ctx, caller, f"{arg.id}_new")
         locals_.append(local)
