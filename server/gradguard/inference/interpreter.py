@@ -168,6 +168,7 @@ class Context:
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)  # the file's module-level functions
     # each function's names used as lists (``used_as_sequences``), read once per file however often it is called
     sequence_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
+    leaves_early: dict[ast.If, bool] = field(default_factory=dict)  # per `if`: may its branches leave the frame
     # each `@contextmanager` generator's two parts (before and after its yield), split once per file
     generator_parts: dict[ast.AST, object] = field(default_factory=dict)
     path: str | None = None  # the module's file: the analysed file, or a project module a call was followed into
@@ -675,7 +676,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.unsure_branches -= 1
         self.saves.put_back(body_saves)
         self._settle(live, merge_states(after_body, self.state))
-        if _may_leave([*stmt.body, *stmt.orelse]):  # the rest of this frame may not run after a save before it
+        leaves = self.ctx.leaves_early.get(stmt)
+        if leaves is None:
+            leaves = self.ctx.leaves_early[stmt] = _may_leave([*stmt.body, *stmt.orelse])
+        if leaves:  # the rest of this frame may not run after a save before it
             self.unsure_context = (*self.unsure_context, object())
 
     def _flag_guard(self, stmt: ast.If) -> bool | None:
