@@ -11,7 +11,6 @@ code: anything it does not understand becomes ``UNKNOWN``, which no rule flags.
 from __future__ import annotations
 
 import ast
-import contextlib
 import operator
 from dataclasses import dataclass, field, replace
 
@@ -465,14 +464,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             found = self.ctx.sequence_names[fn] = used_as_sequences(fn)
         return found
 
-    @contextlib.contextmanager
-    def maybe_skipped(self, unsure: bool = True):
-        """Statements run inside a construct they may not run in, or may leave part-way (when ``unsure``)."""
+    def run_unsure(self, body: list[ast.stmt], unsure: bool = True) -> None:
+        """``body`` run inside a construct it may not run in, or may leave part-way (when ``unsure``): a context of
+        its own for the saves made in it (``_staled_first``), ended with it.  Plain save and restore, not a
+        context manager: this runs for every branch and loop iteration."""
         outer = self.unsure_context
         if unsure:
             self.unsure_context = (*outer, object())
         try:
-            yield
+            self.run_block(body)
         finally:
             self.unsure_context = outer
 
@@ -661,8 +661,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if narrowed is not None and not narrowed[1]:
             self.state.env[narrowed[0]] = NOT_TENSOR
         self.unsure_branches += 1
-        with self.maybe_skipped():
-            self.run_block(stmt.body)
+        self.run_unsure(stmt.body)
         self.unsure_branches -= 1
         after_body = self.state
         # The else branch does not run after the body: it must not see the body's saves.
@@ -671,8 +670,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if narrowed is not None and narrowed[1]:
             self.state.env[narrowed[0]] = NOT_TENSOR
         self.unsure_branches += 1
-        with self.maybe_skipped():
-            self.run_block(stmt.orelse)
+        self.run_unsure(stmt.orelse)
         self.unsure_branches -= 1
         self.saves.put_back(body_saves)
         self._settle(live, merge_states(after_body, self.state))
@@ -819,9 +817,14 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         whole = once and not _jumps_out(stmt.body)  # `for _ in range(1)`: the body runs, and runs whole
 
         def iteration() -> None:
-            with self.maybe_skipped(not whole):
+            outer = self.unsure_context
+            if not whole:
+                self.unsure_context = (*outer, object())
+            try:
                 self.bind(stmt.target, element, stmt)
                 self.run_block(stmt.body)
+            finally:
+                self.unsure_context = outer
 
         self._iterate(iteration, 1 if once or nested >= DOUBLED_LOOP_LEVELS else 2, nested)
         if not once:
@@ -878,9 +881,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         nested = _loops_inside(stmt)
 
         def iteration() -> None:
-            with self.maybe_skipped():
+            outer = self.unsure_context
+            self.unsure_context = (*outer, object())
+            try:
                 self.eval(stmt.test)
                 self.run_block(stmt.body)
+            finally:
+                self.unsure_context = outer
 
         self._iterate(iteration, 1 if nested >= DOUBLED_LOOP_LEVELS else 2, nested)
         self.run_log.ran(Repeats(stmt))
@@ -948,16 +955,14 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
     def _stmt_Try(self, stmt: ast.Try) -> None:
         """Body, handlers, else and finally in turn (a handler runs when the body raised before its end, so a
         return in the body does not stop the handlers); the path has returned when every way through did."""
-        with self.maybe_skipped(bool(stmt.handlers)):  # (without a handler, a raise leaves what follows too)
-            self.run_block(stmt.body)
+        self.run_unsure(stmt.body, bool(stmt.handlers))  # (without a handler, a raise leaves what follows too)
         returned = self.state.returned
         if not returned:
             self.run_block(stmt.orelse)
             returned = self.state.returned
         for handler in stmt.handlers:
             self.state.returned = False
-            with self.maybe_skipped():
-                self.run_block(handler.body)
+            self.run_unsure(handler.body)
             returned = returned and self.state.returned
         self.state.returned = False
         self.run_block(stmt.finalbody)
