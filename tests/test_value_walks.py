@@ -39,3 +39,25 @@ def test_storages_in_follows_the_held_depth() -> None:
     assert storages_in(DataAlias(a)) == {a.storage.id}
     assert storages_in(NumberFrom(frozenset(), None, frozenset(), array_of=b)) == {b.storage.id}
     assert storages_in(Const(1)) == set() and storages_in(None) == set()
+
+
+def test_untyped_copy_forgets_what_forget_dtypes_forgets_on_the_copy_only() -> None:
+    """``copy_values(untyped=True)`` (a method's ``self``) is ``forget_dtypes`` of the copy, done in the copy's walk:
+    every held tensor and layer of the copy has no dtype; the original keeps its dtypes; aliasing is kept."""
+    from gradguard.inference.values import copy_values
+
+    a, b, c, d = (_typed(n) for n in "abcd")
+    inner = ModuleValue("Linear", True, attrs={"weight": a})
+    inner.dtype = "float32"
+    outer = ModuleValue("Net", False, attrs={"layers": [inner, (b,)], "table": {"k": TensorSeq([c])}, "same": a})
+    outer.attrs["self"] = outer
+    outer.attrs["hook"] = FunctionValue(ast.parse("def f(): pass").body[0], scope=[{"t": d}])
+    copied = copy_values({"self": outer}, untyped=True)["self"]
+    reference = copy_values({"self": outer})["self"]
+    forget_dtypes(reference)
+    held = [copied.attrs["layers"][0], copied.attrs["layers"][0].attrs["weight"], copied.attrs["layers"][1][0],
+            copied.attrs["table"]["k"].items[0], copied.attrs["hook"].scope[0]["t"], copied]
+    assert [v.dtype for v in held] == [None] * 6
+    assert copied.attrs["same"] is copied.attrs["layers"][0].attrs["weight"] and copied.attrs["self"] is copied
+    assert [t.dtype for t in (a, b, c, d)] == ["float32"] * 4 and inner.dtype == "float32"
+    assert reference.attrs["layers"][1][0].dtype is None and reference.attrs["table"]["k"].items[0].dtype is None

@@ -21,7 +21,7 @@ from .diagnostics import NOT_ANALYSED
 from .inference.accumulation import stale_steps
 from .inference.loaded_copies import replaced_copies
 from .inference.classes import ClassInfo, find_classes
-from .inference.dtypes import file_default_dtype, forget_dtypes
+from .inference.dtypes import file_default_dtype
 from .inference.events import (CHAIN_REASON, Conflict, Finding, GradRead, MixedUse, Mutation, Sink, StaleUse,
                                in_function_of)
 from .inference.imports import collect_imports
@@ -577,9 +577,8 @@ class _ModuleEnvironment:
             return interp.instantiate(info, [], {}, None, record=False)
 
         made = self._prototype(f"{key} following" if follows else key, make)
-        instance = copy_values({"self": made})["self"]
-        forget_dtypes(instance)  # built apart from the code that builds it: its parameters' dtypes are not known
-        return instance
+        # built apart from the code that builds it: its parameters' dtypes are not known
+        return copy_values({"self": made}, untyped=True)["self"]
 
     def trains(self, fn: ast.AST) -> bool | None:
         """Does the function run a backward, a step or ``autograd.grad`` itself?  Read from its text."""

@@ -669,12 +669,16 @@ def graph_of(value: Value) -> frozenset[int]:
 _SHARED = (ast.AST, enum.Enum, str, int, float, bool, frozenset, type(None))
 
 
-def copy_values(env: dict[str, Value]) -> dict[str, Value]:
+def copy_values(env: dict[str, Value], untyped: bool = False) -> dict[str, Value]:
     """A copy of an environment whose tensors, storages, containers and instances are new objects (aliasing
     between them kept), so that analysing one function cannot change what another one sees.  Syntax nodes
-    and immutable values are shared."""
+    and immutable values are shared.
+
+    ``untyped``: the copied tensors and modules have no known dtype (what ``dtypes.forget_dtypes`` does to the
+    copy, in the same walk: it reaches the same values, since what the copy shares holds no tensor or module)."""
     memo: dict[int, object] = {}
     kinds = _COPY_KINDS
+    typed = (Tensor, ModuleValue) if untyped else ()
 
     def copy(value):
         how = kinds.get(type(value))
@@ -697,6 +701,8 @@ def copy_values(env: dict[str, Value]) -> dict[str, Value]:
         result = memo[id(value)] = object.__new__(type(value))
         for name in how:
             object.__setattr__(result, name, copy(getattr(value, name)))
+        if typed and isinstance(result, typed):
+            result.dtype = None
         return result
 
     return copy(env)
