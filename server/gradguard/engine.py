@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from .diagnostics import NOT_ANALYSED
-from .inference.accumulation import stale_steps
+from .inference.accumulation import sources_of, stale_steps
 from .inference.loaded_copies import replaced_copies
 from .inference.classes import ClassInfo, find_classes
 from .inference.dtypes import file_default_dtype
@@ -686,6 +686,8 @@ def _check(interp: Interpreter, own_file: bool = False) -> Iterator[Finding]:
                 mutation.stale_kept = _kept_read(interp, mutation)
         if mutation.conflicts and mutation.after_backward and mutation.stale_use is None:
             mutation.early_forward = _early_forward(interp, mutation)
+        if mutation.kind == "step" and mutation.conflicts and mutation.after_backward:
+            mutation.touched_after = _touched_after(interp, mutation)
         if not mutation.conflicts and mutation.pending and interp.stale:
             mutation.mixed = _mixed_use(interp, mutation)
         mutation.read_after = _read_after(interp, mutation)
@@ -723,7 +725,7 @@ def _check(interp: Interpreter, own_file: bool = False) -> Iterator[Finding]:
             replaced.use = next((s.node for s in interp.step_runs
                                  if s.optimizer is replaced.optimizer and s.seq > replaced.seq), None)
             if replaced.use is None and not any(owner is replaced.optimizer and replaced.seq < seq
-                                                < replaced.reached.seq for seq, owner in interp.grad_clears):
+                                                < replaced.reached.seq for seq, owner, *_ in interp.grad_clears):
                 replaced.reached = None
     for made in interp.copies:
         _copy_trained(interp, made)
@@ -1188,6 +1190,34 @@ def _early_forward(interp: Interpreter, mutation: Mutation) -> Conflict | None:
         if following is not None and not following.sources & params:
             early.append(c)
     return max(early, key=lambda c: (c.save.certain, -c.save.id), default=None)
+
+
+def _touched_after(interp: Interpreter, mutation: Mutation) -> list[tuple[ast.AST, tuple[ast.AST, ...], bool]] | None:
+    """What ran after an optimizer step and may touch the gradients of its parameters or the weights it updated
+    (``Mutation.touched_after``): every clear and step (touching them when it reaches them), reads of them,
+    backwards other than the ones the step breaks that reach them, saves of the updated weights (a forward).  Up to
+    the step's next run (a loop's next iteration), whose own story starts there."""
+    if interp.grads_written or interp.unknown_backward:
+        return None
+    sources = frozenset().union(*(t.graph for t in (mutation.target.group or (mutation.target,)) if t.param))
+    broken = {id(c.sink) for c in mutation.conflicts}
+    end = next((r.seq for r in interp.step_runs if r.node is mutation.node and r.seq > mutation.seq), interp.seq + 1)
+
+    def runs_before_next(seq: int) -> bool:
+        return mutation.seq < seq < end
+
+    touched = [(node, path, owner is None or bool(sources_of(interp, [owner]) & sources))
+               for seq, owner, node, path in interp.grad_clears if runs_before_next(seq)]
+    touched += [(r.node, r.path, bool(r.sources & sources)) for r in interp.grad_reads if runs_before_next(r.seq)]
+    touched += [(s.node, s.path, True) for s in interp.sinks if runs_before_next(s.seq) and s.kind == "backward"
+                and id(s) not in broken and s.graph & sources]
+    # The weights the step wrote, at the version they had before it: a save at a later one was made after it.
+    before: dict[int, int] = {}
+    for save in mutation.pending:
+        if save.role == "weight":
+            before[save.storage.id] = max(before.get(save.storage.id, save.version), save.version)
+    touched += [(s.node, s.path, True) for s in interp.saves.on(before) if s.version > before[s.storage.id]]
+    return touched
 
 
 def _mixed_use(interp: Interpreter, mutation: Mutation) -> MixedUse | None:

@@ -61,10 +61,6 @@ _GUARD_KEPT_OTHERS_FROZEN = (
     "the parameters were frozen by other code than the guarded write: dropping the guard would also unfreeze "
     "parameters frozen on purpose (whether any are is the author's to say)")
 
-_STEP_BEFORE_DETACHED_TARGET_LOSS = (
-    "the later loss is computed between the step and its backward, which a move of the step does not pass over; "
-    "computing the target again after the step would change the loss, not only its weights: the author's choice")
-
 _MIXED_ACROSS_UPDATE = (
     "the value is to be computed with the weights before the update or with those after it, both parts alike: which "
     "one (move the line before the update, or compute the earlier part again after it) is the author's choice")
@@ -86,11 +82,9 @@ NO_FIX = {
     "GG101/pos_agent_advantage_after_value_updates_loop": _MIXED_ACROSS_UPDATE,
     "GG101/pos_td_error_helper_after_critic_step": _MIXED_ACROSS_UPDATE,
     "GG103/pos_guarded_unfreeze_after_module_freeze": _GUARD_KEPT_OTHERS_FROZEN,
-    "GG101/pos_value_step_before_detached_target_reused": _STEP_BEFORE_DETACHED_TARGET_LOSS,
     "GG101/pos_model_methods_second_backward_after_three_steps": (
         "the forward is a method that keeps its outputs on the object: calling it again before the second loss's "
         "helper is the change, and no fix adds a call"),
-    "GG101/pos_agent_lambda_returns_detached_for_critic_step": _STEP_BEFORE_DETACHED_TARGET_LOSS,
     "GG101/pos_prototypes_cached_on_module_with_graph": _KEPT_ACROSS_STEPS,
     "GG101/pos_cache_filled_lazily_on_holder_object": _KEPT_ACROSS_STEPS,
     "GG101/pos_representation_prepared_before_loop_kept_on_module": _KEPT_ACROSS_STEPS,
@@ -406,6 +400,11 @@ UNSAFE_ONLY = {
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
+    **{f"GG101/{name}": "the step, moved below the later backward, also applies the gradients that backward gives "
+                        "its parameters" for name in ("pos_value_step_before_detached_target_reused",
+                                                      "pos_agent_lambda_returns_detached_for_critic_step",
+                                                      "pos_critic_step_before_guarded_generator_backward",
+                                                      "pos_value_step_before_policy_loss_in_loop")},
     "GG101/pos_two_steps_then_second_loss_on_shared_forward": "the code and the sample computed again after both "
                                                               "steps see the updated encoder and generator",
     "GG101/pos_shared_optimizer_zero_filled_grads_step": "the actor's forward computed again after the step sees the "

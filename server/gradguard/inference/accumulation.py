@@ -33,8 +33,8 @@ def stale_steps(interp) -> list[StaleStep]:
     """The steps of the run that apply gradients an earlier step of their optimizer applied."""
     if interp.grads_written or len(interp.step_runs) < 2:
         return []
-    escaped = _sources(interp, interp.escaped)
-    clears = [(seq, None if owner is None else _sources(interp, [owner])) for seq, owner in interp.grad_clears]
+    escaped = sources_of(interp, interp.escaped)
+    clears = [(seq, None if owner is None else sources_of(interp, [owner])) for seq, owner, *_ in interp.grad_clears]
     backwards = [s for s in interp.sinks if s.kind == "backward" and s.accumulates]
     # A backward found to raise (a write to what its graph saved) ends the run there: no later step runs.
     raises = min((c.sink.seq for m in interp.mutations for c in m.conflicts or ()), default=None)
@@ -89,7 +89,7 @@ def _line_to_change(step: StepRun, added: list[Sink]):
     return step.node
 
 
-def _sources(interp, values: list[Value]) -> frozenset[int]:
+def sources_of(interp, values: list[Value]) -> frozenset[int]:
     """The grad sources of the parameters the values hold: a module's (and those of the optimizers it holds), an
     optimizer's, a ``parameters()`` iterable's."""
     found: set[int] = set()
@@ -119,8 +119,8 @@ def without_gradient(interp, param) -> bool:
     sources = param.graph
     if interp.grads_written or interp.zero_filled or not sources:
         return False
-    cleared = max((seq for seq, owner in interp.grad_clears
-                   if owner is None or sources & _sources(interp, [owner])), default=None)
-    if cleared is None or sources & _sources(interp, interp.escaped):
+    cleared = max((seq for seq, owner, *_ in interp.grad_clears
+                   if owner is None or sources & sources_of(interp, [owner])), default=None)
+    if cleared is None or sources & sources_of(interp, interp.escaped):
         return False
     return not any(s.kind == "backward" and s.seq > cleared and sources & s.graph for s in interp.sinks)

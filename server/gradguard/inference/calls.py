@@ -118,7 +118,8 @@ class CallsMixin:
                     isinstance(k.value, ast.Constant) and k.value.value is True) for k in node.keywords)):
                 self.zero_filled = True  # `zero_grad(set_to_none=False)`: gradients of zeros, which steps apply
             if func.attr == "zero_grad" and not isinstance(owner, (OptimizerValue, ModuleValue)):
-                self.grad_clears.append((self._next(), None))  # of an object not known here: any gradients
+                # of an object not known here: any gradients
+                self.grad_clears.append((self._next(), None, node, self.frame_sites))
             if owner is UNKNOWN and func.attr == "backward":
                 self.unknown_backward = True  # of a value not known: it may reach any parameter
             if isinstance(owner, Tensor):
@@ -171,7 +172,7 @@ class CallsMixin:
                 if func.attr == "step":
                     self._optimizer_step(owner, node, ast.unparse(func.value))  # as the code names it
                 elif func.attr == "zero_grad":
-                    self.grad_clears.append((self._next(), owner))
+                    self.grad_clears.append((self._next(), owner, node, self.frame_sites))
                 elif func.attr.startswith("register_"):
                     self.escaped.append(owner)  # a hook of its steps may clear or step gradients
                 elif func.attr == "add_param_group":
@@ -378,7 +379,7 @@ class CallsMixin:
                 instance.set_training(UNKNOWN)  # an override: which mode it leaves is known only where it sets it
             return self._call_method(found, instance, args, kwargs, node)
         if name == "zero_grad":
-            self.grad_clears.append((self._next(), instance))
+            self.grad_clears.append((self._next(), instance, node, self.frame_sites))
         elif info is not None and (not info.is_module or info.imported_bases or info.late_bases):
             self.escaped.append(instance)  # a method of a base the analysis does not see
         return self._module_method(instance, name, node)

@@ -182,6 +182,13 @@ class Mutation:
     # Filled by the engine for an update whose stale graph no backward reaches: the first op after it that mixes a
     # value computed through the updated parameters before it with one computed after it, used only detached.
     mixed: MixedUse | None = None
+    # Filled by the engine for an optimizer step that breaks a later backward, after a backward it applies: what
+    # ran after the step and may touch its parameters' gradients or weights, each as (the node, the followed calls'
+    # sites it ran inside, whether it does): every clear and step of gradients (it does when it reaches them), a
+    # read of them, a backward other than those the step breaks that adds to them, a forward through the weights it
+    # updated (a save of them).  None when anything may (the code writes gradients itself, or a backward of a value
+    # not known may reach them).
+    touched_after: list[tuple[ast.AST, tuple[ast.AST, ...], bool]] | None = None
 
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the
@@ -451,6 +458,7 @@ class GradRead:
     # A look at the gradient of parameters an optimizer holds (the optimizer it was built on): the code means them
     # to be trained, so a gradient missing there is one its step would miss too.
     held_by: ast.AST | None = None
+    path: tuple[ast.AST, ...] = ()  # the followed calls' sites, outermost first, it ran inside
 
 
 @dataclass

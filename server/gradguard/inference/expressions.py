@@ -529,12 +529,13 @@ class ExpressionsMixin:
                 if owner.leaf and (not self.state.grad_enabled or (
                         owner.requires_grad and not owner.param and not owner.group and after_backward)):
                     self.grad_reads.append(GradRead(node, sources, f"`{ast.unparse(node)}`", self._next(),
-                                                    updates=not self.state.grad_enabled))
+                                                    updates=not self.state.grad_enabled, path=self.frame_sites))
                 elif owner.leaf and owner.param and owner.requires_grad and after_backward:
                     holder = next((o for o in self.optimizers if o.held & sources), None)
                     if holder is not None:
                         self.grad_reads.append(GradRead(node, sources & holder.held, f"`{ast.unparse(node)}`",
-                                                        self._next(), updates=False, held_by=holder.ctor))
+                                                        self._next(), updates=False, held_by=holder.ctor,
+                                                        path=self.frame_sites))
                 grad = new_tensor(node, Grad.NO, label=f"{owner.label}.grad")
                 grad.is_grad = True
                 return grad

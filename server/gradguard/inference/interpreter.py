@@ -272,10 +272,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.grads_written = False
         self.optimizer_steps: list[tuple[OptimizerValue, ast.AST, int]] = []  # each step: (optimizer, call, seq)
         # Gradient accumulation across steps (see ``accumulation.py``): each step as it ran, the clears of gradients
-        # (sequence number, the optimizer or module whose gradients are cleared, None: any), and the objects handed
-        # to code the analysis cannot see (which may clear or step them there).
+        # (sequence number, the optimizer or module whose gradients are cleared, None: any; the call and the followed
+        # calls' sites it ran inside), and the objects handed to code the analysis cannot see (which may clear or step
+        # them there).
         self.step_runs: list[StepRun] = []
-        self.grad_clears: list[tuple[int, Value | None]] = []
+        self.grad_clears: list[tuple[int, Value | None, ast.AST, tuple[ast.AST, ...]]] = []
         self.zero_filled = False  # a `zero_grad()` that may leave gradients of zeros (not `None`) ran
         self.escaped: list[Value] = []
         self.loads: list[LoadedCopy] = []  # `a.load_state_dict(b.state_dict())`, see ``LoadedCopy``
@@ -1628,7 +1629,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         proxy = Tensor(Storage(), Grad.YES, leaf=True, param=True, group=written or params, origin=optimizer.ctor,
                        label=f"the parameters `{name}` updates")
         self.grad_reads.append(GradRead(node, frozenset().union(*(p.graph for p in params)), f"`{name}.step()`",
-                                          self._next()))
+                                          self._next(), path=self.frame_sites))
         self.optimizer_steps.append((optimizer, node, self._next()))
         self.step_runs.append(StepRun(optimizer, node, self.seq, frozenset().union(*(p.graph for p in params)),
                                       self.frame_sites, name,

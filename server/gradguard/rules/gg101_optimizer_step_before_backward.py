@@ -9,7 +9,8 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FixContext
 from ..fixes.edits import Rewrite, apply_edits, line_after
 from ..fixes.identity import FindingId
-from ..fixes.moves import block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in
+from ..fixes.moves import (block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in,
+                           value_only_call)
 from ..fixes.writes import cst_mod
 from ..inference.events import Finding, LoadedCopy, Mutation, StaleStep, in_function_of
 from ..knowledge.names import RECURRENT_LAYERS
@@ -333,7 +334,9 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
                     lambda: _forward_into_loop(ctx, mutation, finding.code),
                     lambda: _detach_in_loop_that_steps(ctx, mutation, finding),
                     lambda: _carried_again_after_step(ctx, mutation, finding),
-                    lambda: _made_again_each_iteration(ctx, mutation, finding)):
+                    lambda: _made_again_each_iteration(ctx, mutation, finding),
+                    lambda: _refuse("the loss was computed too early") if early
+                    else _step_after_later_backward(ctx, mutation, finding.code)):
         try:
             return attempt()
         except CannotFix:
@@ -457,6 +460,81 @@ def _backward_once(ctx: FixContext, mutation: Mutation) -> Fix:
     edits = move_statements_after(ctx, [block[h], step], [step], second)
     return Fix(f"Backpropagate `{loss}` once: run `{ctx.source(step)[:60]}` after its last backward (unsafe: "
                "gradients no `zero_grad()` between cleared now hold one backward's, not two)", False, tuple(edits))
+
+
+def _step_after_later_backward(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
+    """An optimizer step between a backward it applies and a later backward that needs the weights it updates
+    (a critic's step before the actor's loss through the critic's values, a discriminator's step before the
+    generator's loss through it): the step moves just below the later backward (below the statement of the
+    step's block that holds it: an ``if`` that guards it)::
+
+        value_loss.backward(retain_graph=True)        value_loss.backward(retain_graph=True)
+        value_opt.step()                        ->    actor_loss = -target.mean()
+        actor_loss = -target.mean()                   actor_opt.zero_grad()
+        actor_opt.zero_grad()                         actor_loss.backward()
+        actor_loss.backward()                         value_opt.step()
+
+    What the step passes over is read from the run (``Mutation.touched_after``) and the code: no clear, step or
+    read of its parameters' gradients, no backward but those it breaks, no forward through its parameters;
+    only plain statements (and ``if``s) whose calls are the backwards it breaks, other optimizers' ``zero_grad()``
+    and ``step()``, and calls known to compute on tensor values.  Offered only when the analysis of the moved code
+    finds nothing left.  Unsafe: the later backward adds its gradients of the step's parameters before the step,
+    which then applies them too (the order of the usual GAN and actor-critic loops)."""
+    if mutation.kind != "step" or mutation.touched_after is None:
+        raise CannotFix("not an optimizer step whose later gradients the run shows")
+    step = ctx.statement_of(mutation.node)
+    chain = _method_of(step, "step")
+    block = block_around(ctx, step) or []
+    i = next((k for k, st in enumerate(block) if st is step), None)
+    if chain is None or i is None:
+        raise CannotFix("the step is not a plain `opt.step()` statement of a block")
+    path = mutation.call_path()
+    sinks = [in_function_of(c.sink.path, c.sink.node, path) for c in mutation.conflicts if c.sink.kind == "backward"]
+    if len(sinks) != len(mutation.conflicts):
+        raise CannotFix("the graph is not backpropagated here")
+    downs = [next((k for k in range(i + 1, len(block)) if ctx.inside(s, block[k])), None) for s in sinks]
+    if None in downs:
+        raise CannotFix("a backward it breaks is not after the step in its block")
+    region = block[i + 1:max(downs) + 1]
+    root = chain.split(".")[0]
+    for st in region:
+        for n in statements.every_node(st):
+            if isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield, ast.YieldFrom, ast.Await,
+                              ast.Lambda, *FUNCTIONS, ast.ClassDef, ast.Global, ast.Nonlocal)) \
+                    or isinstance(n, ast.stmt) and not isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign,
+                                                                       ast.Expr, ast.If, ast.Pass)):
+                raise CannotFix("the statements the step would pass over are not plain statements")
+            if isinstance(n, ast.Attribute) and n.attr in ("grad", "main_grad"):
+                raise CannotFix("the statements the step would pass over read a gradient")
+            if isinstance(n, ast.Name) and n.id == root and not isinstance(n.ctx, ast.Load):
+                raise CannotFix("the statements the step would pass over rebind its optimizer")
+            if isinstance(n, ast.Call) and not (
+                    any(n is s for s in sinks) or value_only_call(ctx, n) or isinstance(n.func, ast.Attribute)
+                    and n.func.attr in ("zero_grad", "step") and _is_chain(n.func.value)
+                    and ast.unparse(n.func.value) != chain):
+                raise CannotFix("the statements the step would pass over call code that may read its weights")
+    ran = set()
+    for node, where, touches in mutation.touched_after:
+        seen = in_function_of(where, node, path)
+        ran.add(id(seen))
+        if touches and any(ctx.inside(seen, st) for st in region):
+            raise CannotFix("the statements the step would pass over touch its parameters or their gradients")
+    # Every `zero_grad()` and `step()` passed over ran, so the run's facts speak for it.
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("zero_grad", "step")
+           and id(n) not in ran for st in region for n in statements.every_node(st)):
+        raise CannotFix("a `zero_grad()` or `step()` the step would pass over did not run in the analysis")
+    down = region[-1]
+    for st in (step, down):
+        ctx.require_own_lines(st)
+    edits = move_statements_after(ctx, [step], [step], down)
+    entry = mutation.entry()
+    line = line_after(edits, down.end_lineno) + 1 if ctx.inside(entry, step) else line_after(edits, entry.lineno)
+    caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
+    if ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, line, None, caller)):
+        raise CannotFix("the step, moved below the backward, still breaks a graph")
+    return Fix(f"Step after the backward that needs the old weights: move `{ctx.source(step)[:60]}` below "
+               f"`{ctx.source(down).splitlines()[0][:60]}` (unsafe: the step then also applies the gradients that "
+               "backward gives its parameters)", False, tuple(edits))
 
 
 def _backward_of(stmt: ast.stmt | None) -> str | None:
