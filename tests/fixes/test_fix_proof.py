@@ -62,8 +62,8 @@ _GUARD_KEPT_OTHERS_FROZEN = (
     "parameters frozen on purpose (whether any are is the author's to say)")
 
 _MIXED_ACROSS_UPDATE = (
-    "the value is to be computed with the weights before the update or with those after it, both parts alike: which "
-    "one (move the line before the update, or compute the earlier part again after it) is the author's choice")
+    "the mixed value is computed in a branch of its own (`if late:`), apart from the update's block: computing it "
+    "before the update takes it out of that branch, which no fix does")
 
 _RECOMPUTE_WITH_GRAD = (
     "the value was computed with grad mode off where it is meant to be (acting, scoring): the loss should "
@@ -78,7 +78,6 @@ NO_FIX = {
     "GG103/pos_nograd_output_copied_into_buffer_term": _RECOMPUTE_WITH_GRAD,
     "GG103/pos_nograd_helper_output_whole_loss_term": _RECOMPUTE_WITH_GRAD,
     "GG103/pos_nograd_values_kept_on_object_term": _RECOMPUTE_WITH_GRAD,
-    "GG101/pos_td_error_after_critic_step_detached": _MIXED_ACROSS_UPDATE,
     "GG101/pos_agent_advantage_after_value_updates_loop": _MIXED_ACROSS_UPDATE,
     "GG101/pos_td_error_helper_after_critic_step": _MIXED_ACROSS_UPDATE,
     "GG103/pos_guarded_unfreeze_after_module_freeze": _GUARD_KEPT_OTHERS_FROZEN,
@@ -400,6 +399,8 @@ UNSAFE_ONLY = {
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
+    **{f"GG101/{name}": "the mixed value, computed before the update, changes, and so does the loss it weighs"
+       for name in ("pos_td_error_after_critic_step_detached", "pos_agent_advantage_annotated_after_value_step")},
     **{f"GG101/{name}": "the step, moved below the later backward, also applies the gradients that backward gives "
                         "its parameters" for name in ("pos_value_step_before_detached_target_reused",
                                                       "pos_agent_lambda_returns_detached_for_critic_step",

@@ -118,38 +118,24 @@ def _clears_gradients(ctx: FixContext, stmt: ast.stmt) -> bool:
 
 def _reads_values_only(ctx: FixContext, stmt: ast.stmt) -> bool:
     """Whether the update reads and writes tensor values only: no `.grad`, and no call that could (a helper, a
-    step): only tensor methods, parameter lists, torch functions and a few builtins."""
-    # A function defined inside the update (a closure it then calls) is checked by this same walk of its body.
+    step); a function defined inside it (a closure it then calls) is checked by this same walk of its body."""
     inline = {n.name for n in ast.walk(stmt) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Attribute) and node.attr in ("grad", "main_grad", "zero_grad"):
-            return False
-        if isinstance(node, ast.Call) and not value_only_call(ctx, node, inline):
-            return False
-    return True
+    return not any(isinstance(node, ast.Attribute) and node.attr in ("grad", "main_grad", "zero_grad")
+                   or isinstance(node, ast.Call) and not value_only_call(ctx, node, inline) for node in ast.walk(stmt))
 
 
 def value_only_call(ctx: FixContext, node: ast.Call, inline: set[str] | frozenset[str] = frozenset()) -> bool:
-    """A call known to read and write tensor values only (never a `.grad`, never a module's forward): a tensor
-    method, a parameter list, a torch function (not autograd's, a clip of gradients or a backward), a few builtins,
-    or one of the functions ``inline`` (defined in the code checked)."""
-    func = node.func
+    """A call known to compute on tensor values only (no `.grad`, no module's forward): a tensor method, a parameter
+    list, a torch function (not autograd's, a clip of gradients or a backward), a few builtins, or one of the
+    functions ``inline`` (defined in the code checked)."""
+    func, q, knowledge = node.func, ctx.qual(node.func) or "", load_knowledge()
     if isinstance(func, ast.Name) and (func.id in _VALUE_CALLS or func.id in inline) and func.id not in ctx.imports:
         return True
-    q = ctx.qual(func) or ""
     if q.startswith("torch.") and not (q.startswith("torch.autograd") or "clip_grad" in q or "backward" in q):
         return True
-    if not isinstance(func, ast.Attribute) or func.attr in ("backward", "step", "zero_grad"):
-        return False
-    knowledge = load_knowledge()
-    if func.attr in _PARAMETER_LISTS or func.attr in OUT_OF_PLACE_METHODS or knowledge.is_inplace(func.attr):
-        return True
-    # A tensor method (`loss.mean()`), not a layer held under an op's name (`self.linear(x)`, `self.norm(h)`).
-    return func.attr in knowledge.op_names and func.attr not in _layer_names(knowledge)
-
-
-def _layer_names(knowledge) -> frozenset[str]:
-    return frozenset(name.lower() for name in knowledge.module_names)
+    return isinstance(func, ast.Attribute) and func.attr not in ("backward", "step", "zero_grad") and (
+        func.attr in _PARAMETER_LISTS or func.attr in OUT_OF_PLACE_METHODS or knowledge.is_inplace(func.attr)
+        or func.attr in knowledge.tensor_methods)
 
 
 def _names_only(node: ast.expr) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from functools import cached_property
 import json
 import re
 from collections.abc import Mapping
@@ -196,6 +197,12 @@ class TorchKnowledge:
     @property
     def module_names(self) -> frozenset[str]:
         return frozenset(self._modules)
+
+    @cached_property
+    def tensor_methods(self) -> frozenset[str]:
+        """The ops a tensor's method call may be (``loss.mean()``), but for those a layer is commonly held under
+        (``self.linear(x)``, ``self.relu(h)``: a module's forward)."""
+        return self.op_names - {name.lower() for name in self._modules}
 
     @property
     def inplace_names(self) -> frozenset[str]:

@@ -319,8 +319,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return _keep_loaded_copy(ctx, finding.node)
     mutation = mutation_in(finding)
     if not mutation.conflicts and mutation.mixed is not None:
-        raise CannotFix("whether the value is to use the weights before the update or after it is the author's "
-                        "choice")
+        return _mixed_before_update(ctx, mutation, finding)
     if mutation.stale_kept is not None:
         raise CannotFix("keeping the value detached changes the gradients, computing it anew drops the cache: "
                         "the author's choice")
@@ -342,6 +341,62 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         except CannotFix:
             pass
     return _detach_between_chunks(ctx, mutation)
+
+
+def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) -> Fix:
+    """A value that mixes weights from before an update and after it (``td_delta = td_target - critic(s)`` after
+    the critic's step, ``td_target`` from before it), used only detached: the statement that computes it moves
+    above the update (the statement of its block that holds it), so that both parts use the weights before it, as
+    the loss was meant to (the TD error of the critic the target came from)::
+
+        critic_loss.backward()                        critic_loss.backward()
+        critic_opt.step()                      ->     td_delta = td_target - critic(s)
+        td_delta = td_target - critic(s)              critic_opt.step()
+
+    Only a plain assignment of the update's block, after it, whose reads nothing between changes (rebinds,
+    stores into, changes in place or hands to code that may), whose names nothing between reads or binds, and
+    only when the finding is gone with it.  Unsafe: the value, and the loss weighed by it, change (computing the
+    earlier part again after the update instead would be the other choice)."""
+    use = ctx.statement_of(finding.node)
+    block = block_around(ctx, use) or []
+    update = in_function_of(tuple(mutation.call_path()), mutation.node, list(mutation.mixed.use.path))
+    k = next((k for k, st in enumerate(block) if ctx.inside(update, st)), None)
+    u = next((k for k, st in enumerate(block) if st is use), None)
+    if k is None or u is None or k >= u or not isinstance(use, (ast.Assign, ast.AnnAssign)):
+        raise CannotFix("the mixed value is not a plain assignment after the update in its block")
+    reads, writes = _reads(use), _writes(use)
+    between = block[k + 1:u]
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Lambda))
+           for n in statements.every_node(use)):
+        raise CannotFix("the assignment does more than compute a value")
+    for st in [block[k], *between]:
+        if (_writes(st) | _stored_into(st)) & reads or (_reads(st) | _writes(st)) & writes:
+            raise CannotFix("the statements between share names with the assignment")
+    for st in between:
+        for n in statements.every_node(st):
+            if isinstance(n, ast.Call) and not (
+                    value_only_call(ctx, n) and not (isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_"))
+                    or isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "zero_grad", "step")
+                    and _is_chain(n.func.value) and not any(isinstance(a, ast.Starred) for a in n.args)
+                    and not (_reads(n) - {_root(n.func.value)}) & reads):
+                raise CannotFix("a call between may change what the assignment reads")
+    for st in (use, block[k]):
+        ctx.require_own_lines(st)
+    text = "".join(line.rstrip("\r\n") + ctx.newline for line in ctx.lines[use.lineno - 1:use.end_lineno])
+    edits = (TextEdit(block[k].lineno, 1, block[k].lineno, 1, text), TextEdit(use.lineno, 1, use.end_lineno + 1, 1, ""))
+    caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
+    found = FindingId(finding.code, line_after(edits, mutation.entry().lineno), None, caller)
+    if ctx.still_found(apply_edits(ctx.text, list(edits)), found):
+        raise CannotFix("computing the value before the update leaves it mixed")
+    shown = ctx.source(use).splitlines()[0]
+    return Fix(f"Compute `{shown[:60]}` before the update, both parts with the weights it had (unsafe: the value, "
+               "and the loss weighed by it, change)", False, edits)
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _clear_before_backward(ctx: FixContext, finding: Finding, event: StaleStep) -> Fix:
