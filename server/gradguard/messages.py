@@ -88,10 +88,10 @@ class Message:
 _OTHER_FILE_NODES: dict[int, tuple[ast.AST, str]] = {}
 
 
-def mark_other_file(tree: ast.AST, path: str | None) -> None:
+def mark_other_file(tree: ast.AST, path: str | None, nodes: list[ast.AST] | None = None) -> None:
     """Record that the nodes of ``tree`` are in the file ``path``, not in the file being analysed (``None``: forget
-    them again, when the module is read anew)."""
-    for node in ast.walk(tree):
+    them again, when the module is read anew).  ``nodes``: every node of ``tree``, when the caller has them."""
+    for node in ast.walk(tree) if nodes is None else nodes:
         if hasattr(node, "lineno"):
             if path is None:
                 _OTHER_FILE_NODES.pop(id(node), None)

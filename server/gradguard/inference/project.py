@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..messages import mark_other_file
+from ..statements import every_node
 from .classes import ClassInfo, find_classes, mro
 from .imports import collect_imports, qualified_name
 
@@ -282,9 +283,10 @@ def _parse_module(path: Path, size: int, function_bases: frozenset[str]) -> Proj
         tree = ast.parse(path.read_bytes(), str(path))
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    mark_other_file(tree, str(path))
+    nodes = list(every_node(tree))  # one walk for both (every node with a line: every_node skips only markers)
+    mark_other_file(tree, str(path), nodes)
     imports = collect_imports(tree.body)
-    class_nodes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    class_nodes = [n for n in nodes if isinstance(n, ast.ClassDef)]
     class_nodes.sort(key=lambda n: (n.lineno, n.col_offset))
     classes = find_classes(class_nodes, imports, function_bases, module_path=str(path))
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
