@@ -89,7 +89,10 @@ def _numbers(values: list[Value], node: ast.AST) -> NumberFrom:
 MAIN_MODULE_NAME = Const("__main__")
 # Reading an attribute these decorate runs the method (Python's descriptors, not torch).
 PROPERTY_DECORATORS = frozenset({"builtins.property", "functools.cached_property"})
-_EXPR_METHODS: dict[type, str] = {}  # node type -> the name of its method (``_expr_Call``), made once
+# node type -> the function of its method (``_expr_Call``) or None, looked up once on the class that mixes this in
+# (``Interpreter``, the only one): ``eval`` runs millions of times, and ``getattr(self, name)`` made a bound method
+# at each.
+_EXPR_FUNCTIONS: dict[type, object] = {}
 
 
 class ExpressionsMixin:
@@ -104,16 +107,16 @@ class ExpressionsMixin:
         if self.presets and id(node) in self.presets:
             return self.presets[id(node)]  # a caller's keyword spread into a followed call: its value there
         kind = type(node)
-        name = _EXPR_METHODS.get(kind)
-        if name is None:
-            name = _EXPR_METHODS[kind] = f"_expr_{kind.__name__}"
-        method = getattr(self, name, None)
-        if method is None:
+        try:
+            function = _EXPR_FUNCTIONS[kind]
+        except KeyError:
+            function = _EXPR_FUNCTIONS[kind] = getattr(type(self), f"_expr_{kind.__name__}", None)
+        if function is None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.expr):
                     self.eval(child)
             return UNKNOWN
-        return method(node)
+        return function(self, node)
 
     def _expr_Unanalysed(self, node: Unanalysed) -> Value:
         return UNKNOWN  # too deep to analyse (bounds.py): reported as GG903, unknown here

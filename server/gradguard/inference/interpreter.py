@@ -78,7 +78,8 @@ from .values import (
 # as not analysed (GG903).  Of the 2,584 files of the fixtures, examples and torch's own sources, the most a
 # unit takes is 154,000 (the top level of a 1.3 MB generated table); functions take at most 71,000.
 MAX_STEPS = 500_000
-_STMT_METHODS: dict[type, str] = {}  # statement type -> the name of its method (``_stmt_Assign``), made once
+# statement type -> the function of its method (``_stmt_Assign``) or None, looked up once (see ``eval``).
+_STMT_FUNCTIONS: dict[type, object] = {}
 
 
 # Loops run their body twice (iteration i-1's saves meet iteration i's writes), so a nest of n loops runs its
@@ -516,12 +517,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.count_step()
         self.run_log.ran(stmt)
         kind = type(stmt)
-        name = _STMT_METHODS.get(kind)
-        if name is None:
-            name = _STMT_METHODS[kind] = f"_stmt_{kind.__name__}"
-        method = getattr(self, name, None)
-        if method is not None:
-            method(stmt)
+        try:
+            function = _STMT_FUNCTIONS[kind]
+        except KeyError:
+            function = _STMT_FUNCTIONS[kind] = getattr(type(self), f"_stmt_{kind.__name__}", None)
+        if function is not None:
+            function(self, stmt)
 
     def _stmt_ClassDef(self, stmt: ast.ClassDef) -> None:
         """A class statement run inside a function whose bases include that function's names (a factory's
