@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from ..knowledge.names import JOINING
-from ..statements import blocks
+from ..statements import blocks, every_node
 from .calls import CALL_STATS
 from .classes import ClassInfo, dataclass_fields, find_method
 from .imports import normalize, qualified_name
@@ -185,7 +185,7 @@ class FollowedCallsMixin:
             params = params[1:]
         given = [*zip(params, node.args), *((kw.arg, kw.value) for kw in node.keywords if kw.arg in params)]
         return [name for name, expr in given
-                if any(isinstance(n, ast.Name) and n.id in loop_vars for n in ast.walk(expr))]
+                if any(isinstance(n, ast.Name) and n.id in loop_vars for n in every_node(expr))]
 
     def _bind_parameters(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value],
                          self_value: Value | None, site: ast.AST | None = None) -> dict[str, Value]:
@@ -270,7 +270,7 @@ def used_as_sequences(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[s
     ...)``), concatenated or stacked (``torch.cat(xs)``), or appended to.  An unannotated ``forward`` argument used
     so is not taken for one tensor."""
     names = set()
-    for node in ast.walk(fn):
+    for node in every_node(fn):  # (a set: the order does not matter)
         if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.iter, ast.Name):
             names.add(node.iter.id)
         elif isinstance(node, ast.Call):
