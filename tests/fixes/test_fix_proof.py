@@ -291,6 +291,9 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    "GG003/pos_helper_writes_block_into_argument_leaf": (
+        "the helper now writes a copy of its argument: a call from another file that reads the tensor it passed "
+        "after the call would not see the block"),
     "GG103/pos_np_mean_of_head_losses": "the result keeps the gradient, where values meant only for a log would "
                                         "be `.detach()`ed",
     **{f"GG103/{name}": "the guard is dropped: a call of the setter on a module frozen by other code would unfreeze "

@@ -226,8 +226,6 @@ class Helper:
         raise CannotFix("the helper returns something else than the written parameter")
 
 
-
-
 def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast.stmt, param: str, title: str,
                     safe: bool, drop_decorators: tuple[ast.expr, ...] = (), moment: Moment | None = None) -> Fix:
     """The fix ``rw`` (which rebinds ``param`` inside its function) made whole: the function returns ``param``

@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import FixContext, Segment
 
 
-
 @dataclass
 class Rewrite:
     """The changes one fix makes to one file: libcst node replacements (keyed by the original nodes), and

@@ -49,7 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
 
 
-
 def mutation_of(finding: Finding) -> Mutation:
     mutation = finding.mutation
     if mutation is None:
@@ -198,8 +197,6 @@ def inplace_false(call: cst.Call) -> cst.Call:
     raise CannotFix("no inplace=True to turn off")
 
 
-
-
 # ============================================================================ no_grad
 def no_grad_wrap(ctx: FixContext, stmt: ast.stmt) -> tuple[Rewrite, str]:
     rw = Rewrite(ctx)
@@ -303,21 +300,26 @@ def update_on_copy(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, source: st
 
 def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
     """``w = x.exp_()``, ``F.relu(x, inplace=True)`` in a helper whose parameter ``x`` no one reads afterwards, nor any
-    caller after the call (``callers_leave_unread``): out of place is the same.  Unsafe in a public helper."""
+    caller after the call (``callers_leave_unread``): out of place is the same; ``x[i] = v`` writes ``x = x.clone()``,
+    which the helper reads from then on as it read ``x``.  Unsafe in a public helper."""
     name, direct = root_name(write.target)
-    if not (write.kind in ("method", "functional") and write.value_use and direct and name is not None):
+    view = write.kind in ("setitem", "method") and not direct and name is not None
+    if not (view or write.kind in ("method", "functional") and write.value_use and direct and name is not None):
         raise CannotFix("not an in-place call whose result is used, on a name")
     report = write.sharing(ctx, name)
-    if write.value_read_after(ctx, name) or report.aliases_read_after or report.holders_read_after \
-            or report.escapes != [param_escape(name)]:
+    if (write.value_read_after(ctx, name) and not view) or report.aliases_read_after \
+            or report.holders_read_after or report.escapes != [param_escape(name)]:
         raise CannotFix(f"`{name}` is read after the write, or held by more than the caller")
     unread, unsafe = callers_leave_unread(ctx, write.stmt, name, write.moment)
     if not unread:
         raise CannotFix(f"a caller reads what it passed for `{name}` after the call")
-    call = ctx.cst(write.call)
-    new_value = out_of_place(ctx, write.call) if write.kind == "method" else _not_inplace(ctx, write.call, call)
-    rw = Rewrite(ctx).replace_node(call, new_value)
-    title = f"Write out of place: `{short(code(new_value))}`"
+    rw = Rewrite(ctx)
+    if view:
+        rw, title = rw.insert_before(write.stmt, f"{name} = {name}.clone()"), f"Write a copy: `{name} = {name}.clone()`"
+    else:
+        call = ctx.cst(write.call)
+        new_value = out_of_place(ctx, write.call) if write.kind == "method" else _not_inplace(ctx, write.call, call)
+        rw, title = rw.replace_node(call, new_value), f"Write out of place: `{short(code(new_value))}`"
     return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe, callers_checked=True)
 
 
@@ -404,7 +406,6 @@ def copy_anchor(ctx: FixContext, scope: ast.AST, start: ast.stmt,
             continue
         return candidate, reads
     raise CannotFix("no statement around the write runs before every later read of the leaf")
-
 
 
 def _rewrite_write_on(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, attr: ast.Attribute, local: str,
