@@ -186,10 +186,6 @@ NO_FIX = {
         "the write is in a helper a forward hook calls, on the hook's output, a view of a parameter: the clone "
         "belongs in the hook, which a rewrite of the helper cannot place"
     ),
-    "GG001/pos_function_backward_writes_saved_sigmoid_output": (
-        "the write is in a custom Function's backward, on a tensor `ctx.saved_tensors` gives back; a clone there is "
-        "the change, but no fix rewrites code that torch runs inside the backward"
-    ),
     "GG102/pos_forward_data_clamp_gain_after_use": (
         "the `.data` clamp of a parameter inside `forward`, after the op that saved it: the backward that needs the "
         "old value runs in the caller, so the write cannot move after it from inside `forward`"
@@ -294,6 +290,15 @@ UNSAFE_ONLY = {
     "GG003/pos_helper_writes_block_into_argument_leaf": (
         "the helper now writes a copy of its argument: a call from another file that reads the tensor it passed "
         "after the call would not see the block"),
+    **{f"GG001/{name}": "the Function's forward now leaves its input as it was: a caller that relied on the write "
+                        "would see the old values"
+       for name in ("pos_function_forward_scales_saved_input_in_place",
+                    "pos_function_forward_clamps_saved_input_then_returns_it")},
+    "GG001/pos_function_backward_writes_saved_sigmoid_output": (
+        "the backward now writes a copy of the tensor `ctx.saved_tensors` gave it: whatever else holds that tensor "
+        "keeps its values"),
+    **{f"GG001/{name}": "the detached name now holds a copy: the tensor it was taken from keeps its values"
+       for name in ("pos_detach_alias_zeroed_then_original_summed", "pos_detach_alias_rows_masked_in_method")},
     "GG103/pos_np_mean_of_head_losses": "the result keeps the gradient, where values meant only for a log would "
                                         "be `.detach()`ed",
     **{f"GG103/{name}": "the guard is dropped: a call of the setter on a module frozen by other code would unfreeze "

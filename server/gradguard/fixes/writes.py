@@ -56,7 +56,7 @@ class InPlaceWrite:
     def of_mutation(ctx: FixContext, mutation: Mutation) -> InPlaceWrite:
         """The write statement of the analysed function's story (``Mutation.entry``), with the run's facts."""
         entry = mutation.entry()
-        write = InPlaceWrite.of(ctx, entry)
+        write = InPlaceWrite.of(ctx, entry, mutation.written_through if entry is mutation.node else None)
         write.moment = mutation.moment
         write.depth = next((i for i, (site, _) in enumerate(mutation.frames) if site is entry), -1)
         return write
@@ -84,14 +84,17 @@ class InPlaceWrite:
         return self.moment.value_read_after(name, self.depth)
 
     @staticmethod
-    def of(ctx: FixContext, node: ast.AST) -> InPlaceWrite:
+    def of(ctx: FixContext, node: ast.AST, through: ast.expr | None = None) -> InPlaceWrite:
         if isinstance(node, ast.AugAssign):
             return InPlaceWrite(node, "augassign", node.target)
         if isinstance(node, ast.Assign):
-            subscripts = [t for t in node.targets if isinstance(t, ast.Subscript)]
-            if len(node.targets) != 1 or len(subscripts) != 1:
+            # one target, or the one of a tuple's that the run wrote through (`q[:, 1:], k[:, 1:] = rotate(q, k)`)
+            many = through is not None and isinstance(node.targets[0], (ast.Tuple, ast.List))
+            written = [t for t in (node.targets[0].elts if many else node.targets) if isinstance(t, ast.Subscript)
+                       and (not many or attribute_base(t) is through or root_name(t)[0] == getattr(through, "id", 0))]
+            if len(node.targets) != 1 or len(written) != 1:
                 raise CannotFix("an assignment with several targets")
-            return InPlaceWrite(node, "setitem", subscripts[0])
+            return InPlaceWrite(node, "setitem", written[0])
         if isinstance(node, ast.Call):
             stmt = ctx.statement_of(node)
             value_use = not (isinstance(stmt, ast.Expr) and stmt.value is node)

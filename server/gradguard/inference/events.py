@@ -153,6 +153,9 @@ class Mutation:
     # The written tensor is an inference tensor (made in a `torch.inference_mode()` block) and the write is outside
     # inference mode: where it was made (the statement of the block's own function).
     inference_made: ast.AST | None = None
+    # The write runs in a custom Function's forward or backward, whose grad mode autograd turns off itself: the
+    # Function's backward gives its outputs' gradients, so a write made out of place there drops no graph.
+    in_function: bool = False
     # The variable or attribute the write goes through (`out` of `out[i] = v`, `self.scale` of `self.scale.mul_(m)`).
     written_through: ast.expr | None = None
     # Filled by the engine for an update of parameters: the first op after it that takes a value made stale by

@@ -1079,7 +1079,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 self._part_kept(stmt, target, container, value)
                 write_target, advanced = self._index_target(container, target.slice)
                 self._inplace(stmt, write_target, "an indexed assignment `[...] =`", None, [value], advanced=advanced,
-                              copy_from=value, index=target.slice)
+                              copy_from=value, index=target.slice, written_through=_through_of(target))
             elif isinstance(container, DataAlias):
                 self._data_write(stmt, container, "an indexed assignment through `.data`")
             elif isinstance(container, NumberFrom) and container.array_of is not None:
@@ -1393,6 +1393,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             mutation.moment = self.run_log.moment(target, [*self.caller_envs, self.state.env], tuple(self.scopes), node)
             mutation.written_through = written_through or _written_through(node)
             mutation.by_layer = by_layer
+            mutation.in_function = bool(self.function_contexts)
             mutation.alias_site = self._second_name(node, target, mutation.written_through)
             mutation.conversion_site = self._conversion_site(target, mutation.written_through)
             if not self.inference_blocks:
@@ -1886,6 +1887,12 @@ def _written_through(node: ast.AST) -> ast.expr | None:
         expr = node.func.value
     else:
         return None
+    return _through_of(expr)
+
+
+def _through_of(expr: ast.expr) -> ast.expr | None:
+    """The variable or attribute the written expression goes through (``q`` of the target ``q[:, 1:]``, one of
+    the targets of ``q[:, 1:], k[:, 1:] = ...``)."""
     while True:
         if isinstance(expr, ast.Subscript):
             expr = expr.value

@@ -184,6 +184,29 @@ def _copy_at_binding(ctx: FixContext, mutation: Mutation) -> Fix:
     return rw.fix(f"Take a copy: `{name} = {copy}` (unsafe: `{other}` keeps its values)", safe=False)
 
 
+def _copy_at_detach(ctx: FixContext, write: InPlaceWrite) -> Fix:
+    """`c = out.detach()` ... `c.zero_()` -> `c = out.detach().clone()`: the writes change a copy, not the memory
+    backward saved.  Unsafe: `out` keeps its values, where the writes used to change it too."""
+    name, _ = root_name(write.target)
+    if name is None:
+        raise CannotFix("the write does not go through a name")
+    scope = ctx.scope_of(write.stmt)
+    stores = [n for n in ctx.names_in(scope).of(name) if not isinstance(n.ctx, ast.Load)]
+    binding = ctx.parents.get(stores[0]) if len(stores) == 1 else None
+    value = binding.value if isinstance(binding, ast.Assign) and binding.targets == [stores[0]] else None
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "detach"
+            and not value.args and not value.keywords):
+        raise CannotFix(f"`{name}` is not bound once, by `.detach()`")
+    block = block_around(ctx, write.stmt)
+    if block is None or binding not in block or block.index(binding) > block.index(write.stmt):
+        raise CannotFix(f"`{name}` is not bound before the write in its block")
+    ctx.require_own_lines(binding)
+    copy = f"{ctx.source(value)}.clone()"
+    rw = Rewrite(ctx).replace_node(ctx.cst(value), cst_mod().parse_expression(copy))
+    return rw.fix(f"Take a copy: `{name} = {short(copy)}` (unsafe: `{ast.unparse(value.func.value)}` keeps its "
+                  "values)", safe=False)
+
+
 def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     """GG001 (and any rule about a write to memory saved for backward): rebind out of place when nothing
     else sees the memory; clone where it is saved when a view of it is read later (or rebinding cannot
@@ -218,6 +241,10 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         if built is not None:
             return built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True)
         possible = False
+    if mutation.target.detached_from is not None and mutation.read_after is not None:
+        # A write through a `.detach()` alias whose changed values a backward reads: a clone where saved would leave
+        # that hidden write (GG102); the alias was meant to be a copy.
+        return fix_or_none(lambda: _copy_at_detach(ctx, write))
     # Under no_grad a clone where saved still leaves the write hidden from autograd on a tensor of the graph
     # (silent wrong gradients): that is no repair.  The write goes into the graph instead, as for GG102.
     hidden = grad_would_be_lost(mutation)
@@ -276,7 +303,8 @@ def _clone_where_made(ctx: FixContext, finding: Finding) -> Fix | None:
         # writing out of place would not -- two programs, and nothing tells which is meant (as for the same write
         # made directly).
         return None
-    if grad_would_be_lost(mutation) or named is None and any(
+    if grad_would_be_lost(mutation) or mutation.target.detached_from is not None and mutation.read_after is not None \
+            or named is None and any(
             c.save.role != "output" and not (c.save.role == "input" and c.save.operand) for c in mutation.conflicts):
         return None
     for conflict in (c for c in mutation.conflicts if c.save.role == "output"):
@@ -376,8 +404,9 @@ def _is_inplace_expr(ctx: FixContext, node: ast.expr) -> bool:
 
 
 def grad_would_be_lost(mutation: Mutation) -> bool:
-    """Rebinding under no_grad drops the graph of a tensor that requires grad."""
-    return not mutation.grad_enabled and mutation.target.requires_grad != Grad.NO
+    """Rebinding under no_grad drops the graph of a tensor that requires grad (not the no_grad autograd runs a
+    custom Function's forward and backward in: the Function's backward gives the gradients)."""
+    return not mutation.grad_enabled and not mutation.in_function and mutation.target.requires_grad != Grad.NO
 
 
 def saves_inside(ctx: FixContext, mutation: Mutation, stmt: ast.stmt) -> bool:
