@@ -84,3 +84,13 @@ def test_explanations_are_structured_from_the_analysis():
     assert e.kind == AT_WRITE and e.multi_view == "Split" and e.through_view  # `piece[:, 0] = ...`
 
     assert explain(Finding("GG103", ast.parse("x").body[0], "a graph break")) is None
+
+
+def test_a_replacement_helper_is_not_said_to_change_shapes():
+    """GG103 at the call of a helper that replaces a module an optimizer holds: the analysis knows a new module with
+    parameters the optimizer does not hold, not their shapes; the message must not claim "other shapes"."""
+    found = [d for d in _diagnostics("GG103") if d.message.startswith("This call gives")]
+    assert found
+    for d in found:
+        assert "shape" not in d.message, d
+        assert "does not hold" in d.message, d

@@ -282,10 +282,10 @@ def _check_replaced(event: ReplacedParameter):
             "parameters (`.copy_()` under `torch.no_grad()`).", name=event.name, what=what, built=built, effect=effect)
     else:
         message = Message.format(
-            "This call gives `{name}` a new {what} (on {at}), of other shapes, while the optimizer this function "
-            "uses (built on {built}) holds the old one's parameters: {effect} Give the optimizer the new parameters "
-            "here, or build it after this call.", name=event.name, what=what, at=event.node, built=built,
-            effect=effect)
+            "This call gives `{name}` a new {what} (on {at}), {held} the optimizer this function uses (built on "
+            "{built}) does not hold (it holds the old one's): {effect} Give the optimizer the new parameters here, "
+            "or build it after this call.", name=event.name, what=what, at=event.node, built=built,
+            held=Message.text("a tensor" if what == "parameter" else "with parameters"), effect=effect)
     yield Finding(
         "GG103",
         site,
