@@ -29,6 +29,7 @@ from .fixes import FindingId, Fixer, StillFound, unavailable, with_fix
 from .fixes.context import CannotFix, FixContext
 from .fixes.moves import move_statements_after
 from .inference.events import Conflict, Finding, Mutation, Sink
+from .inference.stale_optimizers import built_just_before
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
 from .knowledge.names import LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, FROZE_NOTE, GRAD_OFF_NOTE, GUARD_SKIPS_OTHERS_NOTE,
@@ -36,6 +37,7 @@ from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, FROZE_NOTE, GRAD_OFF_N
                           REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE,
                           STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
+from .rules.gg103_graph_break import build_optimizer_after
 from .statements import blocks
 from .text import code_point_column
 
@@ -1018,20 +1020,14 @@ def _step_after_helper_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fi
                "the step also applies the gradients that backward adds to its parameters)", False, edits)
 
 
-def _reads_name(node: ast.AST, name: str) -> bool:
-    """Whether ``name`` occurs in ``node`` (read, bound or deleted), or a function or class inside it could read it."""
-    return any(isinstance(n, ast.Name) and n.id == name
-               or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) for n in ast.walk(node))
-
-
 def _optimizer_after_replacing_call(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
     """GG103 an optimizer made from a model's parameters right before a call that leads to a helper replacing
     submodules or parameters of that model (the probe places it at the optimizer's statement, the replacement as
-    ``REPLACED_NOTE``, the call as ``REPLACING_CALL_NOTE``): make the optimizer after the call, so that it takes the
-    parameters the model has then.  Only for ``name = <call>(...)`` whose parameters argument reads them at that
-    moment through a method of a name the call is handed (``model.parameters()``), both statements in one block,
-    when nothing from the optimizer's statement to the call reads or binds the optimizer's name, or binds a name the
-    optimizer's statement reads (the optimizer moved below would take other values)."""
+    ``REPLACED_NOTE``, the call as ``REPLACING_CALL_NOTE``): the static finding's fix, ``build_optimizer_after``.
+    Only for ``name = <call>(...)`` whose parameters argument reads them at that moment through a method of a name
+    the call is handed (``model.parameters()``), bound just before the call in its block with nothing between naming
+    the optimizer or rebinding what its construction reads (``stale_optimizers.built_just_before``, the static
+    analysis's own test)."""
     call_site = _note(f, REPLACING_CALL_NOTE)
     if f.code != "GG103" or not f.notes or f.notes[0].message != REPLACED_NOTE or call_site is None:
         return None
@@ -1039,30 +1035,19 @@ def _optimizer_after_replacing_call(lines: _Lines, text: str, f: ProbeFinding) -
     if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and isinstance(made.targets[0], ast.Name)
             and isinstance(made.value, ast.Call) and call is not None):
         return None
-    optimizer = made.targets[0].id
     params = made.value.args[0] if made.value.args else next(
         (k.value for k in made.value.keywords if k.arg == "params"), None)
     handed = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     reads_now = params is not None and any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
         and n.func.value.id in handed and not n.args and not n.keywords for n in ast.walk(params))
-    block = _block_of(lines, made)
-    if not reads_now or block is None or not any(st is call for st in block):
+    scope = lines.function_of(made) or lines.tree
+    if not reads_now or built_just_before(scope, {made.targets[0].id}, call) is not made:
         return None
-    start, end = next(i for i, st in enumerate(block) if st is made), next(i for i, st in enumerate(block) if st is call)
-    between = block[start + 1:end + 1]
-    read = {n.id for n in ast.walk(made.value) if isinstance(n, ast.Name)}
-    if start >= end or any(_reads_name(st, optimizer) or any(_stores(st, name) for name in read) for st in between):
-        return None
-    ctx = FixContext(text, lines.tree)
     try:
-        ctx.require_own_lines(made)
-        ctx.require_own_lines(call)
-        edits = tuple(move_statements_after(ctx, [made], [made], call))
+        return build_optimizer_after(FixContext(text, lines.tree), made, call)
     except CannotFix:
         return None
-    return Fix(f"Make the optimizer after the model's layers are replaced: move `{ast.unparse(made)[:60]}` after "
-               f"`{ast.unparse(call)[:60]}` (unsafe: it no longer holds the replaced parameters)", False, edits)
 
 
 # torch.nn.functional.batch_norm's parameters, in order

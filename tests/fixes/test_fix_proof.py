@@ -299,6 +299,10 @@ UNSAFE_ONLY = {
         "keeps its values"),
     **{f"GG001/{name}": "the detached name now holds a copy: the tensor it was taken from keeps its values"
        for name in ("pos_detach_alias_zeroed_then_original_summed", "pos_detach_alias_rows_masked_in_method")},
+    **{f"GG103/{name}": "the optimizer is built after the replacement: it no longer holds the replaced parameters, "
+                        "which code the analysis does not see may still train"
+       for name in ("pos_optimizer_made_before_helper_swaps_layers", "pos_pruner_class_replaces_convs_after_optimizer",
+                    "pos_setattr_over_named_children_after_optimizer")},
     "GG103/pos_np_mean_of_head_losses": "the result keeps the gradient, where values meant only for a log would "
                                         "be `.detach()`ed",
     **{f"GG103/{name}": "the guard is dropped: a call of the setter on a module frozen by other code would unfreeze "

@@ -196,4 +196,4 @@ def test_check_probe_fixes_a_finding_in_the_module_the_entry_imports(project, ca
     assert code == 1, captured.err
     [d] = [d for d in json.loads(captured.out)["diagnostics"] if d["message"].endswith("(observed by the runtime probe)")]
     assert (d["path"], d["line"], d["code"]) == (os.path.join("pkg", "train.py"), 11, "GG103")
-    assert d["fix"] is not None and d["fix"]["title"].startswith("Make the optimizer after"), d["fix"]
+    assert d["fix"] is not None and d["fix"]["title"].startswith("Build `opt` after the replacement"), d["fix"]

@@ -1402,16 +1402,27 @@ def _body_kept(ctx: FixContext, stmt: ast.With | ast.If) -> list[TextEdit]:
 def _build_after_replacement(ctx: FixContext, event: ReplacedParameter) -> Fix:
     """``opt = torch.optim.X(model.parameters())`` just before the statement that replaces a module of ``model``
     (nothing between reads ``opt`` or rebinds what its construction reads, ``inference/stale_optimizers.py``):
-    moved just after that statement, it takes the new module's parameters.  Only a construction of the optimizer
-    itself moves (a helper that builds it may do more)."""
+    ``build_optimizer_after``.  Only a construction of the optimizer itself moves (a helper that builds it may do
+    more)."""
     built, site = event.built, event.site or event.node
     if built.value is not event.optimizer.ctor:
         raise CannotFix("a helper builds the optimizer: moving its call may move what else it does")
-    anchor = ctx.statement_of(site)
+    return build_optimizer_after(ctx, built, ctx.statement_of(site))
+
+
+def build_optimizer_after(ctx: FixContext, built: ast.Assign, anchor: ast.stmt) -> Fix:
+    """The one fix of an optimizer built before the statement that replaces modules or parameters it holds (the
+    static finding's ``ReplacedParameter.built``; the probe's, ``probed_fixes``): its construction moves just after
+    that statement, so that it takes the parameters the model has then.  The callers establish that ``built`` is
+    the statement binding the optimizer just before ``anchor`` in its block, with nothing between naming it or
+    rebinding a name its construction reads (``stale_optimizers.built_just_before``).  Unsafe: the optimizer no
+    longer holds the replaced parameters, which code the analysis does not see (an unregistered reference to the
+    old module) may still train."""
     for stmt in (built, anchor):
         ctx.require_own_lines(stmt)
     edits = move_statements_after(ctx, [built], [built], anchor)
-    return Fix(f"Build `{built.targets[0].id}` after the replacement", True, tuple(edits))
+    return Fix(f"Build `{built.targets[0].id}` after the replacement (unsafe: it no longer holds the replaced "
+               "parameters, which other code may still train)", False, tuple(edits))
 
 
 def _set_on_parameters(ctx: FixContext, finding: Finding) -> Fix:
