@@ -21,6 +21,7 @@ from ..fixes.writes import (
 )
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
+from ..knowledge import load_knowledge
 from ..knowledge.names import ELEMENTWISE_INPLACE, OUT_OF_PLACE_METHODS, PIECES, SEQUENCE_VIEWS
 from ..messages import Message
 from .base import Example, Rule
@@ -126,16 +127,19 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     mutation = mutation_of(finding)
     if mutation.module is not None:  # an `inplace=True` layer's own write (on a backward hook's view): as GG005
         return module_inplace_false(ctx, mutation)
-    write = InPlaceWrite.of_mutation(ctx, mutation)
-    if grad_leaf(mutation.target.root()) and is_parameter_update(ctx, mutation, write):
+    write = fix_or_none(lambda: InPlaceWrite.of_mutation(ctx, mutation))  # None: a helper's write, reached by a call
+    if write is not None and grad_leaf(mutation.target.root()) and is_parameter_update(ctx, mutation, write):
         return fix_leaf_write(ctx, finding, update=True)  # a parameter's reset or update: as GG002's, under no_grad
-    plain = fix_or_none(lambda: plain_view_write(ctx, write))
-    if plain is not None:
+    plain = write and fix_or_none(lambda: plain_view_write(ctx, write))
+    if plain:
         return plain
-    if mutation.target.base is not None:  # the rows of a tensor the loop iterates over
+    if write is not None and mutation.target.base is not None:  # the rows of a tensor the loop iterates over
         whole = fix_or_none(lambda: whole_tensor_instead_of_rows(ctx, write))
         if whole is not None:
             return whole
+    rows = fix_or_none(lambda: rows_through_index(ctx, mutation))
+    if rows is not None or write is None:
+        return rows
     element = fix_or_none(lambda: rebuild_pieces(ctx, write))
     if element is not None:
         return element
@@ -338,6 +342,114 @@ def whole_tensor_instead_of_rows(ctx: FixContext, write: InPlaceWrite) -> Fix:
     line, column, end_line, end_column = ctx.char_range(loop)
     return Fix(f"Write the whole tensor at once: `{new}` instead of each row of it", True,
                (TextEdit(line, column + 1, end_line, end_column + 1, new),))
+
+
+# ---- The fix of a loop whose rows are written one by one -----------------------------------------------
+# ``for row, m in zip(t, means): row.sub_(m)``: each row is a piece of ``t`` (its ``unbind``), which torch does not let
+# a write go through, but ``t[i]`` is a plain view of the same memory, which it does.  So the loop counts its rows and
+# writes ``t[i]`` where it wrote ``row``: the same memory gets the same values, every holder of ``t`` sees them as
+# before, and no other read changes (safe).  Offered when the row is read nowhere but as the receiver of in-place
+# writes in the loop (a piece read after its base was written raises: "its base or another view of its base has been
+# modified inplace"), ``t`` is an expression the loop does not rebind (a name, attributes and constant indices), and
+# the run saw ``t``'s memory neither as a leaf that requires grad nor saved for a backward (then the write through
+# ``t[i]`` would raise too).  A helper's loop is fixed where it is: its callers' tensors get the same writes.
+
+
+def rows_through_index(ctx: FixContext, mutation: Mutation) -> Fix:
+    piece = piece_of(mutation.target)
+    tensor = piece.origin if piece is not None else None
+    if not isinstance(tensor, ast.expr) or piece.base is None or view_call(piece) is not None:
+        raise CannotFix("not a row of a tensor a loop iterates over")
+    if grad_leaf(piece.root()) or mutation.conflicts:
+        raise CannotFix("the iterated tensor is a leaf that requires grad, or saved for backward: a write raises too")
+    stmt = ctx.statement_of(mutation.node)
+    loop = ctx.parents.get(tensor)
+    index, row, zipped = None, None, None
+    if isinstance(loop, ast.Call) and _named_call(ctx, loop, "zip") and tensor in loop.args:
+        zipped, loop = loop, ctx.parents.get(loop)
+    if isinstance(loop, ast.Call) and _named_call(ctx, loop, "enumerate") and loop.args == [zipped or tensor] \
+            and not loop.keywords:
+        counted, loop = loop, ctx.parents.get(loop)
+        if not (isinstance(loop, ast.For) and loop.iter is counted and isinstance(loop.target, ast.Tuple)
+                and len(loop.target.elts) == 2 and isinstance(loop.target.elts[0], ast.Name)):
+            raise CannotFix("not a loop over the enumerated rows")
+        index, inner = loop.target.elts[0].id, loop.target.elts[1]
+    elif isinstance(loop, ast.For) and loop.iter is (zipped or tensor):
+        inner = loop.target
+    else:
+        raise CannotFix("the rows are not the loop's own iteration")
+    if zipped is not None:
+        if not (isinstance(inner, ast.Tuple) and len(inner.elts) == len(zipped.args)) or zipped.keywords \
+                or any(isinstance(a, ast.Starred) for a in zipped.args):
+            raise CannotFix("the zip's items are not unpacked one name each")
+        inner = inner.elts[zipped.args.index(tensor)]
+    if not isinstance(inner, ast.Name) or not isinstance(loop, ast.For) or loop not in ctx.loops_around(stmt):
+        raise CannotFix("the row is not a name of the loop around the write")
+    row = inner.id
+    scope = ctx.scope_of(loop)
+    names = ctx.names_in(scope)
+    writes = [n for n in names.of(row) if n is not inner]
+    if not writes or not all(ctx.inside(n, loop) and _receiver_of_write(ctx, n) for n in writes):
+        raise CannotFix("the row is read otherwise than written in place")
+    _require_stable(ctx, tensor, loop, names)
+    if index is not None and any(isinstance(n.ctx, ast.Store) and ctx.inside(n, loop) and n is not loop.target.elts[0]
+                                 for n in names.of(index)):
+        raise CannotFix("the loop rebinds its counter")
+    edits = []
+    if index is None:
+        index = next((c for c in ("i", "j", "k", "row_index") if not ctx.names_in(ctx.tree).of(c)), None)
+        if index is None:
+            raise CannotFix("no free name for the row's index")
+        target = ctx.source(loop.target)
+        if isinstance(loop.target, ast.Tuple) and not (target.startswith("(") and target.endswith(")")):
+            target = f"({target})"
+        edits += [_replace(ctx, loop.target, f"{index}, {target}"),
+                  _replace(ctx, loop.iter, f"enumerate({ctx.source(loop.iter)})")]
+    view = f"{ctx.source(tensor)}[{index}]"
+    edits += [_replace(ctx, n, view) for n in writes]
+    return Fix(f"Write each row through a plain view of the tensor: `{view}` instead of `{row}`", True,
+               tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+
+
+def _named_call(ctx: FixContext, call: ast.Call, builtin: str) -> bool:
+    """``call`` calls the builtin ``builtin`` (which the file does not bind to anything else)."""
+    names = ctx.names_in(ctx.tree)
+    return isinstance(call.func, ast.Name) and call.func.id == builtin and builtin not in names.definitions \
+        and builtin not in names.imported and not any(isinstance(n.ctx, ast.Store) for n in names.of(builtin))
+
+
+def _receiver_of_write(ctx: FixContext, name: ast.Name) -> bool:
+    """``row.mul_(s)``, ``row += 1``, ``row[0] = 0``: the name is what an in-place write writes."""
+    parent = ctx.parents.get(name)
+    if isinstance(parent, ast.AugAssign) and parent.target is name:
+        return True
+    if isinstance(parent, ast.Attribute) and load_knowledge().is_inplace(parent.attr):
+        call = ctx.parents.get(parent)
+        return isinstance(call, ast.Call) and call.func is parent
+    return isinstance(parent, ast.Subscript) and parent.value is name \
+        and isinstance(ctx.parents.get(parent), ast.Assign) and parent in ctx.parents.get(parent).targets
+
+
+def _require_stable(ctx: FixContext, tensor: ast.expr, loop: ast.For, names) -> None:
+    """``tensor`` names the same tensor at every row: a name, attributes and constant indices, none rebound in
+    the loop."""
+    node = tensor
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+            raise CannotFix("the iterated tensor is indexed by a computed value")
+        if isinstance(node, ast.Attribute) and any(isinstance(a.ctx, ast.Store) and ctx.inside(a, loop)
+                                                   for a in names.attribute(node.attr)):
+            raise CannotFix("the loop assigns an attribute the iterated tensor is read through")
+        node = node.value
+    if not isinstance(node, ast.Name):
+        raise CannotFix("the iterated tensor is not read through a name")
+    if any(isinstance(n.ctx, ast.Store) and ctx.inside(n, loop) for n in names.of(node.id)):
+        raise CannotFix("the loop rebinds the iterated tensor's name")
+
+
+def _replace(ctx: FixContext, node: ast.AST, text: str) -> TextEdit:
+    line, column, end_line, end_column = ctx.char_range(node)
+    return TextEdit(line, column + 1, end_line, end_column + 1, text)
 
 
 RULE = Rule(
