@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..diagnostics import Severity
 from ..fixes import inplace
+from ..fixes.context import CannotFix
+from ..fixes.writes import InPlaceWrite, root_name
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from .base import Example, Rule
@@ -33,7 +35,27 @@ def check(mutation: Mutation):
 
 def fix(ctx, finding):
     """A parameter update or reset goes under ``torch.no_grad()``; a computation works on a copy."""
-    return inplace.fix_leaf_write(ctx, finding)
+    fix = inplace.fix_or_none(lambda: inplace.fix_leaf_write(ctx, finding))
+    return fix if fix is not None else unread_update(ctx, finding)
+
+
+def unread_update(ctx, finding):
+    """A leaf written in place that nothing reads after the write, as the run went (no value read, no view, holder
+    or escape: ``Report.clean``), and whose old value no graph took (it was not read before): under
+    ``torch.no_grad()`` the write changes the same values, and nothing can tell it from the write autograd refused
+    (safe).  ``a = Variable(torch.rand(5, 5), requires_grad=True); a.add_(noise)`` at the end of a script."""
+    mutation = inplace.mutation_of(finding)
+    if mutation.read_before or mutation.conflicts:
+        raise CannotFix("a graph took the leaf's old value")
+    write = InPlaceWrite.of_mutation(ctx, mutation)
+    name, _ = root_name(write.target)
+    if write.moment is None or name is None or write.value_use:
+        raise CannotFix("no run of the write, or the write's result is used")
+    report = write.sharing(ctx, name)
+    if not report.clean or write.value_read_after(ctx, name):
+        raise CannotFix(f"`{name}` is read after the write, or something else holds it")
+    rw, desc = inplace.no_grad_wrap(ctx, write.stmt)
+    return rw.fix(f"Update under `{desc}`: nothing reads `{name}` after the write", safe=True)
 
 
 RULE = Rule(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
+from ..fixes.callers import NONLOCAL_ESCAPE, through_closure_calls
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import RebindRewrite, fix_leaf_write, fix_or_none, is_parameter_update, mutation_of, rebind_fix
@@ -155,6 +156,17 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         # `parts[0].zero_()`: the subscript picks a piece out of the tuple `parts`, it is no view of a tensor
         # named `parts` (`parts.clone()` would not even run)
         raise CannotFix(f"`{rebind.name}` holds the pieces; the written piece is an element of it")
+    report = rebind.report
+    if NONLOCAL_ESCAPE in report.escapes and not report.aliases_read_after and not report.holders_read_after and all(
+            e == NONLOCAL_ESCAPE or e.endswith(" holds it outside this function") for e in report.escapes):
+        # a closure's `nonlocal` piece: rebound there, when at each call of the closure nothing else (the split
+        # tensor, another piece) holds it and is read after (``through_closure_calls`` asks the run there)
+        built = fix_or_none(rebind.rewrite)
+        closure = built and fix_or_none(lambda: through_closure_calls(
+            ctx, built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True), write.stmt, rebind.name,
+            write.moment))
+        if closure is not None:
+            return closure
     return rebind_fix(rebind, "Write out of place")
 
 
