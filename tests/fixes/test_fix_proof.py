@@ -226,10 +226,6 @@ NO_FIX = {
         "the reset is to move out of the inference_mode block: moving a statement out of a block changes what runs "
         "under it, which no rewrite decides for the user"
     ),
-    "GG102/pos_legacy_tensor_product_zeroed_through_detach": (
-        "the write goes through a `.detach()` alias bound to its own name; the in-graph rewrite covers writes "
-        "through `.data` and NumPy views, not aliases that other lines may read"
-    ),
     "GG005/pos_inplace_relu_from_config_after_sigmoid": (
         "the flag is read from a config (`inplace=cfg[\"inplace\"]`) that other builders may share: the fix does not "
         "edit configs"
@@ -397,6 +393,9 @@ UNSAFE_ONLY = {
     "GG102/pos_nograd_gate_scale_hidden": _GG102_INTO_GRAPH,
     "GG102/pos_nograd_zero_padding_hidden": _GG102_INTO_GRAPH,
     "GG102/pos_rnn_reset_through_detach_alias": _GG102_INTO_GRAPH,
+    **{f"GG102/{name}": _GG102_INTO_GRAPH for name in (
+        "pos_legacy_tensor_product_zeroed_through_detach", "pos_detach_alias_column_masked_in_helper",
+        "pos_detach_alias_scores_scaled_before_softmax")},
     "GG102/pos_set_grad_enabled_center_outputs": _GG102_INTO_GRAPH,
     "GG102/pos_numpy_view_clip_activation": _GG102_INTO_GRAPH,
     "GG102/pos_data_copy_mix_teacher": _GG102_INTO_GRAPH,

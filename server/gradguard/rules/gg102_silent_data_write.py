@@ -10,13 +10,13 @@ from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import renamed
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import move_after_backward, mutation_in
-from ..fixes.writes import InPlaceWrite, short
+from ..fixes.writes import InPlaceWrite, root_name, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
 from ..knowledge.names import NUMPY_OUT_TWINS
 from ..messages import Message
 from .base import Example, Rule
-from .common import call_path_related, conflict_related, first_conflict, where_it_reads
+from .common import call_path_related, conflict_related, first_conflict, grad_leaf, piece_of, where_it_reads
 
 
 def check(mutation: Mutation):
@@ -127,7 +127,11 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         try:
             return write_in_graph(ctx, finding)
         except CannotFix:
+            pass
+        try:
             return _numpy_view_in_graph(ctx, mutation)
+        except CannotFix:
+            return _through_detached_source(ctx, mutation)
 
     try:
         return _write_after_backward(ctx, finding)
@@ -139,6 +143,41 @@ def _write_after_backward(ctx: FixContext, finding: Finding) -> Fix:
     """GG102: do the ``.data`` write after the backward that needs the old value.  (Writing under
     ``torch.no_grad()`` to the tensor itself would make that backward raise: not a fix.)"""
     return move_after_backward(ctx, mutation_in(finding), "Write after the backward")
+
+
+# ---- The fix through the tensor a `.detach()` alias shares memory with ------------------------------
+# ``x_d = x.detach(); x_d.zero_()`` changes ``x``'s memory where autograd does not see it.  When no backward needs
+# ``x``'s old value (no save in conflict) and ``x`` still names that tensor at the write, the same write through
+# ``x`` itself (``x.zero_()``) changes the same memory -- ``x_d`` sees it as before -- and autograd records it.
+# Unsafe, like every hidden write put in the graph: the gradient now goes through the op.
+
+
+def _through_detached_source(ctx: FixContext, mutation: Mutation) -> Fix:
+    owner = mutation.hidden_from
+    if owner is None or owner.leaf or mutation.conflicts or not mutation.grad_enabled \
+            or not any(t.detached_from is not None and t.detached_from.storage is owner.storage
+                       for t in mutation.target.view_chain()) or piece_of(owner) is not None or grad_leaf(owner.root()):
+        raise CannotFix("not a write with grad on through a `.detach()` alias of a tensor with a grad_fn")
+    write = InPlaceWrite.of_mutation(ctx, mutation)
+    alias, _ = root_name(write.target)
+    scope = ctx.scope_of(write.stmt)
+    names = ctx.names_in(scope)
+    stores = [n for n in names.of(alias or "") if not isinstance(n.ctx, ast.Load) and n is not write.target]
+    binding = ctx.parents.get(stores[0]) if len(stores) == 1 else None
+    value = binding.value if isinstance(binding, ast.Assign) and binding.targets == stores else None
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "detach"
+            and not value.args and isinstance(value.func.value, ast.Name)) or ctx.loops_around(write.stmt, scope):
+        raise CannotFix("the alias is not bound once to `name.detach()`, or the write is in a loop")
+    source = value.func.value.id
+    if any(not isinstance(n.ctx, ast.Load) and binding.lineno <= n.lineno <= write.stmt.lineno
+           for n in names.of(source)) or not binding.end_lineno < write.stmt.lineno:
+        raise CannotFix(f"`{source}` is bound again between the alias and the write")
+    root = next(n for n in names.of(alias) if ctx.inside(n, write.target) and isinstance(n.ctx, ast.Load)) \
+        if write.kind != "augassign" or not isinstance(write.target, ast.Name) else write.target
+    line, column, end_line, end_column = ctx.char_range(root)
+    return Fix(f"Write through `{source}` itself, so autograd records it (unsafe: the gradient now goes through "
+               f"the write, where it skipped it before)", False, (TextEdit(line, column + 1, end_line, end_column + 1,
+                                                                          source),))
 
 
 # ---- The fix through a NumPy view -----------------------------------------------------------------
