@@ -73,10 +73,12 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     update, unsafe_for = _in_place(ctx, name, value)
     edits = [TextEdit(*_one_based(ctx.char_range(stmt)), update)]
     title = f"Update `{name}` in place, so that it stays the leaf that gets gradients"
-    if _reads_grad(value, name) and not _clears_grad_next(ctx, stmt, name):
+    clears = _reads_grad(value, name) and _clears_grad_next(ctx, stmt, name)
+    if _reads_grad(value, name) and clears is not True:
         end = stmt.end_lineno
         eol = len(ctx.lines[end - 1]) + 1  # after a trailing comment
-        edits.append(TextEdit(end, eol, end, eol, f"{ctx.newline}{ctx.indent_of(stmt)}{name}.grad = None"))
+        clear = f"{name}.grad.zero_()" if clears == _AFTER_LOOP else f"{name}.grad = None"
+        edits.append(TextEdit(end, eol, end, eol, f"{ctx.newline}{ctx.indent_of(stmt)}{clear}"))
         title += f", and clear the `{name}.grad` it used"
     title += f": `{short(update)}`"
     if unsafe_for:
@@ -263,7 +265,10 @@ def _reads_grad(value: ast.expr, name: str) -> bool:
                for n in ast.walk(value))
 
 
-def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
+_AFTER_LOOP = "after the loop"  # the gradient is cleared after the loop the update ends
+
+
+def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool | str:
     """The statement that runs after ``stmt`` already clears ``name.grad`` (``w.grad = None``, ``w.grad.zero_()``),
     also when ``stmt`` ends a ``with torch.no_grad():`` block and the clearing follows the block.  CannotFix when
     ``stmt`` ends a function's body or a ``return`` follows it: what runs next is at its calls (clearing it there would break a
@@ -282,6 +287,13 @@ def _clears_grad_next(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
             return ast.unparse(after) in (f"{name}.grad = None", f"{name}.grad.zero_()")
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise CannotFix("the update ends its function: whether the gradient is cleared after it is up to the calls")
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and not parent.orelse:
+            # the loop may end after the update, and a clearing after the loop (`w.grad.zero_()`) must not meet None:
+            # the update then zeroes the gradient it used instead (the next iteration's backward fills it again)
+            try:
+                return _AFTER_LOOP if _clears_grad_next(ctx, parent, name) else False
+            except CannotFix:
+                return False
         # What runs after the end of a `with` block, an `if` branch, or a `try` block whose later blocks (its
         # `else`, its `finally`, in the order they run) only pass is the statement after the compound one.
         later = [b for _, b in blocks(parent)]
