@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 from gradguard.config import Config
+from gradguard.fixes.edits import apply_edits
 from gradguard.fixing import fix_text
 from programs import found, run_program
 
@@ -64,7 +65,7 @@ def test_no_whole_tensor_rewrite_when_it_could_compute_something_else(write):
     assert diags and all(d.fix is None or "whole tensor" not in d.fix.title for d in diags)
 
 
-def test_the_rows_of_an_attribute_are_not_rebound():
+def test_the_rows_of_an_attribute_are_written_through_it_not_rebound():
     src = textwrap.dedent("""
         import torch
 
@@ -79,8 +80,10 @@ def test_the_rows_of_an_attribute_are_not_rebound():
                     row.mul_(2)
                 self.t.pow(2).sum().backward()
     """)
-    diags = found("GG004", src)
-    assert diags and [d.fix for d in diags] == [None]  # `row = row.mul(2)` would drop the write to `self.t`
+    (diag,) = found("GG004", src)
+    # `row = row.mul(2)` would drop the write to `self.t`; writing each row through `self.t[i]` keeps it
+    assert diag.fix is not None and all("row = " not in e.new_text for e in diag.fix.edits)
+    assert "self.t[i].mul_(2)" in apply_edits(src, diag.fix.edits)
 
 
 def test_the_loop_over_rows_may_run_inside_another_loop():
