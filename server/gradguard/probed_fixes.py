@@ -120,16 +120,26 @@ def _cut(lines: _Lines, f: ProbeFinding) -> Finding | None:
         return None
     # The probe names the first cut the values went through: another one in the same function may cut them again,
     # and letting the gradient through the first alone would leave the parameters as starved (a real case did).
-    if sum(1 for n in ast.walk(lines.function_of(stmt)) if _is_cut(n)) != 1:
+    # A new Parameter set on an attribute is the last cut its values go through in the function (the attribute
+    # holds them): other statements setting new Parameters cut other values.
+    if sum(1 for n in ast.walk(lines.function_of(stmt)) if _is_cut(n)
+           and not (_new_parameter(n) and _new_parameter(cuts[0]) and n is not cuts[0])) != 1:
         return None
     return Finding("GG103", cuts[0], "", data={"cut": True})
 
 
 def _is_cut(node: ast.AST) -> bool:
-    """``t.detach()`` or a read of ``t.data``."""
+    """``t.detach()``, a read of ``t.data``, or ``nn.Parameter(t)`` (a new leaf on ``t``'s data)."""
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach"
             and not node.args and not node.keywords
-            or isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.ctx, ast.Load))
+            or isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.ctx, ast.Load)
+            or _new_parameter(node))
+
+
+def _new_parameter(node: ast.AST) -> bool:
+    """``Parameter(...)`` or ``<module>.Parameter(...)`` by its spelling (the rule's fix checks what it names)."""
+    return isinstance(node, ast.Call) and (isinstance(node.func, ast.Name) and node.func.id == "Parameter"
+                                           or isinstance(node.func, ast.Attribute) and node.func.attr == "Parameter")
 
 
 def _rebuild(lines: _Lines, f: ProbeFinding) -> Finding | None:
@@ -1190,3 +1200,4 @@ def attach(results: list[FileResult], paths: Mapping[str, Path]) -> list[FileRes
         out.append(replace(result, diagnostics=[with_fix(d, built.get(id(d))) for d in result.diagnostics])
                    if built else result)
     return out
+

@@ -46,8 +46,8 @@ _SWAP = ("the helper replaces the parameters after the optimizer took the old on
          "state), which no fix decides for the user")
 _VIEW_HELPER = ("the write is in a helper called on each view; the GG004 fix rewrites the write to a view where it is "
                 "made, not a helper's write through its parameter")
-_PARAMETER = ("`nn.Parameter(t)` of a tensor with a history: keeping the tensor itself (no new leaf) needs the module "
-              "attribute set without registering a parameter, which no fix rewrites yet")
+_PARAMETER = ("`nn.Parameter(t)` of a tensor with a history made once in `__init__`: kept as the tensor itself, its "
+              "history would be backwarded again at every step (the forward must compute it)")
 _MIXED = ("a value from before the optimizer step is combined with one from after it: computing both on one side of "
           "the step moves statements across it, which no fix does")
 _COPY = ("the copy needs an optimizer over its own parameters: building one means choosing its class and settings (and "
@@ -63,7 +63,6 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_heads_share_a_prediction_buffer": _BUFFER,
     "GG101/pos_ensemble_outputs_in_one_tensor_trained_in_turn": _BUFFER,
     "GG101/pos_margin_helper_scores_before_and_after_step": _MIXED,
-    "GG103/pos_parameter_of_fused_weights": _PARAMETER,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
     "GG103/pos_stored_gate_values_in_update_loss": _STORED,
     "GG103/pos_batch_norm_eval_with_no_grad_channel_stats": _OWN_STATS,

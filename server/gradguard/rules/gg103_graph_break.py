@@ -537,8 +537,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     """Keep the tensors: `torch.stack` for `torch.tensor([...])`, the tensor for `.item()`/`float()` in arithmetic,
     in `sum(...)` of a generator, or bound to a name used in arithmetic (unsafe when the name has other uses);
     a copy of one tensor made with its graph, a list of tensors stacked, a NumPy round trip in torch ops;
-    drop a `.detach()`/`.data` that starves parameters the optimizer updates; grad mode on where a loss is computed
-    with it off (``_grad_on``)."""
+    drop a `.detach()`/`.data` (or set a new `nn.Parameter(t)`'s `t` itself) that starves parameters the optimizer
+    updates; grad mode on where a loss is computed with it off (``_grad_on``)."""
     grad_off = finding.data.get("grad_off")
     if isinstance(grad_off, GradOffBackward):
         return _grad_on(ctx, grad_off)
@@ -1485,10 +1485,44 @@ def _let_gradient_through(ctx: FixContext, finding: Finding) -> Fix:
         inner = node.func.value
     elif isinstance(node, ast.Attribute) and node.attr == "data":
         inner = node.value
+    elif isinstance(node, ast.Call) and ctx.qual(node.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+        return _set_past_registration(ctx, node)
     else:
         raise CannotFix("not a plain `.detach()` or `.data`")
     rw = Rewrite(ctx).replace_node(ctx.cst(node), parse_expr(ctx.source(inner)))
     return rw.fix(f"Let the gradient through: `{ctx.source(inner)}` instead of `{ctx.source(node)}`", safe=True)
+
+
+def _set_past_registration(ctx: FixContext, call: ast.Call) -> Fix:
+    """``m.w = nn.Parameter(t)`` / ``setattr(m, name, nn.Parameter(t))`` that starves what ``t`` was computed from
+    -> ``object.__setattr__(m, "w", t)``: the attribute holds ``t`` with its history, past the module's parameter
+    registration (a module refuses a plain tensor for a name it registered as a parameter).  Refused in
+    ``__init__``: the value is made once there, and its history would be backwarded again at every step (torch
+    raises at the second).  Unsafe: the module's ``parameters()`` and ``state_dict()`` keep the old parameter."""
+    stmt = ctx.statement_of(call)
+    if not (len(call.args) == 1 and not isinstance(call.args[0], ast.Starred)
+            and all(k.arg == "requires_grad" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in call.keywords)):
+        raise CannotFix("not a new Parameter of one tensor's values")
+    if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
+            and isinstance(stmt.targets[0], ast.Attribute) and _plain(stmt.targets[0].value):
+        owner, name = ctx.source(stmt.targets[0].value), repr(stmt.targets[0].attr)
+    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name) \
+            and stmt.value.func.id == "setattr" and "setattr" not in ctx.imports and len(stmt.value.args) == 3 \
+            and stmt.value.args[2] is call and not stmt.value.keywords \
+            and not any(isinstance(a, ast.Starred) for a in stmt.value.args):
+        owner, name = ctx.source(stmt.value.args[0]), ctx.source(stmt.value.args[1])
+    else:
+        raise CannotFix("the new Parameter is not set on an attribute by the statement")
+    function = ctx.function_of(stmt)
+    if function is None or function.name == "__init__":
+        raise CannotFix("the value is made once, where the module is built: its history would be backwarded at "
+                        "every step")
+    ctx.require_own_lines(stmt)
+    code = f"object.__setattr__({owner}, {name}, {ctx.source(call.args[0])})"
+    rw = Rewrite(ctx).replace_node(ctx.cst(stmt), cst_mod().Expr(parse_expr(code)))
+    return rw.fix(f"Let the gradient through: `{_short(code)}` keeps its history (unsafe: the module's "
+                  "`parameters()` and `state_dict()` keep the old parameter)", safe=False)
 
 
 def _grad_on_for_statement(ctx: FixContext, finding: Finding) -> Fix:
