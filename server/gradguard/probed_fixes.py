@@ -1197,7 +1197,16 @@ def attach(results: list[FileResult], paths: Mapping[str, Path]) -> list[FileRes
             out.append(result)
             continue
         built = fixes_for(text, result.path, asked)
+        built.update(_fixes_of_confirmed(result, [d for d in asked if id(d) not in built]))
         out.append(replace(result, diagnostics=[with_fix(d, built.get(id(d))) for d in result.diagnostics])
                    if built else result)
     return out
 
+
+def _fixes_of_confirmed(result: FileResult, asked: list[ProbedDiagnostic]) -> dict[int, Fix]:
+    """A probe-only finding also reported at the line to change, in the file of the static finding it confirmed
+    (``ProbedDiagnostic.confirms``; a GG101 placed at the stale value's use, which the static analysis reports at
+    the statement to move): that finding's fix, which repairs the same conflict torch saw."""
+    static = {(d.code, d.line): d.fix for d in result.diagnostics
+              if not (isinstance(d, ProbedDiagnostic) and d.probe is not None) and d.fix is not None}
+    return {id(d): static[d.confirms] for d in asked if d.confirms in static}

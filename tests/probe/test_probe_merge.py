@@ -129,3 +129,24 @@ def test_a_static_finding_placed_in_another_module_is_confirmed_by_the_probes_fi
     assert (d.path, d.line, d.severity) == ("/project/ops.py", 2, Severity.ERROR) and "confirmed" in d.message
     [d] = merge([elsewhere], _result(reached=[2]), "train.py")  # train.py's line 2 ran: not ops.py's
     assert d == elsewhere
+
+
+def test_a_finding_placed_at_the_line_to_change_carries_the_fix_of_the_static_finding_it_confirmed(tmp_path):
+    """A GG101 the probe placed at the stale value's use (line 7) confirms the static finding at the statement to
+    move (line 9, whose first related line is the use) and is also reported at its own line: it carries that
+    finding's fix, which repairs the same conflict; a probe-only finding that confirmed nothing carries none."""
+    from gradguard.diagnostics import FileResult, Fix, TextEdit
+    from gradguard.probe.merge import STEP_NOTE
+    from gradguard.probed_fixes import attach
+
+    fix = Fix("Detach the state after each step", False, (TextEdit(9, 1, 9, 5, "    "),))
+    static = Diagnostic("train.py", Span(9, 5, 9, 12), "GG101", Severity.WARNING, "static GG101 on 9",
+                        (Related("train.py", 7, 1, "the carried state is used here"),), fix=fix)
+    placed = ProbeFinding("GG101", "raised", Site(PATH, 7, 9, 7, 15), "probe GG101 on 7",
+                          notes=(Note(Site(PATH, 8, 5), STEP_NOTE),))
+    merged = merge([static], _result(placed, _finding(3, "GG103", kind="starved")), "train.py")
+    assert [(d.line, d.confirms) for d in merged if d.probe is not None] == [(3, None), (7, ("GG101", 9))]
+    source = tmp_path / "train.py"
+    source.write_text("\n".join(f"x{n} = {n}" for n in range(12)) + "\n", encoding="utf-8")
+    [result] = attach([FileResult("train.py", merged)], {"train.py": source})
+    assert [(d.line, d.fix) for d in result.diagnostics] == [(3, None), (7, fix), (9, fix)]

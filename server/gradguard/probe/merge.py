@@ -45,6 +45,9 @@ class ProbedDiagnostic(Diagnostic):
     device: str | None = None
     torch_message: str | None = None
     probe: ProbeFinding | None = field(default=None, compare=False, repr=False)
+    # A probe finding placed at the line to change and also reported there, in the file of the static finding it
+    # confirmed elsewhere: that finding's code and line (its fix repairs the same conflict); never serialised.
+    confirms: tuple[str, int] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         data = super().to_json()
@@ -90,12 +93,13 @@ def _related(finding: ProbeFinding, show: _Paths) -> list[Related]:
     return related
 
 
-def to_diagnostic(finding: ProbeFinding, result: ProbeResult, show: _Paths) -> ProbedDiagnostic:
+def to_diagnostic(finding: ProbeFinding, result: ProbeResult, show: _Paths,
+                  confirms: tuple[str, int] | None = None) -> ProbedDiagnostic:
     """A probe finding on its own (``gradguard probe``, or a finding only the probe saw)."""
     return ProbedDiagnostic(
         show(finding.site.path), _span(finding.site), finding.code, Severity(finding.severity),
         finding.message + " (observed by the runtime probe)", tuple(_related(finding, show)),
-        confirmed=True, device=result.device, torch_message=finding.torch_message, probe=finding)
+        confirmed=True, device=result.device, torch_message=finding.torch_message, probe=finding, confirms=confirms)
 
 
 def diagnostics(result: ProbeResult, display: str) -> list[ProbedDiagnostic]:
@@ -179,6 +183,7 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
     reached = set(result.reached) if result.status != FAILED else set()
     findings = list(result.findings)
     used: set[int] = set()
+    confirmed: dict[int, tuple[str, int]] = {}  # a finding also reported at its own line -> the static one it confirmed
     merged: list[Diagnostic] = []
     static_lines = {(os.path.realpath(d.path), d.line) for d in static}
     for d in static:
@@ -205,6 +210,8 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
                                   and (os.path.realpath(f.site.path), f.site.line) not in static_lines)
             if not moved:
                 used.add(match)  # a finding placed at the line to change is also reported there, at its own line
+            elif not elsewhere:
+                confirmed.setdefault(match, (d.code, d.line))
             known = {(r.path, r.line) for r in d.related}
             extra = [r for r in _related(f, show) if (r.path, r.line) not in known and r.line != d.line]
             if f.site.line != d.line or show(f.site.path) != d.path:
@@ -224,7 +231,7 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
             merged.append(d)
     for i, f in enumerate(findings):
         if i not in used:
-            merged.append(to_diagnostic(f, result, show))
+            merged.append(to_diagnostic(f, result, show, confirmed.get(i)))
     merged.sort(key=lambda d: d.order)
     return merged
 
