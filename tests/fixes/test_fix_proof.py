@@ -174,10 +174,6 @@ NO_FIX = {
         "`inplace=self.INPLACE_ACT` reads a class attribute that other classes inherit: setting it to False changes "
         "every block of the family, and the constructor's keyword is not a literal to rewrite"
     ),
-    "GG004/pos_unbind_row_clamped_then_scaled_in_helper": (
-        "the writes are a helper's, on the row it is given: the piece comes from iterating the tensor in the caller, "
-        "and no fix rewrites a loop over a tensor's rows"
-    ),
     "GG108/pos_forward_hook_zeroes_slice_of_query_table": (
         "the forward hook writes its output, a view of a parameter: writing into a clone and returning it is the "
         "change, and the hook rewrite applies to gradient hooks only"

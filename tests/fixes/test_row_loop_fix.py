@@ -1,6 +1,7 @@
 """GG004 on a loop writing each row of a tensor in place (the fix in ``rules/gg004_multi_view_mutated.py``): the same
 elementwise op on the whole tensor, rebound; none when the loop does more, the op is not elementwise, or the row is
-read after the loop."""
+read after the loop.  Rows handed to a helper that writes them are iterated as plain views of the tensor instead
+(none for the rows of a leaf that requires grad)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,48 @@ def test_no_whole_tensor_rewrite_when_another_name_sees_the_rows(before, after):
         "        return torch.tanh(h)", f"        {after}\n        return torch.tanh(h)")
     diags = found("GG004", src)
     assert diags and all(d.fix is None or "whole tensor" not in d.fix.title for d in diags)
+
+
+_HELPER_PROGRAM = """
+import torch
+
+
+def rescale_(img):
+    low, high = float(img.min()), float(img.max())
+    img.clamp_(low, high).sub_(low).div_(max(high - low, 1e-5))
+
+
+def train():
+    torch.manual_seed(0)
+    w = torch.randn(3, 2, 2, requires_grad=True)
+    tiles = {tiles}
+    for img in tiles:
+        rescale_(img)
+    tiles.pow(2).sum().backward()
+    return [w.grad]
+"""
+
+
+def test_rows_handed_to_a_helper_that_writes_them_become_plain_views():
+    """The helper's writes reach the tensor through each row, as before; autograd lets them through a plain view."""
+    src = textwrap.dedent(_HELPER_PROGRAM).replace("{tiles}", "w * 2")
+    (diag,) = found("GG004", src)
+    assert diag.fix is not None and diag.fix.safe and "plain views" in diag.fix.title
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert "    for img in [tiles[i] for i in range(len(tiles))]:\n" in out and not found("GG004", out)
+    intended = src.replace("    for img in tiles:\n        rescale_(img)\n",
+                           "    tiles = torch.stack([_rescaled(img) for img in tiles])\n") + textwrap.dedent("""
+
+        def _rescaled(img):
+            low, high = float(img.min()), float(img.max())
+            return img.clamp(low, high).sub(low).div(max(high - low, 1e-5))
+    """)
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_rows_of_a_leaf_are_not_made_plain_views():
+    """A write through any view of a leaf that requires grad is refused: plain views would raise too."""
+    src = textwrap.dedent(_HELPER_PROGRAM).replace("{tiles}", "w")
+    diags = found("GG004", src)
+    assert diags and all(d.fix is None or "plain views" not in d.fix.title for d in diags)

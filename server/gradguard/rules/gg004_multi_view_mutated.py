@@ -144,6 +144,9 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     element = fix_or_none(lambda: rebuild_pieces(ctx, write))
     if element is not None:
         return element
+    rows = fix_or_none(lambda: rows_through_plain_views(ctx, mutation))
+    if rows is not None:
+        return rows
     if any(isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == root_name(write.target)[0]
            and root_name(loop.iter)[0] is None for loop in ctx.loops_around(write.stmt)):
         # the rows of `self.t`: whether the tensor is read later is beyond the alias analysis of local names
@@ -237,6 +240,30 @@ def plain_view_write(ctx: FixContext, write: InPlaceWrite) -> Fix | None:
         raise CannotFix("the split tensor is not a simple expression")
     rw = Rewrite(ctx).replace_node(ctx.cst(node), parse_expr(view))
     return rw.fix(f"Write through a plain view: `{view}`", safe=True)
+
+
+def rows_through_plain_views(ctx: FixContext, mutation: Mutation) -> Fix:
+    """``for t in batch:`` whose row is written in place (by the loop's body or a helper it calls) -> ``for t in
+    [batch[i] for i in range(len(batch))]``: iterating a tensor unbinds it, and each row is now a plain view of the
+    same memory instead, which autograd lets a write go through (and which ``batch`` sees, as before).  Only for a
+    loop over a local name of a function; refused where the rows are of a leaf that requires grad (torch refuses a
+    write through any view of one)."""
+    piece = piece_of(mutation.target)
+    origin = piece.origin if piece is not None else None
+    loop = ctx.parents.get(origin) if isinstance(origin, ast.expr) else None
+    if not (isinstance(loop, ast.For) and loop.iter is origin and isinstance(origin, ast.Name)):
+        raise CannotFix("the piece is not a row of a loop over a named tensor")
+    if piece.base is not None and grad_leaf(piece.base.root()):
+        raise CannotFix("the rows are of a leaf that requires grad: a write through any view of it is refused")
+    if ctx.function_of(loop) is None:
+        raise CannotFix("a loop at module level: its functions may read the rows' tensor")
+    if any(isinstance(n, ast.Name) and n.id in ("len", "range") and not isinstance(n.ctx, ast.Load)
+           for n in ast.walk(ctx.tree)) or {"len", "range"} & set(ctx.imports):
+        raise CannotFix("`len` or `range` is rebound in the file")
+    index = "i" if origin.id != "i" else "j"
+    new = f"[{origin.id}[{index}] for {index} in range(len({origin.id}))]"
+    rw = Rewrite(ctx).replace_node(ctx.cst(origin), parse_expr(new))
+    return rw.fix(f"Write through plain views: iterate over `{short(new)}`", safe=True)
 
 
 def _is_piece(ctx: FixContext, node: ast.AST) -> bool:
