@@ -150,3 +150,16 @@ def test_a_finding_placed_at_the_line_to_change_carries_the_fix_of_the_static_fi
     source.write_text("\n".join(f"x{n} = {n}" for n in range(12)) + "\n", encoding="utf-8")
     [result] = attach([FileResult("train.py", merged)], {"train.py": source})
     assert [(d.line, d.fix) for d in result.diagnostics] == [(3, None), (7, fix), (9, fix)]
+
+
+def test_the_probes_silent_write_after_a_cut_confirms_the_static_cut_at_the_same_expression():
+    """`s = s.data.clone(); s[:k] = v`: the static analysis names the cut graph (GG103 at `s.data`), the probe the
+    silent write's lost gradient (GG102 placed at the same `s.data`): one finding, confirmed.  A GG102 elsewhere on
+    the line stays the probe's own."""
+    static = Diagnostic("train.py", Span(12, 9, 12, 15), "GG103", Severity.WARNING, "static GG103 on 12")
+    same = ProbeFinding("GG102", "silent", Site(PATH, 12, 9, 12, 15), "probe GG102 on 12")
+    [d] = merge([static], _result(same), "train.py")
+    assert d.confirmed and d.code == "GG103" and d.probe is None
+    other = ProbeFinding("GG102", "silent", Site(PATH, 12, 20, 12, 26), "probe GG102 on 12")
+    assert [(d.code, getattr(d, "probe", None) is not None) for d in merge([static], _result(other), "train.py")] == [
+        ("GG103", False), ("GG102", True)]

@@ -35,6 +35,14 @@ def compatible(static_code: str, probe_code: str) -> bool:
     return True
 
 
+def _same_cut(d: Diagnostic, f: ProbeFinding) -> bool:
+    """A static GG103 and the probe's GG102 at the same expression (line and column): one ``.data``/``.detach()``
+    whose copy is written in part with values that keep the history -- the static rule names the cut graph, the
+    probe the silent write's lost gradient."""
+    return d.code == "GG103" and f.code == "GG102" and (f.site.line, f.site.column) == (d.span.line, d.span.column) \
+        and bool(f.site.column)
+
+
 @dataclass(frozen=True)
 class ProbedDiagnostic(Diagnostic):
     """A diagnostic the probe had a say in.  JSON adds ``confirmed``, ``device``, ``torch_message``.  ``probe``: the
@@ -193,7 +201,7 @@ def merge(static: Sequence[Diagnostic], result: ProbeResult, display: str) -> li
                       if ((target, d.line) in {(os.path.realpath(p), line) for p, line in f.lines} if own
                           else (os.path.realpath(d.path), d.line) in {(os.path.realpath(p), line)
                                                                       for p, line in f.lines})
-                      and compatible(d.code, f.code)), None)
+                      and (compatible(d.code, f.code) or own and _same_cut(d, f))), None)
         if match is None and d.related:
             # A static finding placed at the line to change (a stale value used after a step), with the write the
             # probe saw as its first related location.
