@@ -1209,4 +1209,7 @@ def _fixes_of_confirmed(result: FileResult, asked: list[ProbedDiagnostic]) -> di
     the statement to move): that finding's fix, which repairs the same conflict torch saw."""
     static = {(d.code, d.line): d.fix for d in result.diagnostics
               if not (isinstance(d, ProbedDiagnostic) and d.probe is not None) and d.fix is not None}
-    return {id(d): static[d.confirms] for d in asked if d.confirms in static}
+    # Not one the probe placed at the step, the use its note (STALE_USE_NOTE): moving that step is the probe's own
+    # recipe's to offer or refuse (`_step_after_stale_backward`), not another repair's of the same conflict.
+    return {id(d): static[d.confirms] for d in asked if d.confirms in static
+            and not (d.probe.notes and d.probe.notes[0].message == STALE_USE_NOTE)}

@@ -257,8 +257,8 @@ def rows_through_plain_views(ctx: FixContext, mutation: Mutation) -> Fix:
         raise CannotFix("the rows are of a leaf that requires grad: a write through any view of it is refused")
     if ctx.function_of(loop) is None:
         raise CannotFix("a loop at module level: its functions may read the rows' tensor")
-    if any(isinstance(n, ast.Name) and n.id in ("len", "range") and not isinstance(n.ctx, ast.Load)
-           for n in ast.walk(ctx.tree)) or {"len", "range"} & set(ctx.imports):
+    if any(not isinstance(n.ctx, ast.Load) for name in ("len", "range") for n in ctx.names_in(ctx.tree).of(name)) \
+            or {"len", "range"} & set(ctx.imports):
         raise CannotFix("`len` or `range` is rebound in the file")
     index = "i" if origin.id != "i" else "j"
     new = f"[{origin.id}[{index}] for {index} in range(len({origin.id}))]"
