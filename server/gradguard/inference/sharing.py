@@ -299,6 +299,23 @@ class Moment:
                     found.add(held)
         return sorted(found)
 
+    def holders_read_after(self) -> list[str]:
+        """The lists, dicts and objects of any frame that held the written memory at a run of the write and read
+        their value after it: in their frame as the run went, or, for a caller's, after the call that led down to
+        the write.  "?" for one of an enclosing function or the module (read where the runs cannot tell)."""
+        found: set[str] = set()
+        for run in self.log.writes.get(self.write, [self]):
+            own = len(run.frames) - 1
+            for held, how, frame in (run.holders or ()):
+                if how != "holder":
+                    continue
+                if frame is None:
+                    found.add("?")
+                elif self.log.value_read(run.frames[frame], held, run.position) \
+                        or frame < own and run._read_after_the_call(frame, held):
+                    found.add(held)
+        return sorted(found)
+
     def _readers_after(self, name: str) -> set[tuple[str, bool | None]]:
         """(variable, whether it is a caller's; None: unknown) of ``others_read_after``."""
         found: set[tuple[str, bool | None]] = set()

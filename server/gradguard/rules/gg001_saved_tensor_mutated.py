@@ -6,7 +6,6 @@ import ast
 from dataclasses import replace
 
 from ..diagnostics import Fix, Severity
-from ..fixes.aliases import AliasAnalysis, Report, _view_sources, analyse
 from ..fixes.callers import (
     NONLOCAL_ESCAPE,
     fix_in_helper,
@@ -34,6 +33,7 @@ from ..fixes.writes import (
     short,
 )
 from ..inference.events import Finding, Mutation
+from ..inference.sharing import Report
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from ..messages import Message
@@ -314,8 +314,8 @@ def _clone_where_made(ctx: FixContext, finding: Finding) -> Fix | None:
         if not (isinstance(binding, ast.Assign) and binding.value is conflict.save.node
                 and len(binding.targets) == 1 and isinstance(binding.targets[0], ast.Name)):
             return None
-        if analyse(ctx, binding, binding.targets[0].id).holders_read_after:
-            return None
+        if moment is None or moment.holders is None or moment.holders_read_after():
+            return None  # (the run's holders of the written memory at the write: the saved output's)
     built = fix_or_none(lambda: clone_where_saved(ctx, mutation, named))
     return built and built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
 
@@ -341,7 +341,6 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
     if not mutation.conflicts:
         raise CannotFix("no conflicting save")
     name = root_name(write.target)[0] if write is not None else None
-    alias_names = set(AliasAnalysis(ctx, write.stmt, name).aliases) if name and write is not None else set()
     rw = Rewrite(ctx)
     wrapped: dict[int, ast.AST] = {}
     for conflict in mutation.conflicts:
@@ -358,8 +357,8 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
         elif save.role == "input" and save.operand is not None:
             targets = [save.operand]  # the run saw which argument's value the op saved
         elif save.role == "input":
-            knowledge = load_knowledge()
-            targets = [arg for arg in _operands(node) if alias_names & set(_view_sources(arg, ctx, knowledge))]
+            names = _names_over_written(write, name)
+            targets = [arg for arg in _operands(node) if root_name(arg)[0] in names]
             if not targets:
                 raise CannotFix(f"cannot tell which argument of `{save.op}` is saved")
         else:
@@ -378,6 +377,18 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
         rw.replace_node(ctx.cst(node), clone_of(ctx.cst(node)))
     shown = ", ".join(f"`{short(code(clone_of(ctx.cst(n))), 50)}`" for n in nodes)
     return rw, shown
+
+
+def _names_over_written(write: InPlaceWrite | None, name: str | None) -> set[str]:
+    """The names of the write's frame that held the written memory (the tensor itself, a view or base of it), at
+    any run of the write (``Moment.held_in_any_run``); the written name alone when no run reported the write (the
+    probe's)."""
+    if write is None or name is None:
+        return set()
+    moment = write.moment
+    if moment is None or moment.holders is None:
+        return {name}
+    return {name, *(held for held, how in moment.held_in_any_run(write.depth) if how != "holder")}
 
 
 def _operands(node: ast.expr) -> list[ast.expr]:
@@ -415,14 +426,17 @@ def saves_inside(ctx: FixContext, mutation: Mutation, stmt: ast.stmt) -> bool:
 
 
 def _filled_container_read_after(ctx: FixContext, write: InPlaceWrite, report: Report) -> bool:
-    """Is a holder read later a container the program filled with the tensor itself (``outs.append(h)``)?"""
+    """Is a holder read later a container the program filled with the tensor itself (``outs.append(h)``): one of
+    its methods called with a name over the written memory (``_names_over_written``)?"""
     if not report.holders_read_after:
         return False
-    holders = AliasAnalysis(ctx, write.stmt, report.name).holders
-    for name in report.holders_read_after:
-        for event in holders.get(name, []):
-            if isinstance(event, ast.Call) and isinstance(event.func, ast.Attribute) \
-                    and isinstance(event.func.value, ast.Name) and event.func.value.id == name:
+    names, uses = _names_over_written(write, report.name), ctx.names_in(ctx.scope_of(write.stmt))
+    for holder in report.holders_read_after:
+        for load in uses.of(holder):
+            method = ctx.parents.get(load)
+            call = ctx.parents.get(method)
+            if isinstance(method, ast.Attribute) and isinstance(call, ast.Call) and call.func is method \
+                    and any(root_name(arg)[0] in names for arg in call.args):
                 return True
     return False
 
