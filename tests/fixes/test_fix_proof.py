@@ -147,9 +147,6 @@ NO_FIX = {
     "GG103/pos_setstate_loads_each_attribute_from_its_own_bytes": _SAVED_APART,
     "GG103/pos_getstate_writes_members_to_checkpoint_files": _SAVED_APART,
     "GG103/pos_model_and_optimizer_loaded_from_separate_buffers": _SAVED_APART,
-    "GG103/pos_learner_spawn_type_self_shares_optimizer": (
-        "the copy needs an optimizer of its own, of the original's class and settings, which no fix builds"
-    ),
     "GG103/pos_copy_and_original_optimizer_passed_to_fit": (
         "the copy needs an optimizer of its own, built before the call from the copy bound to a name, which no fix "
         "builds"
@@ -291,6 +288,10 @@ UNSAFE_ONLY = {
         "keeps its values"),
     **{f"GG001/{name}": "the detached name now holds a copy: the tensor it was taken from keeps its values"
        for name in ("pos_detach_alias_zeroed_then_original_summed", "pos_detach_alias_rows_masked_in_method")},
+    **{f"GG103/{name}": "the copy is handed a deep copy of the optimizer over its parameters: it starts with the "
+                        "original's state, and copies any parameter the optimizer holds outside the copied module"
+       for name in ("pos_learner_spawn_type_self_shares_optimizer", "pos_forked_trainer_keeps_adamw_of_original",
+                    "pos_ensemble_member_copied_with_grouped_optimizer")},
     **{f"GG103/{name}": "the optimizer is built after the replacement: it no longer holds the replaced parameters, "
                         "which code the analysis does not see may still train"
        for name in ("pos_optimizer_made_before_helper_swaps_layers", "pos_pruner_class_replaces_convs_after_optimizer",

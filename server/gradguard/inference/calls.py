@@ -331,10 +331,12 @@ class CallsMixin:
         optimizers = [v for v in given if isinstance(v, OptimizerValue)]
         if not optimizers:
             return
+        argument = _argument_of(node, args, kwargs)
         for made in self.copies:
             if any(v is made.copy for v in given):
                 original = self.parameter_sources(made.original)
-                made.paired.extend((node, o) for o in optimizers if o.held & original)
+                made.paired.extend((node, o, argument(made.copy), argument(o)) for o in optimizers
+                                   if o.held & original)
 
     def call_instance(self, instance: ModuleValue, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
         """``obj(x)``: a module runs its ``forward``; any other object of the file its ``__call__``."""
@@ -1379,3 +1381,15 @@ def _is_chain(node: ast.expr) -> bool:
     while isinstance(node, ast.Attribute):
         node = node.value
     return isinstance(node, ast.Name)
+
+
+def _argument_of(node: ast.AST, args: list[Value], kwargs: dict[str, Value]):
+    """The argument expression of ``node`` (a call) that gives a value (None when the call's arguments are not
+    the values one for one, ``*``/``**`` or a partial's, or the value is given twice)."""
+    exprs: dict[int, ast.expr | None] = {}
+    if isinstance(node, ast.Call) and len(node.args) == len(args) and len(node.keywords) == len(kwargs) \
+            and not any(isinstance(a, ast.Starred) for a in node.args) \
+            and [k.arg for k in node.keywords] == list(kwargs):
+        for expr, value in [*zip(node.args, args), *((k.value, kwargs[k.arg]) for k in node.keywords)]:
+            exprs[id(value)] = None if id(value) in exprs else expr
+    return lambda value: exprs.get(id(value))

@@ -428,8 +428,9 @@ class CopyTrained:
     copy: ModuleValue
     seq: int
     # Calls handed the copy together with an optimizer that holds the original's parameters (a constructor of
-    # the object that will train the copy): (call, optimizer).  The first one of the stepping optimizer is the
-    # line to change.
+    # the object that will train the copy): (call, optimizer, the argument giving the copy, the argument giving
+    # the optimizer), an argument None when the call's arguments do not say.  The first one of the stepping
+    # optimizer is the line to change.
     paired: list = field(default_factory=list)
     # The `torch.save` that serialised the optimizer apart from the module (see ``pickling.py``): its load holds
     # parameters of its own, and ``original`` is the module that load made for it.
@@ -444,7 +445,7 @@ class CopyTrained:
     def site(self) -> ast.AST:
         if self.separated is not None:
             return self.separated
-        return next((call for call, o in self.paired if o is self.optimizer), self.node)
+        return next((call for call, o, *_ in self.paired if o is self.optimizer), self.node)
 
 
 @dataclass(frozen=True)

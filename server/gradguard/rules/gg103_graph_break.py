@@ -359,6 +359,7 @@ def _check_copy_trained(event: CopyTrained):
                  *([(built, "the optimizer takes the original's parameters here")] if built is not None else []),
                  (event.reached.node, "the backward that reaches the copy's parameters"),
                  (event.step, "the step that updates only the original's parameters")],
+        data={"copy_trained": event} if event.site is not event.node else {},
     )
 
 
@@ -556,6 +557,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         return _return_the_loss(ctx, finding)
     if finding.data.get("built_before") is not None:
         return _build_after_replacement(ctx, finding.data["built_before"])
+    if finding.data.get("copy_trained") is not None:
+        return _optimizer_for_the_copy(ctx, finding.data["copy_trained"])
     if finding.data.get("detach"):
         return _detach_out_of_place(ctx, finding)
     if finding.data.get("cut_again"):
@@ -1423,6 +1426,49 @@ def build_optimizer_after(ctx: FixContext, built: ast.Assign, anchor: ast.stmt) 
     edits = move_statements_after(ctx, [built], [built], anchor)
     return Fix(f"Build `{built.targets[0].id}` after the replacement (unsafe: it no longer holds the replaced "
                "parameters, which other code may still train)", False, tuple(edits))
+
+
+def _optimizer_for_the_copy(ctx: FixContext, event: CopyTrained) -> Fix:
+    """``twin = copy.deepcopy(M)`` then a call handed ``twin`` and an optimizer ``E`` over ``M``'s parameters
+    (``CopyTrained.paired``, with the arguments that give them) -> ``E`` there becomes
+    ``copy.deepcopy(E, {id(p): q for p, q in zip(M.parameters(), twin.parameters())})``: a copy of the optimizer
+    (its class, groups, settings and state, whatever the class) whose parameters are the copy's, matched one for one
+    in the order the deep copy keeps.  Only when ``M``, ``twin`` and ``E`` are names or attribute chains, the copy
+    is bound to ``twin`` by a statement of the call's block before it, and nothing between calls anything or names
+    the roots of ``M`` or ``twin`` (so both still hold what they held at the copy).  Unsafe: the copy's optimizer starts with
+    the original's state (momentum), and a parameter the optimizer holds outside ``M`` is copied too, no longer
+    the one the original trains."""
+    call, copied, given = next(((c, a, e) for c, o, a, e in event.paired if o is event.optimizer), (None,) * 3)
+    deep = event.node
+    if not (isinstance(call, ast.Call) and copied is not None and given is not None and _plain(copied)
+            and _plain(given) and isinstance(deep, ast.Call) and len(deep.args) == 1 and not deep.keywords
+            and _plain(deep.args[0])):
+        raise CannotFix("the copy, its original or the optimizer is not a name or attribute chain")
+    made, site = ctx.statement_of(deep), ctx.statement_of(call)
+    block = block_of(ctx.parents.get(site), site)
+    if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and made.value is deep and block is not None
+            and _plain(made.targets[0]) and ast.unparse(made.targets[0]) == ast.unparse(copied)
+            and any(st is made for st in block)):
+        raise CannotFix("the copy is not bound, in the call's block, to the name the call is handed")
+    start, end = next(i for i, st in enumerate(block) if st is made), next(i for i, st in enumerate(block) if st is site)
+    roots = {_root(deep.args[0]), _root(copied)}
+    between = [n for st in block[start + 1:end] for n in every_node(st)]
+    if start >= end or any(isinstance(n, ast.Name) and n.id in roots or isinstance(n, ast.Call) for n in between) \
+            or any(isinstance(n, (ast.NamedExpr, ast.Lambda)) for n in every_node(site)):
+        raise CannotFix("code between the copy and the call may change what the original or the copy holds")
+    source = ctx.source
+    code = (f"{source(deep.func)}({source(given)}, {{id(p): q for p, q in zip({source(deep.args[0])}.parameters(), "
+            f"{source(copied)}.parameters())}})")
+    line, column, end_line, end_column = ctx.char_range(given)
+    return Fix(f"Hand the copy an optimizer of its own: a deep copy of `{_short(source(given))}` over the copy's "
+               "parameters (unsafe: it starts with the original's state, and copies any parameter it holds outside "
+               "the copied module)", False, (TextEdit(line, column + 1, end_line, end_column + 1, code),))
+
+
+def _root(node: ast.expr) -> str:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id
 
 
 def _set_on_parameters(ctx: FixContext, finding: Finding) -> Fix:
