@@ -45,9 +45,9 @@ from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys
 _GG102_INTO_GRAPH = "the write, put into the graph, now passes its gradient through the op, where it skipped it before"
 
 _KEPT_ACROSS_STEPS = (
-        "the object keeps the value across steps: keeping it detached stops the gradient through it, computing it "
-        "anew on each call drops the cache; which one is meant is the author's choice, so no fix is offered"
-    )
+        "the object keeps the value across steps, prepared once by a method of its own rather than filled under an "
+        "`if <it> is None:` cache: computing it anew on each call moves that computation into the forward, and "
+        "keeping it detached stops the gradient through it; which one is meant is the author's choice")
 
 _DROPPED_HOOK_OUTPUT = (
     "the hook rebinds its output and returns nothing: returning the new value changes what the hook does, which no "
@@ -84,8 +84,6 @@ NO_FIX = {
     "GG101/pos_model_methods_second_backward_after_three_steps": (
         "the forward is a method that keeps its outputs on the object: calling it again before the second loss's "
         "helper is the change, and no fix adds a call"),
-    "GG101/pos_prototypes_cached_on_module_with_graph": _KEPT_ACROSS_STEPS,
-    "GG101/pos_cache_filled_lazily_on_holder_object": _KEPT_ACROSS_STEPS,
     "GG101/pos_representation_prepared_before_loop_kept_on_module": _KEPT_ACROSS_STEPS,
     "GG005/pos_leaky_relu_inplace_keyword_negative_slope_loop": (
         "the fix layer's read-after check takes `pre` for read again on the loop's next pass (it does not see that "
@@ -407,6 +405,9 @@ UNSAFE_ONLY = {
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
+    **{f"GG101/{name}": "the kept value, computed anew on each call, is computed again at every call, and its "
+                        "gradients flow at every step" for name in (
+        "pos_prototypes_cached_on_module_with_graph", "pos_cache_filled_lazily_on_holder_object")},
     **{f"GG101/{name}": "the mixed value, computed before the update, changes, and so does the loss it weighs"
        for name in ("pos_td_error_after_critic_step_detached", "pos_agent_advantage_annotated_after_value_step")},
     **{f"GG101/{name}": "the step, moved below the later backward, also applies the gradients that backward gives "

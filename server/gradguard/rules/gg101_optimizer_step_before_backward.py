@@ -321,8 +321,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     if not mutation.conflicts and mutation.mixed is not None:
         return _mixed_before_update(ctx, mutation, finding)
     if mutation.stale_kept is not None:
-        raise CannotFix("keeping the value detached changes the gradients, computing it anew drops the cache: "
-                        "the author's choice")
+        return _compute_kept_anew(ctx, mutation, finding)
     # A loss computed too early is mended by computing it later: running the update after its backward would
     # apply that loss's gradients too.
     early = mutation.stale_use is None and mutation.early_forward is not None
@@ -341,6 +340,41 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         except CannotFix:
             pass
     return _detach_between_chunks(ctx, mutation)
+
+
+def _compute_kept_anew(ctx: FixContext, mutation: Mutation, finding: Finding) -> Fix:
+    """A value an object keeps across steps, graph and all, filled on the first call only (``if self.cache is
+    None: self.cache = encoder(ids)``): the guard goes, so that each call computes the value with the weights it
+    has then::
+
+        if self.cache is None:                  ->    self.cache = encoder(ids)
+            self.cache = encoder(ids)
+
+    Only a guard ``if <the kept attribute> is None:`` with no ``else``, whose body is that one assignment, and only
+    when the finding is gone with it.  Unsafe: the value is computed again on every call, and its gradients flow at
+    every step (keeping it detached, the other choice, would stop them instead)."""
+    store = mutation.stale_kept.store
+    guard = ctx.parents.get(store)
+    test = guard.test if isinstance(guard, ast.If) else None
+    if not (isinstance(test, ast.Compare) and isinstance(store, ast.Assign) and len(store.targets) == 1
+            and _is_chain(store.targets[0]) and len(guard.body) == 1 and not guard.orelse and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Is) and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value is None and ast.unparse(test.left) == ast.unparse(store.targets[0])):
+        raise CannotFix("the kept value is not filled under an `if <it> is None:` of its own")
+    for st in (guard, store):
+        ctx.require_own_lines(st)
+    outer, inner = ctx.indent_of(guard), ctx.indent_of(store)
+    text = "".join(outer + line[len(inner):].rstrip("\r\n") + ctx.newline if line.strip() else ctx.newline
+                   for line in ctx.lines[store.lineno - 1:store.end_lineno])
+    edits = (TextEdit(guard.lineno, 1, guard.end_lineno + 1, 1, text),)
+    entry = mutation.entry()
+    caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
+    if ctx.still_found(apply_edits(ctx.text, list(edits)), FindingId(finding.code, line_after(edits, entry.lineno),
+                                                                     None, caller)):
+        raise CannotFix("computing the value on each call leaves the step breaking a graph")
+    target = ast.unparse(store.targets[0])
+    return Fix(f"Compute `{target[:60]}` anew on each call: drop its `if ... is None:` cache (unsafe: it is computed "
+               "again at every call, and its gradients flow at every step)", False, edits)
 
 
 def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) -> Fix:
