@@ -593,8 +593,9 @@ def _step_after_later_backward(ctx: FixContext, mutation: Mutation, code: str) -
                     or isinstance(n, ast.stmt) and not isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign,
                                                                        ast.Expr, ast.If, ast.Pass)):
                 raise CannotFix("the statements the step would pass over are not plain statements")
-            if isinstance(n, ast.Attribute) and n.attr in ("grad", "main_grad"):
-                raise CannotFix("the statements the step would pass over read a gradient")
+            if isinstance(n, ast.Attribute) and n.attr in ("grad", "main_grad", "weight", "bias", "data"):
+                # (a weight read by name computes with the values the step would write: `F.linear(x, fc.weight)`)
+                raise CannotFix("the statements the step would pass over read a gradient or a weight")
             if isinstance(n, ast.Name) and n.id == root and not isinstance(n.ctx, ast.Load):
                 raise CannotFix("the statements the step would pass over rebind its optimizer")
             if isinstance(n, ast.Call) and not (
