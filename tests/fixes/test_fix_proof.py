@@ -205,10 +205,6 @@ NO_FIX = {
         "`inplace=inplace` takes the flag from the helper's caller: setting it to False there would change every "
         "stack built with it, and the caller's `inplace=True` is in another function"
     ),
-    "GG103/pos_rollout_values_read_then_rebuilt_in_loss": (
-        "the numbers are read in one function and rebuilt in another, behind a `torch.is_tensor` choice: keeping "
-        "tensors means changing the read, the list and the rebuild together, which no rewrite does yet"
-    ),
     "GG103/pos_numpy_mean_of_item_losses_backward": (
         "the numbers are averaged by NumPy and `.backward()` is called on NumPy's result: keeping tensors means "
         "changing the list's elements, the mean and the backward's receiver together, which no rewrite does yet"
@@ -327,6 +323,10 @@ UNSAFE_ONLY = {
     "GG002/pos_leaf_scaled_then_shifted_in_place": "computes on a copy: the leaf keeps its old value",
     "GG103/pos_aux_loss_detached_item_rebound_then_weighted": "the line is deleted so `adv` keeps its tensor: any "
                                                               "other use of the name then gets the tensor, not a number",
+    **{f"GG103/{name}": "the list holds tensors where it held numbers, for every reader of it"
+       for name in ("pos_rollout_values_read_then_rebuilt_in_loss", "pos_critic_values_item_appended_stacked_in_loss",
+                    "pos_batch_losses_float_appended_summed_backward",
+                    "pos_episode_values_item_on_object_rebuilt_in_update")},
     "GG103/pos_legacy_tensor_of_losses": "`torch.stack` keeps the losses' dtype and device, where the legacy "
                                          "`torch.Tensor([...])` made a CPU tensor of the default dtype",
     **{f"GG001/{name}": "the conversion now copies: the tensor it was given keeps its values, where the writes used "

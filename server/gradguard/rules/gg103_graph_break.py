@@ -514,6 +514,9 @@ def _check_grad_off_term(event):
 # - **numbers in arithmetic** -- ``torch.tensor([a, b])`` is ``torch.stack([a, b])``; ``t.item()``/``float(t)``
 #   as an operand, summed by ``sum(...)`` of a generator, or bound to a name used only in arithmetic is ``t``
 #   (unsafe when the name has other uses: it then holds a tensor there too).
+# - **numbers appended to a list** -- ``values.append(v.item())`` whose list is made a tensor again is
+#   ``values.append(v)``, and that rebuild, when it is ``torch.tensor(values)`` itself, ``torch.stack(values)``.
+#   Unsafe: the list holds tensors for every reader.
 # - **a copy of one tensor** -- ``torch.tensor(t)`` is ``t.clone().detach()`` (torch's own words), so
 #   ``t.clone()`` is the same copy with its graph; with ``dtype=``/``device=`` it is ``t.to(..., copy=True)``, and
 #   ``x.new_tensor(t)`` is ``t.to(x, copy=True)`` (``x``'s dtype and device).  Safe.
@@ -575,6 +578,9 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     if finding.data.get("replaced_parameter"):
         return _write_into_parameter(ctx, finding)
     if finding.data.get("rebuilt_at") is not None:  # reported at the read: the rewrite is of the rebuild
+        appended = _append_the_tensor(ctx, finding)
+        if appended is not None:
+            return appended
         finding = dataclasses.replace(finding, node=finding.data["rebuilt_at"])
     try:
         return _keep_tensors_in_arithmetic(ctx, finding)
@@ -1635,6 +1641,64 @@ def _grad_on_for_statement(ctx: FixContext, finding: Finding) -> Fix:
     return rw.wrap_in_with(stmt, f"{torch}.enable_grad()").fix(
         f"Let the gradient through: compute `{_short(ctx.source(stmt))}` with grad mode on (`{torch}.enable_grad()`)",
         safe=True)
+
+
+def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
+    """``values.append(v.item())`` (or ``float(v)``), whose numbers another line makes a tensor again
+    (``rebuilt_at``) -> ``values.append(v)``: the list keeps the tensors with their graph, as a rollout that
+    stacks its critic values must.  The rebuild, when it is ``torch.tensor(values)`` itself, becomes their stack
+    (``_stacked``); a rebuild of numbers read out of the list again (``[float(v) for v in values]``) is left as it
+    is, a cut of its own, which the analysis of the fixed code then reports (and the planner keeps the fix only
+    when it leaves fewer findings).  Unsafe: the list holds 0-dim tensors where it held numbers, for every reader.
+    None when the read is not the one argument of an ``append`` statement."""
+    read = finding.node
+    tensor = _read_out_of(read) if isinstance(read, ast.Call) else None
+    if tensor is None or isinstance(read.func, ast.Attribute) and read.func.attr == "tolist" \
+            or isinstance(read.func, ast.Name) and read.func.id in ctx.imports:
+        return None
+    while isinstance(tensor, ast.Call) and isinstance(tensor.func, ast.Attribute) and tensor.func.attr in _TO_NUMPY \
+            and not tensor.args and not tensor.keywords:
+        tensor = tensor.func.value  # `v.detach().item()` reads the number of `v`: append `v`, not a detached copy
+    append, kept = ctx.parents.get(read), read
+    if isinstance(append, ast.IfExp) and read is not append.test:  # `v if keep else v.item()`: this branch's
+        append, kept = ctx.parents.get(append), append
+    if not (isinstance(append, ast.Call) and isinstance(append.func, ast.Attribute) and append.func.attr == "append"
+            and append.args == [kept] and not append.keywords and _plain(append.func.value)
+            and isinstance(ctx.parents.get(append), ast.Expr)):
+        return None
+    listed = ctx.source(append.func.value)
+    rw = Rewrite(ctx).replace_node(ctx.cst(read), parse_expr(_atom(ctx, tensor)))
+    title = f"Keep the graph: append `{_short(ctx.source(tensor))}` to `{_short(listed)}`, not its number"
+    rebuilt = finding.data["rebuilt_at"]
+    torch = ctx.torch_name()
+    if isinstance(rebuilt, ast.Call) and ctx.qual(rebuilt.func) in ("torch.tensor", "torch.as_tensor") \
+            and torch is not None and len(rebuilt.args) == 1 and ctx.source(rebuilt.args[0]) == listed \
+            and _same_list(ctx, append, rebuilt, append.func.value) and not rebuilt.keywords:
+        _require_not_rebuilt_again(ctx, rebuilt)
+        stacked = _stacked(ctx, rebuilt, torch, listed)
+        rw.replace_node(ctx.cst(rebuilt), parse_expr(stacked))
+        title += f", and `{_short(stacked)}` instead of `{_short(ctx.source(rebuilt))}`"
+    return rw.fix(f"{title} (unsafe: the list then holds tensors where it held numbers, for every reader)",
+                  safe=False)
+
+
+def _same_list(ctx: FixContext, append: ast.AST, rebuilt: ast.AST, listed: ast.expr) -> bool:
+    """Whether ``listed`` read at ``rebuilt`` is the list ``append`` added to: the same function, or methods of
+    one class and an attribute of their own object (``self.values``)."""
+    fn, other = ctx.function_of(append), ctx.function_of(rebuilt)
+    if fn is None or other is None:
+        return False
+    if fn is other:
+        return True
+    root = listed
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    cls = ctx.class_of(fn)
+    return (isinstance(listed, ast.Attribute) and isinstance(root, ast.Name) and cls is not None
+            and ctx.parents.get(fn) is cls and ctx.parents.get(other) is cls
+            and all(f.args.args and f.args.args[0].arg == root.id for f in (fn, other))
+            and not any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+                        for f in (fn, other) for d in f.decorator_list))
 
 
 def _summed(ctx: FixContext, call: ast.Call) -> bool:
