@@ -205,6 +205,10 @@ NO_FIX = {
         "`inplace=inplace` takes the flag from the helper's caller: setting it to False there would change every "
         "stack built with it, and the caller's `inplace=True` is in another function"
     ),
+    "GG103/pos_critic_items_appended_also_advantage_constants": (
+        "the numbers are also constants of the advantages: appending the tensors would put the critic's graph into "
+        "the policy loss, and where a `.detach()` belongs there is the author's to say"
+    ),
     "GG103/pos_numpy_mean_of_item_losses_backward": (
         "the numbers are averaged by NumPy and `.backward()` is called on NumPy's result: keeping tensors means "
         "changing the list's elements, the mean and the backward's receiver together, which no rewrite does yet"

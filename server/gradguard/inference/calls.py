@@ -1048,6 +1048,7 @@ class CallsMixin:
         if self.gradient_writes:
             self.summed_terms(name, args)  # a custom Function's output that shares its gradient in a sum
         self.read_with_grad_on(node, args)
+        self.numbers_as_constants(node, args)
         result = self.made_with_grad_off(self._apply_op(name, args, node, label), node, args)
         return self.note_stale_use(node, args, result) if self.stale else result
 

@@ -307,6 +307,9 @@ class GraphBreak:
     number_backward: ast.AST | None = None
     # Numbers this line read out were made a tensor again on another line (`torch.tensor(values)`): that line.
     rebuilt_at: ast.AST | None = None
+    # Numbers this line read out were also an operand of a tensor op (``ret - v``, ``v`` a number): the first such
+    # op.  There they serve as a constant, which keeping the tensor instead would give the tensor's graph.
+    constant_in: ast.AST | None = None
     # The read is what a helper returns (`return t.detach().numpy()`): its callers decide what the numbers become.
     handed_back: bool = False
     # The values come from one tensor (``torch.tensor(t)``, ``x.new_tensor(t)``), not a list or a number: a fix

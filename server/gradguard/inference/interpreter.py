@@ -1731,6 +1731,16 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         result.graph = (result.graph - carried) | {marker}
         return result
 
+    def numbers_as_constants(self, node: ast.AST, inputs: list[Value]) -> None:
+        """An op on tensors given numbers read out of a tensor (``ret - v``): the first such op of each read."""
+        markers = [v.markers for v in inputs if isinstance(v, NumberFrom) and v.markers]
+        if not markers:
+            return
+        read = frozenset().union(*markers)
+        for cut in self.breaks:
+            if cut.marker in read and cut.constant_in is None:
+                cut.constant_in = node
+
     def read_with_grad_on(self, node: ast.AST, inputs: list[Value]) -> None:
         """An op run with grad mode on that reads values computed with it off: the first such op of each."""
         if not self.grad_off_ops or not self.state.grad_enabled:

@@ -86,7 +86,8 @@ def check(event):
                  (sink.node, "the backward that loses this gradient")],
         data={**({"of_tensor": True} if event.of_tensor else {}),
               **({"of_list": event.of_list} if event.of_list is not None else {}),
-              **({"rebuilt_at": event.rebuilt_at} if event.rebuilt_at is not None else {})},
+              **({"rebuilt_at": event.rebuilt_at} if event.rebuilt_at is not None else {}),
+              **({"constant_in": event.constant_in} if event.constant_in is not None else {})},
     )
 
 
@@ -1649,7 +1650,9 @@ def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
     stacks its critic values must.  The rebuild, when it is ``torch.tensor(values)`` itself, becomes their stack
     (``_stacked``); a rebuild of numbers read out of the list again (``[float(v) for v in values]``) is left as it
     is, a cut of its own, which the analysis of the fixed code then reports (and the planner keeps the fix only
-    when it leaves fewer findings).  Unsafe: the list holds 0-dim tensors where it held numbers, for every reader.
+    when it leaves fewer findings).  CannotFix when the numbers are also an operand of a tensor op
+    (``GraphBreak.constant_in``: ``ret - values[t]``, an advantage), where the tensors would bring their graph.
+    Unsafe: the list holds 0-dim tensors where it held numbers, for every reader.
     None when the read is not the one argument of an ``append`` statement."""
     read = finding.node
     tensor = _read_out_of(read) if isinstance(read, ast.Call) else None
@@ -1666,6 +1669,9 @@ def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
             and append.args == [kept] and not append.keywords and _plain(append.func.value)
             and isinstance(ctx.parents.get(append), ast.Expr)):
         return None
+    if any((f.data or {}).get("constant_in") is not None for f in (finding, *finding.twins)):
+        raise CannotFix("the numbers are also constants of tensor arithmetic (an advantage, a target), which the "
+                        "tensors would bring their graph into")
     listed = ctx.source(append.func.value)
     rw = Rewrite(ctx).replace_node(ctx.cst(read), parse_expr(_atom(ctx, tensor)))
     title = f"Keep the graph: append `{_short(ctx.source(tensor))}` to `{_short(listed)}`, not its number"
