@@ -205,6 +205,11 @@ NO_FIX = {
         "`inplace=inplace` takes the flag from the helper's caller: setting it to False there would change every "
         "stack built with it, and the caller's `inplace=True` is in another function"
     ),
+    "GG103/pos_rollout_values_read_then_rebuilt_in_loss": (
+        "the numbers are appended in one function and the list rebuilt in another, behind a `torch.is_tensor` "
+        "choice: the fix cannot tell the rebuild reads the same list, and appending tensors to a list rebuilt with "
+        "`torch.tensor` would keep it cut"
+    ),
     "GG103/pos_critic_items_appended_also_advantage_constants": (
         "the numbers are also constants of the advantages: appending the tensors would put the critic's graph into "
         "the policy loss, and where a `.detach()` belongs there is the author's to say"
@@ -328,7 +333,7 @@ UNSAFE_ONLY = {
     "GG103/pos_aux_loss_detached_item_rebound_then_weighted": "the line is deleted so `adv` keeps its tensor: any "
                                                               "other use of the name then gets the tensor, not a number",
     **{f"GG103/{name}": "the list holds tensors where it held numbers, for every reader of it"
-       for name in ("pos_rollout_values_read_then_rebuilt_in_loss", "pos_critic_values_item_appended_stacked_in_loss",
+       for name in ("pos_critic_values_item_appended_stacked_in_loss",
                     "pos_batch_losses_float_appended_summed_backward",
                     "pos_episode_values_item_on_object_rebuilt_in_update")},
     "GG103/pos_legacy_tensor_of_losses": "`torch.stack` keeps the losses' dtype and device, where the legacy "

@@ -67,6 +67,7 @@ FAILED_BEFORE = [
     "GG108/pos_backward_pre_hook_scales_grad_output::module_method",
     "GG108/pos_padding_grad_mask_def_hook::callable_class",
     "GG108/pos_padding_grad_mask_def_hook::module_method",
+    "GG103/pos_episode_values_item_on_object_rebuilt_in_update::closure",  # (a later sample's)
 ]
 
 

@@ -18,7 +18,7 @@ from ..inference.hooks import DroppedOutput
 from ..inference.values import Tensor
 from ..knowledge.names import (GRAPH_REBUILDING_FACTORIES, LEGACY_FLOAT_CONSTRUCTORS, NUMPY_ARRAY_METHOD_TWINS,
                                NUMPY_REFUSED, NUMPY_SUBSCRIPT_TWINS, NUMPY_TWIN_DEFAULTS, NUMPY_TWINS)
-from ..messages import Message
+from ..messages import Message, other_file
 from ..statements import block_of
 from ..statements import every_node
 from ..statements import walk as walk_statements
@@ -1648,9 +1648,10 @@ def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
     """``values.append(v.item())`` (or ``float(v)``), whose numbers another line makes a tensor again
     (``rebuilt_at``) -> ``values.append(v)``: the list keeps the tensors with their graph, as a rollout that
     stacks its critic values must.  The rebuild, when it is ``torch.tensor(values)`` itself, becomes their stack
-    (``_stacked``); a rebuild of numbers read out of the list again (``[float(v) for v in values]``) is left as it
-    is, a cut of its own, which the analysis of the fixed code then reports (and the planner keeps the fix only
-    when it leaves fewer findings).  CannotFix when the numbers are also an operand of a tensor op
+    (``_stacked``); a rebuild of another list (numbers read out of this one again, ``[float(v) for v in values]``,
+    a cut of its own, reported where they are read) is left as it is, when the analysis of the fixed code finds
+    no graph break on its line.  CannotFix when the rebuild reads the same list where the fix cannot tell it is
+    the same (a closure's ``self.values``): it would make a tensor of the tensors without their graph.  CannotFix when the numbers are also an operand of a tensor op
     (``GraphBreak.constant_in``: ``ret - values[t]``, an advantage), where the tensors would bring their graph.
     Unsafe: the list holds 0-dim tensors where it held numbers, for every reader.
     None when the read is not the one argument of an ``append`` statement."""
@@ -1677,13 +1678,17 @@ def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
     title = f"Keep the graph: append `{_short(ctx.source(tensor))}` to `{_short(listed)}`, not its number"
     rebuilt = finding.data["rebuilt_at"]
     torch = ctx.torch_name()
-    if isinstance(rebuilt, ast.Call) and ctx.qual(rebuilt.func) in ("torch.tensor", "torch.as_tensor") \
-            and torch is not None and len(rebuilt.args) == 1 and ctx.source(rebuilt.args[0]) == listed \
+    of_list = isinstance(rebuilt, ast.Call) and len(rebuilt.args) == 1 and ctx.source(rebuilt.args[0]) == listed
+    if of_list and ctx.qual(rebuilt.func) in ("torch.tensor", "torch.as_tensor") and torch is not None \
             and _same_list(ctx, append, rebuilt, append.func.value) and not rebuilt.keywords:
         _require_not_rebuilt_again(ctx, rebuilt)
         stacked = _stacked(ctx, rebuilt, torch, listed)
         rw.replace_node(ctx.cst(rebuilt), parse_expr(stacked))
         title += f", and `{_short(stacked)}` instead of `{_short(ctx.source(rebuilt))}`"
+    elif of_list or other_file(rebuilt) is not None or ctx.still_found(apply_edits(ctx.text, rw.edits()),
+                                                            FindingId("GG103", rebuilt.lineno)):
+        raise CannotFix("the rebuild this fix does not change would then make a tensor of the tensors without "
+                        "their graph")
     return rw.fix(f"{title} (unsafe: the list then holds tensors where it held numbers, for every reader)",
                   safe=False)
 
