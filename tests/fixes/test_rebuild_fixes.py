@@ -331,20 +331,9 @@ def train():
 """
 
 
-def test_a_list_read_through_a_parameter_is_stacked_only_when_it_holds_tensors():
-    """The run knows the list one caller passed; another may pass numbers, which torch.stack refuses: the stack is
-    guarded by a test of what the parameter holds, and numbers keep the rebuild."""
-    (fix,) = _fixes(_HELPER)
-    assert fix is not None and fix.safe and "when `parts` is a list or tuple of tensors" in fix.title
-    out = _fixed(_HELPER)
-    assert "if isinstance(parts, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in parts) else " \
-           "torch.tensor(parts)" in out and not _fixes(out)
-    scope: dict = {}
-    exec(compile(out, "fixed", "exec"), scope)  # noqa: S102 - our own test program
-    w = torch.ones(3, requires_grad=True)
-    scope["combined"]([w.sum(), w.pow(2).sum()]).backward()
-    assert torch.allclose(w.grad, torch.full((3,), 3.0))
-    assert scope["combined"]([1.0, 2.0]).item() == 3.0  # another caller's numbers
+def test_a_list_read_through_a_parameter_is_not_stacked():
+    """The run knows the list one caller passed; another may pass numbers, which torch.stack refuses."""
+    assert _fixes(_HELPER) == [None]
 
 
 _MIXED = """
