@@ -523,10 +523,7 @@ def _check_grad_off_term(event):
 #   ``x.new_tensor(t)`` is ``t.to(x, copy=True)`` (``x``'s dtype and device).  Safe.
 # - **a list of tensors** -- ``torch.tensor(parts)``, where ``parts`` is only ever a list, is ``torch.stack(parts)``;
 #   so is any list or comprehension the run knows holds only tensors (``torch.tensor(self.log_probs)``; unsafe when
-#   some are results of code it cannot see into); read through a parameter, the stack is guarded by a test that
-#   the parameter is a list or tuple of tensors (other callers may pass numbers, which keep the rebuild), and a
-#   ``t.requires_grad = True`` on the result becomes ``t.requires_grad_()`` (torch refuses the assignment on a
-#   tensor with a graph).
+#   some are results of code it cannot see into), unless it is read through a parameter (other callers' lists).
 # - **a number or list read out of a tensor** -- ``torch.tensor(float(loss), requires_grad=True)`` and
 #   ``torch.tensor(t.tolist())`` become the tensor itself, and ``torch.tensor(sum(l.item() for l in losses))``
 #   the sum of the tensors.  Unsafe: the result keeps the tensor's dtype, shape and device where the rebuild made
@@ -721,80 +718,31 @@ def _stack_the_list(ctx: FixContext, call: ast.Call, torch: str, safe: bool) -> 
     if flag is not None and not (isinstance(flag, ast.Constant) and flag.value is True):
         raise CannotFix("requires_grad is not plainly True")
     arg = call.args[0]
-    param = _callers_list(ctx, arg)
+    _require_not_a_callers_list(ctx, arg)
     text = _stacked(ctx, call, torch, ctx.source(arg))
     if keywords:
         text += f".to({', '.join(f'{k}={ctx.source(v)}' for k, v in keywords.items())})"
     title = f"Keep the graph: `{_short(text)}` instead of `{_short(ctx.source(call))}`"
-    if param is not None:  # other callers may pass numbers or arrays: those keep the rebuild
-        taken = ctx.names_in(ctx.function_of(arg)).uses
-        each = next((n for n in ("t", "x", "item", "element") if n not in taken and n not in (torch, param)), None)
-        if each is None:
-            raise CannotFix("no free name for the elements in the test")
-        text = (f"({text} if isinstance({param}, (list, tuple)) and all(isinstance({each}, {torch}.Tensor) "
-                f"for {each} in {param}) else {ctx.source(call)})")
-        title = (f"Keep the graph: `{_short(_stacked(ctx, call, torch, param))}` when `{param}` is a list or tuple "
-                 f"of tensors, `{_short(ctx.source(call))}` for other data")
     if not safe:
         title += " (unsafe: some elements are results of code the analysis cannot see into, maybe not tensors)"
     elif legacy:
         title += " (unsafe: it keeps the elements' dtype and device, where `torch.Tensor` makes a CPU tensor of the " \
                  "default dtype)"
-    rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
-    _flag_set_on_any_tensor(ctx, rw, call)
-    return rw.fix(title, safe=safe and not legacy)
+    return Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text)).fix(title, safe=safe and not legacy)
 
 
-def _flag_set_on_any_tensor(ctx: FixContext, rw: Rewrite, call: ast.Call) -> None:
-    """``t.requires_grad = True`` on the name the rebuild is bound to becomes ``t.requires_grad_()``: the rebuild
-    made a leaf, the stacked tensor is not one when its elements require grad, and torch refuses to set the flag
-    of a non-leaf by assignment (the method leaves such a tensor as it is).  CannotFix for any other write of the
-    flag, or a name bound elsewhere too (which tensor each write meets is then not this rebuild's)."""
-    stmt = ctx.statement_of(call)
-    if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)):
-        return
-    name, fn = stmt.targets[0].id, ctx.function_of(call)
-    if fn is None:
-        return
-    names = ctx.names_in(fn)
-    flags = [n for n in names.of(name) if isinstance(ctx.parents.get(n), ast.Attribute)
-             and ctx.parents[n].attr == "requires_grad" and isinstance(ctx.parents[n].ctx, ast.Store)]
-    if not flags:
-        return
-    if name in names.declared or any(isinstance(n.ctx, (ast.Store, ast.Del)) and n is not stmt.targets[0]
-                                     for n in names.of(name)):
-        raise CannotFix(f"`{name}` is bound elsewhere too: which tensor its `requires_grad` write meets is unclear")
-    for node in flags:
-        write = ctx.statement_of(node)
-        if not (isinstance(write, ast.Assign) and write.targets == [ctx.parents[node]]
-                and isinstance(write.value, ast.Constant) and write.value.value is True):
-            raise CannotFix(f"`{name}.requires_grad` is written with something else than True")
-        ctx.require_own_lines(write)
-        rw.replace_node(ctx.cst(write), cst_mod().Expr(parse_expr(f"{name}.requires_grad_()")))
-
-
-def _callers_list(ctx: FixContext, arg: ast.expr) -> str | None:
-    """The parameter ``arg`` is, when the list is read through a parameter (other than a method's own object):
-    the run knows the elements one caller passed, and other callers may pass numbers, which ``torch.stack``
-    refuses, so the stack is guarded by a test that every element is a tensor.  CannotFix when ``arg`` reads a
-    parameter but is not one (no test of what it holds reads it the same way), or the parameter is rebound."""
+def _require_not_a_callers_list(ctx: FixContext, arg: ast.expr) -> None:
+    """CannotFix when the list is read through a parameter (other than a method's own object): the run knows the
+    elements one caller passed, and other callers may pass numbers, which ``torch.stack`` refuses."""
     fn = ctx.function_of(arg)
     if fn is None:
-        return None
+        return
     params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs, fn.args.vararg,
                                fn.args.kwarg] if a]
     own = params[:1] if isinstance(ctx.parents.get(fn), ast.ClassDef) else []
     read = {n.id for n in ast.walk(arg) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    if not read & (set(params) - set(own)):
-        return None
-    if not (isinstance(arg, ast.Name) and arg.id not in own) or arg.id in (fn.args.vararg and fn.args.vararg.arg,
-                                                                            fn.args.kwarg and fn.args.kwarg.arg):
+    if read & (set(params) - set(own)):
         raise CannotFix("the list is read through a parameter: other callers may pass numbers")
-    names = ctx.names_in(fn)
-    if arg.id in names.declared or any(isinstance(n.ctx, (ast.Store, ast.Del)) for n in names.of(arg.id)):
-        raise CannotFix(f"the parameter `{arg.id}` is rebound: the test would read another value than the rebuild")
-    return arg.id
 
 
 def _detached_by_variable(ctx: FixContext, call: ast.Call) -> ast.Call:
