@@ -190,6 +190,8 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
             else:
                 kept = certain[0]  # the guess named another saving op than what the caller's values show
         kept.twins = [f for _, f in group if f is not kept]
+        if any(f.certain and not _saved_by(f) <= _saved_by(kept) for f in kept.twins) and not kept.saves_elsewhere:
+            kept = replace(kept, saves_elsewhere=True)  # a copy, as above
         kept_findings.append(kept)
     return kept_findings
 

@@ -539,6 +539,9 @@ class Finding:
     # Later writes of the same chain, kept as related lines of this one (``engine._one_chain_one_finding``): the
     # fix mends them with it, since mending the first does not always hand them another tensor.
     merged: list = field(default_factory=list, repr=False, compare=False)
+    # A twin's analysis (a caller's, with the values its code makes) saw saves of the written memory that this
+    # finding does not name: a repair at the saves it names is not the whole repair.
+    saves_elsewhere: bool = False
 
     def __post_init__(self) -> None:
         self.message = _message(self.message)

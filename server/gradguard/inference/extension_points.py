@@ -174,18 +174,21 @@ class ExtensionPointsMixin:
             self.eval(kw.value)
         if name not in _CTX_TENSOR_METHODS:
             return UNKNOWN
-        tensors = [t for v in values for t in (v.items if isinstance(v, TensorSeq) else (v,)) if isinstance(t, Tensor)]
+        # Each tensor with the argument that names it alone (the expression a fix may clone), None in a sequence.
+        tensors = [(t, a if t is v else None) for a, v in zip(node.args, values)
+                   for t in (v.items if isinstance(v, TensorSeq) else (v,)) if isinstance(t, Tensor)]
         rg = next((g for c, g in reversed(self.function_contexts) if c is ctx), Grad.NO)
         if name == "save_for_backward":  # what `ctx.saved_tensors` gives the backward, in order
             ctx.attrs["<saved>"] = TensorSeq([v for v in values], literal=True)
-        for tensor in tensors:
+        for tensor, operand in tensors:
             if name == "mark_dirty":
                 ctx.dirty.add(tensor.storage.id)
             elif name == "mark_non_differentiable":
                 ctx.non_differentiable.add(tensor.storage.id)
             elif rg:
                 role = "input" if tensor.storage.id in ctx.inputs else "output"  # or a tensor made in the forward
-                ctx.saves.append(self._save(tensor, f"{ctx.function}.apply", role, node, rg == Grad.YES))
+                ctx.saves.append(self._save(tensor, f"{ctx.function}.apply", role, node, rg == Grad.YES,
+                                            operand=operand))
         return UNKNOWN
 
     @property

@@ -256,7 +256,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     # where writing out of place keeps its old values: the two programs differ, and nothing tells which is meant.
     held = (_filled_container_read_after(ctx, write, rebind.report) if rebind is not None
             else _attribute_put_in_container(ctx, write))
-    if (not possible or rebind.report.aliases_read_after) and not hidden and not held:
+    if (not possible or rebind.report.aliases_read_after) and not hidden and not held and not finding.saves_elsewhere:
         built = fix_or_none(lambda: clone_where_saved(ctx, mutation, write))
         if built is not None:
             return built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
@@ -295,6 +295,8 @@ def _clone_where_made(ctx: FixContext, finding: Finding) -> Fix | None:
     when the call writes a name of the caller's own scope (a closure's free variable); else only ops that saved
     their output, or whose saved argument the run saw, are cloned."""
     mutation = mutation_of(finding)
+    if finding.saves_elsewhere:
+        return None  # the clone would leave the saves only a caller's analysis saw
     named = _write_on_enclosing_name(ctx, finding)
     moment = finding.mutation.moment
     if named is not None and moment is not None and moment.callers_read_after(skip=1):
@@ -353,7 +355,7 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
                 raise CannotFix(f"`{save.op}` saved a tensor it wrote in place")  # cloning its result cannot help
             if save.op.startswith("nn.") and getattr(load_knowledge().module(save.op[3:]), "returns", "tensor") != "tensor":
                 raise CannotFix(f"`{save.op}` returns a tuple")
-            targets = [node]
+            targets = [save.operand if save.operand is not None else node]  # `ctx.save_for_backward(out)`: out
         elif save.role == "input" and save.operand is not None:
             targets = [save.operand]  # the run saw which argument's value the op saved
         elif save.role == "input":

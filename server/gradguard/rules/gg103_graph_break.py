@@ -1267,6 +1267,7 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
     for call in candidates:
         if (ctx.qual(call.func) == "torch.tensor" and torch is not None and len(call.args) == 1 and not call.keywords
                 and isinstance(call.args[0], (ast.List, ast.ListComp)) and (not isinstance(call.args[0], ast.List) or call.args[0].elts)):
+            _require_not_rebuilt_again(ctx, call)  # `Variable(torch.tensor([...]), requires_grad=True)`: a new leaf still
             new = parse_expr(_stacked(ctx, call, torch, ctx.source(call.args[0])))
             rw = Rewrite(ctx).replace_node(ctx.cst(call), new)
             return rw.fix(f"Keep the graph: `{torch}.stack(...)` instead of `{torch}.tensor(...)`", safe=True)
