@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from fixture_corpus import FIXTURES
+from fixture_corpus import FIXTURES, all_fixtures
 from gradguard import parsing
 from gradguard.api import analyze_path
 from gradguard.engine import analyze_module
@@ -94,3 +94,15 @@ def test_a_replacement_helper_is_not_said_to_change_shapes():
     for d in found:
         assert "shape" not in d.message, d
         assert "does not hold" in d.message, d
+
+
+def test_a_silent_saved_tensor_write_never_says_backward_raises():
+    """A write torch does not see (a custom Function's forward writing what it saved before it returns: torch packs
+    the saves, with their versions, only then) raises nothing; its message and explanation must say so."""
+    silent = [fx for fx in all_fixtures() if fx.silent and fx.positive and fx.path.parent.name in ("GG001", "GG005")]
+    assert len(silent) >= 2
+    for fx in silent:
+        for d in analyze_path(fx.path).diagnostics:
+            assert '"one of the variables needed' not in d.message, (fx.id, d.message)
+        for _, e in static_explanations(fx.path):
+            assert e.kind == SILENT, (fx.id, e)

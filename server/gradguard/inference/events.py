@@ -156,6 +156,9 @@ class Mutation:
     # The write runs in a custom Function's forward or backward, whose grad mode autograd turns off itself: the
     # Function's backward gives its outputs' gradients, so a write made out of place there drops no graph.
     in_function: bool = False
+    # Saves a custom Function's forward made that torch has not packed yet (it records their versions when that
+    # forward returns): the version check misses a write now, and the backward computes with the written values.
+    before_packed: frozenset[int] = frozenset()
     # The variable or attribute the write goes through (`out` of `out[i] = v`, `self.scale` of `self.scale.mul_(m)`).
     written_through: ast.expr | None = None
     # Filled by the engine for an update of parameters: the first op after it that takes a value made stale by

@@ -87,6 +87,7 @@ class ExtensionPointsMixin:
         finally:
             self.function_contexts.pop()
             self.state.grad_enabled = grad_mode
+            ctx.packed = True
         if result is None:
             return self._unknown_call(node, [*args, *kwargs.values()])
         graph = frozenset().union(*(graph_of(a) for a in [*args, *kwargs.values()]),

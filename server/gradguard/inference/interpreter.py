@@ -1394,6 +1394,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             mutation.written_through = written_through or _written_through(node)
             mutation.by_layer = by_layer
             mutation.in_function = bool(self.function_contexts)
+            if mutation.in_function:
+                unpacked = {s.id for c, _ in self.function_contexts if not c.packed for s in c.saves}
+                mutation.before_packed = frozenset(s.id for s in pending if s.id in unpacked)
             mutation.alias_site = self._second_name(node, target, mutation.written_through)
             mutation.conversion_site = self._conversion_site(target, mutation.written_through)
             if not self.inference_blocks:

@@ -403,6 +403,7 @@ class FunctionContext:
     dirty: set[int] = field(default_factory=set)
     non_differentiable: set[int] = field(default_factory=set)
     attrs: dict[str, "Value"] = field(default_factory=dict)
+    packed: bool = False  # the forward returned: torch packed its saves (and their versions) then
 
 
 @dataclass(eq=False)

@@ -39,7 +39,8 @@ from ..knowledge import load_knowledge
 from ..messages import Message
 from ..statements import walk as walk_statements
 from .base import Example, Rule
-from .common import SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises
+from .common import (SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises,
+                     where_it_reads)
 
 ADVICE = "Use an out-of-place op or clone first."
 
@@ -64,18 +65,33 @@ def check(mutation: Mutation):
     if state is not None:
         yield _state_read_by_reference(mutation, conflict, what, state)
         return
-    yield Finding(
-        "GG001",
-        mutation.node,
-        Message.format(
+    if before_packing(mutation):
+        message = Message.format(
+            "{how} modifies {label} in place, but `{op}` on {saved} saved it (as its {what}) for backward, and "
+            "torch records a saved tensor's version only when the forward returns: {reads} computes with the "
+            "written values and raises nothing (silently wrong gradients). {advice}",
+            how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, what=what,
+            reads=where_it_reads(conflict), advice=ADVICE)
+    else:
+        message = Message.format(
             "{how} modifies {label} in place, but `{op}` on {saved} saved it (as its {what}) for backward; {raises} "
             '"{torch}". {advice}',
             how=mutation.how, label=mutation.target.label, op=save.op, saved=save.node, what=what,
-            raises=where_it_raises(conflict), torch=SAVED_MESSAGE, advice=ADVICE),
+            raises=where_it_raises(conflict), torch=SAVED_MESSAGE, advice=ADVICE)
+    yield Finding(
+        "GG001",
+        mutation.node,
+        message,
         certain=save.certain,
         related=conflict_related(conflict, mutation),
         mutation=mutation,
     )
+
+
+def before_packing(mutation: Mutation) -> bool:
+    """Every save the write breaks was made by the custom Function's forward it runs in, which has not returned:
+    torch packs them then, so nothing raises (``Mutation.before_packed``)."""
+    return bool(mutation.before_packed) and all(c.save.id in mutation.before_packed for c in mutation.conflicts)
 
 
 def _updated_state(mutation: Mutation) -> str | None:
