@@ -293,9 +293,7 @@ class Moment:
         for run in self.log.writes.get(self.write, [self]):
             own = len(run.frames) - 1
             for held, _, frame in (run.holders or ()):
-                if frame is not None and frame < own - skip and (
-                        self.log.value_read(run.frames[frame], held, run.position)
-                        or run._read_after_the_call(frame, held)):
+                if frame is not None and frame < own - skip and run._caller_reads(frame, held):
                     found.add(held)
         return sorted(found)
 
@@ -330,21 +328,41 @@ class Moment:
                 elif frame == own:
                     if held != name and self.log.value_read(run.frames[frame], held, run.position):
                         found.add((held, False))
-                elif self.log.value_read(run.frames[frame], held, run.position) \
-                        or run._read_after_the_call(frame, held):
+                elif run._caller_reads(frame, held):
                     found.add((held, frame < own))
         return found
+
+    def _caller_reads(self, frame: int, name: str) -> bool:
+        """Whether the caller's variable ``name`` (of frame ``frame``, whose statement led down to the write) is read
+        after the write: later in that statement, or later in its frame unless that statement binds ``name`` to
+        what it computes (``a = block(a)``: later reads see the call's result, not what ``a`` held) and the frame
+        reads none of its metadata after (``x.grad``: which tensor the call returned, not only its values)."""
+        at = self.frames[frame]
+        return (self.log.value_read(at, name, self.position) and not (
+            self._rebound_by_the_call(frame, name) and not self.log.metadata_read(at, name, self.position))) \
+            or self._read_after_the_call(frame, name)
+
+    def _statement_of_the_call(self, frame: int) -> ast.AST | None:
+        """The statement of frame ``frame`` running at this point: the one whose call led down to the write."""
+        wanted = self.frames[frame]
+        position = self.position - 1
+        while position >= 0 and self.log.frames[position] != wanted:
+            position -= 1
+        return self.log.entries[position] if position >= 0 else None
+
+    def _rebound_by_the_call(self, frame: int, name: str) -> bool:
+        """That statement is a plain assignment whose targets include the variable ``name`` itself."""
+        statement = self._statement_of_the_call(frame)
+        return isinstance(statement, ast.Assign) and any(
+            isinstance(n, ast.Name) and n.id == name for t in statement.targets
+            for n in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else (t,)))
 
     def _read_after_the_call(self, frame: int, name: str) -> bool:
         """Whether the statement of frame ``frame`` running at this point (the one whose call led down to the
         write) may read ``name`` after that call returns: a load that some call of the statement ends before, a
         load in an assignment's target (evaluated after its value), or any load in a statement whose order its
         text does not show (a conditional expression, a comprehension, a lambda)."""
-        wanted = self.frames[frame]
-        position = self.position - 1
-        while position >= 0 and self.log.frames[position] != wanted:
-            position -= 1
-        statement = self.log.entries[position] if position >= 0 else None
+        statement = self._statement_of_the_call(frame)
         if not isinstance(statement, ast.stmt):
             return True
         loads = [load for load, metadata in _reads(statement) if not metadata and load.id == name]

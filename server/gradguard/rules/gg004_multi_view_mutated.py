@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.callers import NONLOCAL_ESCAPE, through_closure_calls
+from ..fixes.callers import NONLOCAL_ESCAPE, fix_in_helper, through_closure_calls
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import RebindRewrite, fix_leaf_write, fix_or_none, is_parameter_update, mutation_of, rebind_fix
@@ -139,8 +139,10 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         if whole is not None:
             return whole
     rows = fix_or_none(lambda: rows_through_index(ctx, mutation))
-    if rows is not None or write is None:
+    if rows is not None:
         return rows
+    if write is None:  # a helper's write, reached by a call: mended in the helper when every caller allows it
+        return fix_or_none(lambda: fix_in_helper(fix, ctx, finding))
     element = fix_or_none(lambda: rebuild_pieces(ctx, write))
     if element is not None:
         return element
