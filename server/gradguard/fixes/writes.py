@@ -13,11 +13,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..inference.followed import parameter_names
 from ..inference.sharing import Report
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
 from .aliases import analyse, value_read_after
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
+from .index import FUNCTIONS
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -118,9 +120,12 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
     views, held, outside = moment.seen(name, depth, deeper)
     scope = ctx.scope_of(write)
     # A holder the written name was read out of (`x = xs[i]`, `h = self.buf`) is where the tensor lives: rebinding
-    # the name leaves it there unwritten, as for a view (one it was put into only keeps what it was given)
+    # the name leaves it there unwritten, as for a view (one it was put into only keeps what it was given); one that
+    # is a parameter (`self`) is the caller's object, which outlives the call: read after, whatever this run shows.
     homes = {_read_out_of(ctx.parents.get(n)) for n in ctx.names_in(scope).of(name) if isinstance(n.ctx, ast.Store)}
     views, held = [*views, *(h for h in held if h in homes)], [h for h in held if h not in homes]
+    params = set(parameter_names(scope, False)) if isinstance(scope, FUNCTIONS) else set()
+    views += sorted({h for h, how in moment.held_in_any_run(depth) if how == "holder" and h in homes & params} - {*views})
     own, names = ctx.scope_names(scope), {name, *views, *held}
     declared = [d for d in own.declarations if names & d]
     escapes = [*map(_escape_words, moment.escape_sites()),
