@@ -62,7 +62,7 @@ def test_finding_exits_1_with_ruff_style_line(gg, tmp_path):
     run = gg("check")
     assert run.code == 1
     assert run.findings() == [("train.py", 3, "GG002")]
-    assert run.err.strip().splitlines()[-1] == "Found 1 problem in 1 file."
+    assert run.err.strip().splitlines()[-1] == "Found 1 problem in 1 file (1 fixable with --fix)."
 
 
 def test_clean_tree_exits_0(gg, tmp_path):
@@ -311,7 +311,7 @@ def test_python_m_gradguard_subprocess(tmp_path):
     )
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.splitlines()[0].startswith("train.py:3:1: GG002 ")
-    assert proc.stderr.strip().splitlines()[-1] == "Found 1 problem in 1 file."
+    assert proc.stderr.strip().splitlines()[-1] == "Found 1 problem in 1 file (1 fixable with --fix)."
 
     proc = subprocess.run(
         [sys.executable, "-m", "gradguard", "check", "-", "--stdin-filename", "x.py"],

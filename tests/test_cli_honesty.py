@@ -367,7 +367,7 @@ def test_a_crash_beside_findings_is_counted_too(gg, tmp_path, boom):
     (tmp_path / "train.py").write_text(LEAF_BUG)
     code, out, err = gg("--format", "json", ".")
     assert code == 2 and '"code": "GG002"' in out
-    assert last_line(err) == "Found 1 problem in 1 file; 1 file could not be analysed (internal error)."
+    assert last_line(err) == "Found 1 problem in 1 file (1 fixable with --fix); 1 file could not be analysed (internal error)."
 
 
 def test_a_crash_on_stdin_is_reported_like_a_file(gg, tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 from test_baseline import TRAIN
-from test_lsp import LEAF, URI, change_range, open_doc, rng, wait_publish
+from test_lsp import URI, change_range, open_doc, rng, wait_publish
 
 from gradguard.api import analyze_source
 from gradguard.rules import RULES_BY_CODE
@@ -51,10 +51,16 @@ async def test_plain_text_hover_of_the_fix(client: LanguageClient):
     assert "Quick fix (safe: Fix all applies it): Write out of place: y = y.mul(2)\n  -     y.mul_(2)\n  +     y = y.mul(2)" in text
 
 
+# A module global leaf written in place inside a function: no automatic fix (`no_grad` would hide the update from
+# the gradient, and rebinding a global needs a `global` statement the fixes do not write).
+GLOBAL_LEAF = "import torch\nx = torch.zeros(3, requires_grad=True)\n\n\ndef shift():\n    x.add_(1)\n\n\nshift()\n" \
+              "x.sum().backward()\n"
+
+
 async def test_hover_without_a_fix_says_how_to_fix_it(client: LanguageClient):
-    open_doc(client, LEAF)  # a leaf written in place: no automatic fix
+    open_doc(client, GLOBAL_LEAF)
     (d,) = await wait_publish(client, URI, version=1)
-    assert analyze_source(LEAF).diagnostics[0].fix is None
-    value = (await hover_at(client, 2, 2)).contents.value
+    assert analyze_source(GLOBAL_LEAF).diagnostics[0].fix is None
+    value = (await hover_at(client, 5, 5)).contents.value
     advice = RULES_BY_CODE["GG002"].fix_advice.strip().split("\n\n")[0]
     assert f"**No automatic fix.** {advice}" in value and "Quick fix" not in value

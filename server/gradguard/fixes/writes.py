@@ -17,7 +17,7 @@ from ..inference.followed import parameter_names
 from ..inference.sharing import Report
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
-from .aliases import analyse, value_read_after
+from .aliases import AliasAnalysis, _view_sources, analyse, value_read_after
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 from .index import FUNCTIONS
 
@@ -345,3 +345,10 @@ def code(node: cst.CSTNode) -> str:
 def short(text: str, limit: int = 60) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def operands_over_by_code(ctx: FixContext, write: InPlaceWrite, name: str, operands: list[ast.expr]) -> list[ast.expr]:
+    """The operands that may be ``name``'s memory or a view of it, as the code binds them: for a write no run reached
+    (the probe's), where no run tells which names held the memory (``below = state[k - 1]``)."""
+    aliases = set(AliasAnalysis(ctx, write.stmt, name).aliases)
+    return [arg for arg in operands if aliases & set(_view_sources(arg, ctx, load_knowledge()))]

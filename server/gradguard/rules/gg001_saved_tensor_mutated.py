@@ -28,6 +28,7 @@ from ..fixes.writes import (
     clone_of,
     code,
     cst_mod,
+    operands_over_by_code,
     out_of_place,
     root_name,
     short,
@@ -377,6 +378,8 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
         elif save.role == "input":
             names = _names_over_written(write, name)
             targets = [arg for arg in _operands(node) if root_name(arg)[0] in names]
+            if not targets and write is not None and name is not None and write.moment is None:
+                targets = operands_over_by_code(ctx, write, name, _operands(node))  # the probe's write
             if not targets:
                 raise CannotFix(f"cannot tell which argument of `{save.op}` is saved")
         else:
