@@ -59,3 +59,12 @@ def test_no_module_of_fixes_is_over_its_size() -> None:
     assert over == {}, f"modules of fixes/ over their size (lines, at most): {over}"
     assert sorted(name for name in OVER if name not in sizes or sizes[name] <= MODULE_LINES) == [], \
         "a module listed in OVER is gone or back under the limit: drop it from OVER"
+
+
+def test_facts_of_a_mutation_are_worked_out_once() -> None:
+    """A question about a write that the rules and the explanation both ask is a property of ``Mutation``, not
+    the same test written in each: "is every save the write breaks still unpacked" (``silent_before_packing``)
+    reads ``before_packed``, which nothing else reads (the interpreter fills it)."""
+    readers = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+                     if ".before_packed" in path.read_text(encoding="utf-8"))
+    assert readers == ["inference/events.py", "inference/interpreter.py"], readers

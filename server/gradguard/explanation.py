@@ -71,7 +71,7 @@ def explain(finding: Finding) -> Explanation | None:
                           sink="backward", backward_line=line_of(mixed.sink.node))
         if conflict is not None:
             save, sink = conflict.save, conflict.sink
-            if mutation.before_packed and all(c.save.id in mutation.before_packed for c in mutation.conflicts):
+            if mutation.silent_before_packing:
                 kind = SILENT  # saved in a custom Function's forward that has not returned: torch packs it later
             # A parameter saved as an op's input (`x @ w`) is a weight, as `nn.Linear` saves its weight.
             role = "weight" if save.role == "input" and _is_parameter(target) else save.role

@@ -196,6 +196,13 @@ class Mutation:
     # not known may reach them).
     touched_after: list[tuple[ast.AST, tuple[ast.AST, ...], bool]] | None = None
 
+    @property
+    def silent_before_packing(self) -> bool:
+        """Every save the write breaks was made by the custom Function's forward it runs in, which has not returned:
+        torch packs them then (``before_packed``), so nothing raises and the backward computes with the written
+        values."""
+        return bool(self.before_packed) and all(c.save.id in self.before_packed for c in self.conflicts)
+
     def call_path(self) -> list[ast.AST]:
         """The call sites, outermost first, of the followed calls the write is inside (its finding stays on the
         write, where the fix goes; these explain how the caller's tensor gets there)."""

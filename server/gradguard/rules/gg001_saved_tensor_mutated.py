@@ -66,7 +66,7 @@ def check(mutation: Mutation):
     if state is not None:
         yield _state_read_by_reference(mutation, conflict, what, state)
         return
-    if before_packing(mutation):
+    if mutation.silent_before_packing:
         message = Message.format(
             "{how} modifies {label} in place, but `{op}` on {saved} saved it (as its {what}) for backward, and "
             "torch records a saved tensor's version only when the forward returns: {reads} computes with the "
@@ -87,12 +87,6 @@ def check(mutation: Mutation):
         related=conflict_related(conflict, mutation),
         mutation=mutation,
     )
-
-
-def before_packing(mutation: Mutation) -> bool:
-    """Every save the write breaks was made by the custom Function's forward it runs in, which has not returned:
-    torch packs them then, so nothing raises (``Mutation.before_packed``)."""
-    return bool(mutation.before_packed) and all(c.save.id in mutation.before_packed for c in mutation.conflicts)
 
 
 def _updated_state(mutation: Mutation) -> str | None:
