@@ -31,7 +31,7 @@ from .fixes.moves import move_statements_after
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.stale_optimizers import built_just_before
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
-from .knowledge.names import LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
+from .knowledge.names import FRESH_METHODS, LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, FROZE_NOTE, GRAD_OFF_NOTE, GUARD_SKIPS_OTHERS_NOTE,
                           INPUT_NOTE, MULTI_VIEW_NOTE, OWN_STATS_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, REPLACED_NOTE,
                           REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE,
@@ -145,8 +145,8 @@ def _new_parameter(node: ast.AST) -> bool:
 def _rebuild(lines: _Lines, f: ProbeFinding) -> Finding | None:
     """GG103 values read out of the graph and made a tensor again: the statement that rebuilds them (the
     finding's own line, or the rebuild its note names when the probe placed it at the read)."""
-    if f.code != "GG103" or f.kind != "graph-break":
-        return None
+    if f.code != "GG103" or f.kind != "graph-break" or _detach_refused_on_view(f):
+        return None  # (a `.detach_()` torch refused on a view rebuilds nothing: ``_detach_view_out_of_place``)
     stmt = lines.simple_statement_at(f.site.line)
     if stmt is None:
         return None
@@ -814,6 +814,47 @@ def _grad_on_for_dead_term(lines: _Lines, text: str, f: ProbeFinding) -> Fix | N
                "it reads that requires grad now gets a gradient through it)", False, edits) if edits else None
 
 
+def _grad_on_for_decorated_call(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG103 a loss term computed by a call of a function decorated ``@torch.no_grad()`` (written for evaluation) on
+    values that require grad: the probe places it at the call, which switched grad mode off itself (no
+    ``GRAD_OFF_NOTE``: the switch is the call).  Call the undecorated function there, ``helper.__wrapped__(...)``
+    (torch's decorator wraps with ``functools.wraps``): this call computes what it did, now with a graph, as
+    ``_grad_on_for_dead_term`` does for a term in a ``with`` block; the helper's other callers keep grad mode off.
+    Only for a plain name bound once in the module, by a top-level ``def`` whose one decorator is ``torch.no_grad()``,
+    and whose body writes nothing in place and takes no gradient (with grad mode on, autograd could refuse it)."""
+    if f.code != "GG103" or f.kind != "starved" or _note(f, GRAD_OFF_NOTE) is not None:
+        return None
+    call = _expression_at(lines, f.site)
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)) or call.func.end_lineno is None \
+            or lines.grad_off_around(call.lineno):  # (a block around the call would keep grad mode off)
+        return None
+    name = call.func.id
+    defs = [s for s in lines.tree.body if isinstance(s, ast.FunctionDef) and s.name == name]
+    bound = [n for n in ast.walk(lines.tree) if isinstance(n, ast.Name) and n.id == name
+             and isinstance(n.ctx, (ast.Store, ast.Del))
+             or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
+             or isinstance(n, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)) and any(
+                 (getattr(a, "asname", None) or getattr(a, "name", a)).split(".")[0] == name
+                 for a in getattr(n, "names", ()))
+             or isinstance(n, ast.arg) and n.arg == name]
+    if len(defs) != 1 or bound != defs or len(defs[0].decorator_list) != 1 \
+            or not _switches_off(defs[0].decorator_list[0]) \
+            or ast.unparse(defs[0].decorator_list[0].func) != "torch.no_grad":
+        return None
+    helper = defs[0]
+    for n in ast.walk(helper):
+        if isinstance(n, (ast.AugAssign, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)) \
+                or isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)) \
+                or isinstance(n, ast.Call) and (
+                    isinstance(n.func, ast.Attribute) and (n.func.attr in ("backward", "grad") or n.func.attr.endswith(
+                        "_") and not n.func.attr.startswith("__")) or any(k.arg == "out" for k in n.keywords)):
+            return None
+    column = _char_column(text.splitlines(), call.func.end_lineno, call.func.end_col_offset)
+    edit = TextEdit(call.func.end_lineno, column, call.func.end_lineno, column, ".__wrapped__")
+    return Fix(f"Compute the term with grad mode on: call the undecorated `{name}.__wrapped__(...)` here (unsafe: every "
+               "tensor it reads that requires grad now gets a gradient through it)", False, (edit,))
+
+
 def _grad_on_for_loss_in_block(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
     """GG103 a ``with torch.no_grad():`` block computed the value a later backward starts from, which raises (no
     graph): the probe places it at the block.  Run with grad mode on the one statement of the block whose names are
@@ -1128,11 +1169,118 @@ def _attached_batch_statistics(lines: _Lines, text: str, f: ProbeFinding) -> Fix
                tuple(sorted(edits, key=lambda e: (e.line, e.column))))
 
 
+# torch's refusal of `.detach_()` on a view (the probe's finding keeps torch's message)
+_DETACH_VIEW_REFUSED = "Can't detach views in-place"
+# Methods whose result is always a new tensor object, never the receiver itself (views; `flatten` of a 1-D tensor
+# and `contiguous`/`to` may return it): a name bound to one is the only name of that object when bound.
+_NEW_OBJECT_METHODS = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand",
+    "expand_as", "narrow", "select", "diagonal", "movedim", "moveaxis", "swapaxes", "swapdims", "unflatten", "unfold",
+    "as_strided", "ravel", "detach"}) | frozenset(m for m in FRESH_METHODS if not m.endswith("_")
+                                                  and m not in ("backward", "register_hook"))
+# What a read of a tensor may do without handing the tensor itself on: be an operand, be indexed (a view: views
+# under other names were never meant to be detached), or be asked its shape.
+_SHAPE_READS = frozenset({"shape", "dtype", "device", "ndim", "size", "dim", "numel"})
+
+
+def _detach_refused_on_view(f: ProbeFinding) -> bool:
+    return f.code == "GG103" and (f.torch_message or "").startswith(_DETACH_VIEW_REFUSED)
+
+
+def _detach_view_out_of_place(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG103 torch refused ``x.detach_()`` because ``x`` is a view (the probe places it at the call, torch's message
+    kept): rebind the name to a detached tensor, ``x = x.detach()``, as torch's message says -- the static fix
+    (``gg103_graph_break._detach_out_of_place``), which asks the analysed run who else holds the tensor.  Here the
+    syntax answers it, conservatively: ``x`` is a local variable of the function (not a parameter, a global or a
+    closure's), every binding of it is ``x = <tensor>.<view method>(...)`` (a new tensor object, held by ``x`` alone
+    when bound), and no read of it that can run before the detach (on an earlier line, or anywhere in a loop around
+    it) can hand the tensor on: each is an operand of an operator, indexed, or asked its shape.  Another name or a
+    container holding the tensor would stay undetached.  Safe: torch refused the original outright."""
+    if not _detach_refused_on_view(f):
+        return None
+    stmt = lines.simple_statement_at(f.site.line)
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "detach_"
+            and not call.args and not call.keywords and isinstance(call.func.value, ast.Name)):
+        return None
+    name, receiver = call.func.value.id, call.func.value
+    function = lines.function_of(stmt)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None  # a module's variable: its functions may read it
+    args = function.args
+    if name in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}:
+        return None  # the caller holds the tensor too
+    parents = {id(c): n for n in ast.walk(function) for c in ast.iter_child_nodes(n)}
+    named = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == name]
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names
+           or isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.comprehension))
+           and n is not function and any(isinstance(m, ast.Name) and m.id == name for m in ast.walk(n))
+           for n in ast.walk(function)):
+        return None
+    for n in named:
+        if isinstance(n.ctx, ast.Load):
+            continue
+        binding = parents.get(id(n))
+        value = binding.value if isinstance(binding, ast.Assign) and binding.targets == [n] else None
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr in _NEW_OBJECT_METHODS):
+            return None
+    since, loops = _bound_before(parents, function, stmt, name)
+    for n in named:
+        if not isinstance(n.ctx, ast.Load) or n is receiver:
+            continue
+        between = since < (n.lineno, n.col_offset) < (stmt.lineno, stmt.col_offset)
+        if not between and not any(n.lineno >= loop.lineno and n.end_lineno <= loop.end_lineno for loop in loops):
+            continue
+        parent = parents.get(id(n))
+        if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)) \
+                or isinstance(parent, ast.Subscript) and parent.value is n \
+                or isinstance(parent, ast.Attribute) and parent.value is n and parent.attr in _SHAPE_READS:
+            continue
+        return None
+    indent = _indent(text.splitlines(), stmt)
+    if indent is None or stmt.end_lineno != stmt.lineno:
+        return None
+    rest = text.splitlines()[stmt.lineno - 1].encode("utf-8")[stmt.end_col_offset:].decode("utf-8", "replace")
+    if rest.strip() and not rest.strip().startswith("#"):
+        return None  # another statement on the line
+    source = text.splitlines()
+    start = _char_column(source, stmt.lineno, stmt.col_offset)
+    end = _char_column(source, stmt.lineno, stmt.end_col_offset)
+    edit = TextEdit(stmt.lineno, start, stmt.lineno, end, f"{name} = {name}.detach()")
+    return Fix(f"Detach out of place: `{name} = {name}.detach()`", True, (edit,))
+
+
+def _bound_before(parents: dict[int, ast.AST], function: ast.AST, stmt: ast.stmt,
+                  name: str) -> tuple[tuple[int, int], list[ast.stmt]]:
+    """Where the reads of ``name`` that can run between its binding and ``stmt`` start, and the loops whose reads
+    can too: after the nearest binding ``name = ...`` among the statements before ``stmt`` in its block or an
+    enclosing one (it runs each time before ``stmt`` does), with the loops around ``stmt`` inside that binding's
+    block; with no such binding, every read before ``stmt`` and in every loop around it."""
+    node: ast.AST = stmt
+    loops: list[ast.stmt] = []
+    while node is not function:
+        parent = parents.get(id(node))
+        if parent is None:
+            break
+        for _, body in blocks(parent):
+            if any(st is node for st in body):
+                k = next(i for i, st in enumerate(body) if st is node)
+                bound = next((st for st in reversed(body[:k]) if isinstance(st, ast.Assign)
+                              and any(isinstance(t, ast.Name) and t.id == name for t in st.targets)), None)
+                if bound is not None:
+                    return (bound.end_lineno or bound.lineno, bound.end_col_offset or 0), loops
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+            loops.append(parent)
+        node = parent
+    return (0, 0), loops
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
     _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter,
     _step_after_helper_backward, _optimizer_after_replacing_call,
-    _attached_batch_statistics)
+    _attached_batch_statistics, _detach_view_out_of_place, _grad_on_for_decorated_call)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

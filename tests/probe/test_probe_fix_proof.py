@@ -37,8 +37,6 @@ from gradguard.probed_fixes import attach  # noqa: E402
 
 POSITIVES = [fx for fx in PROBE_ONLY if fx.positive]
 
-_NO_GRAD = ("the term is computed with grad mode off: moving it out of the block, or switching grad mode back on, "
-            "changes what runs there, which no rewrite decides for the user")
 _STEP = ("GG101's fixes move statements across the step and are offered only where the static analysis no longer "
          "finds the bug in the moved code (`FixContext.still_found`): it never saw this one, so nothing can check them")
 _SWAP = ("the helper replaces the parameters after the optimizer took the old ones, and the optimizer is made by the "
@@ -72,11 +70,7 @@ NO_FIX: dict[str, str] = {
     "GG101/pos_value_step_before_policy_term_from_fresh_forward": (
         "a fresh forward through the stepped network runs between the step and the backward: moving the step after "
         "the backward would run it with the old weights, which the probe's facts cannot say is meant"),
-    "GG103/pos_auxiliary_term_from_no_grad_helper": _NO_GRAD,
     "GG103/pos_trainer_calls_layer_swap_without_its_optimizer": _SWAP,
-    "GG103/pos_detach_in_place_view": (
-        "`.detach_()` of a view: `x = x.detach()` is right only where nothing else holds the tensor, which the fix "
-        "layer cannot tell (the static GG103 fix withholds it too)"),
 }
 
 _counter = itertools.count()
