@@ -42,14 +42,15 @@ _STEP = ("GG101's fixes move statements across the step and are offered only whe
 _SWAP = ("the helper replaces the parameters after the optimizer took the old ones, and the optimizer is made by the "
          "function's caller: giving it the new parameters means choosing its param groups (and dropping the old ones' "
          "state), which no fix decides for the user")
-_VIEW_HELPER = ("the write is in a helper called on each view; the GG004 fix rewrites the write to a view where it is "
-                "made, not a helper's write through its parameter")
+_VIEW_HELPER = ("the rows are of a parameter (a leaf that requires grad), no view of which torch lets be written in "
+                "place with grad mode on: iterating plain views (GG004's fix of a loop over rows) raises too, and only "
+                "iterating a copy runs, which drops the writes the helper may mean to make to the tensor itself")
 _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history made once in `__init__`: kept as the tensor itself, its "
               "history would be backwarded again at every step (the forward must compute it)")
 _MIXED = ("a value from before the optimizer step is combined with one from after it: computing both on one side of "
           "the step moves statements across it, which no fix does")
-_COPY = ("the copy needs an optimizer over its own parameters: building one means choosing its class and settings (and "
-         "what the wrapper's other methods hold), which no fix decides for the user")
+_SAVED_APART = ("the module and its optimizer are serialised apart by a helper each is handed to: saving them together "
+                "restructures both the save and the load (the static fixtures of this bug get no fix either)")
 _BUFFER = ("values of several graphs share one buffer written in place: keeping them in separate tensors rewrites "
            "how the buffer is built and read, which no fix does")
 _STORED = ("the stored values must be computed again with grad mode on where the loss is built: which call recomputes "
@@ -66,7 +67,7 @@ NO_FIX: dict[str, str] = {
     "GG103/pos_batch_norm_eval_with_no_grad_channel_stats": _OWN_STATS,
     "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
-    "GG103/pos_optimizer_object_saved_apart_from_model": _COPY,
+    "GG103/pos_optimizer_object_saved_apart_from_model": _SAVED_APART,
     "GG101/pos_value_step_before_policy_term_from_fresh_forward": (
         "a fresh forward through the stepped network runs between the step and the backward: moving the step after "
         "the backward would run it with the old weights, which the probe's facts cannot say is meant"),
