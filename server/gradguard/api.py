@@ -20,7 +20,7 @@ from .baseline import fingerprinted
 from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module, without_findings
-from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
+from .fixes import FindingId, plan, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
 from .fixes.identity import backward_lines, entry_line
 from .inference.events import Finding, file_lines, span_of
 from .messages import LineName, other_file, plain_line
@@ -127,9 +127,12 @@ def _analyze_source(source: str | bytes, path: str, config: Config | None, cache
                                    _variant(before, path))
     else:
         diagnostics = [d for _, d in kept]
-        on_demand = FixesOnDemand(text, before, path, config, kept, dict(cache) if cache is not None else {})
+        on_demand = FixesOnDemand(text, before, path, config, kept, dict(cache) if cache is not None else {},
+                                  own_file)
     diagnostics += _skipped(before.skipped, path, lines, config, to_text)
     diagnostics.sort(key=lambda d: d.order)
+    if on_demand is not None:
+        on_demand.shown = len(diagnostics)
     return FileResult(path, diagnostics, fixes=on_demand)
 
 
@@ -145,8 +148,9 @@ class FixesOnDemand:
     """
 
     def __init__(self, text: str, before: parsing.Parsed, path: str, config: Config,
-                 kept: list[tuple[Finding, Diagnostic]], cache: dict):
+                 kept: list[tuple[Finding, Diagnostic]], cache: dict, own_file: bool = True):
         self.text, self.before, self.path, self.config, self.cache = text, before, path, config, cache
+        self.own_file, self.shown = own_file, len(kept)  # ``shown``: every diagnostic of the analysis (GG903 too)
         self.findings = {d.place: f for f, d in kept}
         self._fixer: Fixer | None = None
         self._parsed = before if before.layout is None else None
@@ -195,6 +199,21 @@ class FixesOnDemand:
                 out.append(with_fix(diag, fix))
                 continue
             out.append(with_fix(diag, self.fixer.fix(finding)))
+        return out
+
+    def checked(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+        """``fixed``, but a fix the fix planner would refuse (``plan.make_pass``: alone, it must leave fewer
+        findings) is no fix: an editor's quick fix of one finding is checked as ``--fix`` checks it."""
+        def analyse(fixed: str) -> plan.Analysis:
+            return plan.Analysis((), len(analyze_source(fixed, self.path, self.config, cache=dict(self.cache),
+                                                         own_file=self.own_file, fixes=False).diagnostics))
+
+        out, shown = [], plan.Analysis((), self.shown)
+        for diag in self.fixed(diagnostics):
+            if diag.fix is not None and diag.fix.edits \
+                    and plan.make_pass(self.text, shown, [diag.fix], analyse, plan.apply_fixes)[1] is None:
+                diag = replace(diag, fix=None)
+            out.append(diag)
         return out
 
     def _text_place(self, finding: Finding) -> tuple[str, int, int]:

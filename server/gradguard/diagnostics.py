@@ -170,6 +170,10 @@ class FixSource(Protocol):
         """``diagnostics`` (of that analysis) with their fixes, as an analysis that builds them gives them."""
         ...
 
+    def checked(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+        """``fixed``, keeping only the fixes the fix planner would apply alone (an editor's quick fix)."""
+        ...
+
 
 @dataclass
 class FileResult:

@@ -44,7 +44,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import parsing
@@ -398,8 +398,15 @@ class CellFixes:
         self.raw = {_cell_place(m): d for m, d in pairs}
 
     def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+        return self._mapped(diagnostics, self.source.fixed)
+
+    def checked(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+        return self._mapped(diagnostics, self.source.checked)
+
+    def _mapped(self, diagnostics: Sequence[Diagnostic],
+                build: Callable[[Sequence[Diagnostic]], list[Diagnostic]]) -> list[Diagnostic]:
         raw = [self.raw.get(_cell_place(d)) for d in diagnostics]
-        built = iter(self.source.fixed([r for r in raw if r is not None]))
+        built = iter(build([r for r in raw if r is not None]))
         out = []
         for d, r in zip(diagnostics, raw):
             fix = next(built).fix if r is not None else None

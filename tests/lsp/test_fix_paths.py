@@ -175,3 +175,62 @@ async def test_editor_quick_fixes_are_the_cli_fixes(client: LanguageClient, tmp_
             compared += sum(1 for fix in editor.values() if fix is not None)
         client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
     assert compared >= 100, compared
+
+
+# bench/realworld case 208 (fairseq issue 251), its comments left out: ``forward`` is analysed with a guessed tensor
+# for ``encoder_out``, and the finding's fix (``encoder_out = encoder_out.clone()``) is for that guess; the caller
+# passes a list (under torch the fixed file raises AttributeError) and the fix does not remove its finding, so
+# ``--fix`` refuses it.
+GUESSED_ARGUMENT = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class StepDecoder(nn.Module):
+    def __init__(self, vocab, dim):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.cell = nn.GRUCell(2 * dim, dim)
+        self.gate = nn.Linear(1, 1)
+        self.out = nn.Linear(dim, vocab)
+
+    def do_something(self, column):
+        return column * torch.sigmoid(self.gate(column.unsqueeze(-1))).squeeze(-1)
+
+    def forward(self, prev_tokens, encoder_out):
+        bsz, tgt_len = prev_tokens.shape
+        h = prev_tokens.new_zeros(bsz, self.cell.hidden_size, dtype=torch.float)
+        logits = []
+        for j in range(tgt_len):
+            scores = torch.bmm(encoder_out[0], h.unsqueeze(2)).squeeze(2)
+            attn = F.softmax(scores, dim=1)
+            ctx = torch.bmm(attn.unsqueeze(1), encoder_out[1]).squeeze(1)
+            h = self.cell(torch.cat([self.embed(prev_tokens[:, j]), ctx], dim=1), h)
+            logits.append(self.out(h))
+            encoder_out[0][:, :, j] = self.do_something(encoder_out[0][:, :, j])
+        return torch.stack(logits, dim=1)
+
+
+if __name__ == "__main__":
+    dec = StepDecoder(12, 6)
+    encoder_out = [torch.randn(2, 5, 6, requires_grad=True) * 1, torch.randn(2, 5, 6)]
+    tgt = torch.randint(1, 12, (2, 4))
+    F.cross_entropy(dec(tgt, encoder_out).reshape(-1, 12), tgt.reshape(-1)).backward()
+'''
+
+
+@pytest.mark.asyncio
+async def test_a_quick_fix_the_planner_refuses_is_not_offered(client: LanguageClient, tmp_path: Path):
+    """A finding's own quick fix passes the planner's check (it alone must remove its finding), as ``--fix``
+    checks it: the editor offers no fix that ``--fix --unsafe-fixes`` refuses."""
+    target = tmp_path / "decoder.py"
+    target.write_text(GUESSED_ARGUMENT, encoding="utf-8")
+    assert main(["check", "--jobs", "1", "--quiet", "--exit-zero", "--no-cache", "--fix", "--unsafe-fixes",
+                 str(target)]) == 0
+    assert target.read_text(encoding="utf-8") == GUESSED_ARGUMENT  # refused: "a fix did not remove its finding"
+    uri = target.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=GUESSED_ARGUMENT)))
+    diags = await wait_publish(client, uri, version=1, timeout=60)
+    assert [d.range.start.line + 1 for d in diags] == [27]
+    assert await _editor_fixes(client, uri, GUESSED_ARGUMENT, diags) == {(diags[0].data["code"], 27, 13): None}

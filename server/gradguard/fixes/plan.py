@@ -88,24 +88,11 @@ def run(text: str, analyse: Analyse, unsafe: bool = False, first: Analysis | Non
         chosen = choose_in(current, analysis, unsafe)
         if not chosen:
             break
-        titles = "; ".join(f.title for f in chosen)
-        try:
-            new = apply(current, chosen)
-        except ValueError:
-            plan.problems.append(f"the fixes overlap; {unit} left unchanged")
+        new, new_analysis, problem, undo = make_pass(current, analysis, chosen, analyse, apply, unit)
+        plan.problems.extend([problem] if problem else [])
+        if undo:
             return plan
-        except PassRefused as refused:
-            plan.problems.append(f"{refused}; {unit} left unchanged")
-            return plan
-        if isinstance(parsing.parse(new), parsing.SyntaxProblem):
-            plan.problems.append(f"the fixed code would not parse ({titles}); {unit} left unchanged")
-            return plan
-        if new == current:
-            break
-        new_analysis = analyse(new)
-        if new_analysis.findings >= analysis.findings:
-            # a fix that does not remove its finding would be offered (and applied) again and again
-            plan.problems.append(f"a fix did not remove its finding ({titles}); not applied")
+        if new_analysis is None:
             break
         current, analysis = new, new_analysis
         applied.extend(chosen)
@@ -113,6 +100,27 @@ def run(text: str, analyse: Analyse, unsafe: bool = False, first: Analysis | Non
         plan.problems.append(f"fixes did not settle after {MAX_PASSES} passes; the last pass is kept")
     plan.text, plan.analysis, plan.applied = current, analysis, applied
     return plan
+
+
+def make_pass(current: str, analysis: Analysis, chosen: Sequence[Fix], analyse: Analyse, apply: Apply,
+              unit: str = "file") -> tuple[str, Analysis | None, str | None, bool]:
+    """One pass: (the fixed text, its analysis or None when the pass is not kept, why not, whether the passes
+    before it are dropped too).  The one check of a fix, for ``run`` and an editor's
+    quick fix alike (``api.FixesOnDemand.checked``: never one ``--fix`` would refuse)."""
+    titles = "; ".join(f.title for f in chosen)
+    try:
+        new = apply(current, chosen)
+    except ValueError:
+        return current, None, f"the fixes overlap; {unit} left unchanged", True
+    except PassRefused as refused:
+        return current, None, f"{refused}; {unit} left unchanged", True
+    if isinstance(parsing.parse(new), parsing.SyntaxProblem):
+        return current, None, f"the fixed code would not parse ({titles}); {unit} left unchanged", True
+    new_analysis = analyse(new) if new != current else None
+    if new_analysis is not None and new_analysis.findings >= analysis.findings:
+        # a fix that does not remove its finding would be offered (and applied) again and again
+        return current, None, f"a fix did not remove its finding ({titles}); not applied", False
+    return new, new_analysis, None, False
 
 
 def apply_fixes(text: str, fixes: Sequence[Fix]) -> str:

@@ -153,7 +153,7 @@ class Document:
             return None  # without a source, not known (see above): neither a fix nor "no fix"
 
         def run() -> dict[FixKey, FixData]:
-            return {key_of(d): fix_data(snap, d) for d in source.fixed(diags)}
+            return {key_of(d): fix_data(snap, d) for d in source.checked(diags)}
 
         return run
 
