@@ -1217,6 +1217,8 @@ def _detach_view_out_of_place(lines: _Lines, text: str, f: ProbeFinding) -> Fix 
            and n is not function and any(isinstance(m, ast.Name) and m.id == name for m in ast.walk(n))
            for n in ast.walk(function)):
         return None
+    if all(isinstance(n.ctx, ast.Load) for n in named):
+        return None  # a global or a closure's variable: rebinding it here would make it local
     for n in named:
         if isinstance(n.ctx, ast.Load):
             continue

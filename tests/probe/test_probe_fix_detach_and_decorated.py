@@ -142,6 +142,27 @@ def run():
     return [w.grad]
 '''
 
+# The view is a module's variable, detached in place by a function: rebinding the name there would make it local.
+MODULE_VIEW_DETACHED_IN_FUNCTION = '''
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+NET = nn.Linear(2, 6)
+TABLE = NET(torch.randn(1, 2)).reshape(3, 2)
+
+
+def freeze_table():
+    TABLE.detach_()
+
+
+def run():
+    freeze_table()
+    w = torch.randn(2, 2, requires_grad=True)
+    (TABLE @ w).sum().backward()
+    return [w.grad]
+'''
+
 # A method's loop adds a consistency term computed by a decorated helper of two arguments.
 DECORATED_TERM_IN_LOOP_OF_METHOD = '''
 import torch
@@ -275,8 +296,10 @@ def test_probe_only_fix_is_proven(source: str, worker, tmp_path: Path):
 
 
 @pytest.mark.parametrize("source", [VIEW_KEPT_IN_LIST_BEFORE_DETACH, VIEW_RETURNED_BY_HELPER,
-                                    DECORATED_TERM_WRITES_IN_PLACE, DECORATED_NAME_BOUND_AGAIN],
+                                    MODULE_VIEW_DETACHED_IN_FUNCTION, DECORATED_TERM_WRITES_IN_PLACE,
+                                    DECORATED_NAME_BOUND_AGAIN],
                          ids=["view_kept_in_list_before_detach", "view_returned_by_helper",
+                              "module_view_detached_in_function",
                               "decorated_term_writes_in_place", "decorated_name_bound_again"])
 def test_probe_only_fix_is_refused(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path)
