@@ -119,10 +119,10 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
     parameter), with the scope's ``global``/``nonlocal`` names and closures' uses from its name index."""
     views, held, outside = moment.seen(name, depth, deeper)
     scope = ctx.scope_of(write)
-    # A holder the written name was read out of (`x = xs[i]`, `h = self.buf`) is where the tensor lives: rebinding
-    # the name leaves it there unwritten, as for a view (one it was put into only keeps what it was given); one that
-    # is a parameter (`self`) is the caller's object, which outlives the call: read after, whatever this run shows.
-    homes = {_read_out_of(ctx.parents.get(n)) for n in ctx.names_in(scope).of(name) if isinstance(n.ctx, ast.Store)}
+    # A holder the tensor was read out of under any of its names (`x = xs[i]`, `h = self.buf; g = h`) is where it lives:
+    # rebinding leaves it unwritten there, as for a view; one that is a parameter (`self`), the caller's: read after.
+    sharers, names_of = {name, *(o for o, k in moment.held_in_any_run(depth) if k != "holder")}, ctx.names_in(scope).of
+    homes = {_read_out_of(ctx.parents.get(n)) for s in sharers for n in names_of(s) if isinstance(n.ctx, ast.Store)}
     views, held = [*views, *(h for h in held if h in homes)], [h for h in held if h not in homes]
     params = set(parameter_names(scope, False)) if isinstance(scope, FUNCTIONS) else set()
     views += sorted({h for h, how in moment.held_in_any_run(depth) if how == "holder" and h in homes & params} - {*views})
