@@ -32,10 +32,10 @@ from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.stale_optimizers import built_just_before
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
 from .knowledge.names import FRESH_METHODS, LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
-from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, FROZE_NOTE, GRAD_OFF_NOTE, GUARD_SKIPS_OTHERS_NOTE,
-                          INPUT_NOTE, MULTI_VIEW_NOTE, OWN_STATS_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, REPLACED_NOTE,
-                          REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE,
-                          STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
+from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, BUFFER_READ_NOTE, FROZE_NOTE, GRAD_OFF_NOTE,
+                          GUARD_SKIPS_OTHERS_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, OWN_STATS_NOTE, PLACED, REBUILT_NOTE,
+                          RENORM_NOTE, REPLACED_NOTE, REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE,
+                          STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 from .rules.gg103_graph_break import build_optimizer_after
 from .statements import blocks
@@ -1278,11 +1278,251 @@ def _bound_before(parents: dict[int, ast.AST], function: ast.AST, stmt: ast.stmt
     return (0, 0), loops
 
 
+# Calls that make a new tensor with no history (of a shape, or of another tensor's), and methods that convert one.
+_ALLOCATIONS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "new_zeros",
+                "new_ones", "new_empty", "new_full")
+_CONVERSIONS = ("float", "double", "half", "to", "cpu", "cuda")
+
+
+def _allocation(node: ast.expr) -> bool:
+    """``torch.zeros(n, d)``, ``x.new_zeros(n, d)``, ``torch.zeros(...).float()``: a new tensor, no history."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONVERSIONS \
+            and not isinstance(node.func.value, ast.Name):
+        node = node.func.value
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _ALLOCATIONS
+            and (node.func.attr.startswith("new_") or ast.unparse(node.func.value) == "torch")
+            and not any(k.arg == "requires_grad" for k in node.keywords))
+
+
+def _row_index(node: ast.expr, function: ast.AST) -> bool:
+    """An index that picks one row: an int literal, or a name ``function`` binds only as the counter of ``for i in
+    range(...)`` or ``for i, _ in enumerate(...)``."""
+    if isinstance(node, ast.Constant):
+        return type(node.value) is int
+    if not isinstance(node, ast.Name):
+        return False
+    counters = {id(loop.target if isinstance(loop.target, ast.Name) else loop.target.elts[0])
+                for loop in ast.walk(function) if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+                and isinstance(loop.iter.func, ast.Name) and (
+                    loop.iter.func.id == "range" and isinstance(loop.target, ast.Name)
+                    or loop.iter.func.id == "enumerate" and isinstance(loop.target, ast.Tuple)
+                    and len(loop.target.elts) == 2 and isinstance(loop.target.elts[0], ast.Name))}
+    stores = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == node.id
+              and not isinstance(n.ctx, ast.Load)]
+    return bool(stores) and all(id(n) in counters for n in stores)
+
+
+def _buffer_uses(tree: ast.Module, buffer: ast.expr, write: ast.stmt) -> list[ast.expr] | None:
+    """Every use of the buffer the write ``buffer[...] = ...`` fills: each ``name`` node of the write's function (a
+    local, not a parameter), or each ``self.attr`` of the write's class (an attribute no other code of the file
+    names); None when it cannot be told."""
+    around = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+              and n.lineno <= write.lineno and write.end_lineno <= n.end_lineno]
+    functions = [n for n in around if not isinstance(n, ast.ClassDef)]
+    if isinstance(buffer, ast.Name) and functions:
+        function = max(functions, key=lambda n: n.lineno)
+        args = function.args
+        params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+        if buffer.id in params \
+                or any(isinstance(n, (ast.Global, ast.Nonlocal)) and buffer.id in n.names for n in ast.walk(function)):
+            return None
+        return [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == buffer.id]
+    classes = [n for n in around if isinstance(n, ast.ClassDef)]
+    if not (isinstance(buffer, ast.Attribute) and isinstance(buffer.value, ast.Name) and buffer.value.id == "self"
+            and classes):
+        return None
+    owner = max(classes, key=lambda n: n.lineno)
+    named = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == buffer.attr]
+    inside = {id(n) for n in ast.walk(owner)}
+    if any(id(n) not in inside or not (isinstance(n.value, ast.Name) and n.value.id == "self") for n in named):
+        return None
+    return named
+
+
+def _buffer_rows_apart(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG101 values of several graphs written in place into the rows of one buffer (``preds[k] = head(x)``,
+    ``self.values[i][t] = value``), where a graph built after an optimizer step reads one row and its backward runs
+    through every write into the buffer, into a graph whose saved weights the step changed (the probe places it at
+    the write, the read as ``BUFFER_READ_NOTE``).  Keep each row in a tensor of its own: the buffer becomes the list
+    of its rows, cloned (``[row.clone() for row in torch.zeros(...)]``), and a write of a whole row copies into that
+    row (``preds[k][...] = v``), so every row holds the values it held, and a row's backward reaches only the writes
+    into it.  Only for a buffer made once by a call that makes a new tensor with no history (``torch.zeros``,
+    ``x.new_zeros``) in the write's function or class, whose every use picks one row (``buf[k]``, ``k`` an int or
+    a ``range``/``enumerate`` counter), and only so (a list display assigned to the name elsewhere is left alone)."""
+    read = _note(f, BUFFER_READ_NOTE)
+    write = lines.simple_statement_at(f.site.line)
+    if f.code != "GG101" or read is None or not isinstance(write, ast.Assign) or len(write.targets) != 1:
+        return None
+    row = write.targets[0]
+    if not isinstance(row, ast.Subscript):
+        return None
+    while isinstance(row.value, ast.Subscript):
+        row = row.value
+    uses = _buffer_uses(lines.tree, row.value, write) if _is_chain(row.value) else None
+    if not uses:
+        return None
+    parents = {id(child): node for node in ast.walk(lines.tree) for child in ast.iter_child_nodes(node)}
+    made, stores = [], []
+    for use in uses:
+        parent = parents.get(id(use))
+        if isinstance(parent, ast.Assign) and any(t is use for t in parent.targets):
+            if len(parent.targets) != 1:
+                return None
+            if _allocation(parent.value):
+                made.append(parent)
+            elif not isinstance(parent.value, (ast.List, ast.ListComp)):
+                return None
+            continue
+        if not (isinstance(parent, ast.Subscript) and parent.value is use
+                and _row_index(parent.slice, lines.function_of(lines.statements_at(use.lineno)[-1]))):
+            return None
+        if isinstance(parent.ctx, ast.Store):
+            holder = parents.get(id(parent))
+            if not (isinstance(holder, ast.Assign) and len(holder.targets) == 1 and holder.targets[0] is parent):
+                return None
+            stores.append(parent)
+        elif not isinstance(parent.ctx, ast.Load):
+            return None
+    if len(made) != 1 or made[0].value.end_lineno is None:
+        return None
+    source = text.splitlines()
+    value = made[0].value
+    start = _char_column(source, value.lineno, value.col_offset)
+    end = _char_column(source, value.end_lineno, value.end_col_offset)
+    edits = [TextEdit(value.lineno, start, value.lineno, start, "[row.clone() for row in "),
+             TextEdit(value.end_lineno, end, value.end_lineno, end, "]")]
+    for store in stores:
+        column = _char_column(source, store.end_lineno, store.end_col_offset)
+        edits.append(TextEdit(store.end_lineno, column, store.end_lineno, column, "[...]"))
+    name = ast.unparse(row.value)
+    return Fix(f"Keep the buffer's rows in separate tensors: `{name} = [row.clone() for row in ...]` (unsafe: `{name}` "
+               "is now a list of its rows; code that uses it as one tensor elsewhere breaks)", False,
+               tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+
+
+def _called_on(stmt: ast.stmt, method: str) -> str | None:
+    """``opt`` of a statement ``opt.<method>()`` (no arguments), ``opt`` a chain; else None."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == method \
+            and not call.args and not call.keywords and _is_chain(call.func.value):
+        return ast.unparse(call.func.value)
+    return None
+
+
+def _network_of(tree: ast.Module, optimizer: str) -> str | None:
+    """``net`` of the one assignment ``<optimizer> = <torch.optim.X>(net.parameters(), ...)`` of the file (``net`` a
+    chain), or None."""
+    made = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and len(n.targets) == 1
+            and ast.unparse(n.targets[0]) == optimizer]
+    if len(made) != 1 or not isinstance(made[0], ast.Call) or not made[0].args:
+        return None
+    params = made[0].args[0]
+    if not (isinstance(params, ast.Call) and isinstance(params.func, ast.Attribute) and params.func.attr == "parameters"
+            and not params.args and not params.keywords and _is_chain(params.func.value)):
+        return None
+    return ast.unparse(params.func.value)
+
+
+def _inputs_from_arguments(ctx: FixContext, function: ast.AST, before: list[ast.stmt], network: str) -> bool:
+    """Whether every call of ``network`` in ``before`` (statements of ``function``'s block, in order) takes only the
+    function's arguments, constants, and names those statements bind from them by torch calls and operators: no
+    other network's output can reach its input."""
+    args = function.args if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    plain = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg != "self"} if args else set()
+
+    def from_arguments(node: ast.expr) -> bool:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call) and not (ctx.qual(n.func) or "").startswith("torch.") \
+                    and not (isinstance(n.func, ast.Attribute) and n.func.attr in TENSOR_NAMES
+                             and not n.func.attr.endswith("_")):
+                return False
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in plain \
+                    and n.id not in ctx.imports:
+                return False
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+                return False
+        return True
+
+    for st in before:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Call) and ast.unparse(n.func) == network \
+                    and not all(from_arguments(a) for a in [*n.args, *(k.value for k in n.keywords)]):
+                return False
+        if isinstance(st, ast.Assign) and _assigns_names(st) and from_arguments(st.value):
+            plain |= _names_stored(st)
+        else:  # a name bound otherwise is no argument's any more
+            plain -= {n.id for n in ast.walk(st) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    return True
+
+
+def _backward_into_next_step(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG101 an optimizer step (``S.step()``) between a forward and the backward of a loss that another optimizer's
+    step applies next (``O.zero_grad()``, ``loss.backward()``, ``O.step()``), built after the step on a value whose
+    graph saved the weights ``S`` changed (the probe places it at the step, the use as ``STALE_USE_NOTE``, or at the
+    use, the step as ``STEP_NOTE``; the use lies between the step and the backward, in their block): a
+    discriminator's loss scored on the generator's output from before the generator's step.  Backpropagate only into
+    the parameters ``O`` applies: ``loss.backward(inputs=[...])`` over ``O``'s param groups, so backward never enters
+    the graph of ``S``'s network, whose gradients there nothing applies.  Only when, in one block, ``S``'s
+    ``zero_grad()`` comes before its step (what this backward would add to its gradients is cleared before ``S``
+    applies any), nothing after the backward in the function steps ``S``, runs another backward or reads a gradient
+    but of ``O``'s network's parameters, and ``S``'s network (``S = torch.optim.X(net.parameters())``) is called on
+    the function's arguments only (``O``'s network's output cannot reach it, or backward would still run through it
+    to reach ``O``'s parameters)."""
+    first = f.notes[0] if f.notes else None
+    if first is None or first.site.path != f.site.path:
+        return None
+    if first.message == STALE_USE_NOTE:  # placed at the step
+        step_site, use = f.site, first.site
+    elif first.message == STEP_NOTE and first.site.line < f.site.line:  # placed at the use, after the step
+        step_site, use = first.site, f.site
+    else:
+        return None
+    if f.code != "GG101" or f.backward is None or f.backward.path != f.site.path:
+        return None
+    step, backward = lines.simple_statement_at(step_site.line), lines.simple_statement_at(f.backward.line)
+    if not (isinstance(step, ast.Expr) and isinstance(step.value, ast.Call) and _is_step(step.value)
+            and isinstance(backward, ast.Expr) and _plain_backward(backward.value) and not backward.value.args
+            and all(k.arg == "retain_graph" for k in backward.value.keywords)):
+        return None
+    block = _block_of(lines, step)
+    if block is None or not any(st is backward for st in block):
+        return None
+    i, j = next(n for n, st in enumerate(block) if st is step), next(n for n, st in enumerate(block) if st is backward)
+    if not any(st.lineno <= use.line <= st.end_lineno for st in block[i + 1:j + 1]):
+        return None
+    stepped = ast.unparse(step.value.func.value)
+    optimizer = _called_on(block[j + 1], "step") if i < j < len(block) - 1 else None
+    if optimizer in (None, stepped) or not any(_called_on(st, "zero_grad") == optimizer for st in block[i + 1:j]) \
+            or not any(_called_on(st, "zero_grad") == stepped for st in block[:i]):
+        return None
+    function = lines.function_of(step)
+    network, other = _network_of(lines.tree, stepped), _network_of(lines.tree, optimizer)
+    ctx = FixContext(text, lines.tree)
+    if network is None or other is None or not _inputs_from_arguments(ctx, function, block[:j], network):
+        return None
+    # After the backward: no other backward, no step of `S`, and gradients read only of `O`'s network.
+    for st in (n for n in ast.walk(function) if isinstance(n, ast.stmt) and n.lineno > backward.end_lineno):
+        chains = {ast.unparse(n) for n in ast.walk(st) if isinstance(n, (ast.Attribute, ast.Name))}
+        if _runs_backward(st) or stepped in chains or any(isinstance(n, ast.Attribute) and n.attr == "grad"
+                                                          for n in ast.walk(st)) and (network in chains
+                                                                                      or other not in chains):
+            return None
+    call = backward.value
+    source = text.splitlines()
+    end = _char_column(source, call.end_lineno, call.end_col_offset - 1)
+    inputs = f'inputs=[p for group in {optimizer}.param_groups for p in group["params"] if p.requires_grad]'
+    edit = TextEdit(call.end_lineno, end, call.end_lineno, end, (", " if call.keywords else "") + inputs)
+    return Fix(f"Backpropagate only into the parameters `{optimizer}.step()` applies: `backward(inputs=...)` over its "
+               f"param groups (unsafe: the backward no longer adds gradients to other tensors, such as "
+               f"`{network}`'s parameters)", False, (edit,))
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
     _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter,
     _step_after_helper_backward, _optimizer_after_replacing_call,
-    _attached_batch_statistics, _detach_view_out_of_place, _grad_on_for_decorated_call)
+    _attached_batch_statistics, _detach_view_out_of_place, _grad_on_for_decorated_call, _buffer_rows_apart,
+    _backward_into_next_step)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

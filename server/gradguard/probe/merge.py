@@ -164,6 +164,8 @@ SETTER_NOTE = "the method stores the value in place into its object's tensor her
 # A GG101 placed at the step itself when the value used after it was built, in the step's function, on a value that had
 # already saved the parameters (recomputing that one line after the step would not help): the use is the first note.
 STALE_USE_NOTE = "the graph built after the step takes here a value whose graph saved the parameters before it"
+# A GG101 placed at a write into part of a buffer whose other part a graph built after the step reads: that read.
+BUFFER_READ_NOTE = "the graph built after the step reads the buffer here"
 # A requires_grad write whose own guard skips the parameters it froze (`probe/guarded_freeze.py`): the write is the
 # first note; a guard that also skipped parameters frozen elsewhere (which may be meant to stay frozen) says so in a
 # later note at the guard.

@@ -50,8 +50,8 @@ from .grad_hooks import GradientHooks
 from .grad_mode import GradMode
 from .guarded_freeze import GuardedFreezes
 from .module_flags import ModuleFlags
-from .merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE, SETTER_NOTE, STALE_USE_NOTE,
-                    STEP_CALL_NOTE, STEP_NOTE)
+from .merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, BUFFER_READ_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE,
+                    SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE)
 from .model import Note, ProbeFinding, Saving, Site
 from .numpy_views import NumpyViews
 from .own_stats import NORM_OPS, OwnStatistics
@@ -1593,7 +1593,7 @@ class Tracer(TorchDispatchMode):
                            "backward runs through every write into the buffer, into that older graph. Keep such values "
                            "in separate tensors (a list, then torch.stack), or write detached values. " + message)
                 notes.insert(0, Note(c.sites[0], STEP_NOTE))
-                notes.insert(1, Note(use, "the graph built after the step reads the buffer here"))
+                notes.insert(1, Note(use, BUFFER_READ_NOTE))
                 return ProbeFinding(code, kind, shared, message, severity=severity, torch_message=c.torch_message,
                                     notes=tuple(notes), callers=(), origins=tuple(c.sites) + tuple(c.origins),
                                     op=c.op, count=c.count, saves=tuple(saves),

@@ -1,0 +1,327 @@
+"""Fix forms only the probe's facts reach (issue 31 item 3), each proven by torch on programs of several shapes: every
+program below is probed (``--entry run``), the finding of the form gets its fix from ``gradguard.probed_fixes``, and
+the fixed program must run clean with the gradients of ``reference()`` (written as the author would fix it by hand).
+The programs the form must refuse get no fix: its reason is in their comment."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from gradients import grads_equal
+
+torch = pytest.importorskip("torch")
+
+from gradguard.fixes.edits import apply_edits  # noqa: E402
+from gradguard.probe import ProbeOptions  # noqa: E402
+from gradguard.probe.merge import diagnostics  # noqa: E402
+from gradguard.probed_fixes import fixes_for  # noqa: E402
+
+_counter = itertools.count()
+
+# --- a buffer whose rows hold values of several graphs, trained one after the other ------------------------------
+
+# Rows written whole from an enumerate counter, a value of another shape broadcast into its row, rows read by index.
+ROWS_WRITTEN_WHOLE = '''
+import torch
+import torch.nn as nn
+
+
+def train(apart):
+    torch.manual_seed(0)
+    encoders = [nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 4)) for _ in range(3)]
+    opts = [torch.optim.SGD(e.parameters(), lr=0.1) for e in encoders]
+    x, y = torch.randn(1, 3), torch.randn(3, 2, 4)
+    codes = x.new_zeros(3, 2, 4)
+    if apart:
+        codes = [torch.zeros(2, 4) for _ in range(3)]
+    for i, enc in enumerate(encoders):
+        codes[i] = enc(x)
+    grads = []
+    for i, opt in enumerate(opts):
+        opt.zero_grad()
+        (codes[i] * y[i]).sum().backward(retain_graph=True)
+        grads += [p.grad.clone() for p in encoders[i].parameters()]
+        opt.step()
+    return grads
+
+
+def run():
+    return train(False)
+
+
+def reference():
+    return train(True)
+'''
+
+# An object's buffer made in one method and filled element by element (`self.buf[i][t] = v`, `range` counters),
+# read a row at a time in another method that steps each row's own network in turn.
+ATTRIBUTE_FILLED_BY_ELEMENT = '''
+import torch
+import torch.nn as nn
+
+
+class Agents:
+    def __init__(self, apart):
+        torch.manual_seed(0)
+        self.apart = apart
+        self.critics = [nn.Sequential(nn.Linear(2, 6), nn.ReLU(), nn.Linear(6, 1)) for _ in range(2)]
+        self.opts = [torch.optim.Adam(c.parameters(), lr=1e-2) for c in self.critics]
+
+    def rollout(self, states):
+        self.scores = torch.zeros((2, 3, 1)).float()
+        if self.apart:
+            self.scores = [torch.zeros(3, 1) for _ in range(2)]
+        for i in range(2):
+            for t in range(3):
+                self.scores[i][t] = self.critics[i](states[t])
+
+    def update(self, targets):
+        grads = []
+        for i in range(2):
+            self.opts[i].zero_grad()
+            (targets[i] - self.scores[i]).pow(2).mean().backward(retain_graph=True)
+            grads += [p.grad.clone() for p in self.critics[i].parameters()]
+            self.opts[i].step()
+        return grads
+
+
+def _grads(apart):
+    agents = Agents(apart)
+    torch.manual_seed(1)
+    agents.rollout(torch.randn(3, 1, 2))
+    return agents.update(torch.randn(2, 3, 1))
+
+
+def run():
+    return _grads(False)
+
+
+def reference():
+    return _grads(True)
+'''
+
+# Refused: the buffer is also read as one tensor (`preds.mean(0)`), which a list of its rows is not.
+BUFFER_READ_WHOLE = '''
+import torch
+import torch.nn as nn
+
+
+def run():
+    torch.manual_seed(0)
+    heads = [nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1)) for _ in range(2)]
+    opts = [torch.optim.SGD(h.parameters(), lr=0.1) for h in heads]
+    x = torch.randn(5, 3)
+    preds = torch.zeros(2, 5, 1)
+    for k, head in enumerate(heads):
+        preds[k] = head(x)
+    mean = preds.mean(0).detach()
+    for k, opt in enumerate(opts):
+        opt.zero_grad()
+        (preds[k] - mean).pow(2).mean().backward(retain_graph=True)
+        opt.step()
+'''
+
+# Refused: the buffer is filled along its second dimension (`out[:, i:i + 1]`), not by rows.
+BUFFER_FILLED_BY_COLUMNS = '''
+import torch
+import torch.nn as nn
+
+
+def run():
+    torch.manual_seed(0)
+    heads = [nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1)) for _ in range(2)]
+    opts = [torch.optim.SGD(h.parameters(), lr=0.1) for h in heads]
+    x = torch.randn(5, 3)
+    out = torch.zeros(5, 2)
+    for i, head in enumerate(heads):
+        out[:, i:i + 1] = head(x)
+    for i, opt in enumerate(opts):
+        opt.zero_grad()
+        out[:, i].pow(2).mean().backward(retain_graph=True)
+        opt.step()
+'''
+
+
+# --- a loss another optimizer applies, scored on a value from before the first optimizer's step ------------------
+
+# A GAN in one function: the discriminator's loss reuses `D(fake)` of the generator's loss, after the generator's step.
+DISCRIMINATOR_AFTER_GENERATOR_STEP = '''
+import torch
+import torch.nn as nn
+
+
+def train(detached):
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(3, 6), nn.ReLU(), nn.Linear(6, 4))
+    D = nn.Sequential(nn.Linear(4, 5), nn.LeakyReLU(0.2), nn.Linear(5, 1))
+    opt_g = torch.optim.SGD(G.parameters(), lr=0.1)
+    opt_d = torch.optim.Adam(D.parameters(), lr=1e-2)
+    real, noise = torch.randn(6, 4), torch.randn(6, 3)
+    fake = G(noise)
+    d_fake = D(fake)
+    opt_g.zero_grad()
+    (-d_fake.mean()).backward(retain_graph=True)
+    opt_g.step()
+    if detached:
+        d_fake = D(fake.detach())
+    d_loss = d_fake.mean() - D(real).mean()
+    opt_d.zero_grad()
+    d_loss.backward()
+    opt_d.step()
+    return [p.grad for p in D.parameters()] + [p.detach().clone() for p in D.parameters()]
+
+
+def run():
+    return train(False)
+
+
+def reference():
+    return train(True)
+'''
+
+# An object's update: the encoder's step, a fresh forward of the encoder on other data, then the critic's loss on the
+# critic's score of the code from before the step (a critic with a frozen bias: only what requires grad is asked).
+CRITIC_AFTER_ENCODER_STEP_IN_METHOD = '''
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, detached):
+        torch.manual_seed(0)
+        self.detached = detached
+        self.enc = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2))
+        self.critic = nn.Sequential(nn.Linear(2, 6), nn.ReLU(), nn.Linear(6, 1))
+        self.critic[0].bias.requires_grad_(False)
+        self.enc_opt = torch.optim.Adam(self.enc.parameters(), lr=1e-2)
+        self.critic_opt = torch.optim.SGD(self.critic.parameters(), lr=0.1)
+
+    def step(self, x1, x2):
+        code = self.enc(x1)
+        score = self.critic(code)
+        enc_loss = code.pow(2).mean() + score.mean()
+        self.enc_opt.zero_grad()
+        enc_loss.backward(retain_graph=True)
+        self.enc_opt.step()
+        other = self.critic(self.enc(x2).detach())
+        if self.detached:
+            score = self.critic(code.detach())
+        critic_loss = (score - other).pow(2).mean()
+        self.critic_opt.zero_grad()
+        critic_loss.backward(retain_graph=True)
+        self.critic_opt.step()
+        return [p.grad for p in self.critic.parameters()]
+
+
+def _run(detached):
+    trainer = Trainer(detached)
+    torch.manual_seed(1)
+    grads = trainer.step(torch.randn(4, 5), torch.randn(4, 5))
+    return grads + [p.detach().clone() for p in [*trainer.enc.parameters(), *trainer.critic.parameters()]]
+
+
+def run():
+    return _run(False)
+
+
+def reference():
+    return _run(True)
+'''
+
+# Refused: the stepped network reads the other network's output (`A(C(x))`): backward into C's parameters alone would
+# still run through A's graph, whose weights the step changed.
+STEPPED_NETWORK_FED_BY_THE_OTHER = '''
+import torch
+import torch.nn as nn
+
+
+def run():
+    torch.manual_seed(0)
+    C = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+    A = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 2))
+    opt_a = torch.optim.SGD(A.parameters(), lr=0.1)
+    opt_c = torch.optim.SGD(C.parameters(), lr=0.1)
+    x = torch.randn(6, 3)
+    out = A(C(x))
+    score = out.sum(1)
+    opt_a.zero_grad()
+    out.mean().backward(retain_graph=True)
+    opt_a.step()
+    c_loss = score.pow(2).mean()
+    opt_c.zero_grad()
+    c_loss.backward()
+    opt_c.step()
+'''
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"probe_form_{path.stem}_{next(_counter)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _probed(source: str, worker, tmp_path: Path):
+    """The program's text, path and probe findings (it must raise as the bug does), with their fixes."""
+    path = tmp_path / "program.py"
+    text = textwrap.dedent(source)
+    path.write_text(text, encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            _load(path).run()
+    result = worker.probe(path, ProbeOptions(entry="run", timeout=60))
+    found = [d for d in diagnostics(result, str(path)) if d.path == str(path)]
+    return text, path, found, fixes_for(text, str(path), found)
+
+
+@pytest.mark.parametrize("source", [ROWS_WRITTEN_WHOLE, ATTRIBUTE_FILLED_BY_ELEMENT],
+                         ids=["rows_written_whole", "attribute_filled_by_element"])
+def test_buffer_rows_kept_apart_is_proven(source: str, worker, tmp_path: Path):
+    text, path, found, fixes = _probed(source, worker, tmp_path)
+    titles = [fix.title for fix in fixes.values()]
+    assert [t for t in titles if t.startswith("Keep the buffer's rows in separate tensors")], \
+        ([(d.code, d.line, d.message) for d in found], titles)
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _load(fixed).run()  # must run clean
+        expected = _load(path).reference()
+    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("source", [BUFFER_READ_WHOLE, BUFFER_FILLED_BY_COLUMNS],
+                         ids=["buffer_read_whole", "buffer_filled_by_columns"])
+def test_buffer_rows_not_kept_apart_when_used_otherwise(source: str, worker, tmp_path: Path):
+    _, _, found, fixes = _probed(source, worker, tmp_path)
+    assert any("part of a buffer" in d.message for d in found), [(d.code, d.line, d.message) for d in found]
+    assert not [f.title for f in fixes.values() if f.title.startswith("Keep the buffer's rows")]
+
+
+
+@pytest.mark.parametrize("source", [DISCRIMINATOR_AFTER_GENERATOR_STEP, CRITIC_AFTER_ENCODER_STEP_IN_METHOD],
+                         ids=["discriminator_after_generator_step", "critic_after_encoder_step_in_method"])
+def test_backward_into_the_next_steps_parameters_is_proven(source: str, worker, tmp_path: Path):
+    text, path, found, fixes = _probed(source, worker, tmp_path)
+    titles = [fix.title for fix in fixes.values()]
+    assert [t for t in titles if t.startswith("Backpropagate only into the parameters")], \
+        ([(d.code, d.line, d.message) for d in found], titles)
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _load(fixed).run()  # must run clean
+        expected = _load(path).reference()
+    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+
+
+def test_backward_not_narrowed_when_the_stepped_network_reads_the_other(worker, tmp_path: Path):
+    _, _, found, fixes = _probed(STEPPED_NETWORK_FED_BY_THE_OTHER, worker, tmp_path)
+    assert any(d.code == "GG101" for d in found), [(d.code, d.line, d.message) for d in found]
+    assert not [f.title for f in fixes.values() if f.title.startswith("Backpropagate only into")]
