@@ -186,7 +186,73 @@ def test_a_write_inside_an_imported_forward_is_reported_in_its_own_file_with_the
     found = _check(tmp_path, "pkg/main.py")
     assert [(d["code"], *_where(d)) for d in found] == [("GG001", "pkg/gate.py", 12)], found
     assert ("pkg/main.py", 9) in {_where(r) for r in found[0]["related"]}  # the call that leads there
-    assert found[0]["fix"] is None  # a fix edits the analysed file only
+    # Its fix edits that file, where the write is (lines and columns of gate.py)
+    assert found[0]["fix"]["title"] == "Write out of place: `h = h.mul(0.5)`", found[0]["fix"]
+    assert [(e["line"], e["column"]) for e in found[0]["fix"]["edits"]] == [(12, 10)]
+
+
+def _fix(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(gradguard.__file__).parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "gradguard", "check", "--no-cache", *args],
+                          cwd=root, capture_output=True, text=True, timeout=300, env=env)
+
+
+GRADS = """
+    import torch
+
+    from {import_from} import Gate
+
+
+    torch.manual_seed(0)
+    gate = Gate()
+    gate(torch.randn(3, 4)).sum().backward()
+    print(gate.proj.weight.grad.sum().item())
+"""
+
+
+@pytest.mark.parametrize("checked", [("pkg/main.py",), ("pkg",)], ids=["the entry file", "the package"])
+def test_fix_writes_the_module_where_the_write_is(tmp_path: Path, checked: tuple[str, ...]):
+    """``check --fix`` of the entry file (or of the package) fixes the write where it is reported, in gate.py,
+    and leaves main.py alone; the fixed program runs and gives the gradients of the write made out of place."""
+    files = {"pkg/__init__.py": "", "pkg/gate.py": INPLACE_MODEL, "pkg/main.py": CALLER.format(import_from=".gate")}
+    _write(tmp_path, files)
+    main = (tmp_path / "pkg/main.py").read_text()
+    done = _fix(tmp_path, "--fix", *checked)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Fixed 1 problem in 1 file" in done.stderr, done.stderr
+    gate = (tmp_path / "pkg/gate.py").read_text()
+    assert "        h = h.mul(0.5)\n" in gate and "mul_" not in gate, gate
+    assert (tmp_path / "pkg/main.py").read_text() == main
+    assert _run(tmp_path, "pkg/main.py").returncode == 0
+    assert _check(tmp_path, *checked) == []
+    # the gradients the module's intended (out-of-place) arithmetic gives
+    _write(tmp_path, {"pkg/grads.py": GRADS.format(import_from=".gate"),
+                      "pkg/ref.py": INPLACE_MODEL.replace("h.mul_(0.5)", "h = h * 0.5"),
+                      "pkg/ref_grads.py": GRADS.format(import_from=".ref")})
+    fixed, reference = _run(tmp_path, "pkg/grads.py"), _run(tmp_path, "pkg/ref_grads.py")
+    assert fixed.returncode == reference.returncode == 0 and fixed.stdout == reference.stdout, fixed.stderr
+
+
+def test_fix_leaves_a_module_changed_since_it_was_read(tmp_path: Path, monkeypatch):
+    """The module is re-read and fixed from the bytes written back only if they are still those bytes: one
+    edited while fixing is left as it is (``write_if_unchanged``), as the analysed file would be."""
+    from gradguard import fixing
+
+    files = {"pkg/__init__.py": "", "pkg/gate.py": INPLACE_MODEL, "pkg/main.py": CALLER.format(import_from=".gate")}
+    _write(tmp_path, files)
+    monkeypatch.chdir(tmp_path)
+    gate = tmp_path / "pkg/gate.py"
+    real = fixing.write_if_unchanged
+
+    def edited_meanwhile(path, expected, new):
+        gate.write_text(gate.read_text() + "# edited\n")
+        return real(path, expected, new)
+
+    monkeypatch.setattr(fixing, "write_if_unchanged", edited_meanwhile)
+    outcome = fixing.fix_path(gate, "pkg/gate.py", entries=[("pkg/main.py", tmp_path / "pkg/main.py")])
+    assert outcome.write_failed and fixing.CHANGED in outcome.problems[-1]
+    assert gate.read_text() == textwrap.dedent(INPLACE_MODEL).lstrip() + "# edited\n"
 
 
 def test_a_folder_named_like_torch_is_not_taken_for_torch(tmp_path: Path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import gc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +23,7 @@ from .engine import analyze_module, without_findings
 from .fixes import FindingId, plan, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
 from .fixes.identity import backward_lines, entry_line
 from .inference.events import Finding, file_lines, span_of
+from .inference.project import module_read, overlaid
 from .messages import LineName, other_file, plain_line
 from .rules import RULES_BY_CODE
 from .suppressions import is_suppressed
@@ -124,7 +125,7 @@ def _analyze_source(source: str | bytes, path: str, config: Config | None, cache
     on_demand = None
     if fixes:  # libcst runs only here, for files with findings
         diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(before, path),
-                                   _variant(before, path))
+                                   _variant(before, path), _elsewhere(text, path, config))
     else:
         diagnostics = [d for _, d in kept]
         on_demand = FixesOnDemand(text, before, path, config, kept, dict(cache) if cache is not None else {},
@@ -168,7 +169,7 @@ class FixesOnDemand:
         if self._fixer is None:
             parsed = self._text_parse()
             self._fixer = Fixer(self.text, parsed.tree, self.path, FIX_BUILDERS, _still_found(parsed, self.path),
-                                _variant(parsed, self.path))
+                                _variant(parsed, self.path), _elsewhere(self.text, self.path, self.config))
         return self._fixer
 
     def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
@@ -261,6 +262,36 @@ def _still_found(before: parsing.Parsed, path: str) -> StillFound:
                    for f in found)
 
     return check
+
+
+def _elsewhere(text: str, path: str, config: Config) -> Callable[[str], Fixer | None]:
+    """How the fixes of findings placed in another module of the project (``engine._placed``) are built: with that
+    module's text as the analysis read it (``project.module_read``), and checked by analysing ``text`` (this file)
+    again with the candidate text read for that module instead of its file (``project.overlaid``).  A candidate
+    still has the finding when this file's analysis places one of the same code there, at the line asked about."""
+
+    def fixer_for(module: str) -> Fixer | None:
+        read = module_read(module)
+        if read is None or read.text is None:
+            return None
+
+        def check(fixed: str, finding: FindingId) -> bool:
+            lines = parsing.source_lines(text)
+            again = parsing.parse_document(text, lines)
+            if isinstance(again, parsing.SyntaxProblem):
+                return True
+            with overlaid({module: fixed}):
+                found = analyze_module(again.tree, path, again.tree_lines, use_jedi=config.jedi,
+                                       view_functions=config.view_functions, with_fixes=False, own_file=True)
+                return any(f.code == finding.code and other_file(f.node) is not None
+                           and Path(other_file(f.node)) == Path(module)
+                           and finding.line in (f.node.lineno, entry_line(f))
+                           or f.code == finding.code and finding.backward_line in backward_lines(f)
+                           for f in found)
+
+        return Fixer(read.text, read.tree, module, FIX_BUILDERS, check, module=module)
+
+    return fixer_for
 
 
 def _variant(before: parsing.Parsed, path: str) -> Variant:

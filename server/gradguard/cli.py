@@ -313,6 +313,11 @@ def _check(args: argparse.Namespace) -> int:
         except WorkerError as exc:  # no torch, or no process can start: the probe the user asked for cannot run
             raise UsageError(f"cannot run the probe: {exc}") from None
     # After the probe, whose merge matches each run file's static findings, wherever they are, with its own.
+    origins = {}  # --fix: the files whose analyses place findings in another (their fixes edit it)
+    if args.fix or args.diff:
+        from .fixing import placed_origins
+
+        origins = placed_origins(results)
     results = in_own_files(results)
     if args.probe:
         from .probed_fixes import attach
@@ -323,7 +328,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.fix or args.diff:
         from .fixing import run_fixes  # .py files have their text fixed; notebooks their cells
 
-        fixing = run_fixes(results, files, config, args.unsafe_fixes, not args.diff, digests)
+        fixing = run_fixes(results, files, config, args.unsafe_fixes, not args.diff, digests, origins)
         results = fixing.results
 
     diagnostics: list[Diagnostic] = sorted(

@@ -954,8 +954,8 @@ def _placed(finding: Finding, event) -> Finding:
     caller) is not what to change, the call is: the finding moves to the call site that runs the helper, and on
     up while that call is itself such a helper's only statement.  A helper with one call is part of its caller's
     code, and its write is changed where it is (``layer.state.copy_(v)`` -> ``layer.state = v``).  The followed calls (the analysed file's call site and
-    the frames between) are related locations.  A finding in another file has no fix (the fixes edit the
-    analysed file only)."""
+    the frames between) are related locations.  A finding in another file gets its fix in that file (``Fixer``:
+    built there with that module's text, and checked by analysing this file again with the fixed text read for it)."""
     if other_file(finding.node) is None:
         return finding
     frames = [site for site, _ in getattr(event, "frames", ())]
@@ -973,7 +973,8 @@ def _placed(finding: Finding, event) -> Finding:
     related += [(site, Message.format("`{callee}` is called here; {line} runs inside it", callee=_called(site),
                                       line=node)) for site in frames if id(site) not in known]
     moved = replace(finding, node=node, related=related)
-    moved.fix_memo = (None,)
+    # At the write: fixed there.  At a call of a helper that only makes it: no fix knows how to change that call.
+    moved.fix_memo = None if node is finding.node else (None,)
     return moved
 
 

@@ -13,7 +13,7 @@ import io
 import os
 import tokenize
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import notebooks as nb
@@ -23,6 +23,7 @@ from .config import Config
 from .diagnostics import Diagnostic, FileResult, Fix
 from .fixes import plan
 from .fixes.edits import unified_diff
+from .inference.project import overlaid
 from .result_cache import atomic_write, digest_of
 
 CHANGED = "changed while fixing; not written (run gradguard again)"
@@ -104,19 +105,49 @@ def fixable(result: FileResult, unsafe: bool) -> int:
 
 
 def fix_text(text: str, path: str, config: Config | None = None, unsafe: bool = False,
-             result: FileResult | None = None) -> FixOutcome:
-    """Apply fixes to ``text`` until none applies; ``result`` is its analysis when already known."""
-    first = result if result is not None else analyze_source(text, path, config)
+             result: FileResult | None = None, entries: Sequence[tuple[str, Path]] = (),
+             file: Path | None = None) -> FixOutcome:
+    """Apply fixes to ``text`` until none applies; ``result`` is its analysis when already known.
+
+    ``entries``: the files (display path, path) whose analysis places findings in this one, the file ``file`` (a
+    write in a module their training code calls, ``engine._placed``).  Each analysis of a text is then this file's own findings and those the entries'
+    analyses place here, each entry analysed with that text read for this module (``project.overlaid``): the
+    planner fixes this file's text with the fixes those findings carry, as it fixes its own.  Only the findings
+    this file shows are fixed here (one an analysis of it places elsewhere is fixed in its own file)."""
+    home = os.path.realpath(file if file is not None else path)
+    first = result if result is not None else _analysis(text, path, config, entries, home)
     results = {text: first}
 
     def analyse(current: str) -> plan.Analysis:
         if current not in results:
-            results[current] = analyze_source(current, path, config)
-        return plan.Analysis.of(results[current].diagnostics)
+            results[current] = _analysis(current, path, config, entries, home)
+        return plan.Analysis.of([d for d in results[current].diagnostics if d.path == path])
 
     done = plan.run(text, analyse, unsafe, analyse(text))
     return FixOutcome(path, text, done.text, results[done.text], len(done.applied),
                       [f"{path}: {p}" for p in done.problems], len(first.diagnostics))
+
+
+def _analysis(text: str, path: str, config: Config | None, entries: Sequence[tuple[str, Path]], home: str
+              ) -> FileResult:
+    """``text``'s analysis as ``path`` (the file ``home``), with the findings ``entries``' analyses place in it
+    when they read ``text`` for it (see ``fix_text``)."""
+    own = analyze_source(text, path, config)
+    if not entries:
+        return own
+    placed = []
+    for display, entry in entries:
+        try:
+            data = entry.read_bytes()
+        except OSError:
+            continue
+        with overlaid({home: text}):
+            found = analyze_source(data, display, config)
+        placed += [d for d in found.diagnostics if d.path == path]
+    kept = [d for d in own.diagnostics if d.path == path]
+    taken = {d.place for d in kept}
+    kept += [d for d in placed if d.place not in taken and not taken.add(d.place)]
+    return replace(own, diagnostics=sorted(kept, key=lambda d: d.order))
 
 
 def _encoding(data: bytes) -> str:
@@ -128,7 +159,8 @@ def _encoding(data: bytes) -> str:
 
 
 def fix_path(path: Path, display: str, config: Config | None = None, unsafe: bool = False, write: bool = True,
-             result: FileResult | None = None, digest: str | None = None) -> FixOutcome:
+             result: FileResult | None = None, digest: str | None = None,
+             entries: Sequence[tuple[str, Path]] = ()) -> FixOutcome:
     """Fix one file; write it back (same encoding, same line endings) when ``write`` and it changed.
 
     ``result`` is used as the analysis of the file only when ``digest`` says it is the analysis of the bytes
@@ -138,18 +170,21 @@ def fix_path(path: Path, display: str, config: Config | None = None, unsafe: boo
 
     A file that cannot be read or written again keeps its findings (``result``, the analysis of the file as
     it is) and is marked ``write_failed``: reporting the fixed text's findings would claim fixes that
-    never reached the disk."""
+    never reached the disk.
+
+    ``entries``: the files whose analysis places findings in this one (``fix_text``); the findings are then found
+    again from the bytes read here, since the placed ones were made from the file as those analyses read it."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         return FixOutcome(display, "", "", result or FileResult(display), 0,
                           [f"{display}: cannot read the file to fix it: {exc.strerror or exc}"], write_failed=True)
-    if result is not None and (digest is None or digest != digest_of(data)):
+    if result is not None and (digest is None or digest != digest_of(data) or entries):
         result = None  # the findings are of other bytes: their fixes would be applied to the wrong text
     text = parsing.decode(data)
     if isinstance(text, parsing.Unreadable):
         return FixOutcome(display, "", "", analyze_source(data, display, config))
-    outcome = fix_text(text, display, config, unsafe, result)
+    outcome = fix_text(text, display, config, unsafe, result, entries, path)
     if write and outcome.changed:
         try:
             write_if_unchanged(path, data, outcome.fixed.encode(_encoding(data)))
@@ -322,19 +357,37 @@ class FixRun:
 
 
 def run_fixes(results: list[FileResult], paths: dict[str, Path], config: Config | None, unsafe: bool,
-              write: bool, digests: dict[str, str] | None = None) -> FixRun:
+              write: bool, digests: dict[str, str] | None = None,
+              origins: dict[str, list[str]] | None = None) -> FixRun:
     """Fix the files among ``results`` (keyed by display path in ``paths``) that have an allowed fix: a
     notebook's cells, a Python file's text.  ``digests``: the digest of the bytes each result is the analysis
-    of (``batch.analyze_cached``); a result of other bytes than the file's now is not used to fix it."""
-    digests = digests or {}
+    of (``batch.analyze_cached``); a result of other bytes than the file's now is not used to fix it.
+    ``origins``: for a file that holds findings other files' analyses placed in it (``placed_origins``), those
+    files: it is fixed with their findings too (``fix_text``), also when it was not checked itself."""
+    digests, origins = digests or {}, origins or {}
     run = FixRun([], unsafe=unsafe, write=write)
     for result in results:
         path = paths.get(result.path)
+        entries = [(e, paths[e]) for e in origins.get(result.path, ()) if e in paths]
+        if path is None and entries and Path(result.path).is_file():
+            path = Path(result.path)  # a module the checked files' training code calls, shown as they name it
         if path is None or result.error is not None or not fixable(result, unsafe):
             run.results.append(result)
             continue
-        fix = fix_notebook if nb.is_notebook(result.path) else fix_path
-        outcome = fix(path, result.path, config, unsafe, write, result, digests.get(result.path))
+        if nb.is_notebook(result.path):
+            outcome = fix_notebook(path, result.path, config, unsafe, write, result, digests.get(result.path))
+        else:
+            outcome = fix_path(path, result.path, config, unsafe, write, result, digests.get(result.path), entries)
         run.outcomes.append(outcome)
         run.results.append(outcome.result)
     return run
+
+
+def placed_origins(results: list[FileResult]) -> dict[str, list[str]]:
+    """For each file that findings of other files' analyses are placed in (``engine._placed``), those files."""
+    origins: dict[str, list[str]] = {}
+    for r in results:
+        for d in r.diagnostics:
+            if d.path != r.path and r.path not in origins.setdefault(d.path, []):
+                origins[d.path].append(r.path)
+    return origins

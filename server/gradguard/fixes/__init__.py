@@ -18,7 +18,7 @@ import functools
 import importlib
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ from ..diagnostics import Diagnostic, Fix
 from .callers import fix_in_helper
 from .context import CannotFix, FixBuilder, FixContext
 from ..inference.events import CHAIN_REASON
+from ..messages import other_file
 from .edits import apply_edits, line_after
 from .identity import FindingId, StillFound, Variant, entry_line
 from .wrappers import through_wrapper
@@ -59,13 +60,16 @@ class Fixer:
     rules sit above this layer, so the caller hands them down); ``still_found``: the caller's re-analysis, for
     fixes that check a candidate against it (see ``FixContext``); ``variant``: its analysis of a changed text,
     for a write through a wrapper of a name (``wrappers``).  Safe to share between threads: the language
-    server builds fixes on demand in its pool."""
+    server builds fixes on demand in its pool.  A finding placed in another module of the project (``engine._placed``)
+    is fixed there, by the ``Fixer`` of that module (``module``) that the caller's ``elsewhere`` makes."""
 
     def __init__(self, text: str, tree: ast.Module, path: str, builders: Mapping[str, FixBuilder],
-                 still_found: StillFound | None = None, variant: Variant | None = None):
-        self.path, self.builders, self.variant = path, builders, variant
-        self.ctx = FixContext(text, tree, path, still_found, builders)
+                 still_found: StillFound | None = None, variant: Variant | None = None,
+                 elsewhere: Callable[[str], Fixer | None] | None = None, module: str | None = None):
+        self.path, self.builders, self.variant, self.module = path, builders, variant, module
+        self.ctx = FixContext(text, tree, path, still_found, builders, module)
         self._lock = threading.Lock()  # FixContext parses libcst and keeps segments lazily
+        self._elsewhere, self._others = elsewhere, {}
 
     def fix(self, finding: Finding) -> Fix | None:
         """The finding's fix (None when its rule has none or cannot make one here); a bug in a builder only
@@ -73,9 +77,17 @@ class Fixer:
         if finding.fix_memo is None:
             if finding.data_stale:  # its nodes are at other lines than the text's: the caller must analyse again
                 raise ValueError(f"{finding.code} at line {finding.node.lineno} was moved before its fix was built")
-            with self._lock:
-                if finding.fix_memo is None:
-                    finding.fix_memo = (self._build(finding),)
+            home = other_file(finding.node)
+            if home != self.module:
+                with self._lock:
+                    if home not in self._others:
+                        self._others[home] = self._elsewhere(home) if self._elsewhere and home else None
+                fixer = self._others[home]
+                finding.fix_memo = (fixer.fix(finding) if fixer is not None else None,)
+            else:
+                with self._lock:
+                    if finding.fix_memo is None:
+                        finding.fix_memo = (self._build(finding),)
         for twin in finding.twins:
             twin.fix_memo = finding.fix_memo
         return finding.fix_memo[0]
@@ -151,14 +163,15 @@ class Fixer:
 
 def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]],
                  builders: Mapping[str, FixBuilder], still_found: StillFound | None = None,
-                 variant: Variant | None = None) -> list[Diagnostic]:
+                 variant: Variant | None = None, elsewhere: Callable[[str], Fixer | None] | None = None
+                 ) -> list[Diagnostic]:
     """The diagnostics of ``pairs``, each carrying its rule's fix when there is one (see ``Fixer``)."""
     pairs = list(pairs)
     if not pairs:
         return []
     if unavailable() is not None:  # every fix, not just the libcst ones: a partial set would mislead
         return [diag for _, diag in pairs]
-    fixer = Fixer(text, tree, path, builders, still_found, variant)
+    fixer = Fixer(text, tree, path, builders, still_found, variant, elsewhere)
     return [with_fix(diag, fixer.fix(finding)) for finding, diag in pairs]
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..bounds import Unanalysed
 from ..inference.imports import collect_imports, normalize, qualified_name
+from ..messages import other_file
 from ..parsing import first_line, source_lines
 from ..statements import walk as walk_statements
 from ..text import code_point_column, line_starts, newline
@@ -71,13 +72,15 @@ FixBuilder = Callable[["FixContext", "Finding"], "Fix | None"]
 
 class FixContext:
     """One file, as the fixes of its findings see it.  ``still_found`` checks a candidate fix against the
-    analysis; without it, a fix that needs that check is not offered."""
+    analysis; without it, a fix that needs that check is not offered.  ``module``: the project's module this file
+    is, when not the analysed file; a node of any other file has no position here (``own``)."""
 
     def __init__(self, text: str, tree: ast.Module, path: str = "<string>", still_found: StillFound | None = None,
-                 builders: Mapping[str, FixBuilder] | None = None):
+                 builders: Mapping[str, FixBuilder] | None = None, module: str | None = None):
         self.text = text
         self.tree = tree
         self.path = path
+        self.module = module
         self.lines = source_lines(text)
         self._still_found = still_found
         # Each rule's fix builder by code, as the caller (``api``) hands them down: a fix that defers to another
@@ -169,7 +172,14 @@ class FixContext:
             yield node
             node = self.parents.get(node)
 
+    def own(self, node: ast.AST) -> ast.AST:
+        """``node``, when it is in this file; else ``CannotFix``: no edit is ever made at another file's lines."""
+        if other_file(node) != self.module:
+            raise CannotFix("the node is in another file than the one the fix edits")
+        return node
+
     def statement_of(self, node: ast.AST) -> ast.stmt:
+        self.own(node)
         while not isinstance(node, ast.stmt):
             node = self.parents[node]
         return node
@@ -214,6 +224,7 @@ class FixContext:
         line, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
         if line is None or end is None or getattr(node, "end_col_offset", None) is None:
             return ""
+        self.own(node)
         starts = self.line_starts
         if not 1 <= line <= end <= len(starts):
             return ""
@@ -226,6 +237,7 @@ class FixContext:
 
     def char_range(self, node: ast.AST) -> tuple[int, int, int, int]:
         """(line, column, end_line, end_column) of an ``ast`` node, columns 0-based in code points."""
+        self.own(node)
         return (
             node.lineno,
             self._chars(node.lineno, node.col_offset),
@@ -290,12 +302,13 @@ class FixContext:
         raise CannotFix(f"cannot find the libcst node for {type(node).__name__} at {key}")
 
     def indent_of(self, stmt: ast.stmt) -> str:
-        line = self.lines[stmt.lineno - 1]
+        line = self.lines[self.own(stmt).lineno - 1]
         return line[: len(line) - len(line.lstrip())]
 
     def require_own_lines(self, stmt: ast.stmt) -> None:
         """CannotFix unless ``stmt`` has its lines to itself (no ``a; b``, no ``if c: a``), so that code can
         be inserted above it or around it."""
+        self.own(stmt)
         first, last = self.lines[stmt.lineno - 1], self.lines[stmt.end_lineno - 1]
         if first[: self._chars(stmt.lineno, stmt.col_offset)].strip():
             raise CannotFix("the statement does not start its line")

@@ -24,10 +24,14 @@ costs a tenth more.  Summaries of functions (each analysed once) would lift the 
 from __future__ import annotations
 
 import ast
+import contextvars
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import parsing
 from ..messages import mark_other_file
 from ..statements import every_node
 from .classes import ClassInfo, find_classes, mro
@@ -61,6 +65,7 @@ class ProjectModule:
     functions: dict[str, ast.FunctionDef]
     tree: ast.Module
     trainers: frozenset[str] | None = None  # its training functions' names, found on first need (the engine's)
+    text: str | None = None  # the text ``tree`` was parsed from (what a fix of a finding placed here edits)
 
 
 @dataclass
@@ -227,6 +232,13 @@ class Project:
         return None
 
     def _parse(self, path: Path) -> ProjectModule | None:
+        overlay = _OVERLAY.get()
+        if path in overlay:  # a fix's candidate text of this module (``overlaid``): never the cache's
+            module = overlay[path]
+            if module is not None:
+                for info in module.classes.values():
+                    self._classes[id(info.node)] = info
+            return module
         try:
             stat = path.stat()
         except OSError:
@@ -276,11 +288,16 @@ def forget_modules(unread_for: int = FORGET_AFTER_FILES) -> None:
             mark_other_file(module.tree, None)  # while the tree is alive, so no other node has these ids yet
 
 
-def _parse_module(path: Path, size: int, function_bases: frozenset[str]) -> ProjectModule | None:
+def _parse_module(path: Path, size: int, function_bases: frozenset[str], text: str | None = None
+                  ) -> ProjectModule | None:
     if size > MAX_MODULE_BYTES:
         return None
     try:
-        tree = ast.parse(path.read_bytes(), str(path))
+        if text is None:
+            text = parsing.decode(path.read_bytes())
+            if isinstance(text, parsing.Unreadable):
+                return None
+        tree = ast.parse(text, str(path))
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     nodes = list(every_node(tree))  # one walk for both (every node with a line: every_node skips only markers)
@@ -290,12 +307,52 @@ def _parse_module(path: Path, size: int, function_bases: frozenset[str]) -> Proj
     class_nodes.sort(key=lambda n: (n.lineno, n.col_offset))
     classes = find_classes(class_nodes, imports, function_bases, module_path=str(path))
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
-    return ProjectModule(str(path), imports, classes, functions, tree)
+    return ProjectModule(str(path), imports, classes, functions, tree, text=text)
+
+
+# The modules a fix's check reads as candidate texts instead of their files (``overlaid``), per thread.
+_OVERLAY: contextvars.ContextVar[Mapping[Path, ProjectModule | None]] = contextvars.ContextVar("overlay", default={})
+
+
+@contextmanager
+def overlaid(texts: Mapping[str, str]) -> Iterator[None]:
+    """Analyses inside read each module of ``texts`` (by its path) as that text, not as its file: how a fix of a
+    finding placed in another module (``engine._placed``) is checked against the analysis of the file that found
+    it, before anything is written.  Neither the cache of modules read nor their nodes' marks change."""
+    modules = {}
+    for path, text in texts.items():
+        resolved = Path(path).resolve()
+        try:
+            stat = resolved.stat()
+        except OSError:
+            stat = None
+        bases = frozenset()
+        cached = _PARSED.get(resolved)
+        if cached is not None:
+            bases = cached[0][2]
+        modules[resolved] = _parse_module(resolved, len(text.encode("utf-8")), bases, text) if stat else None
+    token = _OVERLAY.set({**_OVERLAY.get(), **modules})
+    try:
+        yield
+    finally:
+        _OVERLAY.reset(token)
+        for module in modules.values():
+            if module is not None:
+                mark_other_file(module.tree, None)
+
+
+def module_read(path: str) -> ProjectModule | None:
+    """The module ``path`` as analyses now read it: a candidate text's (``overlaid``), else as read from its file."""
+    resolved = Path(path)
+    overlay = _OVERLAY.get()
+    if resolved in overlay:
+        return overlay[resolved]
+    return _PARSED.get(resolved, (None, None))[1]
 
 
 def function_around(node: ast.AST, path: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The innermost function of the project's module ``path`` (as read by this process) whose lines hold ``node``."""
-    module = _PARSED.get(Path(path), (None, None))[1]
+    module = module_read(path)
     if module is None:
         return None
     line, found = getattr(node, "lineno", 0), None
@@ -313,7 +370,9 @@ def function_around(node: ast.AST, path: str) -> ast.FunctionDef | ast.AsyncFunc
 def calls_named(name: str) -> int:
     """How many calls of a function or method named ``name`` the project's modules read by this process make."""
     count = 0
-    for _, module in _PARSED.values():
+    overlay = _OVERLAY.get()
+    for path, (_, module) in _PARSED.items():
+        module = overlay.get(path, module)
         if module is None:
             continue
         for node in ast.walk(module.tree):
