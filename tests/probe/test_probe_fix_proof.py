@@ -37,8 +37,8 @@ from gradguard.probed_fixes import attach  # noqa: E402
 
 POSITIVES = [fx for fx in PROBE_ONLY if fx.positive]
 
-_STEP = ("GG101's fixes move statements across the step and are offered only where the static analysis no longer "
-         "finds the bug in the moved code (`FixContext.still_found`): it never saw this one, so nothing can check them")
+_STEP = ("the forward to compute after both steps stands under `if not fixed:`, and GG101's builder moves plain "
+         "statements only (the plain shape is proven: test_probe_fix_facts' forward_before_two_steps)")
 _SWAP = ("the helper replaces the parameters after the optimizer took the old ones, and the optimizer is made by the "
          "function's caller: giving it the new parameters means choosing its param groups (and dropping the old ones' "
          "state), which no fix decides for the user")
@@ -47,8 +47,9 @@ _VIEW_HELPER = ("the rows are of a parameter (a leaf that requires grad), no vie
                 "iterating a copy runs, which drops the writes the helper may mean to make to the tensor itself")
 _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history made once in `__init__`: kept as the tensor itself, its "
               "history would be backwarded again at every step (the forward must compute it)")
-_MIXED = ("a value from before the optimizer step is combined with one from after it: computing both on one side of "
-          "the step moves statements across it, which no fix does")
+_MIXED = ("a value from before the optimizer step is combined with one from after it inside a helper; the static "
+          "finding at the helper's call gets no fix either: the call stands under `if late:` after the step, and "
+          "GG101's builder computes only a plain statement of the step's block before the update")
 _SAVED_APART = ("the module and its optimizer are serialised apart by a helper each is handed to: saving them together "
                 "restructures both the save and the load (the static fixtures of this bug get no fix either)")
 _BUFFER = ("values of several graphs share one buffer written in place along its second dimension (`out[:, i:i + 1]`) "
