@@ -27,6 +27,7 @@ from .inference.project import module_read, overlaid
 from .messages import LineName, other_file, plain_line
 from .rules import RULES_BY_CODE
 from .suppressions import is_suppressed
+from .text import text_digest
 
 # Each rule's fix, handed down to the fix layer (which sits below the rules and imports none of them).
 FIX_BUILDERS: dict[str, FixBuilder] = {code: rule.fix for code, rule in RULES_BY_CODE.items() if rule.fix is not None}
@@ -209,10 +210,24 @@ class FixesOnDemand:
             return plan.Analysis((), len(analyze_source(fixed, self.path, self.config, cache=dict(self.cache),
                                                          own_file=self.own_file, fixes=False).diagnostics))
 
+        def analyse_with(file: str) -> Callable[[str], plan.Analysis]:
+            """This text analysed with ``fixed`` read for the module ``file`` (no cache: it knows only the file)."""
+            def analyse(fixed: str) -> plan.Analysis:
+                with overlaid({file: fixed}):
+                    return plan.Analysis((), len(analyze_source(self.text, self.path, self.config,
+                                                                own_file=self.own_file, fixes=False).diagnostics))
+            return analyse
+
         out, shown = [], plan.Analysis((), self.shown)
         for diag in self.fixed(diagnostics):
-            if diag.fix is not None and diag.fix.edits \
-                    and plan.make_pass(self.text, shown, [diag.fix], analyse, plan.apply_fixes)[1] is None:
+            fix = diag.fix
+            if fix is not None and fix.edits and fix.file is not None:  # made in another module: checked there
+                module = module_read(fix.file)
+                if module is None or module.text is None or text_digest(module.text) != fix.base or \
+                        plan.make_pass(module.text, shown, [fix], analyse_with(fix.file), plan.apply_fixes)[1] is None:
+                    diag = replace(diag, fix=None)
+            elif fix is not None and fix.edits \
+                    and plan.make_pass(self.text, shown, [fix], analyse, plan.apply_fixes)[1] is None:
                 diag = replace(diag, fix=None)
             out.append(diag)
         return out

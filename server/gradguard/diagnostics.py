@@ -64,6 +64,10 @@ class Fix:
     # found that none reads what it passed afterwards): unsafe, if at all, only for calls from other files.
     # Used while fixes are built (``fixes.callers.fix_in_helper``); not part of the JSON.
     callers_checked: bool = field(default=False, compare=False)
+    # The file the edits are in when it is not the diagnostic's (the editor's view of a finding placed in another
+    # module, ``Finding.placed``), and a digest of the text they were made for (``text_digest``); not in the JSON.
+    file: str | None = field(default=None, compare=False)
+    base: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

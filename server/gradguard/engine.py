@@ -1005,8 +1005,8 @@ def _only_statement_of_helper(node: ast.AST) -> bool:
 
 def _in_this_file(finding: Finding, event) -> Finding | None:
     """A finding whose line is in another module of the project (a write inside a followed call into it) is
-    reported at the call in this file that leads there, with the write as a related location and no fix (a fix
-    edits this file only); None when no such call is known."""
+    reported at the call in this file that leads there, with the write as a related location and the fix of the
+    finding at its own line (``Finding.placed``: it edits that file); None when no such call is known."""
     if other_file(finding.node) is None:
         return finding
     site = next((s for s, _ in reversed(getattr(event, "frames", ())) if other_file(s) is None), None)
@@ -1015,7 +1015,9 @@ def _in_this_file(finding: Finding, event) -> Finding | None:
     where = "the write" if finding.node is getattr(event, "node", None) else "this finding's own line"
     moved = replace(finding, node=site, related=[(finding.node, Message.text(f"{where}, inside this call")),
                                                  *finding.related])
-    moved.fix_memo = (None,)
+    own = _placed(finding, event)  # the CLI's finding: fixed in its own file when it stays at its own line
+    moved.placed = own if own.node is finding.node else None
+    moved.fix_memo = None if moved.placed is not None else (None,)
     return moved
 
 

@@ -203,7 +203,7 @@ def _map_edit(program: Program, edit: TextEdit) -> TextEdit | None:
 
 
 def map_fix(program: Program, fix: Fix | None) -> Fix | None:
-    if fix is None:
+    if fix is None or fix.file is not None:  # a fix of another module's text (``Fix.file``): not offered in cells
         return None
     edits = [_map_edit(program, e) for e in fix.edits]
     if any(e is None for e in edits):

@@ -8,6 +8,7 @@ client counts columns in the code units of the negotiated encoding (``utf-8``, `
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -82,3 +83,8 @@ def code_points(line: str, units: int, encoding: str | None) -> int:
         else:
             counted += 2 if ord(ch) > 0xFFFF else 1
     return len(line)
+
+
+def text_digest(text: str) -> str:
+    """A short digest of ``text``: which text a fix's edits were made for (``Fix.base``)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -27,6 +27,7 @@ from .callers import fix_in_helper
 from .context import CannotFix, FixBuilder, FixContext
 from ..inference.events import CHAIN_REASON
 from ..messages import other_file
+from ..text import text_digest
 from .edits import apply_edits, line_after
 from .identity import FindingId, StillFound, Variant, entry_line
 from .wrappers import through_wrapper
@@ -61,7 +62,8 @@ class Fixer:
     fixes that check a candidate against it (see ``FixContext``); ``variant``: its analysis of a changed text,
     for a write through a wrapper of a name (``wrappers``).  Safe to share between threads: the language
     server builds fixes on demand in its pool.  A finding placed in another module of the project (``engine._placed``)
-    is fixed there, by the ``Fixer`` of that module (``module``) that the caller's ``elsewhere`` makes."""
+    is fixed there, by the ``Fixer`` of that module (``module``) that the caller's ``elsewhere`` makes (the editor's
+    view of it, ``Finding.placed``, too: its ``Fix`` then names that file)."""
 
     def __init__(self, text: str, tree: ast.Module, path: str, builders: Mapping[str, FixBuilder],
                  still_found: StillFound | None = None, variant: Variant | None = None,
@@ -77,13 +79,17 @@ class Fixer:
         if finding.fix_memo is None:
             if finding.data_stale:  # its nodes are at other lines than the text's: the caller must analyse again
                 raise ValueError(f"{finding.code} at line {finding.node.lineno} was moved before its fix was built")
-            home = other_file(finding.node)
+            target = finding.placed or finding  # the editor's view of a placed finding: the fix of that one
+            home = other_file(target.node)
             if home != self.module:
                 with self._lock:
                     if home not in self._others:
                         self._others[home] = self._elsewhere(home) if self._elsewhere and home else None
                 fixer = self._others[home]
-                finding.fix_memo = (fixer.fix(finding) if fixer is not None else None,)
+                fix = fixer.fix(target) if fixer is not None else None
+                if fix is not None and target is not finding:  # shown here, made there: it names its file
+                    fix = replace(fix, file=home, base=text_digest(fixer.ctx.text))
+                finding.fix_memo = (fix,)
             else:
                 with self._lock:
                     if finding.fix_memo is None:

@@ -45,7 +45,9 @@ class Analysis:
     @classmethod
     def of(cls, diagnostics: Sequence[Diagnostic]) -> Analysis:
         """The fixes of ``diagnostics`` (in the positions of the text they were found in)."""
-        return cls(tuple(Candidate(d.fix, d.line) for d in diagnostics if d.fix is not None), len(diagnostics))
+        # (not a fix of another file's text: the editor's view of a finding placed in another module, ``Fix.file``)
+        return cls(tuple(Candidate(d.fix, d.line) for d in diagnostics if d.fix is not None and d.fix.file is None),
+                   len(diagnostics))
 
     def allowed(self, unsafe: bool) -> list[Candidate]:
         return [c for c in self.candidates if c.fix.edits and (c.fix.safe or unsafe)]

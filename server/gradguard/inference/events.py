@@ -552,6 +552,9 @@ class Finding:
     # A twin's analysis (a caller's, with the values its code makes) saw saves of the written memory that this
     # finding does not name: a repair at the saves it names is not the whole repair.
     saves_elsewhere: bool = False
+    # The editor's view of a finding placed in another module of the project (``engine._in_this_file``): that
+    # finding, at its own line there, whose fix (in that file) this one offers.
+    placed: "Finding | None" = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.message = _message(self.message)

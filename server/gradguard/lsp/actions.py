@@ -28,7 +28,7 @@ from ..config import Config
 from ..diagnostics import SYNTAX_ERROR
 from ..fixes import plan, unavailable
 from ..suppressions import add_code
-from ..text import code_units, split_lines
+from ..text import code_units, split_lines, text_digest
 from . import convert, fixes
 from .convert import FIX_ALL_KIND, NOTEBOOK_FIX_ALL_KIND, PROBE_SOURCE
 from .documents import Document, FixData, FixKey, data_key, too_large
@@ -80,7 +80,9 @@ def suppress_edit(line_text: str, line0: int, code: str, encoding: str) -> types
 
 def fix_edit(ls: ActionServer, fix: dict[str, Any], uri: str, version: int | None) -> types.WorkspaceEdit | None:
     """A fix of a diagnostic's data as one edit: each edit is in the part its ``uri`` and ``version`` name (a
-    notebook cell's), else in the diagnostic's own document ``uri`` at ``version``."""
+    notebook cell's), or in the file its ``uri`` names when it carries the ``base`` of that file's text (a finding
+    placed in another module: that document's version when open, and no edit unless its text, open or on disk, is
+    still the one the fix was made for), else in the diagnostic's own document ``uri`` at ``version``."""
     by_part: dict[str, list[dict[str, Any]]] = {}
     versions: dict[str, int | None] = {}
     for edit in fix.get("edits") or []:
@@ -93,7 +95,16 @@ def fix_edit(ls: ActionServer, fix: dict[str, Any], uri: str, version: int | Non
         versions[part] = edit.get("version", version)
     changes = []
     for part, edits in by_part.items():
-        if ls.document_of(part) is None:  # closed meanwhile
+        base = edits[0].get("base")  # an edit of another module of the project: of the text it was made for
+        if base is not None:
+            doc = ls.workspace.get_text_document(part)  # the open document's text, else the file's
+            try:
+                if text_digest(doc.source) != base:
+                    return None  # that file changed since: no edit rather than one made for other lines
+            except OSError:
+                return None
+            versions[part] = doc.version
+        elif ls.document_of(part) is None:  # closed meanwhile
             return None
         lines = split_lines(ls.workspace.get_text_document(part).source)
         changes.append(_document_edit(part, versions[part], convert.fix_to_text_edits({"edits": edits}, lines, ls.encoding)))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
+from pygls.uris import from_fs_path
 
 from .. import api
 from .. import notebooks as nb
@@ -291,8 +292,14 @@ def data_key(data: dict[str, Any]) -> FixKey:
 
 def fix_data(snap: Snapshot, d: Diagnostic) -> FixData:
     """The fix of ``d`` (a finding of ``snap``) as its ``data["fix"]``: each edit of a notebook's names the
-    ``uri`` and ``version`` of the cell it is in; None when it has none, or an edit is outside every part."""
+    ``uri`` and ``version`` of the cell it is in; each edit of a fix made in another module of the project (``Fix.file``)
+    names that file's ``uri`` and the ``base`` digest of the text it was made for; None when it has none, or an
+    edit is outside every part."""
     fix = d.to_json()["fix"]
+    if fix is not None and d.fix.file is not None:  # made in another module of the project, for the text it names
+        for edit in fix["edits"]:
+            edit["uri"], edit["base"] = from_fs_path(d.fix.file) or d.fix.file, d.fix.base
+        return fix
     if fix is None or not snap.notebook:
         return fix
     for edit in fix["edits"]:
