@@ -1339,6 +1339,10 @@ def _buffer_uses(tree: ast.Module, buffer: ast.expr, write: ast.stmt) -> list[as
     return named
 
 
+def _inside(node: ast.AST, around: ast.AST) -> bool:
+    return any(n is node for n in ast.walk(around))
+
+
 def _buffer_rows_apart(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
     """GG101 values of several graphs written in place into the rows of one buffer (``preds[k] = head(x)``,
     ``self.values[i][t] = value``), where a graph built after an optimizer step reads one row and its backward runs
@@ -1385,6 +1389,17 @@ def _buffer_rows_apart(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
             return None
     if len(made) != 1 or made[0].value.end_lineno is None:
         return None
+    if stores:
+        # A whole-row write becomes a copy into the row: it must only ever write the buffer made here, never a list
+        # the name holds on another path (`buf = [None] * n`), so it follows the buffer in the block that makes it,
+        # with no list bound to the name there.
+        block = _block_of(lines, made[0]) or []
+        k = next((n for n, st in enumerate(block) if st is made[0]), None)
+        region = block[k + 1:] if k is not None else []
+        lists = [u for u in uses if isinstance(parents.get(id(u)), ast.Assign) and parents[id(u)] is not made[0]]
+        if not all(any(_inside(store, top) for top in region) for store in stores) \
+                or any(_inside(u, top) for u in lists for top in region):
+            return None
     source = text.splitlines()
     value = made[0].value
     start = _char_column(source, value.lineno, value.col_offset)
