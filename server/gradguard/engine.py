@@ -41,8 +41,8 @@ from .rules import RULES_IN_PRECEDENCE
 
 def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, use_jedi: bool = True,
                    cache: dict | None = None, only_lines: tuple[int, ...] | None = None,
-                   view_functions: tuple[str, ...] = (), with_fixes: bool = True, own_file: bool = False
-                   ) -> list[Finding]:
+                   view_functions: tuple[str, ...] = (), with_fixes: bool = True, own_file: bool = False,
+                   writes: dict[int, list[Mutation]] | None = None) -> list[Finding]:
     """Findings for one parsed file (``only_lines``: only of the functions around those lines, the module's own
     code included, for a fix that checks its own result).
 
@@ -52,6 +52,9 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     demand, so cached findings without a fix are moved too (``moved.py``), not analysed again.
     ``own_file``: a finding whose line to change is in another module of the project stays there, in that file
     (``_placed``); else it is reported at the call in this file that leads there (the editor's per-document view).
+    ``writes``, when given, gets every in-place write the units' runs made (a finding's or not), by ``id`` of its
+    node: what the runs knew there (``Mutation.moment``), for a write found otherwise (the probe's).  A finding's
+    write carries the other units' runs of it (``_join_runs``).
     """
     knowledge = load_knowledge().with_views(view_functions)
     imports = collect_imports(tree.body)
@@ -89,6 +92,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     results: list[tuple[tuple[str, str], list[Finding]]] = []
     followed: set[tuple[str, str]] = set()
     places = _StatementPlaces(tree)
+    ran = writes if writes is not None else {}
     for fn, owner in units:
         if candidates is not None and fn is not None and fn not in candidates:
             continue
@@ -105,6 +109,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
         if produced is None:
             try:
                 interp = _run_unit(ctx, fn, owner, tree, module_env)
+                for mutation in interp.mutations:
+                    ran.setdefault(id(mutation.node), []).append(mutation)
                 # A recursive call is not a caller that decides for the function.
                 produced = _one_chain_one_finding(list(_check(interp, own_file)), places)
                 calls = frozenset(interp.followed - {function_key(fn, owner)})
@@ -115,6 +121,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
         followed |= calls
         results.append((function_key(fn, owner), produced))
     findings = _one_per_place(results, followed)
+    for finding in findings:
+        _join_runs(finding, ran)
     if cache is not None:
         cache.clear()
         cache.update(used)
@@ -194,6 +202,18 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
             kept = replace(kept, saves_elsewhere=True)  # a copy, as above
         kept_findings.append(kept)
     return kept_findings
+
+
+def _join_runs(finding: Finding, ran: dict[int, list[Mutation]]) -> None:
+    """The finding's write as every unit's run made it (``ran``: by ``id`` of the write's node), a finding's or not
+    (``Moment.elsewhere``): a call of another function down to the write is a point of that function's run."""
+    moment = getattr(finding.mutation, "moment", None)
+    if moment is not None:
+        logs = {id(moment.log): moment}
+        for mutation in ran.get(id(finding.mutation.node), ()):
+            if mutation.moment is not None:
+                logs.setdefault(id(mutation.moment.log), mutation.moment)
+        finding.mutation.moment = replace(moment, elsewhere=tuple(list(logs.values())[1:]))
 
 
 # Rules whose finding sits on the write and whose story is "this tensor must not be written in place": a second

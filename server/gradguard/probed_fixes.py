@@ -25,6 +25,7 @@ from pathlib import Path
 from . import parsing
 from .api import FIX_BUILDERS
 from .diagnostics import FileResult, Fix, TextEdit
+from .engine import analyze_module
 from .fixes import FindingId, Fixer, StillFound, unavailable, with_fix
 from .fixes.context import CannotFix, FixContext
 from .fixes.moves import move_statements_after
@@ -1566,9 +1567,15 @@ def fixes_for(text: str, path: str, diagnostics: list[ProbedDiagnostic]) -> dict
     lines = _Lines(parsed)
     fixer = Fixer(text, parsed, path, FIX_BUILDERS)
     out: dict[int, Fix] = {}
+    writes: dict[int, list[Mutation]] | None = None
     for d in diagnostics:
         try:
             finding = finding_of(lines, d.probe)
+            if finding is not None and finding.mutation is not None and finding.mutation.moment is None:
+                if writes is None:
+                    writes = {}
+                    analyze_module(parsed, path, text.splitlines(), use_jedi=False, writes=writes)
+                _as_the_runs_saw(finding.mutation, writes.get(id(finding.mutation.node), []))
             if finding is None:
                 fix = next((built for form in EDITS if (built := form(lines, text, d.probe)) is not None), None)
             elif "saved" in finding.data:  # checked against the saves the probe saw
@@ -1581,6 +1588,17 @@ def fixes_for(text: str, path: str, diagnostics: list[ProbedDiagnostic]) -> dict
         if fix is not None and fix.edits:
             out[id(d)] = fix
     return out
+
+
+def _as_the_runs_saw(mutation: Mutation, runs: list[Mutation]) -> None:
+    """The probe's write with what the static analysis's runs of the same write knew (``Mutation.moment``: who held
+    its memory then, what reads it after, the calls that led there): of the analyses that ran it, the one whose runs
+    saw the most variables hold that memory (the others' through calls, ``Moment.elsewhere``); left without when none
+    ran it (the fixes then take anyone for a reader)."""
+    moments = sorted((m.moment for m in runs if m.moment is not None and m.moment.holders is not None),
+                     key=lambda m: (-len(m.held_in_any_run()), len(m.frames)))
+    if moments:
+        mutation.moment = replace(moments[0], elsewhere=tuple(m for m in moments[1:] if m.log is not moments[0].log))
 
 
 def _text(path: Path | None) -> str | None:

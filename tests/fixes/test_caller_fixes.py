@@ -68,6 +68,52 @@ def test_a_private_helpers_write_is_fixed_through_every_call():
     assert torch.allclose(run_program(out)[0], run_program(textwrap.dedent(_INTENDED))[0])
 
 
+_TWO_CALLERS = """
+import torch
+
+
+def _step(h, w, out):
+    out.append(h * w)
+    h += 1
+
+
+def train():
+    torch.manual_seed(3)
+    w = torch.randn(3, requires_grad=True)
+    h = w * 2
+    outs = []
+    _step(h, w, outs)
+    (outs[0].sum() + h.sum()).backward()
+    return [w.grad]
+
+
+def evaluate():
+    w = torch.randn(3, requires_grad=True)
+    h = w * 3
+    outs = []
+    _step(h, w, outs)
+    _step(h, w, outs)
+    return sum(o.sum() for o in outs) + h.sum()
+"""
+
+
+def test_a_call_only_another_functions_run_made_is_judged_by_that_run():
+    """The finding kept is one function's (its run goes down through its own call only); the other function's calls
+    are points of that function's run of the same write (``Moment.elsewhere``), not read again off the code."""
+    import ast as _ast
+
+    from gradguard.engine import analyze_module
+
+    src = textwrap.dedent(_TWO_CALLERS)
+    tree = _ast.parse(src)
+    (finding,) = analyze_module(tree, "t.py", src.splitlines(), use_jedi=False)
+    calls = [n for n in _ast.walk(tree) if isinstance(n, _ast.Call) and getattr(n.func, "id", "") == "_step"]
+    assert len(calls) == 3 and all(finding.mutation.moment.through(call) is not None for call in calls)
+    out = _fixed(src)
+    assert out.count("h = _step(h, w, outs)") == 3 and not _diags(out)
+    assert torch.allclose(run_program(out)[0], run_program(src.replace("    h += 1", "    h = h + 1"))[0])
+
+
 def test_a_public_helper_is_fixed_through_its_calls_only_as_an_unsafe_fix():
     src = textwrap.dedent(_HELPER).replace("{name}", "scale_")
     (fix,) = {d.fix for d in _diags(src) if d.code == "GG001"}

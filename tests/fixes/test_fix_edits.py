@@ -525,6 +525,10 @@ def test_a_tensor_an_attribute_also_holds_is_not_rebound_safely():
     src = """
     import torch
     class A:
+        def __init__(self):
+            self.buf = torch.ones(3)
+            self.w = torch.randn(3, requires_grad=True)
+
         def f(self):
             h = self.buf
             y = h * self.w
@@ -533,14 +537,16 @@ def test_a_tensor_an_attribute_also_holds_is_not_rebound_safely():
     """
     import ast as _ast
 
-    from gradguard.fixes.aliases import analyse as alias_report
+    from gradguard.engine import analyze_module
     from gradguard.fixes.context import FixContext
+    from gradguard.fixes.writes import InPlaceWrite
 
     text = textwrap.dedent(src)
     tree = _ast.parse(text)
-    write = next(n for n in _ast.walk(tree) if isinstance(n, _ast.AugAssign))
-    report = alias_report(FixContext(text, tree), write, "h")
-    assert not report.clean and "self.buf" in report.reason()
+    (finding,) = analyze_module(tree, "t.py", text.splitlines(), use_jedi=False)
+    report = InPlaceWrite.of_mutation(FixContext(text, tree), finding.mutation).sharing(FixContext(text, tree), "h")
+    assert not report.clean and "self" in report.reason()  # the run: `self` holds the written tensor
+    assert "h = h + 1" not in fixed(src)
 
 
 def test_a_number_read_and_used_elsewhere_than_arithmetic_is_kept_only_by_an_unsafe_fix():

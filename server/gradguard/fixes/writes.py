@@ -17,7 +17,6 @@ from ..inference.followed import parameter_names
 from ..inference.sharing import Report
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
-from .aliases import AliasAnalysis, _view_sources, analyse, value_read_after
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 from .index import FUNCTIONS
 
@@ -66,24 +65,22 @@ class InPlaceWrite:
     @staticmethod
     def at_call(ctx: FixContext, call: ast.Call, moment: Moment | None) -> InPlaceWrite:
         """A caller's call that led to the write of ``moment``, asked as a write: who holds what it passes, and reads
-        it after, as a run through it saw in the frame that made it (``Moment.through``), or the code when none did."""
+        it after, as a run through it saw in the frame that made it (``Moment.through``: this analysis's runs or
+        another's that reported the same write)."""
         run, depth = (moment.through(call) if moment is not None else None) or (None, -1)
         return InPlaceWrite(ctx.statement_of(call), "call", call, moment=run, depth=depth, call_to_write=True)
 
     def sharing(self, ctx: FixContext, name: str) -> Report:
-        """Who else may see the memory ``name`` holds at the write: the run's facts when it ran the write
-        (``from_run``), the code's otherwise (``aliases.analyse``)."""
+        """Who else may see the memory ``name`` holds at the write, as the runs that made it show (``from_run``);
+        with no run there (``UNSEEN``), anyone may."""
         if self.moment is not None and self.moment.holders is not None:
             return from_run(ctx, self.stmt, name, self.moment, self.depth, deeper=not self.call_to_write)
-        return analyse(ctx, self.stmt, name, self.call)
+        return Report(name, ["?"], ["?"], [UNSEEN])
 
     def value_read_after(self, ctx: FixContext, name: str) -> bool:
         """Is ``name``'s value (not just its ``.grad`` or ``.shape``) read after the write, as the run went
-        (a loop around both: also before it)?  A write no run reported (the probe's, ``probed_fixes``) is asked
-        of the code."""
-        if self.moment is None:
-            return value_read_after(ctx, self.stmt, name)
-        return self.moment.value_read_after(name, self.depth)
+        (a loop around both: also before it)?  With no run there, it may be."""
+        return self.moment is None or self.moment.value_read_after(name, self.depth)
 
     @staticmethod
     def of(ctx: FixContext, node: ast.AST, through: ast.expr | None = None) -> InPlaceWrite:
@@ -112,6 +109,9 @@ class InPlaceWrite:
             if isinstance(func, ast.Attribute) and load_knowledge().is_inplace(func.attr):
                 return InPlaceWrite(stmt, "method", func.value, node, value_use)
         raise CannotFix(f"unrecognised write {type(node).__name__}")
+
+
+UNSEEN = "no run of the analysis went there"  # (``sharing``: what nothing ran cannot be told)
 
 
 def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth: int, deeper: bool = True) -> Report:
@@ -345,10 +345,3 @@ def code(node: cst.CSTNode) -> str:
 def short(text: str, limit: int = 60) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def operands_over_by_code(ctx: FixContext, write: InPlaceWrite, name: str, operands: list[ast.expr]) -> list[ast.expr]:
-    """The operands that may be ``name``'s memory or a view of it, as the code binds them: for a write no run reached
-    (the probe's), where no run tells which names held the memory (``below = state[k - 1]``)."""
-    aliases = set(AliasAnalysis(ctx, write.stmt, name).aliases)
-    return [arg for arg in operands if aliases & set(_view_sources(arg, ctx, load_knowledge()))]

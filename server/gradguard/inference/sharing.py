@@ -184,6 +184,9 @@ class Moment:
     # id of the write's node: its other runs (a loop's next iteration) are ``RunLog.writes``; (id, id of a call)
     # for its runs through that call (``through``)
     write: int | tuple[int, int] = 0
+    # The same write as other analyses ran it (another function's run that called down to it, in another log):
+    # a caller's call this run did not make may be one of theirs (``through``).  Set by whoever joins the runs.
+    elsewhere: tuple[Moment, ...] = ()
 
     @property
     def escaped(self) -> bool:
@@ -223,7 +226,11 @@ class Moment:
 
     def through(self, call: ast.AST) -> tuple[Moment, int] | None:
         """A run of this write that a followed call at ``call`` led to, with the depth of the frame that made the
-        call (what the caller's names hold then is what they hold at the call); None when no run went through it."""
+        call (what the caller's names hold then is what they hold at the call), in this log or, when none went
+        through it here, another analysis's (``elsewhere``); None when no run went through it."""
+        return next((found for moment in (self, *self.elsewhere) if (found := moment._through(call)) is not None), None)
+
+    def _through(self, call: ast.AST) -> tuple[Moment, int] | None:
         sites = self.log.sites
         through = [run for run in self.log.writes.get(self.write, [self])
                    if any(sites.get(frame) is call for frame in run.frames[1:])]

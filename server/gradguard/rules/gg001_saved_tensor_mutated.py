@@ -28,7 +28,6 @@ from ..fixes.writes import (
     clone_of,
     code,
     cst_mod,
-    operands_over_by_code,
     out_of_place,
     root_name,
     short,
@@ -372,8 +371,6 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
         elif save.role == "input":
             names = _names_over_written(write, name)
             targets = [arg for arg in _operands(node) if root_name(arg)[0] in names]
-            if not targets and write is not None and name is not None and write.moment is None:
-                targets = operands_over_by_code(ctx, write, name, _operands(node))  # the probe's write
             if not targets:
                 raise CannotFix(f"cannot tell which argument of `{save.op}` is saved")
         else:
@@ -396,8 +393,7 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
 
 def _names_over_written(write: InPlaceWrite | None, name: str | None) -> set[str]:
     """The names of the write's frame that held the written memory (the tensor itself, a view or base of it), at
-    any run of the write (``Moment.held_in_any_run``); the written name alone when no run reported the write (the
-    probe's)."""
+    any run of the write (``Moment.held_in_any_run``); the written name alone when no run reported the write."""
     if write is None or name is None:
         return set()
     moment = write.moment
