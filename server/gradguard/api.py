@@ -218,9 +218,12 @@ class FixesOnDemand:
                                                                 own_file=self.own_file, fixes=False).diagnostics))
             return analyse
 
-        out, shown = [], plan.Analysis((), self.shown)
+        out = []
         for diag in self.fixed(diagnostics):
             fix = diag.fix
+            # a finding this analysis did not make (the probe's) is one more shown before its fix, as `--fix
+            # --probe` counts it: its fix must still parse and add no finding
+            shown = plan.Analysis((), self.shown + (diag.place not in self.findings))
             if fix is not None and fix.edits and fix.file is not None:  # made in another module: checked there
                 module = module_read(fix.file)
                 if module is None or module.text is None or text_digest(module.text) != fix.base or \
