@@ -1067,6 +1067,8 @@ def _lost_at(interp: Interpreter, graph_break) -> Sink | None:
     for sink in interp.sinks:
         if graph_break.marker not in sink.graph:
             continue
+        if sink.kind == "backward" and graph_break.kept_marker in sink.graph:
+            return None  # the tensor read out reaches it with its graph too: its numbers are a constant (a target)
         # A helper that returns numbers read out of a tensor may mean it; a forward's output is differentiated.
         if sink.kind == "backward" or (sink.kind == "return" and interp.is_forward and graph_break.certain):
             return sink

@@ -320,6 +320,9 @@ class GraphBreak:
     # Numbers this line read out were also an operand of a tensor op (``ret - v``, ``v`` a number): the first such
     # op.  There they serve as a constant, which keeping the tensor instead would give the tensor's graph.
     constant_in: ast.AST | None = None
+    # Numbers read out of a tensor (``float(t)``, ``t.item()``): an id put into that tensor's own graph, to see
+    # whether the tensor itself (not only what it was computed from) reaches the backward the numbers reach.
+    kept_marker: int = -1
     # The read is what a helper returns (`return t.detach().numpy()`): its callers decide what the numbers become.
     handed_back: bool = False
     # The values come from one tensor (``torch.tensor(t)``, ``x.new_tensor(t)``), not a list or a number: a fix

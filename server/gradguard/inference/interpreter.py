@@ -1797,11 +1797,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         sources = _grad_sources(value)
         if not sources:
             return NOT_TENSOR
-        marker = new_id()
+        marker, kept = new_id(), -1
+        if value.requires_grad and value.graph:  # later uses of the tensor itself (each one it stands for) carry it
+            kept = new_id()
+            for tensor in (value, *(value.group or ())):
+                tensor.graph = tensor.graph | {kept}
         self.breaks.append(GraphBreak(node, f"{how} and the arithmetic on its result", sources, marker,
                                       certain=value.requires_grad == Grad.YES or (
                                           bool(value.lost_sources) and value.detached_from is not None
-                                          and value.detached_from.requires_grad == Grad.YES)))
+                                          and value.detached_from.requires_grad == Grad.YES), kept_marker=kept))
         return NumberFrom(sources, node, frozenset({marker}))
 
     def detach_in_place(self, tensor: Tensor, node: ast.AST) -> Tensor:

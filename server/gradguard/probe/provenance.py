@@ -45,6 +45,8 @@ _Tensor = torch.Tensor
 _FLOAT_LIMIT = 4096  # read floats remembered, the oldest forgotten first
 _SCAN_LIMIT = 256  # elements of nested lists looked at to decide whether a factory rebuilds
 _PER_TENSOR = 3  # rebuilds remembered per marked tensor
+_READ_FROM = 32  # tensors remembered per line that reads numbers out of them
+_GRAPH_LIMIT = 100_000  # nodes of a backward's graph looked at for the tensors numbers were read from
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ class Provenance:
         self.graph_breaks = graph_breaks  # shared with the tracer, keyed by (path, line)
         self.busy = False
         self.floats: dict[float, Site] = {}
+        # The tensors numbers were read out of (`float(v)`, `v.item()`), by the line that read them (weakly).
+        self.read_from: dict[tuple[str, int], list[weakref.ref]] = {}
         self.marked: dict[int, tuple[weakref.ref, tuple[Rebuild, ...]]] = {}
         self.detached: dict[int, tuple[weakref.ref, Site]] = {}
         self.errors = errors  # the tracer's internal errors
@@ -213,7 +217,7 @@ class Provenance:
             out = original(self, *args, **kwargs)
             try:
                 if self.requires_grad and torch.is_grad_enabled():
-                    provenance._read_list(out, sys._getframe(1))
+                    provenance._read_list(out, sys._getframe(1), self)
             except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
                 provenance.errors.append(f"tolist: {type(exc).__name__}: {exc}")
             return out
@@ -259,10 +263,18 @@ class Provenance:
 
     # -- what the tracer reports --
 
-    def read_scalar(self, value, frame) -> None:
-        """``_local_scalar_dense`` of a tensor that requires grad returned ``value`` to ``frame``."""
+    def read_scalar(self, value, frame, tensor=None) -> None:
+        """``_local_scalar_dense`` of ``tensor``, which requires grad, returned ``value`` to ``frame``."""
         if value.__class__ is float and _is_number(value):
-            self._remember(value, frame_site(frame))
+            site = frame_site(frame)
+            self._remember(value, site)
+            self._read_from(site, tensor)
+
+    def _read_from(self, site: Site, tensor) -> None:
+        if tensor is not None:
+            kept = self.read_from.setdefault((site.path, site.line), [])
+            kept.append(weakref.ref(tensor))
+            del kept[:-_READ_FROM]
 
     def read_detached(self, out, frame) -> None:
         """``out`` is a ``.detach()`` of a tensor that requires grad: its ``.numpy()`` is a read."""
@@ -307,8 +319,21 @@ class Provenance:
             if entry is None or entry[0]() is not root:
                 continue
             backward = frame_site(frame) if frame is not None else None
+            reached = None
             for rebuild in entry[1]:
+                if (rebuild.site.path, rebuild.site.line) in self.read_from:
+                    reached = _reached_by(root) if reached is None else reached
+                    if self._read_from_reached(rebuild.site, reached):
+                        continue  # the tensors read out reach this backward with their graph: the numbers are a constant
                 self._report(rebuild, backward)
+
+    def _read_from_reached(self, site: Site, reached: tuple[set[int], set[int]]) -> bool:
+        """Whether every tensor still alive that numbers were read out of at ``site`` (one at least) is in the
+        backward's graph: its own node (``grad_fn``), or for a leaf its ``AccumulateGrad``."""
+        nodes, leaves = reached
+        alive = [t for t in (ref() for ref in self.read_from.get((site.path, site.line), ())) if t is not None]
+        return bool(alive) and all(
+            id(t.grad_fn) in nodes if t.grad_fn is not None else id(t) in leaves for t in alive)
 
     # -- marks --
 
@@ -330,12 +355,13 @@ class Provenance:
             del floats[next(iter(floats))]
         self.busy = True
 
-    def _read_list(self, values, frame) -> None:
+    def _read_list(self, values, frame, tensor=None) -> None:
         frame = user_frame(frame, self.user)
         if frame is None:
             return
         site = frame_site(frame)
         del frame
+        self._read_from(site, tensor)
         stack, budget = [values], _FLOAT_LIMIT
         while stack and budget > 0:
             item = stack.pop()
@@ -411,6 +437,24 @@ class Provenance:
             "values is silently lost (a graph break)",
             severity="warning", notes=tuple(notes),
             origins=(rebuild.other,) if rebuild.other is not None else ())
+
+
+def _reached_by(root) -> tuple[set[int], set[int]]:
+    """The ids of the nodes of ``root``'s backward graph, and of the leaves it accumulates into (while it is alive)."""
+    fn = getattr(root, "grad_fn", None)
+    nodes: set[int] = set()
+    leaves: set[int] = set()
+    stack = [fn] if fn is not None else []
+    while stack and len(nodes) < _GRAPH_LIMIT:
+        node = stack.pop()
+        if id(node) in nodes:
+            continue
+        nodes.add(id(node))
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            leaves.add(id(variable))
+        stack.extend(n for n, _ in node.next_functions if n is not None)
+    return nodes, leaves
 
 
 def _rebuild_at(site: Site, call: str, read: Site | None) -> Rebuild:

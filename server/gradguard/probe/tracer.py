@@ -1346,7 +1346,7 @@ class Tracer(TorchDispatchMode):
                     frame = self._user_frame(sys._getframe(1))
                     if frame is not None:
                         self.cut = Cut(frame_site(frame))
-                        self.provenance.read_scalar(out, frame)
+                        self.provenance.read_scalar(out, frame, t)
                         self.scalar_reads.append((id(frame.f_code), self.cut.site))
                         del self.scalar_reads[:-20]
             elif kind is _VIEWS:

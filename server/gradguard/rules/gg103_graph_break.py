@@ -1769,7 +1769,9 @@ call in the same block with nothing between using the optimizer: build the optim
     when_wrong="""
 Any value read out of a tensor that requires grad and fed back into a backward is flagged. That includes a
 constant put there on purpose, such as a normalising term. Write `.detach()` to say that a value is meant to have
-no gradient: it is not flagged. In helpers other than `forward`, returning such a value is not flagged, because
+no gradient: it is not flagged. Numbers read out of a tensor that itself reaches the same backward with its graph
+(`float(v)` for GAE returns while `torch.stack(values)` is the value loss's prediction, a baseline `v.item()` beside
+`v`'s own term) are a constant beside that tensor, a target or a weight: not flagged. In helpers other than `forward`, returning such a value is not flagged, because
 the caller may intend it.  A `.detach()` is meant when nothing optimised depends on it alone (a target network,
 a stop-gradient in a loss, a frozen encoder left out of the optimizer, a detach for logging): those are not
 flagged.
