@@ -82,6 +82,28 @@ def every_node(tree: ast.AST) -> Iterator[ast.AST]:
                 stack.extend(item for item in value if isinstance(item, ast.AST))
 
 
+def names(tree: ast.AST) -> set[str]:
+    """The identifiers of every ``Name`` in ``tree`` (``tree`` itself included), read or bound."""
+    return {n.id for n in every_node(tree) if isinstance(n, ast.Name)}
+
+
+def names_read(tree: ast.AST) -> set[str]:
+    """The identifiers ``tree`` reads (its ``Name`` loads)."""
+    return {n.id for n in every_node(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def names_bound(tree: ast.AST) -> set[str]:
+    """The identifiers ``tree`` binds or deletes (its ``Name`` stores and dels)."""
+    return {n.id for n in every_node(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+
+
+def number_written_out(tree: ast.AST) -> bool:
+    """A number spelled in the code (``1 - 1e-4``, ``-2``): constants that are ints or floats (not bools),
+    combined by arithmetic: the same value to Python, NumPy and torch."""
+    return all(isinstance(n, (ast.UnaryOp, ast.BinOp, ast.operator, ast.unaryop)) or isinstance(n, ast.Constant)
+               and isinstance(n.value, (int, float)) and not isinstance(n.value, bool) for n in every_node(tree))
+
+
 @cache
 def _node_fields(kind: type) -> tuple[str, ...]:
     """The fields of a kind of node that may hold nodes other than a ``ctx`` marker."""

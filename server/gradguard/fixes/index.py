@@ -93,7 +93,8 @@ def function_names(fn: ast.AST) -> FunctionNames:
             parameters.add(node.arg)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             imported.update((a.asname or a.name).split(".")[0] for a in node.names)
-    arguments = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} if hasattr(fn, "args") else set()
+    a = getattr(fn, "args", None)  # its own parameters (not a lambda default's)
+    arguments = {p.arg for p in (*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg) if p} if a else set()
     return FunctionNames(uses, frozenset(declared), frozenset(arguments), frozenset(parameters), attributes,
                          definitions, frozenset(imported))
 

@@ -374,7 +374,7 @@ def copy_for_closure(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
     local = fresh_name(ctx, outer, f"{name}_new")
     rw = Rewrite(ctx)
     rw.insert_before(call_stmt, f"{local} = {name}.clone()")
-    for node in [*(n for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id == name), *reads]:
+    for node in [*(n for n in ctx.names_in(fn).of(name) if ctx.inside(n, stmt)), *reads]:
         rw.replace_node(ctx.cst(node), cst.Name(local))
     extra = []
     if declared:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix, TextEdit
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, PARAMETER_ITERATORS
-from ..statements import block_of
+from ..statements import block_of, names
 from ..statements import walk as walk_statements
 from .context import FUNCTIONS, CannotFix, FixContext
 
@@ -77,7 +77,7 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
     if any(isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise))
            for s in block[i + 1:j + 1] for n in (s, *walk_statements(s))):
         raise CannotFix("control leaves the block between the update and the backward")
-    if (_names(up) & _names(down)) - set(ctx.imports):
+    if (names(up) & names(down)) - set(ctx.imports):
         # `img.data[:, c] = ...; img.pow(2).mean().backward()`, `clip(D); (-D(fake)).mean().backward()`: the
         # backward's statement computes from what the update touches (through any alias: `for t in [img]`), and
         # after the move it would compute from the values before the update
@@ -97,10 +97,6 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
         # nothing the other reads.
         raise CannotFix(f"lines {between[0].lineno}-{down.lineno - 1} would run before the update")
     return Fix(title, True, edits)
-
-
-def _names(stmt: ast.stmt) -> set[str]:
-    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
 
 
 # Calls an update may make and still be known to read and write tensor values only (never a `.grad`).

@@ -25,6 +25,7 @@ from ..inference.values import Grad
 from ..knowledge import load_knowledge
 from ..knowledge.names import ELEMENTWISE_INPLACE, OUT_OF_PLACE_METHODS, PIECES, SEQUENCE_VIEWS
 from ..messages import Message
+from ..statements import names
 from .base import Example, Rule
 from .gg001_saved_tensor_mutated import fix as saved_tensor_fix
 from .gg005_inplace_activation_on_saved import module_inplace_false
@@ -366,7 +367,7 @@ def whole_tensor_instead_of_rows(ctx: FixContext, write: InPlaceWrite) -> Fix:
     op = call.func.attr.removesuffix("_")
     if op not in ELEMENTWISE_INPLACE or op not in OUT_OF_PLACE_METHODS or not call.func.attr.endswith("_"):
         raise CannotFix("not an elementwise in-place op")
-    if any(isinstance(n, ast.Name) and n.id in (row, tensor) for a in [*call.args, *call.keywords] for n in ast.walk(a)):
+    if any({row, tensor} & names(a) for a in [*call.args, *call.keywords]):
         raise CannotFix("the op's arguments read the row or the tensor")
     scope = ctx.scope_of(loop)
     if any(n is not loop.target and not ctx.inside(n, loop) for n in ctx.names_in(scope).of(row)):

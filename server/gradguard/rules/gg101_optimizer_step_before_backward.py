@@ -398,13 +398,13 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
     u = next((k for k, st in enumerate(block) if st is use), None)
     if k is None or u is None or k >= u or not isinstance(use, (ast.Assign, ast.AnnAssign)):
         raise CannotFix("the mixed value is not a plain assignment after the update in its block")
-    reads, writes = _reads(use), _writes(use)
+    reads, writes = statements.names_read(use), statements.names_bound(use)
     between = block[k + 1:u]
     if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Lambda))
            for n in statements.every_node(use)):
         raise CannotFix("the assignment does more than compute a value")
     for st in [block[k], *between]:
-        if (_writes(st) | _stored_into(st)) & reads or (_reads(st) | _writes(st)) & writes:
+        if (statements.names_bound(st) | _stored_into(st)) & reads or (statements.names_read(st) | statements.names_bound(st)) & writes:
             raise CannotFix("the statements between share names with the assignment")
     for st in between:
         for n in statements.every_node(st):
@@ -412,7 +412,7 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
                     value_only_call(ctx, n) and not (isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_"))
                     or isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "zero_grad", "step")
                     and _is_chain(n.func.value) and not any(isinstance(a, ast.Starred) for a in n.args)
-                    and not (_reads(n) - {_root(n.func.value)}) & reads):
+                    and not (statements.names_read(n) - {_root(n.func.value)}) & reads):
                 raise CannotFix("a call between may change what the assignment reads")
     for st in (use, block[k]):
         ctx.require_own_lines(st)
@@ -688,8 +688,8 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
                 isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield, ast.YieldFrom))
                 for n in ast.walk(step)):
             raise CannotFix("control may leave the statement of the step")
-        if any(_writes(st) & _reads(step) for st in moved) \
-                or any((_reads(st) | _writes(st)) & _writes(step) for st in [*moved, *kept]):
+        if any(statements.names_bound(st) & statements.names_read(step) for st in moved) \
+                or any((statements.names_read(st) | statements.names_bound(st)) & statements.names_bound(step) for st in [*moved, *kept]):
             raise CannotFix("the statement of the step uses what the forward computes")
         # At most one statement is computed again: with more (a shared trunk's features and a critic's values),
         # what follows the step (an advantage target) changes meaning, not only its weights.  The one that made the
@@ -701,8 +701,8 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
         order = [*holds_graph, *(st for st in reversed(kept) if st not in holds_graph)]
         # Nor one whose result is changed in place before the step (`losses["d"] = ...`): computed again, it would lose
         # that change.
-        alone = [st for st in order if not any(_writes(st) & _reads(other) for other in kept if other is not st)
-                 and not any(_writes(st) & _stored_into(b) for b in block[block.index(st) + 1:i])]
+        alone = [st for st in order if not any(statements.names_bound(st) & statements.names_read(other) for other in kept if other is not st)
+                 and not any(statements.names_bound(st) & _stored_into(b) for b in block[block.index(st) + 1:i])]
         for recomputed in ([], *([st] for st in alone)):
             after = sorted([*moved, *recomputed], key=lambda st: st.lineno)
             if not any(isinstance(n, ast.Call) for st in after for n in ast.walk(st)):
@@ -735,10 +735,10 @@ def _latest_place(block: list[ast.stmt], step: int, after: list[ast.stmt]) -> as
     """The statement the forward goes below: the last one before the first that reads what it computes, so that
     a later step of the same parameters (a second generator's step on a shared optimizer) runs before it too.
     The step itself when something in between writes a name the forward reads."""
-    made = set().union(*(_writes(st) for st in after))
-    needs = set().union(*(_reads(st) for st in after))
+    made = set().union(*(statements.names_bound(st) for st in after))
+    needs = set().union(*(statements.names_read(st) for st in after))
     k = step
-    while k + 1 < len(block) and not (_reads(block[k + 1]) & made) and not (_writes(block[k + 1]) & (needs | made)):
+    while k + 1 < len(block) and not (statements.names_read(block[k + 1]) & made) and not (statements.names_bound(block[k + 1]) & (needs | made)):
         k += 1
     return block[k]
 
@@ -748,28 +748,24 @@ def _forward_before(block: list[ast.stmt], step: int, down: int,
     """The statements before the step that the backward (``block[down]``) depends on: those read only after
     the step (they can move), and those also read before it (they stay, and may be computed again).  ``chained``:
     a statement read before the step only by statements that move with it moves too (a loss added up in steps)."""
-    needed = _reads(block[down])
+    needed = statements.names_read(block[down])
     moved: list[ast.stmt] = []
     kept: list[ast.stmt] = []
     for k in range(down - 1, -1, -1):
         st = block[k]
-        written = _writes(st)
+        written = statements.names_bound(st)
         if not written & needed:
             continue
-        needed = (needed - written) | _reads(st)
+        needed = (needed - written) | statements.names_read(st)
         if k >= step:
             continue
         # The statements that move keep their order below the step (`loss = loss + a` then `loss = loss + b`):
         # only those that stay can see a difference.
         between = [b for b in block[k + 1:step] if not (chained and any(b is m for m in moved))]
-        if any(_writes(b) & _reads(st) for b in between):
+        if any(statements.names_bound(b) & statements.names_read(st) for b in between):
             break  # what it reads changes before the step: computing it later would differ
-        (kept if any(_reads(b) & written for b in between) else moved).insert(0, st)
+        (kept if any(statements.names_read(b) & written for b in between) else moved).insert(0, st)
     return moved, kept
-
-
-def _writes(stmt: ast.stmt) -> set[str]:
-    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
 
 
 def _stored_into(stmt: ast.stmt) -> set[str]:
@@ -783,10 +779,6 @@ def _stored_into(stmt: ast.stmt) -> set[str]:
             if isinstance(root, ast.Name):
                 out.add(root.id)
     return out
-
-
-def _reads(stmt: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def _forward_into_loop(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
@@ -818,7 +810,7 @@ def _forward_into_loop(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
         raise CannotFix("the list the loop runs over is not made by a comprehension just before it")
     gen = comp.generators[0]
     scope = ctx.scope_of(loop)
-    bound = {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+    bound = statements.names(gen.target)
     if not all(isinstance(n, (ast.Name, ast.Tuple, ast.Load, ast.Store)) for n in ast.walk(gen.target)):
         raise CannotFix("the comprehension binds more than names")
     names = ctx.names_in(scope)
@@ -836,23 +828,23 @@ def _forward_into_loop(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
         raise CannotFix("the list is used besides the loop")
     # The forward: the statements just before the list that only its losses read.
     moved: list[ast.stmt] = []
-    needed = _reads(comp.elt)
+    needed = statements.names_read(comp.elt)
     for st in reversed(block[:i - 1]):
-        written = _writes(st)
+        written = statements.names_bound(st)
         if not isinstance(st, (ast.Assign, ast.Expr)) or not written or not written & needed \
-                or written & _reads(gen.iter):
+                or written & statements.names_read(gen.iter):
             break
         readers = [n for name in written for n in outside(name) if isinstance(n.ctx, ast.Load)
                    and not any(ctx.inside(n, m) for m in moved)]
         if readers:
             break  # read again outside the losses: it must stay computed once
         moved.insert(0, st)
-        needed = (needed - written) | _reads(st)
-    rebound = bound | {loop.target.id} | set().union(*(_writes(st) for st in moved))
+        needed = (needed - written) | statements.names_read(st)
+    rebound = bound | {loop.target.id} | set().union(*(statements.names_bound(st) for st in moved))
     if names.declared or any(ctx.definitions_between(n, scope) for name in rebound for n in names.of(name)):
         raise CannotFix("a nested scope may see the names the rewrite rebinds")
-    body_writes = set().union(*(_writes(st) for st in loop.body))
-    if body_writes & (needed | _reads(comp.elt) | _reads(gen.iter)):
+    body_writes = set().union(*(statements.names_bound(st) for st in loop.body))
+    if body_writes & (needed | statements.names_read(comp.elt) | statements.names_read(gen.iter)):
         raise CannotFix("the loop changes what the losses are computed from")
     for st in [*moved, made, loop.body[0]]:
         ctx.require_own_lines(st)
@@ -968,21 +960,21 @@ def _carried_again_after_step(ctx: FixContext, mutation: Mutation, finding: Find
     if None in tops or tops[0] >= tops[1] or body[tops[1]] is not step:
         raise CannotFix("the use and the step are not in one loop's body, the use first")
     u, i = tops
-    carried = _reads(finding.node)
+    carried = statements.names_read(finding.node)
     for st in reversed(body[i + 1:]):  # copies after the step into a carried name: `state = nxt`
         if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Name) \
-                and _writes(st) & carried:
+                and statements.names_bound(st) & carried:
             carried = carried | {st.value.id}
-    made = next((st for st in reversed(body[u + 1:i]) if _writes(st) & carried), None)
+    made = next((st for st in reversed(body[u + 1:i]) if statements.names_bound(st) & carried), None)
     if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and isinstance(made.targets[0], ast.Name)
             and isinstance(made.value, ast.Call)):
         raise CannotFix("the carried value is not made by a plain `name = call(...)` before the step")
     k = body.index(made)
-    name, reads = made.targets[0].id, _reads(made.value)
-    if any((_writes(st) | _stored_into(st)) & reads for st in body[k + 1:i + 1]):
+    name, reads = made.targets[0].id, statements.names_read(made.value)
+    if any((statements.names_bound(st) | _stored_into(st)) & reads for st in body[k + 1:i + 1]):
         raise CannotFix("what the value is computed from changes before the step")
-    if loop.orelse or isinstance(loop, ast.While) and name in _reads(loop.test) or any(
-            name in _writes(st) or name in _reads(st) and not (isinstance(st, ast.Assign)
+    if loop.orelse or isinstance(loop, ast.While) and name in statements.names_read(loop.test) or any(
+            name in statements.names_bound(st) or name in statements.names_read(st) and not (isinstance(st, ast.Assign)
                                                              and isinstance(st.value, ast.Name))
             for st in body[i + 1:]):
         raise CannotFix("code after the step reads or rebinds the value")
@@ -1011,9 +1003,9 @@ def _made_again_each_iteration(ctx: FixContext, mutation: Mutation, finding: Fin
         raise CannotFix("the value is not used again by a loop that steps")
     # The values the use takes (its arguments, not the network it calls) that the loop does not make itself.
     use_node = finding.node
-    taken = set().union(*(_reads(a) for a in [*use_node.args, *(k.value for k in use_node.keywords)])) \
-        if isinstance(use_node, ast.Call) else _reads(use_node)
-    written = set().union(*(_writes(st) for st in loop.body))
+    taken = set().union(*(statements.names_read(a) for a in [*use_node.args, *(k.value for k in use_node.keywords)])) \
+        if isinstance(use_node, ast.Call) else statements.names_read(use_node)
+    written = set().union(*(statements.names_bound(st) for st in loop.body))
     stores = [n for name in sorted(taken - written) for n in ctx.names_in(scope).of(name)
               if not isinstance(n.ctx, ast.Load)]
     makes = [ctx.statement_of(n) for n in stores]
@@ -1029,13 +1021,13 @@ def _made_again_each_iteration(ctx: FixContext, mutation: Mutation, finding: Fin
     if made.targets[0].id in names.parameters | names.declared or any(
             not isinstance(a, LOOPS) for a in enclosing_statements(ctx, made)[1:] if not ctx.inside(loop, a)):
         raise CannotFix("the loop may see another value of the name")
-    reads = _reads(made.value)
+    reads = statements.names_read(made.value)
     later = [n for n in statements.walk(scope) if isinstance(n, ast.stmt)
              and made.end_lineno < n.lineno <= loop.end_lineno]
     # (`noise.mul_(0.5)`: a method named like torch's in-place ones changes its object)
     changed = {n.func.value.id for st in later for n in statements.every_node(st) if isinstance(n, ast.Call)
                and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_") and isinstance(n.func.value, ast.Name)}
-    if any((_writes(st) | _stored_into(st) | changed) & reads for st in later):
+    if any((statements.names_bound(st) | _stored_into(st) | changed) & reads for st in later):
         raise CannotFix("what the value is made from changes before the loop or in it")
     first = loop.body[0]
     for st in (made, first):

@@ -15,6 +15,7 @@ from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
 from ..knowledge.names import NUMPY_OUT_TWINS
 from ..messages import Message
+from ..statements import number_written_out
 from .base import Example, Rule
 from .common import call_path_related, conflict_related, first_conflict, grad_leaf, piece_of, where_it_reads
 
@@ -277,12 +278,12 @@ def _in_torch(ctx: FixContext, write: InPlaceWrite, array: str, tensor: str) -> 
         if twin is None or len(call.keywords) != 1 or not (isinstance(first, ast.Name) and first.id == array):
             raise CannotFix("no torch twin for this NumPy call")
         numbers = call.args[1:]
-        if not all(_number(n) for n in numbers) or twin.count("{") - 1 != len(numbers):
+        if not all(number_written_out(n) for n in numbers) or twin.count("{") - 1 != len(numbers):
             raise CannotFix("the NumPy call's other arguments are not numbers")
         return f"{tensor} = " + twin.format(*(ctx.source(n) for n in numbers), t=tensor)
-    if write.kind == "augassign" and type(write.stmt.op) in _AUG and _number(write.stmt.value):
+    if write.kind == "augassign" and type(write.stmt.op) in _AUG and number_written_out(write.stmt.value):
         return f"{tensor} = {tensor} {_AUG[type(write.stmt.op)]} {ctx.source(write.stmt.value)}"
-    if write.kind == "setitem" and _number(write.stmt.value):
+    if write.kind == "setitem" and number_written_out(write.stmt.value):
         index = write.target.slice
         if not _plain_index(index, array):
             raise CannotFix("an index NumPy and torch may read differently")
@@ -293,26 +294,20 @@ def _in_torch(ctx: FixContext, write: InPlaceWrite, array: str, tensor: str) -> 
     raise CannotFix("no torch twin for this NumPy write")
 
 
-def _number(node: ast.expr) -> bool:
-    return all(isinstance(n, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.operator, ast.unaryop)) for n in ast.walk(node)) \
-        and all(isinstance(n.value, (int, float)) and not isinstance(n.value, bool)
-                for n in ast.walk(node) if isinstance(n, ast.Constant))
-
-
 def _plain_index(index: ast.expr, array: str) -> bool:
     """Integers, slices, names, and comparisons of the array with numbers: indexes that mean the same to NumPy
     and to torch."""
     for node in ast.walk(index):
         if isinstance(node, ast.Compare):
             if not (isinstance(node.left, ast.Name) and node.left.id == array and len(node.comparators) == 1
-                    and _number(node.comparators[0])):
+                    and number_written_out(node.comparators[0])):
                 return False
         elif isinstance(node, ast.Name):
             continue
         elif not isinstance(node, (ast.Tuple, ast.Slice, ast.Constant, ast.UnaryOp, ast.BinOp, ast.Load,
                                    ast.operator, ast.unaryop, ast.cmpop)):
             return False
-        if isinstance(node, ast.Constant) and not (node.value is None or _number(node)):
+        if isinstance(node, ast.Constant) and not (node.value is None or number_written_out(node)):
             return False
     return True
 

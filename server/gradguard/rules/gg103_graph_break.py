@@ -20,7 +20,7 @@ from ..knowledge.names import (GRAPH_REBUILDING_FACTORIES, LEGACY_FLOAT_CONSTRUC
                                NUMPY_REFUSED, NUMPY_SUBSCRIPT_TWINS, NUMPY_TWIN_DEFAULTS, NUMPY_TWINS)
 from ..messages import Message, other_file
 from ..statements import block_of
-from ..statements import every_node
+from ..statements import every_node, names_read, number_written_out
 from ..statements import walk as walk_statements
 from .base import Example, Rule
 from .common import first_conflict
@@ -740,7 +740,7 @@ def _require_not_a_callers_list(ctx: FixContext, arg: ast.expr) -> None:
     params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs, fn.args.vararg,
                                fn.args.kwarg] if a]
     own = params[:1] if isinstance(ctx.parents.get(fn), ast.ClassDef) else []
-    read = {n.id for n in ast.walk(arg) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    read = names_read(arg)
     if read & (set(params) - set(own)):
         raise CannotFix("the list is read through a parameter: other callers may pass numbers")
 
@@ -988,7 +988,7 @@ class NumpyTranslation:
         args = [self.expr(node.args[0]) if node.args else None, *(ctx.source(a) for a in node.args[1:])]
         if not args or args[0] is None or any(a is None for a in args):
             return None
-        if any(not _number(a) for a in node.args[1:]):
+        if any(not number_written_out(a) for a in node.args[1:]):
             return None  # array bounds or counts: torch wants tensors or ints where NumPy broadcasts
         given = {k.arg for k in node.keywords}
         if "keepdims" in given and "axis" not in given:
@@ -1000,8 +1000,8 @@ class NumpyTranslation:
                 return None
             dims = f", dim=tuple(range({args[0]}.dim())), keepdim=True" if keep.value else ""
             return f"{self.torch}.{twin[0]}({args[0]}{dims})"
-        if any(k.arg == "axis" and not _number(k.value) and not (
-                isinstance(k.value, ast.Tuple) and all(_number(e) for e in k.value.elts)) for k in node.keywords):
+        if any(k.arg == "axis" and not number_written_out(k.value) and not (
+                isinstance(k.value, ast.Tuple) and all(number_written_out(e) for e in k.value.elts)) for k in node.keywords):
             return None  # `axis=None` or a computed axis
         if not _plain_keywords(node.keywords):
             return None
@@ -1228,14 +1228,14 @@ def _returns_numpy_of_argument(fn: ast.AST, method: bool) -> bool:
 def _plain_keywords(keywords: list[ast.keyword]) -> bool:
     """NumPy reduction keywords torch spells alike: an axis of numbers, ``keepdims`` a bool, ``ddof`` a number."""
     for k in keywords:
-        if k.arg == "axis" and not _axis(k.value) or k.arg == "ddof" and not _number(k.value) \
+        if k.arg == "axis" and not _axis(k.value) or k.arg == "ddof" and not number_written_out(k.value) \
                 or k.arg == "keepdims" and not (isinstance(k.value, ast.Constant) and isinstance(k.value.value, bool)):
             return False
     return True
 
 
 def _axis(node: ast.expr) -> bool:
-    return _number(node) or isinstance(node, ast.Tuple) and all(_number(e) for e in node.elts)
+    return number_written_out(node) or isinstance(node, ast.Tuple) and all(number_written_out(e) for e in node.elts)
 
 
 def _twin_keywords(ctx: FixContext, name: str, names: dict, keywords: list[ast.keyword]) -> list[str]:
@@ -1244,12 +1244,6 @@ def _twin_keywords(ctx: FixContext, name: str, names: dict, keywords: list[ast.k
     for key, value in NUMPY_TWIN_DEFAULTS.get(name, {}).items():
         spelled.setdefault(key, value)
     return [f"{k}={v}" for k, v in spelled.items()]
-
-
-def _number(node: ast.expr) -> bool:
-    """A number written out (``1 - 1e-4``): the same value to NumPy and to torch."""
-    return all(isinstance(n, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.operator, ast.unaryop)) for n in ast.walk(node)) \
-        and all(isinstance(n.value, (int, float)) for n in ast.walk(node) if isinstance(n, ast.Constant))
 
 
 

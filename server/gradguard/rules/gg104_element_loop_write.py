@@ -25,6 +25,7 @@ from ..fixes.moves import block_around, mutation_in
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
 from ..messages import Message
+from ..statements import names, names_bound
 from ..statements import walk as walk_statements
 from . import gg001_saved_tensor_mutated, gg002_leaf_mutated, gg003_leaf_view_mutated, gg004_multi_view_mutated
 from .base import Example, Rule
@@ -176,22 +177,22 @@ def stack_steps(ctx: FixContext, write: ast.stmt) -> Fix:
     if not isinstance(scope, FUNCTIONS) or buf in ctx.names_in(scope).declared:
         raise CannotFix("the buffer is not a local of a function")
     index = next(i for i, s in enumerate(block) if s is loop)
-    alloc_at = next((i for i in range(index - 1, -1, -1) if _binds(block[i], buf)), None)
+    alloc_at = next((i for i in range(index - 1, -1, -1) if buf in names_bound(block[i])), None)
     if alloc_at is None:
         raise CannotFix("the buffer is not made in the loop's block")
     alloc = block[alloc_at]
     rows, unsafe = _allocation(ctx, alloc, buf)
     firsts = []
     for stmt in block[alloc_at + 1:index]:
-        if not _mentions(stmt, buf):
+        if buf not in names(stmt):
             continue
-        if _row_write(stmt, buf) != len(firsts) or _mentions(stmt.value, buf):
+        if _row_write(stmt, buf) != len(firsts) or buf in names(stmt.value):
             raise CannotFix("the buffer is used between its allocation and the loop")
         firsts.append(stmt)
     if start != len(firsts) or not _same_size(ctx, stop, rows):
         raise CannotFix("the writes do not cover every row of the buffer exactly once, in order")
     _require_reads_of_earlier_rows(ctx, loop, write, buf, t, len(firsts))
-    if _mentions(loop.iter, buf) or any(isinstance(n, (ast.Break, ast.Continue)) for n in walk_statements(loop)):
+    if buf in names(loop.iter) or any(isinstance(n, (ast.Break, ast.Continue)) for n in walk_statements(loop)):
         raise CannotFix("the loop can stop early or reads the buffer in its header")
     if any(d is not helper for use in ctx.names_in(scope).of(buf) for d in ctx.definitions_between(use, scope)):
         raise CannotFix("a nested function uses the buffer")
@@ -249,12 +250,6 @@ def _range(it: ast.expr) -> tuple[int, ast.expr]:
 
 
 
-def _binds(stmt: ast.stmt, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(stmt))
-
-
-def _mentions(node: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
 
 
 def _allocation(ctx: FixContext, stmt: ast.stmt, buf: str) -> tuple[tuple[str, ...], str]:

@@ -11,7 +11,7 @@ from ..fixes.writes import short
 from ..inference.events import Finding, Rebind
 from ..knowledge.names import BOOL_RESULTS, FLOAT_REDUCTIONS, OUT_OF_PLACE_METHODS
 from ..messages import Message
-from ..statements import block_of, blocks, own_nodes
+from ..statements import block_of, blocks, names, own_nodes
 from .base import Example, Rule
 
 
@@ -241,7 +241,7 @@ def _number_name(ctx: FixContext, name: ast.Name) -> bool:
                 if value is None or not _number(value):
                     return False
                 bound = True
-            elif any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(target)):
+            elif name.id in names(target):
                 return False
     return bound
 
