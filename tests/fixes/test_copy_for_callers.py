@@ -1,5 +1,5 @@
 """GG002/GG003 when a helper writes its parameter, a leaf, and its callers read the leaf afterwards
-(``inplace._copy_for_callers``): the helper writes a copy and returns it, each call binds it to a new name the
+(``copies.copy_for_callers``): the helper writes a copy and returns it, each call binds it to a new name the
 caller reads from then on, and ``.grad`` still reads the leaf.  torch runs each fixed program against the intended
 one; where a call cannot be rewritten that way, no such fix is made."""
 

@@ -7,41 +7,24 @@ raises ``CannotFix``:
   Safe when no other name, container, attribute or caller can see the written memory afterwards
   (``InPlaceWrite.sharing``); unsafe when only containers/attributes/the caller could; none when a view of the
   memory is read later (the rebinding would drop a write the program relies on).
-- **no_grad** -- a parameter update or reset: ``with torch.no_grad():`` around it.
-- **copy** -- a leaf written as part of a computation: compute on ``w = self.weight.clamp(...)`` /
-  ``x_new = x.clone()`` and read the copy from then on (unsafe: the leaf keeps its old value).  A write inside
-  an ``if``/``try``/``with`` or loop binds the copy before that statement (``copy_anchor``, ``update_on_copy``).
-- **unread** -- a helper's parameter that neither the helper nor any caller reads after the write is written
-  out of place (``callers.callers_leave_unread``).
-- **leaf writes** (GG002, GG003, and GG104 through them) -- ``fix_leaf_write`` chooses among the last three.
+- **no_grad** -- a parameter update or reset (``is_parameter_update``): ``with torch.no_grad():`` around it.
 - **inplace=False** / ``F.relu_`` -> ``F.relu`` at a call (``inplace_false``).
+
+A leaf written as part of a computation keeps its name and has the code after the write read a copy
+(``copies.py``).
 """
 
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from ..diagnostics import Fix, TextEdit
+from ..diagnostics import Fix
 from ..inference.sharing import Report
-from ..knowledge.names import LEAF_IDENTITY_ATTRS, NON_VALUE_ATTRS
-from ..statements import block_of, own_nodes
-from .callers import Helper, callers_leave_unread, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
-from .helper_calls import is_local
-from .writes import (
-    InPlaceWrite,
-    assign,
-    attribute_base,
-    aug_to_binop,
-    code,
-    cst_mod,
-    out_of_place,
-    root_name,
-    short,
-    without_keyword,
-)
+from .writes import (InPlaceWrite, assign, attribute_base, aug_to_binop, code, cst_mod, out_of_place, root_name, short,
+                     without_keyword)
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -87,15 +70,14 @@ class RebindRewrite:
         rw = Rewrite(ctx)
         name = self.name
         if w.kind == "functional":
-            call = ctx.cst(w.call)
-            new_call = _not_inplace(ctx, w.call, call)
+            new_call = not_inplace(ctx, w)
             if not w.value_use:
                 if not self.direct:
                     raise CannotFix("the in-place function writes a view and its result is dropped")
                 new = assign(cst.Name(name), new_call)
                 rw.replace_node(ctx.cst(w.stmt), new)
                 return rw, code(new)
-            rw.replace_node(call, new_call)
+            rw.replace_node(ctx.cst(w.call), new_call)
             if name and not rebinds(w.stmt, name) and w.value_read_after(ctx, name):
                 raise CannotFix(f"`{name}` is read later and would miss the write")
             return rw, code(new_call)
@@ -162,9 +144,12 @@ def rebinds(stmt: ast.stmt, name: str) -> bool:
     return isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
 
 
-def _not_inplace(ctx: FixContext, call_ast: ast.Call, call: cst.Call) -> cst.Call:
-    """``F.relu_(x)`` -> ``F.relu(x)``; ``F.relu(x, inplace=True)`` -> ``F.relu(x, inplace=False)``."""
-    cst = cst_mod()
+def not_inplace(ctx: FixContext, write: InPlaceWrite) -> cst.Call:
+    """The write's call out of place: ``x.add_(y)`` -> ``x.add(y)``; ``F.relu_(x)`` -> ``F.relu(x)``;
+    ``F.relu(x, inplace=True)`` -> ``F.relu(x, inplace=False)``."""
+    if write.kind == "method":
+        return out_of_place(ctx, write.call)
+    cst, call_ast, call = cst_mod(), write.call, ctx.cst(write.call)
     func = call.func
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
     if name.endswith("_"):
@@ -205,325 +190,11 @@ def no_grad_wrap(ctx: FixContext, stmt: ast.stmt) -> tuple[Rewrite, str]:
     return rw, f"with {torch}.no_grad():"
 
 
-# ============================================================================ copy of a leaf
-def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str, bool]:
-    """Compute on a copy of the leaf (``self.weight`` -> ``weight``, ``x`` -> ``x_new``) and read the copy
-    from then on.  Returns (rewrite, description, safe)."""
-    cst = cst_mod()
-    stmt = write.stmt
-    scope = ctx.scope_of(stmt)
-    attr = attribute_base(write.target)
-    name, direct = root_name(write.target)
-    rw = Rewrite(ctx)
-    if attr is not None:
-        if ctx.loops_around(stmt, scope):
-            raise CannotFix("the write is in a loop: earlier iterations would read the copy")
-        base_text = ctx.source(attr)
-        local = fresh_name(ctx, scope, attr.attr)
-        anchor, later = copy_anchor(ctx, scope, stmt, lambda start: _later_reads_of_attribute(ctx, scope, start, attr, stmt))
-        if not any(starts_after(r, stmt) for r in later):
-            raise CannotFix(f"`{base_text}` is not read after the write in this function")
-        first = _rewrite_write_on(ctx, rw, write, attr, local, anchor)
-        for node in later:
-            rw.replace_node(ctx.cst(node), cst.Name(local))
-        return rw, f"{first}, then read `{local}` instead of `{base_text}`", False
-    if name is None:
-        raise CannotFix("the leaf is neither a local name nor an attribute")
-    leaf, start = name, stmt
-    view_binding = _is_view_name(ctx, scope, stmt, name) if direct else None
-    if view_binding is not None:
-        # `wt = w.t(); wt.add_(1)`: copy w before the view is taken
-        start, leaf = view_binding
-    if write.kind in ("method", "functional") and write.value_use and direct and start is stmt:
-        # `weights = logits.exp_()`, `x = F.relu(x, inplace=True)` where nothing reads the leaf's value later:
-        # `logits.exp()`, `F.relu(x, inplace=False)` is the same
-        report = write.sharing(ctx, name)
-        if (rebinds(stmt, name) or not write.value_read_after(ctx, name)) and report.clean:
-            call = ctx.cst(write.call)
-            new_value = out_of_place(ctx, write.call) if write.kind == "method" else _not_inplace(ctx, write.call, call)
-            rw.replace_node(call, new_value)
-            return rw, code(new_value), True
-    anchor, reads = copy_anchor(ctx, scope, start, lambda at: later_reads_of_name(ctx, scope, at, leaf))
-    if assigned_after(ctx, scope, anchor, leaf, stmt):
-        raise CannotFix(f"`{leaf}` is assigned again later")
-    local = fresh_name(ctx, scope, f"{leaf}_new")
-    repeated = bool(ctx.loops_around(stmt, scope))  # a read above the write runs after it in the next iteration
-    if not any(not ctx.inside(r, stmt) and (repeated or starts_after(r, stmt)) for r in reads):
-        raise CannotFix(f"`{leaf}` is not read after the write")
-    for read in reads:
-        parent = ctx.parents.get(read)
-        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
-            # `x = x_cur`: the copy would go on under another name, which later code may read as the leaf
-            # (`x.grad`), and find a tensor that is not one
-            raise CannotFix(f"`{leaf}` is bound to another name after the write")
-    if start is stmt and direct and write.kind in ("augassign", "method") and not write.value_use:
-        first = update_on_copy(ctx, rw, write, leaf, local, anchor)
-        reads = [r for r in reads if not ctx.inside(r, stmt)]
-    else:
-        rw.insert_before(anchor, f"{local} = {leaf}.clone()")
-        first = f"{local} = {leaf}.clone()"
-    for node in reads:
-        rw.replace_node(ctx.cst(node), cst.Name(local))
-    return rw, f"{first}, then read `{local}` instead of `{leaf}`", False
-
-
-def update_on_copy(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, source: str, local: str, anchor: ast.stmt) -> str:
-    """The whole-tensor write statement (``x += v``, ``x.clamp_(...)``, ``self.w.clamp_(...)``) as its
-    out-of-place form bound to ``local``: ``x_new = x + v``.  When ``anchor`` is a statement around the write (an
-    ``if``, ``try``, ``with`` or loop), ``local = <source>`` is bound just before it and the write updates the
-    copy (``x_new = x_new + v``), so it holds the value whether or not, and however often, the write ran.
-    Returns the description."""
-    cst = cst_mod()
-    stmt = write.stmt
-    receiver = write.call.func.value if write.kind == "method" and isinstance(write.call.func, ast.Attribute) else None
-    if anchor is not stmt:
-        if any(ctx.source(n) == source for n in ast.walk(stmt)
-               if isinstance(n, (ast.Name, ast.Attribute)) and n is not write.target and n is not receiver):
-            raise CannotFix(f"the written value reads `{source}` again")
-        rw.insert_before(anchor, f"{local} = {source}")
-    if write.kind == "augassign":
-        aug = ctx.cst(stmt)
-        value = aug_to_binop(aug)
-        if anchor is not stmt:
-            value = value.with_changes(left=cst.Name(local))
-        new = assign(cst.Name(local), value, like=aug)
-    else:
-        value = out_of_place(ctx, write.call)
-        if anchor is not stmt:
-            if not isinstance(value.func, cst.Attribute):
-                raise CannotFix("the in-place call is not a method of the written tensor")
-            value = value.with_changes(func=value.func.with_changes(value=cst.Name(local)))
-        new = assign(cst.Name(local), value)
-    rw.replace_node(ctx.cst(stmt), new)
-    return code(new) if anchor is stmt else f"{local} = {source}; {code(new)}"
-
-
-def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
-    """``w = x.exp_()``, ``F.relu(x, inplace=True)`` in a helper whose parameter ``x`` no one reads afterwards, nor any
-    caller after the call (``callers_leave_unread``): out of place is the same; ``x[i] = v`` writes ``x = x.clone()``,
-    which the helper reads from then on as it read ``x``.  Unsafe in a public helper."""
-    name, direct = root_name(write.target)
-    view = write.kind in ("setitem", "method") and not direct and name is not None
-    if not (view or write.kind in ("method", "functional") and write.value_use and direct and name is not None):
-        raise CannotFix("not an in-place call whose result is used, on a name")
-    report = write.sharing(ctx, name)
-    if (write.value_read_after(ctx, name) and not view) or report.aliases_read_after \
-            or report.holders_read_after or report.escapes != [param_escape(name)]:
-        raise CannotFix(f"`{name}` is read after the write, or held by more than the caller")
-    unread, unsafe = callers_leave_unread(ctx, write.stmt, name, write.moment)
-    if not unread:
-        raise CannotFix(f"a caller reads what it passed for `{name}` after the call")
-    rw = Rewrite(ctx)
-    if view:
-        rw, title = rw.insert_before(write.stmt, f"{name} = {name}.clone()"), f"Write a copy: `{name} = {name}.clone()`"
-    else:
-        call = ctx.cst(write.call)
-        new_value = out_of_place(ctx, write.call) if write.kind == "method" else _not_inplace(ctx, write.call, call)
-        rw, title = rw.replace_node(call, new_value), f"Write out of place: `{short(code(new_value))}`"
-    return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe, callers_checked=True)
-
-
-def _reads_of_copy(ctx: FixContext, scope: ast.AST, call: ast.stmt, name: str,
-                   keep: Callable[[ast.Name], bool]) -> list[ast.Name]:
-    """The reads of ``name`` after the statement ``call`` that are to read the copy (not ``.grad`` and the like,
-    nor those ``keep`` names); CannotFix when there is none, or one binds the leaf to another name (the copy
-    would go on under it, and be read as the leaf)."""
-    reads = [r for r in later_reads_of_name(ctx, scope, call, name) if not keep(r)]
-    if not reads:
-        raise CannotFix(f"`{name}` is not read after the call")
-    for read in reads:
-        parent = ctx.parents.get(read)
-        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is read:
-            raise CannotFix(f"`{name}` is bound to another name after the call")
-    return reads
-
-
-def copy_for_closure(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.Name], bool] = lambda read: False,
-                     kept: str = "the leaf keeps its old value") -> Fix:
-    """A closure writes a variable of the function around it, a leaf, which that function reads after calling
-    it: the function binds a copy before the call (``x_new = x.clone()``), the closure writes the copy, and the
-    reads after the call read it (``x.grad``, the optimizer and the reads ``keep`` names still see the leaf).
-    The closure must be called once, as a statement, and read the variable nowhere but in the write."""
-    cst = cst_mod()
-    name, _ = root_name(write.target)
-    stmt = write.stmt
-    fn = ctx.function_of(stmt)
-    outer = ctx.parents.get(fn)
-    if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and name is not None and is_local(outer, name)):
-        raise CannotFix("not a closure writing a variable of the function around it")
-    own = list(own_nodes(fn))
-    declared = [n for n in own if isinstance(n, ast.Nonlocal) and name in n.names]
-    if any(isinstance(n, ast.Global) and name in n.names for n in own) or (is_local(fn, name) and not declared) \
-            or any(isinstance(n, ast.Name) and n.id == name and not ctx.inside(n, stmt) for n in own):
-        raise CannotFix(f"the closure binds `{name}` or reads it outside the write")
-    if len(declared) > 1 or declared and (declared[0].names != [name] or ctx.lines[declared[0].lineno - 1].strip()
-                                          != f"nonlocal {name}"):
-        raise CannotFix("the `nonlocal` statement does not have its line to itself")
-    uses = [n for n in own_nodes(outer) if isinstance(n, ast.Name) and n.id == fn.name]
-    call = ctx.parents.get(uses[0]) if len(uses) == 1 else None
-    call_stmt = ctx.statement_of(call) if isinstance(call, ast.Call) and call.func is uses[0] else None
-    if not (isinstance(call_stmt, ast.Expr) and call_stmt.value is call) or ctx.loops_around(call_stmt, outer) \
-            or not starts_after(call_stmt, fn) or ctx.loops_around(stmt, fn):
-        raise CannotFix("the closure is not called once, as a statement, after it is defined")
-    ctx.require_own_lines(call_stmt)
-    if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) and starts_after(n, fn)
-           for n in own_nodes(outer)):
-        raise CannotFix(f"`{name}` is assigned again after the closure is defined")
-    reads = _reads_of_copy(ctx, outer, call_stmt, name, keep)
-    local = fresh_name(ctx, outer, f"{name}_new")
-    rw = Rewrite(ctx)
-    rw.insert_before(call_stmt, f"{local} = {name}.clone()")
-    for node in [*(n for n in ctx.names_in(fn).of(name) if ctx.inside(n, stmt)), *reads]:
-        rw.replace_node(ctx.cst(node), cst.Name(local))
-    extra = []
-    if declared:
-        line = declared[0].lineno
-        text = ctx.lines[line - 1].rstrip("\r\n")
-        extra.append(TextEdit(line, len(text) - len(text.lstrip()) + 1, line, len(text) + 1, f"nonlocal {local}"))
-    edits = sorted([*rw.edits(), *extra], key=lambda e: (e.line, e.column))
-    title = (f"Compute on a copy: `{local} = {name}.clone()` before `{fn.name}()`, which writes it, then read "
-             f"`{local}` instead of `{name}` (unsafe: {kept})")
-    return Fix(title, False, tuple(edits), callers_checked=True)
-
-
-def copy_anchor(ctx: FixContext, scope: ast.AST, start: ast.stmt,
-                 reads_from: Callable[[ast.stmt], list[ast.expr]]) -> tuple[ast.stmt, list[ast.expr]]:
-    """Where the copy of the leaf begins, with the reads of the leaf from there on (``reads_from``): ``start``
-    itself when every later read runs after it in its block and no loop repeats it; else the innermost statement
-    around it for which that holds (the write sits in an ``if``, ``try``, ``with`` or loop, and the reads follow
-    it).  There the copy is bound before the write can run, so every later read -- the next iteration's
-    included -- reads it."""
-    for candidate in [start, *(a for a in ctx.ancestors(start) if isinstance(a, ast.stmt))]:
-        if candidate is scope or isinstance(candidate, (*FUNCTIONS, ast.ClassDef)):
-            break
-        if ctx.loops_around(candidate, scope):
-            continue
-        reads = reads_from(candidate)
-        try:
-            require_dominated(ctx, reads, candidate)
-        except CannotFix:
-            continue
-        return candidate, reads
-    raise CannotFix("no statement around the write runs before every later read of the leaf")
-
-
-def _rewrite_write_on(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, attr: ast.Attribute, local: str,
-                      anchor: ast.stmt) -> str:
-    """The write done on the copy ``local`` of ``attr``, bound just before ``anchor`` (the write's own statement,
-    or an ``if``/``try``/``with`` around it: then ``local = self.weight`` first, and the write updates ``local``)."""
-    cst = cst_mod()
-    if write.target is attr and (write.kind == "augassign" or write.kind == "method" and not write.value_use):
-        return update_on_copy(ctx, rw, write, ctx.source(attr), local, anchor)
-    if write.value_use:
-        raise CannotFix("the in-place result is used")
-    rw.insert_before(anchor, f"{local} = {ctx.source(attr)}.clone()")
-    rw.replace_node(ctx.cst(attr), cst.Name(local))
-    return f"{local} = {ctx.source(attr)}.clone()"
-
-
-def _is_view_name(ctx: FixContext, scope: ast.AST, stmt: ast.stmt, name: str):
-    """(binding statement, leaf name) when ``name`` was bound, once and before ``stmt`` in the same block,
-    to a view of another local name; None otherwise."""
-    bindings = [n for n in ctx.names_in(scope).of(name) if isinstance(n.ctx, ast.Store)]
-    if len(bindings) != 1:
-        return None
-    binding = ctx.statement_of(bindings[0])
-    if not isinstance(binding, ast.Assign) or len(binding.targets) != 1 or not isinstance(binding.targets[0], ast.Name):
-        return None
-    if ctx.parents.get(binding) is not ctx.parents.get(stmt) or binding.lineno >= stmt.lineno:
-        return None
-    source, direct = root_name(binding.value)
-    if source is None or direct:
-        return None
-    return binding, source
-
-
-def fresh_name(ctx: FixContext, scope: ast.AST, base: str) -> str:
-    names = ctx.names_in(scope)
-    used = set(names.uses)
-    if isinstance(scope, FUNCTIONS):
-        used |= names.arguments
-    used |= set(ctx.imports)
-    name, i = base, 1
-    while name in used:
-        i += 1
-        name = f"{base}{i}"
-    return name
-
-
-def require_dominated(ctx: FixContext, nodes: list[ast.AST], start: ast.stmt) -> None:
-    """CannotFix unless every node runs only after ``start`` has: it is in ``start``'s block, after it."""
-    block = block_of(ctx.parents.get(start), start)
-    if block is None:
-        raise CannotFix("cannot tell what runs after the write")
-    index = next(i for i, s in enumerate(block) if s is start)
-    later = block[index:]
-    for node in nodes:
-        chain = [node, *ctx.ancestors(node)]
-        if not any(c is s for s in later for c in chain):
-            raise CannotFix(f"line {node.lineno} may run without the copy being made")
-
-
+# ============================================================================ small helpers for the rules
 def starts_after(node: ast.AST, stmt: ast.stmt) -> bool:
     return (node.lineno, node.col_offset) >= (stmt.lineno, stmt.col_offset)
 
 
-def later_reads_of_name(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str) -> list[ast.Name]:
-    reads = []
-    for node in ctx.names_in(scope).of(name):
-        if not (isinstance(node.ctx, ast.Load) and starts_after(node, start)):
-            continue
-        if ctx.scope_of(node) is not scope:
-            raise CannotFix(f"a nested function reads `{name}`")
-        parent = ctx.parents.get(node)
-        if isinstance(parent, ast.Attribute) and parent.attr in LEAF_IDENTITY_ATTRS:
-            continue
-        reads.append(node)
-    return reads
-
-
-def assigned_after(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str, write: ast.stmt) -> bool:
-    return any(not isinstance(n.ctx, ast.Load) and starts_after(n, start) and not ctx.inside(n, write)
-               for n in ctx.names_in(scope).of(name))
-
-
-def _later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, attr: ast.Attribute,
-                              stmt: ast.stmt) -> list[ast.Attribute]:
-    """Reads of ``self.weight`` from ``start`` on, but in the write ``stmt``; CannotFix when the object is used
-    some other way later (``self.fc(x)`` reads ``self.fc.weight`` without naming it) or the attribute is
-    assigned."""
-    text = ctx.source(attr)
-    prefixes = []
-    attrs = [attr.attr]  # the attribute names an attribute reading the same text (or a prefix of it) ends with
-    node: ast.AST = attr.value
-    while isinstance(node, ast.Attribute):
-        prefixes.append(ctx.source(node))
-        attrs.append(node.attr)
-        node = node.value
-    names = ctx.names_in(scope)
-    reads = []
-    for node in (n for a in dict.fromkeys(attrs) for n in names.attribute(a)):
-        if not starts_after(node, start) or node is attr or ctx.inside(node, stmt):
-            continue
-        source = ctx.source(node)
-        if source == text:
-            if not isinstance(node.ctx, ast.Load):
-                raise CannotFix(f"`{text}` is assigned later")
-            parent = ctx.parents.get(node)
-            if isinstance(parent, ast.Attribute) and parent.attr in LEAF_IDENTITY_ATTRS | NON_VALUE_ATTRS:
-                continue
-            reads.append(node)
-        elif source in prefixes:
-            parent = ctx.parents.get(node)
-            if not (isinstance(parent, ast.Attribute) and parent.value is node):
-                raise CannotFix(f"`{source}` is used later and may read `{text}` itself")
-    if any(ctx.scope_of(r) is not scope for r in reads):
-        raise CannotFix("a nested function reads it")
-    return reads
-
-
-# ============================================================================ small helpers for the rules
 def fix_or_none(build) -> Fix | None:
     try:
         return build()
@@ -577,7 +248,6 @@ def _backward_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt) -> bool:
     return False
 
 
-# ============================================================================ leaf writes
 def rebind_fix(rebind: RebindRewrite, what: str) -> Fix | None:
     """Safe when nothing else sees the memory, unsafe when only containers/attributes/the caller do."""
     report = rebind.report
@@ -610,80 +280,3 @@ def _loop_variable_unread(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
                 for n in uses
             )
     return False
-
-
-def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None) -> Fix | None:
-    """GG002/GG003: ``with torch.no_grad():`` for parameter updates and resets; a copy for computations.
-    ``update`` says which one it is when the caller knows better than ``is_parameter_update`` (GG104 does).
-    An update through a list or dict element is wrapped too: the wrap keeps the write, whatever names it."""
-    mutation = finding.mutation
-    if mutation is None or not mutation.in_container:
-        mutation = mutation_of(finding)
-    write = InPlaceWrite.of_mutation(ctx, mutation)
-    if update if update is not None else is_parameter_update(ctx, mutation, write):
-        rw, desc = no_grad_wrap(ctx, write.stmt)
-        return rw.fix(f"Update under `{desc}`", safe=True)
-    mutation_of(finding)  # a copy names the tensor, not an element
-    unread = fix_or_none(lambda: _unread_by_callers(ctx, write))
-    if unread is not None:
-        return unread
-    try:
-        rw, desc, safe = compute_on_copy(ctx, write)
-    except CannotFix:
-        copied = fix_or_none(lambda: copy_for_callers(ctx, write)) or fix_or_none(lambda: copy_for_closure(ctx, write))
-        if copied is None:
-            raise
-        return copied
-    title = f"Compute on a copy: `{short(desc, 90)}`"
-    return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
-
-
-def copy_for_callers(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.Name], bool] = lambda read: False,
-                     kept: str = "the leaf keeps its old value") -> Fix:
-    """A helper writes its parameter, a leaf, and reads it no more; its callers read the leaf after the call:
-    the helper writes a copy (``proj = proj.clone()`` before the write) and returns it, and each call binds it to
-    a new name that the caller reads from then on (``proj_new = scale(proj)``; ``proj.grad`` and the optimizer
-    still see the leaf, and so do the reads ``keep`` names).  Unsafe (``kept`` says why): the tensor the caller
-    passed keeps its old value."""
-    cst, (name, _), stmt = cst_mod(), root_name(write.target), write.stmt
-    helper = Helper.of(ctx, stmt, name)
-    fn = helper.fn
-    if ctx.loops_around(stmt, fn) or any(isinstance(n, ast.Return) for n in own_nodes(fn)):
-        raise CannotFix("the helper writes in a loop, or returns something already")
-    if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in own_nodes(fn)) \
-            or any(not ctx.inside(r, stmt) for r in later_reads_of_name(ctx, fn, stmt, name)):
-        raise CannotFix(f"the helper binds `{name}` or reads it after the write")
-    if not helper.calls:
-        raise CannotFix("the helper is not called in this file")
-    rw = Rewrite(ctx)
-    rw.insert_before(stmt, f"{name} = {name}.clone()")
-    last = fn.body[-1]
-    end = len(ctx.lines[last.end_lineno - 1].rstrip("\r\n"))
-    extra = [TextEdit(last.end_lineno, end + 1, last.end_lineno, end + 1,
-                      f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {name}")]
-    callers, locals_ = set(), []
-    for call in helper.calls:
-        arg = helper.passed(call)
-        call_stmt = ctx.statement_of(call)
-        caller = ctx.function_of(call_stmt)
-        if not (isinstance(arg, ast.Name) and isinstance(call_stmt, ast.Expr) and call_stmt.value is call):
-            raise CannotFix("a call passes an expression, or uses what the helper returns")
-        if caller is None or caller in callers or not is_local(caller, arg.id) or ctx.loops_around(call_stmt, caller):
-            raise CannotFix("a call at module level, in a loop, or a second call in one function")
-        callers.add(caller)
-        ctx.require_own_lines(call_stmt)
-        if assigned_after(ctx, caller, call_stmt, arg.id, call_stmt) or InPlaceWrite.at_call(
-                ctx, call, write.moment).sharing(ctx, arg.id).aliases_read_after:  # (a view of it keeps the old values)
-            raise CannotFix(f"`{arg.id}` is assigned again after the call, or a view or base of it is read after it")
-        reads = _reads_of_copy(ctx, caller, call_stmt, arg.id, keep)
-        local = fresh_name(ctx, caller, f"{arg.id}_new")
-        locals_.append(local)
-        rw.replace_node(ctx.cst(call_stmt), assign(cst.Name(local), ctx.cst(call)))
-        for read in reads:
-            rw.replace_node(ctx.cst(read), cst.Name(local))
-    edits = sorted([*rw.edits(), *extra], key=lambda e: (e.line, e.column))
-    title = (f"Compute on a copy: `{fn.name}` writes `{name}.clone()` and returns it, read as "
-             + ", ".join(f"`{n}`" for n in sorted(set(locals_))) + f" after each call (unsafe: {kept})")
-    return Fix(title, False, tuple(edits), callers_checked=True)
-
-

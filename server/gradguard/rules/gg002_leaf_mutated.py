@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Severity
-from ..fixes import inplace
+from ..fixes import copies, inplace
 from ..fixes.context import CannotFix
 from ..fixes.writes import InPlaceWrite, root_name
 from ..inference.events import Finding, Mutation
@@ -35,7 +35,7 @@ def check(mutation: Mutation):
 
 def fix(ctx, finding):
     """A parameter update or reset goes under ``torch.no_grad()``; a computation works on a copy."""
-    fix = inplace.fix_or_none(lambda: inplace.fix_leaf_write(ctx, finding))
+    fix = inplace.fix_or_none(lambda: copies.fix_leaf_write(ctx, finding))
     return fix if fix is not None else unread_update(ctx, finding)
 
 

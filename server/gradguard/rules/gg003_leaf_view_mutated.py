@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes import inplace
+from ..fixes import copies
 from ..fixes.context import CannotFix, FixContext
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
@@ -56,7 +56,7 @@ def fix(ctx, finding):
     binding: ``.detach()`` on the bound view (the writes then change the leaf's values, as they meant)."""
     if finding.data.get("view_site"):
         return _detach_bound_view(ctx, finding)
-    return inplace.fix_leaf_write(ctx, finding)
+    return copies.fix_leaf_write(ctx, finding)
 
 
 def _detach_bound_view(ctx: FixContext, finding: Finding) -> Fix:

@@ -8,7 +8,8 @@ from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.callers import NONLOCAL_ESCAPE, fix_in_helper, through_closure_calls
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.inplace import RebindRewrite, fix_leaf_write, fix_or_none, is_parameter_update, mutation_of, rebind_fix
+from ..fixes.copies import fix_leaf_write
+from ..fixes.inplace import RebindRewrite, fix_or_none, is_parameter_update, mutation_of, rebind_fix
 from ..fixes.writes import (
     InPlaceWrite,
     assign,

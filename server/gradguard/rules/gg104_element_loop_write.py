@@ -20,7 +20,8 @@ import ast
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import renamed
-from ..fixes.inplace import fix_leaf_write, fix_or_none
+from ..fixes.copies import fix_leaf_write
+from ..fixes.inplace import fix_or_none
 from ..fixes.moves import block_around, mutation_in
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad

@@ -8,18 +8,16 @@ import ast
 from ..diagnostics import Fix, Severity
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.inplace import (
+from ..fixes.copies import (
     assigned_after,
+    copy_anchor,
     copy_for_callers,
     copy_for_closure,
-    fix_or_none,
-    copy_anchor,
     fresh_name,
     later_reads_of_name,
-    mutation_of,
-    starts_after,
     update_on_copy,
 )
+from ..fixes.inplace import fix_or_none, mutation_of, starts_after
 from ..fixes.writes import InPlaceWrite, cst_mod, root_name, short
 from ..inference.events import Finding, Mutation
 from ..messages import Message
