@@ -12,7 +12,7 @@ expecting the write.
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ from ..statements import own_nodes
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
 from .edits import Rewrite
 from .helper_calls import CALLED_ON_INSTANCES, calls_of, is_local
-from .writes import InPlaceWrite, root_name, without_keyword
+from .writes import InPlaceWrite, root_name, short, without_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -135,15 +135,18 @@ def _declares_nonlocal(fn: ast.FunctionDef, name: str) -> bool:
 NONLOCAL_ESCAPE = "it is declared global or nonlocal"  # the alias report's words (``sharing.Report.escapes``)
 
 
-def through_closure_calls(ctx: FixContext, fix: Fix, stmt: ast.stmt, name: str, moment: Moment | None = None) -> Fix:
-    """``fix`` rebinds ``name``, which the closure around ``stmt`` declares ``nonlocal``: kept when every call of
-    the closure in its enclosing function is a statement after which nothing else there holds the old tensor."""
-    fn = ctx.function_of(stmt)
+def rebound_in_closure(ctx: FixContext, write: InPlaceWrite, name: str,
+                       rewrite: Callable[[], tuple[Rewrite, str]]) -> Fix:
+    """``write`` made out of place by ``rewrite``, rebinding ``name``, which the closure around it declares
+    ``nonlocal``: kept when every call of the closure is a statement after which nothing else holds the old tensor."""
+    fn = ctx.function_of(write.stmt)
     outer = ctx.parents.get(fn)
     if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and _declares_nonlocal(fn, name)
             and is_local(outer, name)):
         raise CannotFix(f"`{name}` is not a `nonlocal` of a closure")
-    return _with_nonlocal(ctx, fix, fn, outer, name, moment)
+    made, text = rewrite()
+    fix = made.fix(f"Write out of place: `{short(text)}`", safe=True)
+    return _with_nonlocal(ctx, fix, fn, outer, name, write.moment)
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:

@@ -11,10 +11,10 @@ from ..fixes.callers import (
     fix_in_helper,
     inside_helper,
     param_escape,
+    rebound_in_closure,
     through_callers,
-    through_closure_calls,
 )
-from ..fixes.context import CannotFix, FUNCTIONS, FixContext
+from ..fixes.context import FUNCTIONS, CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.helper_calls import is_local
 from ..fixes.inplace import RebindRewrite, fix_or_none, mutation_of, rebind_fix
@@ -39,8 +39,7 @@ from ..knowledge import load_knowledge
 from ..messages import Message
 from ..statements import walk as walk_statements
 from .base import Example, Rule
-from .common import (SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises,
-                     where_it_reads)
+from .common import SAVED_MESSAGE, call_path_related, conflict_related, first_conflict, where_it_raises, where_it_reads
 
 ADVICE = "Use an out-of-place op or clone first."
 
@@ -276,10 +275,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
             return callers
     if possible and rebind.report.escapes == [NONLOCAL_ESCAPE] and not rebind.report.aliases_read_after \
             and not rebind.report.holders_read_after:
-        built = fix_or_none(rebind.rewrite)
-        closure = built and fix_or_none(lambda: through_closure_calls(
-            ctx, built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True), write.stmt, rebind.name,
-            write.moment))
+        closure = fix_or_none(lambda: rebound_in_closure(ctx, write, rebind.name, rebind.rewrite))
         if closure is not None:
             return closure
     if possible and rebind.report.only_holders:

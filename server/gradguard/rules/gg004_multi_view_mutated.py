@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.callers import NONLOCAL_ESCAPE, fix_in_helper, through_closure_calls
+from ..fixes.callers import NONLOCAL_ESCAPE, fix_in_helper, rebound_in_closure
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.copies import fix_leaf_write
@@ -28,9 +28,9 @@ from ..knowledge.names import ELEMENTWISE_INPLACE, OUT_OF_PLACE_METHODS, PIECES,
 from ..messages import Message
 from ..statements import names
 from .base import Example, Rule
+from .common import call_path_related, grad_leaf, piece_of, view_call
 from .gg001_saved_tensor_mutated import fix as saved_tensor_fix
 from .gg005_inplace_activation_on_saved import module_inplace_false
-from .common import call_path_related, grad_leaf, piece_of, view_call
 
 MESSAGE = "Output 0 of Unbind is a view and is being modified inplace."
 
@@ -167,11 +167,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     if NONLOCAL_ESCAPE in report.escapes and not report.aliases_read_after and not report.holders_read_after and all(
             e == NONLOCAL_ESCAPE or e.endswith(" holds it outside this function") for e in report.escapes):
         # a closure's `nonlocal` piece: rebound there, when at each call of the closure nothing else (the split
-        # tensor, another piece) holds it and is read after (``through_closure_calls`` asks the run there)
-        built = fix_or_none(rebind.rewrite)
-        closure = built and fix_or_none(lambda: through_closure_calls(
-            ctx, built[0].fix(f"Write out of place: `{short(built[1])}`", safe=True), write.stmt, rebind.name,
-            write.moment))
+        # tensor, another piece) holds it and is read after (``rebound_in_closure`` asks the run there)
+        closure = fix_or_none(lambda: rebound_in_closure(ctx, write, rebind.name, rebind.rewrite))
         if closure is not None:
             return closure
     return rebind_fix(rebind, "Write out of place")
