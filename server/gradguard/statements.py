@@ -97,6 +97,12 @@ def names_bound(tree: ast.AST) -> set[str]:
     return {n.id for n in every_node(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
 
 
+def calls(tree: ast.AST) -> list[ast.Call]:
+    """The calls in ``tree`` (``tree`` itself included), outer before inner and then left to right (``ast.walk``'s
+    order): which call of a statement a rewrite tries first."""
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+
+
 def number_written_out(tree: ast.AST) -> bool:
     """A number spelled in the code (``1 - 1e-4``, ``-2``): constants that are ints or floats (not bools),
     combined by arithmetic: the same value to Python, NumPy and torch."""

@@ -705,7 +705,7 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
                  and not any(statements.names_bound(st) & _stored_into(b) for b in block[block.index(st) + 1:i])]
         for recomputed in ([], *([st] for st in alone)):
             after = sorted([*moved, *recomputed], key=lambda st: st.lineno)
-            if not any(isinstance(n, ast.Call) for st in after for n in ast.walk(st)):
+            if not any(statements.calls(st) for st in after):
                 continue
             edits = move_statements_after(ctx, moved, after, _latest_place(block, i, after))
             # Statements left before the step may hold part of the graph too: offer only what analyses clean.
@@ -878,7 +878,7 @@ def _detach_between_chunks(ctx: FixContext, mutation: Mutation) -> Fix:
     cst = cst_mod()
     step = ctx.statement_of(mutation.entry())
     backwards = [c.sink.node for c in mutation.conflicts if c.sink.kind == "backward"]
-    calls = [n for b in backwards for n in ast.walk(b) if isinstance(n, ast.Call) and _retains(n)]
+    calls = [n for b in backwards for n in statements.calls(b) if _retains(n)]
     if not backwards or len(calls) != len(backwards):
         raise CannotFix("the backward that breaks is not a `backward(retain_graph=True)`")
     # The innermost loop around the step that runs its backwards too (a loop inside the body, around the step

@@ -20,7 +20,7 @@ from ..knowledge.names import (GRAPH_REBUILDING_FACTORIES, LEGACY_FLOAT_CONSTRUC
                                NUMPY_REFUSED, NUMPY_SUBSCRIPT_TWINS, NUMPY_TWIN_DEFAULTS, NUMPY_TWINS)
 from ..messages import Message, other_file
 from ..statements import block_of
-from ..statements import every_node, names_read, number_written_out
+from ..statements import calls, every_node, names_read, number_written_out
 from ..statements import walk as walk_statements
 from .base import Example, Rule
 from .common import first_conflict
@@ -648,7 +648,7 @@ def _keep_rebuilt_tensor(ctx: FixContext, finding: Finding) -> Fix:
     if listed == "tensors":
         return _stack_the_list(ctx, finding.node, torch, safe=True)
     stmt = ctx.statement_of(finding.node)
-    for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+    for call in calls(stmt):
         cast = _LEGACY.get(ctx.qual(call.func) or "")
         if cast is not None and len(call.args) == 1 and not call.keywords and _detached_by_variable(ctx, call) is call:
             # `torch.FloatTensor(arr)` copies the array into a float32 tensor: the translation cast alike.
@@ -1256,7 +1256,7 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
     node = finding.node
     torch = ctx.torch_name()
     stmt = ctx.statement_of(node)
-    candidates = [n for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+    candidates = calls(stmt)
     # torch.tensor([a, b]) with no other arguments -> torch.stack([a, b])
     for call in candidates:
         if (ctx.qual(call.func) == "torch.tensor" and torch is not None and len(call.args) == 1 and not call.keywords
