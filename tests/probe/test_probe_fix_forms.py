@@ -311,6 +311,9 @@ def test_buffer_rows_kept_apart_is_proven(source: str, worker, tmp_path: Path):
     titles = [fix.title for fix in fixes.values()]
     assert [t for t in titles if t.startswith("Keep the buffer's rows in separate tensors")], \
         ([(d.code, d.line, d.message) for d in found], titles)
+    # the advice the message gives must hold too: a stacked list links the graphs again (torch raises)
+    said = [d.message for d in found if "into part of a buffer" in d.message]
+    assert said and not any("then torch.stack" in m for m in said), said
     fixed = tmp_path / "fixed.py"
     fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
     with warnings.catch_warnings():

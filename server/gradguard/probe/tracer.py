@@ -1591,7 +1591,8 @@ class Tracer(TorchDispatchMode):
                            f"tensors that {writer} on line {c.sites[0].line} then updates in place{saved_by}{at}; the "
                            f"graph built after the step reads another part of that buffer (line {use.line}), and its "
                            "backward runs through every write into the buffer, into that older graph. Keep such values "
-                           "in separate tensors (a list, then torch.stack), or write detached values. " + message)
+                           "in separate tensors (a list whose items are read one by one: stacking them links the graphs "
+                           "again), or write detached values. " + message)
                 notes.insert(0, Note(c.sites[0], STEP_NOTE))
                 notes.insert(1, Note(use, BUFFER_READ_NOTE))
                 return ProbeFinding(code, kind, shared, message, severity=severity, torch_message=c.torch_message,
