@@ -26,6 +26,7 @@ DEFERRED = {
     "gradguard.output": "the rule registry pulls in the engine: only output formats that list rules load it",
     "gradguard.docs": "the rule registry pulls in the engine: only when rule docs are generated",
     "gradguard.result_cache": "the knowledge table and jedi only when a cache key needs them",
+    "gradguard.api": "the fix planner only when an editor's quick fix is checked (the server's start needs none)",
 }
 
 # Cycles that function-level imports hide: none (api <-> notebooks and cli <-> probe.cli were the last; keep it so).

@@ -20,7 +20,7 @@ from .baseline import fingerprinted
 from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module, without_findings
-from .fixes import FindingId, plan, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
+from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
 from .fixes.identity import backward_lines, entry_line
 from .inference.events import Finding, file_lines, span_of
 from .inference.project import module_read, overlaid
@@ -206,6 +206,8 @@ class FixesOnDemand:
     def checked(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
         """``fixed``, but a fix the fix planner would refuse (``plan.make_pass``: alone, it must leave fewer
         findings) is no fix: an editor's quick fix of one finding is checked as ``--fix`` checks it."""
+        from .fixes import plan  # the planner on first use: the server's start needs none of it (lsp/test_start.py)
+
         def analyse(fixed: str) -> plan.Analysis:
             return plan.Analysis((), len(analyze_source(fixed, self.path, self.config, cache=dict(self.cache),
                                                          own_file=self.own_file, fixes=False).diagnostics))
