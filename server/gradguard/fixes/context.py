@@ -59,13 +59,6 @@ class CannotFix(Exception):
     """Raised inside fix builders for "this code has no fix we can stand behind"."""
 
 
-# The work fixes may do in one file, in steps per character of its text: a step is one read followed or one event
-# placed by the alias analysis, whose work per finding grows with the reads of the written name.  Hand-written
-# code needs a small part of this; a machine-made statement of 3,000 writes to one name would need 18 million
-# steps (minutes).  Past the budget a finding is still reported, without a fix (``FixContext.spend``).
-FIX_STEPS_PER_CHARACTER = 5
-
-
 # A rule's fix: a ``Fix`` for one of its findings, or None / ``CannotFix`` when it has none.
 FixBuilder = Callable[["FixContext", "Finding"], "Fix | None"]
 
@@ -88,7 +81,6 @@ class FixContext:
         self.builders: Mapping[str, FixBuilder] = builders or {}
         self._segments: dict[int, Segment | CannotFix] = {}  # ``segment``, by the statement's id
         self._answers: dict[tuple[str, int], object] = {}  # ``once``, by question and node id
-        self.steps_left = FIX_STEPS_PER_CHARACTER * max(len(text), 2_000)  # ``spend``
 
     def still_found(self, fixed: str, finding: FindingId) -> bool:
         """Whether ``finding`` is still found in ``fixed`` (this file's text with a candidate fix made)."""
@@ -110,13 +102,6 @@ class FixContext:
         declares ``global``/``nonlocal``: made once per function, so that a fix asking about each name of a
         long statement does not walk the whole function for each (quadratic: minutes on fuzzed programs)."""
         return self.once("names", fn, lambda: function_names(fn))
-
-    def spend(self) -> None:
-        """Count one step of fix work against the file's budget (``FIX_STEPS_PER_CHARACTER``): CannotFix once
-        it is spent, so the total work of a file's fixes stays linear in its size."""
-        self.steps_left -= 1
-        if self.steps_left < 0:
-            raise CannotFix("building fixes for this file took all the work allowed for its size")
 
     def once(self, question: str, node: ast.AST, answer: Callable[[], T]) -> T:
         """``answer()`` to ``question`` about ``node``, worked out once per file: a statement may have hundreds
