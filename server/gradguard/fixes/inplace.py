@@ -42,6 +42,12 @@ def mutation_of(finding: Finding) -> Mutation:
 
 
 # ============================================================================ rebinding
+def _held_in_a_container(write: InPlaceWrite, name: str) -> bool:
+    """Does a run of ``write`` (this analysis's or another's) find ``name`` holding it in a container (a list)?"""
+    moments = (write.moment, *write.moment.elsewhere) if write.moment is not None and write.depth == -1 else ()
+    return any((name, "holder") in run.held() for moment in moments for run in moment.runs())
+
+
 class RebindRewrite:
     """Rewrite the write out of place and rebind the name it writes through."""
 
@@ -82,7 +88,9 @@ class RebindRewrite:
                 raise CannotFix(f"`{name}` is read later and would miss the write")
             return rw, code(new_call)
         if not self.direct:
-            # a write through a view of `name`: copy `name` first, then write the copy
+            # a write through a view of `name`: copy `name` first, then write the copy (not of a list a caller passed)
+            if _held_in_a_container(w, name):
+                raise CannotFix(f"`{name}` may hold the written tensor in a container: copying it would not copy it")
             rw.insert_before(w.stmt, f"{name} = {name}.clone()")
             return rw, f"{name} = {name}.clone()"
         if w.kind == "augassign":
