@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
+from pathlib import Path
+
 from gradguard.api import analyze_source
 from gradguard.config import Config
 
@@ -16,3 +20,14 @@ def run_program(src: str, entry: str = "train"):
     scope: dict = {}
     exec(compile(src, "fixed", "exec"), scope)  # noqa: S102 - the tests' own programs
     return scope[entry]()
+
+
+_loaded = itertools.count()
+
+
+def load_program(path: Path):
+    """``path`` imported as a fresh module each time (a program and its fixed copy share a file name)."""
+    spec = importlib.util.spec_from_file_location(f"program_{path.stem}_{next(_loaded)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -12,8 +12,6 @@ Rules without a ``fix`` hook yet are skipped (their fixtures join automatically 
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import shutil
 import warnings
 from collections import Counter
@@ -21,11 +19,12 @@ from pathlib import Path
 
 import pytest
 from fixture_corpus import Fixture, all_fixtures
-from gradients import grads_equal
 from gradguard.api import analyze_source
 from gradguard.cli import main
 from gradguard.config import Config
 from gradguard.rules import RULES_BY_CODE
+from gradients import grads_equal
+from programs import load_program
 
 torch = pytest.importorskip("torch")
 
@@ -40,7 +39,7 @@ POSITIVES = [fx for fx in FIXTURES if fx.positive and _rule(fx) is not None and 
 NEGATIVES = [fx for fx in FIXTURES if not fx.positive]
 
 # Positives that get no fix at all, and why none is offered.
-from test_fixtures_analyzer import KNOWN_MISSES  # noqa: E402  (tests/ is on sys.path)
+from test_fixtures_analyzer import KNOWN_MISSES
 
 _GG102_INTO_GRAPH = "the write, put into the graph, now passes its gradient through the op, where it skipped it before"
 
@@ -487,8 +486,6 @@ UNSAFE_ONLY = {
     ),
 }
 
-_counter = itertools.count()
-
 
 def _fix(path: Path, *flags: str) -> int:
     return main(["check", "--no-jedi", "--jobs", "1", "--quiet", "--exit-zero", *flags, str(path)])
@@ -502,13 +499,6 @@ def _copy(fx: Fixture, tmp_path: Path, name: str) -> Path:
     return target
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"fixed_{path.stem}_{next(_counter)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _findings(text: str, path: Path):
     return analyze_source(text, str(path), Config(jedi=False)).diagnostics
 
@@ -520,8 +510,8 @@ def _assert_proven(fx: Fixture, fixed: Path, flags: tuple[str, ...]) -> None:
     assert not left, f"the analyzer still finds: {[(d.line, d.code, d.message[:80]) for d in left]}\n{text}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        expected = _load(fx.path).reference()
-        got = _load(fixed).run()  # must run clean: torch raising here fails the test
+        expected = load_program(fx.path).reference()
+        got = load_program(fixed).run()  # must run clean: torch raising here fails the test
     assert grads_equal(got, expected), f"the fixed program's gradients differ from reference():\n{text}"
     # Fixing again changes nothing.
     _fix(fixed, "--fix", *flags)

@@ -13,22 +13,20 @@ be wrong there)."""
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import textwrap
 import warnings
 from pathlib import Path
 
 import pytest
-
 from gradients import grads_equal
+from programs import load_program
 
 torch = pytest.importorskip("torch")
 
-from gradguard.fixes.edits import apply_edits  # noqa: E402
-from gradguard.probe import ProbeOptions  # noqa: E402
-from gradguard.probe.merge import diagnostics  # noqa: E402
-from gradguard.probed_fixes import fixes_for  # noqa: E402
+from gradguard.fixes.edits import apply_edits
+from gradguard.probe import ProbeOptions
+from gradguard.probe.merge import diagnostics
+from gradguard.probed_fixes import fixes_for
 
 # Module-level names, `torch.autograd.backward`, the backward in a nested block of the loop.
 STALE_GRADS_IN_NESTED_LOOP = '''
@@ -833,15 +831,6 @@ def run():
     return [p.grad for p in model.parameters()]
 '''
 
-_counter = itertools.count()
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"probe_edit_{path.stem}_{next(_counter)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def _code(source: str) -> str:
     return "GG005" if "register_forward_hook" in source else "GG004" if "chunk" in source or "split" in source \
@@ -880,8 +869,8 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = _load(fixed).run()  # must run clean
-        expected = _load(path).reference()
+        got = load_program(fixed).run()  # must run clean
+        expected = load_program(path).reference()
     assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
 
 

@@ -5,24 +5,20 @@ supplies (where a saving op's expression starts and ends, on which line of a sta
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import textwrap
 import warnings
 from pathlib import Path
 
 import pytest
-
 from gradients import grads_equal
+from programs import load_program
 
 torch = pytest.importorskip("torch")
 
-from gradguard.fixes.edits import apply_edits  # noqa: E402
-from gradguard.probe import ProbeOptions  # noqa: E402
-from gradguard.probe.merge import diagnostics  # noqa: E402
-from gradguard.probed_fixes import fixes_for  # noqa: E402
-
-_counter = itertools.count()
+from gradguard.fixes.edits import apply_edits
+from gradguard.probe import ProbeOptions
+from gradguard.probe.merge import diagnostics
+from gradguard.probed_fixes import fixes_for
 
 # The saving matmul is the first term of a sum written over several lines: the probe names it on the statement's
 # second line, by where it starts and ends (the sum starts at the same column).  The fix clones the saved row there.
@@ -153,13 +149,6 @@ def reference():
 '''
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"probe_fact_{path.stem}_{next(_counter)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("source", [SUM_OVER_LINES, PRODUCT_IN_SUM, FORWARD_BEFORE_TWO_STEPS],
                          ids=["sum_over_lines", "product_in_sum", "forward_before_two_steps"])
 def test_fix_from_the_probes_saving_expression_is_proven(source: str, worker, tmp_path: Path):
@@ -169,7 +158,7 @@ def test_fix_from_the_probes_saving_expression_is_proven(source: str, worker, tm
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-            _load(path).run()
+            load_program(path).run()
     result = worker.probe(path, ProbeOptions(entry="run", timeout=60))
     found = [d for d in diagnostics(result, str(path)) if d.path == str(path)]
     assert found and len({d.code for d in found}) == 1, [(d.code, d.line, d.message) for d in found]
@@ -180,6 +169,6 @@ def test_fix_from_the_probes_saving_expression_is_proven(source: str, worker, tm
     fixed.write_text(apply_edits(text, edits), encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = _load(fixed).run()  # must run clean
-        expected = _load(path).reference()
+        got = load_program(fixed).run()  # must run clean
+        expected = load_program(path).reference()
     assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")

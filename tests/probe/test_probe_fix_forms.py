@@ -5,24 +5,20 @@ The programs the form must refuse get no fix: its reason is in their comment."""
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import textwrap
 import warnings
 from pathlib import Path
 
 import pytest
-
 from gradients import grads_equal
+from programs import load_program
 
 torch = pytest.importorskip("torch")
 
-from gradguard.fixes.edits import apply_edits  # noqa: E402
-from gradguard.probe import ProbeOptions  # noqa: E402
-from gradguard.probe.merge import diagnostics  # noqa: E402
-from gradguard.probed_fixes import fixes_for  # noqa: E402
-
-_counter = itertools.count()
+from gradguard.fixes.edits import apply_edits
+from gradguard.probe import ProbeOptions
+from gradguard.probe.merge import diagnostics
+from gradguard.probed_fixes import fixes_for
 
 # --- a buffer whose rows hold values of several graphs, trained one after the other ------------------------------
 
@@ -283,13 +279,6 @@ def run():
     opt_c.step()
 '''
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"probe_form_{path.stem}_{next(_counter)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _probed(source: str, worker, tmp_path: Path):
     """The program's text, path and probe findings (it must raise as the bug does), with their fixes."""
     path = tmp_path / "program.py"
@@ -298,7 +287,7 @@ def _probed(source: str, worker, tmp_path: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-            _load(path).run()
+            load_program(path).run()
     result = worker.probe(path, ProbeOptions(entry="run", timeout=60))
     found = [d for d in diagnostics(result, str(path)) if d.path == str(path)]
     return text, path, found, fixes_for(text, str(path), found)
@@ -318,8 +307,8 @@ def test_buffer_rows_kept_apart_is_proven(source: str, worker, tmp_path: Path):
     fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = _load(fixed).run()  # must run clean
-        expected = _load(path).reference()
+        got = load_program(fixed).run()  # must run clean
+        expected = load_program(path).reference()
     assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
 
 
@@ -343,8 +332,8 @@ def test_backward_into_the_next_steps_parameters_is_proven(source: str, worker, 
     fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = _load(fixed).run()  # must run clean
-        expected = _load(path).reference()
+        got = load_program(fixed).run()  # must run clean
+        expected = load_program(path).reference()
     assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
 
 

@@ -11,8 +11,6 @@ is skipped, saying so.  ``check --probe --fix`` applies the fixes through the on
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import json
 import shutil
 import warnings
@@ -20,20 +18,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from fixture_corpus import Fixture
 from gradients import grads_equal
 from probe_corpus import DEVICE, PROBE_ONLY
+from programs import load_program
 
 torch = pytest.importorskip("torch")
 
-from gradguard.api import analyze_source  # noqa: E402
-from gradguard.cli import main  # noqa: E402
-from gradguard.config import Config  # noqa: E402
-from gradguard.fixes.edits import apply_edits  # noqa: E402
-from gradguard.probe import ProbeOptions  # noqa: E402
-from gradguard.probe.merge import ProbedDiagnostic, merge  # noqa: E402
-from gradguard.probed_fixes import attach  # noqa: E402
+from gradguard.api import analyze_source
+from gradguard.cli import main
+from gradguard.config import Config
+from gradguard.fixes.edits import apply_edits
+from gradguard.probe import ProbeOptions
+from gradguard.probe.merge import ProbedDiagnostic, merge
+from gradguard.probed_fixes import attach
 
 POSITIVES = [fx for fx in PROBE_ONLY if fx.positive]
 
@@ -74,15 +72,6 @@ NO_FIX: dict[str, str] = {
     "GG103/pos_trainer_calls_layer_swap_without_its_optimizer": _SWAP,
 }
 
-_counter = itertools.count()
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"probe_fixed_{path.stem}_{next(_counter)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def _probe_only(fx: Fixture, worker) -> list[ProbedDiagnostic]:
     """The probe-only findings of ``fx`` as ``check --probe`` reports them, with their fixes."""
@@ -108,7 +97,7 @@ def test_probe_only_fixes_run_clean_with_reference_gradients(fx: Fixture, worker
     original = fx.path.read_text(encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        expected = _load(fx.path).reference()
+        expected = load_program(fx.path).reference()
     for n, fix in enumerate(fixes):
         # With the fixes of the file's other probe-only findings that do not overlap it: a program with two bugs
         # runs clean only with both fixed.
@@ -121,7 +110,7 @@ def test_probe_only_fixes_run_clean_with_reference_gradients(fx: Fixture, worker
         copy.write_text(apply_edits(original, edits), encoding="utf-8")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            got = _load(copy).run()  # must run clean: torch raising here fails the test
+            got = load_program(copy).run()  # must run clean: torch raising here fails the test
         assert grads_equal(got, expected), f"{fix.title}: gradients differ from reference():\n{copy.read_text()}"
 
 
@@ -152,4 +141,4 @@ def test_check_probe_fix_applies_a_probe_only_fix(tmp_path: Path, capsys):
     assert copy.read_text(encoding="utf-8") != fx.path.read_text(encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert grads_equal(_load(copy).run(), _load(fx.path).reference())
+        assert grads_equal(load_program(copy).run(), load_program(fx.path).reference())

@@ -6,22 +6,20 @@ no fix (the edit would be wrong or would not reach the values there)."""
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import textwrap
 import warnings
 from pathlib import Path
 
 import pytest
-
 from gradients import grads_equal
+from programs import load_program
 
 torch = pytest.importorskip("torch")
 
-from gradguard.fixes.edits import apply_edits  # noqa: E402
-from gradguard.probe import ProbeOptions  # noqa: E402
-from gradguard.probe.merge import diagnostics  # noqa: E402
-from gradguard.probed_fixes import fixes_for  # noqa: E402
+from gradguard.fixes.edits import apply_edits
+from gradguard.probe import ProbeOptions
+from gradguard.probe.merge import diagnostics
+from gradguard.probed_fixes import fixes_for
 
 # `setattr(module, name, nn.Parameter(value))` over names, as a helper that swaps merged weights in for one backward.
 SETATTR_BY_NAME = '''
@@ -91,15 +89,6 @@ def run():
     return [head.raw.grad]
 '''
 
-_counter = itertools.count()
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"probe_param_{path.stem}_{next(_counter)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def _found(source: str, worker, tmp_path: Path):
     path = tmp_path / "program.py"
@@ -120,8 +109,8 @@ def test_new_parameter_set_by_name_is_set_past_registration(worker, tmp_path: Pa
     fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = _load(fixed).run()  # must run clean
-        expected = _load(path).reference()
+        got = load_program(fixed).run()  # must run clean
+        expected = load_program(path).reference()
     assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
 
 
