@@ -722,7 +722,7 @@ def _stack_the_list(ctx: FixContext, call: ast.Call, torch: str, safe: bool) -> 
     text = _stacked(ctx, call, torch, ctx.source(arg))
     if keywords:
         text += f".to({', '.join(f'{k}={ctx.source(v)}' for k, v in keywords.items())})"
-    title = f"Keep the graph: `{_short(text)}` instead of `{_short(ctx.source(call))}`"
+    title = f"Keep the graph: `{short(text)}` instead of `{short(ctx.source(call))}`"
     if not safe:
         title += " (unsafe: some elements are results of code the analysis cannot see into, maybe not tensors)"
     elif legacy:
@@ -806,11 +806,11 @@ def _the_tensor_itself(ctx: FixContext, call: ast.Call, tensor: ast.expr, keywor
             and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == text:
         # ``loss = torch.tensor(float(loss), requires_grad=True)``: ``loss = loss`` would be left; drop the line
         return Rewrite(ctx).remove_statement(stmt).fix(
-            f"Keep the graph: delete `{_short(ctx.source(stmt))}`, so `{text}` stays the tensor with its graph "
+            f"Keep the graph: delete `{short(ctx.source(stmt))}`, so `{text}` stays the tensor with its graph "
             "(unsafe: it keeps that tensor's dtype, shape and device, and is not a new leaf whose `.grad` torch "
             "fills)", safe=False)
     rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
-    return rw.fix(f"Keep the graph: use `{_short(text)}` instead of `{_short(ctx.source(call))}` (unsafe: the "
+    return rw.fix(f"Keep the graph: use `{short(text)}` instead of `{short(ctx.source(call))}` (unsafe: the "
                   "result is that tensor, with its dtype, shape and device, not a new leaf whose `.grad` torch fills)",
                   safe=False)
 
@@ -1163,7 +1163,7 @@ class NumpyTranslation:
         leaf = ", and the result is not a new leaf whose `.grad` torch fills" if made_leaf else ""
         also = "".join(f", and the other rebuild{'s' * (self.also.count(name) > 1)} of `{name}` keep"
                        f"{'s' * (self.also.count(name) == 1)} the graph too" for name in dict.fromkeys(self.also))
-        return rw.fix(f"Keep the graph: compute `{_short(text)}` with torch instead of NumPy (unsafe: torch's dtype "
+        return rw.fix(f"Keep the graph: compute `{short(text)}` with torch instead of NumPy (unsafe: torch's dtype "
                       f"promotion and rounding may differ from NumPy's{leaf}{also})", safe=False)
 
 
@@ -1248,10 +1248,6 @@ def _twin_keywords(ctx: FixContext, name: str, names: dict, keywords: list[ast.k
 
 
 
-def _short(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
     node = finding.node
     torch = ctx.torch_name()
@@ -1291,7 +1287,7 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
         if isinstance(parent, ast.Assign) and parent.value is call and isinstance(inner, ast.Name) \
                 and parent.targets[0].id == inner.id:
             # `aux = aux.detach().item()`: `aux = aux` would be left; the name keeps its tensor without the line
-            title = f"Keep the graph: delete `{_short(ctx.source(parent))}`, so `{inner.id}` stays the tensor"
+            title = f"Keep the graph: delete `{short(ctx.source(parent))}`, so `{inner.id}` stays the tensor"
             return Rewrite(ctx).remove_statement(parent).fix(
                 title if safe else f"{title} (unsafe: the name then holds a tensor in its other uses)", safe=safe)
         rw = Rewrite(ctx).replace_node(ctx.cst(call), parse_expr(text))
@@ -1325,7 +1321,7 @@ def _grad_on(ctx: FixContext, event: GradOffBackward) -> Fix:
         callee = node.func if isinstance(node, ast.Call) else None
         params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
         handed = isinstance(callee, ast.Name) and callee.id in params  # a closure: the caller's code, run for it
-        title = f"Compute it with grad mode on: `with {torch}.enable_grad():` around `{_short(ctx.source(stmt))}`"
+        title = f"Compute it with grad mode on: `with {torch}.enable_grad():` around `{short(ctx.source(stmt))}`"
         return rw.fix(title if handed else title + " (unsafe: the call records a graph each time the function runs, "
                       "also where nothing backpropagates)", safe=handed)
     block = ctx.parents.get(ctx.parents.get(node))
@@ -1370,7 +1366,7 @@ def _reduce_in_torch(ctx: FixContext, event: NumpyRefused) -> Fix:
     torch = rw.torch_module(ctx.statement_of(call))
     text = f"{torch}.stack({ctx.source(call.args[0])}).{reduction}()"
     return rw.replace_node(ctx.cst(call), parse_expr(text)).fix(
-        f"Keep the graph: `{_short(text)}` instead of `{_short(ctx.source(call))}` (unsafe: the result keeps the "
+        f"Keep the graph: `{short(text)}` instead of `{short(ctx.source(call))}` (unsafe: the result keeps the "
         "gradient, where values meant only for a log would be `.detach()`ed)", safe=False)
 
 
@@ -1383,7 +1379,7 @@ def _drop_guard(ctx: FixContext, event: GuardedUnfreeze) -> Fix:
         raise CannotFix("some of the parameters were frozen by other code, maybe on purpose")
     if guard.orelse:
         raise CannotFix("the guard has an else branch")
-    return Fix(f"Drop the guard `if {_short(ctx.source(guard.test))}:` and set the flag on every parameter (unsafe: "
+    return Fix(f"Drop the guard `if {short(ctx.source(guard.test))}:` and set the flag on every parameter (unsafe: "
                "a call of the setter on a module frozen by other code would unfreeze it too)", False,
                tuple(_body_kept(ctx, guard)))
 
@@ -1462,7 +1458,7 @@ def _optimizer_for_the_copy(ctx: FixContext, event: CopyTrained) -> Fix:
     code = (f"{source(deep.func)}({source(given)}, {{id(p): q for p, q in zip({source(deep.args[0])}.parameters(), "
             f"{source(copied)}.parameters())}})")
     line, column, end_line, end_column = ctx.char_range(given)
-    return Fix(f"Hand the copy an optimizer of its own: a deep copy of `{_short(source(given))}` over the copy's "
+    return Fix(f"Hand the copy an optimizer of its own: a deep copy of `{short(source(given))}` over the copy's "
                "parameters (unsafe: it starts with the original's state, and copies any parameter it holds outside "
                "the copied module)", False, (TextEdit(line, column + 1, end_line, end_column + 1, code),))
 
@@ -1520,7 +1516,7 @@ def _write_into_parameter(ctx: FixContext, finding: Finding) -> Fix:
     torch = rw.torch_module(stmt)
     write = f"{ctx.source(stmt.targets[0])}.copy_({ctx.source(call.args[0])})"
     rw.replace_node(ctx.cst(stmt), cst_mod().Expr(parse_expr(write))).wrap_in_with(stmt, f"{torch}.no_grad()")
-    return rw.fix(f"Write the values into the parameter the optimizer holds: `{_short(write)}` under "
+    return rw.fix(f"Write the values into the parameter the optimizer holds: `{short(write)}` under "
                   f"`{torch}.no_grad()` (unsafe: they take its shape, dtype and device, and whatever else holds it "
                   "sees them)", safe=False)
 
@@ -1569,7 +1565,7 @@ def _set_past_registration(ctx: FixContext, call: ast.Call) -> Fix:
     ctx.require_own_lines(stmt)
     code = f"object.__setattr__({owner}, {name}, {ctx.source(call.args[0])})"
     rw = Rewrite(ctx).replace_node(ctx.cst(stmt), cst_mod().Expr(parse_expr(code)))
-    return rw.fix(f"Let the gradient through: `{_short(code)}` keeps its history (unsafe: the module's "
+    return rw.fix(f"Let the gradient through: `{short(code)}` keeps its history (unsafe: the module's "
                   "`parameters()` and `state_dict()` keep the old parameter)", safe=False)
 
 
@@ -1583,7 +1579,7 @@ def _grad_on_for_statement(ctx: FixContext, finding: Finding) -> Fix:
     rw = Rewrite(ctx)
     torch = rw.torch_module(stmt)
     return rw.wrap_in_with(stmt, f"{torch}.enable_grad()").fix(
-        f"Let the gradient through: compute `{_short(ctx.source(stmt))}` with grad mode on (`{torch}.enable_grad()`)",
+        f"Let the gradient through: compute `{short(ctx.source(stmt))}` with grad mode on (`{torch}.enable_grad()`)",
         safe=True)
 
 
@@ -1618,7 +1614,7 @@ def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
                         "tensors would bring their graph into")
     listed = ctx.source(append.func.value)
     rw = Rewrite(ctx).replace_node(ctx.cst(read), parse_expr(_atom(ctx, tensor)))
-    title = f"Keep the graph: append `{_short(ctx.source(tensor))}` to `{_short(listed)}`, not its number"
+    title = f"Keep the graph: append `{short(ctx.source(tensor))}` to `{short(listed)}`, not its number"
     rebuilt = finding.data["rebuilt_at"]
     torch = ctx.torch_name()
     of_list = isinstance(rebuilt, ast.Call) and len(rebuilt.args) == 1 and ctx.source(rebuilt.args[0]) == listed
@@ -1627,7 +1623,7 @@ def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
         _require_not_rebuilt_again(ctx, rebuilt)
         stacked = _stacked(ctx, rebuilt, torch, listed)
         rw.replace_node(ctx.cst(rebuilt), parse_expr(stacked))
-        title += f", and `{_short(stacked)}` instead of `{_short(ctx.source(rebuilt))}`"
+        title += f", and `{short(stacked)}` instead of `{short(ctx.source(rebuilt))}`"
     elif of_list or other_file(rebuilt) is not None or ctx.still_found(apply_edits(ctx.text, rw.edits()),
                                                             FindingId("GG103", rebuilt.lineno)):
         raise CannotFix("the rebuild this fix does not change would then make a tensor of the tensors without "

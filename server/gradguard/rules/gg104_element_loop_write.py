@@ -20,7 +20,7 @@ import ast
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import renamed
-from ..fixes.copies import fix_leaf_write
+from ..fixes.copies import fix_leaf_write, fresh_name
 from ..fixes.inplace import fix_or_none
 from ..fixes.moves import block_around, mutation_in
 from ..inference.events import Finding, Mutation
@@ -201,7 +201,7 @@ def stack_steps(ctx: FixContext, write: ast.stmt) -> Fix:
     torch = ctx.torch_name()
     if torch is None:
         raise CannotFix("`torch` is not imported by that name")
-    steps = _fresh_name(ctx, scope, f"{buf}_steps")
+    steps = fresh_name(ctx, scope, f"{buf}_steps")
     for stmt in (alloc, *firsts, write, loop):
         ctx.require_own_lines(stmt)
     nl = ctx.newline
@@ -312,15 +312,6 @@ def _require_reads_of_earlier_rows(ctx: FixContext, loop: ast.For, write: ast.As
                 and isinstance(index.left, ast.Name) and index.left.id == t and isinstance(index.right, ast.Constant)
                 and type(index.right.value) is int and 1 <= index.right.value <= written_before):
             raise CannotFix("the loop uses the buffer other than reading an earlier row")
-
-
-def _fresh_name(ctx: FixContext, scope: ast.AST, base: str) -> str:
-    names = ctx.names_in(scope)
-    used = set(names.uses) | names.parameters
-    name, k = base, 2
-    while name in used:
-        name, k = f"{base}{k}", k + 1
-    return name
 
 
 def _replace_statement(ctx: FixContext, stmt: ast.stmt, code: str) -> TextEdit:
