@@ -32,7 +32,8 @@ from .fixes.moves import move_statements_after
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.stale_optimizers import built_just_before
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
-from .knowledge.names import FRESH_METHODS, LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
+from .knowledge.names import (ALLOCATIONS, CONVERSIONS, LEAF_IDENTITY_ATTRS, NEW_OBJECT_METHODS, PIECES, SHAPE_READS,
+                               TENSOR_NAMES)
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, BUFFER_READ_NOTE, FROZE_NOTE, GRAD_OFF_NOTE,
                           GUARD_SKIPS_OTHERS_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, OWN_STATS_NOTE, PLACED, REBUILT_NOTE,
                           RENORM_NOTE, REPLACED_NOTE, REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE,
@@ -1172,16 +1173,6 @@ def _attached_batch_statistics(lines: _Lines, text: str, f: ProbeFinding) -> Fix
 
 # torch's refusal of `.detach_()` on a view (the probe's finding keeps torch's message)
 _DETACH_VIEW_REFUSED = "Can't detach views in-place"
-# Methods whose result is always a new tensor object, never the receiver itself (views; `flatten` of a 1-D tensor
-# and `contiguous`/`to` may return it): a name bound to one is the only name of that object when bound.
-_NEW_OBJECT_METHODS = frozenset({
-    "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand",
-    "expand_as", "narrow", "select", "diagonal", "movedim", "moveaxis", "swapaxes", "swapdims", "unflatten", "unfold",
-    "as_strided", "ravel", "detach"}) | frozenset(m for m in FRESH_METHODS if not m.endswith("_")
-                                                  and m not in ("backward", "register_hook"))
-# What a read of a tensor may do without handing the tensor itself on: be an operand, be indexed (a view: views
-# under other names were never meant to be detached), or be asked its shape.
-_SHAPE_READS = frozenset({"shape", "dtype", "device", "ndim", "size", "dim", "numel"})
 
 
 def _detach_refused_on_view(f: ProbeFinding) -> bool:
@@ -1226,7 +1217,7 @@ def _detach_view_out_of_place(lines: _Lines, text: str, f: ProbeFinding) -> Fix 
         binding = parents.get(id(n))
         value = binding.value if isinstance(binding, ast.Assign) and binding.targets == [n] else None
         if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-                and value.func.attr in _NEW_OBJECT_METHODS):
+                and value.func.attr in NEW_OBJECT_METHODS):
             return None
     since, loops = _bound_before(parents, function, stmt, name)
     for n in named:
@@ -1238,7 +1229,7 @@ def _detach_view_out_of_place(lines: _Lines, text: str, f: ProbeFinding) -> Fix 
         parent = parents.get(id(n))
         if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)) \
                 or isinstance(parent, ast.Subscript) and parent.value is n \
-                or isinstance(parent, ast.Attribute) and parent.value is n and parent.attr in _SHAPE_READS:
+                or isinstance(parent, ast.Attribute) and parent.value is n and parent.attr in SHAPE_READS:
             continue
         return None
     indent = _indent(text.splitlines(), stmt)
@@ -1279,18 +1270,14 @@ def _bound_before(parents: dict[int, ast.AST], function: ast.AST, stmt: ast.stmt
     return (0, 0), loops
 
 
-# Calls that make a new tensor with no history (of a shape, or of another tensor's), and methods that convert one.
-_ALLOCATIONS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "new_zeros",
-                "new_ones", "new_empty", "new_full")
-_CONVERSIONS = ("float", "double", "half", "to", "cpu", "cuda")
 
 
 def _allocation(node: ast.expr) -> bool:
     """``torch.zeros(n, d)``, ``x.new_zeros(n, d)``, ``torch.zeros(...).float()``: a new tensor, no history."""
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONVERSIONS \
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CONVERSIONS \
             and not isinstance(node.func.value, ast.Name):
         node = node.func.value
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _ALLOCATIONS
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ALLOCATIONS
             and (node.func.attr.startswith("new_") or ast.unparse(node.func.value) == "torch")
             and not any(k.arg == "requires_grad" for k in node.keywords))
 
