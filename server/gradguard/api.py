@@ -208,15 +208,13 @@ class FixesOnDemand:
         findings) is no fix: an editor's quick fix of one finding is checked as ``--fix`` checks it."""
         from .fixes import plan  # the planner on first use: the server's start needs none of it (lsp/test_start.py)
 
-        def analyse(fixed: str) -> plan.Analysis:
-            return plan.Analysis((), len(analyze_source(fixed, self.path, self.config, cache=dict(self.cache),
-                                                         own_file=self.own_file, fixes=False).diagnostics))
-
-        def analyse_with(file: str) -> Callable[[str], plan.Analysis]:
-            """This text analysed with ``fixed`` read for the module ``file`` (no cache: it knows only the file)."""
+        def analyse_with(file: str | None) -> Callable[[str], plan.Analysis]:
+            """The findings once ``fixed`` is this text (with a copy of the cache), or is read for the module ``file``
+            (no cache then: it knows only this file)."""
             def analyse(fixed: str) -> plan.Analysis:
-                with overlaid({file: fixed}):
-                    return plan.Analysis((), len(analyze_source(self.text, self.path, self.config,
+                with overlaid({file: fixed} if file is not None else {}):
+                    text, cache = (fixed, dict(self.cache)) if file is None else (self.text, None)
+                    return plan.Analysis((), len(analyze_source(text, self.path, self.config, cache=cache,
                                                                 own_file=self.own_file, fixes=False).diagnostics))
             return analyse
 
@@ -226,14 +224,14 @@ class FixesOnDemand:
             # a finding this analysis did not make (the probe's) is one more shown before its fix, as `--fix
             # --probe` counts it: its fix must still parse and add no finding
             shown = plan.Analysis((), self.shown + (diag.place not in self.findings))
-            if fix is not None and fix.edits and fix.file is not None:  # made in another module: checked there
-                module = module_read(fix.file)
-                if module is None or module.text is None or text_digest(module.text) != fix.base or \
-                        plan.make_pass(module.text, shown, [fix], analyse_with(fix.file), plan.apply_fixes)[1] is None:
+            if fix is not None and fix.edits:
+                base = self.text  # a fix made in another module is checked there, on the text it was made for
+                if fix.file is not None:
+                    module = module_read(fix.file)
+                    base = module.text if module is not None and module.text is not None \
+                        and text_digest(module.text) == fix.base else None
+                if base is None or plan.make_pass(base, shown, [fix], analyse_with(fix.file), plan.apply_fixes)[1] is None:
                     diag = replace(diag, fix=None)
-            elif fix is not None and fix.edits \
-                    and plan.make_pass(self.text, shown, [fix], analyse, plan.apply_fixes)[1] is None:
-                diag = replace(diag, fix=None)
             out.append(diag)
         return out
 
