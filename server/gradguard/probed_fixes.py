@@ -32,8 +32,7 @@ from .fixes.moves import move_statements_after
 from .inference.events import Conflict, Finding, Mutation, Sink
 from .inference.stale_optimizers import built_just_before
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
-from .knowledge.names import (ALLOCATIONS, CONVERSIONS, LEAF_IDENTITY_ATTRS, NEW_OBJECT_METHODS, PIECES, SHAPE_READS,
-                               TENSOR_NAMES)
+from .knowledge.names import ALLOCATIONS, CONVERSIONS, LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, BUFFER_READ_NOTE, FROZE_NOTE, GRAD_OFF_NOTE,
                           GUARD_SKIPS_OTHERS_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, OWN_STATS_NOTE, PLACED, REBUILT_NOTE,
                           RENORM_NOTE, REPLACED_NOTE, REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE,
@@ -148,7 +147,7 @@ def _rebuild(lines: _Lines, f: ProbeFinding) -> Finding | None:
     """GG103 values read out of the graph and made a tensor again: the statement that rebuilds them (the
     finding's own line, or the rebuild its note names when the probe placed it at the read)."""
     if f.code != "GG103" or f.kind != "graph-break" or _detach_refused_on_view(f):
-        return None  # (a `.detach_()` torch refused on a view rebuilds nothing: ``_detach_view_out_of_place``)
+        return None  # (a `.detach_()` torch refused on a view rebuilds nothing: ``_detach_refused``)
     stmt = lines.simple_statement_at(f.site.line)
     if stmt is None:
         return None
@@ -457,9 +456,30 @@ def _unreturned_loss(lines: _Lines, f: ProbeFinding) -> Finding | None:
     return Finding("GG103", end, "", data={"unreturned": name})
 
 
+# torch's refusal of `.detach_()` on a view (the probe's finding keeps torch's message)
+_DETACH_VIEW_REFUSED = "Can't detach views in-place"
+
+
+def _detach_refused_on_view(f: ProbeFinding) -> bool:
+    return f.code == "GG103" and (f.torch_message or "").startswith(_DETACH_VIEW_REFUSED)
+
+
+def _detach_refused(lines: _Lines, f: ProbeFinding) -> Finding | None:
+    """GG103 torch refused ``x.detach_()`` because ``x`` is a view (the probe places it at the call, torch's message
+    kept): the static finding's ``detach`` write, refused on a view, whose fix (``x = x.detach()``, as torch's message
+    says) asks the static analysis's runs of the same call who else holds the tensor (``_as_the_runs_saw``)."""
+    stmt = lines.simple_statement_at(f.site.line) if _detach_refused_on_view(f) else None
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "detach_"):
+        return None
+    mutation = Mutation(call, Tensor(Storage(), Grad.YES, leaf=False), "`.detach_()`", True, 0, kind="detach",
+                        refused_view=True)
+    return Finding("GG103", call, "", data={"detach": True}, mutation=mutation)
+
+
 SHAPES: tuple[Callable[[_Lines, ProbeFinding], Finding | None], ...] = (
     _flag, _cut, _rebuild, _view_binding, _copy_at_binding, _inplace_module, _inplace_activation, _write_to_saved,
-    _state_read_by_op, _renormalised_weight_read, _step_before_backward, _unreturned_loss)
+    _state_read_by_op, _renormalised_weight_read, _step_before_backward, _unreturned_loss, _detach_refused)
 
 
 # --- shapes whose fix is an edit no rule's builder makes: built here, from the probe's facts alone ----------------
@@ -1171,107 +1191,6 @@ def _attached_batch_statistics(lines: _Lines, text: str, f: ProbeFinding) -> Fix
                tuple(sorted(edits, key=lambda e: (e.line, e.column))))
 
 
-# torch's refusal of `.detach_()` on a view (the probe's finding keeps torch's message)
-_DETACH_VIEW_REFUSED = "Can't detach views in-place"
-
-
-def _detach_refused_on_view(f: ProbeFinding) -> bool:
-    return f.code == "GG103" and (f.torch_message or "").startswith(_DETACH_VIEW_REFUSED)
-
-
-def _detach_view_out_of_place(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
-    """GG103 torch refused ``x.detach_()`` because ``x`` is a view (the probe places it at the call, torch's message
-    kept): rebind the name to a detached tensor, ``x = x.detach()``, as torch's message says -- the static fix
-    (``gg103_graph_break._detach_out_of_place``), which asks the analysed run who else holds the tensor.  Here the
-    syntax answers it, conservatively: ``x`` is a local variable of the function (not a parameter, a global or a
-    closure's), every binding of it is ``x = <tensor>.<view method>(...)`` (a new tensor object, held by ``x`` alone
-    when bound), and no read of it that can run before the detach (on an earlier line, or anywhere in a loop around
-    it) can hand the tensor on: each is an operand of an operator, indexed, or asked its shape.  Another name or a
-    container holding the tensor would stay undetached.  Safe: torch refused the original outright."""
-    if not _detach_refused_on_view(f):
-        return None
-    stmt = lines.simple_statement_at(f.site.line)
-    call = stmt.value if isinstance(stmt, ast.Expr) else None
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "detach_"
-            and not call.args and not call.keywords and isinstance(call.func.value, ast.Name)):
-        return None
-    name, receiver = call.func.value.id, call.func.value
-    function = lines.function_of(stmt)
-    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None  # a module's variable: its functions may read it
-    args = function.args
-    if name in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}:
-        return None  # the caller holds the tensor too
-    parents = {id(c): n for n in ast.walk(function) for c in ast.iter_child_nodes(n)}
-    named = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == name]
-    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names
-           or isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.comprehension))
-           and n is not function and any(isinstance(m, ast.Name) and m.id == name for m in ast.walk(n))
-           for n in ast.walk(function)):
-        return None
-    if all(isinstance(n.ctx, ast.Load) for n in named):
-        return None  # a global or a closure's variable: rebinding it here would make it local
-    for n in named:
-        if isinstance(n.ctx, ast.Load):
-            continue
-        binding = parents.get(id(n))
-        value = binding.value if isinstance(binding, ast.Assign) and binding.targets == [n] else None
-        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-                and value.func.attr in NEW_OBJECT_METHODS):
-            return None
-    since, loops = _bound_before(parents, function, stmt, name)
-    for n in named:
-        if not isinstance(n.ctx, ast.Load) or n is receiver:
-            continue
-        between = since < (n.lineno, n.col_offset) < (stmt.lineno, stmt.col_offset)
-        if not between and not any(n.lineno >= loop.lineno and n.end_lineno <= loop.end_lineno for loop in loops):
-            continue
-        parent = parents.get(id(n))
-        if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)) \
-                or isinstance(parent, ast.Subscript) and parent.value is n \
-                or isinstance(parent, ast.Attribute) and parent.value is n and parent.attr in SHAPE_READS:
-            continue
-        return None
-    indent = _indent(text.splitlines(), stmt)
-    if indent is None or stmt.end_lineno != stmt.lineno:
-        return None
-    rest = text.splitlines()[stmt.lineno - 1].encode("utf-8")[stmt.end_col_offset:].decode("utf-8", "replace")
-    if rest.strip() and not rest.strip().startswith("#"):
-        return None  # another statement on the line
-    source = text.splitlines()
-    start = _char_column(source, stmt.lineno, stmt.col_offset)
-    end = _char_column(source, stmt.lineno, stmt.end_col_offset)
-    edit = TextEdit(stmt.lineno, start, stmt.lineno, end, f"{name} = {name}.detach()")
-    return Fix(f"Detach out of place: `{name} = {name}.detach()`", True, (edit,))
-
-
-def _bound_before(parents: dict[int, ast.AST], function: ast.AST, stmt: ast.stmt,
-                  name: str) -> tuple[tuple[int, int], list[ast.stmt]]:
-    """Where the reads of ``name`` that can run between its binding and ``stmt`` start, and the loops whose reads
-    can too: after the nearest binding ``name = ...`` among the statements before ``stmt`` in its block or an
-    enclosing one (it runs each time before ``stmt`` does), with the loops around ``stmt`` inside that binding's
-    block; with no such binding, every read before ``stmt`` and in every loop around it."""
-    node: ast.AST = stmt
-    loops: list[ast.stmt] = []
-    while node is not function:
-        parent = parents.get(id(node))
-        if parent is None:
-            break
-        for _, body in blocks(parent):
-            if any(st is node for st in body):
-                k = next(i for i, st in enumerate(body) if st is node)
-                bound = next((st for st in reversed(body[:k]) if isinstance(st, ast.Assign)
-                              and any(isinstance(t, ast.Name) and t.id == name for t in st.targets)), None)
-                if bound is not None:
-                    return (bound.end_lineno or bound.lineno, bound.end_col_offset or 0), loops
-        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
-            loops.append(parent)
-        node = parent
-    return (0, 0), loops
-
-
-
-
 def _allocation(node: ast.expr) -> bool:
     """``torch.zeros(n, d)``, ``x.new_zeros(n, d)``, ``torch.zeros(...).float()``: a new tensor, no history."""
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CONVERSIONS \
@@ -1524,7 +1443,7 @@ EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
     _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter,
     _step_after_helper_backward, _optimizer_after_replacing_call,
-    _attached_batch_statistics, _detach_view_out_of_place, _grad_on_for_decorated_call, _buffer_rows_apart,
+    _attached_batch_statistics, _grad_on_for_decorated_call, _buffer_rows_apart,
     _backward_into_next_step)
 
 

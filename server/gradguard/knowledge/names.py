@@ -95,16 +95,6 @@ FRESH_METHODS = frozenset({
     "nan_to_num", "fmod", "remainder", "floor_divide", "true_divide", "bernoulli", "multinomial",
     "backward", "register_hook", "copy_", "fill_", "zero_", "normal_", "uniform_", "numel", "size", "dim",
 })
-# Methods whose result is always a new tensor object, never the receiver itself (views; `flatten` of a 1-D tensor
-# and `contiguous`/`to` may return it): a name bound to one is the only name of that object when bound.
-NEW_OBJECT_METHODS = frozenset({
-    "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand",
-    "expand_as", "narrow", "select", "diagonal", "movedim", "moveaxis", "swapaxes", "swapdims", "unflatten", "unfold",
-    "as_strided", "ravel", "detach"}) | frozenset(m for m in FRESH_METHODS if not m.endswith("_")
-                                                  and m not in ("backward", "register_hook"))
-# What a read of a tensor may do without handing the tensor itself on (``probed_fixes``' detach form): be an
-# operand, be indexed (a view: views under other names were never meant to be detached), or be asked its shape.
-SHAPE_READS = frozenset({"shape", "dtype", "device", "ndim", "size", "dim", "numel"})
 # Calls that make a new tensor with no history (of a shape, or of another tensor's), and methods that convert one.
 ALLOCATIONS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "new_zeros",
                "new_ones", "new_empty", "new_full")
