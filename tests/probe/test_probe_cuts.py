@@ -116,3 +116,43 @@ def test_cut_is_not_blamed_for_parameters_replaced_out_of_the_model(script, prob
     assert result.status == "completed", result.detail
     assert [(f.code, f.site.line) for f in result.findings] == [("GG103", 18)], [f.message for f in result.findings]
     assert not result.sandbox.get("tracer_errors")
+
+
+TWO_LOSSES_EACH_CUTTING_THE_OTHER = """\
+import torch
+import torch.nn as nn
+
+
+def run():
+    torch.manual_seed(0)
+    actor, critic = nn.Linear(3, 2), nn.Linear(3, 1)
+    opt = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=0.01)
+    trained = set()
+    for _ in range(2):
+        x = torch.randn(4, 3)
+        log_probs = torch.log_softmax(actor(x), 1)[:, 0]
+        returns = (torch.randn(4) + log_probs).detach()
+        advantages = returns - critic(x).squeeze(1)
+        opt.zero_grad()
+        advantages.pow(2).mean().backward(retain_graph=True)
+        opt.step()
+        trained |= {i for i, p in enumerate(opt.param_groups[0]["params"]) if p.grad is not None}
+        opt.zero_grad()
+        (-(log_probs * advantages.detach()).mean()).backward()
+        opt.step()
+        trained |= {i for i, p in enumerate(opt.param_groups[0]["params"]) if p.grad is not None}
+    return sorted(trained)
+"""
+
+
+def test_cut_of_parameters_another_backward_trains_is_not_reported(script, probe):
+    """An actor-critic update (bench/realworld 117): the critic loss reads detached returns computed from the actor,
+    the policy loss a detached advantage computed by the critic, one optimizer steps after each backward.  At each
+    step the other network's parameters have no gradient, but the other backward gives them one before its step:
+    every parameter is trained, and neither cut is reported."""
+    path = script(TWO_LOSSES_EACH_CUTTING_THE_OTHER, name="two_losses_each_cutting_the_other.py")
+    assert runpy.run_path(str(path))["run"]() == [0, 1, 2, 3], "torch: every parameter gets a gradient at a step"
+    result = probe(path, entry="run")
+    assert result.status == "completed", result.detail
+    assert result.findings == [], [f.message for f in result.findings]
+    assert not result.sandbox.get("tracer_errors")

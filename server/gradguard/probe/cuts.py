@@ -117,6 +117,12 @@ class Cuts:
         self.params: dict[int, weakref.ref] = {}  # the parameters named in ``made`` and ``stored``
         # Dead loss terms of the running backward judged once it ends: (cut, the backward, grads before it).
         self.dead_now: list = []
+        # Parameters an optimizer step found with a gradient, at any step of the run: trained by some backward.
+        self.stepped: dict[int, weakref.ref] = {}
+        # Cuts (not copies) that starved parameters at a step, judged at the end of the run (``findings``): (cut, the starved
+        # parameters, the step's note, the harm).  A parameter a step of the run found with a gradient, before or
+        # after, is trained by another backward (an actor-critic's two losses, each cutting the other's network).
+        self.starved_at_step: list = []
 
     # -- installation --
 
@@ -659,6 +665,11 @@ class Cuts:
     def _on_step(self, optimizer, args, kwargs) -> None:
         try:
             held = {id(p): p for group in optimizer.param_groups for p in group["params"]}
+            for i, p in held.items():
+                if p.grad is not None and i not in self.stepped:
+                    self.stepped[i] = weakref.ref(p)
+            if not self.cuts:
+                return
             frame = user_frame(sys._getframe(1), self.user)
             step = frame_site(frame) if frame is not None else None
             del frame
@@ -670,9 +681,12 @@ class Cuts:
                     continue  # not this optimizer's parameters (a GAN's other network, a frozen encoder)
                 cut.judged = True
                 starved = [held[i] for i in trained if held[i].grad is None and not self._replaced(held[i])]
-                if starved:
-                    self._report(cut, starved, Note(step, "the optimizer step that trains them") if step else None,
-                                 f"the optimizer step{_at(step)} finds no gradient on the parameter it trains")
+                note = Note(step, "the optimizer step that trains them") if step else None
+                harm = f"the optimizer step{_at(step)} finds no gradient on the parameter it trains"
+                if starved and cut.copy:  # (a copy stands where the parameter stood, however it was trained before)
+                    self._report(cut, starved, note, harm)
+                elif starved:
+                    self.starved_at_step.append((cut, starved, note, harm))
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"cuts: {type(exc).__name__}: {exc}")
 
@@ -694,6 +708,10 @@ class Cuts:
         if read.some_arrived and read.missing:
             self._judge_read(read)
 
+    def _pending(self, cut: Cut) -> bool:
+        """Whether a step found ``cut`` starving parameters: judged at the end of the run, with that step's note."""
+        return any(entry[0] is cut for entry in self.starved_at_step)
+
     def _replaced(self, p) -> bool:
         return self.replaced_out is not None and self.replaced_out(p)
 
@@ -704,7 +722,7 @@ class Cuts:
         if made is False or self._replaced(t):
             return
         for cut in self.cuts.values():
-            if cut.fed is not None and id(t) in cut.upstream:
+            if cut.fed is not None and id(t) in cut.upstream and not self._pending(cut):
                 note = Note(read.site, "reads the missing gradient of a parameter an optimizer holds" +
                             (f" (the optimizer made on line {made.line})" if made is not None else ""))
                 self._report(cut, [t], note, f"the `.grad` read{_at(read.site)} finds none")
@@ -713,7 +731,7 @@ class Cuts:
     def _judge_read(self, read: GradRead) -> None:
         """A hand-written update reads gradients here; some arrived, and these did not."""
         for cut in self.cuts.values():
-            if cut.fed is None:
+            if cut.fed is None or self._pending(cut):
                 continue
             starved = [r() for i, r in read.missing.items() if i in cut.upstream]
             starved = [p for p in starved if p is not None and not self._replaced(p)]
@@ -781,6 +799,11 @@ class Cuts:
 
     def findings(self) -> list[ProbeFinding]:
         """Cuts judged at an optimizer step or at a hand-written update's reads of ``.grad``."""
+        pending, self.starved_at_step = self.starved_at_step, []
+        for cut, starved, note, harm in pending:
+            never = [p for p in starved if self.stepped.get(id(p), lambda: None)() is not p]
+            if never:
+                self._report(cut, never, note, harm)
         return list(self.found.values())
 
 
