@@ -255,6 +255,39 @@ def test_fix_leaves_a_module_changed_since_it_was_read(tmp_path: Path, monkeypat
     assert gate.read_text() == textwrap.dedent(INPLACE_MODEL).lstrip() + "# edited\n"
 
 
+@pytest.mark.parametrize("on_demand", [False, True], ids=["with fixes", "fixes on demand (the editor)"])
+def test_the_checks_of_a_fix_in_another_module_reuse_the_entry_files_parse(tmp_path: Path, monkeypatch,
+                                                                         on_demand: bool):
+    """A fix made in the module where the write is checks each candidate by analysing the entry file with the
+    candidate read for that module (``api._elsewhere``).  The entry file is parsed once, by the analysis, however
+    many candidates are checked, and each check answers as a fresh parse would: the module's text still has the
+    finding, the write made out of place removes it, and the module's text checked after that has it again."""
+    from gradguard import api, parsing
+    from gradguard.config import Config
+    from gradguard.fixes.identity import FindingId
+
+    files = {"pkg/__init__.py": "", "pkg/gate.py": INPLACE_MODEL, "pkg/main.py": CALLER.format(import_from=".gate")}
+    _write(tmp_path, files)
+    entry = tmp_path / "pkg/main.py"
+    text = entry.read_text()
+    parses, answers = [], []
+    parse = parsing.parse_document
+    monkeypatch.setattr(parsing, "parse_document", lambda t, *a, **k: (parses.append(t == text), parse(t, *a, **k))[1])
+    build = api.FIX_BUILDERS["GG001"]
+
+    def checking(ctx, finding):
+        fixed = ctx.text.replace("h.mul_(0.5)", "h = h.mul(0.5)")
+        answers.append([ctx.still_found(t, FindingId("GG001", 12)) for t in (ctx.text, fixed, ctx.text)])
+        return build(ctx, finding)
+
+    monkeypatch.setitem(api.FIX_BUILDERS, "GG001", checking)
+    result = api.analyze_source(text, str(entry), Config(), own_file=not on_demand, fixes=not on_demand)
+    diagnostics = result.fixes.fixed(result.diagnostics) if on_demand else result.diagnostics
+    assert [d.fix.title for d in diagnostics] == ["Write out of place: `h = h.mul(0.5)`"]
+    assert answers == [[True, False, True]]
+    assert parses.count(True) == 1
+
+
 def test_a_folder_named_like_torch_is_not_taken_for_torch(tmp_path: Path):
     """``torch.optim.SGD`` stays torch's optimizer even beside a folder ``torch/`` whose ``optim.py`` defines a
     class ``SGD`` that steps nothing: the libraries every file imports are never looked up in the project."""

@@ -126,7 +126,7 @@ def _analyze_source(source: str | bytes, path: str, config: Config | None, cache
     on_demand = None
     if fixes:  # libcst runs only here, for files with findings
         diagnostics = attach_fixes(text, parsed, path, kept, FIX_BUILDERS, _still_found(before, path),
-                                   _variant(before, path), _elsewhere(text, path, config))
+                                   _variant(before, path), _elsewhere(before, path, config))
     else:
         diagnostics = [d for _, d in kept]
         on_demand = FixesOnDemand(text, before, path, config, kept, dict(cache) if cache is not None else {},
@@ -170,7 +170,7 @@ class FixesOnDemand:
         if self._fixer is None:
             parsed = self._text_parse()
             self._fixer = Fixer(self.text, parsed.tree, self.path, FIX_BUILDERS, _still_found(parsed, self.path),
-                                _variant(parsed, self.path), _elsewhere(self.text, self.path, self.config))
+                                _variant(parsed, self.path), _elsewhere(parsed, self.path, self.config))
         return self._fixer
 
     def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
@@ -282,11 +282,14 @@ def _still_found(before: parsing.Parsed, path: str) -> StillFound:
     return check
 
 
-def _elsewhere(text: str, path: str, config: Config) -> Callable[[str], Fixer | None]:
+def _elsewhere(parsed: parsing.Parsed, path: str, config: Config) -> Callable[[str], Fixer | None]:
     """How the fixes of findings placed in another module of the project (``engine._placed``) are built: with that
-    module's text as the analysis read it (``project.module_read``), and checked by analysing ``text`` (this file)
-    again with the candidate text read for that module instead of its file (``project.overlaid``).  A candidate
-    still has the finding when this file's analysis places one of the same code there, at the line asked about."""
+    module's text as the analysis read it (``project.module_read``), and checked by analysing this file again, its
+    tree ``parsed`` (the analysis's own parse, positions the text's: not parsed again per candidate), with the
+    candidate text read for that module instead of its file (``project.overlaid``).  The analysis only reads the
+    tree (what it learns is its own, by node in its own run, or by the other module's nodes: ``mark_other_file``),
+    so each candidate's analysis of it is the one a fresh parse gives.  A candidate still has the finding when this
+    file's analysis places one of the same code there, at the line asked about."""
 
     def fixer_for(module: str) -> Fixer | None:
         read = module_read(module)
@@ -294,12 +297,8 @@ def _elsewhere(text: str, path: str, config: Config) -> Callable[[str], Fixer | 
             return None
 
         def check(fixed: str, finding: FindingId) -> bool:
-            lines = parsing.source_lines(text)
-            again = parsing.parse_document(text, lines)
-            if isinstance(again, parsing.SyntaxProblem):
-                return True
             with overlaid({module: fixed}):
-                found = analyze_module(again.tree, path, again.tree_lines, use_jedi=config.jedi,
+                found = analyze_module(parsed.tree, path, parsed.tree_lines, use_jedi=config.jedi,
                                        view_functions=config.view_functions, with_fixes=False, own_file=True)
                 return any(f.code == finding.code and other_file(f.node) is not None
                            and Path(other_file(f.node)) == Path(module)
