@@ -38,6 +38,7 @@ from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, BUFFER_READ_NOTE, FROZ
                           RENORM_NOTE, REPLACED_NOTE, REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE,
                           STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
+from .rules.gg001_saved_tensor_mutated import saves_by_call
 from .rules.gg103_graph_break import build_optimizer_after
 from .statements import blocks
 from .text import code_point_column
@@ -275,7 +276,13 @@ def _write_to_saved(lines: _Lines, f: ProbeFinding) -> Finding | None:
         if node is None or saving.op is None:
             return None
         role = "output" if saving.role == "output" else "input"
-        conflicts.append(Conflict(Save(target.storage, 0, saving.op, role, node, True), sink))
+        # A custom Function's `ctx.save_for_backward(a, b)` (a call that returns None) saved one of its arguments; the
+        # probe does not say which: each argument is a save whose operand is that argument, so that a clone where it
+        # is saved copies them all (the backward reads the same values) -- never the call.
+        operands = node.args if saves_by_call(node) else [None]
+        if not operands or any(isinstance(a, ast.Starred) for a in operands):
+            return None
+        conflicts += [Conflict(Save(target.storage, 0, saving.op, role, node, True, operand=a), sink) for a in operands]
     mutation = Mutation(write, target, "", True, 0, conflicts=conflicts)
     return Finding("GG001", write, "", mutation=mutation)
 

@@ -149,8 +149,70 @@ def reference():
 '''
 
 
-@pytest.mark.parametrize("source", [SUM_OVER_LINES, PRODUCT_IN_SUM, FORWARD_BEFORE_TWO_STEPS],
-                         ids=["sum_over_lines", "product_in_sum", "forward_before_two_steps"])
+# A custom Function's backward writes the gradient into the memory of an input it saved, which is the output another
+# Function saved for its own backward (`ctx.save_for_backward(out)`): the probe names each save by its
+# `ctx.save_for_backward(...)` call, a call that returns None.  The fix clones the arguments saved there -- every
+# argument of a call that saves several, since the probe does not say which one it was (the backward unpacks them
+# under other names) -- never the call.
+FUNCTION_BACKWARD_WRITES_SAVED_INPUT = '''
+import torch
+
+
+class Exponential(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = torch.exp(x)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out
+
+
+class Gate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * torch.sigmoid(b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        first, second = ctx.saved_tensors
+        gate = torch.sigmoid(second)
+        grad_first = grad * gate
+        grad_second = grad * first * gate * (1 - gate)
+        first.copy_(grad_first)
+        second.copy_(grad_second)
+        return first, second
+
+
+def _grads(copy):
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, requires_grad=True)
+    h = Exponential.apply(x)
+    (Gate.apply(h.clone(), h.clone()) if copy else Gate.apply(h, h)).sum().backward()
+    return [x.grad]
+
+
+def run():
+    return _grads(False)
+
+
+def reference():
+    return _grads(True)
+'''
+
+# The same with the output saved next to the input (`ctx.save_for_backward(x, out)`): both are cloned there.
+OUTPUT_SAVED_WITH_INPUT = FUNCTION_BACKWARD_WRITES_SAVED_INPUT.replace(
+    "ctx.save_for_backward(out)", "ctx.save_for_backward(x, out)").replace("(out,) = ctx", "_, out = ctx")
+
+
+@pytest.mark.parametrize("source", [SUM_OVER_LINES, PRODUCT_IN_SUM, FORWARD_BEFORE_TWO_STEPS,
+                                    FUNCTION_BACKWARD_WRITES_SAVED_INPUT, OUTPUT_SAVED_WITH_INPUT],
+                         ids=["sum_over_lines", "product_in_sum", "forward_before_two_steps",
+                              "function_backward_writes_saved_input", "output_saved_with_input"])
 def test_fix_from_the_probes_saving_expression_is_proven(source: str, worker, tmp_path: Path):
     path = tmp_path / "program.py"
     text = textwrap.dedent(source)
@@ -164,7 +226,7 @@ def test_fix_from_the_probes_saving_expression_is_proven(source: str, worker, tm
     assert found and len({d.code for d in found}) == 1, [(d.code, d.line, d.message) for d in found]
     fixes = fixes_for(text, str(path), found)
     assert len(fixes) == len(found), "a finding got no fix"
-    edits = [e for fix in fixes.values() for e in fix.edits]
+    edits = list(dict.fromkeys(e for fix in fixes.values() for e in fix.edits))  # (two findings, one fix)
     fixed = tmp_path / "fixed.py"
     fixed.write_text(apply_edits(text, edits), encoding="utf-8")
     with warnings.catch_warnings():

@@ -361,12 +361,17 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
                 raise CannotFix(f"`{save.op}` saved a tensor it wrote in place")  # cloning its result cannot help
             if save.op.startswith("nn.") and getattr(load_knowledge().module(save.op[3:]), "returns", "tensor") != "tensor":
                 raise CannotFix(f"`{save.op}` returns a tuple")
+            if save.operand is None and saves_by_call(node):
+                # `ctx.save_for_backward(*outs)`: the call returns None, and which argument holds the tensor is unknown
+                raise CannotFix(f"cannot tell which argument of `{ast.unparse(node.func)}` is saved")
             targets = [save.operand if save.operand is not None else node]  # `ctx.save_for_backward(out)`: out
         elif save.role == "input" and save.operand is not None:
             targets = [save.operand]  # the run saw which argument's value the op saved
         elif save.role == "input":
             names = _names_over_written(write, name)
-            targets = [arg for arg in _operands(node) if root_name(arg)[0] in names]
+            # (the receiver of `ctx.save_for_backward(a, b)` is no operand: the call saves its arguments)
+            operands = node.args if saves_by_call(node) else _operands(node)
+            targets = [arg for arg in operands if root_name(arg)[0] in names]
             if not targets:
                 raise CannotFix(f"cannot tell which argument of `{save.op}` is saved")
         else:
@@ -385,6 +390,11 @@ def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite |
         rw.replace_node(ctx.cst(node), clone_of(ctx.cst(node)))
     shown = ", ".join(f"`{short(code(clone_of(ctx.cst(n))), 50)}`" for n in nodes)
     return rw, shown
+
+
+def saves_by_call(node: ast.AST) -> bool:
+    """``ctx.save_for_backward(...)``: a custom Function's save, a call that returns None (its arguments are saved)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "save_for_backward"
 
 
 def _names_over_written(write: InPlaceWrite | None, name: str | None) -> set[str]:
