@@ -128,6 +128,12 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
     except (AttributeError, OSError):
         pass
 
+    explained = None
+    if error is not None and not isinstance(error, (SystemExit, ProbeTimeout, target.TargetError)) \
+            and not exceptions.is_memory_error(error):
+        explained = exceptions.classify_exception(error, user, tracer_obj)
+        if explained is not None or str(error) in tracer_obj.emulated:
+            _unwind(error)
     findings = tracer_obj.findings()
     result.reached = sorted(reached)
     result.blocked = list(guard.blocked)
@@ -157,7 +163,7 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
         result.detail = f"ran out of memory under {limit} after {seconds}: {type(error).__name__}: {first}"
     else:
         _print_user_traceback(error)
-        finding = exceptions.classify_exception(error, user, tracer_obj)
+        finding = explained
         emulated = str(error) in tracer_obj.emulated
         line = exceptions.exception_line(error, user)
         first = str(error).split("\n", 1)[0][:500]
@@ -176,6 +182,21 @@ def _probe(path: str, options: ProbeOptions, workdir: str, sandbox: dict) -> Pro
     findings.sort(key=lambda f: (f.site.path, f.site.line, f.site.column, f.code))
     result.findings = findings
     return result
+
+
+def _unwind(error: BaseException) -> None:
+    """The run stopped at an autograd error the findings explain: the functions it stopped in would have returned,
+    dropping the graphs only their locals hold.  Their frames, kept by the traceback, are cleared so that a graph held
+    by them alone is not "still alive when the run ended" (a pending finding of the crash, not of the program); a
+    script's top level keeps its names, as a run that ends does."""
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name != "<module>":
+            try:
+                tb.tb_frame.clear()
+            except RuntimeError:  # a frame still running
+                pass
+        tb = tb.tb_next
 
 
 def _exception_path(error: BaseException, user) -> str | None:
