@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from . import parsing
+from . import parsing, statements
 from .api import FIX_BUILDERS
 from .diagnostics import FileResult, Fix, TextEdit
 from .engine import analyze_module
@@ -1446,12 +1446,131 @@ def _backward_into_next_step(lines: _Lines, text: str, f: ProbeFinding) -> Fix |
                f"`{network}`'s parameters)", False, (edit,))
 
 
+def _use_and_step(f: ProbeFinding) -> tuple[Site, Site] | None:
+    """Where a GG101's graph built after a step takes the value from before it, and the step, as the probe names them:
+    a read of a buffer (``BUFFER_READ_NOTE``, the step ``STEP_NOTE``), a use placed as a note of the step
+    (``STALE_USE_NOTE``), or a use placed at the finding's own line (its first note the step, which comes after it)."""
+    if f.code != "GG101" or not f.notes:
+        return None
+    first, read = f.notes[0], _note(f, BUFFER_READ_NOTE)
+    if read is not None and _note(f, STEP_NOTE) is not None:
+        return read, _note(f, STEP_NOTE)
+    if first.message == STALE_USE_NOTE:
+        return first.site, f.site
+    if first.message == STEP_NOTE and first.site.line > f.site.line:
+        return f.site, first.site
+    return None
+
+
+def _forward_each_iteration(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG101 a loop whose body builds a loss on a value computed once before the loop, runs its backward, then an
+    optimizer step that updates weights that value's graph saved: the next iteration's backward runs into that
+    graph (the probe names the use, before the step in the body, and the step).  Compute the value at the top of the
+    loop's body instead, so that each iteration's graph is made with the weights the steps before it made (a fresh
+    forward per step).  Only when the use reads one name whose binding before the loop (the last in the loop's
+    block) is a plain ``name = ...`` that makes the saves the probe saw (they lie in it, or in a function of the
+    file it calls by name); nothing reads the name outside the loop's body; the loop rebinds nothing that
+    statement reads; and what runs between it and the loop only computes values (it would otherwise run before
+    the moved statement)."""
+    sites = _use_and_step(f)
+    if sites is None or f.backward is None or any(s.path != f.site.path for s in (*sites, f.backward)):
+        return None
+    use, step_site = sites
+    step, backward = lines.simple_statement_at(step_site.line), lines.simple_statement_around(f.backward.line)
+    if not (isinstance(step, ast.Expr) and isinstance(step.value, ast.Call) and _is_step(step.value)) \
+            or backward is None:
+        return None
+    loop = next((s for s in reversed(lines.statements_at(step.lineno)) if isinstance(s, (ast.For, ast.While))), None)
+    if loop is None or loop.orelse:
+        return None
+    tops = [next((k for k, st in enumerate(loop.body) if st.lineno <= line <= st.end_lineno), None)
+            for line in (use.line, backward.lineno, step.lineno)]
+    if None in tops or not tops[0] <= tops[1] < tops[2] or loop.body[tops[2]] is not step:
+        return None
+    expr = _expression_at(lines, use)
+    if expr is None:
+        return None
+    taken = [*expr.args, *(k.value for k in expr.keywords)] if isinstance(expr, ast.Call) else [expr]
+    names = set().union(*(statements.names_read(a) for a in taken))
+    function = lines.function_of(loop)
+    block = _block_of(lines, loop) or []
+    k = next((n for n, st in enumerate(block) if st is loop), None)
+    chosen = [(name, made) for name in sorted(names) if k is not None
+              and (made := next((st for st in reversed(block[:k]) if name in statements.names_bound(st)), None))
+              is not None and _makes_saves(lines, made, f)]
+    if len(chosen) != 1:
+        return None
+    name, made = chosen[0]
+    if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and isinstance(made.targets[0], ast.Name)
+            and statements.calls(made.value)) or name in statements.names_read(made.value):
+        return None
+    reads = statements.names_read(made.value)
+    between = block[block.index(made) + 1:k]
+    body = ast.Module(body=loop.body, type_ignores=[])
+    in_body = {id(n) for n in ast.walk(body)}
+    if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and id(n) not in in_body
+           for n in ast.walk(function)) \
+            or any(isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Global,
+                                  ast.Nonlocal)) and n is not function and name in statements.names(n)
+                   for n in ast.walk(function)):
+        return None  # read elsewhere, or seen by a nested scope
+    ctx = FixContext(text, lines.tree)
+    changed = statements.names_bound(loop.target) if isinstance(loop, ast.For) else set()
+    for st in loop.body:
+        changed |= statements.names_bound(st) | _stored_into_names(st)
+    if changed & reads or any(not _values_only(ctx, function, st) or statements.names_bound(st) & (reads | {name})
+                              or name in statements.names_read(st) for st in between):
+        return None
+    source = text.splitlines()
+    outer, inner = _own_lines(source, made), _indent(source, loop.body[0])
+    if outer is None or inner is None or made.end_lineno is None:
+        return None
+    moved = "".join(inner + line[len(outer):] + "\n" if line.strip() else "\n"
+                    for line in source[made.lineno - 1:made.end_lineno])
+    first = loop.body[0].lineno
+    edits = (TextEdit(made.lineno, 1, made.end_lineno + 1, 1, ""), TextEdit(first, 1, first, 1, moved))
+    shown = source[made.lineno - 1].strip()
+    return Fix(f"Compute `{shown[:60]}` in the loop, before each backward, so that each iteration's graph sees the "
+               "weights the steps before it made (unsafe: that forward now runs in every iteration, with the "
+               "updated weights)", False, edits)
+
+
+def _stored_into_names(st: ast.stmt) -> set[str]:
+    """Names whose object ``st`` changes in place: through an item or attribute (``x[i] = v``) or an in-place
+    method (``x.mul_(2)``)."""
+    out = set()
+    for n in ast.walk(st):
+        root = n.func.value if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
+            and n.func.attr.endswith("_") and not n.func.attr.startswith("_") else \
+            n if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)) else None
+        while isinstance(root, (ast.Subscript, ast.Attribute)):
+            root = root.value
+        if isinstance(root, ast.Name):
+            out.add(root.id)
+    return out
+
+
+def _makes_saves(lines: _Lines, made: ast.stmt, f: ProbeFinding) -> bool:
+    """Whether the saves the probe saw lie in ``made`` or in functions of the file it calls by a plain name."""
+    called = {c.func.id for c in statements.calls(made) if isinstance(c.func, ast.Name)}
+    methods = {c.func.attr for c in statements.calls(made) if isinstance(c.func, ast.Attribute)
+               and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"}
+    owner = next((c for c in ast.walk(lines.tree) if isinstance(c, ast.ClassDef) and c.lineno < made.lineno
+                  <= (c.end_lineno or c.lineno) and any(d is lines.function_of(made) for d in c.body)), None)
+    defs = [n for n in lines.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in called]
+    defs += [n for n in (owner.body if owner is not None else ()) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and n.name in methods]
+    sites = [s.site for s in f.saves if s.site is not None]
+    return bool(sites) and all(s.path == f.site.path and any(
+        d.lineno <= s.line <= (d.end_lineno or d.lineno) for d in [made, *defs]) for s in sites)
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
     _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter,
     _step_after_helper_backward, _optimizer_after_replacing_call,
     _attached_batch_statistics, _grad_on_for_decorated_call, _buffer_rows_apart,
-    _backward_into_next_step)
+    _backward_into_next_step, _forward_each_iteration)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

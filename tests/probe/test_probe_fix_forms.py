@@ -279,6 +279,112 @@ def run():
     opt_c.step()
 '''
 
+# --- a value computed once before a loop whose every iteration steps the weights its graph saved ------------------
+
+# Shared features before a loop over heads, each optimizer stepping the trunk too: the probe names the use of the
+# features after the first step.
+FEATURES_BEFORE_HEAD_STEPS = '''
+import torch
+import torch.nn as nn
+
+
+def _setup():
+    torch.manual_seed(0)
+    trunk = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 6))
+    heads = [nn.Linear(6, 1) for _ in range(3)]
+    opts = [torch.optim.SGD([*trunk.parameters(), *h.parameters()], lr=0.1) for h in heads]
+    return trunk, heads, opts, torch.randn(5, 4), torch.randn(3, 5, 1)
+
+
+def run():
+    trunk, heads, opts, x, ys = _setup()
+    feats = trunk(x)
+    for k, (head, opt) in enumerate(zip(heads, opts)):
+        opt.zero_grad()
+        loss = (head(feats) - ys[k]).pow(2).mean()
+        loss.backward(retain_graph=True)
+        opt.step()
+    return [p.grad for p in trunk.parameters()]
+
+
+def reference():
+    trunk, heads, opts, x, ys = _setup()
+    for k, (head, opt) in enumerate(zip(heads, opts)):
+        feats = trunk(x)
+        opt.zero_grad()
+        loss = (head(feats) - ys[k]).pow(2).mean()
+        loss.backward(retain_graph=True)
+        opt.step()
+    return [p.grad for p in trunk.parameters()]
+'''
+
+# A method computes the codes through another method of the object, then a `while` loop takes inner steps on them:
+# the probe places the finding at the use, the step as its note.
+CODES_BEFORE_INNER_STEPS = '''
+import torch
+import torch.nn as nn
+
+
+class Learner:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.encoder = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 4))
+        self.head = nn.Linear(4, 2)
+        self.opt = torch.optim.Adam([*self.encoder.parameters(), *self.head.parameters()], lr=1e-2)
+
+    def embed(self, batch):
+        return self.encoder(batch) * 2.0
+
+    def inner_steps(self, batch, targets, n):
+        codes = self.embed(batch)
+        k = 0
+        while k < n:
+            self.opt.zero_grad()
+            (self.head(codes) - targets[k]).abs().mean().backward(retain_graph=True)
+            self.opt.step()
+            k += 1
+        return [p.grad for p in self.encoder.parameters()]
+
+    def inner_steps_fresh(self, batch, targets, n):
+        k = 0
+        while k < n:
+            codes = self.embed(batch)
+            self.opt.zero_grad()
+            (self.head(codes) - targets[k]).abs().mean().backward(retain_graph=True)
+            self.opt.step()
+            k += 1
+        return [p.grad for p in self.encoder.parameters()]
+
+
+def _data():
+    torch.manual_seed(1)
+    return torch.randn(6, 3), torch.randn(3, 6, 2)
+
+
+def run():
+    return Learner().inner_steps(*_data(), 3)
+
+
+def reference():
+    return Learner().inner_steps_fresh(*_data(), 3)
+'''
+
+# Refused: the features are read again after the loop (computed in it, they would be the last iteration's).
+FEATURES_READ_AFTER_THE_LOOP = FEATURES_BEFORE_HEAD_STEPS.replace(
+    "    return [p.grad for p in trunk.parameters()]\n\n\ndef reference",
+    "    return [p.grad for p in trunk.parameters()] + [feats]\n\n\ndef reference", 1)
+
+# Refused: the loop changes the input the features are computed from (computed in it, they would differ).
+INPUT_CHANGED_IN_THE_LOOP = FEATURES_BEFORE_HEAD_STEPS.replace(
+    "        opt.step()\n    return [p.grad for p in trunk.parameters()]\n\n\ndef reference",
+    "        opt.step()\n        x = x * 0.5\n    return [p.grad for p in trunk.parameters()]\n\n\ndef reference", 1)
+
+# Refused: the statement before the loop only scales features another statement computed (the saves are there):
+# computing it in the loop alone would still read the graph from before the steps.
+FEATURES_SCALED_APART = FEATURES_BEFORE_HEAD_STEPS.replace(
+    "    feats = trunk(x)\n    for", "    raw = trunk(x)\n    feats = raw * 2.0\n    for", 1)
+
+
 def _probed(source: str, worker, tmp_path: Path):
     """The program's text, path and probe findings (it must raise as the bug does), with their fixes."""
     path = tmp_path / "program.py"
@@ -341,3 +447,28 @@ def test_backward_not_narrowed_when_the_stepped_network_reads_the_other(worker, 
     _, _, found, fixes = _probed(STEPPED_NETWORK_FED_BY_THE_OTHER, worker, tmp_path)
     assert any(d.code == "GG101" for d in found), [(d.code, d.line, d.message) for d in found]
     assert not [f.title for f in fixes.values() if f.title.startswith("Backpropagate only into")]
+
+
+@pytest.mark.parametrize("source", [FEATURES_BEFORE_HEAD_STEPS, CODES_BEFORE_INNER_STEPS],
+                         ids=["features_before_head_steps", "codes_before_inner_steps"])
+def test_forward_in_the_loop_that_steps_is_proven(source: str, worker, tmp_path: Path):
+    text, path, found, fixes = _probed(source, worker, tmp_path)
+    titles = [fix.title for fix in fixes.values()]
+    assert [t for t in titles if " in the loop, before each backward" in t], \
+        ([(d.code, d.line, d.message) for d in found], titles)
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = load_program(fixed).run()  # must run clean
+        expected = load_program(path).reference()
+    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("source", [FEATURES_READ_AFTER_THE_LOOP, INPUT_CHANGED_IN_THE_LOOP, FEATURES_SCALED_APART],
+                         ids=["features_read_after_the_loop", "input_changed_in_the_loop", "features_scaled_apart"])
+def test_forward_not_moved_into_the_loop_when_it_would_differ(source: str, worker, tmp_path: Path):
+    assert source not in (FEATURES_BEFORE_HEAD_STEPS,)  # the variant was made
+    _, _, found, fixes = _probed(source, worker, tmp_path)
+    assert any(d.code == "GG101" for d in found), [(d.code, d.line, d.message) for d in found]
+    assert not [f.title for f in fixes.values() if " in the loop, before each backward" in f.title]

@@ -50,15 +50,12 @@ _MIXED = ("a value from before the optimizer step is combined with one from afte
           "GG101's builder computes only a plain statement of the step's block before the update")
 _SAVED_APART = ("the module and its optimizer are serialised apart by a helper each is handed to: saving them together "
                 "restructures both the save and the load (the static fixtures of this bug get no fix either)")
-_BUFFER = ("values of several graphs share one buffer written in place along its second dimension (`out[:, i:i + 1]`) "
-           "and returned by a helper: only a buffer whose every use picks one row can become the list of its rows")
 _STORED = ("the stored values must be computed again with grad mode on where the loss is built: which call recomputes "
            "them (a forward whose output the update already has, or one to add) is the program's design, not an edit "
            "of the reading line")
 _OWN_STATS = ("the statistics are computed with grad mode off in a helper: the batch-norm rewrite attaches statistics "
               "passed `.detach()`ed, and these need computing again with grad mode on, a change of the helper")
 NO_FIX: dict[str, str] = {
-    "GG101/pos_ensemble_outputs_in_one_tensor_trained_in_turn": _BUFFER,
     "GG101/pos_margin_helper_scores_before_and_after_step": _MIXED,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
     "GG103/pos_stored_gate_values_in_update_loss": _STORED,
