@@ -1565,12 +1565,91 @@ def _makes_saves(lines: _Lines, made: ast.stmt, f: ProbeFinding) -> bool:
         d.lineno <= s.line <= (d.end_lineno or d.lineno) for d in [made, *defs]) for s in sites)
 
 
+def _method_again_before_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG101 an optimizer step updated weights saved by graphs a method of the object made (``self.forward()``
+    storing its outputs on ``self``), and the run ended with those graphs still alive (``pending``): a later
+    statement of the step's block calls a method of the object that backpropagates a loss read from attributes that
+    method stores (``self.backward_G_alone()``), which would run into them.  Call the method again just before that
+    statement, after the steps, so that its graphs are made with the updated weights (the thread's fix of a
+    multi-loss GAN update).  Only when exactly one method of the class, taking ``self`` alone, holds every save the
+    probe saw (in its body, or in a method it calls on ``self``), its body and theirs only assign and return (no
+    step, backward or in-place write), the step is a plain statement of a block in another method of that class, and nothing between
+    the step and that statement calls it."""
+    if f.code != "GG101" or not f.saves or any(s.site is None or s.site.path != f.site.path for s in f.saves):
+        return None
+    # pending: placed at the step; raised: placed at the call that backpropagates, the step its first note
+    placed = f.notes[0].site if f.kind == "raised" and f.notes and f.notes[0].message == STEP_NOTE else None
+    if f.kind != "pending" and (placed is None or placed.path != f.site.path or placed.line >= f.site.line):
+        return None
+    step = lines.simple_statement_at((placed or f.site).line)
+    at = lines.simple_statement_at(f.site.line) if placed is not None else None
+    if not (isinstance(step, ast.Expr) and isinstance(step.value, ast.Call) and _is_step(step.value)):
+        return None
+    owner = next((c for c in ast.walk(lines.tree) if isinstance(c, ast.ClassDef)
+                  and any(d is lines.function_of(step) for d in c.body)), None)
+    block = _block_of(lines, step)
+    if owner is None or block is None:
+        return None
+    methods = {d.name: d for d in owner.body if isinstance(d, ast.FunctionDef)}
+
+    def on_self(node: ast.AST) -> set[str]:
+        return {c.func.attr for c in statements.calls(node) if isinstance(c.func, ast.Attribute)
+                and isinstance(c.func.value, ast.Name) and c.func.value.id == "self" and c.func.attr in methods}
+
+    def reach(d: ast.FunctionDef) -> list[ast.FunctionDef]:
+        return [d, *(methods[m] for m in sorted(on_self(d)))]
+
+    def holds(d: ast.FunctionDef) -> bool:
+        return all(any(r.lineno <= s.site.line <= (r.end_lineno or r.lineno) for r in reach(d)) for s in f.saves)
+
+    def assigns_only(d: ast.FunctionDef) -> bool:
+        return all(isinstance(st, (ast.Assign, ast.Return)) for r in reach(d) for st in r.body) and not any(
+            isinstance(c.func, ast.Attribute) and (c.func.attr in ("backward", "step", "zero_grad")
+                                                   or c.func.attr.endswith("_") and not c.func.attr.startswith("_"))
+            for r in reach(d) for c in statements.calls(r))
+
+    def stored(d: ast.FunctionDef) -> set[str]:
+        return {t.attr for st in d.body for t in ast.walk(st) if isinstance(t, ast.Attribute)
+                and isinstance(t.ctx, ast.Store) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+
+    makers = [d for d in methods.values() if [a.arg for a in d.args.args] == ["self"] and not d.decorator_list
+              and not (d.args.vararg or d.args.kwarg or d.args.kwonlyargs or d.args.posonlyargs)
+              and d is not lines.function_of(step) and holds(d) and assigns_only(d)]
+    if len(makers) != 1:
+        return None
+    maker = makers[0]
+    # A save in a method the maker calls: every other caller of that method backpropagates its own graphs.
+    helpers = {m for m in on_self(maker) if any(methods[m].lineno <= s.site.line <= (methods[m].end_lineno or 0)
+                                                for s in f.saves)}
+    if any(helpers & on_self(d) and not _runs_backward(d) for d in methods.values() if d is not maker):
+        return None
+    made = stored(maker)
+    i = next(k for k, st in enumerate(block) if st is step)
+    for st in block[i + 1:]:
+        if maker.name in on_self(st):
+            return None  # made again already
+        called = [methods[m] for m in on_self(st)]
+        reads = {n.attr for d in called for n in ast.walk(d) if isinstance(n, ast.Attribute)
+                 and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) and n.value.id == "self"}
+        if at is not None and st is not at:
+            continue
+        if isinstance(st, ast.Expr) and called and reads & made and any(_runs_backward(d) for d in called):
+            indent = _indent(text.splitlines(), st)
+            if indent is None:
+                return None
+            edit = TextEdit(st.lineno, 1, st.lineno, 1, f"{indent}self.{maker.name}()\n")
+            return Fix(f"Call `self.{maker.name}()` again after the step, so that the backward of "
+                       f"`{ast.unparse(st)[:60]}` runs through graphs made with the updated weights (unsafe: every "
+                       f"attribute `{maker.name}` sets is computed again, random draws too)", False, (edit,))
+    return None
+
+
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
     _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
     _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter,
     _step_after_helper_backward, _optimizer_after_replacing_call,
     _attached_batch_statistics, _grad_on_for_decorated_call, _buffer_rows_apart,
-    _backward_into_next_step, _forward_each_iteration)
+    _backward_into_next_step, _forward_each_iteration, _method_again_before_backward)
 
 
 def finding_of(lines: _Lines, f: ProbeFinding) -> Finding | None:

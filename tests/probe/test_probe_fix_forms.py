@@ -385,6 +385,141 @@ FEATURES_SCALED_APART = FEATURES_BEFORE_HEAD_STEPS.replace(
     "    feats = trunk(x)\n    for", "    raw = trunk(x)\n    feats = raw * 2.0\n    for", 1)
 
 
+# --- graphs a method stores on the object, stale after the steps of an update that backpropagates them later -------
+
+# An autoencoder-GAN update in the style of pix2pix/DRIT: `forward()` stores its outputs on the object, the update
+# steps both networks after the first loss's backward, then a second method backpropagates a loss on the stored
+# sample.  The probe reports the encoder's step (the run ended with its graph alive) and the call.
+ATTRIBUTES_STALE_AFTER_STEPS = '''
+import torch
+import torch.nn as nn
+
+
+class Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.enc = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+        self.gen = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 6))
+        self.critic = nn.Linear(6, 1)
+        self.enc_opt = torch.optim.SGD(self.enc.parameters(), lr=0.1)
+        self.gen_opt = torch.optim.SGD(self.gen.parameters(), lr=0.1)
+
+    def forward(self):
+        self.code = self.enc(self.real)
+        self.recon = self.gen(self.code)
+        self.sample = self.gen(self.code * 0.5)
+
+    def backward_recon(self):
+        (self.recon - self.real).pow(2).mean().backward(retain_graph=True)
+
+    def backward_sample(self):
+        self.critic(self.sample).mean().backward()
+
+    def update(self):
+        self.enc_opt.zero_grad()
+        self.gen_opt.zero_grad()
+        self.backward_recon()
+        self.enc_opt.step()
+        self.gen_opt.step()
+        self.gen_opt.zero_grad()
+        self.backward_sample()
+        self.gen_opt.step()
+        return [p.grad for p in self.gen.parameters()]
+
+    def update_again(self):
+        self.enc_opt.zero_grad()
+        self.gen_opt.zero_grad()
+        self.backward_recon()
+        self.enc_opt.step()
+        self.gen_opt.step()
+        self.gen_opt.zero_grad()
+        self.forward()
+        self.backward_sample()
+        self.gen_opt.step()
+        return [p.grad for p in self.gen.parameters()]
+
+
+def _grads(again):
+    model = Pair()
+    torch.manual_seed(1)
+    model.real = torch.randn(4, 6)
+    model.forward()
+    return model.update_again() if again else model.update()
+
+
+def run():
+    return _grads(False)
+
+
+def reference():
+    return _grads(True)
+'''
+
+# The same with the saves in a method the forward calls (`self.encode(...)`), one optimizer, the first backward inline.
+SAVES_IN_A_METHOD_THE_FORWARD_CALLS = '''
+import torch
+import torch.nn as nn
+
+
+class Model:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.enc = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))
+        self.dec = nn.Sequential(nn.Linear(3, 6), nn.ReLU(), nn.Linear(6, 4))
+        self.opt = torch.optim.Adam([*self.enc.parameters(), *self.dec.parameters()], lr=1e-2)
+
+    def encode(self, x):
+        return self.enc(x) * 0.5
+
+    def forward(self):
+        self.z = self.encode(self.x)
+        self.rec = self.dec(self.z)
+
+    def backward_prior(self):
+        self.z.pow(2).mean().backward()
+
+    def step(self):
+        self.opt.zero_grad()
+        (self.rec - self.x).abs().mean().backward(retain_graph=True)
+        self.opt.step()
+        self.opt.zero_grad()
+        self.backward_prior()
+        return [p.grad for p in self.enc.parameters()]
+
+    def step_again(self):
+        self.opt.zero_grad()
+        (self.rec - self.x).abs().mean().backward(retain_graph=True)
+        self.opt.step()
+        self.opt.zero_grad()
+        self.forward()
+        self.backward_prior()
+        return [p.grad for p in self.enc.parameters()]
+
+
+def _grads(again):
+    m = Model()
+    torch.manual_seed(1)
+    m.x = torch.randn(5, 4)
+    m.forward()
+    return m.step_again() if again else m.step()
+
+
+def run():
+    return _grads(False)
+
+
+def reference():
+    return _grads(True)
+'''
+
+# Refused: the method that made the graphs takes an input (`forward(x)`): which one to pass again is not the fix's
+# to say.
+FORWARD_TAKES_AN_INPUT = SAVES_IN_A_METHOD_THE_FORWARD_CALLS.replace(
+    "    def forward(self):\n        self.z = self.encode(self.x)", "    def forward(self, x):\n        self.z = self.encode(x)"
+).replace("self.forward()", "self.forward(self.x)").replace("m.forward()", "m.forward(m.x)")
+
+
 def _probed(source: str, worker, tmp_path: Path):
     """The program's text, path and probe findings (it must raise as the bug does), with their fixes."""
     path = tmp_path / "program.py"
@@ -472,3 +607,27 @@ def test_forward_not_moved_into_the_loop_when_it_would_differ(source: str, worke
     _, _, found, fixes = _probed(source, worker, tmp_path)
     assert any(d.code == "GG101" for d in found), [(d.code, d.line, d.message) for d in found]
     assert not [f.title for f in fixes.values() if " in the loop, before each backward" in f.title]
+
+
+@pytest.mark.parametrize("source", [ATTRIBUTES_STALE_AFTER_STEPS, SAVES_IN_A_METHOD_THE_FORWARD_CALLS],
+                         ids=["attributes_stale_after_steps", "saves_in_a_method_the_forward_calls"])
+def test_method_called_again_after_the_steps_is_proven(source: str, worker, tmp_path: Path):
+    text, path, found, fixes = _probed(source, worker, tmp_path)
+    titles = [fix.title for fix in fixes.values()]
+    assert [t for t in titles if t.startswith("Call `self.forward()` again after the step")], \
+        ([(d.code, d.line, d.message) for d in found], titles)
+    for n, fix in enumerate(fixes.values()):  # each fix alone makes the program run clean
+        fixed = tmp_path / f"fixed_{n}.py"
+        fixed.write_text(apply_edits(text, list(fix.edits)), encoding="utf-8")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = load_program(fixed).run()  # must run clean
+            expected = load_program(path).reference()
+        assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+
+
+def test_method_not_called_again_when_it_takes_an_input(worker, tmp_path: Path):
+    assert FORWARD_TAKES_AN_INPUT != SAVES_IN_A_METHOD_THE_FORWARD_CALLS  # the variant was made
+    _, _, found, fixes = _probed(FORWARD_TAKES_AN_INPUT, worker, tmp_path)
+    assert any(d.code == "GG101" for d in found), [(d.code, d.line, d.message) for d in found]
+    assert not [f.title for f in fixes.values() if " again after the step" in f.title]
