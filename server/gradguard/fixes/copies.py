@@ -92,23 +92,40 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
             new_value = not_inplace(ctx, write)
             rw.replace_node(ctx.cst(write.call), new_value)
             return rw, code(new_value), True
-    anchor, reads = copy_anchor(ctx, scope, start, lambda at: later_reads_of_name(ctx, scope, at, leaf))
-    if assigned_after(ctx, scope, anchor, leaf, stmt):
-        raise CannotFix(f"`{leaf}` is assigned again later")
-    local = fresh_name(ctx, scope, f"{leaf}_new")
+    anchor, reads = copy_start(ctx, scope, start, stmt, leaf)
     repeated = bool(ctx.loops_around(stmt, scope))  # a read above the write runs after it in the next iteration
     if not any(not ctx.inside(r, stmt) and (repeated or starts_after(r, stmt)) for r in reads):
         raise CannotFix(f"`{leaf}` is not read after the write")
     _require_not_passed_on(ctx, reads, leaf, "write")
-    if start is stmt and direct and write.kind in ("augassign", "method") and not write.value_use:
-        first = update_on_copy(ctx, rw, write, leaf, local, anchor)
-        reads = [r for r in reads if not ctx.inside(r, stmt)]
-    else:
-        rw.insert_before(anchor, f"{local} = {leaf}.clone()")
-        first = f"{local} = {leaf}.clone()"
-    for node in reads:
-        rw.replace_node(ctx.cst(node), cst.Name(local))
+    update = start is stmt and direct and write.kind in ("augassign", "method") and not write.value_use
+    rw, first, local = written_copy(ctx, write, scope, leaf, anchor, reads, update)
     return rw, f"{first}, then read `{local}` instead of `{leaf}`", False
+
+
+def copy_start(ctx: FixContext, scope: ast.AST, start: ast.stmt, stmt: ast.stmt, name: str,
+               skip: Callable[[ast.Name], bool] = lambda read: False) -> tuple[ast.stmt, list[ast.Name]]:
+    """Where a copy of ``name`` written by ``stmt`` begins (``copy_anchor``: ``start``, or a statement around it),
+    with the reads of ``name`` from there on but those ``skip`` names; CannotFix when ``name`` is bound again."""
+    anchor, reads = copy_anchor(ctx, scope, start, lambda at: [
+        r for r in later_reads_of_name(ctx, scope, at, name) if not skip(r)])
+    if assigned_after(ctx, scope, anchor, name, stmt):
+        raise CannotFix(f"`{name}` is assigned again later")
+    return anchor, reads
+
+
+def written_copy(ctx: FixContext, write: InPlaceWrite, scope: ast.AST, name: str, anchor: ast.stmt,
+                 reads: list[ast.Name], update: bool = True) -> tuple[Rewrite, str, str]:
+    """A copy of ``name`` in a new name, which ``reads`` read instead: the whole-tensor write made out of place into
+    it (``update``: ``update_on_copy``; the reads inside the write keep theirs), else ``new = name.clone()`` bound
+    before ``anchor``.  Returns (rewrite, description, the new name)."""
+    local, rw = fresh_name(ctx, scope, f"{name}_new"), Rewrite(ctx)
+    first = update_on_copy(ctx, rw, write, name, local, anchor) if update else f"{local} = {name}.clone()"
+    if not update:
+        rw.insert_before(anchor, first)
+    for node in reads:
+        if not (update and ctx.inside(node, write.stmt)):
+            rw.replace_node(ctx.cst(node), cst_mod().Name(local))
+    return rw, first, local
 
 
 def update_on_copy(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, source: str, local: str, anchor: ast.stmt) -> str:

@@ -34,32 +34,11 @@ class FunctionNames(NamedTuple):
 
 
 class ScopeNames(NamedTuple):
-    """The names of one scope's own code (``FixContext.scope_names``): what the alias analysis of each write
-    in the scope asks about, indexed once rather than walked again for every finding of a long statement."""
+    """What the sharing report of each write in a scope asks of its code (``FixContext.scope_names``,
+    ``writes.from_run``), indexed once rather than walked again for every finding of a long statement."""
 
-    loads: dict[str, list[ast.Name]]  # identifier -> its loads in the scope's own code (nested scopes excluded)
-    bindings: dict[str, list[ast.Name]]  # identifier -> its stores and deletes there
     nested: frozenset[str]  # identifiers used anywhere inside a nested function, lambda or class
     declarations: tuple[frozenset[str], ...]  # the names of each `global`/`nonlocal` statement, nested ones too
-
-
-def own_code(scope: ast.AST) -> Iterator[ast.AST]:
-    """Every node of ``scope``'s own code: nested functions, lambdas and classes excluded (their decorators,
-    defaults and bases run in this scope, so they are included)."""
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            if isinstance(node, (*FUNCTIONS, ast.Lambda)):
-                stack.extend(node.args.defaults)
-                stack.extend(d for d in node.args.kw_defaults if d is not None)
-            if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
-                stack.extend(node.decorator_list)
-            if isinstance(node, ast.ClassDef):
-                stack.extend(node.bases)
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def _nested_scopes(scope: ast.AST) -> Iterator[ast.AST]:
@@ -100,14 +79,9 @@ def function_names(fn: ast.AST) -> FunctionNames:
 
 
 def scope_names(scope: ast.AST) -> ScopeNames:
-    loads: dict[str, list[ast.Name]] = {}
-    bindings: dict[str, list[ast.Name]] = {}
-    for node in own_code(scope):
-        if isinstance(node, ast.Name):
-            (loads if isinstance(node.ctx, ast.Load) else bindings).setdefault(node.id, []).append(node)
     nested = frozenset(n.id for inner in _nested_scopes(scope) for n in ast.walk(inner) if isinstance(n, ast.Name))
     declarations = tuple(frozenset(n.names) for n in ast.walk(scope) if isinstance(n, (ast.Global, ast.Nonlocal)))
-    return ScopeNames(loads, bindings, nested, declarations)
+    return ScopeNames(nested, declarations)
 
 
 class Parents:

@@ -9,7 +9,6 @@ whether the in-place call's result is used.  The builders below produce the out-
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,7 +35,6 @@ _PRECEDENCE = {
     "BitOr": 1, "BitXor": 2, "BitAnd": 3, "LeftShift": 4, "RightShift": 4, "Add": 5, "Subtract": 5,
     "Multiply": 6, "MatrixMultiply": 6, "Divide": 6, "FloorDivide": 6, "Modulo": 6, "Power": 8,
 }
-_NUMBER = re.compile(r"^[-+]?\s*(\d[\d_]*\.?[\d_]*([eE][-+]?\d+)?|\.\d[\d_]*([eE][-+]?\d+)?)$")
 
 
 @dataclass

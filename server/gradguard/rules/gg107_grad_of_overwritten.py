@@ -7,18 +7,9 @@ import ast
 
 from ..diagnostics import Fix, Severity
 from ..fixes.context import CannotFix, FixContext
-from ..fixes.edits import Rewrite
-from ..fixes.copies import (
-    assigned_after,
-    copy_anchor,
-    copy_for_callers,
-    copy_for_closure,
-    fresh_name,
-    later_reads_of_name,
-    update_on_copy,
-)
+from ..fixes.copies import copy_for_callers, copy_for_closure, copy_start, written_copy
 from ..fixes.inplace import fix_or_none, mutation_of, starts_after
-from ..fixes.writes import InPlaceWrite, cst_mod, root_name, short
+from ..fixes.writes import InPlaceWrite, root_name, short
 from ..inference.events import Finding, Mutation
 from ..messages import Message
 from .base import Example, Rule
@@ -62,7 +53,6 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     (``h.grad``, ``inputs=[h]``, a helper that registers a hook on ``h``) keep reading ``h``, so autograd
     answers for the tensor they name, over every use.  Unsafe when something else holds the tensor: it then
     keeps the old values."""
-    cst = cst_mod()
     mutation = mutation_of(finding)
     write = InPlaceWrite.of_mutation(ctx, mutation)
     name, direct = root_name(write.target)
@@ -74,10 +64,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         raise CannotFix("the write is in a loop: earlier iterations would read the new name")
     asking = [a.node for a in mutation.asks]
     # The new name starts at the write, or before the `if`/`try`/`with` around it when reads follow that.
-    anchor, reads = copy_anchor(ctx, scope, stmt, lambda at: [
-        r for r in later_reads_of_name(ctx, scope, at, name) if not ctx.inside(r, stmt) and not _asks_through(ctx, r, asking)])
-    if assigned_after(ctx, scope, anchor, name, stmt):
-        raise CannotFix(f"`{name}` is assigned again later")
+    anchor, reads = copy_start(ctx, scope, stmt, stmt, name,
+                               lambda read: ctx.inside(read, stmt) or _asks_through(ctx, read, asking))
     if not any(starts_after(r, stmt) for r in reads):
         if not isinstance(ctx.function_of(stmt), ast.FunctionDef):
             raise CannotFix(f"`{name}` is not read after the write")
@@ -90,11 +78,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     report = write.sharing(ctx, name)
     if not report.only_holders:
         raise CannotFix(report.reason())
-    local = fresh_name(ctx, scope, f"{name}_new")
-    rw = Rewrite(ctx)
-    desc = update_on_copy(ctx, rw, write, name, local, anchor)
-    for node in reads:
-        rw.replace_node(ctx.cst(node), cst.Name(local))
+    rw, desc, _ = written_copy(ctx, write, scope, name, anchor, reads)
     title = f"Write out of place into a new name, and keep `{name}` for its gradient: `{short(desc)}`"
     if report.clean:
         return rw.fix(title, safe=True)
