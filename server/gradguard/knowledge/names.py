@@ -95,9 +95,7 @@ FRESH_METHODS = frozenset({
     "nan_to_num", "fmod", "remainder", "floor_divide", "true_divide", "bernoulli", "multinomial",
     "backward", "register_hook", "copy_", "fill_", "zero_", "normal_", "uniform_", "numel", "size", "dim",
 })
-# Calls that make a new tensor with no history (of a shape, or of another tensor's), and methods that convert one.
-ALLOCATIONS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "new_zeros",
-               "new_ones", "new_empty", "new_full")
+# Methods that convert an allocation (``probed_fixes``): those of ``SAME_TENSOR_METHODS`` its fix form is proven on.
 CONVERSIONS = ("float", "double", "half", "to", "cpu", "cuda")
 # torch functions whose result may be (a view of) an argument, beyond the table's view ops.
 TORCH_MAY_ALIAS = frozenset({
@@ -115,6 +113,9 @@ FACTORIES = frozenset({
 # Factories that copy their data argument into a new leaf: given a tensor that requires grad, the graph ends there.
 GRAPH_REBUILDING_FACTORIES = frozenset({"tensor", "as_tensor", "asarray", "from_numpy"})
 TENSOR_METHOD_FACTORIES = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
+# The factories that make a new tensor of a shape, or of another tensor's, filled with one value or none (no data).
+ALLOCATIONS = frozenset(f for f in FACTORIES | TENSOR_METHOD_FACTORIES
+                        if f.removeprefix("new_").removesuffix("_like") in ("zeros", "ones", "empty", "full"))
 # Tensor methods whose result is not a tensor.
 NOT_TENSOR_METHODS = frozenset({"item", "tolist", "numpy", "size", "dim", "numel", "stride", "data_ptr",
                                 "is_contiguous", "element_size", "nelement", "ndimension", "get_device", "__len__",
