@@ -115,8 +115,7 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
         if not (isinstance(call, ast.Call) and call.func is use and isinstance(stmt, ast.Expr) and stmt.value is call):
             raise CannotFix("the closure is used otherwise than called as a statement")
         report = InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, name)
-        if report.aliases_read_after or report.holders_read_after or any(  # (no other nested code uses it)
-                e not in ("a nested function or class uses it", NONLOCAL_ESCAPE) for e in report.escapes):
+        if report.besides("a nested function or class uses it", NONLOCAL_ESCAPE):  # (no other nested code uses it)
             raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     if _declares_nonlocal(fn, name):
         return fix  # the closure already rebinds the enclosing name
@@ -290,10 +289,7 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool,
     if not is_local(caller, arg.id):
         raise CannotFix("a call passes a name its function does not own (rebinding it would make a new local)")
     report = InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, arg.id)
-    passed_here = f"it is passed to `{ctx.source(call.func)}`"
-    problems = [*report.aliases_read_after, *report.holders_read_after,
-                *(e for e in report.escapes if e != passed_here)]
-    if problems:
+    if report.besides(f"it is passed to `{ctx.source(call.func)}`"):
         raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     return arg.id
 
@@ -371,9 +367,8 @@ def forwarded_inplace_flag(ctx: FixContext, mutation) -> Fix:
         and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == passed.id
     site = InPlaceWrite.at_call(ctx, call, mutation.moment)
     report = site.sharing(ctx, passed.id)
-    problems = [*report.aliases_read_after, *report.holders_read_after,
-                *(e for e in report.escapes if e != f"it is passed to `{ctx.source(call.func)}`")]
-    if problems or (not rebinds and site.value_read_after(ctx, passed.id)):
+    if report.besides(f"it is passed to `{ctx.source(call.func)}`") or (
+            not rebinds and site.value_read_after(ctx, passed.id)):
         raise CannotFix(f"`{passed.id}` is read later and would miss the write")
     from_cst = ctx.cst(call)
     rw = Rewrite(ctx).replace_node(from_cst, without_keyword(from_cst, "inplace"))

@@ -398,6 +398,10 @@ class Report:
     def clean(self) -> bool:
         return not (self.aliases_read_after or self.holders_read_after or self.escapes)
 
+    def besides(self, *escapes: str) -> bool:
+        """Whether anything but ``escapes`` may make rebinding ``name`` give another program."""
+        return bool(self.aliases_read_after or self.holders_read_after or set(self.escapes) - set(escapes))
+
     @property
     def only_holders(self) -> bool:
         """Nothing that is a view of the memory is read later: only containers, the caller, attributes."""
