@@ -119,7 +119,7 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
             raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     if _declares_nonlocal(fn, name):
         return fix  # the closure already rebinds the enclosing name
-    first = fn.body[1] if len(fn.body) > 1 and _is_docstring(fn.body[0]) else fn.body[0]
+    first = fn.body[1] if len(fn.body) > 1 and ast.get_docstring(fn, clean=False) is not None else fn.body[0]
     ctx.require_own_lines(first)
     indent = ctx.indent_of(first)
     declare = TextEdit(first.lineno, 1, first.lineno, 1, f"{indent}nonlocal {name}{ctx.newline}")
@@ -146,10 +146,6 @@ def rebound_in_closure(ctx: FixContext, write: InPlaceWrite, name: str,
     made, text = rewrite()
     fix = made.fix(f"Write out of place: `{short(text)}`", safe=True)
     return _with_nonlocal(ctx, fix, fn, outer, name, write.moment)
-
-
-def _is_docstring(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 def _only_numpy_views(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> bool:

@@ -173,7 +173,7 @@ def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) 
         raise CannotFix("the view is not what a helper returns")
     if not _only_views(ctx, origin):
         raise CannotFix("the helper computes more than views: grad mode would change more than their history")
-    body = fn.body[1:] if _docstring(fn.body[0]) else fn.body
+    body = fn.body[1:] if ast.get_docstring(fn, clean=False) is not None else fn.body
     edits = []
     if body == [ret] and len(fn.decorator_list) == 1 and _is_no_grad(ctx, fn.decorator_list[0]):
         decorator = fn.decorator_list[0]
@@ -241,10 +241,6 @@ def _pieces(ctx: FixContext, origin: ast.AST) -> bool:
 
 def _is_no_grad(ctx: FixContext, node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and ctx.qual(node.func) == "torch.no_grad" and not node.args and not node.keywords
-
-
-def _docstring(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 RULE = Rule(
