@@ -34,8 +34,8 @@ from .inference.stale_optimizers import built_just_before
 from .inference.values import Grad, ModuleValue, Save, Storage, Tensor
 from .knowledge.names import ALLOCATIONS, CONVERSIONS, LEAF_IDENTITY_ATTRS, PIECES, TENSOR_NAMES
 from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, BUFFER_READ_NOTE, FROZE_NOTE, GRAD_OFF_NOTE,
-                          GUARD_SKIPS_OTHERS_NOTE, INPUT_NOTE, MULTI_VIEW_NOTE, OWN_STATS_NOTE, PLACED, REBUILT_NOTE,
-                          RENORM_NOTE, REPLACED_NOTE, REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE,
+                          GUARD_SKIPS_OTHERS_NOTE, INPUT_NOTE, LEAF_ROWS_NOTE, MULTI_VIEW_NOTE, OWN_STATS_BIASED_NOTE,
+                          OWN_STATS_NOTES, OWN_STATS_UNBIASED_NOTE, PLACED, REBUILT_NOTE, RENORM_NOTE, REPLACED_NOTE, REPLACING_CALL_NOTE, RETURNED_LOSS_NOTE, SETTER_NOTE,
                           STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE, VIEW_NOTE, ProbedDiagnostic)
 from .probe.model import ProbeFinding, Site
 from .rules.gg001_saved_tensor_mutated import saves_by_call
@@ -669,6 +669,35 @@ def _clone_pieces(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
     return Fix("Unpack clones of the pieces: `(piece.clone() for piece in ...)`", True, edits)
 
 
+def _clone_rows_of_leaf(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
+    """GG004 ``for img in batch:`` over a leaf that requires grad (a parameter), handing each row to a helper that
+    writes it in place, which torch refuses (the probe places it at the loop, the write as ``LEAF_ROWS_NOTE``: it saw
+    the rows' tensor is such a leaf).  No view of that leaf can be written with grad mode on (plain views neither:
+    GG004's own fix of a loop over rows refuses it), so no write ever reached it: iterate over clones of the rows,
+    ``[row.clone() for row in batch]``, which the writes may change, and whose history still leads back to the leaf.
+    Only for a ``for`` loop at the finding's line whose iterable is the tensor itself (not ``enumerate(...)`` or
+    another function's call of it)."""
+    if f.code != "GG004" or not f.notes or f.notes[0].message != LEAF_ROWS_NOTE or f.view_node != "Unbind":
+        return None
+    loops = [s for s in lines.statements_at(f.site.line) if isinstance(s, ast.For) and s.lineno == f.site.line]
+    if len(loops) != 1 or loops[0].iter.end_lineno is None:
+        return None
+    it = loops[0].iter
+    if isinstance(it, ast.Call) and not isinstance(it.func, ast.Attribute) or isinstance(it, (ast.Starred, ast.Tuple,
+                                                                                           ast.List, ast.Constant)):
+        return None
+    row = next(n for n in ("row", "row_", "row__") if all(getattr(x, "id", None) != n for x in ast.walk(it)))
+    source = text.splitlines()
+    start = _char_column(source, it.lineno, it.col_offset)
+    end = _char_column(source, it.end_lineno, it.end_col_offset)
+    atom = isinstance(it, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+    edits = (TextEdit(it.lineno, start, it.lineno, start, f"[{row}.clone() for {row} in " + ("" if atom else "(")),
+             TextEdit(it.end_lineno, end, it.end_lineno, end, ("" if atom else ")") + "]"))
+    said = ast.unparse(it) if atom and len(ast.unparse(it)) <= 40 else "..."
+    return Fix(f"Iterate over clones of the rows: `[{row}.clone() for {row} in {said}]` (unsafe: the in-place writes "
+               f"change the clones, not the tensor iterated)", False, edits)
+
+
 def _step_after_stale_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
     """GG101 an optimizer step between a graph's forward and the backward of a loss built, after the step, on values
     computed before it (the probe places it at the step, the use as ``STALE_USE_NOTE``, and saw that computing that
@@ -1144,9 +1173,14 @@ def _attached_batch_statistics(lines: _Lines, text: str, f: ProbeFinding) -> Fix
     torch.ones_like(var), w, b, training=False, eps=0.0)`` -- the forward computes the same values, channels on
     dimension 1 as batch norm has them.  Only when both statistics are a plain name or attribute chain's own
     ``.detach()`` (a value with a graph, or the detach would not have been needed), training is a literal False or
-    left out, and nothing is passed by ``*``/``**``."""
-    if f.code != "GG103" or _note(f, OWN_STATS_NOTE) is None:
+    left out, and nothing is passed by ``*``/``**``.  Statistics computed without a graph otherwise (under
+    ``torch.no_grad()`` in a helper, from ``.data``) are computed again from the input, attached, as the probe saw
+    them: the per-channel mean and the variance of the kind its note names (biased or unbiased), over every dimension
+    but 1 (``x.transpose(0, 1).flatten(1).var(1, correction=c)``), only when the input is a plain name or attribute
+    chain (it is read three times)."""
+    if f.code != "GG103" or not any(_note(f, note) is not None for note in OWN_STATS_NOTES):
         return None
+    correction = 0 if _note(f, OWN_STATS_BIASED_NOTE) else 1 if _note(f, OWN_STATS_UNBIASED_NOTE) else None
     stmt = lines.simple_statement_around(f.site.line)
     ctx = FixContext(text, lines.tree)
     torch_name = ctx.torch_name()
@@ -1166,9 +1200,11 @@ def _attached_batch_statistics(lines: _Lines, text: str, f: ProbeFinding) -> Fix
     if given.get("input") is None or training is not None and not (
             isinstance(training, ast.Constant) and training.value is False):
         return None
-    if not all(isinstance(s, ast.Call) and isinstance(s.func, ast.Attribute) and s.func.attr == "detach"
-               and not s.args and not s.keywords and _is_chain(s.func.value) for s in stats):
-        return None
+    detached = all(isinstance(s, ast.Call) and isinstance(s.func, ast.Attribute) and s.func.attr == "detach"
+                   and not s.args and not s.keywords and _is_chain(s.func.value) for s in stats)
+    if not detached and (correction is None or not all(s is not None and _is_chain(s) for s in stats)
+                         or not _is_chain(given["input"])):
+        return None  # (a call computing them, kept only for their shapes, could do more than compute them)
     source = text.splitlines()
 
     def segment(node: ast.expr) -> str:
@@ -1178,24 +1214,29 @@ def _attached_batch_statistics(lines: _Lines, text: str, f: ProbeFinding) -> Fix
         return TextEdit(node.lineno, _char_column(source, node.lineno, node.col_offset), node.end_lineno,
                         _char_column(source, node.end_lineno, node.end_col_offset), new)
 
-    mean, var = (segment(s.func.value) for s in stats)
     eps = given.get("eps")
     x = segment(given["input"])
+    if detached:
+        mean, var = (segment(s.func.value) for s in stats)
+    else:  # computed again from the input, attached; the passed ones give only the shapes
+        mean, var = (f"{x}.transpose(0, 1).flatten(1).{op}" for op in ("mean(1)", f"var(1, correction={correction})"))
     if not isinstance(given["input"], (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
         x = f"({x})"
     normed = (f"(({x}.movedim(1, -1) - {mean}) / {torch_name}.sqrt({var} + "
               f"{segment(eps) if eps is not None else '1e-05'})).movedim(-1, 1)")
-    edits = [replacing(given["input"], normed), replacing(stats[0], f"{torch_name}.zeros_like({mean})"),
-             replacing(stats[1], f"{torch_name}.ones_like({var})")]
+    shapes = (mean, var) if detached else (segment(stats[0]), segment(stats[1]))
+    edits = [replacing(given["input"], normed), replacing(stats[0], f"{torch_name}.zeros_like({shapes[0]})"),
+             replacing(stats[1], f"{torch_name}.ones_like({shapes[1]})")]
     if eps is not None:
         edits.append(replacing(eps, "0.0"))
     else:
         last = max([*call.args, *(k.value for k in call.keywords)], key=lambda n: (n.end_lineno, n.end_col_offset))
         at = _char_column(source, last.end_lineno, last.end_col_offset)
         edits.append(TextEdit(last.end_lineno, at, last.end_lineno, at, ", eps=0.0"))
-    return Fix(f"Normalise with the statistics attached: `(x - {mean}) / sqrt({var} + eps)` by tensor ops, batch norm "
-               "for the affine part only (unsafe: the gradient now flows through the statistics)", False,
-               tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+    said = (f"the statistics attached: `(x - {mean}) / sqrt({var} + eps)`" if detached else
+            f"the statistics computed again from `{x}`, attached: `(x - mean) / sqrt(var + eps)`")
+    return Fix(f"Normalise with {said} by tensor ops, batch norm for the affine part only (unsafe: the gradient now "
+               "flows through the statistics)", False, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
 
 
 def _allocation(node: ast.expr) -> bool:
@@ -1645,7 +1686,8 @@ def _method_again_before_backward(lines: _Lines, text: str, f: ProbeFinding) -> 
 
 
 EDITS: tuple[Callable[[_Lines, str, ProbeFinding], Fix | None], ...] = (
-    _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _step_after_stale_backward,
+    _zero_grad_before_backward, _keep_loaded_copy, _clone_kept_hook_output, _clone_pieces, _clone_rows_of_leaf,
+    _step_after_stale_backward,
     _grad_on_for_dead_term, _grad_on_for_loss_in_block, _drop_requires_grad_guard, _clone_state_read_for_setter,
     _step_after_helper_backward, _optimizer_after_replacing_call,
     _attached_batch_statistics, _grad_on_for_decorated_call, _buffer_rows_apart,

@@ -40,9 +40,6 @@ _STEP = ("the forward to compute after both steps stands under `if not fixed:`, 
 _SWAP = ("the helper replaces the parameters after the optimizer took the old ones, and the optimizer is made by the "
          "function's caller: giving it the new parameters means choosing its param groups (and dropping the old ones' "
          "state), which no fix decides for the user")
-_VIEW_HELPER = ("the rows are of a parameter (a leaf that requires grad), no view of which torch lets be written in "
-                "place with grad mode on: iterating plain views (GG004's fix of a loop over rows) raises too, and only "
-                "iterating a copy runs, which drops the writes the helper may mean to make to the tensor itself")
 _PARAMETER = ("`nn.Parameter(t)` of a tensor with a history made once in `__init__`: kept as the tensor itself, its "
               "history would be backwarded again at every step (the forward must compute it)")
 _MIXED = ("a value from before the optimizer step is combined with one from after it inside a helper; the static "
@@ -53,14 +50,10 @@ _SAVED_APART = ("the module and its optimizer are serialised apart by a helper e
 _STORED = ("the stored values must be computed again with grad mode on where the loss is built: which call recomputes "
            "them (a forward whose output the update already has, or one to add) is the program's design, not an edit "
            "of the reading line")
-_OWN_STATS = ("the statistics are computed with grad mode off in a helper: the batch-norm rewrite attaches statistics "
-              "passed `.detach()`ed, and these need computing again with grad mode on, a change of the helper")
 NO_FIX: dict[str, str] = {
     "GG101/pos_margin_helper_scores_before_and_after_step": _MIXED,
     "GG103/pos_parameter_of_normalized_raw_weight": _PARAMETER,
     "GG103/pos_stored_gate_values_in_update_loss": _STORED,
-    "GG103/pos_batch_norm_eval_with_no_grad_channel_stats": _OWN_STATS,
-    "GG004/pos_rows_iterated_into_in_place_helper": _VIEW_HELPER,
     "GG101/pos_forward_before_two_critic_steps": _STEP,
     "GG103/pos_optimizer_object_saved_apart_from_model": _SAVED_APART,
     "GG101/pos_value_step_before_policy_term_from_fresh_forward": (

@@ -11,7 +11,7 @@ import torch
 from ..knowledge import load_knowledge
 from .cuts import copy_raise_finding
 from .frames import UserCode, traceback_sites
-from .merge import MULTI_VIEW_NOTE, VIEW_NOTE
+from .merge import LEAF_ROWS_NOTE, MULTI_VIEW_NOTE, VIEW_NOTE
 from .model import Note, ProbeFinding, Site
 from .source import enclosing_function, expression_at, iterated_at, view_before
 from .tracer import Tracer, _inplace_origins
@@ -153,13 +153,15 @@ def _views_made_elsewhere(tb, user: UserCode, tracer: Tracer, sites: list[Site],
         tb = tb.tb_next
     if raising is None:
         return None
-    made = None
+    made = base = None
     for value in list(raising.f_locals.values()):
         if isinstance(value, torch.Tensor):
             made = tracer.multi_view_site(value)
             if made is not None:
+                base = value._base
                 break
     del raising
+    leaf = isinstance(base, torch.Tensor) and base.is_leaf and base.requires_grad
     if made is None or made == sites[0]:
         return None
     if made.path == sites[0].path and enclosing_function(made) == enclosing_function(sites[0]):
@@ -174,8 +176,9 @@ def _views_made_elsewhere(tb, user: UserCode, tracer: Tracer, sites: list[Site],
         message = (f"`{said or 'this line'}` makes several views of one tensor that requires grad ({node}) and hands "
                    f"one to code that writes it in place on line {sites[0].line}, which torch refuses: "
                    f"{first.split('. ')[0]}; make the views of a detached tensor (or a clone) here")
+    note = LEAF_ROWS_NOTE if leaf and iterated else MULTI_VIEW_NOTE  # (a fact the fix of the rows reads)
     return ProbeFinding("GG004", "raised", made, message, torch_message=text, callers=(),
-                        origins=tuple(sites), notes=(Note(sites[0], MULTI_VIEW_NOTE),), view_node=node)
+                        origins=tuple(sites), notes=(Note(sites[0], note),), view_node=node)
 
 
 def _inference_finding(recorded: tuple, exc: BaseException, user: UserCode, text: str, first: str) -> ProbeFinding:

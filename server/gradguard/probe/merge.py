@@ -153,6 +153,8 @@ REBUILT_NOTE = "the values read out of the graph come back into tensor math here
 VIEW_NOTE = "the in-place write through the view, which torch refuses"
 # A write to one of several views, in a helper, placed where the views are made.
 MULTI_VIEW_NOTE = "the in-place write to one of the views, which torch refuses"
+# ... when the views are rows of a leaf that requires grad (a parameter), no view of which may be written with grad on.
+LEAF_ROWS_NOTE = "the in-place write to one of the views, rows of a leaf that requires grad, which torch refuses"
 # An embedding made with max_norm renormalises its weight in place when called: placed at the earlier use that saved it.
 RENORM_NOTE = "the embedding (made with max_norm) renormalises its weight in place in this call"
 # A module or parameter replaced, inside a helper, after the optimizer was made: placed at the optimizer.
@@ -176,10 +178,14 @@ GUARD_SKIPS_OTHERS_NOTE = "the guard also skips parameters frozen elsewhere, whi
 GRAD_OFF_NOTE = "grad mode is switched off here"
 # Batch norm with training=False handed the input's own statistics, detached (`probe/own_stats.py`): its backward.
 OWN_STATS_NOTE = "the backward() that misses the statistics' gradient"
+# ... when the variance passed is the one kind only, biased or unbiased (a fact the fix that computes it again reads).
+OWN_STATS_BIASED_NOTE = OWN_STATS_NOTE + " (the variance passed is the biased one)"
+OWN_STATS_UNBIASED_NOTE = OWN_STATS_NOTE + " (the variance passed is the unbiased one)"
+OWN_STATS_NOTES = (OWN_STATS_NOTE, OWN_STATS_BIASED_NOTE, OWN_STATS_UNBIASED_NOTE)
 # A training_step that returns nothing (`probe/returned_loss.py`): where it last binds the scalar it names as the loss.
 RETURNED_LOSS_NOTE = "the loss to return is bound here"
 PLACED = (STEP_NOTE, STALE_USE_NOTE, ALIAS_NOTE, INPUT_NOTE, MODULE_NOTE, REBUILT_NOTE, VIEW_NOTE, MULTI_VIEW_NOTE, RENORM_NOTE,
-           REPLACED_NOTE, SETTER_NOTE)
+           REPLACED_NOTE, SETTER_NOTE, LEAF_ROWS_NOTE)
 
 
 def _placed_at_order(f: ProbeFinding) -> bool:

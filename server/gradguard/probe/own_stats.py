@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .frames import UserCode, frame_site, user_frame
-from .merge import OWN_STATS_NOTE
+from .merge import OWN_STATS_BIASED_NOTE, OWN_STATS_NOTE, OWN_STATS_UNBIASED_NOTE
 from .model import Note, ProbeFinding, Site
 from .source import expression_at
 
@@ -39,7 +39,7 @@ class OwnStatistics:
     def __init__(self, user: UserCode, errors: list[str]):
         self.user = user
         self.errors = errors
-        self.pending: dict[tuple, Site] = {}
+        self.pending: dict[tuple, tuple[Site, str]] = {}  # -> (the call, the backward's note: which variance)
         self.found: dict[tuple, ProbeFinding] = {}
 
     def on_norm(self, func, args, frame) -> None:
@@ -68,9 +68,12 @@ class OwnStatistics:
                 return
             biased = x.var(dim=dims, unbiased=False).to(var.dtype)
             unbiased = biased * (per_channel / (per_channel - 1))
-            if not (torch.allclose(biased, var, rtol=_RTOL, atol=_ATOL)
-                    or torch.allclose(unbiased, var, rtol=_RTOL, atol=_ATOL)):
+            is_biased = torch.allclose(biased, var, rtol=_RTOL, atol=_ATOL)
+            is_unbiased = torch.allclose(unbiased, var, rtol=_RTOL, atol=_ATOL)
+            if not (is_biased or is_unbiased):
                 return
+        note = OWN_STATS_NOTE if is_biased == is_unbiased else OWN_STATS_BIASED_NOTE if is_biased \
+            else OWN_STATS_UNBIASED_NOTE
         frame = user_frame(frame, self.user)
         if frame is None:
             return
@@ -78,12 +81,12 @@ class OwnStatistics:
         del frame
         key = (site.path, site.line)
         if key not in self.found:
-            self.pending.setdefault(key, site)
+            self.pending.setdefault(key, (site, note))
 
     def on_backward(self, backward: Site | None) -> None:
         """A backward runs after the calls: the gradient it computes is the one without the statistics' part."""
         pending, self.pending = self.pending, {}
-        for key, site in pending.items():
+        for key, (site, note) in pending.items():
             said = expression_at(site)
             what = f"`{said}`" if said else "this batch norm"
             at = f" at line {backward.line}" if backward else ""
@@ -92,7 +95,7 @@ class OwnStatistics:
                        "does not differentiate through running statistics, so the gradient through the batch "
                        f"statistics back to the input is lost in the backward(){at} (it treats them as constants). "
                        "Normalise with tensor ops ((x - mean) / sqrt(var + eps), statistics kept attached) instead")
-            notes = (Note(backward, OWN_STATS_NOTE),) if backward else ()
+            notes = (Note(backward, note),) if backward else ()
             self.found[key] = ProbeFinding("GG103", "silent", site, message, notes=notes, backward=backward)
 
     def findings(self) -> list[ProbeFinding]:
