@@ -19,7 +19,8 @@ PACKAGE = Path(gradguard.__file__).resolve().parent
 
 # Importing modules (by prefix) whose functions may import gradguard modules, and why.
 DEFERRED = {
-    "gradguard.cli": "start-up: each command imports what it runs (`gradguard lsp` needs pygls, optional)",
+    "gradguard.cli": "start-up: each command imports what it runs (`gradguard lsp` needs pygls, optional; the "
+                     "analysis after the server's generated-code cache, lsp/test_start.py)",
     "gradguard.probe.cli": "start-up of the CLI: the probe's modules load only when a probe runs",
     "gradguard.probe.worker": "the sandboxed child imports torch and the tracer after its guard is in place",
     "gradguard.probe.runner": "the file walker only when a directory is probed",

@@ -28,14 +28,16 @@ from typing import TYPE_CHECKING, Sequence
 
 from . import __version__
 from . import baseline as baselines
-from .config import Config, ConfigError, check_codes, load_config, load_config_file, parse_severity
 from .diagnostics import Diagnostic, FileResult, Severity
-from .errors import UsageError
-from .fixes import unavailable as fixes_unavailable
+from .errors import ConfigError, UsageError
 from .output import FORMATS, catalog, render
 from .output import text as text_output
 
+# The analysis (``config`` reads the rules, and they the engine and the fix package) is imported by the commands
+# that run it, not here: `gradguard lsp` imports it after the server's generated-code cache is in place
+# (``lsp/generated_code.py``), so the analysis's dataclasses are taken compiled from it at each start.
 if TYPE_CHECKING:  # pragma: no cover
+    from .config import Config
     from .files import Target
     from .fixing import FixRun
 
@@ -53,6 +55,8 @@ def _codes(value: str) -> list[str]:
 
 
 def _severity_override(value: str) -> tuple[str, Severity]:
+    from .config import parse_severity  # the analysis, for the commands that run it (see the imports)
+
     code, sep, level = value.partition("=")
     if not sep or not code.strip():
         raise argparse.ArgumentTypeError(f"expected CODE=LEVEL, got {value!r}")
@@ -153,6 +157,8 @@ def _lsp(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> Config:
+    from .config import check_codes, load_config, load_config_file  # the analysis (see the imports)
+
     check_codes(args.select or (), "--select")
     check_codes(args.ignore or (), "--ignore")
     check_codes(args.extend_ignore, "--extend-ignore")
@@ -273,6 +279,7 @@ def _check(args: argparse.Namespace) -> int:
     baseline, config = config.baseline, replace(config, baseline=None)
     from . import api  # noqa: F401 - imported before forking, so workers inherit it instead of importing it
     from .files import MissingPath, discover  # the file walker (and pathspec): not for `gradguard lsp`
+    from .fixes import unavailable as fixes_unavailable
 
     paths = [p for p in args.paths if p != "-"]
     if (args.fix or args.diff) and "-" in args.paths:

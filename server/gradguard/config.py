@@ -27,6 +27,7 @@ from .baseline import Baseline, BaselineError
 from .baseline import load as load_baseline
 from .diagnostics import Severity
 from .doc_links import is_docs_base
+from .errors import ConfigError
 from .output import INPUT_PROBLEMS
 from .rules import ALL_RULES
 
@@ -34,10 +35,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-class ConfigError(ValueError):
-    """The configuration is malformed; the message says where and how."""
 
 
 # Every code a finding can carry: the rules, then the input problems (GG900, GG901, GG903), the same list

@@ -7,3 +7,8 @@ command line that dispatches to it.
 
 class UsageError(Exception):
     """Something the user asked for cannot be done; exits 2 with the message."""
+
+
+class ConfigError(ValueError):
+    """The configuration is malformed; the message says where and how (``config``, which raises it, imports the
+    analysis: the command line catches it without importing that)."""

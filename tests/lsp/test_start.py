@@ -25,6 +25,19 @@ def test_the_server_starts_without_the_fix_layer_or_closed_files():
     assert done.stdout.strip() == "[]"
 
 
+# The analysis: what the first diagnostics run, and what ``gradguard lsp`` imports only after the server has put its
+# cache of generated code in place (``lsp/generated_code.py``), so that the analysis's dataclasses come compiled.
+ANALYSIS = ("gradguard.config", "gradguard.rules", "gradguard.engine", "gradguard.api", "gradguard.inference",
+            "gradguard.fixes", "gradguard.knowledge")
+
+
+def test_the_command_line_leaves_the_analysis_to_the_command_that_runs_it():
+    script = ("import sys, gradguard.cli as cli; cli.build_parser().parse_args(['lsp']); "
+              f"print(sorted(n for n in sys.modules if n.startswith({ANALYSIS!r})))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def _members(protocol: type) -> set[str]:
     names = set(typing.get_type_hints(protocol, localns=vars(sys.modules[protocol.__module__])))
     names |= {n for n, v in vars(protocol).items() if not n.startswith("_") and (callable(v) or isinstance(v, property))}
