@@ -1510,9 +1510,10 @@ def _forward_each_iteration(lines: _Lines, text: str, f: ProbeFinding) -> Fix | 
     loop's body instead, so that each iteration's graph is made with the weights the steps before it made (a fresh
     forward per step).  Only when the use reads one name whose binding before the loop (the last in the loop's
     block) is a plain ``name = ...`` that makes the saves the probe saw (they lie in it, or in a function of the
-    file it calls by name); nothing reads the name outside the loop's body; the loop rebinds nothing that
-    statement reads; and what runs between it and the loop only computes values (it would otherwise run before
-    the moved statement)."""
+    file it calls by name) from values (no call but torch's inside its calls' arguments: ``enc(next(batches))``
+    would draw a new batch in every iteration); nothing reads the name outside the loop's body; the loop rebinds
+    nothing that statement reads; and what runs between it and the loop only computes values (it would otherwise
+    run before the moved statement)."""
     sites = _use_and_step(f)
     if sites is None or f.backward is None or any(s.path != f.site.path for s in (*sites, f.backward)):
         return None
@@ -1546,6 +1547,12 @@ def _forward_each_iteration(lines: _Lines, text: str, f: ProbeFinding) -> Fix | 
             and statements.calls(made.value)) or name in statements.names_read(made.value):
         return None
     reads = statements.names_read(made.value)
+    ctx = FixContext(text, lines.tree)
+    if any(isinstance(n, ast.Call) and not (ctx.qual(n.func) or "").startswith("torch.")
+           and not (isinstance(n.func, ast.Attribute) and n.func.attr in TENSOR_NAMES and not n.func.attr.endswith("_"))
+           for c in statements.calls(made.value) for a in [*c.args, *(kw.value for kw in c.keywords)]
+           for n in ast.walk(a)):
+        return None
     between = block[block.index(made) + 1:k]
     body = ast.Module(body=loop.body, type_ignores=[])
     in_body = {id(n) for n in ast.walk(body)}
@@ -1555,7 +1562,6 @@ def _forward_each_iteration(lines: _Lines, text: str, f: ProbeFinding) -> Fix | 
                                   ast.Nonlocal)) and n is not function and name in statements.names(n)
                    for n in ast.walk(function)):
         return None  # read elsewhere, or seen by a nested scope
-    ctx = FixContext(text, lines.tree)
     changed = statements.names_bound(loop.target) if isinstance(loop, ast.For) else set()
     for st in loop.body:
         changed |= statements.names_bound(st) | _stored_into_names(st)

@@ -384,6 +384,11 @@ INPUT_CHANGED_IN_THE_LOOP = FEATURES_BEFORE_HEAD_STEPS.replace(
 FEATURES_SCALED_APART = FEATURES_BEFORE_HEAD_STEPS.replace(
     "    feats = trunk(x)\n    for", "    raw = trunk(x)\n    feats = raw * 2.0\n    for", 1)
 
+# Refused: the features are computed from a batch drawn by another call (`next(batches)`): computed in the loop, each
+# iteration would draw a new batch.
+FEATURES_OF_A_DRAWN_BATCH = FEATURES_BEFORE_HEAD_STEPS.replace(
+    "    feats = trunk(x)\n    for", "    batches = iter([x, x + 1.0])\n    feats = trunk(next(batches))\n    for", 1)
+
 
 # --- graphs a method stores on the object, stale after the steps of an update that backpropagates them later -------
 
@@ -600,8 +605,10 @@ def test_forward_in_the_loop_that_steps_is_proven(source: str, worker, tmp_path:
     assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("source", [FEATURES_READ_AFTER_THE_LOOP, INPUT_CHANGED_IN_THE_LOOP, FEATURES_SCALED_APART],
-                         ids=["features_read_after_the_loop", "input_changed_in_the_loop", "features_scaled_apart"])
+@pytest.mark.parametrize("source", [FEATURES_READ_AFTER_THE_LOOP, INPUT_CHANGED_IN_THE_LOOP, FEATURES_SCALED_APART,
+                                    FEATURES_OF_A_DRAWN_BATCH],
+                         ids=["features_read_after_the_loop", "input_changed_in_the_loop", "features_scaled_apart",
+                              "features_of_a_drawn_batch"])
 def test_forward_not_moved_into_the_loop_when_it_would_differ(source: str, worker, tmp_path: Path):
     assert source not in (FEATURES_BEFORE_HEAD_STEPS,)  # the variant was made
     _, _, found, fixes = _probed(source, worker, tmp_path)
