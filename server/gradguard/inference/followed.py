@@ -112,6 +112,7 @@ class FollowedCallsMixin:
         self.caller_envs.append(saved[0].env)
         try:
             if isinstance(fn, ast.Lambda):
+                self.run_log.ran(ast.copy_location(ast.Return(fn.body), fn.body))  # what its body reads, as it runs
                 self.returns.append(self.eval(fn.body))
             else:
                 self.run_block(fn.body)

@@ -158,6 +158,14 @@ class RunLog:
         positions = self._index.get((frame, name), ((),))[0]
         return bisect.bisect_left(positions, after) < len(positions)
 
+    def read_in_other_frames(self, frame: int, name: str, after: int) -> bool:
+        """Whether a variable called ``name`` is read (its value or its metadata) from ``after`` on in any frame but
+        ``frame``: a nested function reading the enclosing one's variable runs in a frame of its own."""
+        self._indexed_up_to_now()
+        lists = [positions for (at, read), (positions, _) in self._index.items() if read == name and at != frame]
+        lists += [positions for (at, read), positions in self._meta.items() if read == name and at != frame]
+        return any(bisect.bisect_left(positions, after) < len(positions) for positions in lists)
+
     def metadata_read(self, frame: int, name: str, after: int) -> bool:
         """Whether ``name``'s metadata (``.shape``, ``.grad``...) is read in ``frame`` from ``after`` on."""
         self._indexed_up_to_now()
@@ -424,8 +432,9 @@ class Report:
 
 def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], written: Tensor, memory: set[int]
             ) -> tuple[tuple[str, str, int | None], ...]:
-    """(name, how, frame) of each variable that holds ``written``'s memory: "tensor" (the tensor itself, or
-    another tensor over the same memory that is neither its view nor its base: ``b = a``, a join of two paths),
+    """(name, how, frame) of each variable that holds ``written``'s memory: "same" (the written tensor object
+    itself: ``b = a``), "tensor" (another tensor over the same memory that is neither its view nor its base: a join
+    of two paths, which may be the same object),
     "view" (a view or base of it, ``.data``, a NumPy view: detaching or rebinding it never meant to change those),
     "holder" (a list,
     dict or object that holds it).  ``envs``: each frame's variables, outermost first (frame: the index);
@@ -446,7 +455,8 @@ def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], 
             if isinstance(value, Tensor):
                 if value.storage.id in memory and (written.group or not disjoint(value, written)):
                     related = id(value) in chain or any(id(t) == id(written) for t in value.view_chain())
-                    found.append((name, "view" if related and value is not written else "tensor", frame))
+                    how = "same" if value is written else "view" if related else "tensor"
+                    found.append((name, how, frame))
             elif memory & storages_in(value):  # `t.data`, a NumPy view: the same memory under another name
                 found.append((name, "view" if isinstance(value, (DataAlias, NumberFrom)) else "holder", frame))
     return tuple(found)

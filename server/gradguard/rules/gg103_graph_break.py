@@ -15,6 +15,7 @@ from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
 from ..inference.hooks import DroppedOutput
+from ..inference.sharing import Moment
 from ..inference.values import Tensor
 from ..knowledge.names import (GRAPH_REBUILDING_FACTORIES, LEGACY_FLOAT_CONSTRUCTORS, NUMPY_ARRAY_METHOD_TWINS,
                                NUMPY_REFUSED, NUMPY_SUBSCRIPT_TWINS, NUMPY_TWIN_DEFAULTS, NUMPY_TWINS)
@@ -594,43 +595,79 @@ _REDUCTIONS = ("mean", "sum")  # NumPy functions that reduce every element when 
 _NAME_CHAIN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # read twice, it is the same tensor
 def _detach_out_of_place(ctx: FixContext, finding: Finding) -> Fix:
     """``x.detach_()`` as a statement becomes ``x = x.detach()``: the name holds a detached copy, what was built
-    from the old value keeps its graph.  Right only where nothing but the name holds the tensor, which the run
-    tells (``Moment.holders``): no other name bound to it, no list, dict or object holding it, no caller that
-    passed it, nothing it was handed to that the analysis cannot see into (views and bases under other names do
-    not matter: detaching never meant to cut them).  Safe for a view (torch refused the original outright);
-    unsafe for a saved tensor, whose earlier uses keep their whole history (no truncation happens there)."""
+    from the old value keeps its graph.  Every other variable of the function bound to the same tensor object that
+    the code reads after the write is rebound with it (``x = alias = alias.detach()``, ``x = ts[0].detach()``):
+    who holds it is what the run tells (``Moment.holders``, at every run of the write).  Refused where a rebinding
+    cannot stand for the in-place detach: a list, dict or object holding it that is read later, another tensor
+    over the same memory that may be the same object (a join) read later, a tensor standing for several (a loop
+    over a list of them), a caller that passed it or a variable of another frame, something it was handed to that
+    the analysis cannot see into (views and bases under other names do not matter: detaching never meant to cut
+    them).  Safe for a view (torch refused the original outright); unsafe for a saved tensor, whose earlier uses
+    keep their whole history (no truncation happens there)."""
     call = finding.node
     stmt = ctx.statement_of(call)
     if not (isinstance(stmt, ast.Expr) and stmt.value is call and isinstance(call, ast.Call)
             and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords):
         raise CannotFix("the `.detach_()` is not a statement of its own")
-    if not isinstance(call.func.value, ast.Name):
-        raise CannotFix("the detached value is not a local name")
-    receiver = call.func.value.id
+    receiver = call.func.value
     mutation = finding.mutation
     moment = mutation.moment if mutation is not None else None
     if moment is None or moment.holders is None or mutation.frames:
         raise CannotFix("the run does not tell who else holds the tensor here")
-    if (receiver, "tensor") not in moment.held():
-        raise CannotFix(f"`{receiver}` is not a variable of this function holding the tensor")
-    others = sorted({name for name, how, _ in moment.holders if how != "view" and name != receiver})
-    if others:
-        held = f"`{'`, `'.join(others)}` " + ("holds" if len(others) == 1 else "hold")
-        raise CannotFix(f"{held} the same tensor: rebinding `{receiver}` would leave it undetached")
+    if isinstance(receiver, ast.Name) and (receiver.id, "same") not in moment.held():
+        raise CannotFix(f"`{receiver.id}` is not a variable of this function holding the tensor")
     if moment.escaped:
         raise CannotFix("the tensor was handed to code the analysis cannot see into, which may keep it")
     root = mutation.target.root()
-    if isinstance(root.origin, ast.arg) or root.param or root.assumed:
-        raise CannotFix("the caller holds the tensor too")
+    if isinstance(root.origin, ast.arg) or root.param or root.assumed or moment.held_outside():
+        raise CannotFix("the caller or another function's variable holds the tensor too")
     if ctx.function_of(stmt) is None:
         raise CannotFix("a module's variable: its functions may read it")
+    rebound = _detached_names(moment, receiver.id if isinstance(receiver, ast.Name) else None)
+    if len(rebound) > 1 and mutation.target.group:
+        raise CannotFix("the tensor stands for several (a loop over them): one rebinding cannot detach each")
+    if not rebound:
+        raise CannotFix("no variable reads the detached tensor after the write")
     ctx.require_own_lines(stmt)
     line, column, end_line, end_column = ctx.char_range(stmt)
-    edit = TextEdit(line, column + 1, end_line, end_column + 1, f"{receiver} = {receiver}.detach()")
-    title = f"Detach out of place: `{short(receiver)} = {short(receiver)}.detach()`"
+    text = f"{' = '.join(rebound)} = {ctx.source(receiver)}.detach()"
+    edit = TextEdit(line, column + 1, end_line, end_column + 1, text)
+    title = f"Detach out of place: `{short(text)}`"
     if not mutation.refused_view:
         title += " (unsafe: what was computed from it before keeps its whole history)"
     return Fix(title, mutation.refused_view, (edit,))
+
+
+def _detached_names(moment: Moment, receiver: str | None) -> list[str]:
+    """The variables a rebinding instead of ``.detach_()`` rebinds: ``receiver`` (the name the write goes through,
+    None for an element) and every other variable of the write's frame bound to the same tensor object that is
+    read after it (values or metadata: ``.requires_grad`` changes too); CannotFix when a variable read after holds
+    it otherwise (a list, dict or object; a join), or holds it at one run of the write and not at another, or when
+    a variable left as it is may be read by another function later (a nested function reading it as a free
+    variable)."""
+    frame = moment.frames[-1]
+
+    def read_after(run: Moment, name: str) -> bool:
+        return run.log.value_read(frame, name, run.position) or run.log.metadata_read(frame, name, run.position)
+
+    runs = moment.runs()
+    same: list[str] = [receiver] if receiver is not None else []
+    for run in runs:
+        for name, how in run.held():
+            if name == receiver or how == "view":
+                continue
+            if not read_after(run, name):
+                if run.log.read_in_other_frames(frame, name, run.position):
+                    raise CannotFix(f"`{name}` holds it and a function it runs may read it later")
+                continue
+            if how != "same":
+                kind = "holds it" if how == "holder" else "may be the same tensor"
+                raise CannotFix(f"`{name}` {kind} and is read later: rebinding names would leave it undetached")
+            if name not in same:
+                same.append(name)
+    if any((name, "same") not in run.held() for run in runs for name in same):
+        raise CannotFix("a variable holds the tensor at one run of the write and not at another")
+    return same
 
 
 _TO_NUMPY = ("detach", "cpu")  # methods on the way to `.numpy()` that change neither values nor graph here
