@@ -88,10 +88,6 @@ NO_FIX = {
         "the fix layer's read-after check takes `pre` for read again on the loop's next pass (it does not see that "
         "the loop rebinds it first), so it refuses `inplace=False` as a write `pre` would miss"
     ),
-    "GG005/pos_leaky_relu_module_negative_slope_inplace": (
-        "`inplace=inplace` takes the flag from the constructor's caller: setting it to False here would change every "
-        "block built with it"
-    ),
     "GG001/pos_sliced_comprehension_batches_input_normalized": (
         "`x` is an element of the caller's list of batches: rebinding it leaves the list's tensor unscaled for its "
         "later readers, so no safe rewrite exists where the write is"
@@ -164,10 +160,6 @@ NO_FIX = {
         "the fakes are made by another method (`forward()`) the caller runs; making them again before the second "
         "helper means calling it there with the images it kept, a change to the class no fix rewrites"
     ),
-    "GG005/pos_inplace_flag_class_attribute": (
-        "`inplace=self.INPLACE_ACT` reads a class attribute that other classes inherit: setting it to False changes "
-        "every block of the family, and the constructor's keyword is not a literal to rewrite"
-    ),
     "GG108/pos_forward_hook_zeroes_slice_of_query_table": (
         "the forward hook writes its output, a view of a parameter: writing into a clone and returning it is the "
         "change, and the hook rewrite applies to gradient hooks only"
@@ -196,14 +188,6 @@ NO_FIX = {
         "the `.data` write is in a helper `forward` calls after the op that saved the prototypes; the backward "
         "runs in the caller, so no move inside the module puts the write after it"
     ),
-    "GG005/pos_inplace_flag_through_constructor": (
-        "`inplace=inplace` takes the flag from the constructor's caller: setting it to False here would change every "
-        "block built with it, and the caller's `inplace=True` is in another class"
-    ),
-    "GG005/pos_layers_list_grown_dropout_after_sigmoid": (
-        "`inplace=inplace` takes the flag from the helper's caller: setting it to False there would change every "
-        "stack built with it, and the caller's `inplace=True` is in another function"
-    ),
     "GG103/pos_rollout_values_read_then_rebuilt_in_loss": (
         "the numbers are appended in one function and the list rebuilt in another, behind a `torch.is_tensor` "
         "choice: the fix cannot tell the rebuild reads the same list, and appending tensors to a list rebuilt with "
@@ -220,18 +204,6 @@ NO_FIX = {
     "GG105/pos_buffers_reset_inside_inference_mode": (
         "the reset is to move out of the inference_mode block: moving a statement out of a block changes what runs "
         "under it, which no rewrite decides for the user"
-    ),
-    "GG005/pos_inplace_relu_from_config_after_sigmoid": (
-        "the flag is read from a config (`inplace=cfg[\"inplace\"]`) that other builders may share: the fix does not "
-        "edit configs"
-    ),
-    "GG005/pos_modules_loop_switches_inplace": (
-        "the layer is switched to in-place by an assignment in a loop over modules, which may switch others: "
-        "the fix does not rewrite that loop"
-    ),
-    "GG005/pos_named_children_hardtanh_switch_after_tanh": (
-        "the layer is switched to in-place by an assignment in a loop over modules, which may switch others: "
-        "the fix does not rewrite that loop"
     ),
     "GG001/pos_dict_of_activations_mutated": (
         "the tensor is an element of a dict; the rewrites name tensors, not container elements (a clone of the "
@@ -278,6 +250,14 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    **{f"GG005/{name}": "every module the constructor builds runs out of place, whatever the flag it reads says "
+                        "(its other uses keep their values, not their memory saving)" for name in (
+        "pos_leaky_relu_module_negative_slope_inplace", "pos_inplace_flag_class_attribute",
+        "pos_inplace_flag_through_constructor", "pos_layers_list_grown_dropout_after_sigmoid",
+        "pos_inplace_relu_from_config_after_sigmoid")},
+    **{f"GG005/{name}": "every module the `.inplace = True` assignment reaches now runs out of place, also one whose "
+                        "caller relied on its input being overwritten" for name in (
+        "pos_modules_loop_switches_inplace", "pos_named_children_hardtanh_switch_after_tanh")},
     "GG003/pos_helper_writes_block_into_argument_leaf": (
         "the helper now writes a copy of its argument: a call from another file that reads the tensor it passed "
         "after the call would not see the block"),

@@ -171,13 +171,13 @@ def not_inplace(ctx: FixContext, write: InPlaceWrite) -> cst.Call:
     return inplace_false(call)
 
 
-def inplace_false(call: cst.Call) -> cst.Call:
-    """Set an ``inplace=True`` keyword (or a positional ``True`` in ``nn.ReLU(True)``) to False."""
+def inplace_false(call: cst.Call, read_flag: bool = False) -> cst.Call:
+    """Set an ``inplace=True`` keyword (or ``nn.ReLU(True)``) to False; ``read_flag``: also a flag read from a variable."""
     cst = cst_mod()
     args = list(call.args)
     for i, arg in enumerate(args):
         if arg.keyword is not None and arg.keyword.value == "inplace":
-            if not (isinstance(arg.value, cst.Name) and arg.value.value == "True"):
+            if not (read_flag or isinstance(arg.value, cst.Name) and arg.value.value == "True"):
                 raise CannotFix("inplace= is not the literal True")
             args[i] = arg.with_changes(value=cst.Name("False"))
             return call.with_changes(args=args)

@@ -204,13 +204,19 @@ def module_inplace_false(ctx: FixContext, mutation: Mutation) -> Fix | None:
     """``nn.ReLU(inplace=True)`` -> ``nn.ReLU(inplace=False)``: safe when at every place the module is applied
     its input is a temporary or a name rebound to the result (nothing else reads the overwritten input)."""
     ctor = mutation.module.ctor if mutation.module is not None else None
+    if mutation.module is not None and mutation.module.made_inplace is not None:
+        return _switch_off(ctx, mutation.module.made_inplace)
     if not isinstance(ctor, ast.Call):
         raise CannotFix("the module's constructor is not in this file")
-    if mutation.module.made_inplace is not None:
-        raise CannotFix("the module is switched to in-place after it is built, by an assignment that may set others")
-    rw = Rewrite(ctx).replace_node(ctx.cst(ctor), inplace_false(ctx.cst(ctor)))
+    flag = next((k.value for k in ctor.keywords if k.arg == "inplace"), None)
+    read = flag is not None and not (isinstance(flag, ast.Constant) and flag.value is True)
+    if read and not _read_only(flag):
+        raise CannotFix("inplace= is neither the literal True nor a flag read from a variable")
+    rw = Rewrite(ctx).replace_node(ctx.cst(ctor), inplace_false(ctx.cst(ctor), read_flag=read))
     sites, why = _module_call_sites(ctx, ctor)
     unsafe = [why] if why else []
+    if read:  # the run found it True here; out of place, every module built here computes the same values
+        unsafe.insert(0, f"every module built here runs out of place, whatever `{short(ctx.source(flag), 30)}` says")
     runs = mutation.moment.log.writes if mutation.moment is not None else {}
     for site in sites:
         problem = _site_problem(ctx, site, runs.get(id(site), ()))
@@ -220,6 +226,30 @@ def module_inplace_false(ctx: FixContext, mutation: Mutation) -> Fix | None:
     if unsafe:
         return rw.fix(f"{title} (unsafe: {unsafe[0]})", safe=False)
     return rw.fix(title, safe=True)
+
+
+def _read_only(flag: ast.expr) -> bool:
+    """A name (not False or None), an attribute chain or a subscript by a literal: reading it runs no code."""
+    while isinstance(flag, (ast.Attribute, ast.Subscript)):
+        if isinstance(flag, ast.Subscript) and not isinstance(flag.slice, ast.Constant):
+            return False
+        flag = flag.value
+    return isinstance(flag, ast.Name)
+
+
+def _switch_off(ctx: FixContext, made: ast.AST) -> Fix:
+    """``m.inplace = True``, which switched the module to in-place after it was built, sets False instead.  Unsafe:
+    every module the assignment reaches (a loop over ``modules()``) is applied out of place, also one whose caller
+    relies on its input being overwritten."""
+    if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and isinstance(made.targets[0], ast.Attribute)
+            and made.targets[0].attr == "inplace" and isinstance(made.value, ast.Constant) and made.value.value is True):
+        raise CannotFix("the module is switched to in-place by something other than `... .inplace = True`")
+    ctx.require_own_lines(made)
+    line, column, end_line, end_column = ctx.char_range(made.value)
+    edit = TextEdit(line, column + 1, end_line, end_column + 1, "False")
+    target = ctx.source(made.targets[0])
+    return Fix(f"Keep it out of place: `{short(target)} = False` (unsafe: every module the assignment sets runs out "
+               "of place)", False, (edit,))
 
 
 def _module_call_sites(ctx: FixContext, ctor: ast.Call) -> tuple[list[ast.Call], str | None]:
