@@ -98,7 +98,8 @@ def reference():
     return _grads(False)
 '''
 
-# The view is put in a list before it is detached: rebinding the name would leave the list's tensor attached.
+# The view is put in a list before it is detached, and the list is read after: rebinding the name would leave the
+# list's tensor attached.
 VIEW_KEPT_IN_LIST_BEFORE_DETACH = '''
 import torch
 import torch.nn as nn
@@ -112,7 +113,7 @@ def run():
     kept.append(z)
     z.detach_()
     w = torch.randn(2, 2, requires_grad=True)
-    (z @ w).sum().backward()
+    (kept[0] @ w).sum().backward()
     return [w.grad]
 '''
 
