@@ -132,6 +132,18 @@ def block_of(parent: ast.AST | None, stmt: ast.AST) -> list[ast.stmt] | None:
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
+def sole_statement(stmt: ast.stmt) -> ast.stmt | None:
+    """The one statement without a block that ``stmt`` runs: ``stmt`` itself, or the one inside a compound
+    statement (``if``, ``with``, a loop, ``try``, nested) whose other statements are ``pass`` and that defines
+    nothing.  Moved or copied whole, such a statement carries that one statement with the control around it."""
+    if not holds_statements(stmt):
+        return stmt
+    inner = [s for s in walk(stmt) if isinstance(s, ast.stmt) and not holds_statements(s) and not isinstance(s, ast.Pass)]
+    if len(inner) != 1 or any(isinstance(s, SCOPES) for s in walk(stmt)):
+        return None
+    return inner[0]
+
+
 def own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
     """Every node of ``scope``'s own code, expressions included, but not the insides of the functions, lambdas
     and classes defined in it (their code runs elsewhere); the definitions themselves are yielded."""

@@ -353,18 +353,24 @@ def _compute_kept_anew(ctx: FixContext, mutation: Mutation, finding: Finding) ->
     Only a guard ``if <the kept attribute> is None:`` with no ``else``, whose body is that one assignment, and only
     when the finding is gone with it.  Unsafe: the value is computed again on every call, and its gradients flow at
     every step (keeping it detached, the other choice, would stop them instead)."""
-    store = mutation.stale_kept.store
-    guard = ctx.parents.get(store)
-    test = guard.test if isinstance(guard, ast.If) else None
-    if not (isinstance(test, ast.Compare) and isinstance(store, ast.Assign) and len(store.targets) == 1
-            and _is_chain(store.targets[0]) and len(guard.body) == 1 and not guard.orelse and len(test.ops) == 1
-            and isinstance(test.ops[0], ast.Is) and isinstance(test.comparators[0], ast.Constant)
-            and test.comparators[0].value is None and ast.unparse(test.left) == ast.unparse(store.targets[0])):
+    inner = mutation.stale_kept.store
+    def guards(store: ast.stmt) -> bool:
+        guard = ctx.parents.get(store)
+        test = guard.test if isinstance(guard, ast.If) else None
+        return (isinstance(test, ast.Compare) and isinstance(inner, ast.Assign) and len(inner.targets) == 1
+                and _is_chain(inner.targets[0]) and len(guard.body) == 1 and not guard.orelse and len(test.ops) == 1
+                and isinstance(test.ops[0], ast.Is) and isinstance(test.comparators[0], ast.Constant)
+                and test.comparators[0].value is None and ast.unparse(test.left) == ast.unparse(inner.targets[0]))
+
+    # (the assignment, or the statement around it alone that the guard holds: `with ...:`, kept as it is)
+    store = next((u for u in _units(ctx, inner) if guards(u)), None)
+    if store is None:
         raise CannotFix("the kept value is not filled under an `if <it> is None:` of its own")
+    guard = ctx.parents[store]
     for st in (guard, store):
         ctx.require_own_lines(st)
-    outer, inner = ctx.indent_of(guard), ctx.indent_of(store)
-    text = "".join(outer + line[len(inner):].rstrip("\r\n") + ctx.newline if line.strip() else ctx.newline
+    outer, indent = ctx.indent_of(guard), ctx.indent_of(store)
+    text = "".join(outer + line[len(indent):].rstrip("\r\n") + ctx.newline if line.strip() else ctx.newline
                    for line in ctx.lines[store.lineno - 1:store.end_lineno])
     edits = (TextEdit(guard.lineno, 1, guard.end_lineno + 1, 1, text),)
     entry = mutation.entry()
@@ -372,7 +378,7 @@ def _compute_kept_anew(ctx: FixContext, mutation: Mutation, finding: Finding) ->
     if ctx.still_found(apply_edits(ctx.text, list(edits)), FindingId(finding.code, line_after(edits, entry.lineno),
                                                                      None, caller)):
         raise CannotFix("computing the value on each call leaves the step breaking a graph")
-    target = ast.unparse(store.targets[0])
+    target = ast.unparse(inner.targets[0])
     return Fix(f"Compute `{target[:60]}` anew on each call: drop its `if ... is None:` cache (unsafe: it is computed "
                "again at every call, and its gradients flow at every step)", False, edits)
 
@@ -391,12 +397,15 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
     stores into, changes in place or hands to code that may), whose names nothing between reads or binds, and
     only when the finding is gone with it.  Unsafe: the value, and the loss weighed by it, change (computing the
     earlier part again after the update instead would be the other choice)."""
-    use = ctx.statement_of(finding.node)
-    block = block_around(ctx, use) or []
+    inner = ctx.statement_of(finding.node)
     update = in_function_of(tuple(mutation.call_path()), mutation.node, list(mutation.mixed.use.path))
+    # The assignment, or the statement around it alone (an `if`, a `with`) that shares a block with the update
+    use = next((u for u in _units(ctx, inner) if any(ctx.inside(update, st) for st in block_around(ctx, u) or [])),
+               inner)
+    block = block_around(ctx, use) or []
     k = next((k for k, st in enumerate(block) if ctx.inside(update, st)), None)
     u = next((k for k, st in enumerate(block) if st is use), None)
-    if k is None or u is None or k >= u or not isinstance(use, (ast.Assign, ast.AnnAssign)):
+    if k is None or u is None or k >= u or not isinstance(inner, (ast.Assign, ast.AnnAssign)):
         raise CannotFix("the mixed value is not a plain assignment after the update in its block")
     reads, writes = statements.names_read(use), statements.names_bound(use)
     between = block[k + 1:u]
@@ -422,7 +431,7 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
     found = FindingId(finding.code, line_after(edits, mutation.entry().lineno), None, caller)
     if ctx.still_found(apply_edits(ctx.text, list(edits)), found):
         raise CannotFix("computing the value before the update leaves it mixed")
-    shown = ctx.source(use).splitlines()[0]
+    shown = ctx.source(inner).splitlines()[0]
     return Fix(f"Compute `{shown[:60]}` before the update, both parts with the weights it had (unsafe: the value, "
                "and the loss weighed by it, change)", False, edits)
 
@@ -443,10 +452,11 @@ def _clear_before_backward(ctx: FixContext, finding: Finding, event: StaleStep) 
     if finding.node is call:
         raise CannotFix("no backward before the step in its function: where the gradients should be cleared is "
                         "the author's choice")
-    backward, step = ctx.statement_of(finding.node), ctx.statement_of(call)
-    block = block_around(ctx, backward)
-    if block is None or not any(st is step for st in block) or not (
-            isinstance(step, ast.Expr) and step.value is call and isinstance(call, ast.Call)
+    inner = ctx.statement_of(call)
+    backward, step = _units_in_one_block(ctx, ctx.statement_of(finding.node), inner)
+    block = block_around(ctx, step) if backward is not None else None
+    if block is None or not (
+            isinstance(inner, ast.Expr) and inner.value is call and isinstance(call, ast.Call)
             and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords
             and _is_chain(call.func.value)):
         raise CannotFix("the backward and a plain step are not statements of one block")
@@ -475,6 +485,29 @@ def _keep_loaded_copy(ctx: FixContext, stmt: ast.stmt) -> Fix:
     target, online = ast.unparse(stmt.targets[0]), ast.unparse(stmt.value)
     return Fix(f"Keep the loaded copy: remove `{target} = {online}` (unsafe: code that relies on the two names "
                "holding one module changes)", False, (TextEdit(stmt.lineno, 1, stmt.end_lineno + 1, 1, keep),))
+
+
+def _units(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt]:
+    """``stmt`` and the compound statements around it that run it alone (``statements.sole_statement``: ``if c:``,
+    ``with ...:``, a loop, ``try``), innermost first, as long as the calls of their tests, iterables and context
+    managers compute on values only: moved or copied whole, each does what ``stmt`` does, in its control."""
+    out = []
+    for up in enclosing_statements(ctx, stmt):
+        if statements.sole_statement(up) is not stmt or up is not stmt and not all(
+                value_only_call(ctx, c) for c in statements.calls(up) if not ctx.inside(c, stmt)):
+            break
+        out.append(up)
+    return out
+
+
+def _units_in_one_block(ctx: FixContext, a: ast.stmt, b: ast.stmt) -> tuple[ast.stmt | None, ast.stmt | None]:
+    """A unit of ``a`` and one of ``b`` (``_units``) that are statements of one block, the innermost such."""
+    for ub in _units(ctx, b):
+        block = block_around(ctx, ub) or []
+        ua = next((u for u in _units(ctx, a) if any(st is u for st in block)), None)
+        if ua is not None:
+            return ua, ub
+    return None, None
 
 
 def _is_chain(node: ast.expr) -> bool:
@@ -514,31 +547,32 @@ def _backward_once(ctx: FixContext, mutation: Mutation) -> Fix:
     (``opt_c.zero_grad()`` there), so they hold that loss's gradients, once, in both; the ``zero_grad()``s between
     (the only other statements allowed there) run before the one backward, and every later step of the block is of
     an optimizer they cleared.  Unsafe: a gradient none of them cleared now holds one backward's, not two."""
-    step = ctx.statement_of(mutation.entry())
     sinks = {id(c.sink.node): c.sink for c in mutation.conflicts}
     if mutation.kind != "step" or len(sinks) != 1:
         raise CannotFix("not an optimizer step before one backward")
     (sink,) = sinks.values()
-    block = block_around(ctx, step) or []
-    second = ctx.statement_of(sink.node) if sink.kind == "backward" else None
+    # The statements, or those around them alone (`if True:`, `with ...:`) that share a block
+    second, step = _units_in_one_block(ctx, ctx.statement_of(sink.node), ctx.statement_of(mutation.entry())) \
+        if sink.kind == "backward" else (None, None)
+    block = block_around(ctx, step) or [] if step is not None else []
     i = next((k for k, st in enumerate(block) if st is step), None)
     j = next((k for k, st in enumerate(block) if st is second), None)
-    loss = _backward_of(second)
-    if i is None or j is None or j < i or loss is None or _method_of(step, "step") is None:
+    loss = _backward_of(_plain(ctx, second))
+    if i is None or j is None or j < i or loss is None or _method_of(_plain(ctx, step), "step") is None:
         raise CannotFix("the step and the backward are not plain statements of one block")
     h = i - 1
-    if h < 0 or _backward_of(block[h]) != loss:
+    if h < 0 or _backward_of(_plain(ctx, block[h])) != loss:
         raise CannotFix("the statement before the step is not a backward of the same loss")
-    cleared = [_method_of(st, "zero_grad") for st in block[i + 1:j]]
+    cleared = [_method_of(_plain(ctx, st), "zero_grad") for st in block[i + 1:j]]
     if None in cleared:
         raise CannotFix("statements other than `zero_grad()` run between the step and the backward")
     before = []
     for st in reversed(block[:h]):
-        chain = _method_of(st, "zero_grad")
+        chain = _method_of(_plain(ctx, st), "zero_grad")
         if chain is None:
             break
         before.append(chain)
-    if _method_of(step, "step") not in before:
+    if _method_of(_plain(ctx, step), "step") not in before:
         raise CannotFix("the step's gradients are not cleared just before the first backward")
     later = [n.func.value for st in block[j + 1:] for n in statements.every_node(st)
              if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"]
@@ -547,7 +581,7 @@ def _backward_once(ctx: FixContext, mutation: Mutation) -> Fix:
     for st in (block[h], step, second):
         ctx.require_own_lines(st)
     edits = move_statements_after(ctx, [block[h], step], [step], second)
-    return Fix(f"Backpropagate `{loss}` once: run `{ctx.source(step)[:60]}` after its last backward (unsafe: "
+    return Fix(f"Backpropagate `{loss}` once: run `{ctx.source(_plain(ctx, step))[:60]}` after its last backward (unsafe: "
                "gradients no `zero_grad()` between cleared now hold one backward's, not two)", False, tuple(edits))
 
 
@@ -571,17 +605,21 @@ def _step_after_later_backward(ctx: FixContext, mutation: Mutation, code: str) -
     which then applies them too (the order of the usual GAN and actor-critic loops)."""
     if mutation.kind != "step" or mutation.touched_after is None:
         raise CannotFix("not an optimizer step whose later gradients the run shows")
-    step = ctx.statement_of(mutation.node)
-    chain = _method_of(step, "step")
-    block = block_around(ctx, step) or []
-    i = next((k for k, st in enumerate(block) if st is step), None)
-    if chain is None or i is None:
+    inner = ctx.statement_of(mutation.node)
+    chain = _method_of(inner, "step")
+    if chain is None or block_around(ctx, inner) is None:
         raise CannotFix("the step is not a plain `opt.step()` statement of a block")
     path = mutation.call_path()
     sinks = [in_function_of(c.sink.path, c.sink.node, path) for c in mutation.conflicts if c.sink.kind == "backward"]
     if len(sinks) != len(mutation.conflicts):
         raise CannotFix("the graph is not backpropagated here")
-    downs = [next((k for k in range(i + 1, len(block)) if ctx.inside(s, block[k])), None) for s in sinks]
+    # The step, or the statement around it alone (`if`, `with`) that shares a block with the backwards: it moves whole
+    for step in _units(ctx, inner):
+        block = block_around(ctx, step) or []
+        i = next(k for k, st in enumerate(block) if st is step)
+        downs = [next((k for k in range(i + 1, len(block)) if ctx.inside(s, block[k])), None) for s in sinks]
+        if None not in downs:
+            break
     if None in downs:
         raise CannotFix("a backward it breaks is not after the step in its block")
     region = block[i + 1:max(downs) + 1]
@@ -618,13 +656,20 @@ def _step_after_later_backward(ctx: FixContext, mutation: Mutation, code: str) -
         ctx.require_own_lines(st)
     edits = move_statements_after(ctx, [step], [step], down)
     entry = mutation.entry()
-    line = line_after(edits, down.end_lineno) + 1 if ctx.inside(entry, step) else line_after(edits, entry.lineno)
+    line = line_after(edits, down.end_lineno) + 1 + entry.lineno - step.lineno if ctx.inside(entry, step) \
+        else line_after(edits, entry.lineno)
     caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
     if ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, line, None, caller)):
         raise CannotFix("the step, moved below the backward, still breaks a graph")
-    return Fix(f"Step after the backward that needs the old weights: move `{ctx.source(step)[:60]}` below "
+    return Fix(f"Step after the backward that needs the old weights: move `{ctx.source(inner)[:60]}` below "
                f"`{ctx.source(down).splitlines()[0][:60]}` (unsafe: the step then also applies the gradients that "
                "backward gives its parameters)", False, tuple(edits))
+
+
+def _plain(ctx: FixContext, stmt: ast.stmt | None) -> ast.stmt | None:
+    """The statement ``stmt`` runs alone (itself, or the one in an ``if True:``, a ``with``: ``_units``), if any."""
+    inner = statements.sole_statement(stmt) if stmt is not None else None
+    return inner if inner is not None and any(u is stmt for u in _units(ctx, inner)) else None
 
 
 def _backward_of(stmt: ast.stmt | None) -> str | None:
@@ -680,7 +725,9 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
             return None  # the same statements as the first try
         tried.append((moved, kept))
         for st in [*moved, *kept]:
-            if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.Expr)):
+            # (or one in an `if`, a `with` alone, which moves, or is computed again, with it)
+            inner = statements.sole_statement(st)
+            if not isinstance(inner, (ast.Assign, ast.AnnAssign, ast.Expr)) or st not in _units(ctx, inner):
                 raise CannotFix("only plain statements are moved")
             ctx.require_own_lines(st)
         ctx.require_own_lines(step)
@@ -714,7 +761,7 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
             entry, backward = line_after(edits, mutation.entry().lineno), line_after(edits, sink.node.lineno)
             caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
             if not ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, entry, backward, caller)):
-                shown = ctx.source(after[0]).splitlines()[0]
+                shown = ctx.source(statements.sole_statement(after[0]) or after[0]).splitlines()[0]
                 return Fix(f"Compute `{shown[:60]}` after the step, so that its backward sees the updated weights "
                            "(unsafe: the forward now uses them)", False, tuple(edits))
         return None

@@ -1,0 +1,53 @@
+"""GG101's fixes find their statements through the control around them: a step, a backward, a forward or a kept
+value alone inside ``if True:``, ``with torch.enable_grad():``, a one-pass loop or ``try:`` is moved (or copied,
+or kept) with that control, as the same statement without it is.  Each variant below had no fix before; its fix
+is now offered and proven by torch (one per fix form: clear before the backward, compute the mixed value before
+the update, the forward after the step, the step after the later backward, backpropagate once, compute the kept
+value anew)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from fixture_corpus import all_fixtures
+from variants import fix_proof
+from variants.transforms import BY_NAME
+
+from gradguard import statements
+
+FIXTURES = {fx.id: fx for fx in all_fixtures()}
+
+FIXED_THROUGH_WRAPPERS = [
+    "GG101/pos_stale_grads_one_of_two_models_cleared::wrap_if_true",
+    "GG101/pos_td_error_after_critic_step_detached::wrap_try",
+    "GG101/pos_gan_helper_train_discriminator::wrap_enable_grad",
+    "GG101/pos_value_step_before_policy_loss_in_loop::wrap_loop_once",
+    "GG101/pos_same_loss_backward_twice_step_between::wrap_if_true",
+    "GG101/pos_prototypes_cached_on_module_with_graph::wrap_try",
+]
+
+
+@pytest.mark.parametrize("key", FIXED_THROUGH_WRAPPERS)
+def test_the_fix_is_offered_and_proven(key):
+    pytest.importorskip("torch")
+    fixture_id, transform = key.split("::")
+    fx = FIXTURES[fixture_id]
+    text = BY_NAME[transform].apply(fx.path.read_text(encoding="utf-8"))
+    assert text is not None, f"{transform} no longer applies to {fixture_id}"
+    job = {"text": text, "kind": BY_NAME[transform].kind, "rule": fx.path.parent.name, "original": str(fx.path)}
+    res = fix_proof.prove_fix(job)
+    assert res["status"] == fix_proof.PROVEN, f"{res['status']}: {res['why']} [{'; '.join(res['titles'])}]"
+
+
+@pytest.mark.parametrize(("code", "sole"), [
+    ("x = f()", "x = f()"),
+    ("if c:\n    x = f()", "x = f()"),
+    ("try:\n    with m:\n        x = f()\nfinally:\n    pass", "x = f()"),
+    ("for _ in range(1):\n    x = f()\n    pass", "x = f()"),
+    ("if c:\n    x = f()\nelse:\n    y = g()", None),  # two statements
+    ("if c:\n    def h():\n        return 1", None),  # a definition
+])
+def test_sole_statement(code, sole):
+    found = statements.sole_statement(ast.parse(code).body[0])
+    assert (ast.unparse(found) if found is not None else None) == sole
