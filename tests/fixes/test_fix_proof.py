@@ -60,10 +60,6 @@ _GUARD_KEPT_OTHERS_FROZEN = (
     "the parameters were frozen by other code than the guarded write: dropping the guard would also unfreeze "
     "parameters frozen on purpose (whether any are is the author's to say)")
 
-_MIXED_ACROSS_UPDATE = (
-    "the mixed value is computed in a branch of its own (`if late:`), apart from the update's block: computing it "
-    "before the update takes it out of that branch, which no fix does")
-
 _RECOMPUTE_WITH_GRAD = (
     "the value was computed with grad mode off where it is meant to be (acting, scoring): the loss should "
     "compute it again with grad mode on, from inputs only the author knows to keep: no fix yet")
@@ -77,8 +73,6 @@ NO_FIX = {
     "GG103/pos_nograd_output_copied_into_buffer_term": _RECOMPUTE_WITH_GRAD,
     "GG103/pos_nograd_helper_output_whole_loss_term": _RECOMPUTE_WITH_GRAD,
     "GG103/pos_nograd_values_kept_on_object_term": _RECOMPUTE_WITH_GRAD,
-    "GG101/pos_agent_advantage_after_value_updates_loop": _MIXED_ACROSS_UPDATE,
-    "GG101/pos_td_error_helper_after_critic_step": _MIXED_ACROSS_UPDATE,
     "GG103/pos_guarded_unfreeze_after_module_freeze": _GUARD_KEPT_OTHERS_FROZEN,
     "GG101/pos_model_methods_second_backward_after_three_steps": (
         "the forward is a method that keeps its outputs on the object: calling it again before the second loss's "
@@ -397,7 +391,8 @@ UNSAFE_ONLY = {
                         "gradients flow at every step" for name in (
         "pos_prototypes_cached_on_module_with_graph", "pos_cache_filled_lazily_on_holder_object")},
     **{f"GG101/{name}": "the mixed value, computed before the update, changes, and so does the loss it weighs"
-       for name in ("pos_td_error_after_critic_step_detached", "pos_agent_advantage_annotated_after_value_step")},
+       for name in ("pos_td_error_after_critic_step_detached", "pos_agent_advantage_annotated_after_value_step",
+                    "pos_agent_advantage_after_value_updates_loop", "pos_td_error_helper_after_critic_step")},
     **{f"GG101/{name}": "the step, moved below the later backward, also applies the gradients that backward gives "
                         "its parameters" for name in ("pos_value_step_before_detached_target_reused",
                                                       "pos_agent_lambda_returns_detached_for_critic_step",

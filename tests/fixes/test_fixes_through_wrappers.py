@@ -1,9 +1,9 @@
-"""GG101's fixes find their statements through the control around them: a step, a backward, a forward or a kept
-value alone inside ``if True:``, ``with torch.enable_grad():``, a one-pass loop or ``try:`` is moved (or copied,
+"""GG101's and GG102's fixes find their statements through the control around them: a step, a backward, a
+forward, a kept value or a hidden write alone inside ``if True:``, ``with torch.enable_grad():``, a one-pass loop or ``try:`` is moved (or copied,
 or kept) with that control, as the same statement without it is.  Each variant below had no fix before; its fix
 is now offered and proven by torch (one per fix form: clear before the backward, compute the mixed value before
 the update, the forward after the step, the step after the later backward, backpropagate once, compute the kept
-value anew)."""
+value anew; a write hidden under no_grad put in the graph)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ FIXED_THROUGH_WRAPPERS = [
     "GG101/pos_value_step_before_policy_loss_in_loop::wrap_loop_once",
     "GG101/pos_same_loss_backward_twice_step_between::wrap_if_true",
     "GG101/pos_prototypes_cached_on_module_with_graph::wrap_try",
+    # GG102's write put in the graph keeps the control it sat in, out of the no_grad block
+    "GG102/pos_nograd_gate_scale_hidden::wrap_if_true",
+    "GG102/pos_inference_mode_clip_logits::wrap_loop_once",
+    "GG102/pos_nograd_zero_padding_hidden::wrap_try",
 ]
 
 

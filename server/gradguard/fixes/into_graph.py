@@ -11,9 +11,10 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..statements import every_node
 from .callers import param_escape, through_callers
 from .context import CannotFix, FixContext
-from .moves import mutation_in, no_grad_block
+from .moves import mutation_in, no_grad_block, units
 from .writes import InPlaceWrite, aug_to_binop, code, cst_mod, out_of_place, short
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,7 +36,9 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
         raise CannotFix("not a plain write statement")
     copied = write.kind == "method" and write.call.func.attr == "copy_"
     stmt = write.stmt
-    block = no_grad_block(ctx, stmt) or _inference_mode_with(ctx, stmt)
+    # The write, or the statement around it alone (`if c:`, a loop) that the no_grad block holds: it stays, rewritten
+    unit = next((u for u in units(ctx, stmt) if no_grad_block(ctx, u) or _inference_mode_with(ctx, u)), stmt)
+    block = no_grad_block(ctx, unit) or _inference_mode_with(ctx, unit)
     if block is not None and len(block.body) != 1:
         raise CannotFix("the no_grad block holds more than the write")
     if block is None and not mutation.grad_enabled and _no_grad_decorator(ctx, stmt) is None:
@@ -45,6 +48,8 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     name = _unhidden_name(target)
     if name is None:
         raise CannotFix("the write is not on a local name, its `.data` or its `.detach()`")
+    if any(isinstance(n, ast.Name) and n.id == name and not ctx.inside(n, stmt) for n in every_node(unit)):
+        raise CannotFix("the control around the write reads the written tensor")
     if mutation.target.storage is not owner.storage:
         raise CannotFix("the write does not reach the memory of the tensor with the grad_fn")
     decorator = _no_grad_decorator(ctx, stmt) if block is None else None
@@ -65,7 +70,7 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     elif write.kind == "augassign":
         new = f"{name} = " + code(_reads_in_graph(aug_to_binop(ctx.cst(stmt)).with_changes(left=cst.Name(name)), name))
     else:
-        outer = block if block is not None else stmt
+        outer = block if block is not None and unit is stmt else stmt
         value = ctx.source(stmt.value)
         if _hidden_reads(stmt.value, name):
             value = code(_reads_in_graph(ctx.cst(stmt.value), name))
@@ -75,6 +80,13 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     ctx.require_own_lines(replaced)
     line, column, end_line, end_column = ctx.char_range(replaced)
     edit = TextEdit(line, column + 1, end_line, end_column + 1, new)
+    if unit is not stmt:  # the control stays, one level out, around the rewritten write
+        ctx.require_own_lines(stmt)
+        (a, b, c, d), lines = ctx.char_range(stmt), [line.rstrip("\r\n") for line in ctx.lines]
+        text = ctx.newline.join([*lines[unit.lineno - 1:a - 1], lines[a - 1][:b] + new + lines[c - 1][d:],
+                                 *lines[c:unit.end_lineno]])
+        cut = len(ctx.indent_of(unit)) - len(ctx.indent_of(block))
+        edit = TextEdit(line, 1, end_line + 1, 1, "".join(t[cut:] + ctx.newline for t in text.split(ctx.newline)))
     first = new.split(ctx.newline)[0]
     title = f"Put the write in the graph: `{short(first)}` (unsafe: the gradient now goes through it, where it skipped it before)"
     if through:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix, TextEdit
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, PARAMETER_ITERATORS
-from ..statements import block_of, names
+from ..statements import block_of, calls, names, sole_statement
 from ..statements import walk as walk_statements
 from .context import FUNCTIONS, CannotFix, FixContext
 
@@ -43,6 +43,19 @@ def enclosing_statements(ctx: FixContext, node: ast.AST) -> list[ast.stmt]:
             break
         if isinstance(n, ast.stmt):
             out.append(n)
+    return out
+
+
+def units(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt]:
+    """``stmt`` and the compound statements around it that run it alone (``statements.sole_statement``: ``if c:``,
+    ``with ...:``, a loop, ``try``), innermost first, while their tests, iterables and context managers call only
+    code known to compute on values: moved, copied or kept whole, each does what ``stmt`` does, in its control."""
+    out = []
+    for up in enclosing_statements(ctx, stmt):
+        if sole_statement(up) is not stmt or up is not stmt and not all(
+                value_only_call(ctx, c) for c in calls(up) if not ctx.inside(c, stmt)):
+            break
+        out.append(up)
     return out
 
 

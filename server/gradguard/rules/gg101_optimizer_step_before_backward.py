@@ -10,7 +10,7 @@ from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FixContext
 from ..fixes.edits import Rewrite, apply_edits, line_after
 from ..fixes.identity import FindingId
 from ..fixes.moves import (block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in,
-                           value_only_call)
+                           units, value_only_call)
 from ..fixes.writes import cst_mod
 from ..inference.events import Finding, LoadedCopy, Mutation, StaleStep, in_function_of
 from ..knowledge.names import RECURRENT_LAYERS
@@ -363,7 +363,7 @@ def _compute_kept_anew(ctx: FixContext, mutation: Mutation, finding: Finding) ->
                 and test.comparators[0].value is None and ast.unparse(test.left) == ast.unparse(inner.targets[0]))
 
     # (the assignment, or the statement around it alone that the guard holds: `with ...:`, kept as it is)
-    store = next((u for u in _units(ctx, inner) if guards(u)), None)
+    store = next((u for u in units(ctx, inner) if guards(u)), None)
     if store is None:
         raise CannotFix("the kept value is not filled under an `if <it> is None:` of its own")
     guard = ctx.parents[store]
@@ -400,7 +400,7 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
     inner = ctx.statement_of(finding.node)
     update = in_function_of(tuple(mutation.call_path()), mutation.node, list(mutation.mixed.use.path))
     # The assignment, or the statement around it alone (an `if`, a `with`) that shares a block with the update
-    use = next((u for u in _units(ctx, inner) if any(ctx.inside(update, st) for st in block_around(ctx, u) or [])),
+    use = next((u for u in units(ctx, inner) if any(ctx.inside(update, st) for st in block_around(ctx, u) or [])),
                inner)
     block = block_around(ctx, use) or []
     k = next((k for k, st in enumerate(block) if ctx.inside(update, st)), None)
@@ -487,24 +487,11 @@ def _keep_loaded_copy(ctx: FixContext, stmt: ast.stmt) -> Fix:
                "holding one module changes)", False, (TextEdit(stmt.lineno, 1, stmt.end_lineno + 1, 1, keep),))
 
 
-def _units(ctx: FixContext, stmt: ast.stmt) -> list[ast.stmt]:
-    """``stmt`` and the compound statements around it that run it alone (``statements.sole_statement``: ``if c:``,
-    ``with ...:``, a loop, ``try``), innermost first, as long as the calls of their tests, iterables and context
-    managers compute on values only: moved or copied whole, each does what ``stmt`` does, in its control."""
-    out = []
-    for up in enclosing_statements(ctx, stmt):
-        if statements.sole_statement(up) is not stmt or up is not stmt and not all(
-                value_only_call(ctx, c) for c in statements.calls(up) if not ctx.inside(c, stmt)):
-            break
-        out.append(up)
-    return out
-
-
 def _units_in_one_block(ctx: FixContext, a: ast.stmt, b: ast.stmt) -> tuple[ast.stmt | None, ast.stmt | None]:
-    """A unit of ``a`` and one of ``b`` (``_units``) that are statements of one block, the innermost such."""
-    for ub in _units(ctx, b):
+    """A unit of ``a`` and one of ``b`` (``units``) that are statements of one block, the innermost such."""
+    for ub in units(ctx, b):
         block = block_around(ctx, ub) or []
-        ua = next((u for u in _units(ctx, a) if any(st is u for st in block)), None)
+        ua = next((u for u in units(ctx, a) if any(st is u for st in block)), None)
         if ua is not None:
             return ua, ub
     return None, None
@@ -614,7 +601,7 @@ def _step_after_later_backward(ctx: FixContext, mutation: Mutation, code: str) -
     if len(sinks) != len(mutation.conflicts):
         raise CannotFix("the graph is not backpropagated here")
     # The step, or the statement around it alone (`if`, `with`) that shares a block with the backwards: it moves whole
-    for step in _units(ctx, inner):
+    for step in units(ctx, inner):
         block = block_around(ctx, step) or []
         i = next(k for k, st in enumerate(block) if st is step)
         downs = [next((k for k in range(i + 1, len(block)) if ctx.inside(s, block[k])), None) for s in sinks]
@@ -667,9 +654,9 @@ def _step_after_later_backward(ctx: FixContext, mutation: Mutation, code: str) -
 
 
 def _plain(ctx: FixContext, stmt: ast.stmt | None) -> ast.stmt | None:
-    """The statement ``stmt`` runs alone (itself, or the one in an ``if True:``, a ``with``: ``_units``), if any."""
+    """The statement ``stmt`` runs alone (itself, or the one in an ``if True:``, a ``with``: ``units``), if any."""
     inner = statements.sole_statement(stmt) if stmt is not None else None
-    return inner if inner is not None and any(u is stmt for u in _units(ctx, inner)) else None
+    return inner if inner is not None and any(u is stmt for u in units(ctx, inner)) else None
 
 
 def _backward_of(stmt: ast.stmt | None) -> str | None:
@@ -727,7 +714,7 @@ def _forward_after_step(ctx: FixContext, mutation: Mutation, code: str) -> Fix:
         for st in [*moved, *kept]:
             # (or one in an `if`, a `with` alone, which moves, or is computed again, with it)
             inner = statements.sole_statement(st)
-            if not isinstance(inner, (ast.Assign, ast.AnnAssign, ast.Expr)) or st not in _units(ctx, inner):
+            if not isinstance(inner, (ast.Assign, ast.AnnAssign, ast.Expr)) or st not in units(ctx, inner):
                 raise CannotFix("only plain statements are moved")
             ctx.require_own_lines(st)
         ctx.require_own_lines(step)
