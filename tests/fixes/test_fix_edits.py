@@ -614,12 +614,23 @@ def test_a_hook_writing_its_gradient_returns_a_new_one():
     assert "    g = g.mul(0.5)\n    return g\n" in out
 
 
-@pytest.mark.parametrize("hook", [
-    "def scale(g):\n    kept.append(g)\n    g.mul_(0.5)",  # something else holds the old gradient
-    "def scale(g):\n    g.mul_(0.5)\n    return None",  # returns something other than the gradient
+@pytest.mark.parametrize("hook, cloned", [
+    ("def bump(t):\n    t.mul_(0.5)\ndef scale(g):\n    bump(g)",
+     "def scale(g):\n    g = g.clone()\n    bump(g)\n    return g\n"),
+    ("def scale(g):\n    a = g\n    a.mul_(0.5)\n    return g", "def scale(g):\n    g = g.clone()\n    a = g\n"),
+    ("def scale(g):\n    kept.append(g)\n    g.mul_(0.5)", "def scale(g):\n    g = g.clone()\n    kept.append(g)\n"),
 ])
-def test_a_hook_whose_old_gradient_may_be_kept_gets_no_fix(hook):
+def test_a_hook_whose_gradient_a_helper_or_an_alias_writes_clones_it_first(hook, cloned):
+    """The run tells which parameter of the function torch entered brought the gradient in: cloned there, every
+    write in the hook or what it calls lands on the copy (and what the hook keeps holds the same values)."""
     src = "kept = []\n" + _HOOK_PROGRAM.format(hook=hook)
+    out = fixed(src)
+    assert cloned in out
+    assert [d for d in analyse(out) if d.code == "GG108"] == []
+
+
+def test_a_hook_returning_none_gets_no_fix():  # torch passes on the written gradient: a clone would drop the write
+    src = _HOOK_PROGRAM.format(hook="def scale(g):\n    g.mul_(0.5)\n    return None")
     assert [d.fix for d in analyse(src) if d.code == "GG108"] == [None]
 
 

@@ -1040,7 +1040,7 @@ class CallsMixin:
             self.state.grad_enabled = grad_mode
         writes = [m for m in self.mutations[first:] if m.target.storage.id == gradient.storage.id]
         self.mutations[first:] = [m for m in self.mutations[first:] if m not in writes]
-        self.hook_writes.extend(HookWrite(m.node, m.how, node, register) for m in writes)
+        self.hook_writes.extend(HookWrite(m.node, m.how, node, register, m.moment) for m in writes)
 
     # --------------------------------------------------------- op semantics
     def apply_op(self, name: str, args: list[Value], node: ast.AST, label: str) -> Value:

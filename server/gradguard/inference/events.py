@@ -518,6 +518,7 @@ class HookWrite:
     how: str  # "`.clamp_()`", "`*=`", "`[...] =`"
     registered: ast.AST  # the `register_hook(...)` call
     register: str  # "register_hook", "register_full_backward_pre_hook"
+    moment: Moment | None = None  # the write's, as the run of the hook saw it (``Moment.entered_at`` its call)
 
 
 Event = Mutation | GraphBreak | HookWrite | Rebind

@@ -142,7 +142,7 @@ class ExtensionPointsMixin:
             if m.target.storage.id in grads:  # reported once the gradient is known to be shared (see below)
                 output = grads[m.target.storage.id]
                 held = self.gradient_writes.setdefault(id(output), (output, []))[1]
-                held.append(HookWrite(m.node, m.how, node, f"{info.name}.backward"))
+                held.append(HookWrite(m.node, m.how, node, f"{info.name}.backward", m.moment))
                 continue
             copy = next((c for c in saved_copies if isinstance(c, Tensor) and c.storage is m.target.storage), None)
             if copy is None:

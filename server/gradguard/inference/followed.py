@@ -107,7 +107,7 @@ class FollowedCallsMixin:
         self.inline_frames.append((node, new_id()))
         self.frame_sites = (*self.frame_sites, node)
         unsure_context = self.unsure_context
-        self.run_log.enter(node)
+        self.run_log.enter(node, fn)
         self.run_log.parameters_bound(env, parameter_names(fn, self_value is not None))
         self.caller_envs.append(saved[0].env)
         try:

@@ -74,17 +74,20 @@ class RunLog:
         # id of a write's node -> the moments of its runs (a loop: each); ``Moment.through`` adds those through a call
         self.writes: dict[int | tuple[int, int], list[Moment]] = {}
         self.sites: dict[int, ast.AST] = {}  # frame -> the call it was entered through
+        self.functions: dict[int, ast.AST] = {}  # frame -> the function (def or lambda) it runs
 
     # ------------------------------------------------------------ recording (the interpreter's hooks)
     def ran(self, entry: Entry) -> None:
         self.entries.append(entry)
         self.frames.append(self.stack[-1])
 
-    def enter(self, site: ast.AST) -> None:
-        """A followed call starts at ``site``: its statements run in a new frame."""
+    def enter(self, site: ast.AST, function: ast.AST | None = None) -> None:
+        """A followed call of ``function`` starts at ``site``: its statements run in a new frame."""
         self._made += 1
         self.stack.append(self._made)
         self.sites[self._made] = site
+        if function is not None:
+            self.functions[self._made] = function
 
     def leave(self) -> None:
         self.stack.pop()
@@ -213,6 +216,12 @@ class Moment:
 
     def frame_index(self, depth: int = -1) -> int:
         return depth % len(self.frames)
+
+    def entered_at(self, site: ast.AST) -> tuple[int, ast.AST] | None:
+        """(depth, function) of the open frame entered through the call at ``site`` (a hook torch calls: its register
+        call), None when no frame of this write was."""
+        return next(((depth, self.log.functions[frame]) for depth, frame in enumerate(self.frames)
+                     if self.log.sites.get(frame) is site and frame in self.log.functions), None)
 
     def value_reads_after(self, name: str, depth: int = -1) -> list[ast.Name]:
         """The reads of ``name``'s value after this point, in the frame ``depth`` (the innermost by default; 0 is

@@ -83,10 +83,17 @@ _HOOK_REGISTERS = frozenset({"register_hook", "register_full_backward_pre_hook"}
 
 
 def fix(ctx: FixContext, finding: Finding) -> Fix:
-    """Write out of place and return the new gradient (a tuple for a pre-hook)."""
+    """Write out of place and return the new gradient (a tuple for a pre-hook); else clone it on the hook's entry."""
     hook: HookWrite | None = (finding.data or {}).get("hook_write")
     if hook is None:
         raise CannotFix("the finding carries no hook write")
+    try:
+        return _out_of_place(ctx, finding, hook)
+    except CannotFix:
+        return _clone_on_entry(ctx, hook)
+
+
+def _out_of_place(ctx: FixContext, finding: Finding, hook: HookWrite) -> Fix:
     write = InPlaceWrite.of(ctx, finding.node)
     scope = ctx.scope_of(write.stmt if not isinstance(finding.node, ast.Call) else finding.node)
     backward = _is_function_backward(ctx, hook, scope)
@@ -119,6 +126,44 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
         edits.append(TextEdit(end, len(ctx.lines[end - 1]) + 1, end, len(ctx.lines[end - 1]) + 1,
                               f"{ctx.newline}{ctx.indent_of(scope.body[0])}return {param}"))
     return _fix(edits, body.split(ctx.newline)[0] + ("" if returns else f"; return {param}"))
+
+
+def _clone_on_entry(ctx: FixContext, hook: HookWrite) -> Fix:
+    """The hook's first statement clones the gradient parameter, so the write, wherever it is (a helper the hook
+    calls, an alias of the parameter), lands on the hook's own copy; the hook returns it where it returned nothing.
+    The run tells which function torch entered at the register call and which of its parameters brought the
+    written memory in; a hook that returns None on some path, or a function used other than as a hook, refuses."""
+    entered = hook.moment.entered_at(hook.registered) if hook.moment is not None else None
+    if entered is None or isinstance(hook, OutputWrite) or hook.register in _TUPLE_HOOKS:
+        raise CannotFix("no gradient parameter of a hook's run to clone")
+    depth, fn = entered
+    passed = hook.moment.callers_pass(depth)
+    if not isinstance(fn, ast.FunctionDef) or len(passed) != 1:
+        raise CannotFix("not one gradient parameter of a `def` hook")
+    param, backward = passed[0], _is_function_backward(ctx, hook, fn)
+    if not backward:
+        _require_only_hook_uses(ctx, fn)
+    own = list(own_nodes(fn))
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.Global, ast.Nonlocal)) for n in own):
+        raise CannotFix("a generator hook, or one that declares names global")
+    returns = [n for n in own if isinstance(n, ast.Return)]
+    if any(r.value is None or isinstance(r.value, ast.Constant) and r.value.value is None for r in returns):
+        raise CannotFix("the hook returns None on some path: torch then passes on the written gradient")
+    if not returns and (backward or any(isinstance(n, ast.Name) and n.id == param and not isinstance(n.ctx, ast.Load)
+                                        for n in own)):
+        raise CannotFix(f"`{param}` is rebound in a hook that returns nothing")
+    first = fn.body[1] if len(fn.body) > 1 and ast.get_docstring(fn, clean=False) is not None else fn.body[0]
+    ctx.require_own_lines(first)
+    clone = f"{param} = {param}.clone()"
+    edits = [TextEdit(first.lineno, 1, first.lineno, 1, f"{ctx.indent_of(first)}{clone}{ctx.newline}")]
+    if not returns:
+        last = fn.body[-1]
+        ctx.require_own_lines(last)
+        end = last.end_lineno
+        edits.append(TextEdit(end, len(ctx.lines[end - 1]) + 1, end, len(ctx.lines[end - 1]) + 1,
+                              f"{ctx.newline}{ctx.indent_of(first)}return {param}"))
+    return Fix(f"Clone the gradient the hook is given before anything writes it: `{clone}`"
+               + ("" if returns else f"; return {param}"), True, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
 
 
 def _fix(edits: list[TextEdit], desc: str) -> Fix:
