@@ -25,9 +25,13 @@ class _Crashes(logging.Handler):
 
 
 @pytest.fixture(autouse=True)
-def _fix_builders_do_not_crash():
+def _fix_builders_do_not_crash(request):
     """A fix builder that raises anything but CannotFix loses its fix without a word to the user (the fix layer
-    logs it at debug level and moves on), so a test in which one does fails here, naming the exception."""
+    logs it at debug level and moves on), so a test in which one does fails here, naming the exception.  A test
+    that crashes a builder on purpose says so with ``@pytest.mark.fix_builder_crashes``."""
+    if request.node.get_closest_marker("fix_builder_crashes"):
+        yield
+        return
     crashes = _Crashes()
     loggers = [logging.getLogger(name) for name in ("gradguard.fixes", "gradguard.probed_fixes")]
     levels = [logger.level for logger in loggers]

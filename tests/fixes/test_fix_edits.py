@@ -460,6 +460,7 @@ def test_fix_refuses_stdin(capsys):
     assert code == 2 and "stdin" in err
 
 
+@pytest.mark.fix_builder_crashes
 def test_a_crashing_fix_builder_costs_only_the_fix(monkeypatch):
     from gradguard.api import FIX_BUILDERS
 
