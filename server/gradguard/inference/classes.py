@@ -45,6 +45,14 @@ class ClassInfo:
     late_bases: list[str] = field(default_factory=list)
     bound_from: "ClassInfo | None" = field(default=None, compare=False, repr=False)  # the class ``bind`` bound
     shared_by_copies: ClassVar[bool] = True  # see ``values.copy_values``
+    # ``mro``'s last answer, with the module classes and the ``rebases`` count it was worked out under.
+    mro_cache: tuple | None = field(default=None, init=False, compare=False, repr=False)
+    rebases: ClassVar[int] = 0  # bumped by ``rebase``: any class's MRO through the rebased one may have changed
+
+    def rebase(self, foreign: list["ClassInfo"]) -> None:
+        """Set ``foreign_bases`` (see ``Project.resolve_bases``), making every class's cached MRO stale."""
+        self.foreign_bases = foreign
+        ClassInfo.rebases += 1
 
     @property
     def name(self) -> str:
@@ -146,9 +154,19 @@ def dataclass_fields(classes: dict[str, ClassInfo], info: ClassInfo) -> list[tup
     return list(fields.items())
 
 
-def mro(classes: dict[str, ClassInfo], info: ClassInfo) -> list[ClassInfo]:
+def mro(classes: dict[str, ClassInfo], info: ClassInfo) -> tuple[ClassInfo, ...]:
     """The class and its bases, depth first, each once: those of its module (``classes``, for the class itself),
-    then the resolved ones of other modules, whose own bases are looked up in their module."""
+    then the resolved ones of other modules, whose own bases are looked up in their module.  Worked out once per
+    class (kept on it until ``ClassInfo.rebase`` changes some class's bases)."""
+    cached = info.mro_cache
+    if cached is not None and cached[0] is classes and cached[1] == ClassInfo.rebases:
+        return cached[2]
+    order = _mro(classes, info)
+    info.mro_cache = (classes, ClassInfo.rebases, order)
+    return order
+
+
+def _mro(classes: dict[str, ClassInfo], info: ClassInfo) -> tuple[ClassInfo, ...]:
     order: list[ClassInfo] = []
     stack = [(info, classes)]
     while stack:
@@ -158,7 +176,7 @@ def mro(classes: dict[str, ClassInfo], info: ClassInfo) -> list[ClassInfo]:
         order.append(current)
         stack[0:0] = [*((scope[b], scope) for b in current.bases if b in scope),
                       *((b, b.module_classes) for b in current.foreign_bases)]
-    return order
+    return tuple(order)
 
 
 def find_setter(classes: dict[str, ClassInfo], info: ClassInfo, name: str) -> tuple[ast.FunctionDef, ClassInfo] | None:

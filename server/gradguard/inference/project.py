@@ -141,7 +141,7 @@ class Project:
         for name in info.bases:
             if name in info.module_classes:
                 self.resolve_bases(info.module_classes[name], importer)
-        info.foreign_bases = foreign  # rewritten by each file's project: a module read anew has new classes
+        info.rebase(foreign)  # rewritten by each file's project: a module read anew has new classes
         info.torch_base = info.own_torch_base or next(
             (b.torch_base for b in mro(info.module_classes, info)[1:] if b.torch_base), None)
 
