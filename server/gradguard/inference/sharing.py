@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import bisect
 from dataclasses import dataclass, field, replace
+from typing import AbstractSet
 
 from ..knowledge.names import NON_VALUE_ATTRS
 from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES
@@ -455,6 +456,14 @@ def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], 
     innermost = len(envs) - 1
     seen: set[str] = set()
     outer = [scope for scope in scopes if all(scope is not env for env in envs)]  # a caller's are its frame's
+    held: dict[int, AbstractSet[int]] = {}  # by value: most are in several frames (a method's ``self``, a global)
+
+    def held_by(value: Value) -> AbstractSet[int]:
+        storages = held.get(id(value))
+        if storages is None:
+            storages = held[id(value)] = storages_in(value)
+        return storages
+
     for frame, variables in [*enumerate(envs), *((None, scope) for scope in outer)]:
         for name, value in variables.items():
             if frame is None or frame == innermost:
@@ -466,40 +475,55 @@ def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], 
                     related = id(value) in chain or any(id(t) == id(written) for t in value.view_chain())
                     how = "same" if value is written else "view" if related else "tensor"
                     found.append((name, how, frame))
-            elif memory & storages_in(value):  # `t.data`, a NumPy view: the same memory under another name
+            elif memory & held_by(value):  # `t.data`, a NumPy view: the same memory under another name
                 found.append((name, "view" if isinstance(value, (DataAlias, NumberFrom)) else "holder", frame))
     return tuple(found)
 
 
-def storages_in(value: Value | None, depth: int = HELD_DEPTH) -> set[int]:
-    """The storages of the tensors ``value`` is or holds (``HELD_DEPTH`` levels of lists, dicts, objects)."""
-    how = _HOLDS.get(type(value))
-    if how is None:
-        how = _HOLDS[type(value)] = _holds(type(value))
+def storages_in(value: Value | None, depth: int = HELD_DEPTH) -> AbstractSet[int]:
+    """The storages of the tensors ``value`` is or holds (``HELD_DEPTH`` levels of lists, dicts, objects).  Not to
+    be changed by the caller (one empty set answers for every value that holds none)."""
+    how = _HOLDS.get(type(value)) or _case(type(value))
     if how is _NOTHING:
-        return set()
+        return _NONE
+    if how is Tensor or how is DataAlias or how is NumberFrom:
+        return _leaf_storages(value, how) or _NONE
+    found: set[int] = set()
+    _add_held(value, how, depth, found)
+    return found
+
+
+def _leaf_storages(value: Value, how: object) -> set[int]:
     if how is Tensor:
         return {t.storage.id for t in (value.group or (value,))}
     if how is DataAlias:
         return {value.tensor.storage.id}
-    if how is NumberFrom:
-        return {value.array_of.storage.id} if value.array_of is not None else set()
+    return {value.array_of.storage.id} if value.array_of is not None else set()
+
+
+def _add_held(holder: Value, how: object, depth: int, found: set[int]) -> None:
+    """Add to ``found`` the storages of what the list, dict or object ``holder`` holds, ``depth`` levels down."""
     if depth == 0:
-        return set()
-    if how is TensorSeq:
-        items = value.items
-    elif how is TensorMap:
-        items = list(value.items.values())
-    else:
-        items = list(value.attrs.values())
-    found: set[int] = set()
+        return
+    items = holder.items if how is TensorSeq else holder.items.values() if how is TensorMap else holder.attrs.values()
     for item in items:
-        found |= storages_in(item, depth - 1)
-    return found
+        case = _HOLDS.get(type(item)) or _case(type(item))
+        if case is _NOTHING:
+            continue
+        if case is Tensor or case is DataAlias or case is NumberFrom:
+            found |= _leaf_storages(item, case)
+        else:
+            _add_held(item, case, depth - 1, found)
 
 
 _NOTHING = object()  # a value that is no tensor and holds none
+_NONE: frozenset[int] = frozenset()  # ``storages_in`` of a value that holds none
 _HOLDS: dict[type, object] = {}  # type -> which of ``storages_in``'s cases it is, worked out once per type
+
+
+def _case(kind: type) -> object:
+    how = _HOLDS[kind] = _holds(kind)
+    return how
 
 
 def _holds(kind: type) -> object:
