@@ -6,6 +6,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest
 
+pytest.register_assert_rewrite("programs")  # its assert_fix_proven shows the values it compared
+
 
 @pytest.fixture(autouse=True)
 def _no_result_cache(monkeypatch):

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import warnings
 from pathlib import Path
 
 from gradguard.api import analyze_source
 from gradguard.config import Config
+from gradguard.fixes.edits import apply_edits
+from gradients import grads_equal
 
 
 def found(code: str, src: str) -> list:
@@ -31,3 +34,14 @@ def load_program(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def assert_fix_proven(text: str, path: Path, edits, fixed: Path) -> None:
+    """``edits`` made to ``text`` (the program at ``path``), written to ``fixed``: the fixed program's ``run()`` must
+    run clean under torch and give the gradients of the original's ``reference()``."""
+    fixed.write_text(apply_edits(text, list(edits)), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = load_program(fixed).run()  # must run clean: torch raising here fails the test
+        expected = load_program(path).reference()
+    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")

@@ -14,16 +14,13 @@ be wrong there)."""
 from __future__ import annotations
 
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
-from gradients import grads_equal
-from programs import load_program
+from programs import assert_fix_proven
 
 torch = pytest.importorskip("torch")
 
-from gradguard.fixes.edits import apply_edits
 from gradguard.probe import ProbeOptions
 from gradguard.probe.merge import diagnostics
 from gradguard.probed_fixes import fixes_for
@@ -865,13 +862,7 @@ def test_probe_only_edit_is_proven(source: str, worker, tmp_path: Path):
     path, text, found = _found(source, worker, tmp_path, _code(source))
     fixes = fixes_for(text, str(path), found)
     assert len(fixes) == len(found), [(d.line, d.message) for d in found]
-    fixed = tmp_path / "fixed.py"
-    fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = load_program(fixed).run()  # must run clean
-        expected = load_program(path).reference()
-    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+    assert_fix_proven(text, path, [e for fix in fixes.values() for e in fix.edits], tmp_path / "fixed.py")
 
 
 @pytest.mark.parametrize("source", [ACCUMULATED_STEP_UNDER_CONDITION, OPTIMIZER_REBOUND_IN_BLOCK,

@@ -10,12 +10,10 @@ import warnings
 from pathlib import Path
 
 import pytest
-from gradients import grads_equal
-from programs import load_program
+from programs import assert_fix_proven, load_program
 
 torch = pytest.importorskip("torch")
 
-from gradguard.fixes.edits import apply_edits
 from gradguard.probe import ProbeOptions
 from gradguard.probe.merge import diagnostics
 from gradguard.probed_fixes import fixes_for
@@ -227,10 +225,4 @@ def test_fix_from_the_probes_saving_expression_is_proven(source: str, worker, tm
     fixes = fixes_for(text, str(path), found)
     assert len(fixes) == len(found), "a finding got no fix"
     edits = list(dict.fromkeys(e for fix in fixes.values() for e in fix.edits))  # (two findings, one fix)
-    fixed = tmp_path / "fixed.py"
-    fixed.write_text(apply_edits(text, edits), encoding="utf-8")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = load_program(fixed).run()  # must run clean
-        expected = load_program(path).reference()
-    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+    assert_fix_proven(text, path, edits, tmp_path / "fixed.py")

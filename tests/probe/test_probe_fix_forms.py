@@ -10,12 +10,10 @@ import warnings
 from pathlib import Path
 
 import pytest
-from gradients import grads_equal
-from programs import load_program
+from programs import assert_fix_proven, load_program
 
 torch = pytest.importorskip("torch")
 
-from gradguard.fixes.edits import apply_edits
 from gradguard.probe import ProbeOptions
 from gradguard.probe.merge import diagnostics
 from gradguard.probed_fixes import fixes_for
@@ -549,13 +547,7 @@ def test_buffer_rows_kept_apart_is_proven(source: str, worker, tmp_path: Path):
     # the advice the message gives must hold too: a stacked list links the graphs again (torch raises)
     said = [d.message for d in found if "into part of a buffer" in d.message]
     assert said and not any("then torch.stack" in m for m in said), said
-    fixed = tmp_path / "fixed.py"
-    fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = load_program(fixed).run()  # must run clean
-        expected = load_program(path).reference()
-    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+    assert_fix_proven(text, path, [e for fix in fixes.values() for e in fix.edits], tmp_path / "fixed.py")
 
 
 @pytest.mark.parametrize("source", [BUFFER_READ_WHOLE, BUFFER_OR_LIST_BEFORE_THE_WRITES, BUFFER_FILLED_BY_COLUMNS],
@@ -574,13 +566,7 @@ def test_backward_into_the_next_steps_parameters_is_proven(source: str, worker, 
     titles = [fix.title for fix in fixes.values()]
     assert [t for t in titles if t.startswith("Backpropagate only into the parameters")], \
         ([(d.code, d.line, d.message) for d in found], titles)
-    fixed = tmp_path / "fixed.py"
-    fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = load_program(fixed).run()  # must run clean
-        expected = load_program(path).reference()
-    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+    assert_fix_proven(text, path, [e for fix in fixes.values() for e in fix.edits], tmp_path / "fixed.py")
 
 
 def test_backward_not_narrowed_when_the_stepped_network_reads_the_other(worker, tmp_path: Path):
@@ -596,13 +582,7 @@ def test_forward_in_the_loop_that_steps_is_proven(source: str, worker, tmp_path:
     titles = [fix.title for fix in fixes.values()]
     assert [t for t in titles if " in the loop, before each backward" in t], \
         ([(d.code, d.line, d.message) for d in found], titles)
-    fixed = tmp_path / "fixed.py"
-    fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = load_program(fixed).run()  # must run clean
-        expected = load_program(path).reference()
-    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+    assert_fix_proven(text, path, [e for fix in fixes.values() for e in fix.edits], tmp_path / "fixed.py")
 
 
 @pytest.mark.parametrize("source", [FEATURES_READ_AFTER_THE_LOOP, INPUT_CHANGED_IN_THE_LOOP, FEATURES_SCALED_APART,
@@ -624,13 +604,7 @@ def test_method_called_again_after_the_steps_is_proven(source: str, worker, tmp_
     assert [t for t in titles if t.startswith("Call `self.forward()` again after the step")], \
         ([(d.code, d.line, d.message) for d in found], titles)
     for n, fix in enumerate(fixes.values()):  # each fix alone makes the program run clean
-        fixed = tmp_path / f"fixed_{n}.py"
-        fixed.write_text(apply_edits(text, list(fix.edits)), encoding="utf-8")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            got = load_program(fixed).run()  # must run clean
-            expected = load_program(path).reference()
-        assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+        assert_fix_proven(text, path, list(fix.edits), tmp_path / f"fixed_{n}.py")
 
 
 def test_method_not_called_again_when_it_takes_an_input(worker, tmp_path: Path):

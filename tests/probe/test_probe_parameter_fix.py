@@ -7,16 +7,13 @@ no fix (the edit would be wrong or would not reach the values there)."""
 from __future__ import annotations
 
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
-from gradients import grads_equal
-from programs import load_program
+from programs import assert_fix_proven
 
 torch = pytest.importorskip("torch")
 
-from gradguard.fixes.edits import apply_edits
 from gradguard.probe import ProbeOptions
 from gradguard.probe.merge import diagnostics
 from gradguard.probed_fixes import fixes_for
@@ -105,13 +102,7 @@ def test_new_parameter_set_by_name_is_set_past_registration(worker, tmp_path: Pa
     fixes = fixes_for(text, str(path), found)
     assert len(fixes) == len(found), [(d.line, d.message) for d in found]
     assert all(not fix.safe and "object.__setattr__(layer, name, value)" in fix.title for fix in fixes.values())
-    fixed = tmp_path / "fixed.py"
-    fixed.write_text(apply_edits(text, [e for fix in fixes.values() for e in fix.edits]), encoding="utf-8")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = load_program(fixed).run()  # must run clean
-        expected = load_program(path).reference()
-    assert grads_equal(got, expected), fixed.read_text(encoding="utf-8")
+    assert_fix_proven(text, path, [e for fix in fixes.values() for e in fix.edits], tmp_path / "fixed.py")
 
 
 @pytest.mark.parametrize("source", [PARAMETER_BOUND_TO_A_NAME, PARAMETER_MADE_IN_INIT],
