@@ -120,11 +120,7 @@ def _out_of_place(ctx: FixContext, finding: Finding, hook: HookWrite) -> Fix:
     line, column, end_line, end_column = ctx.char_range(write.stmt)
     edits = [TextEdit(line, column + 1, end_line, end_column + 1, body)]
     if not returns:
-        last = scope.body[-1]
-        ctx.require_own_lines(last)
-        end = last.end_lineno
-        edits.append(TextEdit(end, len(ctx.lines[end - 1]) + 1, end, len(ctx.lines[end - 1]) + 1,
-                              f"{ctx.newline}{ctx.indent_of(scope.body[0])}return {param}"))
+        edits.append(_return_at_end(ctx, scope, param))
     return _fix(edits, body.split(ctx.newline)[0] + ("" if returns else f"; return {param}"))
 
 
@@ -157,13 +153,18 @@ def _clone_on_entry(ctx: FixContext, hook: HookWrite) -> Fix:
     clone = f"{param} = {param}.clone()"
     edits = [TextEdit(first.lineno, 1, first.lineno, 1, f"{ctx.indent_of(first)}{clone}{ctx.newline}")]
     if not returns:
-        last = fn.body[-1]
-        ctx.require_own_lines(last)
-        end = last.end_lineno
-        edits.append(TextEdit(end, len(ctx.lines[end - 1]) + 1, end, len(ctx.lines[end - 1]) + 1,
-                              f"{ctx.newline}{ctx.indent_of(first)}return {param}"))
+        edits.append(_return_at_end(ctx, fn, param))
     return Fix(f"Clone the gradient the hook is given before anything writes it: `{clone}`"
                + ("" if returns else f"; return {param}"), True, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+
+
+def _return_at_end(ctx: FixContext, fn: ast.FunctionDef, param: str) -> TextEdit:
+    """``return param`` after the last statement of a hook that returned nothing (torch then uses the new value)."""
+    last = fn.body[-1]
+    ctx.require_own_lines(last)
+    end = last.end_lineno
+    return TextEdit(end, len(ctx.lines[end - 1]) + 1, end, len(ctx.lines[end - 1]) + 1,
+                    f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {param}")
 
 
 def _fix(edits: list[TextEdit], desc: str) -> Fix:
