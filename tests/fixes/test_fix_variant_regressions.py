@@ -7,13 +7,10 @@ is rebuilt with its transform and proven again; its fix must now be right, or no
 from __future__ import annotations
 
 import pytest
-from fixture_corpus import all_fixtures
 from variants import fix_proof
-from variants.transforms import BY_NAME
 
 pytest.importorskip("torch")
 
-FIXTURES = {fx.id: fx for fx in all_fixtures()}
 
 FAILED_BEFORE = [
     "GG001/pos_alias_of_input_written_then_input_decoded_again::closure",
@@ -80,11 +77,6 @@ FAILED_BEFORE = [
 
 @pytest.mark.parametrize("key", FAILED_BEFORE)
 def test_the_fix_is_proven_or_not_offered(key):
-    fixture_id, transform = key.split("::")
-    fx = FIXTURES[fixture_id]
-    text = BY_NAME[transform].apply(fx.path.read_text(encoding="utf-8"))
-    assert text is not None, f"{transform} no longer applies to {fixture_id}"
-    job = {"text": text, "kind": BY_NAME[transform].kind, "rule": fx.path.parent.name, "original": str(fx.path)}
-    res = fix_proof.prove_fix(job)
+    res = fix_proof.prove_variant(key)
     assert res["status"] in (fix_proof.PROVEN, fix_proof.NO_FIX), f"{res['why']} [{'; '.join(res['titles'])}]\n" \
                                                                   f"{res.get('fixed', '')}"

@@ -10,13 +10,8 @@ from __future__ import annotations
 import ast
 
 import pytest
-from fixture_corpus import all_fixtures
-from variants import fix_proof
-from variants.transforms import BY_NAME
-
 from gradguard import statements
-
-FIXTURES = {fx.id: fx for fx in all_fixtures()}
+from variants import fix_proof
 
 FIXED_THROUGH_WRAPPERS = [
     "GG101/pos_stale_grads_one_of_two_models_cleared::wrap_if_true",
@@ -35,12 +30,7 @@ FIXED_THROUGH_WRAPPERS = [
 @pytest.mark.parametrize("key", FIXED_THROUGH_WRAPPERS)
 def test_the_fix_is_offered_and_proven(key):
     pytest.importorskip("torch")
-    fixture_id, transform = key.split("::")
-    fx = FIXTURES[fixture_id]
-    text = BY_NAME[transform].apply(fx.path.read_text(encoding="utf-8"))
-    assert text is not None, f"{transform} no longer applies to {fixture_id}"
-    job = {"text": text, "kind": BY_NAME[transform].kind, "rule": fx.path.parent.name, "original": str(fx.path)}
-    res = fix_proof.prove_fix(job)
+    res = fix_proof.prove_variant(key)
     assert res["status"] == fix_proof.PROVEN, f"{res['status']}: {res['why']} [{'; '.join(res['titles'])}]"
 
 

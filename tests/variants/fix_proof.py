@@ -35,8 +35,11 @@ import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from fixture_corpus import all_fixtures
 from gradients import grads_equal
+
 from variants import harness, proof
+from variants.transforms import BY_NAME
 
 PROVEN, FAILED, NO_FIX, NOT_FLAGGED = "proven", "failed", "no fix", "not flagged"
 FIX_PROOF_VERSION = "1"  # bump when the proof's meaning changes (invalidates the cache)
@@ -134,6 +137,16 @@ def prove_fix(job: dict) -> dict:
         return {"status": FAILED, "why": f"{type(exc).__name__}: {str(exc)[:200]}", "titles": []}
     finally:
         signal.alarm(0)
+
+
+def prove_variant(key: str) -> dict:
+    """``prove_fix`` of one variant named ``RULE/fixture::transform`` (the transform must still apply)."""
+    fixture_id, transform = key.split("::")
+    fx = next(fx for fx in all_fixtures() if fx.id == fixture_id)
+    text = BY_NAME[transform].apply(fx.path.read_text(encoding="utf-8"))
+    assert text is not None, f"{transform} no longer applies to {fixture_id}"
+    return prove_fix({"text": text, "kind": BY_NAME[transform].kind, "rule": fx.path.parent.name,
+                      "original": str(fx.path)})
 
 
 def _prove_fix(job: dict, path: Path) -> dict:
