@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix, TextEdit
 from ..statements import own_nodes
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
-from .edits import Rewrite
+from .edits import Rewrite, return_at_end
 from .helper_calls import CALLED_ON_INSTANCES, calls_of, is_local
 from .writes import InPlaceWrite, root_name, short, without_keyword
 
@@ -240,11 +240,7 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
             raise CannotFix("the decorator does not have its line to itself")
         edits.append(TextEdit(line, 1, line + 1, 1, ""))  # the decorator's whole line
     if not returns:
-        last = fn.body[-1]
-        indent = ctx.indent_of(fn.body[0])
-        end = len(ctx.lines[last.end_lineno - 1])
-        edits.append(TextEdit(last.end_lineno, end + 1, last.end_lineno, end + 1,
-                              f"{ctx.newline}{indent}return {param}"))
+        edits.append(return_at_end(ctx, fn, param))
     names = []
     for call in helper.calls:
         passed = _passed_name(ctx, helper, call, returns, moment)

@@ -21,7 +21,7 @@ from ..knowledge.names import LEAF_IDENTITY_ATTRS, NON_VALUE_ATTRS
 from ..statements import block_of, own_nodes
 from .callers import Helper, callers_leave_unread, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
-from .edits import Rewrite
+from .edits import Rewrite, return_at_end
 from .helper_calls import is_local
 from .inplace import fix_or_none, is_parameter_update, mutation_of, no_grad_wrap, not_inplace, rebinds, starts_after
 from .writes import InPlaceWrite, assign, attribute_base, aug_to_binop, code, cst_mod, out_of_place, root_name, short
@@ -403,10 +403,7 @@ def copy_for_callers(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
         raise CannotFix("the helper is not called in this file")
     rw = Rewrite(ctx)
     rw.insert_before(stmt, f"{name} = {name}.clone()")
-    last = fn.body[-1]
-    end = len(ctx.lines[last.end_lineno - 1].rstrip("\r\n"))
-    extra = [TextEdit(last.end_lineno, end + 1, last.end_lineno, end + 1,
-                      f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {name}")]
+    extra = [return_at_end(ctx, fn, name)]
     callers, locals_ = set(), []
     for call in helper.calls:
         arg = helper.passed(call)

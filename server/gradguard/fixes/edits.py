@@ -163,6 +163,13 @@ class Rewrite:
         return Fix(title, safe, edits, callers_checked) if edits else None
 
 
+def return_at_end(ctx: FixContext, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> TextEdit:
+    """``return name`` on a line of its own after the last statement of ``fn``."""
+    end = fn.body[-1].end_lineno
+    column = len(ctx.lines[end - 1]) + 1
+    return TextEdit(end, column, end, column, f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {name}")
+
+
 def _split_keep(text: str) -> list[str]:
     starts = line_starts(text)
     ends = starts[1:] + [len(text)]

@@ -23,6 +23,7 @@ from ..diagnostics import Fix
 from ..inference.sharing import Report
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
+from .moves import mutation_in
 from .writes import (InPlaceWrite, assign, attribute_base, aug_to_binop, code, cst_mod, out_of_place, root_name, short,
                      without_keyword)
 
@@ -33,9 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def mutation_of(finding: Finding) -> Mutation:
-    mutation = finding.mutation
-    if mutation is None:
-        raise CannotFix("the finding carries no mutation")
+    mutation = mutation_in(finding)
     if mutation.in_container:
         raise CannotFix("the tensor is an element of a Python list or dict; the rewrites name tensors, not elements")
     return mutation

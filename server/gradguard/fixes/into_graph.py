@@ -37,8 +37,8 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     copied = write.kind == "method" and write.call.func.attr == "copy_"
     stmt = write.stmt
     # The write, or the statement around it alone (`if c:`, a loop) that the no_grad block holds: it stays, rewritten
-    unit = next((u for u in units(ctx, stmt) if no_grad_block(ctx, u) or _inference_mode_with(ctx, u)), stmt)
-    block = no_grad_block(ctx, unit) or _inference_mode_with(ctx, unit)
+    unit = next((u for u in units(ctx, stmt) if no_grad_block(ctx, u, inference=True)), stmt)
+    block = no_grad_block(ctx, unit, inference=True)
     if block is not None and len(block.body) != 1:
         raise CannotFix("the no_grad block holds more than the write")
     if block is None and not mutation.grad_enabled and _no_grad_decorator(ctx, stmt) is None:
@@ -137,19 +137,6 @@ def _no_grad_decorator(ctx: FixContext, stmt: ast.stmt) -> ast.expr | None:
             and not decorator.keywords:
         return decorator
     return None
-
-
-def _inference_mode_with(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
-    """The ``with torch.inference_mode():`` block ``stmt`` is alone in, if any (``inference_mode(True)`` too)."""
-    parent = ctx.parents.get(stmt)
-    if not isinstance(parent, ast.With) or len(parent.items) != 1 or parent.items[0].optional_vars is not None:
-        return None
-    item = parent.items[0].context_expr
-    if not (isinstance(item, ast.Call) and ctx.qual(item.func) == "torch.inference_mode" and not item.keywords):
-        return None
-    if item.args and not (len(item.args) == 1 and isinstance(item.args[0], ast.Constant) and item.args[0].value is True):
-        return None
-    return parent
 
 
 def _hidden_reads(expr: ast.expr, name: str) -> bool:

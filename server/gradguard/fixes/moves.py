@@ -18,6 +18,7 @@ from ..knowledge.names import OUT_OF_PLACE_METHODS, PARAMETER_ITERATORS
 from ..statements import block_of, calls, names, sole_statement
 from ..statements import walk as walk_statements
 from .context import FUNCTIONS, CannotFix, FixContext
+from .writes import is_dotted
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation
@@ -122,7 +123,7 @@ def _clears_gradients(ctx: FixContext, stmt: ast.stmt) -> bool:
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad"
             and not call.args and all(k.arg == "set_to_none" and isinstance(k.value, ast.Constant) for k in call.keywords)
-            and _names_only(call.func.value))
+            and is_dotted(call.func.value))
 
 
 def _reads_values_only(ctx: FixContext, stmt: ast.stmt) -> bool:
@@ -147,12 +148,6 @@ def value_only_call(ctx: FixContext, node: ast.Call, inline: set[str] | frozense
         or func.attr in knowledge.tensor_methods)
 
 
-def _names_only(node: ast.expr) -> bool:
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, ast.Name)
-
-
 def move_statements_after(ctx: FixContext, moved: list[ast.stmt], after: list[ast.stmt], anchor: ast.stmt) -> list[TextEdit]:
     """Edits that delete ``moved`` and put (a copy of) each of ``after`` just below ``anchor``, in order."""
     lines, nl = ctx.lines, ctx.newline
@@ -164,15 +159,16 @@ def move_statements_after(ctx: FixContext, moved: list[ast.stmt], after: list[as
     return sorted(edits, key=lambda e: (e.line, e.column))
 
 
-def no_grad_block(ctx: FixContext, stmt: ast.stmt) -> ast.With | None:
+def no_grad_block(ctx: FixContext, stmt: ast.stmt, inference: bool = False) -> ast.With | None:
+    """The ``with`` block around ``stmt`` (one item, bound to nothing) when it turns grad mode off:
+    ``torch.no_grad()``, ``torch.set_grad_enabled(False)``; with ``inference``, ``torch.inference_mode()`` too."""
     parent = ctx.parents.get(stmt)
     if not isinstance(parent, ast.With) or len(parent.items) != 1 or parent.items[0].optional_vars is not None:
         return None
     item = parent.items[0].context_expr
     q = ctx.qual(item.func) if isinstance(item, ast.Call) else None
-    if q == "torch.no_grad" and not item.args or q == "torch.set_grad_enabled" and (
-            len(item.args) == 1 and isinstance(item.args[0], ast.Constant) and item.args[0].value is False):
+    one = item.args[0].value if q and len(item.args) == 1 and isinstance(item.args[0], ast.Constant) else None
+    if q == "torch.no_grad" and not item.args or q == "torch.set_grad_enabled" and one is False or inference and (
+            q == "torch.inference_mode" and not item.keywords and (not item.args or one is True)):
         return parent
     return None
-
-

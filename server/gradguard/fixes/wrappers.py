@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix, TextEdit
 from ..statements import block_of
 from ..statements import walk as walk_statements
-from .context import FixContext
+from .context import LOOPS, FixContext
 from .edits import apply_edits, diff_edits
 from .identity import Variant, entry_line
 
@@ -90,16 +90,13 @@ def _wrapper_in(ctx: FixContext, stmt: ast.stmt) -> tuple[ast.expr, str, ast.For
     fn = ctx.function_of(stmt)
     tried: set[str] = set()  # a name read many times in the statement is one question
     for node in ast.walk(stmt):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            if node.id in tried:
-                continue
-            tried.add(node.id)
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
                 and isinstance(node.slice, ast.Constant):
             name = _container_element(ctx, fn, stmt, node)
             if name is not None:
                 return node, name, None
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in tried:
+            tried.add(node.id)
             name = _alias_of(ctx, fn, stmt, node.id)
             if name is not None:
                 return node, name, None
@@ -131,7 +128,7 @@ def _one_element_loop(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, variable: st
     if not (isinstance(items, (ast.List, ast.Tuple)) and len(items.elts) == 1 and isinstance(items.elts[0], ast.Name)):
         return None
     name = items.elts[0].id
-    if binding is not None and _rebound_between(ctx, fn, binding, stmt, name) \
+    if binding is not None and _used_around(ctx, fn, stmt, name, binding) \
             or any(not isinstance(n.ctx, ast.Load) and ctx.inside(n, loop) for n in names.of(name)):
         return None
     return loop, name
@@ -152,7 +149,7 @@ def _container_element(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, element: as
     elif isinstance(value, (ast.List, ast.Tuple)) and type(key) is int and 0 <= key < len(value.elts) \
             and not any(isinstance(e, ast.Starred) for e in value.elts):
         held = value.elts[key]
-    if not isinstance(held, ast.Name) or _rebound_between(ctx, fn, binding, stmt, held.id):
+    if not isinstance(held, ast.Name) or _used_around(ctx, fn, stmt, held.id, binding):
         return None
     return held.id
 
@@ -165,7 +162,7 @@ def _alias_of(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, alias: str) -> str |
         binding = _only_binding(ctx, fn, stmt, name)
         if binding is None or not isinstance(binding.value, ast.Name):
             break
-        if _read_after(ctx, fn, stmt, name) or _rebound_between(ctx, fn, binding, stmt, binding.value.id):
+        if _used_around(ctx, fn, stmt, name) or _used_around(ctx, fn, stmt, binding.value.id, binding):
             return None
         name, links = binding.value.id, links + 1
     return name if links else None
@@ -188,23 +185,17 @@ def _only_binding(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, name: str) -> as
     return binding
 
 
-def _read_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, name: str) -> bool:
-    """Whether ``name`` is read after ``stmt`` (or anywhere in a loop around it, which runs again)."""
-    loops = [a for a in ctx.ancestors(stmt) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
+def _used_around(ctx: FixContext, fn: ast.AST, stmt: ast.stmt, name: str, since: ast.stmt | None = None) -> bool:
+    """Whether ``name`` is read after ``stmt`` (``since`` None) or may be bound again between ``since`` and ``stmt``;
+    or either anywhere in a loop around ``stmt``, which runs again."""
+    loops = [a for a in ctx.ancestors(stmt) if isinstance(a, LOOPS)]
     for n in ctx.names_in(fn).of(name):
-        if isinstance(n.ctx, ast.Load) and ctx.statement_of(n) is not stmt:
-            if (n.lineno, n.col_offset) > (stmt.end_lineno, stmt.end_col_offset) or any(
-                    ctx.inside(n, loop) for loop in loops):
-                return True
+        if since is None and isinstance(n.ctx, ast.Load) and ctx.statement_of(n) is not stmt:
+            later = (n.lineno, n.col_offset) > (stmt.end_lineno, stmt.end_col_offset)
+        elif since is not None and not isinstance(n.ctx, ast.Load):
+            later = since.end_lineno <= n.lineno <= stmt.lineno
+        else:
+            continue
+        if later or any(ctx.inside(n, loop) for loop in loops):
+            return True
     return False
-
-
-def _rebound_between(ctx: FixContext, fn: ast.AST, binding: ast.stmt, stmt: ast.stmt, name: str) -> bool:
-    """Whether ``name`` may be bound again between ``binding`` and ``stmt`` (or in a loop around ``stmt``)."""
-    loops = [a for a in ctx.ancestors(stmt) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
-    for n in ctx.names_in(fn).of(name):
-        if not isinstance(n.ctx, ast.Load):
-            if binding.end_lineno <= n.lineno <= stmt.lineno or any(ctx.inside(n, loop) for loop in loops):
-                return True
-    return False
-

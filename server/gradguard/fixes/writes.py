@@ -179,7 +179,7 @@ def attribute_base(expr: ast.expr) -> ast.Attribute | None:
     """The attribute chain (``self.weight``, ``model.fc.weight``) the written expression is, or is a view of."""
     node = expr
     while True:
-        if isinstance(node, ast.Attribute) and node.attr not in SHARING_ATTRS and _is_dotted(node):
+        if isinstance(node, ast.Attribute) and node.attr not in SHARING_ATTRS and is_dotted(node):
             return node
         if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in SHARING_ATTRS:
             node = node.value
@@ -189,7 +189,8 @@ def attribute_base(expr: ast.expr) -> ast.Attribute | None:
             return None
 
 
-def _is_dotted(node: ast.AST) -> bool:
+def is_dotted(node: ast.AST) -> bool:
+    """A name, or an attribute chain on one (``model.fc.weight``)."""
     while isinstance(node, ast.Attribute):
         node = node.value
     return isinstance(node, ast.Name)

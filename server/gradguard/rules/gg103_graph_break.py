@@ -8,7 +8,7 @@ import re
 
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import CannotFix, FixContext
-from ..fixes.edits import Rewrite, apply_edits
+from ..fixes.edits import Rewrite, apply_edits, return_at_end
 from ..fixes.identity import FindingId
 from ..fixes.moves import move_statements_after
 from ..fixes.writes import cst_mod, parse_expr, short
@@ -1528,13 +1528,9 @@ def _return_the_loss(ctx: FixContext, finding: Finding) -> Fix:
     if not (isinstance(name, ast.Name) and isinstance(stmt, (ast.Assign, ast.AnnAssign)) and fn is not None
             and ctx.parents.get(stmt) is fn):
         raise CannotFix("the tensor is not bound on every path to the hook's end")
-    last = fn.body[-1]
-    ctx.require_own_lines(last)
-    end = len(ctx.lines[last.end_lineno - 1].rstrip("\r\n")) + 1
-    code = f"return {name.id}"
-    edit = TextEdit(last.end_lineno, end, last.end_lineno, end, ctx.newline + ctx.indent_of(last) + code)
-    return Fix(f"Return the loss: `{code}` at the end of `{fn.name}` (unsafe: whether `{name.id}` is the loss to "
-               "train on is the author's to say)", False, (edit,))
+    ctx.require_own_lines(fn.body[-1])
+    return Fix(f"Return the loss: `return {name.id}` at the end of `{fn.name}` (unsafe: whether `{name.id}` is the loss "
+               "to train on is the author's to say)", False, (return_at_end(ctx, fn, name.id),))
 
 
 def _write_into_parameter(ctx: FixContext, finding: Finding) -> Fix:

@@ -7,6 +7,7 @@ import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, CannotFix, FixContext
+from ..fixes.edits import return_at_end
 from ..fixes.writes import InPlaceWrite, aug_to_binop, code, out_of_place, short
 from ..inference.events import Finding, HookWrite
 from ..inference.hooks import OutputWrite
@@ -160,11 +161,8 @@ def _clone_on_entry(ctx: FixContext, hook: HookWrite) -> Fix:
 
 def _return_at_end(ctx: FixContext, fn: ast.FunctionDef, param: str) -> TextEdit:
     """``return param`` after the last statement of a hook that returned nothing (torch then uses the new value)."""
-    last = fn.body[-1]
-    ctx.require_own_lines(last)
-    end = last.end_lineno
-    return TextEdit(end, len(ctx.lines[end - 1]) + 1, end, len(ctx.lines[end - 1]) + 1,
-                    f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {param}")
+    ctx.require_own_lines(fn.body[-1])
+    return return_at_end(ctx, fn, param)
 
 
 def _fix(edits: list[TextEdit], desc: str) -> Fix:
