@@ -138,10 +138,6 @@ NO_FIX = {
         "the copy needs an optimizer of its own, built before the call from the copy bound to a name, which no fix "
         "builds"
     ),
-    "GG103/pos_head_replaced_after_optimizer": (
-        "the new head has another shape than the old one, so its values cannot be written into the old parameters; "
-        "building the optimizer after the swap moves a statement across the program, which no fix does"
-    ),
     "GG103/pos_weight_parameter_set_by_name_after_optimizer": (
         "the new weight has the old one's shape: writing the values into the existing parameter under no_grad is "
         "the change, and no fix rewrites a `setattr` of a new Parameter into a copy"
@@ -271,7 +267,7 @@ UNSAFE_ONLY = {
     **{f"GG103/{name}": "the optimizer is built after the replacement: it no longer holds the replaced parameters, "
                         "which code the analysis does not see may still train"
        for name in ("pos_optimizer_made_before_helper_swaps_layers", "pos_pruner_class_replaces_convs_after_optimizer",
-                    "pos_setattr_over_named_children_after_optimizer")},
+                    "pos_setattr_over_named_children_after_optimizer", "pos_head_replaced_after_optimizer")},
     "GG103/pos_np_mean_of_head_losses": "the result keeps the gradient, where values meant only for a log would "
                                         "be `.detach()`ed",
     **{f"GG103/{name}": "the guard is dropped: a call of the setter on a module frozen by other code would unfreeze "

@@ -1,6 +1,6 @@
-"""GG101's and GG102's fixes find their statements through the control around them: a step, a backward, a
+"""GG101's, GG102's and GG103's fixes find their statements through the control around them: a step, a backward, a
 forward, a kept value or a hidden write alone inside ``if True:``, ``with torch.enable_grad():``, a one-pass loop or ``try:`` is moved (or copied,
-or kept) with that control, as the same statement without it is.  Each variant below had no fix before; its fix
+or kept) with that control, as the same statement without it is, and a module replaced there has the optimizer built before it built after the control.  Each variant below had no fix before; its fix
 is now offered and proven by torch (one per fix form: clear before the backward, compute the mixed value before
 the update, the forward after the step, the step after the later backward, backpropagate once, compute the kept
 value anew; a write hidden under no_grad put in the graph)."""
@@ -24,6 +24,9 @@ FIXED_THROUGH_WRAPPERS = [
     "GG102/pos_nograd_gate_scale_hidden::wrap_if_true",
     "GG102/pos_inference_mode_clip_logits::wrap_loop_once",
     "GG102/pos_nograd_zero_padding_hidden::wrap_try",
+    # GG103's optimizer built just before the loop or `if` that replaces a module it holds is built after it
+    "GG103/pos_head_replaced_after_optimizer::wrap_loop_once",
+    "GG103/pos_head_replaced_after_optimizer::wrap_if_true",
 ]
 
 

@@ -1168,11 +1168,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if holder is not None:
             site, depth = self._replacement_site(holder, stmt, old, value)
             # The optimizer built just before the call that leads to the replacement, in its block: the line to
-            # change (build it after), as the probe places it (``probe/module_flags.py``).
+            # change (build it after), as the probe places it (``probe/module_flags.py``); built just before the
+            # replacement itself, the finding stays there, and its fix builds it after.
             envs = [*self.caller_envs, self.state.env]
             built = (built_just_before(self.root_fn if depth == 0 else self.inline_stack[depth - 1],
                                        {k for k, v in envs[depth].items() if v is holder}, site)
-                     if depth is not None and site is not stmt and not self.unsure_branches else None)
+                     if depth is not None and not self.unsure_branches else None)
             self.replaced.append(ReplacedParameter(stmt, ast.unparse(target), value, holder, self._next(),
                                                    site=site, built=built))
 

@@ -19,17 +19,16 @@ from .. import statements
 
 def built_just_before(scope: ast.AST | None, names: set[str], site: ast.AST) -> ast.Assign | None:
     """The statement ``name = ...`` of ``scope``'s code that bound the optimizer (now held in ``name``, one of
-    ``names``) in the block that holds, later, the simple statement that is or holds ``site``, with no statement
-    between them (nor that one) naming ``name`` or rebinding a name the construction reads; None when there is
-    none (the optimizer came in as an argument, or the code between may use it)."""
+    ``names``) in the block that holds, later, the statement that is or holds ``site`` (a compound one, such as a
+    loop or an ``if`` the replacement is in, included: built after it, the optimizer takes what it left), with no
+    statement between them (nor that one) naming ``name`` or rebinding a name the construction reads; None when
+    there is none (the optimizer came in as an argument, or the code between may use it)."""
     if scope is None or not names:
         return None
-    for _holder, _field, block in statements.walk_blocks(scope):
+    for _holder, _field, block in statements.walk_blocks(scope):  # a block before the blocks it holds
         at = next((j for j, st in enumerate(block) if _holds(st, site)), None)
         if at is None:
             continue
-        if statements.holds_statements(block[at]):
-            continue  # the site is in a compound statement: in one of its blocks (looked at next), or its header
         for i in range(at - 1, -1, -1):
             st = block[i]
             named = {n.id for n in ast.walk(st) if isinstance(n, ast.Name)}
@@ -40,7 +39,10 @@ def built_just_before(scope: ast.AST | None, names: set[str], site: ast.AST) -> 
                                                            if isinstance(n, ast.Name)} & names):
                 return None  # the nearest statement that names it does not bind it
             return st if _untouched_between(block[i + 1:at + 1], st) else None
-        return None
+        if not statements.holds_statements(block[at]):
+            return None
+        # The site is in a compound statement not preceded here by a statement naming the optimizer: the
+        # construction may be in one of its blocks, before the site (looked at next).
     return None
 
 

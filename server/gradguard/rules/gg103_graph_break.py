@@ -274,7 +274,7 @@ def _check_replaced(event: ReplacedParameter):
     effect = Message.format(
         "the optimizer goes on updating the old tensors, which the model no longer uses, and the gradients the "
         "backward on {sink} gives the new ones are applied by no optimizer, silently.", sink=event.reached.node)
-    if event.built is not None:
+    if event.built is not None and site is not event.node:
         yield _built_before_replacement(event, what, site)
         return
     if site is event.node:
@@ -295,7 +295,8 @@ def _check_replaced(event: ReplacedParameter):
         related=[*([(event.node, f"`{event.name}` is assigned the new {what} here")] if site is not event.node else []),
                  *([(built, "the optimizer takes the old parameters here")] if built is not None else []),
                  (event.reached.node, "the backward that reaches the new parameters")],
-        data={"replaced_parameter": True} if site is event.node and isinstance(event.new, Tensor) else {},
+        data={"replaced_parameter": True} if site is event.node and isinstance(event.new, Tensor) else
+        {"built_before": event} if event.built is not None else {},
     )
 
 
@@ -513,6 +514,8 @@ def _check_grad_off_term(event):
 #   tensor requiring grad the run saw it bind on every path.  Unsafe: which tensor is the loss is the author's.
 # - **a replaced parameter** -- ``q.scale = nn.Parameter(v)`` after the optimizer took the old one is
 #   ``q.scale.copy_(v)`` under ``torch.no_grad()``.  Unsafe: the values take the old parameter's shape and dtype.
+#   A module replaced just after the optimizer was built (by the assignment, a call that leads to it, or the loop
+#   or ``if`` it is in) has the optimizer built after that statement.  Unsafe: it no longer holds the old one's.
 # - **numbers in arithmetic** -- ``torch.tensor([a, b])`` is ``torch.stack([a, b])``; ``t.item()``/``float(t)``
 #   as an operand, summed by ``sum(...)`` of a generator, or bound to a name used only in arithmetic is ``t``
 #   (unsafe when the name has other uses: it then holds a tensor there too).
@@ -1455,7 +1458,10 @@ def build_optimizer_after(ctx: FixContext, built: ast.Assign, anchor: ast.stmt) 
     the statement binding the optimizer just before ``anchor`` in its block, with nothing between naming it or
     rebinding a name its construction reads (``stale_optimizers.built_just_before``).  Unsafe: the optimizer no
     longer holds the replaced parameters, which code the analysis does not see (an unregistered reference to the
-    old module) may still train."""
+    old module) may still train.  ``anchor`` in a compound statement of that block (a loop, an ``if``): after it."""
+    anchor = next((st for st in block_of(ctx.parents.get(built), built) or () if ctx.inside(anchor, st)), None)
+    if anchor is None:
+        raise CannotFix("the replacement is not in the block the optimizer is built in")
     for stmt in (built, anchor):
         ctx.require_own_lines(stmt)
     edits = move_statements_after(ctx, [built], [built], anchor)
