@@ -22,9 +22,9 @@ from .api import analyze_notebook, analyze_program, analyze_source
 from .config import Config
 from .diagnostics import Diagnostic, FileResult, Fix
 from .fixes import plan
-from .fixes.edits import unified_diff
 from .inference.project import overlaid
 from .result_cache import atomic_write, digest_of
+from .text import unified_diff
 
 CHANGED = "changed while fixing; not written (run gradguard again)"
 

@@ -8,6 +8,7 @@ client counts columns in the code units of the negotiated encoding (``utf-8``, `
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 
@@ -21,6 +22,26 @@ def split_lines(text: str) -> list[str]:
     if "\r" not in text:  # the usual case, and ``str.split`` costs a tenth of the pattern's split
         return text.split("\n")
     return LINE_BREAK.split(text)
+
+
+def split_lines_kept(text: str) -> list[str]:
+    """The lines of ``text``, each with its line break (an empty text is one empty line)."""
+    starts = line_starts(text)
+    ends = starts[1:] + [len(text)]
+    return [text[a:b] for a, b in zip(starts, ends) if a < b or a == 0]
+
+
+def unified_diff(old: str, new: str, path: str) -> str:
+    """``old`` -> ``new`` as a unified diff of ``path``, lines split as everywhere else."""
+    if old == new:
+        return ""
+    diff = difflib.unified_diff(
+        split_lines_kept(old), split_lines_kept(new), fromfile=f"a/{path}", tofile=f"b/{path}"
+    )
+    out = []
+    for line in diff:
+        out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
 
 
 def line_starts(text: str) -> list[int]:

@@ -21,7 +21,7 @@ from ..parsing import first_line, source_lines
 from ..statements import walk as walk_statements
 from ..text import code_point_column, line_starts, newline
 from .identity import FindingId, StillFound
-from .index import FUNCTIONS, FunctionNames, Parents, ScopeNames, function_names, scope_names
+from .index import FUNCTIONS, FunctionNames, Parents, function_names
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -110,10 +110,6 @@ class FixContext:
         if key not in self._answers:
             self._answers[key] = answer()
         return self._answers[key]  # type: ignore[return-value]
-
-    def scope_names(self, scope: ast.AST) -> ScopeNames:
-        """The names of ``scope``'s own code and of the scopes nested in it, indexed once per scope."""
-        return self.once("own names", scope, lambda: scope_names(scope))
 
     def inside(self, node: ast.AST, outer: ast.AST) -> bool:
         """Whether ``node`` is ``outer`` or part of it (through the parents map, not a walk of ``outer``)."""

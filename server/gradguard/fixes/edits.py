@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..diagnostics import Fix, TextEdit
 from ..statements import block_of
-from ..text import line_ends, line_starts, position
+from ..text import line_ends, line_starts, position, split_lines_kept
 from .context import CannotFix
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -170,17 +170,11 @@ def return_at_end(ctx: FixContext, fn: ast.FunctionDef | ast.AsyncFunctionDef, n
     return TextEdit(end, column, end, column, f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {name}")
 
 
-def _split_keep(text: str) -> list[str]:
-    starts = line_starts(text)
-    ends = starts[1:] + [len(text)]
-    return [text[a:b] for a, b in zip(starts, ends) if a < b or a == 0]
-
-
 def diff_edits(old: str, new: str) -> tuple[TextEdit, ...]:
     """The edits that turn ``old`` into ``new``: one per changed region, trimmed to what really changes."""
     if old == new:
         return ()
-    old_lines, new_lines = _split_keep(old), _split_keep(new)
+    old_lines, new_lines = split_lines_kept(old), split_lines_kept(new)
     starts = line_starts(old)
     old_offsets = [0]
     for line in old_lines:
@@ -244,18 +238,6 @@ def line_after(edits: Iterable[TextEdit], line: int) -> int:
         if (e.end_line, e.end_column) <= (line, 1):
             shift += e.new_text.count("\n") - (e.end_line - e.line)
     return line + shift
-
-
-def unified_diff(old: str, new: str, path: str) -> str:
-    if old == new:
-        return ""
-    diff = difflib.unified_diff(
-        _split_keep(old), _split_keep(new), fromfile=f"a/{path}", tofile=f"b/{path}"
-    )
-    out = []
-    for line in diff:
-        out.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
 
 
 def renamed(ctx: FixContext, expr: ast.expr, old: str, new: str) -> str:

@@ -1,12 +1,10 @@
 """The syntax indexes the fixes ask instead of walking the code again for every finding: each scope's names (made
-once per scope, ``FixContext.names_in`` and ``scope_names``) and the parents map (filled one top-level statement at
-a time)."""
+once per scope, ``FixContext.names_in``) and the parents map (filled one top-level statement at a time)."""
 
 from __future__ import annotations
 
 import ast
 import bisect
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from ..parsing import first_line
@@ -20,6 +18,7 @@ class FunctionNames(NamedTuple):
 
     uses: dict[str, list[ast.Name]]  # identifier -> its Name nodes, loads and stores
     declared: frozenset[str]  # global or nonlocal
+    declarations: tuple[frozenset[str], ...]  # the names of each `global`/`nonlocal` statement
     arguments: frozenset[str]
     parameters: frozenset[str]  # the parameters of every function and lambda in it, its own included
     attributes: dict[str, list[ast.Attribute]]  # attribute name -> its Attribute nodes (`x.weight`: "weight")
@@ -33,30 +32,12 @@ class FunctionNames(NamedTuple):
         return self.attributes.get(attr, [])
 
 
-class ScopeNames(NamedTuple):
-    """What the sharing report of each write in a scope asks of its code (``FixContext.scope_names``,
-    ``writes.from_run``), indexed once rather than walked again for every finding of a long statement."""
-
-    nested: frozenset[str]  # identifiers used anywhere inside a nested function, lambda or class
-    declarations: tuple[frozenset[str], ...]  # the names of each `global`/`nonlocal` statement, nested ones too
-
-
-def _nested_scopes(scope: ast.AST) -> Iterator[ast.AST]:
-    """The functions, lambdas and classes directly inside ``scope``'s own code."""
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            yield node
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-
-
 def function_names(fn: ast.AST) -> FunctionNames:
     uses: dict[str, list[ast.Name]] = {}
     attributes: dict[str, list[ast.Attribute]] = {}
     definitions: dict[str, list[ast.AST]] = {}
     declared: set[str] = set()
+    declarations: list[frozenset[str]] = []
     parameters: set[str] = set()
     imported: set[str] = set()
     for node in ast.walk(fn):
@@ -68,20 +49,15 @@ def function_names(fn: ast.AST) -> FunctionNames:
             definitions.setdefault(node.name, []).append(node)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             declared.update(node.names)
+            declarations.append(frozenset(node.names))
         elif isinstance(node, ast.arg):
             parameters.add(node.arg)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             imported.update((a.asname or a.name).split(".")[0] for a in node.names)
     a = getattr(fn, "args", None)  # its own parameters (not a lambda default's)
     arguments = {p.arg for p in (*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg) if p} if a else set()
-    return FunctionNames(uses, frozenset(declared), frozenset(arguments), frozenset(parameters), attributes,
-                         definitions, frozenset(imported))
-
-
-def scope_names(scope: ast.AST) -> ScopeNames:
-    nested = frozenset(n.id for inner in _nested_scopes(scope) for n in ast.walk(inner) if isinstance(n, ast.Name))
-    declarations = tuple(frozenset(n.names) for n in ast.walk(scope) if isinstance(n, (ast.Global, ast.Nonlocal)))
-    return ScopeNames(nested, declarations)
+    return FunctionNames(uses, frozenset(declared), tuple(declarations), frozenset(arguments), frozenset(parameters),
+                         attributes, definitions, frozenset(imported))
 
 
 class Parents:

@@ -9,6 +9,7 @@ whether the in-place call's result is used.  The builders below produce the out-
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -119,17 +120,19 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
     scope = ctx.scope_of(write)
     # A holder the tensor was read out of under any of its names (`x = xs[i]`, `h = self.buf; g = h`) is where it lives:
     # rebinding leaves it unwritten there, as for a view; one that is a parameter (`self`), the caller's: read after.
-    sharers, names_of = {name, *(o for o, k in moment.held_in_any_run(depth) if k != "holder")}, ctx.names_in(scope).of
-    homes = {_read_out_of(ctx.parents.get(n)) for s in sharers for n in names_of(s) if isinstance(n.ctx, ast.Store)}
+    sharers, index = {name, *(o for o, k in moment.held_in_any_run(depth) if k != "holder")}, ctx.names_in(scope)
+    homes = {_read_out_of(ctx.parents.get(n)) for s in sharers for n in index.of(s) if isinstance(n.ctx, ast.Store)}
     views, held = [*views, *(h for h in held if h in homes)], [h for h in held if h not in homes]
     params = set(parameter_names(scope, False)) if isinstance(scope, FUNCTIONS) else set()
     views += sorted({h for h, how in moment.held_in_any_run(depth) if how == "holder" and h in homes & params} - {*views})
-    own, names = ctx.scope_names(scope), {name, *views, *held}
-    declared = [d for d in own.declarations if names & d]
+    names = {name, *views, *held}
+    declared = [d for d in index.declarations if names & d]
+    nested = any(ctx.once(f"used in nested code: {n}", scope, lambda n=n: any(
+        ctx.definitions_between(use, scope) for use in index.of(n))) for n in names)
     escapes = [*map(_escape_words, moment.escape_sites()),
                *(f"`{p}` is a parameter: the caller holds the same tensor" for p in moment.callers_pass(depth)),
                *("it is declared global or nonlocal" for _ in declared),
-               *(["a nested function or class uses it"] if own.nested & names else []),
+               *(["a nested function or class uses it"] if nested else []),
                *(f"`{other}` holds it outside this function" for other in outside if not (other == name and declared))]
     return Report(name, views, held, escapes)
 
@@ -158,35 +161,32 @@ def _functional_inplace(ctx: FixContext, call: ast.Call) -> bool:
     return name.endswith("_") or any(k.arg == "inplace" for k in call.keywords)
 
 
+def _through_views(expr: ast.expr) -> Iterator[ast.expr]:
+    """``expr`` and what it is a view of, outwards: ``x.view(-1)[0]``, ``x.view(-1)``, ``x``."""
+    node = expr
+    while True:
+        yield node
+        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in SHARING_ATTRS:
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
+            node = node.func.value
+        else:
+            return
+
+
 def root_name(expr: ast.expr) -> tuple[str | None, bool]:
     """(name, direct): the local name the written expression is, or is a view of (``x``, ``x[0]``, ``x.T``,
     ``x.view(-1)[0]``); direct when the expression is the name itself.  (None, False) otherwise."""
     if isinstance(expr, ast.Name):
         return expr.id, True
-    node = expr
-    while True:
-        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in SHARING_ATTRS:
-            node = node.value
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
-            node = node.func.value
-        elif isinstance(node, ast.Name):
-            return node.id, False
-        else:
-            return None, False
+    *_, root = _through_views(expr)
+    return (root.id, False) if isinstance(root, ast.Name) else (None, False)
 
 
 def attribute_base(expr: ast.expr) -> ast.Attribute | None:
     """The attribute chain (``self.weight``, ``model.fc.weight``) the written expression is, or is a view of."""
-    node = expr
-    while True:
-        if isinstance(node, ast.Attribute) and node.attr not in SHARING_ATTRS and is_dotted(node):
-            return node
-        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr in SHARING_ATTRS:
-            node = node.value
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
-            node = node.func.value
-        else:
-            return None
+    return next((node for node in _through_views(expr) if isinstance(node, ast.Attribute)
+                 and node.attr not in SHARING_ATTRS and is_dotted(node)), None)
 
 
 def is_dotted(node: ast.AST) -> bool:
