@@ -150,10 +150,6 @@ NO_FIX = {
         "the fakes are made by another method (`forward()`) the caller runs; making them again before the second "
         "helper means calling it there with the images it kept, a change to the class no fix rewrites"
     ),
-    "GG108/pos_forward_hook_zeroes_slice_of_query_table": (
-        "the forward hook writes its output, a view of a parameter: writing into a clone and returning it is the "
-        "change, and the hook rewrite applies to gradient hooks only"
-    ),
     "GG108/pos_forward_hook_scales_transposed_weight_output": (
         "the write is in a helper a forward hook calls, on the hook's output, a view of a parameter: the clone "
         "belongs in the hook, which a rewrite of the helper cannot place"
@@ -228,9 +224,6 @@ NO_FIX = {
     ),
     "GG105/pos_feature_snapshot_cache_lerp": (
         "the view is made in one loop iteration and written in a later one"
-    ),
-    "GG105/pos_module_anchor_cache_from_init": (
-        "the view is made in `__init__` and written in a training step: moving it changes the module's state"
     ),
     "GG106/pos_module_cat_into_registered_buffer": (
         "the `out=` tensor is a module's registered buffer read later as `self.joined`; binding the result means "

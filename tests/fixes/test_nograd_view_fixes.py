@@ -224,3 +224,61 @@ def test_pieces_a_method_of_the_files_class_returns_are_seen_as_views_of_its_arg
 def test_a_method_that_also_keeps_its_argument_is_not_seen_through():
     src = textwrap.dedent(_METHOD).replace("{body}", "self.last = out\n        return out.chunk(2, dim=-1)")
     assert [d.fix for d in found("GG105", src)] == [None]
+
+
+_CACHED_ROW = """
+import torch
+
+
+def train():
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    with torch.no_grad():
+        first = lin.weight[0]
+    for _ in range(3):
+        opt.zero_grad()
+        lin(torch.randn(5, 4)).pow(2).sum().backward()
+        opt.step()
+        {write}
+    return [lin.weight.grad, lin.bias.grad, lin.weight.detach().clone()]
+"""
+
+
+@pytest.mark.parametrize("write", ["first.mul_(0.9)", "first[:2] = 0.0"])
+def test_a_parameters_cached_view_updated_after_the_step_is_updated_under_no_grad(write):
+    """A view of a parameter taken under no_grad and written with plain values after a backward is an update:
+    the fix writes it under no_grad (a view of a leaf cannot be written with grad on anyway), and the parameter
+    gets the values the update meant."""
+    src = textwrap.dedent(_CACHED_ROW).replace("{write}", write)
+    with pytest.raises(RuntimeError, match="A view was created in no_grad mode"):
+        run_program(src)
+    (diag,) = found("GG105", src)
+    assert diag.fix is not None and diag.fix.safe
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert f"        with torch.no_grad():\n            {write}\n" in out and not found("GG105", out)
+    intended = src.replace(f"        {write}\n", f"        with torch.no_grad():\n            {write}\n")
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_a_parameters_view_read_after_its_write_is_not_updated_under_no_grad():
+    """Scaled in place and then computed with, the view is a step of the computation: writing it under no_grad
+    would scale the weight itself at each pass, so no such fix is offered."""
+    src = textwrap.dedent("""
+        import torch
+
+
+        def train():
+            torch.manual_seed(8)
+            emb = torch.nn.Embedding(6, 3)
+            emb(torch.tensor([1])).sum().backward()
+            for _ in range(2):
+                with torch.no_grad():
+                    scale = 0.5
+                    proj = emb.weight.t()
+                proj.mul_(scale)
+                (emb(torch.tensor([1, 2])) @ proj).pow(2).sum().backward()
+            return [emb.weight.grad]
+    """)
+    assert [d.fix for d in found("GG105", src)] == [None]

@@ -519,6 +519,11 @@ class HookWrite:
     registered: ast.AST  # the `register_hook(...)` call
     register: str  # "register_hook", "register_full_backward_pre_hook"
     moment: Moment | None = None  # the write's, as the run of the hook saw it (``Moment.entered_at`` its call)
+    entry: ast.AST | None = None  # the call torch ran the hook through, when not ``registered`` (a module's call)
+
+    def entered(self) -> tuple[int, ast.AST] | None:
+        """(depth, function) of the hook's own frame in the run of the write (None when the run did not see it)."""
+        return self.moment.entered_at(self.entry or self.registered) if self.moment is not None else None
 
 
 Event = Mutation | GraphBreak | HookWrite | Rebind

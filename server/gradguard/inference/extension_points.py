@@ -273,7 +273,7 @@ class ExtensionPointsMixin:
                 kept.append(KeptOutput(given, result.storage.version, stores[0], handle.registered,
                                        _module_name(module), hook_def=hook.node if isinstance(hook, FunctionValue) else None))
             if isinstance(given, Tensor):
-                self._output_writes(given, first, handle.registered)
+                self._output_writes(given, first, handle.registered, node)
                 if given is not result and given.requires_grad != result.requires_grad:
                     # `output.requires_grad_(True)` in the hook: the second reference is the same tensor
                     result.requires_grad, result.graph = given.requires_grad, given.graph
@@ -313,7 +313,7 @@ class ExtensionPointsMixin:
             if value is output:
                 stores.append(node)
 
-    def _output_writes(self, output: Tensor, first: int, registered: ast.AST) -> None:
+    def _output_writes(self, output: Tensor, first: int, registered: ast.AST, call: ast.AST) -> None:
         """The hook's writes, with grad mode known off, to an output that is a view of a parameter: ``OutputWrite``
         events in place of their mutations.  (With grad mode on torch refuses the write: GG003.)"""
         parameter = next((t for t in output.view_chain() if t.param and t.leaf and t.requires_grad == Grad.YES),
@@ -325,7 +325,8 @@ class ExtensionPointsMixin:
         if not writes:
             return
         self.mutations[first:] = [m for m in self.mutations[first:] if all(m is not w for w in writes)]
-        self.hook_writes.extend(OutputWrite(m.node, m.how, registered, "register_forward_hook", parameter=parameter)
+        self.hook_writes.extend(OutputWrite(m.node, m.how, registered, "register_forward_hook", m.moment, call,
+                                                parameter=parameter)
                                 for m in writes)
 
     def _is_nn_module(self, value: ModuleValue) -> bool:

@@ -71,15 +71,40 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     if not any(t.nograd_view for t in mutation.target.view_chain()):
         # A view of a tensor that does not require grad (a buffer, a memory bank), written with a value that
         # does: the tensor was never meant to carry a graph, and torch refuses to give it one.  Store the values.
-        write = inplace.InPlaceWrite.of_mutation(ctx, mutation)
-        rw, desc = inplace.no_grad_wrap(ctx, write.stmt)
-        return rw.fix(f"Write the values under `{desc}`", safe=True)
+        # torch refuses the write itself, wherever it is: in a helper the run followed too (for every call of it)
+        rw, desc = inplace.no_grad_wrap(ctx, InPlaceWrite.of(ctx, mutation.node).stmt)
+        if not mutation.frames:
+            return rw.fix(f"Write the values under `{desc}`", safe=True)
+        return rw.fix(f"Write the values under `{desc}` (unsafe: in a helper, for each of its calls)", safe=False)
     made = inplace.fix_or_none(lambda: _view_with_grad(ctx, mutation))
     if made is None:  # the view comes from a helper that makes it under no_grad
         made = inplace.fix_or_none(lambda: helper_view_with_grad(ctx, mutation, _nograd_origin(mutation)))
     # Writing under no_grad too is not offered: it drops the gradient through the write (chunk/unbind/transpose
-    # fixtures then raise or differ from their reference).
+    # fixtures then raise or differ from their reference) ...
+    if made is None:
+        made = inplace.fix_or_none(lambda: _parameter_update(ctx, mutation))
     return made
+
+
+def _parameter_update(ctx: FixContext, mutation: Mutation) -> Fix:
+    """... but for a view of a parameter written with values that require no grad, as an update or a reset
+    between steps (a cached ``self.anchor = self.protos[0]`` scaled after a backward, ``Mutation.after_backward``): a leaf's memory can only be written under
+    ``no_grad`` (with grad on, a view of a leaf raises too), and no gradient goes through such a write to drop."""
+    root = mutation.target.root()
+    if not (root.leaf and root.requires_grad == Grad.YES and mutation.value_grad == Grad.NO):
+        raise CannotFix("not a parameter's view written with plain values")
+    if not mutation.after_backward:  # before any backward it may be a step of the computation (`w.t()` scaled)
+        raise CannotFix("no backward runs before the write: it may be part of the computation")
+    write = InPlaceWrite.of(ctx, mutation.node)  # the write itself, in a helper too (its frame: the innermost)
+    write.moment = mutation.moment
+    if isinstance(write.target, ast.Name) and (write.moment is None or any(
+            not ctx.inside(read, write.stmt) for read in write.moment.value_reads_after(write.target.id, write.depth))):
+        raise CannotFix("the view is read after the write (not by the write again): a step of a computation")
+    if not inplace.is_parameter_update(ctx, mutation, write):
+        raise CannotFix("the write is part of a computation, not an update")
+    rw, desc = inplace.no_grad_wrap(ctx, write.stmt)
+    return rw.fix(f"Update the parameter's view under `{desc}`" + (" (unsafe: in a helper, for each of its calls)"
+                                                                   if mutation.frames else ""), not mutation.frames)
 
 
 def _view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:

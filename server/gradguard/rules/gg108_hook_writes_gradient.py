@@ -78,9 +78,10 @@ def check(write: HookWrite):
 # alone.  Only where nothing else can see the old gradient: the hook reads its parameter only through
 # non-view attributes, every ``return`` returns that parameter, and the function is used only as a hook.
 
-# What a hook's result replaces: the gradient itself, or a backward pre-hook's ``grad_output`` tuple.
+# What a hook's result replaces: the gradient itself, a backward pre-hook's ``grad_output`` tuple, or a forward
+# hook's output (which torch hands on to the rest of the forward).
 _TUPLE_HOOKS = frozenset({"register_full_backward_pre_hook"})
-_HOOK_REGISTERS = frozenset({"register_hook", "register_full_backward_pre_hook"})
+_HOOK_REGISTERS = frozenset({"register_hook", "register_full_backward_pre_hook", "register_forward_hook"})
 
 
 def fix(ctx: FixContext, finding: Finding) -> Fix:
@@ -106,7 +107,7 @@ def _out_of_place(ctx: FixContext, finding: Finding, hook: HookWrite) -> Fix:
         if scope.body is not write.call or write.kind != "method":
             raise CannotFix("a lambda that does more than the write")
         line, column, end_line, end_column = ctx.char_range(write.call)
-        return _fix([TextEdit(line, column + 1, end_line, end_column + 1, new)], new)
+        return _fix([TextEdit(line, column + 1, end_line, end_column + 1, new)], new, hook)
     if not backward:
         _require_only_hook_uses(ctx, scope)
     _require_no_other_reads(ctx, scope, write.stmt, param)
@@ -122,7 +123,7 @@ def _out_of_place(ctx: FixContext, finding: Finding, hook: HookWrite) -> Fix:
     edits = [TextEdit(line, column + 1, end_line, end_column + 1, body)]
     if not returns:
         edits.append(_return_at_end(ctx, scope, param))
-    return _fix(edits, body.split(ctx.newline)[0] + ("" if returns else f"; return {param}"))
+    return _fix(edits, body.split(ctx.newline)[0] + ("" if returns else f"; return {param}"), hook)
 
 
 def _clone_on_entry(ctx: FixContext, hook: HookWrite) -> Fix:
@@ -130,11 +131,14 @@ def _clone_on_entry(ctx: FixContext, hook: HookWrite) -> Fix:
     calls, an alias of the parameter), lands on the hook's own copy; the hook returns it where it returned nothing.
     The run tells which function torch entered at the register call and which of its parameters brought the
     written memory in; a hook that returns None on some path, or a function used other than as a hook, refuses."""
-    entered = hook.moment.entered_at(hook.registered) if hook.moment is not None else None
-    if entered is None or isinstance(hook, OutputWrite) or hook.register in _TUPLE_HOOKS:
+    entered = hook.entered()
+    if entered is None:
         raise CannotFix("no gradient parameter of a hook's run to clone")
     depth, fn = entered
     passed = hook.moment.callers_pass(depth)
+    if isinstance(hook, OutputWrite) and isinstance(fn, ast.FunctionDef) and fn.args.args:
+        # the module a forward hook is handed holds the parameter the output is a view of: the output is the last
+        passed = [p for p in passed if p == fn.args.args[-1].arg]
     if not isinstance(fn, ast.FunctionDef) or len(passed) != 1:
         raise CannotFix("not one gradient parameter of a `def` hook")
     param, backward = passed[0], _is_function_backward(ctx, hook, fn)
@@ -152,10 +156,12 @@ def _clone_on_entry(ctx: FixContext, hook: HookWrite) -> Fix:
     first = fn.body[1] if len(fn.body) > 1 and ast.get_docstring(fn, clean=False) is not None else fn.body[0]
     ctx.require_own_lines(first)
     clone = f"{param} = {param}.clone()"
+    if hook.register in _TUPLE_HOOKS:  # torch passes on the tuple the pre-hook returns: one of clones
+        clone = f"{param} = tuple(None if g is None else g.clone() for g in {param})"
     edits = [TextEdit(first.lineno, 1, first.lineno, 1, f"{ctx.indent_of(first)}{clone}{ctx.newline}")]
     if not returns:
         edits.append(_return_at_end(ctx, fn, param))
-    return Fix(f"Clone the gradient the hook is given before anything writes it: `{clone}`"
+    return Fix(f"Clone the {_given(hook)} the hook is given before anything writes it: `{clone}`"
                + ("" if returns else f"; return {param}"), True, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
 
 
@@ -165,9 +171,14 @@ def _return_at_end(ctx: FixContext, fn: ast.FunctionDef, param: str) -> TextEdit
     return return_at_end(ctx, fn, param)
 
 
-def _fix(edits: list[TextEdit], desc: str) -> Fix:
-    return Fix(f"Return a new gradient from the hook instead of writing it: `{short(desc)}`", True,
+def _fix(edits: list[TextEdit], desc: str, hook: HookWrite) -> Fix:
+    return Fix(f"Return a new {_given(hook)} from the hook instead of writing it: `{short(desc)}`", True,
                tuple(sorted(edits, key=lambda e: (e.line, e.column))))
+
+
+def _given(hook: HookWrite) -> str:
+    """What the hook is handed and hands on: a gradient, or a forward hook's output."""
+    return "output" if isinstance(hook, OutputWrite) else "gradient"
 
 
 def _gradient_and_new_value(ctx: FixContext, write: InPlaceWrite, scope: ast.AST, as_tuple: bool) -> tuple[str, str]:
