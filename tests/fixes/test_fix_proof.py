@@ -225,10 +225,6 @@ NO_FIX = {
     "GG105/pos_feature_snapshot_cache_lerp": (
         "the view is made in one loop iteration and written in a later one"
     ),
-    "GG106/pos_module_cat_into_registered_buffer": (
-        "the `out=` tensor is a module's registered buffer read later as `self.joined`; binding the result means "
-        "a local read in its place, and the rebinding fix names local tensors only"
-    ),
 }
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
@@ -374,6 +370,7 @@ UNSAFE_ONLY = {
     "GG105/pos_helper_decorated_returns_view": "every call of the helper now gets views with history",
     "GG105/pos_helper_with_block_returns_transpose": "every call of the helper now gets views with history",
     "GG106/pos_helper_writes_into_caller_buffer": "the caller's `out` buffer no longer receives the sum",
+    "GG106/pos_module_cat_into_registered_buffer": "the registered buffer `self.joined` gets a new tensor, with its graph",
     "GG002/pos_legacy_variable_leaf_iadd": "computing on a copy leaves the leaf at its old value for later readers",
     "GG003/pos_einops_rearrange_of_leaf": "computing on a copy leaves the leaf at its old value for later readers",
     **{f"GG101/{name}": "the kept value, computed anew on each call, is computed again at every call, and its "

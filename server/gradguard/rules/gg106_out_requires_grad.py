@@ -7,7 +7,8 @@ import ast
 from ..diagnostics import Fix, Severity
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.inplace import RebindRewrite, is_parameter_update, mutation_of, no_grad_wrap, rebind_fix
-from ..fixes.writes import InPlaceWrite
+from ..fixes.edits import Rewrite
+from ..fixes.writes import InPlaceWrite, assign, code, short, without_keyword
 
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
@@ -68,7 +69,32 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         # plain values into a leaf (an initialisation), or an optimizer-style update
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)
-    return rebind_fix(RebindRewrite(ctx, write), "Compute out of place")
+    try:
+        return rebind_fix(RebindRewrite(ctx, write), "Compute out of place")
+    except CannotFix:
+        return _attribute_bound(ctx, mutation, write)
+
+
+def _attribute_bound(ctx: FixContext, mutation: Mutation, write: InPlaceWrite) -> Fix:
+    """``torch.cat(xs, out=self.joined)`` -> ``self.joined = torch.cat(xs)``: the attribute holds the result, with
+    its graph, where the run shows nothing but that object holding the ``out=`` tensor's memory (no other name, no
+    escape but the stores into that attribute).  Unsafe: the attribute gets a new tensor, and a registered buffer then carries a graph."""
+    target = write.target
+    if write.value_use or not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)):
+        raise CannotFix("the out= tensor is not an attribute of a name")
+    if mutation.target.param or mutation.target.base is not None or mutation.target.requires_grad != Grad.NO:
+        raise CannotFix("the out= tensor is a parameter, a view or requires grad")
+    moment = write.moment
+    holders = moment.held_in_any_run() if moment is not None else []
+    if moment is None or holders != [(target.value.id, "holder")] or not all(
+            isinstance(site, ast.Assign) and all(isinstance(t, ast.Attribute) and t.attr == target.attr
+                                                 for t in site.targets) for site in moment.escape_sites()):
+        raise CannotFix("something besides the object holds the out= tensor")  # (its store there escapes)
+    rw = Rewrite(ctx)
+    new = assign(ctx.cst(target).deep_clone(), without_keyword(ctx.cst(write.call), "out"))
+    rw.replace_node(ctx.cst(write.stmt), new)
+    return rw.fix(f"Compute out of place: `{short(code(new))}` (unsafe: `{ctx.source(target)}` gets a new tensor, "
+                  "with its graph)", safe=False)
 
 
 RULE = Rule(
