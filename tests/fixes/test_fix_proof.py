@@ -67,9 +67,6 @@ _RECOMPUTE_WITH_GRAD = (
 _SAVED_APART = ("saving the module and the optimizer together restructures both the save and the load (a class's "
                 "`__getstate__` and `__setstate__`), which no fix does")
 NO_FIX = {
-    "GG101/pos_loaded_copy_returned_by_sync_helper": (
-        "the module stored in place of the copy is a helper's return value: whether the helper's result is needed "
-        "elsewhere is the author's to say"),
     "GG103/pos_nograd_output_copied_into_buffer_term": _RECOMPUTE_WITH_GRAD,
     "GG103/pos_nograd_helper_output_whole_loss_term": _RECOMPUTE_WITH_GRAD,
     "GG103/pos_nograd_values_kept_on_object_term": _RECOMPUTE_WITH_GRAD,
@@ -278,7 +275,8 @@ UNSAFE_ONLY = {
     ),
     **{f"GG101/{name}": "the assignment that replaced the loaded copy is removed: code relying on the two names "
                         "holding one module changes" for name in ("pos_loaded_copy_replaced_target_network_locals",
-                                                                  "pos_loaded_copy_replaced_agent_sync_method")},
+                                                                  "pos_loaded_copy_replaced_agent_sync_method",
+                                                                  "pos_loaded_copy_returned_by_sync_helper")},
     **{f"GG101/{name}": "the gradients are cleared before the backward: gradients meant to add up across steps no "
                         "longer do" for name in ("pos_stale_grads_zero_grad_before_loop_only",
                                                  "pos_stale_grads_gan_discriminator_keeps_generator_gradients",

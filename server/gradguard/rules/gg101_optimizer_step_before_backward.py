@@ -473,17 +473,22 @@ def _clear_before_backward(ctx: FixContext, finding: Finding, event: StaleStep) 
 
 def _keep_loaded_copy(ctx: FixContext, stmt: ast.stmt) -> Fix:
     """``target = online`` after ``target.load_state_dict(online.state_dict())``: remove the assignment (``pass`` when
-    it is its block's only statement), keeping the copy the load filled."""
+    it is its block's only statement), keeping the copy the load filled.  The module stored is a call's result
+    (``teacher = refresh(teacher, student)``, a helper that loads and returns the module trained): the call stays,
+    as a statement of its own, and only the binding of its result goes."""
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_chain(stmt.targets[0])
-            and _is_chain(stmt.value)):
+            and (_is_chain(stmt.value) or isinstance(stmt.value, ast.Call))):
         raise CannotFix("not a plain assignment of one name or attribute")
     ctx.require_own_lines(stmt)
     block = block_around(ctx, stmt)
     if block is None:
         raise CannotFix("not a statement of a block")
-    keep = f"{ctx.indent_of(stmt)}pass{ctx.newline}" if len(block) == 1 else ""
     target, online = ast.unparse(stmt.targets[0]), ast.unparse(stmt.value)
-    return Fix(f"Keep the loaded copy: remove `{target} = {online}` (unsafe: code that relies on the two names "
+    if isinstance(stmt.value, ast.Call):
+        keep, what = f"{ctx.indent_of(stmt)}{ctx.source(stmt.value)}{ctx.newline}", f"`{target} = ` before `{online[:60]}`"
+    else:
+        keep, what = f"{ctx.indent_of(stmt)}pass{ctx.newline}" if len(block) == 1 else "", f"`{target} = {online}`"
+    return Fix(f"Keep the loaded copy: remove {what} (unsafe: code that relies on the two names "
                "holding one module changes)", False, (TextEdit(stmt.lineno, 1, stmt.end_lineno + 1, 1, keep),))
 
 
