@@ -87,10 +87,6 @@ NO_FIX = {
         "the helper swaps in an embedding of other shapes: handing its weight to the optimizer (`add_param_group`) "
         "is the change, which no fix adds"
     ),
-    "GG101/pos_context_manager_restores_weights_before_backward": (
-        "the update is in a context manager's code after its yield, which runs as the `with` block ends: moving the "
-        "backward into the block is the change, and no fix yet knows where that exit runs"
-    ),
     "GG103/pos_context_manager_swaps_head_after_optimizer": (
         "the head is swapped inside a context manager: building the optimizer inside the block (or handing it the "
         "new head's parameters) moves a statement into the block or changes the context manager, which no fix does"
@@ -402,6 +398,8 @@ UNSAFE_ONLY = {
     "GG101/pos_gan_g_logits_before_d_step": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_gan_helper_train_discriminator": "the generator's forward, moved after the step, now sees the updated discriminator",
     "GG101/pos_wgan_clip_helper_after_generator_forward": "the generator's forward, moved after the step, now sees the updated discriminator",
+    "GG101/pos_context_manager_restores_weights_before_backward": "the backward, moved into the `with` block, runs "
+    "before the context manager's exit, which then sees the gradients it gave",
     "GG101/pos_same_loss_backward_twice_step_between": "the loss is backpropagated once: a gradient no "
     "`zero_grad()` between the two backwards cleared holds one backward's, not two",
     "GG101/pos_state_detached_after_inner_loop": "the detach, moved to the end of the loop that steps, cuts "

@@ -99,8 +99,11 @@ class Fixer:
         return finding.fix_memo[0]
 
     def _build(self, finding: Finding) -> Fix | None:
-        if any(isinstance(site, (ast.With, ast.AsyncWith)) for site in _call_path(finding)):
-            return None  # written as a `with` block ends (a context manager's exit): no fix knows that order yet
+        frames = getattr(finding.mutation, "frames", None) or ()  # (none for a finding of another event)
+        if any(isinstance(site, (ast.With, ast.AsyncWith)) for site, _ in frames):
+            # written as a `with` block ends (a context manager's exit): only a rule's fix that knows that order
+            at_exit = getattr(self.builders.get(finding.code), "at_block_exit", None)
+            return self._build_in(self.ctx, finding, at_exit) if at_exit is not None else None
         fix = self._build_in(self.ctx, finding)
         if fix is not None and finding.merged:
             fix = self._with_merged(fix, finding)
@@ -146,8 +149,8 @@ class Fixer:
         except CannotFix:  # no analysis to ask: mend it too (each of these fixes edits only its own write)
             return True
 
-    def _build_in(self, ctx: FixContext, finding: Finding) -> Fix | None:
-        build = self.builders.get(finding.code)
+    def _build_in(self, ctx: FixContext, finding: Finding, build: FixBuilder | None = None) -> Fix | None:
+        build = build or self.builders.get(finding.code)
         if build is None:
             return None
         try:
@@ -189,9 +192,3 @@ def _on_its_lines(fix: Fix, finding: Finding) -> bool:
     """Whether every edit of ``fix`` is within the lines of the finding's own node."""
     first, last = finding.node.lineno, getattr(finding.node, "end_lineno", None) or finding.node.lineno
     return all(first <= e.line and e.end_line <= last for e in fix.edits)
-
-
-def _call_path(finding: Finding) -> list[ast.AST]:
-    """The call sites of the followed calls a finding's write is inside (none for a finding of another event)."""
-    frames = getattr(finding.mutation, "frames", None) or ()
-    return [site for site, _ in frames]

@@ -342,6 +342,62 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     return _detach_between_chunks(ctx, mutation)
 
 
+def _backward_before_block_exit(ctx: FixContext, finding: Finding) -> Fix:
+    """An update a ``with`` block runs as it ends (a context manager's code after its ``yield``, an ``__exit__``:
+    weights restored, a copy written back), before the backward after the block that needs the weights the forward
+    in the block saved: the statements from the block's end to that backward move into the block, at its end, so
+    that the backward runs before the update::
+
+        with averaged_weights(model, avg) as m:           with averaged_weights(model, avg) as m:
+            loss = m(x).pow(2).mean()               ->        loss = m(x).pow(2).mean()
+        loss.backward()                                       loss.backward()
+
+    Only when the update breaks one backward, a statement of the block that holds the ``with``, below it; the
+    statements moved are plain ones that call nothing but that backward and code known to compute on values; and
+    the finding is gone with them.  Unsafe: the block's exit now runs after the backward (code there sees the
+    gradients it gave)."""
+    mutation = mutation_in(finding)
+    path = mutation.call_path()
+    block_with = next((s for s in path if isinstance(s, (ast.With, ast.AsyncWith))), None)
+    sinks = {id(c.sink.node): c.sink for c in mutation.conflicts}
+    if block_with is None or len(sinks) != 1 or next(iter(sinks.values())).kind != "backward":
+        raise CannotFix("not an update at a `with` block's exit before one backward")
+    (sink,) = sinks.values()
+    block = block_around(ctx, block_with) or []
+    k = next((i for i, st in enumerate(block) if st is block_with), None)
+    j = next((i for i, st in enumerate(block) if k is not None and i > k and ctx.inside(sink.node, st)), None)
+    if j is None or sink.path != tuple(path[:path.index(block_with)]):
+        raise CannotFix("the backward is not below the `with` in its block")
+    moved = block[k + 1:j + 1]
+    for st in moved:
+        if not isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)) or any(
+                isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Lambda))
+                for n in statements.every_node(st)):
+            raise CannotFix("the statements up to the backward are not plain statements")
+        if any(c is not sink.node and not value_only_call(ctx, c) for c in statements.calls(st)):
+            raise CannotFix("the statements up to the backward call code that may read the weights")
+        ctx.require_own_lines(st)
+    ctx.require_own_lines(block_with)
+    # (the lines from the block's end to the backward, blank lines and comments too, indented as the block's body)
+    inner, outer = ctx.indent_of(block_with.body[0]), ctx.indent_of(moved[0])
+    lines = ctx.lines[block_with.end_lineno:moved[-1].end_lineno]
+    if any(line.strip() and not line.startswith(outer) and not line.lstrip().startswith("#") for line in lines):
+        raise CannotFix("a line to move is indented less than its statement")
+    text = "".join(inner + (line[len(outer):] if line.startswith(outer) else line.lstrip()).rstrip("\r\n")
+                   + ctx.newline if line.strip() else ctx.newline for line in lines)
+    edits = [TextEdit(block_with.end_lineno + 1, 1, moved[-1].end_lineno + 1, 1, text)]
+    caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
+    if ctx.still_found(apply_edits(ctx.text, edits), FindingId(finding.code, line_after(edits, mutation.entry().lineno),
+                                                               None, caller)):
+        raise CannotFix("the backward, moved into the block, still runs after the update")
+    return Fix(f"Backpropagate in the `with` block, before its exit updates the weights: move "
+               f"`{ctx.source(moved[-1]).splitlines()[0][:60]}` into it (unsafe: the block's exit then runs after "
+               "the backward)", False, tuple(edits))
+
+
+fix.at_block_exit = _backward_before_block_exit  # the fix of a write a `with` block's exit makes (fixes.Fixer)
+
+
 def _compute_kept_anew(ctx: FixContext, mutation: Mutation, finding: Finding) -> Fix:
     """A value an object keeps across steps, graph and all, filled on the first call only (``if self.cache is
     None: self.cache = encoder(ids)``): the guard goes, so that each call computes the value with the weights it
