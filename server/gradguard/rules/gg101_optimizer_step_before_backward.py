@@ -606,7 +606,8 @@ def _backward_once(ctx: FixContext, mutation: Mutation) -> Fix:
     i = next((k for k, st in enumerate(block) if st is step), None)
     j = next((k for k, st in enumerate(block) if st is second), None)
     loss = _backward_of(_plain(ctx, second))
-    if i is None or j is None or j < i or loss is None or _method_of(_plain(ctx, step), "step") is None:
+    stepped = _step_of(ctx, mutation, _plain(ctx, step)) if step is not None else None
+    if i is None or j is None or j < i or loss is None or stepped is None:
         raise CannotFix("the step and the backward are not plain statements of one block")
     h = i - 1
     if h < 0 or _backward_of(_plain(ctx, block[h])) != loss:
@@ -620,7 +621,7 @@ def _backward_once(ctx: FixContext, mutation: Mutation) -> Fix:
         if chain is None:
             break
         before.append(chain)
-    if _method_of(_plain(ctx, step), "step") not in before:
+    if stepped not in before:
         raise CannotFix("the step's gradients are not cleared just before the first backward")
     later = [n.func.value for st in block[j + 1:] for n in statements.every_node(st)
              if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"]
@@ -653,10 +654,12 @@ def _step_after_later_backward(ctx: FixContext, mutation: Mutation, code: str) -
     which then applies them too (the order of the usual GAN and actor-critic loops)."""
     if mutation.kind != "step" or mutation.touched_after is None:
         raise CannotFix("not an optimizer step whose later gradients the run shows")
-    inner = ctx.statement_of(mutation.node)
-    chain = _method_of(inner, "step")
+    # (the step, or the call of the helper that steps, in the function of the backwards it breaks)
+    sink_path = {c.sink.path for c in mutation.conflicts}
+    inner = ctx.statement_of(in_function_of(tuple(mutation.call_path()), mutation.node, list(min(sink_path, key=len))))
+    chain = _step_of(ctx, mutation, inner) if len(sink_path) == 1 else None
     if chain is None or block_around(ctx, inner) is None:
-        raise CannotFix("the step is not a plain `opt.step()` statement of a block")
+        raise CannotFix("the step is not a plain `opt.step()` statement of a block, or a call of a helper that only steps")
     path = mutation.call_path()
     sinks = [in_function_of(c.sink.path, c.sink.node, path) for c in mutation.conflicts if c.sink.kind == "backward"]
     if len(sinks) != len(mutation.conflicts):
@@ -703,11 +706,12 @@ def _step_after_later_backward(ctx: FixContext, mutation: Mutation, code: str) -
     for st in (step, down):
         ctx.require_own_lines(st)
     edits = move_statements_after(ctx, [step], [step], down)
-    entry = mutation.entry()
-    line = line_after(edits, down.end_lineno) + 1 + entry.lineno - step.lineno if ctx.inside(entry, step) \
-        else line_after(edits, entry.lineno)
-    caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
-    if ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, line, None, caller)):
+
+    def moved(node: ast.AST) -> int:  # the line of ``node`` once the step has moved
+        return line_after(edits, down.end_lineno) + 1 + node.lineno - step.lineno if ctx.inside(node, step) \
+            else line_after(edits, node.lineno)
+    caller = moved(mutation.frames[0][0]) if mutation.frames else None
+    if ctx.still_found(apply_edits(ctx.text, edits), FindingId(code, moved(mutation.entry()), None, caller)):
         raise CannotFix("the step, moved below the backward, still breaks a graph")
     return Fix(f"Step after the backward that needs the old weights: move `{ctx.source(inner)[:60]}` below "
                f"`{ctx.source(down).splitlines()[0][:60]}` (unsafe: the step then also applies the gradients that "
@@ -728,6 +732,33 @@ def _backward_of(stmt: ast.stmt | None) -> str | None:
             and all(k.arg == "retain_graph" and isinstance(k.value, ast.Constant) for k in call.keywords)):
         return call.func.value.id
     return None
+
+
+def _step_of(ctx: FixContext, mutation: Mutation, stmt: ast.stmt | None) -> str | None:
+    """The optimizer, as ``stmt`` of the function that runs the step names it, when ``stmt`` does that step and
+    nothing else: ``opt.step()`` itself, or the call of the followed function (a helper, a closure, a method,
+    ``__call__`` or ``forward`` of an instance) whose body is only the step (``def update(opt): opt.step()``), the
+    optimizer then named there by its argument (or, free in a closure, by its own name)."""
+    chain = _method_of(stmt, "step") if stmt is not None else None
+    if chain is not None or not mutation.frames or stmt is None or not ctx.inside(mutation.frames[-1][0], stmt):
+        return chain
+    site, fn = mutation.frames[-1][0], ctx.function_of(mutation.node)
+    body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))] if fn else []
+    inner = _method_of(body[0], "step") if len(body) == 1 and body[0] is ctx.statement_of(mutation.node) else None
+    if inner is None or not (isinstance(site, ast.Call) and statements.sole_statement(stmt) is not None
+                             and getattr(statements.sole_statement(stmt), "value", None) is site) \
+            or any(isinstance(a, ast.Starred) for a in site.args) or site.keywords:
+        return None
+    root, rest = inner.split(".")[0], inner[len(inner.split(".")[0]):]
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if isinstance(ctx.parents.get(fn), ast.ClassDef):  # a method: its first parameter is the instance
+        if fn.decorator_list:
+            return None
+        params = params[1:]
+    if root in params:
+        k = params.index(root)
+        return ast.unparse(site.args[k]) + rest if k < len(site.args) and _is_chain(site.args[k]) else None
+    return inner if ctx.function_of(fn) is ctx.function_of(site) else None  # free in a closure of the caller
 
 
 def _method_of(stmt: ast.stmt, method: str) -> str | None:
