@@ -8,6 +8,7 @@ from .. import statements
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FixContext
 from ..fixes.edits import Rewrite, apply_edits, line_after
+from ..fixes.helper_calls import calls_of
 from ..fixes.identity import FindingId
 from ..fixes.moves import (block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in,
                            units, value_only_call)
@@ -410,33 +411,63 @@ def _compute_kept_anew(ctx: FixContext, mutation: Mutation, finding: Finding) ->
     when the finding is gone with it.  Unsafe: the value is computed again on every call, and its gradients flow at
     every step (keeping it detached, the other choice, would stop them instead)."""
     inner = mutation.stale_kept.store
+    if not (isinstance(inner, ast.Assign) and len(inner.targets) == 1 and _is_chain(inner.targets[0])):
+        raise CannotFix("the kept value is not stored by a plain assignment")
+    target = ast.unparse(inner.targets[0])
+
     def guards(store: ast.stmt) -> bool:
         guard = ctx.parents.get(store)
         test = guard.test if isinstance(guard, ast.If) else None
-        return (isinstance(test, ast.Compare) and isinstance(inner, ast.Assign) and len(inner.targets) == 1
-                and _is_chain(inner.targets[0]) and len(guard.body) == 1 and not guard.orelse and len(test.ops) == 1
+        return (isinstance(test, ast.Compare) and guard.body[-1] is store and not guard.orelse and len(test.ops) == 1
+                and all(_makes_callee(ctx, st, store) for st in guard.body[:-1])
                 and isinstance(test.ops[0], ast.Is) and isinstance(test.comparators[0], ast.Constant)
-                and test.comparators[0].value is None and ast.unparse(test.left) == ast.unparse(inner.targets[0]))
+                and test.comparators[0].value is None and ast.unparse(test.left) == target)
 
     # (the assignment, or the statement around it alone that the guard holds: `with ...:`, kept as it is)
     store = next((u for u in units(ctx, inner) if guards(u)), None)
+    fn = ctx.function_of(inner)
+    if store is None and fn is not None and [st for st in fn.body if not (
+            isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))] == [inner]:
+        # A function whose body is only that assignment (a helper, a closure, a method), called once, alone in
+        # the guard of the function that calls it: that call is what the guard holds
+        calls = calls_of(ctx, fn, isinstance(ctx.parents.get(fn), ast.ClassDef))
+        named = _named_in_caller(ctx, fn, calls[0], target) if len(calls) == 1 else None
+        call = ctx.statement_of(calls[0])
+        if named is not None and getattr(statements.sole_statement(call), "value", None) is calls[0]:
+            target = named
+            store = next((u for u in units(ctx, call) if guards(u)), None)
     if store is None:
         raise CannotFix("the kept value is not filled under an `if <it> is None:` of its own")
     guard = ctx.parents[store]
-    for st in (guard, store):
+    for st in (guard, *guard.body):
         ctx.require_own_lines(st)
     outer, indent = ctx.indent_of(guard), ctx.indent_of(store)
     text = "".join(outer + line[len(indent):].rstrip("\r\n") + ctx.newline if line.strip() else ctx.newline
-                   for line in ctx.lines[store.lineno - 1:store.end_lineno])
+                   for line in ctx.lines[guard.body[0].lineno - 1:store.end_lineno])
     edits = (TextEdit(guard.lineno, 1, guard.end_lineno + 1, 1, text),)
     entry = mutation.entry()
     caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
     if ctx.still_found(apply_edits(ctx.text, list(edits)), FindingId(finding.code, line_after(edits, entry.lineno),
                                                                      None, caller)):
         raise CannotFix("computing the value on each call leaves the step breaking a graph")
-    target = ast.unparse(inner.targets[0])
     return Fix(f"Compute `{target[:60]}` anew on each call: drop its `if ... is None:` cache (unsafe: it is computed "
                "again at every call, and its gradients flow at every step)", False, edits)
+
+
+def _makes_callee(ctx: FixContext, st: ast.stmt, call: ast.stmt) -> bool:
+    """``st`` only binds the name the statement ``call`` calls, and runs nothing of the code: a ``def`` of it (no
+    decorator, no default), or an instance of a class of this file without an ``__init__`` of its own, made with no
+    argument."""
+    func = getattr(getattr(statements.sole_statement(call), "value", None), "func", None)
+    name = func.id if isinstance(func, ast.Name) else None
+    if isinstance(st, FUNCTIONS):
+        return st.name == name and not st.decorator_list and not st.args.defaults and not st.args.kw_defaults
+    made = st.value if isinstance(st, ast.Assign) and [ast.unparse(t) for t in st.targets] == [name] else None
+    if not (isinstance(made, ast.Call) and isinstance(made.func, ast.Name) and not made.args and not made.keywords):
+        return False
+    classes = ctx.names_in(ctx.tree).definitions.get(made.func.id, ())
+    return len(classes) == 1 and isinstance(classes[0], ast.ClassDef) and not any(
+        isinstance(n, FUNCTIONS) and n.name == "__init__" for n in classes[0].body)
 
 
 def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) -> Fix:
@@ -463,10 +494,17 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
     u = next((k for k, st in enumerate(block) if st is use), None)
     if k is None or u is None or k >= u or not isinstance(inner, (ast.Assign, ast.AnnAssign)):
         raise CannotFix("the mixed value is not a plain assignment after the update in its block")
-    reads, writes = statements.names_read(use), statements.names_bound(use)
-    between = block[k + 1:u]
+    # (what makes the function the assignment calls, just before it, moves with it: a `def`, an instance)
+    made: list[ast.stmt] = []
+    while u - len(made) - 1 > k and _makes_callee(ctx, block[u - len(made) - 1], use):
+        made.insert(0, block[u - len(made) - 1])
+    moved = [*made, use]
+    reads = set().union(*(statements.names_read(st) for st in moved))
+    writes = set().union(*(statements.names_bound(st) for st in moved)) | {st.name for st in made
+                                                                           if isinstance(st, FUNCTIONS)}
+    between = block[k + 1:u - len(made)]
     if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Lambda))
-           for n in statements.every_node(use)):
+           for st in moved for n in statements.every_node(st)):
         raise CannotFix("the assignment does more than compute a value")
     for st in [block[k], *between]:
         if (statements.names_bound(st) | _stored_into(st)) & reads or (statements.names_read(st) | statements.names_bound(st)) & writes:
@@ -479,10 +517,11 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
                     and _is_chain(n.func.value) and not any(isinstance(a, ast.Starred) for a in n.args)
                     and not (statements.names_read(n) - {_root(n.func.value)}) & reads):
                 raise CannotFix("a call between may change what the assignment reads")
-    for st in (use, block[k]):
+    for st in (*moved, block[k]):
         ctx.require_own_lines(st)
-    text = "".join(line.rstrip("\r\n") + ctx.newline for line in ctx.lines[use.lineno - 1:use.end_lineno])
-    edits = (TextEdit(block[k].lineno, 1, block[k].lineno, 1, text), TextEdit(use.lineno, 1, use.end_lineno + 1, 1, ""))
+    text = "".join(line.rstrip("\r\n") + ctx.newline for line in ctx.lines[moved[0].lineno - 1:use.end_lineno])
+    edits = (TextEdit(block[k].lineno, 1, block[k].lineno, 1, text),
+             TextEdit(moved[0].lineno, 1, use.end_lineno + 1, 1, ""))
     caller = line_after(edits, mutation.frames[0][0].lineno) if mutation.frames else None
     found = FindingId(finding.code, line_after(edits, mutation.entry().lineno), None, caller)
     if ctx.still_found(apply_edits(ctx.text, list(edits)), found):
@@ -745,11 +784,18 @@ def _step_of(ctx: FixContext, mutation: Mutation, stmt: ast.stmt | None) -> str 
     site, fn = mutation.frames[-1][0], ctx.function_of(mutation.node)
     body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))] if fn else []
     inner = _method_of(body[0], "step") if len(body) == 1 and body[0] is ctx.statement_of(mutation.node) else None
-    if inner is None or not (isinstance(site, ast.Call) and statements.sole_statement(stmt) is not None
-                             and getattr(statements.sole_statement(stmt), "value", None) is site) \
-            or any(isinstance(a, ast.Starred) for a in site.args) or site.keywords:
+    if inner is None or getattr(statements.sole_statement(stmt), "value", None) is not site:
         return None
-    root, rest = inner.split(".")[0], inner[len(inner.split(".")[0]):]
+    return _named_in_caller(ctx, fn, site, inner)
+
+
+def _named_in_caller(ctx: FixContext, fn: ast.FunctionDef, site: ast.AST, chain: str) -> str | None:
+    """``chain`` (``opt``, ``self.cache``) of the function ``fn``, as the function that makes its call ``site`` names
+    it: through the argument bound to the parameter it starts from (after the instance's, for a method), or itself,
+    free in a closure of that function."""
+    if not isinstance(site, ast.Call) or any(isinstance(a, ast.Starred) for a in site.args) or site.keywords:
+        return None
+    root = chain.split(".")[0]
     params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
     if isinstance(ctx.parents.get(fn), ast.ClassDef):  # a method: its first parameter is the instance
         if fn.decorator_list:
@@ -757,8 +803,9 @@ def _step_of(ctx: FixContext, mutation: Mutation, stmt: ast.stmt | None) -> str 
         params = params[1:]
     if root in params:
         k = params.index(root)
-        return ast.unparse(site.args[k]) + rest if k < len(site.args) and _is_chain(site.args[k]) else None
-    return inner if ctx.function_of(fn) is ctx.function_of(site) else None  # free in a closure of the caller
+        return ast.unparse(site.args[k]) + chain[len(root):] if k < len(site.args) and _is_chain(site.args[k]) \
+            else None
+    return chain if ctx.function_of(fn) is ctx.function_of(site) else None  # free in a closure of the caller
 
 
 def _method_of(stmt: ast.stmt, method: str) -> str | None:
