@@ -433,7 +433,8 @@ def _compute_kept_anew(ctx: FixContext, mutation: Mutation, finding: Finding) ->
         calls = calls_of(ctx, fn, isinstance(ctx.parents.get(fn), ast.ClassDef))
         named = _named_in_caller(ctx, fn, calls[0], target) if len(calls) == 1 else None
         call = ctx.statement_of(calls[0])
-        if named is not None and getattr(statements.sole_statement(call), "value", None) is calls[0]:
+        alone = statements.sole_statement(call)
+        if named is not None and isinstance(alone, ast.Expr) and alone.value is calls[0]:
             target = named
             store = next((u for u in units(ctx, call) if guards(u)), None)
     if store is None:
@@ -784,7 +785,8 @@ def _step_of(ctx: FixContext, mutation: Mutation, stmt: ast.stmt | None) -> str 
     site, fn = mutation.frames[-1][0], ctx.function_of(mutation.node)
     body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))] if fn else []
     inner = _method_of(body[0], "step") if len(body) == 1 and body[0] is ctx.statement_of(mutation.node) else None
-    if inner is None or getattr(statements.sole_statement(stmt), "value", None) is not site:
+    alone = statements.sole_statement(stmt)
+    if inner is None or not isinstance(alone, ast.Expr) or alone.value is not site:
         return None
     return _named_in_caller(ctx, fn, site, inner)
 
