@@ -68,7 +68,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     # Only a file that imports something besides torch and the standard library can call into the project.
     project = (Project(source, knowledge.autograd_function_bases, entry_script=_is_entry_script(tree))
                if project_code and source.is_file() else None)
-    default_dtype = file_default_dtype(tree, knowledge, "\n".join(lines) if lines is not None else None)
+    default_dtype = file_default_dtype(tree, knowledge, "\n".join(lines) if lines is not None else None, lines)
     ctx = Context(knowledge, imports, classes, oracle=oracle, functions=functions, default_dtype=default_dtype,
                   path=str(source.resolve()) if project is not None else None, project=project,
                   training_units=frozenset(_training_units(units, tree, lines, _is_entry_script(tree),
@@ -372,6 +372,9 @@ class _Fingerprints:
                  view_functions: tuple[str, ...] = ()):
         self.lines = lines
         self.texts: dict[ast.AST, str] = {}
+        self.spans: dict[ast.AST, tuple[int, int]] = {}
+        self.reads: dict[tuple[int, str], list[str]] = {}  # (id of a ``named`` dict, a text): the names it reads there
+        self.digests: dict[str, bytes] = {}  # a part's text: its digest (a helper is part of many keys)
         self.named: dict[str, list[ast.AST]] = {name: [node] for name, node in functions.items()}
         self.named.update({name: [info.node] for name, info in classes.items()})
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
@@ -391,6 +394,12 @@ class _Fingerprints:
             text = self.texts[node] = "\n".join(self.lines[parsing.first_line(node) - 1 : node.end_lineno])
         return text
 
+    def _span(self, node: ast.AST) -> tuple[int, int]:
+        span = self.spans.get(node)  # as ``_text``: read for each function that names the node
+        if span is None:
+            span = self.spans[node] = (parsing.first_line(node), node.end_lineno)
+        return span
+
     def of(self, fn, owner) -> tuple[str, tuple[tuple[int, int], ...]]:
         """The key, and the (first, last) lines of each part it covers, in the key's order."""
         if fn is None:
@@ -404,7 +413,7 @@ class _Fingerprints:
             spans.append((parsing.first_line(owner), owner.end_lineno))
         for node, text in self._named(own, self.readable):
             parts.append(text)
-            spans.append((parsing.first_line(node), node.end_lineno))
+            spans.append(self._span(node))
         return self._key(parts), tuple(spans)
 
     def of_class(self, node: ast.ClassDef) -> str:
@@ -430,7 +439,13 @@ class _Fingerprints:
         given: set[int] = set()
         pending = [text]
         while pending:
-            for name in sorted(_names(pending.pop()) & named.keys() - seen):
+            text = pending.pop()
+            reads = self.reads.get((id(named), text))
+            if reads is None:
+                reads = self.reads[(id(named), text)] = sorted(_names(text) & named.keys())
+            for name in reads:
+                if name in seen:
+                    continue
                 seen.add(name)
                 for node in named[name]:
                     if id(node) in given:
@@ -440,9 +455,16 @@ class _Fingerprints:
                     pending.append(text)
                     yield node, text
 
-    @staticmethod
-    def _key(parts: list[str]) -> str:
-        return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    def _key(self, parts: list[str]) -> str:
+        """The digest of the parts' digests (each part's text is hashed once per run, not once per key)."""
+        digests = []
+        for part in parts:
+            digest = self.digests.get(part)
+            if digest is None:
+                digest = self.digests[part] = hashlib.blake2b(part.encode("utf-8", "surrogatepass"),
+                                                              digest_size=16).digest()
+            digests.append(digest)
+        return hashlib.blake2b(b"".join(digests), digest_size=16).hexdigest()
 
 
 @lru_cache(maxsize=8192)

@@ -48,14 +48,17 @@ def _names_no_dtype(arg: ast.expr, default_names: frozenset[str]) -> bool:
     return any(word in name.lower() for word in _DEVICE_WORDS)
 
 
-def file_default_dtype(tree: ast.AST, knowledge: TorchKnowledge, text: str | None = None) -> str | None:
+def file_default_dtype(tree: ast.AST, knowledge: TorchKnowledge, text: str | None = None,
+                       lines: list[str] | None = None) -> str | None:
     """The dtype a floating tensor of this file gets when nothing names another (torch's default), or None when
     the file may change it or its layers': it switches the default dtype or uses autocast, converts something
     with ``.half()``/``.double()``/``.bfloat16()`` (a module, maybe), or ``.to()``/``.type()`` with an argument
     that may be a dtype other than the default (``.to(device)`` is not).
 
     ``text``: the source of ``tree``; when its words show that none of these can be there, the tree is not
-    walked (most files: the walk cost as much as a tenth of the analysis)."""
+    walked (most files: the walk cost as much as a tenth of the analysis).  ``lines``: the lines of ``tree`` (a
+    module); each top-level statement's answer is then kept by its text (``_SWITCHING``), since the editor asks
+    again at every keystroke and only the edited statements changed."""
     default = knowledge.default_dtype
     if default is None:
         return None
@@ -64,18 +67,41 @@ def file_default_dtype(tree: ast.AST, knowledge: TorchKnowledge, text: str | Non
                            if d in knowledge.floating_dtypes and d != default)
     if text is not None and not _may_change_dtype(converting.union(knowledge.dtype_conversions)).search(text):
         return default
+    if lines is None or not isinstance(tree, ast.Module):
+        return None if _switches(tree, knowledge, default_names, converting) else default
+    asked = (default_names, converting, frozenset(knowledge.dtype_conversions))
+    if len(_SWITCHING) > 8192:
+        _SWITCHING.clear()
+    for stmt in tree.body:
+        # the statement's lines and columns name its text (two statements can share a line)
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+        key = ("\n".join(lines[first - 1 : stmt.end_lineno]), stmt.col_offset, stmt.end_col_offset, asked)
+        switches = _SWITCHING.get(key)
+        if switches is None:
+            switches = _SWITCHING[key] = _switches(stmt, knowledge, default_names, converting)
+        if switches:
+            return None
+    return default
+
+
+# Whether a top-level statement may change the file's dtypes (``_switches``), by its text and what was asked.
+_SWITCHING: dict[tuple, bool] = {}
+
+
+def _switches(tree: ast.AST, knowledge: TorchKnowledge, default_names: frozenset[str],
+              converting: frozenset[str]) -> bool:
     for node in every_node(tree):
         if _identifier(node) in _DTYPE_SWITCHES if isinstance(node, (ast.Name, ast.Attribute)) else False:
-            return None
+            return True
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             attr = node.func.attr
             if attr in converting:
-                return None
+                return True
             if attr in knowledge.dtype_conversions and attr != "type_as":
                 given = [*node.args, *(k.value for k in node.keywords if k.arg in ("dtype", "device", "other"))]
                 if not all(_names_no_dtype(a, default_names) for a in given):
-                    return None
-    return default
+                    return True
+    return False
 
 
 @functools.lru_cache(maxsize=8)
