@@ -7,7 +7,8 @@ server's own work plus the JSON-RPC round trip, never a client or server delay:
 - first diagnostics after open: didOpen sent -> publishDiagnostics received (a fresh document);
 - didChange -> publishDiagnostics, p50/p95:
   cold: the first edit of a freshly opened document (repeated on new documents),
-  warm: edits on a document that has been edited before, of two kinds, each near the middle of the file:
+  warm: edits on a document that has been edited before, of two kinds, each on a one-line statement inside a
+  function nearest the middle of the file:
     line edits insert or remove a comment line inside a function (every line below moves),
     keystrokes add or remove a short comment at the end of a line inside a function (no line moves);
 - the engine alone, in this process: ``api.analyze_source`` of the same keystroke edits with the
@@ -16,7 +17,9 @@ server's own work plus the JSON-RPC round trip, never a client or server delay:
 - server RSS (VmRSS, and the peak VmHWM) after each size, and after opening the N largest .py files of
   the installed torch package (skipped when torch is not installed).
 The files of each size are whole fixture programs (tests/fixtures) concatenated, cut at a top-level
-statement and padded with blank lines to exactly that many lines.
+statement and padded with blank lines to exactly that many lines; with ``--real DIR`` (e.g. bench/corpus, the
+pinned library code of ``bench/build_corpus.py``), real code instead: the smallest .py file under DIR with at
+least that many lines (ties by path), cut and padded the same way.
 """
 
 from __future__ import annotations
@@ -42,11 +45,14 @@ KEYSTROKE = "  # e"
 
 
 # ---- inputs -------------------------------------------------------------------------------
-def generate(lines: int) -> str:
-    """Exactly ``lines`` lines of real fixture code (whole programs, cut at a top-level statement)."""
+def generate(lines: int, real: Path | None = None) -> str:
+    """Exactly ``lines`` lines of fixture code (whole programs, cut at a top-level statement), or of the real
+    file ``real_file(real, lines)``."""
+    out: list[str] = []
+    if real is not None:
+        out = real_file(real, lines).read_text(encoding="utf-8").splitlines() + [""]
     files = sorted(FIXTURES.glob("*/*.py"))
     random.Random(0).shuffle(files)  # positives and negatives of every rule, in a fixed order
-    out: list[str] = []
     i = 0
     while len(out) <= lines:  # one line past the cut: it shows whether a top-level block starts there
         out.extend(files[i % len(files)].read_text(encoding="utf-8").splitlines())
@@ -63,6 +69,24 @@ def generate(lines: int) -> str:
     return text
 
 
+def real_file(folder: Path, lines: int) -> Path:
+    """The smallest .py file under ``folder`` with at least ``lines`` lines (ties: the first path) that parses."""
+    sized = []
+    for path in sorted(folder.rglob("*.py")):
+        if any(part.startswith(".") for part in path.relative_to(folder).parts):
+            continue  # a tool's virtualenv (bench/corpus/.tools-venv)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.count("\n") >= lines + 1:
+            sized.append((text.count("\n"), str(path), path))
+    for _, _, path in sorted(sized):
+        if _parses(path.read_text(encoding="utf-8").splitlines()):
+            return path
+    raise SystemExit(f"no .py file of at least {lines} lines under {folder}")
+
+
 def _parses(lines: list[str]) -> bool:
     try:
         ast.parse("\n".join(lines))
@@ -72,13 +96,16 @@ def _parses(lines: list[str]) -> bool:
 
 
 def edit_lines(text: str, count: int) -> list[int]:
-    """0-based lines inside functions (indented statements) around the middle of the file."""
+    """0-based lines of one-line statements inside functions, around the middle of the file (a real file's middle
+    can be a long literal at the top level, e.g. a table of configurations: an indented line is not enough)."""
     lines = text.split("\n")
     middle = len(lines) // 2
-    candidates = sorted(
-        (i for i, l in enumerate(lines) if l.startswith("    ") and l.strip()[:1].isalpha()),
-        key=lambda i: abs(i - middle),
-    )
+    inside = {stmt.lineno - 1 for fn in ast.walk(ast.parse(text))
+              if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for stmt in ast.walk(fn) if isinstance(stmt, ast.stmt) and stmt is not fn
+              and stmt.lineno == stmt.end_lineno and lines[stmt.lineno - 1].startswith("    ")
+              and lines[stmt.lineno - 1].strip()[:1].isalpha()}
+    candidates = sorted(inside, key=lambda i: abs(i - middle))
     return candidates[:count] or [middle]
 
 
@@ -124,6 +151,15 @@ def rss_kib(pid: int) -> tuple[int, int]:
     except OSError:
         return 0, 0
     return fields.get("VmRSS", 0), fields.get("VmHWM", 0)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far (clock ticks, so only a sum over many edits is exact)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -217,8 +253,8 @@ class Bench:
 
 
 # ---- measurements -------------------------------------------------------------------------
-async def measure_size(workspace: Path, lines: int, warm: int, cold: int) -> dict:
-    text = generate(lines)
+async def measure_size(workspace: Path, lines: int, warm: int, cold: int, real: Path | None = None) -> dict:
+    text = generate(lines, real)
     parse = time_ast_parse(text)
     bench = Bench(workspace)
     await bench.start()
@@ -235,18 +271,25 @@ async def measure_size(workspace: Path, lines: int, warm: int, cold: int) -> dic
         await bench.open(uri, text)
         version = 1
         warm_lines, warm_keys = [], []
+        cpu = {}
         for i in range(warm + 4):
+            if i == 4:
+                cpu_start = cpu_seconds(bench.pid)
             line = spots[(i // 2) % len(spots)]
             version += 1
             elapsed = await bench.change(uri, version, line, insert=i % 2 == 0)
             if i >= 4:  # four edits to warm up
                 warm_lines.append(elapsed)
+        cpu["warm"] = (cpu_seconds(bench.pid) - cpu_start) / max(warm, 1)
         for i in range(warm + 4):
+            if i == 4:
+                cpu_start = cpu_seconds(bench.pid)
             line = spots[(i // 2) % len(spots)]
             version += 1
             elapsed = await bench.change(uri, version, line, insert=i % 2 == 0, at=utf16_len(text.split("\n")[line]))
             if i >= 4:
                 warm_keys.append(elapsed)
+        cpu["keys"] = (cpu_seconds(bench.pid) - cpu_start) / max(warm, 1)
         findings = bench.counts.get((uri, version), 0)
         rss = rss_kib(bench.pid)
     finally:
@@ -263,6 +306,7 @@ async def measure_size(workspace: Path, lines: int, warm: int, cold: int) -> dic
         "engine": engine,
         "rss_idle": rss_idle,
         "rss": rss,
+        "cpu": cpu,
     }
 
 
@@ -306,9 +350,10 @@ def report(sizes: list[dict], torch_result: dict | None, torch_asked: bool = Tru
     print("\ndidChange -> publishDiagnostics through a stdio client, debounce 0 (ms; (n.nx) = ratio to ast.parse of the file)")
     print(
         "| lines | findings | ast.parse | first diagnostics after open, p50 | cold edit p50 / p95 "
-        "| warm line edit p50 / p95 | warm keystroke p50 / p95 | engine alone, keystroke p50 / p95 | server RSS MiB |"
+        "| warm line edit p50 / p95 | warm keystroke p50 / p95 | engine alone, keystroke p50 / p95 "
+        "| server CPU per line edit / keystroke | server RSS MiB |"
     )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 
     def pair(values: list[float], parse: float) -> str:
         p50, p95 = percentile(values, 0.5), percentile(values, 0.95)
@@ -320,7 +365,8 @@ def report(sizes: list[dict], torch_result: dict | None, torch_asked: bool = Tru
         print(
             f"| {r['lines']:,} | {r['findings']} | {ms(parse)} | {ms(first50)} ({first50 / parse:.1f}x) "
             f"| {pair(r['cold'], parse)} | {pair(r['warm'], parse)} | {pair(r['keys'], parse)} "
-            f"| {pair(r['engine'], parse)} | {r['rss'][0] / 1024:.0f} |"
+            f"| {pair(r['engine'], parse)} | {ms(r['cpu']['warm'])} / {ms(r['cpu']['keys'])} "
+            f"| {r['rss'][0] / 1024:.0f} |"
         )
     print(
         f"(samples per size: {len(sizes[0]['cold'])} cold, {len(sizes[0]['warm'])} warm of each kind; "
@@ -355,7 +401,7 @@ async def main_async(args: argparse.Namespace) -> None:
         sizes = []
         for lines in args.sizes:
             print(f"measuring {lines} lines ...", file=sys.stderr, flush=True)
-            sizes.append(await measure_size(workspace, lines, args.warm, args.cold))
+            sizes.append(await measure_size(workspace, lines, args.warm, args.cold, args.real))
         torch_result = None
         if args.torch_files > 0:
             print(f"opening the {args.torch_files} largest torch files ...", file=sys.stderr, flush=True)
@@ -368,7 +414,7 @@ async def main_async(args: argparse.Namespace) -> None:
             "sizes": [{"lines": r["lines"], "ast_parse": r["ast_parse"],
                        **{k: [percentile(r[k], 0.5), percentile(r[k], 0.95), len(r[k])]
                           for k in ("first", "cold", "warm", "keys", "engine")},
-                       "rss_kib": r["rss"][0], "rss_idle_kib": r["rss_idle"][0]} for r in sizes],
+                       "cpu_per_edit": r["cpu"], "rss_kib": r["rss"][0], "rss_idle_kib": r["rss_idle"][0]} for r in sizes],
             "largest": None if torch_result is None else {
                 "files": len(torch_result["rows"]), "lines": sum(row[1] for row in torch_result["rows"]),
                 "first_median": statistics.median(row[2] for row in torch_result["rows"]),
@@ -387,6 +433,8 @@ def main() -> None:
     parser.add_argument("--torch-files", type=int, default=20, help="open the N largest files (0: skip)")
     parser.add_argument("--largest-from", type=Path, action="append",
                         help="take the largest files from this folder (repeatable; default: the installed torch)")
+    parser.add_argument("--real", type=Path, metavar="DIR",
+                        help="edit real code: the smallest .py file under DIR of each size (e.g. bench/corpus)")
     parser.add_argument("--json", type=Path, help="also write the figures to FILE")
     asyncio.run(main_async(parser.parse_args()))
 
