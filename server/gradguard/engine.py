@@ -21,7 +21,7 @@ from .diagnostics import NOT_ANALYSED
 from .inference.accumulation import sources_of, stale_steps
 from .inference.loaded_copies import replaced_copies
 from .inference.classes import ClassInfo, find_classes
-from .inference.dtypes import file_default_dtype
+from .inference.dtypes import file_default_dtype, forget_statements
 from .inference.events import (CHAIN_REASON, Conflict, Finding, GradRead, MixedUse, Mutation, Sink, StaleUse,
                                in_function_of)
 from .inference.imports import collect_imports
@@ -484,6 +484,7 @@ def forget_texts() -> None:
     are whole function texts, ``_names``' values a set of every identifier) for a hit rate under 10 %."""
     _names.cache_clear()
     _has_idiom.cache_clear()
+    forget_statements()  # file_default_dtype's answers by statement text
 
 
 def _imports_project_code(imports: dict[str, str]) -> bool:

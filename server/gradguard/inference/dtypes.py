@@ -84,8 +84,13 @@ def file_default_dtype(tree: ast.AST, knowledge: TorchKnowledge, text: str | Non
     return default
 
 
-# Whether a top-level statement may change the file's dtypes (``_switches``), by its text and what was asked.
+# Whether a top-level statement may change the file's dtypes (``_switches``), by its text and what was asked
+# (emptied with the engine's other memos of texts, ``engine.forget_texts``, after each file of a batch).
 _SWITCHING: dict[tuple, bool] = {}
+
+
+def forget_statements() -> None:
+    _SWITCHING.clear()
 
 
 def _switches(tree: ast.AST, knowledge: TorchKnowledge, default_names: frozenset[str],
