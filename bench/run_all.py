@@ -7,7 +7,7 @@ and collects their figures: bench_engine.py (precision: every finding with its l
 CPU vs ``ast.parse`` of the same files in the same run), bench_cache.py (``gradguard check --jobs N
 --no-cache`` wall time on all cores, the cached re-run), the peak RSS of ``gradguard check --jobs 1 --no-cache``,
 TorchFix and Fixit on the same files (each in its own virtualenv, bench/corpus/.tools-venv, so their libcst never
-meets the project's), bench_lsp.py (editor latency and server memory after opening the corpus's 20 largest files),
+meets the project's), bench_lsp.py (editor latency on real files of the corpus, and server memory after opening its 20 largest files),
 bench_coldstart.py (spawning ``gradguard lsp`` to the first diagnostics of a small file, with ``import
 pygls.lsp.server`` as the floor) and bench_probe.py.
 ``--quick`` (under two minutes): peers on every 40th corpus file, fewer editor iterations, one probe workload.
@@ -276,7 +276,7 @@ def main() -> None:
         log("bench_lsp: editor latency and memory")
         lsp_args = ["--warm", "3", "--cold", "1"] if args.quick else []
         largest = [str(f) for f in folders]
-        lsp, note = run_json("bench_lsp.py", *lsp_args, "--torch-files", "20",
+        lsp, note = run_json("bench_lsp.py", *lsp_args, "--torch-files", "20", "--real", str(build_corpus.CORPUS),
                              *[a for f in largest for a in ("--largest-from", f)])
         if lsp is None:
             row("editor latency (bench_lsp)", note)
