@@ -141,7 +141,7 @@ def test_fix_on_an_unwritable_notebook_reports_its_findings_and_exits_2(gg, tmp_
 
 def test_fix_on_a_file_replaced_by_a_folder_after_analysis(gg, tmp_path, monkeypatch):
     """A file that is gone by the time --fix reads it again (here: replaced by a folder) keeps its findings."""
-    import gradguard.fixing as runner
+    import gradguard.autofix.writer as runner
 
     path = tmp_path / "train.py"
     path.write_text(SAVED_BUG)

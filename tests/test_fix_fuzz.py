@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from gradguard import fixing
+from gradguard.autofix import writer
 from gradguard.cli import main
 
 HEAD = "import torch\n\ndef f(w):\n    x = w * 2\n    y = torch.exp(x)\n"
@@ -46,7 +46,7 @@ FILES = ["a.py", "b.py", "c.py"]
 
 
 def _fixed(text: str) -> str:
-    return fixing.fix_text(text, "v.py").fixed
+    return writer.fix_text(text, "v.py").fixed
 
 
 def _fork_cli(argv: list[str], cwd: Path, env: dict[str, str], out: Path) -> int:

@@ -16,7 +16,7 @@ import pytest
 from gradguard.cli import main
 from gradguard.diagnostics import Diagnostic
 from gradguard.api import analyze_notebook, analyze_program
-from gradguard.fixing import fix_notebook
+from gradguard.autofix.writer import fix_notebook
 from gradguard.notebooks import Notebook, Program, make_cell
 from test_output_formats import JSON_V1_SCHEMA, sarif_validator
 

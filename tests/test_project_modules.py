@@ -237,21 +237,21 @@ def test_fix_writes_the_module_where_the_write_is(tmp_path: Path, checked: tuple
 def test_fix_leaves_a_module_changed_since_it_was_read(tmp_path: Path, monkeypatch):
     """The module is re-read and fixed from the bytes written back only if they are still those bytes: one
     edited while fixing is left as it is (``write_if_unchanged``), as the analysed file would be."""
-    from gradguard import fixing
+    from gradguard.autofix import writer
 
     files = {"pkg/__init__.py": "", "pkg/gate.py": INPLACE_MODEL, "pkg/main.py": CALLER.format(import_from=".gate")}
     _write(tmp_path, files)
     monkeypatch.chdir(tmp_path)
     gate = tmp_path / "pkg/gate.py"
-    real = fixing.write_if_unchanged
+    real = writer.write_if_unchanged
 
     def edited_meanwhile(path, expected, new):
         gate.write_text(gate.read_text() + "# edited\n")
         return real(path, expected, new)
 
-    monkeypatch.setattr(fixing, "write_if_unchanged", edited_meanwhile)
-    outcome = fixing.fix_path(gate, "pkg/gate.py", entries=[("pkg/main.py", tmp_path / "pkg/main.py")])
-    assert outcome.write_failed and fixing.CHANGED in outcome.problems[-1]
+    monkeypatch.setattr(writer, "write_if_unchanged", edited_meanwhile)
+    outcome = writer.fix_path(gate, "pkg/gate.py", entries=[("pkg/main.py", tmp_path / "pkg/main.py")])
+    assert outcome.write_failed and writer.CHANGED in outcome.problems[-1]
     assert gate.read_text() == textwrap.dedent(INPLACE_MODEL).lstrip() + "# edited\n"
 
 

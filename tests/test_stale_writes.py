@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import gradguard.batch
-import gradguard.fixing
+import gradguard.autofix.writer
 from gradguard.cli import main
 from gradguard.result_cache import ENV_DIR, ENV_OFF
 
@@ -74,14 +74,14 @@ def test_a_file_edited_while_it_is_fixed_is_not_overwritten(gg, tmp_path, monkey
     target = tmp_path / "t.py"
     target.write_text(BUG)
     saved = BUG + "# saved by the editor meanwhile\n"
-    real = gradguard.fixing.fix_text
+    real = gradguard.autofix.writer.fix_text
 
     def editor_saves_meanwhile(*args, **kwargs):
         outcome = real(*args, **kwargs)
         target.write_text(saved)
         return outcome
 
-    monkeypatch.setattr(gradguard.fixing, "fix_text", editor_saves_meanwhile)
+    monkeypatch.setattr(gradguard.autofix.writer, "fix_text", editor_saves_meanwhile)
     code, out, err = gg("--fix", "t.py")
     assert target.read_text() == saved
     assert code == 2

@@ -206,7 +206,7 @@ class FixesOnDemand:
     def checked(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
         """``fixed``, but a fix the fix planner would refuse (``plan.make_pass``: alone, it must leave fewer
         findings) is no fix: an editor's quick fix of one finding is checked as ``--fix`` checks it."""
-        from .fixes import plan  # the planner on first use: the server's start needs none of it (lsp/test_start.py)
+        from .autofix import plan  # the planner on first use: the server's start needs none of it (lsp/test_start.py)
 
         def analyse_with(file: str | None) -> Callable[[str], plan.Analysis]:
             """The findings once ``fixed`` is this text (with a copy of the cache), or is read for the module ``file``

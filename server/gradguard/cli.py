@@ -39,7 +39,7 @@ from .output import text as text_output
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Config
     from .files import Target
-    from .fixing import FixRun
+    from .autofix.writer import FixRun
 
 PROGRESS_MIN_FILES = 20
 MAX_JOBS = 32  # --jobs above this is capped: more processes only cost memory (each holds an analysis)
@@ -322,7 +322,7 @@ def _check(args: argparse.Namespace) -> int:
     # After the probe, whose merge matches each run file's static findings, wherever they are, with its own.
     origins = {}  # --fix: the files whose analyses place findings in another (their fixes edit it)
     if args.fix or args.diff:
-        from .fixing import placed_origins
+        from .autofix.writer import placed_origins
 
         origins = placed_origins(results)
     results = in_own_files(results)
@@ -333,7 +333,7 @@ def _check(args: argparse.Namespace) -> int:
         results = attach(results, files)
     fixing = None
     if args.fix or args.diff:
-        from .fixing import run_fixes  # .py files have their text fixed; notebooks their cells
+        from .autofix.writer import run_fixes  # .py files have their text fixed; notebooks their cells
 
         fixing = run_fixes(results, files, config, args.unsafe_fixes, not args.diff, digests, origins)
         results = fixing.results
@@ -462,7 +462,7 @@ def _write_baseline(args: argparse.Namespace, results: list[FileResult], files: 
 
 
 def _fixing(run: FixRun | None) -> text_output.Fixing | None:
-    """The closing line's account of a ``fixing.run_fixes`` run."""
+    """The closing line's account of a ``autofix.writer.run_fixes`` run."""
     if run is None:
         return None
     return text_output.Fixing(run.write, run.fixed, run.files_changed, run.unsafe_left, run.write_failures)

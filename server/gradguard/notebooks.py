@@ -28,8 +28,8 @@ cell's own lines; related locations and fix edits carry their own cell.  Message
 cell 6": their templates (``messages.Message``) are rendered with ``Program.line_name``.
 
 This module reads notebooks and maps positions between cells and the program; it analyses nothing, so that
-``api`` (``analyze_notebook``, ``analyze_program``) and ``fixing`` (``fix_notebook``, ``CellsPlan``) can use it
-one way.  ``fixing.fix_notebook`` applies fixes to the cell sources only: outputs, metadata, ids and the JSON
+``api`` (``analyze_notebook``, ``analyze_program``) and ``autofix.writer`` (``fix_notebook``, ``CellsPlan``) can use
+it one way.  ``fix_notebook`` applies fixes to the cell sources only: outputs, metadata, ids and the JSON
 layout (indent, key order, trailing newline, list-or-string sources) are left as they were.
 
 Notebooks are read with ``json``; ``nbformat`` (optional) is used only to upgrade nbformat 3 files for

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import torch
-from gradguard.fixing import fix_text
+from gradguard.autofix.writer import fix_text
 
 from programs import found, run_program
 

@@ -12,8 +12,8 @@ from gradguard.cli import main
 from gradguard.config import Config
 from gradguard.diagnostics import Fix, TextEdit
 from gradguard.fixes.edits import apply_edits, diff_edits
-from gradguard.fixes.plan import choose
-from gradguard.fixing import fix_text
+from gradguard.autofix.plan import choose
+from gradguard.autofix.writer import fix_text
 
 
 def analyse(src: str):

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 from gradguard.config import Config
-from gradguard.fixing import fix_text
+from gradguard.autofix.writer import fix_text
 from gradients import grads_equal
 from programs import found, run_program
 

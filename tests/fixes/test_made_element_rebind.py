@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from gradguard.fixing import fix_text
+from gradguard.autofix.writer import fix_text
 from programs import found
 
 torch = pytest.importorskip("torch")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 from gradguard.diagnostics import Fix, TextEdit
-from gradguard.fixes import plan
+from gradguard.autofix import plan
 
 
 def fix(line, new, title="fix", safe=True, old_len=5):

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from gradguard.api import analyze_source
 from gradguard.config import Config
-from gradguard.fixing import fix_text
+from gradguard.autofix.writer import fix_text
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")

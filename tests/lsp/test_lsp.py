@@ -584,7 +584,7 @@ async def test_fix_all_applies_every_safe_fix(client: LanguageClient):
     found = _fixable_fixture()
     if found is None:
         pytest.skip("no rule offers an automatic fix yet (tests/lsp/test_fixes.py covers the merging)")
-    from gradguard.fixing import fix_text
+    from gradguard.autofix.writer import fix_text
 
     text, diags = found
     expected = fix_text(text, "t.py")  # what `gradguard check --fix` makes of it: the same planner

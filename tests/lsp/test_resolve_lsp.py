@@ -54,7 +54,7 @@ async def test_fix_all_is_made_on_resolve(client: LanguageClient):
     found = _fixable_fixture()
     if found is None:
         pytest.skip("no rule offers an automatic fix yet")
-    from gradguard.fixing import fix_text
+    from gradguard.autofix.writer import fix_text
 
     text, _ = found
     open_doc(client, text)

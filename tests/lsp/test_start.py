@@ -14,7 +14,7 @@ from gradguard.lsp.server import GradguardServer
 from gradguard.lsp.workspace import WorkspaceServer
 
 NOT_AT_START = ("libcst", "jedi", "torch", "gradguard.lsp.actions", "gradguard.lsp.hover", "gradguard.lsp.fixes",
-                "gradguard.fixing", "gradguard.fixes.plan", "gradguard.lsp.closed_files", "gradguard.batch",
+                "gradguard.autofix.writer", "gradguard.autofix.plan", "gradguard.lsp.closed_files", "gradguard.batch",
                 "gradguard.result_cache", "gradguard.files", "pathspec", "multiprocessing", "importlib.metadata")
 
 

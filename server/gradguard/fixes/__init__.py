@@ -6,9 +6,8 @@ builds one ``FixContext`` (libcst is parsed lazily, on the first fix that needs 
 finding's rule for its fix, through the builders the caller hands down (this layer imports no rule).  A fix that cannot be built -- ``CannotFix``, or any bug in a fix builder --
 leaves that diagnostic without a fix; it never loses the diagnostic.
 
-``plan`` chooses and applies fixes for every client (``gradguard.fixing`` for files, notebooks, the
-language server's "Fix all"); ``edits`` turns node changes
-into ``TextEdit``s and applies them.
+``gradguard.autofix`` chooses and applies fixes for every client (files, notebooks, the language server's
+"Fix all"); ``edits`` turns node changes into ``TextEdit``s and applies them.
 """
 
 from __future__ import annotations

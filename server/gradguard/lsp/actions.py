@@ -26,7 +26,8 @@ from pygls.workspace import Workspace
 
 from ..config import Config
 from ..diagnostics import SYNTAX_ERROR
-from ..fixes import plan, unavailable
+from ..autofix import plan
+from ..fixes import unavailable
 from ..suppressions import add_code
 from ..text import code_units, split_lines, text_digest
 from . import convert, fixes

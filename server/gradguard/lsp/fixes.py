@@ -1,8 +1,8 @@
 """Fix-all in the editor ("Fix all", ``source.fixAll.gradguard``, ``gradguard.applyAllFixes``): the fix
 planner's run for a document, and its result as edits of one document.
 
-The planner (``fixes.plan.run``) chooses, orders and applies the safe fixes and re-analyses until none is left,
-exactly as ``gradguard check --fix`` does (for a notebook: ``fixing.CellsPlan`` over its program); this module
+The planner (``autofix.plan.run``) chooses, orders and applies the safe fixes and re-analyses until none is left,
+exactly as ``gradguard check --fix`` does (for a notebook: ``autofix.writer.CellsPlan`` over its program); this module
 makes the job that runs it in the pool (``fix_job``, ``notebook_fix_job``) and turns its fixed text into the few
 edits that make it (``edits.diff_edits``, 1-based code points), which ``convert`` maps to the client's
 positions.  So an editor's "Fix all" and ``--fix`` give the same text.  Part of the fix layer the server loads
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import api, fixing
+from .. import api
 from ..config import Config
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
-from ..fixes import plan
+from ..autofix import plan, writer
 from ..fixes.edits import diff_edits
 from .documents import Document, NotebookDocument, Snapshot, TextDocument
 
@@ -52,12 +52,12 @@ def _text_fix_job(document: TextDocument, snap: Snapshot, uri: str, path: str, c
 
 def _cell_fix_job(document: NotebookDocument, snap: Snapshot, uri: str, path: str, config: Config) -> FixJob | None:
     """The safe fixes of cell ``uri``: the planner ``--fix`` uses on the notebook's program
-    (``fixing.CellsPlan``), offered only the fixes whose edits all lie in that cell."""
+    (``autofix.writer.CellsPlan``), offered only the fixes whose edits all lie in that cell."""
     index = snap.index(uri)
     if index is None or any(d.code == SYNTAX_ERROR for d, _ in document.published.get(uri, [])):
         return None
     number = index + 1
-    cells = fixing.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
+    cells = writer.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
                              only_cell=number, cache=dict(document.cache))
     before = snap.parts[index].text
 
@@ -75,7 +75,7 @@ def notebook_fix_job(document: NotebookDocument, snap: Snapshot, path: str, conf
     notebook's program; the job gives each part's text after it (in ``snap.parts`` order) and the plan."""
     if any(d.code == SYNTAX_ERROR for pairs in document.published.values() for d, _ in pairs):
         return None
-    cells = fixing.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
+    cells = writer.CellsPlan([("code" if p.code else "markdown", p.text) for p in snap.parts], path, config,
                              cache=dict(document.cache))
 
     def run() -> tuple[list[str], plan.Plan]:

@@ -1,7 +1,7 @@
 """What the first diagnostics do not need, loaded on first use and off the event loop.
 
-- ``"fix layer"``: code actions, fix-all and hover (``actions.py``, ``hover.py``; behind them the fix planner,
-  ``fixing`` and ``lsp/fixes.py``), and libcst, which every fix is built with: importing libcst took ~95 ms of the
+- ``"fix layer"``: code actions, fix-all and hover (``actions.py``, ``hover.py``; behind them ``autofix``
+  and ``lsp/fixes.py``), and libcst, which every fix is built with: importing libcst took ~95 ms of the
   ~510 ms from spawning the server to its first diagnostics.  Loaded by the first code action, hover or fix-all,
   or, so that none of them waits for it, just after the first findings are out (``GradguardServer.record``).
   Whether fixes can be built in this interpreter (``fixes.unavailable``) is known once it is loaded: a server

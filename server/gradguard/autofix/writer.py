@@ -1,6 +1,6 @@
 """Applying fixes to files: ``gradguard check --fix / --unsafe-fixes / --diff`` on ``.py`` files.
 
-The fixes chosen and the passes made are the planner's (``fixes.plan.run``, with the analysis of
+The fixes chosen and the passes made are the planner's (``plan.run``, with the analysis of
 ``api.analyze_source`` as its re-analysis): this module only reads and writes files.  Text whose fixed
 version would not parse is left exactly as it was, with a message.  The result converges: running it again
 changes nothing.  Notebooks use the same planner on the text of their cells (``fix_notebook``: the program
@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import notebooks as nb
-from . import parsing
-from .api import analyze_notebook, analyze_program, analyze_source
-from .config import Config
-from .diagnostics import Diagnostic, FileResult, Fix
-from .fixes import plan
-from .inference.project import overlaid
-from .result_cache import atomic_write, digest_of
-from .text import unified_diff
+from .. import notebooks as nb
+from .. import parsing
+from ..api import analyze_notebook, analyze_program, analyze_source
+from ..config import Config
+from ..diagnostics import Diagnostic, FileResult, Fix
+from ..inference.project import overlaid
+from ..result_cache import atomic_write, digest_of
+from ..text import unified_diff
+from . import plan
 
 CHANGED = "changed while fixing; not written (run gradguard again)"
 
@@ -204,7 +204,7 @@ def fix_path(path: Path, display: str, config: Config | None = None, unsafe: boo
 
 class CellsPlan:
     """The fix planner's view of a notebook: the program its code cells make is the text planned on
-    (``fixes.plan.run``); this only maps each pass's edits back into the cells and rebuilds the program.
+    (``plan.run``); this only maps each pass's edits back into the cells and rebuilds the program.
 
     ``only_cell``: offer only the fixes whose edits all lie in that cell (an editor's "Fix all" of one cell).
     Every program met is kept by its text, so ``program(plan.text)`` is the notebook the plan ends with."""
@@ -255,7 +255,7 @@ class CellsPlan:
 
 def fix_notebook(path: Path, display: str, config: Config | None = None, unsafe: bool = False,
                  write: bool = True, result: FileResult | None = None, digest: str | None = None):
-    """Fix one notebook's cells until no allowed fix is left (like ``fixing.fix_path``, whose rules for a
+    """Fix one notebook's cells until no allowed fix is left (like ``fix_path``, whose rules for a
     file that cannot be read or written back, or that changed while it was fixed, hold here too)."""
     try:
         data = path.read_bytes()
