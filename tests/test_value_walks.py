@@ -61,3 +61,24 @@ def test_untyped_copy_forgets_what_forget_dtypes_forgets_on_the_copy_only() -> N
     assert copied.attrs["same"] is copied.attrs["layers"][0].attrs["weight"] and copied.attrs["self"] is copied
     assert [t.dtype for t in (a, b, c, d)] == ["float32"] * 4 and inner.dtype == "float32"
     assert reference.attrs["layers"][1][0].dtype is None and reference.attrs["table"]["k"].items[0].dtype is None
+
+
+def test_a_copy_no_longer_used_is_freed_without_the_cyclic_collector() -> None:
+    """``copy_values``' walk holds itself (a recursive closure) and its memo of every copy: it is let go when the
+    copy is made, so a copy nothing holds is freed at once, not left to the collector (a cost per analysed file)."""
+    import gc
+    import weakref
+
+    from gradguard.inference.values import copy_values
+
+    layer = ModuleValue("Linear", True, attrs={"weight": new_tensor(None)})
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        copied = copy_values({"layer": layer})["layer"]
+        held = weakref.ref(copied.attrs["weight"])
+        del copied
+        assert held() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -706,7 +706,10 @@ def copy_values(env: dict[str, Value], untyped: bool = False) -> dict[str, Value
             result.dtype = None
         return result
 
-    return copy(env)
+    try:
+        return copy(env)
+    finally:
+        del copy  # the function holds itself through its cell, and the memo with every copy: freed now, not by the collector
 
 
 _SHARE = object()  # ``copy_values`` gives the value itself
