@@ -721,6 +721,26 @@ def test_a_grad_mode_switch_that_is_undone_or_not_run_at_import_is_clean(tmp_pat
     assert _check(tmp_path, entry) == []
 
 
+def test_the_modules_searched_for_a_grad_mode_switch_are_not_kept_in_full(tmp_path: Path):
+    """The search for a switch reads each module the imports load for its imports and its switch alone: a module
+    with none is neither kept as a tree nor marked as another file's (that cost a sixth of the analysis of a
+    library corpus); the one that switches is read in full, its line named in the message as before."""
+    from gradguard import api, messages
+    from gradguard.inference import project
+
+    for switch, finds in ((SWITCH_OFF, True), ("", False)):
+        root = tmp_path / str(finds)
+        files, entry, _ = _grad_files("through a subpackage's __init__", "")
+        # the package's ``__init__.py`` imports one more module, which no name the entry uses comes from
+        files["pkg/inference/__init__.py"] += "from .setup import DEVICE  # noqa: F401\n"
+        _write(root, {**files, "pkg/inference/setup.py": f"import torch\n\n{switch}\nDEVICE = 'cpu'\n"})
+        setup = (root / "pkg/inference/setup.py").resolve()
+        found = api.analyze_path(root / entry).diagnostics
+        assert [(d.code, d.path) for d in found] == ([("GG103", str(setup))] if finds else []), found
+        assert (setup in project._PARSED) is finds and setup in project._IMPORTS_READ
+        assert any(path == str(setup) for _, path in messages._OTHER_FILE_NODES.values()) is finds
+
+
 PRUNED_LAYERS = """
     import torch
     import torch.nn as nn

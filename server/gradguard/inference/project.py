@@ -84,23 +84,27 @@ class Project:
     _resolved: dict[tuple[str, str], tuple[ProjectModule, str] | None] = field(default_factory=dict)
     # the classes whose imported bases this project has resolved, by id (each class once per analysed file)
     _based: set[int] = field(default_factory=set)
+    # What ``grad_off_on_import`` read of the modules it went through (their imports and switch, ``_ImportsRead``),
+    # by path and by resolved name: a module it only searches is neither marked nor kept as a tree.
+    _imports_read: dict[Path, _ImportsRead | None] = field(default_factory=dict)
+    _imports_resolved: dict[tuple[str, str], tuple[_ImportsRead, str] | None] = field(default_factory=dict)
 
     def module_of(self, qualname: str, importer: str) -> tuple[ProjectModule, str] | None:
         """The project module a qualified import name (``.trainer.Trainer``, ``pkg.nets.Generator``, as
         ``collect_imports`` writes them) defines, and the name inside it; None when it is not the project's."""
         key = (qualname, importer)
         if key not in self._resolved:
-            self._resolved[key] = self._resolve(qualname, importer)
+            self._resolved[key] = self._resolve(qualname, importer, self._load)
         return self._resolved[key]
 
-    def _resolve(self, qualname: str, importer: str) -> tuple[ProjectModule, str] | None:
+    def _resolve(self, qualname: str, importer: str, load) -> tuple[ProjectModule, str] | None:
         level = len(qualname) - len(qualname.lstrip("."))
         parts = qualname[level:].split(".")
         if len(parts) < 2 or not level and (parts[0] in sys.stdlib_module_names or parts[0] in NEVER_PROJECT):
             return None
         for base in self._bases(Path(importer), level):
             for cut in range(len(parts) - 1, 0, -1):  # the longest module path first
-                module = self._load(base, parts[:cut])
+                module = load(base, parts[:cut])
                 if module is not None:
                     return module, ".".join(parts[cut:])
         return None
@@ -147,7 +151,10 @@ class Project:
 
     def stamps(self) -> tuple[tuple[str, tuple | None], ...]:
         """The modules this project has read, with the (mtime, size) they were read at."""
-        return tuple((str(path), _PARSED[path][0][:2] if path in _PARSED else None) for path in self._modules)
+        return (*((str(path), _PARSED[path][0][:2] if path in _PARSED else None) for path in self._modules),
+                *((str(path), _IMPORTS_READ[path][0] if path in _IMPORTS_READ else
+                   _PARSED[path][0][:2] if path in _PARSED else None)
+                  for path in self._imports_read if path not in self._modules))
 
     @staticmethod
     def unchanged(stamps: tuple[tuple[str, tuple | None], ...]) -> bool:
@@ -176,16 +183,34 @@ class Project:
         todo = [(qualname, importer, 0) for qualname in imports.values()]
         while todo:
             qualname, where, depth = todo.pop(0)
-            found = self.module_of(qualname, where)
+            key = (qualname, where)
+            if key not in self._imports_resolved:
+                self._imports_resolved[key] = self._resolve(qualname, where, self._load_imports)
+            found = self._imports_resolved[key]
             if found is None or found[0].path in seen:
                 continue
             module = found[0]
             seen.add(module.path)
-            switch = _grad_switched_off(module)
-            if switch is not None:
-                return switch
+            if module.switches_off:  # the module itself, read in full (its nodes are named in messages)
+                return _grad_switched_off(self.module_of(qualname, where)[0])
             if depth < MAX_IMPORT_DEPTH:
                 todo += [(q, module.path, depth + 1) for q in module.imports.values()]
+        return None
+
+    def _load_imports(self, base: Path, parts: list[str]) -> _ImportsRead | None:
+        """``_load`` for ``grad_off_on_import``: the same module found, or none, but only its imports and whether it
+        switches grad mode off are kept (from the module when this process has it in full)."""
+        if not parts or not all(p.isidentifier() for p in parts):
+            return None
+        stem = base.joinpath(*parts)
+        for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
+            if candidate in self._modules:
+                return _imports_of(self._modules[candidate])
+            if candidate in self._imports_read:
+                return self._imports_read[candidate]
+            if candidate.is_file():
+                self._imports_read[candidate] = read = _read_imports(candidate, self.function_bases)
+                return read
         return None
 
     # ------------------------------------------------------------------ resolution
@@ -259,6 +284,46 @@ class Project:
         return module
 
 
+@dataclass(frozen=True)
+class _ImportsRead:
+    """What ``grad_off_on_import`` needs of a module: its imports and whether it switches grad mode off at its top
+    level, with the text (for ``calls_named``, which counts over every module this process read)."""
+
+    path: str
+    imports: dict[str, str]
+    switches_off: bool
+    text: str | None = None
+
+
+def _imports_of(module: ProjectModule | None) -> _ImportsRead | None:
+    return None if module is None else _ImportsRead(module.path, module.imports, _grad_switched_off(module) is not None)
+
+
+def _read_imports(path: Path, function_bases: frozenset[str]) -> _ImportsRead | None:
+    """The module ``path`` for ``grad_off_on_import``: found as ``Project._parse`` finds it (a fix's candidate text,
+    the module this process has in full, else its file, parsed and dropped), none where that finds none."""
+    overlay = _OVERLAY.get()
+    if path in overlay:
+        return _imports_of(overlay[path])
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    cached = _PARSED.get(path)
+    if cached is not None and cached[0] == (*stamp, function_bases):
+        _READ_AT[path] = _files_done
+        return _imports_of(cached[1])
+    kept = _IMPORTS_READ.get(path)
+    if kept is None or kept[0] != stamp:
+        module = _parse_module(path, stat.st_size, function_bases, light=True)
+        kept = (stamp, None if module is None else _ImportsRead(module.path, module.imports,
+                                                                 _grad_switched_off(module) is not None,
+                                                                 module.text))
+    _IMPORTS_READ[path] = (*kept[:2], _files_done)
+    return kept[1]
+
+
 def _lines(node: ast.AST) -> int:
     return (node.end_lineno or node.lineno) - node.lineno + 1
 
@@ -268,6 +333,9 @@ def _lines(node: ast.AST) -> int:
 _PARSED: dict[Path, tuple[tuple, ProjectModule | None]] = {}
 # For each, the count of ``forget_modules`` calls (files a batch finished) when a file last read it.
 _READ_AT: dict[Path, int] = {}
+# The modules ``grad_off_on_import`` read and only searched (``_read_imports``), by path: stamp, what it kept, and the
+# count of files done when a file last read it.
+_IMPORTS_READ: dict[Path, tuple[tuple, _ImportsRead | None, int]] = {}
 _files_done = 0
 
 # A batch forgets a module no file read in this many of its last files: files come folder by folder, and a run over
@@ -286,10 +354,13 @@ def forget_modules(unread_for: int = FORGET_AFTER_FILES) -> None:
         _, module = _PARSED.pop(path, (None, None))
         if module is not None:
             mark_other_file(module.tree, None)  # while the tree is alive, so no other node has these ids yet
+    for path in [p for p, kept in _IMPORTS_READ.items() if _files_done - kept[2] > unread_for]:
+        del _IMPORTS_READ[path]
 
 
-def _parse_module(path: Path, size: int, function_bases: frozenset[str], text: str | None = None
-                  ) -> ProjectModule | None:
+def _parse_module(path: Path, size: int, function_bases: frozenset[str], text: str | None = None,
+                  light: bool = False) -> ProjectModule | None:
+    """``light``: only the imports and the tree, for a search that drops them (neither marked nor classes found)."""
     if size > MAX_MODULE_BYTES:
         return None
     try:
@@ -300,6 +371,8 @@ def _parse_module(path: Path, size: int, function_bases: frozenset[str], text: s
         tree = ast.parse(text, str(path))
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    if light:
+        return ProjectModule(str(path), collect_imports(tree.body), {}, {}, tree, text=text)
     nodes = list(every_node(tree))  # one walk for both (every node with a line: every_node skips only markers)
     mark_other_file(tree, str(path), nodes)
     imports = collect_imports(tree.body)
@@ -371,11 +444,18 @@ def calls_named(name: str) -> int:
     """How many calls of a function or method named ``name`` the project's modules read by this process make."""
     count = 0
     overlay = _OVERLAY.get()
+    searched = []
     for path, (_, module) in _PARSED.items():
         module = overlay.get(path, module)
-        if module is None:
-            continue
-        for node in ast.walk(module.tree):
+        if module is not None:
+            searched.append(module.tree)
+    for path, (_, read, _) in _IMPORTS_READ.items():  # the modules only searched for a grad-mode switch
+        if path in overlay and path not in _PARSED and overlay[path] is not None:
+            searched.append(overlay[path].tree)
+        elif path not in overlay and path not in _PARSED and read is not None and name in read.text:
+            searched.append(ast.parse(read.text))
+    for tree in searched:
+        for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 func = node.func
                 called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
