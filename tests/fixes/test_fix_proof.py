@@ -95,10 +95,6 @@ NO_FIX = {
         "the layer is rebuilt (with new values) by a helper object's method: copying the values into the existing "
         "parameters instead rewrites the assignment into a copy, which no fix does yet"
     ),
-    "GG102/pos_codebook_data_update_after_max_scores": (
-        "the codebook's refresh is meant to happen in the forward: the product is to read a copy of the codebook "
-        "(the reference), and GG102's fixes only rewrite the `.data` write itself, which would then raise"
-    ),
     "GG001/pos_property_state_read_then_updated_in_place": (
         "the op reads the state through a `@property` (`self.slot.current`) while the write names the attribute "
         "(`self._memory`): the fix finds the read by the written attribute's name, and the facts that would tie the "
@@ -147,10 +143,6 @@ NO_FIX = {
         "the write is in a helper a forward hook calls, on the hook's output, a view of a parameter: the clone "
         "belongs in the hook, which a rewrite of the helper cannot place"
     ),
-    "GG102/pos_forward_data_clamp_gain_after_use": (
-        "the `.data` clamp of a parameter inside `forward`, after the op that saved it: the backward that needs the "
-        "old value runs in the caller, so the write cannot move after it from inside `forward`"
-    ),
     "GG102/pos_forward_weight_data_masked_from_itself": (
         "`w.data = f(w)` in a forward: the fix computes `f(w)` as an op of the graph and uses it in place of `w` "
         "at every later read, rewriting the layer's call (`self.conv(x)` into `F.conv2d(x, ...)`), which no fix does"
@@ -162,10 +154,6 @@ NO_FIX = {
     "GG102/pos_forward_gain_data_clamped_from_itself_loop": (
         "`w.data = f(w)` in a forward: the fix uses `f(w)` as an op of the graph at each later read of `w` and "
         "drops the rebinding, which no fix does yet"
-    ),
-    "GG102/pos_forward_helper_renormalizes_prototypes_data": (
-        "the `.data` write is in a helper `forward` calls after the op that saved the prototypes; the backward "
-        "runs in the caller, so no move inside the module puts the write after it"
     ),
     "GG103/pos_rollout_values_read_then_rebuilt_in_loss": (
         "the numbers are appended in one function and the list rebuilt in another, behind a `torch.is_tensor` "

@@ -963,9 +963,8 @@ class CallsMixin:
     def _data_method(self, alias: DataAlias, name: str, node: ast.Call) -> Value:
         self.discarded_update(alias.tensor, name, node, through_data=True)
         if name.endswith("_") and self.k.is_inplace(name):
-            for a in node.args:
-                self.eval(a)
-            self._data_write(node, alias, f"`.data.{name}()`")
+            values = [self.eval(a) for a in node.args]
+            self._data_write(node, alias, f"`.data.{name}()`", values)
             return UNKNOWN
         # `t.data.pow(2)`, `t.data.clone()`: a read of the values without their graph, as `t.detach()` gives
         return self._tensor_method(self.read_data(alias, node.func), name, node)

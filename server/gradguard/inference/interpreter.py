@@ -601,7 +601,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         elif isinstance(current, Tensor):
             self._inplace(stmt, current, f"`{symbol}`", op, [rhs])
         elif isinstance(current, DataAlias):
-            self._data_write(stmt, current, f"`.data {symbol}`")
+            self._data_write(stmt, current, f"`.data {symbol}`", [rhs])
         elif isinstance(current, NumberFrom) and current.array_of is not None:
             self._array_write(stmt, current, f"`{symbol}` on the NumPy array")
         elif isinstance(rhs, NumberFrom) and (isinstance(current, NumberFrom) or is_plain_data(current)):
@@ -1081,7 +1081,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 self._inplace(stmt, write_target, "an indexed assignment `[...] =`", None, [value], advanced=advanced,
                               copy_from=value, index=target.slice, written_through=_through_of(target))
             elif isinstance(container, DataAlias):
-                self._data_write(stmt, container, "an indexed assignment through `.data`")
+                self._data_write(stmt, container, "an indexed assignment through `.data`", [value])
             elif isinstance(container, NumberFrom) and container.array_of is not None:
                 self._array_write(stmt, container, "an indexed assignment to the NumPy array")
             elif isinstance(container, TensorSeq) and container.base is None:
@@ -1373,11 +1373,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                  advanced: bool = False, module: ModuleValue | None = None, functional_inplace: bool = False,
                  copy_from: Value | None = None, kind: str = "write", index: ast.expr | None = None,
                  out_inputs: list[Value] | None = None, by_layer: bool = False,
-                 written_through: ast.expr | None = None) -> Tensor:
+                 written_through: ast.expr | None = None, values: list[Value] | None = None) -> Tensor:
         """Record a write to ``target``'s storage, then update its abstract state as autograd would.
 
         ``out_inputs`` are the inputs of a call that writes ``target`` through ``out=``: the values written in
-        are computed from them, but (out= being non-differentiable) no graph joins the target."""
+        are computed from them, but (out= being non-differentiable) no graph joins the target.  ``values``: what a
+        write that joins no graph (``.data``) computes its values from, for ``Mutation.value_grad`` only."""
         written = target.group or (target,)
         storages = {t.storage.id for t in written}
         pending = _few_of_each(s for s in self.saves.on(storages) if not s.consumed and s.version <= s.storage.version)
@@ -1386,7 +1387,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                 module, functional_inplace, pending, kind=kind,
                                 element_loop=index is not None and self._is_element_loop_index(index),
                                 grad_mode_known=self.grad_mode_known,
-                                value_grad=self._grad(*(operands if out_inputs is None else out_inputs)),
+                                value_grad=self._grad(*(values if values is not None else operands
+                                                        if out_inputs is None else out_inputs)),
                                 out_argument=out_inputs is not None,
                                 read_before=bool(storages & self.read_storages))
             if self.inline_frames:
@@ -1599,9 +1601,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         return written is not None and any(
             isinstance(n, ast.Subscript) and id(n.slice) in self.container_reads for n in ast.walk(written))
 
-    def _data_write(self, node: ast.AST, alias: DataAlias, how: str) -> None:
-        """Writes through ``.data`` bypass the version counter: autograd never notices, gradients go silently wrong."""
-        self._inplace(node, alias.tensor, how, None, [], kind="data")
+    def _data_write(self, node: ast.AST, alias: DataAlias, how: str, values: list[Value]) -> None:
+        """Writes through ``.data`` bypass the version counter: autograd never notices, gradients go silently wrong.
+        ``values``: what the written values are computed from (no graph joins the target)."""
+        self._inplace(node, alias.tensor, how, None, [], kind="data", values=values)
 
     def _param_tensors(self, owner) -> list[Tensor]:
         """The parameter tensors we have seen of a module (or of several): those a graph can have saved."""

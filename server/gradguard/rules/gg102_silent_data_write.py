@@ -18,6 +18,7 @@ from ..messages import Message
 from ..statements import number_written_out
 from .base import Example, Rule
 from .common import call_path_related, conflict_related, first_conflict, grad_leaf, piece_of, where_it_reads
+from .gg001_saved_tensor_mutated import clone_where_saved
 
 
 def check(mutation: Mutation):
@@ -137,7 +138,27 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     try:
         return _write_after_backward(ctx, finding)
     except CannotFix:  # the backward's loss reads the written values: they belong in the graph
-        return write_in_graph(ctx, finding)
+        try:
+            return write_in_graph(ctx, finding)
+        except CannotFix:
+            return _clone_where_saved(ctx, finding)
+
+
+def _clone_where_saved(ctx: FixContext, finding: Finding) -> Fix:
+    """The write cannot move after the backward it breaks (that backward runs in a caller, or the graph is
+    returned) nor go into the graph (a parameter, a buffer): the op that saved the tensor saves a clone instead,
+    so the backward reads the values the forward computed with, and the write changes memory no backward needs
+    (GG001's repair of a write to saved memory).  Not when something else saved it (a caller's analysis)."""
+    mutation = mutation_in(finding)
+    if finding.saves_elsewhere:
+        raise CannotFix("a caller's analysis saw the saves")
+    if mutation.read_after is not None or mutation.value_grad != Grad.NO:
+        # the new values are read by a backward, or computed with a graph the write drops (`w.data /= sigma(w)`):
+        # meant for this step's computation, where a clone would leave them cut from it
+        raise CannotFix("the written values belong in the graph")
+    direct = mutation.entry() is mutation.node  # (else which argument an op saved is told by the run only)
+    rw, shown = clone_where_saved(ctx, mutation, InPlaceWrite.of_mutation(ctx, mutation) if direct else None)
+    return rw.fix(f"Clone what backward needs where it is saved: {shown}", safe=True)
 
 
 def _write_after_backward(ctx: FixContext, finding: Finding) -> Fix:
@@ -328,7 +349,8 @@ the new values as if they were its own, without `f`'s derivative, and `w`'s own 
 """,
     fix_advice="""
 Do the write after the backward that needs the old value, or write under `with torch.no_grad():` to the
-tensor itself so that autograd's version check can see it.
+tensor itself so that autograd's version check can see it.  When the backward runs elsewhere (a caller of the
+`forward` that writes), clone the tensor where the op saves it (`h * self.gain.clone()`).
 """,
     default_severity=Severity.ERROR,
     check=check,
