@@ -168,6 +168,45 @@ def test_a_closure_writing_a_variable_of_its_function_is_fixed():
     assert torch.allclose(got, want)
 
 
+_UPDATE_IN_CLOSURE = """
+import torch
+import torch.nn as nn
+
+
+def train(wrapped=True):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    x = torch.randn(8, 4)
+    for step in range(3):
+        model.zero_grad()
+        model(x).pow(2).mean().backward()
+        for p in model.parameters():
+            if step >= 0:
+                def update():
+                    p.add_(p.grad, alpha=-0.1)
+                update()
+    return [p.grad for p in model.parameters()]
+"""
+
+
+def test_a_parameter_update_in_a_closure_defined_in_the_training_loop_goes_under_no_grad():
+    """The loop around the closure's ``def`` is the training loop: its write is an update, kept under no_grad."""
+    (fix,) = [d.fix for d in _diags(_UPDATE_IN_CLOSURE) if d.code == "GG002"]
+    out = _fixed(_UPDATE_IN_CLOSURE)
+    assert fix.safe and fix.title == "Update under `with torch.no_grad():`" and not _diags(out)
+    assert "with torch.no_grad():\n                        p.add_(p.grad, alpha=-0.1)" in out
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(4, 2), torch.randn(8, 4)
+    for _ in range(3):
+        model.zero_grad()
+        model(x).pow(2).mean().backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(p.grad, alpha=-0.1)
+    for got, want in zip(run_program(out), [p.grad for p in model.parameters()]):
+        assert torch.allclose(got, want)
+
+
 @pytest.mark.parametrize("calls", [
     "keep = s[:2]\n    limit()\n    print(keep)",  # a view of the old tensor is read after the call
     "run_later = [limit]\n    limit()",  # the closure is used otherwise than called here

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 from gradguard.autofix.writer import fix_text
 
 from programs import found, run_program
@@ -119,6 +120,71 @@ def test_an_attribute_written_in_a_try_is_copied_before_it():
     torch.nn.functional.linear(torch.randn(2, 4), weight.clamp(min=0.0)).pow(2).sum().backward()
     (got,) = grads(text)
     assert torch.allclose(got, weight.grad)
+
+
+ATTRIBUTE_IN_LOOP = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Pinned(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 6))
+    def forward(self, x):
+        y = 0
+        for _ in range(3):
+            y = y + F.linear(x, self.weight).pow(2).sum()
+            self.weight[0] = 0
+        return y
+def train():
+    torch.manual_seed(0)
+    layer = Pinned()
+    layer(torch.randn(2, 6)).backward()
+    return [layer.weight.grad]
+"""
+
+
+def test_an_attribute_written_in_a_loop_is_copied_before_the_loop():
+    """The loop's first pass reads the weight as it was, the later passes read it written (on the copy)."""
+    text = fixed(ATTRIBUTE_IN_LOOP)
+    assert "weight = self.weight.clone()\n        for _ in range(3):" in text and "weight[0] = 0" in text
+    assert not found("GG003", text)
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(4, 6))
+    x, mask = torch.randn(2, 6), torch.tensor([0.0, 1.0, 1.0, 1.0]).unsqueeze(1)
+    (F.linear(x, weight).pow(2).sum() + 2 * F.linear(x, weight * mask).pow(2).sum()).backward()
+    (got,) = grads(text)
+    assert torch.allclose(got, weight.grad)
+
+
+VIEW_BOUND_BEFORE_THE_BLOCK = """
+import torch
+def train():
+    torch.manual_seed(0)
+    w = torch.randn(3, 4, requires_grad=True)
+    x = torch.randn(2, 3)
+    wt = w.t()
+    for k in range(2):
+        if k == 1:
+            wt.mul_(2)
+    (x @ w).pow(2).sum().backward()
+    return [w.grad]
+"""
+
+
+@pytest.mark.parametrize("src", [
+    VIEW_BOUND_BEFORE_THE_BLOCK,
+    VIEW_BOUND_BEFORE_THE_BLOCK.replace("    wt = w.t()\n", "    wt = w.t()\n    wt2 = wt\n").replace("wt.mul_", "wt2.mul_"),
+])
+def test_a_write_in_a_block_through_a_view_bound_before_it_copies_the_leaf_before_the_view(src):
+    """Also through a second name of the view (``wt2 = wt``): the leaf is copied before the view is taken."""
+    text = fixed(src)
+    assert "w_new = w.clone()\n    wt = w_new.t()" in text and "(x @ w_new)" in text and not found("GG003", text)
+    torch.manual_seed(0)
+    w = torch.randn(3, 4, requires_grad=True)
+    (torch.randn(2, 3) @ (w * 2)).pow(2).sum().backward()
+    (got,) = grads(text)
+    assert torch.allclose(got, w.grad)
 
 
 @pytest.mark.parametrize("src, why", [

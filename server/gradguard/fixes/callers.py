@@ -89,7 +89,7 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: b
 
 def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> ast.FunctionDef | None:
     """The function ``fn`` is nested in, when ``name`` is that function's local (and not global there)."""
-    outer = ctx.parents.get(fn)
+    outer = ctx.scope_of(fn)  # (its body, when it is defined in a loop, `if` or `with`)
     if name is None or not isinstance(outer, ast.FunctionDef):
         return None
     if any(isinstance(n, ast.Global) and name in n.names for n in own_nodes(fn)):
@@ -103,6 +103,8 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
     Every use of ``fn`` in ``outer`` must be a plain call statement after which only ``name`` holds its tensor.
     A fix that changes nothing in ``fn`` (a clone where ``outer`` saved the tensor) is kept as it is."""
     if not any(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits):
+        if ctx.parents.get(fn) is not outer:  # (a `def` in a loop or block: who holds the old tensor is not checked)
+            raise CannotFix("a fix outside a closure defined inside a block")
         return fix
     uses = [n for n in own_nodes(outer) if isinstance(n, ast.Name) and n.id == fn.name]
     names = ctx.names_in(outer)
@@ -139,7 +141,7 @@ def rebound_in_closure(ctx: FixContext, write: InPlaceWrite, name: str,
     """``write`` made out of place by ``rewrite``, rebinding ``name``, which the closure around it declares
     ``nonlocal``: kept when every call of the closure is a statement after which nothing else holds the old tensor."""
     fn = ctx.function_of(write.stmt)
-    outer = ctx.parents.get(fn)
+    outer = ctx.scope_of(fn)
     if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and _declares_nonlocal(fn, name)
             and is_local(outer, name)):
         raise CannotFix(f"`{name}` is not a `nonlocal` of a closure")

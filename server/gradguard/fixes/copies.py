@@ -40,10 +40,9 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
     write = InPlaceWrite.of_mutation(ctx, mutation)
     if update if update is not None else is_parameter_update(ctx, mutation, write):
         rw, desc = no_grad_wrap(ctx, write.stmt)
-        return rw.fix(f"Update under `{desc}`", safe=True)
+        return rw.fix(f"Update under `{desc}`", safe=True, callers_checked=True)  # (kept for every caller)
     mutation_of(finding)  # a copy names the tensor, not an element
-    unread = fix_or_none(lambda: _unread_by_callers(ctx, write))
-    if unread is not None:
+    if (unread := fix_or_none(lambda: _unread_by_callers(ctx, write))) is not None:
         return unread
     try:
         rw, desc, safe = compute_on_copy(ctx, write)
@@ -66,12 +65,10 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
     name, direct = root_name(write.target)
     rw = Rewrite(ctx)
     if attr is not None:
-        if ctx.loops_around(stmt, scope):
-            raise CannotFix("the write is in a loop: earlier iterations would read the copy")
         base_text = ctx.source(attr)
         local = fresh_name(ctx, scope, attr.attr)
         anchor, later = copy_anchor(ctx, scope, stmt, lambda start: _later_reads_of_attribute(ctx, scope, start, attr, stmt))
-        if not any(starts_after(r, stmt) for r in later):
+        if not (later and ctx.loops_around(stmt, scope)) and not any(starts_after(r, stmt) for r in later):
             raise CannotFix(f"`{base_text}` is not read after the write in this function")
         first = _rewrite_write_on(ctx, rw, write, attr, local, anchor)
         for node in later:
@@ -213,7 +210,7 @@ def copy_for_closure(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
     name, _ = root_name(write.target)
     stmt = write.stmt
     fn = ctx.function_of(stmt)
-    outer = ctx.parents.get(fn)
+    outer = ctx.scope_of(fn)
     if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef))
             and name is not None and is_local(outer, name)):
         raise CannotFix("not a closure writing a variable of the function around it")
@@ -288,20 +285,20 @@ def _rewrite_write_on(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, attr: a
 
 
 def _is_view_name(ctx: FixContext, scope: ast.AST, stmt: ast.stmt, name: str):
-    """(binding statement, leaf name) when ``name`` was bound, once and before ``stmt`` in the same block,
-    to a view of another local name; None otherwise."""
+    """(binding statement, leaf name) when ``name`` was bound, once and before ``stmt`` runs, to a view of another
+    local name (or to a name so bound); None otherwise."""
     bindings = [n for n in ctx.names_in(scope).of(name) if isinstance(n.ctx, ast.Store)]
-    if len(bindings) != 1:
-        return None
-    binding = ctx.statement_of(bindings[0])
+    binding = ctx.statement_of(bindings[0]) if len(bindings) == 1 else None
     if not isinstance(binding, ast.Assign) or len(binding.targets) != 1 or not isinstance(binding.targets[0], ast.Name):
         return None
-    if ctx.parents.get(binding) is not ctx.parents.get(stmt) or binding.lineno >= stmt.lineno:
+    try:  # (the write runs after it: later in its block, or inside a statement that is)
+        require_dominated(ctx, [stmt], binding)
+    except CannotFix:
         return None
     source, direct = root_name(binding.value)
-    if source is None or direct:
-        return None
-    return binding, source
+    if source is not None and direct:  # a second name of the view (`wt_cur = wt`): where that one was bound
+        return _is_view_name(ctx, scope, binding, source)
+    return (binding, source) if source is not None else None
 
 
 def fresh_name(ctx: FixContext, scope: ast.AST, base: str) -> str:
@@ -322,8 +319,7 @@ def require_dominated(ctx: FixContext, nodes: list[ast.AST], start: ast.stmt) ->
     block = block_of(ctx.parents.get(start), start)
     if block is None:
         raise CannotFix("cannot tell what runs after the write")
-    index = next(i for i, s in enumerate(block) if s is start)
-    later = block[index:]
+    later = block[next(i for i, s in enumerate(block) if s is start):]
     for node in nodes:
         chain = [node, *ctx.ancestors(node)]
         if not any(c is s for s in later for c in chain):

@@ -214,6 +214,8 @@ def is_parameter_update(ctx: FixContext, mutation: Mutation, write: InPlaceWrite
     stmt = write.stmt
     fn = ctx.function_of(stmt)
     scope = ctx.scope_of(stmt)
+    while isinstance(scope, FUNCTIONS) and isinstance(ctx.scope_of(scope), FUNCTIONS):
+        scope = ctx.scope_of(scope)  # a closure's write: the loops around it in the functions it is nested in count
     if any(ctx.inside(n, stmt) for n in ctx.names_in(scope).attribute("grad") if stmt.lineno <= n.lineno <= stmt.end_lineno):
         return True
     origin = mutation.target.root().origin
