@@ -200,9 +200,6 @@ NO_FIX = {
     "GG102/pos_trainer_standardize_features_alias": (
         "the hidden write (a chain `sub_(...).div_(...)`) is inside a helper method; putting it in the graph means the helper returns the new tensor and every caller rebinds it, which the fix layer does not prove yet"
     ),
-    "GG104/pos_module_causal_weight_mask_loop": (
-        "the masked weight is read by the module itself: needs `F.linear` with a masked copy; not automatic"
-    ),
     "GG105/pos_feature_snapshot_cache_lerp": (
         "the view is made in one loop iteration and written in a later one"
     ),
@@ -306,6 +303,9 @@ UNSAFE_ONLY = {
     "GG001/pos_no_grad_clamp_probs": "the clamp leaves the no_grad block: its gradient now goes through it",
     "GG105/pos_method_decorated_returns_chunk": "the method loses `@torch.no_grad()`: every caller's views get history",
     "GG104/pos_threshold_double_loop_on_leaf": "the loops write a copy of the leaf made before them; the leaf keeps its values",
+    "GG104/pos_module_causal_weight_mask_loop": (
+        "the loops write a copy of the weight made before them, which forward reads; the parameter keeps its values"
+    ),
     "GG103/pos_scale_parameter_reassigned_after_optimizer": "the values are written into the old parameter: they "
     "take its shape, dtype and device, and whatever else holds it sees them",
     "GG103/pos_training_step_logs_loss_returns_nothing": "whether the tensor returned is the loss to train on is "
