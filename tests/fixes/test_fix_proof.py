@@ -155,11 +155,6 @@ NO_FIX = {
         "`w.data = f(w)` in a forward: the fix uses `f(w)` as an op of the graph at each later read of `w` and "
         "drops the rebinding, which no fix does yet"
     ),
-    "GG103/pos_rollout_values_read_then_rebuilt_in_loss": (
-        "the numbers are appended in one function and the list rebuilt in another, behind a `torch.is_tensor` "
-        "choice: the fix cannot tell the rebuild reads the same list, and appending tensors to a list rebuilt with "
-        "`torch.tensor` would keep it cut"
-    ),
     "GG103/pos_critic_items_appended_also_advantage_constants": (
         "the numbers are also constants of the advantages: appending the tensors would put the critic's graph into "
         "the policy loss, and where a `.detach()` belongs there is the author's to say"
@@ -272,7 +267,8 @@ UNSAFE_ONLY = {
     **{f"GG103/{name}": "the list holds tensors where it held numbers, for every reader of it"
        for name in ("pos_critic_values_item_appended_stacked_in_loss",
                     "pos_batch_losses_float_appended_summed_backward",
-                    "pos_episode_values_item_on_object_rebuilt_in_update")},
+                    "pos_episode_values_item_on_object_rebuilt_in_update",
+                    "pos_rollout_values_read_then_rebuilt_in_loss")},
     "GG103/pos_legacy_tensor_of_losses": "`torch.stack` keeps the losses' dtype and device, where the legacy "
                                          "`torch.Tensor([...])` made a CPU tensor of the default dtype",
     **{f"GG001/{name}": "the conversion now copies: the tensor it was given keeps its values, where the writes used "

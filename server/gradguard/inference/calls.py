@@ -438,6 +438,10 @@ class CallsMixin:
             self.note_stored(args[-1], node)  # `features.append(output)` in a forward hook (see hooks.py)
         if name == "append" and args:
             owner.items.append(args[-1])
+            if isinstance(args[-1], NumberFrom):  # the list these numbers went into (``GraphBreak.appended_to``)
+                for cut in self.breaks:
+                    if cut.marker in args[-1].markers:
+                        cut.appended_to = owner
         elif name == "extend" and args and isinstance(args[0], TensorSeq):
             owner.items.extend(args[0].items)
         elif name == "insert" and len(args) > 1:

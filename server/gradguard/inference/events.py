@@ -317,6 +317,12 @@ class GraphBreak:
     number_backward: ast.AST | None = None
     # Numbers this line read out were made a tensor again on another line (`torch.tensor(values)`): that line.
     rebuilt_at: ast.AST | None = None
+    # The list object the numbers were appended to (``values.append(v.item())``), as the run saw it.
+    appended_to: object | None = None
+    # The rebuild read that very list, all of whose elements are numbers this line read out (True), or another
+    # list (False); None when the run does not tell (or the list holds other values too).  Whatever names the
+    # two lines give it.
+    rebuilds_its_list: bool | None = None
     # Numbers this line read out were also an operand of a tensor op (``ret - v``, ``v`` a number): the first such
     # op.  There they serve as a constant, which keeping the tensor instead would give the tensor's graph.
     constant_in: ast.AST | None = None

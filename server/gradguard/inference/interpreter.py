@@ -1662,9 +1662,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if sources and read:
             # Numbers read out of tensors (`.item()`, `.numpy()`) on other lines: the reads are where the graph was
             # left, this line where the numbers became a tensor again.
+            seq = sources_from[0] if len(sources_from) == 1 and isinstance(sources_from[0], TensorSeq) else None
             for cut in self.breaks:
                 if cut.marker in read and cut.rebuilt_at is None:
                     cut.rebuilt_at = node
+                    if cut.appended_to is not None and seq is not None:
+                        if cut.appended_to is not seq:
+                            cut.rebuilds_its_list = False
+                        elif self._read_on_line(seq, cut.node):
+                            cut.rebuilds_its_list = True
             return new_tensor(node, requires_grad, leaf=True, graph=graph | read)
         if sources:
             marker = new_id()
@@ -1673,6 +1679,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                           of_list=_list_of(sources_from)))
             graph |= {marker}
         return new_tensor(node, requires_grad, leaf=True, graph=graph)
+
+    def _read_on_line(self, seq: TensorSeq, line: ast.AST) -> bool:
+        """Whether every element of ``seq`` is a number read out of a tensor by ``line`` (and by no other)."""
+        at = {cut.marker: cut.node for cut in self.breaks}
+        return all(isinstance(i, NumberFrom) and i.markers and all(at.get(m) is line for m in i.markers)
+                   for i in seq.items)
 
     def _part_kept(self, stmt: ast.stmt, target: ast.Subscript, container: Tensor, value: Value) -> None:
         """``s = s.data.clone()`` then ``s[rows] = v``, ``v`` computed from the old ``s`` with its graph (the rows

@@ -88,6 +88,7 @@ def check(event):
         data={**({"of_tensor": True} if event.of_tensor else {}),
               **({"of_list": event.of_list} if event.of_list is not None else {}),
               **({"rebuilt_at": event.rebuilt_at} if event.rebuilt_at is not None else {}),
+              **({"rebuilds_its_list": event.rebuilds_its_list} if event.rebuilds_its_list is not None else {}),
               **({"constant_in": event.constant_in} if event.constant_in is not None else {})},
     )
 
@@ -520,8 +521,9 @@ def _check_grad_off_term(event):
 #   as an operand, summed by ``sum(...)`` of a generator, or bound to a name used only in arithmetic is ``t``
 #   (unsafe when the name has other uses: it then holds a tensor there too).
 # - **numbers appended to a list** -- ``values.append(v.item())`` whose list is made a tensor again is
-#   ``values.append(v)``, and that rebuild, when it is ``torch.tensor(values)`` itself, ``torch.stack(values)``.
-#   Unsafe: the list holds tensors for every reader.
+#   ``values.append(v)``, and that rebuild, when it is ``torch.tensor(values)`` itself, ``torch.stack(values)``
+#   (in another function too, where the run saw it read that very list).  Unsafe: the list holds tensors for
+#   every reader.
 # - **a copy of one tensor** -- ``torch.tensor(t)`` is ``t.clone().detach()`` (torch's own words), so
 #   ``t.clone()`` is the same copy with its graph; with ``dtype=``/``device=`` it is ``t.to(..., copy=True)``, and
 #   ``x.new_tensor(t)`` is ``t.to(x, copy=True)`` (``x``'s dtype and device).  Safe.
@@ -1628,8 +1630,10 @@ def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
     stacks its critic values must.  The rebuild, when it is ``torch.tensor(values)`` itself, becomes their stack
     (``_stacked``); a rebuild of another list (numbers read out of this one again, ``[float(v) for v in values]``,
     a cut of its own, reported where they are read) is left as it is, when the analysis of the fixed code finds
-    no graph break on its line.  CannotFix when the rebuild reads the same list where the fix cannot tell it is
-    the same (a closure's ``self.values``): it would make a tensor of the tensors without their graph.  CannotFix when the numbers are also an operand of a tensor op
+    no graph break on its line.  Whether the rebuild reads the very list the numbers went into, holding only them,
+    is the run's answer (``rebuilds_its_list``), whatever names a helper and its caller give it; without one, CannotFix
+    when the rebuild names the list where the fix cannot tell it is the same (a closure's ``self.values``): it would
+    make a tensor of the tensors without their graph.  CannotFix when the numbers are also an operand of a tensor op
     (``GraphBreak.constant_in``: ``ret - values[t]``, an advantage), where the tensors would bring their graph.
     Unsafe: the list holds 0-dim tensors where it held numbers, for every reader.
     None when the read is not the one argument of an ``append`` statement."""
@@ -1656,11 +1660,14 @@ def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
     title = f"Keep the graph: append `{short(ctx.source(tensor))}` to `{short(listed)}`, not its number"
     rebuilt = finding.data["rebuilt_at"]
     torch = ctx.torch_name()
-    of_list = isinstance(rebuilt, ast.Call) and len(rebuilt.args) == 1 and ctx.source(rebuilt.args[0]) == listed
+    # The run's answer, whatever names the two lines give the list (a helper's parameter, its caller's variable).
+    its_list = {(f.data or {}).get("rebuilds_its_list") for f in (finding, *finding.twins)}
+    one_arg = isinstance(rebuilt, ast.Call) and len(rebuilt.args) == 1
+    of_list = its_list == {True} or one_arg and ctx.source(rebuilt.args[0]) == listed and its_list != {False}
     if of_list and ctx.qual(rebuilt.func) in ("torch.tensor", "torch.as_tensor") and torch is not None \
-            and _same_list(ctx, append, rebuilt, append.func.value) and not rebuilt.keywords:
+            and (its_list == {True} or _same_list(ctx, append, rebuilt, append.func.value)) and not rebuilt.keywords:
         _require_not_rebuilt_again(ctx, rebuilt)
-        stacked = _stacked(ctx, rebuilt, torch, listed)
+        stacked = _stacked(ctx, rebuilt, torch, ctx.source(rebuilt.args[0]))
         rw.replace_node(ctx.cst(rebuilt), parse_expr(stacked))
         title += f", and `{short(stacked)}` instead of `{short(ctx.source(rebuilt))}`"
     elif of_list or other_file(rebuilt) is not None or ctx.still_found(apply_edits(ctx.text, rw.edits()),
