@@ -145,6 +145,12 @@ async def _editor_fixes(client: LanguageClient, uri: str, text: str, diags) -> d
     return out
 
 
+def _code_spans_closed(title: str) -> bool:
+    """A title's code spans open and close in pairs, none empty and none inside another (a description quoted
+    whole around the code it already quotes reads `a`, then read `b` instead of `c``)."""
+    return title.count("`") % 2 == 0 and "``" not in title
+
+
 @pytest.mark.asyncio
 async def test_editor_quick_fixes_are_the_cli_fixes(client: LanguageClient, tmp_path: Path):
     """(d) for every fixture, in one server session: each finding's quick fix (title, preferred when safe, the text
@@ -172,6 +178,8 @@ async def test_editor_quick_fixes_are_the_cli_fixes(client: LanguageClient, tmp_
             target.write_text(moved, encoding="utf-8")
             editor = await _editor_fixes(client, uri, moved, diags)
             assert editor == _cli_fixes(target, folder), fx.id
+            for fix in editor.values():
+                assert fix is None or _code_spans_closed(fix[0]), (fx.id, fix[0])
             compared += sum(1 for fix in editor.values() if fix is not None)
         client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
     assert compared >= 100, compared

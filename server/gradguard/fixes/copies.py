@@ -51,13 +51,13 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
         if copied is None:
             raise
         return copied
-    title = f"Compute on a copy: `{short(desc, 90)}`"
+    title = f"Compute on a copy: {desc}"
     return rw.fix(title if safe else f"{title} (unsafe: the leaf keeps its old value)", safe=safe)
 
 
 def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str, bool]:
     """Compute on a copy of the leaf (``self.weight`` -> ``weight``, ``x`` -> ``x_new``) and read the copy
-    from then on.  Returns (rewrite, description, safe)."""
+    from then on.  Returns (rewrite, description with its code in backticks, safe)."""
     cst = cst_mod()
     stmt = write.stmt
     scope = ctx.scope_of(stmt)
@@ -73,7 +73,7 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
         first = _rewrite_write_on(ctx, rw, write, attr, local, anchor)
         for node in later:
             rw.replace_node(ctx.cst(node), cst.Name(local))
-        return rw, f"{first}, then read `{local}` instead of `{base_text}`", False
+        return rw, f"`{short(first)}`, then read `{local}` instead of `{base_text}`", False
     if name is None:
         raise CannotFix("the leaf is neither a local name nor an attribute")
     leaf, start = name, stmt
@@ -88,7 +88,7 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
         if (rebinds(stmt, name) or not write.value_read_after(ctx, name)) and report.clean:
             new_value = not_inplace(ctx, write)
             rw.replace_node(ctx.cst(write.call), new_value)
-            return rw, code(new_value), True
+            return rw, f"`{short(code(new_value), 90)}`", True
     anchor, reads = copy_start(ctx, scope, start, stmt, leaf)
     repeated = bool(ctx.loops_around(stmt, scope))  # a read above the write runs after it in the next iteration
     if not any(not ctx.inside(r, stmt) and (repeated or starts_after(r, stmt)) for r in reads):
@@ -96,7 +96,7 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
     _require_not_passed_on(ctx, reads, leaf, "write")
     update = start is stmt and direct and write.kind in ("augassign", "method") and not write.value_use
     rw, first, local = written_copy(ctx, write, scope, leaf, anchor, reads, update)
-    return rw, f"{first}, then read `{local}` instead of `{leaf}`", False
+    return rw, f"`{short(first)}`, then read `{local}` instead of `{leaf}`", False
 
 
 def copy_start(ctx: FixContext, scope: ast.AST, start: ast.stmt, stmt: ast.stmt, name: str,
