@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 from gradguard.config import Config
-from gradguard.fixing import fix_text
+from gradguard.autofix.writer import fix_text
 from programs import found, run_program
 
 torch = pytest.importorskip("torch")
