@@ -143,18 +143,6 @@ NO_FIX = {
         "the write is in a helper a forward hook calls, on the hook's output, a view of a parameter: the clone "
         "belongs in the hook, which a rewrite of the helper cannot place"
     ),
-    "GG102/pos_forward_weight_data_masked_from_itself": (
-        "`w.data = f(w)` in a forward: the fix computes `f(w)` as an op of the graph and uses it in place of `w` "
-        "at every later read, rewriting the layer's call (`self.conv(x)` into `F.conv2d(x, ...)`), which no fix does"
-    ),
-    "GG102/pos_forward_helper_weight_data_normalized": (
-        "`w.data = f(w)` in a helper of the forward: the fix returns `f(w)` without writing `w`, so every later read "
-        "of `w` must take the computed value instead, which no fix traces"
-    ),
-    "GG102/pos_forward_gain_data_clamped_from_itself_loop": (
-        "`w.data = f(w)` in a forward: the fix uses `f(w)` as an op of the graph at each later read of `w` and "
-        "drops the rebinding, which no fix does yet"
-    ),
     "GG103/pos_critic_items_appended_also_advantage_constants": (
         "the numbers are also constants of the advantages: appending the tensors would put the critic's graph into "
         "the policy loss, and where a `.detach()` belongs there is the author's to say"
@@ -182,6 +170,11 @@ NO_FIX = {
     "GG004/pos_chunk_output_view_add": (
         "the write must reach `t` (read later) through a view of a chunk; `chunk`'s piece sizes depend on the "
         "shape, so it cannot be turned into a plain slice, and rebinding the piece would drop the write"
+    ),
+    "GG102/pos_forward_weight_data_masked_from_itself": (
+        "`w.data = f(w)` read by a layer's call as its own weight (`self.conv(x)`): running the layer with `f(w)` "
+        "(`torch.func.functional_call`) proves here, but the real DPF pruning case reads a mask's product the same "
+        "way and its own fix passes the gradient straight through: which one the code means cannot be told"
     ),
     "GG101/pos_actor_critic_method_update_critic": (
         "the step is inside a method called between forward and backward; moving the step would re-run a freed graph or change which weights the generator sees; the structural fix (`D(fake.detach())` for the discriminator step, then recompute `D(fake)` for the generator) is not offered automatically yet"
@@ -325,6 +318,9 @@ UNSAFE_ONLY = {
     "GG103/pos_trainer_sum_of_items_generator": (
         "the sum of the loss tensors replaces a new leaf made of their numbers: it keeps their dtype and device"),
     "GG102/pos_inference_mode_clip_logits": _GG102_INTO_GRAPH,
+    **{f"GG102/{name}": "`f(w)` is computed in the graph and read in place of `w`, which keeps its own values: the "
+                        "gradient goes through `f`, and `w` is no longer changed" for name in (
+        "pos_forward_helper_weight_data_normalized", "pos_forward_gain_data_clamped_from_itself_loop")},
     "GG102/pos_data_scale_forward_output": _GG102_INTO_GRAPH,
     "GG102/pos_data_channels_normalised_from_data": _GG102_INTO_GRAPH,
     "GG102/pos_detach_mask_scaled_from_detach": _GG102_INTO_GRAPH,

@@ -67,7 +67,7 @@ def compute_on_copy(ctx: FixContext, write: InPlaceWrite) -> tuple[Rewrite, str,
     if attr is not None:
         base_text = ctx.source(attr)
         local = fresh_name(ctx, scope, attr.attr)
-        anchor, later = copy_anchor(ctx, scope, stmt, lambda start: _later_reads_of_attribute(ctx, scope, start, attr, stmt))
+        anchor, later = copy_anchor(ctx, scope, stmt, lambda start: later_reads_of_attribute(ctx, scope, start, attr, stmt))
         if not (later and ctx.loops_around(stmt, scope)) and not any(starts_after(r, stmt) for r in later):
             raise CannotFix(f"`{base_text}` is not read after the write in this function")
         first = _rewrite_write_on(ctx, rw, write, attr, local, anchor)
@@ -345,7 +345,7 @@ def assigned_after(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str, 
                for n in ctx.names_in(scope).of(name))
 
 
-def _later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, attr: ast.Attribute,
+def later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, attr: ast.Attribute,
                               stmt: ast.stmt) -> list[ast.Attribute]:
     """Reads of ``self.weight`` from ``start`` on, but in the write ``stmt``; CannotFix when the object is used
     some other way later (``self.fc(x)`` reads ``self.fc.weight`` without naming it) or the attribute is

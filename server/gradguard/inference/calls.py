@@ -29,6 +29,7 @@ from ..knowledge.names import (
     TRAINING_MODE_METHODS,
 )
 from .classes import find_method
+from .sharing import storages_in
 from .events import CopyTrained, GradAsk, GradOffBackward, HookWrite, LoadedCopy, NumpyRefused, Sink, StaleUse
 from .expressions import _const_key
 from .state import SET_GRAD
@@ -1089,6 +1090,7 @@ class CallsMixin:
         if not any(isinstance(a, (Tensor, Derived)) for a in args):
             return UNKNOWN
         self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))
+        self.own_read(args, node, operands)
         dtype = self.op_dtype(name, args, node)
         if name in self.k.integral_results or self.k.is_integral(dtype):
             # `argmax`, `x > 0`, `idx + 1`: an integer or bool tensor never requires grad
@@ -1207,6 +1209,13 @@ class CallsMixin:
         finally:
             self.state.grad_enabled = grad
 
+    def own_read(self, args: list[Value], node: ast.AST, operands: list[ast.expr] | None = None) -> None:
+        """An op (a layer) reads ``args``: where one holds a leaf whose values a forward replaced from themselves, the
+        expression that gave it (``own_value_reads``; the op itself when its code does not show which)."""
+        for i, arg in enumerate(args if self.own_value_reads else ()):
+            for storage in storages_in(arg) & self.own_value_reads.keys():
+                self.own_value_reads[storage].append(operands[i] if operands is not None else node)
+
     def _run_compiled(self, module: ModuleValue, args: list[Value], node: ast.AST, torch_forward: bool,
                       kwargs: dict[str, Value] | None) -> Value:
         """A compiled module's forward: AOT autograd traces its backward with it, for what it returns and what it
@@ -1247,9 +1256,11 @@ class CallsMixin:
                 return result
             # A forward we could not follow: its output is computed from its inputs and parameters, but we
             # cannot tell its shape (one tensor, a tuple...), so it is never a write target.
+            self.own_read([*args, module], node)
             graph = frozenset().union(*(graph_of(a) for a in args)) if args else frozenset()
             return Derived(graph, Grad.YES if self.state.grad_enabled else Grad.NO)
         self.read_storages.update(a.storage.id for a in args if isinstance(a, Tensor))  # a torch layer reads them
+        self.own_read([*args, module], node)  # and its own parameters
         if not module.torch_module:
             return self._unknown_call(node, args)
         if not isinstance(x, Tensor):

@@ -141,6 +141,9 @@ class Mutation:
     hidden_from: Tensor | None = None
     hidden_marker: int | None = None
     read_after: Sink | None = None
+    # ``w.data = f(w)`` in a forward: the expressions that gave an op the leaf's new values, in run order (an op's
+    # operand; the op itself where its code does not show which, as a layer reading its own weight).  None: not such.
+    own_reads: list[ast.AST] | None = None
     # The write goes through a name bound as a second name of another's tensor (`out = x` ... `out[i] = v`):
     # (that binding, the name written through, the other name).  The binding is where a copy was meant.
     alias_site: tuple[ast.stmt, str, str] | None = None

@@ -314,6 +314,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.unreturned: list[UnreturnedLoss] = []  # a trainer's loss hook that returns nothing (loss_hooks.py)
         self.rebind_markers: set[int] = set()  # their markers, dropped when `requires_grad_()` makes a new leaf
         self.read_storages: set[int] = set()  # storages an op has read (their values are in some graph)
+        # storage of a leaf whose values a forward replaced from themselves (``_own_values_hidden``) -> the expressions
+        # that gave an op those values since (the op itself where its code does not show it: a layer's own weight)
+        self.own_value_reads: dict[int, list[ast.AST]] = {}
         self.is_forward = False  # an nn.Module's forward: its return value is what backward runs through
         self.grad_mode_known = True  # the module's top level runs with grad mode on
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
@@ -1562,6 +1565,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         marker = new_id()
         leaf.graph = leaf.graph | {marker}
         mutation.hidden_marker, mutation.hidden_from = marker, snapshot(leaf)
+        mutation.own_reads = self.own_value_reads[leaf.storage.id] = []
         return True
 
     def _in_own_forward(self, leaf: Tensor) -> bool:

@@ -10,12 +10,13 @@ from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import renamed
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import move_after_backward, mutation_in
-from ..fixes.writes import InPlaceWrite, root_name, short
+from ..fixes.copies import fresh_name, later_reads_of_attribute, require_dominated
+from ..fixes.writes import InPlaceWrite, is_dotted, root_name, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
 from ..knowledge.names import NUMPY_OUT_TWINS
 from ..messages import Message
-from ..statements import number_written_out
+from ..statements import every_node, number_written_out
 from .base import Example, Rule
 from .common import call_path_related, conflict_related, first_conflict, grad_leaf, piece_of, where_it_reads
 from .gg001_saved_tensor_mutated import clone_where_saved
@@ -125,6 +126,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
     (moving it would change the forward): the same op out of place, with grad on;
     through a NumPy view, the torch twin of the NumPy op on the tensor itself."""
     mutation = finding.mutation
+    if mutation.own_reads is not None:
+        return _own_values_in_graph(ctx, mutation)
     if not mutation.conflicts:
         try:
             return write_in_graph(ctx, finding)
@@ -142,6 +145,43 @@ def fix(ctx: FixContext, finding: Finding) -> Fix:
             return write_in_graph(ctx, finding)
         except CannotFix:
             return _clone_where_saved(ctx, finding)
+
+
+def _own_values_in_graph(ctx: FixContext, mutation: Mutation) -> Fix:
+    """``w.data = f(w)`` in a forward: ``f(w)`` is bound to a name of its own, as an op of the graph, and read where
+    the forward read the leaf's new values (the run's ``own_reads``: every op that took them, after the write in the
+    same function, read them as ``w``), and in the code's other reads of ``w`` after it there.  The leaf keeps its
+    own values.  Unsafe: the gradient now goes through ``f``, and ``w`` is no longer changed."""
+    stmt, owner = ctx.own(mutation.node), mutation.hidden_from
+    target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+    if not (isinstance(target, ast.Attribute) and target.attr == "data" and isinstance(target.value, ast.Attribute)
+            and is_dotted(target.value)) or mutation.moment is None or not mutation.own_reads:
+        raise CannotFix("not `w.data = f(w)` on an attribute, read by an op after")
+    leaf, scope = target.value, ctx.scope_of(stmt)
+    # (a layer's call reading it as its own weight, `self.conv(x)`, is not rewritten: a pruning mask's product read
+    # there is as often meant to pass the gradient straight through, as in the real DPF case's own fix)
+    later = later_reads_of_attribute(ctx, scope, stmt, leaf, stmt)
+    # a helper that ends `return w`, its one return: its call gives the caller's op the new values (`f(w)` then)
+    fn, run = ctx.function_of(stmt), mutation.moment
+    last = fn.body[-1] if fn is not None else None
+    returned = isinstance(last, ast.Return) and any(r is last.value for r in later) \
+        and sum(isinstance(n, ast.Return) for n in every_node(fn)) == 1
+    site = run.log.sites.get(run.frames[-1]) if returned else None
+    if {id(r) for r in mutation.own_reads if not ctx.inside(r, stmt)} - {id(r) for r in later} - {id(site)}:
+        raise CannotFix(f"an op reads the new values of `{ctx.source(leaf)}` other than as it, after it here")
+    require_dominated(ctx, later, stmt)
+    if owner.storage.id in mutation.moment.log.escaped:
+        raise CannotFix("the new values go where the analysis cannot see")
+    name = fresh_name(ctx, scope, leaf.attr)
+    edits = [TextEdit(*_range(ctx, node), name) for node in [target, *later]]
+    return Fix(f"Compute `{name} = {short(ctx.source(stmt.value))}` in the graph and read it in place of "
+               f"`{ctx.source(leaf)}`, which keeps its own values (unsafe: the gradient now goes through it)",
+               False, tuple(edits))
+
+
+def _range(ctx: FixContext, node: ast.AST) -> tuple[int, int, int, int]:
+    line, column, end_line, end_column = ctx.char_range(node)
+    return line, column + 1, end_line, end_column + 1
 
 
 def _clone_where_saved(ctx: FixContext, finding: Finding) -> Fix:
