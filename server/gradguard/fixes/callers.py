@@ -25,7 +25,7 @@ from .writes import InPlaceWrite, root_name, short, without_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
-    from ..inference.sharing import Moment
+    from ..inference.sharing import Moment, Report
 
 
 def inside_helper(finding: Finding) -> Finding | None:
@@ -227,9 +227,11 @@ class Helper:
 
 
 def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast.stmt, param: str, title: str,
-                    safe: bool, drop_decorators: tuple[ast.expr, ...] = (), moment: Moment | None = None) -> Fix:
-    """The fix ``rw`` (which rebinds ``param`` inside its function) made whole: the function returns ``param``
-    and each of its calls rebinds the name passed for it.  ``drop_decorators``: decorators to remove too."""
+                    safe: bool, drop_decorators: tuple[ast.expr, ...] = (), moment: Moment | None = None,
+                    check: Callable[[ast.Call, str], Report] | None = None) -> Fix:
+    """The fix ``rw`` (which rebinds ``param`` inside its function) made whole: the function returns ``param`` and
+    each call rebinds the name passed for it.  ``drop_decorators``: decorators to remove too; ``check``: the rule's
+    own account of who else holding a call's passed tensor matters (a detach's: not its views)."""
     helper = Helper.of(ctx, stmt, param)
     fn = helper.fn
     if set(map(id, fn.decorator_list)) != set(map(id, drop_decorators)):
@@ -245,7 +247,7 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
         edits.append(return_at_end(ctx, fn, param))
     names = []
     for call in helper.calls:
-        passed = _passed_name(ctx, helper, call, returns, moment)
+        passed = _passed_name(ctx, helper, call, returns, moment, check)
         if passed is None:
             continue  # already `x = helper(x, ...)`
         names.append(passed)
@@ -263,7 +265,8 @@ def through_callers(ctx: FixContext, rw: Rewrite | Sequence[TextEdit], stmt: ast
                callers_checked=True)
 
 
-def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool, moment: Moment | None) -> str | None:
+def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool, moment: Moment | None,
+                 check: Callable[[ast.Call, str], Report] | None) -> str | None:
     """The caller's name passed for the parameter, which the call must now rebind (None: it already does)."""
     arg = helper.passed(call)
     if not isinstance(arg, ast.Name):
@@ -282,7 +285,7 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool,
         raise CannotFix("a call at module level")
     if not is_local(caller, arg.id):
         raise CannotFix("a call passes a name its function does not own (rebinding it would make a new local)")
-    report = InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, arg.id)
+    report = check(call, arg.id) if check else InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, arg.id)
     if report.besides(f"it is passed to `{ctx.source(call.func)}`"):
         raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     return arg.id

@@ -7,6 +7,7 @@ import dataclasses
 import re
 
 from ..diagnostics import Fix, Severity, TextEdit
+from ..fixes.callers import through_callers
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite, apply_edits, return_at_end
 from ..fixes.identity import FindingId
@@ -15,7 +16,7 @@ from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
 from ..inference.hooks import DroppedOutput
-from ..inference.sharing import Moment
+from ..inference.sharing import Moment, Report
 from ..inference.values import Tensor
 from ..knowledge.names import (GRAPH_REBUILDING_FACTORIES, LEGACY_FLOAT_CONSTRUCTORS, NUMPY_ARRAY_METHOD_TWINS,
                                NUMPY_REFUSED, NUMPY_SUBSCRIPT_TWINS, NUMPY_TWIN_DEFAULTS, NUMPY_TWINS)
@@ -617,18 +618,22 @@ def _detach_out_of_place(ctx: FixContext, finding: Finding) -> Fix:
     receiver = call.func.value
     mutation = finding.mutation
     moment = mutation.moment if mutation is not None else None
-    if moment is None or moment.holders is None or mutation.frames:
+    if moment is None or moment.holders is None:
         raise CannotFix("the run does not tell who else holds the tensor here")
     if isinstance(receiver, ast.Name) and (receiver.id, "same") not in moment.held():
         raise CannotFix(f"`{receiver.id}` is not a variable of this function holding the tensor")
     if moment.escaped:
         raise CannotFix("the tensor was handed to code the analysis cannot see into, which may keep it")
+    if isinstance(receiver, ast.Name) and receiver.id in moment.callers_pass() and mutation.frames:
+        return _detach_through_callers(ctx, stmt, receiver.id, moment, mutation)
+    if mutation.frames:
+        raise CannotFix("the run does not tell who else holds the tensor here")
     root = mutation.target.root()
     if isinstance(root.origin, ast.arg) or root.param or root.assumed or moment.held_outside():
         raise CannotFix("the caller or another function's variable holds the tensor too")
     if ctx.function_of(stmt) is None:
         raise CannotFix("a module's variable: its functions may read it")
-    rebound = _detached_names(moment, receiver.id if isinstance(receiver, ast.Name) else None)
+    rebound = _detached_names(moment, receiver=receiver.id if isinstance(receiver, ast.Name) else None)
     if len(rebound) > 1 and mutation.target.group:
         raise CannotFix("the tensor stands for several (a loop over them): one rebinding cannot detach each")
     if not rebound:
@@ -643,14 +648,44 @@ def _detach_out_of_place(ctx: FixContext, finding: Finding) -> Fix:
     return Fix(title, mutation.refused_view, (edit,))
 
 
-def _detached_names(moment: Moment, receiver: str | None) -> list[str]:
+def _detach_through_callers(ctx: FixContext, stmt: ast.stmt, param: str, moment: Moment, mutation: Mutation) -> Fix:
+    """``x.detach_()`` on a helper's parameter ``x``: the helper rebinds ``x`` (and the other variables of its frame
+    read after it that hold the tensor, ``_detached_names``) to a detached copy and returns it; each call rebinds
+    the name it passed (``through_callers``, which checks what else each caller holds it under).  Refused when a
+    variable of a frame above the helper's caller holds it (a caller's caller), or of an enclosing function or the
+    module, as the runs show: the rebinding reaches one caller only."""
+    own = len(moment.frames) - 1
+    if any(frame is None or frame != own - 1 for _, frame in moment.held_outside()):
+        raise CannotFix("a variable of a frame above the helper's caller holds the tensor too")
+    rebound = _detached_names(moment, receiver=param)
+    if len(rebound) > 1 and mutation.target.group:
+        raise CannotFix("the tensor stands for several (a loop over them): one rebinding cannot detach each")
+    ctx.require_own_lines(stmt)
+    line, column, end_line, end_column = ctx.char_range(stmt)
+    text = f"{' = '.join(rebound)} = {param}.detach()"
+    edit = TextEdit(line, column + 1, end_line, end_column + 1, text)
+    title = f"Detach out of place: `{short(text)}`"
+    if not mutation.refused_view:
+        title += " (unsafe: what was computed from it before keeps its whole history)"
+
+    def check(call: ast.Call, name: str) -> Report:  # the caller's variables read after the call, as for the helper
+        found = moment.through(call)
+        if found is None or _detached_names(*found, receiver=name) != [name]:
+            raise CannotFix(f"at the call on line {call.lineno}: no run went through it, or another variable holds "
+                            "the tensor and is read later")
+        return Report(name)
+
+    return through_callers(ctx, (edit,), stmt, param, title, mutation.refused_view, moment=moment, check=check)
+
+
+def _detached_names(moment: Moment, depth: int = -1, receiver: str | None = None) -> list[str]:
     """The variables a rebinding instead of ``.detach_()`` rebinds: ``receiver`` (the name the write goes through,
     None for an element) and every other variable of the write's frame bound to the same tensor object that is
     read after it (values or metadata: ``.requires_grad`` changes too); CannotFix when a variable read after holds
     it otherwise (a list, dict or object; a join), or holds it at one run of the write and not at another, or when
     a variable left as it is may be read by another function later (a nested function reading it as a free
-    variable)."""
-    frame = moment.frames[-1]
+    variable).  ``depth``: the frame whose variables these are (a caller's: what they held at its call)."""
+    frame = moment.frames[depth]
 
     def read_after(run: Moment, name: str) -> bool:
         return run.log.value_read(frame, name, run.position) or run.log.metadata_read(frame, name, run.position)
@@ -658,7 +693,7 @@ def _detached_names(moment: Moment, receiver: str | None) -> list[str]:
     runs = moment.runs()
     same: list[str] = [receiver] if receiver is not None else []
     for run in runs:
-        for name, how in run.held():
+        for name, how in run.held(depth):
             if name == receiver or how == "view":
                 continue
             if not read_after(run, name):
@@ -670,7 +705,7 @@ def _detached_names(moment: Moment, receiver: str | None) -> list[str]:
                 raise CannotFix(f"`{name}` {kind} and is read later: rebinding names would leave it undetached")
             if name not in same:
                 same.append(name)
-    if any((name, "same") not in run.held() for run in runs for name in same):
+    if any((name, "same") not in run.held(depth) for run in runs for name in same):
         raise CannotFix("a variable holds the tensor at one run of the write and not at another")
     return same
 
