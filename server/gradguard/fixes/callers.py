@@ -21,7 +21,7 @@ from ..statements import own_nodes
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
 from .edits import Rewrite, return_at_end
 from .helper_calls import CALLED_ON_INSTANCES, calls_of, is_local
-from .writes import InPlaceWrite, root_name, short, without_keyword
+from .writes import InPlaceWrite, attribute_base, root_name, short, without_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -47,18 +47,18 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: b
         return None
     node = inner.mutation.node
     try:
-        name, _ = root_name(InPlaceWrite.of(ctx, node).target)
+        name, _ = root_name(target := InPlaceWrite.of(ctx, node).target)
     except (CannotFix, KeyError):  # KeyError: a call the engine wrote out (``**kwargs`` spread), not in the tree
         return None
-    outer = None
-    moment = finding.mutation.moment
+    attribute = name is None and attribute_base(target) is not None  # `m.w[i] = 0`: only a fix seeing to every caller
+    outer, moment = None, finding.mutation.moment
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
     # A local bound from something else (`x = token`, `a, b = state`): the run knows who else holds that tensor.
     unseen = is_local(fn, name) and name not in params and not _only_numpy_views(ctx, fn, name)
     saved = saved and bool(finding.mutation.conflicts and moment and moment.only_callers_read_after(name))
     if unseen and not saved and (moment is None or name is None or moment.others_read_after(name)):
         return None
-    if not is_local(fn, name):
+    if not is_local(fn, name) and not attribute:
         # A closure's free variable: rebinding it there needs `nonlocal`, and every call of the closure in its
         # function to be a plain call after which nothing else holds the old tensor.  A global: no fix.
         outer = _enclosing_owner(ctx, fn, name)
@@ -68,6 +68,8 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: b
         fix = build(ctx, inner)
     except CannotFix:
         return None
+    if attribute:
+        return fix if fix is not None and fix.callers_checked else None
     if fix is not None and outer is not None and not fix.callers_checked:  # (else it saw to the call itself)
         try:
             return _with_nonlocal(ctx, fix, fn, outer, name, moment)

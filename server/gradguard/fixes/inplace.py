@@ -226,7 +226,8 @@ def is_parameter_update(ctx: FixContext, mutation: Mutation, write: InPlaceWrite
                 isinstance(call := ctx.parents.get(n), ast.Call) and call.func is n and ctx.inside(n, loop)
                 for attr in ("backward", "step") for n in ctx.names_in(scope).attribute(attr))):
             return True  # a leaf that outlives the training loop: a parameter, updated or reset
-    if any(_inside_forward(ctx, node) for node in (stmt, *(site for site, _ in mutation.frames))):
+    path = [*mutation.call_path(), *(mutation.moment.call_sites() if mutation.moment else ())]  # (and a helper's run's)
+    if any(_inside_forward(ctx, node) for node in (stmt, *path)):
         return False  # written while a module computes its output (in forward, or a function forward calls)
     root = mutation.target.root()
     if root.param:

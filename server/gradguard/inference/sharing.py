@@ -224,6 +224,10 @@ class Moment:
         return next(((depth, self.log.functions[frame]) for depth, frame in enumerate(self.frames)
                      if self.log.sites.get(frame) is site and frame in self.log.functions), None)
 
+    def call_sites(self) -> list[ast.AST]:
+        """The followed calls (outermost first) that entered the frames open at this point."""
+        return [self.log.sites[frame] for frame in self.frames[1:] if frame in self.log.sites]
+
     def value_reads_after(self, name: str, depth: int = -1) -> list[ast.Name]:
         """The reads of ``name``'s value after this point, in the frame ``depth`` (the innermost by default; 0 is
         the analysed function's own, where a write inside a followed call is entered by its call site)."""
