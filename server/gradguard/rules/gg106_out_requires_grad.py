@@ -60,7 +60,10 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     the result (``buf = torch.mul(h, s)``), which autograd records.  Never an ``out=`` into a copy: that call
     would raise the same error."""
     mutation = mutation_of(finding)
-    write = InPlaceWrite.of(ctx, mutation.node)  # torch refuses the call itself, wherever the tensors were made
+    try:
+        write = InPlaceWrite.of(ctx, mutation.node)  # torch refuses the call itself, wherever the tensors were made
+    except KeyError:  # the engine's own call: a lambda's body that spreads the caller's `**kwargs`
+        write = _lambda_called(ctx, mutation)
     write.moment = mutation.moment  # its frame is the innermost: depth -1
     if write.kind != "out":
         raise CannotFix("the write is not an out= call")
@@ -69,10 +72,26 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         # plain values into a leaf (an initialisation), or an optimizer-style update
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True)
+    if write.call is not mutation.node:
+        raise CannotFix("a computation in a lambda's call")
     try:
         return rebind_fix(RebindRewrite(ctx, write), "Compute out of place")
     except CannotFix:
         return _attribute_bound(ctx, mutation, write)
+
+
+def _lambda_called(ctx: FixContext, mutation: Mutation) -> InPlaceWrite:
+    """The write as the call that runs it: ``op(init, out=logits)`` where ``op = lambda t, **kw: torch.exp(t, **kw)``,
+    a lambda (its whole body the ``out=`` call) the run entered at that call, a statement of its own, which hands it
+    the ``out=`` tensor.  Under ``torch.no_grad()`` there, the lambda's call runs as the bare call would."""
+    site = mutation.entry()
+    entered = mutation.moment.entered_at(site) if mutation.moment is not None else None
+    out = next((k.value for k in getattr(mutation.node, "keywords", ()) if k.arg == "out"), None)
+    stmt = ctx.statement_of(site)
+    if entered is None or not isinstance(entered[1], ast.Lambda) or out is None or not ctx.inside(out, site) \
+            or not (isinstance(stmt, ast.Expr) and stmt.value is site):
+        raise CannotFix("the write is in a call the engine wrote out, not a lambda's statement handing it `out=`")
+    return InPlaceWrite(stmt, "out", out, site)
 
 
 def _attribute_bound(ctx: FixContext, mutation: Mutation, write: InPlaceWrite) -> Fix:

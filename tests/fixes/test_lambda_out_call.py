@@ -1,0 +1,23 @@
+"""GG106 where the ``out=`` call is a lambda's body that spreads its caller's ``**kwargs``
+(``op = lambda t, **kw: torch.exp(t, **kw)``; ``op(init, out=logits)``): the engine writes the call out with the
+caller's keywords, a call that is not in the file, so the fix reads the run instead -- the lambda it entered at the
+caller's call, a statement of its own handing it ``out=`` -- and makes that call under ``torch.no_grad()`` when the
+bare call would be (plain values into a leaf, or a parameter's update).  Each variant below had no fix before; its
+fix is now offered and proven by torch."""
+
+from __future__ import annotations
+
+import pytest
+from variants import fix_proof
+
+FIXED_AT_THE_CALL = [
+    "GG106/pos_out_tensor_itself_requires_grad::lambda_call",
+    "GG106/pos_weight_clip_out_after_step::lambda_call",
+]
+
+
+@pytest.mark.parametrize("key", FIXED_AT_THE_CALL)
+def test_the_fix_is_offered_and_proven(key):
+    pytest.importorskip("torch")
+    res = fix_proof.prove_variant(key)
+    assert res["status"] == fix_proof.PROVEN, f"{res['status']}: {res['why']} [{'; '.join(res['titles'])}]"
