@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity
+from ..fixes.callers import param_escape, through_callers
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.inplace import RebindRewrite, is_parameter_update, mutation_of, no_grad_wrap, rebind_fix
 from ..fixes.edits import Rewrite
@@ -75,9 +76,19 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     if write.call is not mutation.node:
         raise CannotFix("a computation in a lambda's call")
     try:
-        return rebind_fix(RebindRewrite(ctx, write), "Compute out of place")
+        rebind = RebindRewrite(ctx, write)
+        fix = rebind_fix(rebind, "Compute out of place")
     except CannotFix:
         return _attribute_bound(ctx, mutation, write)
+    # A helper's parameter, a plain tensor (no leaf of autograd's, no view) that only its caller holds: the helper
+    # returns the result, and each call rebinds what it passed
+    report, plain = rebind.report, mutation.target.requires_grad == Grad.NO and mutation.target.base is None
+    if fix is None and plain and not (report.aliases_read_after or report.holders_read_after) \
+            and report.escapes == [param_escape(rebind.name)]:
+        rw, desc = rebind.rewrite()
+        return through_callers(ctx, rw, write.stmt, rebind.name, f"Compute out of place: `{short(desc)}`", True,
+                               moment=write.moment)
+    return fix
 
 
 def _lambda_called(ctx: FixContext, mutation: Mutation) -> InPlaceWrite:
