@@ -269,8 +269,8 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         built = fix_or_none(lambda: clone_where_saved(ctx, mutation, write))
         if built is not None:
             return built[0].fix(f"Clone what backward needs where it is saved: {built[1]}", safe=True)
-    if possible and _only_the_caller_holds(rebind):
-        callers = fix_or_none(lambda: _through_callers(ctx, rebind))
+    if possible and only_the_caller_holds(rebind):
+        callers = fix_or_none(lambda: through_callers_fix(ctx, rebind))
         if callers is not None:
             return callers
     if possible and rebind.report.escapes == [NONLOCAL_ESCAPE] and not rebind.report.aliases_read_after \
@@ -474,13 +474,13 @@ def _attribute_put_in_container(ctx: FixContext, write: InPlaceWrite) -> bool:
     return False
 
 
-def _through_callers(ctx: FixContext, rebind: RebindRewrite) -> Fix:
+def through_callers_fix(ctx: FixContext, rebind: RebindRewrite) -> Fix:
     rw, desc = rebind.rewrite()
     return through_callers(ctx, rw, rebind.write.stmt, rebind.name, f"Write out of place: `{short(desc)}`", safe=True,
                            moment=rebind.write.moment)
 
 
-def _only_the_caller_holds(rebind: RebindRewrite) -> bool:
+def only_the_caller_holds(rebind: RebindRewrite) -> bool:
     """The written name is the function's parameter, and nothing else keeps or views its memory."""
     report = rebind.report
     return not (report.aliases_read_after or report.holders_read_after) and report.escapes == [param_escape(rebind.name)]

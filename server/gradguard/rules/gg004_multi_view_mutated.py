@@ -29,7 +29,7 @@ from ..messages import Message
 from ..statements import names
 from .base import Example, Rule
 from .common import call_path_related, grad_leaf, piece_of, view_call
-from .gg001_saved_tensor_mutated import fix as saved_tensor_fix
+from .gg001_saved_tensor_mutated import fix as saved_tensor_fix, only_the_caller_holds, through_callers_fix
 from .gg005_inplace_activation_on_saved import module_inplace_false
 
 MESSAGE = "Output 0 of Unbind is a view and is being modified inplace."
@@ -171,6 +171,10 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         closure = fix_or_none(lambda: rebound_in_closure(ctx, write, rebind.name, rebind.rewrite))
         if closure is not None:
             return closure
+    if rebind.direct and only_the_caller_holds(rebind):  # a helper's parameter: it returns it, its calls rebind
+        callers = fix_or_none(lambda: through_callers_fix(ctx, rebind))
+        if callers is not None:
+            return callers
     return rebind_fix(rebind, "Write out of place")
 
 

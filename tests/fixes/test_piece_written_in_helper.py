@@ -1,0 +1,24 @@
+"""GG004 on a piece of a split/unbind that a helper (a function, a method, a callable object) writes in place: the
+helper writes its parameter out of place and returns it, and each call rebinds the caller's name (as GG001's fix of
+a saved tensor a helper writes), when the run saw nothing but the caller's name hold the piece.  Each variant below
+had no fix before; its fix is now offered and proven by torch (one per kind of helper, several fixture shapes)."""
+
+from __future__ import annotations
+
+import pytest
+from variants import fix_proof
+
+REBOUND_BY_CALLERS = [
+    "GG004/pos_unbind_add_minimal::helper_function",
+    "GG004/pos_vae_logvar_clamp::callable_class",
+    "GG004/pos_glu_gate_sigmoid_inplace::module_method",
+    "GG004/pos_box_coords_unbind_clamp::helper_function",
+    "GG004/pos_custom_function_identity_alias::module_method",
+]
+
+
+@pytest.mark.parametrize("key", REBOUND_BY_CALLERS)
+def test_the_fix_is_offered_and_proven(key):
+    pytest.importorskip("torch")
+    res = fix_proof.prove_variant(key)
+    assert res["status"] == fix_proof.PROVEN, f"{res['status']}: {res['why']} [{'; '.join(res['titles'])}]"
