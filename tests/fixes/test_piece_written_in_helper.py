@@ -1,7 +1,9 @@
 """GG004 on a piece of a split/unbind that a helper (a function, a method, a callable object) writes in place: the
 helper writes its parameter out of place and returns it, and each call rebinds the caller's name (as GG001's fix of
-a saved tensor a helper writes), when the run saw nothing but the caller's name hold the piece.  Each variant below
-had no fix before; its fix is now offered and proven by torch (one per kind of helper, several fixture shapes)."""
+a saved tensor a helper writes), when the run saw nothing but the caller's name hold the piece.  A closure that
+writes a piece of its enclosing function (a free variable) rebinds it there, declared ``nonlocal``, when each call
+of the closure is a statement after which nothing else holds the piece.  Each variant below had no fix before; its
+fix is now offered and proven by torch (one per kind of helper, several fixture shapes)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ REBOUND_BY_CALLERS = [
     "GG004/pos_glu_gate_sigmoid_inplace::module_method",
     "GG004/pos_box_coords_unbind_clamp::helper_function",
     "GG004/pos_custom_function_identity_alias::module_method",
+    "GG004/pos_unbind_add_minimal::closure",
+    "GG004/pos_split_output_column_assign::closure",
+    "GG004/pos_unbind_time_steps_of_leaf::closure",
 ]
 
 

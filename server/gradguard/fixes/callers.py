@@ -144,12 +144,12 @@ def rebound_in_closure(ctx: FixContext, write: InPlaceWrite, name: str,
     ``nonlocal``: kept when every call of the closure is a statement after which nothing else holds the old tensor."""
     fn = ctx.function_of(write.stmt)
     outer = ctx.scope_of(fn)
-    if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and _declares_nonlocal(fn, name)
-            and is_local(outer, name)):
+    if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and not is_local(fn, name)
+            and _enclosing_owner(ctx, fn, name) is outer):  # (a free variable of it, or declared `nonlocal`)
         raise CannotFix(f"`{name}` is not a `nonlocal` of a closure")
     made, text = rewrite()
     fix = made.fix(f"Write out of place: `{short(text)}`", safe=True)
-    return _with_nonlocal(ctx, fix, fn, outer, name, write.moment)
+    return replace(_with_nonlocal(ctx, fix, fn, outer, name, write.moment), callers_checked=True)
 
 
 def _only_numpy_views(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> bool:

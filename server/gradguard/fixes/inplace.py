@@ -50,7 +50,7 @@ def _held_in_a_container(write: InPlaceWrite, name: str) -> bool:
 class RebindRewrite:
     """Rewrite the write out of place and rebind the name it writes through."""
 
-    def __init__(self, ctx: FixContext, write: InPlaceWrite):
+    def __init__(self, ctx: FixContext, write: InPlaceWrite, enclosing: bool = False):
         self.ctx = ctx
         self.write = write
         name, direct = root_name(write.target)
@@ -60,7 +60,8 @@ class RebindRewrite:
                 raise CannotFix("the input of the in-place function is not a local name")
         elif name is None:
             raise CannotFix("the written tensor is not a local name")
-        if name is not None and not _binds_locally(ctx, ctx.scope_of(write.stmt), name):
+        self.local = name is None or _binds_locally(ctx, ctx.scope_of(write.stmt), name)
+        if not self.local and not enclosing:  # (enclosing: the caller declares it, ``rebound_in_closure``)
             # `buf` read from an enclosing function or the module: a binding here makes a new local, which the
             # enclosing code never sees (and which a read before it would find unbound)
             raise CannotFix(f"`{name}` belongs to an enclosing scope; binding it here would not reach it")

@@ -157,20 +157,23 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
         raise CannotFix("the written name is the row of a tensor that is not a local name")
     if mutation.target.multi_view and _indexes_pieces(ctx, write.target):
         raise CannotFix("`parts[0]` of a split: the name holds the pieces, not a tensor to copy")
-    rebind = RebindRewrite(ctx, write)
+    rebind = RebindRewrite(ctx, write, enclosing=True)
     target = mutation.target
     if not rebind.direct and target.multi_view and not (target.base is not None and target.base.multi_view):
         # `parts[0].zero_()`: the subscript picks a piece out of the tuple `parts`, it is no view of a tensor
         # named `parts` (`parts.clone()` would not even run)
         raise CannotFix(f"`{rebind.name}` holds the pieces; the written piece is an element of it")
     report = rebind.report
-    if NONLOCAL_ESCAPE in report.escapes and not report.aliases_read_after and not report.holders_read_after and all(
-            e == NONLOCAL_ESCAPE or e.endswith(" holds it outside this function") for e in report.escapes):
-        # a closure's `nonlocal` piece: rebound there, when at each call of the closure nothing else (the split
-        # tensor, another piece) holds it and is read after (``rebound_in_closure`` asks the run there)
+    outside = all(e == NONLOCAL_ESCAPE or e.endswith(" holds it outside this function") for e in report.escapes)
+    if (NONLOCAL_ESCAPE in report.escapes or not rebind.local) and outside and not report.aliases_read_after \
+            and not report.holders_read_after:
+        # a closure's piece (`nonlocal`, or a free variable: declared so): rebound there, when at each call of the
+        # closure nothing else (the split tensor, another piece) holds it and is read after (the run there tells)
         closure = fix_or_none(lambda: rebound_in_closure(ctx, write, rebind.name, rebind.rewrite))
         if closure is not None:
             return closure
+    if not rebind.local:
+        raise CannotFix(f"`{rebind.name}` belongs to an enclosing scope; binding it here would not reach it")
     if rebind.direct and only_the_caller_holds(rebind):  # a helper's parameter: it returns it, its calls rebind
         callers = fix_or_none(lambda: through_callers_fix(ctx, rebind))
         if callers is not None:
