@@ -16,6 +16,8 @@ REBOUND_BY_CALLERS = [
     "GG004/pos_glu_gate_sigmoid_inplace::module_method",
     "GG004/pos_box_coords_unbind_clamp::helper_function",
     "GG004/pos_custom_function_identity_alias::module_method",
+    "GG004/pos_split_output_column_assign::helper_function",  # a write through a view of the piece: a copy first
+    "GG004/pos_unpack_then_index_assign::module_method",
     "GG004/pos_unbind_add_minimal::closure",
     "GG004/pos_split_output_column_assign::closure",
     "GG004/pos_unbind_time_steps_of_leaf::closure",

@@ -174,7 +174,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
             return closure
     if not rebind.local:
         raise CannotFix(f"`{rebind.name}` belongs to an enclosing scope; binding it here would not reach it")
-    if rebind.direct and only_the_caller_holds(rebind):  # a helper's parameter: it returns it, its calls rebind
+    if only_the_caller_holds(rebind):  # a helper's parameter (or a view of it): it returns it, its calls rebind
         callers = fix_or_none(lambda: through_callers_fix(ctx, rebind))
         if callers is not None:
             return callers
