@@ -29,6 +29,7 @@ from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
 from .inference.loss_hooks import unreturned_loss
 from .inference.project import Project, calls_named, function_around
+from .inference.scopes import scope_names
 from . import parsing, statements
 from .inference.values import ModuleValue, copy_values
 from .knowledge import load_knowledge
@@ -88,6 +89,8 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     fingerprint = (_Fingerprints(tree, lines, functions, classes, (*view_functions, f"dtype={default_dtype}"))
                    if cache is not None and lines is not None else None)
     module_env = _ModuleEnvironment(ctx, tree, lines, fingerprint, cache.get(_PROTOTYPES) if cache else None)
+    if fingerprint is not None:  # each function's locals, from the memo of the last edits' (``own_locals``)
+        ctx.local_names.update((fn, fingerprint.locals_of(fn)) for fn, _ in units if fn is not None)
     used: dict[str, _Cached] = {}
     results: list[tuple[tuple[str, str], list[Finding]]] = []
     followed: set[tuple[str, str]] = set()
@@ -364,6 +367,10 @@ class _Fingerprints:
     file's functions and classes it names, and the top-level statements that bind the module variables it
     names (transitively, since calls are followed and a variable's value depends on others).
 
+    "Names" are the names a piece of code can resolve outside itself (``scopes.free_names``): not a function's own
+    locals (the interpreter never looks one up elsewhere), nor attribute names or strings.  A method reads its
+    whole class's names (its other methods run as it calls them, and its ``__init__`` built ``self``).
+
     A function's key holds the parts' text but not where they are, and ``of`` also returns each part's lines:
     a function that only moved (or whose helpers moved) keeps its key, and its findings are moved part by part
     (``moved.py``) rather than made again.  The module's own statements are keyed with their absolute lines."""
@@ -373,20 +380,21 @@ class _Fingerprints:
         self.lines = lines
         self.texts: dict[ast.AST, str] = {}
         self.spans: dict[ast.AST, tuple[int, int]] = {}
-        self.reads: dict[tuple[int, str], list[str]] = {}  # (id of a ``named`` dict, a text): the names it reads there
+        self.frees: dict[ast.AST, tuple] = {}  # a node: the names it reads outside itself, and its locals
         self.digests: dict[str, bytes] = {}  # a part's text: its digest (a helper is part of many keys)
         self.named: dict[str, list[ast.AST]] = {name: [node] for name, node in functions.items()}
         self.named.update({name: [info.node] for name, info in classes.items()})
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
-        top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        self.top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         self.binders: dict[str, list[ast.AST]] = {}
-        for stmt in top:
+        for stmt in self.top:
             for name in _bound_names([stmt]):
                 self.binders.setdefault(name, []).append(stmt)
-        self.readable = {**self.binders, **self.named}  # what a function can name (once, not per function)
+        # what a function can name (once, not per function): a module variable is looked up before a function
+        self.readable = {**self.binders, **{n: [*self.binders.get(n, ()), *nodes] for n, nodes in self.named.items()}}
         # Every key holds the imports and the settings that change what calls mean.
         self.imports = "|".join([*(self._text(s) for s in imports), *sorted(view_functions)])
-        self.top_text = "\n".join(f"@{s.lineno}\n{self._text(s)}" for s in top)
+        self.top_text = "\n".join(f"@{s.lineno}\n{self._text(s)}" for s in self.top)
 
     def _text(self, node: ast.AST) -> str:
         text = self.texts.get(node)  # a helper's text is read for each function that names it
@@ -400,18 +408,43 @@ class _Fingerprints:
             span = self.spans[node] = (parsing.first_line(node), node.end_lineno)
         return span
 
+    def _scope(self, node: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+        """``scope_names`` of a node, kept across edits by its text and where in its lines it is (two statements
+        may share a line)."""
+        found = self.frees.get(node)
+        if found is None:
+            memo = (self._text(node), node.col_offset, node.end_col_offset, node.lineno - parsing.first_line(node))
+            found = _SCOPE_NAMES.get(memo)
+            if found is None:
+                if len(_SCOPE_NAMES) > 8192:
+                    _SCOPE_NAMES.clear()
+                found = _SCOPE_NAMES[memo] = scope_names(node)
+            self.frees[node] = found
+        return found
+
+    def _free(self, node: ast.AST) -> frozenset[str]:
+        return self._scope(node)[0]
+
+    def locals_of(self, fn: ast.AST) -> frozenset[str]:
+        """A function's own locals (the interpreter's ``own_locals``), from the same memo."""
+        return self._scope(fn)[1]
+
     def of(self, fn, owner) -> tuple[str, tuple[tuple[int, int], ...]]:
         """The key, and the (first, last) lines of each part it covers, in the key's order."""
         if fn is None:
-            named = [f"@{node.lineno}\n{text}" for node, text in self._named(self.top_text, self.named)]
+            reads = frozenset().union(*(self._free(s) for s in self.top))
+            named = [f"@{node.lineno}\n{text}" for node, text in self._named(reads, self.named)]
             return self._key([self.top_text, self.imports, *named]), ()
         own = self._text(fn)
         spans = [(parsing.first_line(fn), fn.end_lineno)]
-        parts = [own, self.imports]
+        # whether the function is given the module's variables (``_ModuleEnvironment.for_function``)
+        parts = [own, self.imports, "globals" if self.binders.keys() & _names(own) else ""]
+        reads = self._free(fn)
         if owner is not None:
             parts.append(self._text(owner))
             spans.append((parsing.first_line(owner), owner.end_lineno))
-        for node, text in self._named(own, self.readable):
+            reads |= self._free(owner)
+        for node, text in self._named(reads, self.readable):
             parts.append(text)
             spans.append(self._span(node))
         return self._key(parts), tuple(spans)
@@ -423,27 +456,27 @@ class _Fingerprints:
         methods = {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
         parts = [f"@{node.lineno}\n" + ",".join(ast.unparse(b) for b in node.bases)]
         parts += [f"@{n.lineno}\n{self._text(n)}" for n in node.body if n not in methods.values()]
+        reads = frozenset().union(*(self._free(b) for b in node.bases),
+                                  *(self._free(n) for n in node.body if n not in methods.values()))
         pending, read = ["__init__"], []
         while pending:
             method = methods.pop(pending.pop(), None)
             if method is not None:
                 read.append(method)
+                reads |= self._free(method)
+                # methods are called through ``self.name``: an attribute's name is the word that counts here
                 pending += sorted(_names(self._text(method)) & methods.keys())
         parts += [f"@{m.lineno}\n{self._text(m)}" for m in read]
-        text = "\n".join(parts)
-        named = [f"@{n.lineno}\n{t}" for n, t in self._named(text, self.named)]
+        named = [f"@{n.lineno}\n{t}" for n, t in self._named(reads, self.named)]
         return self._key([*parts, self.imports, *named])
 
-    def _named(self, text: str, named: dict[str, list[ast.AST]]) -> Iterator[tuple[ast.AST, str]]:
+    def _named(self, reads: frozenset[str], named: dict[str, list[ast.AST]]) -> Iterator[tuple[ast.AST, str]]:
+        """The parts (nodes of ``named``) that ``reads`` name, and those their own free names name, transitively."""
         seen: set[str] = set()
         given: set[int] = set()
-        pending = [text]
+        pending = [reads]
         while pending:
-            text = pending.pop()
-            reads = self.reads.get((id(named), text))
-            if reads is None:
-                reads = self.reads[(id(named), text)] = sorted(_names(text) & named.keys())
-            for name in reads:
+            for name in sorted(pending.pop() & named.keys()):
                 if name in seen:
                     continue
                 seen.add(name)
@@ -451,9 +484,8 @@ class _Fingerprints:
                     if id(node) in given:
                         continue
                     given.add(id(node))
-                    text = self._text(node)
-                    pending.append(text)
-                    yield node, text
+                    pending.append(self._free(node))
+                    yield node, self._text(node)
 
     def _key(self, parts: list[str]) -> str:
         """The digest of the parts' digests (each part's text is hashed once per run, not once per key)."""
@@ -465,6 +497,9 @@ class _Fingerprints:
                                                               digest_size=16).digest()
             digests.append(digest)
         return hashlib.blake2b(b"".join(digests), digest_size=16).hexdigest()
+
+
+_SCOPE_NAMES: dict[tuple, tuple] = {}  # (a node's text, its place in it): its free names and locals, across edits
 
 
 @lru_cache(maxsize=8192)
@@ -484,6 +519,7 @@ def forget_texts() -> None:
     are whole function texts, ``_names``' values a set of every identifier) for a hit rate under 10 %."""
     _names.cache_clear()
     _has_idiom.cache_clear()
+    _SCOPE_NAMES.clear()
     forget_statements()  # file_default_dtype's answers by statement text
 
 

@@ -13,6 +13,7 @@ from ..statements import every_node
 from .classes import ClassInfo, find_method, mro
 from .events import GradRead, KeptRead
 from .hooks import named_submodules
+from .scopes import bound_names
 from .values import (
     INT,
     int_const,
@@ -161,9 +162,13 @@ class ExpressionsMixin:
         return CallableRef(qualname)
 
     def _expr_Name(self, node: ast.Name) -> Value:
-        """Local, then enclosing and module variables, then the file's functions and classes, then imports."""
+        """Local, then enclosing and module variables, then the file's functions and classes, then imports.  A
+        local of the running function without a value here (read before it is bound, an ``except`` name) is not
+        looked for elsewhere: Python never does, and a cache key leaves the module's bindings of it out."""
         value = self.state.env.get(node.id)
         if value is None:
+            if node.id in self.own_locals():
+                return UNKNOWN
             value = self.lookup(node.id)
         if value is not None:
             return value
@@ -176,6 +181,16 @@ class ExpressionsMixin:
         if node.id == "__name__":
             return MAIN_MODULE_NAME  # the file is analysed as the program that runs: its `__main__` block runs
         return UNKNOWN
+
+    def own_locals(self) -> frozenset[str]:
+        """The locals of the function running now (none at the module's top level)."""
+        running = self.inline_stack[-1] if self.inline_stack else None if self.module_unit else self.root_fn
+        if running is None:
+            return frozenset()
+        found = self.ctx.local_names.get(running)
+        if found is None:
+            found = self.ctx.local_names[running] = bound_names(running)
+        return found
 
     def _expr_Lambda(self, node: ast.Lambda) -> Value:
         return FunctionValue(node, scope=[self.state.env, *self.scopes], module_path=self.ctx.path)

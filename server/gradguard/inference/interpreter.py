@@ -168,6 +168,7 @@ class Context:
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)  # the file's module-level functions
     # each function's names used as lists (``used_as_sequences``), read once per file however often it is called
     sequence_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
+    local_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)  # each function's locals (scopes.py)
     leaves_early: dict[ast.If, bool] = field(default_factory=dict)  # per `if`: may its branches leave the frame
     # each `@contextmanager` generator's two parts (before and after its yield), split once per file
     generator_parts: dict[ast.AST, object] = field(default_factory=dict)

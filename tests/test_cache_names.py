@@ -1,0 +1,216 @@
+"""The per-document cache keys a function by the names it can resolve outside itself (``scopes.free_names``), not
+by every word of its text: its own locals, attribute names and strings do not tie it to the rest of the file.
+Each hazard of that is pinned here: after the edit, the cached analysis must equal a fresh one."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from gradguard import engine
+from gradguard.api import analyze_source
+
+
+def _findings(result):
+    return [(d.line, d.code, d.message) for d in result.diagnostics]
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """Counts the units the engine really analyses (cache misses)."""
+    analysed = []
+    real = engine._run_unit
+
+    def counting(ctx, fn, owner, tree, module_env):
+        analysed.append(fn.name if fn is not None else "<module>")
+        return real(ctx, fn, owner, tree, module_env)
+
+    monkeypatch.setattr(engine, "_run_unit", counting)
+    return analysed
+
+
+def _cached_equals_fresh(before: str, after: str) -> list:
+    cache: dict = {}
+    analyze_source(before, "n.py", cache=cache, fixes=False)
+    cached = _findings(analyze_source(after, "n.py", cache=cache, fixes=False))
+    fresh = _findings(analyze_source(after, "n.py", fixes=False))
+    assert cached == fresh
+    return fresh
+
+
+LOCAL_WITHOUT_VALUE = textwrap.dedent('''
+    import torch
+
+    w = torch.zeros(3, requires_grad=True)
+
+
+    def f():
+        w = torch.zeros(3)
+        del w
+        w.add_(1)
+''')
+
+
+def test_a_local_without_a_value_is_never_the_module_variable_of_its_name():
+    """``w`` is ``f``'s local (Python raises UnboundLocalError at ``w.add_``): the module's ``w``, which ``f``'s key
+    leaves out, must not be read in its place, or editing it would leave ``f``'s cached findings stale."""
+    edited = LOCAL_WITHOUT_VALUE.replace("w = torch.zeros(3, requires_grad=True)", "w = torch.zeros(3)")
+    for before, after in ((LOCAL_WITHOUT_VALUE, edited), (edited, LOCAL_WITHOUT_VALUE)):
+        assert _cached_equals_fresh(before, after) == []
+
+
+LOCAL_CLASS = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    def build(x):
+        class Block(nn.Module):
+            def forward(self, x):
+                return x * 2
+        y = torch.sigmoid(x)
+        return Block()(y)
+
+
+    def train():
+        x = torch.randn(3, requires_grad=True)
+        out = build(x)
+        out.sum().backward()
+
+
+    class Block(nn.Module):
+        def forward(self, x):
+            return x + 1
+''')
+
+
+def test_a_class_defined_in_a_function_is_looked_up_by_name_so_its_name_stays_in_the_key():
+    """A class statement inside a function is resolved among the file's classes by name (the last of that name
+    wins): editing the module's ``Block`` changes what ``build`` builds, though ``build`` binds ``Block`` itself."""
+    edited = LOCAL_CLASS.replace("return x + 1", "return x.add_(1)")
+    fresh = _cached_equals_fresh(LOCAL_CLASS, edited)
+    assert any(code == "GG001" for _, code, _ in fresh)
+
+
+METHOD_INIT_HELPER = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    def make_act():
+        return nn.ReLU(inplace=False)
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.act = make_act()
+
+        def forward(self, x):
+            y = torch.sigmoid(self.lin(x))
+            z = self.act(y)
+            y.mul_(2)
+            return z
+''')
+
+
+def test_a_method_follows_what_its_class_names():
+    """``forward`` reads ``self.act``, which ``__init__`` built by calling ``make_act``: editing ``make_act``
+    re-analyses ``forward`` though its own text never names it."""
+    edited = METHOD_INIT_HELPER.replace("inplace=False", "inplace=True")
+    fresh = _cached_equals_fresh(METHOD_INIT_HELPER, edited)
+    assert len(fresh) == 2
+
+
+VARIABLE_AND_FUNCTION = textwrap.dedent('''
+    import torch
+
+    bias = torch.zeros(3, requires_grad=True)
+
+
+    def shift():
+        bias.add_(1)
+
+
+    def bias():
+        pass
+''')
+
+
+def test_a_name_bound_at_the_top_level_and_defined_as_a_function_follows_both():
+    """The module's variables are looked up before its functions: ``shift`` reads the tensor ``bias``."""
+    edited = VARIABLE_AND_FUNCTION.replace("torch.zeros(3, requires_grad=True)", "torch.zeros(3)")
+    assert _cached_equals_fresh(edited, VARIABLE_AND_FUNCTION) != []
+
+
+GLOBALS_GIVEN = textwrap.dedent('''
+    import torch
+
+    WEIGHT = torch.zeros(3, requires_grad=True)
+
+
+    def weight():
+        return WEIGHT
+
+
+    def f():
+        n = 2
+        z = weight()
+        z.mul_(n)
+''')
+
+
+def test_a_module_binding_of_a_name_a_function_uses_as_a_local_changes_whether_it_sees_module_variables():
+    """A function is given the module's variables when its text names one (``_ModuleEnvironment.for_function``):
+    binding ``n`` at the top level lets ``f``'s call of ``weight`` read ``WEIGHT``, so ``f`` is analysed again."""
+    edited = GLOBALS_GIVEN.replace("import torch\n", "import torch\nn = 0\n", 1)
+    for before, after in ((GLOBALS_GIVEN, edited), (edited, GLOBALS_GIVEN)):
+        _cached_equals_fresh(before, after)
+
+
+TABLE = textwrap.dedent('''
+    import torch
+
+    CONFIGS = {"scaled": dict(width=2), "plain": dict(width=1)}
+    for n in CONFIGS:
+        c = CONFIGS[n]
+
+
+    def scaled(x):
+        y = torch.sigmoid(x)
+        y.mul_(2)
+        return y
+
+
+    def plain(x):
+        n = x.shape[0]
+        c = torch.exp(x)
+        c.div_(n)
+        return c
+''')
+
+
+def test_a_function_is_not_tied_to_strings_or_to_module_bindings_of_its_own_locals(runs):
+    """Editing ``scaled`` (named only in the table's strings) does not run the module's top level again, and
+    neither does it re-analyse ``plain``, whose local ``n`` and ``c`` the top-level loop also binds."""
+    cache: dict = {}
+    analyze_source(TABLE, "t.py", cache=cache, fixes=False)
+    runs.clear()
+    edited = TABLE.replace("y.mul_(2)", "y.mul_(3)")
+    result = analyze_source(edited, "t.py", cache=cache, fixes=False)
+    assert runs == ["scaled"]
+    assert _findings(result) == _findings(analyze_source(edited, "t.py", fixes=False))
+
+
+def test_type_stays_a_free_name_of_a_function_that_binds_it():
+    """``type(x)`` is Python's ``type`` only when no scope binds ``type``, and that is asked of every scope by
+    name (``calls._is_builtin_type``), the module's too, whatever the function binds."""
+    import ast
+
+    from gradguard.inference.scopes import bound_names, free_names
+
+    fn = ast.parse("def f(m):\n    t = type(m)\n    type = None\n    n = 1\n    return t\n").body[0]
+    assert {"type", "n", "t", "m"} <= bound_names(fn)
+    assert "type" in free_names(fn) and not {"n", "t", "m"} & free_names(fn)
