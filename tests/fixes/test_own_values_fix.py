@@ -47,6 +47,8 @@ def _program(forward: str, loss: str = "net(x).pow(2).sum()") -> str:
 @pytest.mark.parametrize("forward", [
     f"{WRITE}\nreturn self.fc(x) * self.gain",
     f"{WRITE}\nif x.sum() > 0:\n    return self.fc(x) * self.gain\nreturn self.fc(x) + self.gain",
+    f"with torch.enable_grad():\n    {WRITE}\nreturn self.fc(x) * self.gain",  # the `with` runs it whenever the read runs
+    f"try:\n    {WRITE}\nfinally:\n    pass\nreturn self.fc(x) * self.gain",
 ])
 def test_the_computed_values_are_read_in_place_of_the_leaf(forward):
     src = _program(forward)
@@ -61,6 +63,7 @@ def test_the_computed_values_are_read_in_place_of_the_leaf(forward):
 @pytest.mark.parametrize("forward,loss", [
     (f"{WRITE}\nreturn self.fc(x) * self.gain", "net(x).pow(2).sum() + net.gain.abs().sum()"),  # a caller reads it
     (f"g = self.gain\n{WRITE}\nreturn self.fc(x) * g", "net(x).pow(2).sum()"),  # a name bound to it before
+    (f"if x.sum() > 0:\n    {WRITE}\nreturn self.fc(x) * self.gain", "net(x).pow(2).sum()"),  # may not run first
     (f"self.fc.weight.data = self.fc.weight.clamp(min=0)\nreturn self.fc(x)", "net(x).pow(2).sum()"),  # a layer's
 ])
 def test_no_fix_where_an_op_reads_the_new_values_otherwise(forward, loss):

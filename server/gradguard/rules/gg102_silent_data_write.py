@@ -9,7 +9,7 @@ from ..fixes.callers import param_escape, through_callers
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import renamed
 from ..fixes.into_graph import write_in_graph
-from ..fixes.moves import move_after_backward, mutation_in
+from ..fixes.moves import move_after_backward, mutation_in, units
 from ..fixes.copies import fresh_name, later_reads_of_attribute, require_dominated
 from ..fixes.writes import InPlaceWrite, is_dotted, root_name, short
 from ..inference.events import Finding, Mutation
@@ -169,7 +169,14 @@ def _own_values_in_graph(ctx: FixContext, mutation: Mutation) -> Fix:
     site = run.log.sites.get(run.frames[-1]) if returned else None
     if {id(r) for r in mutation.own_reads if not ctx.inside(r, stmt)} - {id(r) for r in later} - {id(site)}:
         raise CannotFix(f"an op reads the new values of `{ctx.source(leaf)}` other than as it, after it here")
-    require_dominated(ctx, later, stmt)
+    # the write alone in a `with` (`torch.enable_grad()`) or a `try` body with no handler: the name is bound whenever
+    # what follows them runs
+    start = stmt
+    for up in units(ctx, stmt)[1:]:
+        if not isinstance(up, ast.With) and not (isinstance(up, ast.Try) and not up.handlers and not up.orelse):
+            break
+        start = up
+    require_dominated(ctx, later, start)
     if owner.storage.id in mutation.moment.log.escaped:
         raise CannotFix("the new values go where the analysis cannot see")
     name = fresh_name(ctx, scope, leaf.attr)
