@@ -21,6 +21,7 @@ from ..statements import own_nodes
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
 from .edits import Rewrite, return_at_end
 from .helper_calls import CALLED_ON_INSTANCES, calls_of, is_local
+from .inplace import fix_or_none
 from .writes import InPlaceWrite, attribute_base, root_name, short, without_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,10 +72,7 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: b
     if attribute:
         return fix if fix is not None and fix.callers_checked else None
     if fix is not None and outer is not None and not fix.callers_checked:  # (else it saw to the call itself)
-        try:
-            return _with_nonlocal(ctx, fix, fn, outer, name, moment)
-        except CannotFix:
-            return None
+        return fix_or_none(lambda: _with_nonlocal(ctx, fix, fn, outer, name, moment))
     within = fix is not None and all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits)
     if unseen or saved:  # (the run's facts above are about rebinding `name` in the helper)
         return (replace(fix, safe=False) if saved else fix) if within else None

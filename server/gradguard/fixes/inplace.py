@@ -62,11 +62,9 @@ class RebindRewrite:
             raise CannotFix("the written tensor is not a local name")
         self.local = name is None or _binds_locally(ctx, ctx.scope_of(write.stmt), name)
         if not self.local and not enclosing:  # (enclosing: the caller declares it, ``rebound_in_closure``)
-            # `buf` read from an enclosing function or the module: a binding here makes a new local, which the
-            # enclosing code never sees (and which a read before it would find unbound)
+            # `buf` of an enclosing function or the module: a binding here makes a local the enclosing code never sees
             raise CannotFix(f"`{name}` belongs to an enclosing scope; binding it here would not reach it")
-        self.name = name
-        self.direct = direct
+        self.name, self.direct = name, direct
         self.report: Report = write.sharing(ctx, name) if name else Report("")
 
     def rewrite(self) -> tuple[Rewrite, str]:
