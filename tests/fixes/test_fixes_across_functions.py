@@ -18,6 +18,4 @@ FIXED_ACROSS_FUNCTIONS = [
 
 @pytest.mark.parametrize("key", FIXED_ACROSS_FUNCTIONS)
 def test_the_fix_is_offered_and_proven(key):
-    pytest.importorskip("torch")
-    res = fix_proof.prove_variant(key)
-    assert res["status"] == fix_proof.PROVEN, f"{res['status']}: {res['why']} [{'; '.join(res['titles'])}]"
+    fix_proof.assert_proven(key)

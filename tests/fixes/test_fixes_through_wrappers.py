@@ -32,9 +32,7 @@ FIXED_THROUGH_WRAPPERS = [
 
 @pytest.mark.parametrize("key", FIXED_THROUGH_WRAPPERS)
 def test_the_fix_is_offered_and_proven(key):
-    pytest.importorskip("torch")
-    res = fix_proof.prove_variant(key)
-    assert res["status"] == fix_proof.PROVEN, f"{res['status']}: {res['why']} [{'; '.join(res['titles'])}]"
+    fix_proof.assert_proven(key)
 
 
 @pytest.mark.parametrize(("code", "sole"), [

@@ -19,6 +19,4 @@ CLONED_ON_ENTRY = [
 
 @pytest.mark.parametrize("key", CLONED_ON_ENTRY)
 def test_the_clone_on_entry_is_offered_and_proven(key):
-    pytest.importorskip("torch")
-    res = fix_proof.prove_variant(key)
-    assert res["status"] == fix_proof.PROVEN, f"{res['status']}: {res['why']} [{'; '.join(res['titles'])}]"
+    fix_proof.assert_proven(key)

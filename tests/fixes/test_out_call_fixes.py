@@ -21,6 +21,4 @@ FIXED_AT_THE_CALL = [
 
 @pytest.mark.parametrize("key", FIXED_AT_THE_CALL)
 def test_the_fix_is_offered_and_proven(key):
-    pytest.importorskip("torch")
-    res = fix_proof.prove_variant(key)
-    assert res["status"] == fix_proof.PROVEN, f"{res['status']}: {res['why']} [{'; '.join(res['titles'])}]"
+    fix_proof.assert_proven(key)

@@ -35,6 +35,7 @@ import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pytest
 from fixture_corpus import all_fixtures
 from gradients import grads_equal
 
@@ -147,6 +148,13 @@ def prove_variant(key: str) -> dict:
     assert text is not None, f"{transform} no longer applies to {fixture_id}"
     return prove_fix({"text": text, "kind": BY_NAME[transform].kind, "rule": fx.path.parent.name,
                       "original": str(fx.path)})
+
+
+def assert_proven(key: str) -> None:
+    """``key``'s fix (``RULE/fixture::transform``) is offered and proven by torch (skipped without torch)."""
+    pytest.importorskip("torch")
+    res = prove_variant(key)
+    assert res["status"] == PROVEN, f"{res['status']}: {res['why']} [{'; '.join(res['titles'])}]"
 
 
 def _prove_fix(job: dict, path: Path) -> dict:

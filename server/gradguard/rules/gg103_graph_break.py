@@ -634,18 +634,25 @@ def _detach_out_of_place(ctx: FixContext, finding: Finding) -> Fix:
     if ctx.function_of(stmt) is None:
         raise CannotFix("a module's variable: its functions may read it")
     rebound = _detached_names(moment, receiver=receiver.id if isinstance(receiver, ast.Name) else None)
-    if len(rebound) > 1 and mutation.target.group:
-        raise CannotFix("the tensor stands for several (a loop over them): one rebinding cannot detach each")
     if not rebound:
         raise CannotFix("no variable reads the detached tensor after the write")
+    edit, title = _rebinding_edit(ctx, stmt, rebound, ctx.source(receiver), mutation)
+    return Fix(title, mutation.refused_view, (edit,))
+
+
+def _rebinding_edit(ctx: FixContext, stmt: ast.stmt, rebound: list[str], detached: str,
+                    mutation: Mutation) -> tuple[TextEdit, str]:
+    """The statement ``stmt`` (``x.detach_()``) replaced by ``a = b = x.detach()`` for the ``rebound`` names, and the
+    fix's title."""
+    if len(rebound) > 1 and mutation.target.group:
+        raise CannotFix("the tensor stands for several (a loop over them): one rebinding cannot detach each")
     ctx.require_own_lines(stmt)
     line, column, end_line, end_column = ctx.char_range(stmt)
-    text = f"{' = '.join(rebound)} = {ctx.source(receiver)}.detach()"
-    edit = TextEdit(line, column + 1, end_line, end_column + 1, text)
+    text = f"{' = '.join(rebound)} = {detached}.detach()"
     title = f"Detach out of place: `{short(text)}`"
     if not mutation.refused_view:
         title += " (unsafe: what was computed from it before keeps its whole history)"
-    return Fix(title, mutation.refused_view, (edit,))
+    return TextEdit(line, column + 1, end_line, end_column + 1, text), title
 
 
 def _detach_through_callers(ctx: FixContext, stmt: ast.stmt, param: str, moment: Moment, mutation: Mutation) -> Fix:
@@ -657,16 +664,7 @@ def _detach_through_callers(ctx: FixContext, stmt: ast.stmt, param: str, moment:
     own = len(moment.frames) - 1
     if any(frame is None or frame != own - 1 for _, frame in moment.held_outside()):
         raise CannotFix("a variable of a frame above the helper's caller holds the tensor too")
-    rebound = _detached_names(moment, receiver=param)
-    if len(rebound) > 1 and mutation.target.group:
-        raise CannotFix("the tensor stands for several (a loop over them): one rebinding cannot detach each")
-    ctx.require_own_lines(stmt)
-    line, column, end_line, end_column = ctx.char_range(stmt)
-    text = f"{' = '.join(rebound)} = {param}.detach()"
-    edit = TextEdit(line, column + 1, end_line, end_column + 1, text)
-    title = f"Detach out of place: `{short(text)}`"
-    if not mutation.refused_view:
-        title += " (unsafe: what was computed from it before keeps its whole history)"
+    edit, title = _rebinding_edit(ctx, stmt, _detached_names(moment, receiver=param), param, mutation)
 
     def check(call: ast.Call, name: str) -> Report:  # the caller's variables read after the call, as for the helper
         found = moment.through(call)
