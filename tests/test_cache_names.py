@@ -6,28 +6,8 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
-
-from gradguard import engine
 from gradguard.api import analyze_source
-
-
-def _findings(result):
-    return [(d.line, d.code, d.message) for d in result.diagnostics]
-
-
-@pytest.fixture
-def runs(monkeypatch):
-    """Counts the units the engine really analyses (cache misses)."""
-    analysed = []
-    real = engine._run_unit
-
-    def counting(ctx, fn, owner, tree, module_env):
-        analysed.append(fn.name if fn is not None else "<module>")
-        return real(ctx, fn, owner, tree, module_env)
-
-    monkeypatch.setattr(engine, "_run_unit", counting)
-    return analysed
+from test_cache import _findings, runs  # noqa: F401 (runs: the fixture counting the units really analysed)
 
 
 def _cached_equals_fresh(before: str, after: str) -> list:
