@@ -21,7 +21,6 @@ from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module, without_findings
 from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
-from .fixes.identity import backward_lines, entry_line
 from .inference.events import Finding, file_lines, span_of
 from .inference.project import module_read, overlaid
 from .messages import LineName, other_file, plain_line
@@ -276,7 +275,7 @@ def _still_found(before: parsing.Parsed, path: str) -> StillFound:
         if isinstance(again, parsing.SyntaxProblem):
             return True
         found = analyze_module(again.tree, path, lines, use_jedi=False, only_lines=finding.lines())
-        return any(f.code == finding.code and (entry_line(f) == finding.line or finding.backward_line in backward_lines(f))
+        return any(f.code == finding.code and (f.entry_line == finding.line or finding.backward_line in f.backward_lines)
                    for f in found)
 
     return check
@@ -302,8 +301,8 @@ def _elsewhere(parsed: parsing.Parsed, path: str, config: Config) -> Callable[[s
                                        view_functions=config.view_functions, with_fixes=False, own_file=True)
                 return any(f.code == finding.code and other_file(f.node) is not None
                            and Path(other_file(f.node)) == Path(module)
-                           and finding.line in (f.node.lineno, entry_line(f))
-                           or f.code == finding.code and finding.backward_line in backward_lines(f)
+                           and finding.line in (f.node.lineno, f.entry_line)
+                           or f.code == finding.code and finding.backward_line in f.backward_lines
                            for f in found)
 
         return Fixer(read.text, read.tree, module, FIX_BUILDERS, check, module=module)

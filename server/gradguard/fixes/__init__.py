@@ -28,7 +28,7 @@ from ..inference.events import CHAIN_REASON
 from ..messages import other_file
 from ..text import text_digest
 from .edits import apply_edits, line_after
-from .identity import FindingId, StillFound, Variant, entry_line
+from .identity import FindingId, StillFound, Variant
 from .wrappers import through_wrapper
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,12 +107,7 @@ class Fixer:
         if fix is not None and finding.merged:
             fix = self._with_merged(fix, finding)
         if fix is None and self.variant is not None:  # a write through an alias chain or a one-off container
-            try:
-                fix = through_wrapper(self.ctx, finding, self.variant, self._build_in)
-            except Exception:
-                log.debug("wrapper fix for %s at %s:%s failed", finding.code, self.path, finding.node.lineno,
-                          exc_info=True)
-                fix = None
+            fix = self._tried("wrapper fix", finding, through_wrapper, self.ctx, finding, self.variant, self._build_in)
         return fix
 
     def _with_merged(self, fix: Fix, finding: Finding) -> Fix:
@@ -141,9 +136,9 @@ class Fixer:
         """Whether a later write of a chain is still a chain write's finding (of any reason: a leaf written again
         after an out-of-place rewrite is then a write of what the rewrite saved) once the first's fix is made."""
         try:
-            if not self.ctx.still_found(self.ctx.text, FindingId(first.code, entry_line(first))):
+            if not self.ctx.still_found(self.ctx.text, FindingId(first.code, first.entry_line)):
                 return True  # the check does not see the chain at all (a helper's write its caller's values show)
-            line = line_after(fix.edits, entry_line(write))
+            line = line_after(fix.edits, write.entry_line)
             return any(self.ctx.still_found(alone, FindingId(code, line)) for code in CHAIN_REASON)
         except CannotFix:  # no analysis to ask: mend it too (each of these fixes edits only its own write)
             return True
@@ -152,21 +147,20 @@ class Fixer:
         build = build or self.builders.get(finding.code)
         if build is None:
             return None
-        try:
-            fix = build(ctx, finding)
-        except CannotFix:
-            fix = None
-        except Exception:
-            log.debug("fix for %s at %s:%s failed", finding.code, self.path, finding.node.lineno, exc_info=True)
-            fix = None
+        fix = self._tried("fix", finding, build, ctx, finding)
         if fix is None:  # a write inside a helper the finding's story calls: fixed there, or through its calls
-            try:
-                fix = fix_in_helper(build, ctx, finding)
-            except Exception:
-                log.debug("helper fix for %s at %s:%s failed", finding.code, self.path, finding.node.lineno,
-                          exc_info=True)
-                fix = None
+            fix = self._tried("helper fix", finding, fix_in_helper, build, ctx, finding)
         return fix
+
+    def _tried(self, what: str, finding: Finding, build: Callable[..., Fix | None], *args: object) -> Fix | None:
+        """``build(*args)``, or None when it raises: ``CannotFix``, or a bug in a fix builder (logged)."""
+        try:
+            return build(*args)
+        except CannotFix:
+            return None
+        except Exception:
+            log.debug("%s for %s at %s:%s failed", what, finding.code, self.path, finding.node.lineno, exc_info=True)
+            return None
 
 
 def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]],

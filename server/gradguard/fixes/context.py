@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator, Mapping
 from functools import cached_property
+from itertools import takewhile
 from typing import TYPE_CHECKING, TypeVar
 
 from ..bounds import Unanalysed
@@ -33,25 +34,16 @@ T = TypeVar("T")
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)  # a segment parses their headers
 
-# ast statement/expression types and the libcst types that render them.
+# ast statement/expression types and the libcst types that render them: of the same name, or as listed.
+_SAME_NAME = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.AugAssign, ast.Assign, ast.AnnAssign, ast.Expr,
+              ast.Return, ast.IfExp, ast.Tuple, ast.List)
 _CST_TYPES = {
-    ast.Name: "Name",
-    ast.Attribute: "Attribute",
-    ast.Call: "Call",
-    ast.BinOp: "BinaryOperation",
-    ast.Subscript: "Subscript",
-    ast.AugAssign: "AugAssign",
-    ast.Assign: "Assign",
-    ast.AnnAssign: "AnnAssign",
-    ast.Expr: "Expr",
-    ast.Return: "Return",
-    ast.UnaryOp: "UnaryOperation",
-    ast.IfExp: "IfExp",
-    ast.Compare: "Comparison",
-    ast.BoolOp: "BooleanOperation",
-    ast.Tuple: "Tuple",
-    ast.List: "List",
-    ast.Constant: "Integer|Float|Imaginary|SimpleString|ConcatenatedString|Name",
+    **{kind: (kind.__name__,) for kind in _SAME_NAME},
+    ast.BinOp: ("BinaryOperation",),
+    ast.UnaryOp: ("UnaryOperation",),
+    ast.Compare: ("Comparison",),
+    ast.BoolOp: ("BooleanOperation",),
+    ast.Constant: ("Integer", "Float", "Imaginary", "SimpleString", "ConcatenatedString", "Name"),
 }
 
 
@@ -118,13 +110,8 @@ class FixContext:
     def definitions_between(self, node: ast.AST, scope: ast.AST) -> list[ast.AST]:
         """The functions, lambdas and classes around ``node`` inside ``scope``, innermost first: code that runs
         elsewhere than ``scope``'s own (empty when ``node`` is ``scope``'s own code)."""
-        found = []
-        for anc in self.ancestors(node):
-            if anc is scope:
-                break
-            if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-                found.append(anc)
-        return found
+        around = takewhile(lambda anc: anc is not scope, self.ancestors(node))
+        return [anc for anc in around if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef))]
 
     def qual(self, node: ast.expr) -> str | None:
         q = qualified_name(node, self.imports)
@@ -132,20 +119,13 @@ class FixContext:
 
     def torch_name(self) -> str | None:
         """How this file spells the ``torch`` module (``import torch`` -> ``torch``), or None."""
-        for local, qual in self.imports.items():
-            if qual == "torch":
-                return local
-        return None
+        return next((local for local, qual in self.imports.items() if qual == "torch"), None)
 
     def first_import(self) -> ast.stmt | None:
         """The file's first top-level import after its docstring and ``from __future__`` lines: where an
         import a fix needs goes."""
-        for stmt in self.tree.body:
-            if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
-                continue
-            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                return stmt
-        return None
+        return next((stmt for stmt in self.tree.body if isinstance(stmt, (ast.Import, ast.ImportFrom))
+                     and getattr(stmt, "module", None) != "__future__"), None)
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         node = self.parents.get(node)
@@ -167,20 +147,15 @@ class FixContext:
 
     def scope_of(self, node: ast.AST) -> ast.AST:
         """The innermost function (or the module) whose code ``node`` is part of."""
-        for anc in self.ancestors(node):
-            if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.Module)):
-                return anc
-        return self.tree
+        return next((anc for anc in self.ancestors(node) if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.Module))),
+                    self.tree)
 
     def function_of(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         scope = self.scope_of(node)
         return scope if isinstance(scope, FUNCTIONS) else None
 
     def class_of(self, node: ast.AST) -> ast.ClassDef | None:
-        for anc in self.ancestors(node):
-            if isinstance(anc, ast.ClassDef):
-                return anc
-        return None
+        return next((anc for anc in self.ancestors(node) if isinstance(anc, ast.ClassDef)), None)
 
     def loops_around(self, node: ast.AST, scope: ast.AST | None = None) -> list[ast.AST]:
         """The loops (inside ``scope``) whose repeated part contains ``node``, innermost first."""
@@ -205,16 +180,15 @@ class FixContext:
         line, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
         if line is None or end is None or getattr(node, "end_col_offset", None) is None:
             return ""
-        self.own(node)
-        starts = self.line_starts
-        if not 1 <= line <= end <= len(starts):
-            return ""
-        return self.text[starts[line - 1] + self._chars(line, node.col_offset):
-                         starts[end - 1] + self._chars(end, node.end_col_offset)]
+        rng = self.char_range(node)  # CannotFix for a node of another file
+        return self.text_in(rng) if 1 <= line <= end <= len(self.line_starts) else ""
 
-    def text_in(self, rng: tuple[int, int, int, int]) -> str:
-        """The file's text in (line, column, end_line, end_column), columns 0-based in code points."""
-        return _slice(self, *rng)
+    def text_in(self, rng: tuple[int, int, int, int | None]) -> str:
+        """The file's text in (line, column, end_line, end_column), columns 0-based in code points (to the end of
+        end_line when end_column is None)."""
+        line, column, end_line, end_column = rng
+        end = len(self.lines[end_line - 1]) if end_column is None else end_column
+        return self.text[self.line_starts[line - 1] + column:self.line_starts[end_line - 1] + end]
 
     def char_range(self, node: ast.AST) -> tuple[int, int, int, int]:
         """(line, column, end_line, end_column) of an ``ast`` node, columns 0-based in code points."""
@@ -230,14 +204,13 @@ class FixContext:
         return code_point_column(self.lines[line - 1] if 1 <= line <= len(self.lines) else "", byte_offset)
 
     # ---------------------------------------------------------------- libcst side
-    # libcst parses one statement at a time -- the statements whose nodes a fix changes -- so the cost
-    # follows the size of the fix, not of the file (libcst parses ~15x slower than ast, and its position
-    # metadata costs twice that again).
     def segment(self, node: ast.AST) -> Segment:
         """The parsed statement of ``node``; a statement libcst cannot take is refused once, not parsed again
         for each of its findings."""
         stmt = self.statement_of(node)
-        Segment.check_node(self, stmt, node)
+        if isinstance(stmt, COMPOUND) and node is not stmt \
+                and not any(self.inside(node, part) for part in _header_parts(stmt)):  # in its body: not parsed
+            raise CannotFix("the node is in a body, not in the header")
         known = self._segments.get(id(stmt))
         if known is None:
             try:
@@ -278,7 +251,7 @@ class FixContext:
             raise CannotFix(f"no libcst counterpart for {type(node).__name__}")
         key = self.char_range(node)
         for candidate in self.segment(node).index.get(key, []):
-            if type(candidate).__name__ in wanted.split("|"):
+            if type(candidate).__name__ in wanted:
                 return candidate
         raise CannotFix(f"cannot find the libcst node for {type(node).__name__} at {key}")
 
@@ -296,22 +269,14 @@ class FixContext:
         tail = last[self._chars(stmt.end_lineno, stmt.end_col_offset):].strip()
         if tail and not tail.startswith("#"):
             raise CannotFix("the statement shares its line with another")
-        for other in self._statements_on(stmt.lineno, stmt.end_lineno):
-            if other.lineno > stmt.end_lineno or stmt.lineno > other.end_lineno:
-                continue  # no line in common
-            if other is stmt or any(a is other for a in self.ancestors(stmt)) and other.lineno < stmt.lineno:
+        for top in self.tree.body:  # the statements of those top-level ones that have a line in common with it
+            if first_line(top) > stmt.end_lineno or stmt.lineno > top.end_lineno:
                 continue
-            if any(a is stmt for a in self.ancestors(other)):
-                continue
-            if other.lineno <= stmt.end_lineno and stmt.lineno <= other.end_lineno:
-                raise CannotFix("the statement shares its lines with another")
-
-    def _statements_on(self, first: int, last: int) -> Iterator[ast.stmt]:
-        """Every statement inside the top-level statements that have a line in ``first..last``."""
-        for top in self.tree.body:
-            if first_line(top) <= last and first <= top.end_lineno:
-                yield top
-                yield from (n for n in walk_statements(top) if isinstance(n, ast.stmt))
+            for other in (top, *walk_statements(top)):
+                if not isinstance(other, ast.stmt) or other.lineno > stmt.end_lineno or stmt.lineno > other.end_lineno:
+                    continue  # no line in common
+                if not (self.inside(other, stmt) or self.inside(stmt, other) and other.lineno < stmt.lineno):
+                    raise CannotFix("the statement shares its lines with another")
 
     def segment_of(self, node: cst.CSTNode) -> Segment:
         for seg in self._segments.values():
@@ -337,12 +302,6 @@ class Segment:
     ``index`` maps file ranges to libcst nodes and ``ranges`` the nodes back to them; ``to_file`` turns the
     segment's positions into the file's."""
 
-    @staticmethod
-    def check_node(ctx: FixContext, stmt: ast.stmt, node: ast.AST) -> None:
-        """CannotFix when ``node`` is in a part of ``stmt`` that a segment does not parse (a compound's body)."""
-        if isinstance(stmt, COMPOUND) and any(a is stmt for a in ctx.ancestors(node)) and not _in_header(stmt, node, ctx):
-            raise CannotFix("the node is in a body, not in the header")
-
     def __init__(self, ctx: FixContext, stmt: ast.stmt):
         import libcst as cst
         from libcst.metadata import MetadataWrapper, PositionProvider
@@ -354,13 +313,13 @@ class Segment:
         if compound:
             last = max(getattr(n, "end_lineno", stmt.lineno) for n in _header_parts(stmt))
             body_line = stmt.body[0].lineno
-            text = _slice(ctx, stmt.lineno, self.column, last, None)
+            text = ctx.text_in((stmt.lineno, self.column, last, None))
             if body_line > last:
                 text += ctx.newline + ctx.indent + "pass"
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Try, ast.Match)):
             raise CannotFix("a node in a def, class, try or match header")
         else:
-            text = _slice(ctx, stmt.lineno, self.column, stmt.end_lineno, ctx._chars(stmt.end_lineno, stmt.end_col_offset))
+            text = ctx.text_in(ctx.char_range(stmt))
         self.text = text
         parsed = _header_parts(stmt) if compound else [stmt]
         if any(isinstance(n, Unanalysed) for part in parsed for n in ast.walk(part)):
@@ -388,14 +347,6 @@ class Segment:
         return line + self.line - 1, column + (self.column if line == 1 else 0)
 
 
-def _slice(ctx: FixContext, line: int, column: int, end_line: int, end_column: int | None) -> str:
-    """The file's text from (line, column) to (end_line, end_column) -- to the end of end_line when None."""
-    starts = ctx.line_starts
-    begin = starts[line - 1] + column
-    end = starts[end_line - 1] + (len(ctx.lines[end_line - 1]) if end_column is None else end_column)
-    return ctx.text[begin:end]
-
-
 def _header_parts(stmt: ast.stmt) -> list[ast.AST]:
     if isinstance(stmt, (ast.If, ast.While)):
         return [stmt.test]
@@ -404,8 +355,3 @@ def _header_parts(stmt: ast.stmt) -> list[ast.AST]:
     if isinstance(stmt, (ast.With, ast.AsyncWith)):
         return [part for item in stmt.items for part in (item.context_expr, item.optional_vars) if part is not None]
     return []
-
-
-def _in_header(stmt: ast.stmt, node: ast.AST, ctx: FixContext) -> bool:
-    parts = _header_parts(stmt)
-    return any(node is p or any(a is p for a in ctx.ancestors(node)) for p in parts)

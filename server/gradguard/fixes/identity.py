@@ -12,19 +12,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
 
 
-def backward_lines(finding: Finding) -> set[int]:
-    """The lines of the backwards a finding's write breaks."""
-    mutation = finding.mutation
-    return {c.sink.node.lineno for c in mutation.conflicts if c.sink.kind == "backward"} if mutation else set()
-
-
-def entry_line(finding: Finding) -> int:
-    """The line of the statement a finding's write (or the call leading to it) is made on: how a finding is
-    found again in a changed text (``FindingId.line``)."""
-    mutation = finding.mutation
-    return mutation.entry().lineno if mutation is not None else finding.node.lineno
-
-
 @dataclass(frozen=True)
 class FindingId:
     """Which finding a candidate fix must remove: its code, and the line of the statement its write (or the

@@ -23,7 +23,7 @@ from ..statements import block_of
 from ..statements import walk as walk_statements
 from .context import LOOPS, FixContext
 from .edits import apply_edits, diff_edits
-from .identity import Variant, entry_line
+from .identity import Variant
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -55,7 +55,7 @@ def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: 
     if seen is None:
         return None
     tree, findings, still_found = seen
-    again = next((f for f in findings if f.code == finding.code and entry_line(f) == stmt.lineno), None)
+    again = next((f for f in findings if f.code == finding.code and f.entry_line == stmt.lineno), None)
     if again is None:
         return None
     fix = build(FixContext(plain, tree, ctx.path, still_found, ctx.builders), again)

@@ -584,6 +584,18 @@ class Finding:
         reporting the same place report the same finding."""
         return self.code, getattr(self.node, "lineno", 0), getattr(self.node, "col_offset", 0)
 
+    @property
+    def entry_line(self) -> int:
+        """The line of the statement its write (or the call leading to it) is made on (``Mutation.entry``): how a
+        fix's check finds it again in a changed text (``fixes.identity.FindingId.line``)."""
+        return self.mutation.entry().lineno if self.mutation is not None else self.node.lineno
+
+    @property
+    def backward_lines(self) -> set[int]:
+        """The lines of the backwards its write breaks (``FindingId.backward_line``)."""
+        conflicts = self.mutation.conflicts if self.mutation is not None else ()
+        return {c.sink.node.lineno for c in conflicts if c.sink.kind == "backward"}
+
     def to_diagnostic(self, path: str, severity: Severity, lines: list[str], line_name: LineName = plain_line
                       ) -> Diagnostic:
         """The finding as output: positions in code points, texts rendered with ``line_name`` naming lines (with
