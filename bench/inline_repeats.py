@@ -11,13 +11,17 @@ its return value: anything added to the interpreter's records (events, findings,
 a change to the arguments' structure (an attribute set, a version bumped), fresh ids handed out, grad mode left
 changed.  An effect-free repeat could be answered by replaying the earlier result with no record to replay.
 Not observed: names a callee rebinds in the module or a closure (``global``/``nonlocal``), objects reachable only
-from those scopes, dict entries rebound at an existing key.
+from those scopes, dict entries rebound at an existing key.  The effects are named (which record grew, ``self``
+changed, the arguments changed, fresh values returned; an escape of values the inputs reach told apart from one of
+values made inside), and a greedy table says which effects a summary would have to instantiate to replay how many of
+the repeats with effects.  ``--reads`` also tracks which of the unit's records each call reads, and counts the
+repeats on the same objects whose earlier call's records read are unchanged (a read-set key; slow).
 
 ``--replay`` runs a prototype of that replay instead (effect-free repeats of one unit, the very same input objects
 unchanged, the unit's records unchanged since; the run log, steps, sequence numbers and ids advanced as the
 callee would have) and compares it with the plain analysis, A B A B: CPU against ``ast.parse`` and the findings.
 
-    python bench/inline_repeats.py [--replay] [--files-from FILE] [--limit N] FOLDER ...
+    python bench/inline_repeats.py [--reads | --replay] [--files-from FILE] [--limit N] FOLDER ...
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class Fingerprint:
         self.identity = identity
         self.objects: dict[int, int] = {}
         self.ids: dict[int, int] = {}
+        self.seen_ids: set[int] = set()  # the interpreter ids met (storages, graphs): what the inputs reach
         self.budget = limit
         self.keep: list = []  # keep fingerprinted objects alive (ids stay unique while measuring)
 
@@ -103,6 +108,7 @@ class Fingerprint:
         return tuple(out)
 
     def id_(self, n: int) -> int:
+        self.seen_ids.add(n)
         return n if self.identity else self.ids.setdefault(n, len(self.ids))
 
 
@@ -122,8 +128,8 @@ def records(interp) -> tuple:
         elif isinstance(item, (int, bool)) and name != "seq":
             out.append((name, item))
     log = interp.run_log
-    out.append(("escaped", len(log.escaped)))
-    out.append(("writes", len(log.writes)))
+    out.append(("run_log.escaped", len(log.escaped)))
+    out.append(("run_log.writes", len(log.writes)))
     out.append(("saves", interp.saves.last_id))
     return tuple(out)
 
@@ -134,6 +140,10 @@ COST = collections.Counter()
 BY_CALLEE = collections.Counter()
 CHECK = collections.Counter()
 OUTCOME: dict = {}  # (strict key, unit) -> what the first effect-free call returned (see ``_outcome``)
+# repeats with effects (of the kinds in ``_TAXONOMY_KINDS``): the effects they had -> the steps a replay of them would
+# skip; which effects a summary would have to instantiate (rename onto the new call) to replay how much
+TAXONOMY: dict = collections.defaultdict(collections.Counter)
+_TAXONOMY_KINDS = ("strict unit repeat", "loose file repeat")
 REPEATED = collections.Counter()  # callee name -> steps of its strict file repeats
 SEEN: dict = {}  # (kind, key) -> the units that made such a call
 ALIVE: list = []
@@ -180,7 +190,14 @@ def measure_inline(original):
                 if units:
                     kinds.add(f"{kind} file repeat")
                 units.add(unit)
+        if TRACK_READS and strict is not None:
+            start_world = world_by_name(self)
+            prior = READ_SETS.get((same, unit))
+            if prior is not None and all(start_world.get(n) == prior[1].get(n) for n in prior[0]):
+                kinds.add("same objects and read records unit repeat")
+            READING.append(set())
         recs = records(self)
+        escapes = (len(self.escaped), len(self.run_log.escaped))
         ids = next(values._ids)
         steps = self.steps
         grad = self.state.grad_enabled
@@ -190,6 +207,10 @@ def measure_inline(original):
                               module_path, frame)
         finally:
             OPEN.pop()
+            if TRACK_READS and strict is not None:
+                reads = READING.pop()
+                if READING:
+                    READING[-1] |= reads
         spent = self.steps - steps
         STATS["calls"] += 1
         BY_CALLEE[getattr(fn, "name", "<lambda>")] += 1
@@ -199,12 +220,24 @@ def measure_inline(original):
             STATS["inputs too large to fingerprint"] += 1
             return result
         effects = []
-        if records(self) != recs:
-            effects.append("records")
+        after = records(self)
+        if after != recs:
+            was = dict(recs)
+            effects.extend(f"record {name}" for name, size in after if was.get(name) != size)
+            if strict is not None:  # escapes of what the inputs reach only: renamed onto a new call's inputs
+                reached = fpi.objects
+                if "record escaped" in effects and all(id(v) in reached for v in self.escaped[escapes[0]:]):
+                    effects[effects.index("record escaped")] = "record escaped (inputs' values)"
+                if "record run_log.escaped" in effects and fpi.seen_ids.issuperset(
+                        list(self.run_log.escaped)[escapes[1]:]):
+                    effects[effects.index("record run_log.escaped")] = "record run_log.escaped (inputs' storages)"
         try:
             fpb = Fingerprint()
-            if (fpb.of(list(args)), fpb.of(dict(kwargs)), fpb.of(self_value)) != before_args:
+            now = (fpb.of(list(args)), fpb.of(dict(kwargs)), fpb.of(self_value))
+            if now[:2] != before_args[:2]:
                 effects.append("arguments changed")
+            if now[2] != before_args[2]:
+                effects.append("self changed")
         except (OverflowError, RecursionError):
             effects.append("arguments too large")
         if next(values._ids) - ids - 1 and not _plain(result):
@@ -214,13 +247,16 @@ def measure_inline(original):
         if not effects and not (_plain(result) or id(result) in fps.objects):
             effects.append("result neither plain nor one of the inputs")
         free = "effect-free" if not effects else "with effects"
+        if TRACK_READS and not effects:
+            READ_SETS.setdefault((same, unit), (frozenset(reads & start_world.keys()), start_world))
         outcome = (not effects, _outcome(result, fps))
         first = OUTCOME.setdefault((strict, unit), outcome)
         if first is not outcome and first[0]:
             CHECK["same outcome: a replay would be right" if first == outcome else
                   ("had effects this time" if not outcome[0] else "returned another value")] += 1
         for kind in ("strict unit repeat", "strict file repeat", "loose unit repeat", "loose file repeat",
-                     "same objects unit repeat", "same objects and records unit repeat"):
+                     "same objects unit repeat", "same objects and records unit repeat",
+                     "same objects and read records unit repeat"):
             if kind in kinds:
                 STATS[f"{kind}, {free}"] += 1
                 # the steps a replay would save: those of this call unless a call around it is replayed already
@@ -228,6 +264,9 @@ def measure_inline(original):
                     STEPS[f"{kind} (any effects)"] += spent
                     if kind == "strict file repeat":
                         REPEATED[_callee(fn, owner, kinds)] += spent
+                if kind in _TAXONOMY_KINDS and effects and not any(f"{kind} taxed" in outer for outer in OPEN):
+                    TAXONOMY[kind][tuple(sorted(effects))] += spent
+                    kinds.add(f"{kind} taxed")
                 if not effects and not any(f"{kind} free" in outer for outer in OPEN):
                     STEPS[f"{kind}, effect-free"] += spent
                     kinds.add(f"{kind} free")
@@ -237,6 +276,33 @@ def measure_inline(original):
         return result
 
     return inline
+
+
+def greedy_coverage(by_effects: collections.Counter, total_steps: int) -> list:
+    """Effects taken one at a time, each the one whose handling makes replayable the most steps of repeats not
+    replayable yet (a repeat is replayable once every one of its effects is handled)."""
+    handled: set = set()
+    out, covered = [], 0
+    while True:
+        gains = collections.Counter()
+        for effects, steps in by_effects.items():
+            missing = set(effects) - handled
+            if len(missing) == 1:
+                gains[missing.pop()] += steps
+        if not gains:
+            # no single effect opens more: take the most frequent of what is left
+            left = collections.Counter()
+            for effects, steps in by_effects.items():
+                for name in set(effects) - handled:
+                    left[name] += steps
+            if not left:
+                return out
+            name, gained = left.most_common(1)[0][0], 0
+        else:
+            name, gained = gains.most_common(1)[0]
+        handled.add(name)
+        covered += gained
+        out.append((name, gained, 100 * covered / (total_steps or 1)))
 
 
 def _callee(fn, owner, kinds: set) -> str:
@@ -284,6 +350,39 @@ def world(interp) -> tuple:
     log = interp.run_log
     out.append((len(log.escaped), len(log.writes), interp.saves.last_id, len(interp.saves._kinds)))
     return tuple(out)
+
+
+# ``--reads``: the records each call reads (attributes of the interpreter looked up while it runs), so that a repeat
+# is told apart by the records its earlier call read, not by all of them (a key a summary's read set would give)
+TRACK_READS = False
+READING: list = []  # the names read by each measured call running now, innermost last
+READ_SETS: dict = {}  # (identity key, unit) -> (records the first effect-free call read, the records then)
+
+
+def world_by_name(interp) -> dict:
+    """``world``, by record name."""
+    out = {}
+    for name, item in vars(interp).items():
+        if name in _RESTORED:
+            continue
+        if isinstance(item, (list, set, frozenset, tuple)):
+            out[name] = (id(item), len(item))
+        elif isinstance(item, dict):
+            out[name] = (id(item), len(item), tuple(map(id, item.values())) if len(item) < 8 else None)
+        elif isinstance(item, (int, bool, str)) or item is None:
+            out[name] = item
+        else:
+            out[name] = id(item)
+    log = interp.run_log
+    out["run_log"] = (len(log.escaped), len(log.writes))
+    out["saves"] = (interp.saves.last_id, len(interp.saves._kinds))
+    return out
+
+
+def _tracking_getattribute(self, name):
+    if READING:
+        READING[-1].add(name)
+    return object.__getattribute__(self, name)
 
 
 def _next_id() -> int:
@@ -386,6 +485,9 @@ def main() -> None:
     parser.add_argument("folders", nargs="*", type=Path)
     parser.add_argument("--files-from", type=Path)
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--reads", action="store_true",
+                        help="also tell repeats by the records their earlier call read (slow: every attribute lookup "
+                             "on the interpreter is tracked)")
     parser.add_argument("--replay", action="store_true",
                         help="instead: run the analysis plain and with the replay prototype, A B A B, and compare")
     args = parser.parse_args()
@@ -414,6 +516,10 @@ def main() -> None:
         return compare_replay(sources, parse)
 
     followed.FollowedCallsMixin.inline = measure_inline(followed.FollowedCallsMixin.inline)
+    if args.reads:
+        global TRACK_READS
+        TRACK_READS = True
+        interpreter.Interpreter.__getattribute__ = _tracking_getattribute
     units = []
     init = interpreter.Interpreter.__init__
 
@@ -426,6 +532,7 @@ def main() -> None:
     start = time.process_time()
     for path, data in sources:
         SEEN.clear()
+        READ_SETS.clear()
         OUTCOME.clear()
         ALIVE.clear()
         analyze_source(data, str(path), Config(jedi=False))
@@ -445,6 +552,11 @@ def main() -> None:
     for name, n in sorted(CHECK.items(), key=lambda kv: -kv[1]):
         print(f"{n:9,d}  {name}")
     print("callees most followed:", BY_CALLEE.most_common(12))
+    for kind in _TAXONOMY_KINDS:
+        print(f"{kind}s with effects: the effects a summary would instantiate, added greedily by the steps they "
+              "open up (cumulative share of all steps):")
+        for name, gained, share in greedy_coverage(TAXONOMY[kind], total_steps):
+            print(f"{gained:12,d}  {share:5.1f} %  + {name}")
     print("steps of strict file repeats by callee:")
     for name, n in REPEATED.most_common(15):
         print(f"{n:12,d}  {100 * n / (total_steps or 1):5.1f} %  {name}")
