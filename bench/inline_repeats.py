@@ -144,6 +144,8 @@ OUTCOME: dict = {}  # (strict key, unit) -> what the first effect-free call retu
 # skip; which effects a summary would have to instantiate (rename onto the new call) to replay how much
 TAXONOMY: dict = collections.defaultdict(collections.Counter)
 _TAXONOMY_KINDS = ("strict unit repeat", "loose file repeat")
+PLACES_LAST: dict = {}  # (identity key, unit) -> the inputs' places at its latest call
+PLACES_DIFFER = collections.Counter()  # the records whose places differ at a repeat on the same objects
 REPEATED = collections.Counter()  # callee name -> steps of its strict file repeats
 SEEN: dict = {}  # (kind, key) -> the units that made such a call
 ALIVE: list = []
@@ -175,15 +177,16 @@ def measure_inline(original):
             same = _key(fpi, self, *where)
             ALIVE.append(fpi.keep)  # the objects its key names by identity stay alive until the file is done
             settled = (same, world(self))
+            placed = (same, places(self, fpi))
             fpa = Fingerprint()
             before_args = (fpa.of(list(args)), fpa.of(dict(kwargs)), fpa.of(self_value))
         except (OverflowError, RecursionError):
-            strict = loose = same = settled = before_args = None
+            strict = loose = same = settled = placed = before_args = None
         unit = id(self)
         kinds = set()
         if strict is not None:
             for kind, key in (("strict", strict), ("loose", loose), ("same objects", same),
-                              ("same objects and records", settled)):
+                              ("same objects and records", settled), ("same objects and places", placed)):
                 units = SEEN.setdefault((kind, key), set())
                 if unit in units:
                     kinds.add(f"{kind} unit repeat")
@@ -196,6 +199,11 @@ def measure_inline(original):
             if prior is not None and all(start_world.get(n) == prior[1].get(n) for n in prior[0]):
                 kinds.add("same objects and read records unit repeat")
             READING.append(set())
+        if placed is not None:
+            last = PLACES_LAST.get((same, unit))
+            if last is not None and last != placed[1]:
+                PLACES_DIFFER.update(a[0] for a, b in zip(last, placed[1]) if a != b)
+            PLACES_LAST[(same, unit)] = placed[1]
         recs = records(self)
         escapes = (len(self.escaped), len(self.run_log.escaped))
         ids = next(values._ids)
@@ -256,7 +264,7 @@ def measure_inline(original):
                   ("had effects this time" if not outcome[0] else "returned another value")] += 1
         for kind in ("strict unit repeat", "strict file repeat", "loose unit repeat", "loose file repeat",
                      "same objects unit repeat", "same objects and records unit repeat",
-                     "same objects and read records unit repeat"):
+                     "same objects and read records unit repeat", "same objects and places unit repeat"):
             if kind in kinds:
                 STATS[f"{kind}, {free}"] += 1
                 # the steps a replay would save: those of this call unless a call around it is replayed already
@@ -383,6 +391,35 @@ def _tracking_getattribute(self, name):
     if READING:
         READING[-1].add(name)
     return object.__getattribute__(self, name)
+
+
+def places(interp, fp: Fingerprint) -> tuple:
+    """The inputs' place in the unit's records: of each set or dict, which of the ids the inputs reach (interpreter
+    ids of storages and graphs, Python ids of the objects) it holds (and what a dict holds there); of each list,
+    where it holds one of the input objects; the unit's flags and counters as they are.  Equal at two calls on the
+    same objects, a record can have grown with anything else (a key finer than ``world``: session 19's blocker 2).
+    Left out: ``unsure_context`` (read only to record a save or a write, which an effect-free call does not) and
+    ``discarded_call`` (the call the running statement drops: compared by identity with the callee's own nodes,
+    never the caller's)."""
+    probe = fp.seen_ids | fp.objects.keys()
+    out = []
+    for name, item in vars(interp).items():
+        if name in _RESTORED or name in ("unsure_context", "discarded_call"):
+            continue
+        if isinstance(item, (set, frozenset)):
+            out.append((name, frozenset(k for k in probe if k in item)))
+        elif isinstance(item, dict):
+            out.append((name, tuple((k, id(item[k])) for k in probe if k in item)))
+        elif isinstance(item, (list, tuple)):
+            out.append((name, tuple(i for i, v in enumerate(item) if id(v) in fp.objects)))
+        elif isinstance(item, (int, bool, str)) or item is None:
+            out.append((name, item))
+        else:
+            out.append((name, id(item)))
+    out.append(("run_log.escaped", frozenset(k for k in probe if k in interp.run_log.escaped)))
+    by_storage = interp.saves._by_storage  # the saves of the inputs' storages (what a write among them would hit)
+    out.append(("saves", tuple((k, len(by_storage[k]), by_storage[k][-1].consumed) for k in probe if by_storage.get(k))))
+    return tuple(out)
 
 
 def _next_id() -> int:
@@ -533,6 +570,7 @@ def main() -> None:
     for path, data in sources:
         SEEN.clear()
         READ_SETS.clear()
+        PLACES_LAST.clear()
         OUTCOME.clear()
         ALIVE.clear()
         analyze_source(data, str(path), Config(jedi=False))
@@ -552,6 +590,7 @@ def main() -> None:
     for name, n in sorted(CHECK.items(), key=lambda kv: -kv[1]):
         print(f"{n:9,d}  {name}")
     print("callees most followed:", BY_CALLEE.most_common(12))
+    print("records where the inputs' places differ at a repeat on the same objects:", PLACES_DIFFER.most_common(15))
     for kind in _TAXONOMY_KINDS:
         print(f"{kind}s with effects: the effects a summary would instantiate, added greedily by the steps they "
               "open up (cumulative share of all steps):")
