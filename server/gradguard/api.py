@@ -20,7 +20,7 @@ from .baseline import fingerprinted
 from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module, without_findings
-from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable, with_fix
+from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable
 from .inference.events import Finding, file_lines, span_of
 from .inference.project import module_read, overlaid
 from .messages import LineName, other_file, plain_line
@@ -197,9 +197,9 @@ class FixesOnDemand:
                 fix = self.fixer.fix(again)
                 if not moved:
                     finding.fix_memo = (fix,)  # kept for the edits to come, as a built fix is
-                out.append(with_fix(diag, fix))
+                out.append(diag.with_fix(fix))
                 continue
-            out.append(with_fix(diag, self.fixer.fix(finding)))
+            out.append(diag.with_fix(self.fixer.fix(finding)))
         return out
 
     def checked(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:

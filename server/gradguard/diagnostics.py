@@ -8,7 +8,7 @@ position encoding; nothing else needs to.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
 
@@ -89,6 +89,10 @@ class Diagnostic:
     @property
     def line(self) -> int:
         return self.span.line
+
+    def with_fix(self, fix: Fix | None) -> Diagnostic:
+        """This diagnostic carrying ``fix`` (itself when there is none)."""
+        return replace(self, fix=fix) if fix is not None else self
 
     @property
     def place(self) -> tuple[str, int, int]:

@@ -26,7 +26,7 @@ from . import parsing, statements
 from .api import FIX_BUILDERS
 from .diagnostics import FileResult, Fix, TextEdit
 from .engine import analyze_module
-from .fixes import FindingId, Fixer, StillFound, unavailable, with_fix
+from .fixes import FindingId, Fixer, StillFound, unavailable
 from .fixes.context import CannotFix, FixContext
 from .fixes.moves import move_statements_after
 from .inference.events import Conflict, Finding, Mutation, Sink
@@ -1780,7 +1780,7 @@ def attach(results: list[FileResult], paths: Mapping[str, Path]) -> list[FileRes
             continue
         built = fixes_for(text, result.path, asked)
         built.update(_fixes_of_confirmed(result, [d for d in asked if id(d) not in built]))
-        out.append(replace(result, diagnostics=[with_fix(d, built.get(id(d))) for d in result.diagnostics])
+        out.append(replace(result, diagnostics=[d.with_fix(built.get(id(d))) for d in result.diagnostics])
                    if built else result)
     return out
 

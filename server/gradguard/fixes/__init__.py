@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
 
 __all__ = ["CannotFix", "FindingId", "FixBuilder", "FixContext", "Fixer", "StillFound", "Variant", "attach_fixes",
-           "unavailable", "with_fix"]
+           "unavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -174,11 +174,7 @@ def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[F
     if unavailable() is not None:  # every fix, not just the libcst ones: a partial set would mislead
         return [diag for _, diag in pairs]
     fixer = Fixer(text, tree, path, builders, still_found, variant, elsewhere)
-    return [with_fix(diag, fixer.fix(finding)) for finding, diag in pairs]
-
-
-def with_fix(diag: Diagnostic, fix: Fix | None) -> Diagnostic:
-    return replace(diag, fix=fix) if fix is not None else diag
+    return [diag.with_fix(fixer.fix(finding)) for finding, diag in pairs]
 
 
 def _on_its_lines(fix: Fix, finding: Finding) -> bool:

@@ -232,12 +232,9 @@ class FixContext:
         for node in sorted((n for n in walk_statements(self.tree) if isinstance(n, ast.stmt)), key=lambda n: n.lineno):
             body = getattr(node, "body", None)
             if isinstance(body, list) and body and body[0].lineno > node.lineno:
-                line = self.lines[body[0].lineno - 1]
-                header = self.lines[node.lineno - 1]
-                outer = len(header) - len(header.lstrip())
-                inner = len(line) - len(line.lstrip())
-                if inner > outer:
-                    return line[outer:inner]
+                outer, inner = self.indent_of(node), self.indent_of(body[0])
+                if len(inner) > len(outer):
+                    return inner[len(outer):]
         return "    "
 
     @cached_property
@@ -262,11 +259,10 @@ class FixContext:
     def require_own_lines(self, stmt: ast.stmt) -> None:
         """CannotFix unless ``stmt`` has its lines to itself (no ``a; b``, no ``if c: a``), so that code can
         be inserted above it or around it."""
-        self.own(stmt)
-        first, last = self.lines[stmt.lineno - 1], self.lines[stmt.end_lineno - 1]
-        if first[: self._chars(stmt.lineno, stmt.col_offset)].strip():
+        line, column, end_line, end_column = self.char_range(stmt)
+        if self.lines[line - 1][:column].strip():
             raise CannotFix("the statement does not start its line")
-        tail = last[self._chars(stmt.end_lineno, stmt.end_col_offset):].strip()
+        tail = self.lines[end_line - 1][end_column:].strip()
         if tail and not tail.startswith("#"):
             raise CannotFix("the statement shares its line with another")
         for top in self.tree.body:  # the statements of those top-level ones that have a line in common with it
@@ -306,15 +302,13 @@ class Segment:
         import libcst as cst
         from libcst.metadata import MetadataWrapper, PositionProvider
 
-        self.stmt = stmt
         self.line = stmt.lineno
         self.column = ctx._chars(stmt.lineno, stmt.col_offset)  # 0-based, code points
         compound = isinstance(stmt, COMPOUND)
         if compound:
             last = max(getattr(n, "end_lineno", stmt.lineno) for n in _header_parts(stmt))
-            body_line = stmt.body[0].lineno
             text = ctx.text_in((stmt.lineno, self.column, last, None))
-            if body_line > last:
+            if stmt.body[0].lineno > last:
                 text += ctx.newline + ctx.indent + "pass"
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Try, ast.Match)):
             raise CannotFix("a node in a def, class, try or match header")

@@ -36,7 +36,6 @@ def function_names(fn: ast.AST) -> FunctionNames:
     uses: dict[str, list[ast.Name]] = {}
     attributes: dict[str, list[ast.Attribute]] = {}
     definitions: dict[str, list[ast.AST]] = {}
-    declared: set[str] = set()
     declarations: list[frozenset[str]] = []
     parameters: set[str] = set()
     imported: set[str] = set()
@@ -48,7 +47,6 @@ def function_names(fn: ast.AST) -> FunctionNames:
         elif isinstance(node, (*FUNCTIONS, ast.ClassDef)):
             definitions.setdefault(node.name, []).append(node)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            declared.update(node.names)
             declarations.append(frozenset(node.names))
         elif isinstance(node, ast.arg):
             parameters.add(node.arg)
@@ -56,7 +54,7 @@ def function_names(fn: ast.AST) -> FunctionNames:
             imported.update((a.asname or a.name).split(".")[0] for a in node.names)
     a = getattr(fn, "args", None)  # its own parameters (not a lambda default's)
     arguments = {p.arg for p in (*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg) if p} if a else set()
-    return FunctionNames(uses, frozenset(declared), tuple(declarations), frozenset(arguments), frozenset(parameters),
+    return FunctionNames(uses, frozenset().union(*declarations), tuple(declarations), frozenset(arguments), frozenset(parameters),
                          attributes, definitions, frozenset(imported))
 
 

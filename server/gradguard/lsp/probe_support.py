@@ -43,7 +43,6 @@ from lsprotocol import types
 from pygls.workspace import Workspace
 
 from ..diagnostics import Diagnostic
-from ..fixes import with_fix
 from ..probe import merge as probe_merge
 from ..probe import model as probe_model
 from ..probe.merge import ProbedDiagnostic
@@ -278,7 +277,7 @@ class ProbeSupport:
         asked = [d for d in out if isinstance(d, ProbeOnlyDiagnostic) and d.probe is not None and d.fix is None
                  and d.path == display]
         built = fixes_for(text, display, asked) if asked else {}
-        return [with_fix(d, built.get(id(d))) for d in out] if built else out
+        return [d.with_fix(built.get(id(d))) for d in out] if built else out
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
