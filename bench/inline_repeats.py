@@ -199,6 +199,9 @@ def measure_inline(original):
             if prior is not None and all(start_world.get(n) == prior[1].get(n) for n in prior[0]):
                 kinds.add("same objects and read records unit repeat")
             READING.append(set())
+        if placed is not None and STAMPING:
+            if EPOCH_LAST.get((placed, unit)) == EPOCH[0]:
+                kinds.add("same objects and places, no value written since, unit repeat")
         if placed is not None:
             last = PLACES_LAST.get((same, unit))
             if last is not None and last != placed[1]:
@@ -220,6 +223,8 @@ def measure_inline(original):
                 if READING:
                     READING[-1] |= reads
         spent = self.steps - steps
+        if placed is not None and STAMPING:
+            EPOCH_LAST[(placed, unit)] = EPOCH[0]
         STATS["calls"] += 1
         BY_CALLEE[getattr(fn, "name", "<lambda>")] += 1
         if not OPEN:
@@ -264,7 +269,8 @@ def measure_inline(original):
                   ("had effects this time" if not outcome[0] else "returned another value")] += 1
         for kind in ("strict unit repeat", "strict file repeat", "loose unit repeat", "loose file repeat",
                      "same objects unit repeat", "same objects and records unit repeat",
-                     "same objects and read records unit repeat", "same objects and places unit repeat"):
+                     "same objects and read records unit repeat", "same objects and places unit repeat",
+                     "same objects and places, no value written since, unit repeat"):
             if kind in kinds:
                 STATS[f"{kind}, {free}"] += 1
                 # the steps a replay would save: those of this call unless a call around it is replayed already
@@ -385,6 +391,30 @@ def world_by_name(interp) -> dict:
     out["run_log"] = (len(log.escaped), len(log.writes))
     out["saves"] = (interp.saves.last_id, len(interp.saves._kinds))
     return out
+
+
+# ``--stamps``: one counter bumped at each write of a field of a value made before (``values``' dataclasses; not their
+# dicts' and lists' items): how often a values-only epoch would stay unchanged between two calls on the same objects
+STAMPING = False
+EPOCH = [0]
+EPOCH_LAST: dict = {}  # (identity key, places) -> the counter when its latest call ended
+
+
+def stamp_value_writes() -> None:
+    """A field set again (already in the object's ``__dict__``) is a write; its first setting, construction."""
+    global STAMPING
+    STAMPING = True
+    for cls in list(vars(values).values()):
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == values.__name__
+                and not cls.__dataclass_params__.frozen):
+            continue
+
+        def written(self, name, value):
+            if name in self.__dict__:
+                EPOCH[0] += 1
+            object.__setattr__(self, name, value)
+
+        cls.__setattr__ = written
 
 
 def _tracking_getattribute(self, name):
@@ -525,6 +555,8 @@ def main() -> None:
     parser.add_argument("--reads", action="store_true",
                         help="also tell repeats by the records their earlier call read (slow: every attribute lookup "
                              "on the interpreter is tracked)")
+    parser.add_argument("--stamps", action="store_true",
+                        help="also count a write of any value's field (a values-only epoch) between repeats")
     parser.add_argument("--replay", action="store_true",
                         help="instead: run the analysis plain and with the replay prototype, A B A B, and compare")
     args = parser.parse_args()
@@ -553,6 +585,8 @@ def main() -> None:
         return compare_replay(sources, parse)
 
     followed.FollowedCallsMixin.inline = measure_inline(followed.FollowedCallsMixin.inline)
+    if args.stamps:
+        stamp_value_writes()
     if args.reads:
         global TRACK_READS
         TRACK_READS = True
@@ -571,6 +605,7 @@ def main() -> None:
         SEEN.clear()
         READ_SETS.clear()
         PLACES_LAST.clear()
+        EPOCH_LAST.clear()
         OUTCOME.clear()
         ALIVE.clear()
         analyze_source(data, str(path), Config(jedi=False))
