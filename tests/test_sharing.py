@@ -410,3 +410,46 @@ def test_a_list_the_written_tensor_was_read_out_of_counts_as_a_view():
     assert write.moment is not None and write.moment.holders is not None
     report = write.sharing(ctx, "adj")
     assert report.aliases_read_after == ["adjs"] and not report.only_holders, report.reason()
+
+
+LAYER = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.scale = nn.Parameter(torch.ones(3))
+def helper(m):
+    m.fc.weight[0] = 0
+def run():
+    block = Block()
+    x = torch.randn(2, 3)
+"""
+
+
+def _taken_after(body: str, code: str = "GG003") -> list[str] | None:
+    """What frame 0 (``run``) takes of the written memory's values after the write, as source text."""
+    text = LAYER + textwrap.indent(textwrap.dedent(body), "    ")
+    findings = analyze_module(ast.parse(text), "<test>", text.splitlines(), use_jedi=False)
+    (finding,) = [f for f in findings if f.code == code]
+    moment = finding.mutation.moment
+    taken = moment.values_taken_after(0)
+    return None if taken is None else sorted(ast.unparse(n) for n in taken)
+
+
+@pytest.mark.parametrize("body, taken", [
+    ("helper(block)\ny = F.linear(x, block.fc.weight)\nreturn y.sum()\n", ["block.fc.weight"]),
+    ("helper(block)\ny = block.fc(x)\nreturn y.sum()\n", ["block.fc(x)"]),  # a layer's own weight
+    ("helper(block)\ny = block.fc.weight.t() @ x.t()\nreturn y.sum()\n", ["block.fc.weight", "block.fc.weight.t()"]),
+    ("helper(block)\nn = block.fc.weight.shape\nreturn x.sum()\n", []),  # metadata only
+    ("helper(block)\ny = block.scale * x\nreturn y.sum()\n", []),  # another parameter
+    ("helper(block)\nprint(block.fc.weight)\nreturn x.sum()\n", ["print(block.fc.weight)"]),
+    ("w = block.fc.weight\nhelper(block)\nreturn w\n", ["return w"]),  # returned as it is
+    ("helper(block)\nfor _ in range(2):\n    y = x * 2\nreturn y.sum()\n", None),  # a loop may run again
+])
+def test_what_takes_the_written_memorys_values_after_the_write(body, taken):
+    """The run log keeps every op's operand, layer call, unknown call and return that takes the written memory
+    after the write, by the node of frame 0 (a read in a call it follows: by that call)."""
+    assert _taken_after(body) == taken

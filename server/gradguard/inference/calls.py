@@ -508,6 +508,8 @@ class CallsMixin:
         return placed
 
     def _builtin_call(self, name: str, node: ast.Call, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        if name not in ("len", "range", "enumerate", "zip", "reversed", "list", "tuple", "super"):
+            self.run_log.value_taken(args, node)  # `print(w)`, `float(w)`, `sum(ws)` take the values
         if name == "getattr" and args and isinstance(args[0], (OptimizerValue, ModuleValue)) and not (
                 isinstance(args[0], ModuleValue) and len(args) >= 2 and isinstance(args[1], Const)
                 and args[1].value != "zero_grad"):
@@ -1211,7 +1213,9 @@ class CallsMixin:
 
     def own_read(self, args: list[Value], node: ast.AST, operands: list[ast.expr] | None = None) -> None:
         """An op (a layer) reads ``args``: where one holds a leaf whose values a forward replaced from themselves, the
-        expression that gave it (``own_value_reads``; the op itself when its code does not show which)."""
+        expression that gave it (``own_value_reads``; the op itself when its code does not show which); and for the run
+        log, of any memory written before (``RunLog.value_taken``)."""
+        self.run_log.value_taken(args, node, operands)
         for i, arg in enumerate(args if self.own_value_reads else ()):
             for storage in storages_in(arg) & self.own_value_reads.keys():
                 self.own_value_reads[storage].append(operands[i] if operands is not None else node)

@@ -384,6 +384,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
     def _sink(self, kind: str, node: ast.AST, value: Value) -> None:
         if kind == "escape":
             self.run_log.escape(value, node)
+        elif kind == "return":
+            self.run_log.value_taken([value], node)
         graph = graph_of(value)
         if graph:
             self.sinks.append(Sink(kind, node, graph, self._next()))

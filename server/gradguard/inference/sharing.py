@@ -75,6 +75,10 @@ class RunLog:
         # id of a write's node -> the moments of its runs (a loop: each); ``Moment.through`` adds those through a call
         self.writes: dict[int | tuple[int, int], list[Moment]] = {}
         self.sites: dict[int, ast.AST] = {}  # frame -> the call it was entered through
+        self.callers: dict[int, int] = {}  # frame -> the frame that entered it
+        # written storage -> (frame, node) of each read of its values from its first write on, in run order: an op's
+        # operand, a layer's call (its parameters), a call the analysis cannot see into, a return (``value_taken``)
+        self.taken: dict[int, list[tuple[int, ast.AST]]] = {}
         self.functions: dict[int, ast.AST] = {}  # frame -> the function (def or lambda) it runs
 
     # ------------------------------------------------------------ recording (the interpreter's hooks)
@@ -85,6 +89,7 @@ class RunLog:
     def enter(self, site: ast.AST, function: ast.AST | None = None) -> None:
         """A followed call of ``function`` starts at ``site``: its statements run in a new frame."""
         self._made += 1
+        self.callers[self._made] = self.stack[-1]
         self.stack.append(self._made)
         self.sites[self._made] = site
         if function is not None:
@@ -97,6 +102,15 @@ class RunLog:
         """``value`` goes where the analysis cannot see what keeps it (``Interpreter._sink("escape", ...)``)."""
         for storage in storages_in(value):
             self.escaped.setdefault(storage, node)
+        self.value_taken([value], node)
+
+    def value_taken(self, values: list[Value], node: ast.AST, operands: list[ast.expr] | None = None) -> None:
+        """An op (a layer: its parameters too), a call the analysis cannot see into or a return takes the values of
+        ``values`` (``operands``: the expression that gave each, when the code shows it): kept for the memory a
+        write changed before (``Moment.values_taken_after``)."""
+        for i, value in enumerate(values if self.taken else ()):
+            for storage in storages_in(value) & self.taken.keys():
+                self.taken[storage].append((self.stack[-1], operands[i] if operands is not None else node))
 
     def parameters_bound(self, env: dict[str, Value], names: list[str]) -> None:
         """The running frame's parameters, as bound at its entry: whatever memory they hold, the caller holds (and
@@ -128,10 +142,13 @@ class RunLog:
         if written is None:
             return Moment(self, len(self.entries), frames)
         memory = {t.storage.id for t in (written.group or (written,))}
+        for storage in memory:
+            self.taken.setdefault(storage, [])
         held = holders(envs[-len(frames):], scopes, written, memory) if envs is not None else None
         params = tuple(tuple(sorted(name for name, had in self.parameters.get(frame, {}).items() if had & memory))
                        for frame in frames)
-        now = Moment(self, len(self.entries), frames, held, frozenset(memory & self.escaped.keys()), params, id(node))
+        now = Moment(self, len(self.entries), frames, held, frozenset(memory & self.escaped.keys()), params, id(node),
+                     taken=tuple((s, len(self.taken[s])) for s in sorted(memory)))
         if node is not None:
             self.writes.setdefault(id(node), []).append(now)
         return now
@@ -199,6 +216,8 @@ class Moment:
     # The same write as other analyses ran it (another function's run that called down to it, in another log):
     # a caller's call this run did not make may be one of theirs (``through``).  Set by whoever joins the runs.
     elsewhere: tuple[Moment, ...] = ()
+    # The written memory's storages, each with how many reads of its values the log had kept then (``RunLog.taken``)
+    taken: tuple[tuple[int, int], ...] = ()
 
     @property
     def escaped(self) -> bool:
@@ -214,6 +233,36 @@ class Moment:
         storages = set().union(*(m.escapes for m in self.runs()))
         return sorted({id(n): n for n in (self.log.escaped[s] for s in storages)}.values(),
                       key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+
+    def values_taken_after(self, depth: int = -1) -> list[ast.AST] | None:
+        """What in frame ``depth``'s code takes the written memory's values after this run of the write, as the run
+        went: an op's operand (``self.fc.weight``, ``w[0]``), a layer's call reading its parameters (``self.fc(x)``),
+        a call the analysis cannot see into or a return that takes it, or the call of a followed function whose code
+        does any of those.  None when the run may not show them all: a loop that may run again, or a branch it left
+        out, after the write in that frame or a call it made."""
+        log, frame = self.log, self.frames[depth]
+
+        def below(at: int) -> ast.AST | bool:  # True: ``frame`` itself; the call of ``frame`` ``at`` runs under
+            child = None
+            while at != frame:
+                if at not in log.callers:
+                    return False  # (not a frame ``frame`` entered)
+                child, at = at, log.callers[at]
+            return True if child is None else log.sites[child]
+
+        if not self.taken:
+            return None
+        if any(isinstance(entry, (Skipped, Repeats)) and below(at) is not False
+               for entry, at in zip(log.entries[self.position:], log.frames[self.position:])):
+            return None
+        found: dict[int, ast.AST] = {}
+        for storage, start in self.taken:
+            for at, node in log.taken[storage][start:]:
+                site = below(at)
+                if site is not False:
+                    node = node if site is True else site
+                    found[id(node)] = node
+        return list(found.values())
 
     def frame_index(self, depth: int = -1) -> int:
         return depth % len(self.frames)
