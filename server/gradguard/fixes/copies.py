@@ -385,21 +385,26 @@ def copy_for_callers(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
     """A helper writes its parameter, a leaf, and reads it no more; its callers read the leaf after the call:
     the helper writes a copy (``proj = proj.clone()`` before the write) and returns it, and each call binds it to
     a new name that the caller reads from then on (``proj_new = scale(proj)``; ``proj.grad`` and the optimizer
-    still see the leaf, and so do the reads ``keep`` names).  Unsafe (``kept`` says why): the tensor the caller
-    passed keeps its old value."""
+    still see the leaf, and so do the reads ``keep`` names; a parameter's leaf, ``m.w[0] = 0``: ``w = m.w.clone()``,
+    read where the run saw the caller take its values, ``_attribute_reads``).  Unsafe (``kept`` says why)."""
     cst, (name, _), stmt = cst_mod(), root_name(write.target), write.stmt
+    attr = attribute_base(write.target) if name is None and write.moment is not None else None
+    name = ctx.source(attr).split(".")[0] if attr is not None else name
     helper = Helper.of(ctx, stmt, name)
     fn = helper.fn
     if ctx.loops_around(stmt, fn) or any(isinstance(n, ast.Return) for n in own_nodes(fn)):
         raise CannotFix("the helper writes in a loop, or returns something already")
+    after = later_reads_of_name(ctx, fn, stmt, name) if attr is None else write.moment.values_taken_after(write.depth)
     if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in own_nodes(fn)) \
-            or any(not ctx.inside(r, stmt) for r in later_reads_of_name(ctx, fn, stmt, name)):
+            or after is None or any(not ctx.inside(r, stmt) for r in after):
         raise CannotFix(f"the helper binds `{name}` or reads it after the write")
     if not helper.calls:
         raise CannotFix("the helper is not called in this file")
-    rw = Rewrite(ctx)
-    rw.insert_before(stmt, f"{name} = {name}.clone()")
-    extra = [return_at_end(ctx, fn, name)]
+    rw, copy = Rewrite(ctx), fresh_name(ctx, fn, attr.attr) if attr is not None else name
+    first = _rewrite_write_on(ctx, rw, write, attr, copy, stmt) if attr is not None else f"{name}.clone()"
+    if attr is None:
+        rw.insert_before(stmt, f"{name} = {first}")
+    extra = [return_at_end(ctx, fn, copy)]
     callers, locals_ = set(), []
     for call in helper.calls:
         arg = helper.passed(call)
@@ -411,16 +416,29 @@ def copy_for_callers(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
             raise CannotFix("a call at module level, in a loop, or a second call in one function")
         callers.add(caller)
         ctx.require_own_lines(call_stmt)
-        if assigned_after(ctx, caller, call_stmt, arg.id, call_stmt) or InPlaceWrite.at_call(
-                ctx, call, write.moment).sharing(ctx, arg.id).aliases_read_after:  # (a view of it keeps the old values)
+        at = InPlaceWrite.at_call(ctx, call, write.moment)
+        if assigned_after(ctx, caller, call_stmt, arg.id, call_stmt) or attr is None and at.sharing(
+                ctx, arg.id).aliases_read_after:  # (a view of it keeps the old values)
             raise CannotFix(f"`{arg.id}` is assigned again after the call, or a view or base of it is read after it")
-        reads = _reads_of_copy(ctx, caller, call_stmt, arg.id, keep)
-        local = fresh_name(ctx, caller, f"{arg.id}_new")
+        reads = _reads_of_copy(ctx, caller, call_stmt, arg.id, keep) if attr is None else \
+            _attribute_reads(ctx, at, call_stmt, arg.id + ctx.source(attr)[len(name):])
+        local = fresh_name(ctx, caller, f"{arg.id}_new" if attr is None else attr.attr)
         locals_.append(local)
         rw.replace_node(ctx.cst(call_stmt), assign(cst.Name(local), ctx.cst(call)))
         for read in reads:
             rw.replace_node(ctx.cst(read), cst.Name(local))
     edits = sorted([*rw.edits(), *extra], key=lambda e: (e.line, e.column))
-    title = (f"Compute on a copy: `{fn.name}` writes `{name}.clone()` and returns it, read as "
+    title = (f"Compute on a copy: `{fn.name}` writes `{short(first)}` and returns it, read as "
              + ", ".join(f"`{n}`" for n in sorted(set(locals_))) + f" after each call (unsafe: {kept})")
     return Fix(title, False, tuple(edits), callers_checked=True)
+
+
+def _attribute_reads(ctx: FixContext, at: InPlaceWrite, call: ast.stmt, text: str) -> list[ast.Attribute]:
+    """The caller's reads of the leaf ``text`` (``self.w``) after ``call``: every node the run saw take its values
+    there (``Moment.values_taken_after``), each naming it or a view of it; CannotFix for one that does not."""
+    taken = at.moment.values_taken_after(at.depth) if at.moment is not None else None
+    reads = [attribute_base(node) for node in taken or ()]
+    if not taken or any(r is None or ctx.source(r) != text or ctx.scope_of(r) is not ctx.scope_of(call) for r in reads):
+        raise CannotFix(f"the caller takes `{text}`'s values otherwise than by its name after the call, or not at all")
+    require_dominated(ctx, reads, call)
+    return reads

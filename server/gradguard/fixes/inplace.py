@@ -51,8 +51,7 @@ class RebindRewrite:
     """Rewrite the write out of place and rebind the name it writes through."""
 
     def __init__(self, ctx: FixContext, write: InPlaceWrite, enclosing: bool = False):
-        self.ctx = ctx
-        self.write = write
+        self.ctx, self.write = ctx, write
         name, direct = root_name(write.target)
         if write.kind == "functional" and name is None:
             # `F.relu(self.fc(x), inplace=True)`: the input is a temporary nobody else sees
@@ -69,10 +68,7 @@ class RebindRewrite:
 
     def rewrite(self) -> tuple[Rewrite, str]:
         """The edit and a short description; CannotFix when this write has no rebinding form."""
-        ctx, w = self.ctx, self.write
-        cst = cst_mod()
-        rw = Rewrite(ctx)
-        name = self.name
+        ctx, w, cst, rw, name = self.ctx, self.write, cst_mod(), Rewrite(self.ctx), self.name
         if w.kind == "functional":
             new_call = not_inplace(ctx, w)
             if not w.value_use:
@@ -103,12 +99,8 @@ class RebindRewrite:
                 rw.replace_node(ctx.cst(w.stmt), new)
                 return rw, code(new)
             stmt = w.stmt
-            if (
-                isinstance(stmt, ast.Assign)
-                and stmt.value is w.call
-                and not rebinds(stmt, name)
-                and w.value_read_after(ctx, name)
-            ):
+            if isinstance(stmt, ast.Assign) and stmt.value is w.call and not rebinds(stmt, name) \
+                    and w.value_read_after(ctx, name):
                 # `s = x.exp_()` and x is read later: `s = x = x.exp()`
                 small = ctx.cst(stmt)
                 targets = [*small.targets, cst.AssignTarget(target=cst.Name(name))]
@@ -140,10 +132,9 @@ def _binds_locally(ctx: FixContext, scope: ast.AST, name: str) -> bool:
 
 def is_temporary(expr: ast.expr) -> bool:
     """A call or arithmetic result that no name holds (``F.relu(self.fc(x))``)."""
-    node = expr
-    while isinstance(node, (ast.Subscript, ast.Attribute)):
-        node = node.value
-    return isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp))
+    while isinstance(expr, (ast.Subscript, ast.Attribute)):
+        expr = expr.value
+    return isinstance(expr, (ast.Call, ast.BinOp, ast.UnaryOp))
 
 
 def rebinds(stmt: ast.stmt, name: str) -> bool:
@@ -182,8 +173,7 @@ def inplace_false(call: cst.Call, read_flag: bool = False) -> cst.Call:
     positional = [i for i, a in enumerate(args) if a.keyword is None and not a.star]
     trues = [i for i in positional if isinstance(args[i].value, cst.Name) and args[i].value.value == "True"]
     if len(trues) == 1:
-        i = trues[0]
-        args[i] = args[i].with_changes(value=cst.Name("False"))
+        args[trues[0]] = args[trues[0]].with_changes(value=cst.Name("False"))
         return call.with_changes(args=args)
     raise CannotFix("no inplace=True to turn off")
 
@@ -211,8 +201,7 @@ def fix_or_none(build) -> Fix | None:
 def is_parameter_update(ctx: FixContext, mutation: Mutation, write: InPlaceWrite) -> bool:
     """Is this leaf write an optimizer-style update or a reset, rather than part of a computation?"""
     stmt = write.stmt
-    fn = ctx.function_of(stmt)
-    scope = ctx.scope_of(stmt)
+    fn, scope = ctx.function_of(stmt), ctx.scope_of(stmt)
     while isinstance(scope, FUNCTIONS) and isinstance(ctx.scope_of(scope), FUNCTIONS):
         scope = ctx.scope_of(scope)  # a closure's write: the loops around it in the functions it is nested in count
     if any(ctx.inside(n, stmt) for n in ctx.names_in(scope).attribute("grad") if stmt.lineno <= n.lineno <= stmt.end_lineno):
@@ -250,9 +239,8 @@ def _backward_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt) -> bool:
         if not (isinstance(node := ctx.parents.get(func), ast.Call) and node.func is func and starts_after(node, stmt)
                 and not ctx.inside(node, stmt) and ctx.scope_of(node) is fn):
             continue
-        if isinstance(func, ast.Attribute) and func.attr == "backward":
-            return True
-        if (ctx.qual(func) or "") in ("torch.autograd.backward", "torch.autograd.grad"):
+        if isinstance(func, ast.Attribute) and func.attr == "backward" \
+                or (ctx.qual(func) or "") in ("torch.autograd.backward", "torch.autograd.grad"):
             return True
     return False
 
@@ -273,9 +261,8 @@ def rebind_fix(rebind: RebindRewrite, what: str) -> Fix | None:
     if built is None:
         return None
     rw, desc = built
-    if report.clean:
-        return rw.fix(f"{what}: `{short(desc)}`", safe=True)
-    return rw.fix(f"{what}: `{short(desc)}` (unsafe: {report.reason()})", safe=False)
+    return rw.fix(f"{what}: `{short(desc)}`" + ("" if report.clean else f" (unsafe: {report.reason()})"),
+                  safe=report.clean)
 
 
 def _loop_variable_unread(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
@@ -283,9 +270,6 @@ def _loop_variable_unread(ctx: FixContext, stmt: ast.stmt, name: str) -> bool:
     uses = ctx.names_in(ctx.scope_of(stmt)).of(name)
     for loop in ctx.loops_around(stmt):
         if isinstance(loop, (ast.For, ast.AsyncFor)) and any(ctx.inside(n, loop.target) for n in uses):
-            return not any(
-                isinstance(n.ctx, ast.Load) and starts_after(n, stmt) and not ctx.inside(n, stmt)
-                and any(ctx.inside(n, body_stmt) for body_stmt in loop.body)
-                for n in uses
-            )
+            return not any(isinstance(n.ctx, ast.Load) and starts_after(n, stmt) and not ctx.inside(n, stmt)
+                           and any(ctx.inside(n, body_stmt) for body_stmt in loop.body) for n in uses)
     return False

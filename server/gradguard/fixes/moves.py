@@ -72,11 +72,8 @@ def move_after_backward(ctx: FixContext, mutation: Mutation, what: str) -> Fix:
     best = None
     for sink in sinks:
         downs = enclosing_statements(ctx, sink.node)
-        pair = next(
-            ((u, d) for u in ups for d in downs
-             if u is not d and (block := block_around(ctx, u)) is not None and any(s is d for s in block)),
-            None,
-        )
+        pair = next(((u, d) for u in ups for d in downs if u is not d
+                     and (block := block_around(ctx, u)) is not None and any(s is d for s in block)), None)
         if pair is None:
             raise CannotFix(f"the backward on line {sink.node.lineno} is not in the block of the update")
         if best is not None and best[0] is not pair[0]:
