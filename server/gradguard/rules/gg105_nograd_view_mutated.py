@@ -15,6 +15,7 @@ from ..knowledge.names import PIECES, VIEW_METHODS
 from ..messages import Message
 from .base import Example, Rule
 from .common import call_path_related
+from .gg001_saved_tensor_mutated import only_the_caller_holds, through_callers_fix
 
 MESSAGE = "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
 
@@ -146,6 +147,11 @@ def _view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
     title = f"Make the view with grad mode on: `{ctx.source(binding)[:50]}` outside the no_grad block"
     rebind = inplace.fix_or_none(lambda: inplace.RebindRewrite(ctx, InPlaceWrite.of_mutation(ctx, mutation)))
     safe, built = True, None
+    callers = inplace.fix_or_none(lambda: _helper_out_of_place(ctx, mutation)) if rebind is None else None
+    if callers is not None and not any(block.lineno <= e.line <= block.end_lineno for e in callers.edits):
+        edits.extend(callers.edits)  # (the helper's edits, and its calls' in the code after the block)
+        built, safe = True, callers.safe
+        title += f", then {callers.title[0].lower()}{callers.title[1:]}"
     if rebind is not None and rebind.direct and rebind.report.only_holders:
         built = inplace.fix_or_none(rebind.rewrite)
         if built is not None:
@@ -168,6 +174,17 @@ def _view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
             raise CannotFix("an in-place write to a piece of chunk/split/unbind would raise with grad on")
     edits.sort(key=lambda e: (e.line, e.column))
     return Fix(title, safe, tuple(edits))
+
+
+def _helper_out_of_place(ctx: FixContext, mutation: Mutation) -> Fix:
+    """The write of a helper the code calls with the view (``scale(q)``), out of place there: the helper returns it
+    and each call rebinds what it passed (``through_callers_fix``), when nothing but the caller holds it."""
+    write = InPlaceWrite.of(ctx, mutation.node)
+    write.moment = mutation.moment
+    rebind = inplace.RebindRewrite(ctx, write)
+    if mutation.entry() is mutation.node or not (rebind.direct and only_the_caller_holds(rebind)):
+        raise CannotFix("not a helper's write to its parameter that only its caller holds")
+    return through_callers_fix(ctx, rebind)
 
 
 def _nograd_origin(mutation: Mutation) -> ast.AST:
