@@ -32,6 +32,8 @@ COPIED_FOR_CALLERS = [
     "GG003/pos_param_row_in_forward::callable_class",
     "GG003/pos_diagonal_zero_in_forward::helper_function",
     "GG003/pos_diagonal_zero_in_forward::callable_class",
+    "GG002/pos_clamp_weight_in_forward::helper_function",  # `self.weight.clamp_(...)`: `weight = self.weight.clamp(...)`
+    "GG002/pos_param_decay_in_forward::callable_class",
 ]
 
 
