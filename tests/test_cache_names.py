@@ -194,3 +194,135 @@ def test_type_stays_a_free_name_of_a_function_that_binds_it():
     fn = ast.parse("def f(m):\n    t = type(m)\n    type = None\n    n = 1\n    return t\n").body[0]
     assert {"type", "n", "t", "m"} <= bound_names(fn)
     assert "type" in free_names(fn) and not {"n", "t", "m"} & free_names(fn)
+
+
+# A function's cache entry is checked against what its run read (engine._Reads): the module names it looked up,
+# and of those the file's functions it ran.
+NAMED_NOT_RUN = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    from builders import build_model
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return torch.relu_(self.fc(x))
+
+
+    def filter_state(state):
+        w = state["w"]
+        w.mul_(2)
+        return state
+
+
+    def create(variant, **kwargs):
+        return build_model(Net, variant, filter_fn=filter_state, **kwargs)
+
+
+    def small():
+        return create("small", depth=2)
+
+
+    def large():
+        return create("large", depth=8)
+''')
+
+
+def test_a_helper_only_handed_on_is_not_read_so_editing_it_reanalyses_it_alone(runs):
+    """``create`` names ``filter_state`` but only hands it to an imported builder: no run looks into its body, so
+    editing that body (a keystroke, a line added) re-analyses ``filter_state`` alone, not ``create`` nor the
+    functions that call ``create`` (timm's ``checkpoint_filter_fn``, named by ``_create_vision_transformer``)."""
+    cache: dict = {}
+    analyze_source(NAMED_NOT_RUN, "m.py", cache=cache, fixes=False)
+    assert {"create", "small", "large", "filter_state"} <= set(runs)
+    for edited in (NAMED_NOT_RUN.replace("w.mul_(2)", "w.mul_(3)"),
+                   NAMED_NOT_RUN.replace("    w.mul_(2)\n", "    w.mul_(2)\n    w.add_(1)\n")):
+        runs.clear()
+        result = analyze_source(edited, "m.py", cache=cache, fixes=False)
+        assert runs == ["filter_state"]
+        assert _findings(result) == _findings(analyze_source(edited, "m.py", fixes=False))
+        analyze_source(NAMED_NOT_RUN, "m.py", cache=cache, fixes=False)
+
+
+RUN_THROUGH_ANOTHER = textwrap.dedent('''
+    import torch
+
+
+    def scale(t):
+        return t * 2
+
+
+    def apply(fn, x):
+        return fn(x)
+
+
+    def train():
+        x = torch.randn(3, requires_grad=True)
+        y = torch.sigmoid(x)
+        z = apply(scale, y)
+        z.sum().backward()
+''')
+
+
+def test_a_helper_run_through_another_function_is_read_by_the_caller_that_names_it():
+    """``train`` only names ``scale``; ``apply`` runs it, inside ``train``'s run: its body is read, and a write
+    added there (``t.mul_(2)`` on the sigmoid's saved output) is ``train``'s finding after the edit too."""
+    edited = RUN_THROUGH_ANOTHER.replace("return t * 2", "return t.mul_(2)")
+    for before, after in ((RUN_THROUGH_ANOTHER, edited), (edited, RUN_THROUGH_ANOTHER)):
+        fresh = _cached_equals_fresh(before, after)
+        assert any(code == "GG001" for _, code, _ in fresh) == (after is edited)
+
+
+SHADOWED_IMPORT = textwrap.dedent('''
+    import torch
+    from torch.nn.functional import relu
+
+
+    def train():
+        x = torch.randn(3, requires_grad=True)
+        y = torch.sigmoid(x)
+        z = relu(y)
+        z.sum().backward()
+''')
+
+
+def test_a_function_of_the_file_defined_later_answers_a_name_the_run_found_among_the_imports():
+    """``relu`` was the import; a ``def relu`` added at the end of the file answers it instead (the file's
+    functions are looked up before the imports), and its write of the sigmoid's output is ``train``'s finding."""
+    edited = SHADOWED_IMPORT + "\n\ndef relu(t):\n    return t.mul_(2)\n"
+    for before, after in ((SHADOWED_IMPORT, edited), (edited, SHADOWED_IMPORT)):
+        fresh = _cached_equals_fresh(before, after)
+        assert any(code == "GG001" for _, code, _ in fresh) == (after is edited)
+
+
+CONTEXT_MANAGER = textwrap.dedent('''
+    import contextlib
+
+    import torch
+
+
+    @contextlib.contextmanager
+    def doubled(t):
+        u = t * 2
+        yield u
+
+
+    def train():
+        x = torch.randn(3, requires_grad=True)
+        y = torch.sigmoid(x)
+        with doubled(y) as z:
+            z.sum().backward()
+''')
+
+
+def test_a_context_manager_run_in_two_parts_made_from_it_is_read_by_the_function_that_enters_it():
+    """``with doubled(y)`` runs two functions made from ``doubled``'s body (before and after its ``yield``), not
+    ``doubled`` itself: its body is read all the same, and a write added there is ``train``'s finding."""
+    edited = CONTEXT_MANAGER.replace("u = t * 2", "u = t.mul_(2)")
+    for before, after in ((CONTEXT_MANAGER, edited), (edited, CONTEXT_MANAGER)):
+        fresh = _cached_equals_fresh(before, after)
+        assert any(code == "GG001" for _, code, _ in fresh) == (after is edited)

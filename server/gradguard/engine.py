@@ -12,6 +12,7 @@ import ast
 import collections
 import hashlib
 import re
+import weakref
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -47,8 +48,9 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     """Findings for one parsed file (``only_lines``: only of the functions around those lines, the module's own
     code included, for a fix that checks its own result).
 
-    ``cache`` (the language server keeps one per document) maps a fingerprint of everything one function's
-    analysis reads to its findings, so that a keystroke re-analyses only the functions it can affect.  It is
+    ``cache`` (the language server keeps one per document) maps a fingerprint of one function's own text to its
+    findings and to what its analysis read (``_Reads``), so that a keystroke re-analyses only the functions it
+    can affect.  It is
     rewritten in place to hold just this run's entries.  ``with_fixes=False``: the caller builds fixes on
     demand, so cached findings without a fix are moved too (``moved.py``), not analysed again.
     ``own_file``: a finding whose line to change is in another module of the project stays there, in that file
@@ -91,6 +93,9 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
     module_env = _ModuleEnvironment(ctx, tree, lines, fingerprint, cache.get(_PROTOTYPES) if cache else None)
     if fingerprint is not None:  # each function's locals, from the memo of the last edits' (``own_locals``)
         ctx.local_names.update((fn, fingerprint.locals_of(fn)) for fn, _ in units if fn is not None)
+        module_env.reads = _Reads()  # what each unit's run looks up, for its cache entry
+        ctx.functions = _Recorded(functions, module_env.reads)
+        ctx.classes = _Recorded(classes, module_env.reads)
     used: dict[str, _Cached] = {}
     results: list[tuple[tuple[str, str], list[Finding]]] = []
     followed: set[tuple[str, str]] = set()
@@ -103,13 +108,21 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
                                               else parsing.first_line(fn) <= line <= fn.end_lineno
                                               for line in only_lines):
             continue
-        key, spans = fingerprint.of(fn, owner) if fingerprint is not None else (None, ())
-        produced = None
-        if key is not None and key in cache:
-            hit = cache[key]
-            produced = move_findings(hit.findings, hit.spans, spans, with_fixes)
-            calls = hit.followed
+        key, spans = (None, ()) if fingerprint is None else fingerprint.of(None, None) if fn is None else \
+            fingerprint.own(fn, owner, _unit_flags(ctx, fn))
+        produced, reads, read_key = None, None, ""
+        hit = cache.get(key) if key is not None else None
+        if hit is not None:
+            reads, read_key = hit.reads, hit.read_key
+            found_key, read_spans = _read_key(fingerprint, fn, owner, reads)
+            if found_key == read_key:
+                spans += read_spans
+                produced = move_findings(hit.findings, hit.spans, spans, with_fixes)
+                calls = hit.followed
         if produced is None:
+            if key is not None:
+                spans = spans[:2 if owner is not None else 1] if fn is not None else spans
+                module_env.reads.start()
             try:
                 interp = _run_unit(ctx, fn, owner, tree, module_env)
                 for mutation in interp.mutations:
@@ -119,8 +132,14 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
                 calls = frozenset(interp.followed - {function_key(fn, owner)})
             except (TooManySteps, RecursionError) as exc:
                 produced, calls = [_not_analysed(fn, tree, exc)], frozenset()
+            finally:
+                if key is not None:
+                    reads = module_env.reads.stop(functions)
+            if key is not None:
+                read_key, read_spans = _read_key(fingerprint, fn, owner, reads)
+                spans += read_spans
         if key is not None:
-            used[key] = _Cached(spans, produced, calls)
+            used[key] = _Cached(spans, produced, calls, reads, read_key)
         followed |= calls
         results.append((function_key(fn, owner), produced))
     findings = _one_per_place(results, followed)
@@ -133,6 +152,25 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
         if project is not None:
             cache[_PROJECT_MODULES] = project.stamps()
     return findings
+
+
+def _unit_flags(ctx: Context, fn: ast.AST) -> str:
+    """What the engine decided for a function from the rest of the file and the project (part of its key)."""
+    if ctx.project is None:
+        return ""
+    off = ctx.grad_off_import
+    return (f"train={fn in ctx.training_units} entry={ctx.project.entry_script} "
+            f"off={None if off is None else (getattr(off, 'lineno', 0), getattr(off, 'col_offset', 0))}")
+
+
+def _read_key(fingerprint: "_Fingerprints", fn, owner, reads) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """The key of what a unit's run read, and the lines of its parts (see ``_Cached.reads``)."""
+    if fn is None:
+        return "", ()  # the module's own statements: their whole key is the entry's
+    if reads is None:
+        key, spans = fingerprint.of(fn, owner)
+        return key, spans[2 if owner is not None else 1:]
+    return fingerprint.of_reads(*reads)
 
 
 _PROTOTYPES = "prototypes"  # the per-document cache's entry for _ModuleEnvironment.made (other keys: hex digests)
@@ -360,6 +398,116 @@ class _Cached(NamedTuple):
     spans: tuple[tuple[int, int], ...]  # the lines of each part of the fingerprint when the findings were made
     findings: list[Finding]
     followed: frozenset[tuple[str, str]]  # the file's functions its analysis followed calls into
+    # A function's entry is found by its own key (``_Fingerprints.own``), then checked against what its run read
+    # (``_Reads``): the module names it looked up, and of those the functions it ran.  None: the whole key.
+    reads: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    read_key: str = ""
+
+
+class _Reads:
+    """What one unit's run looked up among the module's functions, classes and variables (``Recorded`` dicts as
+    the context's ``functions`` and ``classes`` and as the module's variables), and which of the file's functions
+    it began to run (``Interpreter.inline``, wrapped by ``watch``).
+
+    The interpreter resolves a module name only through these dicts (``_expr_Name``, ``lookup``, ``classes_for``,
+    ``class_of``), so a run whose lookups all find the same text again runs the same way: its key is its own text
+    and the parts those names resolve to (``_Fingerprints.of_reads``), not every name its text and its helpers'
+    texts mention.  A helper named but never run (``checkpoint_filter_fn`` handed to an imported builder) is
+    read only as a function of that name and its header: its body was never looked at.  Anything that
+    walks one of the dicts whole (``every``) falls back to the whole key."""
+
+    def __init__(self) -> None:
+        self.names: set[str] | None = None  # None: not recording (outside a unit's run)
+        self.opened: set[int] = set()
+        self.every = False
+
+    def start(self) -> None:
+        self.names, self.opened, self.every = set(), set(), False
+
+    def stop(self, functions: dict) -> tuple[tuple[str, ...], frozenset[str]] | None:
+        """The names looked up and, of those, the file's functions (``functions``) begun; None: read it all."""
+        names, every = self.names, self.every
+        self.names = None
+        if every or names is None:
+            return None
+        # by lines: what runs may be made from the function (a ``@contextmanager``'s two parts, copied from it)
+        return tuple(sorted(names)), frozenset(
+            n for n in names if (f := functions.get(n)) is not None
+            and any(parsing.first_line(f) <= line <= f.end_lineno for line in self.opened))
+
+    def watch(self, interp: Interpreter) -> None:
+        """Note every function of the file ``interp`` begins to run (a call followed, a hook, a context
+        manager), also one it then refuses (too deep), by its line: only a function so begun may have been looked
+        into.
+        The interpreter is held weakly: a cycle through it would keep each unit's run until the collector ran."""
+        inline, running = type(interp).inline, weakref.ref(interp)
+
+        def watched(fn, *args, **kwargs):
+            if self.names is not None:
+                self.opened.add(getattr(fn, "lineno", 0))
+            return inline(running(), fn, *args, **kwargs)
+
+        interp.inline = watched
+
+
+class _Recorded(dict):
+    """A dict of module names that notes each name asked of it into ``_Reads`` (a walk of it: ``every``)."""
+
+    def __init__(self, items: dict, reads: _Reads) -> None:
+        super().__init__(items)
+        self.reads = reads
+
+    def _note(self, name) -> None:
+        if self.reads.names is not None and isinstance(name, str):
+            self.reads.names.add(name)
+
+    def _all(self) -> None:
+        if self.reads.names is not None:
+            self.reads.every = True
+
+    def __contains__(self, name) -> bool:
+        self._note(name)
+        return super().__contains__(name)
+
+    def __getitem__(self, name):
+        self._note(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        self._note(name)
+        return super().get(name, default)
+
+    def __iter__(self):
+        self._all()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._all()
+        return super().__len__()
+
+    def keys(self):
+        self._all()
+        return super().keys()
+
+    def values(self):
+        self._all()
+        return super().values()
+
+    def items(self):
+        self._all()
+        return super().items()
+
+    def copy(self):
+        self._all()
+        return dict(super().items())
+
+    def __or__(self, other):
+        self._all()
+        return dict(super().items()) | other
+
+    def __reduce__(self):  # copy.copy, pickle
+        self._all()
+        return dict, (dict(super().items()),)
 
 
 class _Fingerprints:
@@ -373,7 +521,11 @@ class _Fingerprints:
 
     A function's key holds the parts' text but not where they are, and ``of`` also returns each part's lines:
     a function that only moved (or whose helpers moved) keeps its key, and its findings are moved part by part
-    (``moved.py``) rather than made again.  The module's own statements are keyed with their absolute lines."""
+    (``moved.py``) rather than made again.  The module's own statements are keyed with their absolute lines.
+
+    A function's cache entry is found by ``own`` (its text, its class's, the imports and settings) and kept only
+    if ``of_reads`` of the names its last run looked up gives the same key: ``of``, the closure of every name its
+    text names, is the fallback when a run walked a dict of names whole."""
 
     def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict,
                  view_functions: tuple[str, ...] = ()):
@@ -382,6 +534,8 @@ class _Fingerprints:
         self.spans: dict[ast.AST, tuple[int, int]] = {}
         self.frees: dict[ast.AST, tuple] = {}  # a node: the names it reads outside itself, and its locals
         self.digests: dict[str, bytes] = {}  # a part's text: its digest (a helper is part of many keys)
+        self.functions = functions
+        self.read_parts: dict[tuple[str, bool], tuple] = {}  # ``_read_part``'s answers, for this version
         self.named: dict[str, list[ast.AST]] = {name: [node] for name, node in functions.items()}
         self.named.update({name: [info.node] for name, info in classes.items()})
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
@@ -449,6 +603,58 @@ class _Fingerprints:
             spans.append(self._span(node))
         return self._key(parts), tuple(spans)
 
+    def own(self, fn, owner, flags: str) -> tuple[str, tuple[tuple[int, int], ...]]:
+        """A function's own key: its text, its class's, the imports and settings, whether it is given the module's
+        variables, and ``flags`` (what the engine decided for it from the rest of the file); with their lines."""
+        own = self._text(fn)
+        parts = [own, self.imports, "globals" if self.binders.keys() & _names(own) else "", flags]
+        spans = [(parsing.first_line(fn), fn.end_lineno)]
+        if owner is not None:
+            parts.append(self._text(owner))
+            spans.append((parsing.first_line(owner), owner.end_lineno))
+        return self._key(parts), tuple(spans)
+
+    def of_reads(self, names: tuple[str, ...], opened: frozenset[str]) -> tuple[str, tuple[tuple[int, int], ...]]:
+        """The key of what a run read (see ``_Reads``), from the names it looked up and the file's functions among
+        them it began to run (``opened``), with the lines of each part.  A module variable reads the statements
+        that bind it and everything they name, a class everything its body names (its bases, its methods'
+        helpers: as ``of``); a function its own text when it ran, else only that it is a function of the file
+        and its header."""
+        marks, digests, spans = [], [], []
+        for name in names:
+            mark, parts, lines = self._read_part(name, name in opened)
+            marks.append(f"{name}={mark}")
+            digests += parts
+            spans += lines
+        return hashlib.blake2b("\n".join(marks).encode("utf-8", "surrogatepass") + b"".join(digests),
+                               digest_size=16).hexdigest(), tuple(spans)
+
+    def _read_part(self, name: str, ran: bool) -> tuple[str, list[bytes], list[tuple[int, int]]]:
+        """What a run that looked ``name`` up read: a mark of what the name is, its parts' digests and lines (once
+        per version of the file: the file's functions often read the same names, timm's ``vit_*``)."""
+        found = self.read_parts.get((name, ran))
+        if found is not None:
+            return found
+        parts, spans = [], []
+        fn = self.functions.get(name)
+        if fn is None:
+            mark = "-"
+        elif ran:
+            mark = "f"
+            parts.append(self._text(fn))
+            spans.append(self._span(fn))
+        else:  # named, never looked into: that it is a function of the file, its decorators and ``def``
+            mark = "n" + "\n".join(self.lines[parsing.first_line(fn) - 1: fn.lineno])
+            spans.append((parsing.first_line(fn), fn.lineno))  # a finding in its body cannot move
+        if name in self.binders or (name in self.named and isinstance(self.named[name][0], ast.ClassDef)):
+            mark += "+"
+            for node, text in self._named(frozenset((name,)), self.readable):
+                if not (ran and node is fn):
+                    parts.append(text)
+                    spans.append(self._span(node))
+        found = self.read_parts[(name, ran)] = (mark, [self._digest(p) for p in parts], spans)
+        return found
+
     def of_class(self, node: ast.ClassDef) -> str:
         """A key for what building an instance of the class reads: its bases and class-level statements, its
         ``__init__`` and the methods that names (transitively), and the file's functions and classes those name,
@@ -489,14 +695,13 @@ class _Fingerprints:
 
     def _key(self, parts: list[str]) -> str:
         """The digest of the parts' digests (each part's text is hashed once per run, not once per key)."""
-        digests = []
-        for part in parts:
-            digest = self.digests.get(part)
-            if digest is None:
-                digest = self.digests[part] = hashlib.blake2b(part.encode("utf-8", "surrogatepass"),
-                                                              digest_size=16).digest()
-            digests.append(digest)
-        return hashlib.blake2b(b"".join(digests), digest_size=16).hexdigest()
+        return hashlib.blake2b(b"".join(map(self._digest, parts)), digest_size=16).hexdigest()
+
+    def _digest(self, part: str) -> bytes:
+        digest = self.digests.get(part)
+        if digest is None:
+            digest = self.digests[part] = hashlib.blake2b(part.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        return digest
 
 
 _SCOPE_NAMES: dict[tuple, tuple] = {}  # (a node's text, its place in it): its free names and locals, across edits
@@ -640,6 +845,7 @@ class _ModuleEnvironment:
         self.fingerprint = fingerprint
         self.previous = previous or {}
         self.made: dict[str, object] = {}  # key -> prototype, for the next edit
+        self.reads: _Reads | None = None  # with a cache: what each unit's run looks up
 
     def top_level(self) -> list[ast.stmt]:
         return self.statements
@@ -674,7 +880,8 @@ class _ModuleEnvironment:
         if not self.names & _names(text):
             return None
         key = self.fingerprint.of(None, None)[0] if self.fingerprint is not None else "module"
-        return copy_values(self._prototype(key, self._run_top_level))
+        made = copy_values(self._prototype(key, self._run_top_level))
+        return made if self.reads is None else _Recorded(made, self.reads)
 
     def _run_top_level(self) -> dict:
         interp = Interpreter(self.ctx)
@@ -720,6 +927,8 @@ def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | No
     if info is not None and info.node is not owner:
         info = None  # a class redefined later under the same name
     interp = Interpreter(ctx)
+    if module_env.reads is not None:
+        module_env.reads.watch(interp)
     interp.follows_modules = fn in ctx.training_units
     if ctx.grad_off_import is not None:  # an import switched grad mode off for the whole process
         interp.state.grad_enabled, interp.grad_off_site = False, (ctx.grad_off_import, None)
