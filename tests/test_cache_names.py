@@ -326,3 +326,25 @@ def test_a_context_manager_run_in_two_parts_made_from_it_is_read_by_the_function
     for before, after in ((CONTEXT_MANAGER, edited), (edited, CONTEXT_MANAGER)):
         fresh = _cached_equals_fresh(before, after)
         assert any(code == "GG001" for _, code, _ in fresh) == (after is edited)
+
+
+CHANGED_AT_TOP_LEVEL = textwrap.dedent('''
+    import torch
+
+    t = torch.zeros(3)
+    t.requires_grad_(True)
+
+
+    def f():
+        t.add_(1)
+        return t
+''')
+
+
+def test_a_module_variable_is_also_what_the_top_level_does_to_it_without_binding_it():
+    """``t.requires_grad_(True)`` binds nothing, but ``f`` reads the ``t`` it leaves: editing it (to ``False``: no
+    leaf that requires grad written in place any more) changes ``f``'s finding."""
+    edited = CHANGED_AT_TOP_LEVEL.replace("t.requires_grad_(True)", "t.requires_grad_(False)")
+    for before, after in ((CHANGED_AT_TOP_LEVEL, edited), (edited, CHANGED_AT_TOP_LEVEL)):
+        fresh = _cached_equals_fresh(before, after)
+        assert bool(fresh) == (after is CHANGED_AT_TOP_LEVEL)

@@ -544,8 +544,18 @@ class _Fingerprints:
         for stmt in self.top:
             for name in _bound_names([stmt]):
                 self.binders.setdefault(name, []).append(stmt)
+        # A module variable's value is also what the top level does to it without binding it (``t.requires_grad_()``,
+        # ``cfg.update(...)``, a call of a function of the file that changes it): every top-level statement that
+        # names it, itself or through the functions and classes it names, is part of it.
+        changed: dict[str, list[ast.AST]] = {}
+        for stmt in self.top:
+            reach = self._free(stmt).union(*(self._free(node) for node, _ in self._named(self._free(stmt), self.named)))
+            for name in reach & self.binders.keys():
+                if stmt not in self.binders[name]:
+                    changed.setdefault(name, []).append(stmt)
+        values = {name: [*stmts, *changed.get(name, ())] for name, stmts in self.binders.items()}
         # what a function can name (once, not per function): a module variable is looked up before a function
-        self.readable = {**self.binders, **{n: [*self.binders.get(n, ()), *nodes] for n, nodes in self.named.items()}}
+        self.readable = {**values, **{n: [*values.get(n, ()), *nodes] for n, nodes in self.named.items()}}
         # Every key holds the imports and the settings that change what calls mean.
         self.imports = "|".join([*(self._text(s) for s in imports), *sorted(view_functions)])
         self.top_text = "\n".join(f"@{s.lineno}\n{self._text(s)}" for s in self.top)
