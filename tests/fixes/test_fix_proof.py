@@ -79,6 +79,10 @@ NO_FIX = {
         "the fix layer's read-after check takes `pre` for read again on the loop's next pass (it does not see that "
         "the loop rebinds it first), so it refuses `inplace=False` as a write `pre` would miss"
     ),
+    "GG003/pos_wrapper_pins_inner_embedding_row_then_calls_it": (
+        "the network whose weight row is written is called afterwards (`net(idx)`), reading that weight without "
+        "naming it: a copy read in place of `net.emb.weight` would leave that call the unwritten row"
+    ),
     "GG001/pos_sliced_comprehension_batches_input_normalized": (
         "`x` is an element of the caller's list of batches: rebinding it leaves the list's tensor unscaled for its "
         "later readers, so no safe rewrite exists where the write is"

@@ -348,8 +348,8 @@ def assigned_after(ctx: FixContext, scope: ast.AST, start: ast.stmt, name: str, 
 def later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, attr: ast.Attribute,
                               stmt: ast.stmt) -> list[ast.Attribute]:
     """Reads of ``self.weight`` from ``start`` on, but in the write ``stmt``; CannotFix when the object is used
-    some other way later (``self.fc(x)`` reads ``self.fc.weight`` without naming it) or the attribute is
-    assigned."""
+    some other way later (``self.fc(x)`` reads ``self.fc.weight`` without naming it, and ``net(x)`` reads
+    ``net.emb.weight``) or the attribute is assigned."""
     text = ctx.source(attr)
     prefixes = []
     attrs = [attr.attr]  # the attribute names an attribute reading the same text (or a prefix of it) ends with
@@ -359,8 +359,10 @@ def later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, a
         attrs.append(node.attr)
         node = node.value
     names = ctx.names_in(scope)
+    roots = names.of(node.id) if isinstance(node, ast.Name) else []
+    prefixes += [node.id] if roots else []
     reads = []
-    for node in (n for a in dict.fromkeys(attrs) for n in names.attribute(a)):
+    for node in (*(n for a in dict.fromkeys(attrs) for n in names.attribute(a)), *roots):
         if not starts_after(node, start) or node is attr or ctx.inside(node, stmt):
             continue
         source = ctx.source(node)
