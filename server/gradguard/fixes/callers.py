@@ -17,10 +17,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..inference.scopes import bound_names
 from ..statements import own_nodes
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
 from .edits import Rewrite, return_at_end
-from .helper_calls import CALLED_ON_INSTANCES, calls_of, is_local
+from .helper_calls import CALLED_ON_INSTANCES, calls_of
 from .inplace import fix_or_none
 from .writes import InPlaceWrite, attribute_base, root_name, short, without_keyword
 
@@ -55,11 +56,11 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: b
     outer, moment = None, finding.mutation.moment
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
     # A local bound from something else (`x = token`, `a, b = state`): the run knows who else holds that tensor.
-    unseen = is_local(fn, name) and name not in params and not _only_numpy_views(ctx, fn, name)
+    unseen = name in bound_names(fn) and name not in params and not _only_numpy_views(ctx, fn, name)
     saved = saved and bool(finding.mutation.conflicts and moment and moment.only_callers_read_after(name))
     if unseen and not saved and (moment is None or name is None or moment.others_read_after(name)):
         return None
-    if not is_local(fn, name) and not attribute:
+    if name not in bound_names(fn) and not attribute:
         # A closure's free variable: rebinding it there needs `nonlocal`, and every call of the closure in its
         # function to be a plain call after which nothing else holds the old tensor.  A global: no fix.
         outer = _enclosing_owner(ctx, fn, name)
@@ -94,7 +95,7 @@ def _enclosing_owner(ctx: FixContext, fn: ast.FunctionDef, name: str | None) -> 
         return None
     if any(isinstance(n, ast.Global) and name in n.names for n in own_nodes(fn)):
         return None
-    return outer if is_local(outer, name) else None
+    return outer if name in bound_names(outer) else None
 
 
 def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.FunctionDef, name: str,
@@ -119,7 +120,7 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
         report = InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, name)
         if report.besides("a nested function or class uses it", NONLOCAL_ESCAPE):  # (no other nested code uses it)
             raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
-    if _declares_nonlocal(fn, name):
+    if any(isinstance(n, ast.Nonlocal) and name in n.names for n in own_nodes(fn)):
         return fix  # the closure already rebinds the enclosing name
     first = fn.body[1] if len(fn.body) > 1 and ast.get_docstring(fn, clean=False) is not None else fn.body[0]
     ctx.require_own_lines(first)
@@ -127,10 +128,6 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
     declare = TextEdit(first.lineno, 1, first.lineno, 1, f"{indent}nonlocal {name}{ctx.newline}")
     edits = tuple(sorted((declare, *fix.edits), key=lambda e: (e.line, e.column)))
     return replace(fix, title=f"{fix.title}; `nonlocal {name}` in `{fn.name}`, so `{outer.name}` sees it", edits=edits)
-
-
-def _declares_nonlocal(fn: ast.FunctionDef, name: str) -> bool:
-    return any(isinstance(n, ast.Nonlocal) and name in n.names for n in own_nodes(fn))
 
 
 NONLOCAL_ESCAPE = "it is declared global or nonlocal"  # the alias report's words (``sharing.Report.escapes``)
@@ -142,7 +139,7 @@ def rebound_in_closure(ctx: FixContext, write: InPlaceWrite, name: str,
     ``nonlocal``: kept when every call of the closure is a statement after which nothing else holds the old tensor."""
     fn = ctx.function_of(write.stmt)
     outer = ctx.scope_of(fn)
-    if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and not is_local(fn, name)
+    if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, ast.FunctionDef) and name not in bound_names(fn)
             and _enclosing_owner(ctx, fn, name) is outer):  # (a free variable of it, or declared `nonlocal`)
         raise CannotFix(f"`{name}` is not a `nonlocal` of a closure")
     made, text = rewrite()
@@ -283,7 +280,7 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool,
     caller = ctx.function_of(stmt)
     if caller is None:
         raise CannotFix("a call at module level")
-    if not is_local(caller, arg.id):
+    if arg.id not in bound_names(caller):
         raise CannotFix("a call passes a name its function does not own (rebinding it would make a new local)")
     report = check(call, arg.id) if check else InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, arg.id)
     if report.besides(f"it is passed to `{ctx.source(call.func)}`"):
@@ -304,7 +301,7 @@ def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str, moment: Mo
         if not isinstance(arg, ast.Name):
             continue  # a temporary: nothing else holds it
         caller = ctx.function_of(call)
-        if caller is None or not is_local(caller, arg.id):
+        if caller is None or arg.id not in bound_names(caller):
             raise CannotFix("a call passes a name its function does not own")
         call_stmt = ctx.statement_of(call)
         site = InPlaceWrite.at_call(ctx, call, moment)

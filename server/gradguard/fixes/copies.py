@@ -17,12 +17,12 @@ import ast
 from typing import TYPE_CHECKING, Callable
 
 from ..diagnostics import Fix, TextEdit
+from ..inference.scopes import bound_names
 from ..knowledge.names import LEAF_IDENTITY_ATTRS, NON_VALUE_ATTRS
 from ..statements import block_of, own_nodes
 from .callers import Helper, callers_leave_unread, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite, return_at_end
-from .helper_calls import is_local
 from .inplace import fix_or_none, is_parameter_update, mutation_of, no_grad_wrap, not_inplace, rebinds, starts_after
 from .writes import InPlaceWrite, assign, attribute_base, aug_to_binop, code, cst_mod, out_of_place, root_name, short
 
@@ -212,11 +212,11 @@ def copy_for_closure(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
     fn = ctx.function_of(stmt)
     outer = ctx.scope_of(fn)
     if not (isinstance(fn, ast.FunctionDef) and isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and name is not None and is_local(outer, name)):
+            and name is not None and name in bound_names(outer)):
         raise CannotFix("not a closure writing a variable of the function around it")
     own = list(own_nodes(fn))
     declared = [n for n in own if isinstance(n, ast.Nonlocal) and name in n.names]
-    if any(isinstance(n, ast.Global) and name in n.names for n in own) or (is_local(fn, name) and not declared) \
+    if any(isinstance(n, ast.Global) and name in n.names for n in own) or (name in bound_names(fn) and not declared) \
             or any(isinstance(n, ast.Name) and n.id == name and not ctx.inside(n, stmt) for n in own):
         raise CannotFix(f"the closure binds `{name}` or reads it outside the write")
     if len(declared) > 1 or declared and (declared[0].names != [name] or ctx.lines[declared[0].lineno - 1].strip()
@@ -414,7 +414,7 @@ def copy_for_callers(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
         caller = ctx.function_of(call_stmt)
         if not (isinstance(arg, ast.Name) and isinstance(call_stmt, ast.Expr) and call_stmt.value is call):
             raise CannotFix("a call passes an expression, or uses what the helper returns")
-        if caller is None or caller in callers or not is_local(caller, arg.id) or ctx.loops_around(call_stmt, caller):
+        if caller is None or caller in callers or arg.id not in bound_names(caller) or ctx.loops_around(call_stmt, caller):
             raise CannotFix("a call at module level, in a loop, or a second call in one function")
         callers.add(caller)
         ctx.require_own_lines(call_stmt)

@@ -5,18 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from ..statements import own_nodes
+from ..inference.scopes import bound_names
 from .context import FUNCTIONS, CannotFix, FixContext
-
-
-def is_local(fn: ast.FunctionDef, name: str | None) -> bool:
-    """Whether ``name`` is a parameter or a local variable of ``fn`` (not global, nonlocal or free)."""
-    if name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}:
-        return True
-    nodes = list(own_nodes(fn))
-    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in nodes):
-        return False
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in nodes)
 
 
 # Methods Python (or ``nn.Module.__call__``) runs when an instance is called: ``step(x)`` returns what they return.
@@ -81,7 +71,7 @@ def _calls_on_instance(ctx: FixContext, use: ast.Name, cls: ast.ClassDef) -> lis
         raise CannotFix(f"`{cls.name}` is used otherwise than made into an instance bound to a name")
     inst = bind.targets[0].id
     scope = ctx.function_of(bind)
-    if scope is None or not is_local(scope, inst):
+    if scope is None or inst not in bound_names(scope):
         raise CannotFix(f"an instance of `{cls.name}` is not a local of a function")
     calls = []
     for node in ctx.names_in(scope).of(inst):

@@ -16,7 +16,6 @@ from ..fixes.callers import (
 )
 from ..fixes.context import FUNCTIONS, CannotFix, FixContext
 from ..fixes.edits import Rewrite
-from ..fixes.helper_calls import is_local
 from ..fixes.inplace import RebindRewrite, fix_or_none, mutation_of, rebind_fix
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import block_around
@@ -33,6 +32,7 @@ from ..fixes.writes import (
     short,
 )
 from ..inference.events import Finding, Mutation
+from ..inference.scopes import bound_names
 from ..inference.sharing import Report
 from ..inference.values import Grad
 from ..knowledge import load_knowledge
@@ -340,7 +340,7 @@ def _write_on_enclosing_name(ctx: FixContext, finding: Finding) -> InPlaceWrite 
         return None
     name, _ = root_name(write.target)
     fn = ctx.function_of(write.stmt)
-    return write if name is not None and isinstance(fn, ast.FunctionDef) and not is_local(fn, name) else None
+    return write if name is not None and isinstance(fn, ast.FunctionDef) and name not in bound_names(fn) else None
 
 
 def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite | None) -> tuple[Rewrite, str]:
