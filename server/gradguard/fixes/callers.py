@@ -288,35 +288,6 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool,
     return arg.id
 
 
-def callers_leave_unread(ctx: FixContext, stmt: ast.stmt, param: str, moment: Moment | None) -> tuple[bool, str]:
-    """Whether no caller reads the value of what it passed for ``param`` after the call (``.grad`` and
-    the like do not count), nor keeps it elsewhere: then a write to ``param`` changes nothing any caller sees,
-    and may be done out of place.  With the words of the unsafe part when the helper is public (calls from other
-    files are not seen); CannotFix when some call cannot be checked."""
-    helper = Helper.of(ctx, stmt, param)
-    if not helper.calls:
-        raise CannotFix("the helper is not called in this file")
-    for call in helper.calls:
-        arg = helper.passed(call)
-        if not isinstance(arg, ast.Name):
-            continue  # a temporary: nothing else holds it
-        caller = ctx.function_of(call)
-        if caller is None or arg.id not in bound_names(caller):
-            raise CannotFix("a call passes a name its function does not own")
-        call_stmt = ctx.statement_of(call)
-        site = InPlaceWrite.at_call(ctx, call, moment)
-        report = site.sharing(ctx, arg.id)
-        # `weights = step(logits)`: the call's own result holds what the helper returns -- the written value,
-        # which the fix still returns (the helper reads its parameter's value nowhere after the write)
-        result = {t.id for t in getattr(call_stmt, "targets", ()) if isinstance(t, ast.Name)} \
-            if isinstance(call_stmt, ast.Assign) and call_stmt.value is call else set()
-        if report.aliases_read_after or set(report.holders_read_after) - result \
-                or site.value_read_after(ctx, arg.id):
-            return False, ""
-    named = helper.public_name(ctx)
-    return True, "" if named.startswith("_") else f"calls to `{named}` from other files may read `{param}` after it"
-
-
 _GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.enable_grad")
 
 

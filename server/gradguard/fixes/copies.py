@@ -4,7 +4,7 @@ redirecting the code that reads it after the write, where ``inplace.py`` rebinds
 - **leaf writes** -- ``fix_leaf_write`` chooses: ``with torch.no_grad():`` for a parameter update or reset
   (``inplace.is_parameter_update``), else one of the forms below.
 - **unread** -- a helper's parameter that neither the helper nor any caller reads after the write is written
-  out of place (``callers.callers_leave_unread``).
+  out of place (``_unread_by_callers``).
 - **copy** -- compute on ``w = self.weight.clamp(...)`` / ``x_new = x.clone()`` and read the copy from then on
   (unsafe: the leaf keeps its old value).  A write inside an ``if``/``try``/``with`` or loop binds the copy before
   that statement (``copy_anchor``, ``update_on_copy``); a closure's write copies before its call
@@ -20,7 +20,7 @@ from ..diagnostics import Fix, TextEdit
 from ..inference.scopes import bound_names
 from ..knowledge.names import LEAF_IDENTITY_ATTRS, NON_VALUE_ATTRS
 from ..statements import block_of, own_nodes
-from .callers import Helper, callers_leave_unread, param_escape
+from .callers import Helper, param_escape
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite, return_at_end
 from .inplace import fix_or_none, is_parameter_update, mutation_of, no_grad_wrap, not_inplace, rebinds, starts_after
@@ -158,8 +158,9 @@ def update_on_copy(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, source: st
 
 def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
     """``w = x.exp_()``, ``F.relu(x, inplace=True)`` in a helper whose parameter ``x`` no one reads afterwards, nor any
-    caller after the call (``callers_leave_unread``): out of place is the same; ``x[i] = v`` writes ``x = x.clone()``,
-    which the helper reads from then on as it read ``x``.  Unsafe in a public helper."""
+    caller after the call (``.grad`` and the like do not count), nor keeps elsewhere: out of place is the same;
+    ``x[i] = v`` writes ``x = x.clone()``, which the helper reads from then on as it read ``x``.  Unsafe in a public
+    helper (calls from other files are not seen)."""
     name, direct = root_name(write.target)
     view = write.kind in ("setitem", "method") and not direct and name is not None
     if not (view or write.kind in ("method", "functional") and write.value_use and direct and name is not None):
@@ -168,9 +169,26 @@ def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
     if (write.value_read_after(ctx, name) and not view) or report.aliases_read_after \
             or report.holders_read_after or report.escapes != [param_escape(name)]:
         raise CannotFix(f"`{name}` is read after the write, or held by more than the caller")
-    unread, unsafe = callers_leave_unread(ctx, write.stmt, name, write.moment)
-    if not unread:
-        raise CannotFix(f"a caller reads what it passed for `{name}` after the call")
+    helper = Helper.of(ctx, write.stmt, name)
+    if not helper.calls:
+        raise CannotFix("the helper is not called in this file")
+    for call in helper.calls:
+        arg = helper.passed(call)
+        if not isinstance(arg, ast.Name):
+            continue  # a temporary: nothing else holds it
+        caller, call_stmt = ctx.function_of(call), ctx.statement_of(call)
+        if caller is None or arg.id not in bound_names(caller):
+            raise CannotFix("a call passes a name its function does not own")
+        site = InPlaceWrite.at_call(ctx, call, write.moment)
+        report = site.sharing(ctx, arg.id)
+        # `weights = step(logits)`: the call's own result holds what the helper returns -- the written value,
+        # which the fix still returns (the helper reads its parameter's value nowhere after the write)
+        result = {t.id for t in call_stmt.targets if isinstance(t, ast.Name)} \
+            if isinstance(call_stmt, ast.Assign) and call_stmt.value is call else set()
+        if report.aliases_read_after or set(report.holders_read_after) - result or site.value_read_after(ctx, arg.id):
+            raise CannotFix(f"a caller reads what it passed for `{name}` after the call")
+    named = helper.public_name(ctx)
+    unsafe = "" if named.startswith("_") else f"calls to `{named}` from other files may read `{name}` after it"
     rw = Rewrite(ctx)
     if view:
         rw, title = rw.insert_before(write.stmt, f"{name} = {name}.clone()"), f"Write a copy: `{name} = {name}.clone()`"

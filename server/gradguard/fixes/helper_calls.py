@@ -8,7 +8,6 @@ import ast
 from ..inference.scopes import bound_names
 from .context import FUNCTIONS, CannotFix, FixContext
 
-
 # Methods Python (or ``nn.Module.__call__``) runs when an instance is called: ``step(x)`` returns what they return.
 CALLED_ON_INSTANCES = ("__call__", "forward")
 
