@@ -77,14 +77,12 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: b
     within = fix is not None and all(fn.lineno <= e.line <= fn.end_lineno for e in fix.edits)
     if unseen or saved:  # (the run's facts above are about rebinding `name` in the helper)
         return (replace(fix, safe=False) if saved else fix) if within else None
-    if fix is None or fix.safe:
-        return fix
-    if within and not fix.callers_checked:
-        # (unless no call in this file expects the write: all rebind, or none reads after it).  The run tells it
-        # for the calls it made: when nothing but `name` held the memory and read it after the write, in any
-        # caller, rebinding `name` changes no value any of them reads.
-        if moment is None or name is None or moment.others_read_after(name):
-            return None
+    # An unsafe fix within the helper, unless no call in this file expects the write (all rebind, or none reads after
+    # it).  The run tells it for the calls it made: when nothing but `name` held the memory and read it after the
+    # write, in any caller, rebinding `name` changes no value any of them reads.
+    if fix is not None and not fix.safe and within and not fix.callers_checked \
+            and (moment is None or name is None or moment.others_read_after(name)):
+        return None
     return fix
 
 

@@ -321,10 +321,7 @@ def _is_view_name(ctx: FixContext, scope: ast.AST, stmt: ast.stmt, name: str):
 
 def fresh_name(ctx: FixContext, scope: ast.AST, base: str) -> str:
     names = ctx.names_in(scope)
-    used = set(names.uses)
-    if isinstance(scope, FUNCTIONS):
-        used |= names.arguments
-    used |= set(ctx.imports)
+    used = {*names.uses, *names.arguments, *ctx.imports}  # (a module's or class's arguments: none)
     name, i = base, 1
     while name in used:
         i += 1
