@@ -83,6 +83,10 @@ NO_FIX = {
         "the network whose weight row is written is called afterwards (`net(idx)`), reading that weight without "
         "naming it: a copy read in place of `net.emb.weight` would leave that call the unwritten row"
     ),
+    "GG003/pos_param_row_pinned_then_read_by_own_method": (
+        "a method of the layer called after the write (`self.project(x)`) reads the weight without naming it: a copy "
+        "read in place of `self.weight` would leave that method the unwritten row"
+    ),
     "GG001/pos_sliced_comprehension_batches_input_normalized": (
         "`x` is an element of the caller's list of batches: rebinding it leaves the list's tensor unscaled for its "
         "later readers, so no safe rewrite exists where the write is"

@@ -373,7 +373,7 @@ def later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, a
         prefixes.append(ctx.source(node))
         attrs.append(node.attr)
         node = node.value
-    names = ctx.names_in(scope)
+    names, methods = ctx.names_in(scope), ctx.names_in(ctx.tree).definitions
     roots = names.of(node.id) if isinstance(node, ast.Name) else []
     prefixes += [node.id] if roots else []
     reads = []
@@ -388,9 +388,11 @@ def later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, a
             if isinstance(parent, ast.Attribute) and parent.attr in LEAF_IDENTITY_ATTRS | NON_VALUE_ATTRS:
                 continue
             reads.append(node)
-        elif source in prefixes:
+        elif source in prefixes:  # (and a method of the file called on it, `self.project(x)`, may read it too)
             parent = ctx.parents.get(node)
-            if not (isinstance(parent, ast.Attribute) and parent.value is node):
+            call = ctx.parents.get(parent)
+            if not (isinstance(parent, ast.Attribute) and parent.value is node) or isinstance(call, ast.Call) \
+                    and call.func is parent and any(isinstance(d, FUNCTIONS) for d in methods.get(parent.attr, ())):
                 raise CannotFix(f"`{source}` is used later and may read `{text}` itself")
     if any(ctx.scope_of(r) is not scope for r in reads):
         raise CannotFix("a nested function reads it")
