@@ -22,8 +22,8 @@ from ..statements import own_nodes
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
 from .edits import Rewrite, return_at_end
 from .helper_calls import CALLED_ON_INSTANCES, calls_of
-from .inplace import fix_or_none
-from .writes import InPlaceWrite, attribute_base, root_name, short, without_keyword
+from .inplace import fix_or_none, not_inplace
+from .writes import InPlaceWrite, attribute_base, code, root_name, short, without_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -284,6 +284,48 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool,
     if report.besides(f"it is passed to `{ctx.source(call.func)}`"):
         raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     return arg.id
+
+
+def unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
+    """``w = x.exp_()``, ``F.relu(x, inplace=True)`` in a helper whose parameter ``x`` no one reads afterwards, nor any
+    caller after the call (``.grad`` and the like do not count), nor keeps elsewhere: out of place is the same;
+    ``x[i] = v`` writes ``x = x.clone()``, which the helper reads from then on as it read ``x``.  Unsafe in a public
+    helper (calls from other files are not seen)."""
+    name, direct = root_name(write.target)
+    view = write.kind in ("setitem", "method") and not direct and name is not None
+    if not (view or write.kind in ("method", "functional") and write.value_use and direct and name is not None):
+        raise CannotFix("not an in-place call whose result is used, on a name")
+    report = write.sharing(ctx, name)
+    if (write.value_read_after(ctx, name) and not view) or report.aliases_read_after \
+            or report.holders_read_after or report.escapes != [param_escape(name)]:
+        raise CannotFix(f"`{name}` is read after the write, or held by more than the caller")
+    helper = Helper.of(ctx, write.stmt, name)
+    if not helper.calls:
+        raise CannotFix("the helper is not called in this file")
+    for call in helper.calls:
+        arg = helper.passed(call)
+        if not isinstance(arg, ast.Name):
+            continue  # a temporary: nothing else holds it
+        caller, call_stmt = ctx.function_of(call), ctx.statement_of(call)
+        if caller is None or arg.id not in bound_names(caller):
+            raise CannotFix("a call passes a name its function does not own")
+        site = InPlaceWrite.at_call(ctx, call, write.moment)
+        report = site.sharing(ctx, arg.id)
+        # `weights = step(logits)`: the call's own result holds what the helper returns -- the written value,
+        # which the fix still returns (the helper reads its parameter's value nowhere after the write)
+        result = {t.id for t in call_stmt.targets if isinstance(t, ast.Name)} \
+            if isinstance(call_stmt, ast.Assign) and call_stmt.value is call else set()
+        if report.aliases_read_after or set(report.holders_read_after) - result or site.value_read_after(ctx, arg.id):
+            raise CannotFix(f"a caller reads what it passed for `{name}` after the call")
+    named = helper.public_name(ctx)
+    unsafe = "" if named.startswith("_") else f"calls to `{named}` from other files may read `{name}` after it"
+    rw = Rewrite(ctx)
+    if view:
+        rw, title = rw.insert_before(write.stmt, f"{name} = {name}.clone()"), f"Write a copy: `{name} = {name}.clone()`"
+    else:
+        new_value = not_inplace(ctx, write)
+        rw, title = rw.replace_node(ctx.cst(write.call), new_value), f"Write out of place: `{short(code(new_value))}`"
+    return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe, callers_checked=True)
 
 
 _GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.enable_grad")

@@ -4,7 +4,7 @@ redirecting the code that reads it after the write, where ``inplace.py`` rebinds
 - **leaf writes** -- ``fix_leaf_write`` chooses: ``with torch.no_grad():`` for a parameter update or reset
   (``inplace.is_parameter_update``), else one of the forms below.
 - **unread** -- a helper's parameter that neither the helper nor any caller reads after the write is written
-  out of place (``_unread_by_callers``).
+  out of place (``callers.unread_by_callers``).
 - **copy** -- compute on ``w = self.weight.clamp(...)`` / ``x_new = x.clone()`` and read the copy from then on
   (unsafe: the leaf keeps its old value).  A write inside an ``if``/``try``/``with`` or loop binds the copy before
   that statement (``copy_anchor``, ``update_on_copy``); a closure's write copies before its call
@@ -20,7 +20,7 @@ from ..diagnostics import Fix, TextEdit
 from ..inference.scopes import bound_names
 from ..knowledge.names import LEAF_IDENTITY_ATTRS, NON_VALUE_ATTRS
 from ..statements import block_of, own_nodes
-from .callers import Helper, param_escape
+from .callers import Helper, unread_by_callers
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite, return_at_end
 from .inplace import fix_or_none, is_parameter_update, mutation_of, no_grad_wrap, not_inplace, rebinds, starts_after
@@ -42,7 +42,7 @@ def fix_leaf_write(ctx: FixContext, finding: Finding, update: bool | None = None
         rw, desc = no_grad_wrap(ctx, write.stmt)
         return rw.fix(f"Update under `{desc}`", safe=True, callers_checked=True)  # (kept for every caller)
     mutation_of(finding)  # a copy names the tensor, not an element
-    if (unread := fix_or_none(lambda: _unread_by_callers(ctx, write))) is not None:
+    if (unread := fix_or_none(lambda: unread_by_callers(ctx, write))) is not None:
         return unread
     try:
         rw, desc, safe = compute_on_copy(ctx, write)
@@ -154,48 +154,6 @@ def update_on_copy(ctx: FixContext, rw: Rewrite, write: InPlaceWrite, source: st
         new = assign(cst.Name(local), value)
     rw.replace_node(ctx.cst(stmt), new)
     return code(new) if anchor is stmt else f"{local} = {source}; {code(new)}"
-
-
-def _unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
-    """``w = x.exp_()``, ``F.relu(x, inplace=True)`` in a helper whose parameter ``x`` no one reads afterwards, nor any
-    caller after the call (``.grad`` and the like do not count), nor keeps elsewhere: out of place is the same;
-    ``x[i] = v`` writes ``x = x.clone()``, which the helper reads from then on as it read ``x``.  Unsafe in a public
-    helper (calls from other files are not seen)."""
-    name, direct = root_name(write.target)
-    view = write.kind in ("setitem", "method") and not direct and name is not None
-    if not (view or write.kind in ("method", "functional") and write.value_use and direct and name is not None):
-        raise CannotFix("not an in-place call whose result is used, on a name")
-    report = write.sharing(ctx, name)
-    if (write.value_read_after(ctx, name) and not view) or report.aliases_read_after \
-            or report.holders_read_after or report.escapes != [param_escape(name)]:
-        raise CannotFix(f"`{name}` is read after the write, or held by more than the caller")
-    helper = Helper.of(ctx, write.stmt, name)
-    if not helper.calls:
-        raise CannotFix("the helper is not called in this file")
-    for call in helper.calls:
-        arg = helper.passed(call)
-        if not isinstance(arg, ast.Name):
-            continue  # a temporary: nothing else holds it
-        caller, call_stmt = ctx.function_of(call), ctx.statement_of(call)
-        if caller is None or arg.id not in bound_names(caller):
-            raise CannotFix("a call passes a name its function does not own")
-        site = InPlaceWrite.at_call(ctx, call, write.moment)
-        report = site.sharing(ctx, arg.id)
-        # `weights = step(logits)`: the call's own result holds what the helper returns -- the written value,
-        # which the fix still returns (the helper reads its parameter's value nowhere after the write)
-        result = {t.id for t in call_stmt.targets if isinstance(t, ast.Name)} \
-            if isinstance(call_stmt, ast.Assign) and call_stmt.value is call else set()
-        if report.aliases_read_after or set(report.holders_read_after) - result or site.value_read_after(ctx, arg.id):
-            raise CannotFix(f"a caller reads what it passed for `{name}` after the call")
-    named = helper.public_name(ctx)
-    unsafe = "" if named.startswith("_") else f"calls to `{named}` from other files may read `{name}` after it"
-    rw = Rewrite(ctx)
-    if view:
-        rw, title = rw.insert_before(write.stmt, f"{name} = {name}.clone()"), f"Write a copy: `{name} = {name}.clone()`"
-    else:
-        new_value = not_inplace(ctx, write)
-        rw, title = rw.replace_node(ctx.cst(write.call), new_value), f"Write out of place: `{short(code(new_value))}`"
-    return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe, callers_checked=True)
 
 
 def _reads_of_copy(ctx: FixContext, scope: ast.AST, call: ast.stmt, name: str,
