@@ -20,9 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
+from gradguard import engine  # noqa: E402
 from gradguard.api import analyze_source  # noqa: E402
 from gradguard.config import Config  # noqa: E402
 from gradguard.inference.calls import CALL_STATS  # noqa: E402
+from gradguard.inference.project import forget_modules  # noqa: E402
 
 
 def default_corpus() -> list[Path]:
@@ -76,6 +78,8 @@ def main() -> None:
         start = time.process_time()
         for path, data in sources:
             result = analyze_source(data, str(path), config)
+            engine.forget_texts()  # between files as `gradguard check` does (batch.analyze_chunk): its memos of
+            forget_modules()  # texts and the project modules no recent file read are dropped, not kept for the run
             if config.jedi:
                 continue
             for d in result.diagnostics:
