@@ -1213,10 +1213,10 @@ def _training_units(units, tree: ast.Module, lines: list[str] | None = None, ent
             elif isinstance(func, ast.Name):
                 for fn in around:
                     calls[fn].add(func.id)
-        for field in node._fields:
+        for field in statements.node_fields(type(node)):  # past the ``ctx`` markers: a third of the nodes
             value = getattr(node, field, None)
             if isinstance(value, list):
-                stack.extend((item, around) for item in value if isinstance(item, ast.AST))
+                stack += [(item, around) for item in value if isinstance(item, ast.AST)]
             elif isinstance(value, ast.AST):
                 stack.append((value, around))
     while True:

@@ -70,7 +70,7 @@ def every_node(tree: ast.AST) -> Iterator[ast.AST]:
     markers, in no set order, for a search whose answer does not depend on the order: about half ``ast.walk``'s
     cost (no generator per node)."""
     stack = [tree]
-    fields = _node_fields
+    fields = node_fields
     while stack:
         node = stack.pop()
         yield node
@@ -111,7 +111,7 @@ def number_written_out(tree: ast.AST) -> bool:
 
 
 @cache
-def _node_fields(kind: type) -> tuple[str, ...]:
+def node_fields(kind: type) -> tuple[str, ...]:
     """The fields of a kind of node that may hold nodes other than a ``ctx`` marker."""
     return tuple(name for name in kind._fields if name != "ctx")
 

@@ -88,6 +88,8 @@ class Project:
     # by path and by resolved name: a module it only searches is neither marked nor kept as a tree.
     _imports_read: dict[Path, _ImportsRead | None] = field(default_factory=dict)
     _imports_resolved: dict[tuple[str, str], tuple[_ImportsRead, str] | None] = field(default_factory=dict)
+    # ``_bases`` by (importer, level): each asks the file system (a resolve, a climb of ``__init__.py``s) once
+    _base_folders: dict[tuple[str, int], list[Path]] = field(default_factory=dict)
 
     def module_of(self, qualname: str, importer: str) -> tuple[ProjectModule, str] | None:
         """The project module a qualified import name (``.trainer.Trainer``, ``pkg.nets.Generator``, as
@@ -102,7 +104,7 @@ class Project:
         parts = qualname[level:].split(".")
         if len(parts) < 2 or not level and (parts[0] in sys.stdlib_module_names or parts[0] in NEVER_PROJECT):
             return None
-        for base in self._bases(Path(importer), level):
+        for base in self._bases(importer, level):
             for cut in range(len(parts) - 1, 0, -1):  # the longest module path first
                 module = load(base, parts[:cut])
                 if module is not None:
@@ -214,8 +216,15 @@ class Project:
         return None
 
     # ------------------------------------------------------------------ resolution
+    def _bases(self, importer: str, level: int) -> list[Path]:
+        key = (importer, level)
+        found = self._base_folders.get(key)
+        if found is None:
+            found = self._base_folders[key] = self._find_bases(Path(importer), level)
+        return found
+
     @staticmethod
-    def _bases(importer: Path, level: int) -> list[Path]:
+    def _find_bases(importer: Path, level: int) -> list[Path]:
         folder = importer.resolve().parent
         if level:
             for _ in range(level - 1):
@@ -234,7 +243,7 @@ class Project:
         top = qualname.split(".", 1)[0]
         if top in sys.stdlib_module_names or top in NEVER_PROJECT:
             return False
-        return any(self._file(base, [top]) is not None for base in self._bases(Path(importer), 0))
+        return any(self._file(base, [top]) is not None for base in self._bases(importer, 0))
 
     @staticmethod
     def _file(base: Path, parts: list[str]) -> Path | None:

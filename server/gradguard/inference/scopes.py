@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 
+from ..statements import node_fields
+
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _LOOKED_UP_IN_EVERY_SCOPE = frozenset({"type"})
@@ -32,35 +34,49 @@ class _Scope:
         self.nested: list[ast.AST] = []
 
     def visit(self, node: ast.AST) -> None:
-        if isinstance(node, ast.Name):
-            self.names.add(node.id)
-            if isinstance(node.ctx, (ast.Store, ast.Del)):
-                self.bound.add(node.id)
-            return
-        if isinstance(node, (*_DEFS, ast.ClassDef, ast.Lambda)):
-            for part in _outer_parts(node):
-                self.visit(part)
-            if isinstance(node, _DEFS):
-                self.bound.add(node.name)
-            elif isinstance(node, ast.ClassDef):
-                self.names.add(node.name)
-            self.nested.append(node)
-            return
-        if isinstance(node, _COMPREHENSIONS):
-            self._comprehension(node)
-            return
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            self.declared.update(node.names)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            self.names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
-            self.names.add(node.name)
-            self.bound.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            self.names.add(node.rest)
-            self.bound.add(node.rest)
-        for child in ast.iter_child_nodes(node):
-            self.visit(child)
+        # by a stack, not recursion, past the ``ctx`` markers (``statements.every_node``), and each kind of node
+        # told by its type once (``_kind``): what it finds is sets, so the order it goes in does not matter
+        # (``nested`` is only gone through in turn)
+        stack = [node]
+        fields, kinds = node_fields, _KINDS
+        while stack:
+            node = stack.pop()
+            kind = kinds.get(type(node))
+            if kind is None:
+                kind = kinds[type(node)] = _kind(type(node))
+            if kind is _NAME:
+                self.names.add(node.id)
+                if isinstance(node.ctx, (ast.Store, ast.Del)):
+                    self.bound.add(node.id)
+                continue
+            if kind is not _OTHER:
+                if kind is _SCOPE:
+                    stack += _outer_parts(node)
+                    if isinstance(node, _DEFS):
+                        self.bound.add(node.name)
+                    elif isinstance(node, ast.ClassDef):
+                        self.names.add(node.name)
+                    self.nested.append(node)
+                    continue
+                if kind is _COMPREHENSION:
+                    self._comprehension(node)
+                    continue
+                if kind is _DECLARATION:
+                    self.declared.update(node.names)
+                elif kind is _IMPORT:
+                    self.names.update((a.asname or a.name).split(".")[0] for a in node.names)
+                elif kind is _NAMED and node.name:
+                    self.names.add(node.name)
+                    self.bound.add(node.name)
+                elif kind is _REST and node.rest:
+                    self.names.add(node.rest)
+                    self.bound.add(node.rest)
+            for name in fields(type(node)):
+                value = getattr(node, name, None)
+                if isinstance(value, ast.AST):
+                    stack.append(value)
+                elif isinstance(value, list):
+                    stack += [item for item in value if isinstance(item, ast.AST)]
 
     def _comprehension(self, node: ast.AST) -> None:
         """Its first iterable is read here; its targets are its own; the rest reads this scope (a walrus in it
@@ -77,6 +93,22 @@ class _Scope:
         self.bound |= inner.bound - own
         self.declared |= inner.declared
         self.nested += inner.nested
+
+
+_NAME, _SCOPE, _COMPREHENSION, _DECLARATION, _IMPORT, _NAMED, _REST, _OTHER = (
+    "name", "scope", "comprehension", "declaration", "import", "named", "rest", "other")
+_KINDS: dict[type, str] = {}
+
+
+def _kind(kind: type) -> str:
+    """What ``_Scope.visit`` does with a node of this type."""
+    for types, found in ((ast.Name, _NAME), ((*_DEFS, ast.ClassDef, ast.Lambda), _SCOPE),
+                         (_COMPREHENSIONS, _COMPREHENSION), ((ast.Global, ast.Nonlocal), _DECLARATION),
+                         ((ast.Import, ast.ImportFrom), _IMPORT), ((ast.ExceptHandler, ast.MatchAs, ast.MatchStar), _NAMED),
+                         (ast.MatchMapping, _REST)):
+        if issubclass(kind, types):
+            return found
+    return _OTHER
 
 
 def _outer_parts(node: ast.AST) -> list[ast.AST]:
