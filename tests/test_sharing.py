@@ -10,6 +10,7 @@ from gradguard.engine import analyze_module
 from gradguard.fixes.context import CannotFix, FixContext
 from gradguard.fixes.writes import InPlaceWrite
 from gradguard.rules import gg103_graph_break
+from variants import fix_proof
 
 SETUP = """\
 import torch
@@ -65,8 +66,8 @@ def test_a_loop_around_the_write_counts_its_earlier_reads_as_after():
     text = textwrap.dedent("""\
         import torch
         w = torch.ones(3, requires_grad=True)
+        y = w.exp()
         for _ in range(3):
-            y = w.exp()
             z = y * 2
             y.add_(1)
             z.sum().backward()
@@ -76,6 +77,60 @@ def test_a_loop_around_the_write_counts_its_earlier_reads_as_after():
     moment = finding.mutation.moment
     assert moment.value_read_after("y")  # `z = y * 2` of the next iteration
     assert moment.value_read_after("z")
+
+
+LOOP = """\
+import torch
+w = torch.ones(3, requires_grad=True)
+y = w.exp()
+for k in range(3):
+{body}
+    z.sum().backward()
+"""
+
+
+@pytest.mark.parametrize("body, read", [
+    # bound afresh at the top of each iteration: the next iteration reads the new value
+    ("y = w.exp()\nz = y * 2\ny.add_(1)", False),
+    ("y = w.exp()\nif k >= 0:\n    z = y * 2\n    y.add_(1)", False),
+    ("y = w.exp()\nz = y * 2\nif k > 0:\n    y.add_(1)\n    print(k)", False),
+    ("y = w.exp()\nz = y * 2\ny.add_(1)\ny = w.exp()\nn = y * 2", False),
+    ("y, s = w.exp(), 1\nz = y * 2\ny.add_(1)", False),
+    ("z = y * 2\ny.add_(1)\ny = w.exp()", True),  # bound after the read: the next iteration reads the old one
+    ("if k > 1:\n    y = w.exp()\nz = y * 2\ny.add_(1)", True),  # bound only in a branch
+    ("y = w.exp()\nz = y * 2\ny.add_(1)\nif k > 1:\n    y = w.exp()\nn = y * 2", True),
+    ("y = w.exp()\nz = y * 2\ny.add_(1)\ny = y * 3", True),  # the assignment reads it first
+    ("y = w.exp()\nz = y * 2\ny.add_(1)\nwhile y.sum() > 0:\n    y = w.exp()\n    break", True),  # its test
+    ("y = w.exp()\nz = y * 2\nfor _ in range(2):\n    y.add_(1)\n    n = y * 2", True),  # an inner loop
+    ("y = w.exp()\nz = y * 2\nfor _ in range(2):\n    y.add_(1)\n    y = w.exp()", True),
+    ("y = w.exp()\nz = y * 2\ntry:\n    y.add_(1)\n    y = w.exp()\nexcept ValueError:\n    pass\nn = y * 2",
+     True),  # left part-way, the `try` does not bind
+])
+def test_an_assignment_ends_the_reads_of_the_value_a_name_held(body, read):
+    text = LOOP.format(body=textwrap.indent(body, "    "))
+    findings = analyze_module(ast.parse(text), "<test>", text.splitlines(), use_jedi=False)
+    (finding,) = [f for f in findings if f.code == "GG001"]
+    assert finding.mutation.moment.value_read_after("y") is read
+
+
+@pytest.mark.parametrize("body, read", [
+    ("ys = [w.exp()]\nz = ys[0] * 2\nys[0].add_(1)", False),  # a list made afresh in each iteration
+    ("ys = {'y': w.exp()}\nz = ys['y'] * 2\nys['y'].add_(1)", False),
+    ("ys = []\nys.append(w.exp())\nz = ys[0] * 2\nys[0].add_(1)", False),
+    ("ys = [w.exp()]\nz = ys[0] * 2\nys[0].add_(1)\nprint(len(ys))", True),
+    ("if k == 0:\n    ys = [w.exp()]\nz = ys[0] * 2\nys[0].add_(1)", True),  # kept from the first iteration
+])
+def test_a_container_made_afresh_is_not_read_after(body, read):
+    text = LOOP.format(body=textwrap.indent(body, "    "))
+    findings = analyze_module(ast.parse(text), "<test>", text.splitlines(), use_jedi=False)
+    (finding,) = [f for f in findings if f.code == "GG001"]
+    assert finding.mutation.moment.value_read_after("ys") is read
+
+
+@pytest.mark.parametrize("key", [f"GG103/pos_detach_in_place_state_already_used::{t}"
+                                 for t in ("container_list", "container_dict", "container_iter")])
+def test_a_detach_through_a_container_made_afresh_in_each_iteration_is_fixed(key):
+    fix_proof.assert_proven(key)  # `h = h_list[0].detach()`: the next iteration's list holds the new `h`
 
 
 def test_a_write_inside_a_followed_call_asks_about_the_callers_frame_by_depth():
@@ -148,7 +203,7 @@ def test_a_view_held_only_by_its_name_is_detached_out_of_place():
 @pytest.mark.parametrize("body, text", [
     ("anchor = scores[:, 0]\nalias = anchor\ncurrent = alias\ncurrent.detach_()\n",
      "current = anchor = current.detach()"),  # `alias` is not read after: left as it is
-    ("anchor = scores[:, 0]\nalias = anchor\nalias.detach_()\nanchor = alias\n", "alias = anchor = alias.detach()"),
+    ("anchor = scores[:, 0]\nalias = anchor\nalias.detach_()\nanchor = alias\n", "alias = alias.detach()"),
     ("anchor = scores[:, 0]\nrows = [anchor]\nrows[0].detach_()\n", "anchor = rows[0].detach()"),
     ("anchor = scores[:, 0]\nstate = {'a': [anchor]}\nstate['a'][0].detach_()\n", "anchor = state['a'][0].detach()"),
 ])

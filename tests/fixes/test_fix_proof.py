@@ -75,10 +75,6 @@ NO_FIX = {
         "the forward is a method that keeps its outputs on the object: calling it again before the second loss's "
         "helper is the change, and no fix adds a call"),
     "GG101/pos_representation_prepared_before_loop_kept_on_module": _KEPT_ACROSS_STEPS,
-    "GG005/pos_leaky_relu_inplace_keyword_negative_slope_loop": (
-        "the fix layer's read-after check takes `pre` for read again on the loop's next pass (it does not see that "
-        "the loop rebinds it first), so it refuses `inplace=False` as a write `pre` would miss"
-    ),
     "GG003/pos_wrapper_pins_inner_embedding_row_then_calls_it": (
         "the network whose weight row is written is called afterwards (`net(idx)`), reading that weight without "
         "naming it: a copy read in place of `net.emb.weight` would leave that call the unwritten row"

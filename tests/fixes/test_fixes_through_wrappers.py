@@ -27,6 +27,9 @@ FIXED_THROUGH_WRAPPERS = [
     # GG103's optimizer built just before the loop or `if` that replaces a module it holds is built after it
     "GG103/pos_head_replaced_after_optimizer::wrap_loop_once",
     "GG103/pos_head_replaced_after_optimizer::wrap_if_true",
+    # GG103's NumPy round trip bound inside the control and rebuilt after it is computed in torch at its binding
+    "GG103/pos_numpy_aux_term_roundtrip::wrap_try",
+    "GG103/pos_numpy_slice_statistic_rebuilt::wrap_enable_grad",
 ]
 
 

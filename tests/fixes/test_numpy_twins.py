@@ -70,6 +70,15 @@ _FORMS = {
     "method_var_positional_axis": (
         "    return torch.tensor(x.detach().numpy().var(2))",
         "x.var(2, unbiased=False)"),
+    "bound_in_a_branch_read_in_a_try": (  # bound once, in a block the read is not in: the read reads it or fails
+        "    if x.dim() == 4:\n"
+        "        a = x.detach().numpy()\n"
+        "    try:\n"
+        "        b = a.mean(axis=0)\n"
+        "    finally:\n"
+        "        pass\n"
+        "    return torch.tensor(b)",
+        "x.mean(dim=0)"),
     "method_std_reshape_double": (
         "    return torch.DoubleTensor(x.detach().numpy().std(axis=-1).reshape(-1))",
         "x.std(dim=-1, unbiased=False).reshape(-1).double()"),

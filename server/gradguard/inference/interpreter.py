@@ -504,10 +504,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
     def run_block(self, body: list[ast.stmt]) -> None:
         if self.ctx.oracle is not None and not self.written_names:
             self.written_names = _names_written_in_place(body)
-        for stmt in body:
-            if self.state.returned:
-                break
-            self.run_stmt(stmt)
+        log = self.run_log
+        outer, log.block = log.block, body  # where an assignment's new value is read (``RunLog``)
+        try:
+            for stmt in body:
+                if self.state.returned:
+                    break
+                self.run_stmt(stmt)
+        finally:
+            log.block = outer
 
     def count_step(self) -> None:
         """One more step of this analysis; past ``MAX_STEPS`` it stops (``TooManySteps``)."""

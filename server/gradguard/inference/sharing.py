@@ -7,7 +7,13 @@ Where a statement may run although the run did not show it, the log says so with
 - ``Skipped``: a branch the interpreter left out because it took its test for known (a flag's default may
   differ at another call), so its reads count as reads at that point;
 - ``Repeats``: a loop may run again (or once more than the interpreter ran it, and its test once more):
-  everything it reads counts as read after each write inside it.
+  what its body reads before binding it (a ``for``'s target is bound first) counts as read after each write
+  inside it.
+
+A plain assignment to a name ends the reads of the value it held (``xs = []`` made afresh in each iteration):
+a read after it, in the assignment's block or nested in a later statement of it, reads the new value.  Python
+enters a block's middle only through the statements before it, so the only other way to such a read is from a
+write already inside that tail, and that way is logged before the assignment runs again.
 
 Beside the order, the log keeps which storages escaped the analysis (passed to a call it cannot see into, stored
 into an attribute or element of something it does not follow: ``Interpreter._sink``), and a write's moment
@@ -32,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import AbstractSet
 
 from ..knowledge.names import NON_VALUE_ATTRS
-from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES
+from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES, blocks
 from .values import DataAlias, ModuleValue, NumberFrom, Tensor, TensorMap, TensorSeq, Value, disjoint
 
 HELD_DEPTH = 3  # how deep holders are looked into: a list of dicts of tensors, an object's list of tensors
@@ -69,6 +75,11 @@ class RunLog:
         self._index: dict[tuple[int, str], tuple[list[int], list[ast.Name]]] = {}
         self._meta: dict[tuple[int, str], list[int]] = {}
         self._indexed = 0
+        self.block: list[ast.stmt] | None = None  # the block the running statement is in (``Interpreter.run_block``)
+        self._blocks: dict[int, list[ast.stmt]] = {}  # position of an assignment -> its block
+        # (frame, name) -> (positions of assignments to it, where their blocks' tails start and end)
+        self._stores: dict[tuple[int, str], tuple[list[int], list[tuple[tuple[int, int], tuple[int, int]]]]] = {}
+        self._exposed: dict[int, list[tuple[ast.Name, bool]]] = {}  # id of a loop -> ``_reads`` of its ``Repeats``
         # storages a value handed where the analysis cannot follow it held, each with where that first happened
         self.escaped: dict[int, ast.AST] = {}
         self.parameters: dict[int, dict[str, frozenset[int]]] = {}  # frame -> its parameters' memory at entry
@@ -83,6 +94,8 @@ class RunLog:
 
     # ------------------------------------------------------------ recording (the interpreter's hooks)
     def ran(self, entry: Entry) -> None:
+        if type(entry) in _ASSIGNMENTS and self.block is not None:
+            self._blocks[len(self.entries)] = self.block
         self.entries.append(entry)
         self.frames.append(self.stack[-1])
 
@@ -157,7 +170,21 @@ class RunLog:
     def _indexed_up_to_now(self) -> None:
         for position in range(self._indexed, len(self.entries)):
             frame = self.frames[position]
-            for load, metadata in _reads(self.entries[position]):
+            entry = self.entries[position]
+            block = self._blocks.get(position)
+            if block is not None:
+                tail = ((entry.end_lineno, entry.end_col_offset), (block[-1].end_lineno, block[-1].end_col_offset))
+                for name in _assigned(entry):
+                    positions, tails = self._stores.setdefault((frame, name), ([], []))
+                    positions.append(position)
+                    tails.append(tail)
+            if isinstance(entry, Repeats):
+                reads = self._exposed.get(id(entry.loop))
+                if reads is None:
+                    reads = self._exposed[id(entry.loop)] = _exposed_reads(entry.loop)
+            else:
+                reads = _reads(entry)
+            for load, metadata in reads:
                 key = (frame, load.id)
                 if metadata:
                     self._meta.setdefault(key, []).append(position)
@@ -168,16 +195,32 @@ class RunLog:
         self._indexed = len(self.entries)
 
     def value_reads(self, frame: int, name: str, after: int) -> list[ast.Name]:
-        """The loads of ``name`` in ``frame`` that read its value, from position ``after`` on."""
+        """The loads of ``name`` in ``frame`` that read the value it holds at position ``after``, from there on."""
         self._indexed_up_to_now()
         positions, loads = self._index.get((frame, name), ((), ()))
-        return list(loads[bisect.bisect_left(positions, after):])
+        return [loads[i] for i in self._unbound(frame, name, after, positions)]
 
     def value_read(self, frame: int, name: str, after: int) -> bool:
-        """Whether ``name``'s value is read in ``frame`` from position ``after`` on (a lookup, no copy)."""
+        """Whether the value ``name`` holds at position ``after`` in ``frame`` is read from there on."""
         self._indexed_up_to_now()
         positions = self._index.get((frame, name), ((),))[0]
-        return bisect.bisect_left(positions, after) < len(positions)
+        return next(self._unbound(frame, name, after, positions), None) is not None
+
+    def _unbound(self, frame: int, name: str, after: int, positions: list[int]):
+        """The indexes in ``positions`` (reads of ``name`` in ``frame``, in run order) from ``after`` on of the
+        reads no assignment to ``name`` ran before since ``after`` in whose block's tail they are (module
+        docstring)."""
+        start = bisect.bisect_left(positions, after)
+        stores, tails = self._stores.get((frame, name), ((), ()))
+        first = bisect.bisect_left(stores, after)
+        for i in range(start, len(positions)):
+            position = positions[i]
+            if first < len(stores) and stores[first] < position:
+                at = _start(self.entries[position])
+                last = bisect.bisect_left(stores, position)
+                if any(begin <= at <= end for begin, end in tails[first:last]):
+                    continue
+            yield i
 
     def read_in_other_frames(self, frame: int, name: str, after: int) -> bool:
         """Whether a variable called ``name`` is read (its value or its metadata) from ``after`` on in any frame but
@@ -188,10 +231,11 @@ class RunLog:
         return any(bisect.bisect_left(positions, after) < len(positions) for positions in lists)
 
     def metadata_read(self, frame: int, name: str, after: int) -> bool:
-        """Whether ``name``'s metadata (``.shape``, ``.grad``...) is read in ``frame`` from ``after`` on."""
+        """Whether the metadata (``.shape``, ``.grad``...) of the value ``name`` holds at ``after`` in ``frame`` is
+        read from there on."""
         self._indexed_up_to_now()
         positions = self._meta.get((frame, name), ())
-        return bisect.bisect_left(positions, after) < len(positions)
+        return next(self._unbound(frame, name, after, positions), None) is not None
 
 
 @dataclass(frozen=True)
@@ -591,11 +635,16 @@ def _reads(entry: Entry) -> list[tuple[ast.Name, bool]]:
     if isinstance(entry, Skipped):
         roots: list[ast.AST] = list(entry.block)
         whole = True
-    elif isinstance(entry, Repeats):  # a `for` evaluates its iterable once; a `while` its test each time
-        loop = entry.loop
-        roots, whole = [*loop.body, *([loop.test] if isinstance(loop, ast.While) else [])], True
+    elif isinstance(entry, Repeats):
+        return _exposed_reads(entry.loop)
     else:
         roots, whole = _header(entry), False
+    return _loads(roots, whole)
+
+
+def _loads(roots: list[ast.AST], whole: bool) -> list[tuple[ast.Name, bool]]:
+    """The names loaded in ``roots``, each with whether the load reads only metadata; ``whole``: in the
+    statements they hold too (else what runs of each node when it runs itself, ``_header``)."""
     found: list[tuple[ast.Name, bool]] = []
     stack: list[tuple[ast.AST, ast.AST | None]] = [(root, None) for root in roots]
     while stack:
@@ -613,6 +662,59 @@ def _reads(entry: Entry) -> list[tuple[ast.Name, bool]]:
         else:
             stack.extend((child, node) for child in _header(node))
     return found
+
+
+_ASSIGNMENTS = (ast.Assign, ast.AnnAssign)
+
+
+def _assigned(stmt: ast.stmt) -> list[str]:
+    """The names a plain assignment binds (``a, *b = ...`` too; ``x: int`` without a value binds none)."""
+    if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
+        return []
+    found, stack = [], list(getattr(stmt, "targets", None) or [stmt.target])
+    while stack:
+        target = stack.pop()
+        if isinstance(target, ast.Name):
+            found.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            stack.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            stack.append(target.value)
+    return found
+
+
+def _start(entry: Entry) -> tuple[int, int]:
+    """Where the code an entry reads starts."""
+    node = entry.block[0] if isinstance(entry, Skipped) else entry.loop if isinstance(entry, Repeats) else entry
+    return node.lineno, node.col_offset
+
+
+def _exposed_reads(loop: ast.stmt) -> list[tuple[ast.Name, bool]]:
+    """``_reads`` of the statements of a loop's body (and a ``while``'s test) that may read a value bound before
+    the iteration: not after an assignment to the name on every way there from the iteration's start (the
+    ``for``'s target is bound first).  Assignments in nested blocks bind only inside them (a branch, a loop that
+    may not run, a ``try`` left part-way)."""
+    found = _loads([loop.test], True) if isinstance(loop, ast.While) else []
+    pending = [(loop.body, frozenset(_targets(loop)))]
+    while pending:
+        block, before = pending.pop()
+        bound = set(before)
+        for stmt in block:
+            found.extend((load, metadata) for load, metadata in _reads(stmt) if load.id not in bound)
+            if not isinstance(stmt, SCOPES):
+                now = frozenset(bound)
+                pending.extend((b, now | _targets(stmt) if b is getattr(stmt, "body", None) else now)
+                               for b in [b for _, b in blocks(stmt)] + [c.body for f in CLAUSE_FIELDS
+                                                                        for c in getattr(stmt, f, ())])
+            if type(stmt) in _ASSIGNMENTS:
+                bound.update(_assigned(stmt))
+    return found
+
+
+def _targets(stmt: ast.stmt) -> frozenset[str]:
+    """The names a ``for`` binds before each run of its body."""
+    return frozenset(_assigned(ast.Assign([stmt.target]))) if isinstance(stmt, (ast.For, ast.AsyncFor)) \
+        else frozenset()
 
 
 def _header(node: ast.AST) -> list[ast.AST]:

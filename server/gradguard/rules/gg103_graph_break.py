@@ -1193,7 +1193,7 @@ class NumpyTranslation:
         if len(stores) == 1:
             assign = ctx.parents.get(stores[0])
             if not (isinstance(assign, ast.Assign) and assign.targets == [stores[0]]
-                    and not ctx.loops_around(assign, scope)
+                    and not ctx.loops_around(assign, scope) and name.id not in names.parameters
                     and all(_runs_before(ctx, assign, ctx.statement_of(n)) for n in loads)):
                 return None
         else:
@@ -1270,14 +1270,19 @@ def _rebound_right_after(ctx: FixContext, read: ast.Name, stores: list[ast.Name]
 
 
 def _runs_before(ctx: FixContext, first: ast.stmt, then: ast.stmt) -> bool:
-    """Whether ``first`` always runs before ``then``: it is a statement of a block that holds ``then`` (or a
-    statement around it, an ``if``, ``with``, ``try`` body or loop), earlier in that block."""
-    block = block_of(ctx.parents.get(first), first) or []
-    k = next((k for k, st in enumerate(block) if st is first), None)
-    if k is None:
-        return False
-    later = {id(st) for st in block[k + 1:]}
-    return any(id(st) in later for st in (then, *ctx.ancestors(then)))
+    """Whether ``then`` runs only after ``first`` began: ``first``, or an ``if``, ``with`` or ``try`` around it, is
+    earlier in a block that holds ``then`` (or a statement around it).  For the one binding of a name that is no
+    parameter and that no loop repeats, ``then`` then reads that binding's value or none (the name is unbound
+    when the binding did not run)."""
+    reached = {id(st) for st in (then, *ctx.ancestors(then))}
+    stmt: ast.AST | None = first
+    while stmt is first or isinstance(stmt, (ast.If, ast.With, ast.Try)):
+        block = block_of(ctx.parents.get(stmt), stmt) or []
+        k = next((k for k, st in enumerate(block) if st is stmt), len(block))
+        if any(id(st) in reached for st in block[k + 1:]):
+            return True
+        stmt = ctx.parents.get(stmt)
+    return False
 
 
 def _returns_numpy_of_argument(fn: ast.AST, method: bool) -> bool:
