@@ -1201,6 +1201,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         nothing has read it yet)."""
         self.materialize_params(optimizer.owners, node)
         optimizer.held = frozenset().union(*(p.graph for p in self._param_tensors(optimizer.owners)))
+        optimizer.made_in = self.run_log.sites.get(self.run_log.stack[-1])
         self.optimizers.append(optimizer)
         return optimizer
 

@@ -261,6 +261,7 @@ class OptimizerValue:
 
     owners: list["Value"]
     ctor: ast.AST | None = None
+    made_in: ast.AST | None = None  # the followed call whose own frame ran ``ctor`` (None: the analysed code's)
     # The grad sources of the parameters it took when it was built: replacing one of them on the module later
     # leaves the optimizer updating the old tensor.
     held: frozenset[int] = frozenset()

@@ -15,6 +15,7 @@ from ..fixes.moves import move_statements_after
 from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
+from ..inference.followed import parameter_names
 from ..inference.hooks import DroppedOutput
 from ..inference.sharing import Moment, Report
 from ..inference.values import Tensor
@@ -1483,12 +1484,36 @@ def _body_kept(ctx: FixContext, stmt: ast.With | ast.If) -> list[TextEdit]:
 def _build_after_replacement(ctx: FixContext, event: ReplacedParameter) -> Fix:
     """``opt = torch.optim.X(model.parameters())`` just before the statement that replaces a module of ``model``
     (nothing between reads ``opt`` or rebinds what its construction reads, ``inference/stale_optimizers.py``):
-    ``build_optimizer_after``.  Only a construction of the optimizer itself moves (a helper that builds it may do
-    more)."""
+    ``build_optimizer_after``.  Only a construction of the optimizer itself moves, or the call of a helper that
+    the run saw build it in its own frame and that does nothing else (``_only_builds``)."""
     built, site = event.built, event.site or event.node
-    if built.value is not event.optimizer.ctor:
+    optimizer = event.optimizer
+    if built.value is not optimizer.ctor and not (optimizer.made_in is built.value
+                                                  and _only_builds(ctx, built.value, optimizer.ctor)):
         raise CannotFix("a helper builds the optimizer: moving its call may move what else it does")
     return build_optimizer_after(ctx, built, ctx.statement_of(site))
+
+
+def _only_builds(ctx: FixContext, call: ast.expr, ctor: ast.AST | None) -> bool:
+    """The function around ``ctor`` (undecorated) only returns it, built from its own parameters (bound to a name
+    first, or not), and ``call`` names nothing but variables (what it evaluates later is what it evaluates now)."""
+    fn = ctx.function_of(ctor) if ctor is not None else None
+    if fn is None or fn.decorator_list or not isinstance(call, ast.Call) or not all(
+            isinstance(n, (ast.Name, ast.Attribute, ast.Constant, ast.Call)) for n in every_node(call)) \
+            or sum(isinstance(n, ast.Call) for n in every_node(call)) != 1:
+        return False
+    body, returned = fn.body, ctor
+    if len(body) == 2 and isinstance(body[0], ast.Assign) and body[0].value is ctor \
+            and isinstance(body[0].targets[0], ast.Name) and len(body[0].targets) == 1:
+        returned = body[0].targets[0].id
+    elif len(body) != 1:
+        return False
+    last = body[-1]
+    if not (isinstance(last, ast.Return) and (last.value is ctor if returned is ctor else isinstance(
+            last.value, ast.Name) and last.value.id == returned)):
+        return False
+    own = set(parameter_names(fn, False))
+    return names_read(ast.Tuple([*ctor.args, *(k.value for k in ctor.keywords)])) <= own
 
 
 def build_optimizer_after(ctx: FixContext, built: ast.Assign, anchor: ast.stmt) -> Fix:
