@@ -69,10 +69,23 @@ def test_pieces_written_on_the_next_line_are_rebound_out_of_place():
         assert torch.allclose(got, want)
 
 
-def test_a_piece_that_cannot_be_rebound_gets_no_fix():
-    # `a` also goes into a list: rebinding is not offered, and a chunk written in place with grad on still raises
+def test_a_piece_whose_base_is_bound_anew_before_any_read_is_rebound():
+    # `h` is bound to the joined pieces: nothing reads the memory the write changed through it afterwards
     src = textwrap.dedent(_PROGRAM).replace("{binding}", "a, b = h.chunk(2, dim=1)").replace(
         "{write}", "a.mul_(0.5)\n    h = torch.cat([a, b], 1)")
+    out = fix_text(src, "t.py", Config(jedi=False)).fixed
+    assert "    a, b = h.chunk(2, dim=1)\n    a = a.mul(0.5)\n" in out and not found("GG105", out)
+    intended = src.replace("    with torch.no_grad():\n        a, b = h.chunk(2, dim=1)\n    a.mul_(0.5)\n",
+                           "    a, b = h.chunk(2, dim=1)\n    a = a * 0.5\n")
+    for got, want in zip(run_program(out), run_program(intended), strict=True):
+        assert torch.allclose(got, want)
+
+
+def test_a_piece_that_cannot_be_rebound_gets_no_fix():
+    # `h` is read after the write (it sees the write): rebinding is not offered, and a chunk written in place with
+    # grad on still raises
+    src = textwrap.dedent(_PROGRAM).replace("{binding}", "a, b = h.chunk(2, dim=1)").replace(
+        "{write}", "a.mul_(0.5)\n    h = torch.cat([a, b], 1) + h.repeat(1, 2)[:, :6]")
     assert [d.fix for d in found("GG105", src)] == [None]
 
 

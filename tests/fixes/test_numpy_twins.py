@@ -70,8 +70,8 @@ _FORMS = {
     "method_var_positional_axis": (
         "    return torch.tensor(x.detach().numpy().var(2))",
         "x.var(2, unbiased=False)"),
-    "bound_in_a_branch_read_in_a_try": (  # bound once, in a block the read is not in: the read reads it or fails
-        "    if x.dim() == 4:\n"
+    "bound_in_a_with_read_in_a_try": (  # bound once, in a block that runs whole before the read
+        "    with torch.enable_grad():\n"
         "        a = x.detach().numpy()\n"
         "    try:\n"
         "        b = a.mean(axis=0)\n"

@@ -1271,18 +1271,20 @@ def _rebound_right_after(ctx: FixContext, read: ast.Name, stores: list[ast.Name]
 
 
 def _runs_before(ctx: FixContext, first: ast.stmt, then: ast.stmt) -> bool:
-    """Whether ``then`` runs only after ``first`` began: ``first``, or an ``if``, ``with`` or ``try`` around it, is
-    earlier in a block that holds ``then`` (or a statement around it).  For the one binding of a name that is no
-    parameter and that no loop repeats, ``then`` then reads that binding's value or none (the name is unbound
-    when the binding did not run)."""
+    """Whether ``first`` always runs before ``then``: it, or a block around it whose body runs whole whenever what
+    follows runs (a ``with``, a ``try`` without handlers, an ``if`` whose test is a true constant), is a statement
+    of a block that holds ``then`` (or a statement around it), earlier in that block."""
     reached = {id(st) for st in (then, *ctx.ancestors(then))}
     stmt: ast.AST | None = first
-    while stmt is first or isinstance(stmt, (ast.If, ast.With, ast.Try)):
+    while stmt is not None:
         block = block_of(ctx.parents.get(stmt), stmt) or []
         k = next((k for k, st in enumerate(block) if st is stmt), len(block))
         if any(id(st) in reached for st in block[k + 1:]):
             return True
-        stmt = ctx.parents.get(stmt)
+        around = ctx.parents.get(stmt)
+        whole = isinstance(around, ast.With) or isinstance(around, ast.Try) and not around.handlers or isinstance(
+            around, ast.If) and isinstance(around.test, ast.Constant) and around.test.value is True
+        stmt = around if whole and any(st is stmt for st in around.body) else None
     return False
 
 
