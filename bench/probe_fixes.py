@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "server"))
 import realworld  # noqa: E402
 
 from gradguard.diagnostics import TextEdit  # noqa: E402
-from gradguard.fixes.edits import apply_edits  # noqa: E402
+from gradguard.text import apply_edits  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "probe_only"
 PROBE_ONLY_SUFFIX = "(observed by the runtime probe)"  # merge.to_diagnostic: a finding no static one matched

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gradguard.api import analyze_source
 from gradguard.config import Config
-from gradguard.fixes.edits import apply_edits
+from gradguard.text import apply_edits
 from gradients import grads_equal
 
 

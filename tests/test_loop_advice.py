@@ -24,7 +24,7 @@ from gradients import grads_equal
 from gradguard.api import analyze_source
 from gradguard.config import Config
 from gradguard.fixes.context import FixContext
-from gradguard.fixes.edits import apply_edits
+from gradguard.text import apply_edits
 from gradguard.rules.gg104_element_loop_write import stack_steps
 
 torch = pytest.importorskip("torch")

@@ -15,7 +15,7 @@ if str(SERVER) not in sys.path:
     sys.path.insert(0, str(SERVER))
 
 from gradguard.diagnostics import Diagnostic, Severity, Span, TextEdit  # noqa: E402
-from gradguard.fixes.edits import apply_edits  # noqa: E402
+from gradguard.text import apply_edits  # noqa: E402
 from gradguard.text import code_point_column  # noqa: E402
 
 PACKAGE = SERVER / "gradguard"
@@ -48,7 +48,7 @@ def test_code_point_column():
 def test_one_definition_each():
     defined = [(path.name, node.name) for path, source in _sources() for node in ast.walk(ast.parse(source))
                if isinstance(node, ast.FunctionDef) and node.name in ("apply_edits", "sort_key", "_place", "key_of")]
-    assert [d for d in defined if d[1] == "apply_edits"] == [("edits.py", "apply_edits")]
+    assert [d for d in defined if d[1] == "apply_edits"] == [("text.py", "apply_edits")]
     assert not [d for d in defined if d[1] in ("sort_key", "_place")]
     decoders = [path.name for path, source in _sources() if 'errors="ignore")' in source and "utf-8" in source]
     assert decoders == ["text.py"], decoders

@@ -50,8 +50,7 @@ from typing import Any
 from . import parsing
 from .config import Config
 from .diagnostics import SYNTAX_ERROR, Diagnostic, FileResult, Fix, FixSource, Related, Severity, Span, TextEdit
-from .fixes.edits import apply_edits
-from .text import split_lines
+from .text import apply_edits, split_lines
 
 SUFFIX = ".ipynb"
 

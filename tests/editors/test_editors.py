@@ -28,7 +28,7 @@ import pytest
 
 from gradguard.api import analyze_source
 from gradguard.config import Config
-from gradguard.fixes.edits import apply_edits
+from gradguard.text import apply_edits
 
 from editors.clients import Client, emacs, nvim_011, nvim_07, require
 

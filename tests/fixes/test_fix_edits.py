@@ -11,7 +11,7 @@ from gradguard.api import analyze_source
 from gradguard.cli import main
 from gradguard.config import Config
 from gradguard.diagnostics import Fix, TextEdit
-from gradguard.fixes.edits import apply_edits, diff_edits
+from gradguard.text import apply_edits, diff_edits
 from gradguard.autofix.plan import choose
 from gradguard.autofix.writer import fix_text
 

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 from gradguard.config import Config
-from gradguard.fixes.edits import apply_edits
+from gradguard.text import apply_edits
 from gradguard.autofix.writer import fix_text
 from programs import found, run_program
 

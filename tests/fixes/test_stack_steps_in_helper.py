@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 from gradguard.fixes.context import FixContext
-from gradguard.fixes.edits import apply_edits
+from gradguard.text import apply_edits
 from gradguard.autofix.writer import fix_text
 from gradguard.rules.gg104_element_loop_write import stack_steps
 from programs import found, run_program

@@ -18,7 +18,7 @@ from fixture_corpus import Fixture, all_fixtures
 from gradguard.api import analyze_source
 from gradguard.cli import main
 from gradguard.config import Config
-from gradguard.fixes.edits import apply_edits as apply_json_edits
+from gradguard.text import apply_edits as apply_json_edits
 from gradguard.rules import RULES_BY_CODE
 from lsprotocol import types
 from pytest_lsp import LanguageClient

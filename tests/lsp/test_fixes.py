@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gradguard.diagnostics import Diagnostic, Fix, Related, Severity, Span, TextEdit
 from gradguard.autofix.writer import fix_text
-from gradguard.fixes.edits import apply_edits
+from gradguard.text import apply_edits
 from gradguard.lsp.fixes import edits_between, fix_all
 from gradguard.lsp.follow import follow_edit
 

@@ -12,7 +12,7 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from gradguard.fixes.edits import apply_edits
+from gradguard.text import apply_edits
 from test_lsp import change_full, open_doc, wait_publish
 
 pytestmark = pytest.mark.asyncio

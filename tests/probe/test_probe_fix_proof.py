@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 from gradguard.api import analyze_source
 from gradguard.cli import main
 from gradguard.config import Config
-from gradguard.fixes.edits import apply_edits
+from gradguard.text import apply_edits
 from gradguard.probe import ProbeOptions
 from gradguard.probe.merge import ProbedDiagnostic, merge
 from gradguard.probed_fixes import attach

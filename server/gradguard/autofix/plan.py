@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from .. import parsing
 from ..diagnostics import Diagnostic, Fix, TextEdit
 from ..statements import walk as walk_statements
-from ..fixes.edits import apply_edits
+from ..text import apply_edits
 
 MAX_PASSES = 100  # each pass removes at least one finding, so this is never the limit in practice
 

@@ -26,8 +26,7 @@ from .callers import fix_in_helper
 from .context import CannotFix, FixBuilder, FixContext
 from ..inference.events import CHAIN_REASON
 from ..messages import other_file
-from ..text import text_digest
-from .edits import apply_edits, line_after
+from ..text import apply_edits, line_after, text_digest
 from .identity import FindingId, StillFound, Variant
 from .wrappers import through_wrapper
 

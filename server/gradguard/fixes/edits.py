@@ -1,4 +1,4 @@
-"""Turning libcst node changes into ``TextEdit``s, and applying ``TextEdit``s to text.
+"""Turning libcst node changes into ``TextEdit``s (applying them to a text is ``text.apply_edits``).
 
 A fix is built as a small codemod: replace these libcst nodes, insert these statements before that line,
 wrap that line in a ``with`` block.  ``Rewrite.edits()`` runs one transformer over each top-level statement
@@ -10,18 +10,16 @@ everything it does not touch byte for byte) and turns the difference into the fe
 from __future__ import annotations
 
 import ast
-import difflib
 import io
 import itertools
 import symtable
 import tokenize
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
 from ..statements import block_of
-from ..text import line_ends, line_starts, position, split_lines_kept
+from ..text import diff_edits
 from .context import CannotFix
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -168,76 +166,6 @@ def return_at_end(ctx: FixContext, fn: ast.FunctionDef | ast.AsyncFunctionDef, n
     end = fn.body[-1].end_lineno
     column = len(ctx.lines[end - 1]) + 1
     return TextEdit(end, column, end, column, f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {name}")
-
-
-def diff_edits(old: str, new: str) -> tuple[TextEdit, ...]:
-    """The edits that turn ``old`` into ``new``: one per changed region, trimmed to what really changes."""
-    if old == new:
-        return ()
-    old_lines, new_lines = split_lines_kept(old), split_lines_kept(new)
-    starts = line_starts(old)
-    old_offsets = [0]
-    for line in old_lines:
-        old_offsets.append(old_offsets[-1] + len(line))
-    edits = []
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        a, b = old_offsets[i1], old_offsets[i2]
-        old_chunk, new_chunk = old[a:b], "".join(new_lines[j1:j2])
-        prefix = 0
-        limit = min(len(old_chunk), len(new_chunk))
-        while prefix < limit and old_chunk[prefix] == new_chunk[prefix]:
-            prefix += 1
-        suffix = 0
-        while suffix < limit - prefix and old_chunk[-1 - suffix] == new_chunk[-1 - suffix]:
-            suffix += 1
-        start, end = a + prefix, b - suffix
-        text = new_chunk[prefix : len(new_chunk) - suffix]
-        (line, column), (end_line, end_column) = position(starts, start), position(starts, end)
-        edits.append(TextEdit(line, column, end_line, end_column, text))
-    return tuple(edits)
-
-
-def apply_edits(text: str, edits: Iterable[TextEdit | Mapping[str, Any]]) -> str:
-    """Apply edits (1-based code-point positions, clamped to the text) to ``text``: ``TextEdit``s, or their json
-    shape (``Diagnostic.to_json``'s, a code action's ``data``).  The one rule for overlaps: edits may touch, never
-    overlap (``ValueError``); insertions at one place go in the order given, as an editor makes them.
-
-    Lines are split like the server splits them (``\\r\\n``, ``\\r``, ``\\n``)."""
-    starts = line_starts(text)
-    ends = line_ends(text)
-
-    def offset(line: int, column: int) -> int:
-        index = max(0, min(line - 1, len(starts) - 1))
-        return min(starts[index] + max(0, column - 1), ends[index])
-
-    def span(e: TextEdit | Mapping[str, Any]) -> tuple[int, int, str]:
-        if isinstance(e, Mapping):
-            return offset(e["line"], e["column"]), offset(e["end_line"], e["end_column"]), e["new_text"]
-        return offset(e.line, e.column), offset(e.end_line, e.end_column), e.new_text
-
-    spans = sorted((span(e) for e in edits), key=lambda s: (s[0], s[1]))
-    out, cursor = [], 0
-    for start, end, new_text in spans:
-        if start < cursor:
-            raise ValueError("overlapping edits")
-        out.append(text[cursor:start])
-        out.append(new_text)
-        cursor = end
-    out.append(text[cursor:])
-    return "".join(out)
-
-
-def line_after(edits: Iterable[TextEdit], line: int) -> int:
-    """Where line ``line`` of the text, which no edit touches, is once ``edits`` are made: moved by the lines the
-    edits ending at or before its start add or remove (a fix checks its candidate for a finding by its line)."""
-    shift = 0
-    for e in edits:
-        if (e.end_line, e.end_column) <= (line, 1):
-            shift += e.new_text.count("\n") - (e.end_line - e.line)
-    return line + shift
 
 
 def renamed(ctx: FixContext, expr: ast.expr, old: str, new: str) -> str:

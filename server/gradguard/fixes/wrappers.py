@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix, TextEdit
 from ..statements import block_of
 from ..statements import walk as walk_statements
+from ..text import apply_edits, diff_edits
 from .context import LOOPS, FixContext
-from .edits import apply_edits, diff_edits
 from .identity import Variant
 
 if TYPE_CHECKING:  # pragma: no cover

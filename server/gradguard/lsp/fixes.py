@@ -4,7 +4,7 @@ planner's run for a document, and its result as edits of one document.
 The planner (``autofix.plan.run``) chooses, orders and applies the safe fixes and re-analyses until none is left,
 exactly as ``gradguard check --fix`` does (for a notebook: ``autofix.writer.CellsPlan`` over its program); this module
 makes the job that runs it in the pool (``fix_job``, ``notebook_fix_job``) and turns its fixed text into the few
-edits that make it (``edits.diff_edits``, 1-based code points), which ``convert`` maps to the client's
+edits that make it (``text.diff_edits``, 1-based code points), which ``convert`` maps to the client's
 positions.  So an editor's "Fix all" and ``--fix`` give the same text.  Part of the fix layer the server loads
 on first use (``on_demand.py``).
 """
@@ -18,7 +18,7 @@ from .. import api
 from ..config import Config
 from ..diagnostics import SYNTAX_ERROR, Diagnostic, FileResult
 from ..autofix import plan, writer
-from ..fixes.edits import diff_edits
+from ..text import diff_edits
 from .documents import Document, NotebookDocument, Snapshot, TextDocument
 
 FixJob = Callable[[], tuple[str, str, plan.Plan]]  # run in the pool: (text before, text after, the plan)

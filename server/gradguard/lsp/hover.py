@@ -16,9 +16,8 @@ from lsprotocol import types
 
 from ..diagnostics import Diagnostic
 from ..doc_links import rule_doc_url
-from ..fixes.edits import apply_edits
 from ..rules import RULES_BY_CODE
-from ..text import split_lines
+from ..text import apply_edits, split_lines
 
 _CODE_SPAN = re.compile(r"`([^`]*)`")
 _BOLD = re.compile(r"\*\*([^*]*)\*\*")

@@ -7,7 +7,7 @@ import ast
 from .. import statements
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FixContext
-from ..fixes.edits import Rewrite, apply_edits, line_after
+from ..fixes.edits import Rewrite
 from ..fixes.helper_calls import calls_of
 from ..fixes.identity import FindingId
 from ..fixes.moves import (block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in,
@@ -16,6 +16,7 @@ from ..fixes.writes import cst_mod
 from ..inference.events import Finding, LoadedCopy, Mutation, StaleStep, in_function_of
 from ..knowledge.names import RECURRENT_LAYERS
 from ..messages import Message, other_file
+from ..text import apply_edits, line_after
 from .base import Example, Rule
 from .common import SAVED_MESSAGE, conflict_related, first_conflict, where_it_raises
 

@@ -9,7 +9,7 @@ import re
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.callers import through_callers
 from ..fixes.context import CannotFix, FixContext
-from ..fixes.edits import Rewrite, apply_edits, return_at_end
+from ..fixes.edits import Rewrite, return_at_end
 from ..fixes.identity import FindingId
 from ..fixes.moves import move_statements_after
 from ..fixes.writes import cst_mod, parse_expr, short
@@ -25,6 +25,7 @@ from ..messages import Message, other_file
 from ..statements import block_of
 from ..statements import calls, every_node, names_read, number_written_out
 from ..statements import walk as walk_statements
+from ..text import apply_edits
 from .base import Example, Rule
 from .common import first_conflict
 
