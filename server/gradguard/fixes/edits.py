@@ -14,6 +14,7 @@ import io
 import itertools
 import symtable
 import tokenize
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -168,12 +169,12 @@ def return_at_end(ctx: FixContext, fn: ast.FunctionDef | ast.AsyncFunctionDef, n
     return TextEdit(end, column, end, column, f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {name}")
 
 
-def renamed(ctx: FixContext, expr: ast.expr, old: str, new: str) -> str:
-    """The source of ``expr`` with every ``old`` name spelled ``new``."""
+def renamed(ctx: FixContext, expr: ast.expr, old: str | None, new: str, parts: Iterable[ast.expr] = ()) -> str:
+    """The source of ``expr`` with every ``old`` name (or each of ``parts`` of it) spelled ``new``."""
     text = ctx.source(expr)
     line, column, _, _ = ctx.char_range(expr)
-    names = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == old),
-                   key=lambda n: (n.lineno, n.col_offset), reverse=True)
+    parts = parts if old is None else (n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == old)
+    names = sorted(parts, key=lambda n: (n.lineno, n.col_offset), reverse=True)
     lines = text.split("\n")
     for n in names:
         nl, nc, _, nec = ctx.char_range(n)

@@ -14,6 +14,7 @@ from ..diagnostics import Fix, TextEdit
 from ..statements import every_node
 from .callers import param_escape, through_callers
 from .context import CannotFix, FixContext
+from .edits import renamed
 from .moves import mutation_in, no_grad_block, units
 from .writes import InPlaceWrite, aug_to_binop, code, cst_mod, out_of_place, short
 
@@ -22,10 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
-    """GG102 on a tensor the forward reads later: the hidden write (``.data``, ``.detach()``, ``no_grad``)
-    becomes the same op out of place with grad on, and the name is rebound to it (``out = out.mul(s)``,
-    ``x = x.clamp(a, b)``, ``h = h.clone(); h[pad] = 0``).  Always unsafe: the gradient then goes through
-    the op, where before it skipped it (a deliberate straight-through estimator loses that)."""
+    """GG102 on a tensor the forward reads later (and GG001's write under ``no_grad``): see the module's docstring."""
     cst = cst_mod()
     mutation = mutation_in(finding)
     owner = mutation.hidden_from
@@ -120,11 +118,7 @@ def _copied_in_graph(ctx: FixContext, call: ast.Call, name: str) -> str:
     if not own or any(isinstance(n, ast.Name) and n.id == name for leaf in leaves if leaf not in own
                       for n in ast.walk(leaf)):
         raise CannotFix("the copied values do not read the written tensor elementwise")
-    text, start = ctx.source(value), ctx._chars(value.lineno, value.col_offset)
-    for leaf in sorted(own, key=lambda n: n.col_offset, reverse=True):
-        a, b = ctx._chars(leaf.lineno, leaf.col_offset) - start, ctx._chars(leaf.lineno, leaf.end_col_offset) - start
-        text = text[:a] + name + text[b:]
-    return text
+    return renamed(ctx, value, None, name, own)
 
 
 def _no_grad_decorator(ctx: FixContext, stmt: ast.stmt) -> ast.expr | None:

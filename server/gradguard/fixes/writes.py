@@ -26,12 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Mutation
     from ..inference.sharing import Moment
 
-_AUG_OPS = {
-    "AddAssign": "Add", "SubtractAssign": "Subtract", "MultiplyAssign": "Multiply", "DivideAssign": "Divide",
-    "FloorDivideAssign": "FloorDivide", "ModuloAssign": "Modulo", "PowerAssign": "Power",
-    "MatrixMultiplyAssign": "MatrixMultiply", "BitAndAssign": "BitAnd", "BitOrAssign": "BitOr",
-    "BitXorAssign": "BitXor", "LeftShiftAssign": "LeftShift", "RightShiftAssign": "RightShift",
-}
 _PRECEDENCE = {
     "BitOr": 1, "BitXor": 2, "BitAnd": 3, "LeftShift": 4, "RightShift": 4, "Add": 5, "Subtract": 5,
     "Multiply": 6, "MatrixMultiply": 6, "Divide": 6, "FloorDivide": 6, "Modulo": 6, "Power": 8,
@@ -216,10 +210,6 @@ def parse_expr(code: str) -> cst.BaseExpression:
     return cst_mod().parse_expression(code)
 
 
-def _parenthesized(node: cst.CSTNode) -> bool:
-    return bool(getattr(node, "lpar", ()))
-
-
 def is_atom(node: cst.BaseExpression) -> bool:
     cst = cst_mod()
     atoms = (
@@ -227,7 +217,7 @@ def is_atom(node: cst.BaseExpression) -> bool:
         cst.ConcatenatedString, cst.FormattedString, cst.List, cst.Dict, cst.Set, cst.ListComp, cst.SetComp,
         cst.DictComp, cst.GeneratorExp, cst.Ellipsis,
     )
-    return _parenthesized(node) or isinstance(node, atoms)
+    return bool(getattr(node, "lpar", ())) or isinstance(node, atoms)
 
 
 def paren(node: cst.BaseExpression) -> cst.BaseExpression:
@@ -258,13 +248,9 @@ def receiver(node: cst.BaseExpression) -> cst.BaseExpression:
     return paren(node)
 
 
-def method_call(obj: cst.BaseExpression, method: str, args=()) -> cst.Call:
-    cst = cst_mod()
-    return cst.Call(func=cst.Attribute(value=receiver(obj), attr=cst.Name(method)), args=list(args))
-
-
 def clone_of(node: cst.BaseExpression) -> cst.Call:
-    return method_call(node, "clone")
+    cst = cst_mod()
+    return cst.Call(func=cst.Attribute(value=receiver(node), attr=cst.Name("clone")))
 
 
 def assign(target: cst.BaseExpression, value: cst.BaseExpression, *more: cst.BaseExpression,
@@ -279,15 +265,12 @@ def assign(target: cst.BaseExpression, value: cst.BaseExpression, *more: cst.Bas
 
 
 def aug_to_binop(aug: cst.AugAssign) -> cst.BinaryOperation:
-    """``x op= v`` -> ``x op v`` (with ``v`` parenthesized when needed)."""
+    """``x op= v`` -> ``x op v`` (with ``v`` parenthesized when needed); libcst names each ``op=`` ``<op>Assign``."""
     cst = cst_mod()
-    name = _AUG_OPS.get(type(aug.operator).__name__)
-    if name is None:
-        raise CannotFix("unknown augmented operator")
-    operator = getattr(cst, name)()
+    name = type(aug.operator).__name__.removesuffix("Assign")
     return cst.BinaryOperation(
         left=as_operand(aug.target.deep_clone(), name, right=False),
-        operator=operator,
+        operator=getattr(cst, name)(),
         right=as_operand(aug.value, name, right=True),
     )
 
@@ -320,7 +303,7 @@ def out_of_place(ctx: FixContext, call: ast.Call, obj: cst.BaseExpression | None
         return node.with_changes(func=func.with_changes(value=receiver(obj), attr=cst.Name(twin)))
     if method == "zero_" and torch and not call.args and not call.keywords:
         return cst.Call(func=parse_expr(f"{torch}.zeros_like"), args=[cst.Arg(obj.deep_clone())])
-    if method == "fill_" and torch and len(call.args) == 1 and not call.keywords and _is_number(ctx, call.args[0]):
+    if method == "fill_" and torch and len(call.args) == 1 and not call.keywords and _is_number(call.args[0]):
         return cst.Call(
             func=parse_expr(f"{torch}.full_like"),
             args=[cst.Arg(obj.deep_clone(), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), node.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)],
@@ -328,12 +311,10 @@ def out_of_place(ctx: FixContext, call: ast.Call, obj: cst.BaseExpression | None
     return node.with_changes(func=func.with_changes(value=clone_of(obj)))
 
 
-def _is_number(ctx: FixContext, node: ast.AST) -> bool:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return True
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return _is_number(ctx, node.operand)
-    return False
+def _is_number(node: ast.AST) -> bool:
+    while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
 
 
 def code(node: cst.CSTNode) -> str:
