@@ -12,7 +12,7 @@ from ..fixes.helper_calls import calls_of
 from ..fixes.identity import FindingId
 from ..fixes.moves import (block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in,
                            units, value_only_call)
-from ..fixes.writes import cst_mod
+from ..fixes.writes import cst_mod, is_dotted
 from ..inference.events import Finding, LoadedCopy, Mutation, StaleStep, in_function_of
 from ..knowledge.names import RECURRENT_LAYERS
 from ..messages import Message, other_file
@@ -412,7 +412,7 @@ def _compute_kept_anew(ctx: FixContext, mutation: Mutation, finding: Finding) ->
     when the finding is gone with it.  Unsafe: the value is computed again on every call, and its gradients flow at
     every step (keeping it detached, the other choice, would stop them instead)."""
     inner = mutation.stale_kept.store
-    if not (isinstance(inner, ast.Assign) and len(inner.targets) == 1 and _is_chain(inner.targets[0])):
+    if not (isinstance(inner, ast.Assign) and len(inner.targets) == 1 and is_dotted(inner.targets[0])):
         raise CannotFix("the kept value is not stored by a plain assignment")
     target = ast.unparse(inner.targets[0])
 
@@ -516,7 +516,7 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
             if isinstance(n, ast.Call) and not (
                     value_only_call(ctx, n) and not (isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_"))
                     or isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "zero_grad", "step")
-                    and _is_chain(n.func.value) and not any(isinstance(a, ast.Starred) for a in n.args)
+                    and is_dotted(n.func.value) and not any(isinstance(a, ast.Starred) for a in n.args)
                     and not (statements.names_read(n) - {_root(n.func.value)}) & reads):
                 raise CannotFix("a call between may change what the assignment reads")
     for st in (*moved, block[k]):
@@ -555,7 +555,7 @@ def _clear_before_backward(ctx: FixContext, finding: Finding, event: StaleStep) 
     if block is None or not (
             isinstance(inner, ast.Expr) and inner.value is call and isinstance(call, ast.Call)
             and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords
-            and _is_chain(call.func.value)):
+            and is_dotted(call.func.value)):
         raise CannotFix("the backward and a plain step are not statements of one block")
     i, k = block.index(backward), block.index(step)
     name = ast.unparse(call.func.value)
@@ -573,8 +573,8 @@ def _keep_loaded_copy(ctx: FixContext, stmt: ast.stmt) -> Fix:
     it is its block's only statement), keeping the copy the load filled.  The module stored is a call's result
     (``teacher = refresh(teacher, student)``, a helper that loads and returns the module trained): the call stays,
     as a statement of its own, and only the binding of its result goes."""
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_chain(stmt.targets[0])
-            and (_is_chain(stmt.value) or isinstance(stmt.value, ast.Call))):
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and is_dotted(stmt.targets[0])
+            and (is_dotted(stmt.value) or isinstance(stmt.value, ast.Call))):
         raise CannotFix("not a plain assignment of one name or attribute")
     ctx.require_own_lines(stmt)
     block = block_around(ctx, stmt)
@@ -597,13 +597,6 @@ def _units_in_one_block(ctx: FixContext, a: ast.stmt, b: ast.stmt) -> tuple[ast.
         if ua is not None:
             return ua, ub
     return None, None
-
-
-def _is_chain(node: ast.expr) -> bool:
-    """``name`` or ``name.attr.attr``: read twice, it is the same object (no call, no subscript)."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, ast.Name)
 
 
 def _runs_backward_or_stores(n: ast.AST, chain: str, before: bool) -> bool:
@@ -730,7 +723,7 @@ def _step_after_later_backward(ctx: FixContext, mutation: Mutation, code: str) -
                 raise CannotFix("the statements the step would pass over rebind its optimizer")
             if isinstance(n, ast.Call) and not (
                     any(n is s for s in sinks) or value_only_call(ctx, n) or isinstance(n.func, ast.Attribute)
-                    and n.func.attr in ("zero_grad", "step") and _is_chain(n.func.value)
+                    and n.func.attr in ("zero_grad", "step") and is_dotted(n.func.value)
                     and ast.unparse(n.func.value) != chain):
                 raise CannotFix("the statements the step would pass over call code that may read its weights")
     ran = set()
@@ -806,7 +799,7 @@ def _named_in_caller(ctx: FixContext, fn: ast.FunctionDef, site: ast.AST, chain:
         params = params[1:]
     if root in params:
         k = params.index(root)
-        return ast.unparse(site.args[k]) + chain[len(root):] if k < len(site.args) and _is_chain(site.args[k]) \
+        return ast.unparse(site.args[k]) + chain[len(root):] if k < len(site.args) and is_dotted(site.args[k]) \
             else None
     return chain if ctx.function_of(fn) is ctx.function_of(site) else None  # free in a closure of the caller
 
@@ -815,7 +808,7 @@ def _method_of(stmt: ast.stmt, method: str) -> str | None:
     """``opt`` of a statement ``opt.<method>()`` on a chain of names (``set_to_none=`` a constant at most)."""
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == method
-            and _is_chain(call.func.value) and not call.args
+            and is_dotted(call.func.value) and not call.args
             and all(k.arg == "set_to_none" and isinstance(k.value, ast.Constant) for k in call.keywords)):
         return ast.unparse(call.func.value)
     return None

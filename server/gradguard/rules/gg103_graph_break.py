@@ -12,7 +12,7 @@ from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite, return_at_end
 from ..fixes.identity import FindingId
 from ..fixes.moves import move_statements_after
-from ..fixes.writes import cst_mod, parse_expr, short
+from ..fixes.writes import cst_mod, is_dotted, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
 from ..inference.followed import parameter_names
@@ -855,7 +855,7 @@ def _copy_of_tensor(ctx: FixContext, call: ast.Call) -> Fix:
         source = call.args[0]
         new = f"{_atom(ctx, source)}.to({kw}, copy=True)" if kw else f"{_atom(ctx, source)}.clone()"
     elif isinstance(call.func, ast.Attribute) and call.func.attr == "new_tensor" and len(call.args) == 1 \
-            and _plain(call.func.value):
+            and is_dotted(call.func.value):
         source, like = call.args[0], ctx.source(call.func.value)
         if kw:
             defaults = "".join(f", {k}={like}.{k}" for k in _LIKE if k not in keywords)
@@ -978,13 +978,6 @@ def _only_ever_a_list(ctx: FixContext, name: ast.Name) -> bool:
                 return False
             bound += 1
     return bound > 0
-
-
-def _plain(node: ast.expr) -> bool:
-    """A name or attribute chain: reading it twice reads the same thing."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, ast.Name)
 
 
 def _atom_text(text: str) -> str:
@@ -1549,14 +1542,14 @@ def _optimizer_for_the_copy(ctx: FixContext, event: CopyTrained) -> Fix:
     the one the original trains."""
     call, copied, given = next(((c, a, e) for c, o, a, e in event.paired if o is event.optimizer), (None,) * 3)
     deep = event.node
-    if not (isinstance(call, ast.Call) and copied is not None and given is not None and _plain(copied)
-            and _plain(given) and isinstance(deep, ast.Call) and len(deep.args) == 1 and not deep.keywords
-            and _plain(deep.args[0])):
+    if not (isinstance(call, ast.Call) and copied is not None and given is not None and is_dotted(copied)
+            and is_dotted(given) and isinstance(deep, ast.Call) and len(deep.args) == 1 and not deep.keywords
+            and is_dotted(deep.args[0])):
         raise CannotFix("the copy, its original or the optimizer is not a name or attribute chain")
     made, site = ctx.statement_of(deep), ctx.statement_of(call)
     block = block_of(ctx.parents.get(site), site)
     if not (isinstance(made, ast.Assign) and len(made.targets) == 1 and made.value is deep and block is not None
-            and _plain(made.targets[0]) and ast.unparse(made.targets[0]) == ast.unparse(copied)
+            and is_dotted(made.targets[0]) and ast.unparse(made.targets[0]) == ast.unparse(copied)
             and any(st is made for st in block)):
         raise CannotFix("the copy is not bound, in the call's block, to the name the call is handed")
     start, end = next(i for i, st in enumerate(block) if st is made), next(i for i, st in enumerate(block) if st is site)
@@ -1613,7 +1606,7 @@ def _write_into_parameter(ctx: FixContext, finding: Finding) -> Fix:
     device (``copy_`` broadcasts a smaller shape), and whatever else holds the old parameter sees them too."""
     stmt = finding.node
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)
-            and _plain(stmt.targets[0])):
+            and is_dotted(stmt.targets[0])):
         raise CannotFix("not one assignment to an attribute")
     call = stmt.value
     if not (isinstance(call, ast.Call) and ctx.qual(call.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
@@ -1656,7 +1649,7 @@ def _set_past_registration(ctx: FixContext, call: ast.Call) -> Fix:
                     for k in call.keywords)):
         raise CannotFix("not a new Parameter of one tensor's values")
     if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
-            and isinstance(stmt.targets[0], ast.Attribute) and _plain(stmt.targets[0].value):
+            and isinstance(stmt.targets[0], ast.Attribute) and is_dotted(stmt.targets[0].value):
         owner, name = ctx.source(stmt.targets[0].value), repr(stmt.targets[0].attr)
     elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name) \
             and stmt.value.func.id == "setattr" and "setattr" not in ctx.imports and len(stmt.value.args) == 3 \
@@ -1715,7 +1708,7 @@ def _append_the_tensor(ctx: FixContext, finding: Finding) -> Fix | None:
     if isinstance(append, ast.IfExp) and read is not append.test:  # `v if keep else v.item()`: this branch's
         append, kept = ctx.parents.get(append), append
     if not (isinstance(append, ast.Call) and isinstance(append.func, ast.Attribute) and append.func.attr == "append"
-            and append.args == [kept] and not append.keywords and _plain(append.func.value)
+            and append.args == [kept] and not append.keywords and is_dotted(append.func.value)
             and isinstance(ctx.parents.get(append), ast.Expr)):
         return None
     if any((f.data or {}).get("constant_in") is not None for f in (finding, *finding.twins)):
