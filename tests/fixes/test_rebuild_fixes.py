@@ -352,3 +352,26 @@ def test_a_list_holding_a_number_is_not_stacked_on_its_facts():
     """An element the run knows is a number: torch.stack would refuse it, so the list fact offers no stack."""
     fixes = _fixes(_MIXED)
     assert fixes and all(f is None or "stack" not in f.title for f in fixes)
+
+
+def test_no_translation_of_a_binding_read_by_each_pass_of_a_loop():
+    # each pass's backward would go through the one graph the translated binding made (freed after the first)
+    src = """
+import numpy
+import torch
+
+
+def train():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 4)
+    x = torch.randn(5, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    arr = model(x).detach().numpy()
+    for _ in range(2):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean() + torch.tensor(arr.std())
+        loss.backward()
+        opt.step()
+    return [p.grad for p in model.parameters()]
+"""
+    assert _fixes(src) == [None]

@@ -1189,7 +1189,8 @@ class NumpyTranslation:
             assign = ctx.parents.get(stores[0])
             if not (isinstance(assign, ast.Assign) and assign.targets == [stores[0]]
                     and not ctx.loops_around(assign, scope) and name.id not in names.parameters
-                    and all(_runs_before(ctx, assign, ctx.statement_of(n)) for n in loads)):
+                    and all(_runs_before(ctx, assign, ctx.statement_of(n)) and not _repeated(ctx, n, scope)
+                            for n in loads)):
                 return None
         else:
             assign, loads = _rebound_right_after(ctx, name, stores, loads, scope)
@@ -1262,6 +1263,16 @@ def _rebound_right_after(ctx: FixContext, read: ast.Name, stores: list[ast.Name]
             return None, loads
         return st, [n for n in loads if any(ctx.inside(n, s) for s in (*between, then))]
     return None, loads
+
+
+def _repeated(ctx: FixContext, node: ast.AST, scope: ast.AST) -> bool:
+    """A loop of ``scope`` around ``node`` may run it more than once: each pass would read the one tensor a binding
+    before the loop made, and a backward in each would go through its graph again (not ``for _ in range(1)``,
+    ``for x in [a]``)."""
+    return any(not (isinstance(loop, ast.For) and (
+        isinstance(loop.iter, (ast.List, ast.Tuple)) and len(loop.iter.elts) == 1
+        or isinstance(loop.iter, ast.Call) and ctx.qual(loop.iter.func) == "builtins.range"
+        and [ctx.source(a) for a in loop.iter.args] == ["1"])) for loop in ctx.loops_around(node, scope))
 
 
 def _runs_before(ctx: FixContext, first: ast.stmt, then: ast.stmt) -> bool:
