@@ -83,6 +83,10 @@ NO_FIX = {
         "a method of the layer called after the write (`self.project(x)`) reads the weight without naming it: a copy "
         "read in place of `self.weight` would leave that method the unwritten row"
     ),
+    "GG003/pos_linear_subclass_pins_row_then_calls_super_forward": (
+        "the base class's forward called after the write (`super().forward(x)`) reads the weight without naming it: "
+        "a copy read in place of `self.weight` would leave it the unwritten row"
+    ),
     "GG001/pos_sliced_comprehension_batches_input_normalized": (
         "`x` is an element of the caller's list of batches: rebinding it leaves the list's tensor unscaled for its "
         "later readers, so no safe rewrite exists where the write is"

@@ -333,6 +333,8 @@ def later_reads_of_attribute(ctx: FixContext, scope: ast.AST, start: ast.stmt, a
         node = node.value
     names, methods = ctx.names_in(scope), ctx.names_in(ctx.tree).definitions
     roots = names.of(node.id) if isinstance(node, ast.Name) else []
+    if roots and any(starts_after(n, start) for n in names.of("super")):  # (`super().forward(x)` reads `self.weight`)
+        raise CannotFix(f"a `super()` call after the write may read `{text}`")
     prefixes += [node.id] if roots else []
     reads = []
     for node in (*(n for a in dict.fromkeys(attrs) for n in names.attribute(a)), *roots):
