@@ -69,18 +69,26 @@ class RebindRewrite:
     def rewrite(self) -> tuple[Rewrite, str]:
         """The edit and a short description; CannotFix when this write has no rebinding form."""
         ctx, w, cst, rw, name = self.ctx, self.write, cst_mod(), Rewrite(self.ctx), self.name
-        if w.kind == "functional":
-            new_call = not_inplace(ctx, w)
+
+        def replaced(old: cst.CSTNode, new: cst.CSTNode) -> tuple[Rewrite, str]:
+            rw.replace_node(old, new)
+            return rw, code(new)
+
+        if w.kind == "functional" or w.kind == "method" and self.direct:
+            new_value = not_inplace(ctx, w)  # (a method's out_of_place)
             if not w.value_use:
                 if not self.direct:
                     raise CannotFix("the in-place function writes a view and its result is dropped")
-                new = assign(cst.Name(name), new_call)
-                rw.replace_node(ctx.cst(w.stmt), new)
-                return rw, code(new)
-            rw.replace_node(ctx.cst(w.call), new_call)
-            if name and not rebinds(w.stmt, name) and w.value_read_after(ctx, name):
+                return replaced(ctx.cst(w.stmt), assign(cst.Name(name), new_value))
+            stmt = w.stmt
+            if name and not rebinds(stmt, name) and w.value_read_after(ctx, name):
+                if w.kind == "method" and isinstance(stmt, ast.Assign) and stmt.value is w.call:
+                    # `s = x.exp_()` and x is read later: `s = x = x.exp()`
+                    small = ctx.cst(stmt)
+                    targets = [*small.targets, cst.AssignTarget(target=cst.Name(name))]
+                    return replaced(small, small.with_changes(targets=targets, value=new_value))
                 raise CannotFix(f"`{name}` is read later and would miss the write")
-            return rw, code(new_call)
+            return replaced(ctx.cst(w.call), new_value)
         if not self.direct:
             # a write through a view of `name`: copy `name` first, then write the copy (not of a list a caller passed)
             if _held_in_a_container(w, name):
@@ -89,34 +97,11 @@ class RebindRewrite:
             return rw, f"{name} = {name}.clone()"
         if w.kind == "augassign":
             aug = ctx.cst(w.stmt)
-            new = assign(aug.target.deep_clone(), aug_to_binop(aug), like=aug)
-            rw.replace_node(aug, new)
-            return rw, code(new)
-        if w.kind == "method":
-            new_value = out_of_place(ctx, w.call)
-            if not w.value_use:
-                new = assign(cst.Name(name), new_value)
-                rw.replace_node(ctx.cst(w.stmt), new)
-                return rw, code(new)
-            stmt = w.stmt
-            if isinstance(stmt, ast.Assign) and stmt.value is w.call and not rebinds(stmt, name) \
-                    and w.value_read_after(ctx, name):
-                # `s = x.exp_()` and x is read later: `s = x = x.exp()`
-                small = ctx.cst(stmt)
-                targets = [*small.targets, cst.AssignTarget(target=cst.Name(name))]
-                new = small.with_changes(targets=targets, value=new_value)
-                rw.replace_node(small, new)
-                return rw, code(new)
-            if not rebinds(stmt, name) and w.value_read_after(ctx, name):
-                raise CannotFix(f"`{name}` is read later and would miss the write")
-            rw.replace_node(ctx.cst(w.call), new_value)
-            return rw, code(new_value)
+            return replaced(aug, assign(aug.target.deep_clone(), aug_to_binop(aug), like=aug))
         if w.kind == "out":
             if w.value_use:
                 raise CannotFix("the result of the out= call is used")
-            new = assign(cst.Name(name), without_keyword(ctx.cst(w.call), "out"))
-            rw.replace_node(ctx.cst(w.stmt), new)
-            return rw, code(new)
+            return replaced(ctx.cst(w.stmt), assign(cst.Name(name), without_keyword(ctx.cst(w.call), "out")))
         raise CannotFix(f"no rebinding for {w.kind}")
 
 
