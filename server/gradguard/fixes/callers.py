@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
 from ..inference.scopes import bound_names
+from ..inference.state import GRAD_MODES
 from ..statements import own_nodes
 from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
 from .edits import Rewrite, return_at_end
@@ -328,16 +329,13 @@ def unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
     return rw.fix(f"{title} (unsafe: {unsafe})" if unsafe else title, safe=not unsafe, callers_checked=True)
 
 
-_GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.enable_grad")
-
-
 def _under_no_grad(ctx: FixContext, stmt: ast.stmt) -> bool:
     """Whether ``stmt`` sits in a ``with`` block of its function that may change grad mode."""
     for anc in ctx.ancestors(stmt):
         if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
             return False
         if isinstance(anc, (ast.With, ast.AsyncWith)) and any(
-                isinstance(i.context_expr, ast.Call) and ctx.qual(i.context_expr.func) in _GRAD_OFF for i in anc.items):
+                isinstance(i.context_expr, ast.Call) and ctx.qual(i.context_expr.func) in GRAD_MODES for i in anc.items):
             return True
     return False
 

@@ -15,7 +15,7 @@ from ..statements import every_node
 from .callers import param_escape, through_callers
 from .context import CannotFix, FixContext
 from .edits import renamed
-from .moves import mutation_in, no_grad_block, units
+from .moves import grad_off, mutation_in, no_grad_block, units
 from .writes import InPlaceWrite, aug_to_binop, code, cst_mod, out_of_place, short
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -124,13 +124,7 @@ def _copied_in_graph(ctx: FixContext, call: ast.Call, name: str) -> str:
 def _no_grad_decorator(ctx: FixContext, stmt: ast.stmt) -> ast.expr | None:
     """The ``@torch.no_grad()`` that is the only decorator of the function around ``stmt``, if it is."""
     fn = ctx.function_of(stmt)
-    if fn is None or len(fn.decorator_list) != 1:
-        return None
-    decorator = fn.decorator_list[0]
-    if isinstance(decorator, ast.Call) and ctx.qual(decorator.func) == "torch.no_grad" and not decorator.args \
-            and not decorator.keywords:
-        return decorator
-    return None
+    return fn.decorator_list[0] if fn and len(fn.decorator_list) == 1 and grad_off(ctx, fn.decorator_list[0]) else None
 
 
 def _hidden_reads(expr: ast.expr, name: str) -> bool:

@@ -13,6 +13,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
+from ..inference.state import turns_grad_off
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, PARAMETER_ITERATORS
 from ..statements import block_of, calls, names, sole_statement
@@ -162,10 +163,9 @@ def no_grad_block(ctx: FixContext, stmt: ast.stmt, inference: bool = False) -> a
     parent = ctx.parents.get(stmt)
     if not isinstance(parent, ast.With) or len(parent.items) != 1 or parent.items[0].optional_vars is not None:
         return None
-    item = parent.items[0].context_expr
-    q = ctx.qual(item.func) if isinstance(item, ast.Call) else None
-    one = item.args[0].value if q and len(item.args) == 1 and isinstance(item.args[0], ast.Constant) else None
-    if q == "torch.no_grad" and not item.args or q == "torch.set_grad_enabled" and one is False or inference and (
-            q == "torch.inference_mode" and not item.keywords and (not item.args or one is True)):
-        return parent
-    return None
+    return parent if grad_off(ctx, parent.items[0].context_expr, inference) else None
+
+
+def grad_off(ctx: FixContext, node: ast.expr, inference: bool = False) -> bool:
+    """Is ``node`` a block or decorator that turns grad mode off (``state.turns_grad_off``)?"""
+    return turns_grad_off(ctx.qual(node.func) if isinstance(node, ast.Call) else None, node, inference)

@@ -10,6 +10,21 @@ from .values import Value, grown, join
 GRAD_OFF_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
 GRAD_ON_CONTEXTS = {"torch.enable_grad", "torch.autograd.enable_grad"}
 SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
+INFERENCE_MODE = "torch.inference_mode"
+GRAD_MODES = GRAD_OFF_CONTEXTS | GRAD_ON_CONTEXTS | SET_GRAD  # a block of any of them may change grad mode
+
+
+def turns_grad_off(qual: str | None, node: ast.expr, inference: bool = True) -> bool:
+    """Is ``node``, a call of ``qual``, a block or decorator that turns grad mode off: ``torch.no_grad()``,
+    ``torch.set_grad_enabled(False)``, and with ``inference`` ``torch.inference_mode()`` (or ``(True)``)?"""
+    if not isinstance(node, ast.Call) or node.keywords:
+        return False
+    one = node.args[0].value if len(node.args) == 1 and isinstance(node.args[0], ast.Constant) else None
+    if qual in SET_GRAD:
+        return one is False
+    if qual == INFERENCE_MODE:
+        return inference and (not node.args or one is True)
+    return qual in GRAD_OFF_CONTEXTS and not node.args
 
 
 @dataclass

@@ -11,7 +11,7 @@ from ..fixes.callers import through_callers
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite, return_at_end
 from ..fixes.identity import FindingId
-from ..fixes.moves import move_statements_after
+from ..fixes.moves import grad_off, move_statements_after
 from ..fixes.writes import cst_mod, is_dotted, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
@@ -1384,7 +1384,6 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
     raise CannotFix("no tensor-keeping rewrite for this graph break")
 
 
-_GRAD_OFF_BLOCKS = ("torch.no_grad", "torch.inference_mode")
 _WRITE_CODES = ("GG001", "GG002", "GG003", "GG004", "GG005")  # what a write may become once grad mode is on
 
 
@@ -1414,8 +1413,7 @@ def _grad_on(ctx: FixContext, event: GradOffBackward) -> Fix:
                       "also where nothing backpropagates)", safe=handed)
     block = ctx.parents.get(ctx.parents.get(node))
     if not (isinstance(block, ast.With) and len(block.items) == 1 and block.items[0].optional_vars is None
-            and isinstance(node, ast.Call) and ctx.qual(node.func) in _GRAD_OFF_BLOCKS and not node.args
-            and not node.keywords and block.body[0].lineno > block.lineno):
+            and grad_off(ctx, node, inference=True) and not node.args and block.body[0].lineno > block.lineno):
         raise CannotFix("grad mode is switched off for what follows, not by a block of its own")
     return _drop_block(ctx, block)
 

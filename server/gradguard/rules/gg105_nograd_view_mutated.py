@@ -7,7 +7,7 @@ import ast
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes import inplace
 from ..fixes.context import CannotFix, FixContext
-from ..fixes.moves import block_around, mutation_in, no_grad_block
+from ..fixes.moves import block_around, grad_off, mutation_in, no_grad_block
 from ..fixes.writes import InPlaceWrite, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
@@ -217,14 +217,14 @@ def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) 
         raise CannotFix("the helper computes more than views: grad mode would change more than their history")
     body = fn.body[1:] if ast.get_docstring(fn, clean=False) is not None else fn.body
     edits = []
-    if body == [ret] and len(fn.decorator_list) == 1 and _is_no_grad(ctx, fn.decorator_list[0]):
+    if body == [ret] and len(fn.decorator_list) == 1 and grad_off(ctx, fn.decorator_list[0]):
         decorator = fn.decorator_list[0]
         if ctx.lines[decorator.lineno - 1].strip() != "@" + ctx.source(decorator):
             raise CannotFix("the decorator does not have its line to itself")
         edits.append(TextEdit(decorator.lineno, 1, decorator.lineno + 1, 1, ""))
         how = "without `@torch.no_grad()`"
     elif len(body) == 1 and isinstance(body[0], ast.With) and body[0].body == [ret] and not fn.decorator_list \
-            and len(body[0].items) == 1 and _is_no_grad(ctx, body[0].items[0].context_expr) \
+            and len(body[0].items) == 1 and grad_off(ctx, body[0].items[0].context_expr) \
             and body[0].items[0].optional_vars is None and ret.lineno == ret.end_lineno:
         block = body[0]
         ctx.require_own_lines(block)
@@ -279,10 +279,6 @@ def _plain_number(node: ast.AST) -> bool:
 
 def _pieces(ctx: FixContext, origin: ast.AST) -> bool:
     return isinstance(origin, ast.Call) and isinstance(origin.func, ast.Attribute) and origin.func.attr in PIECES
-
-
-def _is_no_grad(ctx: FixContext, node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and ctx.qual(node.func) == "torch.no_grad" and not node.args and not node.keywords
 
 
 RULE = Rule(
