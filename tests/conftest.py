@@ -35,7 +35,7 @@ def _fix_builders_do_not_crash(request):
         yield
         return
     crashes = _Crashes()
-    loggers = [logging.getLogger(name) for name in ("gradguard.fixes", "gradguard.probed_fixes")]
+    loggers = [logging.getLogger(name) for name in ("gradguard.autofix.build", "gradguard.fixes", "gradguard.probed_fixes")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.addHandler(crashes)

@@ -16,11 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import bounds, notebooks, parsing
+from .autofix.build import Fixer, attach_fixes
 from .baseline import fingerprinted
 from .config import Config
 from .diagnostics import NOT_ANALYSED, SYNTAX_ERROR, UNREADABLE, Diagnostic, FileResult, Severity, Span
 from .engine import analyze_module, without_findings
-from .fixes import FindingId, FixBuilder, Fixer, StillFound, Variant, attach_fixes, unavailable
+from .fixes import FindingId, FixBuilder, StillFound, Variant, unavailable
 from .inference.events import Finding, file_lines, span_of
 from .inference.project import module_read, overlaid
 from .messages import LineName, other_file, plain_line

@@ -24,9 +24,10 @@ from pathlib import Path
 
 from . import parsing, statements
 from .api import FIX_BUILDERS
+from .autofix.build import Fixer
 from .diagnostics import FileResult, Fix, TextEdit
 from .engine import analyze_module
-from .fixes import FindingId, Fixer, StillFound, unavailable
+from .fixes import FindingId, StillFound, unavailable
 from .fixes.context import CannotFix, FixContext
 from .fixes.moves import move_statements_after
 from .inference.events import Conflict, Finding, Mutation, Sink

@@ -1,42 +1,17 @@
-"""Code fixes: each rule's ``fix`` hook turns a finding into a ``Fix`` (a libcst codemod as text edits).
-
-``Fixer`` is the one entry point the analysis calls (``attach_fixes`` when every fix is built at once, the
-language server's on-demand path one finding at a time), and only for a file that has findings: it
-builds one ``FixContext`` (libcst is parsed lazily, on the first fix that needs it) and asks each
-finding's rule for its fix, through the builders the caller hands down (this layer imports no rule).  A fix that cannot be built -- ``CannotFix``, or any bug in a fix builder --
-leaves that diagnostic without a fix; it never loses the diagnostic.
-
-``gradguard.autofix`` chooses and applies fixes for every client (files, notebooks, the language server's
-"Fix all"); ``edits`` turns node changes into ``TextEdit``s and applies them.
+"""The edit toolkit each rule's ``fix`` hook builds its ``Fix`` with: the text <-> ast <-> libcst bridge
+(``context``), edits (``edits``), rewrite forms and repair recipes that ask the dataflow's facts.  Choosing,
+building on demand and applying fixes is ``gradguard.autofix``'s (``autofix.build.Fixer`` asks each finding's rule).
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
-import logging
-import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from ..diagnostics import Diagnostic, Fix
-from .callers import fix_in_helper
 from .context import CannotFix, FixBuilder, FixContext
-from ..inference.events import CHAIN_REASON
-from ..messages import other_file
-from ..text import apply_edits, line_after, text_digest
 from .identity import FindingId, StillFound, Variant
-from .wrappers import through_wrapper
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..inference.events import Finding
-
-__all__ = ["CannotFix", "FindingId", "FixBuilder", "FixContext", "Fixer", "StillFound", "Variant", "attach_fixes",
-           "unavailable"]
-
-log = logging.getLogger(__name__)
+__all__ = ["CannotFix", "FindingId", "FixBuilder", "FixContext", "StillFound", "Variant", "unavailable"]
 
 NO_LIBCST = "libcst is not installed (pip install libcst)"
 
@@ -51,132 +26,3 @@ def unavailable() -> str | None:
     except ImportError:
         return NO_LIBCST
     return None
-
-
-class Fixer:
-    """Builds the fixes of one analysed text's findings, each once: the fix is kept on the finding and its twins
-    (``fix_memo``), so the engine's per-document cache keeps it.  ``builders``: each rule's fix by code (the
-    rules sit above this layer, so the caller hands them down); ``still_found``: the caller's re-analysis, for
-    fixes that check a candidate against it (see ``FixContext``); ``variant``: its analysis of a changed text,
-    for a write through a wrapper of a name (``wrappers``).  Safe to share between threads: the language
-    server builds fixes on demand in its pool.  A finding placed in another module of the project (``engine._placed``)
-    is fixed there, by the ``Fixer`` of that module (``module``) that the caller's ``elsewhere`` makes (the editor's
-    view of it, ``Finding.placed``, too: its ``Fix`` then names that file)."""
-
-    def __init__(self, text: str, tree: ast.Module, path: str, builders: Mapping[str, FixBuilder],
-                 still_found: StillFound | None = None, variant: Variant | None = None,
-                 elsewhere: Callable[[str], Fixer | None] | None = None, module: str | None = None):
-        self.path, self.builders, self.variant, self.module = path, builders, variant, module
-        self.ctx = FixContext(text, tree, path, still_found, builders, module)
-        self._lock = threading.Lock()  # FixContext parses libcst and keeps segments lazily
-        self._elsewhere, self._others = elsewhere, {}
-
-    def fix(self, finding: Finding) -> Fix | None:
-        """The finding's fix (None when its rule has none or cannot make one here); a bug in a builder only
-        leaves the finding without a fix."""
-        if finding.fix_memo is None:
-            if finding.data_stale:  # its nodes are at other lines than the text's: the caller must analyse again
-                raise ValueError(f"{finding.code} at line {finding.node.lineno} was moved before its fix was built")
-            target = finding.placed or finding  # the editor's view of a placed finding: the fix of that one
-            home = other_file(target.node)
-            if home != self.module:
-                with self._lock:
-                    if home not in self._others:
-                        self._others[home] = self._elsewhere(home) if self._elsewhere and home else None
-                fixer = self._others[home]
-                fix = fixer.fix(target) if fixer is not None else None
-                if fix is not None and target is not finding:  # shown here, made there: it names its file
-                    fix = replace(fix, file=home, base=text_digest(fixer.ctx.text))
-                finding.fix_memo = (fix,)
-            else:
-                with self._lock:
-                    if finding.fix_memo is None:
-                        finding.fix_memo = (self._build(finding),)
-        for twin in finding.twins:
-            twin.fix_memo = finding.fix_memo
-        return finding.fix_memo[0]
-
-    def _build(self, finding: Finding) -> Fix | None:
-        frames = getattr(finding.mutation, "frames", None) or ()  # (none for a finding of another event)
-        if any(isinstance(site, (ast.With, ast.AsyncWith)) for site, _ in frames):
-            # written as a `with` block ends (a context manager's exit): only a rule's fix that knows that order
-            at_exit = getattr(self.builders.get(finding.code), "at_block_exit", None)
-            return self._build_in(self.ctx, finding, at_exit) if at_exit is not None else None
-        fix = self._build_in(self.ctx, finding)
-        if fix is not None and finding.merged:
-            fix = self._with_merged(fix, finding)
-        if fix is None and self.variant is not None:  # a write through an alias chain or a one-off container
-            fix = self._tried("wrapper fix", finding, through_wrapper, self.ctx, finding, self.variant, self._build_in)
-        return fix
-
-    def _with_merged(self, fix: Fix, finding: Finding) -> Fix:
-        """The fix of a finding that holds later writes of its chain, with theirs: mending the first write does not
-        always hand the later ones another tensor (a second piece of one split, a leaf written again after an
-        out-of-place rewrite of the first).  Only fixes that each edit their own write's lines go together (a fix
-        that renames later reads was built for the text without the others' edits); else the first's fix alone."""
-        later = [self._build_in(self.ctx, f) for f in finding.merged]
-        if any(f is None or not _on_its_lines(f, w) for f, w in zip(later, finding.merged)) \
-                or not _on_its_lines(fix, finding):
-            return fix
-        alone = apply_edits(self.ctx.text, fix.edits)
-        unsettled = [(w, f) for w, f in zip(finding.merged, later) if self._still_written(alone, fix, finding, w)]
-        if not unsettled:
-            return fix
-        edits = tuple(e for f in (fix, *(f for _, f in unsettled)) for e in f.edits)
-        try:
-            apply_edits(self.ctx.text, edits)
-        except ValueError:
-            return fix
-        safe = fix.safe and all(f.safe for _, f in unsettled)  # the title names no line: a moved finding keeps it
-        writes = "its later write" if len(unsettled) == 1 else f"its {len(unsettled)} later writes"
-        return Fix(f"{fix.title}, and the same for {writes} (the related lines)", safe, edits)
-
-    def _still_written(self, alone: str, fix: Fix, first: Finding, write: Finding) -> bool:
-        """Whether a later write of a chain is still a chain write's finding (of any reason: a leaf written again
-        after an out-of-place rewrite is then a write of what the rewrite saved) once the first's fix is made."""
-        try:
-            if not self.ctx.still_found(self.ctx.text, FindingId(first.code, first.entry_line)):
-                return True  # the check does not see the chain at all (a helper's write its caller's values show)
-            line = line_after(fix.edits, write.entry_line)
-            return any(self.ctx.still_found(alone, FindingId(code, line)) for code in CHAIN_REASON)
-        except CannotFix:  # no analysis to ask: mend it too (each of these fixes edits only its own write)
-            return True
-
-    def _build_in(self, ctx: FixContext, finding: Finding, build: FixBuilder | None = None) -> Fix | None:
-        build = build or self.builders.get(finding.code)
-        if build is None:
-            return None
-        fix = self._tried("fix", finding, build, ctx, finding)
-        if fix is None:  # a write inside a helper the finding's story calls: fixed there, or through its calls
-            fix = self._tried("helper fix", finding, fix_in_helper, build, ctx, finding)
-        return fix
-
-    def _tried(self, what: str, finding: Finding, build: Callable[..., Fix | None], *args: object) -> Fix | None:
-        """``build(*args)``, or None when it raises: ``CannotFix``, or a bug in a fix builder (logged)."""
-        try:
-            return build(*args)
-        except CannotFix:
-            return None
-        except Exception:
-            log.debug("%s for %s at %s:%s failed", what, finding.code, self.path, finding.node.lineno, exc_info=True)
-            return None
-
-
-def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[Finding, Diagnostic]],
-                 builders: Mapping[str, FixBuilder], still_found: StillFound | None = None,
-                 variant: Variant | None = None, elsewhere: Callable[[str], Fixer | None] | None = None
-                 ) -> list[Diagnostic]:
-    """The diagnostics of ``pairs``, each carrying its rule's fix when there is one (see ``Fixer``)."""
-    pairs = list(pairs)
-    if not pairs:
-        return []
-    if unavailable() is not None:  # every fix, not just the libcst ones: a partial set would mislead
-        return [diag for _, diag in pairs]
-    fixer = Fixer(text, tree, path, builders, still_found, variant, elsewhere)
-    return [diag.with_fix(fixer.fix(finding)) for finding, diag in pairs]
-
-
-def _on_its_lines(fix: Fix, finding: Finding) -> bool:
-    """Whether every edit of ``fix`` is within the lines of the finding's own node."""
-    first, last = finding.node.lineno, getattr(finding.node, "end_lineno", None) or finding.node.lineno
-    return all(first <= e.line and e.end_line <= last for e in fix.edits)

@@ -397,7 +397,7 @@ def _backward_before_block_exit(ctx: FixContext, finding: Finding) -> Fix:
                "the backward)", False, tuple(edits))
 
 
-fix.at_block_exit = _backward_before_block_exit  # the fix of a write a `with` block's exit makes (fixes.Fixer)
+fix.at_block_exit = _backward_before_block_exit  # the fix of a write a `with` block's exit makes (autofix.build.Fixer)
 
 
 def _compute_kept_anew(ctx: FixContext, mutation: Mutation, finding: Finding) -> Fix:
