@@ -111,7 +111,7 @@ def _few_of_each(saves) -> list[Save]:
     write of 14 nested loops kept every earlier save (memory quadratic in the steps: gigabytes before
     ``MAX_STEPS``); code with two levels of loops or fewer keeps every save it made."""
     groups: dict[tuple[int, str], list[Save]] = {}
-    for save in saves:
+    for save in sorted(saves, key=lambda s: s.id):  # as made: the storages may come in any order
         group = groups.setdefault((id(save.node), save.role), [])
         if len(group) == SAVES_KEPT_PER_OP:
             del group[2]  # keep the first two; the last ones follow
