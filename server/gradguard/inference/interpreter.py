@@ -102,17 +102,19 @@ def _loops_inside(loop: ast.stmt) -> int:
     return deepest
 
 
-SAVES_KEPT_PER_OP = 4  # pending saves one write keeps of each op (and role): the first and the last two
+SAVES_KEPT_PER_OP = 4  # pending saves one write keeps of each op, role and memory: the first and the last two
 
 
 def _few_of_each(saves) -> list[Save]:
-    """The saves a write invalidates, at most ``SAVES_KEPT_PER_OP`` of each op and role (the first two and the
-    last two made).  Loops run twice, so nested loops make an op save again and again: without the bound, each
-    write of 14 nested loops kept every earlier save (memory quadratic in the steps: gigabytes before
-    ``MAX_STEPS``); code with two levels of loops or fewer keeps every save it made."""
-    groups: dict[tuple[int, str], list[Save]] = {}
+    """The saves a write invalidates, at most ``SAVES_KEPT_PER_OP`` of each op, role and storage (the first two
+    and the last two made).  Loops run twice, so nested loops make an op save the same memory again and again:
+    without the bound, each write of 14 nested loops kept every earlier save (memory quadratic in the steps:
+    gigabytes before ``MAX_STEPS``); code with two levels of loops or fewer keeps every save it made.  Saves of
+    other memory are not repeats: one layer line run by several networks saves each network's weight (a step
+    over all of them must keep each)."""
+    groups: dict[tuple[int, str, int], list[Save]] = {}
     for save in sorted(saves, key=lambda s: s.id):  # as made: the storages may come in any order
-        group = groups.setdefault((id(save.node), save.role), [])
+        group = groups.setdefault((id(save.node), save.role, save.storage.id), [])
         if len(group) == SAVES_KEPT_PER_OP:
             del group[2]  # keep the first two; the last ones follow
         group.append(save)
