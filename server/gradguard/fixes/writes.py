@@ -155,7 +155,7 @@ def _functional_inplace(ctx: FixContext, call: ast.Call) -> bool:
     return name.endswith("_") or any(k.arg == "inplace" for k in call.keywords)
 
 
-def _through_views(expr: ast.expr) -> Iterator[ast.expr]:
+def through_views(expr: ast.expr) -> Iterator[ast.expr]:
     """``expr`` and what it is a view of, outwards: ``x.view(-1)[0]``, ``x.view(-1)``, ``x``."""
     node = expr
     while True:
@@ -173,13 +173,13 @@ def root_name(expr: ast.expr) -> tuple[str | None, bool]:
     ``x.view(-1)[0]``); direct when the expression is the name itself.  (None, False) otherwise."""
     if isinstance(expr, ast.Name):
         return expr.id, True
-    *_, root = _through_views(expr)
+    *_, root = through_views(expr)
     return (root.id, False) if isinstance(root, ast.Name) else (None, False)
 
 
 def attribute_base(expr: ast.expr) -> ast.Attribute | None:
     """The attribute chain (``self.weight``, ``model.fc.weight``) the written expression is, or is a view of."""
-    return next((node for node in _through_views(expr) if isinstance(node, ast.Attribute)
+    return next((node for node in through_views(expr) if isinstance(node, ast.Attribute)
                  and node.attr not in SHARING_ATTRS and is_dotted(node)), None)
 
 
