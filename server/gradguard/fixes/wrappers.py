@@ -83,9 +83,10 @@ def _loop_header_back(ctx: FixContext, loop: ast.For, plain: str, fixed: str) ->
 
 
 def _wrapper_in(ctx: FixContext, mutation: Mutation) -> tuple[ast.expr, str, ast.For | None] | None:
-    """The wrapper the write goes through (a name, or an element of a container a name holds, that is the written
-    tensor itself at every run of the write and is read nowhere after it), the one other name of the function that
-    holds that tensor then (the one read after it, when several do), and the loop whose variable the wrapper is."""
+    """The wrapper the write goes through (a name bound to the written tensor itself at every run of the write, or the
+    element of a container a name holds that the written tensor is read out of), read nowhere after the write; the
+    one other name of the function that holds that very tensor at every run (the one read after it, when several do);
+    and the loop whose variable the wrapper is."""
     try:
         write = InPlaceWrite.of_mutation(ctx, mutation)
     except CannotFix:
@@ -93,13 +94,17 @@ def _wrapper_in(ctx: FixContext, mutation: Mutation) -> tuple[ast.expr, str, ast
     if write.moment is None:
         return None
     runs = [set(run.held(write.depth)) for run in write.moment.runs()]
-    for node in through_views(write.target):
-        holder = node.value if isinstance(node, ast.Subscript) else node
-        how = "holder" if holder is not node else "same"
-        if isinstance(holder, ast.Name) and all((holder.id, how) in held for held in runs):
-            break
-    else:
-        return None
+    element = write.target  # what the written tensor is read out of (`tensors["out"]` of `tensors["out"].data`)
+    while isinstance(element, ast.Attribute) and element.attr == "data":
+        element = element.value
+    if isinstance(element, ast.Subscript) and isinstance(element.value, ast.Name) \
+            and all((element.value.id, "holder") in held for held in runs):
+        node, holder = element, element.value
+    else:  # a name bound to the written tensor itself, wherever it stands in the written expression
+        node = holder = next((n for n in through_views(write.target) if isinstance(n, ast.Name)
+                              and all((n.id, "same") in held for held in runs)), None)
+        if holder is None:
+            return None
     if write.value_read_after(ctx, holder.id):
         return None
     names = [n for n, how in runs[0] if how == "same" and n != holder.id and all((n, how) in held for held in runs)]
