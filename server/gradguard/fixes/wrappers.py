@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
 from ..text import apply_edits, diff_edits
-from .context import CannotFix, FixContext
+from .context import FixContext
 from .identity import Variant
 from .writes import InPlaceWrite, through_views
 
@@ -87,10 +87,7 @@ def _wrapper_in(ctx: FixContext, mutation: Mutation) -> tuple[ast.expr, str, ast
     element of a container a name holds that the written tensor is read out of), read nowhere after the write; the
     one other name of the function that holds that very tensor at every run (the one read after it, when several do);
     and the loop whose variable the wrapper is."""
-    try:
-        write = InPlaceWrite.of_mutation(ctx, mutation)
-    except CannotFix:
-        return None
+    write = InPlaceWrite.of_mutation(ctx, mutation)  # (CannotFix: the Fixer takes it for no fix)
     if write.moment is None:
         return None
     runs = [set(run.held(write.depth)) for run in write.moment.runs()]
