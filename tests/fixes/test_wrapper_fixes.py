@@ -77,3 +77,42 @@ def test_no_wrapper_fix_where_the_wrapper_is_not_plainly_the_name(wrap, write, a
     src = _src(wrap, write, after)
     diags = found("GG102", src)
     assert diags and all(d.fix is None or " is `h`)" not in d.fix.title for d in diags)
+
+
+_LEAF = """
+import torch
+
+
+def train():
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, requires_grad=True)
+    mask = x < 0
+    {wrap}
+    {write}  # a write to a leaf that requires grad
+    loss = ({read} * 3).sum()
+    loss.backward()
+    return [x.grad]
+"""
+
+# The wrapper stands where the written tensor is a view of it, or the write indexes it further: the run bound it
+# (or the list's or dict's item) to the very tensor `x` is, a step up the written tensor's view chain.
+THROUGH_VIEWS = [
+    ("GG002", "tensors = {'x': x}", "tensors['x'][mask] = 0", "x.masked_fill(mask, 0)", "`tensors['x']` is `x`"),
+    ("GG002", "group = [x]", "group[0][mask] = 0", "x.masked_fill(mask, 0)", "`group[0]` is `x`"),
+    ("GG003", "x_ref = x\n    x_cur = x_ref", "x_cur[0] = 0", "torch.cat([x[:1] * 0, x[1:]])", "`x_cur` is `x`"),
+    ("GG003", "tensors = {'x': x}", "tensors['x'][0] = 0", "torch.cat([x[:1] * 0, x[1:]])", "`tensors['x']` is `x`"),
+    # the loop's variable is read again only by the write's own next runs (where the fix reads `x` instead)
+    ("GG104", "for i in range(2):\n        for t in [x]:", "        t[i] = 0", "torch.cat([x[:2] * 0, x[2:]])", "`t` is `x`"),
+]
+
+
+@pytest.mark.parametrize("code, wrap, write, intended, says", THROUGH_VIEWS)
+def test_a_wrapper_a_view_or_an_index_is_taken_of_is_fixed_as_the_name(code, wrap, write, intended, says):
+    src = textwrap.dedent(_LEAF).format(wrap=wrap, write=write, read="x")
+    (diag,) = found(code, src)
+    assert diag.fix is not None and says in diag.fix.title, diag.fix
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert not found(code, out)
+    want = textwrap.dedent(_LEAF).format(wrap="", write="", read=intended)
+    for got, expected in zip(run_program(out), run_program(want), strict=True):
+        assert torch.allclose(got, expected)

@@ -83,33 +83,42 @@ def _loop_header_back(ctx: FixContext, loop: ast.For, plain: str, fixed: str) ->
 
 
 def _wrapper_in(ctx: FixContext, mutation: Mutation) -> tuple[ast.expr, str, ast.For | None] | None:
-    """The wrapper the write goes through (a name bound to the written tensor itself at every run of the write, or the
-    element of a container a name holds that the written tensor is read out of), read nowhere after the write; the
-    one other name of the function that holds that very tensor at every run (the one read after it, when several do);
-    and the loop whose variable the wrapper is."""
+    """The wrapper the write goes through: a name, or the item of a list or dict a name holds (``C["x"]``, ``C[0]``),
+    in the written expression or what it is a view of, bound at every run of the write to one tensor of the written
+    one's view chain (``Moment.place``: the written tensor itself, what it is a view of, a list or dict it is read
+    out of) that another name of the function was bound to as well (the one read after it; when none is, the first
+    bound); the wrapper's own name is read nowhere after the write but by the write's next runs.  With the loop
+    whose variable the wrapper is."""
     write = InPlaceWrite.of_mutation(ctx, mutation)  # (CannotFix: the Fixer takes it for no fix)
     if write.moment is None:
         return None
-    runs = [set(run.held(write.depth)) for run in write.moment.runs()]
-    element = write.target  # what the written tensor is read out of (`tensors["out"]` of `tensors["out"].data`)
-    while isinstance(element, ast.Attribute) and element.attr == "data":
-        element = element.value
-    if isinstance(element, ast.Subscript) and isinstance(element.value, ast.Name) \
-            and all((element.value.id, "holder") in held for held in runs):
-        node, holder = element, element.value
-    else:  # a name bound to the written tensor itself, wherever it stands in the written expression
-        node = holder = next((n for n in through_views(write.target) if isinstance(n, ast.Name)
-                              and all((n.id, "same") in held for held in runs)), None)
-        if holder is None:
+    runs = write.moment.runs()
+    for node in through_views(write.target):
+        name, key = _name_and_key(node)
+        places = [run.place(name, key, write.depth) for run in runs] if name is not None else [None]
+        if None in places:
+            continue
+        frame = runs[0].frame_index(write.depth)
+        names = [n for n, k, at, _ in runs[0].places if k is None and at == frame and (n, key) != (name, None)
+                 and all(run.place(n, None, write.depth) == p for run, p in zip(runs, places))]
+        read = [n for n in names if write.value_read_after(ctx, n)]
+        own = node.value if isinstance(node, ast.Subscript) else node  # (read by the write's next runs: replaced too)
+        if not names or len(read) > 1 or any((r.lineno, r.col_offset) != (own.lineno, own.col_offset)
+                                          for r in write.moment.value_reads_after(name, write.depth)):
             return None
-    if write.value_read_after(ctx, holder.id):
-        return None
-    names = [n for n, how in runs[0] if how == "same" and n != holder.id and all((n, how) in held for held in runs)]
-    read = [n for n in names if write.value_read_after(ctx, n)]
-    if len(read or names) != 1:
-        return None
-    fn = ctx.function_of(write.stmt)
-    loop = next((a for a in ctx.ancestors(write.stmt) if isinstance(a, ast.For) and ctx.function_of(a) is fn), None)
-    if loop is None or not isinstance(loop.target, ast.Name) or loop.target.id != holder.id:
-        loop = None
-    return node, (read or names)[0], loop
+        fn = ctx.function_of(write.stmt)
+        loop = next((a for a in ctx.ancestors(write.stmt) if isinstance(a, ast.For) and ctx.function_of(a) is fn), None)
+        if loop is None or key is not None or not isinstance(loop.target, ast.Name) or loop.target.id != name:
+            loop = None
+        return node, (read or names)[0], loop
+    return None
+
+
+def _name_and_key(node: ast.expr) -> tuple[str | None, object]:
+    """(name, None) of a name; (name, key) of a name's item by a constant key (``C["x"]``, ``C[0]``)."""
+    if isinstance(node, ast.Name):
+        return node.id, None
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant) \
+            and node.slice.value is not None and not isinstance(node.slice.value, bool):
+        return node.value.id, node.slice.value
+    return None, None

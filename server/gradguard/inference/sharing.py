@@ -157,11 +157,11 @@ class RunLog:
         memory = {t.storage.id for t in (written.group or (written,))}
         for storage in memory:
             self.taken.setdefault(storage, [])
-        held = holders(envs[-len(frames):], scopes, written, memory) if envs is not None else None
+        held, places = holders(envs[-len(frames):], scopes, written, memory) if envs is not None else (None, ())
         params = tuple(tuple(sorted(name for name, had in self.parameters.get(frame, {}).items() if had & memory))
                        for frame in frames)
         now = Moment(self, len(self.entries), frames, held, frozenset(memory & self.escaped.keys()), params, id(node),
-                     taken=tuple((s, len(self.taken[s])) for s in sorted(memory)))
+                     taken=tuple((s, len(self.taken[s])) for s in sorted(memory)), places=places)
         if node is not None:
             self.writes.setdefault(id(node), []).append(now)
         return now
@@ -262,6 +262,10 @@ class Moment:
     elsewhere: tuple[Moment, ...] = ()
     # The written memory's storages, each with how many reads of its values the log had kept then (``RunLog.taken``)
     taken: tuple[tuple[int, int], ...] = ()
+    # (name, key, frame, place) of the variables of ``frames`` (key None), and the items of their lists and dicts
+    # (`name[key]`), bound to a tensor of the written one's view chain: place 0 the written tensor itself, 1 what it
+    # is a view of, and so on; or to a list or dict it is read out of (below 0, one place per object) (``holders``)
+    places: tuple[tuple[str, object, int, int], ...] = ()
 
     @property
     def escaped(self) -> bool:
@@ -334,6 +338,13 @@ class Moment:
         (``holders``)."""
         index = self.frame_index(depth)
         return [(name, how) for name, how, frame in self.holders or () if frame == index]
+
+    def place(self, name: str, key: object = None, depth: int = -1) -> int | None:
+        """Which tensor of the written one's view chain (or list or dict it is read out of) ``name`` (``name[key]``:
+        an item of it) of frame ``depth`` was bound to at this run of the write (``places``); None: none of them.
+        Two names at one place were bound to the one object."""
+        index = self.frame_index(depth)
+        return next((p for n, k, frame, p in self.places if n == name and k == key and frame == index), None)
 
     def held_in_any_run(self, depth: int = -1) -> list[tuple[str, str]]:
         """``held``, at any run of the write (``runs``)."""
@@ -538,7 +549,7 @@ class Report:
 
 
 def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], written: Tensor, memory: set[int]
-            ) -> tuple[tuple[str, str, int | None], ...]:
+            ) -> tuple[tuple[tuple[str, str, int | None], ...], tuple[tuple[str, object, int, int], ...]]:
     """(name, how, frame) of each variable that holds ``written``'s memory: "same" (the written tensor object
     itself: ``b = a``), "tensor" (another tensor over the same memory that is neither its view nor its base: a join
     of two paths, which may be the same object),
@@ -547,13 +558,28 @@ def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], 
     dict or object that holds it).  ``envs``: each frame's variables, outermost first (frame: the index);
     ``scopes``: the enclosing and module variables the innermost frame sees (frame None; a name the frame
     shadows is its own).  A piece of a split other than the written one (``chunk``, ``unbind``) holds none of
-    the written elements: it is not counted."""
-    chain = {id(t) for t in written.view_chain()}
+    the written elements: it is not counted.  With them, ``Moment.places`` of the frames' variables."""
+    chain = {id(t): place for place, t in enumerate(written.view_chain())}
     found: list[tuple[str, str, int | None]] = []
+    places: list[tuple[str, object, int, int]] = []
     innermost = len(envs) - 1
     seen: set[str] = set()
     outer = [scope for scope in scopes if all(scope is not env for env in envs)]  # a caller's are its frame's
     held: dict[int, AbstractSet[int]] = {}  # by value: most are in several frames (a method's ``self``, a global)
+
+    containers: dict[int, int | None] = {}  # id -> place (below 0) of each list or dict the written tensor is read out of
+
+    def place_of(value: Value, depth: int = HELD_DEPTH) -> int | None:  # (``Moment.places``)
+        if isinstance(value, Tensor):
+            return chain.get(id(value))
+        if not isinstance(value, (TensorSeq, TensorMap)) or depth == 0:
+            return None
+        if id(value) not in containers:
+            containers[id(value)] = None
+            if isinstance(value, TensorSeq) and value.base is not None and id(value.base) in chain \
+                    or any(place_of(item, depth - 1) is not None for _, item in _items(value)):
+                containers[id(value)] = -1 - len(containers)
+        return containers[id(value)]
 
     def held_by(value: Value) -> AbstractSet[int]:
         storages = held.get(id(value))
@@ -574,7 +600,17 @@ def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], 
                     found.append((name, how, frame))
             elif memory & held_by(value):  # `t.data`, a NumPy view: the same memory under another name
                 found.append((name, "view" if isinstance(value, (DataAlias, NumberFrom)) else "holder", frame))
-    return tuple(found)
+            if frame is not None and (place := place_of(value)) is not None:
+                places.append((name, None, frame, place))
+                places += [(name, key, frame, at) for key, item in _items(value) if (at := place_of(item)) is not None]
+    return tuple(found), tuple(places)
+
+
+def _items(value: Value) -> list[tuple[object, Value]]:
+    """(key, item) of a dict, or of a list whose items are each its own (not one standing for all)."""
+    if isinstance(value, TensorMap):
+        return list(value.items.items())
+    return list(enumerate(value.items)) if isinstance(value, TensorSeq) and not value.uniform else []
 
 
 def storages_in(value: Value | None, depth: int = HELD_DEPTH) -> AbstractSet[int]:
