@@ -185,9 +185,14 @@ def attribute_base(expr: ast.expr) -> ast.Attribute | None:
 
 def is_dotted(node: ast.AST) -> bool:
     """A name, or an attribute chain on one (``model.fc.weight``)."""
+    return dotted_root(node) is not None
+
+
+def dotted_root(node: ast.AST) -> str | None:
+    """The name a name or an attribute chain on one starts from (``model`` of ``model.fc.weight``), else None."""
     while isinstance(node, ast.Attribute):
         node = node.value
-    return isinstance(node, ast.Name)
+    return node.id if isinstance(node, ast.Name) else None
 
 
 # ----------------------------------------------------------------------------- libcst builders

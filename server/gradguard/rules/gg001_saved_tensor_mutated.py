@@ -527,7 +527,7 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
         raise CannotFix("the element write is not in a function")
     display = _display(ctx, fn, stmt, container)
     held = _held_name(display, key)
-    if not _own_local(ctx, fn, held):
+    if held not in bound_names(fn):
         # a free variable: the enclosing function's later reads cannot be seen here, and binding it would make
         # a new local (unbound where the display reads it)
         raise CannotFix(f"`{held}` is not a local of the function")
@@ -597,7 +597,7 @@ def rebind_made_element(ctx: FixContext, mutation: Mutation) -> Fix:
     stores = [n for n in ctx.names_in(fn).of(container) if not isinstance(n.ctx, ast.Load)]
     binding = ctx.parents.get(stores[0]) if len(stores) == 1 else None
     if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]] and isinstance(binding.value, ast.ListComp)
-            and isinstance(binding.value.elt, ast.Call)) or not _own_local(ctx, fn, container):
+            and isinstance(binding.value.elt, ast.Call)) or container not in bound_names(fn):
         # two slots of one list may hold one tensor (`[t] * 2`): a comprehension of calls makes one per slot
         raise CannotFix(f"`{container}` is not bound once, to a comprehension of calls")
     node = ctx.cst(write.stmt)
@@ -618,17 +618,6 @@ def _fix(rw: Rewrite, title: str, unsafe: str) -> Fix:
     if fix is None:
         raise CannotFix("no edit")
     return fix
-
-
-def _own_local(ctx: FixContext, fn: ast.AST, name: str) -> bool:
-    """Is ``name`` a parameter of ``fn`` or bound in its own code (and not declared global or nonlocal)?"""
-    names = ctx.names_in(fn)
-    if name in names.declared and any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names
-                                      and ctx.scope_of(n) is fn for n in walk_statements(fn)):
-        return False
-    if name in names.arguments:
-        return True
-    return any(isinstance(n.ctx, ast.Store) and ctx.scope_of(n) is fn for n in names.of(name))
 
 
 def _is_element(node: ast.expr) -> bool:

@@ -12,7 +12,7 @@ from ..fixes.helper_calls import calls_of
 from ..fixes.identity import FindingId
 from ..fixes.moves import (block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in,
                            units, value_only_call)
-from ..fixes.writes import cst_mod, is_dotted
+from ..fixes.writes import cst_mod, dotted_root, is_dotted
 from ..inference.events import Finding, LoadedCopy, Mutation, StaleStep, in_function_of
 from ..knowledge.names import RECURRENT_LAYERS
 from ..messages import Message, other_file
@@ -517,7 +517,7 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
                     value_only_call(ctx, n) and not (isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_"))
                     or isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "zero_grad", "step")
                     and is_dotted(n.func.value) and not any(isinstance(a, ast.Starred) for a in n.args)
-                    and not (statements.names_read(n) - {_root(n.func.value)}) & reads):
+                    and not (statements.names_read(n) - {dotted_root(n.func.value)}) & reads):
                 raise CannotFix("a call between may change what the assignment reads")
     for st in (*moved, block[k]):
         ctx.require_own_lines(st)
@@ -532,11 +532,6 @@ def _mixed_before_update(ctx: FixContext, mutation: Mutation, finding: Finding) 
     return Fix(f"Compute `{shown[:60]}` before the update, both parts with the weights it had (unsafe: the value, "
                "and the loss weighed by it, change)", False, edits)
 
-
-def _root(node: ast.expr) -> str | None:
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
 
 
 def _clear_before_backward(ctx: FixContext, finding: Finding, event: StaleStep) -> Fix:

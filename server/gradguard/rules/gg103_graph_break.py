@@ -12,7 +12,7 @@ from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite, return_at_end
 from ..fixes.identity import FindingId
 from ..fixes.moves import grad_off, move_statements_after
-from ..fixes.writes import cst_mod, is_dotted, parse_expr, short
+from ..fixes.writes import cst_mod, dotted_root, is_dotted, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
 from ..inference.followed import parameter_names
@@ -1562,7 +1562,7 @@ def _optimizer_for_the_copy(ctx: FixContext, event: CopyTrained) -> Fix:
             and any(st is made for st in block)):
         raise CannotFix("the copy is not bound, in the call's block, to the name the call is handed")
     start, end = next(i for i, st in enumerate(block) if st is made), next(i for i, st in enumerate(block) if st is site)
-    roots = {_root(deep.args[0]), _root(copied)}
+    roots = {dotted_root(deep.args[0]), dotted_root(copied)}
     between = [n for st in block[start + 1:end] for n in every_node(st)]
     if start >= end or any(isinstance(n, ast.Name) and n.id in roots or isinstance(n, ast.Call) for n in between) \
             or any(isinstance(n, (ast.NamedExpr, ast.Lambda)) for n in every_node(site)):
@@ -1575,11 +1575,6 @@ def _optimizer_for_the_copy(ctx: FixContext, event: CopyTrained) -> Fix:
                "parameters (unsafe: it starts with the original's state, and copies any parameter it holds outside "
                "the copied module)", False, (TextEdit(line, column + 1, end_line, end_column + 1, code),))
 
-
-def _root(node: ast.expr) -> str:
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return node.id
 
 
 def _set_on_parameters(ctx: FixContext, finding: Finding) -> Fix:
