@@ -20,6 +20,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix
+from ..inference.scopes import bound_names
 from ..inference.sharing import Report
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
@@ -107,12 +108,8 @@ class RebindRewrite:
 
 def _binds_locally(ctx: FixContext, scope: ast.AST, name: str) -> bool:
     """Is ``name`` a local of ``scope`` (a parameter, or bound in it), or ``scope`` the module or a class body?"""
-    if not isinstance(scope, FUNCTIONS):
-        return True
-    names = ctx.names_in(scope)
-    if name in names.arguments or name in names.declared:
-        return True  # declared: a binding here reaches the enclosing name (the alias report weighs that)
-    return any(not isinstance(n.ctx, ast.Load) and ctx.scope_of(n) is scope for n in names.of(name))
+    # declared global or nonlocal: a binding here reaches the enclosing name (the alias report weighs that)
+    return not isinstance(scope, FUNCTIONS) or name in bound_names(scope) or name in ctx.names_in(scope).declared
 
 
 def is_temporary(expr: ast.expr) -> bool:
