@@ -109,7 +109,8 @@ class RebindRewrite:
 def _binds_locally(ctx: FixContext, scope: ast.AST, name: str) -> bool:
     """Is ``name`` a local of ``scope`` (a parameter, or bound in it), or ``scope`` the module or a class body?"""
     # declared global or nonlocal: a binding here reaches the enclosing name (the alias report weighs that)
-    return not isinstance(scope, FUNCTIONS) or name in bound_names(scope) or name in ctx.names_in(scope).declared
+    return not isinstance(scope, FUNCTIONS) or name in ctx.once("locals", scope, lambda: bound_names(scope)) \
+        or name in ctx.names_in(scope).declared
 
 
 def is_temporary(expr: ast.expr) -> bool:

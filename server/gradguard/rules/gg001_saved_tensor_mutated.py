@@ -527,7 +527,7 @@ def rebind_element(ctx: FixContext, mutation: Mutation, copy_ok: bool = True) ->
         raise CannotFix("the element write is not in a function")
     display = _display(ctx, fn, stmt, container)
     held = _held_name(display, key)
-    if held not in bound_names(fn):
+    if held not in ctx.once("locals", fn, lambda: bound_names(fn)):
         # a free variable: the enclosing function's later reads cannot be seen here, and binding it would make
         # a new local (unbound where the display reads it)
         raise CannotFix(f"`{held}` is not a local of the function")
@@ -597,7 +597,8 @@ def rebind_made_element(ctx: FixContext, mutation: Mutation) -> Fix:
     stores = [n for n in ctx.names_in(fn).of(container) if not isinstance(n.ctx, ast.Load)]
     binding = ctx.parents.get(stores[0]) if len(stores) == 1 else None
     if not (isinstance(binding, ast.Assign) and binding.targets == [stores[0]] and isinstance(binding.value, ast.ListComp)
-            and isinstance(binding.value.elt, ast.Call)) or container not in bound_names(fn):
+            and isinstance(binding.value.elt, ast.Call)) \
+            or container not in ctx.once("locals", fn, lambda: bound_names(fn)):
         # two slots of one list may hold one tensor (`[t] * 2`): a comprehension of calls makes one per slot
         raise CannotFix(f"`{container}` is not bound once, to a comprehension of calls")
     node = ctx.cst(write.stmt)
