@@ -41,7 +41,7 @@ from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, BUFFER_READ_NOTE, FROZ
 from .probe.model import ProbeFinding, Site
 from .rules.gg001_saved_tensor_mutated import saves_by_call
 from .rules.gg103_graph_break import build_optimizer_after
-from .statements import blocks
+from .statements import blocks, is_dotted
 from .text import code_point_column
 
 log = logging.getLogger(__name__)
@@ -500,13 +500,6 @@ _LOADED_NOTE = "the weights are copied here"
 _KEPT_WRITTEN_NOTE = "the kept output is overwritten in place here"
 
 
-def _is_chain(node: ast.expr) -> bool:
-    """``name`` or ``name.attr.attr``: read twice, it is the same object (no call, no subscript)."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, ast.Name)
-
-
 def _block_of(lines: _Lines, stmt: ast.stmt) -> list[ast.stmt] | None:
     """The statement list ``stmt`` is directly in."""
     return next((body for n in ast.walk(lines.tree) for _, body in blocks(n) if any(st is stmt for st in body)), None)
@@ -555,7 +548,7 @@ def _zero_grad_before_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fix
         return None
     call = step.value
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"
-            and not call.args and not call.keywords and _is_chain(call.func.value)):
+            and not call.args and not call.keywords and is_dotted(call.func.value)):
         return None
     block = _block_of(lines, backward)
     if block is None or not any(st is step for st in block):
@@ -581,8 +574,8 @@ def _keep_loaded_copy(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
         return None
     stmt = lines.simple_statement_at(f.site.line)
     load = lines.simple_statement_at(loaded.line)
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_chain(stmt.targets[0])
-            and _is_chain(stmt.value) and isinstance(load, ast.Expr)):
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and is_dotted(stmt.targets[0])
+            and is_dotted(stmt.value) and isinstance(load, ast.Expr)):
         return None
     target, online = ast.unparse(stmt.targets[0]), ast.unparse(stmt.value)
     if ast.unparse(load.value) != f"{target}.load_state_dict({online}.state_dict())":
@@ -740,7 +733,7 @@ def _step_after_stale_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fix
 def _is_step(call: ast.Call) -> bool:
     """``opt.step()``, ``self.opt.step()``: a step of an optimizer named by a plain chain, with no closure."""
     return (isinstance(call.func, ast.Attribute) and call.func.attr == "step" and not call.args and not call.keywords
-            and _is_chain(call.func.value))
+            and is_dotted(call.func.value))
 
 
 def _plain_backward(node: ast.expr) -> bool:
@@ -1105,7 +1098,7 @@ def _step_after_helper_backward(lines: _Lines, text: str, f: ProbeFinding) -> Fi
     step, call = lines.simple_statement_at(step_site.line), lines.simple_statement_at(f.site.line)
     inner = lines.simple_statement_at(f.backward.line)
     if not (isinstance(step, ast.Expr) and isinstance(step.value, ast.Call) and _is_step(step.value)
-            and isinstance(call, ast.Expr) and isinstance(call.value, ast.Call) and _is_chain(call.value.func)
+            and isinstance(call, ast.Expr) and isinstance(call.value, ast.Call) and is_dotted(call.value.func)
             and not call.value.args and not call.value.keywords and isinstance(inner, ast.Expr)):
         return None
     helper = lines.function_of(inner)
@@ -1202,9 +1195,9 @@ def _attached_batch_statistics(lines: _Lines, text: str, f: ProbeFinding) -> Fix
             isinstance(training, ast.Constant) and training.value is False):
         return None
     detached = all(isinstance(s, ast.Call) and isinstance(s.func, ast.Attribute) and s.func.attr == "detach"
-                   and not s.args and not s.keywords and _is_chain(s.func.value) for s in stats)
-    if not detached and (correction is None or not all(s is not None and _is_chain(s) for s in stats)
-                         or not _is_chain(given["input"])):
+                   and not s.args and not s.keywords and is_dotted(s.func.value) for s in stats)
+    if not detached and (correction is None or not all(s is not None and is_dotted(s) for s in stats)
+                         or not is_dotted(given["input"])):
         return None  # (a call computing them, kept only for their shapes, could do more than compute them)
     source = text.splitlines()
 
@@ -1318,7 +1311,7 @@ def _buffer_rows_apart(lines: _Lines, text: str, f: ProbeFinding) -> Fix | None:
         return None
     while isinstance(row.value, ast.Subscript):
         row = row.value
-    uses = _buffer_uses(lines.tree, row.value, write) if _is_chain(row.value) else None
+    uses = _buffer_uses(lines.tree, row.value, write) if is_dotted(row.value) else None
     if not uses:
         return None
     parents = {id(child): node for node in ast.walk(lines.tree) for child in ast.iter_child_nodes(node)}
@@ -1375,7 +1368,7 @@ def _called_on(stmt: ast.stmt, method: str) -> str | None:
     """``opt`` of a statement ``opt.<method>()`` (no arguments), ``opt`` a chain; else None."""
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == method \
-            and not call.args and not call.keywords and _is_chain(call.func.value):
+            and not call.args and not call.keywords and is_dotted(call.func.value):
         return ast.unparse(call.func.value)
     return None
 
@@ -1389,7 +1382,7 @@ def _network_of(tree: ast.Module, optimizer: str) -> str | None:
         return None
     params = made[0].args[0]
     if not (isinstance(params, ast.Call) and isinstance(params.func, ast.Attribute) and params.func.attr == "parameters"
-            and not params.args and not params.keywords and _is_chain(params.func.value)):
+            and not params.args and not params.keywords and is_dotted(params.func.value)):
         return None
     return ast.unparse(params.func.value)
 

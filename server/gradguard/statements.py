@@ -163,3 +163,16 @@ def is_main_guard(stmt: ast.stmt) -> bool:
     sides = [stmt.test.left, *stmt.test.comparators]
     return any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides) \
         and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)
+
+
+def is_dotted(node: ast.AST) -> bool:
+    """A name, or an attribute chain on one (``model.fc.weight``): read twice, the same object
+    (no call, no subscript)."""
+    return dotted_root(node) is not None
+
+
+def dotted_root(node: ast.AST) -> str | None:
+    """The name a name or an attribute chain on one starts from (``model`` of ``model.fc.weight``), else None."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None

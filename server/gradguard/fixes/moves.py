@@ -16,10 +16,9 @@ from ..diagnostics import Fix, TextEdit
 from ..inference.state import turns_grad_off
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, PARAMETER_ITERATORS
-from ..statements import block_of, calls, names, sole_statement
+from ..statements import block_of, calls, is_dotted, names, sole_statement
 from ..statements import walk as walk_statements
 from .context import FUNCTIONS, CannotFix, FixContext
-from .writes import is_dotted
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding, Mutation

@@ -17,6 +17,7 @@ from ..inference.followed import parameter_names
 from ..inference.sharing import Report
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
+from ..statements import is_dotted
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 from .index import FUNCTIONS
 
@@ -181,18 +182,6 @@ def attribute_base(expr: ast.expr) -> ast.Attribute | None:
     """The attribute chain (``self.weight``, ``model.fc.weight``) the written expression is, or is a view of."""
     return next((node for node in through_views(expr) if isinstance(node, ast.Attribute)
                  and node.attr not in SHARING_ATTRS and is_dotted(node)), None)
-
-
-def is_dotted(node: ast.AST) -> bool:
-    """A name, or an attribute chain on one (``model.fc.weight``)."""
-    return dotted_root(node) is not None
-
-
-def dotted_root(node: ast.AST) -> str | None:
-    """The name a name or an attribute chain on one starts from (``model`` of ``model.fc.weight``), else None."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
 
 
 # ----------------------------------------------------------------------------- libcst builders

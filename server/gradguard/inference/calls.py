@@ -28,6 +28,7 @@ from ..knowledge.names import (
     TENSOR_METHOD_FACTORIES,
     TRAINING_MODE_METHODS,
 )
+from ..statements import is_dotted
 from .classes import find_method
 from .sharing import storages_in
 from .events import CopyTrained, GradAsk, GradOffBackward, HookWrite, LoadedCopy, NumpyRefused, Sink, StaleUse
@@ -1024,7 +1025,7 @@ class CallsMixin:
         weights (see ``LoadedCopy``)."""
         state = node.args[0] if len(node.args) == 1 and not node.keywords else None
         if not (isinstance(state, ast.Call) and isinstance(state.func, ast.Attribute) and state.func.attr == "state_dict"
-                and not state.args and not state.keywords and _is_chain(state.func.value)) or self.unsure_branches:
+                and not state.args and not state.keywords and is_dotted(state.func.value)) or self.unsure_branches:
             return
         source = self.eval(state.func.value)
         if isinstance(source, ModuleValue) and source is not module:
@@ -1393,13 +1394,6 @@ def _out_inputs(args: list[Value], kwargs: dict[str, Value]) -> list[Value]:
     """The tensors an ``out=`` call computes from (the items of a list argument too, as in ``torch.cat``)."""
     values = [*args, *(v for k, v in kwargs.items() if k != "out")]
     return [item for v in values for item in (v.items if isinstance(v, TensorSeq) else (v,))]
-
-
-def _is_chain(node: ast.expr) -> bool:
-    """``name`` or ``name.attr.attr``: read again, it is the same object (no call, no subscript)."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, ast.Name)
 
 
 def _argument_of(node: ast.AST, args: list[Value], kwargs: dict[str, Value]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from .. import statements
+from ..statements import dotted_root, is_dotted
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FixContext
 from ..fixes.edits import Rewrite
@@ -12,7 +13,7 @@ from ..fixes.helper_calls import calls_of
 from ..fixes.identity import FindingId
 from ..fixes.moves import (block_around, enclosing_statements, move_after_backward, move_statements_after, mutation_in,
                            units, value_only_call)
-from ..fixes.writes import cst_mod, dotted_root, is_dotted
+from ..fixes.writes import cst_mod
 from ..inference.events import Finding, LoadedCopy, Mutation, StaleStep, in_function_of
 from ..knowledge.names import RECURRENT_LAYERS
 from ..messages import Message, other_file

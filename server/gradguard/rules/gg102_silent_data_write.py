@@ -11,12 +11,12 @@ from ..fixes.edits import renamed
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import move_after_backward, mutation_in, units
 from ..fixes.copies import fresh_name, later_reads_of_attribute, require_dominated
-from ..fixes.writes import InPlaceWrite, is_dotted, root_name, short
+from ..fixes.writes import InPlaceWrite, root_name, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
 from ..knowledge.names import NUMPY_OUT_TWINS
 from ..messages import Message
-from ..statements import every_node, number_written_out
+from ..statements import every_node, is_dotted, number_written_out
 from .base import Example, Rule
 from .common import call_path_related, conflict_related, first_conflict, grad_leaf, piece_of, where_it_reads
 from .gg001_saved_tensor_mutated import clone_where_saved

@@ -12,7 +12,7 @@ from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite, return_at_end
 from ..fixes.identity import FindingId
 from ..fixes.moves import grad_off, move_statements_after
-from ..fixes.writes import cst_mod, dotted_root, is_dotted, parse_expr, short
+from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
 from ..inference.followed import parameter_names
@@ -23,7 +23,7 @@ from ..knowledge.names import (GRAPH_REBUILDING_FACTORIES, LEGACY_FLOAT_CONSTRUC
                                NUMPY_REFUSED, NUMPY_SUBSCRIPT_TWINS, NUMPY_TWIN_DEFAULTS, NUMPY_TWINS)
 from ..messages import Message, other_file
 from ..statements import block_of
-from ..statements import calls, every_node, names_read, number_written_out
+from ..statements import calls, dotted_root, every_node, is_dotted, names_read, number_written_out
 from ..statements import walk as walk_statements
 from ..text import apply_edits
 from .base import Example, Rule
