@@ -121,12 +121,6 @@ class FixContext:
         """How this file spells the ``torch`` module (``import torch`` -> ``torch``), or None."""
         return next((local for local, qual in self.imports.items() if qual == "torch"), None)
 
-    def first_import(self) -> ast.stmt | None:
-        """The file's first top-level import after its docstring and ``from __future__`` lines: where an
-        import a fix needs goes."""
-        return next((stmt for stmt in self.tree.body if isinstance(stmt, (ast.Import, ast.ImportFrom))
-                     and getattr(stmt, "module", None) != "__future__"), None)
-
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         node = self.parents.get(node)
         while node is not None:

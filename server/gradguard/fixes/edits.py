@@ -63,7 +63,8 @@ class Rewrite:
         name = self.ctx.torch_name()
         if name is not None:
             return name
-        first = self.ctx.first_import()
+        first = next((stmt for stmt in self.ctx.tree.body if isinstance(stmt, (ast.Import, ast.ImportFrom))
+                      and getattr(stmt, "module", None) != "__future__"), None)  # (not `from __future__`)
         if first is None or first.lineno > use.lineno or not name_free_for_module(self.ctx.text, "torch"):
             raise CannotFix("torch is not imported as a module")
         if "import torch" not in self.before.get(id(first), (first, []))[1]:

@@ -95,8 +95,8 @@ class InPlaceWrite:
             if out is not None:
                 return InPlaceWrite(stmt, "out", out, node, value_use)
             func = node.func
-            functional = _functional_inplace(ctx, node)
-            if functional:
+            q = ctx.qual(func) or ""  # torch.add_(x, y), F.relu(x, inplace=True)
+            if q.startswith("torch.") and (q.endswith("_") or any(k.arg == "inplace" for k in node.keywords)):
                 if not node.args:
                     raise CannotFix("no input argument")
                 return InPlaceWrite(stmt, "functional", node.args[0], node, value_use)
@@ -146,14 +146,6 @@ def _escape_words(site: ast.AST) -> str:
     stored = next((t for t in getattr(site, "targets", [getattr(site, "target", None)])
                    if isinstance(t, (ast.Attribute, ast.Subscript))), None)
     return f"it is stored into `{ast.unparse(stored)}`" if stored is not None else "it goes where the run cannot see"
-
-
-def _functional_inplace(ctx: FixContext, call: ast.Call) -> bool:
-    q = ctx.qual(call.func) or ""
-    if not q.startswith("torch."):
-        return False
-    name = q.rsplit(".", 1)[1]
-    return name.endswith("_") or any(k.arg == "inplace" for k in call.keywords)
 
 
 def through_views(expr: ast.expr) -> Iterator[ast.expr]:
