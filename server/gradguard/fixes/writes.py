@@ -13,13 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..inference.followed import parameter_names
 from ..inference.sharing import Report
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
 from ..statements import is_dotted
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
-from .index import FUNCTIONS
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -118,7 +116,7 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
     sharers, index = {name, *(o for o, k in moment.held_in_any_run(depth) if k != "holder")}, ctx.names_in(scope)
     homes = {_read_out_of(ctx.parents.get(n)) for s in sharers for n in index.of(s) if isinstance(n.ctx, ast.Store)}
     views, held = [*views, *(h for h in held if h in homes)], [h for h in held if h not in homes]
-    params = set(parameter_names(scope, False)) if isinstance(scope, FUNCTIONS) else set()
+    params = index.arguments  # (a statement's scope is a function or the module, which has none)
     views += sorted({h for h, how in moment.held_in_any_run(depth) if how == "holder" and h in homes & params} - {*views})
     names = {name, *views, *held}
     declared = [d for d in index.declarations if names & d]
