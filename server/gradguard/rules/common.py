@@ -6,6 +6,7 @@ import ast
 
 from ..inference.events import Conflict, Mutation
 from ..inference.values import Grad, Tensor
+from ..knowledge.names import PIECES
 from ..messages import Message
 
 SAVED_MESSAGE = "one of the variables needed for gradient computation has been modified by an inplace operation"
@@ -93,3 +94,8 @@ def view_call(piece: Tensor) -> str | None:
         func = origin.func
         return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
     return None
+
+
+def pieces_call(node: ast.AST) -> bool:
+    """``h.split(2)``, ``h.unbind(0)``: a method call that returns several views of one tensor (``PIECES``)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PIECES

@@ -28,7 +28,7 @@ from ..knowledge.names import ELEMENTWISE_INPLACE, OUT_OF_PLACE_METHODS, PIECES,
 from ..messages import Message
 from ..statements import names
 from .base import Example, Rule
-from .common import call_path_related, grad_leaf, piece_of, view_call
+from .common import call_path_related, grad_leaf, piece_of, pieces_call, view_call
 from .gg001_saved_tensor_mutated import fix as saved_tensor_fix, only_the_caller_holds, through_callers_fix
 from .gg005_inplace_activation_on_saved import module_inplace_false
 
@@ -209,9 +209,9 @@ def plain_view_write(ctx: FixContext, write: InPlaceWrite) -> Fix | None:
     a write go through (and which ``h`` sees, as before)."""
     target = write.target
     node = target
-    while isinstance(node, ast.Subscript) and not _is_piece(ctx, node):
+    while isinstance(node, ast.Subscript) and not pieces_call(node.value):
         node = node.value
-    if not _is_piece(ctx, node):
+    if not (isinstance(node, ast.Subscript) and pieces_call(node.value)):
         raise CannotFix("not an indexed output of split/unbind")
     call, index = node.value, node.slice
     k = _int_literal(index)
@@ -272,14 +272,6 @@ def rows_through_plain_views(ctx: FixContext, mutation: Mutation) -> Fix:
     new = f"[{origin.id}[{index}] for {index} in range(len({origin.id}))]"
     rw = Rewrite(ctx).replace_node(ctx.cst(origin), parse_expr(new))
     return rw.fix(f"Write through plain views: iterate over `{short(new)}`", safe=True)
-
-
-def _is_piece(ctx: FixContext, node: ast.AST) -> bool:
-    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)):
-        return False
-    func = node.value.func
-    name = func.attr if isinstance(func, ast.Attribute) else ""
-    return name in PIECES
 
 
 def _returns_pieces(ctx: FixContext, call: ast.Call) -> bool:

@@ -11,10 +11,10 @@ from ..fixes.moves import block_around, grad_off, mutation_in, no_grad_block
 from ..fixes.writes import InPlaceWrite, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
-from ..knowledge.names import PIECES, VIEW_METHODS
+from ..knowledge.names import VIEW_METHODS
 from ..messages import Message
 from .base import Example, Rule
-from .common import call_path_related
+from .common import call_path_related, pieces_call
 from .gg001_saved_tensor_mutated import only_the_caller_holds, through_callers_fix
 
 MESSAGE = "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
@@ -249,7 +249,7 @@ def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) 
         root = mutation.target.root()
         if root.leaf or root.param:
             raise CannotFix("an in-place write to a view of a leaf would still raise")
-        if _pieces(ctx, origin):
+        if pieces_call(origin):
             raise CannotFix("an in-place write to one of several views of one call would still raise")
     title += f" (unsafe: every call of `{fn.name}` now gets views with history where its input requires grad)"
     return Fix(title, False, tuple(sorted(edits, key=lambda e: (e.line, e.column))))
@@ -275,10 +275,6 @@ def _plain_number(node: ast.AST) -> bool:
     if isinstance(node, ast.Constant):
         return node.value is None or node.value is Ellipsis or type(node.value) is int
     return isinstance(node, (ast.Tuple, ast.Slice, ast.UnaryOp, ast.USub, ast.Load))
-
-
-def _pieces(ctx: FixContext, origin: ast.AST) -> bool:
-    return isinstance(origin, ast.Call) and isinstance(origin.func, ast.Attribute) and origin.func.attr in PIECES
 
 
 RULE = Rule(
