@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from gradguard.api import analyze_source
 from test_cache import _findings, runs  # noqa: F401 (runs: the fixture counting the units really analysed)
 
@@ -348,3 +350,123 @@ def test_a_module_variable_is_also_what_the_top_level_does_to_it_without_binding
     for before, after in ((CHANGED_AT_TOP_LEVEL, edited), (edited, CHANGED_AT_TOP_LEVEL)):
         fresh = _cached_equals_fresh(before, after)
         assert bool(fresh) == (after is CHANGED_AT_TOP_LEVEL)
+
+
+BOUND_IN_BLOCKS = textwrap.dedent('''
+    import torch
+
+    scale = 2.0
+    with torch.no_grad():
+        w = torch.zeros(3, requires_grad=True)
+    for _ in range(2):
+        u = torch.zeros(3, requires_grad=True)
+    print(v := torch.zeros(3, requires_grad=True))
+
+
+    def link():
+        global alias
+        alias = torch.zeros(3)
+
+
+    link()
+    alias.requires_grad_(True)
+
+
+    def f():
+        w.mul_(scale)
+        u.mul_(scale)
+        v.mul_(scale)
+        alias.mul_(scale)
+''')
+
+
+@pytest.mark.parametrize("edited", ["with", "for", "walrus", "global"])
+def test_a_module_variable_bound_in_a_block_a_walrus_or_by_a_global_declaration_is_read_by_the_functions_naming_it(
+        edited):
+    """``f`` reads ``w`` bound in a ``with`` body, ``u`` in a ``for`` body, ``v`` by a walrus and ``alias`` by a
+    function that declares it ``global`` (then run at the top level): editing the statement that makes each one
+    a leaf that requires grad changes ``f``'s finding on its write."""
+    statement = {"with": "w = torch.zeros(3, requires_grad=True)", "for": "u = torch.zeros(3, requires_grad=True)",
+                 "walrus": "v := torch.zeros(3, requires_grad=True)", "global": "alias.requires_grad_(True)"}[edited]
+    after = BOUND_IN_BLOCKS.replace(statement, statement.replace("True", "False"))
+    name = statement.split()[0].split(".")[0]
+    for before, text in ((BOUND_IN_BLOCKS, after), (after, BOUND_IN_BLOCKS)):
+        fresh = _cached_equals_fresh(before, text)
+        assert any(f"{name}.mul_" in text.split("\n")[line - 1] for line, _, _ in fresh) == (text is BOUND_IN_BLOCKS)
+
+
+TOP_LEVEL_SHAPES = textwrap.dedent('''
+    import torch
+
+
+    class Arm:
+        def __init__(self, x):
+            self.x = x
+
+        def on(self):
+            self.x.requires_grad_(True)
+
+
+    def link():
+        global alias
+        alias = w
+
+
+    def make():
+        return torch.zeros(3)
+
+
+    scale = 2.0
+    w = make()
+    with torch.no_grad():
+        v = torch.ones(3)
+    arm = Arm(v)
+    print(z := torch.zeros(3))
+    pass
+    pass
+    pass
+
+
+    def f():
+        w.mul_(scale)
+        return w
+
+
+    def g():
+        y = torch.exp(v * scale)
+        z.add_(y.sum())
+        return y
+''')
+# statements an edit puts in place of a ``pass`` (or takes out again), and variants of the lines above
+_TOP_LEVEL_EDITS = ["arm.on()", "link()", "alias.requires_grad_(True)", "w.requires_grad_(True)",
+                    "z.requires_grad_(True)", "v.requires_grad_(True)", "pass", "pass"]
+_TOP_LEVEL_VARIANTS = {"return torch.zeros(3)": "return torch.zeros(3, requires_grad=True)",
+                       "v = torch.ones(3)": "v = torch.ones(3, requires_grad=True)",
+                       "alias = w": "alias = v", "scale = 2.0": "scale = 2"}
+
+
+def test_random_edits_of_the_module_top_level_match_a_fresh_analysis():
+    """What a function reads of the module's variables is every statement that can bind or change them, however
+    it does (a method of another variable's object, a ``global`` declaration, a ``with`` body, a walrus):
+    edit after edit, the cached findings equal a fresh analysis's."""
+    import random
+
+    rng = random.Random(5)
+    text = TOP_LEVEL_SHAPES
+    cache: dict = {}
+    analyze_source(text, "n.py", cache=cache, fixes=False)
+    seen = set()
+    for _ in range(40):
+        lines = text.split("\n")
+        if rng.random() < 0.7:
+            slots = [i for i, line in enumerate(lines) if line.split("(")[0] in {e.split("(")[0] for e in _TOP_LEVEL_EDITS}
+                     and not line.startswith(" ")]
+            lines[rng.choice(slots)] = rng.choice(_TOP_LEVEL_EDITS)
+        else:
+            old, new = rng.choice(list(_TOP_LEVEL_VARIANTS.items()))
+            lines = [line.replace(old, new) if old in line else line.replace(new, old) for line in lines]
+        text = "\n".join(lines)
+        cached = _findings(analyze_source(text, "n.py", cache=cache, fixes=False))
+        assert cached == _findings(analyze_source(text, "n.py", fixes=False)), text
+        seen.add(tuple(line for line, _, _ in cached))
+    assert len(seen) >= 3  # the edits did change the findings

@@ -30,7 +30,7 @@ from .inference.interpreter import Context, Interpreter, TooManySteps
 from .inference.jedi_oracle import JediOracle
 from .inference.loss_hooks import unreturned_loss
 from .inference.project import Project, calls_named, function_around
-from .inference.scopes import scope_names
+from .inference.scopes import module_bound, scope_names
 from . import parsing, statements
 from .inference.values import ModuleValue, copy_values
 from .knowledge import load_knowledge
@@ -540,9 +540,15 @@ class _Fingerprints:
         self.named.update({name: [info.node] for name, info in classes.items()})
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
         self.top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        # whether a function is given the module's variables (``_ModuleEnvironment.names``)
+        self.assigned = _bound_names(self.top)
+        # A module variable's value is made by every statement that can bind it (in a block, by a walrus), and by
+        # the functions and classes that declare it ``global`` (their calls below then name it through them).
         self.binders: dict[str, list[ast.AST]] = {}
-        for stmt in self.top:
-            for name in _bound_names([stmt]):
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and "global" not in self._text(stmt):
+                continue
+            for name in self._bound(stmt):
                 self.binders.setdefault(name, []).append(stmt)
         # A module variable's value is also what the top level does to it without binding it (``t.requires_grad_()``,
         # ``cfg.update(...)``, a call of a function of the file that changes it): every top-level statement that
@@ -589,6 +595,16 @@ class _Fingerprints:
     def _free(self, node: ast.AST) -> frozenset[str]:
         return self._scope(node)[0]
 
+    def _bound(self, node: ast.AST) -> frozenset[str]:
+        """``scopes.module_bound`` of a top-level statement, kept across edits as ``_scope``."""
+        memo = ("bound", self._text(node), node.col_offset, node.end_col_offset, node.lineno - parsing.first_line(node))
+        found = _SCOPE_NAMES.get(memo)
+        if found is None:
+            if len(_SCOPE_NAMES) > 8192:
+                _SCOPE_NAMES.clear()
+            found = _SCOPE_NAMES[memo] = module_bound(node)
+        return found
+
     def locals_of(self, fn: ast.AST) -> frozenset[str]:
         """A function's own locals (the interpreter's ``own_locals``), from the same memo."""
         return self._scope(fn)[1]
@@ -602,7 +618,7 @@ class _Fingerprints:
         own = self._text(fn)
         spans = [(parsing.first_line(fn), fn.end_lineno)]
         # whether the function is given the module's variables (``_ModuleEnvironment.for_function``)
-        parts = [own, self.imports, "globals" if self.binders.keys() & _names(own) else ""]
+        parts = [own, self.imports, "globals" if self.assigned & _names(own) else ""]
         reads = self._free(fn)
         if owner is not None:
             parts.append(self._text(owner))
@@ -617,7 +633,7 @@ class _Fingerprints:
         """A function's own key: its text, its class's, the imports and settings, whether it is given the module's
         variables, and ``flags`` (what the engine decided for it from the rest of the file); with their lines."""
         own = self._text(fn)
-        parts = [own, self.imports, "globals" if self.binders.keys() & _names(own) else "", flags]
+        parts = [own, self.imports, "globals" if self.assigned & _names(own) else "", flags]
         spans = [(parsing.first_line(fn), fn.end_lineno)]
         if owner is not None:
             parts.append(self._text(owner))

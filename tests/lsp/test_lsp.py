@@ -144,6 +144,34 @@ async def test_incremental_change_clears(client: LanguageClient):
     assert summary(await wait_publish(client, URI, version=3)) == [(2, "GG002")]
 
 
+WITH_BODY = """import torch
+
+scale = 2.0
+with torch.no_grad():
+    w = torch.zeros(3, requires_grad=True)
+
+
+def f():
+    w.mul_(scale)
+    return w
+"""
+
+
+async def test_an_edit_of_a_module_variable_bound_in_a_block_reaches_the_cached_functions_reading_it(
+        client: LanguageClient):
+    """``f``'s finding comes from the ``w`` a ``with`` body binds: editing that line (no leaf that requires grad
+    any more, then one again) changes what is published, as a fresh analysis says, though ``f`` is unchanged."""
+    open_doc(client, WITH_BODY)
+    assert summary(await wait_publish(client, URI, version=1)) == [(8, "GG002")]
+    text = WITH_BODY
+    for version, (old, new) in enumerate(((", requires_grad=True", ""), ("zeros(3)", "zeros(3, requires_grad=True)")), 2):
+        column = text.split("\n")[4].index(old)
+        change_range(client, rng(4, column, 4, column + len(old)), new, version=version)
+        text = text.replace(old, new, 1)
+        fresh = [(d.line - 1, d.code) for d in analyze_source(text).diagnostics]
+        assert summary(await wait_publish(client, URI, version=version)) == fresh == ([] if version == 2 else [(8, "GG002")])
+
+
 async def test_syntax_error_keeps_unaffected_findings(client: LanguageClient):
     open_doc(client, TWO_FUNCS)
     assert summary(await wait_publish(client, URI, version=1)) == [(5, "GG002"), (11, "GG002")]

@@ -183,3 +183,15 @@ def scope_names(node: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
                 own = frozenset(locals_)
         pending += scope.nested
     return frozenset(names), own
+
+
+def module_bound(node: ast.AST) -> frozenset[str]:
+    """The module names a top-level statement can bind: a target anywhere in its blocks (``for``/``with`` bodies, a
+    walrus, ``except ... as``, ``match``, a def in an ``if``; not an import, resolved as one, nor a comprehension's
+    own targets), and a name that a function it defines, at any depth, declares ``global`` (bound when it runs)."""
+    declared = {name for inner in ast.walk(node) if isinstance(inner, ast.Global) for name in inner.names}
+    if isinstance(node, (*_DEFS, ast.ClassDef)):
+        return frozenset(declared)
+    scope = _Scope()
+    scope.visit(node)
+    return frozenset(scope.bound | declared)
