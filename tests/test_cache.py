@@ -67,6 +67,23 @@ def test_an_edit_inside_one_function_reanalyses_only_it(runs):
     assert _findings(result) == _findings(analyze_source(edited, "f.py"))
 
 
+def test_an_edit_reads_the_words_of_only_the_functions_whose_text_changed(monkeypatch):
+    """Which functions can reach a candidate is read from the words of their texts (``engine._words``): a
+    keystroke reads those of the edited function again, not every function's."""
+    read = []
+    real = engine._words
+    monkeypatch.setattr(engine, "_words", lambda text: read.append(text.split("(")[0]) or real(text))
+    source = SOURCE + "\n\ndef fourth():\n    return first()\n\n\ndef fifth():\n    return 1\n"
+    cache: dict = {}
+    analyze_source(source, "f.py", cache=cache, fixes=False)
+    assert set(read) == {"def fourth", "def fifth"}  # the functions with no in-place idiom of their own
+    read.clear()
+    edited = source.replace("return 1", "return 2")
+    result = analyze_source(edited, "f.py", cache=cache, fixes=False)
+    assert read == ["def fifth"]
+    assert _findings(result) == _findings(analyze_source(edited, "f.py", fixes=False))
+
+
 def test_editing_a_helper_reanalyses_its_callers(runs):
     cache: dict = {}
     before = analyze_source(SOURCE, "f.py", cache=cache)

@@ -12,6 +12,7 @@ import ast
 import collections
 import hashlib
 import re
+import sys
 import weakref
 from dataclasses import replace
 from functools import lru_cache
@@ -81,13 +82,15 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
         ctx.grad_off_import = project.grad_off_on_import(imports, ctx.path)
     if cache and project is not None and not project.unchanged(cache.get(_PROJECT_MODULES, ())):
         cache.clear()  # a module of the project that a call was followed into has changed on disk
+    words: dict = {}  # the words of each function's text that this version asked for, for the next edit
     if lines is None:
         candidates = None
     else:
         # training code that names what it imports from the project's modules may reach a write there
         project_names = ({name for name, q in imports.items() if project.holds(q, ctx.path)}
                          if ctx.training_units and _is_entry_script(tree) else set())
-        candidates = _candidate_units(units, lines, ctx.training_units if project_names else (), project_names)
+        candidates = _candidate_units(units, lines, ctx.training_units if project_names else (), project_names,
+                                      words, cache.get(_WORDS) if cache else None)
     fingerprint = (_Fingerprints(tree, lines, functions, classes, (*view_functions, f"dtype={default_dtype}"))
                    if cache is not None and lines is not None else None)
     module_env = _ModuleEnvironment(ctx, tree, lines, fingerprint, cache.get(_PROTOTYPES) if cache else None)
@@ -149,6 +152,7 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
         cache.clear()
         cache.update(used)
         cache[_PROTOTYPES] = module_env.made
+        cache[_WORDS] = words
         if project is not None:
             cache[_PROJECT_MODULES] = project.stamps()
     return findings
@@ -174,6 +178,7 @@ def _read_key(fingerprint: "_Fingerprints", fn, owner, reads) -> tuple[str, tupl
 
 
 _PROTOTYPES = "prototypes"  # the per-document cache's entry for _ModuleEnvironment.made (other keys: hex digests)
+_WORDS = "words"  # the entry for ``_words`` of the functions' texts (``_candidate_units``)
 _PROJECT_MODULES = "project modules"  # the entry for the stamps of the project's modules the analysis read
 
 
@@ -756,8 +761,6 @@ def forget_texts() -> None:
 
 def _imports_project_code(imports: dict[str, str]) -> bool:
     """jedi is only worth starting when something is imported from outside torch and the standard library."""
-    import sys
-
     stdlib = sys.stdlib_module_names
     return any(q.split(".")[0] not in stdlib and not q.startswith(("torch", "numpy", "typing")) for q in imports.values())
 
@@ -796,15 +799,18 @@ def _units(tree: ast.Module, class_nodes: list[ast.ClassDef] | None = None
         class_nodes.sort(key=lambda c: where[id(c)])
 
 
-def _candidate_units(units, lines: list[str], training=(), project_names: set[str] = frozenset()) -> set:
+def _candidate_units(units, lines: list[str], training=(), project_names: set[str] = frozenset(),
+                     words: dict | None = None, known: dict | None = None) -> set:
     """Functions whose text can hold a finding: an in-place idiom of their own, an inplace module of their
     class, a mention in training code (``training``) of a name imported from the project's modules
     (``project_names``: calls into them are followed there), or a way to reach a candidate: a call of it by name,
     or a mention of its class (``Step()(x)`` reaches ``Step.__call__``); and every method of a class whose
     ``__init__`` is a candidate (its attributes hold what the candidate made).  Repeated until nothing is added,
-    so helpers of helpers count."""
+    so helpers of helpers count.  ``words`` gets the ``_words`` of each text it read, by text, and ``known`` (those
+    of the last edit's run) answers for a text that did not change."""
     texts: dict[int, str] = {}
-    words: dict[int, tuple[set[str], set[str]]] = {}
+    words = {} if words is None else words
+    known = known or {}
 
     def text(node) -> str:
         found = texts.get(id(node))
@@ -813,9 +819,10 @@ def _candidate_units(units, lines: list[str], training=(), project_names: set[st
         return found
 
     def words_of(node) -> tuple[set[str], set[str]]:
-        found = words.get(id(node))
+        source = text(node)
+        found = words.get(source)
         if found is None:
-            found = words[id(node)] = _words(text(node))
+            found = words[source] = known.get(source) or _words(source)
         return found
 
     candidates = set()
@@ -849,8 +856,11 @@ _CALLED = re.compile(r"\b(\w+)\s*\(")
 
 def _words(text: str) -> tuple[set[str], set[str]]:
     r"""The whole words of ``text`` followed by a ``(`` (``\bname\s*\(`` matches exactly these), and all its
-    whole words (``\bname\b``).  Not kept across calls: memoised for the last 8,192 functions, they held 20 MiB."""
-    return set(_CALLED.findall(text)), set(re.findall(r"\w+", text))
+    whole words (``\bname\b``).  Kept from one edit to the next for the document's functions only (``_WORDS``):
+    memoised for the last 8,192 functions of any file, they held 20 MiB.  Interned: a word is one string however
+    many functions hold it."""
+    intern = sys.intern
+    return set(map(intern, _CALLED.findall(text))), set(map(intern, re.findall(r"\w+", text)))
 
 
 class _ModuleEnvironment:
