@@ -931,7 +931,7 @@ class _ModuleEnvironment:
         return self.made[key]
 
 
-_BACKWARD_WORD = re.compile(r"\b(?:backward|grad)\b")
+_BACKWARD_WORD = re.compile(r"(?:backward|grad)\b")  # at a word's start: ``parsing.word_starts``
 _TRAINS = re.compile(r"\.\s*(?:backward|step|grad)\b")
 
 
@@ -1215,7 +1215,7 @@ def _training_units(units, tree: ast.Module, lines: list[str] | None = None, ent
     identifiers), and the tree is not walked."""
     if lines is not None and not imported:
         text = "\n".join(lines)
-        if text.isascii() and not _BACKWARD_WORD.search(text):
+        if text.isascii() and not parsing.word_starts(_BACKWARD_WORD, text):
             return set()
     calls: dict = {fn: set() for fn, _owner in units}
     training = set()

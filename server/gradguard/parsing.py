@@ -85,18 +85,32 @@ def _word_character(c: str) -> bool:
     return c.isalnum() or c == "_"  # what ``\w`` matches in a str pattern
 
 
+def word_starts(pattern: re.Pattern, text: str) -> bool:
+    """Whether ``pattern`` matches in ``text`` at the start of a word: ``re.search(r"\b" + pattern.pattern, text)``
+    for a pattern whose matches start with a word character, about four times faster (a leading ``\b`` leaves the
+    regex engine no first character to skip ahead to)."""
+    match = pattern.search(text)
+    while match is not None:
+        start = match.start()
+        if start == 0 or not _word_character(text[start - 1]):
+            return True
+        match = pattern.search(text, start + 1)
+    return False
+
+
 def has_candidate(text: str) -> bool:
     """``CANDIDATE.search(text) is not None``."""
     if _CANDIDATE_FREE.search(text):
         return True
     for before, rest in _CANDIDATE_AFTER:
+        if before == r"\b":  # every such part starts with a word character
+            if word_starts(rest, text):
+                return True
+            continue
         match = rest.search(text)
         while match is not None:
             start = match.start()
-            if before == r"\b":  # every such part starts with a word character
-                if start == 0 or not _word_character(text[start - 1]):
-                    return True
-            elif start > 0 and re.fullmatch(before, text[start - 1]):
+            if start > 0 and re.fullmatch(before, text[start - 1]):
                 return True
             match = rest.search(text, start + 1)
     return False
