@@ -25,6 +25,7 @@ import torch
 
 from .frames import UserCode, frame_site, user_frame
 from .graph import walk
+from .kept import forgetter
 from .model import Note, ProbeFinding, Site
 from .source import expression_at
 
@@ -89,7 +90,7 @@ class AskedGradients:
         key = id(t)
         entry = self.written.get(key)
         if entry is None or entry[0]() is not t:
-            entry = (weakref.ref(t, self._forget(key)), [])
+            entry = (weakref.ref(t, forgetter(self.written, key)), [])
             self.written[key] = entry
             if len(self.written) > _KEPT:
                 del self.written[next(iter(self.written))]
@@ -102,13 +103,6 @@ class AskedGradients:
     def _wait(self, asking: Asking) -> None:
         self.waiting.append(asking)
         del self.waiting[:-_WAITING]
-
-    def _forget(self, key: int):
-        def forget(ref):
-            entry = self.written.get(key)
-            if entry is not None and entry[0] is ref:
-                del self.written[key]
-        return forget
 
     def _asked(self, t, how: str, caller) -> None:
         entry = self.written.get(id(t))

@@ -25,6 +25,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .frames import UserCode, frame_site, user_frame
+from .kept import Undoing
 from .model import Note, ProbeFinding, Site
 from .source import expression_at, first_reader_of_binding
 
@@ -33,7 +34,7 @@ _Optimizer = torch.optim.Optimizer
 _COPIES = 100_000  # parameter copies remembered (oldest dropped)
 
 
-class CopiedParameters:
+class CopiedParameters(Undoing):
     """One per tracer: ``install()`` watches parameter deep copies and optimizer steps."""
 
     def __init__(self, user: UserCode, errors: list[str]):
@@ -83,10 +84,6 @@ class CopiedParameters:
         watched_save.__wrapped__ = save
         torch.save = watched_save
         self._undo.append(lambda: setattr(torch, "save", save))
-
-    def uninstall(self) -> None:
-        while self._undo:
-            self._undo.pop()()
 
     def _on_copy(self, param, out, frame) -> None:
         caller = user_frame(frame, self.user)

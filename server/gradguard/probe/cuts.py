@@ -32,6 +32,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .frames import UserCode, frame_site, user_frame
+from .kept import Undoing, forgetter
 from .merge import GRAD_OFF_NOTE
 from .graph import leaves_of
 from .model import Note, ProbeFinding, Site
@@ -87,7 +88,7 @@ class GradRead:
     missing: dict[int, weakref.ref] = field(default_factory=dict)
 
 
-class Cuts:
+class Cuts(Undoing):
     """One per tracer.  The tracer reports cuts, ops, backwards; ``install()`` watches optimizer steps,
     ``.data`` and ``.grad``."""
 
@@ -191,10 +192,6 @@ class Cuts:
         new_parameter.__wrapped__ = make
         _Parameter.__new__ = staticmethod(new_parameter)
         self._undo.append(lambda: setattr(_Parameter, "__new__", made))
-
-    def uninstall(self) -> None:
-        while self._undo:
-            self._undo.pop()()
 
     # -- what the tracer reports --
 
@@ -592,13 +589,7 @@ class Cuts:
         if entry is not None and entry[0]() is t:
             table[key] = (entry[0], *value)
             return
-
-        def forget(ref, key=key):
-            entry = table.get(key)
-            if entry is not None and entry[0] is ref:
-                del table[key]
-
-        table[key] = (weakref.ref(t, forget), *value)
+        table[key] = (weakref.ref(t, forgetter(table, key)), *value)
         if len(table) > _MADE:
             del table[next(iter(table))]
 
@@ -768,14 +759,7 @@ class Cuts:
                 if entry is not None and entry[0]() is t:
                     self.marked[key] = (entry[0], tuple(dict.fromkeys(entry[1] + cuts)))
                 else:
-                    self.marked[key] = (weakref.ref(t, self._forgetter(key)), cuts)
-
-    def _forgetter(self, key: int):
-        def forget(ref):
-            entry = self.marked.get(key)
-            if entry is not None and entry[0] is ref:
-                del self.marked[key]
-        return forget
+                    self.marked[key] = (weakref.ref(t, forgetter(self.marked, key)), cuts)
 
     # -- results --
 

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .frames import UserCode, frame_site, user_frame
+from .kept import forgetter
 from .merge import REBUILT_NOTE
 from .model import Note, ProbeFinding, Site
 from .source import expression_at
@@ -248,7 +249,7 @@ class Provenance:
     def _read_array(self, array, read: Site) -> None:
         try:
             address = array.__array_interface__["data"][0]
-            self.arrays[address] = (weakref.ref(array, self._forgetter(self.arrays, address)), read)
+            self.arrays[address] = (weakref.ref(array, forgetter(self.arrays, address)), read)
         except Exception as exc:  # noqa: BLE001 - the probe never breaks the user's code
             self.errors.append(f"array: {type(exc).__name__}: {exc}")
 
@@ -410,17 +411,9 @@ class Provenance:
     def _track(self, table: dict, t, value) -> None:
         key = id(t)
         entry = table.get(key)
-        ref = entry[0] if entry is not None and entry[0]() is t else weakref.ref(t, self._forgetter(table, key))
+        ref = entry[0] if entry is not None and entry[0]() is t else weakref.ref(t, forgetter(table, key))
         table[key] = (ref, value)
         self.busy = True
-
-    @staticmethod
-    def _forgetter(table: dict, key: int):
-        def forget(ref):
-            entry = table.get(key)
-            if entry is not None and entry[0] is ref:
-                del table[key]
-        return forget
 
     def _report(self, rebuild: Rebuild, backward: Site | None) -> None:
         key = (rebuild.site.path, rebuild.site.line)

@@ -32,6 +32,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from .frames import UserCode, code_site, frame_site, user_frame
+from .kept import Undoing
 from .model import Note, ProbeFinding, Site
 from .source import expression_at
 
@@ -55,7 +56,7 @@ class _Watched:
     added: list = field(default_factory=list)  # user frames (code, line, lasti) of the backwards that added to it
 
 
-class StaleGrads:
+class StaleGrads(Undoing):
     """One per tracer.  The tracer reports resets (``on_reset``) and backwards (``before_backward`` /
     ``after_backward``); ``install()`` watches optimizer steps."""
 
@@ -69,10 +70,6 @@ class StaleGrads:
     def install(self) -> None:
         self._undo.append(register_optimizer_step_pre_hook(self._before_step).remove)
         self._undo.append(register_optimizer_step_post_hook(self._after_step).remove)
-
-    def uninstall(self) -> None:
-        while self._undo:
-            self._undo.pop()()
 
     # -- what the tracer reports --
 

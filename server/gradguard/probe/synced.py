@@ -26,6 +26,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .frames import UserCode, frame_site, user_frame
+from .kept import Undoing
 from .model import Note, ProbeFinding, Site
 from .source import attribute_assigned, expression_at
 
@@ -50,7 +51,7 @@ class _Replaced:
     params: dict = field(default_factory=dict)  # id -> weak reference: the parameters of the module stored instead
 
 
-class SyncedCopies:
+class SyncedCopies(Undoing):
     """One per tracer: ``install()`` watches ``load_state_dict`` and optimizer steps."""
 
     def __init__(self, user: UserCode, errors: list[str]):
@@ -88,8 +89,7 @@ class SyncedCopies:
         self._undo.append(lambda: gc.callbacks.remove(collecting))
 
     def uninstall(self) -> None:
-        while self._undo:
-            self._undo.pop()()
+        super().uninstall()
         for ref, load in list(self.loads.values()):
             if load.handle is not None:
                 load.handle.remove()

@@ -49,6 +49,7 @@ from .geometry import geometry_of, overlaps
 from .grad_hooks import GradientHooks
 from .grad_mode import GradMode
 from .guarded_freeze import GuardedFreezes
+from .kept import forgetter
 from .module_flags import ModuleFlags
 from .merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, BUFFER_READ_NOTE, INPUT_NOTE, MODULE_NOTE, RENORM_NOTE,
                     SETTER_NOTE, STALE_USE_NOTE, STEP_CALL_NOTE, STEP_NOTE)
@@ -1379,14 +1380,7 @@ class Tracer(TorchDispatchMode):
         table = self.multi_views
         for t in views:
             if isinstance(t, _Tensor):
-                key = id(t)
-
-                def forget(ref, key=key):
-                    entry = table.get(key)
-                    if entry is not None and entry[0] is ref:
-                        del table[key]
-
-                table[key] = (weakref.ref(t, forget), site)
+                table[id(t)] = (weakref.ref(t, forgetter(table, id(t))), site)
         while len(table) > _MULTI_VIEWS_KEPT:
             del table[next(iter(table))]
 
