@@ -10,10 +10,7 @@ everything it does not touch byte for byte) and turns the difference into the fe
 from __future__ import annotations
 
 import ast
-import io
 import itertools
-import symtable
-import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -65,7 +62,7 @@ class Rewrite:
             return name
         first = next((stmt for stmt in self.ctx.tree.body if isinstance(stmt, (ast.Import, ast.ImportFrom))
                       and getattr(stmt, "module", None) != "__future__"), None)  # (not `from __future__`)
-        if first is None or first.lineno > use.lineno or not name_free_for_module(self.ctx.text, "torch"):
+        if first is None or first.lineno > use.lineno or not name_free_for_module(self.ctx, "torch"):
             raise CannotFix("torch is not imported as a module")
         if "import torch" not in self.before.get(id(first), (first, []))[1]:
             self.insert_before(first, "import torch")
@@ -186,35 +183,10 @@ def renamed(ctx: FixContext, expr: ast.expr, old: str | None, new: str, parts: I
     return "\n".join(lines)
 
 
-def name_free_for_module(text: str, name: str) -> bool:
-    """Whether a module-level ``import name`` gives no code of the file a new meaning for ``name``: no scope
-    assigns it or takes it as a parameter (``symtable``), and the only imports that bind it are ``import
-    name`` / ``import name.sub`` (not ``from m import name`` or ``import m as name``).  A file that does not
-    compile answers False."""
-    try:
-        scopes = [symtable.symtable(text, "<fix>", "exec")]
-        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    except (SyntaxError, ValueError, tokenize.TokenError):
-        return False
-    while scopes:
-        scope = scopes.pop()
-        scopes.extend(scope.get_children())
-        try:
-            symbol = scope.lookup(name)
-        except KeyError:
-            continue
-        if symbol.is_assigned() or symbol.is_parameter():
-            return False
-    words = [t.string for t in tokens if t.type in (tokenize.NAME, tokenize.OP, tokenize.NEWLINE)]
-    statement: list[str] = []
-    for word in words + ["\n"]:
-        if word not in ("\n", ";"):
-            statement.append(word)
-            continue
-        if statement[:1] in (["import"], ["from"]) and name in statement:
-            binding = [i for i, w in enumerate(statement) if w == name and i and statement[i - 1] != "."]
-            after = statement.index("import") if "import" in statement else 0
-            if any(statement[i - 1] == "as" or (statement[0] == "from" and i > after) for i in binding):
-                return False
-        statement = []
-    return True
+def name_free_for_module(ctx: FixContext, name: str) -> bool:
+    """Whether a module-level ``import name`` gives no code of the file a new meaning for ``name``: nothing in the
+    file binds it (the module's name index, ``FixContext.names_in``): no assignment, parameter, definition, ``except
+    ... as``, ``match`` capture, nor import but ``import name`` / ``import name.sub``."""
+    names = ctx.names_in(ctx.tree)
+    return name not in {*names.parameters, *names.definitions, *names.bound} \
+        and all(isinstance(n.ctx, ast.Load) for n in names.of(name))

@@ -24,6 +24,8 @@ class FunctionNames(NamedTuple):
     attributes: dict[str, list[ast.Attribute]]  # attribute name -> its Attribute nodes (`x.weight`: "weight")
     definitions: dict[str, list[ast.AST]]  # name -> the functions and classes defined with it (itself too)
     imported: frozenset[str]  # the first part of every name an import binds (`import a.b`: "a")
+    # names bound but by a ``Name`` or a parameter: `except E as n`, a `match` capture, an import other than `import n.b`
+    bound: frozenset[str]
 
     def of(self, name: str) -> list[ast.Name]:
         return self.uses.get(name, [])
@@ -39,6 +41,7 @@ def function_names(fn: ast.AST) -> FunctionNames:
     declarations: list[frozenset[str]] = []
     parameters: set[str] = set()
     imported: set[str] = set()
+    bound: set[str] = set()
     for node in ast.walk(fn):
         if isinstance(node, ast.Name):
             uses.setdefault(node.id, []).append(node)
@@ -52,10 +55,13 @@ def function_names(fn: ast.AST) -> FunctionNames:
             parameters.add(node.arg)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+            bound.update(a.asname or a.name for a in node.names if a.asname or isinstance(node, ast.ImportFrom))
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping)):
+            bound.update(n for n in (getattr(node, "name", None), getattr(node, "rest", None)) if n)
     a = getattr(fn, "args", None)  # its own parameters (not a lambda default's)
     arguments = {p.arg for p in (*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg) if p} if a else set()
     return FunctionNames(uses, frozenset().union(*declarations), tuple(declarations), frozenset(arguments), frozenset(parameters),
-                         attributes, definitions, frozenset(imported))
+                         attributes, definitions, frozenset(imported), frozenset(bound))
 
 
 class Parents:
