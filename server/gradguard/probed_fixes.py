@@ -41,7 +41,7 @@ from .probe.merge import (ALIAS_NOTE, BACKWARD_CALL_NOTE, BUFFER_READ_NOTE, FROZ
 from .probe.model import ProbeFinding, Site
 from .rules.gg001_saved_tensor_mutated import saves_by_call
 from .rules.gg103_graph_break import build_optimizer_after
-from .statements import blocks, is_dotted
+from .statements import blocks, chain_base, is_dotted
 from .text import code_point_column
 
 log = logging.getLogger(__name__)
@@ -1584,8 +1584,7 @@ def _stored_into_names(st: ast.stmt) -> set[str]:
         root = n.func.value if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
             and n.func.attr.endswith("_") and not n.func.attr.startswith("_") else \
             n if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)) else None
-        while isinstance(root, (ast.Subscript, ast.Attribute)):
-            root = root.value
+        root = chain_base(root)
         if isinstance(root, ast.Name):
             out.add(root.id)
     return out

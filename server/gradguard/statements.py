@@ -171,6 +171,13 @@ def is_dotted(node: ast.AST) -> bool:
     return dotted_root(node) is not None
 
 
+def chain_base(node: ast.AST | None) -> ast.AST | None:
+    """What an attribute and subscript chain is read out of (``xs`` of ``xs[i].w``, a call of ``f(x)[0]``)."""
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node
+
+
 def dotted_root(node: ast.AST) -> str | None:
     """The name a name or an attribute chain on one starts from (``model`` of ``model.fc.weight``), else None."""
     while isinstance(node, ast.Attribute):

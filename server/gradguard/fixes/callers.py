@@ -20,11 +20,13 @@ from ..diagnostics import Fix, TextEdit
 from ..inference.scopes import bound_names
 from ..inference.state import GRAD_MODES
 from ..statements import own_nodes
-from .context import FUNCTIONS, CannotFix, FixBuilder, FixContext
+from .context import CannotFix, FixBuilder, FixContext
 from .edits import Rewrite, return_at_end
 from .helper_calls import CALLED_ON_INSTANCES, calls_of
 from .inplace import fix_or_none, not_inplace
-from .writes import InPlaceWrite, attribute_base, code, root_name, short, without_keyword
+from .moves import enclosing_statements
+from .writes import (NESTED_ESCAPE, NONLOCAL_ESCAPE, InPlaceWrite, attribute_base, code, param_escape, root_name, short,
+                     without_keyword)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -117,7 +119,7 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
         if not (isinstance(call, ast.Call) and call.func is use and isinstance(stmt, ast.Expr) and stmt.value is call):
             raise CannotFix("the closure is used otherwise than called as a statement")
         report = InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, name)
-        if report.besides("a nested function or class uses it", NONLOCAL_ESCAPE):  # (no other nested code uses it)
+        if report.besides(NESTED_ESCAPE, NONLOCAL_ESCAPE):  # (no other nested code uses it)
             raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     if any(isinstance(n, ast.Nonlocal) and name in n.names for n in own_nodes(fn)):
         return fix  # the closure already rebinds the enclosing name
@@ -127,9 +129,6 @@ def _with_nonlocal(ctx: FixContext, fix: Fix, fn: ast.FunctionDef, outer: ast.Fu
     declare = TextEdit(first.lineno, 1, first.lineno, 1, f"{indent}nonlocal {name}{ctx.newline}")
     edits = tuple(sorted((declare, *fix.edits), key=lambda e: (e.line, e.column)))
     return replace(fix, title=f"{fix.title}; `nonlocal {name}` in `{fn.name}`, so `{outer.name}` sees it", edits=edits)
-
-
-NONLOCAL_ESCAPE = "it is declared global or nonlocal"  # the alias report's words (``sharing.Report.escapes``)
 
 
 def rebound_in_closure(ctx: FixContext, write: InPlaceWrite, name: str,
@@ -157,11 +156,6 @@ def _only_numpy_views(ctx: FixContext, fn: ast.FunctionDef, name: str | None) ->
         if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "numpy"):
             return False
     return bool(stores)
-
-
-def param_escape(name: str) -> str:
-    """The alias report's words for a parameter the caller holds (``sharing.Report.escapes``)."""
-    return f"`{name}` is a parameter: the caller holds the same tensor"
 
 
 @dataclass(frozen=True)
@@ -331,13 +325,8 @@ def unread_by_callers(ctx: FixContext, write: InPlaceWrite) -> Fix:
 
 def _under_no_grad(ctx: FixContext, stmt: ast.stmt) -> bool:
     """Whether ``stmt`` sits in a ``with`` block of its function that may change grad mode."""
-    for anc in ctx.ancestors(stmt):
-        if isinstance(anc, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            return False
-        if isinstance(anc, (ast.With, ast.AsyncWith)) and any(
-                isinstance(i.context_expr, ast.Call) and ctx.qual(i.context_expr.func) in GRAD_MODES for i in anc.items):
-            return True
-    return False
+    return any(isinstance(i.context_expr, ast.Call) and ctx.qual(i.context_expr.func) in GRAD_MODES
+               for up in enclosing_statements(ctx, stmt) if isinstance(up, (ast.With, ast.AsyncWith)) for i in up.items)
 
 
 def forwarded_inplace_flag(ctx: FixContext, mutation) -> Fix:

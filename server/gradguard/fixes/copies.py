@@ -216,9 +216,8 @@ def copy_for_closure(ctx: FixContext, write: InPlaceWrite, keep: Callable[[ast.N
         rw.replace_node(ctx.cst(node), cst.Name(local))
     extra = []
     if declared:
-        line = declared[0].lineno
-        text = ctx.lines[line - 1].rstrip("\r\n")
-        extra.append(TextEdit(line, len(text) - len(text.lstrip()) + 1, line, len(text) + 1, f"nonlocal {local}"))
+        line, column, end_line, end_column = ctx.char_range(declared[0])
+        extra.append(TextEdit(line, column + 1, end_line, end_column + 1, f"nonlocal {local}"))
     edits = sorted([*rw.edits(), *extra], key=lambda e: (e.line, e.column))
     title = (f"Compute on a copy: `{local} = {name}.clone()` before `{fn.name}()`, which writes it, then read "
              f"`{local}` instead of `{name}` (unsafe: {kept})")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -112,12 +111,12 @@ class Rewrite:
         for stmt in self.removed.values():
             if block_of(ctx.parents.get(stmt), stmt) == [stmt]:
                 indent = ctx.indent_of(stmt)
-                end = len(ctx.lines[stmt.end_lineno - 1].rstrip("\r\n")) + 1
+                end = len(ctx.lines[stmt.end_lineno - 1]) + 1
                 edits.append(TextEdit(stmt.lineno, len(indent) + 1, stmt.end_lineno, end, "pass"))
             elif stmt.end_lineno < len(ctx.lines):
                 edits.append(TextEdit(stmt.lineno, 1, stmt.end_lineno + 1, 1, ""))
             else:  # the file's last line
-                edits.append(TextEdit(stmt.lineno, 1, stmt.end_lineno, len(ctx.lines[-1].rstrip("\r\n")) + 1, ""))
+                edits.append(TextEdit(stmt.lineno, 1, stmt.end_lineno, len(ctx.lines[-1]) + 1, ""))
         edits.sort(key=lambda e: (e.line, e.column, (e.end_line, e.end_column) != (e.line, e.column)))
         merged: list[TextEdit] = []
         for e in edits:  # an insertion where a replacement starts becomes part of that replacement
@@ -167,11 +166,11 @@ def return_at_end(ctx: FixContext, fn: ast.FunctionDef | ast.AsyncFunctionDef, n
     return TextEdit(end, column, end, column, f"{ctx.newline}{ctx.indent_of(fn.body[0])}return {name}")
 
 
-def renamed(ctx: FixContext, expr: ast.expr, old: str | None, new: str, parts: Iterable[ast.expr] = ()) -> str:
-    """The source of ``expr`` with every ``old`` name (or each of ``parts`` of it) spelled ``new``."""
+def renamed(ctx: FixContext, expr: ast.expr, old: str, new: str) -> str:
+    """The source of ``expr`` with every ``old`` name spelled ``new``."""
     text = ctx.source(expr)
     line, column, _, _ = ctx.char_range(expr)
-    parts = parts if old is None else (n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == old)
+    parts = (n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == old)
     names = sorted(parts, key=lambda n: (n.lineno, n.col_offset), reverse=True)
     lines = text.split("\n")
     for n in names:

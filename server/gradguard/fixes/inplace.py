@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ..diagnostics import Fix
 from ..inference.scopes import bound_names
 from ..inference.sharing import Report
+from ..statements import chain_base
 from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
 from .moves import mutation_in
@@ -115,9 +116,7 @@ def _binds_locally(ctx: FixContext, scope: ast.AST, name: str) -> bool:
 
 def is_temporary(expr: ast.expr) -> bool:
     """A call or arithmetic result that no name holds (``F.relu(self.fc(x))``)."""
-    while isinstance(expr, (ast.Subscript, ast.Attribute)):
-        expr = expr.value
-    return isinstance(expr, (ast.Call, ast.BinOp, ast.UnaryOp))
+    return isinstance(chain_base(expr), (ast.Call, ast.BinOp, ast.UnaryOp))
 
 
 def rebinds(stmt: ast.stmt, name: str) -> bool:

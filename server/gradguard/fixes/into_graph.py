@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
 from ..statements import every_node
-from .callers import param_escape, through_callers
+from .callers import through_callers
 from .context import CannotFix, FixContext
-from .edits import renamed
 from .moves import grad_off, mutation_in, no_grad_block, units
-from .writes import InPlaceWrite, aug_to_binop, code, cst_mod, out_of_place, short
+from .writes import InPlaceWrite, aug_to_binop, code, cst_mod, out_of_place, param_escape, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -80,7 +79,7 @@ def write_in_graph(ctx: FixContext, finding: Finding) -> Fix:
     edit = TextEdit(line, column + 1, end_line, end_column + 1, new)
     if unit is not stmt:  # the control stays, one level out, around the rewritten write
         ctx.require_own_lines(stmt)
-        (a, b, c, d), lines = ctx.char_range(stmt), [line.rstrip("\r\n") for line in ctx.lines]
+        (a, b, c, d), lines = ctx.char_range(stmt), ctx.lines
         text = ctx.newline.join([*lines[unit.lineno - 1:a - 1], lines[a - 1][:b] + new + lines[c - 1][d:],
                                  *lines[c:unit.end_lineno]])
         cut = len(ctx.indent_of(unit)) - len(ctx.indent_of(block))
@@ -118,7 +117,7 @@ def _copied_in_graph(ctx: FixContext, call: ast.Call, name: str) -> str:
     if not own or any(isinstance(n, ast.Name) and n.id == name for leaf in leaves if leaf not in own
                       for n in ast.walk(leaf)):
         raise CannotFix("the copied values do not read the written tensor elementwise")
-    return renamed(ctx, value, None, name, own)
+    return code(_reads_in_graph(ctx.cst(value), name))  # (`own` are those reads: the other leaves do not read it)
 
 
 def _no_grad_decorator(ctx: FixContext, stmt: ast.stmt) -> ast.expr | None:

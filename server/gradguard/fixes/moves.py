@@ -150,7 +150,7 @@ def move_statements_after(ctx: FixContext, moved: list[ast.stmt], after: list[as
     lines, nl = ctx.lines, ctx.newline
     if anchor.end_lineno >= len(lines):
         raise CannotFix("nothing can go below the file's last line")
-    text = "".join(line.rstrip("\r\n") + nl for st in after for line in lines[st.lineno - 1:st.end_lineno])
+    text = "".join(line + nl for st in after for line in lines[st.lineno - 1:st.end_lineno])
     edits = [TextEdit(st.lineno, 1, st.end_lineno + 1, 1, "") for st in moved]
     edits.append(TextEdit(anchor.end_lineno + 1, 1, anchor.end_lineno + 1, 1, text))
     return sorted(edits, key=lambda e: (e.line, e.column))

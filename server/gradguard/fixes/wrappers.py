@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Fix, TextEdit
-from ..text import apply_edits, diff_edits
+from ..text import apply_edits, diff_edits, split_lines_kept
 from .context import FixContext
 from .identity import Variant
 from .writes import InPlaceWrite, through_views
@@ -45,9 +45,8 @@ def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: 
     line, column, end_line, end_column = ctx.char_range(wrapper)
     changes = [TextEdit(line, column + 1, end_line, end_column + 1, name)]
     if loop is not None:  # `for t in [out]:` -> `if True:` (the same lines, run once)
-        header = ctx.lines[loop.lineno - 1]
-        indent = ctx.indent_of(loop)
-        changes.append(TextEdit(loop.lineno, 1, loop.lineno, len(header.rstrip("\r\n")) + 1, f"{indent}if True:"))
+        end = len(ctx.lines[loop.lineno - 1]) + 1  # (the header's line, its comment too)
+        changes.append(TextEdit(loop.lineno, len(ctx.indent_of(loop)) + 1, loop.lineno, end, "if True:"))
     plain = apply_edits(ctx.text, changes)
     seen = variant(plain)
     if seen is None:
@@ -73,12 +72,12 @@ def through_wrapper(ctx: FixContext, finding: Finding, variant: Variant, build: 
 def _loop_header_back(ctx: FixContext, loop: ast.For, plain: str, fixed: str) -> str | None:
     """``fixed`` (made from ``plain``, where the loop's line read ``if True:``) with the loop's own line again;
     None when the fix changed that line or the lines around it moved."""
-    plain_lines, fixed_lines = plain.splitlines(keepends=True), fixed.splitlines(keepends=True)
+    plain_lines, fixed_lines = split_lines_kept(plain), split_lines_kept(fixed)
     marker = plain_lines[loop.lineno - 1]
     where = [i for i, text in enumerate(fixed_lines) if text == marker]
     if len(where) != 1:
         return None
-    fixed_lines[where[0]] = ctx.text.splitlines(keepends=True)[loop.lineno - 1]
+    fixed_lines[where[0]] = split_lines_kept(ctx.text)[loop.lineno - 1]
     return "".join(fixed_lines)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..inference.sharing import Report
 from ..knowledge import load_knowledge
 from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
-from ..statements import is_dotted
+from ..statements import chain_base, is_dotted
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,6 +104,12 @@ class InPlaceWrite:
 
 
 UNSEEN = "no run of the analysis went there"  # (``sharing``: what nothing ran cannot be told)
+NONLOCAL_ESCAPE, NESTED_ESCAPE = "it is declared global or nonlocal", "a nested function or class uses it"
+
+
+def param_escape(name: str) -> str:
+    """``from_run``'s words for a parameter the caller holds (``sharing.Report.escapes``)."""
+    return f"`{name}` is a parameter: the caller holds the same tensor"
 
 
 def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth: int, deeper: bool = True) -> Report:
@@ -123,17 +129,14 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
     nested = any(ctx.once(f"used in nested code: {n}", scope, lambda n=n: any(
         ctx.definitions_between(use, scope) for use in index.of(n))) for n in names)
     escapes = [*map(_escape_words, moment.escape_sites()),
-               *(f"`{p}` is a parameter: the caller holds the same tensor" for p in moment.callers_pass(depth)),
-               *("it is declared global or nonlocal" for _ in declared),
-               *(["a nested function or class uses it"] if nested else []),
+               *map(param_escape, moment.callers_pass(depth)), *(NONLOCAL_ESCAPE for _ in declared),
+               *([NESTED_ESCAPE] if nested else []),
                *(f"`{other}` holds it outside this function" for other in outside if not (other == name and declared))]
     return Report(name, views, held, escapes)
 
 
 def _read_out_of(binding: ast.AST | None) -> str | None:
-    node = binding.value if isinstance(binding, ast.Assign) and len(binding.targets) == 1 else None
-    while isinstance(node, (ast.Subscript, ast.Attribute)):
-        node = node.value
+    node = chain_base(binding.value) if isinstance(binding, ast.Assign) and len(binding.targets) == 1 else None
     return node.id if isinstance(node, ast.Name) else None
 
 

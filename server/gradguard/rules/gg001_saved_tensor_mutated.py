@@ -6,20 +6,14 @@ import ast
 from dataclasses import replace
 
 from ..diagnostics import Fix, Severity
-from ..fixes.callers import (
-    NONLOCAL_ESCAPE,
-    fix_in_helper,
-    inside_helper,
-    param_escape,
-    rebound_in_closure,
-    through_callers,
-)
+from ..fixes.callers import fix_in_helper, inside_helper, rebound_in_closure, through_callers
 from ..fixes.context import FUNCTIONS, CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import RebindRewrite, fix_or_none, mutation_of, rebind_fix
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import block_around
 from ..fixes.writes import (
+    NONLOCAL_ESCAPE,
     InPlaceWrite,
     assign,
     attribute_base,
@@ -28,6 +22,7 @@ from ..fixes.writes import (
     code,
     cst_mod,
     out_of_place,
+    param_escape,
     root_name,
     short,
 )

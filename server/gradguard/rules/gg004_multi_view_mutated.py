@@ -5,12 +5,13 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.callers import NONLOCAL_ESCAPE, fix_in_helper, rebound_in_closure
+from ..fixes.callers import fix_in_helper, rebound_in_closure
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.copies import fix_leaf_write
 from ..fixes.inplace import RebindRewrite, fix_or_none, is_parameter_update, mutation_of, rebind_fix
 from ..fixes.writes import (
+    NONLOCAL_ESCAPE,
     InPlaceWrite,
     assign,
     aug_to_binop,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from .. import statements
-from ..statements import dotted_root, is_dotted
+from ..statements import chain_base, dotted_root, is_dotted
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes.context import FUNCTIONS, LOOPS, CannotFix, FixContext
 from ..fixes.edits import Rewrite
@@ -938,9 +938,7 @@ def _stored_into(stmt: ast.stmt) -> set[str]:
     out = set()
     for n in ast.walk(stmt):
         if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            root = n
-            while isinstance(root, (ast.Subscript, ast.Attribute)):
-                root = root.value
+            root = chain_base(n)
             if isinstance(root, ast.Name):
                 out.add(root.id)
     return out

@@ -5,13 +5,13 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.callers import param_escape, through_callers
+from ..fixes.callers import through_callers
 from ..fixes.context import CannotFix, FUNCTIONS, FixContext
 from ..fixes.edits import renamed
 from ..fixes.into_graph import write_in_graph
 from ..fixes.moves import move_after_backward, mutation_in, units
 from ..fixes.copies import fresh_name, later_reads_of_attribute, require_dominated
-from ..fixes.writes import InPlaceWrite, root_name, short
+from ..fixes.writes import InPlaceWrite, param_escape, root_name, short
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad, Tensor
 from ..knowledge.names import NUMPY_OUT_TWINS

@@ -5,11 +5,11 @@ from __future__ import annotations
 import ast
 
 from ..diagnostics import Fix, Severity
-from ..fixes.callers import param_escape, through_callers
+from ..fixes.callers import through_callers
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.inplace import RebindRewrite, is_parameter_update, mutation_of, no_grad_wrap, rebind_fix
 from ..fixes.edits import Rewrite
-from ..fixes.writes import InPlaceWrite, assign, code, short, without_keyword
+from ..fixes.writes import InPlaceWrite, assign, code, param_escape, short, without_keyword
 
 from ..inference.events import Finding, Mutation
 from ..inference.values import Grad
