@@ -25,8 +25,7 @@ from .edits import Rewrite, return_at_end
 from .helper_calls import CALLED_ON_INSTANCES, calls_of
 from .inplace import fix_or_none, not_inplace
 from .moves import enclosing_statements
-from .writes import (NESTED_ESCAPE, NONLOCAL_ESCAPE, InPlaceWrite, attribute_base, code, param_escape, root_name, short,
-                     without_keyword)
+from .writes import NESTED_ESCAPE, NONLOCAL_ESCAPE, InPlaceWrite, attribute_base, code, param_escape, root_name, short
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -327,42 +326,3 @@ def _under_no_grad(ctx: FixContext, stmt: ast.stmt) -> bool:
     """Whether ``stmt`` sits in a ``with`` block of its function that may change grad mode."""
     return any(isinstance(i.context_expr, ast.Call) and ctx.qual(i.context_expr.func) in GRAD_MODES
                for up in enclosing_statements(ctx, stmt) if isinstance(up, (ast.With, ast.AsyncWith)) for i in up.items)
-
-
-def forwarded_inplace_flag(ctx: FixContext, mutation) -> Fix:
-    """GG005 where ``inplace=True`` reaches the in-place op through a wrapper's ``**kwargs``: the call that spells
-    the flag drops it.  Safe when the call rebinds the name it passes (``x = act(x, inplace=True)``) or that name
-    is not read afterwards, and nothing else holds its memory."""
-    # The engine writes the op's call out with the caller's keywords (``F.relu(t, inplace=True)``): the flag's
-    # keyword is the caller's own node, and the op's function is the wrapper's.
-    inner = mutation.node
-    flag = next((k for k in getattr(inner, "keywords", ()) if k.arg == "inplace"), None)
-    if not isinstance(inner, ast.Call) or flag is None or not (isinstance(flag.value, ast.Constant)
-                                                              and flag.value.value is True):
-        raise CannotFix("the write's call does not get `inplace=True`")
-    call = ctx.parents.get(flag)
-    fn = ctx.function_of(inner.func)
-    if not isinstance(call, ast.Call) or fn is None or fn.args.kwarg is None or ctx.function_of(call) is fn:
-        raise CannotFix("the flag is not forwarded from a caller through `**kwargs`")
-    kwargs = fn.args.kwarg.arg
-    if [n for n in own_nodes(fn) if isinstance(n, ast.Name) and n.id == kwargs and ctx.parents.get(n) is not None
-            and not (isinstance(ctx.parents.get(n), ast.keyword) and ctx.parents.get(n).arg is None)]:
-        raise CannotFix("the wrapper reads its `**kwargs` otherwise than forwarding them")
-    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
-    if name != fn.name or any(a.arg == "inplace" for a in (*fn.args.args, *fn.args.kwonlyargs)):
-        raise CannotFix("the call is not to the wrapper that forwards the flag")
-    passed = call.args[0] if call.args else None
-    if not isinstance(passed, ast.Name):
-        raise CannotFix("the written tensor is not passed as a name")
-    stmt = ctx.statement_of(call)
-    rebinds = isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
-        and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == passed.id
-    site = InPlaceWrite.at_call(ctx, call, mutation.moment)
-    report = site.sharing(ctx, passed.id)
-    if report.besides(f"it is passed to `{ctx.source(call.func)}`") or (
-            not rebinds and site.value_read_after(ctx, passed.id)):
-        raise CannotFix(f"`{passed.id}` is read later and would miss the write")
-    from_cst = ctx.cst(call)
-    rw = Rewrite(ctx).replace_node(from_cst, without_keyword(from_cst, "inplace"))
-    return rw.fix(f"Drop `inplace=True` from the call to `{fn.name}`: it forwards the flag to an op whose input "
-                  "backward needs", safe=True)

@@ -6,11 +6,10 @@ import ast
 from collections.abc import Sequence
 
 from ..diagnostics import Fix, Severity, TextEdit
-from ..fixes.callers import forwarded_inplace_flag
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite
 from ..fixes.inplace import RebindRewrite, fix_or_none, inplace_false, is_temporary, mutation_of, rebind_fix, rebinds
-from ..fixes.writes import InPlaceWrite, root_name, short
+from ..fixes.writes import InPlaceWrite, root_name, short, without_keyword
 from ..inference.events import Finding, Mutation
 from ..inference.hooks import KeptOutputOverwritten
 from ..inference.sharing import Moment
@@ -161,7 +160,7 @@ def fix(ctx: FixContext, finding: Finding) -> Fix | None:
     module = mutation.module
     if module is not None:
         return module_inplace_false(ctx, mutation)
-    forwarded = fix_or_none(lambda: forwarded_inplace_flag(ctx, mutation))
+    forwarded = fix_or_none(lambda: _forwarded_flag(ctx, mutation))
     if forwarded is not None:
         return forwarded
     write = InPlaceWrite.of_mutation(ctx, mutation)
@@ -198,6 +197,43 @@ def _hook_returns_a_copy(ctx: FixContext, event: KeptOutputOverwritten) -> Fix:
     edit = TextEdit(end, at, end, at, f"{ctx.newline}{ctx.indent_of(hook.body[0])}{returned}")
     return Fix(f"Return a copy from the hook: `{returned}` (unsafe: what the hook keeps holds the layer's values, "
                "not the activation's)", False, (edit,))
+
+
+def _forwarded_flag(ctx: FixContext, mutation: Mutation) -> Fix:
+    """Where ``inplace=True`` reaches the in-place op through a wrapper's ``**kwargs``: the call that spells
+    the flag drops it.  Safe when the call rebinds the name it passes (``x = act(x, inplace=True)``) or that name
+    is not read afterwards, and nothing else holds its memory."""
+    # The engine writes the op's call out with the caller's keywords (``F.relu(t, inplace=True)``): the flag's
+    # keyword is the caller's own node, and the op's function is the wrapper's.
+    inner = mutation.node
+    flag = next((k for k in getattr(inner, "keywords", ()) if k.arg == "inplace"), None)
+    if not isinstance(inner, ast.Call) or flag is None or not (isinstance(flag.value, ast.Constant)
+                                                              and flag.value.value is True):
+        raise CannotFix("the write's call does not get `inplace=True`")
+    call = ctx.parents.get(flag)
+    fn = ctx.function_of(inner.func)
+    if not isinstance(call, ast.Call) or fn is None or fn.args.kwarg is None or ctx.function_of(call) is fn:
+        raise CannotFix("the flag is not forwarded from a caller through `**kwargs`")
+    kwargs = fn.args.kwarg.arg
+    if [n for n in own_nodes(fn) if isinstance(n, ast.Name) and n.id == kwargs and ctx.parents.get(n) is not None
+            and not (isinstance(ctx.parents.get(n), ast.keyword) and ctx.parents.get(n).arg is None)]:
+        raise CannotFix("the wrapper reads its `**kwargs` otherwise than forwarding them")
+    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+    if name != fn.name or any(a.arg == "inplace" for a in (*fn.args.args, *fn.args.kwonlyargs)):
+        raise CannotFix("the call is not to the wrapper that forwards the flag")
+    passed = call.args[0] if call.args else None
+    if not isinstance(passed, ast.Name):
+        raise CannotFix("the written tensor is not passed as a name")
+    stmt = ctx.statement_of(call)
+    site = InPlaceWrite.at_call(ctx, call, mutation.moment)
+    report = site.sharing(ctx, passed.id)
+    if report.besides(f"it is passed to `{ctx.source(call.func)}`") or (
+            not (rebinds(stmt, passed.id) and stmt.value is call) and site.value_read_after(ctx, passed.id)):
+        raise CannotFix(f"`{passed.id}` is read later and would miss the write")
+    from_cst = ctx.cst(call)
+    rw = Rewrite(ctx).replace_node(from_cst, without_keyword(from_cst, "inplace"))
+    return rw.fix(f"Drop `inplace=True` from the call to `{fn.name}`: it forwards the flag to an op whose input "
+                  "backward needs", safe=True)
 
 
 def module_inplace_false(ctx: FixContext, mutation: Mutation) -> Fix | None:
