@@ -116,3 +116,15 @@ def test_a_wrapper_a_view_or_an_index_is_taken_of_is_fixed_as_the_name(code, wra
     want = textwrap.dedent(_LEAF).format(wrap="", write="", read=intended)
     for got, expected in zip(run_program(out), run_program(want), strict=True):
         assert torch.allclose(got, expected)
+
+
+def test_a_loop_wrapper_is_fixed_in_a_file_with_a_form_feed():
+    """The loop's header is put back on its own line as the server counts lines: a form feed (a page break between
+    sections of a file) is whitespace to Python, not a line break as ``str.splitlines`` takes it."""
+    src = _src("for t in [h]:", "    t.data.mul_(0.5)").replace("\n\nclass Block", "\n\x0c\nclass Block")
+    (diag,) = found("GG102", src)
+    assert diag.fix is not None and "`t` is `h`" in diag.fix.title, diag.fix
+    out = fix_text(src, "t.py", Config(jedi=False), unsafe=True).fixed
+    assert not found("GG102", out) and "\x0c\nclass Block" in out and "for t in [h]:" in out and "if True" not in out
+    for got, want in zip(run_program(out), run_program(_INTENDED), strict=True):
+        assert torch.allclose(got, want)
