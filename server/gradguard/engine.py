@@ -877,6 +877,8 @@ class _ModuleEnvironment:
         self.statements = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                          ast.ClassDef))]
         self.names = _bound_names(self.statements)
+        self.tree = tree
+        self.readers: frozenset[str] | None = None  # ``_global_readers``, worked out once
         self.lines = lines
         self.fingerprint = fingerprint
         self.previous = previous or {}
@@ -912,12 +914,29 @@ class _ModuleEnvironment:
     def for_function(self, fn: ast.AST) -> dict | None:
         if not self.names or self.lines is None:
             return None
-        text = "\n".join(self.lines[parsing.first_line(fn) - 1: fn.end_lineno])
-        if not self.names & _names(text):
+        own = _names("\n".join(self.lines[parsing.first_line(fn) - 1: fn.end_lineno]))
+        if not self.names & own and not self._global_readers() & own:
             return None
         key = self.fingerprint.of(None, None)[0] if self.fingerprint is not None else "module"
         made = copy_values(self._prototype(key, self._run_top_level))
         return made if self.reads is None else _Recorded(made, self.reads)
+
+    def _global_readers(self) -> frozenset[str]:
+        """The names of the file's functions and classes whose text reads a module variable, or names one that
+        does, on down: a function that calls one of them runs code that reads the module's variables
+        (``run()`` builds ``Trainer()``, whose ``__init__`` calls ``build_head(CONFIG)``)."""
+        if self.readers is None:
+            defs = [(node.name, _names("\n".join(self.lines[parsing.first_line(node) - 1: node.end_lineno])))
+                    for node in ast.walk(self.tree)
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+            readers = {name for name, words in defs if self.names & words}
+            while True:
+                added = {name for name, words in defs if name not in readers and readers & words}
+                if not added:
+                    break
+                readers |= added
+            self.readers = frozenset(readers)
+        return self.readers
 
     def _run_top_level(self) -> dict:
         interp = Interpreter(self.ctx)

@@ -66,7 +66,15 @@ _RECOMPUTE_WITH_GRAD = (
 
 _SAVED_APART = ("saving the module and the optimizer together restructures both the save and the load (a class's "
                 "`__getstate__` and `__setstate__`), which no fix does")
+_FORWARDING_LAMBDA = ("the in-place op is called through a lambda that hands it all its arguments: the call names the "
+                      "lambda, and the op to make out of place is in the lambda's body, which the finding's facts "
+                      "do not hold")
 NO_FIX = {
+    "GG005/pos_forwarding_lambda_relu_underscore_after_exp": _FORWARDING_LAMBDA,
+    "GG005/pos_forwarding_lambda_attribute_leaky_relu_slope_at_call": _FORWARDING_LAMBDA,
+    "GG102/pos_numpy_views_listed_then_clipped_in_loop": (
+        "the arrays are written one by one through a loop over a list of them: the write is not out of place "
+        "anywhere a rewrite of one statement reaches"),
     "GG103/pos_nograd_output_copied_into_buffer_term": _RECOMPUTE_WITH_GRAD,
     "GG103/pos_nograd_helper_output_whole_loss_term": _RECOMPUTE_WITH_GRAD,
     "GG103/pos_nograd_values_kept_on_object_term": _RECOMPUTE_WITH_GRAD,
@@ -207,7 +215,7 @@ UNSAFE_ONLY = {
                         "(its other uses keep their values, not their memory saving)" for name in (
         "pos_leaky_relu_module_negative_slope_inplace", "pos_inplace_flag_class_attribute",
         "pos_inplace_flag_through_constructor", "pos_layers_list_grown_dropout_after_sigmoid",
-        "pos_inplace_relu_from_config_after_sigmoid")},
+        "pos_inplace_relu_from_config_after_sigmoid", "pos_module_global_flag_read_by_builder_of_trainer")},
     **{f"GG005/{name}": "every module the `.inplace = True` assignment reaches now runs out of place, also one whose "
                         "caller relied on its input being overwritten" for name in (
         "pos_modules_loop_switches_inplace", "pos_named_children_hardtanh_switch_after_tanh")},

@@ -590,6 +590,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 element = self._element(container, stmt.target.slice)
                 if isinstance(element, Tensor):
                     self._inplace(stmt, element, f"`{symbol}`", op, [rhs])
+                elif isinstance(element, NumberFrom) and element.array_of is not None:
+                    self._array_write(stmt, element, f"`{symbol}` on the NumPy array")
                 elif isinstance(rhs, NumberFrom) and (isinstance(element, NumberFrom) or is_plain_data(element)):
                     _store(container, stmt.target.slice, _numbers([element, rhs], stmt))  # `totals["pg"] -= x.item()`
                 elif op is not None and isinstance(rhs, Tensor) and is_plain_data(element):
