@@ -5,6 +5,7 @@ negative to run clean; then gradguard checks the entry file alone."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -316,9 +317,11 @@ def test_a_batch_forgets_the_modules_its_last_files_did_not_read_and_reads_them_
 
     first, crashes, _ = batch.analyze_chunk([pair], Config(), alone=True)
     assert not crashes and model in project._PARSED
+    tree = project._PARSED[model][1].tree
+    assert any(messages.other_file(node) == str(model) for node in ast.walk(tree))
     batch.analyze_chunk([(str(tmp_path / name),) * 2 for name in others], Config(), alone=True)
     assert model not in project._PARSED
-    assert not any(path == str(model) for _, path in messages._OTHER_FILE_NODES.values())
+    assert not any(messages.other_file(node) for node in ast.walk(tree))
 
     again, crashes, _ = batch.analyze_chunk([pair], Config(), alone=True)
     assert not crashes and model in project._PARSED
@@ -738,7 +741,8 @@ def test_the_modules_searched_for_a_grad_mode_switch_are_not_kept_in_full(tmp_pa
         found = api.analyze_path(root / entry).diagnostics
         assert [(d.code, d.path) for d in found] == ([("GG103", str(setup))] if finds else []), found
         assert (setup in project._PARSED) is finds and setup in project._IMPORTS_READ
-        assert any(path == str(setup) for _, path in messages._OTHER_FILE_NODES.values()) is finds
+        assert any(messages.other_file(node) == str(setup) for _, module in project._PARSED.values() if module
+                   for node in ast.walk(module.tree)) is finds
 
 
 PRUNED_LAYERS = """

@@ -83,9 +83,11 @@ class Message:
         return self.render()
 
 
-# The nodes of the project's other modules that the analysis followed calls into, by id, with the node itself
-# (held, so that its id cannot be reused while it is here) and its file.
-_OTHER_FILE_NODES: dict[int, tuple[ast.AST, str]] = {}
+# The attribute that marks a node of one of the project's other modules that the analysis followed calls into
+# with its file.  An attribute of the node, not a table by ``id``: it costs nothing where the node's ``__dict__``
+# has room (most nodes; a table held a tuple, an int and an entry per node: 7.5 MB for a package's modules), and
+# it goes with the tree, so no id of a dropped node can be taken for a marked one.
+_FILE_MARK = "_gradguard_other_file"
 
 
 def mark_other_file(tree: ast.AST, path: str | None, nodes: list[ast.AST] | None = None) -> None:
@@ -94,15 +96,14 @@ def mark_other_file(tree: ast.AST, path: str | None, nodes: list[ast.AST] | None
     for node in ast.walk(tree) if nodes is None else nodes:
         if hasattr(node, "lineno"):
             if path is None:
-                _OTHER_FILE_NODES.pop(id(node), None)
+                node.__dict__.pop(_FILE_MARK, None)
             else:
-                _OTHER_FILE_NODES[id(node)] = (node, path)
+                setattr(node, _FILE_MARK, path)
 
 
 def other_file(node: ast.AST) -> str | None:
     """The file a node of another module of the project is in; None for the analysed file's own nodes."""
-    entry = _OTHER_FILE_NODES.get(id(node))
-    return entry[1] if entry is not None and entry[0] is node else None
+    return getattr(node, _FILE_MARK, None)
 
 
 def _parts(value: object) -> tuple[Part, ...]:
