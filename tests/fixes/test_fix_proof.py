@@ -107,6 +107,10 @@ NO_FIX = {
         "the head is swapped inside a context manager: building the optimizer inside the block (or handing it the "
         "new head's parameters) moves a statement into the block or changes the context manager, which no fix does"
     ),
+    "GG103/pos_optimizer_built_in_timed_block_before_layer_swap": (
+        "the optimizer is built inside a block of the file's own context manager: moving the block after the swap "
+        "moves what its entry and exit do too, which no fix does"
+    ),
     "GG103/pos_helper_class_rebuilds_layer_with_copied_weights": (
         "the layer is rebuilt (with new values) by a helper object's method: copying the values into the existing "
         "parameters instead rewrites the assignment into a copy, which no fix does yet"
@@ -238,7 +242,8 @@ UNSAFE_ONLY = {
     **{f"GG103/{name}": "the optimizer is built after the replacement: it no longer holds the replaced parameters, "
                         "which code the analysis does not see may still train"
        for name in ("pos_optimizer_made_before_helper_swaps_layers", "pos_pruner_class_replaces_convs_after_optimizer",
-                    "pos_setattr_over_named_children_after_optimizer", "pos_head_replaced_after_optimizer")},
+                    "pos_setattr_over_named_children_after_optimizer", "pos_head_replaced_after_optimizer",
+                    "pos_optimizer_built_under_switch_before_head_swap")},
     "GG103/pos_np_mean_of_head_losses": "the result keeps the gradient, where values meant only for a log would "
                                         "be `.detach()`ed",
     **{f"GG103/{name}": "the guard is dropped: a call of the setter on a module frozen by other code would unfreeze "

@@ -73,3 +73,34 @@ def train():
 def test_only_a_helper_that_only_builds_it_moves(body, fixed):
     (diag,) = found("GG103", _PROGRAM.replace("{body}", body))
     assert (diag.fix is not None and diag.fix.title.startswith("Build `opt` after the replacement")) is fixed
+
+
+# The construction run by a compound statement of the block (`if`, `try`, a loop, `with`): reported there, and the
+# statement around it, run for it alone, moves whole when its control calls nothing but value code.
+BUILT_IN_A_BLOCK = [
+    "GG103/pos_setattr_over_named_children_after_optimizer::wrap_try",
+    "GG103/pos_pruner_class_replaces_convs_after_optimizer::wrap_loop_once",
+    "GG103/pos_optimizer_made_before_helper_swaps_layers::wrap_if_true",
+]
+
+
+@pytest.mark.parametrize("key", BUILT_IN_A_BLOCK)
+def test_the_block_around_the_construction_moves(key):
+    fix_proof.assert_proven(key)
+
+
+@pytest.mark.parametrize("wrapped, reported", [
+    ("    if TRAIN:\n        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", "opt = torch.optim.SGD("),
+    ("    for _ in range(1):\n        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", "opt = torch.optim.SGD("),
+    ("    with torch.enable_grad():\n        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n        LOG.append(1)\n",
+     "opt = torch.optim.SGD("),
+    # the optimizer held may be the one built before: the call that replaces the head stays the line
+    ("    if opt is None:\n        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", "swap_head(model)"),
+    ("    if TRAIN:\n        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n        LOG.append(opt)\n",
+     "swap_head(model)"),
+])
+def test_a_construction_in_a_block_is_the_line_when_only_it_names_the_optimizer(wrapped, reported):
+    program = _PROGRAM.replace("{body}", "    return None").replace("LOG = []", "LOG = []\nTRAIN = True").replace(
+        "    opt = make(model)\n", "    opt = make(model)\n" + wrapped)
+    (diag,) = found("GG103", program)
+    assert program.splitlines()[diag.line - 1].strip().startswith(reported)

@@ -34,11 +34,10 @@ def built_just_before(scope: ast.AST | None, names: set[str], site: ast.AST) -> 
             named = {n.id for n in ast.walk(st) if isinstance(n, ast.Name)}
             if not named & names:
                 continue
-            if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-                    and st.targets[0].id in names and not {n.id for n in ast.walk(st.value)
-                                                           if isinstance(n, ast.Name)} & names):
+            made = _made_in(st, names)
+            if made is None:
                 return None  # the nearest statement that names it does not bind it
-            return st if _untouched_between(block[i + 1:at + 1], st) else None
+            return made if _untouched_between(block[i + 1:at + 1], made) else None
         if not statements.holds_statements(block[at]):
             return None
         # The site is in a compound statement not preceded here by a statement naming the optimizer: the
@@ -57,6 +56,39 @@ def _untouched_between(between: list[ast.stmt], construction: ast.Assign) -> boo
             if isinstance(n, (ast.Global, ast.Nonlocal)):
                 return False
     return True
+
+
+def _made_in(stmt: ast.stmt, names: set[str]) -> ast.Assign | None:
+    """The statement ``name = <no name of names>`` that ``stmt`` is, or that a compound statement ``stmt`` (``with
+    ...:``, a loop, ``try``, ``if``) runs as its only statement naming the optimizer's variables, nothing else in
+    its code (a test, an iterable, another statement) naming them or rebinding after it what it reads; else None."""
+    if isinstance(stmt, statements.SCOPES) or any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(stmt)):
+        return None
+    if _binds(stmt, names) or not statements.holds_statements(stmt):
+        return stmt if _binds(stmt, names) else None
+    own = [stmt]  # its own code: not the insides of the functions it defines, whose locals are others
+    for node in own:
+        if not isinstance(node, statements.SCOPES):
+            own.extend(ast.iter_child_nodes(node))
+    binders = [n for n in own if _binds(n, names)]
+    if len(binders) != 1:
+        return None
+    made = binders[0]
+    inside, read = {id(n) for n in ast.walk(made)}, statements.names_read(made.value)
+    for n in own:
+        if id(n) in inside:
+            continue
+        if isinstance(n, ast.Name) and n.id in names or getattr(n, "name", None) in names:
+            return None  # the control around it, or other code of the statement, names the optimizer
+        if isinstance(n, ast.Name) and n.id in read and not isinstance(n.ctx, ast.Load) \
+                and (n.lineno, n.col_offset) > (made.end_lineno, made.end_col_offset):
+            return None  # what the construction reads is rebound after it
+    return made
+
+
+def _binds(stmt: ast.AST | None, names: set[str]) -> bool:
+    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id in names and not statements.names(stmt.value) & names)
 
 
 def _holds(stmt: ast.stmt, node: ast.AST) -> bool:

@@ -11,7 +11,7 @@ from ..fixes.callers import through_callers
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.edits import Rewrite, return_at_end
 from ..fixes.identity import FindingId
-from ..fixes.moves import grad_off, move_statements_after
+from ..fixes.moves import grad_off, move_statements_after, units
 from ..fixes.writes import cst_mod, parse_expr, short
 from ..inference.events import (Finding, GradOffBackward, GraphBreak, GuardedUnfreeze, InertFlag, Mutation,
                                 NumpyRefused, ReplacedParameter, UnreturnedLoss, CopyTrained)
@@ -1528,13 +1528,15 @@ def build_optimizer_after(ctx: FixContext, built: ast.Assign, anchor: ast.stmt) 
     the statement binding the optimizer just before ``anchor`` in its block, with nothing between naming it or
     rebinding a name its construction reads (``stale_optimizers.built_just_before``).  Unsafe: the optimizer no
     longer holds the replaced parameters, which code the analysis does not see (an unregistered reference to the
-    old module) may still train.  ``anchor`` in a compound statement of that block (a loop, an ``if``): after it."""
-    anchor = next((st for st in block_of(ctx.parents.get(built), built) or () if ctx.inside(anchor, st)), None)
+    old module) may still train.  ``anchor`` in a compound statement of that block (a loop, an ``if``): after it.
+    ``built`` run alone by a compound statement of that block (``moves.units``): that statement moves whole."""
+    unit, anchor = next(((u, st) for u in units(ctx, built) for st in block_of(ctx.parents.get(u), u) or ()
+                         if ctx.inside(anchor, st)), (None, None))
     if anchor is None:
         raise CannotFix("the replacement is not in the block the optimizer is built in")
-    for stmt in (built, anchor):
+    for stmt in (unit, anchor):
         ctx.require_own_lines(stmt)
-    edits = move_statements_after(ctx, [built], [built], anchor)
+    edits = move_statements_after(ctx, [unit], [unit], anchor)
     return Fix(f"Build `{built.targets[0].id}` after the replacement (unsafe: it no longer holds the replaced "
                "parameters, which other code may still train)", False, tuple(edits))
 
