@@ -3,6 +3,8 @@ object, a module's ``forward``) then writes in place with grad on: the view is m
 block, and the helper writes its parameter out of place and returns it, each call rebinding the caller's name
 (``through_callers_fix``: nothing but the caller holds the piece, as the run saw).  A piece made with grad on
 refuses an in-place write, so the view cannot leave the block without the helper's write leaving its place too.
+A view of a tied weight (``emb.weight.t()``) that the caller's module still holds is fixed the same way, unsafe (the
+module keeps the old values), as it is when the write is in the view's own block.
 Each variant below had no fix before; its fix is now offered and proven by torch."""
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ MOVED_AND_REBOUND = [
     "GG105/pos_unbind_logvar_clamped::helper_function",
     "GG105/pos_unbind_logvar_clamped::callable_class",
     "GG105/pos_unbind_logvar_clamped::module_method",
+    "GG105/pos_transpose_tied_weight_scaled::helper_function",
+    "GG105/pos_transpose_tied_weight_scaled::callable_class",
+    "GG105/pos_transpose_tied_weight_scaled::module_method",
 ]
 
 

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from ..diagnostics import Fix, Severity, TextEdit
 from ..fixes import inplace
+from ..fixes.callers import through_callers
 from ..fixes.context import CannotFix, FixContext
 from ..fixes.moves import block_around, grad_off, mutation_in, no_grad_block
 from ..fixes.writes import InPlaceWrite, short
 from ..inference.events import Finding, Mutation
+from ..inference.sharing import Report
 from ..inference.values import Grad
 from ..knowledge.names import VIEW_METHODS
 from ..messages import Message
 from .base import Example, Rule
 from .common import call_path_related, pieces_call
-from .gg001_saved_tensor_mutated import only_the_caller_holds, through_callers_fix
+from .gg001_saved_tensor_mutated import only_the_caller_holds
 
 MESSAGE = "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
 
@@ -178,13 +181,24 @@ def _view_with_grad(ctx: FixContext, mutation: Mutation) -> Fix:
 
 def _helper_out_of_place(ctx: FixContext, mutation: Mutation) -> Fix:
     """The write of a helper the code calls with the view (``scale(q)``), out of place there: the helper returns it
-    and each call rebinds what it passed (``through_callers_fix``), when nothing but the caller holds it."""
+    and each call rebinds what it passed (``through_callers``), when nothing but the caller holds it.  A container or
+    object of a caller that holds it (a tied ``emb.weight``) keeps the old values, as in the view's own block: unsafe."""
     write = InPlaceWrite.of(ctx, mutation.node)
     write.moment = mutation.moment
     rebind = inplace.RebindRewrite(ctx, write)
     if mutation.entry() is mutation.node or not (rebind.direct and only_the_caller_holds(rebind)):
         raise CannotFix("not a helper's write to its parameter that only its caller holds")
-    return through_callers_fix(ctx, rebind)
+    held: list[Report] = []
+
+    def holders_kept(call: ast.Call, name: str) -> Report:
+        report = InPlaceWrite.at_call(ctx, call, write.moment).sharing(ctx, name)
+        held.extend([report] if report.holders_read_after else [])
+        return replace(report, holders_read_after=[])
+    rw, desc = rebind.rewrite()
+    fix = through_callers(ctx, rw, write.stmt, rebind.name, f"Write out of place: `{short(desc)}`", safe=True,
+                          moment=write.moment, check=holders_kept)
+    return replace(fix, title=fix.title + "".join(f" (unsafe: {r.reason()}, and no longer sees the write)"
+                                                  for r in held), safe=fix.safe and not held)
 
 
 def _nograd_origin(mutation: Mutation) -> ast.AST:
