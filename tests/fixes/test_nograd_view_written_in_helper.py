@@ -4,7 +4,8 @@ block, and the helper writes its parameter out of place and returns it, each cal
 (``through_callers_fix``: nothing but the caller holds the piece, as the run saw).  A piece made with grad on
 refuses an in-place write, so the view cannot leave the block without the helper's write leaving its place too.
 A view of a tied weight (``emb.weight.t()``) that the caller's module still holds is fixed the same way, unsafe (the
-module keeps the old values), as it is when the write is in the view's own block.
+module keeps the old values), as it is when the write is in the view's own block, and so is a view a helper returns
+from its own no_grad block (``helper_view_with_grad``: the helper returns it outside the block).
 Each variant below had no fix before; its fix is now offered and proven by torch."""
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ MOVED_AND_REBOUND = [
     "GG105/pos_transpose_tied_weight_scaled::helper_function",
     "GG105/pos_transpose_tied_weight_scaled::callable_class",
     "GG105/pos_transpose_tied_weight_scaled::module_method",
+    "GG105/pos_helper_with_block_returns_transpose::helper_function",
+    "GG105/pos_helper_with_block_returns_transpose::callable_class",
+    "GG105/pos_helper_with_block_returns_transpose::module_method",
 ]
 
 

@@ -254,7 +254,11 @@ def helper_view_with_grad(ctx: FixContext, mutation: Mutation, origin: ast.AST) 
     report = rebind.report if rebind is not None and rebind.direct else None  # holders only: not the caller's
     built = inplace.fix_or_none(rebind.rewrite) if report and (report.clean or report.only_holders and not report.escapes) \
         else None
-    if built is not None:
+    callers = inplace.fix_or_none(lambda: _helper_out_of_place(ctx, mutation)) if rebind is None else None
+    if callers is not None and not any(fn.lineno <= e.line <= fn.end_lineno for e in callers.edits):
+        edits.extend(callers.edits)  # the write is another helper's (`scale(dec_w)`): out of place there
+        title += f", then {callers.title[0].lower()}{callers.title[1:]}"
+    elif built is not None:
         edits.extend(built[0].edits())
         title += f", then write out of place: `{short(built[1], 50)}`"
         if not rebind.report.clean:  # `encoder` holds the viewed weight: it keeps its values, as in the tied case
