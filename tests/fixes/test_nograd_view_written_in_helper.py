@@ -26,6 +26,9 @@ MOVED_AND_REBOUND = [
     "GG105/pos_helper_with_block_returns_transpose::helper_function",
     "GG105/pos_helper_with_block_returns_transpose::callable_class",
     "GG105/pos_helper_with_block_returns_transpose::module_method",
+    "GG105/pos_method_decorated_returns_chunk::helper_function",
+    "GG105/pos_method_decorated_returns_chunk::callable_class",
+    "GG105/pos_method_decorated_returns_chunk::module_method",
 ]
 
 
