@@ -63,7 +63,8 @@ PROBE_BLIND: dict[str, str] = {
         "the probe names the in-place write (the line after); the static analysis names the conversion to the dtype "
         "the tensor has already, which returns it instead of a copy (the line to change); the probe places a write at "
         "such a conversion only for a custom Function's input")
-       for name in ("pos_to_same_dtype_then_clamp_in_forward", "pos_type_as_same_dtype_then_indexed_write")},
+       for name in ("pos_to_same_dtype_then_clamp_in_forward", "pos_type_as_same_dtype_then_indexed_write",
+                    "pos_helper_returns_noop_float_then_scaled")},
     "GG101/pos_representation_prepared_before_loop_kept_on_module": (
         "the probe names the step that rewrites the saved weights (line 36); the static analysis names the line that "
         "keeps the graph on the object across steps (the line to change)"),
@@ -82,6 +83,10 @@ PROBE_BLIND: dict[str, str] = {
     "GG003/pos_bias_prior_written_through_bound_view": (
         "the probe names the first write that raises; the static analysis the binding of the view both writes go "
         "through (bound again under a condition, so the probe sees no one binding); `check --probe` merges them"),
+    "GG003/pos_class_bias_view_picked_by_nested_nonlocal": (
+        "the probe names the first write that raises; the static analysis the binding of the view both writes go "
+        "through (bound again under a condition, `bias = bias.detach()`, so the probe sees no one binding); "
+        "`check --probe` merges them"),
     "GG110/pos_grad_clip_result_dropped": (
         "an out-of-place op whose result is dropped changes nothing torch could observe: there is no write to see"),
     "GG110/pos_accumulated_grad_scale_dropped": (

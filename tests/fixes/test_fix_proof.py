@@ -288,7 +288,8 @@ UNSAFE_ONLY = {
     **{f"GG001/{name}": "the conversion now copies: the tensor it was given keeps its values, where the writes used "
                         "to change it too" for name in ("pos_function_forward_float_noop_then_isub",
                                                         "pos_to_same_dtype_then_clamp_in_forward",
-                                                        "pos_type_as_same_dtype_then_indexed_write")},
+                                                        "pos_type_as_same_dtype_then_indexed_write",
+                                                        "pos_helper_returns_noop_float_then_scaled")},
     "GG101/pos_hidden_detach_in_place_after_chunk_loop": "the state is detached at the top of each step and "
                                                          "retain_graph dropped: each backward now stops at its step's "
                                                          "start (truncated BPTT per step, as the reference)",
@@ -299,6 +300,8 @@ UNSAFE_ONLY = {
         "pos_state_pair_unpacked_then_accumulated_in_helper")},
     "GG004/pos_piece_of_argument_squashed_in_helper": "the helper now leaves its argument as it was: a caller this "
                                                       "analysis did not run may have read it after the call",
+    "GG004/pos_full_backward_hook_on_block_looked_up_by_name": "the ReLU, held in a `ModuleDict` applied by name, "
+                                                                "no longer saves memory by writing in place",
     "GG001/pos_quadrants_written_into_input_alias": "the input keeps its values: a caller that relied on the writes "
                                                     "changing it sees the old ones",
     "GG101/pos_lstm_cell_state_from_zeros_carried": "each backward now stops at its step's start (truncated BPTT): "

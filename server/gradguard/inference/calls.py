@@ -317,7 +317,7 @@ class CallsMixin:
         elif isinstance(callee, ModuleValue):
             return self.call_instance(callee, args, kwargs, node)
         elif isinstance(callee, LayerChoice):
-            return reduce(join, [self.call_module(layer, args, node) for layer in callee.layers])
+            return self._call_choice(callee, args, kwargs, node)
         elif isinstance(callee, PartialValue):
             return self.call_value(callee.func, [*callee.args, *args], {**callee.kwargs, **kwargs}, node)
         elif isinstance(callee, FunctionApply):
@@ -325,6 +325,26 @@ class CallsMixin:
         elif isinstance(callee, CallableRef):
             return self._named_call(callee.qualname, node, args, kwargs)
         return self._unknown_call(node, [*args, *kwargs.values()])
+
+    def _call_choice(self, choice: LayerChoice, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
+        """One of several layers called, not known which: the outputs of each joined.  Torch layers that write
+        nothing in place only save, so each just runs; a layer of the file's code runs as a branch of an if/else
+        would (in a construct it may not run in, not seeing the saves the others made)."""
+        if all(layer.user_class is None for layer in choice.layers):
+            return reduce(join, [self.call_module(layer, args, node) for layer in choice.layers])
+        before, taken, results = self.saves.last_id, [], []
+        self.unsure_branches += 1
+        outer = self.unsure_context
+        try:
+            for layer in choice.layers:
+                self.unsure_context = (*outer, object())
+                results.append(self.call_instance(layer, args, kwargs, node))
+                taken.extend(self.saves.take_after(before))
+        finally:
+            self.unsure_branches -= 1
+            self.unsure_context = outer
+        self.saves.put_back(taken)
+        return reduce(join, results)
 
     def _pairs_copy(self, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> None:
         """A call handed a deep copy of a module together with an optimizer that holds the original's parameters

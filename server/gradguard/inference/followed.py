@@ -43,7 +43,7 @@ class FollowedCallsMixin:
     _stmt_AsyncFunctionDef = _stmt_FunctionDef
 
     def _stmt_Nonlocal(self, stmt: ast.Nonlocal | ast.Global) -> None:
-        self.outer_names.update(stmt.names)
+        self.outer_names.update(dict.fromkeys(stmt.names, isinstance(stmt, ast.Nonlocal)))
 
     _stmt_Global = _stmt_Nonlocal
 
@@ -76,7 +76,7 @@ class FollowedCallsMixin:
             return None
         self.count_step()
         saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-                 self.owner, self.self_value, self.ctx, self.grad_off_site)
+                 self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions)
         context = self.ctx.for_module(module_path or getattr(owner, "module_path", None))
         # Code of another module of the project sees that module's imports and classes; its globals are unknown.
         module_env = self._module_env() if context is self.ctx else {}
@@ -93,12 +93,12 @@ class FollowedCallsMixin:
         self.state = State(env, grad)
         chain = [*(scope or ()), module_env]
         self.scopes = [s for i, s in enumerate(chain) if s is not env and all(s is not t for t in chain[:i])]
-        self.outer_names = set()
+        self.outer_names = {}
         self.owner, self.self_value = owner, self_value
         self.inline_record = self.inline_record and record
         # An index of the caller's loop passed in (`step(y, t)`) still indexes element by element; a closure
         # sees the loops around its definition's caller by name.
-        self.returns = []
+        self.returns, self.returned_conversions = [], []
         self.loop_vars = [*(saved[3] if scope is not None else ()),
                           *self._loop_parameters(fn, node, saved[3], self_value is not None)]
         CALL_STATS["followed call of the file's own code"] += 1
@@ -116,7 +116,7 @@ class FollowedCallsMixin:
                 self.returns.append(self.eval(fn.body))
             else:
                 self.run_block(fn.body)
-            returns = self.returns
+            returns, converted = self.returns, self.returned_conversions
             exit_mode, exit_site = self.state.grad_enabled, self.grad_off_site
         finally:
             self.inline_stack.pop()
@@ -126,12 +126,18 @@ class FollowedCallsMixin:
             self.run_log.leave()
             self.caller_envs.pop()
             (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-             self.owner, self.self_value, self.ctx, self.grad_off_site) = saved
+             self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions) = saved
         if not decorated and exit_mode != grad:
             # `torch.set_grad_enabled(False)` called in the callee (not entered as a block): the mode stays so
             self.state.grad_enabled = exit_mode
             if not exit_mode:
                 self.grad_off_site = exit_site
+        # Every return hands back one conversion's tensor itself (`return h.to(torch.float32)`): so does the call.
+        if converted and converted[0] is not None and all(c is converted[0] for c in converted) \
+                and len(converted) == len(returns):
+            self.converted_returns[id(node)] = converted[0]
+        else:
+            self.converted_returns.pop(id(node), None)
         if not returns:
             return NOT_TENSOR
         result = returns[0]

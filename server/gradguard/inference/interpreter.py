@@ -327,9 +327,11 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.inline_stack: list[ast.AST] = []
         self.root_fn: ast.AST | None = None  # the function the run is of (None: the module's top level)
         # Conversions to the dtype a tensor has already (`x.float()` of a float32 `x`), which return it: call node id
-        # -> that dtype; and the names such a call's statement bound (function, name) -> (statement, tensor).
+        # -> that dtype; the names such a call's statement bound (function, name) -> (statement, tensor, dtype); and
+        # the followed calls whose every return hands back such a binding (call node id -> the same triple).
         self.noop_conversions: dict[int, str] = {}
-        self.conversion_bindings: dict[tuple[int | None, str], tuple[ast.stmt, Tensor]] = {}
+        self.conversion_bindings: dict[tuple[int | None, str], tuple[ast.stmt, Tensor, str]] = {}
+        self.converted_returns: dict[int, tuple[ast.stmt, Tensor, str]] = {}
         self.inline_record = True  # False while inlining a module's forward (its own analysis reports its writes)
         self.inline_frames: list[tuple[ast.AST, int]] = []  # (call site, id mark) of each followed call
         self.frame_sites: tuple[ast.AST, ...] = ()  # their call sites, outermost first
@@ -344,10 +346,12 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.kept_stores: list[tuple[ast.stmt, int]] = []  # (the assignment, the sequence number it ran at)
         self.kept_reads: list[KeptRead] = []
         self.returns: list[Value] | None = None
+        self.returned_conversions: list[tuple[ast.stmt, Tensor, str] | None] = []  # each return's conversion_made
         # Names not bound locally are looked up here, innermost first: a closure's defining scope, then the
         # module's variables (the live top-level environment when the call was made from the top level).
         self.scopes: list[dict[str, Value]] = []
-        self.outer_names: set[str] = set()  # `nonlocal`/`global` names of the running function: bound outside
+        # `nonlocal`/`global` names of the running function, bound outside: name -> whether `nonlocal`
+        self.outer_names: dict[str, bool] = {}
         self.owner: ClassInfo | None = ctx.class_of(self_value)  # the class whose method runs (for super())
         self.module_unit = False  # running the module's top level (its environment is the globals)
         self.presets: dict[int, Value] = {}  # ids of keyword value nodes spread from a caller, and their values
@@ -651,6 +655,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                     cut.handed_back = True
         if self.returns is not None:  # inlined call: the value goes back to the caller
             self.returns.append(value)
+            self.returned_conversions.append(self.conversion_made(stmt, value))
         elif stmt.value is not None:
             self._sink("return", stmt, value)
         self.state.returned = True
@@ -1025,15 +1030,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                     (sc for sc in self.scopes if target.id in sc), {})
                 self.replaces_copy(held.get(target.id), value, stmt)
             if target.id in self.outer_names:
-                scope = next((sc for sc in self.scopes if target.id in sc), self.scopes[-1] if self.scopes else None)
+                # Not bound yet where it lives: a `nonlocal` name is the enclosing function's, a `global` the module's.
+                unbound = self.scopes[0] if self.outer_names[target.id] and len(self.scopes) > 1 else \
+                    self.scopes[-1] if self.scopes else None
+                scope = next((sc for sc in self.scopes if target.id in sc), unbound)
                 if scope is not None:
                     scope[target.id] = value
+                    self._note_conversion(self._frame_of(scope), target.id, stmt, value)
                     return
-            frame = (id(self.inline_stack[-1]) if self.inline_stack else None, target.id)
-            if isinstance(stmt, ast.Assign) and isinstance(value, Tensor) and id(stmt.value) in self.noop_conversions:
-                self.conversion_bindings[frame] = (stmt, value)  # `x = x.float()`: the same tensor, no copy
-            else:
-                self.conversion_bindings.pop(frame, None)
+            self._note_conversion(self.inline_stack[-1] if self.inline_stack else None, target.id, stmt, value)
             other = self._held_by_another(target.id, value, stmt)
             if other is not None:
                 self.state.aliases[target.id] = (stmt, other)  # `out = x`: a second name, not a copy
@@ -1536,7 +1541,40 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         if entry is None or self.state.env.get(through.id) is not entry[1] \
                 or not any(t is entry[1] for t in target.view_chain()):
             return None
-        return entry[0], self.noop_conversions[id(entry[0].value)]
+        return entry[0], entry[2]
+
+    def _frame_of(self, env: dict[str, Value]) -> ast.AST | None | bool:
+        """The running function whose variables ``env`` holds (None: the run's own; False: none running)."""
+        envs = [*self.caller_envs, self.state.env]
+        index = next((i for i, e in enumerate(envs) if e is env), None)
+        return False if index is None else self.inline_stack[index - 1] if index else None
+
+    def _note_conversion(self, fn: ast.AST | None | bool, name: str, stmt: ast.stmt, value: Value) -> None:
+        """``name`` of ``fn``'s frame bound by ``stmt`` to ``value``: remember whether a conversion to the dtype the
+        tensor had already gave it (`x = x.float()`: the same tensor, no copy)."""
+        if fn is False:
+            return
+        frame = (id(fn) if fn is not None else None, name)
+        converted = self.conversion_made(stmt, value) if isinstance(stmt, ast.Assign) else None
+        if converted is not None:
+            self.conversion_bindings[frame] = converted
+        else:
+            self.conversion_bindings.pop(frame, None)
+
+    def conversion_made(self, stmt: ast.Assign | ast.Return, value: Value) -> tuple[ast.stmt, Tensor, str] | None:
+        """The conversion to the dtype it had already that gave ``stmt`` its value ``value``, the tensor itself:
+        ``stmt``'s own (`x = x.float()`), one a followed call's every return hands back (`y = cast(h)` of a helper
+        that returns `h.to(torch.float32)` or a name bound so); or, for a return, a name of its frame bound so
+        (`return y`).  (the conversion's statement, the tensor, its dtype)"""
+        if not isinstance(value, Tensor) or stmt.value is None:
+            return None
+        if id(stmt.value) in self.noop_conversions:
+            return stmt, value, self.noop_conversions[id(stmt.value)]
+        made = self.converted_returns.get(id(stmt.value))
+        if made is None and isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.Name):
+            made = self.conversion_bindings.get((id(self.inline_stack[-1]) if self.inline_stack else None,
+                                                 stmt.value.id))
+        return made if made is not None and made[1] is value else None
 
     def _mark_hidden_write(self, mutation: Mutation, target: Tensor, kind: str) -> None:
         """A write autograd does not record (through ``.data``, a ``.detach()`` alias or a NumPy array, or with

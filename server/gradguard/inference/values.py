@@ -338,20 +338,20 @@ class CallableRef:
 
 @dataclass(eq=False)
 class LayerChoice:
-    """One of several torch layers, not known which: ``{"relu": nn.ReLU(), "tanh": nn.Tanh()}[name]``,
-    ``nn.ReLU() if c else nn.GELU()``.  Calling it runs each layer on the arguments and joins the outputs, as an
+    """One of several layers, not known which: ``{"relu": nn.ReLU(), "tanh": nn.Tanh()}[name]``,
+    ``nn.ReLU() if c else MyGELU()``.  Calling it runs each layer on the arguments and joins the outputs, as an
     if/else would; anything else about it (its attributes, its class) is unknown."""
 
     layers: tuple["ModuleValue", ...]
 
 
 def layer_choice(values: list["Value"]) -> "Value":
-    """The choice among ``values`` when each is a torch layer that writes nothing in place and holds no state
-    of the file's code (so running each one is all that may happen); unknown otherwise."""
+    """The choice among ``values`` when each is a layer (a torch layer, or a subclass of one of the file's) that
+    writes nothing in place as built and has no backward hook; unknown otherwise."""
     layers: list[ModuleValue] = []
     for v in values:
         for m in (v.layers if isinstance(v, LayerChoice) else (v,)):
-            if not (isinstance(m, ModuleValue) and m.torch_module and m.user_class is None and not m.inplace
+            if not (isinstance(m, ModuleValue) and m.torch_module and not m.inplace
                     and m.made_inplace is None and m.backward_hooked is None):
                 return UNKNOWN
             if m not in layers:
