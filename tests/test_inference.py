@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from gradguard.api import analyze_source
+from programs import found
 
 NOT_TENSORS = {
     "ints": """
@@ -132,3 +133,32 @@ def test_the_main_block_runs_and_its_else_does_not():
 def test_a_block_for_imports_only_does_not_run():
     source = textwrap.dedent(MAIN_BLOCK).replace('__name__ == "__main__"', '__name__ != "__main__"')
     assert analyze_source(source).diagnostics == []
+
+
+# `t.data` handed to an op by keyword (`input=`, torch's Python name of the schema's `self`) is the op's tensor
+# argument as it is by position: the cut term of the loss is found either way.
+_CUT_TERM = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def train():
+    torch.manual_seed(0)
+    body, head = nn.Linear(6, 8), nn.Linear(8, 3)
+    x, y, t = torch.randn(4, 6), torch.tensor([0, 1, 2, 1]), torch.randn(4, 8)
+    features = torch.relu(body(x))
+    term = {term}
+    total = F.cross_entropy(head(features), y) + 0.5 * term
+    total.backward()
+"""
+
+
+@pytest.mark.parametrize("term", [
+    "F.mse_loss(features.data, t)",
+    "F.mse_loss(input=features.data, target=t)",
+    "torch.mul(input=features.data, other=t).sum()",
+])
+def test_a_cut_value_given_by_keyword_is_the_op_argument(term):
+    (diag,) = found("GG103", _CUT_TERM.replace("{term}", term))
+    assert _CUT_TERM.replace("{term}", term).splitlines()[diag.line - 1].strip().startswith("term = ")

@@ -521,7 +521,8 @@ class CallsMixin:
         placed = list(args)
         for key, value in kwargs.items():
             position = info.params.get(key, info.params.get("self") if key == "input" else None)
-            if position is None or position - offset < len(args) or not isinstance(value, (Tensor, Derived, TensorSeq)):
+            if position is None or position - offset < len(args) or not isinstance(
+                    value, (Tensor, Derived, TensorSeq, DataAlias)):  # `input=t.data` too: the op reads it as one
                 continue
             while len(placed) <= position - offset:
                 placed.append(UNKNOWN)
