@@ -66,12 +66,7 @@ _RECOMPUTE_WITH_GRAD = (
 
 _SAVED_APART = ("saving the module and the optimizer together restructures both the save and the load (a class's "
                 "`__getstate__` and `__setstate__`), which no fix does")
-_FORWARDING_LAMBDA = ("the in-place op is called through a lambda that hands it all its arguments: the call names the "
-                      "lambda, and the op to make out of place is in the lambda's body, which the finding's facts "
-                      "do not hold")
 NO_FIX = {
-    "GG005/pos_forwarding_lambda_relu_underscore_after_exp": _FORWARDING_LAMBDA,
-    "GG005/pos_forwarding_lambda_attribute_leaky_relu_slope_at_call": _FORWARDING_LAMBDA,
     "GG102/pos_numpy_views_listed_then_clipped_in_loop": (
         "the arrays are written one by one through a loop over a list of them: the write is not out of place "
         "anywhere a rewrite of one statement reaches"),

@@ -193,37 +193,7 @@ class ExpressionsMixin:
         return found
 
     def _expr_Lambda(self, node: ast.Lambda) -> Value:
-        forwarded = self._forwarded_callable(node)
-        if forwarded is not None:
-            return forwarded
         return FunctionValue(node, scope=[self.state.env, *self.scopes], module_path=self.ctx.path)
-
-    def _forwarded_callable(self, node: ast.Lambda) -> CallableRef | None:
-        """``lambda t, *a, **k: F.relu_(t, *a, **k)``: a lambda that hands all its parameters on, as they are and in
-        their order, to an imported callable is that callable (Python calls it with the very arguments the lambda
-        was called with), so a call of it runs the callable where it is called, with that call's arguments as
-        written there."""
-        body, params = node.body, node.args
-        if not isinstance(body, ast.Call) or params.posonlyargs or params.kwonlyargs or params.defaults:
-            return None
-        names = [p.arg for p in params.args]
-        spread = [] if params.vararg is None else [params.vararg.arg]
-        if len(body.args) != len(names) + len(spread) or not all(
-                isinstance(a, ast.Name) and a.id == name for a, name in zip(body.args, names)) or (spread and not (
-                isinstance(body.args[-1], ast.Starred) and isinstance(body.args[-1].value, ast.Name)
-                and body.args[-1].value.id == spread[0])):
-            return None
-        if [(k.arg, k.value.id if isinstance(k.value, ast.Name) else None) for k in body.keywords] != (
-                [] if params.kwarg is None else [(None, params.kwarg.arg)]):
-            return None
-        root = body.func
-        while isinstance(root, ast.Attribute):
-            root = root.value
-        if not isinstance(root, ast.Name) or root.id in self.state.env or any(root.id in s for s in self.scopes) \
-                or root.id in {*names, *spread} or self.qual(body.func) is None:
-            return None  # a callee bound by the code (its value when called may differ), not an import
-        value = self.eval(body.func)
-        return value if isinstance(value, CallableRef) else None
 
     def _expr_Starred(self, node: ast.Starred) -> Value:
         return self.eval(node.value)
