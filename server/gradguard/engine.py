@@ -91,9 +91,12 @@ def analyze_module(tree: ast.Module, path: str, lines: list[str] | None = None, 
                          if ctx.training_units and _is_entry_script(tree) else set())
         candidates = _candidate_units(units, lines, ctx.training_units if project_names else (), project_names,
                                       words, cache.get(_WORDS) if cache else None)
-    fingerprint = (_Fingerprints(tree, lines, functions, classes, (*view_functions, f"dtype={default_dtype}"))
+    variables = _ModuleVariables(tree, lines)
+    fingerprint = (_Fingerprints(tree, lines, functions, classes, variables,
+                                 (*view_functions, f"dtype={default_dtype}"))
                    if cache is not None and lines is not None else None)
-    module_env = _ModuleEnvironment(ctx, tree, lines, fingerprint, cache.get(_PROTOTYPES) if cache else None)
+    module_env = _ModuleEnvironment(ctx, tree, lines, variables, fingerprint,
+                                    cache.get(_PROTOTYPES) if cache else None)
     if fingerprint is not None:  # each function's locals, from the memo of the last edits' (``own_locals``)
         ctx.local_names.update((fn, fingerprint.locals_of(fn)) for fn, _ in units if fn is not None)
         module_env.reads = _Reads()  # what each unit's run looks up, for its cache entry
@@ -533,7 +536,7 @@ class _Fingerprints:
     text names, is the fallback when a run walked a dict of names whole."""
 
     def __init__(self, tree: ast.Module, lines: list[str], functions: dict, classes: dict,
-                 view_functions: tuple[str, ...] = ()):
+                 variables: "_ModuleVariables", view_functions: tuple[str, ...] = ()):
         self.lines = lines
         self.texts: dict[ast.AST, str] = {}
         self.spans: dict[ast.AST, tuple[int, int]] = {}
@@ -545,8 +548,7 @@ class _Fingerprints:
         self.named.update({name: [info.node] for name, info in classes.items()})
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
         self.top = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-        # whether a function is given the module's variables (``_ModuleEnvironment.names``)
-        self.assigned = _bound_names(self.top)
+        self.variables = variables  # whether a function is given the module's variables
         # A module variable's value is made by every statement that can bind it (in a block, by a walrus), and by
         # the functions and classes that declare it ``global`` (their calls below then name it through them).
         self.binders: dict[str, list[ast.AST]] = {}
@@ -623,7 +625,7 @@ class _Fingerprints:
         own = self._text(fn)
         spans = [(parsing.first_line(fn), fn.end_lineno)]
         # whether the function is given the module's variables (``_ModuleEnvironment.for_function``)
-        parts = [own, self.imports, "globals" if self.assigned & _names(own) else ""]
+        parts = [own, self.imports, "globals" if self.variables.reaches(fn) else ""]
         reads = self._free(fn)
         if owner is not None:
             parts.append(self._text(owner))
@@ -638,7 +640,7 @@ class _Fingerprints:
         """A function's own key: its text, its class's, the imports and settings, whether it is given the module's
         variables, and ``flags`` (what the engine decided for it from the rest of the file); with their lines."""
         own = self._text(fn)
-        parts = [own, self.imports, "globals" if self.assigned & _names(own) else "", flags]
+        parts = [own, self.imports, "globals" if self.variables.reaches(fn) else "", flags]
         spans = [(parsing.first_line(fn), fn.end_lineno)]
         if owner is not None:
             parts.append(self._text(owner))
@@ -871,14 +873,12 @@ class _ModuleEnvironment:
     change what another one sees.  With a per-document cache they are kept across edits (``made``), keyed by the
     text and lines they read, so that a keystroke in a method does not run a model's whole construction again."""
 
-    def __init__(self, ctx: Context, tree: ast.Module, lines: list[str] | None,
+    def __init__(self, ctx: Context, tree: ast.Module, lines: list[str] | None, variables: "_ModuleVariables",
                  fingerprint: "_Fingerprints | None" = None, previous: dict | None = None):
         self.ctx = ctx
         self.statements = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                          ast.ClassDef))]
-        self.names = _bound_names(self.statements)
-        self.tree = tree
-        self.readers: frozenset[str] | None = None  # ``_global_readers``, worked out once
+        self.variables = variables
         self.lines = lines
         self.fingerprint = fingerprint
         self.previous = previous or {}
@@ -912,31 +912,11 @@ class _ModuleEnvironment:
         return bool(_TRAINS.search("\n".join(self.lines[fn.lineno - 1: fn.end_lineno])))
 
     def for_function(self, fn: ast.AST) -> dict | None:
-        if not self.names or self.lines is None:
-            return None
-        own = _names("\n".join(self.lines[parsing.first_line(fn) - 1: fn.end_lineno]))
-        if not self.names & own and not self._global_readers() & own:
+        if self.lines is None or not self.variables.reaches(fn):
             return None
         key = self.fingerprint.of(None, None)[0] if self.fingerprint is not None else "module"
         made = copy_values(self._prototype(key, self._run_top_level))
         return made if self.reads is None else _Recorded(made, self.reads)
-
-    def _global_readers(self) -> frozenset[str]:
-        """The names of the file's functions and classes whose text reads a module variable, or names one that
-        does, on down: a function that calls one of them runs code that reads the module's variables
-        (``run()`` builds ``Trainer()``, whose ``__init__`` calls ``build_head(CONFIG)``)."""
-        if self.readers is None:
-            defs = [(node.name, _names("\n".join(self.lines[parsing.first_line(node) - 1: node.end_lineno])))
-                    for node in ast.walk(self.tree)
-                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-            readers = {name for name, words in defs if self.names & words}
-            while True:
-                added = {name for name, words in defs if name not in readers and readers & words}
-                if not added:
-                    break
-                readers |= added
-            self.readers = frozenset(readers)
-        return self.readers
 
     def _run_top_level(self) -> dict:
         interp = Interpreter(self.ctx)
@@ -954,24 +934,47 @@ _BACKWARD_WORD = re.compile(r"(?:backward|grad)\b")  # at a word's start: ``pars
 _TRAINS = re.compile(r"\.\s*(?:backward|step|grad)\b")
 
 
-def _bound_names(body: list[ast.stmt]) -> set[str]:
-    """Names the module's top level assigns (imports excluded: they are resolved as imports)."""
-    names: set[str] = set()
-    for stmt in body:
-        targets = []
-        if isinstance(stmt, ast.Assign):
-            targets = stmt.targets
-        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
-            targets = [stmt.target]
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
-            targets = [stmt.target]
-        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            targets = [i.optional_vars for i in stmt.items if i.optional_vars is not None]
-        elif isinstance(stmt, (ast.If, ast.Try)):
-            names |= _bound_names([s for _, block in statements.blocks(stmt) for s in block])
-        for target in targets:
-            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-    return names
+class _ModuleVariables:
+    """Which functions are given the module's variables: those whose text names one, or names a function or class
+    of the file that does, on down (``run()`` builds ``Trainer()``, whose ``__init__`` calls ``build_head(CONFIG)``).
+    One answer for the analysis (``_ModuleEnvironment.for_function``) and for the cache key (``_Fingerprints``), so
+    that an entry cannot outlive a change to what its function was given."""
+
+    def __init__(self, tree: ast.Module, lines: list[str] | None):
+        self.lines = lines
+        # a variable bound anywhere in a top-level statement's blocks (``for``/``with`` bodies, a walrus, ...)
+        self.names = frozenset().union(*(module_bound(s) for s in tree.body
+                                         if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
+        self.tree = tree
+        self.readers: frozenset[str] | None = None  # worked out once, when a function first asks
+
+    def reaches(self, fn: ast.AST) -> bool:
+        if not self.names or self.lines is None:
+            return False
+        own = _names("\n".join(self.lines[parsing.first_line(fn) - 1: fn.end_lineno]))
+        return bool(self.names & own or self._readers() & own)
+
+    def _readers(self) -> frozenset[str]:
+        """The file's functions and classes that read a module variable, directly or through the ones they name:
+        from each direct reader along a map of who names whom, so each name is visited once (linear in the file)."""
+        if self.readers is None:
+            defs = [(node.name, _names("\n".join(self.lines[parsing.first_line(node) - 1: node.end_lineno])))
+                    for node in ast.walk(self.tree)
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+            def_names = {name for name, _ in defs}
+            named_by: dict[str, list[str]] = {}
+            for name, words in defs:
+                for word in words & def_names:
+                    named_by.setdefault(word, []).append(name)
+            pending = [name for name, words in defs if self.names & words]
+            readers = set(pending)
+            while pending:
+                for name in named_by.get(pending.pop(), ()):
+                    if name not in readers:
+                        readers.add(name)
+                        pending.append(name)
+            self.readers = frozenset(readers)
+        return self.readers
 
 
 def _run_unit(ctx: Context, fn: ast.FunctionDef | None, owner: ast.ClassDef | None, tree: ast.Module,
