@@ -198,7 +198,15 @@ class CallsMixin:
         if q is not None and not isinstance(callee, (FunctionValue, ClassRef, ModuleValue, LayerChoice, PartialValue,
                                                      FunctionApply)):
             return self._named_call(q, node)
+        return self._call_as_written(callee, node)
+
+    def _call_as_written(self, callee: Value, node: ast.Call) -> Value:
+        """``callee(...)`` called with the arguments ``node`` writes (a forwarding lambda: the callable it hands them
+        on to, called there with them)."""
         args, kwargs = self._eval_call_args(node)
+        forwarded = self._forwarded_to(callee, node) if isinstance(callee, FunctionValue) else None
+        if forwarded is not None:
+            return self._forwarded_call(forwarded, callee.node.body, args, kwargs, node)
         return self.call_value(callee, args, kwargs, node)
 
     def _copies_by_own_protocol(self, module: ModuleValue, seen: set[int] | None = None) -> bool:
@@ -326,6 +334,48 @@ class CallsMixin:
             return self._named_call(callee.qualname, node, args, kwargs)
         return self._unknown_call(node, [*args, *kwargs.values()])
 
+    def _forwarded_to(self, callee: FunctionValue, node: ast.Call) -> str | None:
+        """``lambda t, *a, **k: F.leaky_relu_(t, *a, **k)``: a lambda that hands all its parameters on, as they are
+        and in their order, to an imported callable (a name its scope does not bind when it is called): that
+        callable's qualified name.  A call of it is a call of that callable with the call's own arguments, as
+        written there (``h = act(h, -0.5)`` is ``F.leaky_relu_(h, -0.5)``); ``node`` is that call."""
+        fn, params = callee.node, callee.node.args
+        body = fn.body if isinstance(fn, ast.Lambda) else None
+        if not isinstance(body, ast.Call) or callee.self_value is not None or params.posonlyargs \
+                or params.kwonlyargs or params.defaults or callee.module_path not in (None, self.ctx.path):
+            return None
+        names = [p.arg for p in params.args]
+        if any(k.arg in names for k in node.keywords):
+            return None  # `act(t=h)`: a parameter given by its own name, which the callable does not share
+        written = [*names, *([] if params.vararg is None else [params.vararg.arg])]
+        if len(body.args) != len(written) or any(
+                not isinstance(a.value if starred else a, ast.Name) or (a.value if starred else a).id != name
+                or isinstance(a, ast.Starred) != starred
+                for a, name, starred in zip(body.args, written, [False] * len(names) + [True])):
+            return None
+        if [(k.arg, getattr(k.value, "id", None)) for k in body.keywords] != (
+                [] if params.kwarg is None else [(None, params.kwarg.arg)]):
+            return None
+        root = body.func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name) or root.id not in self.ctx.imports or root.id in written \
+                or root.id == getattr(params.kwarg, "arg", None) \
+                or any(root.id in scope for scope in callee.scope or ()):
+            return None  # a callee the code binds (its value when called may be another), not an import
+        q = self.qual(body.func)
+        return q if q is not None and isinstance(self.imported(q), CallableRef) else None  # (not the project's code)
+
+    def _forwarded_call(self, q: str, body: ast.Call, args: list[Value], kwargs: dict[str, Value],
+                        node: ast.AST) -> Value:
+        """The forwarding lambda's callable ``q`` run at the lambda's call ``node`` with its arguments; what it saves
+        for backward is saved where it runs, on the lambda's own line (the frame torch records the save in)."""
+        outer, self.saves_at = self.saves_at, (node, body)
+        try:
+            return self._named_call(q, node, args, kwargs)
+        finally:
+            self.saves_at = outer
+
     def _call_choice(self, choice: LayerChoice, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
         """One of several layers called, not known which: the outputs of each joined.  Torch layers that write
         nothing in place only save, so each just runs; a layer of the file's code runs as a branch of an if/else
@@ -384,8 +434,7 @@ class CallsMixin:
         one of nn.Module's own methods."""
         attr = instance.attrs.get(name)
         if isinstance(attr, (ModuleValue, LayerChoice, FunctionValue, PartialValue, CallableRef, ClassRef)):
-            args, kwargs = self._eval_call_args(node)
-            return self.call_value(attr, args, kwargs, node)
+            return self._call_as_written(attr, node)
         info = self.ctx.class_of(instance)
         patched = self.patched_method(info, name)
         if patched is not False:  # `cls.method = function`: the patch runs

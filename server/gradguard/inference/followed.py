@@ -227,7 +227,11 @@ class FollowedCallsMixin:
             # The call's extra positional values: none at a known call is a known empty tuple (`f(t, *args)` forwards
             # nothing); with no call site, whatever callers pass.
             called = site is not None and site is not fn
-            env[fn.args.vararg.arg] = TensorSeq(list(extra), literal=not extra) if extra or called else UNKNOWN
+            calls = site.args if isinstance(site, ast.Call) else ()
+            written = tuple(calls[len(params):]) if extra and len(calls) == len(args) and not any(
+                isinstance(a, ast.Starred) for a in calls) else None
+            env[fn.args.vararg.arg] = (TensorSeq(list(extra), literal=not extra, written=written) if extra or called
+                                       else UNKNOWN)
         if fn.args.kwarg is not None:
             named = {p.arg for p in [*params, *fn.args.kwonlyargs]}
             extra = [kw for kw in getattr(site, "keywords", ()) if kw.arg and kw.arg not in named]

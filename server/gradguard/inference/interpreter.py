@@ -355,6 +355,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.owner: ClassInfo | None = ctx.class_of(self_value)  # the class whose method runs (for super())
         self.module_unit = False  # running the module's top level (its environment is the globals)
         self.presets: dict[int, Value] = {}  # ids of keyword value nodes spread from a caller, and their values
+        # (a forwarding lambda's call, its body's call) while the callable it forwards to runs at that call
+        self.saves_at: tuple[ast.AST, ast.Call] | None = None
         self.container_reads: set[int] = set()  # ids of the index nodes of list/dict element reads
         # `x[0]`, `x[2]` of a forward's argument taken to be one tensor (``Tensor.assumed``): each constant index's
         # element, by (the argument's storage id, the index).
@@ -381,6 +383,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
 
     def _save(self, tensor: Tensor, op: str, role: str, node: ast.AST, certain: bool,
               operand: ast.expr | None = None) -> Save:
+        if self.saves_at is not None and node is self.saves_at[0]:
+            node = self.saves_at[1]  # a forwarding lambda's callable, run at its call, saves on the lambda's line
         save = Save(tensor.storage, tensor.storage.version, op, role, node, certain, path=self.frame_sites,
                     of_view=tensor.base is not None, operand=operand)
         self.saves.add(save)
@@ -1494,13 +1498,25 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             call, position = node, fact["position"]
         if not isinstance(call, ast.Call) or position is None:
             return None
-        given = call.args[position] if len(call.args) > position and not any(
-            isinstance(a, ast.Starred) for a in call.args[:position + 1]) else next(
+        written = self._written_args(call)
+        given = written[position] if len(written) > position and not any(
+            isinstance(a, ast.Starred) for a in written[:position + 1]) else next(
             (k.value for k in call.keywords if k.arg == fact["param"]), None)
         value = _literal_number(given)
         if value is None or value >= 0:
             return None
         return fact["param"], ast.unparse(given), fact["error"]
+
+    def _written_args(self, call: ast.Call) -> list[ast.expr]:
+        """The call's positional arguments as written, with ``*args`` of a followed call's parameter spread into the
+        expressions its caller wrote for them (``F.leaky_relu_(t, *args)`` run for ``act(h, -0.5)`` has ``-0.5``
+        second); any other starred value stays as it is."""
+        args: list[ast.expr] = []
+        for a in call.args:
+            packed = self.state.env.get(a.value.id) if isinstance(a, ast.Starred) and isinstance(
+                a.value, ast.Name) else None
+            args.extend(packed.written if isinstance(packed, TensorSeq) and packed.written is not None else (a,))
+        return args
 
     def _held_by_another(self, name: str, value: Value, stmt: ast.stmt) -> str | None:
         """For `name = x` or `name = f(x)` that gives back the very tensor another variable holds (a function

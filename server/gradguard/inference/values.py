@@ -151,6 +151,9 @@ class TensorSeq:
     maybe_none: bool = False  # another path left the name None (see `_not_surely`)
     # The pieces of a split of ``base`` (``SEQUENCE_VIEWS``): disjoint regions of its memory; the split's id.
     split: int | None = None
+    # ``*args`` of a followed call: the expressions its caller wrote for these items, one by one (flags and
+    # scalars such as a slope are read from a call's syntax; ``F.leaky_relu_(t, *args)`` reads them there).
+    written: tuple[ast.expr, ...] | None = None
 
     def element(self, index: int | None) -> "Value":
         if index is not None and -len(self.items) <= index < len(self.items):
