@@ -86,6 +86,41 @@ def test_transform_output(transform, built):
     assert applied >= 3, f"{transform.name} applies to only {applied} fixtures"
 
 
+_RELAYING = """import torch
+import torch.nn as nn
+
+
+def run():
+    model = nn.Sequential(nn.Linear(2, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # expect-if-moved: GG103
+    model[0] = nn.Linear(2, 1)  # expect: GG103 caller-bound
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    return [p.grad for p in model.parameters()]
+
+
+def reference():
+    return []
+"""
+
+
+def _expected_texts(text: str) -> list[str]:
+    lines = text.splitlines()
+    return [lines[line - 1].split("#")[0].strip() for _, line, _ in sorted(harness.markers(text))]
+
+
+@pytest.mark.parametrize("name", ["helper_function", "module_method", "callable_class", "closure"])
+def test_a_moved_caller_bound_line_hands_its_expectation_to_its_expect_if_moved_line(name):
+    """Moved into a helper, a caller-bound line's expectation goes to the line of its function that says
+    `expect-if-moved`, instead of to the helper's call; left in place, that line is no expectation."""
+    transform = next(t for t in ALL if t.name == name)
+    assert _expected_texts(transform.apply(_RELAYING)) == ["opt = torch.optim.SGD(model.parameters(), lr=0.1)"]
+    without = transform.apply(_RELAYING.replace("  # expect-if-moved: GG103", ""))
+    assert len(harness.markers(without)) == 1 and "opt = " not in _expected_texts(without)[0]
+    wrapped = next(t for t in ALL if t.name == "wrap_try").apply(_RELAYING)
+    assert _expected_texts(wrapped) == ["model[0] = nn.Linear(2, 1)"]
+
+
 def test_proof_tells_broken_variants(tmp_path):
     """A positive whose culprit is made out-of-place, and a negative whose seed changes, are not confirmed."""
     pos = next(f for f in FIXTURES if f.expected_raise and "pos_abs_input_l1_rescale" in f.id)

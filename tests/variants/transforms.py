@@ -455,6 +455,7 @@ class Site:
     functions: list[cst.FunctionDef]
     top: str | None
     original: cst.CSTNode
+    relayed: bool = False  # the statement's caller-bound expectation went to an `expect-if-moved` line
 
     @property
     def function(self) -> cst.FunctionDef:
@@ -481,12 +482,15 @@ class StatementRewriter(cst.CSTTransformer):
         self.rewrite = rewrite
         self.stack: list[cst.CSTNode] = []
         self.changed = 0
+        self.relayed: set[int] = set()  # functions whose `expect-if-moved` lines became expectations
 
     def visit_FunctionDef(self, node) -> None:
         self.stack.append(node)
 
     def leave_FunctionDef(self, original, updated):
         self.stack.pop()
+        if id(original) in self.relayed:
+            return updated.visit(_Relay())
         return updated
 
     def visit_ClassDef(self, node) -> None:
@@ -504,7 +508,10 @@ class StatementRewriter(cst.CSTTransformer):
         body: list[cst.BaseStatement] = []
         for orig, stmt in zip(original.body, updated.body):
             if self.prog.is_target(stmt, top):
-                new = self.rewrite(stmt, Site(fns, top, orig))
+                site = Site(fns, top, orig)
+                new = self.rewrite(stmt, site)
+                if site.relayed:
+                    self.relayed.add(id(fns[-1]))
                 if new is not None:
                     body.extend(new)
                     self.changed += 1
@@ -550,9 +557,14 @@ def _interface(prog: Program, stmt: cst.SimpleStatementLine, site: Site) -> tupl
 
 # A marker that says `caller-bound` (`# expect: GG101 caller-bound`) names a line whose fix belongs to the function
 # that runs it (compute again a stale value the line reads after an optimizer step; give the optimizer that
-# function uses a module the line replaces): moved into a helper, the expectation goes with the helper's call, not
-# into the helper's body.
+# function uses a module the line replaces; turn grad mode back on in the decorated function that turned it off):
+# moved into a helper, the expectation goes with the helper's call, not into the helper's body.
 CALLER_BOUND = "caller-bound"
+# Moved into a helper, a caller-bound line can make its function the shape of another fixture whose line to change
+# is elsewhere in that function (an optimizer built before a helper call that replaces a module is built after the
+# call: its own line is the one to change).  That line says so with `# expect-if-moved: CODE`: the caller-bound
+# expectation goes to it instead of to the helper's call.  Left in place, the line is no expectation.
+RELAYED = re.compile(r"#\s*expect-if-moved:\s*((?:GG\d{3}\s*)+)")
 
 
 def _caller_bound(stmt: cst.SimpleStatementLine) -> str | None:
@@ -560,10 +572,24 @@ def _caller_bound(stmt: cst.SimpleStatementLine) -> str | None:
     return comment.value if has_marker(stmt) and CALLER_BOUND in comment.value else None
 
 
-def _call_text(callee: str, reads: list[str], writes: list[str], stmt: cst.SimpleStatementLine | None = None) -> str:
+def _call_text(callee: str, reads: list[str], writes: list[str], stmt: cst.SimpleStatementLine | None = None,
+               site: Site | None = None) -> str:
     lhs = ", ".join(writes) + " = " if writes else ""
     marker = _caller_bound(stmt) if stmt is not None else None
+    if marker and site is not None and RELAYED.search(code_of(site.function)):
+        site.relayed = True  # the rewriter turns the function's `expect-if-moved` lines into its expectations
+        marker = None
     return f"{lhs}{callee}({', '.join(reads)})" + (f"  {marker}" if marker else "") + "\n"
+
+
+class _Relay(cst.CSTTransformer):
+    """``# expect-if-moved: CODE`` -> ``# expect: CODE`` on every line of a function."""
+
+    def leave_TrailingWhitespace(self, original, updated):
+        c = updated.comment
+        if c is None or not RELAYED.search(c.value):
+            return updated
+        return updated.with_changes(comment=cst.Comment(RELAYED.sub(lambda m: f"# expect: {m.group(1)}", c.value)))
 
 
 def _body_text(stmt: cst.SimpleStatementLine, writes: list[str]) -> str:
@@ -605,7 +631,7 @@ class HelperFunction(Transform):
             fname = prog.fresh("apply_update")
             helper = f"def {fname}({', '.join(reads)}):\n" + indent(_body_text(stmt, writes))
             prog.rewriter.module_items.append(cst.parse_statement(helper))
-            return _lead(stmt, [cst.parse_statement(_call_text(fname, reads, writes, stmt))])
+            return _lead(stmt, [cst.parse_statement(_call_text(fname, reads, writes, stmt, site))])
 
         return rewrite_statements(source, rewrite)
 
@@ -629,7 +655,7 @@ class ModuleMethod(Transform):
                    + indent(_body_text(stmt, writes), "        "))
             prog.rewriter.module_items.append(cst.parse_statement(cls))
             return _lead(stmt, [cst.parse_statement(f"{inst} = {cname}()\n"),
-                                cst.parse_statement(_call_text(inst, reads, writes, stmt))])
+                                cst.parse_statement(_call_text(inst, reads, writes, stmt, site))])
 
         return rewrite_statements(source, rewrite)
 
@@ -653,7 +679,7 @@ class CallableClass(Transform):
             prog.rewriter.module_items.append(cst.parse_statement(cls))
             inst = prog.fresh("step")
             return _lead(stmt, [cst.parse_statement(f"{inst} = {cname}()\n"),
-                                cst.parse_statement(_call_text(inst, reads, writes, stmt))])
+                                cst.parse_statement(_call_text(inst, reads, writes, stmt, site))])
 
         return rewrite_statements(source, rewrite)
 
@@ -678,7 +704,8 @@ class Closure(Transform):
             if nonlocal_names:
                 text += f"    nonlocal {', '.join(nonlocal_names)}\n"
             text += indent(_body_text(stmt, returned))
-            return _lead(stmt, [cst.parse_statement(text), cst.parse_statement(_call_text(fname, [], returned, stmt))])
+            return _lead(stmt, [cst.parse_statement(text),
+                                cst.parse_statement(_call_text(fname, [], returned, stmt, site))])
 
         return rewrite_statements(source, rewrite)
 

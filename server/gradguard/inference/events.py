@@ -437,8 +437,9 @@ class ReplacedParameter:
     # parameters.
     site: ast.AST | None = None
     # The optimizer's construction, when it is just before that line in its block, with nothing between reading the
-    # optimizer (``stale_optimizers.py``): then the line to change (build the optimizer after the replacement).
-    built: ast.Assign | None = None
+    # optimizer (``stale_optimizers.py``): then the line to change (build the optimizer after the replacement).  An
+    # ``ast.Assign``, or an ``ast.Expr`` that is the call of the helper that built it (a closure binding it nonlocal).
+    built: ast.stmt | None = None
     use: ast.AST | None = None  # filled by the engine: a step of the optimizer after the replacement
 
 

@@ -1196,7 +1196,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             # replacement itself, the finding stays there, and its fix builds it after.
             envs = [*self.caller_envs, self.state.env]
             built = (built_just_before(self.root_fn if depth == 0 else self.inline_stack[depth - 1],
-                                       {k for k, v in envs[depth].items() if v is holder}, site)
+                                       _holding(envs[depth], holder), site, holder.made_in)
                      if depth is not None and not self.unsure_branches else None)
             self.replaced.append(ReplacedParameter(stmt, ast.unparse(target), value, holder, self._next(),
                                                    site=site, built=built))
@@ -1933,6 +1933,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
     def _cond_grad(self, args: list[Value], positions) -> Grad:
         return max((args[p].requires_grad for p in positions if p < len(args) and isinstance(args[p], Tensor)),
                    default=Grad.NO)
+
+
+def _holding(env: dict, optimizer: OptimizerValue) -> set[str]:
+    """The variables of ``env`` that hold ``optimizer`` (``opt``), and the attributes of the instances they hold that
+    do (``self.opt``), as ``_replacement_site`` finds it at hand."""
+    return {k for k, v in env.items() if v is optimizer} | {
+        f"{k}.{a}" for k, v in env.items() if isinstance(v, ModuleValue) for a, x in v.attrs.items() if x is optimizer}
 
 
 def _certainly_requires_grad(value: Value) -> bool:

@@ -53,9 +53,12 @@ class Replaced:
     # The new parameters have the old ones' shapes, one for one: their values could be copied into the old tensors
     # (the optimizer kept); otherwise the model's structure changed and only a new optimizer fits it.
     same_shapes: bool = True
-    # The line, in the innermost of the user's functions that holds the optimizer in a local variable, that led to
-    # the replacement (the replacement's own line when that function made it).
+    # The line, in the innermost of the user's functions that holds the optimizer in a local variable (or an
+    # attribute of an instance one holds), that led to the replacement (the replacement's own line when that
+    # function made it).
     holder_site: Site | None = None
+    # The lines of the user's functions that called, outwards, the one that made the optimizer (its helper's call).
+    optimizer_callers: tuple = ()
 
 
 @dataclass
@@ -78,6 +81,7 @@ class ModuleFlags:
         self._original = None
         self._add_group = None
         self.optimizers: weakref.WeakKeyDictionary[Any, Site | None] = weakref.WeakKeyDictionary()
+        self.made_by: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()  # -> optimizer_callers
         self.replaced: list[Replaced] = []
         # Parameters an optimizer held when their module was given new ones in their place: id -> a weak reference.
         self._replaced_out: dict[int, weakref.ref] = {}
@@ -109,9 +113,9 @@ class ModuleFlags:
             out = add_group(optimizer, param_group)
             try:
                 if optimizer not in flags.optimizers:
-                    frame = user_frame(sys._getframe(1), flags.user)
-                    flags.optimizers[optimizer] = frame_site(frame) if frame is not None else None
-                    del frame
+                    sites, _ = frame_sites(sys._getframe(1), flags.user, limit=4)
+                    flags.optimizers[optimizer] = sites[0] if sites else None
+                    flags.made_by[optimizer] = tuple(sites[1:])
             except Exception as exc:  # noqa: BLE001
                 flags.errors.append(f"optimizer: {type(exc).__name__}: {exc}")
             return out
@@ -169,14 +173,15 @@ class ModuleFlags:
         holder_site = None
         frame, depth = sys._getframe(2), 0
         while frame is not None and depth < 32:
-            if self.user.is_user(frame.f_code) and any(v is holders[0] for v in list(frame.f_locals.values())):
+            if self.user.is_user(frame.f_code) and _holds(list(frame.f_locals.values()), holders[0]):
                 holder_site = frame_site(frame)
                 break
             frame, depth = frame.f_back, depth + 1
         del frame
         self.replaced.append(Replaced(sites[0], tuple(sites[1:]), [weakref.ref(p) for p in new_params],
                                       weakref.ref(holders[0]), self.optimizers.get(holders[0]),
-                                      type(value).__name__, name, same, holder_site))
+                                      type(value).__name__, name, same, holder_site,
+                                      self.made_by.get(holders[0], ())))
         del self.replaced[:-_KEPT]
 
     def _on_flag(self, module) -> None:
@@ -287,18 +292,32 @@ class ModuleFlags:
         return list(self.found)
 
 
+def _holds(values: list, optimizer) -> bool:
+    """A local variable holds ``optimizer``, or an instance one holds has it as an attribute (``self.opt``), as the
+    static analysis finds it at hand (``inference/interpreter.py``, ``_replacement_site``)."""
+    for v in values:
+        if v is optimizer:
+            return True
+        own = getattr(v, "__dict__", None)
+        if isinstance(own, dict) and any(x is optimizer for x in list(own.values())):
+            return True
+    return False
+
+
 def _later_call(r: "Replaced") -> tuple[Site, Site] | None:
     """When the replacement ``r`` changes the model's structure (parameters of other shapes) inside a helper, called
-    from a function that holds the optimizer in a local variable: (the line to change, the call there that leads to
-    the replacement) -- the optimizer's own line when that function made it before the call (make it after), else
-    the call (the function that uses the optimizer hands the helper the model without it).  None otherwise."""
+    from a function that holds the optimizer in a local variable (or an instance's attribute): (the line to change, the call there that leads to
+    the replacement) -- the optimizer's own line when that function made it before the call (make it after), or its
+    line that called the helper that made it (``opt = make_optimizer(model)``, a closure that binds it ``nonlocal``:
+    call that after), else the call (the function that uses the optimizer hands the helper the model without it).
+    None otherwise."""
     call = r.holder_site
     if r.same_shapes or call is None or call == r.site:
         return None  # new values of the same shapes (copy them into the old parameters), or no helper in between
-    made = r.optimizer_site
-    if made is not None and made.path == call.path and made.line < call.line \
-            and enclosing_function(made) == enclosing_function(call):
-        return made, call
+    for made in (r.optimizer_site, *r.optimizer_callers):
+        if made is not None and made.path == call.path and made.line < call.line \
+                and enclosing_function(made) == enclosing_function(call):
+            return made, call
     return call, call
 
 

@@ -1493,6 +1493,8 @@ def _build_after_replacement(ctx: FixContext, event: ReplacedParameter) -> Fix:
     the run saw build it in its own frame and that does nothing else (``_only_builds``)."""
     built, site = event.built, event.site or event.node
     optimizer = event.optimizer
+    if not isinstance(built, ast.Assign):
+        raise CannotFix("a call builds the optimizer and binds it (nonlocal): moving it may move what else it does")
     if built.value is not optimizer.ctor and not (optimizer.made_in is built.value
                                                   and _only_builds(ctx, built.value, optimizer.ctor)):
         raise CannotFix("a helper builds the optimizer: moving its call may move what else it does")
@@ -1537,7 +1539,7 @@ def build_optimizer_after(ctx: FixContext, built: ast.Assign, anchor: ast.stmt) 
     for stmt in (unit, anchor):
         ctx.require_own_lines(stmt)
     edits = move_statements_after(ctx, [unit], [unit], anchor)
-    return Fix(f"Build `{built.targets[0].id}` after the replacement (unsafe: it no longer holds the replaced "
+    return Fix(f"Build `{ast.unparse(built.targets[0])}` after the replacement (unsafe: it no longer holds the replaced "
                "parameters, which other code may still train)", False, tuple(edits))
 
 
