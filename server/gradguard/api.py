@@ -169,8 +169,10 @@ class FixesOnDemand:
     def fixer(self) -> Fixer:
         if self._fixer is None:
             parsed = self._text_parse()
+            # (the findings' nodes are at the text's lines only when no statement kept its old ones: ``Layout``)
             self._fixer = Fixer(self.text, parsed.tree, self.path, FIX_BUILDERS, _still_found(parsed, self.path),
-                                _variant(parsed, self.path), _elsewhere(parsed, self.path, self.config))
+                                _variant(parsed, self.path), _elsewhere(parsed, self.path, self.config),
+                                findings=self.findings.values() if self.before.layout is None else ())
         return self._fixer
 
     def fixed(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:

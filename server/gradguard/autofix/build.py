@@ -41,11 +41,18 @@ class Fixer:
 
     def __init__(self, text: str, tree: ast.Module, path: str, builders: Mapping[str, FixBuilder],
                  still_found: StillFound | None = None, variant: Variant | None = None,
-                 elsewhere: Callable[[str], Fixer | None] | None = None, module: str | None = None):
+                 elsewhere: Callable[[str], Fixer | None] | None = None, module: str | None = None,
+                 findings: Iterable[Finding] = ()):
         self.path, self.builders, self.variant, self.module = path, builders, variant, module
         self.ctx = FixContext(text, tree, path, still_found, builders, module)
-        self._lock = threading.Lock()  # FixContext parses libcst and keeps segments lazily
+        # FixContext parses libcst and keeps segments lazily; reentrant: a fix asks for an earlier write's (``_leaves``)
+        self._lock = threading.RLock()
         self._elsewhere, self._others = elsewhere, {}
+        # ``findings``: the text's findings (those its positions are still the text's), by where their write is
+        self._by_write: dict[tuple, list[Finding]] = {}
+        for f in findings:
+            if f.mutation is not None and not f.data_stale:
+                self._by_write.setdefault(_where(f.mutation.node), []).append(f)
 
     def fix(self, finding: Finding) -> Fix | None:
         """The finding's fix (None when its rule has none or cannot make one here); a bug in a builder only
@@ -83,7 +90,33 @@ class Fixer:
             fix = self._with_merged(fix, finding)
         if fix is None and self.variant is not None:  # a write through an alias chain or a one-off container
             fix = self._tried("wrapper fix", finding, through_wrapper, self.ctx, finding, self.variant, self._build_in)
+        if fix is not None and (left := self._leaves(finding, fix)) is not None:
+            log.debug("no fix for %s at %s:%s: it leaves the unfixed %s at line %s", finding.code, self.path,
+                      finding.node.lineno, left.code, left.node.lineno)
+            return None
         return fix
+
+    def _leaves(self, finding: Finding, fix: Fix) -> Finding | None:
+        """A finding of this text at an earlier write of the memory ``finding``'s write changes (``Moment.earlier_writes``:
+        it ran before, in any frame) that has no fix, and that ``fix`` leaves found: the fixed code still breaks
+        there, before it reaches the write ``fix`` mends (a leaf written in place by a closure, then by its caller:
+        computing the caller's write on a copy leaves the closure's).  None when there is none."""
+        moment = getattr(finding.mutation, "moment", None)
+        if moment is None or not self._by_write:
+            return None
+        fixed: str | None = None
+        for node in moment.earlier_writes():
+            for other in self._by_write.get(_where(node), ()):
+                if other is finding or other.mutation is finding.mutation or self.fix(other) is not None:
+                    continue
+                try:
+                    fixed = fixed if fixed is not None else apply_edits(self.ctx.text, fix.edits)
+                    if not self.ctx.still_found(fixed, FindingId(other.code, line_after(fix.edits, other.entry_line))):
+                        continue
+                except (CannotFix, ValueError):  # no analysis to ask: it is left as it was, as far as anyone knows
+                    pass
+                return other
+        return None
 
     def _with_merged(self, fix: Fix, finding: Finding) -> Fix:
         """The fix of a finding that holds later writes of its chain, with theirs: mending the first write does not
@@ -148,7 +181,7 @@ def attach_fixes(text: str, tree: ast.Module, path: str, pairs: Iterable[tuple[F
         return []
     if unavailable() is not None:  # every fix, not just the libcst ones: a partial set would mislead
         return [diag for _, diag in pairs]
-    fixer = Fixer(text, tree, path, builders, still_found, variant, elsewhere)
+    fixer = Fixer(text, tree, path, builders, still_found, variant, elsewhere, findings=[f for f, _ in pairs])
     return [diag.with_fix(fixer.fix(finding)) for finding, diag in pairs]
 
 
@@ -156,3 +189,9 @@ def _on_its_lines(fix: Fix, finding: Finding) -> bool:
     """Whether every edit of ``fix`` is within the lines of the finding's own node."""
     first, last = finding.node.lineno, getattr(finding.node, "end_lineno", None) or finding.node.lineno
     return all(first <= e.line and e.end_line <= last for e in fix.edits)
+
+
+def _where(node: ast.AST) -> tuple:
+    """A write's node as the text's findings and the run's writes both know it: by its file and position (a
+    finding kept from an earlier analysis of the same text holds that analysis's nodes)."""
+    return other_file(node), getattr(node, "lineno", 0), getattr(node, "col_offset", 0)

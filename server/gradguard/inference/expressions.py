@@ -262,6 +262,9 @@ class ExpressionsMixin:
                 isinstance(i, (Tensor, Derived)) or isinstance(i, NumberFrom) and i.array_of is not None for i in items):
             return _numbers(items, node)  # (a list of arrays over tensors' memory holds those arrays themselves)
         if all(isinstance(i, PLAIN) for i in items):
+            if isinstance(node, ast.List) and node_items is None and all(is_plain_data(i) for i in items):
+                # `totals = [loss]` of numbers: a list whose items the code may replace (`totals[0] -= x.item()`)
+                return TensorSeq(items, literal=True)
             return NOT_TENSOR if items and all(is_plain_data(i) for i in items) else UNKNOWN
         literal = not any(isinstance(e, ast.Starred) for e in node.elts)
         return TensorSeq(items, literal=literal)  # a tuple of models, optimizers, tensors, param groups...

@@ -20,7 +20,8 @@ into an attribute or element of something it does not follow: ``Interpreter._sin
 keeps the variables that held the written tensor then (``holders``): a name bound to it, a list, dict or object
 holding it.  A view or base of it held under another name is a different tensor over the same memory (``views``).
 Each frame keeps the call it was entered through, so a caller's call that led to a write is a point of the run
-too (``Moment.through``): what the caller's names hold and read after it.
+too (``Moment.through``): what the caller's names hold and read after it.  Each storage keeps the writes of it in
+run order, so the writes of the same memory before one are a lookup too (``Moment.earlier_writes``).
 
 A ``Mutation`` carries a ``Moment`` (the log and its position when the write ran); "is ``name``'s value read
 after the write" is then a lookup in an index of the log built once, on the first question: the reads of each
@@ -85,6 +86,8 @@ class RunLog:
         self.parameters: dict[int, dict[str, frozenset[int]]] = {}  # frame -> its parameters' memory at entry
         # id of a write's node -> the moments of its runs (a loop: each); ``Moment.through`` adds those through a call
         self.writes: dict[int | tuple[int, int], list[Moment]] = {}
+        # written storage -> (position, node) of each write of it (an in-place detach too), in run order
+        self.written: dict[int, list[tuple[int, ast.AST]]] = {}
         self.sites: dict[int, ast.AST] = {}  # frame -> the call it was entered through
         self.callers: dict[int, int] = {}  # frame -> the frame that entered it
         # written storage -> (frame, node) of each read of its values from its first write on, in run order: an op's
@@ -164,6 +167,8 @@ class RunLog:
                      taken=tuple((s, len(self.taken[s])) for s in sorted(memory)), places=places)
         if node is not None:
             self.writes.setdefault(id(node), []).append(now)
+            for storage in memory:
+                self.written.setdefault(storage, []).append((now.position, node))
         return now
 
     # ------------------------------------------------------------ the index
@@ -311,6 +316,20 @@ class Moment:
                     node = node if site is True else site
                     found[id(node)] = node
         return list(found.values())
+
+    def earlier_writes(self) -> list[ast.AST]:
+        """The other writes of the written memory (in any frame: a followed call's, its caller's) that ran before
+        the first run of this one, in run order: what mending this write alone leaves as it was."""
+        own = self.write if isinstance(self.write, int) else self.write[0]
+        first = min(m.position for m in self.log.writes.get(own, [self]))
+        found: dict[int, tuple[int, ast.AST]] = {}
+        for storage, _ in self.taken:
+            for position, node in self.log.written.get(storage, ()):
+                if position >= first:
+                    break
+                if id(node) != own:
+                    found.setdefault(id(node), (position, node))
+        return [node for _, node in sorted(found.values(), key=lambda p: p[0])]
 
     def frame_index(self, depth: int = -1) -> int:
         return depth % len(self.frames)
