@@ -138,8 +138,10 @@ print(json.dumps([os.waitstatus_to_exitcode(status), usage.ru_maxrss, usage.ru_u
 
 def check_peak_rss(folders: list[Path]) -> tuple[float, float]:
     """Peak RSS (MB: the kernel's kB / 1000, as ``/usr/bin/time -v`` gives it) and CPU seconds of ``gradguard check
-    --jobs 1 --no-cache`` over ``folders``, as the kernel counts them for that child alone (``os.wait4`` in a small
-    parent, ``_PEAK_RSS_PARENT``).  RSS does not vary with the load."""
+    --jobs 1 --no-cache`` over ``folders``, as the kernel counts them for that child and the workers it starts and
+    waits for (``os.wait4`` in a small parent, ``_PEAK_RSS_PARENT``: the peak of the largest of them, the CPU of all;
+    with one job the files go through one worker at a time, ``batch.in_recycled``).  RSS does not vary with the
+    load."""
     command = [sys.executable, "-m", "gradguard", "check", "--jobs", "1", "--no-cache", "--exit-zero", "--no-progress",
                *map(str, folders)]
     done = subprocess.run([sys.executable, "-c", _PEAK_RSS_PARENT, *command], cwd=ROOT, capture_output=True,

@@ -182,6 +182,60 @@ def test_no_process_pool_falls_back_to_in_process(gg, tmp_path, monkeypatch):
     assert run.code == 1 and len(run.findings()) == 10
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="one job analyses in-process where no peak size can be read")
+@pytest.mark.parametrize("dies", [False, True])
+def test_one_job_runs_in_workers_replaced_as_they_grow_with_the_in_process_results(tmp_path, monkeypatch, dies):
+    """With one job and many files, the files go in order through one worker process at a time, replaced once its
+    peak has grown by ``RECYCLE_GROWTH_MB`` (0 here: a worker per file), so a heavy file's memory does not stay for
+    the run.  Results, crashes and digests are those of the analysis in the process itself; a worker that dies
+    leaves the rest to the process itself."""
+    import multiprocessing
+
+    import gradguard.api
+    import gradguard.batch as batch
+    from gradguard.config import Config
+    from gradguard.files import Target
+
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the workers see the recording analysis only when forked")
+    texts = {"pkg/model.py": "import torch\n\n\ndef bump(t):\n    t.add_(1)\n    return t\n",
+             "pkg/train.py": "import torch\nfrom .model import bump\n\nw = torch.zeros(3, requires_grad=True)\n"
+                             "y = torch.sigmoid(w)\nbump(y)\ny.sum().backward()\n",
+             "pkg/__init__.py": "", "pkg/broken.py": b"import torch\0\0", "pkg/boom.py": LEAF_BUG,
+             **{f"pkg/m{i}.py": LEAF_BUG if i % 2 else CLEAN for i in range(6)}}
+    targets = [Target(write(tmp_path, rel, text), rel) for rel, text in sorted(texts.items())]
+    monkeypatch.chdir(tmp_path)  # where the display names are, for the import of .model
+    log, parent = tmp_path / "pids", os.getpid()
+    real = gradguard.api.analyze_bytes
+
+    def recording(data, path, config=None):
+        with log.open("a") as out:
+            out.write(f"{os.getpid()} {path}\n")
+        if path == "pkg/boom.py":
+            raise RecursionError("maximum recursion depth exceeded")
+        if dies and path == "pkg/m2.py" and os.getpid() != parent:
+            os._exit(1)
+        return real(data, path, config)
+
+    monkeypatch.setattr(gradguard.api, "analyze_bytes", recording)
+    in_process = batch.analyze_chunk([(str(t.path), t.display) for t in targets], Config(), alone=True)
+    log.unlink()
+    monkeypatch.setattr(batch, "RECYCLE_GROWTH_MB", 0)
+    digests, done = {}, []
+    results, crashes = batch.analyze_files(targets, Config(), 1, done.append, digests)
+
+    assert sorted(results, key=lambda r: r.path) == sorted(in_process[0], key=lambda r: r.path)
+    assert any(r.diagnostics for r in results) and any(r.path == "pkg/train.py" and r.diagnostics for r in results)
+    assert crashes == in_process[1] and len(crashes) == 1
+    assert digests == in_process[2] and sum(done) == len(targets)
+    pids = [int(line.split()[0]) for line in log.read_text().splitlines()]
+    if dies:  # the files from m2.py on: a worker died on it, the process itself analyses them
+        died = [line.split()[1] for line in log.read_text().splitlines()].index("pkg/m2.py")
+        assert parent not in pids[:died + 1] and set(pids[died + 1:]) == {parent}
+    else:
+        assert parent not in pids and len(set(pids)) == len(targets)
+
+
 def test_internal_error_in_one_file_reports_and_goes_on(gg, tmp_path, monkeypatch):
     import gradguard.api
 

@@ -2,15 +2,22 @@
 language server's workspace diagnostics, so both split work, cache and count crashes the same way.
 
 Files are analysed in interleaved chunks (big files cluster in one folder, and a folder should not land on one
-worker).  A chunk's crash is a bug: its message is kept and the other files go on.
+worker).  A chunk's crash is a bug: its message is kept and the other files go on.  One job analyses its files in
+order in one worker process at a time, replaced once it has grown by ``RECYCLE_GROWTH_MB`` (``in_recycled``).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+
+try:
+    import resource
+except ImportError:  # Windows: no peak to read, one job analyses in-process
+    resource = None
 
 from . import api, engine
 from .config import Config
@@ -21,6 +28,12 @@ from .result_cache import ResultCache, digest_of
 
 PARALLEL_MIN_FILES = 8
 MAX_CHUNK = 32
+# A worker of one job is replaced once its peak resident size has grown this much since it started.  The allocator
+# keeps the arenas of a heavy file's objects for the process's life, and the modules the last files read stay
+# parsed (``project.FORGET_AFTER_FILES``): in one process a run over 44 packages peaked at 108 MB, in workers
+# replaced so at 86 MB (docs/benchmarks.md).  A new worker starts from the parent's pages (forked) and reads the
+# modules its files import again.
+RECYCLE_GROWTH_MB = 40
 
 Pair = tuple[str, str]  # (path, display)
 Progress = Callable[[int], None]  # called with the number of files just done
@@ -60,6 +73,38 @@ def analyze_chunk(chunk: Sequence[Pair], config: Config, alone: bool = False
         if digest is not None:
             digests[display] = digest
     return results, crashes, digests
+
+
+def peak_mb() -> float:
+    """This process's peak resident size so far, in MB (ru_maxrss: kB on Linux, bytes on macOS), as
+    ``/usr/bin/time -v`` and ``docs/benchmarks.md`` count them (kB / 1000)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1e6 if sys.platform == "darwin" else peak / 1000
+
+
+_worker_start_mb = 0.0  # in a recycled worker: its peak when it started
+
+
+def _start_recycled() -> None:
+    global _worker_start_mb
+    _ignore_sigint()
+    _worker_start_mb = peak_mb()
+
+
+def analyze_until_grown(pairs: Sequence[Pair], config: Config, growth_mb: float
+                        ) -> tuple[list[FileResult], list[str], dict[str, str], int, bool]:
+    """``analyze_chunk`` of ``pairs`` in order, in a worker alone in its process, stopped after the file that made
+    the process's peak grow by ``growth_mb`` since it started: also returns how many pairs were done, and whether
+    it stopped so (the worker is to be replaced)."""
+    results, crashes, digests = [], [], {}
+    for done, pair in enumerate(pairs, 1):
+        chunk_results, chunk_crashes, chunk_digests = analyze_chunk([pair], config, alone=True)
+        results += chunk_results
+        crashes += chunk_crashes
+        digests.update(chunk_digests)
+        if peak_mb() - _worker_start_mb >= growth_mb:
+            return results, crashes, digests, done, True
+    return results, crashes, digests, len(pairs), False
 
 
 def chunks(pairs: Sequence[Pair], jobs: int) -> list[list[Pair]]:
@@ -127,6 +172,41 @@ def in_pool(pairs: list[Pair], config: Config, jobs: int, progress: Progress, re
     return [pair for chunk in pending for pair in chunk]
 
 
+def in_recycled(pairs: list[Pair], config: Config, progress: Progress, results: list, crashes: list,
+                digests: dict) -> list[Pair]:
+    """Analyse ``pairs`` in order, in one worker process at a time, each replaced by a new one once it has grown by
+    ``RECYCLE_GROWTH_MB`` (``analyze_until_grown``), so the memory one heavy file leaves does not stay for the
+    rest of the run.  The pairs go in chunks of ``MAX_CHUNK`` as they come (a folder's files read the same
+    modules).  Return the pairs left undone if processes cannot run here or a worker died; interrupted, the
+    worker is stopped at once."""
+    pending = list(pairs)
+    try:
+        while pending:
+            pool = ProcessPoolExecutor(max_workers=1, initializer=_start_recycled)
+            stopped = False
+            try:
+                grown = False
+                while pending and not grown:
+                    chunk_results, chunk_crashes, chunk_digests, done, grown = pool.submit(
+                        analyze_until_grown, pending[:MAX_CHUNK], config, RECYCLE_GROWTH_MB).result()
+                    results += chunk_results
+                    crashes += chunk_crashes
+                    digests.update(chunk_digests)
+                    del pending[:done]
+                    progress(done)
+            except BaseException as exc:
+                if not isinstance(exc, (OSError, NotImplementedError, BrokenProcessPool)):
+                    stop_now(pool)
+                    stopped = True
+                raise
+            finally:
+                if not stopped:
+                    pool.shutdown()
+    except (OSError, NotImplementedError, BrokenProcessPool):
+        pass  # no processes in this sandbox, or a worker died: the caller finishes in-process
+    return pending
+
+
 def analyze_files(targets: list[Target], config: Config, jobs: int, progress: Progress = lambda n: None,
                   digests: dict[str, str] | None = None):
     """Results (in no particular order) and internal-error messages for every target; ``digests`` (if given)
@@ -137,6 +217,8 @@ def analyze_files(targets: list[Target], config: Config, jobs: int, progress: Pr
     digests = digests if digests is not None else {}
     if jobs > 1 and len(pairs) >= PARALLEL_MIN_FILES:
         pairs = in_pool(pairs, config, jobs, progress, results, crashes, digests=digests)
+    elif len(pairs) >= PARALLEL_MIN_FILES and resource is not None:
+        pairs = in_recycled(pairs, config, progress, results, crashes, digests)
     for pair in pairs:
         chunk_results, chunk_crashes, chunk_digests = analyze_chunk([pair], config, alone=True)
         results += chunk_results

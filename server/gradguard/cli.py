@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", metavar="PATH", help="use this pyproject.toml instead of discovering one")
     check.add_argument("--stdin-filename", metavar="NAME", help="the name to report for source read from -")
     check.add_argument("--jobs", type=_jobs, default=min(os.cpu_count() or 1, MAX_JOBS), metavar="N",
-                       help=f"processes to analyse with (default: all cores; at most {MAX_JOBS})")
+                       help=f"processes to analyse with (default: all cores; at most {MAX_JOBS}; with 1, one at a "
+                            "time, replaced as its memory grows)")
     check.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     check.add_argument("--jedi", action=argparse.BooleanOptionalAction, default=None,
                        help="ask jedi what helpers imported from other modules return (slower; default: the "
