@@ -162,3 +162,112 @@ def train():
 def test_a_cut_value_given_by_keyword_is_the_op_argument(term):
     (diag,) = found("GG103", _CUT_TERM.replace("{term}", term))
     assert _CUT_TERM.replace("{term}", term).splitlines()[diag.line - 1].strip().startswith("term = ")
+
+
+# A value mapped under the caller's `torch.no_grad()` by the file's own code that rebinds its own names there (a
+# forward looping `x = layer(x)`, a helper's `p = net(p)`): the cut is the call in the function that switched grad
+# mode off, as the probe reports it, not a line of the callee, whose names are its own.
+_MAPPED_UNDER_NO_GRAD = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Stack(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def mapped(net, p):
+    p = net(p)
+    return p
+
+
+def twice(net, p):
+    p = mapped(net, p)
+    return p
+
+
+def train():
+    torch.manual_seed(0)
+    student = nn.Linear(4, 4)
+    teacher = {teacher}
+    x = torch.randn(6, 4)
+    pred = student(x)
+    with torch.no_grad():
+        pred = {call}
+    loss = F.mse_loss(pred, x) + 0.1 * student(x).pow(2).mean()
+    loss.backward()
+"""
+
+
+@pytest.mark.parametrize("teacher, call", [
+    ("Stack([nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4)])", "teacher(pred)"),
+    ("nn.Linear(4, 4)", "mapped(teacher, pred)"),
+    ("nn.Linear(4, 4)", "twice(teacher, pred)"),
+    ("nn.Linear(4, 4)", "teacher(pred)"),
+])
+def test_a_value_mapped_under_the_callers_no_grad_is_cut_at_the_callers_line(teacher, call):
+    src = _MAPPED_UNDER_NO_GRAD.replace("{teacher}", teacher).replace("{call}", call)
+    (diag,) = found("GG103", src)
+    assert src.splitlines()[diag.line - 1].strip() == f"pred = {call}"
+
+
+# A module of the file's own class holding another instance of that class (a stack of layers one of which is a stack)
+# runs the inner instance's forward too: a cut in it is found.
+_NESTED_STACKS = """
+import torch
+import torch.nn as nn
+
+
+class Stack(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Wrap(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class Detach(nn.Module):
+    def forward(self, x):
+        return x.detach()
+
+
+def train():
+    torch.manual_seed(0)
+    trunk = {trunk}
+    model = {model}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 3), torch.randn(8, 2)
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("trunk, model", [
+    ("Stack([nn.Linear(3, 9), nn.ReLU()])", "Stack([trunk, Detach(), nn.Linear(9, 2)])"),
+    ("Wrap(nn.Linear(3, 9))", "Wrap(nn.Sequential(trunk, Detach(), nn.Linear(9, 2)))"),
+    ("Wrap(Wrap(nn.Linear(3, 9)))", "Stack([trunk, Detach(), nn.Linear(9, 2)])"),
+])
+def test_a_cut_after_another_instance_of_the_running_class_is_found(trunk, model):
+    src = _NESTED_STACKS.replace("{trunk}", trunk).replace("{model}", model)
+    (diag,) = found("GG103", src)
+    assert src.splitlines()[diag.line - 1].strip() == "return x.detach()"

@@ -121,6 +121,33 @@ def test_a_moved_caller_bound_line_hands_its_expectation_to_its_expect_if_moved_
     assert _expected_texts(wrapped) == ["model[0] = nn.Linear(2, 1)"]
 
 
+_REBINDING = """import torch
+import torch.nn as nn
+
+
+def run():
+    online, target = nn.Linear(2, 2), nn.Linear(2, 2)
+    target.load_state_dict(online.state_dict())
+    target = online  # expect: GG101 name-bound
+    target(torch.ones(1, 2)).sum().backward()
+    return [p.grad for p in online.parameters()]
+
+
+def reference():
+    return []
+"""
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("helper_function", "target = apply_update(online)"), ("module_method", "target = update_block(online)"),
+    ("callable_class", "target = step(online)"), ("closure", "target = online")])
+def test_a_moved_name_bound_line_goes_to_the_line_that_binds_the_name(name, expected):
+    """A `name-bound` expectation goes to the line that binds the name in its function: the helper's call that
+    assigns what the helper returns, or the line itself in a closure that binds the name `nonlocal`."""
+    transform = next(t for t in ALL if t.name == name)
+    assert _expected_texts(transform.apply(_REBINDING)) == [expected]
+
+
 def test_proof_tells_broken_variants(tmp_path):
     """A positive whose culprit is made out-of-place, and a negative whose seed changes, are not confirmed."""
     pos = next(f for f in FIXTURES if f.expected_raise and "pos_abs_input_l1_rescale" in f.id)

@@ -567,15 +567,25 @@ CALLER_BOUND = "caller-bound"
 RELAYED = re.compile(r"#\s*expect-if-moved:\s*((?:GG\d{3}\s*)+)")
 
 
-def _caller_bound(stmt: cst.SimpleStatementLine) -> str | None:
+# A marker that says `name-bound` (`# expect: GG101 name-bound`) names a line whose finding is the binding it makes of
+# a name of its function (it drops what the name held): moved into a helper, the expectation goes to the line that
+# binds that name in the function, which is the helper's call when the call assigns what the helper returns, and the
+# line itself when a closure binds the name `nonlocal`.
+NAME_BOUND = "name-bound"
+
+
+def _caller_bound(stmt: cst.SimpleStatementLine, returned: list[str]) -> str | None:
+    """The marker of ``stmt`` when, moved into a helper that returns ``returned``, it goes to the helper's call."""
     comment = stmt.trailing_whitespace.comment
-    return comment.value if has_marker(stmt) and CALLER_BOUND in comment.value else None
+    if not has_marker(stmt):
+        return None
+    return comment.value if CALLER_BOUND in comment.value or (NAME_BOUND in comment.value and returned) else None
 
 
 def _call_text(callee: str, reads: list[str], writes: list[str], stmt: cst.SimpleStatementLine | None = None,
                site: Site | None = None) -> str:
     lhs = ", ".join(writes) + " = " if writes else ""
-    marker = _caller_bound(stmt) if stmt is not None else None
+    marker = _caller_bound(stmt, writes) if stmt is not None else None
     if marker and site is not None and RELAYED.search(code_of(site.function)):
         site.relayed = True  # the rewriter turns the function's `expect-if-moved` lines into its expectations
         marker = None
@@ -593,7 +603,7 @@ class _Relay(cst.CSTTransformer):
 
 
 def _body_text(stmt: cst.SimpleStatementLine, writes: list[str]) -> str:
-    if _caller_bound(stmt):
+    if _caller_bound(stmt, writes):
         stmt = stmt.with_changes(trailing_whitespace=stmt.trailing_whitespace.with_changes(
             whitespace=cst.SimpleWhitespace(""), comment=None))
     text = code_of(bare(stmt))

@@ -60,6 +60,12 @@ class FollowedCallsMixin:
             return self.state.env
         return self.scopes[-1] if self.scopes else {}
 
+    def _another_instance(self, fn: ast.AST, self_value: Value | None) -> bool:
+        """A method running already, called on another of the file's module instances (a stack of layers that holds
+        a stack of layers: each runs its own ``forward``), which the depth limit bounds."""
+        return isinstance(self_value, ModuleValue) and all(
+            s is not self_value for f, s in zip(self.inline_stack, self.inline_selves) if f is fn)
+
     def inline(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
                self_value: Value | None = None, record: bool = True, scope: list[dict[str, Value]] | None = None,
                owner: ClassInfo | None = None, max_depth: int = 5, module_path: str | None = None,
@@ -72,11 +78,13 @@ class FollowedCallsMixin:
         caller then treats it as unknown.  ``frame``: the callee's variables, kept across two calls that run the
         parts of one generator (see ``enter_context``): empty, it receives them; else the call runs in them.
         """
-        if len(self.inline_stack) >= max_depth or fn in self.inline_stack:
+        if len(self.inline_stack) >= max_depth or (
+                fn in self.inline_stack and not self._another_instance(fn, self_value)):
             return None
         self.count_step()
         saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-                 self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions)
+                 self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions,
+                 self.caller_grad_off)
         context = self.ctx.for_module(module_path or getattr(owner, "module_path", None))
         # Code of another module of the project sees that module's imports and classes; its globals are unknown.
         module_env = self._module_env() if context is self.ctx else {}
@@ -85,6 +93,10 @@ class FollowedCallsMixin:
         if frame is not None and not frame:
             frame.append(env)
         grad = self.state.grad_enabled
+        # A call made with grad mode off runs under its caller's switch until it turns grad mode off itself: that
+        # switch, and the call made in the function that turned it off (this one, or the one its caller runs under).
+        under = self.caller_grad_off is not None and self.grad_off_site is self.caller_grad_off[0]
+        self.caller_grad_off = (self.grad_off_site, self.caller_grad_off[1] if under else node) if not grad else None
         decorated = False
         for deco in getattr(fn, "decorator_list", ()):
             if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
@@ -104,6 +116,7 @@ class FollowedCallsMixin:
         CALL_STATS["followed call of the file's own code"] += 1
         self.followed.add((owner.name if owner is not None else "", getattr(fn, "name", "")))
         self.inline_stack.append(fn)
+        self.inline_selves.append(self_value)
         self.inline_frames.append((node, new_id()))
         self.frame_sites = (*self.frame_sites, node)
         unsure_context = self.unsure_context
@@ -120,13 +133,15 @@ class FollowedCallsMixin:
             exit_mode, exit_site = self.state.grad_enabled, self.grad_off_site
         finally:
             self.inline_stack.pop()
+            self.inline_selves.pop()
             self.inline_frames.pop()
             self.frame_sites = self.frame_sites[:-1]
             self.unsure_context = unsure_context  # (what followed a jump inside it ends with it)
             self.run_log.leave()
             self.caller_envs.pop()
             (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-             self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions) = saved
+             self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions,
+             self.caller_grad_off) = saved
         if not decorated and exit_mode != grad:
             # `torch.set_grad_enabled(False)` called in the callee (not entered as a block): the mode stays so
             self.state.grad_enabled = exit_mode

@@ -312,6 +312,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # What turned grad mode off last (a `with`, a call, a decorator), and for a decorator the frame of the
         # calls its function makes.
         self.grad_off_site: tuple[ast.AST, int | None] | None = None
+        # In a followed call made with grad mode off: the caller's ``grad_off_site`` (the same object while the
+        # callee runs under that switch and turns grad mode off nowhere itself), and the call, in the function
+        # that turned it off, that the running code is part of.
+        self.caller_grad_off: tuple[tuple[ast.AST, int | None] | None, ast.AST] | None = None
         self.grad_off_backwards: list[GradOffBackward] = []
         self.numpy_refused: list[NumpyRefused] = []  # NumPy converting a tensor that requires grad: torch raises
         self.unreturned: list[UnreturnedLoss] = []  # a trainer's loss hook that returns nothing (loss_hooks.py)
@@ -325,6 +329,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
         # Calls into the file's own functions are analysed in place ("inlined"), with these set:
         self.inline_stack: list[ast.AST] = []
+        self.inline_selves: list[Value | None] = []  # the instance each of those calls runs on (None: a function)
         self.root_fn: ast.AST | None = None  # the function the run is of (None: the module's top level)
         # Conversions to the dtype a tensor has already (`x.float()` of a float32 `x`), which return it: call node id
         # -> that dtype; the names such a call's statement bound (function, name) -> (statement, tensor, dtype); and
@@ -1285,12 +1290,22 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 and value.requires_grad == Grad.NO and old.graph and old.graph <= value.graph and self.grad_mode_known
                 and not self.function_contexts):
             # `pred = ema(pred)` under no_grad: the name now holds a value computed from its old one without a
-            # graph, a cut like `.detach()` (reported when a loss term is left with nothing but cut values).
+            # graph, a cut like `.detach()` (reported when a loss term is left with nothing but cut values).  In a
+            # function called with grad mode off that leaves it so, the cut is the caller's: a name of the function's
+            # own (`x = layer(x)` in a forward run under the caller's no_grad) hands it on to what the function
+            # returns, which the caller's binding cuts; a `nonlocal` or `global` name is cut at the call made in the
+            # function that turned grad mode off, where it is to be on.
+            cut = getattr(stmt, "value", stmt)
+            under = self.caller_grad_off
+            if under is not None and self.grad_off_site is under[0]:
+                if target.id not in self.outer_names:
+                    return value
+                cut = under[1]
             marker = new_id()
             switch = self.grad_off_site[0] if self.grad_off_site is not None and not self.inference_blocks else None
             if self.qual(switch.func if isinstance(switch, ast.Call) else switch) == "torch.inference_mode":
                 switch = None
-            self.breaks.append(GraphBreak(getattr(stmt, "value", stmt), "`torch.no_grad()`", old.graph, marker,
+            self.breaks.append(GraphBreak(cut, "`torch.no_grad()`", old.graph, marker,
                                           origin=old.origin, certain=True, cut=True, switched_off=switch))
             self.cut_markers.add(marker)
             return replace(value, graph=frozenset({marker}), lost_sources=old.graph)
