@@ -30,10 +30,11 @@ PARALLEL_MIN_FILES = 8
 MAX_CHUNK = 32
 # A worker of one job is replaced once its peak resident size has grown this much since it started.  The allocator
 # keeps the arenas of a heavy file's objects for the process's life, and the modules the last files read stay
-# parsed (``project.FORGET_AFTER_FILES``): in one process a run over 44 packages peaked at 108 MB, in workers
-# replaced so at 86 MB (docs/benchmarks.md).  A new worker starts from the parent's pages (forked) and reads the
-# modules its files import again.
-RECYCLE_GROWTH_MB = 40
+# parsed (``project.FORGET_AFTER_FILES``): in one process a run over 44 packages peaked at 108 MB.  The parent and
+# its worker are alive at once, so what counts is their summed proportional size (PSS: shared pages split between
+# them): 104 MB replacing at 40 MB of growth, 94 MB at 30 (largest process 74 MB), the same CPU (docs/benchmarks.md).
+# A new worker starts from the parent's pages (forked) and reads the modules its files import again.
+RECYCLE_GROWTH_MB = 30
 
 Pair = tuple[str, str]  # (path, display)
 Progress = Callable[[int], None]  # called with the number of files just done
