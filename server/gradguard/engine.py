@@ -603,14 +603,7 @@ class _Fingerprints:
         return self._scope(node)[0]
 
     def _bound(self, node: ast.AST) -> frozenset[str]:
-        """``scopes.module_bound`` of a top-level statement, kept across edits as ``_scope``."""
-        memo = ("bound", self._text(node), node.col_offset, node.end_col_offset, node.lineno - parsing.first_line(node))
-        found = _SCOPE_NAMES.get(memo)
-        if found is None:
-            if len(_SCOPE_NAMES) > 8192:
-                _SCOPE_NAMES.clear()
-            found = _SCOPE_NAMES[memo] = module_bound(node)
-        return found
+        return _module_bound(node, self._text(node))
 
     def locals_of(self, fn: ast.AST) -> frozenset[str]:
         """A function's own locals (the interpreter's ``own_locals``), from the same memo."""
@@ -738,6 +731,18 @@ class _Fingerprints:
 
 
 _SCOPE_NAMES: dict[tuple, tuple] = {}  # (a node's text, its place in it): its free names and locals, across edits
+
+
+def _module_bound(node: ast.AST, text: str) -> frozenset[str]:
+    """``scopes.module_bound`` of a top-level statement whose lines are ``text``, kept across edits (``_SCOPE_NAMES``):
+    at each keystroke every unchanged top-level statement is asked again."""
+    memo = ("bound", text, node.col_offset, node.end_col_offset, node.lineno - parsing.first_line(node))
+    found = _SCOPE_NAMES.get(memo)
+    if found is None:
+        if len(_SCOPE_NAMES) > 8192:
+            _SCOPE_NAMES.clear()
+        found = _SCOPE_NAMES[memo] = module_bound(node)
+    return found
 
 
 @lru_cache(maxsize=8192)
@@ -942,24 +947,31 @@ class _ModuleVariables:
 
     def __init__(self, tree: ast.Module, lines: list[str] | None):
         self.lines = lines
-        # a variable bound anywhere in a top-level statement's blocks (``for``/``with`` bodies, a walrus, ...)
-        self.names = frozenset().union(*(module_bound(s) for s in tree.body
-                                         if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
         self.tree = tree
-        self.readers: frozenset[str] | None = None  # worked out once, when a function first asks
+        self.names: frozenset[str] | None = None  # worked out once, when a function first asks
+        self.readers: frozenset[str] | None = None  # likewise
+
+    def _text(self, node: ast.AST) -> str:
+        return "\n".join(self.lines[parsing.first_line(node) - 1: node.end_lineno])
 
     def reaches(self, fn: ast.AST) -> bool:
-        if not self.names or self.lines is None:
+        if self.lines is None:
             return False
-        own = _names("\n".join(self.lines[parsing.first_line(fn) - 1: fn.end_lineno]))
+        if self.names is None:
+            # a variable bound anywhere in a top-level statement's blocks (``for``/``with`` bodies, a walrus, ...)
+            self.names = frozenset().union(*(_module_bound(s, self._text(s)) for s in self.tree.body
+                                             if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
+        if not self.names:
+            return False
+        own = _names(self._text(fn))
         return bool(self.names & own or self._readers() & own)
 
     def _readers(self) -> frozenset[str]:
         """The file's functions and classes that read a module variable, directly or through the ones they name:
         from each direct reader along a map of who names whom, so each name is visited once (linear in the file)."""
         if self.readers is None:
-            defs = [(node.name, _names("\n".join(self.lines[parsing.first_line(node) - 1: node.end_lineno])))
-                    for node in ast.walk(self.tree)
+            # a definition is a statement: walking the statements finds every one, nested ones too
+            defs = [(node.name, _names(self._text(node))) for node in statements.walk(self.tree)
                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
             def_names = {name for name, _ in defs}
             named_by: dict[str, list[str]] = {}
