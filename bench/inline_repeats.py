@@ -120,7 +120,7 @@ def records(interp) -> tuple:
     """The sizes of everything the interpreter records (the effects a replay would have to reproduce)."""
     out = []
     for name, item in vars(interp).items():
-        if name in ("call_stack", "frame_sites", "caller_envs", "returns", "steps", "loop_vars",
+        if name in ("call_stack", "frame_sites", "caller_envs", "made_nodes", "returns", "steps", "loop_vars",
                     "scopes", "outer_names", "state", "followed", "presets", "container_reads"):
             continue
         if isinstance(item, (list, set, dict, frozenset, tuple)):
@@ -341,8 +341,8 @@ def _plain(value) -> bool:
 # Attributes ``inline`` saves and puts back, or that only grow by what the callee's own code adds again at each run
 # (``followed``: the callee's names; ``container_reads``: ids of its index nodes): no effect of a call.
 _RESTORED = frozenset({"state", "inline_record", "returns", "loop_vars", "scopes", "outer_names", "owner",
-                       "self_value", "ctx", "grad_off_site", "call_stack", "frame_sites",
-                       "caller_envs", "steps", "seq", "followed", "container_reads", "run_log", "saves", "k"})
+                       "self_value", "ctx", "grad_off_site", "call_stack", "frame_sites", "caller_envs",
+                       "made_nodes", "steps", "seq", "followed", "container_reads", "run_log", "saves", "k"})
 
 
 def world(interp) -> tuple:

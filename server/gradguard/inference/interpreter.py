@@ -304,6 +304,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.save_context: dict[int, tuple[object, ...]] = {}
         self.first_stale: dict[int, Mutation] = {}
         self.opaque_at: dict[int, int] = {}
+        # Syntax nodes the run made (a call with a caller's ``**kwargs`` written out), kept as long as the run: the
+        # memos keyed by a node's ``id`` (``opaque_at``, ``noop_conversions``...) must never see its id reused.
+        self.made_nodes: list[ast.AST] = []
         self.unknown_backward = False
         # Inside a call of a compiled module: per call, the tensors its forward keeps on objects (dynamo makes them
         # outputs of the graph it compiles, with their backward).
