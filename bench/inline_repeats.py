@@ -120,7 +120,7 @@ def records(interp) -> tuple:
     """The sizes of everything the interpreter records (the effects a replay would have to reproduce)."""
     out = []
     for name, item in vars(interp).items():
-        if name in ("inline_stack", "inline_frames", "frame_sites", "caller_envs", "returns", "steps", "loop_vars",
+        if name in ("call_stack", "frame_sites", "caller_envs", "made_nodes", "returns", "steps", "loop_vars",
                     "scopes", "outer_names", "state", "followed", "presets", "container_reads"):
             continue
         if isinstance(item, (list, set, dict, frozenset, tuple)):
@@ -154,14 +154,14 @@ OPEN: list = []  # the categories of the measured calls running now, outermost f
 
 def _key(fp: Fingerprint, self, fn, args, kwargs, self_value, record, scope, owner, module_path) -> tuple:
     return (id(fn), fp.of(list(args)), fp.of(dict(kwargs)), fp.of(self_value), self.state.grad_enabled,
-            tuple(self.loop_vars), len(self.inline_stack), self.inline_record and record, module_path,
+            tuple(self.loop_vars), len(self.call_stack), self.inline_record and record, module_path,
             tuple(id(s) for s in scope or ()), id(owner), self.module_unit)
 
 
 def measure_inline(original):
     def inline(self, fn, args, kwargs, node, self_value=None, record=True, scope=None, owner=None, max_depth=5,
                module_path=None, frame=None):
-        if len(self.inline_stack) >= max_depth or fn in self.inline_stack or frame is not None:
+        if len(self.call_stack) >= max_depth or any(c.fn is fn for c in self.call_stack) or frame is not None:
             STATS["not measured (too deep, recursive, generator part)"] += 1
             return original(self, fn, args, kwargs, node, self_value, record, scope, owner, max_depth, module_path,
                             frame)
@@ -341,8 +341,8 @@ def _plain(value) -> bool:
 # Attributes ``inline`` saves and puts back, or that only grow by what the callee's own code adds again at each run
 # (``followed``: the callee's names; ``container_reads``: ids of its index nodes): no effect of a call.
 _RESTORED = frozenset({"state", "inline_record", "returns", "loop_vars", "scopes", "outer_names", "owner",
-                       "self_value", "ctx", "grad_off_site", "inline_stack", "inline_frames", "frame_sites",
-                       "caller_envs", "steps", "seq", "followed", "container_reads", "run_log", "saves", "k"})
+                       "self_value", "ctx", "grad_off_site", "call_stack", "frame_sites", "caller_envs",
+                       "made_nodes", "steps", "seq", "followed", "container_reads", "run_log", "saves", "k"})
 
 
 def world(interp) -> tuple:
@@ -482,7 +482,7 @@ EFFECTFUL: set = set()  # (unit, callee) of the calls that had an effect: not fi
 def replay_inline(original):
     def inline(self, fn, args, kwargs, node, self_value=None, record=True, scope=None, owner=None, max_depth=5,
                module_path=None, frame=None):
-        if len(self.inline_stack) >= max_depth or fn in self.inline_stack or frame is not None:
+        if len(self.call_stack) >= max_depth or any(c.fn is fn for c in self.call_stack) or frame is not None:
             return original(self, fn, args, kwargs, node, self_value, record, scope, owner, max_depth, module_path,
                             frame)
         if (id(self), id(fn)) in EFFECTFUL:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import pytest
 
+from gradguard import engine
 from gradguard.api import analyze_source
 from programs import found
 
@@ -271,3 +273,33 @@ def test_a_cut_after_another_instance_of_the_running_class_is_found(trunk, model
     src = _NESTED_STACKS.replace("{trunk}", trunk).replace("{model}", model)
     (diag,) = found("GG103", src)
     assert src.splitlines()[diag.line - 1].strip() == "return x.detach()"
+
+
+_SPREAD_OPS = """\
+import torch
+
+
+def scaled(x, **options):
+    torch.add(x, unknown(), **options)
+    torch.add(x, unknown(), **options)
+    torch.add(x, unknown(), **options)
+    return torch.add(x, unknown(), **options)
+
+
+def train():
+    w = torch.randn(3, requires_grad=True)
+    y = scaled(w * 2, alpha=2)
+    y.sum().backward()
+"""
+
+
+def test_each_call_with_spread_keywords_is_its_own_op(monkeypatch):
+    """A call with a caller's ``**options`` runs as a call written out with them, a syntax node the run makes
+    (``_spread_keywords``); a memo keyed by a node's id (``opaque_at``: an op's marker of the unknown value it took)
+    must not take the next one made at the id of one already dropped for the same op: four ops, four markers."""
+    runs = []
+    real = engine._run_unit
+    monkeypatch.setattr(engine, "_run_unit", lambda *args: runs.append(real(*args)) or runs[-1])
+    engine.analyze_module(ast.parse(_SPREAD_OPS), "spread.py", _SPREAD_OPS.splitlines(), use_jedi=False)
+    (train,) = [run for run in runs if run.root_fn is not None and run.root_fn.name == "train"]
+    assert len(train.opaque_markers) == len(train.opaque_at) == 4

@@ -16,7 +16,9 @@ import cProfile
 import pstats
 
 import pytest
-from gradguard.api import analyze_source
+from gradguard import parsing
+from gradguard.api import _still_found, analyze_source
+from gradguard.fixes.identity import FindingId
 from gradguard.inference.saves import SAVES_KEPT_PER_STORAGE, SaveLog
 from gradguard.inference.values import Save, Storage
 
@@ -103,3 +105,32 @@ def test_save_log_takes_out_and_puts_back_a_branch_s_saves_in_order():
     log.add(orelse)
     log.put_back(body)
     assert list(log.on([storage.id])) == [before, *body, orelse]
+
+
+def analyses_made(run) -> tuple[object, int]:
+    """``run()``'s result, and how many analyses of a module it made."""
+    profile = cProfile.Profile()
+    result = profile.runcall(run)
+    calls = sum(stat[1] for (_, _, name), stat in pstats.Stats(profile).stats.items() if name == "analyze_module")
+    return result, calls
+
+
+def test_a_candidate_text_is_analysed_once_for_the_findings_of_the_same_functions():
+    """A fix checks its candidate text for its finding (``FixContext.still_found``); the findings of other rules at
+    the same write, and the earlier writes ``Fixer._leaves`` asks about, are checked against the same text and
+    functions: one analysis answers them all, as each would have been answered alone.  Another text, or another
+    function, is analysed again."""
+    text = writes_in_a_list(2)
+    fixed = text.replace("y = torch.sigmoid(w)", "y = torch.sigmoid(w).clone()")
+    # (the writes are found by the analysis of the module's code, which calls `train` at line 10)
+    asked = [FindingId(code, 6, caller_line=10) for code in ("GG001", "GG002", "GG104")]
+    parsed = parsing.parse_document(text)
+    alone = [_still_found(parsed, "work.py")(text, finding) for finding in asked]
+    assert alone == [True, False, False]  # (the writes are GG001's; the others are not found there)
+    check = _still_found(parsed, "work.py")
+    answers, calls = analyses_made(lambda: [check(text, finding) for finding in asked])
+    assert (answers, calls) == (alone, 1)
+    answers, calls = analyses_made(lambda: [check(fixed, finding) for finding in asked])
+    assert calls == 1 and answers == [_still_found(parsed, "work.py")(fixed, finding) for finding in asked]
+    answers, calls = analyses_made(lambda: [check(fixed, FindingId("GG001", 6)), check(text, asked[0])])
+    assert (answers, calls) == ([False, True], 2)

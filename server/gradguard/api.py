@@ -267,17 +267,30 @@ def _fingerprinted(kept: list[tuple[Finding, Diagnostic]], lines: list[str], pat
 
 def _still_found(before: parsing.Parsed, path: str) -> StillFound:
     """How a fix checks a candidate: analyse the text it would leave, parsing again only the function it
-    changed (the check looks at no statement after it, but for a caller), and look for the same finding."""
+    changed (the check looks at no statement after it, but for a caller), and look for the same finding.
+
+    The analyses of the last candidate text are kept by what they looked at (the functions around the lines, and
+    whether the statements below the change were given their new positions): a second finding checked against
+    the same text and functions (another rule's at the same write, the earlier writes ``Fixer._leaves`` asks
+    about, the same fix built again) reads the same findings instead of analysing the text again."""
+    last: list[tuple[str | None, dict]] = [(None, {})]  # (the candidate text, its findings by what was analysed)
 
     def check(fixed: str, finding: FindingId) -> bool:
-        lines = parsing.source_lines(fixed)
+        text, analysed = last[0]
+        if text is not fixed and text != fixed:
+            analysed = {}
+            last[0] = (fixed, analysed)
         # A caller is analysed too when the finding is its analysis's: the statements below the change need their
         # new positions then (the caller may be one of them).
-        again = (parsing.reparse(lines, before, positions_after=finding.caller_line is not None)
-                 or parsing.parse_document(fixed, lines))
-        if isinstance(again, parsing.SyntaxProblem):
+        scope = (finding.lines(), finding.caller_line is not None)
+        if scope not in analysed:
+            lines = parsing.source_lines(fixed)
+            again = parsing.reparse(lines, before, positions_after=scope[1]) or parsing.parse_document(fixed, lines)
+            analysed[scope] = (None if isinstance(again, parsing.SyntaxProblem) else
+                               analyze_module(again.tree, path, lines, use_jedi=False, only_lines=scope[0]))
+        found = analysed[scope]
+        if found is None:
             return True
-        found = analyze_module(again.tree, path, lines, use_jedi=False, only_lines=finding.lines())
         return any(f.code == finding.code and (f.entry_line == finding.line or finding.backward_line in f.backward_lines)
                    for f in found)
 

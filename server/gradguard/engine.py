@@ -238,7 +238,7 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
             continue  # only guesses, and the file's own calls of the function do not bear them out
         if place in merged and all(unit in followed for unit, _ in group):
             continue  # the file's own calls of the function (which know what runs there) found it the same bug
-        own = [f for _, f in group if not getattr(f.mutation, "frames", None)]
+        own = [f for _, f in group if f.mutation is None or not f.mutation.frames]
         certain = [f for _, f in group if f.certain]
         kept = own[0] if own else group[0][1]
         if not kept.certain and certain:
@@ -256,7 +256,7 @@ def _one_per_place(results: list[tuple[tuple[str, str], list[Finding]]],
 def _join_runs(finding: Finding, ran: dict[int, list[Mutation]]) -> None:
     """The finding's write as every unit's run made it (``ran``: by ``id`` of the write's node), a finding's or not
     (``Moment.elsewhere``): a call of another function down to the write is a point of that function's run."""
-    moment = getattr(finding.mutation, "moment", None)
+    moment = finding.mutation.moment if finding.mutation is not None else None
     if moment is not None:
         logs = {id(moment.log): moment}
         for mutation in ran.get(id(finding.mutation.node), ()):

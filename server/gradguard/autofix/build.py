@@ -80,7 +80,7 @@ class Fixer:
         return finding.fix_memo[0]
 
     def _build(self, finding: Finding) -> Fix | None:
-        frames = getattr(finding.mutation, "frames", None) or ()  # (none for a finding of another event)
+        frames = finding.mutation.frames if finding.mutation is not None else ()
         if any(isinstance(site, (ast.With, ast.AsyncWith)) for site, _ in frames):
             # written as a `with` block ends (a context manager's exit): only a rule's fix that knows that order
             at_exit = getattr(self.builders.get(finding.code), "at_block_exit", None)
@@ -101,7 +101,7 @@ class Fixer:
         it ran before, in any frame) that has no fix, and that ``fix`` leaves found: the fixed code still breaks
         there, before it reaches the write ``fix`` mends (a leaf written in place by a closure, then by its caller:
         computing the caller's write on a copy leaves the closure's).  None when there is none."""
-        moment = getattr(finding.mutation, "moment", None)
+        moment = finding.mutation.moment if finding.mutation is not None else None
         if moment is None or not self._by_write:
             return None
         fixed: str | None = None

@@ -238,6 +238,7 @@ class CallsMixin:
                 if isinstance(spread, KeywordArgs):
                     others = [k for k in node.keywords if k is not kw]
                     call = ast.Call(func=node.func, args=node.args, keywords=[*others, *spread.keywords])
+                    self.made_nodes.append(call)  # (memos keyed by a node's id must not see it reused)
                     for k in spread.keywords:
                         self.presets[id(k.value)] = spread.values[k.arg]
                     flagged = any(k.arg in ("inplace", "out") for k in spread.keywords)  # a write, fixed there

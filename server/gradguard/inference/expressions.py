@@ -184,7 +184,7 @@ class ExpressionsMixin:
 
     def own_locals(self) -> frozenset[str]:
         """The locals of the function running now (none at the module's top level)."""
-        running = self.inline_stack[-1] if self.inline_stack else None if self.module_unit else self.root_fn
+        running = self.call_stack[-1].fn if self.call_stack else None if self.module_unit else self.root_fn
         if running is None:
             return frozenset()
         found = self.ctx.local_names.get(running)

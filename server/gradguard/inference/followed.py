@@ -5,6 +5,7 @@ function sees.  A mixin of ``Interpreter``."""
 from __future__ import annotations
 
 import ast
+from typing import NamedTuple
 
 from ..knowledge.names import JOINING
 from ..statements import blocks, every_node
@@ -32,11 +33,22 @@ from .values import (
 CONTEXT_MANAGER_DECORATORS = frozenset({"contextlib.contextmanager", "contextlib.asynccontextmanager"})
 
 
+class FollowedCall(NamedTuple):
+    """A followed call running now: an entry of ``Interpreter.call_stack`` (outermost first)."""
+
+    fn: ast.AST  # the function (or lambda) it runs
+    self_value: Value | None  # the instance it runs on (None: a function)
+    site: ast.AST  # its call site (the `with` statement, for the part of a generator run when the block ends)
+    mark: int  # a fresh id: this call, told apart from another at the same site
+    caller_grad: bool  # the caller's grad mode when it made the call
+    caller_grad_off_site: tuple[ast.AST, int | None] | None  # the caller's ``grad_off_site`` then
+
+
 class FollowedCallsMixin:
     def _stmt_FunctionDef(self, stmt: ast.FunctionDef) -> None:
         """A nested ``def`` is a closure over the running function's variables (module-level functions are
         looked up by name instead, see ``_expr_Name``)."""
-        if not (self.module_unit and not self.inline_stack):
+        if not (self.module_unit and not self.call_stack):
             self.state.env[stmt.name] = FunctionValue(stmt, scope=[self.state.env, *self.scopes],
                                                       module_path=self.ctx.path)
 
@@ -56,7 +68,7 @@ class FollowedCallsMixin:
 
     def _module_env(self) -> dict[str, Value]:
         """The module's variables as seen from the code running now."""
-        if self.module_unit and not self.inline_stack:
+        if self.module_unit and not self.call_stack:
             return self.state.env
         return self.scopes[-1] if self.scopes else {}
 
@@ -64,7 +76,26 @@ class FollowedCallsMixin:
         """A method running already, called on another of the file's module instances (a stack of layers that holds
         a stack of layers: each runs its own ``forward``), which the depth limit bounds."""
         return isinstance(self_value, ModuleValue) and all(
-            s is not self_value for f, s in zip(self.inline_stack, self.inline_selves) if f is fn)
+            call.self_value is not self_value for call in self.call_stack if call.fn is fn)
+
+    def running_function(self) -> ast.AST | None:
+        """The function the innermost followed call runs (None: none runs, the run's own code)."""
+        return self.call_stack[-1].fn if self.call_stack else None
+
+    @property
+    def caller_grad_off(self) -> tuple[tuple[ast.AST, int | None] | None, ast.AST] | None:
+        """In a followed call made with grad mode off: the caller's ``grad_off_site`` (the same object while the
+        callee runs under that switch and turns grad mode off nowhere itself), and the call, in the function that
+        turned it off, that the running code is part of (the outermost of the calls made one in another with grad
+        mode off under that same switch).  None in a call made with grad mode on, or in none."""
+        calls = self.call_stack
+        if not calls or calls[-1].caller_grad:
+            return None
+        switch = calls[-1].caller_grad_off_site
+        outer = len(calls) - 1
+        while outer > 0 and not calls[outer - 1].caller_grad and calls[outer - 1].caller_grad_off_site is switch:
+            outer -= 1
+        return switch, calls[outer].site
 
     def inline(self, fn: ast.FunctionDef | ast.Lambda, args: list[Value], kwargs: dict[str, Value], node: ast.AST,
                self_value: Value | None = None, record: bool = True, scope: list[dict[str, Value]] | None = None,
@@ -78,13 +109,12 @@ class FollowedCallsMixin:
         caller then treats it as unknown.  ``frame``: the callee's variables, kept across two calls that run the
         parts of one generator (see ``enter_context``): empty, it receives them; else the call runs in them.
         """
-        if len(self.inline_stack) >= max_depth or (
-                fn in self.inline_stack and not self._another_instance(fn, self_value)):
+        if len(self.call_stack) >= max_depth or (
+                any(call.fn is fn for call in self.call_stack) and not self._another_instance(fn, self_value)):
             return None
         self.count_step()
         saved = (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-                 self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions,
-                 self.caller_grad_off)
+                 self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions)
         context = self.ctx.for_module(module_path or getattr(owner, "module_path", None))
         # Code of another module of the project sees that module's imports and classes; its globals are unknown.
         module_env = self._module_env() if context is self.ctx else {}
@@ -92,11 +122,10 @@ class FollowedCallsMixin:
         env = frame[0] if frame else self._bind_parameters(fn, args, kwargs, self_value, node)
         if frame is not None and not frame:
             frame.append(env)
-        grad = self.state.grad_enabled
-        # A call made with grad mode off runs under its caller's switch until it turns grad mode off itself: that
-        # switch, and the call made in the function that turned it off (this one, or the one its caller runs under).
-        under = self.caller_grad_off is not None and self.grad_off_site is self.caller_grad_off[0]
-        self.caller_grad_off = (self.grad_off_site, self.caller_grad_off[1] if under else node) if not grad else None
+        # A call made with grad mode off runs under its caller's switch until it turns grad mode off itself (see
+        # ``caller_grad_off``).
+        grad = caller_grad = self.state.grad_enabled
+        caller_grad_off_site = self.grad_off_site
         decorated = False
         for deco in getattr(fn, "decorator_list", ()):
             if self.qual(deco.func if isinstance(deco, ast.Call) else deco) in GRAD_OFF_CONTEXTS:
@@ -115,9 +144,7 @@ class FollowedCallsMixin:
                           *self._loop_parameters(fn, node, saved[3], self_value is not None)]
         CALL_STATS["followed call of the file's own code"] += 1
         self.followed.add((owner.name if owner is not None else "", getattr(fn, "name", "")))
-        self.inline_stack.append(fn)
-        self.inline_selves.append(self_value)
-        self.inline_frames.append((node, new_id()))
+        self.call_stack.append(FollowedCall(fn, self_value, node, new_id(), caller_grad, caller_grad_off_site))
         self.frame_sites = (*self.frame_sites, node)
         unsure_context = self.unsure_context
         self.run_log.enter(node, fn)
@@ -132,16 +159,13 @@ class FollowedCallsMixin:
             returns, converted = self.returns, self.returned_conversions
             exit_mode, exit_site = self.state.grad_enabled, self.grad_off_site
         finally:
-            self.inline_stack.pop()
-            self.inline_selves.pop()
-            self.inline_frames.pop()
+            self.call_stack.pop()
             self.frame_sites = self.frame_sites[:-1]
             self.unsure_context = unsure_context  # (what followed a jump inside it ends with it)
             self.run_log.leave()
             self.caller_envs.pop()
             (self.state, self.inline_record, self.returns, self.loop_vars, self.scopes, self.outer_names,
-             self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions,
-             self.caller_grad_off) = saved
+             self.owner, self.self_value, self.ctx, self.grad_off_site, self.returned_conversions) = saved
         if not decorated and exit_mode != grad:
             # `torch.set_grad_enabled(False)` called in the callee (not entered as a block): the mode stays so
             self.state.grad_enabled = exit_mode

@@ -26,7 +26,7 @@ from .events import (Detach, DiscardedUpdate, GradAsk, GradOffBackward, GradRead
 from .dtypes import DtypesMixin, file_default_dtype
 from .expressions import BINARY_OPS, ExpressionsMixin, _const_int, _const_key, _numbers
 from .extension_points import ExtensionPointsMixin
-from .followed import FollowedCallsMixin, used_as_sequences
+from .followed import FollowedCall, FollowedCallsMixin, used_as_sequences
 from .hooks import named_submodules
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
@@ -304,18 +304,17 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.save_context: dict[int, tuple[object, ...]] = {}
         self.first_stale: dict[int, Mutation] = {}
         self.opaque_at: dict[int, int] = {}
+        # Syntax nodes the run made (a call with a caller's ``**kwargs`` written out), kept as long as the run: the
+        # memos keyed by a node's ``id`` (``opaque_at``, ``noop_conversions``...) must never see its id reused.
+        self.made_nodes: list[ast.AST] = []
         self.unknown_backward = False
         # Inside a call of a compiled module: per call, the tensors its forward keeps on objects (dynamo makes them
         # outputs of the graph it compiles, with their backward).
         self.compiled_outputs: list[list[Tensor]] = []
         self.grad_off_read: dict[int, ast.AST] = {}
         # What turned grad mode off last (a `with`, a call, a decorator), and for a decorator the frame of the
-        # calls its function makes.
+        # calls its function makes (in a followed call made with grad mode off, see also ``caller_grad_off``).
         self.grad_off_site: tuple[ast.AST, int | None] | None = None
-        # In a followed call made with grad mode off: the caller's ``grad_off_site`` (the same object while the
-        # callee runs under that switch and turns grad mode off nowhere itself), and the call, in the function
-        # that turned it off, that the running code is part of.
-        self.caller_grad_off: tuple[tuple[ast.AST, int | None] | None, ast.AST] | None = None
         self.grad_off_backwards: list[GradOffBackward] = []
         self.numpy_refused: list[NumpyRefused] = []  # NumPy converting a tensor that requires grad: torch raises
         self.unreturned: list[UnreturnedLoss] = []  # a trainer's loss hook that returns nothing (loss_hooks.py)
@@ -328,8 +327,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.grad_mode_known = True  # the module's top level runs with grad mode on
         self.loop_vars: list[str] = []  # names bound by enclosing `for i in range(...)` loops
         # Calls into the file's own functions are analysed in place ("inlined"), with these set:
-        self.inline_stack: list[ast.AST] = []
-        self.inline_selves: list[Value | None] = []  # the instance each of those calls runs on (None: a function)
+        self.call_stack: list[FollowedCall] = []  # the followed calls running now, outermost first
         self.root_fn: ast.AST | None = None  # the function the run is of (None: the module's top level)
         # Conversions to the dtype a tensor has already (`x.float()` of a float32 `x`), which return it: call node id
         # -> that dtype; the names such a call's statement bound (function, name) -> (statement, tensor, dtype); and
@@ -338,8 +336,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.conversion_bindings: dict[tuple[int | None, str], tuple[ast.stmt, Tensor, str]] = {}
         self.converted_returns: dict[int, tuple[ast.stmt, Tensor, str]] = {}
         self.inline_record = True  # False while inlining a module's forward (its own analysis reports its writes)
-        self.inline_frames: list[tuple[ast.AST, int]] = []  # (call site, id mark) of each followed call
-        self.frame_sites: tuple[ast.AST, ...] = ()  # their call sites, outermost first
+        self.frame_sites: tuple[ast.AST, ...] = ()  # the call sites of ``call_stack``, outermost first
         self.caller_envs: list[dict[str, Value]] = []  # the variables of the function that made each of those calls
         # Saves an update of parameters (a step) made stale, and the ops that then took a value built on them.
         self.stale: frozenset[int] = frozenset()
@@ -1047,7 +1044,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                     scope[target.id] = value
                     self._note_conversion(self._frame_of(scope), target.id, stmt, value)
                     return
-            self._note_conversion(self.inline_stack[-1] if self.inline_stack else None, target.id, stmt, value)
+            self._note_conversion(self.running_function(), target.id, stmt, value)
             other = self._held_by_another(target.id, value, stmt)
             if other is not None:
                 self.state.aliases[target.id] = (stmt, other)  # `out = x`: a second name, not a copy
@@ -1200,7 +1197,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             # change (build it after), as the probe places it (``probe/module_flags.py``); built just before the
             # replacement itself, the finding stays there, and its fix builds it after.
             envs = [*self.caller_envs, self.state.env]
-            built = (built_just_before(self.root_fn if depth == 0 else self.inline_stack[depth - 1],
+            built = (built_just_before(self.root_fn if depth == 0 else self.call_stack[depth - 1].fn,
                                        _holding(envs[depth], holder), site, holder.made_in)
                      if depth is not None and not self.unsure_branches else None)
             self.replaced.append(ReplacedParameter(stmt, ast.unparse(target), value, holder, self._next(),
@@ -1431,8 +1428,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                                                         if out_inputs is None else out_inputs)),
                                 out_argument=out_inputs is not None,
                                 read_before=bool(storages & self.read_storages))
-            if self.inline_frames:
-                mutation.frames = list(self.inline_frames)
+            if self.call_stack:
+                mutation.frames = [(call.site, call.mark) for call in self.call_stack]
             mutation.moment = self.run_log.moment(target, [*self.caller_envs, self.state.env], tuple(self.scopes), node)
             mutation.written_through = written_through or _written_through(node)
             mutation.by_layer = by_layer
@@ -1568,7 +1565,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         of a float32 `x`), while it still holds that tensor: (that statement, the dtype).  A copy was meant there."""
         if not isinstance(through, ast.Name):
             return None
-        entry = self.conversion_bindings.get((id(self.inline_stack[-1]) if self.inline_stack else None, through.id))
+        entry = self.conversion_bindings.get((id(self.running_function()) if self.call_stack else None, through.id))
         if entry is None or self.state.env.get(through.id) is not entry[1] \
                 or not any(t is entry[1] for t in target.view_chain()):
             return None
@@ -1578,7 +1575,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         """The running function whose variables ``env`` holds (None: the run's own; False: none running)."""
         envs = [*self.caller_envs, self.state.env]
         index = next((i for i, e in enumerate(envs) if e is env), None)
-        return False if index is None else self.inline_stack[index - 1] if index else None
+        return False if index is None else self.call_stack[index - 1].fn if index else None
 
     def _note_conversion(self, fn: ast.AST | None | bool, name: str, stmt: ast.stmt, value: Value) -> None:
         """``name`` of ``fn``'s frame bound by ``stmt`` to ``value``: remember whether a conversion to the dtype the
@@ -1603,7 +1600,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             return stmt, value, self.noop_conversions[id(stmt.value)]
         made = self.converted_returns.get(id(stmt.value))
         if made is None and isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.Name):
-            made = self.conversion_bindings.get((id(self.inline_stack[-1]) if self.inline_stack else None,
+            made = self.conversion_bindings.get((id(self.running_function()) if self.call_stack else None,
                                                  stmt.value.id))
         return made if made is not None and made[1] is value else None
 
@@ -1656,7 +1653,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         parameters it does not hold (a pruner run between steps) is an update, not part of the computation."""
         envs = [*self.caller_envs, self.state.env]  # frame k's variables: the root function's, then each followed
         frames = [("self" if self.is_forward else None, envs[0])]
-        for fn, env in zip(self.inline_stack, envs[1:]):
+        for call, env in zip(self.call_stack, envs[1:]):
+            fn = call.fn
             params = [*fn.args.posonlyargs, *fn.args.args] if getattr(fn, "name", None) == "forward" else []
             frames.append((params[0].arg if params else None, env))
         return any(name is not None and leaf.storage.id in storages_in(env.get(name)) for name, env in frames)
@@ -1920,8 +1918,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             mutation = Mutation(node, snapshot(tensor), "`.detach_()`", self.state.grad_enabled, self._next(),
                                 pending=pending, kind="detach", grad_mode_known=self.grad_mode_known,
                                 refused_view=_certainly_a_view(tensor))
-            if self.inline_frames:
-                mutation.frames = list(self.inline_frames)
+            if self.call_stack:
+                mutation.frames = [(call.site, call.mark) for call in self.call_stack]
             mutation.moment = self.run_log.moment(tensor, [*self.caller_envs, self.state.env], tuple(self.scopes), node)
             mutation.written_through = _written_through(node)
             self.mutations.append(mutation)
