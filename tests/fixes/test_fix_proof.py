@@ -436,6 +436,10 @@ UNSAFE_ONLY = {
     "GG003/pos_requires_grad_then_channel_scale": "computes on a copy: the leaf keeps its old value",
     "GG003/pos_row_assign_on_leaf": "computes on a copy: the leaf keeps its old value",
     "GG003/pos_transpose_add_on_leaf": "computes on a copy: the leaf keeps its old value",
+    **{f"GG001/{name}": "the name rebound out of place is declared `nonlocal` or `global` (or a nested function "
+                        "rebinds it): code that holds the old tensor under another scope's name keeps its old values"
+       for name in ("pos_accumulator_reset_by_closure_under_helper_branch", "pos_global_rebound_in_loop_that_may_not_run",
+                    "pos_nonlocal_rebound_in_closure_branch_then_written")},
     "GG104/pos_rnn_states_buffer_requires_grad": (
         "the states go in a list and `torch.stack`: `states` takes the steps' dtype and shape, and is no longer a "
         "leaf whose `.grad` torch fills"

@@ -384,6 +384,7 @@ class CallsMixin:
         if all(layer.user_class is None for layer in choice.layers):
             return reduce(join, [self.call_module(layer, args, node) for layer in choice.layers])
         before, taken, results = self.saves.last_id, [], []
+        live, written, paths = self.state.env, self.outer_writes.begin(), []
         self.unsure_branches += 1
         outer = self.unsure_context
         try:
@@ -391,9 +392,11 @@ class CallsMixin:
                 self.unsure_context = (*outer, object())
                 results.append(self.call_instance(layer, args, kwargs, node))
                 taken.extend(self.saves.take_after(before))
+                paths.append(self.outer_writes.take(written, live))  # (each layer starts from the same names)
         finally:
             self.unsure_branches -= 1
             self.unsure_context = outer
+        self.outer_writes.end(paths)
         self.saves.put_back(taken)
         return reduce(join, results)
 

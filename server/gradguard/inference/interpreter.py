@@ -30,6 +30,7 @@ from .followed import FollowedCall, FollowedCallsMixin, used_as_sequences
 from .hooks import named_submodules
 from .imports import normalize, qualified_name
 from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
+from .outer_writes import OuterWrites
 from .project import Project
 from .saves import SaveLog
 from .sharing import Repeats, RunLog, Skipped, storages_in
@@ -354,6 +355,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.scopes: list[dict[str, Value]] = []
         # `nonlocal`/`global` names of the running function, bound outside: name -> whether `nonlocal`
         self.outer_names: dict[str, bool] = {}
+        self.outer_writes = OuterWrites()  # their writes on paths that may not run, joined where the paths meet
         self.owner: ClassInfo | None = ctx.class_of(self_value)  # the class whose method runs (for super())
         self.module_unit = False  # running the module's top level (its environment is the globals)
         self.presets: dict[int, Value] = {}  # ids of keyword value nodes spread from a caller, and their values
@@ -685,6 +687,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         live = self.state.env
         before = self.state.copy()
         saves_before = self.saves.last_id
+        outer = self.outer_writes.begin()
         narrowed = self._tensor_check(stmt.test)
         if narrowed is not None and not narrowed[1]:
             self.state.env[narrowed[0]] = NOT_TENSOR
@@ -692,8 +695,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.run_unsure(stmt.body)
         self.unsure_branches -= 1
         after_body = self.state
-        # The else branch does not run after the body: it must not see the body's saves.
+        # The else branch does not run after the body: it must not see the body's saves, nor its outer names' writes.
         body_saves = self.saves.take_after(saves_before)
+        body_outer = self.outer_writes.take(outer, live)
         self.state = before
         if narrowed is not None and narrowed[1]:
             self.state.env[narrowed[0]] = NOT_TENSOR
@@ -701,6 +705,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.run_unsure(stmt.orelse)
         self.unsure_branches -= 1
         self.saves.put_back(body_saves)
+        self.outer_writes.end([body_outer, self.outer_writes.take(outer, live)])
         self._settle(live, merge_states(after_body, self.state))
         leaves = self.ctx.leaves_early.get(stmt)
         if leaves is None:
@@ -854,14 +859,18 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             finally:
                 self.unsure_context = outer
 
+        outer = self.outer_writes.begin()
         self._iterate(iteration, 1 if once or nested >= DOUBLED_LOOP_LEVELS else 2, nested)
+        ran = self.outer_writes.take(outer, live)
         if not once:
             self.run_log.ran(Repeats(stmt))
         if index_loop:
             self.loop_vars.pop()
         if _runs_once(stmt.iter) and not _jumps_out(stmt.body):
+            self.outer_writes.end([ran])
             self._settle(live, self.state)  # `for _ in range(1)`: the body ran, and ran whole
         else:
+            self.outer_writes.end([{}, ran], after_loop=True)
             self._settle(live, merge_states(before, self.state, after_loop=True))
         self.run_block(stmt.orelse)
 
@@ -917,8 +926,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             finally:
                 self.unsure_context = outer
 
+        outer = self.outer_writes.begin()
         self._iterate(iteration, 1 if nested >= DOUBLED_LOOP_LEVELS else 2, nested)
         self.run_log.ran(Repeats(stmt))
+        self.outer_writes.end([{}, self.outer_writes.take(outer, live)], after_loop=True)
         self._settle(live, merge_states(before, self.state, after_loop=True))
         self.run_block(stmt.orelse)
 
@@ -1003,10 +1014,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         live = self.state.env
         before = self.state.copy()
         merged = None
+        outer, paths = self.outer_writes.begin(), [{}]
         for case in stmt.cases:
             self.state = before.copy()
             self.run_block(case.body)
+            paths.append(self.outer_writes.take(outer, live))
             merged = self.state if merged is None else merge_states(merged, self.state)
+        self.outer_writes.end(paths)
         self._settle(live, merge_states(before, merged) if merged is not None else before)
 
     def _stmt_Delete(self, stmt: ast.Delete) -> None:
@@ -1041,6 +1055,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                     self.scopes[-1] if self.scopes else None
                 scope = next((sc for sc in self.scopes if target.id in sc), unbound)
                 if scope is not None:
+                    self.outer_writes.note(scope, target.id)
                     scope[target.id] = value
                     self._note_conversion(self._frame_of(scope), target.id, stmt, value)
                     return
