@@ -94,7 +94,32 @@ class Fixer:
             log.debug("no fix for %s at %s:%s: it leaves the unfixed %s at line %s", finding.code, self.path,
                       finding.node.lineno, left.code, left.node.lineno)
             return None
-        return fix
+        return self._with_later_writes(finding, fix) if fix is not None else None
+
+    def _with_later_writes(self, finding: Finding, fix: Fix) -> Fix:
+        """The fix of a write in a branch or loop, with the fixes (each on its own write's lines) of the later writes
+        of its memory (``Moment.earlier_writes``) that can run without it: a run that skips it (a loop that runs
+        once) hands them the memory this fix no longer writes, which their own fixes mend (the analysis of the fixed
+        code may no longer be sure of it, to find it again)."""
+        node = finding.mutation.node if finding.mutation is not None else None
+        blocks = []
+        for around in self.ctx.ancestors(node) if node is not None and not finding.merged else ():
+            if isinstance(around, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                break
+            blocks += [around] if isinstance(around, (ast.If, ast.For, ast.While, ast.Try)) else []
+        later = [other for others in self._by_write.values() for other in others if blocks and other is not finding
+                 and other.code == finding.code and _where(node) in map(_where, _earlier_writes(other))
+                 and any(not self.ctx.inside(other.mutation.node, block) for block in blocks)]
+        fixes = [(other, self._build_in(self.ctx, other)) for other in later]
+        if not fixes or any(f is None or not _on_its_lines(f, other) for other, f in fixes):
+            return fix
+        edits = tuple(e for f in (fix, *(f for _, f in fixes)) for e in f.edits)
+        try:
+            apply_edits(self.ctx.text, edits)
+        except ValueError:
+            return fix
+        every = (fix, *(f for _, f in fixes))
+        return Fix("; ".join(f.title for f in every), all(f.safe for f in every), edits)
 
     def _leaves(self, finding: Finding, fix: Fix) -> Finding | None:
         """A finding of this text at an earlier write of the memory ``finding``'s write changes (``Moment.earlier_writes``:
@@ -189,6 +214,11 @@ def _on_its_lines(fix: Fix, finding: Finding) -> bool:
     """Whether every edit of ``fix`` is within the lines of the finding's own node."""
     first, last = finding.node.lineno, getattr(finding.node, "end_lineno", None) or finding.node.lineno
     return all(first <= e.line and e.end_line <= last for e in fix.edits)
+
+
+def _earlier_writes(finding: Finding) -> list[ast.AST]:
+    moment = getattr(finding.mutation, "moment", None)
+    return moment.earlier_writes() if moment is not None else []
 
 
 def _where(node: ast.AST) -> tuple:
