@@ -136,7 +136,10 @@ class Fixer:
                     continue
                 try:
                     fixed = fixed if fixed is not None else apply_edits(self.ctx.text, fix.edits)
-                    if not self.ctx.still_found(fixed, FindingId(other.code, line_after(fix.edits, other.entry_line))):
+                    frames = getattr(other.mutation, "frames", None)  # (a helper's write its caller's run shows)
+                    caller = line_after(fix.edits, frames[0][0].lineno) if frames else None
+                    if not self.ctx.still_found(fixed, FindingId(other.code, line_after(fix.edits, other.entry_line),
+                                                                 None, caller)):
                         continue
                 except (CannotFix, ValueError):  # no analysis to ask: it is left as it was, as far as anyone knows
                     pass

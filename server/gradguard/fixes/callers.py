@@ -264,8 +264,11 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool,
     if not isinstance(arg, ast.Name):
         raise CannotFix("a call passes an expression, not a name it could rebind")
     stmt = ctx.statement_of(call)
+    sharing = lambda: check(call, arg.id) if check else InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, arg.id)
     if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
             and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == arg.id and returns:
+        if (report := sharing()).aliases_read_after:  # (a tuple of pieces it was read out of, read later)
+            raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
         return None
     if not (isinstance(stmt, ast.Expr) and stmt.value is call):
         raise CannotFix("a call's result is used")
@@ -277,8 +280,7 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool,
         raise CannotFix("a call at module level")
     if arg.id not in bound_names(caller):
         raise CannotFix("a call passes a name its function does not own (rebinding it would make a new local)")
-    report = check(call, arg.id) if check else InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, arg.id)
-    if report.besides(f"it is passed to `{ctx.source(call.func)}`"):
+    if (report := sharing()).besides(f"it is passed to `{ctx.source(call.func)}`"):
         raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     return arg.id
 

@@ -121,11 +121,8 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
     # rebinding leaves it unwritten there, as for a view; one that is a parameter (`self`), the caller's: read after.
     sharers, index = {name, *(o for o, k in moment.held_in_any_run(depth) if k != "holder")}, ctx.names_in(scope)
     homes = {_read_out_of(ctx.parents.get(n)) for s in sharers for n in index.of(s) if isinstance(n.ctx, ast.Store)}
-    # (a tuple of pieces too, which holds none of the written memory's other pieces: ``Moment.place`` knows it)
-    views = [*views, *(h for h in held if h in homes), *(h for h in homes - {*held, *views} if h is not None and any(
-        m.place(h, depth=depth) is not None for m in moment.runs()) and moment.value_read_after(h, depth))]
-    views, held = ([h for h in hs if not pieces_read_by_counter(ctx, write, h)] for hs in (views, [
-        h for h in held if h not in homes]))
+    views, held = [*views, *(h for h in held if h in homes)], [h for h in held if h not in homes]
+    views, held = ([h for h in hs if not pieces_read_by_counter(ctx, write, h)] for hs in (views, held))
     params = index.arguments  # (a statement's scope is a function or the module, which has none)
     views += sorted({h for h, how in moment.held_in_any_run(depth) if how == "holder" and h in homes & params} - {*views})
     names = {name, *views, *held}
@@ -154,8 +151,9 @@ def pieces_read_by_counter(ctx: FixContext, stmt: ast.stmt, holder: str) -> bool
             base = base.func if isinstance(base, ast.Call) else base.value
         value = value if isinstance(base, ast.Name) and isinstance(target, ast.Name) and base.id == target.id else None
     counter = loop.target.id if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) else None
-    return counter is not None and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
-        and value.func.attr in SEQUENCE_VIEWS and (ctx.qual(value.func) or "torch.").startswith("torch.") \
+    q = (ctx.qual(value.func) or "") if isinstance(value, ast.Call) else "?"  # `x.split(2)`, `torch.chunk`, `split`
+    return counter is not None and ((q or "torch.").startswith("torch.") and getattr(value.func, "attr", None) in
+                                    SEQUENCE_VIEWS or q.removeprefix("torch.") in SEQUENCE_VIEWS) \
         and starts_after(loop, binding) and isinstance(loop.iter, ast.Call) and ctx.qual(loop.iter.func) == "builtins.range" \
         and not any(isinstance(n.ctx, ast.Store) for n in ctx.names_in(ctx.tree).of("range")) \
         and not any(isinstance(n.ctx, ast.Store) and n is not loop.target for n in ctx.names_in(scope).of(counter)) \
