@@ -50,6 +50,7 @@ class Fixer:
         self._elsewhere, self._others = elsewhere, {}
         # ``findings``: the text's findings (those its positions are still the text's), by where their write is
         self._by_write: dict[tuple, list[Finding]] = {}
+        self._earlier: dict[int, set[tuple]] = {}  # id of a finding -> ``_earlier_writes``
         for f in findings:
             if f.mutation is not None and not f.data_stale:
                 self._by_write.setdefault(_where(f.mutation.node), []).append(f)
@@ -108,7 +109,7 @@ class Fixer:
                 break
             blocks += [around] if isinstance(around, (ast.If, ast.For, ast.While, ast.Try)) else []
         later = [other for others in self._by_write.values() for other in others if blocks and other is not finding
-                 and other.code == finding.code and _where(node) in map(_where, _earlier_writes(other))
+                 and other.code == finding.code and _where(node) in self._earlier_writes(other)
                  and any(not self.ctx.inside(other.mutation.node, block) for block in blocks)]
         fixes = [(other, self._build_in(self.ctx, other)) for other in later]
         if not fixes or any(f is None or not _on_its_lines(f, other) for other, f in fixes):
@@ -120,6 +121,13 @@ class Fixer:
             return fix
         every = (fix, *(f for _, f in fixes))
         return Fix("; ".join(f.title for f in every), all(f.safe for f in every), edits)
+
+    def _earlier_writes(self, finding: Finding) -> set[tuple]:
+        """Where the earlier writes of the memory ``finding``'s write changes are (``Moment.earlier_writes``), once."""
+        if id(finding) not in self._earlier:
+            moment = getattr(finding.mutation, "moment", None)
+            self._earlier[id(finding)] = {_where(n) for n in (moment.earlier_writes() if moment is not None else ())}
+        return self._earlier[id(finding)]
 
     def _leaves(self, finding: Finding, fix: Fix) -> Finding | None:
         """A finding of this text at an earlier write of the memory ``finding``'s write changes (``Moment.earlier_writes``:
@@ -217,11 +225,6 @@ def _on_its_lines(fix: Fix, finding: Finding) -> bool:
     """Whether every edit of ``fix`` is within the lines of the finding's own node."""
     first, last = finding.node.lineno, getattr(finding.node, "end_lineno", None) or finding.node.lineno
     return all(first <= e.line and e.end_line <= last for e in fix.edits)
-
-
-def _earlier_writes(finding: Finding) -> list[ast.AST]:
-    moment = getattr(finding.mutation, "moment", None)
-    return moment.earlier_writes() if moment is not None else []
 
 
 def _where(node: ast.AST) -> tuple:
