@@ -186,6 +186,14 @@ NO_FIX = {
         "the write must reach `t` (read later) through a view of a chunk; `chunk`'s piece sizes depend on the "
         "shape, so it cannot be turned into a plain slice, and rebinding the piece would drop the write"
     ),
+    "GG004/pos_chunk_first_piece_shifted_then_read_from_tuple": (
+        "the tuple of chunks is read again after the write, at the written chunk: rebinding the name out of place "
+        "would show that read the chunk without the shift"
+    ),
+    "GG004/pos_split_pieces_summed_first_read_again": (
+        "the sum starts as the first piece, which the loss reads again after the loop: rebinding the sum out of "
+        "place would show that read the piece without the additions"
+    ),
     "GG102/pos_forward_weight_data_masked_from_itself": (
         "`w.data = f(w)` read by a layer's call as its own weight (`self.conv(x)`): running the layer with `f(w)` "
         "(`torch.func.functional_call`) proves here, but the real DPF pruning case reads a mask's product the same "

@@ -50,6 +50,7 @@ class Fixer:
         self._elsewhere, self._others = elsewhere, {}
         # ``findings``: the text's findings (those its positions are still the text's), by where their write is
         self._by_write: dict[tuple, list[Finding]] = {}
+        self._earlier: dict[int, set[tuple]] = {}  # id of a finding -> ``_earlier_writes``
         for f in findings:
             if f.mutation is not None and not f.data_stale:
                 self._by_write.setdefault(_where(f.mutation.node), []).append(f)
@@ -94,7 +95,39 @@ class Fixer:
             log.debug("no fix for %s at %s:%s: it leaves the unfixed %s at line %s", finding.code, self.path,
                       finding.node.lineno, left.code, left.node.lineno)
             return None
-        return fix
+        return self._with_later_writes(finding, fix) if fix is not None else None
+
+    def _with_later_writes(self, finding: Finding, fix: Fix) -> Fix:
+        """The fix of a write in a branch or loop, with the fixes (each on its own write's lines) of the later writes
+        of its memory (``Moment.earlier_writes``) that can run without it: a run that skips it (a loop that runs
+        once) hands them the memory this fix no longer writes, which their own fixes mend (the analysis of the fixed
+        code may no longer be sure of it, to find it again)."""
+        node = finding.mutation.node if finding.mutation is not None else None
+        blocks = []
+        for around in self.ctx.ancestors(node) if node is not None and not finding.merged else ():
+            if isinstance(around, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                break
+            blocks += [around] if isinstance(around, (ast.If, ast.For, ast.While, ast.Try)) else []
+        later = [other for others in self._by_write.values() for other in others if blocks and other is not finding
+                 and other.code == finding.code and _where(node) in self._earlier_writes(other)
+                 and any(not self.ctx.inside(other.mutation.node, block) for block in blocks)]
+        fixes = [(other, self._build_in(self.ctx, other)) for other in later]
+        if not fixes or any(f is None or not _on_its_lines(f, other) for other, f in fixes):
+            return fix
+        edits = tuple(e for f in (fix, *(f for _, f in fixes)) for e in f.edits)
+        try:
+            apply_edits(self.ctx.text, edits)
+        except ValueError:
+            return fix
+        every = (fix, *(f for _, f in fixes))
+        return Fix("; ".join(f.title for f in every), all(f.safe for f in every), edits)
+
+    def _earlier_writes(self, finding: Finding) -> set[tuple]:
+        """Where the earlier writes of the memory ``finding``'s write changes are (``Moment.earlier_writes``), once."""
+        if id(finding) not in self._earlier:
+            moment = getattr(finding.mutation, "moment", None)
+            self._earlier[id(finding)] = {_where(n) for n in (moment.earlier_writes() if moment is not None else ())}
+        return self._earlier[id(finding)]
 
     def _leaves(self, finding: Finding, fix: Fix) -> Finding | None:
         """A finding of this text at an earlier write of the memory ``finding``'s write changes (``Moment.earlier_writes``:
@@ -111,7 +144,10 @@ class Fixer:
                     continue
                 try:
                     fixed = fixed if fixed is not None else apply_edits(self.ctx.text, fix.edits)
-                    if not self.ctx.still_found(fixed, FindingId(other.code, line_after(fix.edits, other.entry_line))):
+                    frames = getattr(other.mutation, "frames", None)  # (a helper's write its caller's run shows)
+                    caller = line_after(fix.edits, frames[0][0].lineno) if frames else None
+                    if not self.ctx.still_found(fixed, FindingId(other.code, line_after(fix.edits, other.entry_line),
+                                                                 None, caller)):
                         continue
                 except (CannotFix, ValueError):  # no analysis to ask: it is left as it was, as far as anyone knows
                     pass

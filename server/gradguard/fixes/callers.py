@@ -26,6 +26,7 @@ from .helper_calls import CALLED_ON_INSTANCES, calls_of
 from .inplace import fix_or_none, not_inplace
 from .moves import enclosing_statements
 from .writes import NESTED_ESCAPE, NONLOCAL_ESCAPE, InPlaceWrite, attribute_base, code, param_escape, root_name, short
+from .writes import pieces_read_by_counter
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..inference.events import Finding
@@ -60,7 +61,9 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: b
     # A local bound from something else (`x = token`, `a, b = state`): the run knows who else holds that tensor.
     unseen = name in bound_names(fn) and name not in params and not _only_numpy_views(ctx, fn, name)
     saved = saved and bool(finding.mutation.conflicts and moment and moment.only_callers_read_after(name))
-    if unseen and not saved and (moment is None or name is None or moment.others_read_after(name)):
+    read_after = moment and [o for o in moment.others_read_after(name) if o in {h for h, _ in moment.held_outside()}
+                             or not pieces_read_by_counter(ctx, ctx.statement_of(node), o)]  # (but its own pieces)
+    if unseen and not saved and (moment is None or name is None or read_after):
         return None
     if name not in bound_names(fn) and not attribute:
         # A closure's free variable: rebinding it there needs `nonlocal`, and every call of the closure in its
@@ -83,7 +86,7 @@ def fix_in_helper(build: FixBuilder, ctx: FixContext, finding: Finding, saved: b
     # it).  The run tells it for the calls it made: when nothing but `name` held the memory and read it after the
     # write, in any caller, rebinding `name` changes no value any of them reads.
     if fix is not None and not fix.safe and within and not fix.callers_checked \
-            and (moment is None or name is None or moment.others_read_after(name)):
+            and (moment is None or name is None or read_after):
         return None
     return fix
 
@@ -261,8 +264,11 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool,
     if not isinstance(arg, ast.Name):
         raise CannotFix("a call passes an expression, not a name it could rebind")
     stmt = ctx.statement_of(call)
+    sharing = lambda: check(call, arg.id) if check else InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, arg.id)
     if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1 \
             and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == arg.id and returns:
+        if (report := sharing()).aliases_read_after:  # (a tuple of pieces it was read out of, read later)
+            raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
         return None
     if not (isinstance(stmt, ast.Expr) and stmt.value is call):
         raise CannotFix("a call's result is used")
@@ -274,8 +280,7 @@ def _passed_name(ctx: FixContext, helper: Helper, call: ast.Call, returns: bool,
         raise CannotFix("a call at module level")
     if arg.id not in bound_names(caller):
         raise CannotFix("a call passes a name its function does not own (rebinding it would make a new local)")
-    report = check(call, arg.id) if check else InPlaceWrite.at_call(ctx, call, moment).sharing(ctx, arg.id)
-    if report.besides(f"it is passed to `{ctx.source(call.func)}`"):
+    if (report := sharing()).besides(f"it is passed to `{ctx.source(call.func)}`"):
         raise CannotFix(f"at the call on line {call.lineno}: {report.reason()}")
     return arg.id
 

@@ -27,7 +27,7 @@ from .context import FUNCTIONS, CannotFix, FixContext
 from .edits import Rewrite
 from .moves import mutation_in
 from .writes import (InPlaceWrite, assign, attribute_base, aug_to_binop, code, cst_mod, out_of_place, root_name, short,
-                     without_keyword)
+                     starts_after, without_keyword)
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -43,12 +43,6 @@ def mutation_of(finding: Finding) -> Mutation:
 
 
 # ============================================================================ rebinding
-def _held_in_a_container(write: InPlaceWrite, name: str) -> bool:
-    """Does a run of ``write`` (this analysis's or another's) find ``name`` holding it in a container (a list)?"""
-    moments = (write.moment, *write.moment.elsewhere) if write.moment is not None and write.depth == -1 else ()
-    return any((name, "holder") in run.held() for moment in moments for run in moment.runs())
-
-
 class RebindRewrite:
     """Rewrite the write out of place and rebind the name it writes through."""
 
@@ -93,7 +87,8 @@ class RebindRewrite:
             return replaced(ctx.cst(w.call), new_value)
         if not self.direct:
             # a write through a view of `name`: copy `name` first, then write the copy (not of a list a caller passed)
-            if _held_in_a_container(w, name):
+            moments = (w.moment, *w.moment.elsewhere) if w.moment is not None and w.depth == -1 else ()
+            if any((name, "holder") in run.held() for moment in moments for run in moment.runs()):  # (any analysis's)
                 raise CannotFix(f"`{name}` may hold the written tensor in a container: copying it would not copy it")
             rw.insert_before(w.stmt, f"{name} = {name}.clone()")
             return rw, f"{name} = {name}.clone()"
@@ -169,10 +164,6 @@ def no_grad_wrap(ctx: FixContext, stmt: ast.stmt) -> tuple[Rewrite, str]:
 
 
 # ============================================================================ small helpers for the rules
-def starts_after(node: ast.AST, stmt: ast.stmt) -> bool:
-    return (node.lineno, node.col_offset) >= (stmt.lineno, stmt.col_offset)
-
-
 def fix_or_none(build) -> Fix | None:
     try:
         return build()
@@ -197,7 +188,7 @@ def is_parameter_update(ctx: FixContext, mutation: Mutation, write: InPlaceWrite
                 for attr in ("backward", "step") for n in ctx.names_in(scope).attribute(attr))):
             return True  # a leaf that outlives the training loop: a parameter, updated or reset
     path = [*mutation.call_path(), *(mutation.moment.call_sites() if mutation.moment else ())]  # (and a helper's run's)
-    if any(_inside_forward(ctx, node) for node in (stmt, *path)):
+    if any(isinstance(a, FUNCTIONS) and a.name == "forward" for node in (stmt, *path) for a in ctx.ancestors(node)):
         return False  # written while a module computes its output (in forward, or a function forward calls)
     root = mutation.target.root()
     if root.param:
@@ -207,11 +198,6 @@ def is_parameter_update(ctx: FixContext, mutation: Mutation, write: InPlaceWrite
     # that writes it and calls backward after is computing with it.
     made_here = root.origin is not None and fn is not None and _backward_after(ctx, fn, stmt)
     return attribute_base(write.target) is not None and not made_here
-
-
-def _inside_forward(ctx: FixContext, node: ast.AST) -> bool:
-    """Is ``node`` in a module's ``forward`` (or a function nested in one)?"""
-    return any(isinstance(a, FUNCTIONS) and a.name == "forward" for a in ctx.ancestors(node))
 
 
 def _backward_after(ctx: FixContext, fn: ast.AST, stmt: ast.stmt) -> bool:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..inference.sharing import Report
 from ..knowledge import load_knowledge
-from ..knowledge.names import OUT_OF_PLACE_METHODS, SHARING_ATTRS, VIEW_METHODS
+from ..knowledge.names import OUT_OF_PLACE_METHODS, SEQUENCE_VIEWS, SHARING_ATTRS, VIEW_METHODS
 from ..statements import chain_base, is_dotted
 from .context import LIBCST_MAX_CHAIN, CannotFix, FixContext, too_long_for_libcst
 
@@ -122,6 +122,7 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
     sharers, index = {name, *(o for o, k in moment.held_in_any_run(depth) if k != "holder")}, ctx.names_in(scope)
     homes = {_read_out_of(ctx.parents.get(n)) for s in sharers for n in index.of(s) if isinstance(n.ctx, ast.Store)}
     views, held = [*views, *(h for h in held if h in homes)], [h for h in held if h not in homes]
+    views, held = ([h for h in hs if not pieces_read_by_counter(ctx, write, h)] for hs in (views, held))
     params = index.arguments  # (a statement's scope is a function or the module, which has none)
     views += sorted({h for h, how in moment.held_in_any_run(depth) if how == "holder" and h in homes & params} - {*views})
     names = {name, *views, *held}
@@ -133,6 +134,39 @@ def from_run(ctx: FixContext, write: ast.stmt, name: str, moment: Moment, depth:
                *([NESTED_ESCAPE] if nested else []),
                *(f"`{other}` holds it outside this function" for other in outside if not (other == name and declared))]
     return Report(name, views, held, escapes)
+
+
+def pieces_read_by_counter(ctx: FixContext, stmt: ast.stmt, holder: str) -> bool:
+    """``holder`` is bound once, before the one loop around the write ``stmt`` (``for i in range(...)``), to the pieces
+    of a tensor (``split``, ``chunk``...), or a comprehension of a tensor method on each, and read only as ``holder[i]``
+    in the loop, not after ``stmt`` (but in the other branch of an ``if``): each iteration reads another piece than any
+    an earlier one bound (each its own memory), so rebinding a name instead of writing changes nothing it reads."""
+    scope, loops, uses = ctx.scope_of(stmt), ctx.loops_around(stmt), ctx.names_in(ctx.scope_of(stmt)).of(holder)
+    stores = [n for n in uses if not isinstance(n.ctx, ast.Load)]
+    binding, loop = ctx.parents.get(stores[0]) if len(stores) == 1 else None, loops[0] if len(loops) == 1 else None
+    value = binding.value if isinstance(binding, ast.Assign) and binding.targets == stores else None
+    if isinstance(value, ast.ListComp) and len(value.generators) == 1 and not value.generators[0].ifs:
+        base, (target, value) = value.elt, (value.generators[0].target, value.generators[0].iter)
+        while isinstance(base, (ast.Subscript, ast.Attribute, ast.Call)):  # `p.squeeze(1)`: a method of the piece
+            base = base.func if isinstance(base, ast.Call) else base.value
+        value = value if isinstance(base, ast.Name) and isinstance(target, ast.Name) and base.id == target.id else None
+    counter = loop.target.id if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) else None
+    q = (ctx.qual(value.func) or "") if isinstance(value, ast.Call) else "?"  # `x.split(2)`, `torch.chunk`, `split`
+    return counter is not None and ((q or "torch.").startswith("torch.") and getattr(value.func, "attr", None) in
+                                    SEQUENCE_VIEWS or q.removeprefix("torch.") in SEQUENCE_VIEWS) \
+        and starts_after(loop, binding) and isinstance(loop.iter, ast.Call) and ctx.qual(loop.iter.func) == "builtins.range" \
+        and not any(isinstance(n.ctx, ast.Store) for n in ctx.names_in(ctx.tree).of("range")) \
+        and not any(isinstance(n.ctx, ast.Store) and n is not loop.target for n in ctx.names_in(scope).of(counter)) \
+        and all(isinstance(sub := ctx.parents.get(n), ast.Subscript) and sub.value is n and ctx.inside(n, loop)
+                and isinstance(sub.slice, ast.Name) and sub.slice.id == counter and ctx.scope_of(n) is scope
+                and not (starts_after(n, stmt) and not ctx.inside(n, stmt) and not any(
+                    isinstance(br, ast.If) and ctx.inside(n, br) and not any(ctx.inside(n, s) for s in br.body)
+                    and any(ctx.inside(stmt, s) for s in br.body) for br in ctx.ancestors(stmt)))
+                for n in uses if n is not stores[0])
+
+
+def starts_after(node: ast.AST, stmt: ast.stmt) -> bool:
+    return (node.lineno, node.col_offset) >= (stmt.lineno, stmt.col_offset)
 
 
 def _read_out_of(binding: ast.AST | None) -> str | None:

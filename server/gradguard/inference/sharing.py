@@ -619,6 +619,8 @@ def holders(envs: list[dict[str, Value]], scopes: tuple[dict[str, Value], ...], 
                     found.append((name, how, frame))
             elif memory & held_by(value):  # `t.data`, a NumPy view: the same memory under another name
                 found.append((name, "view" if isinstance(value, (DataAlias, NumberFrom)) else "holder", frame))
+            elif isinstance(value, TensorSeq) and value.base is not None and id(value.base) in chain:
+                found.append((name, "holder", frame))  # the pieces of a split, one of which is written (or viewed)
             if frame is not None and (place := place_of(value)) is not None:
                 places.append((name, None, frame, place))
                 places += [(name, key, frame, at) for key, item in _items(value) if (at := place_of(item)) is not None]
