@@ -959,7 +959,7 @@ class _ModuleVariables:
         from each direct reader along a map of who names whom, so each name is visited once (linear in the file)."""
         if self.readers is None:
             defs = [(node.name, _names("\n".join(self.lines[parsing.first_line(node) - 1: node.end_lineno])))
-                    for node in ast.walk(self.tree)
+                    for node in statements.walk(self.tree)  # a def is a statement: no expression entered
                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
             def_names = {name for name, _ in defs}
             named_by: dict[str, list[str]] = {}
@@ -1186,7 +1186,7 @@ def _sets_grad_mode(tree: ast.Module, imports: dict[str, str]) -> bool:
     """Whether the file's text names a grad-mode switch or context anywhere (``set_grad_enabled``, ``enable_grad``,
     ``no_grad``, ``inference_mode``): a mode an imported module set may then be set again, and no claim is made."""
     return any(isinstance(n, (ast.Attribute, ast.Name)) and (n.attr if isinstance(n, ast.Attribute) else n.id) in (
-        "set_grad_enabled", "enable_grad", "no_grad", "inference_mode") for n in ast.walk(tree))
+        "set_grad_enabled", "enable_grad", "no_grad", "inference_mode") for n in statements.every_node(tree))
 
 
 def _is_entry_script(tree: ast.Module) -> bool:
