@@ -124,8 +124,9 @@ class ExpressionsMixin:
         return UNKNOWN  # too deep to analyse (bounds.py): reported as GG903, unknown here
 
     def _expr_Constant(self, node: ast.Constant) -> Value:
-        if isinstance(node.value, (bool, str, int)) or node.value is None:
-            return Const(node.value)
+        value = node.value
+        if isinstance(value, (bool, str, int)) or value is None:
+            return Const(value)
         return NOT_TENSOR
 
     def _expr_JoinedStr(self, node: ast.JoinedStr) -> Value:
