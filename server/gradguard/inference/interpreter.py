@@ -179,7 +179,6 @@ class Context:
     # each function's names used as lists (``used_as_sequences``), read once per file however often it is called
     sequence_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)
     local_names: dict[ast.AST, frozenset[str]] = field(default_factory=dict)  # each function's locals (scopes.py)
-    leaves_early: dict[ast.If, bool] = field(default_factory=dict)  # per `if`: may its branches leave the frame
     # each `@contextmanager` generator's two parts (before and after its yield), split once per file
     generator_parts: dict[ast.AST, object] = field(default_factory=dict)
     path: str | None = None  # the module's file: the analysed file, or a project module a call was followed into
@@ -722,9 +721,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.unsure_branches -= 1
         self.saves.put_back(body_saves)
         self._settle(live, merge_states(after_body, self.state))
-        leaves = self.ctx.leaves_early.get(stmt)
-        if leaves is None:
-            leaves = self.ctx.leaves_early[stmt] = _may_leave([*stmt.body, *stmt.orelse])
+        leaves = getattr(stmt, "_gradguard_leaves", None)  # syntax only: kept on the node (a project module's
+        if leaves is None:  # `if` is asked again by each file that follows a call into it)
+            leaves = stmt._gradguard_leaves = _may_leave([*stmt.body, *stmt.orelse])
         if leaves:  # the rest of this frame may not run after a save before it
             self.unsure_context = (*self.unsure_context, object())
 
