@@ -346,11 +346,15 @@ def _part(fn: ast.FunctionDef | ast.AsyncFunctionDef, body: list[ast.stmt]) -> a
     return ast.copy_location(part, fn)
 
 
-def parameter_names(fn: ast.FunctionDef | ast.Lambda, bound_self: bool) -> list[str]:
-    """The names ``fn``'s parameters bind (not ``self`` when the call binds it): what its caller passed."""
+def parameter_names(fn: ast.FunctionDef | ast.Lambda, bound_self: bool) -> tuple[str, ...]:
+    """The names ``fn``'s parameters bind (not ``self`` when the call binds it): what its caller passed.  Read once
+    per signature (kept on its node): asked at every followed call."""
     args = fn.args
-    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-    names += [extra.arg for extra in (args.vararg, args.kwarg) if extra is not None]
+    names = getattr(args, "_gradguard_names", None)
+    if names is None:
+        names = (*(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)),
+                 *(extra.arg for extra in (args.vararg, args.kwarg) if extra is not None))
+        args._gradguard_names = names
     return names[1:] if bound_self else names
 
 

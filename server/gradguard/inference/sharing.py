@@ -133,7 +133,7 @@ class RunLog:
             for storage in storages_in(value) & self.taken.keys():
                 self.taken[storage].append((self.stack[-1], operands[i] if operands is not None else node))
 
-    def parameters_bound(self, env: dict[str, Value], names: list[str]) -> None:
+    def parameters_bound(self, env: dict[str, Value], names: tuple[str, ...]) -> None:
         """The running frame's parameters, as bound at its entry: whatever memory they hold, the caller holds (and
         what is read out of them as memory of its own, ``reached_through``)."""
         bound = {}
