@@ -1198,7 +1198,7 @@ def _sets_grad_mode(tree: ast.Module, imports: dict[str, str]) -> bool:
     """Whether the file's text names a grad-mode switch or context anywhere (``set_grad_enabled``, ``enable_grad``,
     ``no_grad``, ``inference_mode``): a mode an imported module set may then be set again, and no claim is made."""
     return any(isinstance(n, (ast.Attribute, ast.Name)) and (n.attr if isinstance(n, ast.Attribute) else n.id) in (
-        "set_grad_enabled", "enable_grad", "no_grad", "inference_mode") for n in ast.walk(tree))
+        "set_grad_enabled", "enable_grad", "no_grad", "inference_mode") for n in statements.every_node(tree))
 
 
 def _is_entry_script(tree: ast.Module) -> bool:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Callable, Iterator, Union
 
+from .statements import every_node
+
 
 @dataclass(frozen=True)
 class Line:
@@ -93,7 +95,7 @@ _FILE_MARK = "_gradguard_other_file"
 def mark_other_file(tree: ast.AST, path: str | None, nodes: list[ast.AST] | None = None) -> None:
     """Record that the nodes of ``tree`` are in the file ``path``, not in the file being analysed (``None``: forget
     them again, when the module is read anew).  ``nodes``: every node of ``tree``, when the caller has them."""
-    for node in ast.walk(tree) if nodes is None else nodes:
+    for node in every_node(tree) if nodes is None else nodes:  # in no set order: each node is marked alone
         if hasattr(node, "lineno"):
             if path is None:
                 node.__dict__.pop(_FILE_MARK, None)

@@ -90,6 +90,11 @@ MAX_STALE_USES = 64
 CALL_STATS: collections.Counter[str] = collections.Counter()
 
 
+# Every kind of owner ``_expr_Call`` tests a method call's owner for, in its chain of ``isinstance`` tests.
+_OWNER_KINDS = (Tensor, DataAlias, NumberFrom, Derived, Const, ModuleValue, FunctionContext, Serialised, HookHandle,
+                SuperRef, TensorSeq, TensorMap, OptimizerValue, ParamGroups, CallableRef, ClassRef)
+
+
 class CallsMixin:
     def _expr_Call(self, node: ast.Call) -> Value:
         spread = self._spread_keywords(node)
@@ -124,74 +129,75 @@ class CallsMixin:
                 self.grad_clears.append((self._next(), None, node, self.frame_sites))
             if owner is UNKNOWN and func.attr == "backward":
                 self.unknown_backward = True  # of a value not known: it may reach any parameter
-            if isinstance(owner, Tensor):
-                return self._tensor_method(owner, func.attr, node)
-            if isinstance(owner, DataAlias):
-                return self._data_method(owner, func.attr, node)
-            if isinstance(owner, NumberFrom) and func.attr == "backward":
-                self._eval_args(node)
-                self._number_backward(owner, node)
-                return UNKNOWN
-            if isinstance(owner, NumberFrom) and owner.array_of is not None and func.attr in ARRAY_WRITING_METHODS:
-                self._eval_args(node)
-                self._array_write(node, owner, f"`.{func.attr}()` on the NumPy array")
-                return NOT_TENSOR
-            if isinstance(owner, NumberFrom):  # `arr.mean()`, `vals.reshape(...)`: still numbers read out of tensors
-                self._eval_args(node)
-                return NumberFrom(owner.sources, node, owner.markers)
-            if isinstance(owner, Derived):
-                args = self._eval_args(node)
-                if func.attr == "backward":
-                    self._backward(owner, node, bool(self._keyword_bool(node, "retain_graph", False)))
+            if isinstance(owner, _OWNER_KINDS):  # else none of the 17 tests below holds (most often: unknown)
+                if isinstance(owner, Tensor):
+                    return self._tensor_method(owner, func.attr, node)
+                if isinstance(owner, DataAlias):
+                    return self._data_method(owner, func.attr, node)
+                if isinstance(owner, NumberFrom) and func.attr == "backward":
+                    self._eval_args(node)
+                    self._number_backward(owner, node)
                     return UNKNOWN
-                if func.attr == "detach":  # a recurrent layer's state `c.detach()`: a tensor without its graph
-                    return new_tensor(node, Grad.NO)
-                if func.attr == "detach_":
-                    owner.graph, owner.requires_grad = frozenset(), Grad.NO
-                    return owner
-                return self._unknown_call(node, [owner, *args])
-            if isinstance(owner, Const) and isinstance(owner.value, tuple) and func.attr in LIST_MUTATORS:
-                # `names.append("3")`: the names are no longer the ones written out
-                self.forget_constant(func.value, node)
-            if isinstance(owner, ModuleValue):
-                return self._instance_method(owner, func.attr, node)
-            if isinstance(owner, FunctionContext):
-                return self.ctx_method(owner, func.attr, node)
-            if isinstance(owner, Serialised):  # `buf.getvalue()`: the bytes, holding what was saved into it
-                self._eval_args(node)
-                return Serialised(owner.value, owner.node) if func.attr == "getvalue" else UNKNOWN
-            if isinstance(owner, HookHandle):
-                self._eval_args(node)
-                if func.attr == "remove":
-                    self.remove_hook(owner)
-                return UNKNOWN
-            if isinstance(owner, SuperRef):
-                return self._super_method(owner, func.attr, node)
-            if isinstance(owner, (TensorSeq, TensorMap)):
-                return self._container_method(owner, func.attr, node)
-            if isinstance(owner, OptimizerValue):
-                args = self._eval_args(node)
-                if func.attr == "step":
-                    self._optimizer_step(owner, node, ast.unparse(func.value))  # as the code names it
-                elif func.attr == "zero_grad":
-                    self.grad_clears.append((self._next(), owner, node, self.frame_sites))
-                elif func.attr.startswith("register_"):
-                    self.escaped.append(owner)  # a hook of its steps may clear or step gradients
-                elif func.attr == "add_param_group":
-                    self.regrouped(owner, args)
-                return UNKNOWN
-            if isinstance(owner, ParamGroups):
-                args = self._eval_args(node)
-                if func.attr in GROUP_WRITING_METHODS:
-                    self.regrouped(owner.optimizer, args)  # `group["params"].append(p)`
-                return UNKNOWN
-            if isinstance(owner, CallableRef):
-                callee = self.imported(f"{owner.qualname}.{func.attr}")
-            elif isinstance(owner, ClassRef) and owner.info.autograd_function and func.attr == "apply":
-                callee = FunctionApply(owner.info)
-            elif isinstance(owner, ClassRef):
-                found = find_method(self.ctx.classes_for(owner.info), owner.info, func.attr)
-                callee = FunctionValue(found[0], owner=found[1]) if found else UNKNOWN
+                if isinstance(owner, NumberFrom) and owner.array_of is not None and func.attr in ARRAY_WRITING_METHODS:
+                    self._eval_args(node)
+                    self._array_write(node, owner, f"`.{func.attr}()` on the NumPy array")
+                    return NOT_TENSOR
+                if isinstance(owner, NumberFrom):  # `arr.mean()`, `vals.reshape(...)`: numbers read out of tensors
+                    self._eval_args(node)
+                    return NumberFrom(owner.sources, node, owner.markers)
+                if isinstance(owner, Derived):
+                    args = self._eval_args(node)
+                    if func.attr == "backward":
+                        self._backward(owner, node, bool(self._keyword_bool(node, "retain_graph", False)))
+                        return UNKNOWN
+                    if func.attr == "detach":  # a recurrent layer's state `c.detach()`: a tensor without its graph
+                        return new_tensor(node, Grad.NO)
+                    if func.attr == "detach_":
+                        owner.graph, owner.requires_grad = frozenset(), Grad.NO
+                        return owner
+                    return self._unknown_call(node, [owner, *args])
+                if isinstance(owner, Const) and isinstance(owner.value, tuple) and func.attr in LIST_MUTATORS:
+                    # `names.append("3")`: the names are no longer the ones written out
+                    self.forget_constant(func.value, node)
+                if isinstance(owner, ModuleValue):
+                    return self._instance_method(owner, func.attr, node)
+                if isinstance(owner, FunctionContext):
+                    return self.ctx_method(owner, func.attr, node)
+                if isinstance(owner, Serialised):  # `buf.getvalue()`: the bytes, holding what was saved into it
+                    self._eval_args(node)
+                    return Serialised(owner.value, owner.node) if func.attr == "getvalue" else UNKNOWN
+                if isinstance(owner, HookHandle):
+                    self._eval_args(node)
+                    if func.attr == "remove":
+                        self.remove_hook(owner)
+                    return UNKNOWN
+                if isinstance(owner, SuperRef):
+                    return self._super_method(owner, func.attr, node)
+                if isinstance(owner, (TensorSeq, TensorMap)):
+                    return self._container_method(owner, func.attr, node)
+                if isinstance(owner, OptimizerValue):
+                    args = self._eval_args(node)
+                    if func.attr == "step":
+                        self._optimizer_step(owner, node, ast.unparse(func.value))  # as the code names it
+                    elif func.attr == "zero_grad":
+                        self.grad_clears.append((self._next(), owner, node, self.frame_sites))
+                    elif func.attr.startswith("register_"):
+                        self.escaped.append(owner)  # a hook of its steps may clear or step gradients
+                    elif func.attr == "add_param_group":
+                        self.regrouped(owner, args)
+                    return UNKNOWN
+                if isinstance(owner, ParamGroups):
+                    args = self._eval_args(node)
+                    if func.attr in GROUP_WRITING_METHODS:
+                        self.regrouped(owner.optimizer, args)  # `group["params"].append(p)`
+                    return UNKNOWN
+                if isinstance(owner, CallableRef):
+                    callee = self.imported(f"{owner.qualname}.{func.attr}")
+                elif isinstance(owner, ClassRef) and owner.info.autograd_function and func.attr == "apply":
+                    callee = FunctionApply(owner.info)
+                elif isinstance(owner, ClassRef):
+                    found = find_method(self.ctx.classes_for(owner.info), owner.info, func.attr)
+                    callee = FunctionValue(found[0], owner=found[1]) if found else UNKNOWN
         else:
             callee = self.eval(func)
         q = self.qual(func) or (callee.qualname if isinstance(callee, CallableRef) else None)

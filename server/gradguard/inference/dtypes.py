@@ -67,9 +67,13 @@ def file_default_dtype(tree: ast.AST, knowledge: TorchKnowledge, text: str | Non
                            if d in knowledge.floating_dtypes and d != default)
     if text is not None and not _may_change_dtype(converting.union(knowledge.dtype_conversions)).search(text):
         return default
-    if lines is None or not isinstance(tree, ast.Module):
-        return None if _switches(tree, knowledge, default_names, converting) else default
     asked = (default_names, converting, frozenset(knowledge.dtype_conversions))
+    if lines is None or not isinstance(tree, ast.Module):
+        # kept on the tree with what was asked: a project module is asked by each file that follows a call into it
+        kept = getattr(tree, "_gradguard_switches", None)
+        if kept is None or kept[0] != asked:
+            kept = tree._gradguard_switches = (asked, _switches(tree, knowledge, default_names, converting))
+        return None if kept[1] else default
     if len(_SWITCHING) > 8192:
         _SWITCHING.clear()
     for stmt in tree.body:

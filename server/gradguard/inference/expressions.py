@@ -88,6 +88,7 @@ def _numbers(values: list[Value], node: ast.AST) -> NumberFrom:
 
 
 MAIN_MODULE_NAME = Const("__main__")
+_NONE = Const(None)  # compared with (equal to every `Const(None)`), never handed out
 # Reading an attribute these decorate runs the method (Python's descriptors, not torch).
 PROPERTY_DECORATORS = frozenset({"builtins.property", "functools.cached_property"})
 # node type -> the function of its method (``_expr_Call``) or None, looked up once on the class that mixes this in
@@ -123,8 +124,9 @@ class ExpressionsMixin:
         return UNKNOWN  # too deep to analyse (bounds.py): reported as GG903, unknown here
 
     def _expr_Constant(self, node: ast.Constant) -> Value:
-        if isinstance(node.value, (bool, str, int)) or node.value is None:
-            return Const(node.value)
+        value = node.value
+        if isinstance(value, (bool, str, int)) or value is None:
+            return Const(value)
         return NOT_TENSOR
 
     def _expr_JoinedStr(self, node: ast.JoinedStr) -> Value:
@@ -359,10 +361,10 @@ class ExpressionsMixin:
         if exact is not None:
             return exact
         values = [self.eval(node.left), *(self.eval(c) for c in node.comparators)]
-        if len(values) == 2 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and Const(None) in values:
+        if len(values) == 2 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and _NONE in values:
             # `if self.cache is None:` with the cache a tensor made on every path so far (a lazy cache's second
             # call): not None.
-            other = values[0] if values[1] == Const(None) else values[1]
+            other = values[0] if values[1] == _NONE else values[1]
             if surely_tensor(other):
                 return Const(isinstance(node.ops[0], ast.IsNot))
         if any(isinstance(v, Tensor) for v in values):
@@ -371,10 +373,10 @@ class ExpressionsMixin:
             results = [_compare(op, a.value, b.value) for op, a, b in zip(node.ops, values, values[1:])]
             if None not in results:
                 return Const(all(results))
-        if len(values) == 2 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and Const(None) in values:
+        if len(values) == 2 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and _NONE in values:
             # `self.act is not None` with `self.act` a module or config we built: never None (a tensor may be
             # the join of a path where it was None, so it says nothing)
-            other = values[0] if values[1] == Const(None) else values[1]
+            other = values[0] if values[1] == _NONE else values[1]
             if isinstance(other, (ModuleValue, TensorMap, FunctionValue, CallableRef, ClassRef, ParamIterable)) or (
                     isinstance(other, TensorSeq) and not other.maybe_none):
                 return Const(isinstance(node.ops[0], ast.IsNot))

@@ -64,6 +64,11 @@ _CTX_TENSOR_METHODS = ("save_for_backward", "mark_dirty", "mark_non_differentiab
 
 
 class ExtensionPointsMixin:
+    # The outputs the forward hooks running now were given, each with the statements that stored it into an
+    # attribute, a container's element or a list (``note_stored``): an instance's own list once a hook runs, this
+    # empty default before (read at every binding, so a plain attribute rather than a property).
+    watched_outputs: "list[tuple[Tensor, list[ast.AST]]] | tuple[()]" = ()
+
     # ------------------------------------------------------------------ custom autograd.Function
     def apply_function(self, info: ClassInfo, args: list[Value], kwargs: dict[str, Value], node: ast.AST) -> Value:
         """``Foo.apply(*args)``: the forward followed under no_grad with a ``ctx`` of its own, then its outputs
@@ -262,7 +267,7 @@ class ExtensionPointsMixin:
             watched = isinstance(result, Tensor) and self.inline_record
             if watched:  # a second reference, to tell where the hook stores it and what reads it later
                 given = replace(result)
-                self.watched_outputs.append((given, []))
+                self.__dict__.setdefault("watched_outputs", []).append((given, []))
             first = len(self.mutations)
             try:
                 returned = self.call_value(hook, [module, TensorSeq(list(args), literal=True), given], {}, node)
@@ -299,12 +304,6 @@ class ExtensionPointsMixin:
             known[id(statement)] = event
             self.hook_writes.append(event)
         output.graph = output.graph | {event.marker}
-
-    @property
-    def watched_outputs(self) -> list[tuple[Tensor, list[ast.AST]]]:
-        """The outputs the forward hooks running now were given, each with the statements that stored it into an
-        attribute, a container's element or a list (``note_stored``)."""
-        return self.__dict__.setdefault("_watched_outputs", [])
 
     def note_stored(self, value: Value, node: ast.AST) -> None:
         """``value`` is stored where it may outlive the call (``x.attr = value``, ``xs[k] = value``,

@@ -243,8 +243,7 @@ class FollowedCallsMixin:
             params = params[1:]
         for param, value in zip(params, args):
             env[param.arg] = value
-        defaults = dict(zip([p.arg for p in params][::-1], fn.args.defaults[::-1]))
-        defaults.update({p.arg: d for p, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None})
+        defaults = _defaults(fn.args)
         for param in [*params[len(args):], *fn.args.kwonlyargs]:
             if param.arg in kwargs:
                 env[param.arg] = kwargs[param.arg]
@@ -371,9 +370,25 @@ def _part(fn: ast.FunctionDef | ast.AsyncFunctionDef, body: list[ast.stmt]) -> a
     return ast.copy_location(part, fn)
 
 
-def parameter_names(fn: ast.FunctionDef | ast.Lambda, bound_self: bool) -> list[str]:
-    """The names ``fn``'s parameters bind (not ``self`` when the call binds it): what its caller passed."""
+def parameter_names(fn: ast.FunctionDef | ast.Lambda, bound_self: bool) -> tuple[str, ...]:
+    """The names ``fn``'s parameters bind (not ``self`` when the call binds it): what its caller passed.  Read once
+    per signature (kept on its node): asked at every followed call."""
     args = fn.args
-    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-    names += [extra.arg for extra in (args.vararg, args.kwarg) if extra is not None]
+    names = getattr(args, "_gradguard_names", None)
+    if names is None:
+        names = (*(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)),
+                 *(extra.arg for extra in (args.vararg, args.kwarg) if extra is not None))
+        args._gradguard_names = names
     return names[1:] if bound_self else names
+
+
+def _defaults(args: ast.arguments) -> dict[str, ast.expr]:
+    """Each parameter's default expression by name (positional defaults belong to the last positional parameters),
+    read once per signature: ``_bind_parameters`` asks at every followed call."""
+    found = getattr(args, "_gradguard_defaults", None)
+    if found is None:
+        found = dict(zip([p.arg for p in [*args.posonlyargs, *args.args]][::-1], args.defaults[::-1]))
+        found.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        args._gradguard_defaults = found
+    return found
+

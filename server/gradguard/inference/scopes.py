@@ -144,9 +144,13 @@ def _inside(node: ast.AST) -> _Scope:
 
 
 def bound_names(fn: ast.AST) -> frozenset[str]:
-    """The locals of a def or lambda that the interpreter never looks up outside it (see the module's text)."""
-    scope = _inside(fn)
-    return frozenset(scope.bound - scope.declared)
+    """The locals of a def or lambda that the interpreter never looks up outside it (see the module's text).  Kept
+    on the node: a project module's function is asked again by each file whose analysis follows a call into it."""
+    found = getattr(fn, "_gradguard_locals", None)
+    if found is None:
+        scope = _inside(fn)
+        found = fn._gradguard_locals = frozenset(scope.bound - scope.declared)
+    return found
 
 
 def free_names(node: ast.AST) -> frozenset[str]:

@@ -116,9 +116,14 @@ class RunLog:
 
     def escape(self, value: Value, node: ast.AST) -> None:
         """``value`` goes where the analysis cannot see what keeps it (``Interpreter._sink("escape", ...)``)."""
-        for storage in storages_in(value):
+        memory = storages_in(value)
+        if not memory:
+            return  # holds no tensor (most values): nothing escapes, nothing is taken
+        for storage in memory:
             self.escaped.setdefault(storage, node)
-        self.value_taken([value], node)
+        if self.taken:  # ``value_taken([value], node)``, without working out ``memory`` again
+            for storage in memory & self.taken.keys():
+                self.taken[storage].append((self.stack[-1], node))
 
     def value_taken(self, values: list[Value], node: ast.AST, operands: list[ast.expr] | None = None) -> None:
         """An op (a layer: its parameters too), a call the analysis cannot see into or a return takes the values of
@@ -128,7 +133,7 @@ class RunLog:
             for storage in storages_in(value) & self.taken.keys():
                 self.taken[storage].append((self.stack[-1], operands[i] if operands is not None else node))
 
-    def parameters_bound(self, env: dict[str, Value], names: list[str]) -> None:
+    def parameters_bound(self, env: dict[str, Value], names: tuple[str, ...]) -> None:
         """The running frame's parameters, as bound at its entry: whatever memory they hold, the caller holds (and
         what is read out of them as memory of its own, ``reached_through``)."""
         bound = {}

@@ -50,15 +50,17 @@ def merge_states(a: State, b: State, after_loop: bool = False) -> State:
         return (b if a.returned else a).copy()
     env = {}
     a_env, b_env = a.env, b.env
-    for name in a_env.keys() | b_env.keys():
-        x, y = a_env.get(name, _ABSENT), b_env.get(name, _ABSENT)
+    # ``a``'s names, then those only ``b`` binds (no set of both made: a join per ``if`` and loop).
+    for name, x in a_env.items():
+        y = b_env.get(name, _ABSENT)
         # Most names have the same value on both paths (``join`` and ``grown`` would give it back unchanged).
         if x is y or y is _ABSENT:
             env[name] = x
-        elif x is _ABSENT:
-            env[name] = y
         else:
             env[name] = (after_loop and grown(x, y)) or join(x, y)
+    for name, y in b_env.items():
+        if name not in env:
+            env[name] = y
     # A second name made on one path only (the other never bound it: a loop or a branch that made it) stays one.
     aliases = {name: site for x, y in ((a, b), (b, a)) for name, site in x.aliases.items()
                if y.aliases.get(name) == site or name not in y.env}
