@@ -8,9 +8,27 @@ clauses whose ``body`` holds statements.  Walking only these fields skips expres
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from itertools import chain
+from typing import TypeVar
+
+_Fact = TypeVar("_Fact")
+
+
+def syntax_fact(node: ast.AST, attr: str, work_out: Callable[..., _Fact], *args: object, given: object = None) -> _Fact:
+    """``work_out(*args)``, a fact of ``node``'s syntax (and of ``given``, when it depends on more), worked out on the
+    first ask and kept on the node as its attribute ``attr`` (named ``_gradguard_...``).  A statement runs again at
+    each loop iteration and followed call, and a project module's tree serves every file that follows a call into
+    it: such facts were worked out over and over.  Safe because a tree is never changed once parsed (an edit parses
+    anew the statements it touches); on the node rather than in a table by ``id``, so a dropped node's id cannot be
+    taken for a live one's, and the fact goes with its tree."""
+    kept = getattr(node, attr, None)
+    if kept is not None and (kept[0] is given or kept[0] == given):
+        return kept[1]
+    found = work_out(*args)
+    setattr(node, attr, (given, found))
+    return found
 
 BLOCK_FIELDS = ("body", "orelse", "finalbody")  # lists of statements (a lambda's ``body`` is an expression)
 CLAUSE_FIELDS = ("handlers", "cases")  # lists of except handlers / match cases, each with a ``body`` block

@@ -16,7 +16,7 @@ import functools
 import re
 
 from ..knowledge import TorchKnowledge
-from ..statements import every_node
+from ..statements import every_node, syntax_fact
 from .values import INT, Const, ModuleValue, Tensor, Value
 
 # Names whose mere mention makes a file's floating dtypes unknown: a default dtype set at run time, and mixed
@@ -70,10 +70,9 @@ def file_default_dtype(tree: ast.AST, knowledge: TorchKnowledge, text: str | Non
     asked = (default_names, converting, frozenset(knowledge.dtype_conversions))
     if lines is None or not isinstance(tree, ast.Module):
         # kept on the tree with what was asked: a project module is asked by each file that follows a call into it
-        kept = getattr(tree, "_gradguard_switches", None)
-        if kept is None or kept[0] != asked:
-            kept = tree._gradguard_switches = (asked, _switches(tree, knowledge, default_names, converting))
-        return None if kept[1] else default
+        switches = syntax_fact(tree, "_gradguard_switches", _switches, tree, knowledge, default_names, converting,
+                               given=asked)
+        return None if switches else default
     if len(_SWITCHING) > 8192:
         _SWITCHING.clear()
     for stmt in tree.body:

@@ -9,7 +9,7 @@ import ast
 
 from ..bounds import Unanalysed
 from ..knowledge.names import SHAPE_ATTRS, VIEW_ATTRS
-from ..statements import every_node
+from ..statements import every_node, syntax_fact
 from .classes import ClassInfo, find_method, mro
 from .events import GradRead, KeptRead
 from .hooks import named_submodules
@@ -676,12 +676,8 @@ _LISTED_NUMBERS = 64  # a comprehension of more numbers than this stays unknown
 
 def _assigned_attributes(cls: ast.ClassDef) -> frozenset[str]:
     """The attribute names the class's code assigns (``self.x = ...``, ``obj.x += ...``), read once per class."""
-    found = getattr(cls, "_gradguard_assigned", None)
-    if found is None:
-        found = frozenset(n.attr for n in every_node(cls)
-                          if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store))
-        cls._gradguard_assigned = found
-    return found
+    return syntax_fact(cls, "_gradguard_assigned", lambda: frozenset(
+        n.attr for n in every_node(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)))
 
 
 def _declared_constant(value: ast.expr) -> bool:

@@ -8,7 +8,7 @@ import ast
 from typing import NamedTuple
 
 from ..knowledge.names import JOINING
-from ..statements import blocks, every_node
+from ..statements import blocks, every_node, syntax_fact
 from .calls import CALL_STATS
 from .classes import ClassInfo, dataclass_fields, find_method
 from .imports import normalize, qualified_name
@@ -374,21 +374,16 @@ def parameter_names(fn: ast.FunctionDef | ast.Lambda, bound_self: bool) -> tuple
     """The names ``fn``'s parameters bind (not ``self`` when the call binds it): what its caller passed.  Read once
     per signature (kept on its node): asked at every followed call."""
     args = fn.args
-    names = getattr(args, "_gradguard_names", None)
-    if names is None:
-        names = (*(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)),
-                 *(extra.arg for extra in (args.vararg, args.kwarg) if extra is not None))
-        args._gradguard_names = names
+    names = syntax_fact(args, "_gradguard_names", lambda: (
+        *(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)),
+        *(extra.arg for extra in (args.vararg, args.kwarg) if extra is not None)))
     return names[1:] if bound_self else names
 
 
 def _defaults(args: ast.arguments) -> dict[str, ast.expr]:
     """Each parameter's default expression by name (positional defaults belong to the last positional parameters),
     read once per signature: ``_bind_parameters`` asks at every followed call."""
-    found = getattr(args, "_gradguard_defaults", None)
-    if found is None:
-        found = dict(zip([p.arg for p in [*args.posonlyargs, *args.args]][::-1], args.defaults[::-1]))
-        found.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
-        args._gradguard_defaults = found
-    return found
+    return syntax_fact(args, "_gradguard_defaults", lambda: {
+        **dict(zip([p.arg for p in [*args.posonlyargs, *args.args]][::-1], args.defaults[::-1])),
+        **{p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}})
 

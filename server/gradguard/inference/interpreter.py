@@ -92,10 +92,7 @@ def _loops_inside(loop: ast.stmt) -> int:
     """How many loops nest inside ``loop``'s body at most (0: none), not counting the functions and classes it
     defines, nor loops that run once.  Read from the syntax alone, so kept on the node: a loop runs again at each
     iteration of the loops around it and at each followed call of its function (about 2 % of the analysis)."""
-    found = getattr(loop, "_gradguard_loops_inside", None)
-    if found is None:
-        found = loop._gradguard_loops_inside = _count_loops_inside(loop)
-    return found
+    return statements.syntax_fact(loop, "_gradguard_loops_inside", _count_loops_inside, loop)
 
 
 def _count_loops_inside(loop: ast.stmt) -> int:
@@ -391,15 +388,13 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
     def qual(self, node: ast.expr) -> str | None:
         """The qualified name ``node`` spells under the running module's imports, kept on the node with those
         imports (a statement runs again at each loop iteration and followed call: about 2 % of the analysis)."""
-        imports = self.ctx.imports
-        kept = getattr(node, "_gradguard_qual", None)
-        if kept is not None and kept[0] is imports:
-            return kept[1]
-        q = qualified_name(node, imports)
-        q = normalize(q) if q else None
-        if isinstance(node, ast.AST):
-            node._gradguard_qual = (imports, q)
-        return q
+        if not isinstance(node, ast.AST):
+            return self._qual(node)
+        return statements.syntax_fact(node, "_gradguard_qual", self._qual, node, given=self.ctx.imports)
+
+    def _qual(self, node: ast.expr) -> str | None:
+        q = qualified_name(node, self.ctx.imports)
+        return normalize(q) if q else None
 
     def _save(self, tensor: Tensor, op: str, role: str, node: ast.AST, certain: bool,
               operand: ast.expr | None = None) -> Save:
@@ -723,10 +718,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.saves.put_back(body_saves)
         self.outer_writes.end([body_outer, self.outer_writes.take(outer, live)])
         self._settle(live, merge_states(after_body, self.state))
-        leaves = getattr(stmt, "_gradguard_leaves", None)  # syntax only: kept on the node (a project module's
-        if leaves is None:  # `if` is asked again by each file that follows a call into it)
-            leaves = stmt._gradguard_leaves = _may_leave([*stmt.body, *stmt.orelse])
-        if leaves:  # the rest of this frame may not run after a save before it
+        if statements.syntax_fact(stmt, "_gradguard_leaves", _branches_may_leave, stmt):
+            # the rest of this frame may not run after a save before it
             self.unsure_context = (*self.unsure_context, object())
 
     def _flag_guard(self, stmt: ast.If) -> bool | None:
@@ -2101,6 +2094,10 @@ def _names_written_in_place(body: list[ast.stmt]) -> set[str]:
         if isinstance(target, ast.Name):
             names.add(target.id)
     return names
+
+
+def _branches_may_leave(stmt: ast.If) -> bool:
+    return _may_leave([*stmt.body, *stmt.orelse])
 
 
 def _may_leave(body: list[ast.stmt]) -> bool:

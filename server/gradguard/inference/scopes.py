@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 
-from ..statements import node_fields
+from ..statements import node_fields, syntax_fact
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -146,11 +146,11 @@ def _inside(node: ast.AST) -> _Scope:
 def bound_names(fn: ast.AST) -> frozenset[str]:
     """The locals of a def or lambda that the interpreter never looks up outside it (see the module's text).  Kept
     on the node: a project module's function is asked again by each file whose analysis follows a call into it."""
-    found = getattr(fn, "_gradguard_locals", None)
-    if found is None:
+    def work_out() -> frozenset[str]:
         scope = _inside(fn)
-        found = fn._gradguard_locals = frozenset(scope.bound - scope.declared)
-    return found
+        return frozenset(scope.bound - scope.declared)
+
+    return syntax_fact(fn, "_gradguard_locals", work_out)
 
 
 def free_names(node: ast.AST) -> frozenset[str]:
