@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -114,18 +114,23 @@ class Fixer:
         fixes = [(other, self._build_in(self.ctx, other)) for other in later]
         if not fixes or any(f is None or not _on_its_lines(f, other) for other, f in fixes):
             return fix
-        edits = tuple(e for f in (fix, *(f for _, f in fixes)) for e in f.edits)
+        every = (fix, *(f for _, f in fixes))
+        edits = self._together(every)
+        return fix if edits is None else Fix("; ".join(f.title for f in every), all(f.safe for f in every), edits)
+
+    def _together(self, fixes: Sequence[Fix]) -> tuple | None:
+        """The edits of ``fixes`` made together, or None where they overlap."""
+        edits = tuple(e for f in fixes for e in f.edits)
         try:
             apply_edits(self.ctx.text, edits)
         except ValueError:
-            return fix
-        every = (fix, *(f for _, f in fixes))
-        return Fix("; ".join(f.title for f in every), all(f.safe for f in every), edits)
+            return None
+        return edits
 
     def _earlier_writes(self, finding: Finding) -> set[tuple]:
         """Where the earlier writes of the memory ``finding``'s write changes are (``Moment.earlier_writes``), once."""
         if id(finding) not in self._earlier:
-            moment = getattr(finding.mutation, "moment", None)
+            moment = finding.mutation.moment if finding.mutation is not None else None
             self._earlier[id(finding)] = {_where(n) for n in (moment.earlier_writes() if moment is not None else ())}
         return self._earlier[id(finding)]
 
@@ -144,7 +149,7 @@ class Fixer:
                     continue
                 try:
                     fixed = fixed if fixed is not None else apply_edits(self.ctx.text, fix.edits)
-                    frames = getattr(other.mutation, "frames", None)  # (a helper's write its caller's run shows)
+                    frames = other.mutation.frames  # (a helper's write its caller's run shows)
                     caller = line_after(fix.edits, frames[0][0].lineno) if frames else None
                     if not self.ctx.still_found(fixed, FindingId(other.code, line_after(fix.edits, other.entry_line),
                                                                  None, caller)):
@@ -167,10 +172,8 @@ class Fixer:
         unsettled = [(w, f) for w, f in zip(finding.merged, later) if self._still_written(alone, fix, finding, w)]
         if not unsettled:
             return fix
-        edits = tuple(e for f in (fix, *(f for _, f in unsettled)) for e in f.edits)
-        try:
-            apply_edits(self.ctx.text, edits)
-        except ValueError:
+        edits = self._together((fix, *(f for _, f in unsettled)))
+        if edits is None:
             return fix
         safe = fix.safe and all(f.safe for _, f in unsettled)  # the title names no line: a moved finding keeps it
         writes = "its later write" if len(unsettled) == 1 else f"its {len(unsettled)} later writes"
