@@ -187,6 +187,8 @@ class FixesOnDemand:
         asked = [self.findings.get(d.place) for d in diagnostics]
         again_of = [f for f in asked if f is not None and found_again(f)]
         fresh = self._analysed_again(again_of) if again_of else {}
+        if fresh:
+            self.fixer.know(fresh.values())  # a fix reads the other findings at writes of the same memory
         out = []
         for diag, finding in zip(diagnostics, asked):
             if finding is None:

@@ -51,9 +51,16 @@ class Fixer:
         # ``findings``: the text's findings (those its positions are still the text's), by where their write is
         self._by_write: dict[tuple, list[Finding]] = {}
         self._earlier: dict[int, set[tuple]] = {}  # id of a finding -> ``_earlier_writes``
+        self.know(findings)
+
+    def know(self, findings: Iterable[Finding]) -> None:
+        """Add findings of the text (those its positions are the text's) to those a fix reads the other writes of its
+        memory from: the editor's findings moved before their fixes were built are known once found again."""
         for f in findings:
             if f.mutation is not None and not f.data_stale:
-                self._by_write.setdefault(_where(f.mutation.node), []).append(f)
+                known = self._by_write.setdefault(_where(f.mutation.node), [])
+                if not any(k is f or (k.code, k.place) == (f.code, f.place) for k in known):
+                    known.append(f)
 
     def fix(self, finding: Finding) -> Fix | None:
         """The finding's fix (None when its rule has none or cannot make one here); a bug in a builder only
