@@ -533,13 +533,14 @@ class CallsMixin:
 
     def _unknown_call(self, node: ast.AST, inputs: list[Value]) -> Value:
         """A call we cannot see into: its tensor inputs escape, and its result carries their graph."""
+        graphs = []
         for value in inputs:
-            self._sink("escape", node, value)
+            graphs.append(self._sink("escape", node, value))
             for item in (value.items if isinstance(value, TensorSeq) else list(value.items.values())
                          if isinstance(value, TensorMap) else (value,)):
                 if isinstance(item, (ModuleValue, OptimizerValue, ParamIterable)):
                     self.escaped.append(item)  # it may step or clear their gradients there
-        graph = frozenset().union(*(graph_of(v) for v in inputs)) if inputs else frozenset()
+        graph = frozenset().union(*graphs)
         if not graph and not any(isinstance(v, (Tensor, Derived)) for v in inputs):
             return UNKNOWN
         CALL_STATS["unknown callee given tensors"] += 1  # assumed harmless: it writes nothing we can see
