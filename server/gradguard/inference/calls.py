@@ -92,7 +92,7 @@ CALL_STATS: collections.Counter[str] = collections.Counter()
 
 # Every kind of owner ``_expr_Call`` tests a method call's owner for, in its chain of ``isinstance`` tests.
 _OWNER_KINDS = (Tensor, DataAlias, NumberFrom, Derived, Const, ModuleValue, FunctionContext, Serialised, HookHandle,
-                SuperRef, TensorSeq, TensorMap, OptimizerValue, ParamGroups, CallableRef, ClassRef)
+                SuperRef, TensorSeq, TensorMap, OptimizerValue, ParamGroups, ClassRef)
 
 
 class CallsMixin:
@@ -112,15 +112,15 @@ class CallsMixin:
             info = self.ctx.class_of(value) if isinstance(value, ModuleValue) else None
             return ClassRef(info) if info is not None else self._unknown_call(node, [value])
         callee: Value = UNKNOWN
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "grad" \
-                and func.attr.endswith("_"):
-            self.grads_written = True
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "__dict__":
-            instance = self.eval(func.value.value)
-            if isinstance(instance, ModuleValue):  # `self.__dict__.copy()`, `self.__dict__.update(state)`
-                return pickling.dict_method(self, instance, func.attr, node)
         if isinstance(func, ast.Attribute):
-            owner = self.eval(func.value)
+            held = func.value
+            if isinstance(held, ast.Attribute) and held.attr == "grad" and func.attr.endswith("_"):
+                self.grads_written = True
+            if isinstance(held, ast.Attribute) and held.attr == "__dict__":
+                instance = self.eval(held.value)
+                if isinstance(instance, ModuleValue):  # `self.__dict__.copy()`, `self.__dict__.update(state)`
+                    return pickling.dict_method(self, instance, func.attr, node)
+            owner = self.eval(held)
             if func.attr == "zero_grad" and (node.args or any(k.arg != "set_to_none" or not (
                     isinstance(k.value, ast.Constant) and k.value.value is True) for k in node.keywords)):
                 self.zero_filled = True  # `zero_grad(set_to_none=False)`: gradients of zeros, which steps apply
@@ -129,7 +129,9 @@ class CallsMixin:
                 self.grad_clears.append((self._next(), None, node, self.frame_sites))
             if owner is UNKNOWN and func.attr == "backward":
                 self.unknown_backward = True  # of a value not known: it may reach any parameter
-            if isinstance(owner, _OWNER_KINDS):  # else none of the 17 tests below holds (most often: unknown)
+            if isinstance(owner, CallableRef):  # the most common owner: an import (`torch.cat(...)`, `F.relu(...)`)
+                callee = self.imported(f"{owner.qualname}.{func.attr}")
+            elif isinstance(owner, _OWNER_KINDS):  # else none of the tests below holds (most often: unknown)
                 if isinstance(owner, Tensor):
                     return self._tensor_method(owner, func.attr, node)
                 if isinstance(owner, DataAlias):
@@ -191,9 +193,7 @@ class CallsMixin:
                     if func.attr in GROUP_WRITING_METHODS:
                         self.regrouped(owner.optimizer, args)  # `group["params"].append(p)`
                     return UNKNOWN
-                if isinstance(owner, CallableRef):
-                    callee = self.imported(f"{owner.qualname}.{func.attr}")
-                elif isinstance(owner, ClassRef) and owner.info.autograd_function and func.attr == "apply":
+                if isinstance(owner, ClassRef) and owner.info.autograd_function and func.attr == "apply":
                     callee = FunctionApply(owner.info)
                 elif isinstance(owner, ClassRef):
                     found = find_method(self.ctx.classes_for(owner.info), owner.info, func.attr)
@@ -533,13 +533,14 @@ class CallsMixin:
 
     def _unknown_call(self, node: ast.AST, inputs: list[Value]) -> Value:
         """A call we cannot see into: its tensor inputs escape, and its result carries their graph."""
+        graphs = []
         for value in inputs:
-            self._sink("escape", node, value)
+            graphs.append(self._sink("escape", node, value))
             for item in (value.items if isinstance(value, TensorSeq) else list(value.items.values())
                          if isinstance(value, TensorMap) else (value,)):
                 if isinstance(item, (ModuleValue, OptimizerValue, ParamIterable)):
                     self.escaped.append(item)  # it may step or clear their gradients there
-        graph = frozenset().union(*(graph_of(v) for v in inputs)) if inputs else frozenset()
+        graph = frozenset().union(*graphs)
         if not graph and not any(isinstance(v, (Tensor, Derived)) for v in inputs):
             return UNKNOWN
         CALL_STATS["unknown callee given tensors"] += 1  # assumed harmless: it writes nothing we can see

@@ -95,6 +95,9 @@ PROPERTY_DECORATORS = frozenset({"builtins.property", "functools.cached_property
 # (``Interpreter``, the only one): ``eval`` runs millions of times, and ``getattr(self, name)`` made a bound method
 # at each.
 _EXPR_FUNCTIONS: dict[type, object] = {}
+# The kinds of value ``_expr_Attribute`` reads an attribute of; of any other it is unknown.
+_ATTRIBUTE_OWNERS = (Tensor, DataAlias, TensorSeq, ModuleValue, Derived, CallableRef, ClassRef, FunctionContext,
+                     OptimizerValue)
 
 
 class ExpressionsMixin:
@@ -540,6 +543,8 @@ class ExpressionsMixin:
 
     def _expr_Attribute(self, node: ast.Attribute) -> Value:
         owner = self.eval(node.value)
+        if not isinstance(owner, _ATTRIBUTE_OWNERS):  # none of the tests below holds (most often: unknown)
+            return UNKNOWN
         if isinstance(owner, Tensor):
             if node.attr in VIEW_ATTRS:
                 return self._view(owner, node)

@@ -406,7 +406,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         self.save_context[save.id] = self.unsure_context
         return save
 
-    def _sink(self, kind: str, node: ast.AST, value: Value) -> None:
+    def _sink(self, kind: str, node: ast.AST, value: Value) -> frozenset[int]:
+        """``value`` goes where the analysis cannot follow it (``kind``: "escape", "return", ...); its graph."""
         if kind == "escape":
             self.run_log.escape(value, node)
         elif kind == "return":
@@ -414,6 +415,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         graph = graph_of(value)
         if graph:
             self.sinks.append(Sink(kind, node, graph, self._next()))
+        return graph
 
     def _view(self, base: Tensor, node: ast.AST | None = None, multi_view: str | None = None) -> Tensor:
         return view_of(base, node, multi_view=multi_view, nograd=not self.state.grad_enabled)
