@@ -126,13 +126,15 @@ PROBE_BLIND: dict[str, str] = {
         "reads); the static analysis as GG108, a hook writing what it is given"),
     "GG103/pos_input_gradient_cut_by_detach": (
         "the cut starves a `.grad` read of an input tensor, not an optimizer step: the probe watches steps only"),
-    # Two writes, of which one run reaches one: the probe confirms the one it ran (the other line is missing).
+}
+# Expected lines a fixture's run does not reach (two writes of one memory, of which one run reaches one): the probe
+# confirms the others; these it cannot see.  The static analysis finds both (tests/test_fixtures_analyzer.py).
+PROBE_UNREACHED: dict[str, tuple[int, str]] = {
     "GG004/pos_split_head_maps_averaged_from_none": (
-        "the loop's in-place add to a split piece raises at once (a multi-output view written in place), so the run "
-        "never reaches the mean's in-place division after the loop (line 15); the probe confirms line 14"),
+        15, "the loop's in-place add to a split piece raises at once (a multi-output view written in place), so the "
+            "run never reaches the mean's in-place division after the loop"),
     "GG001/pos_saved_exp_written_in_branch_and_after": (
-        "the branch that zeroes a row (line 10) is decided by the data and not taken in this run; the probe "
-        "confirms the write after it (line 11), which every path runs"),
+        10, "the branch that zeroes a row is decided by the data and not taken in this run"),
 }
 WORKERS = max(1, min(2, os.cpu_count() or 1))
 # On a GPU machine: GRADGUARD_PROBE_DEVICE=cuda python -m pytest tests/probe (same expectations).
