@@ -36,6 +36,27 @@ def default_corpus() -> list[Path]:
     return [Path(next(iter(spec.submodule_search_locations)))]
 
 
+def _time_followed_calls() -> list[float]:
+    """Wrap ``inline`` (a followed call of the project's own code, interpreted again at each call site) to add up
+    the CPU of the outermost ones: returns the running total, a one-item list."""
+    from gradguard.inference import followed
+
+    inline, total, depth = followed.FollowedCallsMixin.inline, [0.0], [0]
+
+    def timed(self, *args, **kwargs):
+        if depth[0]:
+            return inline(self, *args, **kwargs)
+        depth[0], start = 1, time.process_time()
+        try:
+            return inline(self, *args, **kwargs)
+        finally:
+            total[0] += time.process_time() - start
+            depth[0] = 0
+
+    followed.FollowedCallsMixin.inline = timed
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="*", type=Path)
@@ -44,6 +65,9 @@ def main() -> None:
     parser.add_argument("--no-jedi", action="store_true", help="skip the run with jedi (quick mode)")
     parser.add_argument("--files-from", type=Path, help="measure the files listed in FILE, one a line")
     parser.add_argument("--json", type=Path, help="also write the figures and every finding to FILE")
+    parser.add_argument("--followed-share", action="store_true",
+                        help="also time the analysis spent inside followed calls (outermost `inline`s): what function "
+                             "summaries that cost nothing would take out, and the ratio that would be left")
     args = parser.parse_args()
     if args.files_from:
         files = [Path(line) for line in args.files_from.read_text().splitlines() if line.strip()]
@@ -69,6 +93,7 @@ def main() -> None:
     parse_cpu = time.process_time() - start
 
     analyze_source(b"import torch\nx = torch.zeros(1)\nx += 1\n")  # load the knowledge table once
+    followed_cpu = _time_followed_calls() if args.followed_share else None
     runs = {}
     by_rule: collections.Counter[str] = collections.Counter()
     shown = []
@@ -89,12 +114,19 @@ def main() -> None:
                 if len(shown) < args.show:
                     shown.append(f"  {path}:{d.line}:{d.span.column}: {d.code} {d.message[:140]}")
         runs[label] = time.process_time() - start
+        if followed_cpu is not None and not config.jedi:
+            inside = followed_cpu[0]  # (the run with jedi, if any, is not counted)
 
     print(f"corpus: {len(sources)} files, {lines} lines")
     print(f"{'measure':<44}{'CPU s':>10}{'ratio':>10}")
     print(f"{'read + ast.parse':<44}{parse_cpu:>10.2f}{1:>9.2f}x")
     for label, cpu in runs.items():
         print(f"{label + ' (1 process)':<44}{cpu:>10.2f}{cpu / max(parse_cpu, 1e-9):>9.2f}x")
+    if followed_cpu is not None:
+        own = runs[configs[0][0]]
+        print(f"{'  of which inside followed calls':<44}{inside:>10.2f}{inside / max(own, 1e-9):>9.1%}")
+        print(f"{'  left with free function summaries':<44}{own - inside:>10.2f}"
+              f"{(own - inside) / max(parse_cpu, 1e-9):>9.2f}x")
     print("findings:", dict(sorted(by_rule.items())) or "none")
     print("calls (both runs):", dict(CALL_STATS))
     for line in shown:
