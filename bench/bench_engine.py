@@ -135,6 +135,7 @@ def main() -> None:
         import json
 
         args.json.write_text(json.dumps({"files": len(sources), "lines": lines, "parse_cpu": parse_cpu, "runs": runs,
+                                         "inside_followed_calls": inside if followed_cpu is not None else None,
                                          "by_rule": dict(by_rule), "findings": found}, indent=1))
 
 
