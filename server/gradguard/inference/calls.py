@@ -648,6 +648,11 @@ class CallsMixin:
                 return self.summed(self.apply_op("add", terms, node, "sum()"), terms)
         if name in ("sum", "min", "max", "abs", "round") and args and isinstance(args[0], NumberFrom):
             return args[0]
+        if name == "sum" and len(args) == 1 and isinstance(args[0], Tensor) and not args[0].assumed:
+            # `sum(scores)` over a tensor: Python adds its rows (`0 + scores[0] + scores[1] + ...`), a tensor with
+            # the graph of `scores` (none of those ops saves a tensor); its shape is a row's, so not `scores.sum()`
+            row = self._iter_element(args[0], node.args[0])
+            return self.apply_op("add", [row, row], node, "sum()") if isinstance(row, Tensor) else UNKNOWN
         if name in ("float", "int") and args and isinstance(args[0], (Tensor, NumberFrom)):
             return self._number_from(args[0], node, f"`{name}()`")  # float(loss): the value leaves the graph
         if name in ("len", "int", "range"):

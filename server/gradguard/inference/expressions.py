@@ -16,6 +16,7 @@ from .hooks import named_submodules
 from .scopes import bound_names
 from .values import (
     INT,
+    literal_modules,
     int_const,
     is_int,
     NOT_TENSOR,
@@ -252,12 +253,15 @@ class ExpressionsMixin:
         else:
             node_items = None
         items: list[Value] = []
+        exact = True  # every item known: no spread, or spreads of lists that are exactly their items
         for i, e in enumerate(node.elts):
             value = node_items[i] if node_items is not None else self.eval(e)
             if isinstance(e, ast.Starred) and isinstance(value, TensorSeq) and value.base is None:
                 items.extend(value.items)  # [*xs, y]
+                exact = exact and value.literal
             else:
                 items.append(value)
+                exact = exact and not isinstance(e, ast.Starred)
         if not items and isinstance(node, ast.List):
             return TensorSeq([])  # `steps = []`: a list that .append() may fill with tensors
         if node_items is None and all(isinstance(i, Const) and isinstance(i.value, str) for i in items) \
@@ -271,8 +275,8 @@ class ExpressionsMixin:
                 # `totals = [loss]` of numbers: a list whose items the code may replace (`totals[0] -= x.item()`)
                 return TensorSeq(items, literal=True)
             return NOT_TENSOR if items and all(is_plain_data(i) for i in items) else UNKNOWN
-        literal = not any(isinstance(e, ast.Starred) for e in node.elts)
-        return TensorSeq(items, literal=literal)  # a tuple of models, optimizers, tensors, param groups...
+        # a tuple of models, optimizers, tensors, param groups...; `[pre, *split(g)]` of a tuple written out: its items
+        return TensorSeq(items, literal=exact)
 
     _expr_List = _expr_Tuple
 
@@ -302,6 +306,18 @@ class ExpressionsMixin:
         iterable = UNKNOWN
         for gen in node.generators:
             iterable = self.eval(gen.iter)
+            each = literal_modules(iterable, _EACH_ITEM) if len(node.generators) == 1 and not gen.ifs else None
+            if each is not None:
+                # `sum(b.area for b in [pre, ramp, flat])`: over objects written out, one element per object, as a
+                # loop over them runs its body once per item (the first alone would stand for objects of other classes)
+                elements = []
+                for item in each:
+                    self.bind(gen.target, item, node)
+                    elements.append(self.eval(node.elt))
+                self.state = saved
+                if all(isinstance(e, PLAIN) for e in elements):
+                    return UNKNOWN
+                return TensorSeq(elements, literal=True)
             self.bind(gen.target, self._iter_element(iterable, gen.iter), node)
             for cond in gen.ifs:
                 self.eval(cond)
@@ -677,6 +693,7 @@ class ExpressionsMixin:
 
 
 _LISTED_NUMBERS = 64  # a comprehension of more numbers than this stays unknown
+_EACH_ITEM = 16  # a comprehension over up to this many objects written out gives one element per object
 
 
 def _assigned_attributes(cls: ast.ClassDef) -> frozenset[str]:

@@ -38,6 +38,7 @@ from .stale_optimizers import built_just_before
 from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
     MAX_TERMS,
+    literal_modules,
     NOT_TENSOR,
     PLAIN,
     UNKNOWN,
@@ -820,7 +821,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.run_log.ran(Repeats(stmt))
             self.run_block(stmt.orelse)
             return
-        modules = _literal_modules(iterable)
+        modules = literal_modules(iterable, _UNROLLED_LAYERS)
         if modules and not _jumps_out(stmt.body):
             # `for name, child in model._modules.items()`, `for m in [enc, dec]`: each module in turn
             for module in modules:
@@ -2148,22 +2149,6 @@ def _pure(node: ast.expr) -> bool:
     """An expression whose evaluation changes nothing: names, attributes, literals and arithmetic on them."""
     return all(isinstance(n, (ast.Name, ast.Attribute, ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator,
                               ast.unaryop, ast.Load)) for n in ast.walk(node))
-
-
-def _literal_modules(iterable: Value) -> list[Value] | None:
-    """The items of a list written out, or of an exact mapping's ``items()``/``values()``, when each is a module
-    we built (or a ``(name, module)`` pair): a loop over them runs once per item.  None otherwise."""
-    if not (isinstance(iterable, TensorSeq) and iterable.literal and iterable.base is None
-            and 0 < len(iterable.items) <= _UNROLLED_LAYERS):
-        return None
-
-    def module_of(item: Value) -> Value:
-        if isinstance(item, TensorSeq) and item.literal and len(item.items) == 2:
-            return item.items[1]
-        return item
-    if all(isinstance(module_of(i), ModuleValue) and module_of(i).cls != "<unknown>" for i in iterable.items):
-        return list(iterable.items)
-    return None
 
 
 def _submodules(iterable: ModuleIterable) -> list[ModuleValue] | None:

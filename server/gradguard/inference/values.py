@@ -497,6 +497,23 @@ def new_tensor(node: ast.AST | None, requires_grad: Grad = Grad.NO, *, leaf: boo
     return Tensor(Storage(), requires_grad, leaf=leaf, origin=node, label=label, param=param, graph=graph)
 
 
+def literal_modules(iterable: Value, limit: int) -> list[Value] | None:
+    """The items of a list written out, or of an exact mapping's ``items()``/``values()``, when each is a module
+    we built (or a ``(name, module)`` pair), at most ``limit`` of them: a loop over them runs once per item (and a
+    comprehension over them gives one element per item).  None otherwise."""
+    if not (isinstance(iterable, TensorSeq) and iterable.literal and iterable.base is None
+            and 0 < len(iterable.items) <= limit):
+        return None
+
+    def module_of(item: Value) -> Value:
+        if isinstance(item, TensorSeq) and item.literal and len(item.items) == 2:
+            return item.items[1]
+        return item
+    if all(isinstance(module_of(i), ModuleValue) and module_of(i).cls != "<unknown>" for i in iterable.items):
+        return list(iterable.items)
+    return None
+
+
 def graph_tensor_behind(t: Tensor) -> Tensor | None:
     """The tensor with a grad_fn whose memory a write to ``t`` changes: ``t`` or a base it is a view of, or the
     tensor a ``.detach()`` alias (or a view of one) was detached from.  None when no graph tensor is written."""

@@ -1,0 +1,3 @@
+from .deep import DeepExplainer
+
+__all__ = ["DeepExplainer"]

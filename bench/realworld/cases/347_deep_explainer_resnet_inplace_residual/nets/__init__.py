@@ -1,0 +1,3 @@
+from .resnet import resnet_tiny
+
+__all__ = ["resnet_tiny"]
