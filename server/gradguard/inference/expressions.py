@@ -226,22 +226,26 @@ class ExpressionsMixin:
 
     def _sliced(self, container: TensorSeq, index: ast.Slice) -> Value:
         """``xs[1:]``, ``layers[:-1]``: a list of some of the items, never one of them.  Known exactly for a list
-        written out as a display; for a list grown by ``append`` only a prefix-relative slice (non-negative
-        bounds) keeps the order its items were added in; otherwise we cannot tell which items remain.  A
+        written out as a display, or grown by ``append`` only where it was made (``TensorSeq.counted``); for a list
+        grown by ``append`` elsewhere (in a loop's iteration standing for many) only a prefix-relative slice
+        (non-negative bounds) keeps the order its items were added in; otherwise we cannot tell which remain.  A
         comprehension's list is alike in every element, so any slice of it is too."""
         parts = [index.lower, index.upper, index.step]
-        for part in parts:
-            self.eval(part)
+        given = [None if part is None else self.eval(part) for part in parts]
         if container.uniform:
             return TensorSeq(list(container.items), uniform=True)
-        bounds = [None if part is None else _const_int(part) for part in parts]
+        bounds = [None if part is None else _const_int(part) if _const_int(part) is not None
+                  else value.value if isinstance(value, Const) and type(value.value) is int else None
+                  for part, value in zip(parts, given)]  # (`feats[-self.num_outs:]` with the count known)
         if any(part is not None and bound is None for part, bound in zip(parts, bounds)) or bounds[2] == 0:
             return UNKNOWN
         if bounds == [None, None, -1]:  # `outs[::-1]`: every item, in reverse order
             return TensorSeq(container.items[::-1], literal=container.literal)
-        if not container.literal and (bounds[2] is not None or any(b is not None and b < 0 for b in bounds[:2])):
+        exact = container.literal or container.counted is not None  # (`feats[-n:]` of a list counted exactly)
+        if not exact and (bounds[2] is not None or any(b is not None and b < 0 for b in bounds[:2])):
             return UNKNOWN
-        return TensorSeq(container.items[slice(*bounds)], literal=container.literal)
+        return TensorSeq(container.items[slice(*bounds)], literal=container.literal,
+                         counted=self.unsure_context if container.counted is not None else None)
 
     def _expr_Tuple(self, node: ast.Tuple | ast.List) -> Value:
         if node.elts and all(isinstance(e, ast.Starred) for e in node.elts):
@@ -259,7 +263,7 @@ class ExpressionsMixin:
             else:
                 items.append(value)
         if not items and isinstance(node, ast.List):
-            return TensorSeq([])  # `steps = []`: a list that .append() may fill with tensors
+            return TensorSeq([], counted=self.unsure_context)  # `steps = []`: a list .append() may fill with tensors
         if node_items is None and all(isinstance(i, Const) and isinstance(i.value, str) for i in items) \
                 and not any(isinstance(e, ast.Starred) for e in node.elts):
             return Const(tuple(i.value for i in items))  # `["0", "2"]`: names, known one by one
