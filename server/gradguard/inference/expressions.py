@@ -374,6 +374,9 @@ class ExpressionsMixin:
             other = values[0] if values[1] == _NONE else values[1]
             if surely_tensor(other):
                 return Const(isinstance(node.ops[0], ast.IsNot))
+        same = self._one_tensor_throughout(node, values)
+        if same is not None:
+            return same
         if any(isinstance(v, Tensor) for v in values):
             return new_tensor(node, Grad.NO, label="a boolean mask")
         if all(isinstance(v, Const) for v in values):
@@ -388,6 +391,25 @@ class ExpressionsMixin:
                     isinstance(other, TensorSeq) and not other.maybe_none):
                 return Const(isinstance(node.ops[0], ast.IsNot))
         return NOT_TENSOR
+
+    def _one_tensor_throughout(self, node: ast.Compare, values: list[Value]) -> Value | None:
+        """``query is key is value``, ``q.data_ptr() == k.data_ptr()``: True when every operand names the one
+        tensor value (one object passed for several parameters, as ``attn(x, x, x)`` does), False for the negated
+        forms.  None otherwise: two values we hold apart may still be one tensor when the code runs."""
+        if all(isinstance(op, ast.Is) for op in node.ops) or all(isinstance(op, ast.IsNot) for op in node.ops):
+            held = values
+        elif all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops) and len({type(op) for op in node.ops}) == 1:
+            operands = [node.left, *node.comparators]
+            if not all(isinstance(o, ast.Call) and isinstance(o.func, ast.Attribute) and o.func.attr == "data_ptr"
+                       and not o.args and not o.keywords and isinstance(o.func.value, (ast.Name, ast.Attribute))
+                       for o in operands):
+                return None
+            held = [self.eval(o.func.value) for o in operands]
+        else:
+            return None
+        if not (isinstance(held[0], Tensor) and all(h is held[0] for h in held[1:])):
+            return None
+        return Const(isinstance(node.ops[0], (ast.Is, ast.Eq)))
 
     def _exact_type_check(self, node: ast.Compare) -> Value | None:
         """``type(m) == nn.ReLU`` (``is``, ``!=``, ``is not``) for a module we built: an instance of a torch layer
