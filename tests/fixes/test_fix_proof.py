@@ -226,6 +226,10 @@ NO_FIX = {
 
 # Positives whose only fixes are unsafe, and what makes them unsafe.
 UNSAFE_ONLY = {
+    **{f"GG001/{name}": "the loop's name now holds the rewritten copy: the list the code took it from still holds "
+                        "the tensor as it was, for a caller or a later read of that list" for name in (
+        "pos_backbone_last_features_shifted_by_head", "pos_encoder_hidden_states_tail_scaled_inplace",
+        "pos_pyramid_all_but_last_level_sigmoid_written")},
     **{f"GG005/{name}": "every module the constructor builds runs out of place, whatever the flag it reads says "
                         "(its other uses keep their values, not their memory saving)" for name in (
         "pos_leaky_relu_module_negative_slope_inplace", "pos_inplace_flag_class_attribute",

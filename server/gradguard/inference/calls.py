@@ -513,6 +513,8 @@ class CallsMixin:
             if name in ("update", "setdefault") and args and isinstance(args[0], TensorMap):
                 owner.items.update(args[0].items)
             return UNKNOWN
+        if owner.counted is not None and not (name == "append" and owner.counted == self.unsure_context):
+            owner.counted = None  # grown where it may not run, or changed some other way: count no longer known
         if name in ("append", "extend", "insert", "__iadd__"):
             owner.literal = owner.uniform = False  # grown: no longer exactly the items written out
         if self.watched_outputs and name in ("append", "insert", "add") and args:

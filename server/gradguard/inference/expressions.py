@@ -227,22 +227,26 @@ class ExpressionsMixin:
 
     def _sliced(self, container: TensorSeq, index: ast.Slice) -> Value:
         """``xs[1:]``, ``layers[:-1]``: a list of some of the items, never one of them.  Known exactly for a list
-        written out as a display; for a list grown by ``append`` only a prefix-relative slice (non-negative
-        bounds) keeps the order its items were added in; otherwise we cannot tell which items remain.  A
+        written out as a display, or grown by ``append`` only where it was made (``TensorSeq.counted``); for a list
+        grown by ``append`` elsewhere (in a loop's iteration standing for many) only a prefix-relative slice
+        (non-negative bounds) keeps the order its items were added in; otherwise we cannot tell which remain.  A
         comprehension's list is alike in every element, so any slice of it is too."""
         parts = [index.lower, index.upper, index.step]
-        for part in parts:
-            self.eval(part)
+        given = [None if part is None else self.eval(part) for part in parts]
         if container.uniform:
             return TensorSeq(list(container.items), uniform=True)
-        bounds = [None if part is None else _const_int(part) for part in parts]
+        bounds = [None if part is None else _const_int(part) if _const_int(part) is not None
+                  else value.value if isinstance(value, Const) and type(value.value) is int else None
+                  for part, value in zip(parts, given)]  # (`feats[-self.num_outs:]` with the count known)
         if any(part is not None and bound is None for part, bound in zip(parts, bounds)) or bounds[2] == 0:
             return UNKNOWN
         if bounds == [None, None, -1]:  # `outs[::-1]`: every item, in reverse order
             return TensorSeq(container.items[::-1], literal=container.literal)
-        if not container.literal and (bounds[2] is not None or any(b is not None and b < 0 for b in bounds[:2])):
+        exact = container.literal or container.counted is not None  # (`feats[-n:]` of a list counted exactly)
+        if not exact and (bounds[2] is not None or any(b is not None and b < 0 for b in bounds[:2])):
             return UNKNOWN
-        return TensorSeq(container.items[slice(*bounds)], literal=container.literal)
+        return TensorSeq(container.items[slice(*bounds)], literal=container.literal,
+                         counted=self.unsure_context if container.counted is not None else None)
 
     def _expr_Tuple(self, node: ast.Tuple | ast.List) -> Value:
         if node.elts and all(isinstance(e, ast.Starred) for e in node.elts):
@@ -263,7 +267,7 @@ class ExpressionsMixin:
                 items.append(value)
                 exact = exact and not isinstance(e, ast.Starred)
         if not items and isinstance(node, ast.List):
-            return TensorSeq([])  # `steps = []`: a list that .append() may fill with tensors
+            return TensorSeq([], counted=self.unsure_context)  # `steps = []`: a list .append() may fill with tensors
         if node_items is None and all(isinstance(i, Const) and isinstance(i.value, str) for i in items) \
                 and not any(isinstance(e, ast.Starred) for e in node.elts):
             return Const(tuple(i.value for i in items))  # `["0", "2"]`: names, known one by one
@@ -386,6 +390,9 @@ class ExpressionsMixin:
             other = values[0] if values[1] == _NONE else values[1]
             if surely_tensor(other):
                 return Const(isinstance(node.ops[0], ast.IsNot))
+        same = self._one_tensor_throughout(node, values)
+        if same is not None:
+            return same
         if any(isinstance(v, Tensor) for v in values):
             return new_tensor(node, Grad.NO, label="a boolean mask")
         if all(isinstance(v, Const) for v in values):
@@ -400,6 +407,25 @@ class ExpressionsMixin:
                     isinstance(other, TensorSeq) and not other.maybe_none):
                 return Const(isinstance(node.ops[0], ast.IsNot))
         return NOT_TENSOR
+
+    def _one_tensor_throughout(self, node: ast.Compare, values: list[Value]) -> Value | None:
+        """``query is key is value``, ``q.data_ptr() == k.data_ptr()``: True when every operand names the one
+        tensor value (one object passed for several parameters, as ``attn(x, x, x)`` does), False for the negated
+        forms.  None otherwise: two values we hold apart may still be one tensor when the code runs."""
+        if all(isinstance(op, ast.Is) for op in node.ops) or all(isinstance(op, ast.IsNot) for op in node.ops):
+            held = values
+        elif all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops) and len({type(op) for op in node.ops}) == 1:
+            operands = [node.left, *node.comparators]
+            if not all(isinstance(o, ast.Call) and isinstance(o.func, ast.Attribute) and o.func.attr == "data_ptr"
+                       and not o.args and not o.keywords and isinstance(o.func.value, (ast.Name, ast.Attribute))
+                       for o in operands):
+                return None
+            held = [self.eval(o.func.value) for o in operands]
+        else:
+            return None
+        if not (isinstance(held[0], Tensor) and all(h is held[0] for h in held[1:])):
+            return None
+        return Const(isinstance(node.ops[0], (ast.Is, ast.Eq)))
 
     def _exact_type_check(self, node: ast.Compare) -> Value | None:
         """``type(m) == nn.ReLU`` (``is``, ``!=``, ``is not``) for a module we built: an instance of a torch layer

@@ -639,6 +639,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
                 and current.base is None and rhs.base is None):
             current.items.extend(rhs.items)  # `layers += [...]` extends the list in place (its aliases see it)
             current.literal = current.uniform = False
+            current.counted = None
         elif isinstance(current, Tensor):
             self._inplace(stmt, current, f"`{symbol}`", op, [rhs])
         elif isinstance(current, DataAlias):
@@ -856,7 +857,8 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.loop_vars.append(stmt.target.id)
         # Twice: values saved in iteration i-1 meet the writes of iteration i (once when it runs once).
         once = _runs_once(stmt.iter) or (
-            isinstance(iterable, TensorSeq) and iterable.literal and len(iterable.items) == 1)
+            isinstance(iterable, TensorSeq) and (iterable.literal or iterable.counted is not None)
+            and len(iterable.items) == 1)  # (a list of exactly one item, written out or counted as it grew)
         nested = _loops_inside(stmt)
 
         whole = once and not _jumps_out(stmt.body)  # `for _ in range(1)`: the body runs, and runs whole
@@ -1039,6 +1041,10 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         for target in stmt.targets:
             if isinstance(target, ast.Name):
                 self.state.env.pop(target.id, None)
+            elif isinstance(target, ast.Subscript) and _pure(target.value):
+                held = self.eval(target.value)
+                if isinstance(held, TensorSeq):
+                    held.counted = None  # `del feats[0]`: its items no longer known one by one
 
     # --------------------------------------------------------------- binding
     def bind(self, target: ast.expr, value: Value, stmt: ast.stmt) -> None:

@@ -146,6 +146,10 @@ class TensorSeq:
     # Built by a comprehension and not grown since: its one item stands for every element, so any slice of it
     # (`batches[:n]`, bounds unknown) holds elements of that same form.
     uniform: bool = False
+    # Made empty (`feats = []`) and grown since only by `append` run wherever the list was made (no loop
+    # iteration standing for many, no branch that may not run, between): these are exactly its items, in order,
+    # so its tail is known too (`feats[-2:]`).  The unsure context it was made in (``Interpreter.unsure_context``).
+    counted: tuple[object, ...] | None = None
     # A named tuple's field names, item by item (`values, indices` of `max(x, dim)`): `.indices` is an item.
     fields: tuple[str, ...] = ()
     maybe_none: bool = False  # another path left the name None (see `_not_surely`)
