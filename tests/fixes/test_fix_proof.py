@@ -269,7 +269,8 @@ UNSAFE_ONLY = {
                         "stay out of the gradient goes into it"
        for name in ("pos_loss_computed_in_no_grad_block", "pos_int_stage_runs_loss_without_grad",
                     "pos_functional_forward_with_weight_list_under_no_grad",
-                    "pos_no_grad_eval_losses_list_last_entry_backward")},
+                    "pos_no_grad_eval_losses_list_last_entry_backward",
+                    "pos_loss_in_no_grad_block_with_stacked_offsets")},
     "GG001/pos_softmax_scores_masked_then_scaled_by_two_helpers": (
         "the helper returns the written tensor and its calls here rebind it; calls from other files may still expect "
         "the write"

@@ -920,7 +920,9 @@ class CallsMixin:
         if isinstance(target, Tensor) and target.requires_grad == Grad.NO and not self.function_contexts:
             # The last op that ran with grad mode off: the loss itself, or the value it was computed from.
             marker = max((m for m in target.graph if m in self.grad_off_ops), default=None)
-            if marker is not None:
+            # An op on the way from that value to the loss that took a value not known (`returns - values`): it
+            # may be a tensor that requires grad, and then so does the loss, which torch differentiates.
+            if marker is not None and not (target.graph & self.opaque_markers) - self.grad_off_opaque[marker]:
                 op, place, switch = self.grad_off_ops[marker]
                 self.grad_off_backwards.append(GradOffBackward(node, place, op, switch, target.label))
         self.sinks.append(Sink("backward", node, graph, self._next(),

@@ -298,6 +298,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # Each such marker's grad sources (what the value would have been differentiated to), and the first op that
         # read the value with grad mode on (where a loss takes it up).
         self.grad_off_sources: dict[int, frozenset[int]] = {}
+        # Each such marker's opaque markers (below) its value already held: a graph holding any other one took a
+        # value not known after the value was made, with grad mode on or off.
+        self.grad_off_opaque: dict[int, frozenset[int]] = {}
         # Markers put into the results of ops that took a value the analysis does not know (an unknown call's
         # result, an attribute set where it does not look): it may be a tensor with any history, so a graph holding
         # one may reach any parameter.  ``unknown_backward``: a backward ran from a value not known at all.
@@ -1861,6 +1864,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.frame_sites[depth] if len(self.frame_sites) > depth else self.frame_sites[depth - 1])
         marker = new_id()
         self.grad_off_ops[marker] = (node, place, switch)
+        self.grad_off_opaque[marker] = frozenset(result.graph & self.opaque_markers)
         self.grad_off_sources[marker] = frozenset().union(
             *(self.grad_off_sources.get(m, frozenset()) for m in carried),
             *(v.graph for v in values if v.requires_grad != Grad.NO))
