@@ -32,7 +32,7 @@ from gradguard.explanation import AT_BACKWARD, AT_WRITE, REACTION, SILENT, Expla
 from gradguard.probe import ProbeFinding, ProbeOptions, ProbeResult
 from gradguard.probe.merge import compatible
 
-from torch_names import iteration_node, multi_view_node, saving_ops
+from torch_names import iteration_node, multi_view_node, saving_ops, tensor_method
 
 _AT_WRITE_CODES = frozenset(code for code, reaction in REACTION.items() if reaction == AT_WRITE)
 _MULTI_VIEW_NODES = frozenset({"Split", "SplitWithSizes", "Unbind"})
@@ -156,6 +156,9 @@ def _compare_multi_view(e: Explanation, f: ProbeFinding, differ) -> None:
         differ("multi-view", e.multi_view, f.view_node)
     if e.custom_view:
         return  # a view made inside a custom Function (or a full backward hook's): no view function to call
+    if e.view_call and not tensor_method(e.view_call):
+        return  # the user's name for a wrapper (`split_op = lambda t, *a: torch.split(t, *a)`): nothing to call by
+        # that name; the node the analysis found behind it is compared with the probe's above
     called = multi_view_node(e.view_call) if e.view_call else iteration_node()
     if called != e.multi_view:
         differ("multi-view function", f"{e.view_call or 'unpacking'} -> {called}", e.multi_view)

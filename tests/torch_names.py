@@ -128,6 +128,12 @@ def saving_ops(label: str) -> frozenset[str] | None:
 
 
 @functools.lru_cache(maxsize=None)
+def tensor_method(name: str) -> bool:
+    """Whether ``t.<name>(...)`` is a method of torch's tensors (not a name of the user's: a lambda or a
+    ``functools.partial`` bound to a variable, whose torch op only the analysis followed)."""
+    return callable(getattr(torch.Tensor, name, None))
+
+
 def multi_view_node(function: str) -> str | None:
     """The node torch names for a piece returned by ``t.<function>(...)`` (``chunk`` -> ``Split``)."""
     t = torch.randn(4, 4, requires_grad=True) * 1
