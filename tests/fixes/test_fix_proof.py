@@ -98,6 +98,12 @@ NO_FIX = {
         "the base class's forward called after the write (`super().forward(x)`) reads the weight without naming it: "
         "a copy read in place of `self.weight` would leave it the unwritten row"
     ),
+    **{f"GG001/{name}": (
+        "the written output is handed from layer to layer of a ModuleList built by a comprehension, which the "
+        "analysis runs as one layer: the later layers' saves of it are not known, so a clone at the saves it knows "
+        "would leave theirs (no clone fix is offered), and the write is through a group no rebinding reaches")
+       for name in ("pos_layer_list_output_read_by_next_layer_scaled_in_helper",
+                    "pos_block_list_output_read_by_next_block_scaled_in_place")},
     "GG001/pos_sliced_comprehension_batches_input_normalized": (
         "`x` is an element of the caller's list of batches: rebinding it leaves the list's tensor unscaled for its "
         "later readers, so no safe rewrite exists where the write is"

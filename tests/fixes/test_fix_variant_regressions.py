@@ -16,6 +16,8 @@ FAILED_BEFORE = [
     "GG001/pos_alias_of_input_written_then_input_decoded_again::closure",
     "GG001/pos_custom_function_setup_context_output::alias_chain",
     "GG001/pos_detach_rebind_then_mutate::trainer_class",
+    *(f"GG001/pos_encoder_hidden_states_tail_scaled_inplace::{t}" for t in (  # (a clone at the tanh alone)
+        "alias_chain", "callable_class", "closure", "container_iter", "helper_function", "module_method")),
     "GG001/pos_loop_rnn_carried_mul::alias_chain",
     "GG001/pos_loop_rnn_carried_mul::container_iter",
     "GG001/pos_loop_rnn_carried_mul::trainer_class",

@@ -983,6 +983,7 @@ class CallsMixin:
             return TensorSeq(list(args[0].items), literal=args[0].literal, uniform=args[0].uniform)
         if cls in ("ModuleList",) and args and isinstance(args[0], TensorSeq):
             module.children = [a for a in args[0].items if isinstance(a, ModuleValue)]
+            module.each = args[0].uniform and len(module.children) == 1
         if cls in ("ModuleDict",) and args and isinstance(args[0], TensorMap):
             module.attrs = {k: v for k, v in args[0].items.items() if isinstance(k, str) and isinstance(v, ModuleValue)}
             module.children = list(module.attrs.values())

@@ -115,6 +115,10 @@ class Mutation:
     element_loop: bool = False  # an element write indexed by a loop variable (t[i, j] = ...)
     value_grad: Grad = Grad.NO  # whether the values written in require grad (grad mode on)
     frames: list[tuple[ast.AST, int]] = field(default_factory=list)  # (call site, id mark) of followed calls
+    # The written memory is handed on by a loop over layers one of which stands for every layer (`for layer in
+    # self.layers` of a ModuleList built by a comprehension, run once) to the layers after it, which the run did not
+    # make: they may save it too, so ``conflicts`` may miss saves (a clone where saved would leave those).
+    unrun_layers: bool = False
     # The written tensor is reached through a Python list or dict (`acts["h"] += 1`): its subscript is not
     # tensor indexing, so a fix must not treat the container's name as the tensor's.
     in_container: bool = False

@@ -33,7 +33,7 @@ from .jedi_oracle import MODULE_PREFIX, PARAMETER, TENSOR, JediOracle
 from .outer_writes import OuterWrites
 from .project import Project
 from .saves import SaveLog
-from .sharing import Repeats, RunLog, Skipped, storages_in
+from .sharing import Repeats, RunLog, Skipped, carried_names, storages_in
 from .stale_optimizers import built_just_before
 from .state import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS, SET_GRAD, State, merge_states
 from .values import (
@@ -383,6 +383,9 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
         # close to linear in its own size.
         self.follows_modules = False
         self.run_log = RunLog()  # the statements run, in order: what the fixes ask about reads after a write
+        # Storages a loop over layers one of which stands for every layer (``ModuleValue.each``) hands on to the
+        # layers after the one it ran
+        self.unrun_layers_read: set[int] = set()
 
     # ----------------------------------------------------------------- helpers
     def _next(self) -> int:
@@ -835,10 +838,15 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             self.run_block(stmt.orelse)
             return
         if isinstance(iterable, ModuleValue) and 0 < len(iterable.children) <= _UNROLLED_LAYERS:
-            # `for layer in self.layers: x = layer(x)`: each layer in turn, as a Sequential runs them.
+            # `for layer in self.layers: x = layer(x)`: each layer in turn, as a Sequential runs them.  A child standing
+            # for every layer runs once: what the names the next iteration reads hold then, the later layers (never
+            # run) read and may save again (``Mutation.unrun_layers``).
             for child in iterable.children:
                 self.bind(target, child, stmt)
                 self.run_block(stmt.body)
+            if iterable.each:
+                self.unrun_layers_read.update(sid for name in carried_names(stmt)
+                                              for sid in storages_in(self.state.env.get(name)))
             self.run_log.ran(Repeats(stmt))  # as many layers as built here; another caller's model may have more
             self.run_block(stmt.orelse)
             return
@@ -1469,6 +1477,7 @@ class Interpreter(ExpressionsMixin, CallsMixin, FollowedCallsMixin, ExtensionPoi
             mutation.moment = self.run_log.moment(target, [*self.caller_envs, self.state.env], tuple(self.scopes), node)
             mutation.written_through = written_through or _written_through(node)
             mutation.by_layer = by_layer
+            mutation.unrun_layers = not storages.isdisjoint(self.unrun_layers_read)
             mutation.in_function = bool(self.function_contexts)
             if mutation.in_function:
                 unpacked = {s.id for c, _ in self.function_contexts if not c.packed for s in c.saves}

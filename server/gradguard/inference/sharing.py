@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import AbstractSet
 
 from ..knowledge.names import NON_VALUE_ATTRS
-from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES, blocks
+from ..statements import CLAUSE_FIELDS, NESTING_FIELDS, SCOPES, blocks, syntax_fact
 from .values import DataAlias, ModuleValue, NumberFrom, Tensor, TensorMap, TensorSeq, Value, disjoint
 
 HELD_DEPTH = 3  # how deep holders are looked into: a list of dicts of tensors, an object's list of tensors
@@ -749,6 +749,13 @@ def _start(entry: Entry) -> tuple[int, int]:
     """Where the code an entry reads starts."""
     node = entry.block[0] if isinstance(entry, Skipped) else entry.loop if isinstance(entry, Repeats) else entry
     return node.lineno, node.col_offset
+
+
+def carried_names(loop: ast.stmt) -> frozenset[str]:
+    """The names a loop's iteration may read as the previous iteration left them (``_exposed_reads``): what a
+    later run of the body gets from this one."""
+    return syntax_fact(loop, "_gradguard_carried", lambda: frozenset(
+        load.id for load, metadata in _exposed_reads(loop) if not metadata))
 
 
 def _exposed_reads(loop: ast.stmt) -> list[tuple[ast.Name, bool]]:

@@ -206,6 +206,8 @@ class ModuleValue:
     ctor: ast.AST | None = None  # where it was constructed (for GG005)
     attrs: dict[str, "Value"] = field(default_factory=dict)
     children: list["ModuleValue"] = field(default_factory=list)  # nn.Sequential
+    # `nn.ModuleList(Block() for _ in range(n))`: its one child stands for every layer (a loop over it runs once).
+    each: bool = False
     user_class: ast.ClassDef | None = None
     # The class with the bases its class statement's run gave it (``classes.bind``), for a class made in a factory.
     bound_class: object = None

@@ -340,9 +340,13 @@ def _write_on_enclosing_name(ctx: FixContext, finding: Finding) -> InPlaceWrite 
 
 def clone_where_saved(ctx: FixContext, mutation: Mutation, write: InPlaceWrite | None) -> tuple[Rewrite, str]:
     """Clone at every op that saved the written memory for a backward that this write breaks (``write``: the
-    statement, when it is in the tree, whose names tell which argument of an op was saved)."""
+    statement, when it is in the tree, whose names tell which argument of an op was saved).  Only when the run saw
+    every save: memory made in a loop over layers the run made one of (``Mutation.unrun_layers``) may be saved again
+    by the layers after it (`x = torch.tanh(layer(x))`, read by the next layer), and a clone here would leave those."""
     if not mutation.conflicts:
         raise CannotFix("no conflicting save")
+    if mutation.unrun_layers:
+        raise CannotFix("the written memory is made by one layer of a list whose later layers may save it too")
     name = root_name(write.target)[0] if write is not None else None
     rw = Rewrite(ctx)
     wrapped: dict[int, ast.AST] = {}
