@@ -546,7 +546,12 @@ class CallsMixin:
         if not graph and not any(isinstance(v, (Tensor, Derived)) for v in inputs):
             return UNKNOWN
         CALL_STATS["unknown callee given tensors"] += 1  # assumed harmless: it writes nothing we can see
-        result = Derived(graph, self._grad(*inputs))
+        rg = self._grad(*inputs)
+        if rg == Grad.NO and self.state.grad_enabled and any(
+                isinstance(item, (ModuleValue, ParamIterable))
+                for value in inputs for item in (value.items if isinstance(value, TensorSeq) else (value,))):
+            rg = Grad.MAYBE  # handed a module (or parameters), the callee may run it
+        result = Derived(graph, rg)
         return self.note_stale_use(node, inputs, result) if self.stale else result
 
     def _eval_call_args(self, node: ast.Call) -> tuple[list[Value], dict[str, Value]]:
