@@ -69,6 +69,9 @@ _SAVED_APART = ("saving the module and the optimizer together restructures both 
 _NUMBER_BESIDE_TENSORS = (
     "`torch.tensor([0, amp])` writes a number beside the tensors: `torch.stack` takes tensors of one shape only, "
     "and how the number becomes one (its dtype, the tensors' shape) is the author's choice")
+_LIST_THROUGH_PARAMETER = (
+    "the list reaches `torch.tensor` through a parameter (a helper's, a setter's): other callers may pass numbers, "
+    "which `torch.stack` does not take, so the rebuild stays the author's to change")
 NO_FIX = {
     "GG102/pos_numpy_views_listed_then_clipped_in_loop": (
         "the arrays are written one by one through a loop over a list of them: the write is not out of place "
@@ -176,6 +179,10 @@ NO_FIX = {
         "the numbers are also constants of the advantages: appending the tensors would put the critic's graph into "
         "the policy loss, and where a `.detach()` belongs there is the author's to say"
     ),
+    "GG103/pos_type_in_list_tuple_setter_torch_tensor": _LIST_THROUGH_PARAMETER,
+    "GG103/pos_type_is_list_plain_function_raises": _LIST_THROUGH_PARAMETER,
+    "GG103/pos_type_not_tensor_elif_chain_tuple": _LIST_THROUGH_PARAMETER,
+    "GG103/pos_type_is_tensor_not_parameter_scaled": _NUMBER_BESIDE_TENSORS,
     "GG103/pos_numpy_mean_of_item_losses_backward": (
         "the numbers are averaged by NumPy and `.backward()` is called on NumPy's result: keeping tensors means "
         "changing the list's elements, the mean and the backward's receiver together, which no rewrite does yet"

@@ -108,9 +108,7 @@ class CallsMixin:
         if self._is_builtin_type(node):
             # `type(self)(...)`: an instance of one of the project's classes is of that class; any other value's
             # type stays an unknown call
-            value = self.eval(node.args[0])
-            info = self.ctx.class_of(value) if isinstance(value, ModuleValue) else None
-            return ClassRef(info) if info is not None else self._unknown_call(node, [value])
+            return self.type_of(node, self.eval(node.args[0]))
         callee: Value = UNKNOWN
         if isinstance(func, ast.Attribute):
             held = func.value
@@ -227,6 +225,12 @@ class CallsMixin:
             return True
         return any(self._copies_by_own_protocol(v, seen)
                    for v in [*module.children, *module.attrs.values()] if isinstance(v, ModuleValue))
+
+    def type_of(self, node: ast.Call, value: Value) -> Value:
+        """``type(value)`` at ``node``: an instance of one of the project's classes is of that class; any other
+        value's type stays an unknown call (``type(v) is T`` is decided apart, ``_exact_type_check``)."""
+        info = self.ctx.class_of(value) if isinstance(value, ModuleValue) else None
+        return ClassRef(info) if info is not None else self._unknown_call(node, [value])
 
     def _is_builtin_type(self, node: ast.Call) -> bool:
         """``type(x)`` of Python's ``type``: not imported, not bound by the code."""
@@ -669,6 +673,10 @@ class CallsMixin:
         if name == "enumerate" and args:  # yields (index, element) pairs
             element = self._iter_element(args[0], node.args[0])
             return UNKNOWN if element is UNKNOWN else TensorSeq([TensorSeq([INT, element])])
+        if name in ("reversed", "list", "tuple") and args and isinstance(args[0], TensorSeq) \
+                and args[0].display not in (None, name):
+            # the same items (as below), but `type()` of them is the call's: `tuple([a, b])` is a tuple
+            return replace(args[0], display=name if name != "reversed" else None)
         if name == "reversed" and args:
             return args[0] if isinstance(args[0], TensorSeq) else UNKNOWN
         if name in ("list", "tuple") and args and isinstance(args[0], (TensorSeq, ParamIterable, ModuleIterable)):

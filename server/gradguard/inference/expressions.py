@@ -6,6 +6,7 @@ A mixin of ``Interpreter``; calls live in ``calls.py`` and statements in ``inter
 from __future__ import annotations
 
 import ast
+import builtins
 
 from ..bounds import Unanalysed
 from ..knowledge.names import SHAPE_ATTRS, VIEW_ATTRS
@@ -267,7 +268,7 @@ class ExpressionsMixin:
                 items.append(value)
                 exact = exact and not isinstance(e, ast.Starred)
         if not items and isinstance(node, ast.List):
-            return TensorSeq([], counted=self.unsure_context)  # `steps = []`: a list .append() may fill with tensors
+            return TensorSeq([], counted=self.unsure_context, display="list")  # `steps = []`: .append() may fill it
         if node_items is None and all(isinstance(i, Const) and isinstance(i.value, str) for i in items) \
                 and not any(isinstance(e, ast.Starred) for e in node.elts):
             return Const(tuple(i.value for i in items))  # `["0", "2"]`: names, known one by one
@@ -277,10 +278,10 @@ class ExpressionsMixin:
         if all(isinstance(i, PLAIN) for i in items):
             if isinstance(node, ast.List) and node_items is None and all(is_plain_data(i) for i in items):
                 # `totals = [loss]` of numbers: a list whose items the code may replace (`totals[0] -= x.item()`)
-                return TensorSeq(items, literal=True)
+                return TensorSeq(items, literal=True, display="list")
             return NOT_TENSOR if items and all(is_plain_data(i) for i in items) else UNKNOWN
         # a tuple of models, optimizers, tensors, param groups...; `[pre, *split(g)]` of a tuple written out: its items
-        return TensorSeq(items, literal=exact)
+        return TensorSeq(items, literal=exact, display="list" if isinstance(node, ast.List) else "tuple")
 
     _expr_List = _expr_Tuple
 
@@ -302,7 +303,7 @@ class ExpressionsMixin:
             items[const if const is not None else object()] = value
         # A config of constants is kept too, and `{}`, which the code then fills (`losses["ce"] = ...`).
         if not node.keys or any(v is not UNKNOWN for v in items.values()):
-            return TensorMap(items)
+            return TensorMap(items, display=True)
         return UNKNOWN
 
     def _expr_ListComp(self, node: ast.ListComp | ast.GeneratorExp) -> Value:
@@ -321,7 +322,7 @@ class ExpressionsMixin:
                 self.state = saved
                 if all(isinstance(e, PLAIN) for e in elements):
                     return UNKNOWN
-                return TensorSeq(elements, literal=True)
+                return TensorSeq(elements, literal=True, display=_comprehension_kind(node))
             self.bind(gen.target, self._iter_element(iterable, gen.iter), node)
             for cond in gen.ifs:
                 self.eval(cond)
@@ -341,12 +342,12 @@ class ExpressionsMixin:
                 # `[0 for _ in range(steps + 1)]` with `steps` known: that many numbers, exactly
                 bound = {n.id for n in ast.walk(node.generators[0].target) if isinstance(n, ast.Name)}
                 same = not any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(node.elt))
-                return TensorSeq([element if same else NOT_TENSOR for _ in range(count)], literal=True)
+                return TensorSeq([element if same else NOT_TENSOR for _ in range(count)], literal=True, display="list")
         if isinstance(element, PLAIN):
             return UNKNOWN
         if isinstance(element, NumberFrom):
             return element  # `[l.item() for l in losses]`: numbers read out of tensors, as a list literal of them
-        return TensorSeq([element], uniform=True)  # every element is like this one
+        return TensorSeq([element], uniform=True, display=_comprehension_kind(node))  # every element is like this one
 
     _expr_GeneratorExp = _expr_ListComp
 
@@ -428,30 +429,74 @@ class ExpressionsMixin:
         return Const(isinstance(node.ops[0], (ast.Is, ast.Eq)))
 
     def _exact_type_check(self, node: ast.Compare) -> Value | None:
-        """``type(m) == nn.ReLU`` (``is``, ``!=``, ``is not``) for a module we built: an instance of a torch layer
-        is of exactly its class; one of the file's classes is of that class, never of a torch layer's.  None when
-        the comparison is of another form or the module is not one we know."""
-        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.Is, ast.NotEq, ast.IsNot)):
+        """``type(v) is T`` (``==``, ``is not``, ``!=``) and ``type(v) in (T1, T2)`` (``not in``): True or False when
+        ``v``'s own class is known (``exact_class``) and each class named is one it can be told apart from; an
+        unknown truth otherwise.  Unlike ``isinstance`` a subclass is not the class: a Parameter is not
+        ``torch.Tensor``.  None when the comparison is of another form (then evaluated as any comparison)."""
+        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.Is, ast.NotEq, ast.IsNot, ast.In, ast.NotIn)):
             return None
-        call = node.left
-        if not (isinstance(call, ast.Call) and len(call.args) == 1 and not call.keywords
-                and isinstance(call.func, ast.Name) and call.func.id == "type" and "type" not in self.ctx.imports
-                and not any("type" in scope for scope in (self.state.env, *self.scopes))):
+        call, operand = node.left, node.comparators[0]
+        if not (isinstance(call, ast.Call) and self._is_builtin_type(call)):
             return None
-        layer = self.qual(node.comparators[0]) if isinstance(node.comparators[0], (ast.Name, ast.Attribute)) else None
-        if layer is None or not layer.startswith("torch.nn.") or layer.count(".") != 2:
-            return None
-        module = self.eval(call.args[0])
-        self.eval(node.comparators[0])
-        if not isinstance(module, ModuleValue):
-            return NOT_TENSOR
-        if module.user_class is not None:
-            same = False
-        elif module.torch_module and module.cls.isidentifier():  # built as `nn.<cls>(...)`
-            same = module.cls == layer.rsplit(".", 1)[1]
+        if isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            if not isinstance(operand, (ast.Tuple, ast.List, ast.Set)):
+                return None
+            named = operand.elts
         else:
+            named = [operand]
+        if not named or not all(isinstance(n, (ast.Name, ast.Attribute)) for n in named):
+            return None
+        value = self.eval(call.args[0])
+        self.type_of(call, value)  # what `type(v)` itself does when evaluated (see `_expr_Call`)
+        classes = [self.eval(n) for n in named]
+        exact = self.exact_class(value)
+        answers = {None if exact is None else self._is_exactly(exact, self.qual(n), c) for n, c in zip(named, classes)}
+        same = True if True in answers else False if answers == {False} else None
+        if same is None:
             return NOT_TENSOR
-        return Const(same == isinstance(node.ops[0], (ast.Eq, ast.Is)))
+        return Const(same == isinstance(node.ops[0], (ast.Eq, ast.Is, ast.In)))
+
+    def exact_class(self, value: Value) -> str | ClassInfo | ast.ClassDef | None:
+        """The class ``type(value)`` is, when the analysis knows it: one of the file's classes for an instance
+        made from it; ``torch.nn.<Layer>`` for a torch layer built here; ``torch.nn.Parameter`` or ``torch.Tensor``
+        for a tensor that is one on every path (``surely_tensor``); ``builtins.list``/``tuple`` for a display
+        written out; ``builtins.dict`` for a dict display; the type of a constant (a ``str`` list folded into a
+        tuple constant excepted).  None for anything else."""
+        if isinstance(value, ModuleValue):
+            if value.user_class is not None:  # (a class we do not resolve: its node, still no torch layer)
+                return self.ctx.class_of(value) or value.user_class
+            if value.torch_module and value.cls.isidentifier():  # built as `nn.<cls>(...)`
+                return "torch.nn." + value.cls
+            return None
+        if isinstance(value, Tensor):
+            if not surely_tensor(value) or value.group:
+                return None
+            return "torch.nn.Parameter" if value.param else "torch.Tensor"
+        if isinstance(value, TensorSeq):
+            return "builtins." + value.display if value.display and value.base is None and not value.maybe_none \
+                and not value.fields else None
+        if isinstance(value, TensorMap):
+            return "builtins.dict" if value.display else None
+        if isinstance(value, Const) and type(value.value) in (bool, int, float, complex, str):
+            return "builtins." + type(value.value).__name__
+        return None
+
+    def _is_exactly(self, exact: str | ClassInfo | ast.ClassDef, named: str | None, cls: Value) -> bool | None:
+        """Is a value whose class is ``exact`` of the class spelled ``named`` (evaluated to ``cls``)?  False only
+        when the name is one we can tell apart: another of the file's classes, a torch layer, ``torch.Tensor``,
+        ``torch.nn.Parameter``, a builtin type, ``numpy.ndarray``; a name we cannot resolve may be an alias."""
+        if isinstance(cls, ClassRef):
+            if not isinstance(exact, str):
+                return cls.info is exact if isinstance(exact, ClassInfo) else None
+            # a class of the file derived from torch.Tensor may be what a tensor is; any other value is not of it
+            return None if exact in ("torch.Tensor", "torch.nn.Parameter") else False
+        if not isinstance(exact, str):  # an instance of the file's class is of no torch, numpy or builtin class
+            return False if named is not None and _tells_apart(named) else None
+        if named is None:
+            return None
+        if named == exact:
+            return True
+        return False if _tells_apart(named) else None
 
     def _expr_BoolOp(self, node: ast.BoolOp) -> Value:
         """``a or b``, ``a and b``: what Python returns when the truth of the operands it evaluates is known, else
@@ -769,3 +814,18 @@ def _parameters_or_list_of_them(value) -> bool:
         return True
     return isinstance(value, TensorSeq) and value.base is None and bool(value.items) and all(
         isinstance(i, ParamIterable) or (isinstance(i, Tensor) and i.leaf and i.param) for i in value.items)
+
+
+def _tells_apart(named: str) -> bool:
+    """A class name no other spelling of a known class can hide behind: ``torch.Tensor``, ``torch.nn.Parameter``,
+    ``numpy.ndarray``, a torch layer (``torch.nn.<Layer>``), a builtin type (``builtins.list``)."""
+    if named in ("torch.Tensor", "torch.nn.Parameter", "numpy.ndarray"):
+        return True
+    if named.startswith("torch.nn.") and named.count(".") == 2:
+        return named[len("torch.nn."):].isidentifier()
+    return named.startswith("builtins.") and isinstance(getattr(builtins, named[len("builtins."):], None), type)
+
+
+def _comprehension_kind(node: ast.expr) -> str | None:
+    """``type()`` of what a comprehension makes: a list comprehension's list (a generator is no display)."""
+    return "list" if isinstance(node, ast.ListComp) else None

@@ -158,6 +158,9 @@ class TensorSeq:
     # ``*args`` of a followed call: the expressions its caller wrote for these items, one by one (flags and
     # scalars such as a slope are read from a call's syntax; ``F.leaky_relu_(t, *args)`` reads them there).
     written: tuple[ast.expr, ...] | None = None
+    # "list" or "tuple": what ``type()`` of it is, when it was written out as a display or comprehension of that
+    # kind (``type(v) in (list, tuple)`` is then decided); None when it came from anything else.
+    display: str | None = None
 
     def element(self, index: int | None) -> "Value":
         if index is not None and -len(self.items) <= index < len(self.items):
@@ -176,6 +179,7 @@ class TensorMap:
 
     items: dict[object, "Value"]
     exact: bool = False  # these are exactly its items (a module's `_modules`): a loop over them runs once per item
+    display: bool = False  # written out as a dict display (`{"h": h}`): ``type()`` of it is ``dict``
 
     def element(self, key: object) -> "Value":
         if key in self.items:
@@ -572,7 +576,8 @@ def _join_sequences(a: TensorSeq, b: TensorSeq) -> Value:
     if len(a.items) != len(b.items):
         return UNKNOWN
     return TensorSeq([join(x, y) for x, y in zip(a.items, b.items)], literal=a.literal and b.literal,
-                     nograd=a.nograd and b.nograd, maybe_none=a.maybe_none or b.maybe_none)
+                     nograd=a.nograd and b.nograd, maybe_none=a.maybe_none or b.maybe_none,
+                     display=a.display if a.display == b.display else None)
 
 
 def grown(before: Value, after: Value) -> TensorSeq | None:
