@@ -943,14 +943,6 @@ def _read_out_of(arg: ast.expr) -> ast.expr | None:
     return None
 
 
-def _number_literal(node: ast.expr) -> bool:
-    """``0``, ``-1.5``: a number written in the source."""
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        node = node.operand
-    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float, complex)) \
-        and not isinstance(node.value, bool)
-
-
 def _stacked(ctx: FixContext, call: ast.Call, torch: str, tensors: str) -> str:
     """``torch.tensor(tensors)`` with its graph.  torch.tensor makes one number of each one-element tensor, so its
     result is 1-D whatever their shape; ``torch.stack`` keeps their shape (``(n, 1)`` for ``(1,)`` critic values,
@@ -1354,7 +1346,7 @@ def _keep_tensors_in_arithmetic(ctx: FixContext, finding: Finding) -> Fix:
         if (ctx.qual(call.func) == "torch.tensor" and torch is not None and len(call.args) == 1 and not call.keywords
                 and isinstance(call.args[0], (ast.List, ast.ListComp)) and (not isinstance(call.args[0], ast.List) or call.args[0].elts)):
             _require_not_rebuilt_again(ctx, call)  # `Variable(torch.tensor([...]), requires_grad=True)`: a new leaf still
-            if isinstance(call.args[0], ast.List) and any(_number_literal(e) for e in call.args[0].elts):
+            if isinstance(call.args[0], ast.List) and any(number_written_out(e) for e in call.args[0].elts):
                 # `torch.tensor([0, amp])`: torch.stack takes tensors only, of one shape; how the number becomes one
                 # (its dtype, the tensors' shape) is the author's choice
                 raise CannotFix("a number written beside the tensors: `torch.stack` takes tensors of one shape only")
